@@ -1,0 +1,191 @@
+// Package config owns the service's configuration: the models file
+// (relay.yaml, SPEC §8) and the environment a function or the local runtime
+// runs with. Both are parsed once into typed structs and fail fast with a
+// message that names the offending field or variable.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/goccy/go-yaml"
+)
+
+// Provider is the request shape a model takes.
+type Provider string
+
+const (
+	OpenAI    Provider = "openai"
+	Anthropic Provider = "anthropic"
+)
+
+// Model is one entry of the models file.
+type Model struct {
+	Name           string        `yaml:"name"`
+	Provider       Provider      `yaml:"provider"`
+	BaseURL        string        `yaml:"base_url"`
+	APIKeyEnv      string        `yaml:"api_key_env"`
+	UpstreamModel  string        `yaml:"upstream_model"`
+	Fallback       string        `yaml:"fallback"`
+	MaxConcurrency int           `yaml:"max_concurrency"`
+	Timeout        time.Duration `yaml:"timeout"`
+}
+
+// Upstream is the model name sent upstream.
+func (m Model) Upstream() string {
+	if m.UpstreamModel != "" {
+		return m.UpstreamModel
+	}
+	return m.Name
+}
+
+// Models is the parsed models file.
+type Models struct {
+	Models []Model `yaml:"models"`
+	byName map[string]Model
+}
+
+// Lookup returns the model clients call name.
+func (ms *Models) Lookup(name string) (Model, bool) {
+	m, ok := ms.byName[name]
+	return m, ok
+}
+
+// Names lists the configured model names in file order.
+func (ms *Models) Names() []string {
+	out := make([]string, len(ms.Models))
+	for i, m := range ms.Models {
+		out[i] = m.Name
+	}
+	return out
+}
+
+const (
+	defaultConcurrency = 32
+	defaultTimeout     = 5 * time.Minute
+)
+
+// ParseModels parses and validates a models file.
+func ParseModels(data []byte) (*Models, error) {
+	var ms Models
+	if err := yaml.UnmarshalWithOptions(data, &ms, yaml.Strict()); err != nil {
+		return nil, fmt.Errorf("parse models: %w", err)
+	}
+	if len(ms.Models) == 0 {
+		return nil, errors.New("models: at least one model is required")
+	}
+	ms.byName = make(map[string]Model, len(ms.Models))
+	for i := range ms.Models {
+		m := &ms.Models[i]
+		field := func(f string) string { return fmt.Sprintf("models[%d].%s", i, f) }
+		if m.Name == "" {
+			return nil, fmt.Errorf("%s is required", field("name"))
+		}
+		if _, dup := ms.byName[m.Name]; dup {
+			return nil, fmt.Errorf("%s: %q is defined twice", field("name"), m.Name)
+		}
+		switch m.Provider {
+		case OpenAI, Anthropic:
+		default:
+			return nil, fmt.Errorf("%s: %q is not openai or anthropic", field("provider"), m.Provider)
+		}
+		u, err := url.Parse(m.BaseURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("%s: %q is not an http(s) URL", field("base_url"), m.BaseURL)
+		}
+		if m.MaxConcurrency == 0 {
+			m.MaxConcurrency = defaultConcurrency
+		}
+		if m.MaxConcurrency < 0 {
+			return nil, fmt.Errorf("%s must be positive", field("max_concurrency"))
+		}
+		if m.Timeout == 0 {
+			m.Timeout = defaultTimeout
+		}
+		if m.Timeout < 0 {
+			return nil, fmt.Errorf("%s must be positive", field("timeout"))
+		}
+		ms.byName[m.Name] = *m
+	}
+	for i, m := range ms.Models {
+		if m.Fallback == "" {
+			continue
+		}
+		fb, ok := ms.byName[m.Fallback]
+		if !ok {
+			return nil, fmt.Errorf("models[%d].fallback: %q is not a configured model", i, m.Fallback)
+		}
+		if fb.Name == m.Name {
+			return nil, fmt.Errorf("models[%d].fallback: a model cannot fall back to itself", i)
+		}
+	}
+	return &ms, nil
+}
+
+// LoadModels reads the models file at path.
+func LoadModels(path string) (*Models, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read models file (RELAY_CONFIG): %w", err)
+	}
+	ms, err := ParseModels(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return ms, nil
+}
+
+// ModelsPath is RELAY_CONFIG or relay.yaml.
+func ModelsPath() string {
+	if p := os.Getenv("RELAY_CONFIG"); p != "" {
+		return p
+	}
+	return "relay.yaml"
+}
+
+// Env is what every function reads from its environment.
+type Env struct {
+	Prefix               string // resource name prefix (RELAY_PREFIX, default "relay")
+	Table                string // RELAY_TABLE, default <prefix>
+	Bucket               string // RELAY_BUCKET, default <prefix>-data
+	ModelsPath           string // RELAY_CONFIG
+	AllowPrivateWebhooks bool   // RELAY_ALLOW_PRIVATE_WEBHOOKS
+	ChunkRows            int    // RELAY_CHUNK_ROWS, default 100
+}
+
+// FromEnv parses the environment.
+func FromEnv() (Env, error) {
+	e := Env{
+		Prefix:     getenv("RELAY_PREFIX", "relay"),
+		ModelsPath: ModelsPath(),
+		ChunkRows:  100,
+	}
+	e.Table = getenv("RELAY_TABLE", e.Prefix)
+	e.Bucket = getenv("RELAY_BUCKET", e.Prefix+"-data")
+	if v := os.Getenv("RELAY_CHUNK_ROWS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 10000 {
+			return e, fmt.Errorf("RELAY_CHUNK_ROWS: %q is not a number from 1 to 10000", v)
+		}
+		e.ChunkRows = n
+	}
+	if v := os.Getenv("RELAY_ALLOW_PRIVATE_WEBHOOKS"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return e, fmt.Errorf("RELAY_ALLOW_PRIVATE_WEBHOOKS: %q is not a boolean", v)
+		}
+		e.AllowPrivateWebhooks = b
+	}
+	return e, nil
+}
+
+func getenv(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,52 @@
+package config
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+func TestParseModels(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		yaml    string
+		wantErr string
+	}{
+		{"ok", "models:\n- {name: a, provider: openai, base_url: http://x/v1}\n", ""},
+		{"no models", "models: []\n", "at least one model"},
+		{"bad provider", "models:\n- {name: a, provider: foo, base_url: http://x}\n", "models[0].provider"},
+		{"bad url", "models:\n- {name: a, provider: openai, base_url: ftp://x}\n", "models[0].base_url"},
+		{"dup", "models:\n- {name: a, provider: openai, base_url: http://x}\n- {name: a, provider: openai, base_url: http://x}\n", "defined twice"},
+		{"unknown fallback", "models:\n- {name: a, provider: openai, base_url: http://x, fallback: b}\n", "models[0].fallback"},
+		{"unknown field", "models:\n- {name: a, provider: openai, base_url: http://x, colour: red}\n", "colour"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := ParseModels([]byte(tt.yaml))
+			if tt.wantErr == "" && err != nil {
+				t.Fatalf("got %v, want no error", err)
+			}
+			if tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Fatalf("got %v, want error containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestRepoModelsFile(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile("../../relay.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := ParseModels(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok := ms.Lookup("gpt-4o-mini")
+	if !ok || m.MaxConcurrency != 32 || m.Fallback == "" {
+		t.Fatalf("gpt-4o-mini: got %+v", m)
+	}
+}

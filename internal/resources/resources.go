@@ -1,0 +1,142 @@
+// Package resources is the one definition of the service's stateful AWS
+// resources and functions: table, bucket, queues, schedule group, and which
+// function consumes which queue. The CDK app (infra/) and the local runtime
+// (internal/localrun) both build from it, so local and AWS cannot drift.
+package resources
+
+import "time"
+
+// Table is the single DynamoDB table (DESIGN "Data").
+type Table struct {
+	Name         string
+	PartitionKey string
+	SortKey      string
+	TTLAttribute string
+	Indexes      []Index
+}
+
+// Index is a global secondary index projecting all attributes.
+type Index struct {
+	Name         string
+	PartitionKey string
+	SortKey      string
+}
+
+// Queue is an SQS standard queue with its dead-letter queue.
+type Queue struct {
+	Name              string
+	DLQName           string
+	VisibilityTimeout time.Duration
+	MaxReceiveCount   int
+	Retention         time.Duration
+}
+
+// Function is one Lambda function and, when it has one, the queue it consumes.
+type Function struct {
+	Name    string // functions/<Name>/main.go
+	Timeout time.Duration
+	Memory  int // MiB
+	// Queue is the name of the queue feeding it (a Queue's Name or DLQName), empty if none.
+	Queue string
+	// BatchSize is the event source mapping's batch size.
+	BatchSize int
+	// MaxConcurrency caps concurrent invocations from the event source (0: none).
+	MaxConcurrency int
+}
+
+// Set is every resource of one deployment.
+type Set struct {
+	Prefix        string
+	Table         Table
+	Bucket        string
+	Queues        []Queue
+	ScheduleGroup string
+	Functions     []Function
+	// PartsExpiry is how long chunk parts (parts/) live without a record pointing at them.
+	PartsExpiry time.Duration
+}
+
+// Queue keys, used with Set.Queue.
+const (
+	Dispatch = "dispatch"
+	Work     = "work"
+	Finalize = "finalize"
+	Webhook  = "webhook"
+)
+
+// Index names.
+const (
+	ByStatus   = "by-status"   // gsi1: batches by status, ordered by priority and age
+	ByTemplate = "by-template" // gsi2: runs of a template, newest first
+)
+
+// Function timeouts; each queue's visibility timeout is larger than its consumer's.
+const (
+	executorTimeout = 5 * time.Minute
+	// WorkMaxReceiveCount is how many times a chunk is tried before the DLQ.
+	WorkMaxReceiveCount = 3
+)
+
+// Define returns the resources of a deployment whose names start with prefix.
+func Define(prefix string) Set {
+	q := func(key string, vis time.Duration, maxReceive int) Queue {
+		return Queue{
+			Name:              prefix + "-" + key,
+			DLQName:           prefix + "-" + key + "-dlq",
+			VisibilityTimeout: vis,
+			MaxReceiveCount:   maxReceive,
+			Retention:         4 * 24 * time.Hour,
+		}
+	}
+	return Set{
+		Prefix: prefix,
+		Table: Table{
+			Name:         prefix,
+			PartitionKey: "pk",
+			SortKey:      "sk",
+			TTLAttribute: "ttl",
+			Indexes: []Index{
+				{Name: ByStatus, PartitionKey: "gsi1pk", SortKey: "gsi1sk"},
+				{Name: ByTemplate, PartitionKey: "gsi2pk", SortKey: "gsi2sk"},
+			},
+		},
+		Bucket: prefix + "-data",
+		Queues: []Queue{
+			q(Dispatch, 2*time.Minute, 5),
+			q(Work, executorTimeout+time.Minute, WorkMaxReceiveCount),
+			q(Finalize, 6*time.Minute, 5),
+			q(Webhook, time.Minute, 5),
+		},
+		ScheduleGroup: prefix,
+		Functions: []Function{
+			{Name: "api", Timeout: 29 * time.Second, Memory: 512},
+			{Name: "dispatcher", Timeout: time.Minute, Memory: 512, Queue: prefix + "-" + Dispatch, BatchSize: 10},
+			{Name: "executor", Timeout: executorTimeout, Memory: 1024, Queue: prefix + "-" + Work, BatchSize: 1, MaxConcurrency: 50},
+			{Name: "deadletter", Timeout: time.Minute, Memory: 256, Queue: prefix + "-" + Work + "-dlq", BatchSize: 1},
+			{Name: "finalizer", Timeout: 5 * time.Minute, Memory: 512, Queue: prefix + "-" + Finalize, BatchSize: 1},
+			{Name: "webhook", Timeout: 30 * time.Second, Memory: 256, Queue: prefix + "-" + Webhook, BatchSize: 10},
+			{Name: "scheduler", Timeout: time.Minute, Memory: 256},
+		},
+		PartsExpiry: 30 * 24 * time.Hour,
+	}
+}
+
+// Queue returns the queue with the given key (Dispatch, Work, …).
+func (s Set) Queue(key string) Queue {
+	for _, q := range s.Queues {
+		if q.Name == s.Prefix+"-"+key {
+			return q
+		}
+	}
+	panic("resources: no queue " + key)
+}
+
+// Function returns the function with the given name.
+func (s Set) Function(name string) Function {
+	for _, f := range s.Functions {
+		if f.Name == name {
+			return f
+		}
+	}
+	panic("resources: no function " + name)
+}
