@@ -155,6 +155,9 @@ type Env struct {
 	ModelsPath           string // RELAY_CONFIG
 	AllowPrivateWebhooks bool   // RELAY_ALLOW_PRIVATE_WEBHOOKS
 	ChunkRows            int    // RELAY_CHUNK_ROWS, default 100
+	// S3PathStyle (RELAY_S3_PATH_STYLE) addresses buckets by path, which
+	// emulators on a loopback endpoint need.
+	S3PathStyle bool
 }
 
 // FromEnv parses the environment.
@@ -173,12 +176,17 @@ func FromEnv() (Env, error) {
 		}
 		e.ChunkRows = n
 	}
-	if v := os.Getenv("RELAY_ALLOW_PRIVATE_WEBHOOKS"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return e, fmt.Errorf("RELAY_ALLOW_PRIVATE_WEBHOOKS: %q is not a boolean", v)
+	for name, dst := range map[string]*bool{
+		"RELAY_ALLOW_PRIVATE_WEBHOOKS": &e.AllowPrivateWebhooks,
+		"RELAY_S3_PATH_STYLE":          &e.S3PathStyle,
+	} {
+		if v := os.Getenv(name); v != "" {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return e, fmt.Errorf("%s: %q is not a boolean", name, v)
+			}
+			*dst = b
 		}
-		e.AllowPrivateWebhooks = b
 	}
 	return e, nil
 }

@@ -1,0 +1,62 @@
+# Relay Batch. `make dev` runs the service locally; `make test` runs every test.
+SHELL := /bin/bash
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+export CDK_DISABLE_VERSION_CHECK := 1
+
+FUNCTIONS := $(notdir $(wildcard functions/*))
+GO_PACKAGES := ./...
+FUZZTIME ?= 5s
+EMULATOR := localstack/emulator.sh
+
+.PHONY: all build dev test unit integration fuzz-short fuzz bench vet clean
+
+all: build
+
+## build: every function as an arm64 bootstrap for provided.al2023, plus the CLI
+build: $(addprefix build/,$(addsuffix /bootstrap,$(FUNCTIONS))) build/relay
+
+build/%/bootstrap: $(shell find functions internal -name '*.go' -not -name '*_test.go') go.mod go.sum
+	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 go build -tags lambda.norpc -trimpath -ldflags='-s -w' -o $@ ./functions/$*
+
+build/relay: $(shell find cmd internal -name '*.go' -not -name '*_test.go') go.mod go.sum
+	go build -o $@ ./cmd/relay
+
+## dev: the whole service on the emulator, with the mock provider
+dev:
+	go run ./cmd/relay dev
+
+vet:
+	go vet $(GO_PACKAGES)
+	@test -z "$$(gofmt -l cmd functions internal infra localstack events)" || { gofmt -l cmd functions internal infra localstack events; echo "gofmt needed"; exit 1; }
+
+## test: unit, integration (emulator), brief fuzzing and infra tests
+test: vet build
+	@if [ -z "$$AWS_ENDPOINT_URL" ]; then \
+	  trap '$(EMULATOR) stop' EXIT; EMULATOR_PORT=4599 $(EMULATOR) start && \
+	  AWS_ENDPOINT_URL=http://127.0.0.1:4599 $(MAKE) --no-print-directory test-all; \
+	else $(MAKE) --no-print-directory test-all; fi
+
+test-all: unit fuzz-short infra-test
+
+unit:
+	go test -count=1 -timeout 12m $(GO_PACKAGES)
+
+## fuzz-short: each fuzz target briefly (FUZZTIME per target)
+fuzz-short:
+	@set -e; for pkg in $$(grep -rl --include='*_test.go' '^func Fuzz' internal | xargs -n1 dirname | sort -u); do \
+	  for f in $$(grep -h '^func Fuzz' $$pkg/*_test.go | sed 's/func \(Fuzz[A-Za-z0-9_]*\).*/\1/'); do \
+	    echo "fuzz $$pkg $$f"; go test ./$$pkg -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) >/dev/null || exit 1; \
+	  done; done
+
+## fuzz: a longer run of every fuzz target
+fuzz:
+	$(MAKE) fuzz-short FUZZTIME=2m
+
+## bench: Go benchmarks
+bench:
+	go test -run='^$$' -bench=. -benchmem $(GO_PACKAGES)
+
+clean:
+	rm -rf build cdk.out
+
+-include infra/infra.mk

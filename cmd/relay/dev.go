@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/emulator"
+	"github.com/relaybatch/relay/internal/localrun"
+)
+
+func endpointSet() bool { return os.Getenv("AWS_ENDPOINT_URL") != "" }
+
+// runDev runs the whole service locally until interrupted.
+func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
+	addr := fs.String("addr", envOr("RELAY_ADDR", "127.0.0.1:8080"), "API listen address (RELAY_ADDR)")
+	tenant := fs.String("tenant", "dev", "tenant of the printed key")
+	if err := fs.Parse(args); err != nil {
+		return exitError{2, err}
+	}
+	env, err := config.FromEnv()
+	if err != nil {
+		return err
+	}
+	env.S3PathStyle = true
+	models, err := config.LoadModels(env.ModelsPath)
+	if err != nil {
+		return err
+	}
+	endpoint, stopEmu, err := emulator.StartOn(ctx, emulator.DefaultPort)
+	if err != nil {
+		return err
+	}
+	defer stopEmu()
+	cfg, err := emulator.Config(ctx, endpoint)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	rt, err := localrun.Start(ctx, localrun.Options{Env: env, Models: models, AWS: cfg, Addr: *addr, Log: log})
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	key, err := rt.Key(ctx, *tenant)
+	if err != nil {
+		return fmt.Errorf("create a key: %w", err)
+	}
+	fmt.Fprintf(stdout, `Relay Batch is running.
+
+  API URL:   %s/v1
+  API key:   %s   (tenant %q)
+  AWS:       %s (table %s, bucket %s)
+  models:    %s
+
+  export OPENAI_BASE_URL=%s/v1 OPENAI_API_KEY=%s
+  export AWS_ENDPOINT_URL=%s   # for relay keys … in another shell
+
+Ctrl-C stops it.
+`, rt.URL, key, *tenant, endpoint, env.Table, env.Bucket, env.ModelsPath, rt.URL, key, endpoint)
+	<-ctx.Done()
+	fmt.Fprintln(stderr, "stopping")
+	return nil
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,212 @@
+// Package api is the HTTP surface of the service on net/http: the OpenAI
+// Files, Uploads and Batches routes and the Anthropic Message Batches
+// routes. The same handler runs behind API Gateway (internal/apigw) and in
+// the local runtime.
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/relaybatch/relay/internal/auth"
+	"github.com/relaybatch/relay/internal/errs"
+	"github.com/relaybatch/relay/internal/files"
+	"github.com/relaybatch/relay/internal/ids"
+)
+
+// API holds what the routes need.
+type API struct {
+	Auth  auth.Authenticator
+	Files *files.Service
+	Log   *slog.Logger
+}
+
+// maxJSON bounds a JSON request body: inline batch rows may take 4 MiB.
+const maxJSON = 4<<20 + 64<<10
+
+// Handler returns the routes.
+func (a *API) Handler() http.Handler {
+	mux := http.NewServeMux()
+	files := a.scoped(auth.ScopeFiles)
+	mux.Handle("POST /v1/files", files(a.createFile))
+	mux.Handle("GET /v1/files", files(a.listFiles))
+	mux.Handle("GET /v1/files/{id}", files(a.getFile))
+	mux.Handle("GET /v1/files/{id}/content", files(a.fileContent))
+	mux.Handle("DELETE /v1/files/{id}", files(a.deleteFile))
+	mux.Handle("POST /v1/uploads", files(a.createUpload))
+	mux.Handle("POST /v1/uploads/{id}/parts", files(a.addPart))
+	mux.Handle("POST /v1/uploads/{id}/complete", files(a.completeUpload))
+	mux.Handle("POST /v1/uploads/{id}/cancel", files(a.cancelUpload))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		a.fail(w, r, errs.E(errs.NotFound, "unknown_route", "", "no route %s %s", r.Method, r.URL.Path))
+	})
+	return a.recoverer(mux)
+}
+
+type handlerFunc func(w http.ResponseWriter, r *http.Request, p auth.Principal) error
+
+// scoped authenticates the request for scope, then runs h and writes its error.
+func (a *API) scoped(scope string) func(handlerFunc) http.Handler {
+	return func(h handlerFunc) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			p, err := a.Auth.Authenticate(r.Context(), auth.FromRequest(r), scope)
+			if err != nil {
+				a.fail(w, r, err)
+				return
+			}
+			if err := h(w, r.WithContext(auth.With(r.Context(), p)), p); err != nil {
+				a.fail(w, r, err)
+			}
+		})
+	}
+}
+
+func (a *API) recoverer(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				a.fail(w, r, fmt.Errorf("panic: %v", v))
+			}
+		}()
+		h.ServeHTTP(w, r)
+	})
+}
+
+var statusOf = map[errs.Kind]int{
+	errs.Internal:        http.StatusInternalServerError,
+	errs.Invalid:         http.StatusBadRequest,
+	errs.Unauthenticated: http.StatusUnauthorized,
+	errs.Forbidden:       http.StatusForbidden,
+	errs.NotFound:        http.StatusNotFound,
+	errs.Conflict:        http.StatusConflict,
+	errs.TooLarge:        http.StatusRequestEntityTooLarge,
+	errs.RateLimited:     http.StatusTooManyRequests,
+}
+
+// openAITypes and anthropicTypes name the error type of each kind as those
+// APIs do.
+var openAITypes = map[errs.Kind]string{
+	errs.Internal:        "server_error",
+	errs.Invalid:         "invalid_request_error",
+	errs.Unauthenticated: "invalid_request_error",
+	errs.Forbidden:       "invalid_request_error",
+	errs.NotFound:        "invalid_request_error",
+	errs.Conflict:        "invalid_request_error",
+	errs.TooLarge:        "invalid_request_error",
+	errs.RateLimited:     "rate_limit_error",
+}
+
+var anthropicTypes = map[errs.Kind]string{
+	errs.Internal:        "api_error",
+	errs.Invalid:         "invalid_request_error",
+	errs.Unauthenticated: "authentication_error",
+	errs.Forbidden:       "permission_error",
+	errs.NotFound:        "not_found_error",
+	errs.Conflict:        "invalid_request_error",
+	errs.TooLarge:        "request_too_large",
+	errs.RateLimited:     "rate_limit_error",
+}
+
+// fail is the one place an error becomes a status and a body. Internal
+// errors are logged with detail and shown only as a request id.
+func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var e *errs.Error
+	if !errors.As(err, &e) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			e = errs.E(errs.TooLarge, "request_too_large", "", "the request body is larger than %d bytes: send files over 4 MiB with the Uploads API (parts of at most 4 MiB)", mbe.Limit)
+		} else {
+			rid := requestID(r)
+			a.Log.ErrorContext(r.Context(), "request failed", "request_id", rid, "method", r.Method, "path", r.URL.Path, "err", err)
+			e = &errs.Error{Kind: errs.Internal, Message: "internal error (request id " + rid + ")"}
+		}
+	}
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", fmt.Sprint(e.RetryAfter))
+	}
+	status := statusOf[e.Kind]
+	if strings.HasPrefix(r.URL.Path, "/v1/messages") {
+		writeJSON(w, status, map[string]any{
+			"type":  "error",
+			"error": map[string]any{"type": anthropicTypes[e.Kind], "message": e.Message},
+		})
+		return
+	}
+	body := map[string]any{"message": e.Message, "type": openAITypes[e.Kind], "param": nil, "code": nil}
+	if e.Param != "" {
+		body["param"] = e.Param
+	}
+	if e.Code != "" {
+		body["code"] = e.Code
+	}
+	writeJSON(w, status, map[string]any{"error": body})
+}
+
+func requestID(r *http.Request) string {
+	if id := r.Header.Get("X-Request-Id"); id != "" {
+		return id
+	}
+	return ids.New("req_")
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	return json.NewEncoder(w).Encode(v)
+}
+
+// decodeJSON decodes one JSON value of at most limit bytes, naming the
+// field when a value has the wrong type.
+func decodeJSON(r *http.Request, limit int64, v any) error {
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
+	if err != nil {
+		return err
+	}
+	return unmarshal(body, v)
+}
+
+func unmarshal(body []byte, v any) error {
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return errs.Invalidf("", "the request body is empty: send a JSON object")
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		var te *json.UnmarshalTypeError
+		var se *json.SyntaxError
+		switch {
+		case errors.As(err, &te) && te.Field != "":
+			return errs.Invalidf(te.Field, "%s: expected %s, got %s", te.Field, te.Type, te.Value)
+		case errors.As(err, &te):
+			return errs.Invalidf("", "the request body must be a JSON object")
+		case errors.As(err, &se):
+			return errs.Invalidf("", "malformed JSON at byte %d: %v", se.Offset, se)
+		default:
+			return errs.Invalidf("", "malformed JSON: %v", err)
+		}
+	}
+	return nil
+}
+
+type list[T any] struct {
+	Object  string  `json:"object"`
+	Data    []T     `json:"data"`
+	FirstID *string `json:"first_id"`
+	LastID  *string `json:"last_id"`
+	HasMore bool    `json:"has_more"`
+}
+
+func newList[T any](data []T, more bool, id func(T) string) list[T] {
+	l := list[T]{Object: "list", Data: data, HasMore: more}
+	if l.Data == nil {
+		l.Data = []T{}
+	}
+	if len(data) > 0 {
+		f, la := id(data[0]), id(data[len(data)-1])
+		l.FirstID, l.LastID = &f, &la
+	}
+	return l
+}

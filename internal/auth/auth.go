@@ -1,0 +1,165 @@
+// Package auth owns API keys and tenants (SPEC §1): keys are random, shown
+// once, stored only as their SHA-256; each belongs to one tenant and carries
+// scopes.
+package auth
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/relaybatch/relay/internal/errs"
+	"github.com/relaybatch/relay/internal/ids"
+)
+
+// Scopes a key may carry.
+const (
+	ScopeFiles   = "files"
+	ScopeBatches = "batches"
+	ScopeAdmin   = "admin"
+)
+
+// AllScopes is what a key gets when none are named.
+var AllScopes = []string{ScopeFiles, ScopeBatches}
+
+// Key is a stored API key (never the key itself).
+type Key struct {
+	Hash      string   `dynamodbav:"hash"`
+	ID        string   `dynamodbav:"key_id"` // short public id: first 12 hex of the hash
+	Tenant    string   `dynamodbav:"tenant"`
+	Scopes    []string `dynamodbav:"scopes,stringset"`
+	Disabled  bool     `dynamodbav:"disabled"`
+	CreatedAt int64    `dynamodbav:"created_at"`
+}
+
+// Principal is an authenticated caller.
+type Principal struct {
+	Tenant string
+	KeyID  string
+	Scopes []string
+}
+
+// Can reports whether the principal holds scope (admin holds all).
+func (p Principal) Can(scope string) bool {
+	return slices.Contains(p.Scopes, scope) || slices.Contains(p.Scopes, ScopeAdmin)
+}
+
+// ErrNoKey is returned by a Store for an unknown key.
+var ErrNoKey = errors.New("auth: no such key")
+
+// Store persists keys and tenant secrets.
+type Store interface {
+	GetKey(ctx context.Context, hash string) (Key, error)
+	PutKey(ctx context.Context, k Key) error
+	ListKeys(ctx context.Context) ([]Key, error)
+	DisableKey(ctx context.Context, id string) error
+	// WebhookSecret returns the tenant's signing secret, creating it with
+	// fresh if it does not exist yet.
+	WebhookSecret(ctx context.Context, tenant string, fresh func() string) (string, error)
+}
+
+// Hash is the stored form of a key.
+func Hash(raw string) string {
+	sum := sha256.Sum256([]byte(raw))
+	return hex.EncodeToString(sum[:])
+}
+
+// ValidTenant reports whether name can be a tenant: it goes into keys of
+// the table and the bucket, so it is kept to a safe alphabet.
+func ValidTenant(name string) bool {
+	return name != "" && len(name) <= 64 && ids.Valid("", name)
+}
+
+// Create makes a new key for tenant and returns it with its record.
+func Create(ctx context.Context, s Store, tenant string, scopes []string) (string, Key, error) {
+	if !ValidTenant(tenant) {
+		return "", Key{}, fmt.Errorf("tenant %q: use 1-64 letters, digits, '-' or '_'", tenant)
+	}
+	if len(scopes) == 0 {
+		scopes = AllScopes
+	}
+	for _, sc := range scopes {
+		if sc != ScopeFiles && sc != ScopeBatches && sc != ScopeAdmin {
+			return "", Key{}, fmt.Errorf("scope %q: use files, batches or admin", sc)
+		}
+	}
+	raw := "rb-" + ids.Secret(32)
+	h := Hash(raw)
+	k := Key{Hash: h, ID: h[:12], Tenant: tenant, Scopes: slices.Compact(slices.Sorted(slices.Values(scopes))), CreatedAt: time.Now().Unix()}
+	if err := s.PutKey(ctx, k); err != nil {
+		return "", Key{}, fmt.Errorf("store key: %w", err)
+	}
+	return raw, k, nil
+}
+
+// WebhookSecret returns tenant's Standard Webhooks secret (whsec_…).
+func WebhookSecret(ctx context.Context, s Store, tenant string) (string, error) {
+	if !ValidTenant(tenant) {
+		return "", fmt.Errorf("tenant %q: use 1-64 letters, digits, '-' or '_'", tenant)
+	}
+	return s.WebhookSecret(ctx, tenant, func() string {
+		b := make([]byte, 32)
+		rand.Read(b)
+		return "whsec_" + base64.StdEncoding.EncodeToString(b)
+	})
+}
+
+// FromRequest extracts the raw key: Authorization: Bearer (OpenAI SDKs) or
+// x-api-key (Anthropic SDKs).
+func FromRequest(r *http.Request) string {
+	if v := r.Header.Get("Authorization"); v != "" {
+		if tok, ok := strings.CutPrefix(v, "Bearer "); ok {
+			return strings.TrimSpace(tok)
+		}
+		return ""
+	}
+	return strings.TrimSpace(r.Header.Get("x-api-key"))
+}
+
+// Authenticator checks keys against a Store.
+type Authenticator struct{ Store Store }
+
+// Authenticate resolves a raw key to a principal holding scope.
+func (a Authenticator) Authenticate(ctx context.Context, raw, scope string) (Principal, error) {
+	if raw == "" {
+		return Principal{}, errs.E(errs.Unauthenticated, "missing_api_key", "", "no API key: send Authorization: Bearer <key> or x-api-key: <key>")
+	}
+	h := Hash(raw)
+	k, err := a.Store.GetKey(ctx, h)
+	if errors.Is(err, ErrNoKey) || (err == nil && subtle.ConstantTimeCompare([]byte(k.Hash), []byte(h)) != 1) {
+		return Principal{}, errs.E(errs.Unauthenticated, "invalid_api_key", "", "incorrect API key provided")
+	}
+	if err != nil {
+		return Principal{}, fmt.Errorf("look up key: %w", err)
+	}
+	if k.Disabled {
+		return Principal{}, errs.E(errs.Unauthenticated, "invalid_api_key", "", "this API key is disabled")
+	}
+	p := Principal{Tenant: k.Tenant, KeyID: k.ID, Scopes: k.Scopes}
+	if scope != "" && !p.Can(scope) {
+		return Principal{}, errs.E(errs.Forbidden, "insufficient_scope", "", "this API key lacks the %q scope", scope)
+	}
+	return p, nil
+}
+
+type principalKey struct{}
+
+// With returns ctx carrying p.
+func With(ctx context.Context, p Principal) context.Context {
+	return context.WithValue(ctx, principalKey{}, p)
+}
+
+// From returns the principal in ctx.
+func From(ctx context.Context) (Principal, bool) {
+	p, ok := ctx.Value(principalKey{}).(Principal)
+	return p, ok
+}

@@ -1,0 +1,186 @@
+// Package blob is the S3 adapter. It stores objects and reads a file as the
+// ordered concatenation of its objects (DESIGN "Data"): uploads in parts and
+// outputs made of chunk parts are never copied to be joined.
+package blob
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+)
+
+// ErrNotFound is returned for a missing object.
+var ErrNotFound = errors.New("blob: object not found")
+
+// Store is a bucket.
+type Store struct {
+	S3      *s3.Client
+	Presign *s3.PresignClient
+	Bucket  string
+}
+
+// New builds a Store; S3 clients should use path-style addressing against
+// an emulator, which the caller's options decide.
+func New(c *s3.Client, bucket string) *Store {
+	return &Store{S3: c, Presign: s3.NewPresignClient(c), Bucket: bucket}
+}
+
+// Put writes an object of known size.
+func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	_, err := s.S3.PutObject(ctx, &s3.PutObjectInput{
+		Bucket: &s.Bucket, Key: &key, Body: r, ContentLength: aws.Int64(size),
+	})
+	if err != nil {
+		return fmt.Errorf("put %s: %w", key, err)
+	}
+	return nil
+}
+
+// Size returns an object's size, ErrNotFound if it does not exist.
+func (s *Store) Size(ctx context.Context, key string) (int64, error) {
+	out, err := s.S3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.Bucket, Key: &key})
+	if err != nil {
+		if isNotFound(err) {
+			return 0, ErrNotFound
+		}
+		return 0, fmt.Errorf("head %s: %w", key, err)
+	}
+	return aws.ToInt64(out.ContentLength), nil
+}
+
+// Get opens an object.
+func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	out, err := s.S3.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.Bucket, Key: &key})
+	if err != nil {
+		if isNotFound(err) {
+			return nil, ErrNotFound
+		}
+		return nil, fmt.Errorf("get %s: %w", key, err)
+	}
+	return out.Body, nil
+}
+
+// GetRange reads bytes [start, end) of an object with one ranged GET.
+func (s *Store) GetRange(ctx context.Context, key string, start, end int64) ([]byte, error) {
+	if end <= start {
+		return nil, nil
+	}
+	rng := fmt.Sprintf("bytes=%d-%d", start, end-1)
+	out, err := s.S3.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.Bucket, Key: &key, Range: &rng})
+	if err != nil {
+		if isNotFound(err) {
+			return nil, ErrNotFound
+		}
+		return nil, fmt.Errorf("get %s %s: %w", key, rng, err)
+	}
+	defer out.Body.Close()
+	b, err := io.ReadAll(out.Body)
+	if err != nil {
+		return nil, fmt.Errorf("read %s %s: %w", key, rng, err)
+	}
+	return b, nil
+}
+
+// Delete removes objects (missing ones are fine).
+func (s *Store) Delete(ctx context.Context, keys ...string) error {
+	for len(keys) > 0 {
+		n := min(len(keys), 1000)
+		objs := make([]types.ObjectIdentifier, n)
+		for i, k := range keys[:n] {
+			objs[i] = types.ObjectIdentifier{Key: aws.String(k)}
+		}
+		_, err := s.S3.DeleteObjects(ctx, &s3.DeleteObjectsInput{
+			Bucket: &s.Bucket, Delete: &types.Delete{Objects: objs, Quiet: aws.Bool(true)},
+		})
+		if err != nil {
+			return fmt.Errorf("delete %d objects: %w", n, err)
+		}
+		keys = keys[n:]
+	}
+	return nil
+}
+
+// List returns the keys under prefix.
+func (s *Store) List(ctx context.Context, prefix string) ([]string, error) {
+	var keys []string
+	p := s3.NewListObjectsV2Paginator(s.S3, &s3.ListObjectsV2Input{Bucket: &s.Bucket, Prefix: &prefix})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("list %s: %w", prefix, err)
+		}
+		for _, o := range page.Contents {
+			keys = append(keys, aws.ToString(o.Key))
+		}
+	}
+	return keys, nil
+}
+
+// PresignPut returns a URL that uploads exactly one object of the given size
+// with a PUT, valid for ttl.
+func (s *Store) PresignPut(ctx context.Context, key string, size int64, ttl time.Duration) (string, error) {
+	req, err := s.Presign.PresignPutObject(ctx, &s3.PutObjectInput{
+		Bucket: &s.Bucket, Key: &key, ContentLength: aws.Int64(size),
+	}, s3.WithPresignExpires(ttl))
+	if err != nil {
+		return "", fmt.Errorf("presign %s: %w", key, err)
+	}
+	return req.URL, nil
+}
+
+// Concat reads objects one after another as one stream, opening each only
+// when the previous one is done, so memory stays constant whatever the size.
+func (s *Store) Concat(ctx context.Context, keys []string) io.ReadCloser {
+	return &concat{ctx: ctx, s: s, keys: keys}
+}
+
+type concat struct {
+	ctx  context.Context
+	s    *Store
+	keys []string
+	cur  io.ReadCloser
+}
+
+func (c *concat) Read(p []byte) (int, error) {
+	for {
+		if c.cur == nil {
+			if len(c.keys) == 0 {
+				return 0, io.EOF
+			}
+			rc, err := c.s.Get(c.ctx, c.keys[0])
+			if err != nil {
+				return 0, err
+			}
+			c.cur, c.keys = rc, c.keys[1:]
+		}
+		n, err := c.cur.Read(p)
+		if err == io.EOF {
+			c.cur.Close()
+			c.cur = nil
+			if n > 0 {
+				return n, nil
+			}
+			continue
+		}
+		return n, err
+	}
+}
+
+func (c *concat) Close() error {
+	if c.cur != nil {
+		return c.cur.Close()
+	}
+	return nil
+}
+
+func isNotFound(err error) bool {
+	var nk *types.NoSuchKey
+	var nf *types.NotFound
+	return errors.As(err, &nk) || errors.As(err, &nf)
+}

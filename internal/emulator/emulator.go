@@ -1,0 +1,186 @@
+// Package emulator gives tests and the local runtime an AWS endpoint to talk
+// to: the one in AWS_ENDPOINT_URL when set (LocalStack, a shared moto), or a
+// moto_server of their own on a free loopback port. It owns nothing else; the
+// resources on the endpoint are created by whoever uses it.
+package emulator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+)
+
+// Region and AccountID are what the emulator reports; the account id is
+// LocalStack's, so ARNs look the same on either emulator.
+const (
+	Region    = "us-east-1"
+	AccountID = "000000000000"
+)
+
+// readyTimeout bounds how long Start waits for moto to answer; it is usually
+// ready in half a second, but a cold Python import on a busy CI box is slower.
+const readyTimeout = 30 * time.Second
+
+// Start returns the endpoint to use and a function that releases it.
+//
+// When AWS_ENDPOINT_URL is set it is returned as is with a no-op stop, so the
+// same tests run against LocalStack or a moto someone else started. Otherwise
+// Start runs moto_server (or `python3 -m moto.server` where the pyenv shim is
+// not on PATH) on a free 127.0.0.1 port and waits until it answers. ctx bounds
+// only the start-up; the server lives until stop is called. Start does not set
+// AWS_ENDPOINT_URL: callers that want the SDK's default resolution to find it
+// set it themselves (os.Setenv in TestMain) or use Config.
+func Start(ctx context.Context) (endpoint string, stop func(), err error) {
+	return StartOn(ctx, 0)
+}
+
+// DefaultPort is where `make dev` runs the emulator, as LocalStack does.
+const DefaultPort = 4566
+
+// StartOn is Start on a given port (0: a free one). If something already
+// answers there, such as a moto or LocalStack started by hand, it is used.
+func StartOn(ctx context.Context, port int) (endpoint string, stop func(), err error) {
+	if ep := os.Getenv("AWS_ENDPOINT_URL"); ep != "" {
+		return ep, func() {}, nil
+	}
+	if port == 0 {
+		if port, err = freePort(); err != nil {
+			return "", nil, fmt.Errorf("emulator: find a free port: %w", err)
+		}
+	} else if ep := "http://127.0.0.1:" + strconv.Itoa(port); answers(ep) {
+		return ep, func() {}, nil
+	}
+	args := []string{"-H", "127.0.0.1", "-p", strconv.Itoa(port)}
+	var cmd *exec.Cmd
+	if path, err := exec.LookPath("moto_server"); err == nil {
+		cmd = exec.Command(path, args...)
+	} else {
+		cmd = exec.Command("python3", append([]string{"-m", "moto.server"}, args...)...)
+	}
+	cmd.Env = append(os.Environ(), "MOTO_ACCOUNT_ID="+AccountID)
+	// moto logs every request; keep only the tail, for the start-up error.
+	out := &tail{max: 4 << 10}
+	cmd.Stdout, cmd.Stderr = out, out
+	// Its own process group, so stop also reaches the python child when the
+	// pyenv shim does not exec it directly.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return "", nil, fmt.Errorf("emulator: start %s: %w", cmd.Path, err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+			select {
+			case <-exited:
+			case <-time.After(5 * time.Second):
+				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+				<-exited
+			}
+		})
+	}
+
+	endpoint = "http://127.0.0.1:" + strconv.Itoa(port)
+	if err := waitReady(ctx, endpoint, exited); err != nil {
+		stop()
+		return "", nil, fmt.Errorf("emulator: %s: %w; output: %s", cmd.Path, err, out)
+	}
+	return endpoint, stop, nil
+}
+
+// Config is the SDK configuration for the emulator at endpoint: fixed test
+// credentials (the emulator accepts any) and region, and BaseEndpoint set so
+// it does not depend on AWS_ENDPOINT_URL being in the environment. S3 clients
+// built from it still need o.UsePathStyle = true.
+func Config(ctx context.Context, endpoint string) (aws.Config, error) {
+	cfg, err := config.LoadDefaultConfig(ctx,
+		config.WithRegion(Region),
+		config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider("test", "test", "")),
+		config.WithBaseEndpoint(endpoint),
+	)
+	if err != nil {
+		return aws.Config{}, fmt.Errorf("emulator: load SDK config: %w", err)
+	}
+	return cfg, nil
+}
+
+// freePort asks the kernel for a port; another process could take it before
+// moto binds it, which is rare enough on a test machine to accept.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// waitReady polls until the server answers any HTTP request.
+func waitReady(ctx context.Context, endpoint string, exited <-chan struct{}) error {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	client := &http.Client{Timeout: time.Second}
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint+"/moto-api/", nil)
+		if err != nil {
+			return err
+		}
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		select {
+		case <-exited:
+			return errors.New("exited before answering")
+		case <-ctx.Done():
+			return fmt.Errorf("not answering on %s: %w", endpoint, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// tail keeps the last max bytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if over := len(t.buf) - t.max; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
+}
+
+func answers(endpoint string) bool {
+	resp, err := (&http.Client{Timeout: time.Second}).Get(endpoint + "/moto-api/")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return true
+}

@@ -1,0 +1,62 @@
+// Package errs is the service's one error type. Domain packages return
+// *Error with a Kind; the API turns the Kind into an HTTP status and an
+// OpenAI- or Anthropic-shaped body in one place (internal/api).
+package errs
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Kind classifies an error for the client.
+type Kind int
+
+const (
+	Internal Kind = iota
+	Invalid
+	Unauthenticated
+	Forbidden
+	NotFound
+	Conflict
+	TooLarge
+	RateLimited
+)
+
+// Error is a failure the client may see.
+type Error struct {
+	Kind    Kind
+	Code    string // machine-readable, e.g. "invalid_purpose"
+	Param   string // the request field at fault, if any
+	Message string
+	// RetryAfter, in seconds, for RateLimited.
+	RetryAfter int
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// E builds an *Error with a formatted message.
+func E(kind Kind, code, param, format string, args ...any) *Error {
+	return &Error{Kind: kind, Code: code, Param: param, Message: fmt.Sprintf(format, args...)}
+}
+
+// Invalidf is a 400 naming the field at fault.
+func Invalidf(param, format string, args ...any) *Error {
+	return E(Invalid, "invalid_request", param, format, args...)
+}
+
+// NotFoundf is a 404; other tenants' objects get it too.
+func NotFoundf(format string, args ...any) *Error {
+	return E(NotFound, "not_found", "", format, args...)
+}
+
+// KindOf returns the Kind of err, Internal when it is not an *Error.
+func KindOf(err error) Kind {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Kind
+	}
+	return Internal
+}
+
+// Is reports whether err is an *Error of kind k.
+func Is(err error, k Kind) bool { return err != nil && KindOf(err) == k }

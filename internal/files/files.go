@@ -1,0 +1,396 @@
+// Package files owns File and Upload objects (SPEC §3): multipart uploads,
+// the Uploads API for files larger than one request, presigned uploads, and
+// reading a file as the ordered concatenation of its S3 objects.
+package files
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/relaybatch/relay/internal/errs"
+	"github.com/relaybatch/relay/internal/ids"
+)
+
+// Limits (SPEC §3).
+const (
+	// PartLimit is the most file data one request may carry: Lambda's 6 MB
+	// payload holds 4 MiB once base64-encoded.
+	PartLimit = 4 << 20
+	// MaxBatchInput is the largest batch input file.
+	MaxBatchInput = 200 * 1000 * 1000
+	// PresignTTL is how long a presigned upload URL stays valid.
+	PresignTTL = 15 * time.Minute
+	// UploadTTL is how long an Upload may stay pending (OpenAI: one hour).
+	UploadTTL = time.Hour
+)
+
+// Statuses of a File.
+const (
+	StatusUploaded  = "uploaded" // presigned upload pending
+	StatusProcessed = "processed"
+	StatusError     = "error"
+)
+
+// Purposes.
+const (
+	PurposeBatch       = "batch"
+	PurposeBatchOutput = "batch_output"
+)
+
+// File is an OpenAI File object plus where its bytes live.
+type File struct {
+	ID            string  `json:"id" dynamodbav:"id"`
+	Object        string  `json:"object" dynamodbav:"-"`
+	Bytes         int64   `json:"bytes" dynamodbav:"bytes"`
+	CreatedAt     int64   `json:"created_at" dynamodbav:"created_at"`
+	Filename      string  `json:"filename" dynamodbav:"filename"`
+	Purpose       string  `json:"purpose" dynamodbav:"purpose"`
+	Status        string  `json:"status" dynamodbav:"status"`
+	StatusDetails *string `json:"status_details" dynamodbav:"status_details"`
+	ExpiresAt     *int64  `json:"expires_at" dynamodbav:"expires_at"`
+	// UploadURL is set only in the response that creates a presigned upload.
+	UploadURL string `json:"upload_url,omitempty" dynamodbav:"-"`
+
+	Tenant  string   `json:"-" dynamodbav:"tenant"`
+	Objects []string `json:"-" dynamodbav:"objects"` // S3 keys, read in order
+}
+
+// Upload is an OpenAI Upload object.
+type Upload struct {
+	ID        string `json:"id" dynamodbav:"id"`
+	Object    string `json:"object" dynamodbav:"-"`
+	Bytes     int64  `json:"bytes" dynamodbav:"bytes"`
+	CreatedAt int64  `json:"created_at" dynamodbav:"created_at"`
+	Filename  string `json:"filename" dynamodbav:"filename"`
+	Purpose   string `json:"purpose" dynamodbav:"purpose"`
+	MimeType  string `json:"-" dynamodbav:"mime_type"`
+	Status    string `json:"status" dynamodbav:"status"` // pending|completed|cancelled|expired
+	ExpiresAt int64  `json:"expires_at" dynamodbav:"expires_at"`
+	File      *File  `json:"file" dynamodbav:"-"`
+	FileID    string `json:"-" dynamodbav:"file_id"`
+	// FileExpiresAfter is the expires_after of the file it will become, in seconds.
+	FileExpiresAfter int64 `json:"-" dynamodbav:"file_expires_after"`
+	// PartLimit tells clients how big a part may be (extension).
+	PartLimit int64  `json:"part_size_limit" dynamodbav:"-"`
+	Tenant    string `json:"-" dynamodbav:"tenant"`
+}
+
+// Part is an OpenAI Upload Part object.
+type Part struct {
+	ID        string `json:"id"`
+	Object    string `json:"object"`
+	CreatedAt int64  `json:"created_at"`
+	UploadID  string `json:"upload_id"`
+}
+
+// Page is one page of a list.
+type Page struct {
+	Limit  int
+	After  string // an id: list what comes after it
+	Order  string // "desc" (default) or "asc"
+	Filter string // purpose
+}
+
+// ErrNotFound is what a Store returns for a missing record.
+var ErrNotFound = errors.New("files: not found")
+
+// Store persists File and Upload records, always scoped by tenant.
+type Store interface {
+	PutFile(ctx context.Context, f File) error
+	GetFile(ctx context.Context, tenant, id string) (File, error)
+	ListFiles(ctx context.Context, tenant string, p Page) ([]File, bool, error)
+	// UpdateFile applies fn and writes the result only if the record is
+	// unchanged since it was read.
+	UpdateFile(ctx context.Context, tenant, id string, fn func(*File) error) (File, error)
+	DeleteFile(ctx context.Context, tenant, id string) error
+	PutUpload(ctx context.Context, u Upload) error
+	GetUpload(ctx context.Context, tenant, id string) (Upload, error)
+	UpdateUpload(ctx context.Context, tenant, id string, fn func(*Upload) error) (Upload, error)
+}
+
+// Blobs is the object storage the service needs.
+type Blobs interface {
+	Put(ctx context.Context, key string, r io.Reader, size int64) error
+	Size(ctx context.Context, key string) (int64, error)
+	Concat(ctx context.Context, keys []string) io.ReadCloser
+	Delete(ctx context.Context, keys ...string) error
+	List(ctx context.Context, prefix string) ([]string, error)
+	PresignPut(ctx context.Context, key string, size int64, ttl time.Duration) (string, error)
+}
+
+// Service implements the Files and Uploads APIs.
+type Service struct {
+	Store Store
+	Blobs Blobs
+	Now   func() time.Time
+}
+
+func (s *Service) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+// objectKey is where part n of a file lives: under the tenant, so every
+// object is scoped by tenant in its key.
+func objectKey(tenant, fileID string, n int) string {
+	return fmt.Sprintf("files/%s/%s/%06d", tenant, fileID, n)
+}
+
+func uploadPartKey(tenant, uploadID, partID string) string {
+	return fmt.Sprintf("uploads/%s/%s/%s", tenant, uploadID, partID)
+}
+
+// CleanFilename keeps the base name only and refuses control characters,
+// so a name like "../../x" or "a\r\nb" can never reach a header or a key.
+func CleanFilename(name string) (string, error) {
+	name = strings.ReplaceAll(name, `\`, "/")
+	base := path.Base(name)
+	if base == "." || base == "/" || base == ".." || base == "" {
+		return "", errs.Invalidf("file", "filename %q has no name", name)
+	}
+	if len(base) > 255 || !utf8.ValidString(base) {
+		return "", errs.Invalidf("file", "filename must be valid UTF-8 of at most 255 bytes")
+	}
+	for _, c := range base {
+		if c < 0x20 || c == 0x7f || c == '"' {
+			return "", errs.Invalidf("file", "filename %q contains a control character or quote", base)
+		}
+	}
+	return base, nil
+}
+
+func checkInputName(filename string) error {
+	ext := strings.ToLower(path.Ext(filename))
+	if ext != ".jsonl" && ext != ".csv" {
+		return errs.Invalidf("file", "filename %q: a batch input file must end in .jsonl or .csv", filename)
+	}
+	return nil
+}
+
+func checkPurpose(p string) error {
+	if p != PurposeBatch {
+		if p == "" {
+			return errs.Invalidf("purpose", "purpose is required and must be \"batch\"")
+		}
+		return errs.Invalidf("purpose", "purpose %q is not supported: use \"batch\"", p)
+	}
+	return nil
+}
+
+func expiry(now time.Time, seconds int64) (*int64, error) {
+	if seconds == 0 {
+		return nil, nil
+	}
+	// OpenAI: between 1 hour and 30 days.
+	if seconds < 3600 || seconds > 30*24*3600 {
+		return nil, errs.Invalidf("expires_after.seconds", "expires_after.seconds must be between 3600 and 2592000")
+	}
+	at := now.Unix() + seconds
+	return &at, nil
+}
+
+// Create stores a file sent in one request (multipart upload).
+func (s *Service) Create(ctx context.Context, tenant, filename, purpose string, size int64, expiresAfter int64, body io.Reader) (File, error) {
+	filename, err := CleanFilename(filename)
+	if err != nil {
+		return File{}, err
+	}
+	if err := checkPurpose(purpose); err != nil {
+		return File{}, err
+	}
+	if err := checkInputName(filename); err != nil {
+		return File{}, err
+	}
+	if size > PartLimit {
+		return File{}, tooLarge(size)
+	}
+	if size == 0 {
+		return File{}, errs.Invalidf("file", "the file is empty")
+	}
+	now := s.now()
+	exp, err := expiry(now, expiresAfter)
+	if err != nil {
+		return File{}, err
+	}
+	f := File{
+		ID: ids.New("file-"), Bytes: size, CreatedAt: now.Unix(), Filename: filename,
+		Purpose: purpose, Status: StatusProcessed, ExpiresAt: exp, Tenant: tenant,
+	}
+	f.Objects = []string{objectKey(tenant, f.ID, 0)}
+	if err := s.Blobs.Put(ctx, f.Objects[0], body, size); err != nil {
+		return File{}, fmt.Errorf("store file %s: %w", f.ID, err)
+	}
+	if err := s.Store.PutFile(ctx, f); err != nil {
+		return File{}, fmt.Errorf("record file %s: %w", f.ID, err)
+	}
+	return f.out(), nil
+}
+
+func tooLarge(size int64) error {
+	return errs.E(errs.TooLarge, "request_too_large", "file",
+		"%d bytes is more than one request may carry (%d bytes, 4 MiB): use the Uploads API (POST /v1/uploads) with parts of at most 4 MiB, or a presigned upload (POST /v1/files with a JSON body)", size, PartLimit)
+}
+
+// Presign records a file whose bytes the client PUTs to S3 itself (the
+// extension of SPEC §3 for big files).
+func (s *Service) Presign(ctx context.Context, tenant, filename, purpose string, size, expiresAfter int64) (File, error) {
+	filename, err := CleanFilename(filename)
+	if err != nil {
+		return File{}, err
+	}
+	if err := checkPurpose(purpose); err != nil {
+		return File{}, err
+	}
+	if err := checkInputName(filename); err != nil {
+		return File{}, err
+	}
+	if size <= 0 || size > MaxBatchInput {
+		return File{}, errs.Invalidf("bytes", "bytes must be between 1 and %d", MaxBatchInput)
+	}
+	now := s.now()
+	exp, err := expiry(now, expiresAfter)
+	if err != nil {
+		return File{}, err
+	}
+	f := File{
+		ID: ids.New("file-"), Bytes: size, CreatedAt: now.Unix(), Filename: filename,
+		Purpose: purpose, Status: StatusUploaded, ExpiresAt: exp, Tenant: tenant,
+	}
+	f.Objects = []string{objectKey(tenant, f.ID, 0)}
+	url, err := s.Blobs.PresignPut(ctx, f.Objects[0], size, PresignTTL)
+	if err != nil {
+		return File{}, err
+	}
+	if err := s.Store.PutFile(ctx, f); err != nil {
+		return File{}, fmt.Errorf("record file %s: %w", f.ID, err)
+	}
+	out := f.out()
+	out.UploadURL = url
+	return out, nil
+}
+
+// Get returns a file, settling a pending presigned upload whose object has
+// landed (a lazy check instead of an S3 event: it works the same locally).
+func (s *Service) Get(ctx context.Context, tenant, id string) (File, error) {
+	if !ids.Valid("file-", id) {
+		return File{}, errs.NotFoundf("no such file: %s", id)
+	}
+	f, err := s.Store.GetFile(ctx, tenant, id)
+	if errors.Is(err, ErrNotFound) {
+		return File{}, errs.NotFoundf("no such file: %s", id)
+	}
+	if err != nil {
+		return File{}, err
+	}
+	if f.Status == StatusUploaded {
+		f, err = s.settle(ctx, f)
+		if err != nil {
+			return File{}, err
+		}
+	}
+	return f.out(), nil
+}
+
+func (s *Service) settle(ctx context.Context, f File) (File, error) {
+	size, err := s.Blobs.Size(ctx, f.Objects[0])
+	if err != nil {
+		// Not there yet: still uploaded.
+		return f, nil
+	}
+	return s.Store.UpdateFile(ctx, f.Tenant, f.ID, func(cur *File) error {
+		if cur.Status != StatusUploaded {
+			return nil
+		}
+		if size != cur.Bytes {
+			cur.Status = StatusError
+			d := fmt.Sprintf("the uploaded object has %d bytes, %d were announced", size, cur.Bytes)
+			cur.StatusDetails = &d
+			return nil
+		}
+		cur.Status = StatusProcessed
+		return nil
+	})
+}
+
+// List lists a tenant's files, newest first by default.
+func (s *Service) List(ctx context.Context, tenant string, p Page) ([]File, bool, error) {
+	if p.Limit == 0 {
+		p.Limit = 10000
+	}
+	if p.Limit < 1 || p.Limit > 10000 {
+		return nil, false, errs.Invalidf("limit", "limit must be between 1 and 10000")
+	}
+	if p.Order == "" {
+		p.Order = "desc"
+	}
+	if p.Order != "asc" && p.Order != "desc" {
+		return nil, false, errs.Invalidf("order", "order must be asc or desc")
+	}
+	if p.After != "" && !ids.Valid("file-", p.After) {
+		return nil, false, errs.Invalidf("after", "after %q is not a file id", p.After)
+	}
+	fs, more, err := s.Store.ListFiles(ctx, tenant, p)
+	if err != nil {
+		return nil, false, err
+	}
+	for i := range fs {
+		fs[i] = fs[i].out()
+	}
+	return fs, more, nil
+}
+
+// Content opens a file's bytes as one stream.
+func (s *Service) Content(ctx context.Context, tenant, id string) (File, io.ReadCloser, error) {
+	f, err := s.Get(ctx, tenant, id)
+	if err != nil {
+		return File{}, nil, err
+	}
+	if f.Status == StatusUploaded {
+		return File{}, nil, errs.E(errs.Conflict, "file_not_ready", "", "file %s is still being uploaded", id)
+	}
+	full, err := s.Store.GetFile(ctx, tenant, id)
+	if err != nil {
+		return File{}, nil, err
+	}
+	return f, s.Blobs.Concat(ctx, full.Objects), nil
+}
+
+// Delete removes a file and its objects.
+func (s *Service) Delete(ctx context.Context, tenant, id string) error {
+	if !ids.Valid("file-", id) {
+		return errs.NotFoundf("no such file: %s", id)
+	}
+	f, err := s.Store.GetFile(ctx, tenant, id)
+	if errors.Is(err, ErrNotFound) {
+		return errs.NotFoundf("no such file: %s", id)
+	}
+	if err != nil {
+		return err
+	}
+	if err := s.Store.DeleteFile(ctx, tenant, id); err != nil {
+		return err
+	}
+	// Every object of a file sits under its tenant's prefix (inputs under
+	// files/<tenant>/, outputs under parts/<tenant>/), so this never
+	// reaches another tenant's data.
+	return s.Blobs.Delete(ctx, f.Objects...)
+}
+
+func (f File) out() File {
+	f.Object = "file"
+	return f
+}
+
+func (u Upload) out() Upload {
+	u.Object = "upload"
+	u.PartLimit = PartLimit
+	return u
+}

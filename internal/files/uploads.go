@@ -1,0 +1,194 @@
+package files
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/relaybatch/relay/internal/errs"
+	"github.com/relaybatch/relay/internal/ids"
+)
+
+// Upload statuses.
+const (
+	UploadPending   = "pending"
+	UploadCompleted = "completed"
+	UploadCancelled = "cancelled"
+	UploadExpired   = "expired"
+)
+
+// CreateUpload starts an Upload (OpenAI Uploads API).
+func (s *Service) CreateUpload(ctx context.Context, tenant, filename, purpose, mimeType string, size, expiresAfter int64) (Upload, error) {
+	filename, err := CleanFilename(filename)
+	if err != nil {
+		return Upload{}, errs.Invalidf("filename", "%s", err.Error())
+	}
+	if err := checkPurpose(purpose); err != nil {
+		return Upload{}, err
+	}
+	if err := checkInputName(filename); err != nil {
+		return Upload{}, errs.Invalidf("filename", "%s", err.Error())
+	}
+	if size <= 0 || size > MaxBatchInput {
+		return Upload{}, errs.Invalidf("bytes", "bytes must be between 1 and %d for a batch input file", MaxBatchInput)
+	}
+	if mimeType == "" {
+		return Upload{}, errs.Invalidf("mime_type", "mime_type is required (e.g. application/jsonl or text/csv)")
+	}
+	now := s.now()
+	if _, err := expiry(now, expiresAfter); err != nil {
+		return Upload{}, err
+	}
+	u := Upload{
+		ID: ids.New("upload_"), Bytes: size, CreatedAt: now.Unix(), Filename: filename,
+		Purpose: purpose, MimeType: mimeType, Status: UploadPending,
+		ExpiresAt: now.Add(UploadTTL).Unix(), FileExpiresAfter: expiresAfter, Tenant: tenant,
+	}
+	if err := s.Store.PutUpload(ctx, u); err != nil {
+		return Upload{}, fmt.Errorf("record upload %s: %w", u.ID, err)
+	}
+	return u.out(), nil
+}
+
+func (s *Service) pendingUpload(ctx context.Context, tenant, id string) (Upload, error) {
+	if !ids.Valid("upload_", id) {
+		return Upload{}, errs.NotFoundf("no such upload: %s", id)
+	}
+	u, err := s.Store.GetUpload(ctx, tenant, id)
+	if errors.Is(err, ErrNotFound) {
+		return Upload{}, errs.NotFoundf("no such upload: %s", id)
+	}
+	if err != nil {
+		return Upload{}, err
+	}
+	if u.Status == UploadPending && s.now().Unix() > u.ExpiresAt {
+		u.Status = UploadExpired
+	}
+	if u.Status != UploadPending {
+		return Upload{}, errs.E(errs.Conflict, "upload_not_pending", "", "upload %s is %s", id, u.Status)
+	}
+	return u, nil
+}
+
+// AddPart stores one part of an Upload. Parts are their own objects: a
+// file is read as the concatenation of its objects, so nothing is joined.
+func (s *Service) AddPart(ctx context.Context, tenant, uploadID string, size int64, body io.Reader) (Part, error) {
+	u, err := s.pendingUpload(ctx, tenant, uploadID)
+	if err != nil {
+		return Part{}, err
+	}
+	if size > PartLimit {
+		return Part{}, errs.E(errs.TooLarge, "part_too_large", "data",
+			"a part may carry at most %d bytes (4 MiB), this one has %d: split the file into smaller parts", PartLimit, size)
+	}
+	if size == 0 {
+		return Part{}, errs.Invalidf("data", "the part is empty")
+	}
+	p := Part{ID: ids.New("part_"), Object: "upload.part", CreatedAt: s.now().Unix(), UploadID: u.ID}
+	if err := s.Blobs.Put(ctx, uploadPartKey(tenant, u.ID, p.ID), body, size); err != nil {
+		return Part{}, fmt.Errorf("store part of %s: %w", u.ID, err)
+	}
+	return p, nil
+}
+
+// Complete turns an Upload's parts, in the given order, into a File.
+func (s *Service) Complete(ctx context.Context, tenant, uploadID string, partIDs []string) (Upload, error) {
+	u, err := s.Store.GetUpload(ctx, tenant, uploadID)
+	if err == nil && u.Status == UploadCompleted {
+		// A retried complete returns the same result.
+		return s.withFile(ctx, u)
+	}
+	u, err = s.pendingUpload(ctx, tenant, uploadID)
+	if err != nil {
+		return Upload{}, err
+	}
+	if len(partIDs) == 0 {
+		return Upload{}, errs.Invalidf("part_ids", "part_ids must list the parts in order")
+	}
+	prefix := uploadPartKey(tenant, u.ID, "")
+	keys := make([]string, len(partIDs))
+	seen := make(map[string]bool, len(partIDs))
+	var total int64
+	for i, pid := range partIDs {
+		if !ids.Valid("part_", pid) || seen[pid] {
+			return Upload{}, errs.Invalidf(fmt.Sprintf("part_ids[%d]", i), "part %q is not a part of this upload or is listed twice", pid)
+		}
+		seen[pid] = true
+		keys[i] = prefix + pid
+		n, err := s.Blobs.Size(ctx, keys[i])
+		if err != nil {
+			return Upload{}, errs.Invalidf(fmt.Sprintf("part_ids[%d]", i), "part %q is not a part of this upload", pid)
+		}
+		total += n
+	}
+	if total != u.Bytes {
+		return Upload{}, errs.Invalidf("part_ids", "the parts add up to %d bytes, the upload was created for %d", total, u.Bytes)
+	}
+	now := s.now()
+	exp, _ := expiry(now, u.FileExpiresAfter)
+	f := File{
+		ID: ids.New("file-"), Bytes: total, CreatedAt: now.Unix(), Filename: u.Filename,
+		Purpose: u.Purpose, Status: StatusProcessed, ExpiresAt: exp, Tenant: tenant, Objects: keys,
+	}
+	if err := s.Store.PutFile(ctx, f); err != nil {
+		return Upload{}, fmt.Errorf("record file of %s: %w", u.ID, err)
+	}
+	u, err = s.Store.UpdateUpload(ctx, tenant, u.ID, func(cur *Upload) error {
+		if cur.Status != UploadPending {
+			return errs.E(errs.Conflict, "upload_not_pending", "", "upload %s is %s", cur.ID, cur.Status)
+		}
+		cur.Status, cur.FileID = UploadCompleted, f.ID
+		return nil
+	})
+	if err != nil {
+		// Lost a race with cancel or another complete: drop our file record.
+		_ = s.Store.DeleteFile(ctx, tenant, f.ID)
+		return Upload{}, err
+	}
+	// Parts not named in part_ids are left behind; remove them.
+	if all, err := s.Blobs.List(ctx, prefix); err == nil {
+		var stray []string
+		for _, k := range all {
+			if !seen[strings.TrimPrefix(k, prefix)] {
+				stray = append(stray, k)
+			}
+		}
+		_ = s.Blobs.Delete(ctx, stray...)
+	}
+	return s.withFile(ctx, u)
+}
+
+func (s *Service) withFile(ctx context.Context, u Upload) (Upload, error) {
+	out := u.out()
+	if u.FileID != "" {
+		f, err := s.Get(ctx, u.Tenant, u.FileID)
+		if err != nil {
+			return Upload{}, err
+		}
+		out.File = &f
+	}
+	return out, nil
+}
+
+// CancelUpload cancels a pending Upload and drops its parts.
+func (s *Service) CancelUpload(ctx context.Context, tenant, uploadID string) (Upload, error) {
+	if _, err := s.pendingUpload(ctx, tenant, uploadID); err != nil {
+		return Upload{}, err
+	}
+	u, err := s.Store.UpdateUpload(ctx, tenant, uploadID, func(cur *Upload) error {
+		if cur.Status != UploadPending {
+			return errs.E(errs.Conflict, "upload_not_pending", "", "upload %s is %s", cur.ID, cur.Status)
+		}
+		cur.Status = UploadCancelled
+		return nil
+	})
+	if err != nil {
+		return Upload{}, err
+	}
+	if keys, err := s.Blobs.List(ctx, uploadPartKey(tenant, uploadID, "")); err == nil {
+		_ = s.Blobs.Delete(ctx, keys...)
+	}
+	return u.out(), nil
+}

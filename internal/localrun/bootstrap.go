@@ -1,0 +1,140 @@
+package localrun
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/aws-sdk-go-v2/service/scheduler"
+	schtypes "github.com/aws/aws-sdk-go-v2/service/scheduler/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/relaybatch/relay/internal/resources"
+)
+
+// Bootstrap creates the resources of set on the endpoint in cfg, from the
+// same definitions the CDK stack uses. It is idempotent: what exists is kept.
+func Bootstrap(ctx context.Context, cfg aws.Config, set resources.Set) error {
+	if err := createTable(ctx, dynamodb.NewFromConfig(cfg), set.Table); err != nil {
+		return err
+	}
+	if err := createBucket(ctx, s3.NewFromConfig(cfg, func(o *s3.Options) { o.UsePathStyle = true }), set.Bucket); err != nil {
+		return err
+	}
+	sq := sqs.NewFromConfig(cfg)
+	for _, q := range set.Queues {
+		if err := createQueue(ctx, sq, q); err != nil {
+			return err
+		}
+	}
+	_, err := scheduler.NewFromConfig(cfg).CreateScheduleGroup(ctx, &scheduler.CreateScheduleGroupInput{Name: &set.ScheduleGroup})
+	var conflict *schtypes.ConflictException
+	if err != nil && !errors.As(err, &conflict) {
+		return fmt.Errorf("create schedule group %s: %w", set.ScheduleGroup, err)
+	}
+	return nil
+}
+
+func createTable(ctx context.Context, db *dynamodb.Client, t resources.Table) error {
+	attrs := map[string]bool{t.PartitionKey: true, t.SortKey: true}
+	in := &dynamodb.CreateTableInput{
+		TableName:   &t.Name,
+		BillingMode: ddbtypes.BillingModePayPerRequest,
+		KeySchema: []ddbtypes.KeySchemaElement{
+			{AttributeName: &t.PartitionKey, KeyType: ddbtypes.KeyTypeHash},
+			{AttributeName: &t.SortKey, KeyType: ddbtypes.KeyTypeRange},
+		},
+	}
+	for _, ix := range t.Indexes {
+		attrs[ix.PartitionKey], attrs[ix.SortKey] = true, true
+		in.GlobalSecondaryIndexes = append(in.GlobalSecondaryIndexes, ddbtypes.GlobalSecondaryIndex{
+			IndexName: aws.String(ix.Name),
+			KeySchema: []ddbtypes.KeySchemaElement{
+				{AttributeName: aws.String(ix.PartitionKey), KeyType: ddbtypes.KeyTypeHash},
+				{AttributeName: aws.String(ix.SortKey), KeyType: ddbtypes.KeyTypeRange},
+			},
+			Projection: &ddbtypes.Projection{ProjectionType: ddbtypes.ProjectionTypeAll},
+		})
+	}
+	for a := range attrs {
+		in.AttributeDefinitions = append(in.AttributeDefinitions, ddbtypes.AttributeDefinition{
+			AttributeName: aws.String(a), AttributeType: ddbtypes.ScalarAttributeTypeS,
+		})
+	}
+	_, err := db.CreateTable(ctx, in)
+	var inUse *ddbtypes.ResourceInUseException
+	if errors.As(err, &inUse) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("create table %s: %w", t.Name, err)
+	}
+	if err := dynamodb.NewTableExistsWaiter(db).Wait(ctx, &dynamodb.DescribeTableInput{TableName: &t.Name}, 30e9); err != nil {
+		return fmt.Errorf("wait for table %s: %w", t.Name, err)
+	}
+	_, err = db.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
+		TableName:               &t.Name,
+		TimeToLiveSpecification: &ddbtypes.TimeToLiveSpecification{AttributeName: &t.TTLAttribute, Enabled: aws.Bool(true)},
+	})
+	if err != nil {
+		return fmt.Errorf("enable TTL on %s: %w", t.Name, err)
+	}
+	return nil
+}
+
+func createBucket(ctx context.Context, c *s3.Client, name string) error {
+	_, err := c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &name})
+	var owned *s3types.BucketAlreadyOwnedByYou
+	var exists *s3types.BucketAlreadyExists
+	if err != nil && !errors.As(err, &owned) && !errors.As(err, &exists) {
+		return fmt.Errorf("create bucket %s: %w", name, err)
+	}
+	return nil
+}
+
+func createQueue(ctx context.Context, c *sqs.Client, q resources.Queue) error {
+	retention := strconv.Itoa(int(q.Retention.Seconds()))
+	dlq, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{
+		QueueName:  &q.DLQName,
+		Attributes: map[string]string{string(sqstypes.QueueAttributeNameMessageRetentionPeriod): strconv.Itoa(14 * 24 * 3600)},
+	})
+	if err != nil {
+		return fmt.Errorf("create queue %s: %w", q.DLQName, err)
+	}
+	arn, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: dlq.QueueUrl, AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameQueueArn},
+	})
+	if err != nil {
+		return fmt.Errorf("describe queue %s: %w", q.DLQName, err)
+	}
+	redrive, _ := json.Marshal(map[string]any{
+		"deadLetterTargetArn": arn.Attributes[string(sqstypes.QueueAttributeNameQueueArn)],
+		"maxReceiveCount":     q.MaxReceiveCount,
+	})
+	attrs := map[string]string{
+		string(sqstypes.QueueAttributeNameVisibilityTimeout):      strconv.Itoa(int(q.VisibilityTimeout.Seconds())),
+		string(sqstypes.QueueAttributeNameMessageRetentionPeriod): retention,
+		string(sqstypes.QueueAttributeNameRedrivePolicy):          string(redrive),
+	}
+	out, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: &q.Name, Attributes: attrs})
+	if err != nil {
+		// An existing queue with other attributes: bring it in line.
+		url, gerr := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: &q.Name})
+		if gerr != nil {
+			return fmt.Errorf("create queue %s: %w", q.Name, err)
+		}
+		if _, err := c.SetQueueAttributes(ctx, &sqs.SetQueueAttributesInput{QueueUrl: url.QueueUrl, Attributes: attrs}); err != nil {
+			return fmt.Errorf("configure queue %s: %w", q.Name, err)
+		}
+		return nil
+	}
+	_ = out
+	return nil
+}

@@ -1,0 +1,95 @@
+package mockup
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+func (s *Server) controlRoutes() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /mock/stats", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, s.Stats())
+	})
+	mux.HandleFunc("GET /mock/options", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, s.options())
+	})
+	mux.HandleFunc("POST /mock/options", func(w http.ResponseWriter, r *http.Request) {
+		o := s.options() // decoding over the current options merges
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&o); err != nil {
+			writeJSON(w, http.StatusBadRequest, errorBody(shapeOpenAI, http.StatusBadRequest, "mock options: "+err.Error(), ""))
+			return
+		}
+		s.SetOptions(o)
+		writeJSON(w, http.StatusOK, s.options())
+	})
+	mux.HandleFunc("POST /mock/reset", func(w http.ResponseWriter, r *http.Request) {
+		s.Reset()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	return mux
+}
+
+// optionsJSON is the wire form of Options: durations as Go duration
+// strings, because a bare number would leave the unit to guess.
+type optionsJSON struct {
+	Latency       string  `json:"latency"`
+	ErrorRate     float64 `json:"error_rate"`
+	RateLimitRate float64 `json:"rate_limit_rate"`
+	RetryAfter    string  `json:"retry_after"`
+	Seed          int64   `json:"seed"`
+}
+
+// MarshalJSON writes the wire form described on the package.
+func (o Options) MarshalJSON() ([]byte, error) {
+	return json.Marshal(optionsJSON{
+		Latency:       o.Latency.String(),
+		ErrorRate:     o.ErrorRate,
+		RateLimitRate: o.RateLimitRate,
+		RetryAfter:    o.RetryAfter.String(),
+		Seed:          o.Seed,
+	})
+}
+
+// UnmarshalJSON reads the wire form. Fields left out keep the value o
+// already has, and anything malformed is an error rather than clamped,
+// because over HTTP the caller can be told.
+func (o *Options) UnmarshalJSON(b []byte) error {
+	j := optionsJSON{
+		Latency:       o.Latency.String(),
+		ErrorRate:     o.ErrorRate,
+		RateLimitRate: o.RateLimitRate,
+		RetryAfter:    o.RetryAfter.String(),
+		Seed:          o.Seed,
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&j); err != nil {
+		return err
+	}
+	latency, err1 := parseDuration("latency", j.Latency)
+	retryAfter, err2 := parseDuration("retry_after", j.RetryAfter)
+	if err := errors.Join(err1, err2, checkRate("error_rate", j.ErrorRate), checkRate("rate_limit_rate", j.RateLimitRate)); err != nil {
+		return err
+	}
+	*o = Options{Latency: latency, ErrorRate: j.ErrorRate, RateLimitRate: j.RateLimitRate, RetryAfter: retryAfter, Seed: j.Seed}
+	return nil
+}
+
+func parseDuration(field, v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%s: %q is not a non-negative Go duration such as \"250ms\"", field, v)
+	}
+	return d, nil
+}
+
+func checkRate(field string, v float64) error {
+	if v < 0 || v > 1 {
+		return fmt.Errorf("%s: %v is not a fraction between 0 and 1", field, v)
+	}
+	return nil
+}

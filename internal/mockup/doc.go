@@ -1,0 +1,85 @@
+// Package mockup is a deterministic stand-in for the OpenAI and Anthropic
+// model APIs. `relay mock-upstream`, `make dev`, the integration tests and
+// the benchmarks point relay at it instead of a real provider, because
+// every failure path relay handles (rate limits, server errors, bad
+// requests, slow and hung calls, fallbacks) must be reproducible on demand.
+//
+// # Routes
+//
+// POST /v1/chat/completions, /v1/embeddings, /v1/responses and
+// /v1/completions answer like OpenAI; POST /v1/messages answers like
+// Anthropic. Bodies decode with the official openai-go and anthropic-sdk-go
+// clients. Nothing is random in a successful answer: ids (chatcmpl-…,
+// msg_…, resp_…, cmpl-…), the x-request-id header (req_…) and embedding
+// vectors derive from the sha256 of the request body, "created" is fixed,
+// and the reply text is "echo: " followed by the last user message (or
+// prompt). Usage is counted in words: prompt tokens are the
+// whitespace-separated words of every prompt text (messages, system,
+// instructions, input, prompt) plus one per message; completion tokens are
+// the words of the reply. Embedding inputs given as token arrays count one
+// token per element.
+//
+// Requests are checked the way the real APIs check them, in this order:
+// path (404), method (405), credentials by presence only (401; a
+// non-empty "Authorization: Bearer …" on OpenAI routes, a non-empty
+// x-api-key on /v1/messages), the x-mock-status header, then the body
+// (400 for a body that is not a JSON object, a missing model, or
+// stream:true, which the mock does not implement; 413 above 32 MiB).
+// Errors have the shape of the route: {"error":{"message","type","param",
+// "code"}} for OpenAI, {"type":"error","error":{"type","message"}} for
+// Anthropic. Only those fields are validated, so minimal test bodies work.
+//
+// # Controlling failures
+//
+// Per request, with markers anywhere in any string of the body (message
+// content, input, prompt):
+//
+//	[[mock:429]]        answer 429 with Retry-After (any status 400-599 works: [[mock:503]])
+//	[[mock:500]]        answer 500
+//	[[mock:400]]        answer 400 invalid_request_error
+//	[[mock:sleep=1.5s]] wait that long (any Go duration) before answering
+//	[[mock:hang]]       never answer; return when the client gives up
+//	[[mock:fail=N]]     answer 500 to the first N requests for this row, then succeed
+//	[[mock:429x=N]]     the same with 429s
+//
+// fail=N and 429x=N count requests per row, a row being the sha256 of the
+// body's messages, input and prompt only: a retry on a fallback model is
+// the same row, and so are two rows with the same text, so give each row
+// its own text. A marker the mock does not know is a 400, because a typo
+// that silently succeeds would make a test pass for the wrong reason.
+// When a body carries several markers of a kind, the highest status, the
+// longest sleep and the largest N win.
+//
+// Per model: a model name ending in -ratelimited always answers 429 and
+// one ending in -broken always 500, so relay.yaml can configure a 429
+// storm on a whole model. Per request again, the header
+// "x-mock-status: 503" forces that status before the body is even read.
+//
+// In aggregate, Options.ErrorRate and Options.RateLimitRate answer that
+// fraction of requests with 500 and 429, drawn from an RNG seeded with
+// Options.Seed: the same sequence of requests gets the same sequence of
+// failures (concurrent requests may take the draws in either order).
+//
+// The order of precedence is: latency, hang, sleep, then the first of
+// status marker, model suffix, fail=N, 429x=N, random rates. Latency and
+// sleeps end early when the client gives up; such requests are counted
+// with status 499.
+//
+// Every 429 carries Retry-After in seconds (Options.RetryAfter, default
+// 1s). When that is not a whole number of seconds, Retry-After is
+// fractional ("0.25") and retry-after-ms carries the milliseconds, which
+// both official SDKs prefer.
+//
+// # Control endpoints
+//
+//	GET  /mock/stats    {"requests":N,"by_model":{…},"by_path":{…},"by_status":{"200":N,…}}
+//	GET  /mock/options  the current options
+//	POST /mock/options  merge the given fields into the options; answers the result
+//	POST /mock/reset    zero the stats and the fail=N/429x=N counters, re-seed the RNG (204)
+//
+// Options travel as {"latency":"250ms","error_rate":0.1,"rate_limit_rate":0.05,
+// "retry_after":"1.5s","seed":7}. Durations are Go duration strings, never
+// bare numbers, because a number would leave the unit to guess. Fields left
+// out keep their value, so a chaos script can turn one knob at a time;
+// unknown fields and out-of-range values are a 400.
+package mockup

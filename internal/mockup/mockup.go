@@ -1,0 +1,171 @@
+package mockup
+
+import (
+	"encoding/json"
+	"maps"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Options are the knobs that apply to every request. The zero value is a
+// fast, always successful provider.
+type Options struct {
+	Latency       time.Duration // added to every request
+	ErrorRate     float64       // fraction of requests answered 500 (0..1)
+	RateLimitRate float64       // fraction answered 429 with Retry-After (0..1)
+	RetryAfter    time.Duration // Retry-After on 429s; 0 means 1s
+	Seed          int64         // seeds the RNG behind the two rates
+}
+
+// normalized makes any Options usable: SetOptions has no error to return,
+// so out-of-range values are clamped instead of rejected.
+func (o Options) normalized() Options {
+	o.Latency = max(o.Latency, 0)
+	o.ErrorRate = min(max(o.ErrorRate, 0), 1)
+	o.RateLimitRate = min(max(o.RateLimitRate, 0), 1)
+	if o.RetryAfter <= 0 {
+		o.RetryAfter = time.Second
+	}
+	return o
+}
+
+// Stats counts the model requests the server has seen. Requests, ByModel
+// and ByPath count on arrival and ByStatus when the answer is written, so
+// while requests are in flight the statuses add up to less than Requests.
+// Control requests (/mock/…) are not counted.
+type Stats struct {
+	Requests int64            `json:"requests"`
+	ByModel  map[string]int64 `json:"by_model"`
+	ByPath   map[string]int64 `json:"by_path"`
+	ByStatus map[int]int64    `json:"by_status"`
+}
+
+func newStats() Stats {
+	return Stats{ByModel: map[string]int64{}, ByPath: map[string]int64{}, ByStatus: map[int]int64{}}
+}
+
+// Server is the mock provider. It is safe for concurrent use.
+type Server struct {
+	control *http.ServeMux
+
+	mu    sync.Mutex
+	opts  Options
+	rng   *rand.Rand
+	stats Stats
+	// rows counts requests per row content, for fail=N and 429x=N. Only
+	// bodies carrying those markers are counted, so it stays small.
+	rows map[[32]byte]int
+}
+
+var _ http.Handler = (*Server)(nil)
+
+// New returns a server with the given options.
+func New(opts Options) *Server {
+	s := &Server{stats: newStats(), rows: map[[32]byte]int{}}
+	s.SetOptions(opts)
+	s.control = s.controlRoutes()
+	return s
+}
+
+// SetOptions replaces the options at run time. It re-seeds the RNG, so the
+// failures after a SetOptions are repeatable whatever came before.
+func (s *Server) SetOptions(o Options) {
+	o = o.normalized()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.opts = o
+	s.rng = newRNG(o.Seed)
+}
+
+func (s *Server) options() Options {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.opts
+}
+
+// Stats returns a copy of the counts so far.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Stats{
+		Requests: s.stats.Requests,
+		ByModel:  maps.Clone(s.stats.ByModel),
+		ByPath:   maps.Clone(s.stats.ByPath),
+		ByStatus: maps.Clone(s.stats.ByStatus),
+	}
+}
+
+// Reset zeroes the stats and the fail=N/429x=N counters and re-seeds the
+// RNG, so one server can serve several independent runs.
+func (s *Server) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stats = newStats()
+	s.rows = map[[32]byte]int{}
+	s.rng = newRNG(s.opts.Seed)
+}
+
+func newRNG(seed int64) *rand.Rand {
+	return rand.New(rand.NewPCG(uint64(seed), uint64(seed)))
+}
+
+// ServeHTTP serves the model routes and the /mock/ control routes.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, "/mock/") {
+		s.control.ServeHTTP(w, r)
+		return
+	}
+	s.serveModel(w, r)
+}
+
+// arrive counts a request and returns the options it will be served with,
+// so a SetOptions in the middle of a request does not change its answer.
+func (s *Server) arrive(path, model string) Options {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stats.Requests++
+	s.stats.ByPath[path]++
+	if model != "" {
+		s.stats.ByModel[model]++
+	}
+	return s.opts
+}
+
+func (s *Server) answered(status int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stats.ByStatus[status]++
+}
+
+// countRow returns how many requests for this row have arrived, this one
+// included.
+func (s *Server) countRow(key [32]byte) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rows[key]++
+	return s.rows[key]
+}
+
+// roll draws once from the seeded RNG and returns 429, 500 or 0 (no failure).
+func (s *Server) roll() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u := s.rng.Float64()
+	switch {
+	case u < s.opts.RateLimitRate:
+		return http.StatusTooManyRequests
+	case u < s.opts.RateLimitRate+s.opts.ErrorRate:
+		return http.StatusInternalServerError
+	}
+	return 0
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	// An encoding error here means the client went away; nobody to tell.
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,281 @@
+package mockup
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"math"
+	"strings"
+)
+
+// object is a JSON object; encoding/json sorts its keys, so the same
+// answer always has the same bytes.
+type object = map[string]any
+
+// created is the timestamp of every answer: fixed, because a clock would
+// make two identical requests differ (2025-01-01T00:00:00Z).
+const created = 1735689600
+
+// embeddingSize is small on purpose: the vectors only have to be stable
+// and distinct, not useful.
+const embeddingSize = 8
+
+func chatCompletion(req *request) object {
+	var p prompt
+	p.addMessages(req.body["messages"])
+	reply := "echo: " + p.lastUser
+	return object{
+		"id":      "chatcmpl-" + req.id(),
+		"object":  "chat.completion",
+		"created": created,
+		"model":   req.model,
+		"choices": []object{{
+			"index":         0,
+			"message":       object{"role": "assistant", "content": reply, "refusal": nil, "annotations": []any{}},
+			"logprobs":      nil,
+			"finish_reason": "stop",
+		}},
+		"usage":              openAIUsage(p.tokens, words(reply)),
+		"system_fingerprint": "fp_mockup",
+		"service_tier":       "default",
+	}
+}
+
+func completion(req *request) object {
+	prompts := inputs(req.body["prompt"])
+	if len(prompts) == 0 {
+		prompts = []input{{}}
+	}
+	// Like OpenAI, one choice per prompt.
+	choices := make([]object, len(prompts))
+	promptTokens, completionTokens := 0, 0
+	for i, in := range prompts {
+		text := "echo: " + in.text
+		choices[i] = object{"text": text, "index": i, "logprobs": nil, "finish_reason": "stop"}
+		promptTokens += in.tokens
+		completionTokens += words(text)
+	}
+	return object{
+		"id":      "cmpl-" + req.id(),
+		"object":  "text_completion",
+		"created": created,
+		"model":   req.model,
+		"choices": choices,
+		"usage":   openAIUsage(promptTokens, completionTokens),
+	}
+}
+
+func openAIUsage(prompt, completion int) object {
+	return object{"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+}
+
+func embeddings(req *request) object {
+	asBase64 := req.body["encoding_format"] == "base64"
+	ins := inputs(req.body["input"])
+	data := make([]object, len(ins))
+	tokens := 0
+	for i, in := range ins {
+		var vec any = vector(in.seed)
+		if asBase64 {
+			vec = base64Vector(vector(in.seed))
+		}
+		data[i] = object{"object": "embedding", "index": i, "embedding": vec}
+		tokens += in.tokens
+	}
+	return object{
+		"object": "list",
+		"data":   data,
+		"model":  req.model,
+		"usage":  object{"prompt_tokens": tokens, "total_tokens": tokens},
+	}
+}
+
+func response(req *request) object {
+	var p prompt
+	instructions, _ := req.body["instructions"].(string)
+	p.addText(instructions)
+	switch in := req.body["input"].(type) {
+	case string:
+		p.addMessage("user", in)
+	case []any:
+		p.addMessages(in)
+	}
+	reply := "echo: " + p.lastUser
+	out := words(reply)
+	return object{
+		"id":         "resp_" + req.id(),
+		"object":     "response",
+		"created_at": created,
+		"status":     "completed",
+		"model":      req.model,
+		"output": []object{{
+			"type":    "message",
+			"id":      "msg_" + req.id(),
+			"status":  "completed",
+			"role":    "assistant",
+			"content": []object{{"type": "output_text", "text": reply, "annotations": []any{}}},
+		}},
+		"usage": object{
+			"input_tokens":          p.tokens,
+			"output_tokens":         out,
+			"total_tokens":          p.tokens + out,
+			"input_tokens_details":  object{"cached_tokens": 0},
+			"output_tokens_details": object{"reasoning_tokens": 0},
+		},
+		"completed_at":        created,
+		"error":               nil,
+		"incomplete_details":  nil,
+		"instructions":        req.body["instructions"],
+		"metadata":            object{},
+		"parallel_tool_calls": true,
+		"temperature":         1.0,
+		"tool_choice":         "auto",
+		"tools":               []any{},
+		"top_p":               1.0,
+	}
+}
+
+func message(req *request) object {
+	var p prompt
+	p.addText(textOf(req.body["system"]))
+	p.addMessages(req.body["messages"])
+	reply := "echo: " + p.lastUser
+	return object{
+		"id":            "msg_" + req.id(),
+		"type":          "message",
+		"role":          "assistant",
+		"model":         req.model,
+		"content":       []object{{"type": "text", "text": reply}},
+		"stop_reason":   "end_turn",
+		"stop_sequence": nil,
+		"container":     nil,
+		"usage": object{
+			"input_tokens":                p.tokens,
+			"output_tokens":               words(reply),
+			"cache_creation_input_tokens": 0,
+			"cache_read_input_tokens":     0,
+			"service_tier":                "standard",
+		},
+	}
+}
+
+// prompt accumulates what the usage and the echo need from a conversation.
+type prompt struct {
+	tokens   int
+	lastUser string
+}
+
+func (p *prompt) addText(s string) { p.tokens += words(s) }
+
+func (p *prompt) addMessage(role string, content any) {
+	text := textOf(content)
+	p.tokens += words(text) + 1
+	if role == "user" {
+		p.lastUser = text
+	}
+}
+
+func (p *prompt) addMessages(v any) {
+	list, _ := v.([]any)
+	for _, m := range list {
+		msg, _ := m.(map[string]any)
+		role, _ := msg["role"].(string)
+		p.addMessage(role, msg["content"])
+	}
+}
+
+// textOf reads message content given either as a string or as an array of
+// parts, which OpenAI and Anthropic both allow; non-text parts are skipped.
+func textOf(content any) string {
+	switch c := content.(type) {
+	case string:
+		return c
+	case []any:
+		var texts []string
+		for _, part := range c {
+			p, _ := part.(map[string]any)
+			if t, ok := p["text"].(string); ok {
+				texts = append(texts, t)
+			}
+		}
+		return strings.Join(texts, " ")
+	}
+	return ""
+}
+
+func words(s string) int { return len(strings.Fields(s)) }
+
+// input is one embedding input or completion prompt.
+type input struct {
+	text   string
+	tokens int
+	seed   []byte // what the embedding vector derives from
+}
+
+// inputs reads the forms OpenAI accepts for input and prompt: a string, an
+// array of strings, an array of tokens, or an array of token arrays.
+func inputs(v any) []input {
+	switch x := v.(type) {
+	case string:
+		return []input{textInput(x)}
+	case []any:
+		if isTokens(x) {
+			return []input{tokenInput(x)}
+		}
+		var out []input
+		for _, e := range x {
+			switch e := e.(type) {
+			case string:
+				out = append(out, textInput(e))
+			case []any:
+				out = append(out, tokenInput(e))
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+func textInput(s string) input { return input{text: s, tokens: words(s), seed: []byte(s)} }
+
+func tokenInput(tokens []any) input {
+	seed, _ := json.Marshal(tokens)
+	return input{tokens: len(tokens), seed: seed}
+}
+
+func isTokens(x []any) bool {
+	for _, e := range x {
+		if _, ok := e.(float64); !ok {
+			return false
+		}
+	}
+	return len(x) > 0
+}
+
+// vector derives a unit-length vector from the sha256 of seed. It is
+// float32 so that the float and base64 encodings carry the same numbers.
+func vector(seed []byte) []float32 {
+	sum := sha256.Sum256(seed)
+	raw := make([]float64, embeddingSize)
+	var norm float64
+	for i := range raw {
+		raw[i] = float64(binary.BigEndian.Uint32(sum[4*i:]))/math.MaxUint32*2 - 1
+		norm += raw[i] * raw[i]
+	}
+	norm = math.Sqrt(norm)
+	vec := make([]float32, embeddingSize)
+	for i, x := range raw {
+		vec[i] = float32(x / norm)
+	}
+	return vec
+}
+
+// base64Vector is OpenAI's encoding_format "base64": little-endian float32s.
+func base64Vector(vec []float32) string {
+	b := make([]byte, 0, 4*len(vec))
+	for _, x := range vec {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(x))
+	}
+	return base64.StdEncoding.EncodeToString(b)
+}

@@ -1,0 +1,254 @@
+package mockup
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// maxBodyBytes bounds a request body; relay's own rows are far smaller.
+const maxBodyBytes = 32 << 20
+
+// statusClientGone is recorded, never sent, for a request whose client gave
+// up before the answer (nginx's "client closed request").
+const statusClientGone = 499
+
+// shape is the wire dialect of a route: it decides the auth header and the
+// error body.
+type shape int
+
+const (
+	shapeOpenAI shape = iota
+	shapeAnthropic
+)
+
+type route struct {
+	shape shape
+	reply func(*request) object
+}
+
+var routes = map[string]route{
+	"/v1/chat/completions": {shapeOpenAI, chatCompletion},
+	"/v1/embeddings":       {shapeOpenAI, embeddings},
+	"/v1/responses":        {shapeOpenAI, response},
+	"/v1/completions":      {shapeOpenAI, completion},
+	"/v1/messages":         {shapeAnthropic, message},
+}
+
+// request is one model request's body, parsed once.
+type request struct {
+	hash  string         // hex sha256 of the raw body; ids derive from it
+	body  map[string]any // nil when err is set
+	err   error          // why the body is not a JSON object
+	model string
+}
+
+func parseRequest(raw []byte) *request {
+	sum := sha256.Sum256(raw)
+	req := &request{hash: hex.EncodeToString(sum[:])}
+	req.err = json.Unmarshal(raw, &req.body)
+	if req.err == nil && req.body == nil {
+		req.err = errors.New("the body is null, not a JSON object")
+	}
+	req.model, _ = req.body["model"].(string)
+	return req
+}
+
+// id is the suffix of every id in the answer: the same body, the same ids.
+func (req *request) id() string { return req.hash[:24] }
+
+// rowKey identifies a row across retries by what it says, not by the
+// model it was sent to, so an attempt on a fallback model counts against
+// the same fail=N budget.
+func (req *request) rowKey() [32]byte {
+	b, _ := json.Marshal([]any{req.body["messages"], req.body["input"], req.body["prompt"]})
+	return sha256.Sum256(b)
+}
+
+// outcome is the answer to one model request: a success body, or an error
+// status and message that serveModel puts in the route's shape.
+type outcome struct {
+	status  int
+	body    object
+	message string
+	param   string
+}
+
+func failure(status int, message, param string) outcome {
+	return outcome{status: status, message: message, param: param}
+}
+
+// forced is a failure the mock was told to produce; the message says who
+// told it, so a test that fails unexpectedly explains itself.
+func forced(status int, why string) outcome {
+	return failure(status, fmt.Sprintf("%s (mockup: %s)", statusMessage(status), why), "")
+}
+
+var clientGone = outcome{status: statusClientGone}
+
+func (s *Server) serveModel(w http.ResponseWriter, r *http.Request) {
+	rt, known := routes[r.URL.Path]
+	raw, readErr := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	req := parseRequest(raw)
+	opts := s.arrive(r.URL.Path, req.model)
+
+	out := s.answer(r, rt, known, req, readErr, opts)
+	s.answered(out.status)
+	if out.status == statusClientGone {
+		return
+	}
+
+	h := w.Header()
+	h.Set("x-request-id", "req_"+req.id())
+	if rt.shape == shapeAnthropic {
+		h.Set("request-id", "req_"+req.id()) // what the Anthropic SDK reads
+	}
+	if out.status == http.StatusTooManyRequests {
+		setRetryAfter(h, opts.RetryAfter)
+	}
+	if out.body == nil {
+		out.body = errorBody(rt.shape, out.status, out.message, out.param)
+	}
+	writeJSON(w, out.status, out.body)
+}
+
+// answer decides the outcome, in the order documented on the package.
+func (s *Server) answer(r *http.Request, rt route, known bool, req *request, readErr error, opts Options) outcome {
+	ctx := r.Context()
+	if pause(ctx, opts.Latency) != nil {
+		return clientGone
+	}
+	switch {
+	case !known:
+		return failure(http.StatusNotFound, fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path), "")
+	case r.Method != http.MethodPost:
+		return failure(http.StatusMethodNotAllowed, fmt.Sprintf("Method %s not allowed on %s, use POST", r.Method, r.URL.Path), "")
+	case !authorized(r, rt.shape):
+		return failure(http.StatusUnauthorized, missingKeyMessage[rt.shape], "")
+	}
+	if v := r.Header.Get("x-mock-status"); v != "" {
+		status, err := parseStatus(v)
+		if err != nil {
+			return failure(http.StatusBadRequest, "x-mock-status: "+err.Error(), "")
+		}
+		return forced(status, "x-mock-status header")
+	}
+	if out, ok := validate(req, readErr); !ok {
+		return out
+	}
+
+	m, err := findMarkers(req.body)
+	if err != nil {
+		return failure(http.StatusBadRequest, "mockup: "+err.Error(), "")
+	}
+	if m.hang {
+		<-ctx.Done()
+		return clientGone
+	}
+	if pause(ctx, m.sleep) != nil {
+		return clientGone
+	}
+	if status, why := s.forcedStatus(req, m); status != 0 {
+		return forced(status, why)
+	}
+	return outcome{status: http.StatusOK, body: rt.reply(req)}
+}
+
+func (s *Server) forcedStatus(req *request, m markers) (int, string) {
+	// Count before deciding, so every request for the row is one of the
+	// "first N", whatever else makes it fail.
+	arrival := 0
+	if m.fail > 0 || m.rateLimit > 0 {
+		arrival = s.countRow(req.rowKey())
+	}
+	switch {
+	case m.status != 0:
+		return m.status, fmt.Sprintf("[[mock:%d]] marker", m.status)
+	case strings.HasSuffix(req.model, "-ratelimited"):
+		return http.StatusTooManyRequests, "model name ends in -ratelimited"
+	case strings.HasSuffix(req.model, "-broken"):
+		return http.StatusInternalServerError, "model name ends in -broken"
+	case m.fail > 0 && arrival <= m.fail:
+		return http.StatusInternalServerError, fmt.Sprintf("[[mock:fail=%d]] marker, request %d", m.fail, arrival)
+	case m.rateLimit > 0 && arrival <= m.rateLimit:
+		return http.StatusTooManyRequests, fmt.Sprintf("[[mock:429x=%d]] marker, request %d", m.rateLimit, arrival)
+	}
+	if status := s.roll(); status != 0 {
+		return status, "random failure rate"
+	}
+	return 0, ""
+}
+
+func validate(req *request, readErr error) (outcome, bool) {
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(readErr, &tooBig):
+		return failure(http.StatusRequestEntityTooLarge, fmt.Sprintf("Request body exceeds %d bytes", tooBig.Limit), ""), false
+	case readErr != nil:
+		return failure(http.StatusBadRequest, "Could not read the request body: "+readErr.Error(), ""), false
+	case req.err != nil:
+		return failure(http.StatusBadRequest, "We could not parse the JSON body of your request: "+req.err.Error(), ""), false
+	case req.model == "":
+		return failure(http.StatusBadRequest, "you must provide a model parameter", "model"), false
+	case req.body["stream"] == true:
+		return failure(http.StatusBadRequest, "stream: true is not supported by the mock provider", "stream"), false
+	}
+	return outcome{}, true
+}
+
+// authorized checks that credentials are present; their value is not checked.
+func authorized(r *http.Request, sh shape) bool {
+	if sh == shapeAnthropic {
+		return strings.TrimSpace(r.Header.Get("x-api-key")) != ""
+	}
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && strings.TrimSpace(token) != ""
+}
+
+var missingKeyMessage = map[shape]string{
+	shapeOpenAI:    "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
+	shapeAnthropic: "x-api-key header is required",
+}
+
+// parseStatus accepts the statuses a test may force: errors only, since a
+// forced 2xx would need a body the mock cannot invent.
+func parseStatus(v string) (int, error) {
+	status, err := strconv.Atoi(v)
+	if err != nil || status < 400 || status > 599 {
+		return 0, fmt.Errorf("%q is not an HTTP error status (400-599)", v)
+	}
+	return status, nil
+}
+
+// setRetryAfter writes Retry-After in seconds, fractional when need be,
+// and retry-after-ms when seconds would lose precision; both official SDKs
+// read retry-after-ms first.
+func setRetryAfter(h http.Header, d time.Duration) {
+	h.Set("Retry-After", strconv.FormatFloat(d.Seconds(), 'f', -1, 64))
+	if d%time.Second != 0 {
+		h.Set("retry-after-ms", strconv.FormatInt(d.Milliseconds(), 10))
+	}
+}
+
+// pause waits d or until the client gives up, whichever comes first.
+func pause(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

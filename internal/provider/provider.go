@@ -1,0 +1,405 @@
+// Package provider owns the calls to model upstreams for one batch row: it
+// routes body.model through the models file (SPEC §8), refuses to send a row
+// to a model of another request shape, rewrites the model name for the
+// upstream, authenticates, and retries transient failures with backoff and a
+// per-row fallback (SPEC §5). Nothing is remembered between rows, so a rate
+// limit that clears lets the next row use the requested model again.
+//
+// A Client is safe for concurrent use; the executor bounds concurrency.
+package provider
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/relaybatch/relay/internal/config"
+)
+
+// Error codes of a Result that got no HTTP answer. They become the code of
+// the row's error line.
+const (
+	CodeModelNotFound      = "model_not_found"
+	CodeCrossShapeDispatch = "cross_shape_dispatch"
+	CodeRequestTimeout     = "request_timeout"
+	CodeRequestCancelled   = "request_cancelled"
+	CodeConnectionError    = "connection_error"
+	CodeInvalidRequest     = "invalid_request"
+	CodeAPIKeyUnavailable  = "api_key_unavailable"
+)
+
+// anthropicVersion is the API version the Anthropic shape is written against.
+const anthropicVersion = "2023-06-01"
+
+// defaultTimeout mirrors the models file default for a Model built by hand.
+const defaultTimeout = 5 * time.Minute
+
+// ShapeOf is the request shape an endpoint needs.
+func ShapeOf(endpoint string) (config.Provider, bool) {
+	switch endpoint {
+	case "/v1/chat/completions", "/v1/embeddings", "/v1/responses", "/v1/completions":
+		return config.OpenAI, true
+	case "/v1/messages":
+		return config.Anthropic, true
+	}
+	return "", false
+}
+
+// Usage is the token usage of one row.
+type Usage struct {
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+	TotalTokens  int64 `json:"total_tokens"`
+}
+
+// UsageOf reads the token usage from an upstream body answering endpoint.
+// A body without usage (an error body, say) gives zeros.
+func UsageOf(endpoint string, body []byte) Usage {
+	u := gjson.GetBytes(body, "usage")
+	if !u.IsObject() {
+		return Usage{}
+	}
+	var in, out int64
+	switch endpoint {
+	case "/v1/chat/completions", "/v1/completions", "/v1/embeddings":
+		in, out = u.Get("prompt_tokens").Int(), u.Get("completion_tokens").Int()
+	case "/v1/messages":
+		// Anthropic leaves cached prompt tokens out of input_tokens, while
+		// OpenAI's prompt_tokens includes them; adding them keeps a tenant's
+		// input tokens comparable across providers.
+		in = u.Get("input_tokens").Int() +
+			u.Get("cache_creation_input_tokens").Int() +
+			u.Get("cache_read_input_tokens").Int()
+		out = u.Get("output_tokens").Int()
+	default: // /v1/responses
+		in, out = u.Get("input_tokens").Int(), u.Get("output_tokens").Int()
+	}
+	total := u.Get("total_tokens").Int()
+	if total == 0 {
+		total = in + out
+	}
+	return Usage{InputTokens: in, OutputTokens: out, TotalTokens: total}
+}
+
+// Result of one row. Exactly one of (StatusCode != 0) or (ErrCode != "")
+// holds: an upstream answer, whatever its status, is reported as it came;
+// ErrCode is only for rows that got no HTTP answer.
+type Result struct {
+	StatusCode int             // the last upstream answer: 2xx, or the final non-2xx
+	Body       json.RawMessage // that answer's body, compact JSON
+	RequestID  string          // upstream x-request-id / request-id, else a generated req_…
+	Usage      Usage           // parsed from Body
+	Model      string          // the configured model name that served the final attempt
+	Fallback   bool            // the fallback model served it
+	Attempts   int             // upstream attempts made, all models
+	ErrCode    string          // one of the Code… constants, when there was no HTTP answer
+	ErrMessage string
+}
+
+// OK reports a 2xx answer.
+func (r Result) OK() bool { return r.StatusCode >= 200 && r.StatusCode < 300 }
+
+// Client calls upstreams for rows. Its zero fields take defaults: a shared
+// HTTP client, keys from the environment, the default Policy.
+type Client struct {
+	HTTP   *http.Client
+	Models *config.Models
+	Keys   KeySource
+	Policy Policy
+}
+
+// sharedHTTP is the one client every Client without its own uses, so all
+// rows share one connection pool.
+var sharedHTTP = sync.OnceValue(NewHTTPClient)
+
+// NewHTTPClient returns a client tuned for many concurrent calls to a few
+// hosts. It has no overall Timeout: each call is bounded by its model's
+// timeout through the context, which a client-wide Timeout would override.
+func NewHTTPClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.ForceAttemptHTTP2 = true
+	t.MaxIdleConns = 1024
+	// The default of 2 idle connections per host would make every burst of
+	// rows to the same upstream dial (and TLS handshake) again.
+	t.MaxIdleConnsPerHost = 256
+	t.IdleConnTimeout = 90 * time.Second
+	t.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	return &http.Client{Transport: t}
+}
+
+// Do runs one row against its model and, when retries there are spent on a
+// transient failure, against a fallback: the model's own, else the batch's
+// fallback. body is the row's body, with "model".
+func (c *Client) Do(ctx context.Context, endpoint string, body json.RawMessage, fallback string) Result {
+	model, res, ok := c.route(endpoint, body)
+	if !ok {
+		return res
+	}
+	var attempts int
+	res, exhausted := c.onModel(ctx, model, endpoint, body, &attempts)
+	if exhausted {
+		if fb, ok := c.fallbackFor(model, fallback); ok {
+			res, _ = c.onModel(ctx, fb, endpoint, body, &attempts)
+			res.Fallback = true
+		}
+	}
+	res.Attempts = attempts
+	return res
+}
+
+// route finds the row's model and checks the endpoint fits its shape; when
+// it does not, the returned Result says why.
+func (c *Client) route(endpoint string, body []byte) (config.Model, Result, bool) {
+	fail := func(code, format string, args ...any) (config.Model, Result, bool) {
+		return config.Model{}, errResult(code, fmt.Sprintf(format, args...)), false
+	}
+	if !gjson.ValidBytes(body) || !gjson.ParseBytes(body).IsObject() {
+		return fail(CodeInvalidRequest, "the request body must be a JSON object")
+	}
+	name := gjson.GetBytes(body, "model")
+	if name.Type != gjson.String || name.Str == "" {
+		return fail(CodeInvalidRequest, "the request body must name a model")
+	}
+	shape, ok := ShapeOf(endpoint)
+	if !ok {
+		return fail(CodeInvalidRequest, "endpoint %s is not supported", endpoint)
+	}
+	m, ok := c.Models.Lookup(name.Str)
+	if !ok {
+		return fail(CodeModelNotFound, "the model %q does not exist", name.Str)
+	}
+	if m.Provider != shape {
+		// Translating between shapes would silently change what the
+		// client asked for (SPEC §4), so the row fails instead.
+		return config.Model{}, Result{
+			Model:      m.Name,
+			RequestID:  newRequestID(),
+			ErrCode:    CodeCrossShapeDispatch,
+			ErrMessage: fmt.Sprintf("endpoint %s takes %s requests but model %q is an %s model", endpoint, shape, m.Name, m.Provider),
+		}, false
+	}
+	return m, Result{}, true
+}
+
+// fallbackFor picks the first usable fallback: the model's own, then the
+// batch's. A fallback of another shape could not take the same body, and
+// the model itself would only repeat the failure, so both are skipped.
+func (c *Client) fallbackFor(m config.Model, batchFallback string) (config.Model, bool) {
+	for _, name := range []string{m.Fallback, batchFallback} {
+		if name == "" || name == m.Name {
+			continue
+		}
+		fb, ok := c.Models.Lookup(name)
+		if ok && fb.Provider == m.Provider {
+			return fb, true
+		}
+	}
+	return config.Model{}, false
+}
+
+// onModel runs the retry loop on one model. exhausted reports that every
+// attempt failed transiently, which is the only case worth a fallback: a
+// permanent answer would be the same elsewhere, and a done ctx leaves no
+// time for one.
+func (c *Client) onModel(ctx context.Context, m config.Model, endpoint string, body []byte, attempts *int) (res Result, exhausted bool) {
+	payload, err := sjson.SetBytes(body, "model", m.Upstream())
+	if err != nil {
+		return errResult(CodeInvalidRequest, fmt.Sprintf("set model: %v", err)), false
+	}
+	key, err := c.keys().Key(ctx, m.APIKeyEnv)
+	if err != nil {
+		res = errResult(CodeAPIKeyUnavailable, fmt.Sprintf("api key for model %q: %v", m.Name, err))
+		res.Model = m.Name
+		return res, false
+	}
+	p := c.Policy.withDefaults()
+	// answer is the last HTTP answer on this model: when time runs out it
+	// says more than the timeout that cut the last attempt short.
+	var answer *Result
+	for n := 1; ; n++ {
+		if ctx.Err() != nil {
+			return stopped(answer, m.Name, ctx.Err()), false
+		}
+		*attempts++
+		a := c.send(ctx, m, endpoint, payload, key)
+		last := a.result(m, endpoint)
+		if a.err == nil {
+			answer = &last
+		}
+		if ctx.Err() != nil {
+			// Whatever this attempt got, no retry may outlive the caller.
+			return stopped(answer, m.Name, ctx.Err()), false
+		}
+		if !Transient(a.status, a.err) {
+			return last, false
+		}
+		if n >= p.MaxAttempts {
+			if answer != nil {
+				return *answer, true
+			}
+			return last, true
+		}
+		d := p.delay(n, retryAfter(a.header, time.Now()))
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= d {
+			return stopped(answer, m.Name, context.DeadlineExceeded), false
+		}
+		slog.DebugContext(ctx, "retrying upstream call", "model", m.Name, "attempt", n, "status", a.status, "error", a.err, "delay", d)
+		if err := p.Sleep(ctx, d); err != nil {
+			return stopped(answer, m.Name, err), false
+		}
+	}
+}
+
+// stopped is the Result of a row whose context ended: the last HTTP answer
+// if there was one, else a code saying why it stopped.
+func stopped(answer *Result, model string, cause error) Result {
+	if answer != nil {
+		return *answer
+	}
+	code := CodeRequestTimeout
+	if errors.Is(cause, context.Canceled) {
+		code = CodeRequestCancelled
+	}
+	res := errResult(code, fmt.Sprintf("model %q: stopped before the upstream answered: %v", model, cause))
+	res.Model = model
+	return res
+}
+
+func (c *Client) keys() KeySource {
+	if c.Keys == nil {
+		return EnvKeys{}
+	}
+	return c.Keys
+}
+
+func (c *Client) http() *http.Client {
+	if c.HTTP == nil {
+		return sharedHTTP()
+	}
+	return c.HTTP
+}
+
+// attempt is what one upstream call came back with: an answer (status,
+// header, body) or, when there was none, err.
+type attempt struct {
+	status   int
+	header   http.Header
+	body     []byte
+	err      error
+	timedOut bool // the per-call timeout, not the caller, ended it
+}
+
+func (c *Client) send(ctx context.Context, m config.Model, endpoint string, payload []byte, key string) attempt {
+	timeout := m.Timeout
+	if timeout <= 0 {
+		timeout = defaultTimeout
+	}
+	callCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	url := strings.TrimSuffix(m.BaseURL, "/") + strings.TrimPrefix(endpoint, "/v1")
+	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, url, bytes.NewReader(payload))
+	if err != nil {
+		return attempt{err: fmt.Errorf("build request to %s: %w", url, err)}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	switch m.Provider {
+	case config.Anthropic:
+		req.Header.Set("anthropic-version", anthropicVersion)
+		if key != "" {
+			req.Header.Set("x-api-key", key)
+		}
+	default:
+		// A bearer with no token is malformed; an upstream that needs no key
+		// (the local mock) is better served by no header at all.
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+	}
+	resp, err := c.http().Do(req)
+	if err == nil {
+		var body []byte
+		body, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil {
+			return attempt{status: resp.StatusCode, header: resp.Header, body: body}
+		}
+		err = fmt.Errorf("read response from %s: %w", url, err)
+	}
+	// Only the call's own deadline makes this a timeout; the caller's
+	// deadline or cancel is reported by the retry loop.
+	timedOut := ctx.Err() == nil && errors.Is(callCtx.Err(), context.DeadlineExceeded)
+	return attempt{err: err, timedOut: timedOut}
+}
+
+func (a attempt) result(m config.Model, endpoint string) Result {
+	if a.err != nil {
+		code := CodeConnectionError
+		msg := fmt.Sprintf("model %q: %v", m.Name, a.err)
+		if a.timedOut {
+			code = CodeRequestTimeout
+		}
+		return Result{Model: m.Name, RequestID: newRequestID(), ErrCode: code, ErrMessage: msg}
+	}
+	body := jsonBody(a.status, a.body)
+	return Result{
+		StatusCode: a.status,
+		Body:       body,
+		RequestID:  requestID(a.header),
+		Usage:      UsageOf(endpoint, body),
+		Model:      m.Name,
+	}
+}
+
+// maxWrappedText bounds the text kept from a non-JSON body (an HTML error
+// page from a proxy, say): enough to diagnose, small enough for a JSONL line.
+const maxWrappedText = 2048
+
+// jsonBody returns b as compact JSON, so it can sit inside a JSONL line, or
+// wraps a non-JSON body as an error object the client can read.
+func jsonBody(status int, b []byte) json.RawMessage {
+	var buf bytes.Buffer
+	if json.Compact(&buf, b) == nil {
+		return buf.Bytes()
+	}
+	text := strings.TrimSpace(string(b))
+	if text == "" {
+		text = http.StatusText(status)
+	}
+	if len(text) > maxWrappedText {
+		text = text[:maxWrappedText]
+	}
+	buf.Reset()
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // HTML error pages are the usual case; keep them readable
+	enc.Encode(map[string]any{"error": map[string]string{"message": text}})
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+}
+
+func requestID(h http.Header) string {
+	for _, k := range []string{"x-request-id", "request-id"} {
+		if v := h.Get(k); v != "" {
+			return v
+		}
+	}
+	return newRequestID()
+}
+
+func newRequestID() string { return "req_" + strings.ToLower(rand.Text()) }
+
+func errResult(code, msg string) Result {
+	return Result{RequestID: newRequestID(), ErrCode: code, ErrMessage: msg}
+}

@@ -1,0 +1,688 @@
+package provider
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/relaybatch/relay/internal/config"
+)
+
+// request is what the fake upstream saw.
+type request struct {
+	Path   string
+	Header http.Header
+	Body   string
+}
+
+// step answers one upstream call.
+type step func(w http.ResponseWriter, r *http.Request)
+
+func answer(status int, body string, header ...string) step {
+	return func(w http.ResponseWriter, r *http.Request) {
+		for i := 0; i+1 < len(header); i += 2 {
+			w.Header().Set(header[i], header[i+1])
+		}
+		w.WriteHeader(status)
+		io.WriteString(w, body)
+	}
+}
+
+// hang answers nothing until the caller gives up.
+func hang(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
+
+func times(n int, s step) []step {
+	out := make([]step, n)
+	for i := range out {
+		out[i] = s
+	}
+	return out
+}
+
+// upstream is a fake provider that plays steps in order and records calls.
+type upstream struct {
+	*httptest.Server
+	mu    sync.Mutex
+	steps []step
+	seen  []request
+}
+
+func newUpstream(t *testing.T, steps ...step) *upstream {
+	t.Helper()
+	u := &upstream{steps: steps}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		u.mu.Lock()
+		u.seen = append(u.seen, request{Path: r.URL.Path, Header: r.Header.Clone(), Body: string(body)})
+		n := len(u.seen)
+		u.mu.Unlock()
+		if n > len(u.steps) {
+			t.Errorf("upstream called %d times, only %d answers scripted", n, len(u.steps))
+			w.WriteHeader(http.StatusTeapot)
+			return
+		}
+		u.steps[n-1](w, r)
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+func (u *upstream) requests() []request {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]request(nil), u.seen...)
+}
+
+// testModels is a models file whose upstreams all live at baseURL.
+func testModels(t *testing.T, baseURL string) *config.Models {
+	t.Helper()
+	ms, err := config.ParseModels([]byte(strings.ReplaceAll(`
+models:
+  - name: chat
+    provider: openai
+    base_url: BASE/v1
+    api_key_env: OPENAI_KEY
+    upstream_model: chat-upstream
+    fallback: chat-backup
+  - name: chat-backup
+    provider: openai
+    base_url: BASE/v1
+    api_key_env: OPENAI_KEY
+    upstream_model: backup-upstream
+  - name: solo
+    provider: openai
+    base_url: BASE/v1
+    api_key_env: OPENAI_KEY
+  - name: slow
+    provider: openai
+    base_url: BASE/v1
+    timeout: 50ms
+  - name: claude
+    provider: anthropic
+    base_url: BASE/v1
+    api_key_env: ANTHROPIC_KEY
+    upstream_model: claude-upstream
+`, "BASE", baseURL)))
+	if err != nil {
+		t.Fatalf("parse test models: %v", err)
+	}
+	return ms
+}
+
+// mapKeys is a KeySource over a map.
+type mapKeys map[string]string
+
+func (m mapKeys) Key(_ context.Context, name string) (string, error) { return m[name], nil }
+
+// sleeps records the delays a Client asked for instead of waiting them.
+type sleeps struct {
+	mu sync.Mutex
+	d  []time.Duration
+	// then runs after recording, e.g. to cancel the row mid-backoff.
+	then func()
+}
+
+func (s *sleeps) Sleep(ctx context.Context, d time.Duration) error {
+	s.mu.Lock()
+	s.d = append(s.d, d)
+	s.mu.Unlock()
+	if s.then != nil {
+		s.then()
+	}
+	return ctx.Err()
+}
+
+func (s *sleeps) all() []time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]time.Duration(nil), s.d...)
+}
+
+func newClient(t *testing.T, baseURL string, s *sleeps) *Client {
+	t.Helper()
+	return &Client{
+		HTTP:   NewHTTPClient(),
+		Models: testModels(t, baseURL),
+		Keys:   mapKeys{"OPENAI_KEY": "sk-test", "ANTHROPIC_KEY": "ant-test"},
+		Policy: Policy{Sleep: s.Sleep},
+	}
+}
+
+func upstreamModel(t *testing.T, r request) string {
+	t.Helper()
+	var b struct{ Model string }
+	if err := json.Unmarshal([]byte(r.Body), &b); err != nil {
+		t.Fatalf("upstream body %q: %v", r.Body, err)
+	}
+	return b.Model
+}
+
+const (
+	chatOK    = `{"id":"chatcmpl-1","model":"chat-upstream","usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}`
+	rateLimit = `{"error":{"message":"rate limited","type":"rate_limit_error"}}`
+	serverErr = `{"error":{"message":"boom"}}`
+)
+
+func TestDo(t *testing.T) {
+	t.Parallel()
+	retryAt := time.Now().Add(60 * time.Second).UTC().Format(http.TimeFormat)
+	tests := []struct {
+		name     string
+		endpoint string
+		body     string
+		fallback string
+		steps    []step
+		want     Result // compared on StatusCode, ErrCode, Model, Fallback, Attempts
+		// upstream lists body.model of each upstream call, in order.
+		upstream []string
+		check    func(t *testing.T, got Result, seen []request, slept []time.Duration)
+	}{
+		{
+			name:     "success",
+			endpoint: "/v1/chat/completions",
+			body:     `{"model":"chat","messages":[{"role":"user","content":"hi"}]}`,
+			steps:    []step{answer(200, chatOK, "x-request-id", "req_upstream")},
+			want:     Result{StatusCode: 200, Model: "chat", Attempts: 1},
+			upstream: []string{"chat-upstream"},
+			check: func(t *testing.T, got Result, seen []request, _ []time.Duration) {
+				if got.RequestID != "req_upstream" {
+					t.Errorf("RequestID = %q, want req_upstream", got.RequestID)
+				}
+				if want := (Usage{7, 3, 10}); got.Usage != want {
+					t.Errorf("Usage = %+v, want %+v", got.Usage, want)
+				}
+				if string(got.Body) != chatOK {
+					t.Errorf("Body = %s, want %s", got.Body, chatOK)
+				}
+				if p := seen[0].Path; p != "/v1/chat/completions" {
+					t.Errorf("path = %s, want /v1/chat/completions", p)
+				}
+				h := seen[0].Header
+				if a := h.Get("Authorization"); a != "Bearer sk-test" {
+					t.Errorf("Authorization = %q, want Bearer sk-test", a)
+				}
+				if ct := h.Get("Content-Type"); ct != "application/json" {
+					t.Errorf("Content-Type = %q, want application/json", ct)
+				}
+			},
+		},
+		{
+			name:     "upstream_model rename keeps the other fields byte for byte",
+			endpoint: "/v1/chat/completions",
+			body:     `{"temperature": 1.0, "model":"solo" ,"messages":[{"content":"\u00e9"}],"n":1}`,
+			steps:    []step{answer(200, chatOK)},
+			want:     Result{StatusCode: 200, Model: "solo", Attempts: 1},
+			upstream: []string{"solo"},
+			check: func(t *testing.T, got Result, seen []request, _ []time.Duration) {
+				// solo has no rename; the same body must arrive untouched.
+				if want := `{"temperature": 1.0, "model":"solo" ,"messages":[{"content":"\u00e9"}],"n":1}`; seen[0].Body != want {
+					t.Errorf("upstream body = %s, want %s", seen[0].Body, want)
+				}
+				if !strings.HasPrefix(got.RequestID, "req_") || len(got.RequestID) < 10 {
+					t.Errorf("RequestID = %q, want a generated req_…", got.RequestID)
+				}
+			},
+		},
+		{
+			name:     "upstream_model rename",
+			endpoint: "/v1/chat/completions",
+			body:     `{"temperature": 1.0, "model":"chat" ,"n":1}`,
+			steps:    []step{answer(200, chatOK)},
+			want:     Result{StatusCode: 200, Model: "chat", Attempts: 1},
+			check: func(t *testing.T, _ Result, seen []request, _ []time.Duration) {
+				if want := `{"temperature": 1.0, "model":"chat-upstream" ,"n":1}`; seen[0].Body != want {
+					t.Errorf("upstream body = %s, want %s", seen[0].Body, want)
+				}
+			},
+		},
+		{
+			name:     "anthropic headers",
+			endpoint: "/v1/messages",
+			body:     `{"model":"claude","max_tokens":10,"messages":[]}`,
+			steps: []step{answer(200, `{"id":"msg_1","usage":{"input_tokens":5,"output_tokens":2}}`,
+				"request-id", "req_ant")},
+			want:     Result{StatusCode: 200, Model: "claude", Attempts: 1},
+			upstream: []string{"claude-upstream"},
+			check: func(t *testing.T, got Result, seen []request, _ []time.Duration) {
+				h := seen[0].Header
+				for k, want := range map[string]string{
+					"x-api-key":         "ant-test",
+					"anthropic-version": "2023-06-01",
+					"Content-Type":      "application/json",
+					"Authorization":     "",
+				} {
+					if v := h.Get(k); v != want {
+						t.Errorf("header %s = %q, want %q", k, v, want)
+					}
+				}
+				if p := seen[0].Path; p != "/v1/messages" {
+					t.Errorf("path = %s, want /v1/messages", p)
+				}
+				if got.RequestID != "req_ant" {
+					t.Errorf("RequestID = %q, want req_ant", got.RequestID)
+				}
+				if want := (Usage{5, 2, 7}); got.Usage != want {
+					t.Errorf("Usage = %+v, want %+v", got.Usage, want)
+				}
+			},
+		},
+		{
+			name:     "429 with Retry-After, then success",
+			endpoint: "/v1/chat/completions",
+			body:     `{"model":"solo"}`,
+			steps:    []step{answer(429, rateLimit, "Retry-After", "7"), answer(200, chatOK)},
+			want:     Result{StatusCode: 200, Model: "solo", Attempts: 2},
+			check: func(t *testing.T, _ Result, _ []request, slept []time.Duration) {
+				if len(slept) != 1 || slept[0] < 7*time.Second {
+					t.Errorf("slept %v, want one sleep ≥ 7s", slept)
+				}
+			},
+		},
+		{
+			name:     "429 with retry-after-ms",
+			endpoint: "/v1/chat/completions",
+			body:     `{"model":"solo"}`,
+			steps:    []step{answer(429, rateLimit, "retry-after-ms", "40000"), answer(200, chatOK)},
+			want:     Result{StatusCode: 200, Model: "solo", Attempts: 2},
+			check: func(t *testing.T, _ Result, _ []request, slept []time.Duration) {
+				// Larger than MaxDelay: the upstream's wait beats the backoff cap.
+				if len(slept) != 1 || slept[0] < 40*time.Second {
+					t.Errorf("slept %v, want one sleep ≥ 40s", slept)
+				}
+			},
+		},
+		{
+			name:     "503 with Retry-After as an HTTP date",
+			endpoint: "/v1/chat/completions",
+			body:     `{"model":"solo"}`,
+			steps:    []step{answer(503, serverErr, "Retry-After", retryAt), answer(200, chatOK)},
+			want:     Result{StatusCode: 200, Model: "solo", Attempts: 2},
+			check: func(t *testing.T, _ Result, _ []request, slept []time.Duration) {
+				// The date has second precision and time passes while the test
+				// runs, so only a loose lower bound is meaningful.
+				if len(slept) != 1 || slept[0] < 50*time.Second || slept[0] > 60*time.Second {
+					t.Errorf("slept %v, want one sleep of about 60s", slept)
+				}
+			},
+		},
+		{
+			name:     "500 on every attempt, then the model's fallback",
+			endpoint: "/v1/chat/completions",
+			body:     `{"model":"chat"}`,
+			steps:    append(times(4, answer(500, serverErr)), answer(200, chatOK)),
+			want:     Result{StatusCode: 200, Model: "chat-backup", Fallback: true, Attempts: 5},
+			upstream: []string{"chat-upstream", "chat-upstream", "chat-upstream", "chat-upstream", "backup-upstream"},
+			check: func(t *testing.T, _ Result, _ []request, slept []time.Duration) {
+				// Three backoffs on the model; none between models.
+				if len(slept) != 3 {
+					t.Fatalf("slept %v, want 3 sleeps", slept)
+				}
+				for i, d := range slept {
+					if limit := 500 * time.Millisecond << i; d < 0 || d > limit {
+						t.Errorf("sleep %d = %v, want within [0, %v]", i, d, limit)
+					}
+				}
+			},
+		},
+		{
+			name:     "the batch fallback when the model has none",
+			endpoint: "/v1/chat/completions",
+			body:     `{"model":"solo"}`,
+			fallback: "chat-backup",
+			steps:    append(times(4, answer(502, "<html>bad gateway</html>")), answer(200, chatOK)),
+			want:     Result{StatusCode: 200, Model: "chat-backup", Fallback: true, Attempts: 5},
+			upstream: []string{"solo", "solo", "solo", "solo", "backup-upstream"},
+		},
+		{
+			name:     "fallback of another shape is skipped",
+			endpoint: "/v1/chat/completions",
+			body:     `{"model":"solo"}`,
+			fallback: "claude",
+			steps:    times(4, answer(502, "<html>bad gateway</html>")),
+			want:     Result{StatusCode: 502, Model: "solo", Attempts: 4},
+			check: func(t *testing.T, got Result, _ []request, _ []time.Duration) {
+				// A non-JSON body is wrapped so the output line stays JSON.
+				if want := `{"error":{"message":"<html>bad gateway</html>"}}`; string(got.Body) != want {
+					t.Errorf("Body = %s, want %s", got.Body, want)
+				}
+			},
+		},
+		{
+			name:     "fallback to the model itself is skipped",
+			endpoint: "/v1/chat/completions",
+			body:     `{"model":"solo"}`,
+			fallback: "solo",
+			steps:    times(4, answer(500, serverErr)),
+			want:     Result{StatusCode: 500, Model: "solo", Attempts: 4},
+		},
+		{
+			name:     "permanent 400 is not retried and does not fall back",
+			endpoint: "/v1/chat/completions",
+			body:     `{"model":"chat"}`,
+			steps:    []step{answer(400, `{"error":{"message":"bad field","type":"invalid_request_error"}}`)},
+			want:     Result{StatusCode: 400, Model: "chat", Attempts: 1},
+			check: func(t *testing.T, got Result, _ []request, slept []time.Duration) {
+				if len(slept) != 0 {
+					t.Errorf("slept %v, want no sleep", slept)
+				}
+				if want := `{"error":{"message":"bad field","type":"invalid_request_error"}}`; string(got.Body) != want {
+					t.Errorf("Body = %s, want %s", got.Body, want)
+				}
+			},
+		},
+		{
+			name:     "pretty upstream JSON is compacted for the JSONL line",
+			endpoint: "/v1/embeddings",
+			body:     `{"model":"solo","input":"x"}`,
+			steps:    []step{answer(200, "{\n  \"object\": \"list\",\n  \"usage\": {\"prompt_tokens\": 4, \"total_tokens\": 4}\n}\n")},
+			want:     Result{StatusCode: 200, Model: "solo", Attempts: 1},
+			check: func(t *testing.T, got Result, seen []request, _ []time.Duration) {
+				if want := `{"object":"list","usage":{"prompt_tokens":4,"total_tokens":4}}`; string(got.Body) != want {
+					t.Errorf("Body = %s, want %s", got.Body, want)
+				}
+				if want := (Usage{InputTokens: 4, TotalTokens: 4}); got.Usage != want {
+					t.Errorf("Usage = %+v, want %+v", got.Usage, want)
+				}
+				if p := seen[0].Path; p != "/v1/embeddings" {
+					t.Errorf("path = %s, want /v1/embeddings", p)
+				}
+			},
+		},
+		{
+			name:     "model_not_found makes no call",
+			endpoint: "/v1/chat/completions",
+			body:     `{"model":"nope"}`,
+			want:     Result{ErrCode: CodeModelNotFound},
+		},
+		{
+			name:     "cross_shape_dispatch makes no call",
+			endpoint: "/v1/chat/completions",
+			body:     `{"model":"claude"}`,
+			want:     Result{ErrCode: CodeCrossShapeDispatch, Model: "claude"},
+			check: func(t *testing.T, got Result, _ []request, _ []time.Duration) {
+				for _, s := range []string{"/v1/chat/completions", "anthropic"} {
+					if !strings.Contains(got.ErrMessage, s) {
+						t.Errorf("ErrMessage = %q, want it to name %q", got.ErrMessage, s)
+					}
+				}
+			},
+		},
+		{
+			name:     "cross_shape_dispatch the other way",
+			endpoint: "/v1/messages",
+			body:     `{"model":"chat"}`,
+			want:     Result{ErrCode: CodeCrossShapeDispatch, Model: "chat"},
+		},
+		{
+			name:     "body not an object",
+			endpoint: "/v1/chat/completions",
+			body:     `["model","chat"]`,
+			want:     Result{ErrCode: CodeInvalidRequest},
+		},
+		{
+			name:     "model not a string",
+			endpoint: "/v1/chat/completions",
+			body:     `{"model":3}`,
+			want:     Result{ErrCode: CodeInvalidRequest},
+		},
+		{
+			name:     "unsupported endpoint",
+			endpoint: "/v1/images/generations",
+			body:     `{"model":"chat"}`,
+			want:     Result{ErrCode: CodeInvalidRequest},
+		},
+		{
+			name:     "per-call timeout on every attempt",
+			endpoint: "/v1/chat/completions",
+			body:     `{"model":"slow"}`,
+			steps:    times(4, hang),
+			want:     Result{ErrCode: CodeRequestTimeout, Model: "slow", Attempts: 4},
+		},
+		{
+			name:     "a timeout then an answer",
+			endpoint: "/v1/chat/completions",
+			body:     `{"model":"slow"}`,
+			steps:    []step{hang, answer(200, chatOK)},
+			want:     Result{StatusCode: 200, Model: "slow", Attempts: 2},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			up := newUpstream(t, tt.steps...)
+			var s sleeps
+			c := newClient(t, up.URL, &s)
+
+			got := c.Do(context.Background(), tt.endpoint, json.RawMessage(tt.body), tt.fallback)
+
+			checkResult(t, got, tt.want)
+			seen := up.requests()
+			if len(seen) != len(tt.steps) {
+				t.Errorf("upstream saw %d calls, want %d", len(seen), len(tt.steps))
+			}
+			if tt.upstream != nil {
+				var models []string
+				for _, r := range seen {
+					models = append(models, upstreamModel(t, r))
+				}
+				if fmt.Sprint(models) != fmt.Sprint(tt.upstream) {
+					t.Errorf("upstream body.model = %v, want %v", models, tt.upstream)
+				}
+			}
+			if tt.check != nil {
+				tt.check(t, got, seen, s.all())
+			}
+		})
+	}
+}
+
+// checkResult compares what identifies an outcome and the invariant that a
+// Result is either an answer or an error code.
+func checkResult(t *testing.T, got, want Result) {
+	t.Helper()
+	if got.StatusCode != want.StatusCode || got.ErrCode != want.ErrCode || got.Model != want.Model ||
+		got.Fallback != want.Fallback || got.Attempts != want.Attempts {
+		t.Errorf("Do = {status %d, code %q, model %q, fallback %v, attempts %d} (%s), want {status %d, code %q, model %q, fallback %v, attempts %d}",
+			got.StatusCode, got.ErrCode, got.Model, got.Fallback, got.Attempts, got.ErrMessage,
+			want.StatusCode, want.ErrCode, want.Model, want.Fallback, want.Attempts)
+	}
+	if (got.StatusCode != 0) == (got.ErrCode != "") {
+		t.Errorf("Result has status %d and code %q, want exactly one", got.StatusCode, got.ErrCode)
+	}
+	if got.ErrCode != "" && got.ErrMessage == "" {
+		t.Errorf("code %q without a message", got.ErrCode)
+	}
+	if got.StatusCode != 0 && !json.Valid(got.Body) {
+		t.Errorf("Body %q is not JSON", got.Body)
+	}
+	if got.RequestID == "" {
+		t.Error("RequestID is empty")
+	}
+}
+
+func TestDoConnectionError(t *testing.T) {
+	t.Parallel()
+	// A port that was listening and no longer is refuses connections.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	var s sleeps
+	c := newClient(t, "http://"+addr, &s)
+
+	got := c.Do(context.Background(), "/v1/chat/completions", json.RawMessage(`{"model":"solo"}`), "")
+
+	checkResult(t, got, Result{ErrCode: CodeConnectionError, Model: "solo", Attempts: 4})
+	if n := len(s.all()); n != 3 {
+		t.Errorf("slept %d times, want 3", n)
+	}
+}
+
+func TestDoStops(t *testing.T) {
+	t.Parallel()
+	t.Run("cancel during backoff keeps the last answer", func(t *testing.T) {
+		t.Parallel()
+		up := newUpstream(t, answer(500, serverErr))
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		s := sleeps{then: cancel}
+		c := newClient(t, up.URL, &s)
+
+		got := c.Do(ctx, "/v1/chat/completions", json.RawMessage(`{"model":"chat"}`), "")
+
+		checkResult(t, got, Result{StatusCode: 500, Model: "chat", Attempts: 1})
+	})
+	t.Run("cancel during a call", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+			cancel()
+			<-r.Context().Done()
+		})
+		var s sleeps
+		c := newClient(t, up.URL, &s)
+
+		got := c.Do(ctx, "/v1/chat/completions", json.RawMessage(`{"model":"chat"}`), "")
+
+		checkResult(t, got, Result{ErrCode: CodeRequestCancelled, Model: "chat", Attempts: 1})
+		if n := len(s.all()); n != 0 {
+			t.Errorf("slept %d times, want 0", n)
+		}
+	})
+	t.Run("already cancelled makes no call", func(t *testing.T) {
+		t.Parallel()
+		up := newUpstream(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		var s sleeps
+		c := newClient(t, up.URL, &s)
+
+		got := c.Do(ctx, "/v1/chat/completions", json.RawMessage(`{"model":"chat"}`), "")
+
+		checkResult(t, got, Result{ErrCode: CodeRequestCancelled, Model: "chat"})
+	})
+	t.Run("Retry-After past the deadline returns the answer at once", func(t *testing.T) {
+		t.Parallel()
+		up := newUpstream(t, answer(429, rateLimit, "Retry-After", "120"))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var s sleeps
+		c := newClient(t, up.URL, &s)
+
+		got := c.Do(ctx, "/v1/chat/completions", json.RawMessage(`{"model":"chat"}`), "")
+
+		// No fallback either: the deadline, not the model, ran out.
+		checkResult(t, got, Result{StatusCode: 429, Model: "chat", Attempts: 1})
+		if n := len(s.all()); n != 0 {
+			t.Errorf("slept %d times, want 0", n)
+		}
+	})
+}
+
+// TestDoConcurrent runs many rows through one Client at once; with -race it
+// checks that nothing is shared unsafely and that rows do not affect each other.
+func TestDoConcurrent(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	calls := map[string]int{} // per row
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var b struct{ Row string }
+		json.NewDecoder(r.Body).Decode(&b)
+		mu.Lock()
+		calls[b.Row]++
+		n := calls[b.Row]
+		mu.Unlock()
+		if n == 1 { // every row is rate limited once
+			answer(429, rateLimit, "Retry-After", "1")(w, r)
+			return
+		}
+		answer(200, chatOK)(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	var s sleeps
+	c := newClient(t, srv.URL, &s)
+
+	const rows = 64
+	results := make([]Result, rows)
+	var wg sync.WaitGroup
+	for i := range rows {
+		wg.Go(func() {
+			body := fmt.Sprintf(`{"model":"chat","row":"r%d"}`, i)
+			results[i] = c.Do(context.Background(), "/v1/chat/completions", json.RawMessage(body), "")
+		})
+	}
+	wg.Wait()
+	for i, got := range results {
+		if got.StatusCode != 200 || got.Attempts != 2 || got.Fallback {
+			t.Errorf("row %d: status %d, attempts %d, fallback %v; want 200, 2, false", i, got.StatusCode, got.Attempts, got.Fallback)
+		}
+	}
+}
+
+func TestShapeOf(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		endpoint string
+		want     config.Provider
+		ok       bool
+	}{
+		{"/v1/chat/completions", config.OpenAI, true},
+		{"/v1/embeddings", config.OpenAI, true},
+		{"/v1/responses", config.OpenAI, true},
+		{"/v1/completions", config.OpenAI, true},
+		{"/v1/messages", config.Anthropic, true},
+		{"/v1/images/generations", "", false},
+		{"/chat/completions", "", false},
+		{"", "", false},
+	}
+	for _, tt := range tests {
+		got, ok := ShapeOf(tt.endpoint)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("ShapeOf(%q) = %q, %v; want %q, %v", tt.endpoint, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+func TestUsageOf(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		endpoint string
+		body     string
+		want     Usage
+	}{
+		{"chat", "/v1/chat/completions",
+			`{"usage":{"prompt_tokens":11,"completion_tokens":5,"total_tokens":16}}`, Usage{11, 5, 16}},
+		{"completions without total", "/v1/completions",
+			`{"usage":{"prompt_tokens":3,"completion_tokens":4}}`, Usage{3, 4, 7}},
+		{"embeddings", "/v1/embeddings",
+			`{"usage":{"prompt_tokens":8,"total_tokens":8}}`, Usage{8, 0, 8}},
+		{"responses", "/v1/responses",
+			`{"usage":{"input_tokens":20,"output_tokens":9,"total_tokens":29,"input_tokens_details":{"cached_tokens":4}}}`, Usage{20, 9, 29}},
+		{"anthropic", "/v1/messages",
+			`{"usage":{"input_tokens":12,"output_tokens":6}}`, Usage{12, 6, 18}},
+		{"anthropic with cache", "/v1/messages",
+			`{"usage":{"input_tokens":2,"cache_creation_input_tokens":10,"cache_read_input_tokens":30,"output_tokens":6}}`, Usage{42, 6, 48}},
+		{"error body", "/v1/chat/completions", `{"error":{"message":"x"}}`, Usage{}},
+		{"not JSON", "/v1/messages", `oops`, Usage{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := UsageOf(tt.endpoint, []byte(tt.body)); got != tt.want {
+				t.Errorf("UsageOf = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}

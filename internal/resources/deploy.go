@@ -1,0 +1,75 @@
+package resources
+
+import (
+	"fmt"
+	"time"
+)
+
+// Settings the Set's fields leave implicit, shared by the CDK app and the
+// local runtime like the rest of this package.
+
+const (
+	// DLQVisibilityTimeout is every dead-letter queue's visibility timeout:
+	// larger than the timeout of the function draining one (deadletter).
+	DLQVisibilityTimeout = 2 * time.Minute
+	// DLQRetention is SQS's maximum. A standard queue's message keeps its
+	// first enqueue time when redriven, so a DLQ must outlive its source.
+	DLQRetention = 14 * 24 * time.Hour
+)
+
+// DLQ is q's dead-letter queue as a queue of its own (no redrive).
+func (q Queue) DLQ() Queue {
+	return Queue{Name: q.DLQName, VisibilityTimeout: DLQVisibilityTimeout, Retention: DLQRetention}
+}
+
+// ExpiryTag is the S3 object tag that puts an object under one of the
+// bucket's output-expiry lifecycle rules: per-batch output expiry
+// (OpenAI's output_expires_after). Its values come from OutputExpiryTag.
+const ExpiryTag = "relay-expiry"
+
+// ExpiryRule is one S3 lifecycle rule: objects under Prefix, and carrying
+// ExpiryTag=TagValue when TagValue is set, expire After their creation.
+type ExpiryRule struct {
+	ID       string
+	Prefix   string
+	TagValue string
+	After    time.Duration
+}
+
+// outputExpiryDays are the classes an output's requested lifetime is rounded
+// up to: S3 lifecycle counts whole days, and one rule serves each class.
+var outputExpiryDays = []int{1, 3, 7, 14, 30}
+
+// BucketExpiry is the bucket's lifecycle: chunk parts that no record points
+// to, and outputs tagged with an expiry class.
+func (s Set) BucketExpiry() []ExpiryRule {
+	rules := []ExpiryRule{{ID: "parts", Prefix: "parts/", After: s.PartsExpiry}}
+	for _, d := range outputExpiryDays {
+		tag := fmt.Sprintf("%dd", d)
+		rules = append(rules, ExpiryRule{ID: "output-" + tag, TagValue: tag, After: time.Duration(d) * 24 * time.Hour})
+	}
+	return rules
+}
+
+// OutputExpiryTag is the ExpiryTag value for an object that must live at
+// least d: the shortest class that is long enough. ok is false when d is
+// longer than every class (the object then has no lifecycle expiry).
+func OutputExpiryTag(d time.Duration) (tag string, ok bool) {
+	for _, days := range outputExpiryDays {
+		if time.Duration(days)*24*time.Hour >= d {
+			return fmt.Sprintf("%dd", days), true
+		}
+	}
+	return "", false
+}
+
+// Metrics the functions publish (CloudWatch embedded metric format in their
+// JSON logs, so no IAM permission is needed) and the stack alarms on. Each
+// carries the dimension MetricDimension with the Set's Prefix as value.
+const (
+	MetricNamespace = "Relay"
+	MetricDimension = "Prefix"
+	// MetricOldestBatchAge is the age in seconds of the oldest batch not yet
+	// in a terminal state, published by the dispatcher on every tick.
+	MetricOldestBatchAge = "OldestBatchAgeSeconds"
+)

@@ -1,0 +1,82 @@
+package store
+
+import (
+	"context"
+	"errors"
+
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/relaybatch/relay/internal/files"
+)
+
+var _ files.Store = (*Store)(nil)
+
+func notFound(err error, nf error) error {
+	if errors.Is(err, errMissing) {
+		return nf
+	}
+	return err
+}
+
+// PutFile implements files.Store.
+func (s *Store) PutFile(ctx context.Context, f files.File) error {
+	return s.put(ctx, tenantPK(f.Tenant), "FILE#"+f.ID, f, nil, true)
+}
+
+// GetFile implements files.Store.
+func (s *Store) GetFile(ctx context.Context, tenant, id string) (files.File, error) {
+	var f files.File
+	_, err := s.get(ctx, tenantPK(tenant), "FILE#"+id, &f)
+	return f, notFound(err, files.ErrNotFound)
+}
+
+// ListFiles implements files.Store.
+func (s *Store) ListFiles(ctx context.Context, tenant string, p files.Page) ([]files.File, bool, error) {
+	var filter *queryFilter
+	if p.Filter != "" {
+		filter = &queryFilter{expr: "purpose = :purpose", values: item{":purpose": &types.AttributeValueMemberS{Value: p.Filter}}}
+	}
+	after := ""
+	if p.After != "" {
+		after = "FILE#" + p.After
+	}
+	var fs []files.File
+	more, err := s.page(ctx, tenantPK(tenant), "FILE#", after, p.Order == "asc", p.Limit, filter, func(it item) error {
+		var f files.File
+		if err := attributevalue.UnmarshalMap(it, &f); err != nil {
+			return err
+		}
+		fs = append(fs, f)
+		return nil
+	})
+	return fs, more, err
+}
+
+// UpdateFile implements files.Store.
+func (s *Store) UpdateFile(ctx context.Context, tenant, id string, fn func(*files.File) error) (files.File, error) {
+	f, err := update(ctx, s, tenantPK(tenant), "FILE#"+id, nil, fn)
+	return f, notFound(err, files.ErrNotFound)
+}
+
+// DeleteFile implements files.Store.
+func (s *Store) DeleteFile(ctx context.Context, tenant, id string) error {
+	return s.delete(ctx, tenantPK(tenant), "FILE#"+id)
+}
+
+// PutUpload implements files.Store.
+func (s *Store) PutUpload(ctx context.Context, u files.Upload) error {
+	return s.put(ctx, tenantPK(u.Tenant), "UPLOAD#"+u.ID, u, nil, true)
+}
+
+// GetUpload implements files.Store.
+func (s *Store) GetUpload(ctx context.Context, tenant, id string) (files.Upload, error) {
+	var u files.Upload
+	_, err := s.get(ctx, tenantPK(tenant), "UPLOAD#"+id, &u)
+	return u, notFound(err, files.ErrNotFound)
+}
+
+// UpdateUpload implements files.Store.
+func (s *Store) UpdateUpload(ctx context.Context, tenant, id string, fn func(*files.Upload) error) (files.Upload, error) {
+	u, err := update(ctx, s, tenantPK(tenant), "UPLOAD#"+id, nil, fn)
+	return u, notFound(err, files.ErrNotFound)
+}

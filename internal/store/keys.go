@@ -1,0 +1,108 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/relaybatch/relay/internal/auth"
+)
+
+var _ auth.Store = (*Store)(nil)
+
+// Keys live at KEY#<sha256>/KEY for lookup, with an index entry under the
+// KEYS partition (sk = key id) so they can be listed without a scan.
+const keysPK = "KEYS"
+
+// GetKey implements auth.Store.
+func (s *Store) GetKey(ctx context.Context, hash string) (auth.Key, error) {
+	var k auth.Key
+	_, err := s.get(ctx, "KEY#"+hash, "KEY", &k)
+	if errors.Is(err, errMissing) {
+		return k, auth.ErrNoKey
+	}
+	return k, err
+}
+
+// PutKey implements auth.Store.
+func (s *Store) PutKey(ctx context.Context, k auth.Key) error {
+	it, err := attributevalue.MarshalMap(k)
+	if err != nil {
+		return fmt.Errorf("marshal key: %w", err)
+	}
+	main, idx := item{}, item{}
+	for n, v := range it {
+		main[n], idx[n] = v, v
+	}
+	for n, v := range key("KEY#"+k.Hash, "KEY") {
+		main[n] = v
+	}
+	for n, v := range key(keysPK, k.ID) {
+		idx[n] = v
+	}
+	_, err = s.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Put: &types.Put{TableName: &s.Table, Item: main}},
+		{Put: &types.Put{TableName: &s.Table, Item: idx}},
+	}})
+	if err != nil {
+		return fmt.Errorf("put key %s: %w", k.ID, err)
+	}
+	return nil
+}
+
+// ListKeys implements auth.Store.
+func (s *Store) ListKeys(ctx context.Context) ([]auth.Key, error) {
+	var ks []auth.Key
+	_, err := s.page(ctx, keysPK, "", "", true, 1<<30, nil, func(it item) error {
+		var k auth.Key
+		if err := attributevalue.UnmarshalMap(it, &k); err != nil {
+			return err
+		}
+		ks = append(ks, k)
+		return nil
+	})
+	return ks, err
+}
+
+// DisableKey implements auth.Store; id is the key id or the key itself.
+func (s *Store) DisableKey(ctx context.Context, id string) error {
+	if len(id) > 12 {
+		id = auth.Hash(id)[:12]
+	}
+	var k auth.Key
+	if _, err := s.get(ctx, keysPK, id, &k); err != nil {
+		if errors.Is(err, errMissing) {
+			return auth.ErrNoKey
+		}
+		return err
+	}
+	k.Disabled = true
+	return s.PutKey(ctx, k)
+}
+
+type tenantRecord struct {
+	WebhookSecret string `dynamodbav:"webhook_secret"`
+}
+
+// WebhookSecret implements auth.Store.
+func (s *Store) WebhookSecret(ctx context.Context, tenant string, fresh func() string) (string, error) {
+	var t tenantRecord
+	_, err := s.get(ctx, tenantPK(tenant), "TENANT", &t)
+	if err == nil && t.WebhookSecret != "" {
+		return t.WebhookSecret, nil
+	}
+	if err != nil && !errors.Is(err, errMissing) {
+		return "", err
+	}
+	t.WebhookSecret = fresh()
+	if err := s.put(ctx, tenantPK(tenant), "TENANT", t, nil, true); errors.Is(err, errConflict) {
+		// Someone created it first: theirs wins.
+		return s.WebhookSecret(ctx, tenant, fresh)
+	} else if err != nil {
+		return "", err
+	}
+	return t.WebhookSecret, nil
+}

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Start or stop the AWS emulator the tests and `make dev` talk to.
+#   localstack/emulator.sh start   # moto_server on 127.0.0.1:${EMULATOR_PORT:-4566} unless one answers
+#   localstack/emulator.sh stop
+# With Docker, `docker compose -f localstack/docker-compose.yml up` runs LocalStack instead;
+# then export AWS_ENDPOINT_URL=http://127.0.0.1:4566 and nothing here is needed.
+set -euo pipefail
+port=${EMULATOR_PORT:-4566}
+pidfile=${TMPDIR:-/tmp}/relay-emulator-$port.pid
+url=http://127.0.0.1:$port
+
+up() { curl -fsS -o /dev/null "$url/moto-api/" 2>/dev/null || curl -fsS -o /dev/null "$url/_localstack/health" 2>/dev/null; }
+
+case "${1:-}" in
+start)
+  if up; then echo "emulator already answering on $url"; exit 0; fi
+  if command -v moto_server >/dev/null 2>&1; then cmd=(moto_server); else cmd=(python3 -m moto.server); fi
+  MOTO_ACCOUNT_ID=000000000000 nohup "${cmd[@]}" -H 127.0.0.1 -p "$port" >"${TMPDIR:-/tmp}/relay-emulator-$port.log" 2>&1 &
+  echo $! >"$pidfile"
+  for _ in $(seq 1 100); do up && { echo "emulator on $url"; exit 0; }; sleep 0.2; done
+  echo "emulator did not start; see ${TMPDIR:-/tmp}/relay-emulator-$port.log" >&2; exit 1
+  ;;
+stop)
+  if [ -f "$pidfile" ]; then kill "$(cat "$pidfile")" 2>/dev/null || true; rm -f "$pidfile"; fi
+  ;;
+*) echo "usage: $0 start|stop" >&2; exit 2 ;;
+esac

@@ -1,0 +1,302 @@
+package localstack
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/relaybatch/relay/internal/auth"
+)
+
+func chatLines(n int) []byte {
+	var b bytes.Buffer
+	for i := range n {
+		fmt.Fprintf(&b, `{"custom_id":"r%d","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello %d"}]}}`+"\n", i, i)
+	}
+	return b.Bytes()
+}
+
+func upload(t *testing.T, c openai.Client, name string, data []byte) *openai.FileObject {
+	t.Helper()
+	f, err := c.Files.New(context.Background(), openai.FileNewParams{
+		File: openai.File(bytes.NewReader(data), name, "application/jsonl"), Purpose: openai.FilePurposeBatch,
+	})
+	if err != nil {
+		t.Fatalf("upload %s: %v", name, err)
+	}
+	return f
+}
+
+func content(t *testing.T, c openai.Client, id string) []byte {
+	t.Helper()
+	resp, err := c.Files.Content(context.Background(), id)
+	if err != nil {
+		t.Fatalf("content %s: %v", id, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func apiStatus(t *testing.T, err error) int {
+	t.Helper()
+	status, _ := apiErr(t, err)
+	return status
+}
+
+// apiErr returns an API error's status and its raw body.
+func apiErr(t *testing.T, err error) (int, string) {
+	t.Helper()
+	var e *openai.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("got error %v, want an API error", err)
+	}
+	return e.StatusCode, e.RawJSON()
+}
+
+func TestFilesLifecycle(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	c, _ := client(t, rt, "acme")
+	ctx := context.Background()
+
+	data := chatLines(50)
+	f := upload(t, c, "input.jsonl", data)
+	if f.Bytes != int64(len(data)) || f.Filename != "input.jsonl" || f.Purpose != "batch" || f.Status != "processed" || !strings.HasPrefix(f.ID, "file-") {
+		t.Fatalf("uploaded file: got %+v", f)
+	}
+	got, err := c.Files.Get(ctx, f.ID)
+	if err != nil || got.ID != f.ID || got.Bytes != f.Bytes {
+		t.Fatalf("get: got %+v, %v", got, err)
+	}
+	if b := content(t, c, f.ID); !bytes.Equal(b, data) {
+		t.Fatalf("content: got %d bytes, want the %d uploaded", len(b), len(data))
+	}
+
+	// Pagination, newest first.
+	var ids []string
+	for range 3 {
+		ids = append(ids, upload(t, c, "more.csv", []byte("prompt\nhi\n")).ID)
+	}
+	page, err := c.Files.List(ctx, openai.FileListParams{Limit: openai.Int(2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Data) != 2 || page.Data[0].ID != ids[2] || page.Data[1].ID != ids[1] || !page.HasMore {
+		t.Fatalf("first page: got %d files has_more=%v, want the 2 newest and more", len(page.Data), page.HasMore)
+	}
+	var all []string
+	iter := c.Files.ListAutoPaging(ctx, openai.FileListParams{Limit: openai.Int(2)})
+	for iter.Next() {
+		all = append(all, iter.Current().ID)
+	}
+	if iter.Err() != nil || len(all) != 4 || all[3] != f.ID {
+		t.Fatalf("auto paging: got %v, %v; want 4 files ending with %s", all, iter.Err(), f.ID)
+	}
+
+	del, err := c.Files.Delete(ctx, f.ID)
+	if err != nil || !del.Deleted || del.ID != f.ID {
+		t.Fatalf("delete: got %+v, %v", del, err)
+	}
+	if _, err := c.Files.Get(ctx, f.ID); apiStatus(t, err) != http.StatusNotFound {
+		t.Fatalf("get after delete: got %v, want 404", err)
+	}
+}
+
+func TestUploadsAPI(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	c, _ := client(t, rt, "acme")
+	ctx := context.Background()
+
+	// 24 MiB in parts of 4 MiB: more than one request can carry.
+	data := bytes.Repeat(chatLines(1000), 1)
+	for len(data) < 24<<20 {
+		data = append(data, data...)
+	}
+	data = data[:24<<20]
+	// Cut on a line boundary so it stays a valid JSONL file.
+	data = data[:bytes.LastIndexByte(data, '\n')+1]
+
+	u, err := c.Uploads.New(ctx, openai.UploadNewParams{Bytes: int64(len(data)), Filename: "big.jsonl", MimeType: "application/jsonl", Purpose: openai.FilePurposeBatch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Status != "pending" {
+		t.Fatalf("upload: got status %q", u.Status)
+	}
+	var parts []string
+	for off := 0; off < len(data); off += 4 << 20 {
+		end := min(off+4<<20, len(data))
+		p, err := c.Uploads.Parts.New(ctx, u.ID, openai.UploadPartNewParams{Data: bytes.NewReader(data[off:end])})
+		if err != nil {
+			t.Fatalf("part at %d: %v", off, err)
+		}
+		parts = append(parts, p.ID)
+	}
+	done, err := c.Uploads.Complete(ctx, u.ID, openai.UploadCompleteParams{PartIDs: parts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done.Status != "completed" || done.File.ID == "" || done.File.Bytes != int64(len(data)) {
+		t.Fatalf("complete: got %+v", done)
+	}
+	got := content(t, c, done.File.ID)
+	if sha256.Sum256(got) != sha256.Sum256(data) {
+		t.Fatalf("content of the uploaded file differs: got %d bytes, want %d", len(got), len(data))
+	}
+
+	// A part over 4 MiB is refused with a message that says what to do.
+	u2, err := c.Uploads.New(ctx, openai.UploadNewParams{Bytes: 5 << 20, Filename: "x.jsonl", MimeType: "application/jsonl", Purpose: openai.FilePurposeBatch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Uploads.Parts.New(ctx, u2.ID, openai.UploadPartNewParams{Data: bytes.NewReader(make([]byte, 4<<20+1))})
+	if status, body := apiErr(t, err); status != http.StatusRequestEntityTooLarge || !strings.Contains(body, "4 MiB") {
+		t.Fatalf("oversized part: got %v, want 413 naming the 4 MiB limit", err)
+	}
+	// Parts that do not add up, then cancel.
+	p, err := c.Uploads.Parts.New(ctx, u2.ID, openai.UploadPartNewParams{Data: strings.NewReader("short")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Uploads.Complete(ctx, u2.ID, openai.UploadCompleteParams{PartIDs: []string{p.ID}}); apiStatus(t, err) != http.StatusBadRequest {
+		t.Fatalf("complete with wrong size: got %v, want 400", err)
+	}
+	cu, err := c.Uploads.Cancel(ctx, u2.ID)
+	if err != nil || cu.Status != "cancelled" {
+		t.Fatalf("cancel: got %+v, %v", cu, err)
+	}
+	if _, err := c.Uploads.Parts.New(ctx, u2.ID, openai.UploadPartNewParams{Data: strings.NewReader("x")}); apiStatus(t, err) != http.StatusConflict {
+		t.Fatalf("part after cancel: got %v, want 409", err)
+	}
+}
+
+func TestFilesBadInputs(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	c, key := client(t, rt, "acme")
+	other, _ := client(t, rt, "globex")
+	ctx := context.Background()
+	f := upload(t, c, "in.jsonl", chatLines(2))
+
+	raw := func(method, path, ctype, authz string, body io.Reader) (int, string) {
+		req, _ := http.NewRequest(method, rt.URL+path, body)
+		if ctype != "" {
+			req.Header.Set("Content-Type", ctype)
+		}
+		if authz != "" {
+			req.Header.Set("Authorization", "Bearer "+authz)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+
+	tests := []struct {
+		name       string
+		do         func() (int, string)
+		wantStatus int
+		wantIn     string
+	}{
+		{"malformed multipart", func() (int, string) {
+			return raw("POST", "/v1/files", "multipart/form-data; boundary=xyz", key, strings.NewReader("--xyz\r\nnot a part"))
+		}, 400, "multipart"},
+		{"no boundary", func() (int, string) {
+			return raw("POST", "/v1/files", "multipart/form-data", key, strings.NewReader("x"))
+		}, 400, "boundary"},
+		{"wrong purpose", func() (int, string) {
+			_, err := c.Files.New(ctx, openai.FileNewParams{File: openai.File(strings.NewReader("x"), "a.jsonl", "application/jsonl"), Purpose: openai.FilePurposeFineTune})
+			return apiErr(t, err)
+		}, 400, "purpose"},
+		{"wrong extension", func() (int, string) {
+			_, err := c.Files.New(ctx, openai.FileNewParams{File: openai.File(strings.NewReader("x"), "a.exe", "application/octet-stream"), Purpose: openai.FilePurposeBatch})
+			return apiErr(t, err)
+		}, 400, ".jsonl or .csv"},
+		{"oversized file", func() (int, string) {
+			_, err := c.Files.New(ctx, openai.FileNewParams{File: openai.File(bytes.NewReader(make([]byte, 5<<20)), "a.jsonl", "application/jsonl"), Purpose: openai.FilePurposeBatch})
+			return apiErr(t, err)
+		}, 413, "Uploads API"},
+		{"unknown id", func() (int, string) {
+			_, err := c.Files.Get(ctx, "file-0000000000000000000000000")
+			return apiErr(t, err)
+		}, 404, "no such file"},
+		{"malformed id", func() (int, string) { return raw("GET", "/v1/files/..%2f..%2fetc", "", key, nil) }, 404, ""},
+		{"no key", func() (int, string) { return raw("GET", "/v1/files", "", "", nil) }, 401, "API key"},
+		{"bad key", func() (int, string) {
+			bad := clientWithKey(rt, "rb-nope")
+			_, err := bad.Files.List(ctx, openai.FileListParams{})
+			return apiErr(t, err)
+		}, 401, "incorrect API key"},
+		{"another tenant's file", func() (int, string) {
+			_, err := other.Files.Get(ctx, f.ID)
+			return apiErr(t, err)
+		}, 404, "no such file"},
+		{"another tenant's content", func() (int, string) {
+			_, err := other.Files.Content(ctx, f.ID)
+			return apiErr(t, err)
+		}, 404, ""},
+		{"another tenant's delete", func() (int, string) {
+			_, err := other.Files.Delete(ctx, f.ID)
+			return apiErr(t, err)
+		}, 404, ""},
+		{"bad limit", func() (int, string) { return raw("GET", "/v1/files?limit=0", "", key, nil) }, 400, "limit"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, body := tt.do()
+			if status != tt.wantStatus || !strings.Contains(body, tt.wantIn) {
+				t.Fatalf("got %d %s, want %d containing %q", status, body, tt.wantStatus, tt.wantIn)
+			}
+		})
+	}
+
+	// Another tenant never sees the file in a list.
+	page, err := other.Files.List(ctx, openai.FileListParams{})
+	if err != nil || len(page.Data) != 0 {
+		t.Fatalf("other tenant's list: got %d files, %v; want none", len(page.Data), err)
+	}
+	// The file is intact after all that.
+	if _, err := c.Files.Get(ctx, f.ID); err != nil {
+		t.Fatalf("owner's get: %v", err)
+	}
+}
+
+func TestKeysScopesAndDisable(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	ctx := context.Background()
+	batchesOnly, err := rt.Key(ctx, "acme", auth.ScopeBatches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	limited := clientWithKey(rt, batchesOnly)
+	_, err = limited.Files.List(ctx, openai.FileListParams{})
+	if apiStatus(t, err) != http.StatusForbidden {
+		t.Fatalf("files with a batches-only key: got %v, want 403", err)
+	}
+	c, key := client(t, rt, "acme")
+	if _, err := c.Files.List(ctx, openai.FileListParams{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.App.Store.DisableKey(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Files.List(ctx, openai.FileListParams{}); apiStatus(t, err) != http.StatusUnauthorized {
+		t.Fatalf("disabled key: got %v, want 401", err)
+	}
+}
