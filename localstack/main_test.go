@@ -52,7 +52,7 @@ models:
 `
 
 // runtime starts a local runtime of its own (uniquely named resources) for t.
-func runtime(t *testing.T) *localrun.Runtime {
+func runtime(t *testing.T, tune ...func(*localrun.Options)) *localrun.Runtime {
 	t.Helper()
 	ctx := context.Background()
 	mockAddr := freeAddr(t)
@@ -62,10 +62,14 @@ func runtime(t *testing.T) *localrun.Runtime {
 	}
 	prefix := fmt.Sprintf("rt%d", time.Now().UnixNano())
 	env := config.Env{Prefix: prefix, Table: prefix, Bucket: prefix + "-data", ChunkRows: 10, S3PathStyle: true}
-	rt, err := localrun.Start(ctx, localrun.Options{
-		Env: env, Models: models, AWS: awsCfg, Addr: "127.0.0.1:0", MockAddr: mockAddr,
+	o := localrun.Options{
+		Env: env, Models: models, AWS: awsCfg, Addr: "127.0.0.1:0", MockAddr: mockAddr, TickEvery: time.Second,
 		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	}
+	for _, f := range tune {
+		f(&o)
+	}
+	rt, err := localrun.Start(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/relaybatch/relay/internal/auth"
+	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/ids"
@@ -21,9 +22,10 @@ import (
 
 // API holds what the routes need.
 type API struct {
-	Auth  auth.Authenticator
-	Files *files.Service
-	Log   *slog.Logger
+	Auth   auth.Authenticator
+	Files  *files.Service
+	Engine *engine.Engine
+	Log    *slog.Logger
 }
 
 // maxJSON bounds a JSON request body: inline batch rows may take 4 MiB.
@@ -42,6 +44,7 @@ func (a *API) Handler() http.Handler {
 	mux.Handle("POST /v1/uploads/{id}/parts", files(a.addPart))
 	mux.Handle("POST /v1/uploads/{id}/complete", files(a.completeUpload))
 	mux.Handle("POST /v1/uploads/{id}/cancel", files(a.cancelUpload))
+	a.batchRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, errs.E(errs.NotFound, "unknown_route", "", "no route %s %s", r.Method, r.URL.Path))
 	})
@@ -163,11 +166,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 // decodeJSON decodes one JSON value of at most limit bytes, naming the
 // field when a value has the wrong type.
 func decodeJSON(r *http.Request, limit int64, v any) error {
-	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
+	body, err := readBody(r, limit)
 	if err != nil {
 		return err
 	}
 	return unmarshal(body, v)
+}
+
+func readBody(r *http.Request, limit int64) ([]byte, error) {
+	return io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
 }
 
 func unmarshal(body []byte, v any) error {

@@ -14,12 +14,16 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/relaybatch/relay/internal/api"
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/files"
+	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/store"
 )
@@ -36,6 +40,8 @@ type App struct {
 	Store     *store.Store
 	Blobs     *blob.Store
 	Files     *files.Service
+	Queue     *queue.Sender
+	Engine    *engine.Engine
 	Log       *slog.Logger
 }
 
@@ -71,10 +77,21 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	a.Store = store.New(a.DB, env.Table)
 	a.Blobs = blob.New(a.S3, env.Bucket)
 	a.Files = &files.Service{Store: a.Store, Blobs: a.Blobs}
+	a.Queue = &queue.Sender{SQS: a.SQS, Prefix: env.Prefix}
+	a.Engine = &engine.Engine{
+		Store: a.Store, Blobs: a.Blobs, Files: a.Files, Queue: a.Queue, Models: models, Set: a.Resources, Log: log,
+		ChunkRows: env.ChunkRows,
+		Provider: &provider.Client{
+			HTTP:   provider.NewHTTPClient(),
+			Models: models,
+			// Keys from the environment first (local runs), then Secrets Manager (AWS).
+			Keys: provider.ChainKeys{provider.EnvKeys{}, &provider.SecretsKeys{Client: secretsmanager.NewFromConfig(cfg), Prefix: env.SecretPrefix}},
+		},
+	}
 	return a
 }
 
 // API is the HTTP handler of the api function.
 func (a *App) API() http.Handler {
-	return (&api.API{Auth: auth.Authenticator{Store: a.Store}, Files: a.Files, Log: a.Log}).Handler()
+	return (&api.API{Auth: auth.Authenticator{Store: a.Store}, Files: a.Files, Engine: a.Engine, Log: a.Log}).Handler()
 }

@@ -158,6 +158,9 @@ type Env struct {
 	// S3PathStyle (RELAY_S3_PATH_STYLE) addresses buckets by path, which
 	// emulators on a loopback endpoint need.
 	S3PathStyle bool
+	// SecretPrefix (RELAY_SECRET_PREFIX) prefixes the Secrets Manager names
+	// of provider keys in AWS.
+	SecretPrefix string
 }
 
 // FromEnv parses the environment.
@@ -168,6 +171,7 @@ func FromEnv() (Env, error) {
 		ChunkRows:  100,
 	}
 	e.Table = getenv("RELAY_TABLE", e.Prefix)
+	e.SecretPrefix = getenv("RELAY_SECRET_PREFIX", e.Prefix+"/")
 	e.Bucket = getenv("RELAY_BUCKET", e.Prefix+"-data")
 	if v := os.Getenv("RELAY_CHUNK_ROWS"); v != "" {
 		n, err := strconv.Atoi(v)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -76,7 +77,7 @@ func createTable(ctx context.Context, db *dynamodb.Client, t resources.Table) er
 	if err != nil {
 		return fmt.Errorf("create table %s: %w", t.Name, err)
 	}
-	if err := dynamodb.NewTableExistsWaiter(db).Wait(ctx, &dynamodb.DescribeTableInput{TableName: &t.Name}, 30e9); err != nil {
+	if err := dynamodb.NewTableExistsWaiter(db).Wait(ctx, &dynamodb.DescribeTableInput{TableName: &t.Name}, 30*time.Second); err != nil {
 		return fmt.Errorf("wait for table %s: %w", t.Name, err)
 	}
 	_, err = db.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
@@ -100,10 +101,13 @@ func createBucket(ctx context.Context, c *s3.Client, name string) error {
 }
 
 func createQueue(ctx context.Context, c *sqs.Client, q resources.Queue) error {
-	retention := strconv.Itoa(int(q.Retention.Seconds()))
+	d := q.DLQ()
 	dlq, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{
-		QueueName:  &q.DLQName,
-		Attributes: map[string]string{string(sqstypes.QueueAttributeNameMessageRetentionPeriod): strconv.Itoa(14 * 24 * 3600)},
+		QueueName: &d.Name,
+		Attributes: map[string]string{
+			string(sqstypes.QueueAttributeNameVisibilityTimeout):      seconds(d.VisibilityTimeout),
+			string(sqstypes.QueueAttributeNameMessageRetentionPeriod): seconds(d.Retention),
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("create queue %s: %w", q.DLQName, err)
@@ -119,12 +123,11 @@ func createQueue(ctx context.Context, c *sqs.Client, q resources.Queue) error {
 		"maxReceiveCount":     q.MaxReceiveCount,
 	})
 	attrs := map[string]string{
-		string(sqstypes.QueueAttributeNameVisibilityTimeout):      strconv.Itoa(int(q.VisibilityTimeout.Seconds())),
-		string(sqstypes.QueueAttributeNameMessageRetentionPeriod): retention,
+		string(sqstypes.QueueAttributeNameVisibilityTimeout):      seconds(q.VisibilityTimeout),
+		string(sqstypes.QueueAttributeNameMessageRetentionPeriod): seconds(q.Retention),
 		string(sqstypes.QueueAttributeNameRedrivePolicy):          string(redrive),
 	}
-	out, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: &q.Name, Attributes: attrs})
-	if err != nil {
+	if _, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: &q.Name, Attributes: attrs}); err != nil {
 		// An existing queue with other attributes: bring it in line.
 		url, gerr := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: &q.Name})
 		if gerr != nil {
@@ -133,8 +136,8 @@ func createQueue(ctx context.Context, c *sqs.Client, q resources.Queue) error {
 		if _, err := c.SetQueueAttributes(ctx, &sqs.SetQueueAttributesInput{QueueUrl: url.QueueUrl, Attributes: attrs}); err != nil {
 			return fmt.Errorf("configure queue %s: %w", q.Name, err)
 		}
-		return nil
 	}
-	_ = out
 	return nil
 }
+
+func seconds(d time.Duration) string { return strconv.Itoa(int(d.Seconds())) }

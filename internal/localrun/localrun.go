@@ -6,6 +6,7 @@
 package localrun
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,15 +15,20 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/relaybatch/relay/internal/apigw"
 	"github.com/relaybatch/relay/internal/app"
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/engine"
+	"github.com/relaybatch/relay/internal/esm"
 	"github.com/relaybatch/relay/internal/mockup"
+	"github.com/relaybatch/relay/internal/resources"
 )
 
 // Options configure a local runtime.
@@ -35,6 +41,18 @@ type Options struct {
 	// (default 127.0.0.1:8090); "" with Mock set means pick a port.
 	MockAddr string
 	Log      *slog.Logger
+	// Tune, if set, adjusts the resource definitions before they are
+	// created (tests shorten visibility timeouts to see redeliveries soon).
+	Tune func(*resources.Set)
+	// TickEvery is how often the dispatcher's sweep runs (default one
+	// minute, as the deployed schedule).
+	TickEvery time.Duration
+	// OnInvoke, if set, is called before each invocation of a function fed
+	// by a queue; returning esm.ErrCrash drops the invocation as if the
+	// Lambda died (fault tests).
+	OnInvoke func(function string, ev events.SQSEvent) error
+	// ExecutorConcurrency is the work queue's concurrent invocations (default 4).
+	ExecutorConcurrency int
 }
 
 // Runtime is a running local service.
@@ -57,6 +75,10 @@ func Start(ctx context.Context, o Options) (*Runtime, error) {
 		o.MockAddr = "127.0.0.1:8090"
 	}
 	a := app.New(o.Env, o.Models, o.AWS, o.Log)
+	if o.Tune != nil {
+		o.Tune(&a.Resources)
+		a.Engine.Set = a.Resources
+	}
 	if err := Bootstrap(ctx, o.AWS, a.Resources); err != nil {
 		return nil, fmt.Errorf("bootstrap resources: %w", err)
 	}
@@ -83,8 +105,78 @@ func Start(ctx context.Context, o Options) (*Runtime, error) {
 		return nil, fmt.Errorf("api: %w", err)
 	}
 	rt.URL = "http://" + addr
-	_ = ctx
+	if err := rt.startPollers(ctx, o); err != nil {
+		rt.Close()
+		return nil, err
+	}
+	rt.wg.Add(1)
+	go func() {
+		defer rt.wg.Done()
+		rt.tick(ctx, o.TickEvery)
+	}()
 	return rt, nil
+}
+
+// startPollers consumes every queue that feeds a function, with the
+// function's batch size, timeout and concurrency.
+func (rt *Runtime) startPollers(ctx context.Context, o Options) error {
+	e := rt.App.Engine
+	handlers := map[string]esm.Handler{
+		"dispatcher": e.Dispatch,
+		"executor":   e.Execute,
+		"deadletter": e.DeadLetter,
+		"finalizer":  e.Finalize,
+	}
+	for _, f := range rt.App.Resources.Functions {
+		h, ok := handlers[f.Name]
+		if !ok || f.Queue == "" {
+			continue
+		}
+		url, err := rt.App.Queue.URL(ctx, strings.TrimPrefix(f.Queue, rt.App.Env.Prefix+"-"))
+		if err != nil {
+			return err
+		}
+		conc := 2
+		if f.Name == "executor" {
+			conc = cmp.Or(o.ExecutorConcurrency, 4)
+		}
+		p := &esm.Poller{
+			Client: rt.App.SQS, QueueURL: url, FunctionName: f.Name, BatchSize: f.BatchSize,
+			Concurrency: conc, FunctionTimeout: f.Timeout, Handler: h, Logger: o.Log,
+		}
+		if o.OnInvoke != nil {
+			name := f.Name
+			p.OnInvoke = func(ev events.SQSEvent) error { return o.OnInvoke(name, ev) }
+		}
+		rt.wg.Add(1)
+		go func() {
+			defer rt.wg.Done()
+			if err := p.Run(ctx); err != nil {
+				o.Log.Error("poller stopped", "function", f.Name, "err", err)
+			}
+		}()
+	}
+	return nil
+}
+
+// tick sends the dispatcher's periodic sweep, as the deployed 1-minute
+// schedule does.
+func (rt *Runtime) tick(ctx context.Context, every time.Duration) {
+	if every <= 0 {
+		every = time.Minute
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := rt.App.Queue.Send(ctx, resources.Dispatch, engine.Message{Type: engine.MsgTick}, 0); err != nil && ctx.Err() == nil {
+				rt.App.Log.Warn("send tick", "err", err)
+			}
+		}
+	}
 }
 
 // mockWanted reports whether any model's base URL is the mock's address.

@@ -22,12 +22,14 @@
 // Requests are checked the way the real APIs check them, in this order:
 // path (404), method (405), credentials by presence only (401; a
 // non-empty "Authorization: Bearer …" on OpenAI routes, a non-empty
-// x-api-key on /v1/messages), the x-mock-status header, then the body
+// x-api-key or bearer token on /v1/messages, because anthropic-sdk-go v2
+// sends its API key as a bearer token), the x-mock-status header, then the body
 // (400 for a body that is not a JSON object, a missing model, or
 // stream:true, which the mock does not implement; 413 above 32 MiB).
-// Errors have the shape of the route: {"error":{"message","type","param",
-// "code"}} for OpenAI, {"type":"error","error":{"type","message"}} for
-// Anthropic. Only those fields are validated, so minimal test bodies work.
+// Errors have the shape of the route:
+// {"error":{"message","type","param","code"}} for OpenAI and
+// {"type":"error","error":{"type","message"}} for Anthropic. Only those
+// fields are validated, so minimal test bodies work.
 //
 // # Controlling failures
 //
@@ -53,17 +55,19 @@
 // Per model: a model name ending in -ratelimited always answers 429 and
 // one ending in -broken always 500, so relay.yaml can configure a 429
 // storm on a whole model. Per request again, the header
-// "x-mock-status: 503" forces that status before the body is even read.
+// "x-mock-status: 503" forces that status before the body is even checked.
 //
 // In aggregate, Options.ErrorRate and Options.RateLimitRate answer that
 // fraction of requests with 500 and 429, drawn from an RNG seeded with
 // Options.Seed: the same sequence of requests gets the same sequence of
 // failures (concurrent requests may take the draws in either order).
 //
-// The order of precedence is: latency, hang, sleep, then the first of
-// status marker, model suffix, fail=N, 429x=N, random rates. Latency and
-// sleeps end early when the client gives up; such requests are counted
-// with status 499.
+// The order of precedence is: latency, the request checks above (the
+// x-mock-status header among them), hang, sleep, then the first of status
+// marker, model suffix, fail=N, 429x=N, random rates. A fail=N or 429x=N
+// row counts every request that gets that far, even one that fails for
+// another reason. Latency, sleeps and hangs end when the client gives up;
+// such requests are counted with status 499.
 //
 // Every 429 carries Retry-After in seconds (Options.RetryAfter, default
 // 1s). When that is not a whole number of seconds, Retry-After is

@@ -76,11 +76,12 @@ func embeddings(req *request) object {
 	data := make([]object, len(ins))
 	tokens := 0
 	for i, in := range ins {
-		var vec any = vector(in.seed)
+		vec := vector(in.seed)
+		var encoded any = vec
 		if asBase64 {
-			vec = base64Vector(vector(in.seed))
+			encoded = base64Vector(vec)
 		}
-		data[i] = object{"object": "embedding", "index": i, "embedding": vec}
+		data[i] = object{"object": "embedding", "index": i, "embedding": encoded}
 		tokens += in.tokens
 	}
 	return object{

@@ -204,10 +204,12 @@ func validate(req *request, readErr error) (outcome, bool) {
 	return outcome{}, true
 }
 
-// authorized checks that credentials are present; their value is not checked.
+// authorized checks that credentials are present; their value is not
+// checked. Anthropic takes x-api-key or a bearer token: anthropic-sdk-go v2
+// sends even option.WithAPIKey as "Authorization: Bearer".
 func authorized(r *http.Request, sh shape) bool {
-	if sh == shapeAnthropic {
-		return strings.TrimSpace(r.Header.Get("x-api-key")) != ""
+	if sh == shapeAnthropic && strings.TrimSpace(r.Header.Get("x-api-key")) != "" {
+		return true
 	}
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	return ok && strings.TrimSpace(token) != ""
@@ -215,7 +217,7 @@ func authorized(r *http.Request, sh shape) bool {
 
 var missingKeyMessage = map[shape]string{
 	shapeOpenAI:    "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
-	shapeAnthropic: "x-api-key header is required",
+	shapeAnthropic: "x-api-key or Authorization: Bearer header is required",
 }
 
 // parseStatus accepts the statuses a test may force: errors only, since a

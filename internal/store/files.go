@@ -80,3 +80,10 @@ func (s *Store) UpdateUpload(ctx context.Context, tenant, id string, fn func(*fi
 	u, err := update(ctx, s, tenantPK(tenant), "UPLOAD#"+id, nil, fn)
 	return u, notFound(err, files.ErrNotFound)
 }
+
+// PutFileOverwrite writes a file record whatever is there: output files
+// have ids derived from their batch, so a repeated finalize rewrites the
+// same record.
+func (s *Store) PutFileOverwrite(ctx context.Context, f files.File) error {
+	return s.put(ctx, tenantPK(f.Tenant), "FILE#"+f.ID, f, nil, false)
+}

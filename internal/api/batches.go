@@ -1,0 +1,166 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/relaybatch/relay/internal/auth"
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/engine"
+	"github.com/relaybatch/relay/internal/errs"
+)
+
+func (a *API) batchRoutes(mux *http.ServeMux) {
+	batches := a.scoped(auth.ScopeBatches)
+	mux.Handle("POST /v1/batches", batches(a.createBatch))
+	mux.Handle("GET /v1/batches", batches(a.listBatches))
+	mux.Handle("GET /v1/batches/{id}", batches(a.getBatch))
+	mux.Handle("POST /v1/batches/{id}/cancel", batches(a.cancelBatch))
+	mux.Handle("GET /v1/batches/{id}/results", batches(a.batchResults))
+	mux.Handle("GET /v1/batches/{id}/dead_letters", batches(a.deadLetters))
+	mux.Handle("POST /v1/batches/{id}/retry", batches(a.retryBatch))
+	mux.Handle("GET /v1/usage", batches(a.usage))
+}
+
+// decodeCreate is the request decoder of POST /v1/batches (fuzzed).
+func decodeCreate(body []byte) (engine.CreateRequest, error) {
+	var req engine.CreateRequest
+	err := unmarshal(body, &req)
+	return req, err
+}
+
+func (a *API) createBatch(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	body, err := readBody(r, maxJSON)
+	if err != nil {
+		return err
+	}
+	req, err := decodeCreate(body)
+	if err != nil {
+		return err
+	}
+	b, err := a.Engine.Create(r.Context(), p, req, r.Header.Get("Idempotency-Key"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, b)
+}
+
+// intParam reads an integer query parameter within [lo, hi].
+func intParam(r *http.Request, name string, def, lo, hi int) (int, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		return 0, errs.Invalidf(name, "%s must be an integer between %d and %d", name, lo, hi)
+	}
+	return n, nil
+}
+
+func (a *API) listBatches(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	limit, err := intParam(r, "limit", 20, 1, 100)
+	if err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	bs, more, err := a.Engine.List(r.Context(), p.Tenant, q.Get("after"), limit, q.Get("template_id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, newList(bs, more, func(b batch.Batch) string { return b.ID }))
+}
+
+func (a *API) getBatch(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	b, err := a.Engine.Get(r.Context(), p.Tenant, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, b)
+}
+
+func (a *API) cancelBatch(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	b, err := a.Engine.Cancel(r.Context(), p.Tenant, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, b)
+}
+
+func (a *API) batchResults(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	id, partial := r.PathValue("id"), r.URL.Query().Get("partial") == "true"
+	if err := a.Engine.StartResults(r.Context(), p.Tenant, id, partial); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/jsonl")
+	w.WriteHeader(http.StatusOK)
+	if err := a.Engine.Results(r.Context(), p.Tenant, id, partial, w); err != nil {
+		a.Log.ErrorContext(r.Context(), "stream results", "batch_id", id, "err", err)
+		panic(http.ErrAbortHandler)
+	}
+	return nil
+}
+
+func (a *API) deadLetters(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	limit, err := intParam(r, "limit", 100, 1, 1000)
+	if err != nil {
+		return err
+	}
+	after, err := intParam(r, "after", -1, 0, 1<<30)
+	if err != nil {
+		return err
+	}
+	dls, more, err := a.Engine.DeadLetters(r.Context(), p.Tenant, r.PathValue("id"), after, limit)
+	if err != nil {
+		return err
+	}
+	if dls == nil {
+		dls = []batch.DeadLetter{}
+	}
+	resp := map[string]any{"object": "list", "data": dls, "has_more": more}
+	if len(dls) > 0 {
+		resp["last_id"] = strconv.Itoa(dls[len(dls)-1].Row)
+	}
+	return writeJSON(w, http.StatusOK, resp)
+}
+
+func (a *API) retryBatch(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	b, err := a.Engine.Retry(r.Context(), p, r.PathValue("id"), r.Header.Get("Idempotency-Key"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, b)
+}
+
+func (a *API) usage(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	q := r.URL.Query()
+	if s := q.Get("source"); s != "" && s != "batch" {
+		return errs.Invalidf("source", "source must be batch")
+	}
+	unix := func(name string, def time.Time) (time.Time, error) {
+		v := q.Get(name)
+		if v == "" {
+			return def, nil
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return time.Time{}, errs.Invalidf(name, "%s must be a Unix time in seconds", name)
+		}
+		return time.Unix(n, 0), nil
+	}
+	now := time.Now()
+	from, err := unix("start_time", now.AddDate(0, 0, -30))
+	if err != nil {
+		return err
+	}
+	to, err := unix("end_time", now)
+	if err != nil {
+		return err
+	}
+	rows, err := a.Engine.Usage(r.Context(), p.Tenant, from, to)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"object": "list", "source": "batch", "data": rows})
+}

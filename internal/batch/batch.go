@@ -1,0 +1,222 @@
+// Package batch owns the Batch (SPEC §4) and its chunks: the object, its
+// status lifecycle with the allowed transitions, and the per-chunk records
+// that carry execution state (DESIGN "Chunks").
+package batch
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/relaybatch/relay/internal/jsonl"
+)
+
+// Status is a batch's state.
+//
+//	validating → in_progress → finalizing → completed
+//	validating → failed                      (the input broke a rule)
+//	in_progress → finalizing → expired       (the window passed; rows left get batch_expired)
+//	validating|in_progress → cancelling → cancelled
+//	scheduled → cancelled                    (a template, SPEC §6)
+type Status string
+
+const (
+	Validating Status = "validating"
+	Failed     Status = "failed"
+	InProgress Status = "in_progress"
+	Finalizing Status = "finalizing"
+	Completed  Status = "completed"
+	Expired    Status = "expired"
+	Cancelling Status = "cancelling"
+	Cancelled  Status = "cancelled"
+	Scheduled  Status = "scheduled"
+)
+
+var transitions = map[Status][]Status{
+	Validating: {InProgress, Failed, Cancelling},
+	InProgress: {Finalizing, Cancelling},
+	Finalizing: {Completed, Expired, Cancelled},
+	Cancelling: {Finalizing, Cancelled},
+	Scheduled:  {Cancelled},
+}
+
+// Terminal reports whether no transition leaves s.
+func (s Status) Terminal() bool {
+	return s == Completed || s == Failed || s == Expired || s == Cancelled
+}
+
+// Counts are the request counts.
+type Counts struct {
+	Total     int64 `json:"total" dynamodbav:"total"`
+	Completed int64 `json:"completed" dynamodbav:"completed"`
+	Failed    int64 `json:"failed" dynamodbav:"failed"`
+}
+
+// Usage is summed token usage.
+type Usage struct {
+	InputTokens  int64 `json:"input_tokens" dynamodbav:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens" dynamodbav:"output_tokens"`
+	TotalTokens  int64 `json:"total_tokens" dynamodbav:"total_tokens"`
+}
+
+// Errors is the errors field of a failed batch.
+type Errors struct {
+	Object string            `json:"object"`
+	Data   []jsonl.LineError `json:"data"`
+}
+
+// Object is one S3 object of an input file, with its size, so a byte range
+// of the file maps onto ranged GETs of its objects.
+type Object struct {
+	Key  string `json:"k" dynamodbav:"k"`
+	Size int64  `json:"s" dynamodbav:"s"`
+}
+
+// Batch is the OpenAI Batch object plus what the engine needs. Fields
+// without a JSON name stay internal.
+type Batch struct {
+	ID               string            `json:"id" dynamodbav:"id"`
+	Object           string            `json:"object" dynamodbav:"-"`
+	Endpoint         string            `json:"endpoint" dynamodbav:"endpoint"`
+	Errors           *Errors           `json:"errors" dynamodbav:"-"`
+	InputFileID      string            `json:"input_file_id" dynamodbav:"input_file_id"`
+	CompletionWindow string            `json:"completion_window" dynamodbav:"completion_window"`
+	Status           Status            `json:"status" dynamodbav:"status"`
+	OutputFileID     *string           `json:"output_file_id" dynamodbav:"output_file_id"`
+	ErrorFileID      *string           `json:"error_file_id" dynamodbav:"error_file_id"`
+	CreatedAt        int64             `json:"created_at" dynamodbav:"created_at"`
+	InProgressAt     *int64            `json:"in_progress_at" dynamodbav:"in_progress_at"`
+	ExpiresAt        *int64            `json:"expires_at" dynamodbav:"expires_at"`
+	FinalizingAt     *int64            `json:"finalizing_at" dynamodbav:"finalizing_at"`
+	CompletedAt      *int64            `json:"completed_at" dynamodbav:"completed_at"`
+	FailedAt         *int64            `json:"failed_at" dynamodbav:"failed_at"`
+	ExpiredAt        *int64            `json:"expired_at" dynamodbav:"expired_at"`
+	CancellingAt     *int64            `json:"cancelling_at" dynamodbav:"cancelling_at"`
+	CancelledAt      *int64            `json:"cancelled_at" dynamodbav:"cancelled_at"`
+	RequestCounts    Counts            `json:"request_counts" dynamodbav:"counts"`
+	Metadata         map[string]string `json:"metadata" dynamodbav:"metadata"`
+	Model            *string           `json:"model" dynamodbav:"model"`
+	Usage            Usage             `json:"usage" dynamodbav:"usage"`
+	// Extensions.
+	Priority           int     `json:"priority" dynamodbav:"priority"`
+	TemplateID         *string `json:"template_id" dynamodbav:"template_id"`
+	RetryOf            *string `json:"retry_of" dynamodbav:"retry_of"`
+	DeadLetterCount    int64   `json:"dead_letter_count" dynamodbav:"dead_letter_count"`
+	WebhookURL         *string `json:"webhook_url" dynamodbav:"webhook_url"`
+	FallbackModel      *string `json:"fallback_model" dynamodbav:"fallback_model"`
+	Schedule           *string `json:"schedule,omitempty" dynamodbav:"schedule"`
+	ScheduleTimezone   *string `json:"schedule_timezone,omitempty" dynamodbav:"schedule_timezone"`
+	OutputExpiresAfter *int64  `json:"-" dynamodbav:"output_expires_after"`
+
+	Tenant string `json:"-" dynamodbav:"tenant"`
+	KeyID  string `json:"-" dynamodbav:"key_id"`
+	// CSVModel is the model of every row of a CSV input.
+	CSVModel    string            `json:"-" dynamodbav:"csv_model"`
+	ErrorList   []jsonl.LineError `json:"-" dynamodbav:"errors"`
+	Input       []Object          `json:"-" dynamodbav:"input"` // the JSONL the chunks are ranges of
+	ChunksTotal int               `json:"-" dynamodbav:"chunks_total"`
+	ChunksDone  int               `json:"-" dynamodbav:"chunks_done"`
+	// Released counts chunks handed to the work queue; chunks are released
+	// in index order, so it is also the index of the next one.
+	Released int `json:"-" dynamodbav:"released"`
+	// PlanLease keeps two dispatchers from planning one batch at once.
+	PlanLease int64 `json:"-" dynamodbav:"plan_lease"`
+	// ExpiredRows counts rows that got batch_expired, which makes the
+	// terminal status expired rather than completed.
+	ExpiredRows int64 `json:"-" dynamodbav:"expired_rows"`
+}
+
+// Out returns the batch as clients see it.
+func (b Batch) Out() Batch {
+	b.Object = "batch"
+	if len(b.ErrorList) > 0 {
+		b.Errors = &Errors{Object: "list", Data: b.ErrorList}
+	}
+	return b
+}
+
+// To moves b to status next at now, setting the timestamp of the state it
+// enters; it refuses a transition the lifecycle does not allow.
+func (b *Batch) To(next Status, now time.Time) error {
+	allowed := false
+	for _, s := range transitions[b.Status] {
+		if s == next {
+			allowed = true
+		}
+	}
+	if !allowed {
+		return fmt.Errorf("batch %s: %s → %s is not allowed", b.ID, b.Status, next)
+	}
+	t := now.Unix()
+	stamp := map[Status]**int64{
+		InProgress: &b.InProgressAt, Finalizing: &b.FinalizingAt, Completed: &b.CompletedAt,
+		Failed: &b.FailedAt, Expired: &b.ExpiredAt, Cancelling: &b.CancellingAt, Cancelled: &b.CancelledAt,
+	}[next]
+	if stamp != nil && *stamp == nil {
+		*stamp = &t
+	}
+	b.Status = next
+	return nil
+}
+
+// Expired reports whether the completion window has passed at now.
+func (b *Batch) PastExpiry(now time.Time) bool {
+	return b.ExpiresAt != nil && now.Unix() >= *b.ExpiresAt
+}
+
+// ChunkState is a chunk's execution state.
+//
+//	pending → queued → done      (released to the work queue, then committed)
+type ChunkState string
+
+const (
+	ChunkPending ChunkState = "pending" // planned, waiting for capacity
+	ChunkQueued  ChunkState = "queued"  // on the work queue, holding Slots of its model's capacity
+	ChunkDone    ChunkState = "done"    // committed: its part is written, counters added
+)
+
+// Chunk is a byte range of the batch's input: rows [FirstRow, FirstRow+Rows).
+type Chunk struct {
+	Batch    string     `dynamodbav:"batch"`
+	Tenant   string     `dynamodbav:"tenant"`
+	Index    int        `dynamodbav:"index"`
+	Start    int64      `dynamodbav:"start"`
+	End      int64      `dynamodbav:"end"`
+	FirstRow int        `dynamodbav:"first_row"`
+	Rows     int        `dynamodbav:"rows"`
+	Model    string     `dynamodbav:"model"`
+	State    ChunkState `dynamodbav:"state"`
+	Slots    int        `dynamodbav:"slots"`
+	// Set when done. Attempt names the run whose parts were committed: each
+	// run writes parts under its own keys, so two runs of one chunk (a
+	// duplicate delivery) never mix their lines.
+	Attempt  string `dynamodbav:"attempt"`
+	Pattern  string `dynamodbav:"pattern"` // one byte per row: 'o' output file, 'e' error file
+	OutBytes int64  `dynamodbav:"out_bytes"`
+	ErrBytes int64  `dynamodbav:"err_bytes"`
+}
+
+// PartKey is where one run (attempt) of a chunk writes its lines of one
+// kind ("out", "err", "usage"): under the tenant and the batch, so they are
+// listed, scoped and expired together.
+func PartKey(tenant, batchID string, chunk int, attempt, kind string) string {
+	return fmt.Sprintf("%s%06d-%s.%s", PartsPrefix(tenant, batchID), chunk, attempt, kind)
+}
+
+// PartsPrefix is where all parts of a batch live.
+func PartsPrefix(tenant, batchID string) string {
+	return fmt.Sprintf("parts/%s/%s/", tenant, batchID)
+}
+
+// Parts returns the committed part keys of a done chunk.
+func (c Chunk) Parts(kind string) string {
+	return PartKey(c.Tenant, c.Batch, c.Index, c.Attempt, kind)
+}
+
+// DeadLetter is a row that exhausted its retries (GET …/dead_letters).
+type DeadLetter struct {
+	CustomID   string `json:"custom_id" dynamodbav:"custom_id"`
+	Error      string `json:"error" dynamodbav:"error"`
+	Attempts   int    `json:"attempts" dynamodbav:"attempts"`
+	LastStatus *int   `json:"last_status" dynamodbav:"last_status"`
+	Row        int    `json:"-" dynamodbav:"row"`
+}

@@ -1,0 +1,309 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/jsonl"
+	"github.com/relaybatch/relay/internal/resources"
+	"github.com/relaybatch/relay/internal/store"
+)
+
+// planLease is how long one dispatcher may plan a batch before another may
+// take over (the first one crashed).
+const planLease = 2 * time.Minute
+
+// normalizedObjectSize bounds each object of a normalized (CSV) input.
+const normalizedObjectSize = 8 << 20
+
+// Dispatch is the dispatcher function's SQS handler.
+func (e *Engine) Dispatch(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	return eachMessage(ctx, e.Log, ev, func(ctx context.Context, m Message) error {
+		switch m.Type {
+		case MsgPlan:
+			if err := e.Plan(ctx, m.Tenant, m.Batch); err != nil {
+				return err
+			}
+			return e.Release(ctx)
+		case MsgRelease:
+			return e.Release(ctx)
+		case MsgTick:
+			return e.Tick(ctx)
+		}
+		e.Log.WarnContext(ctx, "unknown dispatch message dropped", "type", m.Type)
+		return nil
+	})
+}
+
+// Plan validates a batch's input in one streaming pass and records its
+// chunks as byte ranges of N rows of one model; an invalid input fails the
+// batch with line-numbered errors and no upstream call.
+func (e *Engine) Plan(ctx context.Context, tenant, id string) error {
+	now := e.now()
+	b, err := e.Store.UpdateBatch(ctx, tenant, id, func(b *batch.Batch) error {
+		if b.ChunksTotal > 0 || b.Status.Terminal() || now.Unix() < b.PlanLease {
+			return errSkip
+		}
+		if b.Status != batch.Validating && b.Status != batch.Cancelling {
+			return errSkip
+		}
+		b.PlanLease = now.Add(planLease).Unix()
+		return nil
+	})
+	if errors.Is(err, errSkip) || errors.Is(err, store.ErrBatchNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	log := e.Log.With("batch_id", id, "tenant", tenant)
+
+	input, err := e.Store.GetFile(ctx, tenant, b.InputFileID)
+	if err != nil {
+		return e.failValidation(ctx, b, []jsonl.LineError{{Code: "input_file_missing", Message: fmt.Sprintf("input file %s is gone", b.InputFileID)}})
+	}
+	format, err := jsonl.FormatOf(input.Filename)
+	if err != nil {
+		return e.failValidation(ctx, b, []jsonl.LineError{{Code: "invalid_file_format", Message: err.Error()}})
+	}
+	opts := jsonl.Options{Format: format, Endpoint: b.Endpoint, Model: b.CSVModel, KnownModel: func(m string) bool {
+		_, ok := e.Models.Lookup(m)
+		return ok
+	}}
+	rc := e.Blobs.Concat(ctx, input.Objects)
+	defer closeQuietly(rc)
+
+	// CSV rows are rewritten as JSONL so every executor reads one format.
+	var norm *objectWriter
+	var normOff int64
+	if format == jsonl.CSV {
+		norm = &objectWriter{ctx: ctx, blobs: e.Blobs, prefix: fmt.Sprintf("files/%s/%s/normalized/", tenant, b.InputFileID+"-"+b.ID), limit: normalizedObjectSize}
+	}
+	var chunks []batch.Chunk
+	add := func(r jsonl.Row, start, end int64) {
+		n := len(chunks)
+		if n == 0 || chunks[n-1].Rows == e.chunkRows() || chunks[n-1].Model != r.Model {
+			chunks = append(chunks, batch.Chunk{Batch: b.ID, Tenant: tenant, Index: n, Start: start, FirstRow: r.Index, Model: r.Model, State: batch.ChunkPending})
+			n++
+		}
+		chunks[n-1].Rows++
+		chunks[n-1].End = end
+	}
+	res, err := jsonl.Scan(rc, opts, func(r jsonl.Row) error {
+		if norm == nil {
+			add(r, r.Start, r.End)
+			return nil
+		}
+		line := append(r.JSON, '\n')
+		if _, err := norm.Write(line); err != nil {
+			return err
+		}
+		add(r, normOff, normOff+int64(len(line)))
+		normOff += int64(len(line))
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("scan input of %s: %w", id, err)
+	}
+	if len(res.Errors) > 0 {
+		log.InfoContext(ctx, "batch input invalid", "errors", len(res.Errors))
+		return e.failValidation(ctx, b, res.Errors)
+	}
+	var objs []batch.Object
+	if norm != nil {
+		if objs, err = norm.Close(); err != nil {
+			return fmt.Errorf("write normalized input of %s: %w", id, err)
+		}
+	} else {
+		for _, k := range input.Objects {
+			size, err := e.Blobs.Size(ctx, k)
+			if err != nil {
+				return fmt.Errorf("size of %s: %w", k, err)
+			}
+			objs = append(objs, batch.Object{Key: k, Size: size})
+		}
+	}
+	if err := e.Store.PutChunks(ctx, chunks); err != nil {
+		return err
+	}
+	_, err = e.Store.UpdateBatch(ctx, tenant, id, func(b *batch.Batch) error {
+		if b.ChunksTotal > 0 {
+			return errSkip
+		}
+		b.Input, b.ChunksTotal, b.RequestCounts.Total = objs, len(chunks), int64(res.Rows)
+		if res.Model != "" {
+			m := res.Model
+			b.Model = &m
+		}
+		if b.Status == batch.Validating {
+			return b.To(batch.InProgress, e.now())
+		}
+		return nil
+	})
+	if errors.Is(err, errSkip) {
+		return nil
+	}
+	log.InfoContext(ctx, "batch planned", "rows", res.Rows, "chunks", len(chunks))
+	return err
+}
+
+var errSkip = errors.New("engine: nothing to do")
+
+func (e *Engine) failValidation(ctx context.Context, b batch.Batch, lineErrs []jsonl.LineError) error {
+	nb, err := e.Store.UpdateBatch(ctx, b.Tenant, b.ID, func(b *batch.Batch) error {
+		if b.Status.Terminal() {
+			return errSkip
+		}
+		b.ErrorList = lineErrs
+		if b.Status == batch.Cancelling {
+			return b.To(batch.Cancelled, e.now())
+		}
+		return b.To(batch.Failed, e.now())
+	})
+	if errors.Is(err, errSkip) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return e.terminal(ctx, nb)
+}
+
+func (e *Engine) terminal(ctx context.Context, b batch.Batch) error {
+	if e.OnTerminal == nil {
+		return nil
+	}
+	return e.OnTerminal(ctx, b)
+}
+
+// Release hands pending chunks to the work queue: highest priority first;
+// within a priority, one chunk per batch in turn so no batch starves the
+// others; each within its model's max_concurrency. A cancelled or expired
+// batch's chunks go without capacity: they only write error lines.
+func (e *Engine) Release(ctx context.Context) error {
+	refs, err := e.Store.ActiveBatches(ctx)
+	if err != nil {
+		return err
+	}
+	type cursor struct {
+		b    batch.Batch
+		next batch.Chunk
+		ok   bool
+	}
+	full := map[string]bool{} // models whose capacity ran out in this pass
+	for i := 0; i < len(refs); {
+		j := i
+		for j < len(refs) && refs[j].Priority == refs[i].Priority {
+			j++
+		}
+		var level []*cursor
+		for _, r := range refs[i:j] {
+			b, err := e.Store.GetBatch(ctx, r.Tenant, r.ID)
+			if err != nil || b.ChunksTotal == 0 || b.Released >= b.ChunksTotal {
+				continue
+			}
+			level = append(level, &cursor{b: b})
+		}
+		for progress := true; progress; {
+			progress = false
+			for _, c := range level {
+				if c.b.Released >= c.b.ChunksTotal {
+					continue
+				}
+				if !c.ok {
+					ch, err := e.Store.GetChunk(ctx, c.b.ID, c.b.Released)
+					if err != nil {
+						return err
+					}
+					c.next, c.ok = ch, true
+				}
+				ch := c.next
+				slots, max := 0, 0
+				draining := c.b.Status == batch.Cancelling || c.b.PastExpiry(e.now())
+				if !draining {
+					if full[ch.Model] {
+						continue
+					}
+					m, _ := e.Models.Lookup(ch.Model)
+					max = m.MaxConcurrency
+					slots = min(e.chunkSlots(), max)
+				}
+				switch err := e.Store.Release(ctx, ch, slots, max); {
+				case errors.Is(err, store.ErrNoCapacity):
+					full[ch.Model] = true
+					continue
+				case errors.Is(err, store.ErrChunkDone):
+					// Someone else released it; catch up with the batch.
+					nb, gerr := e.Store.GetBatch(ctx, c.b.Tenant, c.b.ID)
+					if gerr != nil {
+						return gerr
+					}
+					c.b, c.ok = nb, false
+					progress = true
+					continue
+				case err != nil:
+					return err
+				}
+				if err := e.send(ctx, resources.Work, Message{Type: MsgChunk, Tenant: ch.Tenant, Batch: ch.Batch, Chunk: ch.Index}); err != nil {
+					return err
+				}
+				c.b.Released++
+				c.ok = false
+				progress = true
+			}
+		}
+		i = j
+	}
+	return nil
+}
+
+// Tick is the dispatcher's periodic sweep: it releases what the window
+// expiry or freed capacity allows, finalizes batches whose finalize message
+// was lost, and publishes the age of the oldest unfinished batch.
+func (e *Engine) Tick(ctx context.Context) error {
+	refs, err := e.Store.ActiveBatches(ctx)
+	if err != nil {
+		return err
+	}
+	var oldest int64
+	now := e.now()
+	for _, r := range refs {
+		b, err := e.Store.GetBatch(ctx, r.Tenant, r.ID)
+		if err != nil {
+			continue
+		}
+		oldest = max(oldest, now.Unix()-b.CreatedAt)
+		if b.ChunksTotal > 0 && b.ChunksDone >= b.ChunksTotal {
+			if err := e.send(ctx, resources.Finalize, Message{Type: MsgFinalize, Tenant: b.Tenant, Batch: b.ID}); err != nil {
+				return err
+			}
+		}
+		if b.ChunksTotal == 0 && (b.Status == batch.Validating || b.Status == batch.Cancelling) && now.Unix() >= b.PlanLease {
+			if err := e.send(ctx, resources.Dispatch, Message{Type: MsgPlan, Tenant: b.Tenant, Batch: b.ID}); err != nil {
+				return err
+			}
+		}
+	}
+	e.Log.InfoContext(ctx, "tick", "active_batches", len(refs),
+		"_aws", map[string]any{"Timestamp": now.UnixMilli(), "CloudWatchMetrics": []any{map[string]any{
+			"Namespace": resources.MetricNamespace, "Dimensions": [][]string{{resources.MetricDimension}},
+			"Metrics": []any{map[string]string{"Name": resources.MetricOldestBatchAge, "Unit": "Seconds"}},
+		}}},
+		resources.MetricDimension, e.Set.Prefix, resources.MetricOldestBatchAge, oldest)
+	return e.Release(ctx)
+}
+
+// sortedKeys is for deterministic iteration in logs and tests.
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}

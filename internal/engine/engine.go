@@ -1,0 +1,160 @@
+// Package engine runs batches: the dispatcher plans chunks and releases them
+// to the work queue by priority within each model's capacity, the executor
+// runs a chunk's rows against the providers and commits its part, the
+// dead-letter handler closes chunks that kept failing, and the finalizer
+// assembles the output and error files (DESIGN "Shape", "Chunks").
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/blob"
+	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/files"
+	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/queue"
+	"github.com/relaybatch/relay/internal/resources"
+	"github.com/relaybatch/relay/internal/store"
+)
+
+// Message is what travels on the dispatch, work and finalize queues.
+type Message struct {
+	Type   string `json:"type"` // dispatch: plan, release, tick; work: chunk; finalize: finalize
+	Tenant string `json:"tenant,omitempty"`
+	Batch  string `json:"batch_id,omitempty"`
+	Chunk  int    `json:"chunk,omitempty"`
+}
+
+// Message types.
+const (
+	MsgPlan     = "plan"
+	MsgRelease  = "release"
+	MsgTick     = "tick"
+	MsgChunk    = "chunk"
+	MsgFinalize = "finalize"
+)
+
+// Engine holds what the workers share.
+type Engine struct {
+	Store    *store.Store
+	Blobs    *blob.Store
+	Files    *files.Service
+	Queue    *queue.Sender
+	Models   *config.Models
+	Provider *provider.Client
+	Set      resources.Set
+	Log      *slog.Logger
+
+	// ChunkRows is how many rows a chunk holds (RELAY_CHUNK_ROWS).
+	ChunkRows int
+	// ChunkSlots caps the concurrent upstream requests of one chunk; a
+	// chunk holds that many of its model's max_concurrency.
+	ChunkSlots int
+	// StatusRefresh is how often a running chunk re-reads its batch's status
+	// to notice a cancel (a cached read, never one per row).
+	StatusRefresh time.Duration
+	// OnTerminal, if set, is called once a batch reaches a terminal state
+	// (webhooks hang off it).
+	OnTerminal func(ctx context.Context, b batch.Batch) error
+	Now        func() time.Time
+}
+
+func (e *Engine) now() time.Time {
+	if e.Now != nil {
+		return e.Now()
+	}
+	return time.Now()
+}
+
+func (e *Engine) chunkRows() int {
+	if e.ChunkRows > 0 {
+		return e.ChunkRows
+	}
+	return 100
+}
+
+func (e *Engine) chunkSlots() int {
+	if e.ChunkSlots > 0 {
+		return e.ChunkSlots
+	}
+	return 8
+}
+
+func (e *Engine) send(ctx context.Context, queueKey string, m Message) error {
+	return e.Queue.Send(ctx, queueKey, m, 0)
+}
+
+// readRange reads bytes [start, end) of a file made of objects, with one
+// ranged GET per object the range touches.
+func (e *Engine) readRange(ctx context.Context, objs []batch.Object, start, end int64) ([]byte, error) {
+	out := make([]byte, 0, end-start)
+	var off int64
+	for _, o := range objs {
+		lo, hi := max(start, off), min(end, off+o.Size)
+		if lo < hi {
+			b, err := e.Blobs.GetRange(ctx, o.Key, lo-off, hi-off)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, b...)
+		}
+		off += o.Size
+		if off >= end {
+			break
+		}
+	}
+	if int64(len(out)) != end-start {
+		return nil, fmt.Errorf("read range %d-%d: got %d bytes", start, end, len(out))
+	}
+	return out, nil
+}
+
+// objectWriter writes a stream as a sequence of objects of at most limit
+// bytes: a file is read as the concatenation of its objects, so this gives
+// constant memory without multipart uploads.
+type objectWriter struct {
+	ctx    context.Context
+	blobs  *blob.Store
+	prefix string
+	limit  int
+	buf    []byte
+	objs   []batch.Object
+}
+
+func (w *objectWriter) Write(p []byte) (int, error) {
+	w.buf = append(w.buf, p...)
+	if len(w.buf) >= w.limit {
+		if err := w.flush(); err != nil {
+			return 0, err
+		}
+	}
+	return len(p), nil
+}
+
+func (w *objectWriter) flush() error {
+	if len(w.buf) == 0 {
+		return nil
+	}
+	key := fmt.Sprintf("%s%06d", w.prefix, len(w.objs))
+	if err := w.blobs.Put(w.ctx, key, bytesReader(w.buf), int64(len(w.buf))); err != nil {
+		return err
+	}
+	w.objs = append(w.objs, batch.Object{Key: key, Size: int64(len(w.buf))})
+	w.buf = w.buf[:0]
+	return nil
+}
+
+// Close writes what is buffered and returns the objects written.
+func (w *objectWriter) Close() ([]batch.Object, error) {
+	return w.objs, w.flush()
+}
+
+var errStop = errors.New("engine: stopping before the deadline")
+
+func closeQuietly(c io.Closer) { _ = c.Close() }

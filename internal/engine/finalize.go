@@ -1,0 +1,187 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/files"
+	"github.com/relaybatch/relay/internal/jsonl"
+	"github.com/relaybatch/relay/internal/store"
+)
+
+// DeadLetter is the deadletter function's handler for the work DLQ: the
+// chunk whose executor kept failing is closed with a dead_letter error line
+// per row (none of its rows was committed: a chunk commits all or nothing)
+// and its rows join the batch's dead-letter list, so the batch completes.
+func (e *Engine) DeadLetter(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	return eachMessage(ctx, e.Log, ev, func(ctx context.Context, m Message) error {
+		b, err := e.Store.GetBatch(ctx, m.Tenant, m.Batch)
+		if errors.Is(err, store.ErrBatchNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		c, err := e.Store.GetChunk(ctx, m.Batch, m.Chunk)
+		if err != nil {
+			return err
+		}
+		if c.State == batch.ChunkDone {
+			return e.afterCommit(ctx, b)
+		}
+		// The custom ids, when the range still parses; a poison range that
+		// does not is reported by row number.
+		ids := make([]string, c.Rows)
+		if data, err := e.readRange(ctx, b.Input, c.Start, c.End); err == nil {
+			if reqs, err := jsonl.ParseRequests(data); err == nil && len(reqs) == c.Rows {
+				for i, r := range reqs {
+					ids[i] = r.CustomID
+				}
+			}
+		}
+		const msg = "the request's chunk failed on every attempt (executor crash or timeout) and was moved to the dead-letter queue"
+		outs := make([]outcome, c.Rows)
+		dls := make([]batch.DeadLetter, c.Rows)
+		for i := range outs {
+			outs[i] = outcome{customID: ids[i], code: CodeDeadLetter, message: msg}
+			dls[i] = batch.DeadLetter{CustomID: ids[i], Error: msg, Attempts: 3, Row: c.FirstRow + i}
+		}
+		if err := e.Store.PutDeadLetters(ctx, b.ID, dls); err != nil {
+			return err
+		}
+		e.Log.WarnContext(ctx, "chunk dead-lettered", "batch_id", b.ID, "chunk", c.Index, "rows", c.Rows)
+		return e.commitDead(ctx, b, c, outs)
+	})
+}
+
+func (e *Engine) commitDead(ctx context.Context, b batch.Batch, c batch.Chunk, outs []outcome) error {
+	return e.commitWith(ctx, b, c, outs, int64(len(outs)))
+}
+
+// Finalize is the finalizer function's handler.
+func (e *Engine) Finalize(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	return eachMessage(ctx, e.Log, ev, func(ctx context.Context, m Message) error {
+		return e.FinalizeBatch(ctx, m.Tenant, m.Batch)
+	})
+}
+
+// FinalizeBatch assembles the output and error files from the committed
+// chunk parts (a file is an ordered list of objects: no row is downloaded
+// or re-uploaded), removes parts of runs that lost, and sets the terminal
+// status. It is idempotent: a duplicate finalize message changes nothing.
+func (e *Engine) FinalizeBatch(ctx context.Context, tenant, id string) error {
+	b, err := e.Store.GetBatch(ctx, tenant, id)
+	if errors.Is(err, store.ErrBatchNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if b.Status.Terminal() || b.ChunksTotal == 0 || b.ChunksDone < b.ChunksTotal {
+		return nil
+	}
+	chunks, err := e.Store.Chunks(ctx, id)
+	if err != nil {
+		return err
+	}
+	var outKeys, errKeys []string
+	var outBytes, errBytes int64
+	keep := map[string]bool{}
+	for _, c := range chunks {
+		if c.State != batch.ChunkDone {
+			return fmt.Errorf("finalize %s: chunk %d is %s", id, c.Index, c.State)
+		}
+		if c.OutBytes > 0 {
+			outKeys = append(outKeys, c.Parts("out"))
+			outBytes += c.OutBytes
+		}
+		if c.ErrBytes > 0 {
+			errKeys = append(errKeys, c.Parts("err"))
+			errBytes += c.ErrBytes
+		}
+		for _, kind := range []string{"out", "err", "usage"} {
+			keep[c.Parts(kind)] = true
+		}
+	}
+	if _, err := e.Store.UpdateBatch(ctx, tenant, id, func(b *batch.Batch) error {
+		if b.Status == batch.Finalizing || b.Status.Terminal() {
+			return errSkip
+		}
+		return b.To(batch.Finalizing, e.now())
+	}); err != nil && !errors.Is(err, errSkip) {
+		return err
+	}
+	// File ids derive from the batch id, so a second finalizer writes the same records.
+	suffix := strings.TrimPrefix(id, "batch_")
+	outID, errID := "", ""
+	if len(outKeys) > 0 {
+		outID = "file-" + suffix + "-output"
+		if err := e.putOutputFile(ctx, b, outID, "batch_"+suffix+"_output.jsonl", outKeys, outBytes); err != nil {
+			return err
+		}
+	}
+	if len(errKeys) > 0 {
+		errID = "file-" + suffix + "-errors"
+		if err := e.putOutputFile(ctx, b, errID, "batch_"+suffix+"_error.jsonl", errKeys, errBytes); err != nil {
+			return err
+		}
+	}
+	// Parts of runs that lost a race or crashed before committing.
+	if all, err := e.Blobs.List(ctx, batch.PartsPrefix(tenant, id)); err == nil {
+		var stray []string
+		for _, k := range all {
+			if !keep[k] {
+				stray = append(stray, k)
+			}
+		}
+		if err := e.Blobs.Delete(ctx, stray...); err != nil {
+			return err
+		}
+	}
+	final, err := e.Store.UpdateBatch(ctx, tenant, id, func(b *batch.Batch) error {
+		if b.Status.Terminal() {
+			return errSkip
+		}
+		if outID != "" {
+			b.OutputFileID = &outID
+		}
+		if errID != "" {
+			b.ErrorFileID = &errID
+		}
+		next := batch.Completed
+		switch {
+		case b.CancellingAt != nil:
+			next = batch.Cancelled
+		case b.ExpiredRows > 0:
+			next = batch.Expired
+		}
+		return b.To(next, e.now())
+	})
+	if errors.Is(err, errSkip) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	e.Log.InfoContext(ctx, "batch finalized", "batch_id", id, "status", final.Status,
+		"completed", final.RequestCounts.Completed, "failed", final.RequestCounts.Failed, "total", final.RequestCounts.Total)
+	return e.terminal(ctx, final)
+}
+
+// outputLifetime is how long output files live by default: the bucket's
+// lifecycle expires chunk parts after this.
+func (e *Engine) putOutputFile(ctx context.Context, b batch.Batch, id, name string, keys []string, size int64) error {
+	now := e.now()
+	exp := now.Add(e.Set.PartsExpiry).Unix()
+	if b.OutputExpiresAfter != nil {
+		exp = min(exp, b.CreatedAt+*b.OutputExpiresAfter)
+	}
+	return e.Store.PutFileOverwrite(ctx, files.File{
+		ID: id, Bytes: size, CreatedAt: now.Unix(), Filename: name, Purpose: files.PurposeBatchOutput,
+		Status: files.StatusProcessed, ExpiresAt: &exp, Tenant: b.Tenant, Objects: keys,
+	})
+}

@@ -1,0 +1,456 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/relaybatch/relay/internal/auth"
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/errs"
+	"github.com/relaybatch/relay/internal/files"
+	"github.com/relaybatch/relay/internal/ids"
+	"github.com/relaybatch/relay/internal/jsonl"
+	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/resources"
+	"github.com/relaybatch/relay/internal/store"
+)
+
+// Endpoints a batch may name (SPEC §4); /v1/messages is the Anthropic API's.
+var Endpoints = []string{"/v1/chat/completions", "/v1/embeddings", "/v1/responses", "/v1/completions"}
+
+// CreateRequest is the body of POST /v1/batches.
+type CreateRequest struct {
+	InputFileID        string            `json:"input_file_id"`
+	Endpoint           string            `json:"endpoint"`
+	CompletionWindow   string            `json:"completion_window"`
+	Metadata           map[string]string `json:"metadata"`
+	OutputExpiresAfter *struct {
+		Anchor  string `json:"anchor"`
+		Seconds int64  `json:"seconds"`
+	} `json:"output_expires_after"`
+	// Extensions.
+	Requests         []json.RawMessage `json:"requests"`
+	Priority         int               `json:"priority"`
+	WebhookURL       string            `json:"webhook_url"`
+	Schedule         string            `json:"schedule"`
+	ScheduleTimezone string            `json:"schedule_timezone"`
+	FallbackModel    string            `json:"fallback_model"`
+	Model            string            `json:"model"` // the model of a CSV input's rows
+}
+
+// Limits of the create body.
+const (
+	MaxPriority      = 1000
+	maxMetadataPairs = 16
+)
+
+// ParseWindow accepts 1h…24h in whole hours.
+func ParseWindow(w string) (time.Duration, error) {
+	if w == "" {
+		return 24 * time.Hour, nil
+	}
+	d, err := time.ParseDuration(w)
+	if err != nil || d < time.Hour || d > 24*time.Hour || d%time.Hour != 0 {
+		return 0, errs.Invalidf("completion_window", "completion_window must be a whole number of hours from 1h to 24h, such as \"24h\"")
+	}
+	return d, nil
+}
+
+// CheckMetadata enforces OpenAI's metadata limits.
+func CheckMetadata(md map[string]string) error {
+	if len(md) > maxMetadataPairs {
+		return errs.Invalidf("metadata", "metadata may hold at most 16 pairs, got %d", len(md))
+	}
+	for k, v := range md {
+		if len(k) > 64 || len(v) > 512 || !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return errs.Invalidf("metadata", "metadata keys must be at most 64 characters and values at most 512")
+		}
+	}
+	return nil
+}
+
+func checkEndpoint(ep string, allowed []string) error {
+	for _, a := range allowed {
+		if ep == a {
+			return nil
+		}
+	}
+	if ep == "" {
+		return errs.Invalidf("endpoint", "endpoint is required: one of %s", strings.Join(allowed, ", "))
+	}
+	return errs.Invalidf("endpoint", "endpoint %q is not supported: use one of %s", ep, strings.Join(allowed, ", "))
+}
+
+// CheckWebhookURL validates a webhook URL at create time; set by the app.
+var CheckWebhookURL = func(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return errs.Invalidf("webhook_url", "webhook_url must be an absolute https URL")
+	}
+	return nil
+}
+
+// Create validates and records a batch, then asks the dispatcher to plan it.
+func (e *Engine) Create(ctx context.Context, p auth.Principal, req CreateRequest, idemKey string) (batch.Batch, error) {
+	return e.create(ctx, p, req, idemKey, Endpoints, nil)
+}
+
+func (e *Engine) create(ctx context.Context, p auth.Principal, req CreateRequest, idemKey string, endpoints []string, shape func(*batch.Batch)) (batch.Batch, error) {
+	if err := checkEndpoint(req.Endpoint, endpoints); err != nil {
+		return batch.Batch{}, err
+	}
+	window, err := ParseWindow(req.CompletionWindow)
+	if err != nil {
+		return batch.Batch{}, err
+	}
+	if req.CompletionWindow == "" {
+		req.CompletionWindow = "24h"
+	}
+	if err := CheckMetadata(req.Metadata); err != nil {
+		return batch.Batch{}, err
+	}
+	if req.Priority < -MaxPriority || req.Priority > MaxPriority {
+		return batch.Batch{}, errs.Invalidf("priority", "priority must be between -%d and %d", MaxPriority, MaxPriority)
+	}
+	now := e.now()
+	b := batch.Batch{
+		ID: ids.New("batch_"), Endpoint: req.Endpoint, CompletionWindow: req.CompletionWindow, Status: batch.Validating,
+		CreatedAt: now.Unix(), Metadata: req.Metadata, Priority: req.Priority, Tenant: p.Tenant, KeyID: p.KeyID,
+	}
+	exp := now.Add(window).Unix()
+	b.ExpiresAt = &exp
+	if req.OutputExpiresAfter != nil {
+		if req.OutputExpiresAfter.Anchor != "created_at" {
+			return batch.Batch{}, errs.Invalidf("output_expires_after.anchor", "output_expires_after.anchor must be created_at")
+		}
+		s := req.OutputExpiresAfter.Seconds
+		if s < 3600 || s > 30*24*3600 {
+			return batch.Batch{}, errs.Invalidf("output_expires_after.seconds", "output_expires_after.seconds must be between 3600 and 2592000")
+		}
+		b.OutputExpiresAfter = &s
+	}
+	if req.WebhookURL != "" {
+		if err := CheckWebhookURL(req.WebhookURL); err != nil {
+			return batch.Batch{}, err
+		}
+		b.WebhookURL = &req.WebhookURL
+	}
+	if req.FallbackModel != "" {
+		m, ok := e.Models.Lookup(req.FallbackModel)
+		if !ok {
+			return batch.Batch{}, errs.Invalidf("fallback_model", "fallback_model %q is not a configured model", req.FallbackModel)
+		}
+		if shape, _ := provider.ShapeOf(req.Endpoint); shape != m.Provider {
+			return batch.Batch{}, errs.Invalidf("fallback_model", "fallback_model %q takes %s requests, not %s", req.FallbackModel, m.Provider, req.Endpoint)
+		}
+		b.FallbackModel = &req.FallbackModel
+	}
+	switch {
+	case req.InputFileID != "" && len(req.Requests) > 0:
+		return batch.Batch{}, errs.Invalidf("requests", "send input_file_id or requests, not both")
+	case len(req.Requests) > 0:
+		f, err := e.inlineFile(ctx, p.Tenant, req.Requests)
+		if err != nil {
+			return batch.Batch{}, err
+		}
+		b.InputFileID = f.ID
+	case req.InputFileID != "":
+		f, err := e.Files.Get(ctx, p.Tenant, req.InputFileID)
+		if errs.Is(err, errs.NotFound) {
+			return batch.Batch{}, errs.Invalidf("input_file_id", "no such file: %s", req.InputFileID)
+		}
+		if err != nil {
+			return batch.Batch{}, err
+		}
+		if f.Purpose != files.PurposeBatch {
+			return batch.Batch{}, errs.Invalidf("input_file_id", "file %s has purpose %q, a batch needs purpose \"batch\"", f.ID, f.Purpose)
+		}
+		if f.Status != files.StatusProcessed {
+			return batch.Batch{}, errs.Invalidf("input_file_id", "file %s is %s: wait until its upload is processed", f.ID, f.Status)
+		}
+		if format, _ := jsonl.FormatOf(f.Filename); format == jsonl.CSV {
+			if req.Model == "" {
+				return batch.Batch{}, errs.Invalidf("model", "a CSV input needs model: the model every row is sent to")
+			}
+			if req.Endpoint != "/v1/chat/completions" {
+				return batch.Batch{}, errs.Invalidf("endpoint", "a CSV input makes chat completions: use endpoint /v1/chat/completions")
+			}
+		}
+		b.InputFileID = f.ID
+	default:
+		if req.Schedule == "" || shape == nil {
+			return batch.Batch{}, errs.Invalidf("input_file_id", "input_file_id is required (or inline requests)")
+		}
+	}
+	if req.Model != "" {
+		if _, ok := e.Models.Lookup(req.Model); !ok {
+			return batch.Batch{}, errs.Invalidf("model", "model %q is not a configured model", req.Model)
+		}
+		b.CSVModel = req.Model
+	}
+	if shape != nil {
+		shape(&b)
+	}
+	return e.record(ctx, b, idemKey)
+}
+
+// record stores a new batch and queues its planning.
+func (e *Engine) record(ctx context.Context, b batch.Batch, idemKey string) (batch.Batch, error) {
+	if idemKey != "" {
+		idemKey = auth.Hash(idemKey)
+	}
+	saved, created, err := e.Store.CreateBatch(ctx, b, idemKey)
+	if err != nil {
+		return batch.Batch{}, err
+	}
+	if created && saved.Status == batch.Validating {
+		if err := e.send(ctx, resources.Dispatch, Message{Type: MsgPlan, Tenant: b.Tenant, Batch: b.ID}); err != nil {
+			return batch.Batch{}, err
+		}
+	}
+	return saved.Out(), nil
+}
+
+// inlineFile stores inline rows as a JSONL input file; a row without a
+// custom_id gets request-<index>.
+func (e *Engine) inlineFile(ctx context.Context, tenant string, rows []json.RawMessage) (files.File, error) {
+	var buf bytes.Buffer
+	for i, raw := range rows {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
+			return files.File{}, errs.Invalidf(fmt.Sprintf("requests[%d]", i), "requests[%d] must be an object like a line of a batch input file", i)
+		}
+		if _, ok := obj["custom_id"]; !ok {
+			obj["custom_id"], _ = json.Marshal(fmt.Sprintf("request-%d", i))
+		}
+		line, _ := json.Marshal(obj)
+		buf.Write(line)
+		buf.WriteByte('\n')
+	}
+	return e.Files.Create(ctx, tenant, "requests.jsonl", files.PurposeBatch, int64(buf.Len()), 0, &buf)
+}
+
+// Get returns a tenant's batch; another tenant's is not found.
+func (e *Engine) Get(ctx context.Context, tenant, id string) (batch.Batch, error) {
+	if !ids.Valid("batch_", id) {
+		return batch.Batch{}, errs.NotFoundf("no such batch: %s", id)
+	}
+	b, err := e.Store.GetBatch(ctx, tenant, id)
+	if errors.Is(err, store.ErrBatchNotFound) {
+		return batch.Batch{}, errs.NotFoundf("no such batch: %s", id)
+	}
+	if err != nil {
+		return batch.Batch{}, err
+	}
+	return b.Out(), nil
+}
+
+// List lists a tenant's batches newest first (or a template's runs).
+func (e *Engine) List(ctx context.Context, tenant, after string, limit int, templateID string) ([]batch.Batch, bool, error) {
+	if after != "" && !ids.Valid("batch_", after) {
+		return nil, false, errs.Invalidf("after", "after %q is not a batch id", after)
+	}
+	if templateID != "" && !ids.Valid("batch_", templateID) {
+		return nil, false, errs.Invalidf("template_id", "template_id %q is not a template id", templateID)
+	}
+	bs, more, err := e.Store.ListBatches(ctx, tenant, after, limit, templateID)
+	for i := range bs {
+		bs[i] = bs[i].Out()
+	}
+	return bs, more, err
+}
+
+// Cancel stops a batch: no new chunk starts, running chunks stop at their
+// next row boundary, unfinished rows get batch_cancelled.
+func (e *Engine) Cancel(ctx context.Context, tenant, id string) (batch.Batch, error) {
+	if _, err := e.Get(ctx, tenant, id); err != nil {
+		return batch.Batch{}, err
+	}
+	b, err := e.Store.UpdateBatch(ctx, tenant, id, func(b *batch.Batch) error {
+		switch {
+		case b.Status == batch.Cancelling:
+			return errSkip
+		case b.Status.Terminal():
+			return errs.E(errs.Conflict, "batch_not_cancellable", "", "batch %s is %s and cannot be cancelled", b.ID, b.Status)
+		case b.Status == batch.Finalizing:
+			return errs.E(errs.Conflict, "batch_not_cancellable", "", "batch %s is finalizing: every request has run", b.ID)
+		}
+		return b.To(batch.Cancelling, e.now())
+	})
+	if errors.Is(err, errSkip) {
+		return e.Get(ctx, tenant, id)
+	}
+	if err != nil {
+		return batch.Batch{}, err
+	}
+	if err := e.send(ctx, resources.Dispatch, Message{Type: MsgRelease}); err != nil {
+		return batch.Batch{}, err
+	}
+	return b.Out(), nil
+}
+
+// Results writes every row's line in input order: the output and error
+// lines of each done chunk, interleaved by its pattern. Until the batch is
+// terminal only partial results are available, on request.
+func (e *Engine) Results(ctx context.Context, tenant, id string, partial bool, w io.Writer) error {
+	b, err := e.Get(ctx, tenant, id)
+	if err != nil {
+		return err
+	}
+	if !b.Status.Terminal() && !partial {
+		return errs.E(errs.Conflict, "batch_not_finished", "", "batch %s is %s: results are ready when it ends (or pass ?partial=true)", id, b.Status)
+	}
+	chunks, err := e.Store.Chunks(ctx, id)
+	if err != nil {
+		return err
+	}
+	return e.eachLine(ctx, chunks, func(_ batch.Chunk, _ int, kind byte, line []byte) error {
+		_, err := w.Write(line)
+		return err
+	})
+}
+
+// StartResults checks that results can be served (so the status code is
+// right before streaming starts).
+func (e *Engine) StartResults(ctx context.Context, tenant, id string, partial bool) error {
+	b, err := e.Get(ctx, tenant, id)
+	if err != nil {
+		return err
+	}
+	if !b.Status.Terminal() && !partial {
+		return errs.E(errs.Conflict, "batch_not_finished", "", "batch %s is %s: results are ready when it ends (or pass ?partial=true)", id, b.Status)
+	}
+	return nil
+}
+
+// eachLine calls fn with every line of the done chunks in input order.
+func (e *Engine) eachLine(ctx context.Context, chunks []batch.Chunk, fn func(c batch.Chunk, i int, kind byte, line []byte) error) error {
+	for _, c := range chunks {
+		if c.State != batch.ChunkDone {
+			continue
+		}
+		read := func(kind string, n int64) ([]byte, error) {
+			if n == 0 {
+				return nil, nil
+			}
+			rc, err := e.Blobs.Get(ctx, c.Parts(kind))
+			if err != nil {
+				return nil, err
+			}
+			defer rc.Close()
+			return io.ReadAll(rc)
+		}
+		out, err := read("out", c.OutBytes)
+		if err != nil {
+			return err
+		}
+		errb, err := read("err", c.ErrBytes)
+		if err != nil {
+			return err
+		}
+		for i := 0; i < len(c.Pattern); i++ {
+			src := &out
+			if c.Pattern[i] == 'e' {
+				src = &errb
+			}
+			n := bytes.IndexByte(*src, '\n')
+			if n < 0 {
+				return fmt.Errorf("chunk %d of %s: part shorter than its pattern", c.Index, c.Batch)
+			}
+			if err := fn(c, i, c.Pattern[i], (*src)[:n+1]); err != nil {
+				return err
+			}
+			*src = (*src)[n+1:]
+		}
+	}
+	return nil
+}
+
+// DeadLetters lists the rows that exhausted their retries.
+func (e *Engine) DeadLetters(ctx context.Context, tenant, id string, after, limit int) ([]batch.DeadLetter, bool, error) {
+	if _, err := e.Get(ctx, tenant, id); err != nil {
+		return nil, false, err
+	}
+	return e.Store.DeadLetters(ctx, id, after, limit)
+}
+
+// Retry makes a new batch of the rows of a finished batch that ended in
+// its error file: failed, expired, cancelled and dead-lettered rows.
+func (e *Engine) Retry(ctx context.Context, p auth.Principal, id string, idemKey string) (batch.Batch, error) {
+	b, err := e.Get(ctx, p.Tenant, id)
+	if err != nil {
+		return batch.Batch{}, err
+	}
+	if !b.Status.Terminal() {
+		return batch.Batch{}, errs.E(errs.Conflict, "batch_not_finished", "", "batch %s is %s: retry it once it has ended", id, b.Status)
+	}
+	full, err := e.Store.GetBatch(ctx, p.Tenant, id)
+	if err != nil {
+		return batch.Batch{}, err
+	}
+	chunks, err := e.Store.Chunks(ctx, id)
+	if err != nil {
+		return batch.Batch{}, err
+	}
+	fileID := ids.New("file-")
+	w := &objectWriter{ctx: ctx, blobs: e.Blobs, prefix: fmt.Sprintf("files/%s/%s/", p.Tenant, fileID), limit: normalizedObjectSize}
+	rows := 0
+	for _, c := range chunks {
+		if !strings.Contains(c.Pattern, "e") {
+			continue
+		}
+		data, err := e.readRange(ctx, full.Input, c.Start, c.End)
+		if err != nil {
+			return batch.Batch{}, err
+		}
+		reqs, err := jsonl.ParseRequests(data)
+		if err != nil {
+			return batch.Batch{}, err
+		}
+		for i, r := range reqs {
+			if i < len(c.Pattern) && c.Pattern[i] == 'e' {
+				line, _ := json.Marshal(r)
+				w.Write(append(line, '\n'))
+				rows++
+			}
+		}
+	}
+	objs, err := w.Close()
+	if err != nil {
+		return batch.Batch{}, err
+	}
+	if rows == 0 {
+		return batch.Batch{}, errs.E(errs.Invalid, "nothing_to_retry", "", "batch %s has no failed, expired or cancelled rows", id)
+	}
+	f := files.File{ID: fileID, CreatedAt: e.now().Unix(), Filename: "retry-" + id + ".jsonl", Purpose: files.PurposeBatch, Status: files.StatusProcessed, Tenant: p.Tenant}
+	for _, o := range objs {
+		f.Objects = append(f.Objects, o.Key)
+		f.Bytes += o.Size
+	}
+	if err := e.Store.PutFile(ctx, f); err != nil {
+		return batch.Batch{}, err
+	}
+	now := e.now()
+	window, _ := ParseWindow(b.CompletionWindow)
+	exp := now.Add(window).Unix()
+	nb := batch.Batch{
+		ID: ids.New("batch_"), Endpoint: b.Endpoint, CompletionWindow: b.CompletionWindow, Status: batch.Validating,
+		CreatedAt: now.Unix(), ExpiresAt: &exp, Metadata: b.Metadata, Priority: b.Priority, Tenant: p.Tenant, KeyID: p.KeyID,
+		InputFileID: f.ID, RetryOf: &b.ID, WebhookURL: b.WebhookURL, FallbackModel: b.FallbackModel,
+		OutputExpiresAfter: full.OutputExpiresAfter,
+	}
+	return e.record(ctx, nb, idemKey)
+}
+
+// Usage returns a tenant's daily usage between two times.
+func (e *Engine) Usage(ctx context.Context, tenant string, from, to time.Time) ([]store.UsageRow, error) {
+	return e.Store.Usage(ctx, tenant, from.UTC().Format("2006-01-02"), to.UTC().Format("2006-01-02"))
+}

@@ -1,0 +1,465 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/resources"
+)
+
+// ErrBatchNotFound is returned for a missing batch.
+var ErrBatchNotFound = errors.New("store: batch not found")
+
+// ErrChunkDone means a chunk was already committed: a duplicate delivery.
+var ErrChunkDone = errors.New("store: chunk already done")
+
+// ErrNoCapacity means the model's capacity is taken.
+var ErrNoCapacity = errors.New("store: no capacity")
+
+const (
+	activePK = "ACTIVE"
+	// priorityBase turns priorities (-maxPriority…maxPriority) into sort
+	// keys that put the highest first.
+	priorityBase = 1_000_000
+)
+
+func batchPK(tenant string) string { return tenantPK(tenant) }
+func batchSK(id string) string     { return "BATCH#" + id }
+func chunksPK(batchID string) string {
+	return "B#" + batchID
+}
+func chunkSK(i int) string { return fmt.Sprintf("CHUNK#%06d", i) }
+
+// batchIndexes keeps the GSI attributes in line with the batch: active
+// batches sit in the by-status index ordered by priority then age, and runs
+// of a template in the by-template index.
+func batchIndexes(b *batch.Batch) item {
+	it := item{}
+	if !b.Status.Terminal() && b.Status != batch.Scheduled {
+		it["gsi1pk"] = &types.AttributeValueMemberS{Value: activePK}
+		it["gsi1sk"] = &types.AttributeValueMemberS{Value: fmt.Sprintf("%07d#%s#%s", priorityBase-b.Priority, b.ID, b.Tenant)}
+	}
+	if b.TemplateID != nil {
+		it["gsi2pk"] = &types.AttributeValueMemberS{Value: "TPL#" + *b.TemplateID}
+		it["gsi2sk"] = &types.AttributeValueMemberS{Value: b.ID}
+	}
+	return it
+}
+
+// CreateBatch writes a new batch. With an idempotency key, the first batch
+// created with it is returned instead of creating another.
+func (s *Store) CreateBatch(ctx context.Context, b batch.Batch, idemKey string) (batch.Batch, bool, error) {
+	it, err := attributevalue.MarshalMap(b)
+	if err != nil {
+		return b, false, fmt.Errorf("marshal batch: %w", err)
+	}
+	for k, v := range key(batchPK(b.Tenant), batchSK(b.ID)) {
+		it[k] = v
+	}
+	for k, v := range batchIndexes(&b) {
+		it[k] = v
+	}
+	it["ver"] = &types.AttributeValueMemberN{Value: "1"}
+	tx := []types.TransactWriteItem{{Put: &types.Put{TableName: &s.Table, Item: it, ConditionExpression: aws.String("attribute_not_exists(pk)")}}}
+	if idemKey != "" {
+		idem := key(tenantPK(b.Tenant), "IDEM#"+idemKey)
+		idem["batch_id"] = &types.AttributeValueMemberS{Value: b.ID}
+		idem["ttl"] = &types.AttributeValueMemberN{Value: strconv.FormatInt(time.Now().Add(24*time.Hour).Unix(), 10)}
+		tx = append(tx, types.TransactWriteItem{Put: &types.Put{TableName: &s.Table, Item: idem, ConditionExpression: aws.String("attribute_not_exists(pk)")}})
+	}
+	_, err = s.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
+	var tc *types.TransactionCanceledException
+	if errors.As(err, &tc) && idemKey != "" {
+		var idem struct {
+			BatchID string `dynamodbav:"batch_id"`
+		}
+		if _, gerr := s.get(ctx, tenantPK(b.Tenant), "IDEM#"+idemKey, &idem); gerr == nil {
+			first, err := s.GetBatch(ctx, b.Tenant, idem.BatchID)
+			return first, false, err
+		}
+	}
+	if err != nil {
+		return b, false, fmt.Errorf("create batch %s: %w", b.ID, err)
+	}
+	return b, true, nil
+}
+
+// GetBatch reads a batch.
+func (s *Store) GetBatch(ctx context.Context, tenant, id string) (batch.Batch, error) {
+	var b batch.Batch
+	_, err := s.get(ctx, batchPK(tenant), batchSK(id), &b)
+	return b, notFound(err, ErrBatchNotFound)
+}
+
+// UpdateBatch changes a batch through fn, conditional on no concurrent write.
+func (s *Store) UpdateBatch(ctx context.Context, tenant, id string, fn func(*batch.Batch) error) (batch.Batch, error) {
+	b, err := update(ctx, s, batchPK(tenant), batchSK(id), batchIndexes, fn)
+	return b, notFound(err, ErrBatchNotFound)
+}
+
+// ListBatches lists a tenant's batches newest first, or a template's runs.
+func (s *Store) ListBatches(ctx context.Context, tenant, after string, limit int, templateID string) ([]batch.Batch, bool, error) {
+	var bs []batch.Batch
+	each := func(it item) error {
+		var b batch.Batch
+		if err := attributevalue.UnmarshalMap(it, &b); err != nil {
+			return err
+		}
+		bs = append(bs, b)
+		return nil
+	}
+	if templateID == "" {
+		start := ""
+		if after != "" {
+			start = batchSK(after)
+		}
+		more, err := s.page(ctx, batchPK(tenant), "BATCH#", start, false, limit, nil, each)
+		return bs, more, err
+	}
+	in := &dynamodb.QueryInput{
+		TableName:              &s.Table,
+		IndexName:              aws.String(resources.ByTemplate),
+		KeyConditionExpression: aws.String("gsi2pk = :t"),
+		FilterExpression:       aws.String("tenant = :tenant"),
+		ExpressionAttributeValues: item{
+			":t":      &types.AttributeValueMemberS{Value: "TPL#" + templateID},
+			":tenant": &types.AttributeValueMemberS{Value: tenant},
+		},
+		ScanIndexForward: aws.Bool(false),
+	}
+	if after != "" {
+		in.KeyConditionExpression = aws.String("gsi2pk = :t AND gsi2sk < :after")
+		in.ExpressionAttributeValues[":after"] = &types.AttributeValueMemberS{Value: after}
+	}
+	for {
+		out, err := s.DB.Query(ctx, in)
+		if err != nil {
+			return nil, false, fmt.Errorf("list runs of %s: %w", templateID, err)
+		}
+		for _, it := range out.Items {
+			if len(bs) == limit {
+				return bs, true, nil
+			}
+			if err := each(it); err != nil {
+				return nil, false, err
+			}
+		}
+		if out.LastEvaluatedKey == nil {
+			return bs, false, nil
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+}
+
+// ActiveRef names an active batch in the by-status index.
+type ActiveRef struct {
+	Tenant   string
+	ID       string
+	Priority int
+}
+
+// ActiveBatches lists the non-terminal batches, highest priority first,
+// then oldest first.
+func (s *Store) ActiveBatches(ctx context.Context) ([]ActiveRef, error) {
+	in := &dynamodb.QueryInput{
+		TableName:                 &s.Table,
+		IndexName:                 aws.String(resources.ByStatus),
+		KeyConditionExpression:    aws.String("gsi1pk = :a"),
+		ExpressionAttributeValues: item{":a": &types.AttributeValueMemberS{Value: activePK}},
+		ProjectionExpression:      aws.String("tenant, id, priority"),
+	}
+	var refs []ActiveRef
+	for {
+		out, err := s.DB.Query(ctx, in)
+		if err != nil {
+			return nil, fmt.Errorf("list active batches: %w", err)
+		}
+		for _, it := range out.Items {
+			var r struct {
+				Tenant   string `dynamodbav:"tenant"`
+				ID       string `dynamodbav:"id"`
+				Priority int    `dynamodbav:"priority"`
+			}
+			if err := attributevalue.UnmarshalMap(it, &r); err != nil {
+				return nil, err
+			}
+			refs = append(refs, ActiveRef{Tenant: r.Tenant, ID: r.ID, Priority: r.Priority})
+		}
+		if out.LastEvaluatedKey == nil {
+			return refs, nil
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+}
+
+// PutChunks writes planned chunks (BatchWriteItem, 25 at a time).
+func (s *Store) PutChunks(ctx context.Context, cs []batch.Chunk) error {
+	for len(cs) > 0 {
+		n := min(len(cs), 25)
+		reqs := make([]types.WriteRequest, n)
+		for i, c := range cs[:n] {
+			it, err := attributevalue.MarshalMap(c)
+			if err != nil {
+				return err
+			}
+			for k, v := range key(chunksPK(c.Batch), chunkSK(c.Index)) {
+				it[k] = v
+			}
+			reqs[i] = types.WriteRequest{PutRequest: &types.PutRequest{Item: it}}
+		}
+		pending := map[string][]types.WriteRequest{s.Table: reqs}
+		for attempt := 0; len(pending[s.Table]) > 0; attempt++ {
+			out, err := s.DB.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: pending})
+			if err != nil {
+				return fmt.Errorf("write chunks: %w", err)
+			}
+			pending = out.UnprocessedItems
+			if attempt > 0 {
+				time.Sleep(time.Duration(attempt) * 50 * time.Millisecond)
+			}
+		}
+		cs = cs[n:]
+	}
+	return nil
+}
+
+// GetChunk reads one chunk.
+func (s *Store) GetChunk(ctx context.Context, batchID string, i int) (batch.Chunk, error) {
+	var c batch.Chunk
+	_, err := s.get(ctx, chunksPK(batchID), chunkSK(i), &c)
+	return c, notFound(err, ErrBatchNotFound)
+}
+
+// Chunks lists a batch's chunks in order.
+func (s *Store) Chunks(ctx context.Context, batchID string) ([]batch.Chunk, error) {
+	var cs []batch.Chunk
+	_, err := s.page(ctx, chunksPK(batchID), "CHUNK#", "", true, 1<<30, nil, func(it item) error {
+		var c batch.Chunk
+		if err := attributevalue.UnmarshalMap(it, &c); err != nil {
+			return err
+		}
+		cs = append(cs, c)
+		return nil
+	})
+	return cs, err
+}
+
+func capKey(model string) item { return key("MODEL#"+model, "CAP") }
+
+// Release moves a pending chunk to queued and the batch's release cursor
+// past it, taking slots of its model's capacity (max in-flight requests)
+// in the same transaction, so capacity is never over-committed however many
+// dispatchers run. slots 0 takes none (a cancelled or expired batch's
+// chunks only write error lines).
+func (s *Store) Release(ctx context.Context, c batch.Chunk, slots, max int) error {
+	tx := []types.TransactWriteItem{
+		{Update: &types.Update{
+			TableName:                 &s.Table,
+			Key:                       key(chunksPK(c.Batch), chunkSK(c.Index)),
+			UpdateExpression:          aws.String("SET #st = :queued, slots = :slots"),
+			ConditionExpression:       aws.String("#st = :pending"),
+			ExpressionAttributeNames:  map[string]string{"#st": "state"},
+			ExpressionAttributeValues: item{":queued": avS(string(batch.ChunkQueued)), ":pending": avS(string(batch.ChunkPending)), ":slots": avN(slots)},
+		}},
+		{Update: &types.Update{
+			TableName:                 &s.Table,
+			Key:                       key(batchPK(c.Tenant), batchSK(c.Batch)),
+			UpdateExpression:          aws.String("ADD released :one, ver :one"),
+			ConditionExpression:       aws.String("released = :i"),
+			ExpressionAttributeValues: item{":one": avN(1), ":i": avN(c.Index)},
+		}},
+	}
+	if slots > 0 {
+		tx = append(tx, types.TransactWriteItem{Update: &types.Update{
+			TableName:                 &s.Table,
+			Key:                       capKey(c.Model),
+			UpdateExpression:          aws.String("ADD inflight :n"),
+			ConditionExpression:       aws.String("attribute_not_exists(inflight) OR inflight <= :room"),
+			ExpressionAttributeValues: item{":n": avN(slots), ":room": avN(max - slots)},
+		}})
+	}
+	_, err := s.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
+	var tc *types.TransactionCanceledException
+	if errors.As(err, &tc) {
+		if len(tc.CancellationReasons) > 2 && aws.ToString(tc.CancellationReasons[2].Code) == "ConditionalCheckFailed" {
+			return ErrNoCapacity
+		}
+		return ErrChunkDone // released by someone else meanwhile
+	}
+	if err != nil {
+		return fmt.Errorf("release chunk %d of %s: %w", c.Index, c.Batch, err)
+	}
+	return nil
+}
+
+// InFlight returns the capacity slots a model has out.
+func (s *Store) InFlight(ctx context.Context, model string) (int, error) {
+	var v struct {
+		InFlight int `dynamodbav:"inflight"`
+	}
+	_, err := s.get(ctx, "MODEL#"+model, "CAP", &v)
+	if errors.Is(err, errMissing) {
+		return 0, nil
+	}
+	return v.InFlight, err
+}
+
+// Commit is what a finished chunk adds to its batch.
+type Commit struct {
+	Chunk       batch.Chunk // with Pattern, OutBytes, ErrBytes set
+	Completed   int64
+	Failed      int64
+	Expired     int64 // rows that got batch_expired
+	DeadLetters int64
+	Usage       batch.Usage
+	// UsageByModel aggregates per model for the tenant's daily usage.
+	UsageByModel map[string]UsageAgg
+	Day          string // YYYY-MM-DD (UTC) the usage is recorded under
+}
+
+// UsageAgg is one model's usage in a chunk.
+type UsageAgg struct {
+	Requests, Input, Output, Total int64
+}
+
+// CommitChunk marks a chunk done and adds its counts to the batch, gives
+// back its capacity and adds its usage to the daily aggregates, all in one
+// transaction conditional on the chunk not being done: a duplicate delivery
+// gets ErrChunkDone and changes nothing.
+func (s *Store) CommitChunk(ctx context.Context, tenant string, c Commit) error {
+	ch := c.Chunk
+	tx := []types.TransactWriteItem{
+		{Update: &types.Update{
+			TableName:                &s.Table,
+			Key:                      key(chunksPK(ch.Batch), chunkSK(ch.Index)),
+			UpdateExpression:         aws.String("SET #st = :done, pattern = :p, out_bytes = :o, err_bytes = :e, attempt = :a"),
+			ConditionExpression:      aws.String("attribute_exists(pk) AND #st <> :done"),
+			ExpressionAttributeNames: map[string]string{"#st": "state"},
+			ExpressionAttributeValues: item{":done": avS(string(batch.ChunkDone)), ":p": avS(ch.Pattern), ":a": avS(ch.Attempt),
+				":o": avN64(ch.OutBytes), ":e": avN64(ch.ErrBytes)},
+		}},
+		{Update: &types.Update{
+			TableName: &s.Table,
+			Key:       key(batchPK(tenant), batchSK(ch.Batch)),
+			UpdateExpression: aws.String("SET counts.completed = counts.completed + :c, counts.failed = counts.failed + :f, " +
+				"#u.input_tokens = #u.input_tokens + :ui, #u.output_tokens = #u.output_tokens + :uo, #u.total_tokens = #u.total_tokens + :ut " +
+				"ADD chunks_done :one, ver :one, expired_rows :x, dead_letter_count :dl"),
+			ExpressionAttributeNames: map[string]string{"#u": "usage"},
+			ExpressionAttributeValues: item{":c": avN64(c.Completed), ":f": avN64(c.Failed), ":x": avN64(c.Expired), ":dl": avN64(c.DeadLetters),
+				":ui": avN64(c.Usage.InputTokens), ":uo": avN64(c.Usage.OutputTokens), ":ut": avN64(c.Usage.TotalTokens), ":one": avN(1)},
+		}},
+	}
+	if ch.Slots > 0 {
+		tx = append(tx, types.TransactWriteItem{Update: &types.Update{
+			TableName: &s.Table, Key: capKey(ch.Model),
+			UpdateExpression:          aws.String("ADD inflight :n"),
+			ExpressionAttributeValues: item{":n": avN(-ch.Slots)},
+		}})
+	}
+	for model, u := range c.UsageByModel {
+		tx = append(tx, types.TransactWriteItem{Update: &types.Update{
+			TableName: &s.Table, Key: key("USAGE#"+tenant, c.Day+"#"+model),
+			UpdateExpression:         aws.String("SET #d = :day, model = :m ADD requests :r, input_tokens :i, output_tokens :o, total_tokens :t"),
+			ExpressionAttributeNames: map[string]string{"#d": "day"},
+			ExpressionAttributeValues: item{":day": avS(c.Day), ":m": avS(model), ":r": avN64(u.Requests),
+				":i": avN64(u.Input), ":o": avN64(u.Output), ":t": avN64(u.Total)},
+		}})
+	}
+	_, err := s.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
+	var tc *types.TransactionCanceledException
+	if errors.As(err, &tc) && len(tc.CancellationReasons) > 0 && aws.ToString(tc.CancellationReasons[0].Code) == "ConditionalCheckFailed" {
+		return ErrChunkDone
+	}
+	if err != nil {
+		return fmt.Errorf("commit chunk %d of %s: %w", ch.Index, ch.Batch, err)
+	}
+	return nil
+}
+
+// UsageRow is one day's usage of one model by a tenant.
+type UsageRow struct {
+	Day          string `json:"date" dynamodbav:"day"`
+	Model        string `json:"model" dynamodbav:"model"`
+	Requests     int64  `json:"requests" dynamodbav:"requests"`
+	InputTokens  int64  `json:"input_tokens" dynamodbav:"input_tokens"`
+	OutputTokens int64  `json:"output_tokens" dynamodbav:"output_tokens"`
+	TotalTokens  int64  `json:"total_tokens" dynamodbav:"total_tokens"`
+}
+
+// Usage returns a tenant's daily usage aggregates for days in [from, to].
+func (s *Store) Usage(ctx context.Context, tenant, from, to string) ([]UsageRow, error) {
+	out, err := s.DB.Query(ctx, &dynamodb.QueryInput{
+		TableName:              &s.Table,
+		KeyConditionExpression: aws.String("pk = :pk AND sk BETWEEN :from AND :to"),
+		ExpressionAttributeValues: item{":pk": avS("USAGE#" + tenant), ":from": avS(from),
+			":to": avS(to + "#\uffff")},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("query usage: %w", err)
+	}
+	var rows []UsageRow
+	if err := attributevalue.UnmarshalListOfMaps(out.Items, &rows); err != nil {
+		return nil, err
+	}
+	return rows, nil
+}
+
+// PutDeadLetters records rows that exhausted their retries.
+func (s *Store) PutDeadLetters(ctx context.Context, batchID string, dls []batch.DeadLetter) error {
+	for len(dls) > 0 {
+		n := min(len(dls), 25)
+		reqs := make([]types.WriteRequest, n)
+		for i, d := range dls[:n] {
+			it, err := attributevalue.MarshalMap(d)
+			if err != nil {
+				return err
+			}
+			for k, v := range key(chunksPK(batchID), fmt.Sprintf("DL#%07d", d.Row)) {
+				it[k] = v
+			}
+			reqs[i] = types.WriteRequest{PutRequest: &types.PutRequest{Item: it}}
+		}
+		pending := map[string][]types.WriteRequest{s.Table: reqs}
+		for len(pending[s.Table]) > 0 {
+			out, err := s.DB.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: pending})
+			if err != nil {
+				return fmt.Errorf("write dead letters: %w", err)
+			}
+			pending = out.UnprocessedItems
+		}
+		dls = dls[n:]
+	}
+	return nil
+}
+
+// DeadLetters lists a batch's dead-letter rows in row order after row `after`.
+func (s *Store) DeadLetters(ctx context.Context, batchID string, after int, limit int) ([]batch.DeadLetter, bool, error) {
+	start := ""
+	if after >= 0 {
+		start = fmt.Sprintf("DL#%07d", after)
+	}
+	var dls []batch.DeadLetter
+	more, err := s.page(ctx, chunksPK(batchID), "DL#", start, true, limit, nil, func(it item) error {
+		var d batch.DeadLetter
+		if err := attributevalue.UnmarshalMap(it, &d); err != nil {
+			return err
+		}
+		dls = append(dls, d)
+		return nil
+	})
+	return dls, more, err
+}
+
+func avS(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
+func avN(n int) types.AttributeValue    { return &types.AttributeValueMemberN{Value: strconv.Itoa(n)} }
+func avN64(n int64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
+}

@@ -1,0 +1,124 @@
+package webhook
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/relaybatch/relay/internal/errs"
+)
+
+func TestCheckURL(t *testing.T) {
+	t.Parallel()
+	deployed := Policy{}
+	local := Policy{AllowPrivate: true, AllowHTTP: true}
+	for _, tt := range []struct {
+		name   string
+		policy Policy
+		url    string
+		want   string // a word of the error, "" for none
+	}{
+		{"https", deployed, "https://hooks.example.com/relay", ""},
+		{"https any port", deployed, "https://hooks.example.com:8443/relay?x=1", ""},
+		{"https upper-case scheme", deployed, "HTTPS://hooks.example.com/", ""},
+		{"http refused", deployed, "http://hooks.example.com/relay", "https"},
+		{"http allowed locally", local, "http://localhost:9000/hook", ""},
+		{"userinfo", deployed, "https://user:pass@hooks.example.com/", "credentials"},
+		{"userinfo without password", local, "http://user@localhost/", "credentials"},
+		{"empty host", deployed, "https:///relay", "no host"},
+		{"opaque", deployed, "https:hooks.example.com", "no host"},
+		{"ftp", deployed, "ftp://hooks.example.com/", "scheme"},
+		{"ftp locally", local, "ftp://localhost/", "scheme"},
+		{"no scheme", deployed, "hooks.example.com/relay", "scheme"},
+		{"not a URL", deployed, "https://[::1", "not a URL"},
+		{"too long", deployed, "https://hooks.example.com/" + strings.Repeat("a", 2048), "longer"},
+		{"literal loopback", deployed, "https://127.0.0.1/", "loopback"},
+		{"literal metadata", deployed, "https://169.254.169.254/latest/meta-data/", "link-local"},
+		{"literal mapped private", deployed, "https://[::ffff:10.0.0.1]/", "private"},
+		{"literal public", deployed, "https://93.184.216.34/", ""},
+		{"literal loopback locally", local, "http://127.0.0.1:8080/", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := tt.policy.CheckURL(tt.url)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("CheckURL(%q) = %v, want nil", tt.url, err)
+				}
+				return
+			}
+			var e *errs.Error
+			if !errors.As(err, &e) || e.Kind != errs.Invalid || e.Param != "webhook_url" {
+				t.Fatalf("CheckURL(%q) = %#v, want an Invalid *errs.Error on webhook_url", tt.url, err)
+			}
+			if !strings.Contains(e.Message, tt.want) {
+				t.Errorf("CheckURL(%q) = %q, want it to mention %q", tt.url, e.Message, tt.want)
+			}
+		})
+	}
+}
+
+// The dial hook is what stops DNS rebinding; it is tested on the addresses
+// alone, so no test ever sends a packet to a non-loopback address.
+func TestControl(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		network, addr string
+		want          string // the reason, "" when allowed
+	}{
+		{"tcp4", "93.184.216.34:443", ""},
+		{"tcp4", "8.8.8.8:80", ""},
+		{"tcp4", "100.128.0.1:443", ""}, // just past CGNAT
+		{"tcp4", "172.32.0.1:443", ""},  // just past 172.16/12
+		{"tcp6", "[2606:4700:4700::1111]:443", ""},
+		{"tcp6", "[64:ff9b::5db8:d822]:443", ""}, // NAT64 of a public address
+		{"tcp4", "127.0.0.1:443", "loopback"},
+		{"tcp4", "127.1.2.3:8080", "loopback"},
+		{"tcp6", "[::1]:443", "loopback"},
+		{"tcp4", "10.0.0.1:443", "private"},
+		{"tcp4", "172.16.5.4:443", "private"},
+		{"tcp4", "192.168.1.1:443", "private"},
+		{"tcp6", "[fd00:ec2::254]:80", "private"}, // the EC2 metadata service over IPv6
+		{"tcp6", "[fc00::1]:443", "private"},
+		{"tcp4", "169.254.169.254:80", "link-local"},
+		{"tcp6", "[fe80::1]:443", "link-local"},
+		{"tcp6", "[fe80::1%eth0]:443", "link-local"},
+		{"tcp4", "0.0.0.0:443", "unspecified"},
+		{"tcp4", "0.1.2.3:443", "unspecified"},
+		{"tcp6", "[::]:443", "unspecified"},
+		{"tcp4", "224.0.0.1:443", "multicast"},
+		{"tcp4", "255.255.255.255:443", "multicast"},
+		{"tcp6", "[ff02::1]:443", "multicast"},
+		{"tcp4", "100.64.0.1:443", "CGNAT"},
+		{"tcp4", "100.127.255.254:443", "CGNAT"},
+		{"tcp6", "[::ffff:127.0.0.1]:443", "loopback"},
+		{"tcp6", "[::ffff:10.0.0.1]:443", "private"},
+		{"tcp6", "[::ffff:169.254.169.254]:80", "link-local"},
+		{"tcp6", "[::ffff:100.64.0.1]:443", "CGNAT"},
+		{"tcp6", "[64:ff9b::a00:1]:443", "private"},       // NAT64 of 10.0.0.1
+		{"tcp6", "[64:ff9b::a9fe:a9fe]:80", "link-local"}, // NAT64 of the metadata service
+		{"tcp6", "[2002:7f00:1::1]:443", "loopback"},      // 6to4 of 127.0.0.1
+		{"tcp4", "not-an-address:443", "unparseable"},
+		{"udp4", "93.184.216.34:53", "non-TCP"},
+	} {
+		t.Run(tt.network+" "+tt.addr, func(t *testing.T) {
+			t.Parallel()
+			err := Policy{}.control(tt.network, tt.addr, nil)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("control(%s) = %v, want allowed", tt.addr, err)
+				}
+				return
+			}
+			var refused *RefusedError
+			if !errors.As(err, &refused) || !strings.Contains(refused.Reason, tt.want) || refused.Addr != tt.addr {
+				t.Fatalf("control(%s) = %v, want refused as %s, naming the address", tt.addr, err, tt.want)
+			}
+			if tt.network == "tcp4" || tt.network == "tcp6" {
+				if err := (Policy{AllowPrivate: true}).control(tt.network, tt.addr, nil); err != nil && refused.Reason != "unparseable" {
+					t.Errorf("with AllowPrivate, control(%s) = %v, want allowed", tt.addr, err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,83 @@
+package webhook
+
+import (
+	"math/rand/v2"
+	"time"
+)
+
+// The retry schedule (SPEC §7): waits double from firstWait up to maxWait,
+// and a webhook is given up once retryFor has passed since its first
+// attempt: about 40 attempts in all.
+const (
+	firstWait = 5 * time.Second
+	maxWait   = time.Hour
+	retryFor  = 24 * time.Hour
+)
+
+// Backoff is the wait before attempt n+1 after n failed attempts: 5 s, 10 s,
+// 20 s… capped at 1 h, each with "equal jitter" (a random point in its upper
+// half) so receivers that fail together are not retried in lockstep, while
+// waits still grow and never pass the cap.
+func Backoff(n int) time.Duration {
+	d := maxWait
+	if n < 1 {
+		n = 1
+	}
+	if n <= 20 { // beyond that the shift overflows; the cap is long reached
+		d = min(firstWait<<(n-1), maxWait)
+	}
+	half := d / 2
+	return half + rand.N(half+1)
+}
+
+// GiveUp reports whether a webhook first attempted at first is out of time
+// at now.
+func GiveUp(first, now time.Time) bool {
+	return now.Sub(first) >= retryFor
+}
+
+// Delivery statuses of a Summary.
+const (
+	StatusPending   = "pending"   // not attempted yet, or failing and still retried
+	StatusDelivered = "delivered" // a receiver answered 2xx
+	StatusFailed    = "failed"    // given up
+)
+
+// Summary is the webhook_deliveries field of a batch.
+type Summary struct {
+	Status         string  `json:"status"`
+	Attempts       int     `json:"attempts"`
+	LastAttemptAt  *int64  `json:"last_attempt_at"`
+	LastStatusCode *int    `json:"last_status_code"`
+	LastError      *string `json:"last_error"`
+}
+
+// Summarize describes attempts, in the order they were made; gaveUp is the
+// caller's decision to stop (GiveUp, or a Permanent attempt).
+func Summarize(attempts []Attempt, gaveUp bool) Summary {
+	s := Summary{Status: StatusPending, Attempts: len(attempts)}
+	if len(attempts) == 0 {
+		if gaveUp {
+			s.Status = StatusFailed
+		}
+		return s
+	}
+	last := attempts[len(attempts)-1]
+	s.LastAttemptAt = &last.At
+	if last.StatusCode != 0 {
+		s.LastStatusCode = &last.StatusCode
+	}
+	if last.Error != "" {
+		s.LastError = &last.Error
+	}
+	for _, a := range attempts {
+		if a.Delivered() {
+			s.Status = StatusDelivered
+			return s
+		}
+	}
+	if gaveUp {
+		s.Status = StatusFailed
+	}
+	return s
+}

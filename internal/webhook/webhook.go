@@ -1,0 +1,107 @@
+// Package webhook owns completion webhooks (SPEC §7): the event a batch's
+// terminal state produces, its Standard Webhooks signature, the URL and
+// address policy that keeps deliveries off private networks (SSRF), one
+// HTTP delivery attempt, and the retry schedule with its summary.
+//
+// It holds no state: the caller keeps the Event (so every retry carries the
+// same webhook-id, which receivers dedupe on), the list of Attempts, and
+// decides when to try again with Backoff and GiveUp.
+package webhook
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/relaybatch/relay/internal/ids"
+)
+
+// Event is OpenAI's webhook event shape, carrying the whole Batch object.
+type Event struct {
+	ID        string          `json:"id"`
+	Object    string          `json:"object"`
+	Type      string          `json:"type"`
+	CreatedAt int64           `json:"created_at"`
+	Data      json.RawMessage `json:"data"`
+}
+
+// NewEvent makes the event for a batch that reached the terminal status
+// (completed, failed, expired or cancelled); batch is the Batch object as
+// clients see it.
+func NewEvent(status string, batch json.RawMessage, now time.Time) (Event, error) {
+	switch status {
+	case "completed", "failed", "expired", "cancelled":
+	default:
+		return Event{}, fmt.Errorf("webhook event for status %q: only terminal states send one", status)
+	}
+	// The body is signed as marshalled; an invalid Data would fail there,
+	// far from the bug that produced it.
+	if !json.Valid(batch) {
+		return Event{}, errors.New("webhook event: batch is not valid JSON")
+	}
+	return Event{
+		ID:        ids.New("evt_"),
+		Object:    "event",
+		Type:      "batch." + status,
+		CreatedAt: now.Unix(),
+		Data:      batch,
+	}, nil
+}
+
+// Header names of Standard Webhooks.
+const (
+	HeaderID        = "webhook-id"
+	HeaderTimestamp = "webhook-timestamp"
+	HeaderSignature = "webhook-signature"
+)
+
+// secretPrefix marks a Standard Webhooks symmetric secret.
+const secretPrefix = "whsec_"
+
+// minSecretBytes is the Standard Webhooks minimum key size; the OpenAI
+// SDKs refuse shorter keys, so signing with one would send webhooks no
+// receiver can verify.
+const minSecretBytes = 24
+
+// Sign returns the Standard Webhooks headers for body sent as event id at
+// ts: webhook-signature is "v1," and the base64 HMAC-SHA256, keyed with the
+// decoded secret, of id + "." + unix seconds + "." + body.
+func Sign(secret, id string, ts time.Time, body []byte) (http.Header, error) {
+	key, err := decodeSecret(secret)
+	if err != nil {
+		return nil, err
+	}
+	unix := strconv.FormatInt(ts.Unix(), 10)
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(id + "." + unix + "."))
+	mac.Write(body)
+	h := http.Header{}
+	h.Set(HeaderID, id)
+	h.Set(HeaderTimestamp, unix)
+	h.Set(HeaderSignature, "v1,"+base64.StdEncoding.EncodeToString(mac.Sum(nil)))
+	return h, nil
+}
+
+// decodeSecret returns the key bytes of a whsec_ secret. Errors never
+// quote the secret: they end up in attempt records.
+func decodeSecret(secret string) ([]byte, error) {
+	enc, ok := strings.CutPrefix(secret, secretPrefix)
+	if !ok {
+		return nil, errors.New("webhook secret: want whsec_<base64>")
+	}
+	key, err := base64.StdEncoding.Strict().DecodeString(enc)
+	if err != nil {
+		return nil, errors.New("webhook secret: the part after whsec_ is not standard base64")
+	}
+	if len(key) < minSecretBytes {
+		return nil, fmt.Errorf("webhook secret: %d bytes, want at least %d", len(key), minSecretBytes)
+	}
+	return key, nil
+}

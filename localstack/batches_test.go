@@ -1,0 +1,246 @@
+package localstack
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/relaybatch/relay/internal/localrun"
+)
+
+type row struct {
+	id, content, model string
+}
+
+func jsonlRows(rows []row) []byte {
+	var b bytes.Buffer
+	for _, r := range rows {
+		model := r.model
+		if model == "" {
+			model = "gpt-4o-mini"
+		}
+		line, _ := json.Marshal(map[string]any{"custom_id": r.id, "method": "POST", "url": "/v1/chat/completions",
+			"body": map[string]any{"model": model, "messages": []any{map[string]any{"role": "user", "content": r.content}}}})
+		b.Write(line)
+		b.WriteByte('\n')
+	}
+	return b.Bytes()
+}
+
+func nRows(n int, content string) []row {
+	rows := make([]row, n)
+	for i := range rows {
+		rows[i] = row{id: fmt.Sprintf("r%04d", i), content: fmt.Sprintf("%s %d", content, i)}
+	}
+	return rows
+}
+
+func createBatch(t *testing.T, c openai.Client, fileID string, opts ...option.RequestOption) *openai.Batch {
+	t.Helper()
+	b, err := c.Batches.New(context.Background(), openai.BatchNewParams{
+		InputFileID: fileID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: openai.BatchNewParamsCompletionWindow24h,
+	}, opts...)
+	if err != nil {
+		t.Fatalf("create batch: %v", err)
+	}
+	return b
+}
+
+var terminal = map[openai.BatchStatus]bool{"completed": true, "failed": true, "expired": true, "cancelled": true}
+
+func waitBatch(t *testing.T, c openai.Client, id string) *openai.Batch {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		b, err := c.Batches.Get(context.Background(), id)
+		if err != nil {
+			t.Fatalf("get batch: %v", err)
+		}
+		if terminal[b.Status] {
+			return b
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("batch %s still %s (%+v) after 3 minutes", id, b.Status, b.RequestCounts)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// resultLine is a line of an output or error file.
+type resultLine struct {
+	ID       string `json:"id"`
+	CustomID string `json:"custom_id"`
+	Response *struct {
+		StatusCode int             `json:"status_code"`
+		RequestID  string          `json:"request_id"`
+		Body       json.RawMessage `json:"body"`
+	} `json:"response"`
+	Error *struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+	Fallback bool `json:"fallback"`
+}
+
+func readLines(t *testing.T, data []byte) []resultLine {
+	t.Helper()
+	var ls []resultLine
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(nil, 16<<20)
+	for sc.Scan() {
+		var l resultLine
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatalf("bad line %q: %v", sc.Text(), err)
+		}
+		ls = append(ls, l)
+	}
+	return ls
+}
+
+// files returns the output and error lines of a finished batch.
+func outputs(t *testing.T, c openai.Client, b *openai.Batch) (out, errs []resultLine) {
+	t.Helper()
+	if b.OutputFileID != "" {
+		out = readLines(t, content(t, c, b.OutputFileID))
+	}
+	if b.ErrorFileID != "" {
+		errs = readLines(t, content(t, c, b.ErrorFileID))
+	}
+	return out, errs
+}
+
+// checkInvariant asserts SPEC §4's accounting invariant: every input row
+// exactly once in output ∪ error, and completed + failed == total.
+func checkInvariant(t *testing.T, c openai.Client, b *openai.Batch, ids []string) (out, errs map[string]resultLine) {
+	t.Helper()
+	o, e := outputs(t, c, b)
+	out, errs = map[string]resultLine{}, map[string]resultLine{}
+	seen := map[string]int{}
+	for _, l := range o {
+		out[l.CustomID] = l
+		seen[l.CustomID]++
+	}
+	for _, l := range e {
+		errs[l.CustomID] = l
+		seen[l.CustomID]++
+	}
+	for _, id := range ids {
+		if seen[id] != 1 {
+			t.Errorf("row %s appears %d times in output ∪ error, want exactly once", id, seen[id])
+		}
+	}
+	if len(seen) != len(ids) {
+		t.Errorf("output ∪ error hold %d distinct rows, input has %d", len(seen), len(ids))
+	}
+	rc := b.RequestCounts
+	if rc.Completed+rc.Failed != rc.Total || rc.Total != int64(len(ids)) || rc.Completed != int64(len(o)) || rc.Failed != int64(len(e)) {
+		t.Errorf("request_counts %+v: want completed(%d)+failed(%d) == total(%d)", rc, len(o), len(e), len(ids))
+	}
+	return out, errs
+}
+
+func idsOf(rows []row) []string {
+	ids := make([]string, len(rows))
+	for i, r := range rows {
+		ids[i] = r.id
+	}
+	return ids
+}
+
+func TestBatchHappyPath(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	c, key := client(t, rt, "acme")
+	rows := nRows(35, "hello")
+	f := upload(t, c, "in.jsonl", jsonlRows(rows))
+	b := createBatch(t, c, f.ID, option.WithJSONSet("metadata", map[string]string{"job": "nightly"}))
+	if b.Status != "validating" || b.Endpoint != "/v1/chat/completions" || b.InputFileID != f.ID || b.Metadata["job"] != "nightly" {
+		t.Fatalf("created batch: got %+v", b)
+	}
+	b = waitBatch(t, c, b.ID)
+	if b.Status != "completed" || b.InProgressAt == 0 || b.FinalizingAt == 0 || b.CompletedAt == 0 || b.ExpiresAt == 0 {
+		t.Fatalf("finished batch: got status %s, timestamps in_progress=%d finalizing=%d completed=%d", b.Status, b.InProgressAt, b.FinalizingAt, b.CompletedAt)
+	}
+	out, errs := checkInvariant(t, c, b, idsOf(rows))
+	if len(errs) != 0 || b.ErrorFileID != "" {
+		t.Fatalf("error lines: %v", errs)
+	}
+	l := out["r0007"]
+	var body struct {
+		Model   string `json:"model"`
+		Choices []struct {
+			Message struct{ Content string } `json:"message"`
+		} `json:"choices"`
+	}
+	json.Unmarshal(l.Response.Body, &body)
+	if l.Response.StatusCode != 200 || body.Choices[0].Message.Content != "echo: hello 7" || !strings.HasPrefix(l.ID, "batch_req_") || l.Error != nil {
+		t.Fatalf("output line: got %+v body %s", l, l.Response.Body)
+	}
+	if b.Usage.TotalTokens == 0 || b.Usage.InputTokens+b.Usage.OutputTokens != b.Usage.TotalTokens {
+		t.Fatalf("usage: got %+v", b.Usage)
+	}
+
+	// /results: every row, in input order.
+	resp := rawGet(t, rt, key, "/v1/batches/"+b.ID+"/results")
+	res := readLines(t, resp)
+	if len(res) != len(rows) {
+		t.Fatalf("results: got %d lines, want %d", len(res), len(rows))
+	}
+	for i, l := range res {
+		if l.CustomID != rows[i].id {
+			t.Fatalf("results line %d: got %s, want %s (input order)", i, l.CustomID, rows[i].id)
+		}
+	}
+	// The list shows it, newest first.
+	page, err := c.Batches.List(context.Background(), openai.BatchListParams{})
+	if err != nil || len(page.Data) != 1 || page.Data[0].ID != b.ID {
+		t.Fatalf("list: got %+v, %v", page, err)
+	}
+	// Usage is recorded per tenant, model and day.
+	var usage struct {
+		Data []struct {
+			Model       string `json:"model"`
+			Requests    int64  `json:"requests"`
+			TotalTokens int64  `json:"total_tokens"`
+		} `json:"data"`
+	}
+	json.Unmarshal(rawGet(t, rt, key, "/v1/usage?source=batch"), &usage)
+	if len(usage.Data) != 1 || usage.Data[0].Requests != int64(len(rows)) || usage.Data[0].TotalTokens != b.Usage.TotalTokens {
+		t.Fatalf("usage aggregates: got %+v, want %d requests and %d tokens", usage.Data, len(rows), b.Usage.TotalTokens)
+	}
+}
+
+// rawGet GETs path with key (for routes the SDK lacks).
+func rawGet(t *testing.T, rt *localrun.Runtime, key, path string) []byte {
+	t.Helper()
+	status, body := rawDo(t, rt, key, "GET", path, nil)
+	if status != 200 {
+		t.Fatalf("GET %s: %d %s", path, status, body)
+	}
+	return body
+}
+
+func rawDo(t *testing.T, rt *localrun.Runtime, key, method, path string, body io.Reader) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(method, rt.URL+path, body)
+	req.Header.Set("Authorization", "Bearer "+key)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
