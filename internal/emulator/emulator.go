@@ -6,6 +6,7 @@ package emulator
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"net"
@@ -37,8 +38,8 @@ const readyTimeout = 30 * time.Second
 //
 // When AWS_ENDPOINT_URL is set it is returned as is with a no-op stop, so the
 // same tests run against LocalStack or a moto someone else started. Otherwise
-// Start runs moto_server (or `python3 -m moto.server` where the pyenv shim is
-// not on PATH) on a free 127.0.0.1 port and waits until it answers. ctx bounds
+// Start runs moto's server (through moto_server.py, which gives DynamoDB
+// transactions the isolation they have in AWS) on a free 127.0.0.1 port and waits until it answers. ctx bounds
 // only the start-up; the server lives until stop is called. Start does not set
 // AWS_ENDPOINT_URL: callers that want the SDK's default resolution to find it
 // set it themselves (os.Setenv in TestMain) or use Config.
@@ -62,13 +63,11 @@ func StartOn(ctx context.Context, port int) (endpoint string, stop func(), err e
 	} else if ep := "http://127.0.0.1:" + strconv.Itoa(port); answers(ep) {
 		return ep, func() {}, nil
 	}
-	args := []string{"-H", "127.0.0.1", "-p", strconv.Itoa(port)}
-	var cmd *exec.Cmd
-	if path, err := exec.LookPath("moto_server"); err == nil {
-		cmd = exec.Command(path, args...)
-	} else {
-		cmd = exec.Command("python3", append([]string{"-m", "moto.server"}, args...)...)
+	script, err := motoScript()
+	if err != nil {
+		return "", nil, err
 	}
+	cmd := exec.Command("python3", script, "-H", "127.0.0.1", "-p", strconv.Itoa(port))
 	cmd.Env = append(os.Environ(), "MOTO_ACCOUNT_ID="+AccountID)
 	// moto logs every request; keep only the tail, for the start-up error.
 	out := &tail{max: 4 << 10}
@@ -91,6 +90,7 @@ func StartOn(ctx context.Context, port int) (endpoint string, stop func(), err e
 				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 				<-exited
 			}
+			os.Remove(script)
 		})
 	}
 
@@ -183,4 +183,23 @@ func answers(endpoint string) bool {
 	}
 	resp.Body.Close()
 	return true
+}
+
+// motoServerPy wraps moto_server so DynamoDB transactions are isolated
+// from concurrent requests, as in AWS (see the file's doc string).
+//
+//go:embed moto_server.py
+var motoServerPy []byte
+
+// motoScript writes the wrapper to a temporary file and returns its path.
+func motoScript() (string, error) {
+	f, err := os.CreateTemp("", "relay-moto-*.py")
+	if err != nil {
+		return "", fmt.Errorf("emulator: %w", err)
+	}
+	defer f.Close()
+	if _, err := f.Write(motoServerPy); err != nil {
+		return "", fmt.Errorf("emulator: %w", err)
+	}
+	return f.Name(), nil
 }

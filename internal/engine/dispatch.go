@@ -209,53 +209,66 @@ func (e *Engine) Release(ctx context.Context) error {
 			}
 			level = append(level, &cursor{b: b})
 		}
-		for progress := true; progress; {
-			progress = false
-			for _, c := range level {
-				if c.b.Released >= c.b.ChunksTotal {
+		// Round robin: the next chunk goes to the batch that has had the
+		// fewest so far (the oldest on a tie), so no batch starves another
+		// of its priority.
+		blocked := map[*cursor]bool{}
+		for {
+			var c *cursor
+			for _, cand := range level {
+				if blocked[cand] || cand.b.Released >= cand.b.ChunksTotal {
 					continue
 				}
-				if !c.ok {
-					ch, err := e.Store.GetChunk(ctx, c.b.ID, c.b.Released)
-					if err != nil {
-						return err
-					}
-					c.next, c.ok = ch, true
+				if c == nil || cand.b.Released < c.b.Released {
+					c = cand
 				}
-				ch := c.next
-				slots, max := 0, 0
-				draining := c.b.Status == batch.Cancelling || c.b.PastExpiry(e.now())
-				if !draining {
-					if full[ch.Model] {
-						continue
-					}
-					m, _ := e.Models.Lookup(ch.Model)
-					max = m.MaxConcurrency
-					slots = min(e.chunkSlots(), max)
-				}
-				switch err := e.Store.Release(ctx, ch, slots, max); {
-				case errors.Is(err, store.ErrNoCapacity):
-					full[ch.Model] = true
-					continue
-				case errors.Is(err, store.ErrChunkDone):
-					// Someone else released it; catch up with the batch.
-					nb, gerr := e.Store.GetBatch(ctx, c.b.Tenant, c.b.ID)
-					if gerr != nil {
-						return gerr
-					}
-					c.b, c.ok = nb, false
-					progress = true
-					continue
-				case err != nil:
-					return err
-				}
-				if err := e.send(ctx, resources.Work, Message{Type: MsgChunk, Tenant: ch.Tenant, Batch: ch.Batch, Chunk: ch.Index}); err != nil {
-					return err
-				}
-				c.b.Released++
-				c.ok = false
-				progress = true
 			}
+			if c == nil {
+				break
+			}
+			if !c.ok {
+				ch, err := e.Store.GetChunk(ctx, c.b.ID, c.b.Released)
+				if err != nil {
+					return err
+				}
+				c.next, c.ok = ch, true
+			}
+			ch := c.next
+			slots, max := 0, 0
+			draining := c.b.Status == batch.Cancelling || c.b.PastExpiry(e.now())
+			if !draining {
+				if full[ch.Model] {
+					blocked[c] = true
+					continue
+				}
+				m, _ := e.Models.Lookup(ch.Model)
+				max = m.MaxConcurrency
+				slots = min(e.chunkSlots(), max)
+			}
+			switch err := e.Store.Release(ctx, ch, slots, max); {
+			case errors.Is(err, store.ErrNoCapacity):
+				full[ch.Model] = true
+				blocked[c] = true
+				continue
+			case errors.Is(err, store.ErrChunkDone):
+				// Someone else released it; catch up with the batch.
+				nb, gerr := e.Store.GetBatch(ctx, c.b.Tenant, c.b.ID)
+				if gerr != nil {
+					return gerr
+				}
+				if nb.Released <= c.b.Released {
+					blocked[c] = true // not ours to release now
+				}
+				c.b, c.ok = nb, false
+				continue
+			case err != nil:
+				return err
+			}
+			if err := e.send(ctx, resources.Work, Message{Type: MsgChunk, Tenant: ch.Tenant, Batch: ch.Batch, Chunk: ch.Index}); err != nil {
+				return err
+			}
+			c.b.Released++
+			c.ok = false
 		}
 		i = j
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
+	"github.com/relaybatch/relay/internal/schedule"
 	"github.com/relaybatch/relay/internal/store"
 )
 
@@ -50,6 +51,11 @@ type Engine struct {
 	Provider *provider.Client
 	Set      resources.Set
 	Log      *slog.Logger
+	// Schedules creates and deletes the schedules of cron templates
+	// (templates.go); nil refuses templates.
+	Schedules *schedule.Manager
+	// Webhooks delivers completion webhooks (webhooks.go).
+	Webhooks Webhooks
 
 	// ChunkRows is how many rows a chunk holds (RELAY_CHUNK_ROWS).
 	ChunkRows int
@@ -62,7 +68,11 @@ type Engine struct {
 	// OnTerminal, if set, is called once a batch reaches a terminal state
 	// (webhooks hang off it).
 	OnTerminal func(ctx context.Context, b batch.Batch) error
-	Now        func() time.Time
+	// BeforeCommit, if set, runs after a chunk's parts are written and
+	// before it commits; an error there is a crash at the worst moment
+	// (fault tests and the chaos run use it).
+	BeforeCommit func(batch.Chunk) error
+	Now          func() time.Time
 }
 
 func (e *Engine) now() time.Time {

@@ -305,6 +305,11 @@ func (e *Engine) commitParts(ctx context.Context, b batch.Batch, c batch.Chunk, 
 		}
 		written = append(written, k)
 	}
+	if e.BeforeCommit != nil {
+		if err := e.BeforeCommit(c); err != nil {
+			return err
+		}
+	}
 	cm.Chunk = c
 	err := e.Store.CommitChunk(ctx, b.Tenant, cm)
 	if errors.Is(err, store.ErrChunkDone) {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -20,7 +19,9 @@ import (
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/resources"
+	"github.com/relaybatch/relay/internal/schedule"
 	"github.com/relaybatch/relay/internal/store"
+	"github.com/relaybatch/relay/internal/webhook"
 )
 
 // Endpoints a batch may name (SPEC §4); /v1/messages is the Anthropic API's.
@@ -89,14 +90,10 @@ func checkEndpoint(ep string, allowed []string) error {
 	return errs.Invalidf("endpoint", "endpoint %q is not supported: use one of %s", ep, strings.Join(allowed, ", "))
 }
 
-// CheckWebhookURL validates a webhook URL at create time; set by the app.
-var CheckWebhookURL = func(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-		return errs.Invalidf("webhook_url", "webhook_url must be an absolute https URL")
-	}
-	return nil
-}
+// CheckWebhookURL validates a webhook URL at create time when the engine
+// has no webhook client of its own (Engine.Webhooks.Client, whose policy is
+// used otherwise): the deployment policy, https to public addresses only.
+var CheckWebhookURL = webhook.Policy{}.CheckURL
 
 // Create validates and records a batch, then asks the dispatcher to plan it.
 func (e *Engine) Create(ctx context.Context, p auth.Principal, req CreateRequest, idemKey string) (batch.Batch, error) {
@@ -120,6 +117,15 @@ func (e *Engine) create(ctx context.Context, p auth.Principal, req CreateRequest
 	if req.Priority < -MaxPriority || req.Priority > MaxPriority {
 		return batch.Batch{}, errs.Invalidf("priority", "priority must be between -%d and %d", MaxPriority, MaxPriority)
 	}
+	var spec schedule.Spec
+	switch {
+	case req.Schedule != "":
+		if spec, err = schedule.Parse(req.Schedule, req.ScheduleTimezone); err != nil {
+			return batch.Batch{}, err
+		}
+	case req.ScheduleTimezone != "":
+		return batch.Batch{}, errs.Invalidf("schedule_timezone", "schedule_timezone applies to a schedule: send schedule too")
+	}
 	now := e.now()
 	b := batch.Batch{
 		ID: ids.New("batch_"), Endpoint: req.Endpoint, CompletionWindow: req.CompletionWindow, Status: batch.Validating,
@@ -138,7 +144,7 @@ func (e *Engine) create(ctx context.Context, p auth.Principal, req CreateRequest
 		b.OutputExpiresAfter = &s
 	}
 	if req.WebhookURL != "" {
-		if err := CheckWebhookURL(req.WebhookURL); err != nil {
+		if err := e.checkWebhookURL(req.WebhookURL); err != nil {
 			return batch.Batch{}, err
 		}
 		b.WebhookURL = &req.WebhookURL
@@ -199,6 +205,9 @@ func (e *Engine) create(ctx context.Context, p auth.Principal, req CreateRequest
 	if shape != nil {
 		shape(&b)
 	}
+	if req.Schedule != "" {
+		return e.createTemplate(ctx, b, spec, idemKey)
+	}
 	return e.record(ctx, b, idemKey)
 }
 
@@ -235,7 +244,7 @@ func (e *Engine) inlineFile(ctx context.Context, tenant string, rows []json.RawM
 		buf.Write(line)
 		buf.WriteByte('\n')
 	}
-	return e.Files.Create(ctx, tenant, "requests.jsonl", files.PurposeBatch, int64(buf.Len()), 0, &buf)
+	return e.Files.Create(ctx, tenant, "requests.jsonl", files.PurposeBatch, int64(buf.Len()), 0, bytes.NewReader(buf.Bytes()))
 }
 
 // Get returns a tenant's batch; another tenant's is not found.
@@ -250,7 +259,7 @@ func (e *Engine) Get(ctx context.Context, tenant, id string) (batch.Batch, error
 	if err != nil {
 		return batch.Batch{}, err
 	}
-	return b.Out(), nil
+	return e.withWebhookDeliveries(ctx, b.Out()), nil
 }
 
 // List lists a tenant's batches newest first (or a template's runs).
@@ -271,8 +280,12 @@ func (e *Engine) List(ctx context.Context, tenant, after string, limit int, temp
 // Cancel stops a batch: no new chunk starts, running chunks stop at their
 // next row boundary, unfinished rows get batch_cancelled.
 func (e *Engine) Cancel(ctx context.Context, tenant, id string) (batch.Batch, error) {
-	if _, err := e.Get(ctx, tenant, id); err != nil {
+	cur, err := e.Get(ctx, tenant, id)
+	if err != nil {
 		return batch.Batch{}, err
+	}
+	if cur.Status == batch.Scheduled {
+		return e.cancelTemplate(ctx, tenant, id)
 	}
 	b, err := e.Store.UpdateBatch(ctx, tenant, id, func(b *batch.Batch) error {
 		switch {

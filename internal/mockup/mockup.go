@@ -41,10 +41,13 @@ type Stats struct {
 	ByModel  map[string]int64 `json:"by_model"`
 	ByPath   map[string]int64 `json:"by_path"`
 	ByStatus map[int]int64    `json:"by_status"`
+	// PeakInFlight is the most requests per model that were in flight at
+	// once: capacity tests check it against max_concurrency.
+	PeakInFlight map[string]int64 `json:"peak_in_flight"`
 }
 
 func newStats() Stats {
-	return Stats{ByModel: map[string]int64{}, ByPath: map[string]int64{}, ByStatus: map[int]int64{}}
+	return Stats{ByModel: map[string]int64{}, ByPath: map[string]int64{}, ByStatus: map[int]int64{}, PeakInFlight: map[string]int64{}}
 }
 
 // Server is the mock provider. It is safe for concurrent use.
@@ -58,13 +61,15 @@ type Server struct {
 	// rows counts requests per row content, for fail=N and 429x=N. Only
 	// bodies carrying those markers are counted, so it stays small.
 	rows map[[32]byte]int
+	// inFlight counts requests per model being served now.
+	inFlight map[string]int64
 }
 
 var _ http.Handler = (*Server)(nil)
 
 // New returns a server with the given options.
 func New(opts Options) *Server {
-	s := &Server{stats: newStats(), rows: map[[32]byte]int{}}
+	s := &Server{stats: newStats(), rows: map[[32]byte]int{}, inFlight: map[string]int64{}}
 	s.SetOptions(opts)
 	s.control = s.controlRoutes()
 	return s
@@ -95,6 +100,8 @@ func (s *Server) Stats() Stats {
 		ByModel:  maps.Clone(s.stats.ByModel),
 		ByPath:   maps.Clone(s.stats.ByPath),
 		ByStatus: maps.Clone(s.stats.ByStatus),
+
+		PeakInFlight: maps.Clone(s.stats.PeakInFlight),
 	}
 }
 
@@ -131,7 +138,19 @@ func (s *Server) arrive(path, model string) Options {
 	if model != "" {
 		s.stats.ByModel[model]++
 	}
+	if model != "" {
+		s.inFlight[model]++
+		s.stats.PeakInFlight[model] = max(s.stats.PeakInFlight[model], s.inFlight[model])
+	}
 	return s.opts
+}
+
+func (s *Server) leave(model string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if model != "" {
+		s.inFlight[model]--
+	}
 }
 
 func (s *Server) answered(status int) {

@@ -500,6 +500,8 @@ func TestStats(t *testing.T) {
 		ByModel:  map[string]int64{"gpt": 3, "emb": 1, "claude-ratelimited": 1},
 		ByPath:   map[string]int64{"/v1/chat/completions": 4, "/v1/embeddings": 1, "/v1/messages": 1, "/v1/nope": 1},
 		ByStatus: map[int]int64{200: 3, 429: 1, 401: 1, 405: 1, 404: 1},
+		// One request at a time: each model peaked at one in flight.
+		PeakInFlight: map[string]int64{"gpt": 1, "emb": 1, "claude-ratelimited": 1},
 	}
 	if got := m.Stats(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Stats() = %+v, want %+v", got, want)
@@ -514,7 +516,7 @@ func TestStats(t *testing.T) {
 	}
 
 	m.Reset()
-	if got, want := m.Stats(), (mockup.Stats{ByModel: map[string]int64{}, ByPath: map[string]int64{}, ByStatus: map[int]int64{}}); !reflect.DeepEqual(got, want) {
+	if got, want := m.Stats(), (mockup.Stats{ByModel: map[string]int64{}, ByPath: map[string]int64{}, ByStatus: map[int]int64{}, PeakInFlight: map[string]int64{}}); !reflect.DeepEqual(got, want) {
 		t.Errorf("after Reset, Stats() = %+v, want zero", got)
 	}
 }

@@ -99,6 +99,7 @@ func (s *Server) serveModel(w http.ResponseWriter, r *http.Request) {
 	raw, readErr := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	req := parseRequest(raw)
 	opts := s.arrive(r.URL.Path, req.model)
+	defer s.leave(req.model)
 
 	out := s.answer(r, rt, known, req, readErr, opts)
 	s.answered(out.status)

@@ -1,0 +1,170 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/errs"
+	"github.com/relaybatch/relay/internal/ids"
+	"github.com/relaybatch/relay/internal/schedule"
+	"github.com/relaybatch/relay/internal/store"
+)
+
+// Cron templates (SPEC §6). A template is a batch record in status
+// scheduled, with its schedule and the input, endpoint, window and options
+// of its runs, and no runs of its own; an EventBridge Scheduler schedule
+// named after it invokes the scheduler function (Fire) with the template id
+// and the firing's scheduled time, and each firing records a run exactly
+// as a create would, with template_id set.
+//
+// Expiry uses the periodic sweep, not one Scheduler schedule per batch.
+// The dispatcher's tick (a one-minute rate schedule in AWS, TickEvery
+// locally) already does all expiry needs: it lists only active batches
+// (by-status index), and Release hands the pending chunks of a batch past
+// expires_at to the work queue without capacity, so executors write
+// batch_expired lines at once and the finalizer ends the batch expired,
+// keeping the rows that finished. The same sweep re-sends lost plan and
+// finalize messages. A one-time at() schedule per batch would add a
+// CreateSchedule to every create (Scheduler's API rate and schedule-count
+// quotas then bound the create rate), a DeleteSchedule to every batch that
+// ends early (or a firing for nothing), and one more way for a create to
+// fail, to gain precision nobody needs: a window is 1 to 24 hours, and the
+// sweep enforces it within a minute, whether or not any executor runs.
+
+// createTemplate records b as a template on spec and creates its schedule.
+// The record comes first, so a firing always finds its template; when the
+// schedule cannot be created the template is cancelled, so no scheduled
+// template is left without a schedule.
+func (e *Engine) createTemplate(ctx context.Context, b batch.Batch, spec schedule.Spec, idemKey string) (batch.Batch, error) {
+	if e.Schedules == nil {
+		return batch.Batch{}, errors.New("create template: no schedule manager configured")
+	}
+	b.Status = batch.Scheduled
+	b.Schedule, b.ScheduleTimezone = &spec.Cron, &spec.Timezone
+	b.ExpiresAt = nil // each run has its own window
+	saved, err := e.record(ctx, b, idemKey)
+	if err != nil {
+		return batch.Batch{}, err
+	}
+	if saved.Status != batch.Scheduled {
+		return saved, nil // a retried create of a template cancelled since
+	}
+	// Creating it again (a retried create) returns the existing schedule.
+	if _, err := e.Schedules.Create(ctx, b.Tenant, saved.ID, spec); err != nil {
+		if _, cerr := e.Store.UpdateBatch(ctx, b.Tenant, saved.ID, func(t *batch.Batch) error {
+			return t.To(batch.Cancelled, e.now())
+		}); cerr != nil {
+			e.Log.ErrorContext(ctx, "cancel template without a schedule", "batch_id", saved.ID, "tenant", b.Tenant, "err", cerr)
+		}
+		return batch.Batch{}, fmt.Errorf("create template %s: %w", saved.ID, err)
+	}
+	return saved, nil
+}
+
+// cancelTemplate deletes a template's schedule, then cancels it. The
+// schedule goes first: a template left scheduled after a failed delete can
+// be cancelled again, while a cancelled one whose schedule lived on would
+// keep invoking the scheduler function (which then deletes it, see Fire).
+func (e *Engine) cancelTemplate(ctx context.Context, tenant, id string) (batch.Batch, error) {
+	if e.Schedules != nil {
+		if err := e.Schedules.Delete(ctx, id); err != nil {
+			return batch.Batch{}, fmt.Errorf("cancel template %s: %w", id, err)
+		}
+	}
+	b, err := e.Store.UpdateBatch(ctx, tenant, id, func(b *batch.Batch) error {
+		if b.Status == batch.Cancelled {
+			return errSkip
+		}
+		return b.To(batch.Cancelled, e.now())
+	})
+	if errors.Is(err, errSkip) {
+		return e.Get(ctx, tenant, id)
+	}
+	if err != nil {
+		return batch.Batch{}, err
+	}
+	// The template is cancelled whatever happens to its webhook; a failure
+	// to queue it is logged, not returned, since a retried cancel finds
+	// nothing left to do.
+	if err := e.terminal(ctx, b); err != nil {
+		e.Log.ErrorContext(ctx, "queue webhook of cancelled template", "batch_id", id, "tenant", tenant, "err", err)
+	}
+	return e.Get(ctx, tenant, id)
+}
+
+// Fire is the scheduler function's handler: EventBridge Scheduler (or the
+// local Firer) invokes it with a template schedule's input. Errors it
+// returns are worth a retry (Scheduler retries, the run is idempotent);
+// firings that can never succeed are logged and dropped.
+func (e *Engine) Fire(ctx context.Context, input json.RawMessage) error {
+	_, err := e.FireTemplate(ctx, input)
+	if errs.Is(err, errs.Invalid) || errs.Is(err, errs.NotFound) {
+		e.Log.ErrorContext(ctx, "schedule firing dropped", "err", err)
+		return nil
+	}
+	return err
+}
+
+// FireTemplate records the run of a template for one firing, input being
+// the schedule's input (schedule.Input) with the scheduled time filled in.
+// A firing delivered twice records one run: the run is created with an
+// idempotency key made of the template and the scheduled time. A template
+// that is no longer scheduled records nothing, and its schedule, if still
+// there, is deleted.
+func (e *Engine) FireTemplate(ctx context.Context, input []byte) (batch.Batch, error) {
+	var in schedule.Input
+	if err := json.Unmarshal(input, &in); err != nil || !ids.Valid("batch_", in.TemplateID) || in.Tenant == "" {
+		return batch.Batch{}, errs.Invalidf("input", "schedule input %.200q is not a template firing", input)
+	}
+	at, err := in.At()
+	if err != nil {
+		return batch.Batch{}, errs.Invalidf("scheduled_time", "%v", err)
+	}
+	log := e.Log.With("template_id", in.TemplateID, "tenant", in.Tenant, "scheduled_time", at)
+	tpl, err := e.Store.GetBatch(ctx, in.Tenant, in.TemplateID)
+	if err != nil && !errors.Is(err, store.ErrBatchNotFound) {
+		return batch.Batch{}, err
+	}
+	if err != nil || tpl.Status != batch.Scheduled {
+		log.WarnContext(ctx, "firing of a template that is not scheduled: deleting its schedule", "status", tpl.Status)
+		if e.Schedules != nil {
+			if err := e.Schedules.Delete(ctx, in.TemplateID); err != nil {
+				return batch.Batch{}, err
+			}
+		}
+		return batch.Batch{}, errs.NotFoundf("template %s is not scheduled", in.TemplateID)
+	}
+	now := e.now()
+	window, err := ParseWindow(tpl.CompletionWindow)
+	if err != nil {
+		return batch.Batch{}, err
+	}
+	exp := now.Add(window).Unix()
+	run := batch.Batch{
+		ID: ids.New("batch_"), Endpoint: tpl.Endpoint, CompletionWindow: tpl.CompletionWindow, Status: batch.Validating,
+		CreatedAt: now.Unix(), ExpiresAt: &exp, Metadata: tpl.Metadata, Priority: tpl.Priority, Tenant: tpl.Tenant, KeyID: tpl.KeyID,
+		InputFileID: tpl.InputFileID, TemplateID: &tpl.ID, WebhookURL: tpl.WebhookURL, FallbackModel: tpl.FallbackModel,
+		OutputExpiresAfter: tpl.OutputExpiresAfter, CSVModel: tpl.CSVModel,
+	}
+	// The input is not re-validated here: a file deleted since the template
+	// was made fails the run in planning (input_file_missing), visibly.
+	saved, err := e.record(ctx, run, runKey(tpl.ID, at))
+	if err != nil {
+		return batch.Batch{}, fmt.Errorf("record run of template %s at %s: %w", tpl.ID, in.ScheduledTime, err)
+	}
+	if saved.ID == run.ID {
+		log.InfoContext(ctx, "template fired", "batch_id", saved.ID)
+	}
+	return saved, nil
+}
+
+// runKey is the idempotency key of a template's run at a scheduled time. It
+// shares the tenant's Idempotency-Key namespace, so it holds a NUL, which
+// no HTTP header value can: a client's key never collides with it.
+func runKey(templateID string, at time.Time) string {
+	return "template-run\x00" + templateID + "\x00" + at.UTC().Format(time.RFC3339)
+}

@@ -1,0 +1,254 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/relaybatch/relay/internal/auth"
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/resources"
+	"github.com/relaybatch/relay/internal/store"
+	"github.com/relaybatch/relay/internal/webhook"
+)
+
+// Completion webhooks (SPEC §7). A terminal batch with a webhook_url puts
+// one message on the webhook queue carrying the signed-to-be event, so every
+// attempt sends the same webhook-id and body. The webhook function makes
+// one attempt per message and records it on the batch's delivery record
+// (store.WebhookDeliveries); a failed attempt re-enqueues the message with
+// an SQS delay for the next one, until a 2xx, a permanent refusal, or the
+// retry horizon. SQS delays stop at 15 minutes, so a longer wait is a chain
+// of delayed messages, each re-sent until the attempt's time comes.
+
+// Webhooks configures delivery. The zero value delivers with the
+// deployment policy and SPEC §7's schedule.
+type Webhooks struct {
+	// Client makes the attempts; its Policy is also what webhook_url is
+	// checked against at create. Nil means webhook.NewClient(webhook.Policy{}).
+	Client *webhook.Client
+	// Backoff is the wait before the attempt after n failed ones; nil means
+	// webhook.Backoff (5 s doubling to 1 h, jittered).
+	Backoff func(n int) time.Duration
+	// RetryFor is how long after the first attempt retries go on; zero
+	// means webhook.GiveUp's 24 hours.
+	RetryFor time.Duration
+}
+
+var defaultWebhookClient = webhook.NewClient(webhook.Policy{})
+
+func (w Webhooks) client() *webhook.Client {
+	if w.Client != nil {
+		return w.Client
+	}
+	return defaultWebhookClient
+}
+
+func (w Webhooks) backoff(n int) time.Duration {
+	if w.Backoff != nil {
+		return w.Backoff(n)
+	}
+	return webhook.Backoff(n)
+}
+
+func (w Webhooks) giveUp(first, now time.Time) bool {
+	if w.RetryFor > 0 {
+		return now.Sub(first) >= w.RetryFor
+	}
+	return webhook.GiveUp(first, now)
+}
+
+// checkWebhookURL checks webhook_url at create with the delivery policy,
+// so a URL accepted at create is one the deliveries may use.
+func (e *Engine) checkWebhookURL(raw string) error {
+	if e.Webhooks.Client != nil {
+		return e.Webhooks.Client.Policy.CheckURL(raw)
+	}
+	return CheckWebhookURL(raw)
+}
+
+// webhookMessage is what travels on the webhook queue: one attempt.
+type webhookMessage struct {
+	Tenant string        `json:"tenant"`
+	Batch  string        `json:"batch_id"`
+	URL    string        `json:"url"`
+	Event  webhook.Event `json:"event"`
+	// Attempt is the 1-based number of the attempt this message makes.
+	Attempt int `json:"attempt"`
+	// NotBefore (Unix milliseconds) is when the attempt is due; a message
+	// that arrives earlier (waits beyond SQS's 15-minute delay) goes back.
+	NotBefore int64 `json:"not_before,omitempty"`
+}
+
+// maxSQSDelay is SQS's longest DelaySeconds.
+const maxSQSDelay = 15 * time.Minute
+
+// EnqueueWebhook is the engine's OnTerminal: it queues the completion
+// event of a terminal batch that has a webhook_url.
+func (e *Engine) EnqueueWebhook(ctx context.Context, b batch.Batch) error {
+	if b.WebhookURL == nil || *b.WebhookURL == "" {
+		return nil
+	}
+	data, err := json.Marshal(b.Out())
+	if err != nil {
+		return fmt.Errorf("webhook event of %s: %w", b.ID, err)
+	}
+	ev, err := webhook.NewEvent(string(b.Status), data, e.now())
+	if err != nil {
+		return fmt.Errorf("webhook event of %s: %w", b.ID, err)
+	}
+	m := webhookMessage{Tenant: b.Tenant, Batch: b.ID, URL: *b.WebhookURL, Event: ev, Attempt: 1}
+	if err := e.Queue.Send(ctx, resources.Webhook, m, 0); err != nil {
+		return fmt.Errorf("queue webhook of %s: %w", b.ID, err)
+	}
+	return nil
+}
+
+// DeliverWebhooks is the webhook function's SQS handler. A batch's
+// messages are attempted concurrently: each may take the whole per-attempt
+// timeout, and ten in a row would outlast the function.
+func (e *Engine) DeliverWebhooks(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	var (
+		resp events.SQSEventResponse
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+	)
+	for _, rec := range ev.Records {
+		var m webhookMessage
+		if err := json.Unmarshal([]byte(rec.Body), &m); err != nil || m.Batch == "" || m.Attempt < 1 {
+			e.Log.ErrorContext(ctx, "undecodable webhook message dropped", "message_id", rec.MessageId)
+			continue
+		}
+		redelivered := receiveCount(rec) > 1
+		wg.Go(func() {
+			if err := e.deliverWebhook(ctx, m, redelivered); err != nil {
+				e.Log.ErrorContext(ctx, "webhook message failed", "message_id", rec.MessageId, "batch_id", m.Batch,
+					"tenant", m.Tenant, "attempt", m.Attempt, "err", err)
+				mu.Lock()
+				resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return resp, nil
+}
+
+// deliverWebhook makes the attempt m stands for, unless it was made
+// already (a duplicate message) or the webhook is settled, records it and
+// queues the next one if it failed.
+func (e *Engine) deliverWebhook(ctx context.Context, m webhookMessage, redelivered bool) error {
+	d, err := e.Store.GetWebhookDeliveries(ctx, m.Batch)
+	if err != nil {
+		return err
+	}
+	switch {
+	case d.Delivered || d.GaveUp || d.Count > m.Attempt:
+		return nil
+	case d.Count == m.Attempt:
+		// Made and recorded. A redelivery means the invocation failed
+		// after that, perhaps before queueing the next attempt: queue it
+		// (a duplicate of it is dropped when its attempt is recorded).
+		if redelivered {
+			return e.queueNextAttempt(ctx, m, e.now())
+		}
+		return nil
+	}
+	now := e.now()
+	if wait := time.UnixMilli(m.NotBefore).Sub(now); m.NotBefore > 0 && wait > 0 {
+		return e.Queue.Send(ctx, resources.Webhook, m, sqsDelay(wait))
+	}
+	secret, err := auth.WebhookSecret(ctx, e.Store, m.Tenant)
+	if err != nil {
+		return fmt.Errorf("webhook secret of %s: %w", m.Tenant, err)
+	}
+	a := e.Webhooks.client().Deliver(ctx, m.URL, secret, m.Event, m.Attempt)
+	done := e.now()
+	d, err = e.Store.UpdateWebhookDeliveries(ctx, m.Batch, func(d *store.WebhookDeliveries) error {
+		if d.Delivered || d.GaveUp || d.Count >= m.Attempt {
+			return errSkip // a duplicate of this attempt got here first
+		}
+		if d.Count == 0 {
+			d.FirstAttempt = now
+		}
+		d.EventID, d.Count = m.Event.ID, m.Attempt
+		d.Attempts = append(d.Attempts, a)
+		if n := len(d.Attempts); n > store.MaxWebhookAttempts {
+			d.Attempts = d.Attempts[n-store.MaxWebhookAttempts:]
+		}
+		switch {
+		case a.Delivered():
+			d.Delivered = true
+		case a.Permanent || e.Webhooks.giveUp(d.FirstAttempt, done):
+			d.GaveUp = true
+		}
+		return nil
+	})
+	if errors.Is(err, errSkip) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("record webhook attempt %d of %s: %w", m.Attempt, m.Batch, err)
+	}
+	log := e.Log.With("batch_id", m.Batch, "tenant", m.Tenant, "attempt", m.Attempt, "event_id", m.Event.ID)
+	switch {
+	case d.Delivered:
+		log.InfoContext(ctx, "webhook delivered", "status_code", a.StatusCode)
+		return nil
+	case d.GaveUp:
+		log.WarnContext(ctx, "webhook given up", "permanent", a.Permanent, "err", a.Error)
+		return nil
+	}
+	log.InfoContext(ctx, "webhook attempt failed", "status_code", a.StatusCode, "err", a.Error)
+	return e.queueNextAttempt(ctx, m, done)
+}
+
+// queueNextAttempt queues the attempt after m's, due a backoff after now.
+func (e *Engine) queueNextAttempt(ctx context.Context, m webhookMessage, now time.Time) error {
+	wait := max(e.Webhooks.backoff(m.Attempt), 0)
+	next := m
+	next.Attempt++
+	next.NotBefore = now.Add(wait).UnixMilli()
+	if err := e.Queue.Send(ctx, resources.Webhook, next, sqsDelay(wait)); err != nil {
+		return fmt.Errorf("queue webhook attempt %d of %s: %w", next.Attempt, m.Batch, err)
+	}
+	return nil
+}
+
+// sqsDelay is d in whole seconds rounded up (a message must not come back
+// before it is due), at most SQS's maximum.
+func sqsDelay(d time.Duration) time.Duration {
+	return min((d + time.Second - 1).Truncate(time.Second), maxSQSDelay)
+}
+
+// withWebhookDeliveries adds the webhook_deliveries summary to a terminal
+// batch that has a webhook_url. The summary is decoration: failing to read
+// it does not fail the read of the batch.
+func (e *Engine) withWebhookDeliveries(ctx context.Context, b batch.Batch) batch.Batch {
+	if b.WebhookURL == nil || !b.Status.Terminal() {
+		return b
+	}
+	d, err := e.Store.GetWebhookDeliveries(ctx, b.ID)
+	if err != nil {
+		e.Log.WarnContext(ctx, "read webhook deliveries", "batch_id", b.ID, "err", err)
+		return b
+	}
+	s := d.Summary()
+	b.WebhookDeliveries = &s
+	return b
+}
+
+// receiveCount is the ApproximateReceiveCount of an SQS record, 1 when
+// absent.
+func receiveCount(rec events.SQSMessage) int {
+	n, err := strconv.Atoi(rec.Attributes["ApproximateReceiveCount"])
+	if err != nil || n < 1 {
+		return 1
+	}
+	return n
+}
