@@ -36,7 +36,7 @@ test: vet build
 	  AWS_ENDPOINT_URL=http://127.0.0.1:4599 $(MAKE) --no-print-directory test-all; \
 	else $(MAKE) --no-print-directory test-all; fi
 
-test-all: unit fuzz-short infra-test
+test-all: unit fuzz-short cfn-lint
 
 unit:
 	go test -count=1 -timeout 12m $(GO_PACKAGES)
@@ -60,3 +60,4 @@ clean:
 	rm -rf build cdk.out
 
 -include infra/infra.mk
+-include loadtest.mk

@@ -109,7 +109,9 @@ func Define(prefix string) Set {
 		},
 		ScheduleGroup: prefix,
 		Functions: []Function{
-			{Name: "api", Timeout: 29 * time.Second, Memory: 512},
+			// Buffered routes are cut at 29 s by API Gateway; streamed ones
+			// (file content, results) may take up to 15 minutes.
+			{Name: "api", Timeout: 15 * time.Minute, Memory: 512},
 			{Name: "dispatcher", Timeout: time.Minute, Memory: 512, Queue: prefix + "-" + Dispatch, BatchSize: 10},
 			{Name: "executor", Timeout: executorTimeout, Memory: 1024, Queue: prefix + "-" + Work, BatchSize: 1, MaxConcurrency: 50},
 			{Name: "deadletter", Timeout: time.Minute, Memory: 256, Queue: prefix + "-" + Work + "-dlq", BatchSize: 1},

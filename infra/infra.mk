@@ -1,0 +1,62 @@
+# Infrastructure targets, included by the Makefile. The CDK app is Go
+# (infra/, `go run ./infra` from cdk.json); the cdk CLI is the pinned npm dev
+# dependency in node_modules, never a global install.
+#
+#   make synth                  cdk.out/ offline: no network, no AWS account
+#   make deploy                 cdk deploy to the AWS account of your credentials
+#   make deploy-local           cdklocal deploy to a running LocalStack
+#   make infra-test             assertions tests + cfn-lint on cdk.out
+#
+# CDK_ARGS passes context, e.g. CDK_ARGS="-c config=prod.yaml -c alarmEmail=ops@example.com".
+
+CDK_ARGS ?=
+CDK := node_modules/.bin/cdk
+CDKLOCAL := node_modules/.bin/cdklocal
+# W3005 (a DependsOn that a reference already implies) is what CDK emits for
+# every function's role policy; nothing else is ignored.
+CFN_LINT := cfn-lint --ignore-checks W3005 --
+LOCALSTACK_URL ?= http://localhost:4566
+# LocalStack runs functions on the host's architecture.
+LOCAL_GOARCH ?= $(shell go env GOHOSTARCH)
+LOCAL_BUILD := build/local-$(LOCAL_GOARCH)
+INFRA_FUNCTIONS := $(notdir $(patsubst %/,%,$(dir $(wildcard functions/*/main.go))))
+
+.PHONY: synth deploy deploy-local infra-test cfn-lint build-local
+
+synth deploy deploy-local infra-test cfn-lint: export CDK_DISABLE_VERSION_CHECK := 1
+synth deploy deploy-local infra-test cfn-lint: export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+
+# npm ci only when the lock file changes.
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund
+	@touch $@
+
+## synth: the CloudFormation template and assets in cdk.out/
+synth: build node_modules/.installed
+	$(CDK) synth --no-notices -q $(CDK_ARGS)
+
+## deploy: the stack to AWS (needs credentials and `cdk bootstrap` once per account and region)
+deploy: build node_modules/.installed
+	$(CDK) deploy --no-notices $(CDK_ARGS)
+
+## deploy-local: the stack to LocalStack (needs Docker and LOCALSTACK_AUTH_TOKEN to run LocalStack)
+deploy-local: build-local node_modules/.installed
+	@curl -sf $(LOCALSTACK_URL)/_localstack/health >/dev/null || { \
+	  echo "LocalStack is not running at $(LOCALSTACK_URL): start it with Docker and LOCALSTACK_AUTH_TOKEN set (README)"; exit 1; }
+	$(CDKLOCAL) bootstrap --no-notices
+	$(CDKLOCAL) deploy --no-notices --require-approval never \
+	  -c build=$(LOCAL_BUILD) -c arch=$(LOCAL_GOARCH) -c deletionProtection=false $(CDK_ARGS)
+
+build-local:
+	@set -e; for f in $(INFRA_FUNCTIONS); do \
+	  GOOS=linux GOARCH=$(LOCAL_GOARCH) CGO_ENABLED=0 go build -tags lambda.norpc -trimpath -o $(LOCAL_BUILD)/$$f/bootstrap ./functions/$$f; \
+	done
+
+## infra-test: CDK assertions on the template, then cfn-lint on what `make synth` wrote
+infra-test: synth
+	go test -count=1 ./infra/...
+	$(CFN_LINT) cdk.out/*.template.json
+
+## cfn-lint: lint what `make synth` wrote (make test runs the assertions with the unit tests)
+cfn-lint: synth
+	$(CFN_LINT) cdk.out/*.template.json

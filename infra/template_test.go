@@ -1,0 +1,209 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/relaybatch/relay/internal/config"
+)
+
+// The stack is synthesized once for the whole test binary: every restart of
+// the jsii kernel costs seconds. Two stacks: the default deployment, and one
+// without deletion protection.
+var (
+	props        RelayProps
+	tpl          assertions.Template // for the assertions API (panics on failure: use check)
+	template     cfnTemplate         // the same template as plain Go values
+	templateJSON []byte
+	unprotected  cfnTemplate // no deletion protection, x86_64: a LocalStack deployment
+	setupFailure error
+)
+
+func TestMain(m *testing.M) {
+	code := func() int {
+		defer jsii.Close()
+		dir, err := os.MkdirTemp("", "relay-infra-test-")
+		if err != nil {
+			setupFailure = err
+			return m.Run()
+		}
+		defer os.RemoveAll(dir)
+		setupFailure = synthForTest(dir)
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+func synthForTest(dir string) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%v", r)
+		}
+	}()
+	props = defaultProps()
+	props.ModelsPath = filepath.Join("..", "relay.yaml")
+	ms, err := config.LoadModels(props.ModelsPath)
+	if err != nil {
+		return err
+	}
+	props.Models = ms
+	// Stand-in binaries: the template does not depend on their content.
+	props.BuildDir = filepath.Join(dir, "build")
+	for _, f := range props.Set().Functions {
+		bin := filepath.Join(props.BuildDir, f.Name, "bootstrap")
+		if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			return err
+		}
+	}
+	props.BundleDir = filepath.Join(dir, "bundles")
+	if err := stageBundles(props.BundleDir, props.BuildDir, props.ModelsPath, props.Set().Functions); err != nil {
+		return err
+	}
+
+	ctx, err := cdkContext(filepath.Join("..", "cdk.json"))
+	if err != nil {
+		return err
+	}
+	app := awscdk.NewApp(&awscdk.AppProps{Outdir: jsii.String(filepath.Join(dir, "cdk.out")), Context: &ctx})
+	dev := props
+	dev.Prefix = "relaydev"
+	dev.DeletionProtection = false
+	dev.Arch = awslambda.Architecture_X86_64() // what deploy-local does on an x86 host
+	// Both stacks exist before the first synth: the tree is frozen after it.
+	stack, devStack := NewRelayStack(app, props), NewRelayStack(app, dev)
+	tpl = assertions.Template_FromStack(stack, nil)
+	if template, err = toTemplate(tpl); err != nil {
+		return err
+	}
+	unprotected, err = toTemplate(assertions.Template_FromStack(devStack, nil))
+	return err
+}
+
+func toTemplate(t assertions.Template) (cfnTemplate, error) {
+	var out cfnTemplate
+	b, err := json.Marshal(t.ToJSON())
+	if err != nil {
+		return out, err
+	}
+	if templateJSON == nil {
+		templateJSON = b
+	}
+	return out, json.Unmarshal(b, &out)
+}
+
+// setup fails the test when the stack could not be synthesized.
+func setup(t *testing.T) {
+	t.Helper()
+	if setupFailure != nil {
+		t.Fatalf("synthesize stack: %v", setupFailure)
+	}
+}
+
+// check runs an assertions call, which panics when it fails, as a test error.
+func check(t *testing.T, assertion func()) {
+	t.Helper()
+	defer func() {
+		if r := recover(); r != nil {
+			t.Errorf("%v", r)
+		}
+	}()
+	assertion()
+}
+
+// cfnTemplate is a synthesized CloudFormation template.
+type cfnTemplate struct {
+	Resources map[string]cfnResource `json:"Resources"`
+	Outputs   map[string]any         `json:"Outputs"`
+}
+
+type cfnResource struct {
+	Type           string         `json:"Type"`
+	Properties     map[string]any `json:"Properties"`
+	DeletionPolicy string         `json:"DeletionPolicy"`
+	DependsOn      any            `json:"DependsOn"`
+}
+
+// ofType returns the logical ids of the resources of one type, sorted.
+func (c cfnTemplate) ofType(typ string) []string {
+	var ids []string
+	for id, r := range c.Resources {
+		if r.Type == typ {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// find returns the one resource of typ whose property key equals value.
+func (c cfnTemplate) find(t *testing.T, typ, key string, value any) (string, cfnResource) {
+	t.Helper()
+	var found []string
+	for _, id := range c.ofType(typ) {
+		if fmt.Sprint(c.Resources[id].Properties[key]) == fmt.Sprint(value) {
+			found = append(found, id)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%s with %s=%v: found %d (%v), want 1", typ, key, value, len(found), found)
+	}
+	return found[0], c.Resources[found[0]]
+}
+
+// refID is the logical id a {"Ref": id} or {"Fn::GetAtt": [id, attr]} names.
+func refID(v any) string {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return ""
+	}
+	if r, ok := m["Ref"].(string); ok {
+		return r
+	}
+	if ga, ok := m["Fn::GetAtt"].([]any); ok && len(ga) > 0 {
+		s, _ := ga[0].(string)
+		return s
+	}
+	return ""
+}
+
+// list turns a single value or a list into a list, as IAM allows both.
+func list(v any) []any {
+	if l, ok := v.([]any); ok {
+		return l
+	}
+	return []any{v}
+}
+
+func num(v any) float64 {
+	switch n := v.(type) {
+	case float64:
+		return n
+	case string:
+		var f float64
+		fmt.Sscan(n, &f)
+		return f
+	}
+	return -1
+}
+
+func jsonString(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func contains(haystack any, needle string) bool {
+	return strings.Contains(jsonString(haystack), needle)
+}

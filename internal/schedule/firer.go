@@ -1,0 +1,290 @@
+package schedule
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/scheduler"
+	"github.com/aws/aws-sdk-go-v2/service/scheduler/types"
+)
+
+// DefaultRefresh is how often a Firer re-reads the schedules when nothing
+// is due sooner.
+const DefaultRefresh = 5 * time.Second
+
+// Firer does locally what Scheduler does in AWS, for an emulator that stores
+// schedules but never fires them: it reads the group's schedules through the
+// Scheduler API and calls Fire at each one's scheduled times, with the
+// schedule's input (context attributes such as ScheduledTimePlaceholder
+// substituted, as Scheduler does) and the scheduled time.
+//
+// It re-reads the schedules every Refresh and just before firing, so a
+// schedule deleted or disabled before its time does not fire. A schedule
+// fires for its times from its creation (or StartDate) on, but only those
+// after the Firer last looked at the group, so a restart or a re-enable does
+// not replay the past. A process that was suspended catches up on times at
+// most an hour late, as Scheduler's retries would; an at() schedule fires
+// however late, once, and is deleted afterwards if its ActionAfterCompletion
+// is DELETE. Within one process a schedule never fires the same scheduled
+// time twice. Fire calls are sequential.
+type Firer struct {
+	API   API
+	Group string
+	// Refresh defaults to DefaultRefresh.
+	Refresh time.Duration
+	// Now is the clock schedules are evaluated against; time.Now by default.
+	// Refresh and waiting use real time, so a test can move Now forward and
+	// see firings within one Refresh.
+	Now func() time.Time
+	// Fire delivers one firing. An error is logged; the firing is not retried.
+	Fire   func(ctx context.Context, scheduleName string, input []byte, scheduledTime time.Time) error
+	Logger *slog.Logger
+
+	// lastLoad is the clock reading of the last successful read of the
+	// schedules: every time up to it has been fired for the schedules then
+	// known, so a schedule seen later fires only after it.
+	lastLoad  time.Time
+	schedules map[string]*tracked
+	// lastFired survives a schedule's deletion, so one deleted and recreated
+	// under the same name cannot fire a time again.
+	lastFired map[string]time.Time
+}
+
+// tracked is one schedule as last read, with its next firing.
+type tracked struct {
+	arn, expr, tz, input string
+	start, end           time.Time
+	created              time.Time
+	deleteAfter          bool
+	enabled              bool
+	when                 Expr
+	next                 time.Time // zero: nothing more to fire
+}
+
+// Run fires schedules until ctx is done, then returns ctx.Err(). Failures to
+// read the schedules are logged and the previous view is kept.
+func (f *Firer) Run(ctx context.Context) error {
+	if f.API == nil || f.Fire == nil {
+		return errors.New("schedule firer: API and Fire are required")
+	}
+	refresh := cmp.Or(f.Refresh, DefaultRefresh)
+	log := cmp.Or(f.Logger, slog.Default()).With("schedule_group", f.Group)
+	// Just before the start, so a time exactly at the start fires.
+	f.lastLoad = f.now().Add(-time.Nanosecond)
+	f.schedules = map[string]*tracked{}
+	f.lastFired = map[string]time.Time{}
+	for {
+		// Read the clock before the schedules: anything deleted before a time
+		// became due is then gone from the view that fires it.
+		now := f.now()
+		if err := f.load(ctx, now, log); err != nil && ctx.Err() == nil {
+			log.Error("read schedules", "err", err)
+		}
+		f.fireDue(ctx, now, log)
+
+		wait := refresh
+		for _, t := range f.schedules {
+			if t.enabled && !t.next.IsZero() {
+				wait = min(wait, max(t.next.Sub(f.now()), 0))
+			}
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return ctx.Err()
+		case <-timer.C:
+		}
+	}
+}
+
+func (f *Firer) now() time.Time {
+	if f.Now != nil {
+		return f.Now()
+	}
+	return time.Now()
+}
+
+// load replaces the view of the group's schedules, keeping the next firing
+// of those whose timing did not change.
+func (f *Firer) load(ctx context.Context, now time.Time, log *slog.Logger) error {
+	var names []string
+	in := &scheduler.ListSchedulesInput{GroupName: nonEmpty(f.Group)}
+	for {
+		out, err := f.API.ListSchedules(ctx, in)
+		if err != nil {
+			return fmt.Errorf("list schedules: %w", err)
+		}
+		for _, s := range out.Schedules {
+			names = append(names, aws.ToString(s.Name))
+		}
+		if aws.ToString(out.NextToken) == "" {
+			break
+		}
+		in.NextToken = out.NextToken
+	}
+	fresh := make(map[string]*tracked, len(names))
+	for _, name := range names {
+		got, err := f.API.GetSchedule(ctx, &scheduler.GetScheduleInput{Name: aws.String(name), GroupName: nonEmpty(f.Group)})
+		if isNotFound(err) {
+			continue // deleted since the listing
+		}
+		if err != nil {
+			return fmt.Errorf("get schedule %s: %w", name, err)
+		}
+		t := &tracked{
+			arn:         aws.ToString(got.Arn),
+			expr:        aws.ToString(got.ScheduleExpression),
+			tz:          aws.ToString(got.ScheduleExpressionTimezone),
+			start:       aws.ToTime(got.StartDate),
+			end:         aws.ToTime(got.EndDate),
+			created:     aws.ToTime(got.CreationDate),
+			deleteAfter: got.ActionAfterCompletion == types.ActionAfterCompletionDelete,
+			enabled:     got.State != types.ScheduleStateDisabled,
+		}
+		if got.Target != nil {
+			t.input = aws.ToString(got.Target.Input)
+		}
+		old := f.schedules[name]
+		if old != nil && old.sameTiming(t) {
+			t.when, t.next = old.when, old.next
+			if t.enabled && !old.enabled {
+				// Re-enabled: resume, as Scheduler does, without the times
+				// that passed while disabled.
+				t.next = f.first(name, t)
+			}
+			fresh[name] = t
+			continue
+		}
+		when, err := ParseExpression(t.expr, t.tz)
+		if err != nil {
+			if old == nil || old.expr != t.expr || old.tz != t.tz {
+				log.Error("schedule cannot be fired locally", "schedule", name, "err", err)
+			}
+			t.when = Expr{} // never due
+			fresh[name] = t
+			continue
+		}
+		t.when = when
+		t.next = f.first(name, t)
+		fresh[name] = t
+	}
+	f.schedules, f.lastLoad = fresh, now
+	return nil
+}
+
+func (t *tracked) sameTiming(u *tracked) bool {
+	return t.expr == u.expr && t.tz == u.tz && t.start.Equal(u.start) && t.end.Equal(u.end)
+}
+
+// first is the first firing of a schedule that is new, changed or
+// re-enabled: after the previous look at the group, so a restart does not
+// replay the past, and from its creation (or StartDate) on, so one created
+// just before a time that came due before this look still fires it.
+func (f *Firer) first(name string, t *tracked) time.Time {
+	switch t.when.Kind {
+	case KindAt:
+		// One-time schedules ignore StartDate and fire however late.
+		if t.when.At.After(f.lastFired[name]) {
+			return t.when.At
+		}
+		return time.Time{}
+	case KindRate:
+		// A rate fires first at its StartDate or, without one, at creation.
+		t.when.Start = cmp.Or(t.start, t.created, f.lastLoad)
+	}
+	after := f.lastLoad
+	for _, from := range []time.Time{t.start, t.created} {
+		if !from.IsZero() {
+			after = maxTime(after, from.Add(-time.Nanosecond))
+		}
+	}
+	return t.when.Next(after)
+}
+
+// fireDue fires every enabled schedule's times up to now, earliest first.
+func (f *Firer) fireDue(ctx context.Context, now time.Time, log *slog.Logger) {
+	type firing struct {
+		name string
+		at   time.Time
+	}
+	var due []firing
+	for name, t := range f.schedules {
+		if !t.enabled {
+			continue
+		}
+		if t.when.Kind != KindAt && !t.next.IsZero() && now.Sub(t.next) > maxLateness {
+			skipTo := t.when.Next(now.Add(-maxLateness))
+			log.Warn("schedule missed firings more than an hour late; skipping them", "schedule", name, "from", t.next, "to", skipTo)
+			t.next = skipTo
+		}
+		for !t.next.IsZero() && !t.next.After(now) {
+			if t.when.Kind != KindAt && !t.end.IsZero() && t.next.After(t.end) {
+				t.next = time.Time{}
+				break
+			}
+			due = append(due, firing{name, t.next})
+			t.next = t.when.Next(t.next)
+		}
+	}
+	slices.SortFunc(due, func(a, b firing) int { return cmp.Or(a.at.Compare(b.at), strings.Compare(a.name, b.name)) })
+	for _, d := range due {
+		if ctx.Err() != nil {
+			return
+		}
+		if !d.at.After(f.lastFired[d.name]) {
+			continue
+		}
+		f.lastFired[d.name] = d.at
+		t := f.schedules[d.name]
+		log := log.With("schedule", d.name, "scheduled_time", d.at)
+		if err := f.Fire(ctx, d.name, substitute(t, d.at), d.at); err != nil {
+			log.Error("fire schedule", "err", err)
+		} else {
+			log.Info("fired schedule")
+		}
+		if t.when.Kind == KindAt && t.deleteAfter {
+			_, err := f.API.DeleteSchedule(ctx, &scheduler.DeleteScheduleInput{Name: aws.String(d.name), GroupName: nonEmpty(f.Group)})
+			if err != nil && !isNotFound(err) {
+				log.Error("delete completed one-time schedule", "err", err)
+			}
+		}
+	}
+}
+
+// substitute fills in Scheduler's context attributes, as Scheduler does for
+// every invocation.
+func substitute(t *tracked, at time.Time) []byte {
+	var id [8]byte
+	rand.Read(id[:])
+	return []byte(strings.NewReplacer(
+		ScheduledTimePlaceholder, at.UTC().Format(time.RFC3339),
+		"<aws.scheduler.schedule-arn>", t.arn,
+		"<aws.scheduler.execution-id>", hex.EncodeToString(id[:]),
+		"<aws.scheduler.attempt-number>", "1",
+	).Replace(t.input))
+}
+
+// nonEmpty: a nil group name is Scheduler's default group.
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return aws.String(s)
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
