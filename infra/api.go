@@ -54,7 +54,8 @@ func NewAPI(scope constructs.Construct, props RelayProps, storage *Storage, pipe
 	fn := newFunction(c, props, set.Function("api"), env)
 	storage.GrantTable(fn.Role)
 	storage.GrantBucket(fn.Role)
-	pipeline.GrantSend(fn.Role, resources.Dispatch)
+	// A cancelled template ends in the api function: its webhook too.
+	pipeline.GrantSend(fn.Role, resources.Dispatch, resources.Webhook)
 	schedules.GrantManage(fn.Role)
 
 	accessLogs := awslogs.NewLogGroup(c, jsii.String("AccessLogs"), &awslogs.LogGroupProps{

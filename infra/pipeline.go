@@ -71,7 +71,8 @@ func NewPipeline(scope constructs.Construct, props RelayProps, storage *Storage,
 // executor extends its own message's visibility (heartbeat) through the
 // work queue's event source grant, which includes ChangeMessageVisibility.
 var pipelineSends = map[string][]string{
-	"dispatcher": {resources.Work, resources.Dispatch, resources.Finalize},
+	// A batch that fails validation ends in the dispatcher: its webhook too.
+	"dispatcher": {resources.Work, resources.Dispatch, resources.Finalize, resources.Webhook},
 	"executor":   {resources.Dispatch, resources.Finalize},
 	"deadletter": {resources.Finalize, resources.Dispatch},
 	"finalizer":  {resources.Webhook},

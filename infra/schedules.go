@@ -44,7 +44,8 @@ func NewSchedules(scope constructs.Construct, props RelayProps, storage *Storage
 	fn := newFunction(c, props, set.Function("scheduler"), env)
 	storage.GrantTable(fn.Role)
 	storage.GrantBucket(fn.Role)
-	pipeline.GrantSend(fn.Role, resources.Dispatch)
+	// A firing of a template that cannot run ends it: its webhook too.
+	pipeline.GrantSend(fn.Role, resources.Dispatch, resources.Webhook)
 	// A one-time schedule (an expiry) is deleted by the run it fires.
 	fn.Role.AddToPrincipalPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Actions:   jsii.Strings("scheduler:DeleteSchedule"),

@@ -423,13 +423,13 @@ func grants(t *testing.T, name string) map[string][]string {
 func TestLeastPrivilege(t *testing.T) {
 	setup(t)
 	sends := map[string][]string{
-		"api":        {"DispatchQueue"},
-		"dispatcher": {"DispatchQueue", "FinalizeQueue", "WorkQueue"},
+		"api":        {"DispatchQueue", "WebhookQueue"},
+		"dispatcher": {"DispatchQueue", "FinalizeQueue", "WebhookQueue", "WorkQueue"},
 		"executor":   {"DispatchQueue", "FinalizeQueue"},
 		"deadletter": {"DispatchQueue", "FinalizeQueue"},
 		"finalizer":  {"WebhookQueue"},
 		"webhook":    {"WebhookQueue"},
-		"scheduler":  {"DispatchQueue"},
+		"scheduler":  {"DispatchQueue", "WebhookQueue"},
 	}
 	for _, def := range props.Set().Functions {
 		t.Run(def.Name, func(t *testing.T) {

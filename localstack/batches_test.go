@@ -44,7 +44,7 @@ func nRows(n int, content string) []row {
 	return rows
 }
 
-func createBatch(t *testing.T, c openai.Client, fileID string, opts ...option.RequestOption) *openai.Batch {
+func createBatch(t testing.TB, c openai.Client, fileID string, opts ...option.RequestOption) *openai.Batch {
 	t.Helper()
 	b, err := c.Batches.New(context.Background(), openai.BatchNewParams{
 		InputFileID: fileID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: openai.BatchNewParamsCompletionWindow24h,
@@ -57,7 +57,7 @@ func createBatch(t *testing.T, c openai.Client, fileID string, opts ...option.Re
 
 var terminal = map[openai.BatchStatus]bool{"completed": true, "failed": true, "expired": true, "cancelled": true}
 
-func waitBatch(t *testing.T, c openai.Client, id string) *openai.Batch {
+func waitBatch(t testing.TB, c openai.Client, id string) *openai.Batch {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
@@ -91,7 +91,7 @@ type resultLine struct {
 	Fallback bool `json:"fallback"`
 }
 
-func readLines(t *testing.T, data []byte) []resultLine {
+func readLines(t testing.TB, data []byte) []resultLine {
 	t.Helper()
 	var ls []resultLine
 	sc := bufio.NewScanner(bytes.NewReader(data))
@@ -107,7 +107,7 @@ func readLines(t *testing.T, data []byte) []resultLine {
 }
 
 // files returns the output and error lines of a finished batch.
-func outputs(t *testing.T, c openai.Client, b *openai.Batch) (out, errs []resultLine) {
+func outputs(t testing.TB, c openai.Client, b *openai.Batch) (out, errs []resultLine) {
 	t.Helper()
 	if b.OutputFileID != "" {
 		out = readLines(t, content(t, c, b.OutputFileID))
@@ -120,7 +120,7 @@ func outputs(t *testing.T, c openai.Client, b *openai.Batch) (out, errs []result
 
 // checkInvariant asserts SPEC §4's accounting invariant: every input row
 // exactly once in output ∪ error, and completed + failed == total.
-func checkInvariant(t *testing.T, c openai.Client, b *openai.Batch, ids []string) (out, errs map[string]resultLine) {
+func checkInvariant(t testing.TB, c openai.Client, b *openai.Batch, ids []string) (out, errs map[string]resultLine) {
 	t.Helper()
 	o, e := outputs(t, c, b)
 	out, errs = map[string]resultLine{}, map[string]resultLine{}
@@ -220,7 +220,7 @@ func TestBatchHappyPath(t *testing.T) {
 }
 
 // rawGet GETs path with key (for routes the SDK lacks).
-func rawGet(t *testing.T, rt *localrun.Runtime, key, path string) []byte {
+func rawGet(t testing.TB, rt *localrun.Runtime, key, path string) []byte {
 	t.Helper()
 	status, body := rawDo(t, rt, key, "GET", path, nil)
 	if status != 200 {
@@ -229,7 +229,7 @@ func rawGet(t *testing.T, rt *localrun.Runtime, key, path string) []byte {
 	return body
 }
 
-func rawDo(t *testing.T, rt *localrun.Runtime, key, method, path string, body io.Reader) (int, []byte) {
+func rawDo(t testing.TB, rt *localrun.Runtime, key, method, path string, body io.Reader) (int, []byte) {
 	t.Helper()
 	req, _ := http.NewRequest(method, rt.URL+path, body)
 	req.Header.Set("Authorization", "Bearer "+key)

@@ -216,7 +216,7 @@ func TestBatchPriorityAndSharedCapacity(t *testing.T) {
 }
 
 // waitRunning waits until a batch has finished at least one row.
-func waitRunning(t *testing.T, c openai.Client, id string) {
+func waitRunning(t testing.TB, c openai.Client, id string) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {

@@ -45,7 +45,7 @@ func chunkOf(ev events.SQSEvent) engine.Message {
 
 // checkAccounting asserts the invariant and what the engine keeps beside
 // it: usage counted once per answered row, and no part file left behind.
-func checkAccounting(t *testing.T, rt *localrun.Runtime, c openai.Client, key string, b *openai.Batch, ids []string) (out, errs map[string]resultLine) {
+func checkAccounting(t testing.TB, rt *localrun.Runtime, c openai.Client, key string, b *openai.Batch, ids []string) (out, errs map[string]resultLine) {
 	t.Helper()
 	out, errs = checkInvariant(t, c, b, ids)
 	answered := int64(0)

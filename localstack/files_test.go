@@ -23,7 +23,7 @@ func chatLines(n int) []byte {
 	return b.Bytes()
 }
 
-func upload(t *testing.T, c openai.Client, name string, data []byte) *openai.FileObject {
+func upload(t testing.TB, c openai.Client, name string, data []byte) *openai.FileObject {
 	t.Helper()
 	f, err := c.Files.New(context.Background(), openai.FileNewParams{
 		File: openai.File(bytes.NewReader(data), name, "application/jsonl"), Purpose: openai.FilePurposeBatch,
@@ -34,7 +34,7 @@ func upload(t *testing.T, c openai.Client, name string, data []byte) *openai.Fil
 	return f
 }
 
-func content(t *testing.T, c openai.Client, id string) []byte {
+func content(t testing.TB, c openai.Client, id string) []byte {
 	t.Helper()
 	resp, err := c.Files.Content(context.Background(), id)
 	if err != nil {
@@ -48,14 +48,14 @@ func content(t *testing.T, c openai.Client, id string) []byte {
 	return b
 }
 
-func apiStatus(t *testing.T, err error) int {
+func apiStatus(t testing.TB, err error) int {
 	t.Helper()
 	status, _ := apiErr(t, err)
 	return status
 }
 
 // apiErr returns an API error's status and its raw body.
-func apiErr(t *testing.T, err error) (int, string) {
+func apiErr(t testing.TB, err error) (int, string) {
 	t.Helper()
 	var e *openai.Error
 	if !errors.As(err, &e) {

@@ -80,7 +80,7 @@ func runtime(t *testing.T, tune ...func(*localrun.Options)) *localrun.Runtime {
 }
 
 // client is an official OpenAI client for tenant on rt.
-func client(t *testing.T, rt *localrun.Runtime, tenant string) (openai.Client, string) {
+func client(t testing.TB, rt *localrun.Runtime, tenant string) (openai.Client, string) {
 	t.Helper()
 	key, err := rt.Key(context.Background(), tenant)
 	if err != nil {

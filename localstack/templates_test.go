@@ -146,10 +146,11 @@ func TestTemplateFiresRunsUntilCancelled(t *testing.T) {
 	c, key := client(t, rt, "acme")
 	rows := nRows(12, "nightly")
 	f := upload(t, c, "in.jsonl", jsonlRows(rows))
+	rcv := newHookReceiver(t, nil)
 
 	status, body := postBatch(t, rt, key, map[string]any{
 		"input_file_id": f.ID, "endpoint": "/v1/chat/completions", "completion_window": "2h",
-		"schedule": "* * * * *", "metadata": map[string]string{"job": "nightly"}, "priority": 3,
+		"schedule": "* * * * *", "metadata": map[string]string{"job": "nightly"}, "priority": 3, "webhook_url": rcv.URL,
 	})
 	if status != 200 {
 		t.Fatalf("create template: %d %s", status, body)
@@ -188,7 +189,8 @@ func TestTemplateFiresRunsUntilCancelled(t *testing.T) {
 	}
 	run := runs[0]
 	if run.TemplateID == nil || *run.TemplateID != tpl.ID || run.InputFileID != f.ID || run.Metadata["job"] != "nightly" ||
-		run.Priority != 3 || run.CompletionWindow != "2h" || run.Schedule != nil || run.ExpiresAt == nil {
+		run.Priority != 3 || run.CompletionWindow != "2h" || run.Schedule != nil || run.ExpiresAt == nil ||
+		run.WebhookURL == nil || *run.WebhookURL != rcv.URL {
 		t.Fatalf("run: got %+v", run)
 	}
 	done := waitBatch(t, c, run.ID)
@@ -212,6 +214,19 @@ func TestTemplateFiresRunsUntilCancelled(t *testing.T) {
 	time.Sleep(2 * time.Second) // twenty refreshes of the firer
 	if got := runsOf(t, rt, key, tpl.ID); len(got) != 1 {
 		t.Fatalf("after cancel and ten minutes: %d runs, want still 1", len(got))
+	}
+	// Webhooks: the run's completion, then the template's cancellation.
+	events := map[string]string{}
+	for _, r := range rcv.wait(t, 2) {
+		var ev struct {
+			Type string   `json:"type"`
+			Data apiBatch `json:"data"`
+		}
+		json.Unmarshal(r.body, &ev)
+		events[ev.Type] = ev.Data.ID
+	}
+	if events["batch.completed"] != run.ID || events["batch.cancelled"] != tpl.ID {
+		t.Fatalf("webhook events: got %v, want the run completed and the template cancelled", events)
 	}
 	// A cancelled template is terminal, like a cancelled batch.
 	if status, body := rawDo(t, rt, key, "POST", "/v1/batches/"+tpl.ID+"/cancel", nil); status != 409 {

@@ -25,7 +25,9 @@ type API struct {
 	Auth   auth.Authenticator
 	Files  *files.Service
 	Engine *engine.Engine
-	Log    *slog.Logger
+	// Panel serves the web panel at / and /panel/ (nil: none).
+	Panel http.Handler
+	Log   *slog.Logger
 }
 
 // maxJSON bounds a JSON request body: inline batch rows may take 4 MiB.
@@ -45,6 +47,11 @@ func (a *API) Handler() http.Handler {
 	mux.Handle("POST /v1/uploads/{id}/complete", files(a.completeUpload))
 	mux.Handle("POST /v1/uploads/{id}/cancel", files(a.cancelUpload))
 	a.batchRoutes(mux)
+	a.anthropicRoutes(mux)
+	if a.Panel != nil {
+		mux.Handle("GET /{$}", a.Panel)
+		mux.Handle("GET /panel/", a.Panel)
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, errs.E(errs.NotFound, "unknown_route", "", "no route %s %s", r.Method, r.URL.Path))
 	})

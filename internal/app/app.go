@@ -4,6 +4,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/scheduler"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/relaybatch/relay/internal/api"
@@ -22,10 +24,13 @@ import (
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/files"
+	"github.com/relaybatch/relay/internal/panel"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
+	"github.com/relaybatch/relay/internal/schedule"
 	"github.com/relaybatch/relay/internal/store"
+	"github.com/relaybatch/relay/internal/webhook"
 )
 
 // App is one process's wiring.
@@ -37,6 +42,7 @@ type App struct {
 	DB        *dynamodb.Client
 	S3        *s3.Client
 	SQS       *sqs.Client
+	Scheduler *scheduler.Client
 	Store     *store.Store
 	Blobs     *blob.Store
 	Files     *files.Service
@@ -88,10 +94,20 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 			Keys: provider.ChainKeys{provider.EnvKeys{}, &provider.SecretsKeys{Client: secretsmanager.NewFromConfig(cfg), Prefix: env.SecretPrefix}},
 		},
 	}
+	a.Scheduler = scheduler.NewFromConfig(cfg)
+	a.Engine.Schedules = &schedule.Manager{
+		API: a.Scheduler, Group: cmp.Or(env.ScheduleGroup, a.Resources.ScheduleGroup),
+		TargetARN: env.SchedulerFunctionARN, RoleARN: env.SchedulerRoleARN,
+	}
+	// One policy for the check at create and for every delivery.
+	a.Engine.Webhooks.Client = webhook.NewClient(webhook.Policy{AllowPrivate: env.AllowPrivateWebhooks, AllowHTTP: env.AllowHTTPWebhooks})
+	a.Engine.OnTerminal = a.Engine.EnqueueWebhook
 	return a
 }
 
 // API is the HTTP handler of the api function.
 func (a *App) API() http.Handler {
-	return (&api.API{Auth: auth.Authenticator{Store: a.Store}, Files: a.Files, Engine: a.Engine, Log: a.Log}).Handler()
+	return (&api.API{Auth: auth.Authenticator{Store: a.Store}, Files: a.Files, Engine: a.Engine, Log: a.Log,
+		// A local emulator's presigned upload URLs are on its own origin.
+		Panel: panel.Handler(aws.ToString(a.AWS.BaseEndpoint))}).Handler()
 }

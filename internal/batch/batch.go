@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/jsonl"
+	"github.com/relaybatch/relay/internal/webhook"
 )
 
 // Status is a batch's state.
@@ -106,6 +107,9 @@ type Batch struct {
 	Schedule           *string `json:"schedule,omitempty" dynamodbav:"schedule"`
 	ScheduleTimezone   *string `json:"schedule_timezone,omitempty" dynamodbav:"schedule_timezone"`
 	OutputExpiresAfter *int64  `json:"-" dynamodbav:"output_expires_after"`
+	// WebhookDeliveries summarizes the completion webhook's attempts; it is
+	// read from the delivery record, never stored on the batch.
+	WebhookDeliveries *webhook.Summary `json:"webhook_deliveries,omitempty" dynamodbav:"-"`
 
 	Tenant string `json:"-" dynamodbav:"tenant"`
 	KeyID  string `json:"-" dynamodbav:"key_id"`

@@ -153,7 +153,9 @@ type Env struct {
 	Table                string // RELAY_TABLE, default <prefix>
 	Bucket               string // RELAY_BUCKET, default <prefix>-data
 	ModelsPath           string // RELAY_CONFIG
-	AllowPrivateWebhooks bool   // RELAY_ALLOW_PRIVATE_WEBHOOKS
+	AllowPrivateWebhooks bool   // RELAY_ALLOW_PRIVATE_WEBHOOKS: webhooks may go to loopback, private, link-local addresses
+	AllowHTTPWebhooks    bool   // RELAY_ALLOW_HTTP_WEBHOOKS: plain http webhook URLs are accepted
+	ScheduleGroup        string // RELAY_SCHEDULE_GROUP, default <prefix>
 	ChunkRows            int    // RELAY_CHUNK_ROWS, default 100
 	// S3PathStyle (RELAY_S3_PATH_STYLE) addresses buckets by path, which
 	// emulators on a loopback endpoint need.
@@ -161,6 +163,12 @@ type Env struct {
 	// SecretPrefix (RELAY_SECRET_PREFIX) prefixes the Secrets Manager names
 	// of provider keys in AWS.
 	SecretPrefix string
+	// SchedulerRoleARN (RELAY_SCHEDULER_ROLE_ARN) is the role EventBridge
+	// Scheduler assumes to invoke the scheduler function, whose ARN is
+	// SchedulerFunctionARN (RELAY_SCHEDULER_FUNCTION_ARN): the target of
+	// every template's schedule.
+	SchedulerRoleARN     string
+	SchedulerFunctionARN string
 }
 
 // FromEnv parses the environment.
@@ -173,6 +181,9 @@ func FromEnv() (Env, error) {
 	e.Table = getenv("RELAY_TABLE", e.Prefix)
 	e.SecretPrefix = getenv("RELAY_SECRET_PREFIX", e.Prefix+"/")
 	e.Bucket = getenv("RELAY_BUCKET", e.Prefix+"-data")
+	e.ScheduleGroup = getenv("RELAY_SCHEDULE_GROUP", e.Prefix)
+	e.SchedulerRoleARN = os.Getenv("RELAY_SCHEDULER_ROLE_ARN")
+	e.SchedulerFunctionARN = os.Getenv("RELAY_SCHEDULER_FUNCTION_ARN")
 	if v := os.Getenv("RELAY_CHUNK_ROWS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 10000 {
@@ -182,6 +193,7 @@ func FromEnv() (Env, error) {
 	}
 	for name, dst := range map[string]*bool{
 		"RELAY_ALLOW_PRIVATE_WEBHOOKS": &e.AllowPrivateWebhooks,
+		"RELAY_ALLOW_HTTP_WEBHOOKS":    &e.AllowHTTPWebhooks,
 		"RELAY_S3_PATH_STYLE":          &e.S3PathStyle,
 	} {
 		if v := os.Getenv(name); v != "" {

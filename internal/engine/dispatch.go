@@ -12,6 +12,7 @@ import (
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/store"
+	"github.com/relaybatch/relay/internal/workflow"
 )
 
 // planLease is how long one dispatcher may plan a batch before another may
@@ -75,6 +76,10 @@ func (e *Engine) Plan(ctx context.Context, tenant, id string) error {
 		_, ok := e.Models.Lookup(m)
 		return ok
 	}}
+	if b.Endpoint == MessagesEndpoint {
+		// Anthropic's Message Batches limits (SPEC §9).
+		opts.MaxRows, opts.MaxBytes = 100_000, 256*1000*1000
+	}
 	rc := e.Blobs.Concat(ctx, input.Objects)
 	defer closeQuietly(rc)
 
@@ -85,14 +90,19 @@ func (e *Engine) Plan(ctx context.Context, tenant, id string) error {
 		norm = &objectWriter{ctx: ctx, blobs: e.Blobs, prefix: fmt.Sprintf("files/%s/%s/normalized/", tenant, b.InputFileID+"-"+b.ID), limit: normalizedObjectSize}
 	}
 	var chunks []batch.Chunk
+	// A workflow record (SPEC §10) gets a chunk of its own: it runs for
+	// many steps and commits when it ends, which must hold up no other row.
+	lastAlone := false
 	add := func(r jsonl.Row, start, end int64) {
 		n := len(chunks)
-		if n == 0 || chunks[n-1].Rows == e.chunkRows() || chunks[n-1].Model != r.Model {
+		alone := workflow.InRow(r.JSON)
+		if n == 0 || alone || lastAlone || chunks[n-1].Rows == e.chunkRows() || chunks[n-1].Model != r.Model {
 			chunks = append(chunks, batch.Chunk{Batch: b.ID, Tenant: tenant, Index: n, Start: start, FirstRow: r.Index, Model: r.Model, State: batch.ChunkPending})
 			n++
 		}
 		chunks[n-1].Rows++
 		chunks[n-1].End = end
+		lastAlone = alone
 	}
 	res, err := jsonl.Scan(rc, opts, func(r jsonl.Row) error {
 		if norm == nil {
@@ -157,7 +167,7 @@ var errSkip = errors.New("engine: nothing to do")
 func (e *Engine) failValidation(ctx context.Context, b batch.Batch, lineErrs []jsonl.LineError) error {
 	nb, err := e.Store.UpdateBatch(ctx, b.Tenant, b.ID, func(b *batch.Batch) error {
 		if b.Status.Terminal() {
-			return errSkip
+			return errSkip // then only the terminal event may be missing
 		}
 		b.ErrorList = lineErrs
 		if b.Status == batch.Cancelling {
@@ -166,7 +176,7 @@ func (e *Engine) failValidation(ctx context.Context, b batch.Batch, lineErrs []j
 		return b.To(batch.Failed, e.now())
 	})
 	if errors.Is(err, errSkip) {
-		return nil
+		return e.terminal(ctx, nb)
 	}
 	if err != nil {
 		return err

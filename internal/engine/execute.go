@@ -137,6 +137,9 @@ func (e *Engine) RunChunk(ctx context.Context, m Message, receipt string) error 
 		go e.heartbeat(runCtx, receipt)
 	}
 	status := e.watchStatus(runCtx, b)
+	if isWorkflowChunk(c, reqs) {
+		return e.runWorkflow(ctx, runCtx, b, c, reqs[0], status)
+	}
 
 	outs := make([]outcome, len(reqs))
 	slots := max(c.Slots, 1)
@@ -247,6 +250,21 @@ func (e *Engine) commitWith(ctx context.Context, b batch.Batch, c batch.Chunk, o
 		w.Write(line)
 		w.WriteByte('\n')
 	}
+	addUsage := func(o outcome) {
+		u := o.res.Usage
+		cm.Usage.InputTokens += u.InputTokens
+		cm.Usage.OutputTokens += u.OutputTokens
+		cm.Usage.TotalTokens += u.TotalTokens
+		agg := cm.UsageByModel[o.res.Model]
+		agg.Requests++
+		agg.Input += u.InputTokens
+		agg.Output += u.OutputTokens
+		agg.Total += u.TotalTokens
+		cm.UsageByModel[o.res.Model] = agg
+		enc(&usage, UsageEvent{Source: "batch", Tenant: b.Tenant, KeyID: b.KeyID, BatchID: b.ID, CustomID: o.customID,
+			Model: o.res.Model, Fallback: o.res.Fallback, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
+			TotalTokens: u.TotalTokens, At: e.now().Unix()})
+	}
 	for i, o := range outs {
 		row := c.FirstRow + i
 		l := Line{ID: lineID(b.ID, row), CustomID: o.customID}
@@ -256,24 +274,17 @@ func (e *Engine) commitWith(ctx context.Context, b batch.Batch, c batch.Chunk, o
 			if o.code == CodeExpired {
 				cm.Expired++
 			}
+			// A workflow record that failed after running requests used
+			// upstream tokens all the same.
+			if o.res.Model != "" && o.res.Usage != (provider.Usage{}) {
+				addUsage(o)
+			}
 		case o.res.ErrCode != "":
 			l.Error = &LineError{Code: o.res.ErrCode, Message: o.res.ErrMessage}
 		default:
 			l.Response = &LineResponse{StatusCode: o.res.StatusCode, RequestID: o.res.RequestID, Body: o.res.Body}
 			l.Fallback = o.res.Fallback
-			u := o.res.Usage
-			cm.Usage.InputTokens += u.InputTokens
-			cm.Usage.OutputTokens += u.OutputTokens
-			cm.Usage.TotalTokens += u.TotalTokens
-			agg := cm.UsageByModel[o.res.Model]
-			agg.Requests++
-			agg.Input += u.InputTokens
-			agg.Output += u.OutputTokens
-			agg.Total += u.TotalTokens
-			cm.UsageByModel[o.res.Model] = agg
-			enc(&usage, UsageEvent{Source: "batch", Tenant: b.Tenant, KeyID: b.KeyID, BatchID: b.ID, CustomID: o.customID,
-				Model: o.res.Model, Fallback: o.res.Fallback, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
-				TotalTokens: u.TotalTokens, At: e.now().Unix()})
+			addUsage(o)
 		}
 		if l.Response != nil && l.Response.StatusCode >= 200 && l.Response.StatusCode < 300 {
 			pattern[i] = 'o'

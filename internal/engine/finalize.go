@@ -81,7 +81,13 @@ func (e *Engine) FinalizeBatch(ctx context.Context, tenant, id string) error {
 	if err != nil {
 		return err
 	}
-	if b.Status.Terminal() || b.ChunksTotal == 0 || b.ChunksDone < b.ChunksTotal {
+	if b.Status.Terminal() {
+		// A redelivery after the status was set: make sure the terminal
+		// event went out (its id derives from the batch, so receivers see
+		// one event however often this runs).
+		return e.terminal(ctx, b)
+	}
+	if b.ChunksTotal == 0 || b.ChunksDone < b.ChunksTotal {
 		return nil
 	}
 	chunks, err := e.Store.Chunks(ctx, id)

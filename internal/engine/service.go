@@ -24,8 +24,11 @@ import (
 	"github.com/relaybatch/relay/internal/webhook"
 )
 
-// Endpoints a batch may name (SPEC §4); /v1/messages is the Anthropic API's.
+// Endpoints an OpenAI-shaped batch may name (SPEC §4).
 var Endpoints = []string{"/v1/chat/completions", "/v1/embeddings", "/v1/responses", "/v1/completions"}
+
+// MessagesEndpoint is the endpoint of Anthropic Message Batches (SPEC §9).
+const MessagesEndpoint = "/v1/messages"
 
 // CreateRequest is the body of POST /v1/batches.
 type CreateRequest struct {
@@ -249,7 +252,7 @@ func (e *Engine) inlineFile(ctx context.Context, tenant string, rows []json.RawM
 
 // Get returns a tenant's batch; another tenant's is not found.
 func (e *Engine) Get(ctx context.Context, tenant, id string) (batch.Batch, error) {
-	if !ids.Valid("batch_", id) {
+	if !ids.Valid("batch_", id) && !ids.Valid(MessageBatchPrefix, id) {
 		return batch.Batch{}, errs.NotFoundf("no such batch: %s", id)
 	}
 	b, err := e.Store.GetBatch(ctx, tenant, id)

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -102,11 +104,21 @@ func (e *Engine) EnqueueWebhook(ctx context.Context, b batch.Batch) error {
 	if err != nil {
 		return fmt.Errorf("webhook event of %s: %w", b.ID, err)
 	}
+	ev.ID = eventID(b.ID, b.Status)
 	m := webhookMessage{Tenant: b.Tenant, Batch: b.ID, URL: *b.WebhookURL, Event: ev, Attempt: 1}
 	if err := e.Queue.Send(ctx, resources.Webhook, m, 0); err != nil {
 		return fmt.Errorf("queue webhook of %s: %w", b.ID, err)
 	}
 	return nil
+}
+
+// eventID names the event of a batch's terminal status. It is derived, not
+// random, so that a terminal state reported twice (a redelivered finalize)
+// is one event to receivers, who dedupe on webhook-id, and one delivery
+// record here.
+func eventID(batchID string, status batch.Status) string {
+	sum := sha256.Sum256([]byte(batchID + "\x00" + string(status)))
+	return "evt_" + hex.EncodeToString(sum[:])[:25]
 }
 
 // DeliverWebhooks is the webhook function's SQS handler. A batch's

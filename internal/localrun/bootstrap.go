@@ -97,6 +97,16 @@ func createBucket(ctx context.Context, c *s3.Client, name string) error {
 	if err != nil && !errors.As(err, &owned) && !errors.As(err, &exists) {
 		return fmt.Errorf("create bucket %s: %w", name, err)
 	}
+	// The panel PUTs big files to presigned URLs from the API's origin.
+	_, err = c.PutBucketCors(ctx, &s3.PutBucketCorsInput{Bucket: &name, CORSConfiguration: &s3types.CORSConfiguration{
+		CORSRules: []s3types.CORSRule{{
+			AllowedMethods: []string{"PUT", "GET", "HEAD"}, AllowedOrigins: []string{"*"},
+			AllowedHeaders: []string{"*"}, MaxAgeSeconds: aws.Int32(600),
+		}},
+	}})
+	if err != nil {
+		return fmt.Errorf("set CORS on bucket %s: %w", name, err)
+	}
 	return nil
 }
 

@@ -29,6 +29,7 @@ import (
 	"github.com/relaybatch/relay/internal/esm"
 	"github.com/relaybatch/relay/internal/mockup"
 	"github.com/relaybatch/relay/internal/resources"
+	"github.com/relaybatch/relay/internal/schedule"
 )
 
 // Options configure a local runtime.
@@ -53,6 +54,19 @@ type Options struct {
 	OnInvoke func(function string, ev events.SQSEvent) error
 	// ExecutorConcurrency is the work queue's concurrent invocations (default 4).
 	ExecutorConcurrency int
+	// StrictWebhooks applies the deployment's webhook policy (https only,
+	// public addresses only) instead of the local runtime's, which lets
+	// webhooks reach receivers on this machine over http.
+	StrictWebhooks bool
+	// SchedulerClock is the clock the schedule firer evaluates schedules
+	// against (default time.Now), and SchedulerRefresh how often it re-reads
+	// them (default schedule.DefaultRefresh): tests move the clock to fire a
+	// cron template's minutes at once.
+	SchedulerClock   func() time.Time
+	SchedulerRefresh time.Duration
+	// Wire, if set, adjusts the wired app before anything runs (tests
+	// shorten the webhook retry schedule).
+	Wire func(*app.App)
 }
 
 // Runtime is a running local service.
@@ -74,10 +88,22 @@ func Start(ctx context.Context, o Options) (*Runtime, error) {
 	if o.MockAddr == "" {
 		o.MockAddr = "127.0.0.1:8090"
 	}
+	if !o.StrictWebhooks {
+		o.Env.AllowPrivateWebhooks, o.Env.AllowHTTPWebhooks = true, true
+	}
 	a := app.New(o.Env, o.Models, o.AWS, o.Log)
 	if o.Tune != nil {
 		o.Tune(&a.Resources)
 		a.Engine.Set = a.Resources
+	}
+	// Schedules live in the group bootstrapped below and are fired by this
+	// process, so their target only has to be well-formed.
+	sch := a.Engine.Schedules
+	sch.Group = a.Resources.ScheduleGroup
+	sch.TargetARN = cmp.Or(sch.TargetARN, fmt.Sprintf("arn:aws:lambda:%s:000000000000:function:%s-scheduler", cmp.Or(o.AWS.Region, "us-east-1"), a.Resources.Prefix))
+	sch.RoleARN = cmp.Or(sch.RoleARN, fmt.Sprintf("arn:aws:iam::000000000000:role/%s-scheduler", a.Resources.Prefix))
+	if o.Wire != nil {
+		o.Wire(a)
 	}
 	if err := Bootstrap(ctx, o.AWS, a.Resources); err != nil {
 		return nil, fmt.Errorf("bootstrap resources: %w", err)
@@ -114,7 +140,27 @@ func Start(ctx context.Context, o Options) (*Runtime, error) {
 		defer rt.wg.Done()
 		rt.tick(ctx, o.TickEvery)
 	}()
+	rt.startFirer(ctx, o)
 	return rt, nil
+}
+
+// startFirer fires the emulator's schedules, which it stores but never
+// fires, by calling the scheduler function's handler as Scheduler would.
+func (rt *Runtime) startFirer(ctx context.Context, o Options) {
+	e := rt.App.Engine
+	f := &schedule.Firer{
+		API: rt.App.Scheduler, Group: e.Schedules.Group, Refresh: o.SchedulerRefresh, Now: o.SchedulerClock, Logger: o.Log,
+		Fire: func(ctx context.Context, _ string, input []byte, _ time.Time) error {
+			return e.Fire(ctx, input)
+		},
+	}
+	rt.wg.Add(1)
+	go func() {
+		defer rt.wg.Done()
+		if err := f.Run(ctx); err != nil && ctx.Err() == nil {
+			o.Log.Error("schedule firer stopped", "err", err)
+		}
+	}()
 }
 
 // startPollers consumes every queue that feeds a function, with the
@@ -126,6 +172,7 @@ func (rt *Runtime) startPollers(ctx context.Context, o Options) error {
 		"executor":   e.Execute,
 		"deadletter": e.DeadLetter,
 		"finalizer":  e.Finalize,
+		"webhook":    e.DeliverWebhooks,
 	}
 	for _, f := range rt.App.Resources.Functions {
 		h, ok := handlers[f.Name]

@@ -463,3 +463,49 @@ func avN(n int) types.AttributeValue    { return &types.AttributeValueMemberN{Va
 func avN64(n int64) types.AttributeValue {
 	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
 }
+
+// ErrBatchActive means a batch that has not ended was asked to be deleted.
+var ErrBatchActive = errors.New("store: batch has not ended")
+
+// DeleteBatch removes an ended batch's record with its chunks and dead
+// letters (not the objects they point at). The record goes last, so a
+// delete cut short leaves a batch that can be deleted again.
+func (s *Store) DeleteBatch(ctx context.Context, tenant, id string) error {
+	b, err := s.GetBatch(ctx, tenant, id)
+	if err != nil {
+		return err
+	}
+	if !b.Status.Terminal() {
+		return fmt.Errorf("delete batch %s (%s): %w", id, b.Status, ErrBatchActive)
+	}
+	var keys []item
+	for _, prefix := range []string{"CHUNK#", "DL#"} {
+		_, err := s.page(ctx, chunksPK(id), prefix, "", true, 1<<30, nil, func(it item) error {
+			keys = append(keys, item{"pk": it["pk"], "sk": it["sk"]})
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("delete batch %s: %w", id, err)
+		}
+	}
+	for len(keys) > 0 {
+		n := min(len(keys), 25)
+		reqs := make([]types.WriteRequest, n)
+		for i, k := range keys[:n] {
+			reqs[i] = types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: k}}
+		}
+		pending := map[string][]types.WriteRequest{s.Table: reqs}
+		for attempt := 0; len(pending[s.Table]) > 0; attempt++ {
+			if attempt > 0 {
+				time.Sleep(time.Duration(attempt) * 50 * time.Millisecond)
+			}
+			out, err := s.DB.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: pending})
+			if err != nil {
+				return fmt.Errorf("delete chunks of %s: %w", id, err)
+			}
+			pending = out.UnprocessedItems
+		}
+		keys = keys[n:]
+	}
+	return s.delete(ctx, batchPK(tenant), batchSK(id))
+}

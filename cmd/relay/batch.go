@@ -1,0 +1,504 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// exitBatchUnsuccessful is the exit code of batch submit --wait and batch
+// wait when a batch ended failed, expired or cancelled, or with failed rows.
+const exitBatchUnsuccessful = 3
+
+// apiBatch is the part of the API's Batch object the CLI reads.
+type apiBatch struct {
+	ID               string `json:"id"`
+	Status           string `json:"status"`
+	Endpoint         string `json:"endpoint"`
+	Model            string `json:"model"`
+	InputFileID      string `json:"input_file_id"`
+	OutputFileID     string `json:"output_file_id"`
+	ErrorFileID      string `json:"error_file_id"`
+	CompletionWindow string `json:"completion_window"`
+	CreatedAt        int64  `json:"created_at"`
+	CompletedAt      int64  `json:"completed_at"`
+	FailedAt         int64  `json:"failed_at"`
+	ExpiredAt        int64  `json:"expired_at"`
+	CancelledAt      int64  `json:"cancelled_at"`
+	RequestCounts    struct {
+		Total     int `json:"total"`
+		Completed int `json:"completed"`
+		Failed    int `json:"failed"`
+	} `json:"request_counts"`
+	Errors *struct {
+		Data []struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+			Line    int    `json:"line"`
+		} `json:"data"`
+	} `json:"errors"`
+	Priority        int    `json:"priority"`
+	RetryOf         string `json:"retry_of"`
+	DeadLetterCount int    `json:"dead_letter_count"`
+}
+
+func (b apiBatch) terminal() bool {
+	switch b.Status {
+	case "completed", "failed", "expired", "cancelled":
+		return true
+	}
+	return false
+}
+
+func (b apiBatch) done() int { return b.RequestCounts.Completed + b.RequestCounts.Failed }
+
+func (b apiBatch) progress(rate float64) progress {
+	return progress{
+		Label: b.ID, Status: b.Status, Done: b.done(), Total: b.RequestCounts.Total,
+		Failed: b.RequestCounts.Failed, Rate: rate,
+	}
+}
+
+func (b apiBatch) endedAt() int64 {
+	return max(b.CompletedAt, b.FailedAt, b.ExpiredAt, b.CancelledAt)
+}
+
+// firstError describes the first validation error of a failed batch.
+func (b apiBatch) firstError() string {
+	if b.Errors == nil || len(b.Errors.Data) == 0 {
+		return "no error details"
+	}
+	e := b.Errors.Data[0]
+	s := e.Message
+	if e.Line > 0 && !strings.HasPrefix(s, "line ") {
+		s = fmt.Sprintf("line %d: %s", e.Line, s)
+	}
+	if e.Code != "" {
+		s += " (" + e.Code + ")"
+	}
+	if n := len(b.Errors.Data) - 1; n > 0 {
+		s += fmt.Sprintf(", and %d more: relay batch status %s --json", n, b.ID)
+	}
+	return s
+}
+
+// outcome says how an ended batch went and whether it fully succeeded.
+func outcome(b apiBatch) (string, bool) {
+	n := b.RequestCounts
+	switch b.Status {
+	case "completed":
+		if n.Failed == 0 {
+			return fmt.Sprintf("%s completed: %d rows", b.ID, n.Total), true
+		}
+		return fmt.Sprintf("%s completed with %d of %d rows failed: `relay batch results %s` shows them, `relay batch retry %s` runs them again",
+			b.ID, n.Failed, n.Total, b.ID, b.ID), false
+	case "failed":
+		return fmt.Sprintf("%s failed: %s", b.ID, b.firstError()), false
+	case "expired":
+		return fmt.Sprintf("%s expired: %d of %d rows did not complete within %s; `relay batch retry %s` runs them again",
+			b.ID, n.Total-n.Completed, n.Total, b.CompletionWindow, b.ID), false
+	case "cancelled":
+		return fmt.Sprintf("%s was cancelled with %d of %d rows completed; `relay batch retry %s` runs the rest",
+			b.ID, n.Completed, n.Total, b.ID), false
+	}
+	return fmt.Sprintf("%s is %s", b.ID, b.Status), false
+}
+
+// verdict is the exit status of waiting for batches: nil when every one
+// completed without failed rows, exit code 3 naming the others.
+func verdict(bs []apiBatch) error {
+	var bad []string
+	for _, b := range bs {
+		if line, ok := outcome(b); !ok {
+			bad = append(bad, line)
+		}
+	}
+	switch len(bad) {
+	case 0:
+		return nil
+	case 1:
+		return exitError{exitBatchUnsuccessful, errors.New(bad[0])}
+	}
+	return exitError{exitBatchUnsuccessful, fmt.Errorf("%d of %d batches did not fully succeed:\n  %s", len(bad), len(bs), strings.Join(bad, "\n  "))}
+}
+
+func batchHint(err error) error {
+	return withHint(err, http.StatusNotFound, "check the id: `relay batch list` shows your batches")
+}
+
+func runBatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return newCLI(stdout, stderr).batch(ctx, args)
+}
+
+func (c *cli) batch(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return usageErr("batch: want submit, status, list, cancel, retry, results or wait")
+	}
+	var err error
+	switch args[0] {
+	case "submit":
+		err = c.batchSubmit(ctx, args[1:])
+	case "status", "cancel", "retry":
+		err = c.batchOne(ctx, args[0], args[1:])
+	case "list":
+		err = c.batchList(ctx, args[1:])
+	case "results":
+		err = c.batchResults(ctx, args[1:])
+	case "wait":
+		err = c.batchWait(ctx, args[1:])
+	default:
+		return usageErr("batch: unknown command %q: want submit, status, list, cancel, retry, results or wait", args[0])
+	}
+	return helpIsSuccess(err)
+}
+
+// metadataFlag collects repeated --metadata k=v.
+type metadataFlag map[string]string
+
+func (m metadataFlag) String() string { return "" }
+
+func (m metadataFlag) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("%q: want key=value", v)
+	}
+	m[k] = val
+	return nil
+}
+
+type createBatchRequest struct {
+	InputFileID      string            `json:"input_file_id"`
+	Endpoint         string            `json:"endpoint"`
+	CompletionWindow string            `json:"completion_window"`
+	Metadata         map[string]string `json:"metadata,omitempty"`
+	Priority         int               `json:"priority,omitempty"`
+	WebhookURL       string            `json:"webhook_url,omitempty"`
+	Model            string            `json:"model,omitempty"`
+}
+
+func (c *cli) batchSubmit(ctx context.Context, args []string) error {
+	fs := c.flagSet("batch submit", "FILE... [flags]")
+	var cf connFlags
+	cf.register(fs)
+	req := createBatchRequest{Metadata: metadataFlag{}}
+	fs.StringVar(&req.Model, "model", "", "the model of every row (required for CSV files)")
+	fs.StringVar(&req.Endpoint, "endpoint", "/v1/chat/completions", "the endpoint of every row")
+	fs.IntVar(&req.Priority, "priority", 0, "higher priority batches run first")
+	fs.StringVar(&req.WebhookURL, "webhook-url", "", "URL that gets a POST when the batch ends")
+	fs.Var(metadataFlag(req.Metadata), "metadata", "key=value to attach to the batch (repeatable)")
+	fs.StringVar(&req.CompletionWindow, "completion-window", "24h", "how long the batch may run, 1h to 24h")
+	wait := fs.Bool("wait", false, "wait until every batch ends, showing progress on stderr")
+	asJSON := fs.Bool("json", false, "print the API's Batch JSON (the final one with --wait)")
+	paths, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(paths) == 0 {
+		return usageErr("batch submit: give at least one FILE (.jsonl or .csv)")
+	}
+	for _, p := range paths {
+		if strings.EqualFold(filepath.Ext(p), ".csv") && req.Model == "" {
+			return usageErr("batch submit: %s is CSV: pass --model M, the model every row uses", p)
+		}
+	}
+	cl, err := c.connect(cf)
+	if err != nil {
+		return err
+	}
+
+	var ids []string
+	for _, p := range paths {
+		f, _, err := cl.upload(ctx, p)
+		if err != nil {
+			return fmt.Errorf("upload %s: %w", p, err)
+		}
+		req.InputFileID = f.ID
+		var b apiBatch
+		raw, err := cl.call(ctx, http.MethodPost, "/batches", req, &b)
+		if err != nil {
+			return fmt.Errorf("create a batch of %s (file %s): %w", p, f.ID, err)
+		}
+		ids = append(ids, b.ID)
+		switch {
+		case *asJSON && !*wait:
+			printJSON(c.stdout, raw)
+		case !*asJSON:
+			fmt.Fprintln(c.stdout, b.ID)
+		}
+	}
+	if !*wait {
+		return nil
+	}
+	return c.waitAndJudge(ctx, cl, ids, *asJSON)
+}
+
+// batchWait waits for batches submitted earlier, as submit --wait does.
+func (c *cli) batchWait(ctx context.Context, args []string) error {
+	fs := c.flagSet("batch wait", "ID... [--json]")
+	var cf connFlags
+	cf.register(fs)
+	asJSON := fs.Bool("json", false, "print the API's final Batch JSON")
+	ids, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(ids) == 0 {
+		return usageErr("batch wait: give at least one batch ID")
+	}
+	cl, err := c.connect(cf)
+	if err != nil {
+		return err
+	}
+	return c.waitAndJudge(ctx, cl, ids, *asJSON)
+}
+
+// waitAndJudge waits for the batches, prints their final JSON when asked,
+// and returns the exit status their outcome deserves.
+func (c *cli) waitAndJudge(ctx context.Context, cl *apiClient, ids []string, asJSON bool) error {
+	final, raws, err := c.waitBatches(ctx, cl, ids)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		for _, raw := range raws {
+			printJSON(c.stdout, raw)
+		}
+	}
+	return verdict(final)
+}
+
+// maxPollFailures is how many polls in a row may fail transiently (the
+// server restarting, a 502) before waiting gives up: about a minute.
+const maxPollFailures = 12
+
+// waitBatches polls the batches until every one has ended, reporting
+// progress on stderr, and returns their final states and JSON.
+func (c *cli) waitBatches(ctx context.Context, cl *apiClient, ids []string) ([]apiBatch, [][]byte, error) {
+	bs := make([]apiBatch, len(ids))
+	raws := make([][]byte, len(ids))
+	for i, id := range ids {
+		bs[i].ID = id
+	}
+	rep := newProgressReporter(c.stderr, c.tty, c.now)
+	defer rep.clear()
+	interval, failures := c.pollMin, 0
+	for {
+		running := 0
+		for i := range bs {
+			if bs[i].terminal() {
+				continue
+			}
+			var b apiBatch
+			raw, err := cl.call(ctx, http.MethodGet, "/batches/"+url.PathEscape(ids[i]), nil, &b)
+			switch {
+			case ctx.Err() != nil:
+				return nil, nil, stoppedWaiting(ids)
+			case err != nil && transient(err) && failures < maxPollFailures:
+				failures++
+				rep.println(fmt.Sprintf("get batch %s: %v (trying again)", ids[i], err))
+				running++
+				continue
+			case err != nil:
+				return nil, nil, fmt.Errorf("get batch %s: %w", ids[i], batchHint(err))
+			}
+			failures = 0
+			bs[i], raws[i] = b, raw
+			if !b.terminal() {
+				running++
+			}
+		}
+		rep.update(bs)
+		if running == 0 {
+			return bs, raws, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, stoppedWaiting(ids)
+		case <-time.After(interval):
+		}
+		interval = min(interval*3/2, c.pollMax)
+	}
+}
+
+func stoppedWaiting(ids []string) error {
+	return fmt.Errorf("stopped waiting; the batches go on: relay batch wait %s", strings.Join(ids, " "))
+}
+
+// batchOne runs status, cancel and retry, which take one batch id.
+func (c *cli) batchOne(ctx context.Context, sub string, args []string) error {
+	fs := c.flagSet("batch "+sub, "ID [--json]")
+	var cf connFlags
+	cf.register(fs)
+	asJSON := fs.Bool("json", false, "print the API's Batch JSON")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageErr("batch %s: give one batch ID (relay batch list shows them)", sub)
+	}
+	cl, err := c.connect(cf)
+	if err != nil {
+		return err
+	}
+	id := url.PathEscape(pos[0])
+	method, path, what := http.MethodGet, "/batches/"+id, "get batch"
+	switch sub {
+	case "cancel":
+		method, path, what = http.MethodPost, "/batches/"+id+"/cancel", "cancel batch"
+	case "retry":
+		method, path, what = http.MethodPost, "/batches/"+id+"/retry", "retry the failed rows of batch"
+	}
+	var b apiBatch
+	raw, err := cl.call(ctx, method, path, nil, &b)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", what, pos[0], batchHint(err))
+	}
+	switch {
+	case *asJSON:
+		return printJSON(c.stdout, raw)
+	case sub == "status":
+		return printBatch(c.stdout, b)
+	case sub == "cancel":
+		fmt.Fprintln(c.stdout, b.ID, b.Status)
+	default:
+		fmt.Fprintln(c.stdout, b.ID)
+	}
+	return nil
+}
+
+func printBatch(w io.Writer, b apiBatch) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	row := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(tw, "%s\t%s\n", k, v)
+		}
+	}
+	n := b.RequestCounts
+	row("id", b.ID)
+	row("status", b.Status)
+	row("rows", fmt.Sprintf("%d/%d done, %d failed", b.done(), n.Total, n.Failed))
+	row("endpoint", b.Endpoint)
+	row("model", b.Model)
+	if b.Priority != 0 {
+		row("priority", strconv.Itoa(b.Priority))
+	}
+	row("input file", b.InputFileID)
+	row("output file", b.OutputFileID)
+	row("error file", b.ErrorFileID)
+	row("retry of", b.RetryOf)
+	if b.DeadLetterCount > 0 {
+		row("dead letters", strconv.Itoa(b.DeadLetterCount))
+	}
+	row("created", unixTime(b.CreatedAt))
+	row("ended", unixTime(b.endedAt()))
+	if b.Status == "failed" {
+		row("error", b.firstError())
+	}
+	return tw.Flush()
+}
+
+func (c *cli) batchList(ctx context.Context, args []string) error {
+	fs := c.flagSet("batch list", "[--limit N] [--after ID] [--json]")
+	var cf connFlags
+	cf.register(fs)
+	limit := fs.Int("limit", 0, "how many batches, 1 to 100 (default 20)")
+	after := fs.String("after", "", "list the batches after this id (the last of the previous page)")
+	asJSON := fs.Bool("json", false, "print the API's list JSON")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usageErr("batch list takes no arguments (flags: --limit N --after ID --json)")
+	}
+	if *limit < 0 {
+		return usageErr("batch list: --limit must be positive")
+	}
+	cl, err := c.connect(cf)
+	if err != nil {
+		return err
+	}
+	q := url.Values{}
+	if *limit > 0 {
+		q.Set("limit", strconv.Itoa(*limit))
+	}
+	if *after != "" {
+		q.Set("after", *after)
+	}
+	path := "/batches"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var l struct {
+		Data    []apiBatch `json:"data"`
+		HasMore bool       `json:"has_more"`
+	}
+	raw, err := cl.call(ctx, http.MethodGet, path, nil, &l)
+	if err != nil {
+		return fmt.Errorf("list batches: %w", err)
+	}
+	if *asJSON {
+		return printJSON(c.stdout, raw)
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATUS\tROWS\tFAILED\tMODEL\tCREATED")
+	for _, b := range l.Data {
+		rows := fmt.Sprintf("%d/%d", b.done(), b.RequestCounts.Total)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", b.ID, b.Status, rows, b.RequestCounts.Failed, b.Model, unixTime(b.CreatedAt))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if l.HasMore && len(l.Data) > 0 {
+		fmt.Fprintf(c.stderr, "more: relay batch list --after %s\n", l.Data[len(l.Data)-1].ID)
+	}
+	return nil
+}
+
+func (c *cli) batchResults(ctx context.Context, args []string) error {
+	fs := c.flagSet("batch results", "ID [-o FILE] [--partial]")
+	var cf connFlags
+	cf.register(fs)
+	out := fs.String("o", "", "write the results to FILE instead of stdout")
+	partial := fs.Bool("partial", false, "get the rows finished so far of a batch still running")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageErr("batch results: give one batch ID (relay batch list shows them)")
+	}
+	cl, err := c.connect(cf)
+	if err != nil {
+		return err
+	}
+	id := pos[0]
+	path := "/batches/" + url.PathEscape(id) + "/results"
+	if *partial {
+		path += "?partial=true"
+	}
+	resp, err := cl.send(ctx, http.MethodGet, path, nil, "")
+	var ae *apiError
+	if errors.As(err, &ae) && ae.Status == http.StatusConflict {
+		status := "running"
+		var b apiBatch
+		if _, err := cl.call(ctx, http.MethodGet, "/batches/"+url.PathEscape(id), nil, &b); err == nil && b.Status != "" {
+			status = b.Status
+		}
+		return fmt.Errorf("batch %s is still %s: wait for it or pass --partial", id, status)
+	}
+	if err != nil {
+		return fmt.Errorf("get the results of batch %s: %w", id, batchHint(err))
+	}
+	defer resp.Body.Close()
+	return c.save(resp.Body, *out)
+}

@@ -1,0 +1,738 @@
+package engine
+
+// Anthropic Message Batches (SPEC §9) run on the same engine as OpenAI
+// batches: a create writes its requests as an input file of /v1/messages
+// rows and records a batch whose id starts with msgbatch_, so chunks,
+// retries, fallback, capacity, cancel, expiry and accounting are the ones
+// every batch gets. The Message Batch object and its results are views of
+// that batch and of its output and error lines.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/relaybatch/relay/internal/auth"
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/errs"
+	"github.com/relaybatch/relay/internal/files"
+	"github.com/relaybatch/relay/internal/ids"
+	"github.com/relaybatch/relay/internal/jsonl"
+	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/store"
+)
+
+// MessageBatchPrefix starts the id of every Message Batch.
+const MessageBatchPrefix = "msgbatch_"
+
+// MaxMessageRequests is Anthropic's limit of requests in one batch.
+const MaxMessageRequests = 100_000
+
+// customIDPattern is Anthropic's rule for a request's custom_id.
+var customIDPattern = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+
+// Processing statuses of a Message Batch.
+const (
+	ProcessingInProgress = "in_progress"
+	ProcessingCanceling  = "canceling"
+	ProcessingEnded      = "ended"
+)
+
+// MessageBatch is Anthropic's Message Batch object. ResultsURL is left for
+// the API to fill: only it knows the base URL the client called.
+type MessageBatch struct {
+	ID                string               `json:"id"`
+	Type              string               `json:"type"`
+	ProcessingStatus  string               `json:"processing_status"`
+	RequestCounts     MessageRequestCounts `json:"request_counts"`
+	CreatedAt         string               `json:"created_at"`
+	EndedAt           *string              `json:"ended_at"`
+	ExpiresAt         *string              `json:"expires_at"`
+	CancelInitiatedAt *string              `json:"cancel_initiated_at"`
+	ArchivedAt        *string              `json:"archived_at"`
+	ResultsURL        *string              `json:"results_url"`
+}
+
+// MessageRequestCounts always add up to the batch's number of requests.
+type MessageRequestCounts struct {
+	Processing int64 `json:"processing"`
+	Succeeded  int64 `json:"succeeded"`
+	Errored    int64 `json:"errored"`
+	Canceled   int64 `json:"canceled"`
+	Expired    int64 `json:"expired"`
+}
+
+// Ended reports whether processing has ended (results can be read).
+func (m MessageBatch) Ended() bool { return m.ProcessingStatus == ProcessingEnded }
+
+// CreateMessageBatch validates the requests of POST /v1/messages/batches
+// and records their batch.
+//
+// Anthropic validates each request's params while processing and reports
+// a bad one as an errored result; this engine validates an input file when
+// it plans the batch and fails the whole batch, a state the Message Batch
+// object cannot even show. So what planning would refuse (a malformed
+// request, a duplicate custom_id, a model that is not configured, stream)
+// is refused here, with a 400 naming the request, before anything is
+// recorded. Everything else is the upstream's to judge, as at Anthropic:
+// a row naming a model of another shape comes back errored with
+// cross_shape_dispatch, an upstream 400 comes back errored with its error.
+func (e *Engine) CreateMessageBatch(ctx context.Context, p auth.Principal, requests []json.RawMessage, idemKey string) (MessageBatch, error) {
+	data, err := e.messageRows(requests)
+	if err != nil {
+		return MessageBatch{}, err
+	}
+	f, err := e.putMessageInput(ctx, p.Tenant, data)
+	if err != nil {
+		return MessageBatch{}, err
+	}
+	req := CreateRequest{InputFileID: f.ID, Endpoint: MessagesEndpoint, CompletionWindow: "24h"}
+	b, err := e.create(ctx, p, req, idemKey, []string{MessagesEndpoint}, func(b *batch.Batch) {
+		b.ID = ids.New(MessageBatchPrefix)
+		// Known now; planning sets the same number again.
+		b.RequestCounts.Total = int64(len(requests))
+	})
+	if err != nil || b.InputFileID != f.ID {
+		// Nothing refers to the file: the create failed, or an
+		// Idempotency-Key returned the batch created the first time.
+		e.deleteFile(ctx, f)
+	}
+	switch {
+	case errors.Is(err, store.ErrBatchNotFound):
+		return MessageBatch{}, errs.E(errs.Invalid, "idempotency_key_reused", "", "the batch first created with this Idempotency-Key was deleted: send a new key")
+	case err != nil:
+		return MessageBatch{}, err
+	case !strings.HasPrefix(b.ID, MessageBatchPrefix):
+		return MessageBatch{}, errs.E(errs.Invalid, "idempotency_key_reused", "", "this Idempotency-Key created batch %s, which is not a message batch: send a new key", b.ID)
+	}
+	return e.messageBatch(ctx, b)
+}
+
+// messageRows checks the requests and returns them as JSONL input rows
+// {custom_id, method, url, body: params}.
+func (e *Engine) messageRows(requests []json.RawMessage) ([]byte, error) {
+	switch {
+	case len(requests) == 0:
+		return nil, errs.Invalidf("requests", "requests: send at least one request")
+	case len(requests) > MaxMessageRequests:
+		return nil, errs.Invalidf("requests", "requests: a batch holds at most %d requests, got %d", MaxMessageRequests, len(requests))
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // keep prompts byte for byte
+	seen := make(map[string]int, len(requests))
+	for i, raw := range requests {
+		at := fmt.Sprintf("requests.%d", i)
+		invalid := func(field, format string, args ...any) error {
+			return errs.Invalidf(at+field, "%s%s: %s", at, field, fmt.Sprintf(format, args...))
+		}
+		if !utf8.Valid(raw) {
+			return nil, invalid("", "not valid UTF-8")
+		}
+		var r map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &r); err != nil || r == nil {
+			return nil, invalid("", "must be an object {custom_id, params}")
+		}
+		for k := range r {
+			if k != "custom_id" && k != "params" {
+				return nil, invalid("."+k, "unknown field: a request has only custom_id and params")
+			}
+		}
+		var id string
+		if v, ok := r["custom_id"]; !ok || json.Unmarshal(v, &id) != nil {
+			return nil, invalid(".custom_id", "a string is required")
+		}
+		if !customIDPattern.MatchString(id) {
+			return nil, invalid(".custom_id", "%q must be 1 to 64 letters, digits, underscores or hyphens", id)
+		}
+		if first, dup := seen[id]; dup {
+			return nil, invalid(".custom_id", "%q is also the custom_id of requests.%d: custom_id must be unique within a batch", id, first)
+		}
+		seen[id] = i
+		var params map[string]json.RawMessage
+		if err := json.Unmarshal(r["params"], &params); err != nil || params == nil {
+			return nil, invalid(".params", "an object of Messages API parameters is required")
+		}
+		var model string
+		if v, ok := params["model"]; !ok || json.Unmarshal(v, &model) != nil || model == "" {
+			return nil, invalid(".params.model", "a model name is required")
+		}
+		if _, ok := e.Models.Lookup(model); !ok {
+			return nil, invalid(".params.model", "%q is not a configured model", model)
+		}
+		if v, ok := params["stream"]; ok && string(bytes.TrimSpace(v)) == "true" {
+			return nil, invalid(".params.stream", "streaming is not supported in a message batch")
+		}
+		if err := enc.Encode(jsonl.Request{CustomID: id, Method: "POST", URL: MessagesEndpoint, Body: r["params"]}); err != nil {
+			return nil, invalid(".params", "%v", err)
+		}
+	}
+	return buf.Bytes(), nil
+}
+
+// putMessageInput stores the rows as the batch's input file. It is written
+// here rather than through files.Service, whose 4 MiB limit is on what a
+// client sends: the rows of a 4 MiB create body take a little more.
+func (e *Engine) putMessageInput(ctx context.Context, tenant string, data []byte) (files.File, error) {
+	id := ids.New("file-")
+	w := &objectWriter{ctx: ctx, blobs: e.Blobs, prefix: fmt.Sprintf("files/%s/%s/", tenant, id), limit: normalizedObjectSize}
+	if _, err := w.Write(data); err != nil {
+		return files.File{}, fmt.Errorf("write message batch input: %w", err)
+	}
+	objs, err := w.Close()
+	if err != nil {
+		return files.File{}, fmt.Errorf("write message batch input: %w", err)
+	}
+	f := files.File{ID: id, Bytes: int64(len(data)), CreatedAt: e.now().Unix(), Filename: "message_batch_requests.jsonl",
+		Purpose: files.PurposeBatch, Status: files.StatusProcessed, Tenant: tenant}
+	for _, o := range objs {
+		f.Objects = append(f.Objects, o.Key)
+	}
+	if err := e.Store.PutFile(ctx, f); err != nil {
+		return files.File{}, fmt.Errorf("record message batch input %s: %w", id, err)
+	}
+	return f, nil
+}
+
+// deleteFile removes a file this package wrote; a failure only leaves an
+// orphan behind, so it is logged, not returned.
+func (e *Engine) deleteFile(ctx context.Context, f files.File) {
+	if err := e.Blobs.Delete(ctx, f.Objects...); err != nil {
+		e.Log.WarnContext(ctx, "delete file objects", "file_id", f.ID, "tenant", f.Tenant, "err", err)
+	}
+	if err := e.Store.DeleteFile(ctx, f.Tenant, f.ID); err != nil {
+		e.Log.WarnContext(ctx, "delete file", "file_id", f.ID, "tenant", f.Tenant, "err", err)
+	}
+}
+
+// getMessageBatch reads a tenant's message batch; another tenant's, or a
+// batch of the OpenAI API, is not found.
+func (e *Engine) getMessageBatch(ctx context.Context, tenant, id string) (batch.Batch, error) {
+	if !ids.Valid(MessageBatchPrefix, id) {
+		return batch.Batch{}, errs.NotFoundf("no such message batch: %s", id)
+	}
+	b, err := e.Store.GetBatch(ctx, tenant, id)
+	if errors.Is(err, store.ErrBatchNotFound) || (err == nil && b.Endpoint != MessagesEndpoint) {
+		return batch.Batch{}, errs.NotFoundf("no such message batch: %s", id)
+	}
+	return b, err
+}
+
+// GetMessageBatch returns a tenant's message batch.
+func (e *Engine) GetMessageBatch(ctx context.Context, tenant, id string) (MessageBatch, error) {
+	b, err := e.getMessageBatch(ctx, tenant, id)
+	if err != nil {
+		return MessageBatch{}, err
+	}
+	return e.messageBatch(ctx, b)
+}
+
+// MessagePage selects a page of message batches, newest first: the ones
+// right after (older than) AfterID, or right before (newer than) BeforeID.
+type MessagePage struct {
+	AfterID, BeforeID string
+	Limit             int
+}
+
+// ListMessageBatches lists a tenant's message batches newest first.
+func (e *Engine) ListMessageBatches(ctx context.Context, tenant string, pg MessagePage) ([]MessageBatch, bool, error) {
+	for name, id := range map[string]string{"after_id": pg.AfterID, "before_id": pg.BeforeID} {
+		if id != "" && !ids.Valid(MessageBatchPrefix, id) {
+			return nil, false, errs.Invalidf(name, "%s: %q is not a message batch id", name, id)
+		}
+	}
+	if pg.AfterID != "" && pg.BeforeID != "" {
+		return nil, false, errs.Invalidf("before_id", "send before_id or after_id, not both")
+	}
+	var bs []batch.Batch
+	var more bool
+	var err error
+	if pg.BeforeID != "" {
+		bs, more, err = e.messageBatchesBefore(ctx, tenant, pg.BeforeID, pg.Limit)
+	} else {
+		bs, more, err = e.messageBatchesAfter(ctx, tenant, pg.AfterID, pg.Limit)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	out := make([]MessageBatch, len(bs))
+	for i, b := range bs {
+		if out[i], err = e.messageBatch(ctx, b); err != nil {
+			return nil, false, err
+		}
+	}
+	return out, more, nil
+}
+
+// A tenant's batches sort by id under one key, newest first, and every
+// message batch id sorts above every batch_ id; messageTop sorts above every
+// message batch id, so a listing from it starts with the newest of them.
+const messageTop = MessageBatchPrefix + "~"
+
+func isMessageBatch(b batch.Batch) bool { return strings.HasPrefix(b.ID, MessageBatchPrefix) }
+
+// messageBatchesAfter lists up to limit message batches older than after.
+func (e *Engine) messageBatchesAfter(ctx context.Context, tenant, after string, limit int) ([]batch.Batch, bool, error) {
+	if after == "" {
+		after = messageTop
+	}
+	// One more than asked tells whether another message batch follows (the
+	// store's "more" may be about the OpenAI batches listed after them).
+	bs, _, err := e.Store.ListBatches(ctx, tenant, after, limit+1, "")
+	if err != nil {
+		return nil, false, err
+	}
+	n := 0
+	for n < len(bs) && isMessageBatch(bs[n]) {
+		n++
+	}
+	bs = bs[:n]
+	if len(bs) > limit {
+		return bs[:limit], true, nil
+	}
+	return bs, false, nil
+}
+
+// messageBatchesBefore lists the limit message batches just newer than
+// before, newest first. The store lists only downwards, so this reads the
+// newer ones from the top, keeping the last limit+1: cheap for the pages
+// near the top that before_id is used for.
+func (e *Engine) messageBatchesBefore(ctx context.Context, tenant, before string, limit int) ([]batch.Batch, bool, error) {
+	const pageSize = 1000
+	var newer []batch.Batch
+	cursor := messageTop
+scan:
+	for {
+		bs, more, err := e.Store.ListBatches(ctx, tenant, cursor, pageSize, "")
+		if err != nil {
+			return nil, false, err
+		}
+		for _, b := range bs {
+			if !isMessageBatch(b) || b.ID <= before {
+				break scan
+			}
+			newer = append(newer, b)
+			if len(newer) > 2*(limit+1) {
+				newer = append(newer[:0:0], newer[len(newer)-(limit+1):]...)
+			}
+		}
+		if !more || len(bs) == 0 {
+			break
+		}
+		cursor = bs[len(bs)-1].ID
+	}
+	more := len(newer) > limit
+	if more {
+		newer = newer[len(newer)-limit:]
+	}
+	return newer, more, nil
+}
+
+// CancelMessageBatch cancels a message batch: it is canceling until the
+// requests that are running finish; the rest come back canceled.
+func (e *Engine) CancelMessageBatch(ctx context.Context, tenant, id string) (MessageBatch, error) {
+	b, err := e.getMessageBatch(ctx, tenant, id)
+	if err != nil {
+		return MessageBatch{}, err
+	}
+	switch {
+	case b.Status.Terminal():
+		return MessageBatch{}, errs.E(errs.Invalid, "batch_ended", "", "message batch %s has ended: there is nothing left to cancel", id)
+	case b.Status == batch.Finalizing:
+		// Every request has run; it ends in a moment with nothing to cancel.
+		return e.messageBatch(ctx, b)
+	}
+	nb, err := e.Cancel(ctx, tenant, id)
+	if errs.Is(err, errs.Conflict) {
+		// It began finalizing or ended meanwhile.
+		return e.CancelMessageBatch(ctx, tenant, id)
+	}
+	if err != nil {
+		return MessageBatch{}, err
+	}
+	return e.messageBatch(ctx, nb)
+}
+
+// DeleteMessageBatch deletes an ended message batch: its results, its
+// input and its records.
+func (e *Engine) DeleteMessageBatch(ctx context.Context, tenant, id string) error {
+	b, err := e.getMessageBatch(ctx, tenant, id)
+	if err != nil {
+		return err
+	}
+	if !b.Status.Terminal() {
+		return errs.E(errs.Invalid, "batch_not_ended", "", "message batch %s is %s: only a batch whose processing has ended can be deleted (cancel it first)", id, processingStatus(b))
+	}
+	// Objects first and the batch record last, so that a delete cut short
+	// leaves a batch that can be deleted again.
+	parts, err := e.Blobs.List(ctx, batch.PartsPrefix(tenant, id))
+	if err != nil {
+		return err
+	}
+	if err := e.Blobs.Delete(ctx, parts...); err != nil {
+		return err
+	}
+	for _, fid := range []*string{b.OutputFileID, b.ErrorFileID, &b.InputFileID} {
+		if fid == nil || *fid == "" {
+			continue
+		}
+		f, err := e.Store.GetFile(ctx, tenant, *fid)
+		if errors.Is(err, files.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		// An output file's objects are the parts deleted above.
+		if err := e.Blobs.Delete(ctx, f.Objects...); err != nil {
+			return err
+		}
+		if err := e.Store.DeleteFile(ctx, tenant, f.ID); err != nil {
+			return err
+		}
+	}
+	if err := e.Store.DeleteBatch(ctx, tenant, id); err != nil {
+		return fmt.Errorf("delete message batch %s: %w", id, err)
+	}
+	e.Log.InfoContext(ctx, "message batch deleted", "batch_id", id, "tenant", tenant)
+	return nil
+}
+
+// messageBatch is the Message Batch view of b.
+func (e *Engine) messageBatch(ctx context.Context, b batch.Batch) (MessageBatch, error) {
+	canceled, err := e.cancelledRows(ctx, b)
+	if err != nil {
+		return MessageBatch{}, err
+	}
+	return messageBatchOf(b, canceled), nil
+}
+
+// processingStatus maps the batch lifecycle onto Anthropic's three states.
+func processingStatus(b batch.Batch) string {
+	switch {
+	case b.Status.Terminal():
+		return ProcessingEnded
+	case b.CancellingAt != nil:
+		return ProcessingCanceling
+	}
+	return ProcessingInProgress
+}
+
+// messageBatchOf builds the object from the batch and its count of
+// cancelled rows: failed rows split into canceled, expired (both counted
+// exactly) and errored (the rest).
+func messageBatchOf(b batch.Batch, canceled int64) MessageBatch {
+	n := b.RequestCounts
+	m := MessageBatch{
+		ID: b.ID, Type: "message_batch", ProcessingStatus: processingStatus(b),
+		CreatedAt: rfc3339(b.CreatedAt), ExpiresAt: stamp(b.ExpiresAt), CancelInitiatedAt: stamp(b.CancellingAt),
+		RequestCounts: MessageRequestCounts{
+			Succeeded: n.Completed, Canceled: canceled, Expired: b.ExpiredRows,
+			Errored: n.Failed - canceled - b.ExpiredRows,
+		},
+	}
+	if m.Ended() {
+		for _, at := range []*int64{b.CompletedAt, b.CancelledAt, b.ExpiredAt, b.FailedAt} {
+			if at != nil {
+				m.EndedAt = stamp(at)
+				break
+			}
+		}
+		// Rows that never ran (a batch that failed before its rows were
+		// planned) are errored, so the counts still add up.
+		c := m.RequestCounts
+		if rest := n.Total - c.Succeeded - c.Errored - c.Canceled - c.Expired; rest > 0 {
+			m.RequestCounts.Errored += rest
+		}
+	} else {
+		m.RequestCounts.Processing = max(n.Total-n.Completed-n.Failed, 0)
+	}
+	return m
+}
+
+func rfc3339(unix int64) string { return time.Unix(unix, 0).UTC().Format(time.RFC3339) }
+
+func stamp(unix *int64) *string {
+	if unix == nil {
+		return nil
+	}
+	s := rfc3339(*unix)
+	return &s
+}
+
+// cancelledRows counts the rows of b that got batch_cancelled, reading the
+// error parts of its done chunks. Only a batch that was cancelled has any;
+// a committed part never changes, so each part is read once per process.
+func (e *Engine) cancelledRows(ctx context.Context, b batch.Batch) (int64, error) {
+	if b.CancellingAt == nil || b.ChunksDone == 0 {
+		return 0, nil
+	}
+	chunks, err := e.Store.Chunks(ctx, b.ID)
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, c := range chunks {
+		if c.State != batch.ChunkDone || c.ErrBytes == 0 {
+			continue
+		}
+		key := c.Parts("err")
+		if n, ok := cancelledInPart.get(key); ok {
+			total += n
+			continue
+		}
+		rc, err := e.Blobs.Get(ctx, key)
+		if err != nil {
+			return 0, fmt.Errorf("count cancelled rows of %s: %w", b.ID, err)
+		}
+		n, err := countCancelled(rc)
+		rc.Close()
+		if err != nil {
+			return 0, fmt.Errorf("count cancelled rows of %s: %w", b.ID, err)
+		}
+		cancelledInPart.put(key, n)
+		total += n
+	}
+	return total, nil
+}
+
+func countCancelled(r io.Reader) (int64, error) {
+	var n int64
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 64<<20)
+	for sc.Scan() {
+		var l struct {
+			Error *LineError `json:"error"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			return 0, err
+		}
+		if l.Error != nil && l.Error.Code == CodeCancelled {
+			n++
+		}
+	}
+	return n, sc.Err()
+}
+
+// partCounts is a bounded cache of counts per committed part.
+type partCounts struct {
+	mu sync.Mutex
+	m  map[string]int64
+}
+
+const maxCachedParts = 100_000
+
+var cancelledInPart = &partCounts{m: map[string]int64{}}
+
+func (p *partCounts) get(key string) (int64, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n, ok := p.m[key]
+	return n, ok
+}
+
+func (p *partCounts) put(key string, n int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.m) >= maxCachedParts {
+		clear(p.m)
+	}
+	p.m[key] = n
+}
+
+// MessageResults checks that a message batch has ended and returns what
+// writes its results: one JSONL line per request, in input order.
+func (e *Engine) MessageResults(ctx context.Context, tenant, id string) (func(io.Writer) error, error) {
+	b, err := e.getMessageBatch(ctx, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	if !b.Status.Terminal() {
+		return nil, errs.E(errs.Invalid, "batch_not_ended", "", "message batch %s is %s: its results are available once processing_status is ended", id, processingStatus(b))
+	}
+	return func(w io.Writer) error {
+		bw := bufio.NewWriterSize(w, 64<<10)
+		write := func(r MessageResult) error {
+			line, err := json.Marshal(r)
+			if err != nil {
+				return err
+			}
+			_, err = bw.Write(append(line, '\n'))
+			return err
+		}
+		if b.ChunksTotal == 0 {
+			if err := e.unplannedResults(ctx, b, write); err != nil {
+				return err
+			}
+			return bw.Flush()
+		}
+		chunks, err := e.Store.Chunks(ctx, id)
+		if err != nil {
+			return err
+		}
+		err = e.eachLine(ctx, chunks, func(c batch.Chunk, i int, _ byte, line []byte) error {
+			var l Line
+			if err := json.Unmarshal(line, &l); err != nil {
+				return fmt.Errorf("line %d of chunk %d of %s: %w", i, c.Index, id, err)
+			}
+			return write(MessageResultOf(l))
+		})
+		if err != nil {
+			return err
+		}
+		return bw.Flush()
+	}, nil
+}
+
+// unplannedResults reports every request of a batch that ended before its
+// rows were planned (its input failed validation) as errored.
+func (e *Engine) unplannedResults(ctx context.Context, b batch.Batch, write func(MessageResult) error) error {
+	f, err := e.Store.GetFile(ctx, b.Tenant, b.InputFileID)
+	if errors.Is(err, files.ErrNotFound) {
+		return nil // nothing left to name the requests by
+	}
+	if err != nil {
+		return err
+	}
+	rc := e.Blobs.Concat(ctx, f.Objects)
+	defer closeQuietly(rc)
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		return err
+	}
+	reqs, err := jsonl.ParseRequests(data)
+	if err != nil {
+		return err
+	}
+	msg := "the batch ended before this request ran"
+	if len(b.ErrorList) > 0 {
+		msg = "the batch failed validation before this request ran: " + b.ErrorList[0].Message
+	}
+	for _, r := range reqs {
+		if err := write(erroredResult(r.CustomID, "invalid_request_error", msg, nil)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// MessageResult is one line of a Message Batch's results.
+type MessageResult struct {
+	CustomID string         `json:"custom_id"`
+	Result   MessageOutcome `json:"result"`
+}
+
+// MessageOutcome is a request's result: succeeded with the upstream's
+// message, errored with an error response, canceled or expired.
+type MessageOutcome struct {
+	Type    string          `json:"type"`
+	Message json.RawMessage `json:"message,omitempty"`
+	Error   *ErrorResponse  `json:"error,omitempty"`
+}
+
+// ErrorResponse is Anthropic's error body.
+type ErrorResponse struct {
+	Type      string      `json:"type"`
+	Error     ErrorObject `json:"error"`
+	RequestID *string     `json:"request_id"`
+}
+
+// ErrorObject is the error inside an ErrorResponse.
+type ErrorObject struct {
+	Type    string `json:"type"`
+	Message string `json:"message"`
+}
+
+func erroredResult(customID, typ, message string, requestID *string) MessageResult {
+	return MessageResult{CustomID: customID, Result: MessageOutcome{Type: "errored", Error: &ErrorResponse{
+		Type: "error", Error: ErrorObject{Type: typ, Message: message}, RequestID: requestID,
+	}}}
+}
+
+// MessageResultOf turns an output or error line into a result: a 2xx
+// answer succeeded with the upstream's message; another answer errored
+// with the upstream's error; batch_cancelled and batch_expired are canceled
+// and expired; any other code (a request that got no answer) errored with
+// a message that starts with the code.
+func MessageResultOf(l Line) MessageResult {
+	switch {
+	case l.Response != nil && l.Response.StatusCode >= 200 && l.Response.StatusCode < 300:
+		return MessageResult{CustomID: l.CustomID, Result: MessageOutcome{Type: "succeeded", Message: l.Response.Body}}
+	case l.Response != nil:
+		typ, msg := upstreamError(l.Response.StatusCode, l.Response.Body)
+		var rid *string
+		if l.Response.RequestID != "" {
+			rid = &l.Response.RequestID
+		}
+		return erroredResult(l.CustomID, typ, msg, rid)
+	case l.Error == nil:
+		return erroredResult(l.CustomID, "api_error", "the request has no recorded result", nil)
+	case l.Error.Code == CodeCancelled:
+		return MessageResult{CustomID: l.CustomID, Result: MessageOutcome{Type: "canceled"}}
+	case l.Error.Code == CodeExpired:
+		return MessageResult{CustomID: l.CustomID, Result: MessageOutcome{Type: "expired"}}
+	}
+	return erroredResult(l.CustomID, errorTypeOfCode(l.Error.Code), l.Error.Code+": "+l.Error.Message, nil)
+}
+
+// upstreamError reads the type and message of an upstream's error answer,
+// Anthropic-shaped when it is; otherwise they come from the status.
+func upstreamError(status int, body []byte) (typ, message string) {
+	var e struct {
+		Error struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(body, &e) == nil && e.Error.Type != "" && e.Error.Message != "" {
+		return e.Error.Type, e.Error.Message
+	}
+	return errorTypeOfStatus(status), fmt.Sprintf("the upstream answered HTTP %d", status)
+}
+
+func errorTypeOfStatus(status int) string {
+	switch status {
+	case 400:
+		return "invalid_request_error"
+	case 401:
+		return "authentication_error"
+	case 403:
+		return "permission_error"
+	case 404:
+		return "not_found_error"
+	case 413:
+		return "request_too_large"
+	case 429:
+		return "rate_limit_error"
+	case 504:
+		return "timeout_error"
+	case 529:
+		return "overloaded_error"
+	}
+	if status >= 500 {
+		return "api_error"
+	}
+	return "invalid_request_error"
+}
+
+// errorTypeOfCode names the Anthropic error type of an engine error code.
+func errorTypeOfCode(code string) string {
+	switch code {
+	case provider.CodeModelNotFound:
+		return "not_found_error"
+	case provider.CodeCrossShapeDispatch, provider.CodeInvalidRequest:
+		return "invalid_request_error"
+	case provider.CodeRequestTimeout:
+		return "timeout_error"
+	}
+	return "api_error" // dead_letter, connection_error, api_key_unavailable, …
+}

@@ -1,0 +1,63 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/relaybatch/relay/internal/webhook"
+)
+
+// MaxWebhookAttempts is how many attempts a delivery record keeps: the
+// latest ones, which are what a summary describes. About 40 fit in the
+// 24-hour retry horizon, so in practice none are dropped.
+const MaxWebhookAttempts = 50
+
+const webhookSK = "WEBHOOK"
+
+// WebhookDeliveries is the delivery record of a batch's completion webhook
+// (item B#<batch> / WEBHOOK), kept apart from the batch so that retries
+// never contend with the batch's own updates.
+type WebhookDeliveries struct {
+	Batch   string `dynamodbav:"batch"`
+	EventID string `dynamodbav:"event_id"`
+	// Attempts are the latest attempts, oldest first.
+	Attempts []webhook.Attempt `dynamodbav:"attempts"`
+	// Count is every attempt made, those dropped from Attempts included.
+	Count        int       `dynamodbav:"count"`
+	FirstAttempt time.Time `dynamodbav:"first_attempt"`
+	Delivered    bool      `dynamodbav:"delivered"`
+	GaveUp       bool      `dynamodbav:"gave_up"`
+}
+
+// Summary is the webhook_deliveries field of the batch.
+func (d WebhookDeliveries) Summary() webhook.Summary {
+	s := webhook.Summarize(d.Attempts, d.GaveUp)
+	s.Attempts = max(d.Count, len(d.Attempts))
+	return s
+}
+
+// GetWebhookDeliveries reads a batch's delivery record; a batch whose
+// webhook was not attempted yet has an empty one.
+func (s *Store) GetWebhookDeliveries(ctx context.Context, batchID string) (WebhookDeliveries, error) {
+	var d WebhookDeliveries
+	_, err := s.get(ctx, chunksPK(batchID), webhookSK, &d)
+	if errors.Is(err, errMissing) {
+		return WebhookDeliveries{Batch: batchID}, nil
+	}
+	return d, err
+}
+
+// UpdateWebhookDeliveries changes a batch's delivery record through fn,
+// creating it first if needed, conditional on no concurrent write (two
+// deliveries of one attempt record it once).
+func (s *Store) UpdateWebhookDeliveries(ctx context.Context, batchID string, fn func(*WebhookDeliveries) error) (WebhookDeliveries, error) {
+	d, err := update(ctx, s, chunksPK(batchID), webhookSK, nil, fn)
+	if !errors.Is(err, errMissing) {
+		return d, err
+	}
+	if err := s.put(ctx, chunksPK(batchID), webhookSK, WebhookDeliveries{Batch: batchID}, nil, true); err != nil && !errors.Is(err, errConflict) {
+		return d, err
+	}
+	return update(ctx, s, chunksPK(batchID), webhookSK, nil, fn)
+}

@@ -1,0 +1,205 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/workflow"
+)
+
+// A workflow record (SPEC §10) keeps one item beside its batch's chunks,
+// B#<batch> / WF#<row>: its checkpoint, rewritten after every step, and a
+// lease naming the one executor that may drive it, so a duplicate delivery
+// of its work message never runs a step twice. The item goes once the
+// record's chunk commits; a ttl covers records whose batch was deleted.
+
+// workflowTTL is how long a checkpoint outlives its last write.
+const workflowTTL = 8 * 24 * time.Hour
+
+// ErrWorkflowLeaseLost means another executor took the record over: this
+// one must stop without writing anything else.
+var ErrWorkflowLeaseLost = errors.New("store: workflow lease lost")
+
+// WorkflowBusyError means another executor holds the record's lease.
+type WorkflowBusyError struct {
+	Until time.Time // when the lease runs out unless renewed
+}
+
+func (e *WorkflowBusyError) Error() string {
+	return fmt.Sprintf("store: workflow record is leased until %s", e.Until.Format(time.RFC3339))
+}
+
+// WorkflowCheckpoint is what a record's item holds.
+type WorkflowCheckpoint struct {
+	State workflow.State
+	// ResultsKey, when set, is the S3 object holding State.Results, which
+	// were too big for the item (400 KB); State.Results is then empty.
+	ResultsKey string
+}
+
+func workflowSK(row int) string { return fmt.Sprintf("WF#%07d", row) }
+
+var workflowNames = map[string]string{"#cp": "checkpoint", "#step": "step", "#owner": "lease_owner", "#until": "lease_until", "#ttl": "ttl", "#rk": "results_key"}
+
+func namesFor(expr ...string) map[string]string {
+	m := map[string]string{}
+	for _, n := range expr {
+		m[n] = workflowNames[n]
+	}
+	return m
+}
+
+// AcquireWorkflow takes the lease of a record for owner until `until` and
+// returns its checkpoint, the zero one for a record not started. A lease
+// held by another owner and not run out is a *WorkflowBusyError.
+func (s *Store) AcquireWorkflow(ctx context.Context, batchID string, row int, owner string, now, until time.Time) (WorkflowCheckpoint, error) {
+	k := key(chunksPK(batchID), workflowSK(row))
+	out, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                &s.Table,
+		Key:                      k,
+		UpdateExpression:         aws.String("SET #owner = :me, #until = :until, #ttl = :ttl"),
+		ConditionExpression:      aws.String("attribute_not_exists(#until) OR #until < :now OR #owner = :me"),
+		ExpressionAttributeNames: namesFor("#owner", "#until", "#ttl"),
+		ExpressionAttributeValues: item{":me": avS(owner), ":until": avN64(until.UnixMilli()), ":now": avN64(now.UnixMilli()),
+			":ttl": avN64(now.Add(workflowTTL).Unix())},
+		ReturnValues: types.ReturnValueAllNew,
+	})
+	var cf *types.ConditionalCheckFailedException
+	if errors.As(err, &cf) {
+		var held struct {
+			Until int64 `dynamodbav:"lease_until"`
+		}
+		if _, gerr := s.get(ctx, chunksPK(batchID), workflowSK(row), &held); gerr != nil {
+			return WorkflowCheckpoint{}, gerr
+		}
+		return WorkflowCheckpoint{}, &WorkflowBusyError{Until: time.UnixMilli(held.Until)}
+	}
+	if err != nil {
+		return WorkflowCheckpoint{}, fmt.Errorf("lease workflow %d of %s: %w", row, batchID, err)
+	}
+	var it struct {
+		Checkpoint string `dynamodbav:"checkpoint"`
+		ResultsKey string `dynamodbav:"results_key"`
+	}
+	if err := attributevalue.UnmarshalMap(out.Attributes, &it); err != nil {
+		return WorkflowCheckpoint{}, fmt.Errorf("unmarshal workflow %d of %s: %w", row, batchID, err)
+	}
+	cp := WorkflowCheckpoint{ResultsKey: it.ResultsKey}
+	if it.Checkpoint != "" {
+		if err := json.Unmarshal([]byte(it.Checkpoint), &cp.State); err != nil {
+			return WorkflowCheckpoint{}, fmt.Errorf("decode workflow %d of %s: %w", row, batchID, err)
+		}
+	}
+	return cp, nil
+}
+
+// SaveWorkflow writes a record's checkpoint and renews owner's lease until
+// `until`, only while owner holds the lease (else ErrWorkflowLeaseLost).
+func (s *Store) SaveWorkflow(ctx context.Context, batchID string, row int, owner string, cp WorkflowCheckpoint, until time.Time) error {
+	st, err := json.Marshal(cp.State)
+	if err != nil {
+		return fmt.Errorf("encode workflow %d of %s: %w", row, batchID, err)
+	}
+	set := "SET #cp = :cp, #step = :step, #until = :until, #ttl = :ttl"
+	names := namesFor("#cp", "#step", "#until", "#ttl", "#owner", "#rk")
+	values := item{":cp": avS(string(st)), ":step": avN(cp.State.Step), ":until": avN64(until.UnixMilli()),
+		":ttl": avN64(time.Now().Add(workflowTTL).Unix()), ":me": avS(owner)}
+	if cp.ResultsKey != "" {
+		set += ", #rk = :rk"
+		values[":rk"] = avS(cp.ResultsKey)
+	} else {
+		set += " REMOVE #rk"
+	}
+	_, err = s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 &s.Table,
+		Key:                       key(chunksPK(batchID), workflowSK(row)),
+		UpdateExpression:          aws.String(set),
+		ConditionExpression:       aws.String("#owner = :me"),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: values,
+	})
+	var cf *types.ConditionalCheckFailedException
+	if errors.As(err, &cf) {
+		return ErrWorkflowLeaseLost
+	}
+	if err != nil {
+		return fmt.Errorf("save workflow %d of %s at step %d: %w", row, batchID, cp.State.Step, err)
+	}
+	return nil
+}
+
+// ReleaseWorkflow gives up owner's lease, if owner still holds it, so the
+// record's next message need not wait for it to run out.
+func (s *Store) ReleaseWorkflow(ctx context.Context, batchID string, row int, owner string) error {
+	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 &s.Table,
+		Key:                       key(chunksPK(batchID), workflowSK(row)),
+		UpdateExpression:          aws.String("REMOVE #owner, #until"),
+		ConditionExpression:       aws.String("#owner = :me"),
+		ExpressionAttributeNames:  namesFor("#owner", "#until"),
+		ExpressionAttributeValues: item{":me": avS(owner)},
+	})
+	var cf *types.ConditionalCheckFailedException
+	if err != nil && !errors.As(err, &cf) {
+		return fmt.Errorf("release workflow %d of %s: %w", row, batchID, err)
+	}
+	return nil
+}
+
+// DeleteWorkflow removes a record's item once its chunk has committed.
+func (s *Store) DeleteWorkflow(ctx context.Context, batchID string, row int) error {
+	return s.delete(ctx, chunksPK(batchID), workflowSK(row))
+}
+
+// SetChunkSlots changes how much of its model's capacity a queued chunk
+// holds, in one transaction with the model's in-flight counter: a waiting
+// workflow record gives its slots back (to = 0) and takes them again when
+// it resumes, within max. It fails with ErrNoCapacity when the model has no
+// room, and ErrChunkDone when the chunk is no longer queued with c.Slots.
+func (s *Store) SetChunkSlots(ctx context.Context, c batch.Chunk, to, max int) error {
+	delta := to - c.Slots
+	if delta == 0 {
+		return nil
+	}
+	capUpdate := &types.Update{
+		TableName:                 &s.Table,
+		Key:                       capKey(c.Model),
+		UpdateExpression:          aws.String("ADD inflight :n"),
+		ExpressionAttributeValues: item{":n": avN(delta)},
+	}
+	if delta > 0 {
+		capUpdate.ConditionExpression = aws.String("attribute_not_exists(inflight) OR inflight <= :room")
+		capUpdate.ExpressionAttributeValues[":room"] = avN(max - delta)
+	}
+	_, err := s.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Update: &types.Update{
+			TableName:                &s.Table,
+			Key:                      key(chunksPK(c.Batch), chunkSK(c.Index)),
+			UpdateExpression:         aws.String("SET slots = :to"),
+			ConditionExpression:      aws.String("#st = :queued AND slots = :from"),
+			ExpressionAttributeNames: map[string]string{"#st": "state"},
+			ExpressionAttributeValues: item{":to": avN(to), ":from": avN(c.Slots),
+				":queued": avS(string(batch.ChunkQueued))},
+		}},
+		{Update: capUpdate},
+	}})
+	var tc *types.TransactionCanceledException
+	if errors.As(err, &tc) {
+		if len(tc.CancellationReasons) > 1 && aws.ToString(tc.CancellationReasons[1].Code) == "ConditionalCheckFailed" {
+			return ErrNoCapacity
+		}
+		return ErrChunkDone
+	}
+	if err != nil {
+		return fmt.Errorf("set slots of chunk %d of %s to %d: %w", c.Index, c.Batch, to, err)
+	}
+	return nil
+}

@@ -1,0 +1,223 @@
+package workflow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/tidwall/sjson"
+
+	"github.com/relaybatch/relay/internal/provider"
+)
+
+// State is a record's checkpoint, saved after every step: what the next
+// event is and what the record has used so far. A record resumed from it
+// sends that event again (with the same event_id) and never re-runs, or
+// re-counts, the requests of a step it saved.
+type State struct {
+	// Step is the step of the next event: 0 is start, n ≥ 1 the results
+	// event of step n.
+	Step int `json:"step"`
+	// Results are what the next results event carries.
+	Results []Result `json:"results,omitempty"`
+	// Requests counts the requests answers have returned (max_requests).
+	Requests int `json:"requests"`
+	// Usage sums the upstream usage of every request run so far.
+	Usage Usage `json:"usage"`
+	// Fallback is set once a fallback model served one of the requests.
+	Fallback bool `json:"fallback,omitempty"`
+	// WaitUntil (Unix milliseconds) is when a wait answer lets the next
+	// event go; zero when not waiting.
+	WaitUntil int64 `json:"wait_until,omitempty"`
+}
+
+// Usage is a record's token usage, in the names of a chat completion's.
+type Usage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	TotalTokens      int64 `json:"total_tokens"`
+}
+
+// Kind is how a run of a record ended.
+type Kind int
+
+const (
+	// Completed: the callback answered completed; Output is the row's body.
+	Completed Kind = iota + 1
+	// Failed: the record ends with Err as its error line.
+	Failed
+	// Waiting: the record may go on at Until; it holds nothing meanwhile.
+	Waiting
+	// Yielded: the invocation is nearly out of time; the record goes on in
+	// another one.
+	Yielded
+)
+
+// Outcome is where a run of a record stopped.
+type Outcome struct {
+	Kind   Kind
+	Output json.RawMessage // Completed: the callback's output with the summed usage
+	Err    *Error          // Failed
+	Until  time.Time       // Waiting
+	// EventID is the event whose answer ended the run (Completed, Failed).
+	EventID string
+	// State is the record's state at the end: its usage is what the
+	// record's line counts.
+	State State
+}
+
+// Runner runs one record from its checkpoint. Its functions are the
+// engine's side of the work.
+type Runner struct {
+	Spec       Spec
+	WorkflowID string // "<batch>:<custom_id>"
+	RecordID   string // custom_id
+	Model      string // the only model a step's requests may name
+
+	// Call delivers an event and returns the answer (Caller.Call).
+	Call func(ctx context.Context, spec Spec, ev Event) (Answer, error)
+	// Exec runs a step's admitted request bodies concurrently within the
+	// model's capacity and returns their answers in order.
+	Exec func(ctx context.Context, bodies []json.RawMessage) []provider.Result
+	// Save checkpoints the state after a step.
+	Save func(ctx context.Context, st State) error
+	// Stop, checked before every event, fails the record when the batch
+	// was cancelled or expired; nil means go on.
+	Stop func() *Error
+	// Yield reports whether the invocation should hand the record over
+	// rather than start another event; nil means never.
+	Yield func() bool
+	Now   func() time.Time
+
+	// Saved counts the checkpoints this run wrote: a run cut short after
+	// one made progress, which the next invocation keeps.
+	Saved int
+}
+
+func (r *Runner) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// Run drives the record from st until it completes, fails, waits or
+// yields. An error (the context ended, a checkpoint could not be written)
+// leaves the record at its last checkpoint.
+func (r *Runner) Run(ctx context.Context, st State) (Outcome, error) {
+	fail := func(e *Error, eventID string) (Outcome, error) {
+		return Outcome{Kind: Failed, Err: e, EventID: eventID, State: st}, nil
+	}
+	sent := false
+	for {
+		if r.Stop != nil {
+			if e := r.Stop(); e != nil {
+				return fail(e, "")
+			}
+		}
+		if st.Usage.TotalTokens > r.Spec.MaxTokens {
+			return fail(errorf(CodeBudgetExceeded, "the record used %d tokens, over its max_tokens of %d", st.Usage.TotalTokens, r.Spec.MaxTokens), "")
+		}
+		if until := time.UnixMilli(st.WaitUntil); st.WaitUntil > 0 && r.now().Before(until) {
+			return Outcome{Kind: Waiting, Until: until, State: st}, nil
+		}
+		// Hand over only after some progress, so an invocation too short
+		// for one event still makes its attempt instead of yielding forever.
+		if sent && r.Yield != nil && r.Yield() {
+			return Outcome{Kind: Yielded, State: st}, nil
+		}
+		ev := r.event(st)
+		a, err := r.Call(ctx, r.Spec, ev)
+		var failure *Error
+		if errors.As(err, &failure) {
+			return fail(failure, ev.EventID)
+		}
+		if err != nil {
+			return Outcome{State: st}, err
+		}
+		sent = true
+		switch a.State {
+		case StateCompleted:
+			out, err := withUsage(a.Output, st.Usage)
+			if err != nil {
+				return fail(errorf(CodeInvalidResponse, "the callback's output: %v", err), ev.EventID)
+			}
+			return Outcome{Kind: Completed, Output: out, EventID: ev.EventID, State: st}, nil
+		case StateFailed:
+			return fail(a.Failure, ev.EventID)
+		}
+		// continue and wait: each is a step.
+		if st.Step+1 > r.Spec.MaxSteps {
+			return fail(errorf(CodeBudgetExceeded, "the callback answered %s after step %d; max_steps is %d", a.State, st.Step, r.Spec.MaxSteps), ev.EventID)
+		}
+		next := State{Step: st.Step + 1, Requests: st.Requests, Usage: st.Usage, Fallback: st.Fallback}
+		switch a.State {
+		case StateWait:
+			next.WaitUntil = r.now().Add(a.Wait).UnixMilli()
+		case StateContinue:
+			if n := st.Requests + len(a.Requests); n > r.Spec.MaxRequests {
+				return fail(errorf(CodeBudgetExceeded, "step %d asks for %d requests, %d in all; max_requests is %d", next.Step, len(a.Requests), n, r.Spec.MaxRequests), ev.EventID)
+			}
+			r.step(ctx, a.Requests, &next)
+			if ctx.Err() != nil {
+				// Some requests were cut short: none of the step is kept.
+				return Outcome{State: st}, ctx.Err()
+			}
+		}
+		if err := r.Save(ctx, next); err != nil {
+			return Outcome{State: st}, err
+		}
+		r.Saved++
+		st = next
+	}
+}
+
+// event is the event st says comes next.
+func (r *Runner) event(st State) Event {
+	ev := Event{EventID: EventID(r.WorkflowID, st.Step), Event: EventStart, WorkflowID: r.WorkflowID,
+		RecordID: r.RecordID, Step: st.Step, Context: r.Spec.Context}
+	if st.Step > 0 {
+		ev.Event, ev.Results = EventResults, st.Results
+	}
+	return ev
+}
+
+// step runs a continue answer's requests into next: the admitted ones
+// upstream, concurrently; the others answered 400 here.
+func (r *Runner) step(ctx context.Context, reqs []Request, next *State) {
+	results := make([]Result, len(reqs))
+	var bodies []json.RawMessage
+	var sent []int
+	for i, q := range reqs {
+		body, rejected := Admit(q, r.Model)
+		if rejected != nil {
+			results[i] = *rejected
+			continue
+		}
+		bodies = append(bodies, body)
+		sent = append(sent, i)
+	}
+	if len(bodies) > 0 {
+		for j, res := range r.Exec(ctx, bodies) {
+			i := sent[j]
+			results[i] = resultOf(reqs[i], res)
+			next.Usage.PromptTokens += res.Usage.InputTokens
+			next.Usage.CompletionTokens += res.Usage.OutputTokens
+			next.Usage.TotalTokens += res.Usage.TotalTokens
+			next.Fallback = next.Fallback || res.Fallback
+		}
+	}
+	next.Requests += len(reqs)
+	next.Results = results
+}
+
+// withUsage puts the record's summed usage into its output, replacing any
+// usage the callback wrote there.
+func withUsage(output json.RawMessage, u Usage) (json.RawMessage, error) {
+	b, err := json.Marshal(u)
+	if err != nil {
+		return nil, err
+	}
+	return sjson.SetRawBytes([]byte(output), "usage", b)
+}

@@ -1,0 +1,268 @@
+package workflow
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/relaybatch/relay/internal/provider"
+)
+
+// Event kinds.
+const (
+	EventStart   = "start"
+	EventResults = "results"
+)
+
+// Event is what the service POSTs to the callback (SPEC §10).
+type Event struct {
+	EventID    string
+	Event      string // EventStart or EventResults
+	WorkflowID string // "<batch>:<custom_id>"
+	RecordID   string // the record's custom_id
+	Step       int
+	Attempt    int
+	Context    json.RawMessage
+	// Results of the step's requests, in the order the answer listed them
+	// (empty after a wait); only results events carry them.
+	Results []Result
+}
+
+// MarshalJSON writes the wire shape: start events have no results, and a
+// results event always has its list, empty or not.
+func (e Event) MarshalJSON() ([]byte, error) {
+	type wire struct {
+		EventID    string          `json:"event_id"`
+		Event      string          `json:"event"`
+		WorkflowID string          `json:"workflow_id"`
+		RecordID   string          `json:"record_id"`
+		Step       int             `json:"step"`
+		Attempt    int             `json:"attempt"`
+		Context    json.RawMessage `json:"context"`
+		Results    *[]Result       `json:"results,omitempty"`
+	}
+	w := wire{e.EventID, e.Event, e.WorkflowID, e.RecordID, e.Step, e.Attempt, e.Context, nil}
+	if w.Context == nil {
+		w.Context = json.RawMessage(`{}`)
+	}
+	if e.Event == EventResults {
+		rs := e.Results
+		if rs == nil {
+			rs = []Result{}
+		}
+		w.Results = &rs
+	}
+	return json.Marshal(w)
+}
+
+// Result is one request's answer in a results event.
+type Result struct {
+	ID         string          `json:"id"`
+	CustomID   string          `json:"custom_id"`
+	StatusCode int             `json:"status_code"`
+	Body       json.RawMessage `json:"body"`
+	Usage      ResultUsage     `json:"usage"`
+}
+
+// ResultUsage is a result's token usage, in the wire's names.
+type ResultUsage struct {
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+}
+
+// EventID names an event of a record: the same for every attempt and every
+// executor that sends it, so a callback dedupes retries and re-deliveries
+// after a crash on it.
+func EventID(workflowID string, step int) string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d", workflowID, step))
+	return "wf_evt_" + hex.EncodeToString(sum[:12])
+}
+
+// Answer states.
+const (
+	StateContinue  = "continue"
+	StateWait      = "wait"
+	StateCompleted = "completed"
+	StateFailed    = "failed"
+)
+
+// Answer is the callback's reply to an event.
+type Answer struct {
+	State    string
+	Requests []Request      // continue
+	Wait     time.Duration  // wait
+	Output   json.RawMessage // completed: a JSON object
+	Failure  *Error          // failed: the record's error
+}
+
+// Request is one request of a continue answer.
+type Request struct {
+	ID       string          `json:"id"`
+	CustomID string          `json:"custom_id"`
+	Body     json.RawMessage `json:"body"`
+}
+
+// maxCodeLen bounds an error code taken from a failed answer.
+const maxCodeLen = 64
+
+// ParseAnswer reads a callback's answer. One that is not one of the four
+// shapes of SPEC §10 is an *Error with code workflow_invalid_response.
+func ParseAnswer(data []byte) (Answer, error) {
+	bad := func(format string, args ...any) (Answer, error) {
+		return Answer{}, errorf(CodeInvalidResponse, "the callback's answer "+format, args...)
+	}
+	if !gjson.ValidBytes(data) || !gjson.ParseBytes(data).IsObject() {
+		return bad("is not a JSON object: %s", clip(bytes.TrimSpace(data)))
+	}
+	var raw struct {
+		State    json.RawMessage `json:"state"`
+		Requests json.RawMessage `json:"requests"`
+		Seconds  json.RawMessage `json:"seconds"`
+		Output   json.RawMessage `json:"output"`
+		Error    json.RawMessage `json:"error"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return bad("is not valid: %v", err)
+	}
+	var state string
+	if json.Unmarshal(raw.State, &state) != nil {
+		return bad("has no state (continue, wait, completed or failed)")
+	}
+	a := Answer{State: state}
+	switch state {
+	case StateContinue:
+		if gjson.ParseBytes(raw.Requests).Type != gjson.JSON || !gjson.ParseBytes(raw.Requests).IsArray() {
+			return bad("continue must carry a requests array")
+		}
+		var items []json.RawMessage
+		if err := json.Unmarshal(raw.Requests, &items); err != nil {
+			return bad("has bad requests: %v", err)
+		}
+		for i, item := range items {
+			var q Request
+			if !gjson.ParseBytes(item).IsObject() || json.Unmarshal(item, &q) != nil {
+				return bad("request %d must be an object with string id and custom_id and an object body", i)
+			}
+			if !gjson.ParseBytes(q.Body).IsObject() {
+				return bad("request %d has no object body", i)
+			}
+			switch {
+			case q.ID == "" && q.CustomID == "":
+				q.ID = "request-" + strconv.Itoa(i)
+				q.CustomID = q.ID
+			case q.ID == "":
+				q.ID = q.CustomID
+			case q.CustomID == "":
+				q.CustomID = q.ID
+			}
+			a.Requests = append(a.Requests, q)
+		}
+	case StateWait:
+		secs := gjson.ParseBytes(raw.Seconds)
+		if secs.Type != gjson.Number || secs.Float() < 0 || secs.Float() > MaxWait.Seconds() || math.IsNaN(secs.Float()) {
+			return bad("wait must carry seconds, a number from 0 to %d, not %s", int(MaxWait.Seconds()), clipOrMissing(raw.Seconds))
+		}
+		a.Wait = time.Duration(secs.Float() * float64(time.Second))
+	case StateCompleted:
+		if !gjson.ParseBytes(raw.Output).IsObject() {
+			return bad("completed must carry an output object, not %s", clipOrMissing(raw.Output))
+		}
+		var buf bytes.Buffer
+		json.Compact(&buf, raw.Output)
+		a.Output = buf.Bytes()
+	case StateFailed:
+		a.Failure = &Error{Code: CodeCallbackRejected, Message: "the workflow callback answered failed"}
+		if len(raw.Error) > 0 && !isNull(raw.Error) {
+			var e struct {
+				Message *string `json:"message"`
+				Code    *string `json:"code"`
+			}
+			if !gjson.ParseBytes(raw.Error).IsObject() || json.Unmarshal(raw.Error, &e) != nil {
+				return bad("failed must carry an error object with a string message")
+			}
+			if e.Message != nil && *e.Message != "" {
+				a.Failure.Message = *e.Message
+			}
+			if e.Code != nil && *e.Code != "" {
+				if len(*e.Code) > maxCodeLen {
+					return bad("failed has an error code longer than %d characters", maxCodeLen)
+				}
+				a.Failure.Code = *e.Code
+			}
+		}
+	default:
+		return bad("has state %s; want continue, wait, completed or failed", clip(raw.State))
+	}
+	return a, nil
+}
+
+func clipOrMissing(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return "missing"
+	}
+	return clip(raw)
+}
+
+// Admit checks a step's request against what a step may run: the record's
+// model only (a request without a model gets it), no streaming, no nested
+// workflow. It returns the body to send upstream, without the relay key,
+// or, for a request that may not run, the 400 result the callback gets
+// for it instead.
+func Admit(q Request, model string) (json.RawMessage, *Result) {
+	reject := func(code, param, format string, args ...any) (json.RawMessage, *Result) {
+		body, _ := json.Marshal(map[string]any{"error": map[string]any{
+			"message": fmt.Sprintf(format, args...), "type": "invalid_request_error", "param": param, "code": code,
+		}})
+		return nil, &Result{ID: q.ID, CustomID: q.CustomID, StatusCode: http.StatusBadRequest, Body: body}
+	}
+	body := q.Body
+	switch m := gjson.GetBytes(body, "model"); {
+	case !m.Exists() || m.Type == gjson.Null:
+		body, _ = sjson.SetBytes(bytes.Clone(body), "model", model)
+	case m.Type != gjson.String || m.Str != model:
+		return reject("model_not_allowed", "model", "a workflow step may only use the record's model %q, not %s", model, clip([]byte(m.Raw)))
+	}
+	if s := gjson.GetBytes(body, "stream"); s.Type == gjson.True {
+		return reject("stream_unsupported", "stream", "a workflow step cannot stream")
+	}
+	if InBody(body) {
+		return reject("nested_workflow", "relay.workflow", "a workflow step cannot start another workflow")
+	}
+	if gjson.GetBytes(body, "relay").Exists() {
+		body, _ = sjson.DeleteBytes(bytes.Clone(body), "relay")
+	}
+	return body, nil
+}
+
+// resultOf is a provider answer as the callback sees it. A request that got
+// no HTTP answer is given the status a gateway would have answered.
+func resultOf(q Request, r provider.Result) Result {
+	res := Result{ID: q.ID, CustomID: q.CustomID, StatusCode: r.StatusCode, Body: r.Body,
+		Usage: ResultUsage{InputTokens: r.Usage.InputTokens, OutputTokens: r.Usage.OutputTokens}}
+	if r.ErrCode == "" {
+		return res
+	}
+	status := http.StatusBadGateway
+	switch r.ErrCode {
+	case provider.CodeRequestTimeout:
+		status = http.StatusGatewayTimeout
+	case provider.CodeInvalidRequest, provider.CodeCrossShapeDispatch:
+		status = http.StatusBadRequest
+	case provider.CodeModelNotFound:
+		status = http.StatusNotFound
+	case provider.CodeAPIKeyUnavailable:
+		status = http.StatusInternalServerError
+	}
+	res.StatusCode = status
+	res.Body, _ = json.Marshal(map[string]any{"error": map[string]any{"message": r.ErrMessage, "type": "relay_error", "param": nil, "code": r.ErrCode}})
+	return res
+}

@@ -1,0 +1,28 @@
+# Load and chaos runs (issue 8, items 1 and 2); the Makefile includes this.
+# Both run the local runtime against the emulator in AWS_ENDPOINT_URL, or
+# start a moto_server of their own on a free port as `make test` does, and
+# print a report. Their tests sit behind build tags, so `make test` skips them.
+#   make loadtest [LOADTEST_TENANTS=8 LOADTEST_BATCHES=5 LOADTEST_ROWS=50]
+#   make chaos [CHAOS_SEED=n]
+
+.PHONY: loadtest chaos
+
+LOADTEST_EMULATOR_PORT ?= 4597
+CHAOS_EMULATOR_PORT ?= 4596
+
+# run-with-emulator runs $(1) with AWS_ENDPOINT_URL set, starting (and
+# stopping) an emulator on port $(2) unless one is configured already.
+define run-with-emulator
+	@if [ -z "$$AWS_ENDPOINT_URL" ]; then \
+	  trap 'EMULATOR_PORT=$(2) $(EMULATOR) stop' EXIT; EMULATOR_PORT=$(2) $(EMULATOR) start && \
+	  AWS_ENDPOINT_URL=http://127.0.0.1:$(2) $(1); \
+	else $(1); fi
+endef
+
+## loadtest: many tenants submitting and polling at once (≤ 3 minutes)
+loadtest:
+	$(call run-with-emulator,go test -tags loadtest -run '^TestLoad$$' -count=1 -v -timeout 3m ./localstack,$(LOADTEST_EMULATOR_PORT))
+
+## chaos: crashes, lost and duplicated messages, provider faults, a restart (≤ 5 minutes)
+chaos:
+	$(call run-with-emulator,go test -tags chaos -run '^TestChaos$$' -count=1 -v -timeout 5m ./localstack,$(CHAOS_EMULATOR_PORT))

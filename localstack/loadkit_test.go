@@ -1,0 +1,442 @@
+//go:build loadtest || chaos
+
+package localstack
+
+// What the load test (load_test.go) and the chaos run (chaos_test.go)
+// share: counters of API and AWS requests, latency samples, a tolerant
+// poller for goroutines (no t.Fatal off the test goroutine), and the
+// per-tenant accounting check.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/lambdacontext"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/localrun"
+)
+
+// envInt reads a knob of the run from the environment.
+func envInt(t *testing.T, name string, def int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("%s: %q is not a positive number", name, v)
+	}
+	return n
+}
+
+// awsCounter is the runtime's AWS HTTP client, counting every request by
+// the function that made it (the Lambda context the event-source mapping
+// puts on each invocation names it) and by service and operation.
+type awsCounter struct {
+	next aws.HTTPClient
+	mu   sync.Mutex
+	byFn map[string]int64
+	byOp map[string]int64
+}
+
+func countAWS(cfg aws.Config) (aws.Config, *awsCounter) {
+	c := &awsCounter{next: cfg.HTTPClient, byFn: map[string]int64{}, byOp: map[string]int64{}}
+	if c.next == nil {
+		c.next = awshttp.NewBuildableClient()
+	}
+	cfg.HTTPClient = c
+	return cfg, c
+}
+
+func (c *awsCounter) Do(r *http.Request) (*http.Response, error) {
+	ctx := r.Context()
+	op := awsmiddleware.GetServiceID(ctx) + "." + awsmiddleware.GetOperationName(ctx)
+	fn := "api+other"
+	if lc, ok := lambdacontext.FromContext(ctx); ok {
+		fn = lc.InvokedFunctionArn[strings.LastIndex(lc.InvokedFunctionArn, ":")+1:]
+	} else if op == "SQS.ReceiveMessage" || op == "SQS.DeleteMessageBatch" {
+		fn = "queue pollers"
+	}
+	c.mu.Lock()
+	c.byFn[fn]++
+	c.byOp[op]++
+	c.mu.Unlock()
+	return c.next.Do(r)
+}
+
+// awsCounts is a snapshot of an awsCounter.
+type awsCounts struct{ byFn, byOp map[string]int64 }
+
+func (c *awsCounter) snapshot() awsCounts {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := awsCounts{byFn: map[string]int64{}, byOp: map[string]int64{}}
+	for k, v := range c.byFn {
+		s.byFn[k] = v
+	}
+	for k, v := range c.byOp {
+		s.byOp[k] = v
+	}
+	return s
+}
+
+// since is what was counted after s0.
+func (s awsCounts) since(s0 awsCounts) awsCounts {
+	d := awsCounts{byFn: map[string]int64{}, byOp: map[string]int64{}}
+	for k, v := range s.byFn {
+		if v -= s0.byFn[k]; v > 0 {
+			d.byFn[k] = v
+		}
+	}
+	for k, v := range s.byOp {
+		if v -= s0.byOp[k]; v > 0 {
+			d.byOp[k] = v
+		}
+	}
+	return d
+}
+
+func (s awsCounts) total() (n int64) {
+	for _, v := range s.byFn {
+		n += v
+	}
+	return n
+}
+
+// apiCounter counts the HTTP requests the clients send and their statuses.
+type apiCounter struct {
+	requests atomic.Int64
+	mu       sync.Mutex
+	byStatus map[int]int64
+}
+
+func newAPICounter() *apiCounter { return &apiCounter{byStatus: map[int]int64{}} }
+
+func (a *apiCounter) middleware(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+	a.requests.Add(1)
+	resp, err := next(req)
+	status := -1 // no answer
+	if err == nil {
+		status = resp.StatusCode
+	}
+	a.mu.Lock()
+	a.byStatus[status]++
+	a.mu.Unlock()
+	return resp, err
+}
+
+func (a *apiCounter) statuses() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var parts []string
+	for _, s := range slices.Sorted(maps.Keys(a.byStatus)) {
+		name := strconv.Itoa(s)
+		if s == -1 {
+			name = "no answer"
+		}
+		parts = append(parts, fmt.Sprintf("%s×%d", name, a.byStatus[s]))
+	}
+	return strings.Join(parts, " ")
+}
+
+// sdkClient is an official OpenAI client for key on baseURL whose requests
+// are counted; it does not retry, so every latency is one request's.
+func sdkClient(baseURL, key string, api *apiCounter) openai.Client {
+	return openai.NewClient(option.WithBaseURL(baseURL+"/v1/"), option.WithAPIKey(key),
+		option.WithMaxRetries(0), option.WithRequestTimeout(30*time.Second), option.WithMiddleware(api.middleware))
+}
+
+// latencies collects durations per operation.
+type latencies struct {
+	mu sync.Mutex
+	by map[string][]time.Duration
+}
+
+func newLatencies() *latencies { return &latencies{by: map[string][]time.Duration{}} }
+
+func (l *latencies) add(op string, d time.Duration) {
+	l.mu.Lock()
+	l.by[op] = append(l.by[op], d)
+	l.mu.Unlock()
+}
+
+// timed runs fn and records how long it took under op.
+func timed[T any](l *latencies, op string, fn func() (T, error)) (T, error) {
+	start := time.Now()
+	v, err := fn()
+	l.add(op, time.Since(start))
+	return v, err
+}
+
+// quantile is the q-quantile (nearest rank) of ds.
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(q*float64(len(s))+0.999999) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+
+// table prints rows of cells with aligned columns.
+func table(w io.Writer, rows [][]string) {
+	widths := map[int]int{}
+	for _, r := range rows {
+		for i, c := range r {
+			widths[i] = max(widths[i], len([]rune(c)))
+		}
+	}
+	for _, r := range rows {
+		var b strings.Builder
+		for i, c := range r {
+			pad := widths[i] - len([]rune(c))
+			if i == 0 {
+				b.WriteString("  " + c + strings.Repeat(" ", pad))
+			} else {
+				b.WriteString("  " + strings.Repeat(" ", pad) + c)
+			}
+		}
+		fmt.Fprintln(w, b.String())
+	}
+}
+
+// chatRow is one input row: a custom id and the prompt.
+type chatRow struct{ id, content string }
+
+func (r chatRow) request(model string) map[string]any {
+	return map[string]any{"custom_id": r.id, "method": "POST", "url": "/v1/chat/completions",
+		"body": map[string]any{"model": model, "messages": []any{map[string]any{"role": "user", "content": r.content}}}}
+}
+
+func chatJSONL(rows []chatRow, model string) []byte {
+	var b bytes.Buffer
+	for _, r := range rows {
+		line, _ := json.Marshal(r.request(model))
+		b.Write(line)
+		b.WriteByte('\n')
+	}
+	return b.Bytes()
+}
+
+// submit creates a batch of rows, from an uploaded file or inline, with
+// the official client; latencies are recorded as upload, create (file)
+// and create (inline).
+func submit(ctx context.Context, c openai.Client, lat *latencies, rows []chatRow, model string, inline bool) (*openai.Batch, *openai.FileObject, error) {
+	params := openai.BatchNewParams{Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: openai.BatchNewParamsCompletionWindow24h}
+	if inline {
+		reqs := make([]map[string]any, len(rows))
+		for i, r := range rows {
+			reqs[i] = r.request(model)
+		}
+		b, err := timed(lat, "create (inline)", func() (*openai.Batch, error) {
+			return c.Batches.New(ctx, params, option.WithJSONDel("input_file_id"), option.WithJSONSet("requests", reqs))
+		})
+		return b, nil, err
+	}
+	f, err := timed(lat, "upload file", func() (*openai.FileObject, error) {
+		return c.Files.New(ctx, openai.FileNewParams{File: openai.File(bytes.NewReader(chatJSONL(rows, model)), "in.jsonl", "application/jsonl"), Purpose: openai.FilePurposeBatch})
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("upload: %w", err)
+	}
+	params.InputFileID = f.ID
+	b, err := timed(lat, "create (file)", func() (*openai.Batch, error) { return c.Batches.New(ctx, params) })
+	return b, f, err
+}
+
+// pollTerminal gets the batch every `every` until it is terminal or ctx
+// ends; failed gets (a runtime restarting, say) are counted and retried.
+func pollTerminal(ctx context.Context, c openai.Client, lat *latencies, id string, every time.Duration, failures *atomic.Int64) (*openai.Batch, error) {
+	for {
+		b, err := timed(lat, "get batch", func() (*openai.Batch, error) { return c.Batches.Get(ctx, id) })
+		switch {
+		case err == nil && terminal[b.Status]:
+			return b, nil
+		case err != nil && ctx.Err() != nil:
+			return nil, fmt.Errorf("batch %s: %w", id, ctx.Err())
+		case err != nil:
+			failures.Add(1)
+		}
+		select {
+		case <-ctx.Done():
+			status := "unknown"
+			if b != nil {
+				status = string(b.Status)
+			}
+			return nil, fmt.Errorf("batch %s still %s: %w", id, status, ctx.Err())
+		case <-time.After(every):
+		}
+	}
+}
+
+// tenantRun is what one tenant submitted and got back.
+type tenantRun struct {
+	name, key string
+	client    openai.Client
+	batches   []*openai.Batch
+	inputs    []string   // input file ids, "" for inline batches
+	ids       [][]string // each batch's custom ids
+}
+
+// accounting is what the per-tenant check found.
+type accounting struct {
+	rows, completed, failed, answered int64
+	lost, duplicated                  int64
+	deadLetters                       int64
+	errorCodes                        map[string]int64
+	strayParts                        int
+}
+
+// checkTenant asserts, for every batch of one tenant: terminal, the
+// accounting invariant (checkInvariant), usage counted once per answered
+// row (the tenant's usage aggregates against its batches' lines and
+// usage), and no part file without a committed chunk pointing to it.
+func checkTenant(t *testing.T, rt *localrun.Runtime, tr *tenantRun) accounting {
+	t.Helper()
+	ctx := context.Background()
+	acc := accounting{errorCodes: map[string]int64{}}
+	var tokens int64
+	for i, b := range tr.batches {
+		if !terminal[b.Status] {
+			t.Errorf("%s: batch %s is %s, want terminal", tr.name, b.ID, b.Status)
+			continue
+		}
+		out, errs := checkInvariant(t, tr.client, b, tr.ids[i])
+		acc.rows += int64(len(tr.ids[i]))
+		acc.completed += b.RequestCounts.Completed
+		acc.failed += b.RequestCounts.Failed
+		tokens += b.Usage.TotalTokens
+		for _, id := range tr.ids[i] {
+			_, o := out[id]
+			_, e := errs[id]
+			switch {
+			case !o && !e:
+				acc.lost++
+			case o && e:
+				acc.duplicated++
+			}
+		}
+		for _, l := range out {
+			if l.Response != nil {
+				acc.answered++
+			}
+		}
+		for _, l := range errs {
+			switch {
+			case l.Response != nil:
+				acc.answered++
+				acc.errorCodes[fmt.Sprintf("http %d", l.Response.StatusCode)]++
+			case l.Error != nil:
+				acc.errorCodes[l.Error.Code]++
+				if l.Error.Code == "dead_letter" {
+					acc.deadLetters++
+				}
+			}
+		}
+		acc.strayParts += checkParts(t, rt, tr.name, b.ID)
+	}
+	var usage struct {
+		Data []struct {
+			Requests    int64 `json:"requests"`
+			TotalTokens int64 `json:"total_tokens"`
+		} `json:"data"`
+	}
+	if err := getJSON(ctx, rt.URL, tr.key, "/v1/usage?source=batch", &usage); err != nil {
+		t.Errorf("%s: usage: %v", tr.name, err)
+	}
+	var requests, usageTokens int64
+	for _, d := range usage.Data {
+		requests += d.Requests
+		usageTokens += d.TotalTokens
+	}
+	if requests != acc.answered || usageTokens != tokens {
+		t.Errorf("%s: usage counts %d requests and %d tokens; the batches have %d answered rows and %d tokens: usage must count each row once",
+			tr.name, requests, usageTokens, acc.answered, tokens)
+	}
+	return acc
+}
+
+// checkParts reports the part objects of a batch that no committed chunk
+// points to, and returns how many there are.
+func checkParts(t *testing.T, rt *localrun.Runtime, tenant, id string) int {
+	t.Helper()
+	ctx := context.Background()
+	chunks, err := rt.App.Store.Chunks(ctx, id)
+	if err != nil {
+		t.Errorf("chunks of %s: %v", id, err)
+		return 0
+	}
+	committed := map[string]bool{}
+	for _, ch := range chunks {
+		for _, kind := range []string{"out", "err", "usage"} {
+			committed[ch.Parts(kind)] = true
+		}
+	}
+	keys, err := rt.App.Blobs.List(ctx, batch.PartsPrefix(tenant, id))
+	if err != nil {
+		t.Errorf("parts of %s: %v", id, err)
+		return 0
+	}
+	stray := 0
+	for _, k := range keys {
+		if !committed[k] {
+			t.Errorf("part %s is left behind: no committed chunk points to it", k)
+			stray++
+		}
+	}
+	return stray
+}
+
+// getJSON GETs path with key, for routes the SDK lacks.
+func getJSON(ctx context.Context, baseURL, key, path string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+path, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %d %s", path, resp.StatusCode, body)
+	}
+	return json.Unmarshal(body, v)
+}
+
+// statusOf is an API error's HTTP status, 0 for success and -1 for no answer.
+func statusOf(err error) int {
+	if err == nil {
+		return 0
+	}
+	var e *openai.Error
+	if errors.As(err, &e) {
+		return e.StatusCode
+	}
+	return -1
+}
