@@ -15,6 +15,8 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/anthropics/anthropic-sdk-go/v2/packages/pagination"
+	"github.com/openai/openai-go/v3"
+	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/localrun"
 )
 
@@ -262,11 +264,15 @@ func TestAnthropicBatchCancel(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	// Only an ended batch can be deleted.
+	// Results wait for the end, and only an ended batch can be deleted.
+	status, body := anthropicDo(t, rt, key, "GET", "/v1/messages/batches/"+b.ID+"/results", nil)
+	if typ, msg := anthropicError(t, body); status != 400 || typ != "invalid_request_error" || !strings.Contains(msg, "ended") {
+		t.Fatalf("results of a running batch: %d %s", status, body)
+	}
 	if _, err := c.Messages.Batches.Delete(ctx, b.ID, anthropic.MessageBatchDeleteParams{}); sdkStatus(t, err) != 400 {
 		t.Fatalf("delete of a running batch: %v", err)
 	}
-	status, body := anthropicDo(t, rt, key, "DELETE", "/v1/messages/batches/"+b.ID, nil)
+	status, body = anthropicDo(t, rt, key, "DELETE", "/v1/messages/batches/"+b.ID, nil)
 	if typ, msg := anthropicError(t, body); status != 400 || typ != "invalid_request_error" || !strings.Contains(msg, "cancel") {
 		t.Fatalf("delete of a running batch: %d %s", status, body)
 	}
@@ -460,4 +466,100 @@ func TestAnthropicBatchBadRequests(t *testing.T) {
 			t.Errorf("list ?%s: got %d %s", q, status, body)
 		}
 	}
+}
+
+func TestAnthropicBatchExpiry(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	c, _ := anthropicClient(t, rt, "acme")
+	ctx := context.Background()
+	// 30 requests, 3 chunks of 10; claude-haiku-4-5 takes one chunk at a
+	// time (max_concurrency 8, a chunk holds 8), and the first one is slow.
+	var reqs []anthropic.MessageBatchNewParamsRequest
+	var ids []string
+	for i := range 30 {
+		text := fmt.Sprintf("row %d", i)
+		if i < 10 {
+			text += " [[mock:sleep=3s]]"
+		}
+		id := fmt.Sprintf("r%02d", i)
+		reqs = append(reqs, msgRequest(id, "claude-haiku-4-5", text))
+		ids = append(ids, id)
+	}
+	b := newMessageBatch(t, c, reqs...)
+	eventually(t, "the first chunk running", 30*time.Second, func() bool {
+		return rt.Mock.Stats().ByModel["claude-haiku-4-5"] >= 8
+	})
+	past := time.Now().Add(-time.Second).Unix()
+	if _, err := rt.App.Store.UpdateBatch(ctx, "acme", b.ID, func(b *batch.Batch) error {
+		if b.ChunksDone > 0 {
+			return fmt.Errorf("chunk done before the window was shortened: %d", b.ChunksDone)
+		}
+		b.ExpiresAt = &past
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	b = waitEnded(t, c, b.ID)
+	if rc := b.RequestCounts; rc.Succeeded != 10 || rc.Expired != 20 || rc.Errored != 0 || rc.Canceled != 0 {
+		t.Fatalf("request_counts: %s, want 10 succeeded and 20 expired", rc.RawJSON())
+	}
+	got := messageResults(t, c, b, ids)
+	for i, id := range ids {
+		want := "succeeded"
+		if i >= 10 {
+			want = "expired"
+		}
+		if got[id].Result.Type != want {
+			t.Errorf("%s: got %s, want %s", id, got[id].RawJSON(), want)
+		}
+	}
+}
+
+func TestAnthropicBatchIdempotency(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	c, _ := anthropicClient(t, rt, "acme")
+	oc, _ := client(t, rt, "acme")
+	ctx := context.Background()
+	params := anthropic.MessageBatchNewParams{Requests: []anthropic.MessageBatchNewParamsRequest{msgRequest("a", "claude-haiku-4-5", "once")}}
+	key := aoption.WithHeader("Idempotency-Key", "create-once")
+	first, err := c.Messages.Batches.New(ctx, params, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := c.Messages.Batches.New(ctx, params, key)
+	if err != nil || again.ID != first.ID {
+		t.Fatalf("retried create: got %v (%v), want %s", again, err, first.ID)
+	}
+	// The retry's input file was not kept.
+	page, err := oc.Files.List(ctx, openai.FileListParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(page.Data); n != 1 {
+		t.Fatalf("%d input files after a retried create, want 1", n)
+	}
+	// The key belongs to the first batch, not to an OpenAI create.
+	body := strings.NewReader(`{"endpoint":"/v1/chat/completions","requests":[{"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini"}}]}`)
+	req, _ := http.NewRequest("POST", rt.URL+"/v1/batches", body)
+	req.Header.Set("Authorization", "Bearer "+mustKey(t, rt, "acme"))
+	req.Header.Set("Idempotency-Key", "create-twice")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if _, err := c.Messages.Batches.New(ctx, params, aoption.WithHeader("Idempotency-Key", "create-twice")); sdkStatus(t, err) != 400 {
+		t.Fatalf("a key that made an OpenAI batch: %v", err)
+	}
+}
+
+func mustKey(t *testing.T, rt *localrun.Runtime, tenant string) string {
+	t.Helper()
+	key, err := rt.Key(context.Background(), tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key
 }

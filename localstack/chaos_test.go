@@ -69,7 +69,7 @@ const (
 	faultKill          = "executor killed mid-chunk"
 	faultBeforeCommit  = "executor crashed after writing parts"
 	faultDropWork      = "work message dropped"
-	faultDropDispatch  = "dispatch message dropped"
+	faultDropDispatch  = "dispatch batch dropped (≤10 messages)"
 	faultDropFinalize  = "finalize message dropped"
 	faultDupRun        = "work message delivered twice at once"
 	faultDupWork       = "work message duplicated on the queue"
@@ -502,6 +502,9 @@ func TestChaos(t *testing.T) {
 		acc.rows, acc.completed, acc.failed, codes, acc.answered, acc.deadLetters)
 	fmt.Fprintf(w, "  ROWS LOST %d, rows duplicated %d, stray part files %d, cross-tenant probes %d (all 404, lists own only)\n\n",
 		acc.lost, acc.duplicated, acc.strayParts, probes)
+	if !t.Failed() {
+		os.Remove(logPath) // kept only when there is something to read in it
+	}
 }
 
 // drainWork waits until the work queue and its DLQ hold nothing, visible

@@ -27,7 +27,9 @@ type API struct {
 	Engine *engine.Engine
 	// Panel serves the web panel at / and /panel/ (nil: none).
 	Panel http.Handler
-	Log   *slog.Logger
+	// Limiter bounds each key's requests per second (nil: no limit).
+	Limiter *RateLimiter
+	Log     *slog.Logger
 }
 
 // maxJSON bounds a JSON request body: inline batch rows may take 4 MiB.
@@ -65,6 +67,9 @@ func (a *API) scoped(scope string) func(handlerFunc) http.Handler {
 	return func(h handlerFunc) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			p, err := a.Auth.Authenticate(r.Context(), auth.FromRequest(r), scope)
+			if err == nil {
+				err = a.limit(r.Context(), p)
+			}
 			if err != nil {
 				a.fail(w, r, err)
 				return
@@ -80,6 +85,9 @@ func (a *API) recoverer(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer func() {
 			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v) // a stream cut short must reach the client as one
+				}
 				a.fail(w, r, fmt.Errorf("panic: %v", v))
 			}
 		}()
@@ -129,7 +137,7 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if !errors.As(err, &e) {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			e = errs.E(errs.TooLarge, "request_too_large", "", "the request body is larger than %d bytes: send files over 4 MiB with the Uploads API (parts of at most 4 MiB)", mbe.Limit)
+			e = errs.E(errs.TooLarge, "request_too_large", "", "the request body is larger than %d bytes, the most %s %s takes: send files over 4 MiB with the Uploads API (parts of at most 4 MiB)", mbe.Limit, r.Method, r.URL.Path)
 		} else {
 			rid := requestID(r)
 			a.Log.ErrorContext(r.Context(), "request failed", "request_id", rid, "method", r.Method, "path", r.URL.Path, "err", err)
@@ -187,6 +195,9 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 func unmarshal(body []byte, v any) error {
 	if len(strings.TrimSpace(string(body))) == 0 {
 		return errs.Invalidf("", "the request body is empty: send a JSON object")
+	}
+	if err := checkJSONBody(body); err != nil {
+		return err
 	}
 	if err := json.Unmarshal(body, v); err != nil {
 		var te *json.UnmarshalTypeError

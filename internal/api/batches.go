@@ -9,6 +9,7 @@ import (
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/errs"
+	"github.com/relaybatch/relay/internal/store"
 )
 
 func (a *API) batchRoutes(mux *http.ServeMux) {
@@ -161,6 +162,9 @@ func (a *API) usage(w http.ResponseWriter, r *http.Request, p auth.Principal) er
 	rows, err := a.Engine.Usage(r.Context(), p.Tenant, from, to)
 	if err != nil {
 		return err
+	}
+	if rows == nil {
+		rows = []store.UsageRow{}
 	}
 	return writeJSON(w, http.StatusOK, map[string]any{"object": "list", "source": "batch", "data": rows})
 }

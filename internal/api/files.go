@@ -57,7 +57,7 @@ func readForm(r *http.Request, fileField string) (form, error) {
 				return form{}, errs.Invalidf(fileField, "send exactly one %q part", fileField)
 			}
 			seenFile = true
-			f.filename = p.FileName()
+			f.filename = rawFilename(p)
 			var buf bytes.Buffer
 			n, err := io.Copy(&buf, io.LimitReader(p, files.PartLimit+1))
 			if err != nil {
@@ -86,6 +86,17 @@ func readForm(r *http.Request, fileField string) (form, error) {
 		return form{}, errs.Invalidf(fileField, "the multipart body has no %q part", fileField)
 	}
 	return f, nil
+}
+
+// rawFilename is the filename parameter as sent. Part.FileName passes it
+// through filepath.Base, which would hide "../../x.jsonl" from
+// files.CleanFilename instead of letting it refuse the name.
+func rawFilename(p *multipart.Part) string {
+	_, params, err := mime.ParseMediaType(p.Header.Get("Content-Disposition"))
+	if err != nil {
+		return ""
+	}
+	return params["filename"]
 }
 
 func tooBig(n int64) error {

@@ -105,6 +105,11 @@ func Request(ctx context.Context, ev events.APIGatewayProxyRequest) (*http.Reque
 	if r.Header.Get("X-Request-Id") == "" && ev.RequestContext.RequestID != "" {
 		r.Header.Set("X-Request-Id", ev.RequestContext.RequestID)
 	}
+	// The stage ("/prod") is in the client's path but not in ev.Path;
+	// handlers that build absolute URLs need it.
+	if prefix, ok := strings.CutSuffix(ev.RequestContext.Path, ev.Path); ok && prefix != "" {
+		r.Header.Set("X-Forwarded-Prefix", prefix)
+	}
 	return r, nil
 }
 

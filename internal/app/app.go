@@ -86,7 +86,7 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	a.Queue = &queue.Sender{SQS: a.SQS, Prefix: env.Prefix}
 	a.Engine = &engine.Engine{
 		Store: a.Store, Blobs: a.Blobs, Files: a.Files, Queue: a.Queue, Models: models, Set: a.Resources, Log: log,
-		ChunkRows: env.ChunkRows,
+		ChunkRows: env.ChunkRows, MaxInflight: env.MaxInflight,
 		Provider: &provider.Client{
 			HTTP:   provider.NewHTTPClient(),
 			Models: models,
@@ -108,6 +108,7 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 // API is the HTTP handler of the api function.
 func (a *App) API() http.Handler {
 	return (&api.API{Auth: auth.Authenticator{Store: a.Store}, Files: a.Files, Engine: a.Engine, Log: a.Log,
+		Limiter: api.NewRateLimiter(a.Store, a.Env.RateLimit, a.Log),
 		// A local emulator's presigned upload URLs are on its own origin.
 		Panel: panel.Handler(aws.ToString(a.AWS.BaseEndpoint))}).Handler()
 }

@@ -147,6 +147,12 @@ func ModelsPath() string {
 	return "relay.yaml"
 }
 
+// Defaults of the abuse limits (SECURITY.md).
+const (
+	DefaultRateLimit   = 50
+	DefaultMaxInflight = 100
+)
+
 // Env is what every function reads from its environment.
 type Env struct {
 	Prefix               string // resource name prefix (RELAY_PREFIX, default "relay")
@@ -157,6 +163,12 @@ type Env struct {
 	AllowHTTPWebhooks    bool   // RELAY_ALLOW_HTTP_WEBHOOKS: plain http webhook URLs are accepted
 	ScheduleGroup        string // RELAY_SCHEDULE_GROUP, default <prefix>
 	ChunkRows            int    // RELAY_CHUNK_ROWS, default 100
+	// RateLimit (RELAY_RATE_LIMIT) is the requests per second one API key
+	// may make, default 50; MaxInflight (RELAY_MAX_INFLIGHT_BATCHES) the
+	// batches a tenant may have running at once, default 100. 0 turns
+	// either off.
+	RateLimit   int
+	MaxInflight int
 	// S3PathStyle (RELAY_S3_PATH_STYLE) addresses buckets by path, which
 	// emulators on a loopback endpoint need.
 	S3PathStyle bool
@@ -174,9 +186,11 @@ type Env struct {
 // FromEnv parses the environment.
 func FromEnv() (Env, error) {
 	e := Env{
-		Prefix:     getenv("RELAY_PREFIX", "relay"),
-		ModelsPath: ModelsPath(),
-		ChunkRows:  100,
+		Prefix:      getenv("RELAY_PREFIX", "relay"),
+		ModelsPath:  ModelsPath(),
+		ChunkRows:   100,
+		RateLimit:   DefaultRateLimit,
+		MaxInflight: DefaultMaxInflight,
 	}
 	e.Table = getenv("RELAY_TABLE", e.Prefix)
 	e.SecretPrefix = getenv("RELAY_SECRET_PREFIX", e.Prefix+"/")
@@ -190,6 +204,18 @@ func FromEnv() (Env, error) {
 			return e, fmt.Errorf("RELAY_CHUNK_ROWS: %q is not a number from 1 to 10000", v)
 		}
 		e.ChunkRows = n
+	}
+	for name, dst := range map[string]*int{
+		"RELAY_RATE_LIMIT":           &e.RateLimit,
+		"RELAY_MAX_INFLIGHT_BATCHES": &e.MaxInflight,
+	} {
+		if v := os.Getenv(name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 || n > 1_000_000 {
+				return e, fmt.Errorf("%s: %q is not a number from 0 (off) to 1000000", name, v)
+			}
+			*dst = n
+		}
 	}
 	for name, dst := range map[string]*bool{
 		"RELAY_ALLOW_PRIVATE_WEBHOOKS": &e.AllowPrivateWebhooks,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -185,6 +184,9 @@ func (e *Engine) failValidation(ctx context.Context, b batch.Batch, lineErrs []j
 }
 
 func (e *Engine) terminal(ctx context.Context, b batch.Batch) error {
+	if err := e.releaseInflight(ctx, b); err != nil {
+		return err
+	}
 	if e.OnTerminal == nil {
 		return nil
 	}
@@ -319,14 +321,4 @@ func (e *Engine) Tick(ctx context.Context) error {
 		}}},
 		resources.MetricDimension, e.Set.Prefix, resources.MetricOldestBatchAge, oldest)
 	return e.Release(ctx)
-}
-
-// sortedKeys is for deterministic iteration in logs and tests.
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
 }

@@ -6,6 +6,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -62,6 +63,9 @@ type Engine struct {
 	// ChunkSlots caps the concurrent upstream requests of one chunk; a
 	// chunk holds that many of its model's max_concurrency.
 	ChunkSlots int
+	// MaxInflight caps each tenant's batches that have not ended
+	// (RELAY_MAX_INFLIGHT_BATCHES, limits.go); 0 is no cap.
+	MaxInflight int
 	// StatusRefresh is how often a running chunk re-reads its batch's status
 	// to notice a cancel (a cached read, never one per row).
 	StatusRefresh time.Duration
@@ -152,7 +156,7 @@ func (w *objectWriter) flush() error {
 		return nil
 	}
 	key := fmt.Sprintf("%s%06d", w.prefix, len(w.objs))
-	if err := w.blobs.Put(w.ctx, key, bytesReader(w.buf), int64(len(w.buf))); err != nil {
+	if err := w.blobs.Put(w.ctx, key, bytes.NewReader(w.buf), int64(len(w.buf))); err != nil {
 		return err
 	}
 	w.objs = append(w.objs, batch.Object{Key: key, Size: int64(len(w.buf))})

@@ -96,14 +96,13 @@ func (e *Engine) CreateMessageBatch(ctx context.Context, p auth.Principal, reque
 		return MessageBatch{}, err
 	}
 	req := CreateRequest{InputFileID: f.ID, Endpoint: MessagesEndpoint, CompletionWindow: "24h"}
+	id := ids.New(MessageBatchPrefix)
 	b, err := e.create(ctx, p, req, idemKey, []string{MessagesEndpoint}, func(b *batch.Batch) {
-		b.ID = ids.New(MessageBatchPrefix)
+		b.ID = id
 		// Known now; planning sets the same number again.
 		b.RequestCounts.Total = int64(len(requests))
 	})
-	if err != nil || b.InputFileID != f.ID {
-		// Nothing refers to the file: the create failed, or an
-		// Idempotency-Key returned the batch created the first time.
+	if e.unreferenced(ctx, p.Tenant, id, b, err) {
 		e.deleteFile(ctx, f)
 	}
 	switch {
@@ -115,6 +114,21 @@ func (e *Engine) CreateMessageBatch(ctx context.Context, p auth.Principal, reque
 		return MessageBatch{}, errs.E(errs.Invalid, "idempotency_key_reused", "", "this Idempotency-Key created batch %s, which is not a message batch: send a new key", b.ID)
 	}
 	return e.messageBatch(ctx, b)
+}
+
+// unreferenced reports whether no batch uses the input file written for
+// batch id, given what creating it returned: an Idempotency-Key returned
+// the batch created the first time, or the create failed before the batch
+// was recorded. A create that failed after recording it (queueing its
+// planning, which the dispatcher's sweep does again) keeps its input, and
+// so does one whose outcome cannot be read: an orphan file costs less than
+// a batch without its input.
+func (e *Engine) unreferenced(ctx context.Context, tenant, id string, b batch.Batch, err error) bool {
+	if err == nil {
+		return b.ID != id
+	}
+	_, gerr := e.Store.GetBatch(ctx, tenant, id)
+	return errors.Is(gerr, store.ErrBatchNotFound)
 }
 
 // messageRows checks the requests and returns them as JSONL input rows

@@ -120,6 +120,9 @@ func (e *Engine) create(ctx context.Context, p auth.Principal, req CreateRequest
 	if req.Priority < -MaxPriority || req.Priority > MaxPriority {
 		return batch.Batch{}, errs.Invalidf("priority", "priority must be between -%d and %d", MaxPriority, MaxPriority)
 	}
+	if err := e.checkInflight(ctx, p.Tenant, req, idemKey); err != nil {
+		return batch.Batch{}, err
+	}
 	var spec schedule.Spec
 	switch {
 	case req.Schedule != "":
@@ -219,7 +222,7 @@ func (e *Engine) record(ctx context.Context, b batch.Batch, idemKey string) (bat
 	if idemKey != "" {
 		idemKey = auth.Hash(idemKey)
 	}
-	saved, created, err := e.Store.CreateBatch(ctx, b, idemKey)
+	saved, created, err := e.createCounted(ctx, b, idemKey)
 	if err != nil {
 		return batch.Batch{}, err
 	}
@@ -273,6 +276,11 @@ func (e *Engine) List(ctx context.Context, tenant, after string, limit int, temp
 	if templateID != "" && !ids.Valid("batch_", templateID) {
 		return nil, false, errs.Invalidf("template_id", "template_id %q is not a template id", templateID)
 	}
+	if after == "" && templateID == "" {
+		// Start below the Anthropic API's msgbatch_ ids, which sort above
+		// every batch_ id: this list is of OpenAI batches only.
+		after = "batch_~"
+	}
 	bs, more, err := e.Store.ListBatches(ctx, tenant, after, limit, templateID)
 	for i := range bs {
 		bs[i] = bs[i].Out()
@@ -317,18 +325,14 @@ func (e *Engine) Cancel(ctx context.Context, tenant, id string) (batch.Batch, er
 // lines of each done chunk, interleaved by its pattern. Until the batch is
 // terminal only partial results are available, on request.
 func (e *Engine) Results(ctx context.Context, tenant, id string, partial bool, w io.Writer) error {
-	b, err := e.Get(ctx, tenant, id)
-	if err != nil {
+	if err := e.StartResults(ctx, tenant, id, partial); err != nil {
 		return err
-	}
-	if !b.Status.Terminal() && !partial {
-		return errs.E(errs.Conflict, "batch_not_finished", "", "batch %s is %s: results are ready when it ends (or pass ?partial=true)", id, b.Status)
 	}
 	chunks, err := e.Store.Chunks(ctx, id)
 	if err != nil {
 		return err
 	}
-	return e.eachLine(ctx, chunks, func(_ batch.Chunk, _ int, kind byte, line []byte) error {
+	return e.eachLine(ctx, chunks, func(_ batch.Chunk, _ int, _ byte, line []byte) error {
 		_, err := w.Write(line)
 		return err
 	})

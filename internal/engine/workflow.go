@@ -114,11 +114,23 @@ func (e *Engine) runWorkflow(ctx, runCtx context.Context, b batch.Batch, c batch
 	if err != nil {
 		return err
 	}
-	defer func() {
+	released := false
+	release := func() {
+		if released {
+			return
+		}
+		released = true
 		if err := e.Store.ReleaseWorkflow(context.WithoutCancel(ctx), b.ID, row, owner); err != nil {
 			log.WarnContext(ctx, "release workflow lease", "err", err)
 		}
-	}()
+	}
+	defer release()
+	// handOver ends the invocation and has the record go on after delay.
+	// The lease goes first: the next message may be taken at once.
+	handOver := func(delay time.Duration) error {
+		release()
+		return e.requeue(ctx, c, delay)
+	}
 	st := cp.State
 	if cp.ResultsKey != "" {
 		if st.Results, err = e.loadResults(ctx, cp.ResultsKey); err != nil {
@@ -132,7 +144,7 @@ func (e *Engine) runWorkflow(ctx, runCtx context.Context, b batch.Batch, c batch
 	}
 	if !draining() {
 		if d := time.UnixMilli(st.WaitUntil).Sub(e.now()); st.WaitUntil > 0 && d > 0 {
-			return e.requeue(ctx, c, d) // delivered early: wait on, still holding nothing
+			return handOver(d) // delivered early: wait on, still holding nothing
 		}
 		if c.Slots == 0 {
 			var done bool
@@ -142,7 +154,7 @@ func (e *Engine) runWorkflow(ctx, runCtx context.Context, b batch.Batch, c batch
 			case done:
 				return e.afterCommit(ctx, b)
 			case c.Slots == 0:
-				return e.requeue(ctx, c, capacityRetry) // the model is full
+				return handOver(capacityRetry) // the model is full
 			}
 		}
 	}
@@ -205,7 +217,7 @@ func (e *Engine) runWorkflow(ctx, runCtx context.Context, b batch.Batch, c batch
 				// fresh invocation rather than spend one of the message's
 				// receives on a record that is moving.
 				log.InfoContext(ctx, "workflow record continues in another invocation", "step", st.Step+r.Saved)
-				return e.requeue(ctx, c, 0)
+				return handOver(0)
 			}
 			return fmt.Errorf("workflow %s: %w", r.WorkflowID, errStop)
 		}
@@ -220,9 +232,9 @@ func (e *Engine) runWorkflow(ctx, runCtx context.Context, b batch.Batch, c batch
 				return fmt.Errorf("workflow %s: give back capacity: %w", r.WorkflowID, err)
 			}
 		}
-		return e.requeue(ctx, c, o.Until.Sub(e.now()))
+		return handOver(o.Until.Sub(e.now()))
 	case workflow.Yielded:
-		return e.requeue(ctx, c, 0)
+		return handOver(0)
 	}
 	u := o.State.Usage
 	out := outcome{customID: req.CustomID, res: provider.Result{
@@ -314,10 +326,9 @@ func (e *Engine) loadResults(ctx context.Context, key string) ([]workflow.Result
 	return rs, nil
 }
 
-// requeue sends a chunk's work message again after delay (whole seconds,
-// rounded up); the invocation then ends successfully, deleting the message
-// it was given.
+// requeue sends a chunk's work message again after delay (rounded up to
+// whole seconds, so it never comes back before a wait ended); the
+// invocation then ends successfully, deleting the message it was given.
 func (e *Engine) requeue(ctx context.Context, c batch.Chunk, delay time.Duration) error {
-	delay = (max(delay, 0) + time.Second - 1).Truncate(time.Second)
-	return e.Queue.Send(ctx, resources.Work, Message{Type: MsgChunk, Tenant: c.Tenant, Batch: c.Batch, Chunk: c.Index}, delay)
+	return e.Queue.Send(ctx, resources.Work, Message{Type: MsgChunk, Tenant: c.Tenant, Batch: c.Batch, Chunk: c.Index}, sqsDelay(max(delay, 0)))
 }

@@ -148,23 +148,27 @@ func uploadPartKey(tenant, uploadID, partID string) string {
 	return fmt.Sprintf("uploads/%s/%s/%s", tenant, uploadID, partID)
 }
 
-// CleanFilename keeps the base name only and refuses control characters,
-// so a name like "../../x" or "a\r\nb" can never reach a header or a key.
+// CleanFilename accepts a plain file name and refuses anything else with
+// a 400: a directory part ("../../x.jsonl", "a/b.jsonl", "a\\b.jsonl"),
+// control characters (NUL, CR, LF) and quotes. A filename is only ever a
+// label (object keys are made of ids), but one that looks like a path or
+// can split a header line is a mistake or an attack, and is named as such.
 func CleanFilename(name string) (string, error) {
-	name = strings.ReplaceAll(name, `\`, "/")
-	base := path.Base(name)
-	if base == "." || base == "/" || base == ".." || base == "" {
-		return "", errs.Invalidf("file", "filename %q has no name", name)
-	}
-	if len(base) > 255 || !utf8.ValidString(base) {
+	if len(name) > 255 || !utf8.ValidString(name) {
 		return "", errs.Invalidf("file", "filename must be valid UTF-8 of at most 255 bytes")
 	}
-	for _, c := range base {
+	for _, c := range name {
 		if c < 0x20 || c == 0x7f || c == '"' {
-			return "", errs.Invalidf("file", "filename %q contains a control character or quote", base)
+			return "", errs.Invalidf("file", "filename %q contains a control character or quote", name)
 		}
 	}
-	return base, nil
+	if strings.ContainsAny(name, `/\`) {
+		return "", errs.Invalidf("file", "filename %q must be a plain file name, without a directory: no '/' or '\\'", name)
+	}
+	if name == "" || name == "." || name == ".." {
+		return "", errs.Invalidf("file", "filename %q has no name", name)
+	}
+	return name, nil
 }
 
 func checkInputName(filename string) error {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -17,14 +18,21 @@ var _ auth.Store = (*Store)(nil)
 // KEYS partition (sk = key id) so they can be listed without a scan.
 const keysPK = "KEYS"
 
-// GetKey implements auth.Store.
+// GetKey implements auth.Store. Its errors name the key by its public id,
+// never by the hash the table is keyed on, since errors end up in logs.
 func (s *Store) GetKey(ctx context.Context, hash string) (auth.Key, error) {
 	var k auth.Key
-	_, err := s.get(ctx, "KEY#"+hash, "KEY", &k)
-	if errors.Is(err, errMissing) {
+	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.Table, Key: key("KEY#"+hash, "KEY"), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return k, fmt.Errorf("get key %s: %w", hash[:min(12, len(hash))], err)
+	}
+	if out.Item == nil {
 		return k, auth.ErrNoKey
 	}
-	return k, err
+	if err := attributevalue.UnmarshalMap(out.Item, &k); err != nil {
+		return k, fmt.Errorf("unmarshal key %s: %w", hash[:min(12, len(hash))], err)
+	}
+	return k, nil
 }
 
 // PutKey implements auth.Store.

@@ -98,8 +98,8 @@ const (
 // Answer is the callback's reply to an event.
 type Answer struct {
 	State    string
-	Requests []Request      // continue
-	Wait     time.Duration  // wait
+	Requests []Request       // continue
+	Wait     time.Duration   // wait
 	Output   json.RawMessage // completed: a JSON object
 	Failure  *Error          // failed: the record's error
 }

@@ -82,6 +82,9 @@ type Spec struct {
 	CallbackTimeout time.Duration
 }
 
+var knownFields = map[string]bool{"url": true, "authorization": true, "context": true, "max_steps": true,
+	"max_requests": true, "max_tokens": true, "callback_timeout_ms": true}
+
 var relayKey = []byte(`"relay"`)
 
 // InBody reports whether a request body carries relay.workflow, the mark
@@ -122,10 +125,13 @@ func ParseSpec(body []byte, policy webhook.Policy) (Spec, error) {
 		CallbackTimeout: DefaultCallbackTimeout,
 	}
 	for name, raw := range fields {
-		if isNull(raw) && name != "url" {
+		var err *Error
+		switch {
+		case !knownFields[name]:
+			return Spec{}, errorf(CodeInvalid, "relay.workflow has no field %q (known: url, authorization, context, max_steps, max_requests, max_tokens, callback_timeout_ms)", name)
+		case isNull(raw):
 			continue // an explicit null takes the default
 		}
-		var err *Error
 		switch name {
 		case "url":
 			s.URL, err = str(name, raw)
@@ -154,8 +160,6 @@ func ParseSpec(body []byte, policy webhook.Policy) (Spec, error) {
 			var n int64
 			n, err = integer(name, raw, 1, maxCallbackTimeout.Milliseconds())
 			s.CallbackTimeout = time.Duration(n) * time.Millisecond
-		default:
-			err = errorf(CodeInvalid, "relay.workflow has no field %q (known: url, authorization, context, max_steps, max_requests, max_tokens, callback_timeout_ms)", name)
 		}
 		if err != nil {
 			return Spec{}, err

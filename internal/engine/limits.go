@@ -1,0 +1,151 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/errs"
+	"github.com/relaybatch/relay/internal/store"
+)
+
+// Batches in flight per tenant (Engine.MaxInflight, RELAY_MAX_INFLIGHT_BATCHES).
+//
+// A counter per tenant, T#<tenant>/INFLIGHT, goes up when a batch is
+// recorded (conditional on being under the limit, so concurrent creates on
+// any number of API instances never overshoot) and down when the batch
+// becomes terminal. Each counted batch has a marker item next to the
+// counter; the decrement deletes the marker in the same transaction,
+// conditional on it existing, so however often a terminal state is
+// reported (finalize redeliveries call Engine.terminal again) the slot is
+// given back once. Batches recorded while the limit was off hold no marker
+// and give nothing back.
+//
+// A crash between taking a slot and recording the batch, or between the
+// terminal write and the release, leaves a marker behind. Those are
+// repaired when they matter: a create that finds the tenant at the limit
+// first releases the markers of batches that are terminal or were never
+// recorded, then tries once more.
+
+// inflightGrace is how old a marker of a batch that does not exist must
+// be before it counts as left behind by a failed create (the API's own
+// timeout is 29 s).
+const inflightGrace = 2 * time.Minute
+
+// inflightRetryAfter is what a client at the limit is told to wait: batches
+// take minutes, so retrying sooner only costs requests.
+const inflightRetryAfter = 60
+
+func (e *Engine) inflightLimited() error {
+	return &errs.Error{
+		Kind: errs.RateLimited, Code: "too_many_batches_in_flight", RetryAfter: inflightRetryAfter,
+		Message: fmt.Sprintf("this organization already has %d batches in flight, the most allowed: "+
+			"wait for one to finish (or cancel one) before creating another", e.MaxInflight),
+	}
+}
+
+// checkInflight refuses a create early, before its input is read or
+// stored, when the tenant is at the limit. It takes nothing: the slot is
+// taken when the batch is recorded (createCounted). Templates run nothing
+// of their own and are not counted; a create with an Idempotency-Key goes
+// on to createCounted, which returns the first batch made with it.
+func (e *Engine) checkInflight(ctx context.Context, tenant string, req CreateRequest, idemKey string) error {
+	if e.MaxInflight <= 0 || req.Schedule != "" || idemKey != "" {
+		return nil
+	}
+	n, err := e.Store.Inflight(ctx, tenant)
+	if err != nil || n < e.MaxInflight {
+		return err
+	}
+	if freed, err := e.repairInflight(ctx, tenant); err != nil || freed > 0 {
+		return err
+	}
+	return e.inflightLimited()
+}
+
+// createCounted records b, holding one of its tenant's in-flight slots
+// while it runs (templates hold none). A slot taken for a batch that is not
+// recorded after all (an error, or an Idempotency-Key that returns the
+// first batch instead) is given back at once. At the limit, a retried
+// create still gets the batch its Idempotency-Key made the first time.
+func (e *Engine) createCounted(ctx context.Context, b batch.Batch, idemKey string) (batch.Batch, bool, error) {
+	if e.MaxInflight <= 0 || b.Status == batch.Scheduled {
+		return e.Store.CreateBatch(ctx, b, idemKey)
+	}
+	err := e.Store.ReserveInflight(ctx, b.Tenant, b.ID, e.MaxInflight, e.now())
+	if errors.Is(err, store.ErrInflightLimit) {
+		if freed, rerr := e.repairInflight(ctx, b.Tenant); rerr == nil && freed > 0 {
+			err = e.Store.ReserveInflight(ctx, b.Tenant, b.ID, e.MaxInflight, e.now())
+		}
+	}
+	if errors.Is(err, store.ErrInflightLimit) && idemKey != "" {
+		if id, ierr := e.Store.IdempotentBatch(ctx, b.Tenant, idemKey); ierr == nil && id != "" {
+			first, gerr := e.Store.GetBatch(ctx, b.Tenant, id)
+			return first, false, gerr
+		}
+	}
+	if errors.Is(err, store.ErrInflightLimit) {
+		return batch.Batch{}, false, e.inflightLimited()
+	}
+	if err != nil {
+		return batch.Batch{}, false, err
+	}
+	saved, created, err := e.Store.CreateBatch(ctx, b, idemKey)
+	if err != nil || !created || saved.ID != b.ID {
+		if _, rerr := e.Store.ReleaseInflight(ctx, b.Tenant, b.ID); rerr != nil {
+			e.Log.ErrorContext(ctx, "give back in-flight slot of a batch not recorded", "tenant", b.Tenant, "batch_id", b.ID, "err", rerr)
+		}
+	}
+	return saved, created, err
+}
+
+// releaseInflight gives back a terminal batch's slot, if it holds one.
+func (e *Engine) releaseInflight(ctx context.Context, b batch.Batch) error {
+	if e.MaxInflight <= 0 || !b.Status.Terminal() || b.Schedule != nil {
+		return nil
+	}
+	_, err := e.Store.ReleaseInflight(ctx, b.Tenant, b.ID)
+	return err
+}
+
+// repairInflight releases the slots of a tenant's batches that ended
+// without giving theirs back, or were never recorded, and returns how many
+// it freed.
+func (e *Engine) repairInflight(ctx context.Context, tenant string) (int, error) {
+	ms, err := e.Store.InflightMarkers(ctx, tenant)
+	if err != nil {
+		return 0, err
+	}
+	freed := 0
+	now := e.now()
+	for _, m := range ms {
+		b, err := e.Store.GetBatch(ctx, tenant, m.Batch)
+		if err != nil && !errors.Is(err, store.ErrBatchNotFound) {
+			return freed, err
+		}
+		if !leftBehind(m, b, err == nil, now) {
+			continue
+		}
+		ok, err := e.Store.ReleaseInflight(ctx, tenant, m.Batch)
+		if err != nil {
+			return freed, err
+		}
+		if ok {
+			freed++
+			e.Log.WarnContext(ctx, "released a left-behind in-flight slot", "tenant", tenant, "batch_id", m.Batch)
+		}
+	}
+	return freed, nil
+}
+
+// leftBehind reports whether marker m no longer stands for a running
+// batch: its batch b (found tells whether it exists) has ended, or was
+// never recorded and the create that took the slot is long over.
+func leftBehind(m store.InflightMarker, b batch.Batch, found bool, now time.Time) bool {
+	if found {
+		return b.Status.Terminal()
+	}
+	return now.Sub(time.Unix(m.CreatedAt, 0)) > inflightGrace
+}

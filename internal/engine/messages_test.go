@@ -1,0 +1,215 @@
+package engine
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/errs"
+	"github.com/relaybatch/relay/internal/jsonl"
+)
+
+func testEngine(t *testing.T) *Engine {
+	t.Helper()
+	models, err := config.ParseModels([]byte(`
+models:
+  - {name: claude-haiku-4-5, provider: anthropic, base_url: http://127.0.0.1:1/v1, api_key_env: K}
+  - {name: gpt-4o-mini, provider: openai, base_url: http://127.0.0.1:1/v1, api_key_env: K}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Engine{Models: models}
+}
+
+func TestMessageRows(t *testing.T) {
+	t.Parallel()
+	e := testEngine(t)
+	good := `{"model":"claude-haiku-4-5","max_tokens":8,"messages":[{"role":"user","content":"<b> & é"}]}`
+	req := func(id, params string) string { return `{"custom_id":"` + id + `","params":` + params + `}` }
+	tests := []struct {
+		name    string
+		reqs    []string
+		wantErr string // empty: valid
+	}{
+		{"valid", []string{req("a-1", good), req("B_2", `{"model":"gpt-4o-mini"}`)}, ""},
+		{"none", nil, "at least one request"},
+		{"not an object", []string{`[]`}, "requests.0: must be an object"},
+		{"null", []string{`null`}, "requests.0: must be an object"},
+		{"unknown field", []string{`{"custom_id":"a","params":` + good + `,"x":1}`}, "requests.0.x: unknown field"},
+		{"no custom_id", []string{`{"params":` + good + `}`}, "requests.0.custom_id: a string is required"},
+		{"empty custom_id", []string{req("", good)}, "requests.0.custom_id"},
+		{"long custom_id", []string{req(strings.Repeat("x", 65), good)}, "requests.0.custom_id"},
+		{"64 characters", []string{req(strings.Repeat("x", 64), good)}, ""},
+		{"dot in custom_id", []string{req("a.b", good)}, "requests.0.custom_id"},
+		{"duplicate", []string{req("a", good), req("b", good), req("a", good)}, "requests.2.custom_id: \"a\" is also the custom_id of requests.0"},
+		{"no params", []string{`{"custom_id":"a"}`}, "requests.0.params: an object"},
+		{"params null", []string{req("a", `null`)}, "requests.0.params: an object"},
+		{"no model", []string{req("a", `{"max_tokens":1}`)}, "requests.0.params.model: a model name is required"},
+		{"model not a string", []string{req("a", `{"model":5}`)}, "requests.0.params.model: a model name is required"},
+		{"unknown model", []string{req("a", `{"model":"claude-9"}`)}, `requests.0.params.model: "claude-9" is not a configured model`},
+		{"stream", []string{req("a", `{"model":"claude-haiku-4-5","stream":true}`)}, "requests.0.params.stream"},
+		{"stream false", []string{req("a", `{"model":"claude-haiku-4-5","stream":false}`)}, ""},
+		{"invalid utf-8", []string{"{\"custom_id\":\"a\",\"params\":{\"model\":\"claude-haiku-4-5\",\"x\":\"\xff\"}}"}, "requests.0: not valid UTF-8"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			raws := make([]json.RawMessage, len(tt.reqs))
+			for i, r := range tt.reqs {
+				raws[i] = json.RawMessage(r)
+			}
+			data, err := e.messageRows(raws)
+			if tt.wantErr != "" {
+				if !errs.Is(err, errs.Invalid) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("got %v, want an invalid request error containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The rows are what planning validates and the executor reads.
+			res, err := jsonl.Scan(strings.NewReader(string(data)), jsonl.Options{Endpoint: MessagesEndpoint, KnownModel: func(m string) bool {
+				_, ok := e.Models.Lookup(m)
+				return ok
+			}}, nil)
+			if err != nil || len(res.Errors) > 0 || res.Rows != len(raws) {
+				t.Fatalf("scan of the rows: %+v, %v\n%s", res, err, data)
+			}
+			reqs, err := jsonl.ParseRequests(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, r := range reqs {
+				var in struct {
+					CustomID string          `json:"custom_id"`
+					Params   json.RawMessage `json:"params"`
+				}
+				json.Unmarshal(raws[i], &in)
+				if r.CustomID != in.CustomID || r.Method != "POST" || r.URL != MessagesEndpoint || string(r.Body) != string(in.Params) {
+					t.Errorf("row %d: got %+v, want the request's custom_id and params", i, r)
+				}
+			}
+		})
+	}
+}
+
+func TestMessageRowsLimit(t *testing.T) {
+	t.Parallel()
+	raws := make([]json.RawMessage, MaxMessageRequests+1)
+	_, err := testEngine(t).messageRows(raws)
+	if !errs.Is(err, errs.Invalid) || !strings.Contains(err.Error(), "at most 100000 requests") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestMessageResultOf(t *testing.T) {
+	t.Parallel()
+	msg := `{"id":"msg_1","type":"message","content":[{"type":"text","text":"hi"}]}`
+	tests := []struct {
+		name string
+		line Line
+		want string
+	}{
+		{"succeeded", Line{CustomID: "a", Response: &LineResponse{StatusCode: 200, RequestID: "req_1", Body: json.RawMessage(msg)}},
+			`{"custom_id":"a","result":{"type":"succeeded","message":` + msg + `}}`},
+		{"upstream error", Line{CustomID: "a", Response: &LineResponse{StatusCode: 400, RequestID: "req_2",
+			Body: json.RawMessage(`{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: Field required"}}`)}},
+			`{"custom_id":"a","result":{"type":"errored","error":{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: Field required"},"request_id":"req_2"}}}`},
+		{"upstream error of another shape", Line{CustomID: "a", Response: &LineResponse{StatusCode: 529, Body: json.RawMessage(`"busy"`)}},
+			`{"custom_id":"a","result":{"type":"errored","error":{"type":"error","error":{"type":"overloaded_error","message":"the upstream answered HTTP 529"},"request_id":null}}}`},
+		{"cancelled", Line{CustomID: "a", Error: &LineError{Code: CodeCancelled, Message: "x"}},
+			`{"custom_id":"a","result":{"type":"canceled"}}`},
+		{"expired", Line{CustomID: "a", Error: &LineError{Code: CodeExpired, Message: "x"}},
+			`{"custom_id":"a","result":{"type":"expired"}}`},
+		{"cross shape", Line{CustomID: "a", Error: &LineError{Code: "cross_shape_dispatch", Message: "not an anthropic model"}},
+			`{"custom_id":"a","result":{"type":"errored","error":{"type":"error","error":{"type":"invalid_request_error","message":"cross_shape_dispatch: not an anthropic model"},"request_id":null}}}`},
+		{"dead letter", Line{CustomID: "a", Error: &LineError{Code: CodeDeadLetter, Message: "gone"}},
+			`{"custom_id":"a","result":{"type":"errored","error":{"type":"error","error":{"type":"api_error","message":"dead_letter: gone"},"request_id":null}}}`},
+		{"timeout", Line{CustomID: "a", Error: &LineError{Code: "request_timeout", Message: "slow"}},
+			`{"custom_id":"a","result":{"type":"errored","error":{"type":"error","error":{"type":"timeout_error","message":"request_timeout: slow"},"request_id":null}}}`},
+		{"model not found", Line{CustomID: "a", Error: &LineError{Code: "model_not_found", Message: "no"}},
+			`{"custom_id":"a","result":{"type":"errored","error":{"type":"error","error":{"type":"not_found_error","message":"model_not_found: no"},"request_id":null}}}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := json.Marshal(MessageResultOf(tt.line))
+			if err != nil || string(got) != tt.want {
+				t.Fatalf("got  %s (%v)\nwant %s", got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestMessageBatchOf(t *testing.T) {
+	t.Parallel()
+	at := func(n int64) *int64 { return &n }
+	const created = 1_700_000_000
+	tests := []struct {
+		name       string
+		b          batch.Batch
+		canceled   int64
+		wantStatus string
+		want       MessageRequestCounts
+	}{
+		{"just created", batch.Batch{Status: batch.Validating, RequestCounts: batch.Counts{Total: 5}},
+			0, ProcessingInProgress, MessageRequestCounts{Processing: 5}},
+		{"running", batch.Batch{Status: batch.InProgress, RequestCounts: batch.Counts{Total: 5, Completed: 2, Failed: 1}},
+			0, ProcessingInProgress, MessageRequestCounts{Processing: 2, Succeeded: 2, Errored: 1}},
+		{"canceling", batch.Batch{Status: batch.Cancelling, CancellingAt: at(created + 1), RequestCounts: batch.Counts{Total: 5, Completed: 2, Failed: 2}},
+			2, ProcessingCanceling, MessageRequestCounts{Processing: 1, Succeeded: 2, Canceled: 2}},
+		{"finalizing after a cancel", batch.Batch{Status: batch.Finalizing, CancellingAt: at(created + 1), RequestCounts: batch.Counts{Total: 5, Completed: 2, Failed: 3}},
+			3, ProcessingCanceling, MessageRequestCounts{Succeeded: 2, Canceled: 3}},
+		{"cancelled", batch.Batch{Status: batch.Cancelled, CancellingAt: at(created + 1), CancelledAt: at(created + 2), RequestCounts: batch.Counts{Total: 5, Completed: 1, Failed: 4}, ExpiredRows: 1},
+			2, ProcessingEnded, MessageRequestCounts{Succeeded: 1, Errored: 1, Canceled: 2, Expired: 1}},
+		{"expired", batch.Batch{Status: batch.Expired, ExpiredAt: at(created + 2), RequestCounts: batch.Counts{Total: 5, Completed: 1, Failed: 4}, ExpiredRows: 3},
+			0, ProcessingEnded, MessageRequestCounts{Succeeded: 1, Errored: 1, Expired: 3}},
+		{"failed before planning", batch.Batch{Status: batch.Failed, FailedAt: at(created + 2), RequestCounts: batch.Counts{Total: 5}},
+			0, ProcessingEnded, MessageRequestCounts{Errored: 5}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tt.b.ID, tt.b.CreatedAt, tt.b.ExpiresAt = "msgbatch_1", created, at(created+86400)
+			m := messageBatchOf(tt.b, tt.canceled)
+			if m.ProcessingStatus != tt.wantStatus || m.RequestCounts != tt.want {
+				t.Fatalf("got %s %+v, want %s %+v", m.ProcessingStatus, m.RequestCounts, tt.wantStatus, tt.want)
+			}
+			c := m.RequestCounts
+			if sum := c.Processing + c.Succeeded + c.Errored + c.Canceled + c.Expired; sum != tt.b.RequestCounts.Total {
+				t.Fatalf("counts add up to %d, want %d", sum, tt.b.RequestCounts.Total)
+			}
+			if m.CreatedAt != "2023-11-14T22:13:20Z" || *m.ExpiresAt != "2023-11-15T22:13:20Z" || m.Type != "message_batch" || m.ArchivedAt != nil {
+				t.Fatalf("object: %+v", m)
+			}
+			if ended := m.EndedAt != nil; ended != (tt.wantStatus == ProcessingEnded) {
+				t.Fatalf("ended_at %v with status %s", m.EndedAt, m.ProcessingStatus)
+			}
+			if (m.CancelInitiatedAt != nil) != (tt.b.CancellingAt != nil) {
+				t.Fatalf("cancel_initiated_at %v", m.CancelInitiatedAt)
+			}
+		})
+	}
+}
+
+func TestCountCancelled(t *testing.T) {
+	t.Parallel()
+	var part strings.Builder
+	for i, code := range []string{CodeCancelled, CodeExpired, CodeCancelled, "dead_letter"} {
+		line, _ := json.Marshal(Line{ID: fmt.Sprint(i), CustomID: "x", Error: &LineError{Code: code, Message: "m"}})
+		part.Write(append(line, '\n'))
+	}
+	// An upstream body that mentions the code is not a cancelled row.
+	line, _ := json.Marshal(Line{CustomID: "y", Response: &LineResponse{StatusCode: 400,
+		Body: json.RawMessage(`{"response":null,"error":{"code":"batch_cancelled"}}`)}})
+	part.Write(append(line, '\n'))
+	n, err := countCancelled(strings.NewReader(part.String()))
+	if err != nil || n != 2 {
+		t.Fatalf("got %d, %v; want 2", n, err)
+	}
+}

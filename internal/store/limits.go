@@ -1,0 +1,163 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// Limits live in the table, not in a function's memory: the API runs as
+// many Lambda instances at once, each with its own memory, so a counter in
+// one of them would see a fraction of a key's requests (and start from zero
+// on every cold start). One conditional or ADD update per decision keeps the
+// count exact across all of them.
+//
+//	item                      pk                 sk                  notes
+//	requests of a key         RL#<key id>        <unix second>       hits (ADD), ttl a minute later
+//	batches in flight         T#<tenant>         INFLIGHT            inflight (ADD, conditional on < max)
+//	one counted batch         T#<tenant>         INFLIGHT#<batch>    created_at; deleted with the decrement
+
+// rateTTL is how long a request counter outlives its second, so TTL
+// removes it without ever removing the current one.
+const rateTTL = time.Minute
+
+func rateKey(keyID string) string { return "RL#" + keyID }
+
+// CountRequest adds one to the requests of the API key keyID in the second
+// starting at unix time second, and returns the count so far: a fixed
+// window of one second, one UpdateItem per request.
+func (s *Store) CountRequest(ctx context.Context, keyID string, second int64) (int64, error) {
+	out, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 &s.Table,
+		Key:                       key(rateKey(keyID), strconv.FormatInt(second, 10)),
+		UpdateExpression:          aws.String("ADD hits :one SET #ttl = :ttl"),
+		ExpressionAttributeNames:  map[string]string{"#ttl": "ttl"},
+		ExpressionAttributeValues: item{":one": avN(1), ":ttl": avN64(second + int64(rateTTL/time.Second))},
+		ReturnValues:              types.ReturnValueUpdatedNew,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("count request of key %s: %w", keyID, err)
+	}
+	var v struct {
+		Hits int64 `dynamodbav:"hits"`
+	}
+	if err := attributevalue.UnmarshalMap(out.Attributes, &v); err != nil {
+		return 0, fmt.Errorf("count request of key %s: %w", keyID, err)
+	}
+	return v.Hits, nil
+}
+
+// ErrInflightLimit means a tenant already has the most batches in flight.
+var ErrInflightLimit = errors.New("store: too many batches in flight")
+
+const (
+	inflightSK     = "INFLIGHT"
+	inflightPrefix = "INFLIGHT#"
+)
+
+// InflightMarker records that a batch holds one of its tenant's in-flight
+// slots. The counter and the markers change together, in one transaction,
+// so a slot is given back exactly once: by whoever deletes the marker.
+type InflightMarker struct {
+	Batch     string `dynamodbav:"batch_id"`
+	CreatedAt int64  `dynamodbav:"created_at"`
+}
+
+// ReserveInflight takes one of tenant's in-flight slots for batchID, unless
+// max are taken (ErrInflightLimit).
+func (s *Store) ReserveInflight(ctx context.Context, tenant, batchID string, max int, now time.Time) error {
+	marker := key(tenantPK(tenant), inflightPrefix+batchID)
+	marker["batch_id"] = avS(batchID)
+	marker["created_at"] = avN64(now.Unix())
+	_, err := s.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Update: &types.Update{
+			TableName:                 &s.Table,
+			Key:                       key(tenantPK(tenant), inflightSK),
+			UpdateExpression:          aws.String("ADD inflight :one"),
+			ConditionExpression:       aws.String("attribute_not_exists(inflight) OR inflight < :max"),
+			ExpressionAttributeValues: item{":one": avN(1), ":max": avN(max)},
+		}},
+		{Put: &types.Put{TableName: &s.Table, Item: marker, ConditionExpression: aws.String("attribute_not_exists(pk)")}},
+	}})
+	var tc *types.TransactionCanceledException
+	if errors.As(err, &tc) && len(tc.CancellationReasons) > 0 && aws.ToString(tc.CancellationReasons[0].Code) == "ConditionalCheckFailed" {
+		return ErrInflightLimit
+	}
+	if err != nil {
+		return fmt.Errorf("reserve in-flight slot of %s for %s: %w", tenant, batchID, err)
+	}
+	return nil
+}
+
+// ReleaseInflight gives back batchID's slot and reports whether this call
+// did: a batch that holds none (never counted, or given back already)
+// changes nothing, so any number of calls decrement at most once.
+func (s *Store) ReleaseInflight(ctx context.Context, tenant, batchID string) (bool, error) {
+	_, err := s.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Delete: &types.Delete{
+			TableName:           &s.Table,
+			Key:                 key(tenantPK(tenant), inflightPrefix+batchID),
+			ConditionExpression: aws.String("attribute_exists(pk)"),
+		}},
+		{Update: &types.Update{
+			TableName:                 &s.Table,
+			Key:                       key(tenantPK(tenant), inflightSK),
+			UpdateExpression:          aws.String("ADD inflight :minus"),
+			ExpressionAttributeValues: item{":minus": avN(-1)},
+		}},
+	}})
+	var tc *types.TransactionCanceledException
+	if errors.As(err, &tc) && len(tc.CancellationReasons) > 0 && aws.ToString(tc.CancellationReasons[0].Code) == "ConditionalCheckFailed" {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("release in-flight slot of %s for %s: %w", tenant, batchID, err)
+	}
+	return true, nil
+}
+
+// IdempotentBatch returns the id of the batch tenant first created with the
+// (hashed) idempotency key, "" when there is none.
+func (s *Store) IdempotentBatch(ctx context.Context, tenant, idemKey string) (string, error) {
+	var idem struct {
+		BatchID string `dynamodbav:"batch_id"`
+	}
+	_, err := s.get(ctx, tenantPK(tenant), "IDEM#"+idemKey, &idem)
+	if errors.Is(err, errMissing) {
+		return "", nil
+	}
+	return idem.BatchID, err
+}
+
+// InflightMarkers lists the batches holding tenant's in-flight slots.
+func (s *Store) InflightMarkers(ctx context.Context, tenant string) ([]InflightMarker, error) {
+	var ms []InflightMarker
+	_, err := s.page(ctx, tenantPK(tenant), inflightPrefix, "", true, 1<<30, nil, func(it item) error {
+		var m InflightMarker
+		if err := attributevalue.UnmarshalMap(it, &m); err != nil {
+			return err
+		}
+		ms = append(ms, m)
+		return nil
+	})
+	return ms, err
+}
+
+// Inflight returns how many in-flight slots tenant holds.
+func (s *Store) Inflight(ctx context.Context, tenant string) (int, error) {
+	var v struct {
+		Inflight int `dynamodbav:"inflight"`
+	}
+	_, err := s.get(ctx, tenantPK(tenant), inflightSK, &v)
+	if errors.Is(err, errMissing) {
+		return 0, nil
+	}
+	return v.Inflight, err
+}

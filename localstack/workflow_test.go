@@ -1,0 +1,532 @@
+package localstack
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/relaybatch/relay/internal/app"
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/engine"
+	"github.com/relaybatch/relay/internal/localrun"
+	"github.com/relaybatch/relay/internal/resources"
+)
+
+// Workflow records (SPEC §10) against a callback server in the test, on
+// loopback (the local runtime's webhook policy allows it).
+
+// wfEvent is an event as the callback received it.
+type wfEvent struct {
+	EventID    string          `json:"event_id"`
+	Event      string          `json:"event"`
+	WorkflowID string          `json:"workflow_id"`
+	RecordID   string          `json:"record_id"`
+	Step       int             `json:"step"`
+	Attempt    int             `json:"attempt"`
+	Context    json.RawMessage `json:"context"`
+	Results    *[]wfResult     `json:"results"`
+	auth       string
+}
+
+type wfResult struct {
+	ID         string          `json:"id"`
+	CustomID   string          `json:"custom_id"`
+	StatusCode int             `json:"status_code"`
+	Body       json.RawMessage `json:"body"`
+	Usage      struct {
+		InputTokens  int64 `json:"input_tokens"`
+		OutputTokens int64 `json:"output_tokens"`
+	} `json:"usage"`
+}
+
+func (e wfEvent) results() []wfResult {
+	if e.Results == nil {
+		return nil
+	}
+	return *e.Results
+}
+
+// wfCallback is a workflow callback: answer says what to reply to each event.
+type wfCallback struct {
+	*httptest.Server
+	mu     sync.Mutex
+	events []wfEvent
+}
+
+func newWFCallback(t *testing.T, answer func(ev wfEvent) (int, string)) *wfCallback {
+	t.Helper()
+	cb := &wfCallback{}
+	cb.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		data, _ := io.ReadAll(r.Body)
+		var ev wfEvent
+		if err := json.Unmarshal(data, &ev); err != nil {
+			t.Errorf("undecodable event %s: %v", data, err)
+		}
+		ev.auth = r.Header.Get("Authorization")
+		cb.mu.Lock()
+		cb.events = append(cb.events, ev)
+		cb.mu.Unlock()
+		status, body := answer(ev)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		io.WriteString(w, body)
+	}))
+	t.Cleanup(cb.Close)
+	return cb
+}
+
+// of returns the events of one record, in the order they arrived.
+func (cb *wfCallback) of(record string) []wfEvent {
+	cb.mu.Lock()
+	defer cb.mu.Unlock()
+	var evs []wfEvent
+	for _, ev := range cb.events {
+		if ev.RecordID == record {
+			evs = append(evs, ev)
+		}
+	}
+	return evs
+}
+
+// tokens sums the upstream usage the callback was told about.
+func (cb *wfCallback) tokens() (in, out int64) {
+	cb.mu.Lock()
+	defer cb.mu.Unlock()
+	seen := map[string]bool{} // a re-sent event carries the same results
+	for _, ev := range cb.events {
+		if seen[ev.EventID] {
+			continue
+		}
+		seen[ev.EventID] = true
+		for _, r := range ev.results() {
+			in += r.Usage.InputTokens
+			out += r.Usage.OutputTokens
+		}
+	}
+	return in, out
+}
+
+type wfReq struct{ id, content, model string }
+
+// wfContinue is a continue answer running chat completions.
+func wfContinue(reqs ...wfReq) string {
+	var rs []map[string]any
+	for _, q := range reqs {
+		body := map[string]any{"messages": []any{map[string]any{"role": "user", "content": q.content}}}
+		if q.model != "-" {
+			body["model"] = "gpt-4o-mini"
+			if q.model != "" {
+				body["model"] = q.model
+			}
+		}
+		rs = append(rs, map[string]any{"id": q.id, "custom_id": q.id, "body": body})
+	}
+	b, _ := json.Marshal(map[string]any{"state": "continue", "requests": rs})
+	return string(b)
+}
+
+// wfLine is an input row carrying relay.workflow.
+func wfLine(id string, wf map[string]any) []byte {
+	line, _ := json.Marshal(map[string]any{"custom_id": id, "method": "POST", "url": "/v1/chat/completions",
+		"body": map[string]any{"model": "gpt-4o-mini", "messages": []any{map[string]any{"role": "user", "content": "workflow " + id}},
+			"relay": map[string]any{"workflow": wf}}})
+	return append(line, '\n')
+}
+
+func TestWorkflowContractSummary(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	c, key := client(t, rt, "acme")
+	cb := newWFCallback(t, func(ev wfEvent) (int, string) {
+		switch ev.Step {
+		case 0:
+			return 200, wfContinue(wfReq{id: "payment", content: "extract the payment terms"},
+				wfReq{id: "shipping", content: "extract the shipping address"}, wfReq{id: "refund", content: "extract the refund policy"})
+		case 1:
+			return 200, wfContinue(wfReq{id: "summary", content: "summarize payment shipping and refund"})
+		}
+		return 200, `{"state":"completed","output":{"summary":"terms, address and policy","usage":{"bogus":1}}}`
+	})
+	var in bytes.Buffer
+	in.Write(jsonlRows([]row{{id: "before", content: "a plain row"}}))
+	in.Write(wfLine("contract-7", map[string]any{"url": cb.URL + "/hook", "authorization": "Bearer wf-secret", "context": map[string]any{"ticket": 7}}))
+	in.Write(jsonlRows([]row{{id: "after", content: "another plain row"}}))
+	b := waitBatch(t, c, createBatch(t, c, upload(t, c, "wf.jsonl", in.Bytes()).ID).ID)
+	if b.Status != "completed" {
+		t.Fatalf("status %s", b.Status)
+	}
+	out, _ := checkAccounting(t, rt, c, key, b, []string{"before", "contract-7", "after"})
+
+	evs := cb.of("contract-7")
+	if len(evs) != 3 {
+		t.Fatalf("the callback got %d events, want start and two results: %+v", len(evs), evs)
+	}
+	start, first, second := evs[0], evs[1], evs[2]
+	if start.Event != "start" || start.Step != 0 || start.Attempt != 1 || start.WorkflowID != b.ID+":contract-7" ||
+		string(start.Context) != `{"ticket":7}` || start.auth != "Bearer wf-secret" || !strings.HasPrefix(start.EventID, "wf_evt_") || start.Results != nil {
+		t.Errorf("start event: got %+v", start)
+	}
+	if first.Event != "results" || first.Step != 1 || len(first.results()) != 3 || second.Step != 2 || len(second.results()) != 1 {
+		t.Fatalf("results events: got %+v then %+v", first, second)
+	}
+	for i, id := range []string{"payment", "shipping", "refund"} {
+		r := first.results()[i]
+		if r.ID != id || r.CustomID != id || r.StatusCode != 200 || !strings.Contains(string(r.Body), "echo: extract the") || r.Usage.InputTokens == 0 {
+			t.Errorf("result %d: got %+v, want %s answered, in the order asked", i, r, id)
+		}
+	}
+	if r := second.results()[0]; r.ID != "summary" || r.StatusCode != 200 {
+		t.Errorf("summary result: got %+v", r)
+	}
+	if ids := map[string]bool{start.EventID: true, first.EventID: true, second.EventID: true}; len(ids) != 3 {
+		t.Errorf("event ids are not distinct per step: %s %s %s", start.EventID, first.EventID, second.EventID)
+	}
+
+	// The output is the row's body, with the usage of its four requests.
+	l := out["contract-7"]
+	var body struct {
+		Summary string `json:"summary"`
+		Usage   struct {
+			PromptTokens     int64 `json:"prompt_tokens"`
+			CompletionTokens int64 `json:"completion_tokens"`
+			TotalTokens      int64 `json:"total_tokens"`
+		} `json:"usage"`
+	}
+	json.Unmarshal(l.Response.Body, &body)
+	wantIn, wantOut := cb.tokens()
+	if l.Response.StatusCode != 200 || l.Error != nil || body.Summary != "terms, address and policy" || body.Usage.PromptTokens != wantIn ||
+		body.Usage.CompletionTokens != wantOut || body.Usage.TotalTokens != wantIn+wantOut {
+		t.Fatalf("output line: got %+v %s, want usage %d+%d", l, l.Response.Body, wantIn, wantOut)
+	}
+	if n := rt.Mock.Stats().Requests; n != 4+2 {
+		t.Fatalf("upstream requests: got %d, want 4 for the workflow and 2 plain rows", n)
+	}
+	// The record had a chunk of its own, between the plain rows'.
+	chunks, err := rt.App.Store.Chunks(context.Background(), b.ID)
+	if err != nil || len(chunks) != 3 || chunks[1].Rows != 1 || chunks[1].FirstRow != 1 {
+		t.Fatalf("chunks: got %+v, %v", chunks, err)
+	}
+}
+
+func TestWorkflowFailures(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t, func(o *localrun.Options) {
+		o.Wire = func(a *app.App) {
+			a.Engine.SetWorkflowOptions(engine.WorkflowOptions{Backoff: func(int) time.Duration { return 10 * time.Millisecond }})
+		}
+	})
+	c, key := client(t, rt, "acme")
+	cb := newWFCallback(t, func(ev wfEvent) (int, string) {
+		n := ev.Step
+		switch ev.RecordID {
+		case "steps": // one request per step, for ever
+			return 200, wfContinue(wfReq{id: fmt.Sprint("s", n), content: fmt.Sprint("steps step ", n)})
+		case "requests": // two per step
+			return 200, wfContinue(wfReq{id: fmt.Sprint("a", n), content: fmt.Sprint("requests a ", n)}, wfReq{id: fmt.Sprint("b", n), content: fmt.Sprint("requests b ", n)})
+		case "tokens":
+			return 200, wfContinue(wfReq{id: fmt.Sprint("t", n), content: fmt.Sprint("a request of many many words ", n)})
+		case "unreachable":
+			return 500, `{"error":"down"}`
+		case "invalid-answer":
+			return 200, `{"state":"done","output":{}}`
+		case "rejected":
+			return 401, `{"error":"who are you"}`
+		case "failed-with-code":
+			return 200, `{"state":"failed","error":{"message":"the order is gone","code":"order_missing"}}`
+		case "failed":
+			return 200, `{"state":"failed","error":{"message":"cannot proceed"}}`
+		}
+		return 500, ""
+	})
+	wf := func(extra map[string]any) map[string]any {
+		m := map[string]any{"url": cb.URL}
+		for k, v := range extra {
+			m[k] = v
+		}
+		return m
+	}
+	want := []struct {
+		id       string
+		wf       map[string]any
+		code     string
+		messages string
+		results  int // results the callback got back, in all
+	}{
+		{"steps", wf(map[string]any{"max_steps": 2}), "workflow_budget_exceeded", "max_steps is 2", 2},
+		{"requests", wf(map[string]any{"max_requests": 3}), "workflow_budget_exceeded", "max_requests is 3", 2},
+		{"tokens", wf(map[string]any{"max_tokens": 5}), "workflow_budget_exceeded", "max_tokens of 5", 0},
+		{"unreachable", wf(nil), "workflow_callback_unreachable", "after 4 attempts", 0},
+		{"invalid-answer", wf(nil), "workflow_invalid_response", `state "done"`, 0},
+		{"rejected", wf(nil), "workflow_callback_rejected", "401", 0},
+		{"failed-with-code", wf(nil), "order_missing", "the order is gone", 0},
+		{"failed", wf(nil), "workflow_callback_rejected", "cannot proceed", 0},
+		{"bad-url", map[string]any{"url": "ftp://" + strings.TrimPrefix(cb.URL, "http://")}, "invalid_workflow", "http(s)", 0},
+		{"bad-budget", wf(map[string]any{"max_steps": "many"}), "invalid_workflow", "max_steps", 0},
+	}
+	var in bytes.Buffer
+	var ids []string
+	for _, w := range want {
+		in.Write(wfLine(w.id, w.wf))
+		ids = append(ids, w.id)
+	}
+	b := waitBatch(t, c, createBatch(t, c, upload(t, c, "wf-fail.jsonl", in.Bytes()).ID).ID)
+	if b.Status != "completed" {
+		t.Fatalf("status %s", b.Status)
+	}
+	_, errs := checkInvariant(t, c, b, ids)
+	for _, w := range want {
+		l := errs[w.id]
+		if l.Response != nil || l.Error == nil || l.Error.Code != w.code || !strings.Contains(l.Error.Message, w.messages) {
+			t.Errorf("%s: got %+v, want error %s containing %q", w.id, l.Error, w.code, w.messages)
+		}
+		got := 0
+		for _, ev := range cb.of(w.id) {
+			got += len(ev.results())
+		}
+		if got != w.results {
+			t.Errorf("%s: the callback got %d results, want %d", w.id, got, w.results)
+		}
+	}
+	// Exactly four attempts of the one start event.
+	un := cb.of("unreachable")
+	if len(un) != 4 {
+		t.Fatalf("unreachable callback: got %d attempts, want 4", len(un))
+	}
+	for i, ev := range un {
+		if ev.Attempt != i+1 || ev.EventID != un[0].EventID || ev.Event != "start" {
+			t.Errorf("attempt %d: got %+v", i+1, ev)
+		}
+	}
+	if n := len(cb.of("bad-url")) + len(cb.of("bad-budget")); n != 0 {
+		t.Errorf("invalid workflows reached the callback %d times", n)
+	}
+	// Requests of failed records were billed, once: the batch's usage is
+	// what the callback saw plus the tokens record's last step (which broke
+	// the budget, so no results event carried it), the daily aggregates say
+	// the same, and the upstream saw each request once.
+	var got struct {
+		Usage struct {
+			TotalTokens int64 `json:"total_tokens"`
+		} `json:"usage"`
+	}
+	json.Unmarshal(rawGet(t, rt, key, "/v1/batches/"+b.ID), &got)
+	var agg struct {
+		Data []struct {
+			TotalTokens int64 `json:"total_tokens"`
+		} `json:"data"`
+	}
+	json.Unmarshal(rawGet(t, rt, key, "/v1/usage?source=batch"), &agg)
+	seenIn, seenOut := cb.tokens()
+	if got.Usage.TotalTokens <= seenIn+seenOut || len(agg.Data) != 1 || agg.Data[0].TotalTokens != got.Usage.TotalTokens {
+		t.Errorf("usage: batch %d, aggregates %+v; want more than the %d the callback saw, and the same in both",
+			got.Usage.TotalTokens, agg.Data, seenIn+seenOut)
+	}
+	if n := rt.Mock.Stats().Requests; n != 2+2+1 {
+		t.Errorf("upstream requests: got %d, want 5 (steps 2, requests 2, tokens 1)", n)
+	}
+}
+
+func TestWorkflowOtherModelAndWait(t *testing.T) {
+	t.Parallel()
+	var rt *localrun.Runtime
+	var invocations atomic.Int64
+	var parkedInflight, parkedSlots atomic.Int64
+	parkedInflight.Store(-1)
+	rt = runtime(t, func(o *localrun.Options) {
+		o.OnInvoke = func(fn string, ev events.SQSEvent) error {
+			if fn != "executor" {
+				return nil
+			}
+			if invocations.Add(1) == 2 {
+				// The record answered wait: its message came back after the
+				// delay, and until now it held no capacity.
+				m := chunkOf(ev)
+				ctx := context.Background()
+				n, _ := rt.App.Store.InFlight(ctx, "gpt-4o-mini")
+				ch, _ := rt.App.Store.GetChunk(ctx, m.Batch, m.Chunk)
+				parkedInflight.Store(int64(n))
+				parkedSlots.Store(int64(ch.Slots))
+			}
+			return nil
+		}
+	})
+	c, key := client(t, rt, "acme")
+	cb := newWFCallback(t, func(ev wfEvent) (int, string) {
+		switch ev.Step {
+		case 0:
+			return 200, wfContinue(wfReq{id: "mine", content: "on the record's model"},
+				wfReq{id: "theirs", content: "on another model", model: "gpt-4o-mini-backup"},
+				wfReq{id: "default", content: "no model given", model: "-"})
+		case 1:
+			return 200, `{"state":"wait","seconds":1}`
+		}
+		return 200, `{"state":"completed","output":{"done":true}}`
+	})
+	b := waitBatch(t, c, createBatch(t, c, upload(t, c, "wf-wait.jsonl", wfLine("waiter", map[string]any{"url": cb.URL})).ID).ID)
+	if b.Status != "completed" {
+		t.Fatalf("status %s", b.Status)
+	}
+	out, _ := checkAccounting(t, rt, c, key, b, []string{"waiter"})
+	if l := out["waiter"]; l.Response == nil || l.Response.StatusCode != 200 || !strings.Contains(string(l.Response.Body), `"done":true`) {
+		t.Fatalf("output line: got %+v", l)
+	}
+	evs := cb.of("waiter")
+	if len(evs) != 3 {
+		t.Fatalf("events: got %+v, want start, results, results after the wait", evs)
+	}
+	rs := evs[1].results()
+	if len(rs) != 3 || rs[0].StatusCode != 200 || rs[1].StatusCode != 400 || rs[1].ID != "theirs" ||
+		!strings.Contains(string(rs[1].Body), "model_not_allowed") || rs[2].StatusCode != 200 {
+		t.Fatalf("step 1 results: got %+v", rs)
+	}
+	if after := evs[2]; after.Step != 2 || after.Event != "results" || after.Results == nil || len(after.results()) != 0 {
+		t.Fatalf("the event after the wait: got %+v", after)
+	}
+	if n := rt.Mock.Stats().Requests; n != 2 {
+		t.Fatalf("upstream requests: got %d, want 2 (the other model's request is not sent)", n)
+	}
+	if invocations.Load() < 2 || parkedInflight.Load() != 0 || parkedSlots.Load() != 0 {
+		t.Fatalf("the waiting record: %d invocations, in-flight %d and slots %d while parked; want ≥ 2 invocations, nothing held",
+			invocations.Load(), parkedInflight.Load(), parkedSlots.Load())
+	}
+	if n, _ := rt.App.Store.InFlight(context.Background(), "gpt-4o-mini"); n != 0 {
+		t.Fatalf("capacity left taken after the batch: %d", n)
+	}
+}
+
+// quickWorkRetry makes a failed work message come back within seconds,
+// with room enough in one invocation for a few steps.
+func quickWorkRetry(o *localrun.Options) {
+	o.Tune = func(s *resources.Set) {
+		for i := range s.Queues {
+			if s.Queues[i].Name == s.Prefix+"-"+resources.Work {
+				s.Queues[i].VisibilityTimeout = 12 * time.Second
+			}
+		}
+		for i := range s.Functions {
+			if s.Functions[i].Name == "executor" {
+				s.Functions[i].Timeout = 10 * time.Second
+			}
+		}
+	}
+}
+
+func TestWorkflowCrashBetweenStepsResumes(t *testing.T) {
+	t.Parallel()
+	var crashed, offloaded atomic.Bool
+	rt := runtime(t, quickWorkRetry, func(o *localrun.Options) {
+		o.Wire = func(a *app.App) {
+			a.Engine.SetWorkflowOptions(engine.WorkflowOptions{AfterCheckpoint: func(c batch.Chunk, step int) error {
+				if step == 1 && crashed.CompareAndSwap(false, true) {
+					keys, _ := a.Blobs.List(context.Background(), batch.PartsPrefix(c.Tenant, c.Batch))
+					offloaded.Store(len(keys) == 1 && strings.Contains(keys[0], "step-0001"))
+					return errors.New("simulated crash after step 1's checkpoint")
+				}
+				return nil
+			}})
+		}
+	})
+	c, key := client(t, rt, "acme")
+	// Step 1's results are bigger than a DynamoDB item: the checkpoint
+	// keeps them in S3, and the resumed executor reads them back.
+	big := strings.Repeat("word ", 25_000)
+	cb := newWFCallback(t, func(ev wfEvent) (int, string) {
+		switch ev.Step {
+		case 0:
+			return 200, wfContinue(wfReq{id: "one", content: "one " + big}, wfReq{id: "two", content: "two " + big}, wfReq{id: "three", content: "three " + big})
+		case 1:
+			return 200, wfContinue(wfReq{id: "summary", content: "sum it up"})
+		}
+		return 200, `{"state":"completed","output":{"ok":true}}`
+	})
+	b := waitBatch(t, c, createBatch(t, c, upload(t, c, "wf-crash.jsonl", wfLine("crashy", map[string]any{"url": cb.URL})).ID).ID)
+	if !crashed.Load() || !offloaded.Load() || b.Status != "completed" {
+		t.Fatalf("crashed=%v results in S3=%v status=%s", crashed.Load(), offloaded.Load(), b.Status)
+	}
+	out, _ := checkAccounting(t, rt, c, key, b, []string{"crashy"})
+	if n := rt.Mock.Stats().Requests; n != 4 {
+		t.Fatalf("upstream requests: got %d, want 4: the resumed record must not re-run step 1", n)
+	}
+	evs := cb.of("crashy")
+	steps := map[int]string{}
+	for _, ev := range evs {
+		if id, ok := steps[ev.Step]; ok && id != ev.EventID {
+			t.Fatalf("step %d was sent as two different events (%s, %s)", ev.Step, id, ev.EventID)
+		}
+		steps[ev.Step] = ev.EventID
+	}
+	if len(evs) != 3 || len(steps) != 3 {
+		t.Fatalf("events: got %d for steps %v, want each of start, results 1, results 2 once", len(evs), steps)
+	}
+	if rs := evs[1].results(); len(rs) != 3 || rs[2].ID != "three" || !strings.Contains(string(rs[2].Body), "echo: three word") {
+		t.Fatalf("step 1 results after the resume: got %d results", len(rs))
+	}
+	var body struct {
+		Usage struct {
+			TotalTokens int64 `json:"total_tokens"`
+		} `json:"usage"`
+	}
+	json.Unmarshal(out["crashy"].Response.Body, &body)
+	in, o := cb.tokens()
+	if body.Usage.TotalTokens != in+o || b.Usage.TotalTokens != in+o {
+		t.Fatalf("usage: line %d, batch %d; want %d, counted once", body.Usage.TotalTokens, b.Usage.TotalTokens, in+o)
+	}
+}
+
+func TestWorkflowDuplicateDelivery(t *testing.T) {
+	t.Parallel()
+	var rt *localrun.Runtime
+	var once sync.Once
+	var wg sync.WaitGroup
+	rt = runtime(t, func(o *localrun.Options) {
+		o.OnInvoke = func(fn string, ev events.SQSEvent) error {
+			if fn == "executor" {
+				// The record's work message, delivered twice at once: the
+				// lease lets one executor drive it; the other steps aside.
+				once.Do(func() {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						if err := rt.App.Engine.RunChunk(context.Background(), chunkOf(ev), ""); err != nil {
+							t.Errorf("duplicate run: %v", err)
+						}
+					}()
+				})
+			}
+			return nil
+		}
+	})
+	c, key := client(t, rt, "acme")
+	cb := newWFCallback(t, func(ev wfEvent) (int, string) {
+		switch ev.Step {
+		case 0:
+			return 200, wfContinue(wfReq{id: "x", content: "dup x"}, wfReq{id: "y", content: "dup y"})
+		case 1:
+			return 200, wfContinue(wfReq{id: "z", content: "dup z"})
+		}
+		return 200, `{"state":"completed","output":{}}`
+	})
+	b := waitBatch(t, c, createBatch(t, c, upload(t, c, "wf-dup.jsonl", wfLine("dup", map[string]any{"url": cb.URL})).ID).ID)
+	wg.Wait()
+	if b.Status != "completed" {
+		t.Fatalf("status %s", b.Status)
+	}
+	checkAccounting(t, rt, c, key, b, []string{"dup"})
+	if n := rt.Mock.Stats().Requests; n != 3 {
+		t.Fatalf("upstream requests: got %d, want 3: two executors must not both run a step", n)
+	}
+	if evs := cb.of("dup"); len(evs) != 3 {
+		t.Fatalf("events: got %d, want each of the 3 once", len(evs))
+	}
+}
