@@ -66,22 +66,28 @@ const (
 
 // Fault kinds, in the order the summary prints them.
 const (
-	faultKill          = "executor killed mid-chunk"
-	faultBeforeCommit  = "executor crashed after writing parts"
-	faultDropWork      = "work message dropped"
-	faultDropDispatch  = "dispatch batch dropped (≤10 messages)"
-	faultDropFinalize  = "finalize message dropped"
-	faultDupRun        = "work message delivered twice at once"
-	faultDupWork       = "work message duplicated on the queue"
-	faultDupDispatch   = "dispatch message duplicated"
-	faultDupFinalize   = "finalize delivered twice at once"
-	faultRedeliverDup  = "failed duplicate redelivered"
-	fault429Burst      = "provider 429 burst"
-	fault500Burst      = "provider 500 burst"
-	faultTimeoutBurst  = "provider timeout burst"
-	faultRestart       = "runtime restarted"
-	chaosExecTimeout   = 10 * time.Second
-	chaosWorkVisiblity = 12 * time.Second
+	faultKill         = "executor killed mid-chunk"
+	faultBeforeCommit = "executor crashed after writing parts"
+	faultDropWork     = "work message dropped"
+	faultDropDispatch = "dispatch batch dropped (≤10 messages)"
+	faultDropFinalize = "finalize message dropped"
+	faultDupRun       = "work message delivered twice at once"
+	faultDupWork      = "work message duplicated on the queue"
+	faultDupDispatch  = "dispatch message duplicated"
+	faultDupFinalize  = "finalize delivered twice at once"
+	faultRedeliverDup = "failed duplicate redelivered"
+	fault429Burst     = "provider 429 burst"
+	fault500Burst     = "provider 500 burst"
+	faultTimeoutBurst = "provider timeout burst"
+	faultRestart      = "runtime restarted"
+)
+
+// The executor's timeout and the work queue's visibility: long enough for
+// a chunk to ride out a provider burst, short enough that a lost message
+// comes back within the run.
+const (
+	chaosExecTimeout    = 10 * time.Second
+	chaosWorkVisibility = 12 * time.Second
 )
 
 var faultOrder = []string{faultKill, faultBeforeCommit, faultDropWork, faultDropDispatch, faultDropFinalize,
@@ -264,7 +270,7 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	logPath := fmt.Sprintf("%s/relay-chaos-%d.log", os.TempDir(), seed)
-	fmt.Printf("\nCHAOS  seed %d (CHAOS_SEED=%d reproduces the fault plan); runtime log: %s\n", seed, seed, logPath)
+	fmt.Printf("\nCHAOS  seed %d (CHAOS_SEED=%d reproduces the fault plan); runtime log, kept if the run fails: %s\n", seed, seed, logPath)
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
@@ -302,7 +308,7 @@ func TestChaos(t *testing.T) {
 			// A lost work message comes back in seconds, not minutes.
 			for i := range s.Queues {
 				if s.Queues[i].Name == s.Prefix+"-"+resources.Work {
-					s.Queues[i].VisibilityTimeout = chaosWorkVisiblity
+					s.Queues[i].VisibilityTimeout = chaosWorkVisibility
 				}
 			}
 			for i := range s.Functions {
@@ -479,7 +485,7 @@ func TestChaos(t *testing.T) {
 
 	w := os.Stdout
 	fmt.Fprintf(w, "\nCHAOS  seed %d: %d tenants × %d batches × %d rows = %d rows, chunks of 10, work visibility %v, executor timeout %v\n",
-		seed, nTenants, perTenant, nRows, totalRows, chaosWorkVisiblity, chaosExecTimeout)
+		seed, nTenants, perTenant, nRows, totalRows, chaosWorkVisibility, chaosExecTimeout)
 	fmt.Fprintf(w, "  all terminal after %.1f s; restart at %.1f s with %d rows done and %d of %d batches unfinished; work queue drained: %v\n\n",
 		elapsed.Seconds(), restartAt.Seconds(), rowsAtRestart, openAtRestart, nTenants*perTenant, drained)
 	frows := [][]string{{"fault injected", "count"}}

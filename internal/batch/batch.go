@@ -203,7 +203,12 @@ type Chunk struct {
 // kind ("out", "err", "usage"): under the tenant and the batch, so they are
 // listed, scoped and expired together.
 func PartKey(tenant, batchID string, chunk int, attempt, kind string) string {
-	return fmt.Sprintf("%s%06d-%s.%s", PartsPrefix(tenant, batchID), chunk, attempt, kind)
+	return fmt.Sprintf("%s%s.%s", ChunkPartsPrefix(tenant, batchID, chunk), attempt, kind)
+}
+
+// ChunkPartsPrefix is where the parts of every run of one chunk live.
+func ChunkPartsPrefix(tenant, batchID string, chunk int) string {
+	return fmt.Sprintf("%s%06d-", PartsPrefix(tenant, batchID), chunk)
 }
 
 // PartsPrefix is where all parts of a batch live.

@@ -108,7 +108,13 @@ func (e *Engine) RunChunk(ctx context.Context, m Message, receipt string) error 
 	}
 	switch c.State {
 	case batch.ChunkDone:
-		return e.afterCommit(ctx, b) // a duplicate: make sure what follows a commit happened
+		// A duplicate, or the redelivery of a run that died: remove what
+		// runs that did not commit wrote, then make sure what follows a
+		// commit happened.
+		if err := e.sweepParts(ctx, c); err != nil {
+			return err
+		}
+		return e.afterCommit(ctx, b)
 	case batch.ChunkPending:
 		return fmt.Errorf("chunk %d of %s is not released yet", c.Index, c.Batch)
 	}
@@ -347,4 +353,25 @@ func (e *Engine) afterCommit(ctx context.Context, b batch.Batch) error {
 		}
 	}
 	return e.send(ctx, resources.Dispatch, Message{Type: MsgRelease})
+}
+
+// sweepParts deletes the parts of a done chunk that its commit does not
+// point to. A run that died between writing its parts and committing
+// leaves them; the finalizer removes those it finds, but a duplicate run
+// can write them after the batch was finalized. The dead run's message
+// always comes back (here, or to the dead-letter handler), so sweeping on
+// that delivery removes them.
+func (e *Engine) sweepParts(ctx context.Context, c batch.Chunk) error {
+	keys, err := e.Blobs.List(ctx, batch.ChunkPartsPrefix(c.Tenant, c.Batch, c.Index))
+	if err != nil {
+		return fmt.Errorf("list parts of chunk %d of %s: %w", c.Index, c.Batch, err)
+	}
+	keep := map[string]bool{c.Parts("out"): true, c.Parts("err"): true, c.Parts("usage"): true}
+	var stray []string
+	for _, k := range keys {
+		if !keep[k] {
+			stray = append(stray, k)
+		}
+	}
+	return e.Blobs.Delete(ctx, stray...)
 }

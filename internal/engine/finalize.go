@@ -31,6 +31,9 @@ func (e *Engine) DeadLetter(ctx context.Context, ev events.SQSEvent) (events.SQS
 			return err
 		}
 		if c.State == batch.ChunkDone {
+			if err := e.sweepParts(ctx, c); err != nil {
+				return err
+			}
 			return e.afterCommit(ctx, b)
 		}
 		// The custom ids, when the range still parses; a poison range that
