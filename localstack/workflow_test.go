@@ -223,7 +223,7 @@ func TestWorkflowFailures(t *testing.T) {
 	t.Parallel()
 	rt := runtime(t, func(o *localrun.Options) {
 		o.Wire = func(a *app.App) {
-			a.Engine.SetWorkflowOptions(engine.WorkflowOptions{Backoff: func(int) time.Duration { return 10 * time.Millisecond }})
+			a.Engine.Workflows = engine.WorkflowOptions{Backoff: func(int) time.Duration { return 10 * time.Millisecond }}
 		}
 	})
 	c, key := client(t, rt, "acme")
@@ -427,14 +427,14 @@ func TestWorkflowCrashBetweenStepsResumes(t *testing.T) {
 	var crashed, offloaded atomic.Bool
 	rt := runtime(t, quickWorkRetry, func(o *localrun.Options) {
 		o.Wire = func(a *app.App) {
-			a.Engine.SetWorkflowOptions(engine.WorkflowOptions{AfterCheckpoint: func(c batch.Chunk, step int) error {
+			a.Engine.Workflows = engine.WorkflowOptions{AfterCheckpoint: func(c batch.Chunk, step int) error {
 				if step == 1 && crashed.CompareAndSwap(false, true) {
 					keys, _ := a.Blobs.List(context.Background(), batch.PartsPrefix(c.Tenant, c.Batch))
 					offloaded.Store(len(keys) == 1 && strings.Contains(keys[0], "step-0001"))
 					return errors.New("simulated crash after step 1's checkpoint")
 				}
 				return nil
-			}})
+			}}
 		}
 	})
 	c, key := client(t, rt, "acme")

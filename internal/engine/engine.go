@@ -76,7 +76,9 @@ type Engine struct {
 	// before it commits; an error there is a crash at the worst moment
 	// (fault tests and the chaos run use it).
 	BeforeCommit func(batch.Chunk) error
-	Now          func() time.Time
+	// Workflows tunes workflow records (tests shorten callback backoff).
+	Workflows WorkflowOptions
+	Now       func() time.Time
 }
 
 func (e *Engine) now() time.Time {

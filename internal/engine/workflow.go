@@ -60,20 +60,6 @@ type WorkflowOptions struct {
 	AfterCheckpoint func(c batch.Chunk, step int) error
 }
 
-// workflowTuning holds each Engine's WorkflowOptions. It sits beside the
-// Engine rather than in it only because engine.go belongs to another
-// change; it should become an Engine field.
-var workflowTuning sync.Map // *Engine → WorkflowOptions
-
-// SetWorkflowOptions tunes this engine's workflow records.
-func (e *Engine) SetWorkflowOptions(o WorkflowOptions) { workflowTuning.Store(e, o) }
-
-func (e *Engine) workflowOptions() WorkflowOptions {
-	o, _ := workflowTuning.Load(e)
-	opts, _ := o.(WorkflowOptions)
-	return opts
-}
-
 // isWorkflowChunk reports whether a chunk is a workflow record's own.
 func isWorkflowChunk(c batch.Chunk, reqs []jsonl.Request) bool {
 	return c.Rows == 1 && len(reqs) == 1 && workflow.InBody(reqs[0].Body)
@@ -85,7 +71,7 @@ func isWorkflowChunk(c batch.Chunk, reqs []jsonl.Request) bool {
 func (e *Engine) runWorkflow(ctx, runCtx context.Context, b batch.Batch, c batch.Chunk, req jsonl.Request, status *atomic.Value) error {
 	row := c.FirstRow
 	log := e.Log.With("batch_id", b.ID, "chunk", c.Index, "custom_id", req.CustomID)
-	hooks := e.workflowOptions()
+	hooks := e.Workflows
 	wc := e.Webhooks.client()
 
 	spec, err := workflow.ParseSpec(req.Body, wc.Policy)

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"errors"
 	"testing"
 
 	"github.com/relaybatch/relay/internal/batch"
@@ -30,15 +29,5 @@ func TestIsWorkflowChunk(t *testing.T) {
 				t.Fatalf("got %v, want %v", got, tt.want)
 			}
 		})
-	}
-}
-
-func TestWorkflowOptionsArePerEngine(t *testing.T) {
-	t.Parallel()
-	a, b := &Engine{}, &Engine{}
-	crash := errors.New("crash")
-	a.SetWorkflowOptions(WorkflowOptions{AfterCheckpoint: func(batch.Chunk, int) error { return crash }})
-	if a.workflowOptions().AfterCheckpoint == nil || b.workflowOptions().AfterCheckpoint != nil {
-		t.Fatal("options set on one engine must not reach another")
 	}
 }
