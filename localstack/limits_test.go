@@ -195,7 +195,7 @@ func TestLimitRequests(t *testing.T) {
 		{"subdirectory", `form-data; name="file"; filename="a/b.jsonl"`, "without a directory"},
 		{"backslash", `form-data; name="file"; filename="..\\..\\x.jsonl"`, "without a directory"},
 		{"NUL", `form-data; name="file"; filename*=UTF-8''a%00b.jsonl`, "control character"},
-		{"CR LF", `form-data; name="file"; filename*=UTF-8''a%0D%0AX-Injected: 1.jsonl`, "control character"},
+		{"CR LF", `form-data; name="file"; filename*=UTF-8''a%0D%0AX-Injected%3A%201.jsonl`, "control character"},
 		{"dot dot", `form-data; name="file"; filename=".."`, "has no name"},
 		{"quote", `form-data; name="file"; filename*=UTF-8''a%22.jsonl`, "quote"},
 	}
@@ -640,7 +640,7 @@ func TestAbuseKeyNeverLogged(t *testing.T) {
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	rt := runtime(t, func(o *localrun.Options) {
 		o.Log = log
-		o.Env.RateLimit = 3
+		o.Env.RateLimit = 20
 		o.Env.MaxInflight = 10
 	})
 	ctx := context.Background()
@@ -656,8 +656,21 @@ func TestAbuseKeyNeverLogged(t *testing.T) {
 	content(t, c, f.ID)
 	limitReq(t, rt, key, "GET", "/v1/batches/batch_nope", "", nil)
 	limitReq(t, rt, key, "POST", "/v1/batches", "application/json", []byte(`{"input_file_id":`))
-	for range 10 {
-		limitReq(t, rt, key, "GET", "/v1/batches/"+b.ID, "", nil)
+	var wg sync.WaitGroup
+	limited := 0
+	var mu sync.Mutex
+	for range 40 {
+		wg.Go(func() {
+			if status, _, _ := limitReq(t, rt, key, "GET", "/v1/batches/"+b.ID, "", nil); status == http.StatusTooManyRequests {
+				mu.Lock()
+				limited++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if limited == 0 {
+		t.Error("40 requests at once: none rate limited")
 	}
 	if err := rt.App.Store.DisableKey(ctx, disabled); err != nil {
 		t.Fatal(err)

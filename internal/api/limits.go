@@ -72,9 +72,9 @@ func (a *API) limit(ctx context.Context, p auth.Principal) error {
 }
 
 // maxDepth bounds how deeply a JSON request body may nest. encoding/json
-// stops at 10,000 levels; no request needs more than a few dozen (OpenAI
-// caps a structured-output schema at 10), and a shallow bound turns a
-// pathological body into a clear 400 before anything walks it.
+// stops at 10,000 levels; real requests (messages, tools, JSON schemas)
+// stay within a few dozen, and a shallow bound turns a pathological body
+// into a clear 400 before anything walks it.
 const maxDepth = 64
 
 // checkJSONBody refuses, before decoding, a body that is not UTF-8 (JSON

@@ -214,3 +214,36 @@ func TestReadFormKeepsRawFilename(t *testing.T) {
 		}
 	}
 }
+
+// FuzzCheckDepth: on valid JSON, checkDepth refuses exactly the bodies that
+// nest deeper than the limit, as a real tokenizer counts them.
+func FuzzCheckDepth(f *testing.F) {
+	for _, s := range []string{`{"a":[1,{"b":"[{"}]}`, `"\\\"["`, `[[[[]]]]`, `{"a":"\u005b"}`, `[` + strings.Repeat(`"]",`, 5) + `1]`} {
+		f.Add([]byte(s))
+	}
+	const limit = 4
+	f.Fuzz(func(t *testing.T, body []byte) {
+		err := checkDepth(body, limit)
+		if !json.Valid(body) {
+			return
+		}
+		dec := json.NewDecoder(bytes.NewReader(body))
+		depth, deepest := 0, 0
+		for {
+			tok, terr := dec.Token()
+			if terr != nil {
+				break
+			}
+			switch tok {
+			case json.Delim('{'), json.Delim('['):
+				depth++
+				deepest = max(deepest, depth)
+			case json.Delim('}'), json.Delim(']'):
+				depth--
+			}
+		}
+		if (err == nil) != (deepest <= limit) {
+			t.Fatalf("checkDepth(%q) = %v, but it nests %d deep", body, err, deepest)
+		}
+	})
+}

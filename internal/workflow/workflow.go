@@ -22,6 +22,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/webhook"
 )
 
@@ -95,9 +96,16 @@ func InBody(body []byte) bool {
 
 // InRow is InBody for a whole input row (custom_id, method, url, body): the
 // planner gives such a row a chunk of its own. It agrees with InBody on the
-// row's body.
+// body the executor reads from the row: the row is read with
+// jsonl.ParseRequests, whose last "body" wins, as it does for the executor
+// (a path lookup would take the first, and a row with two bodies would be
+// planned as one thing and run as another).
 func InRow(row []byte) bool {
-	return bytes.Contains(row, relayKey) && gjson.GetBytes(row, "body.relay.workflow").Exists()
+	if !bytes.Contains(row, relayKey) {
+		return false
+	}
+	reqs, err := jsonl.ParseRequests(row)
+	return err == nil && len(reqs) == 1 && InBody(reqs[0].Body)
 }
 
 // ParseSpec reads and validates the relay.workflow object of a record's

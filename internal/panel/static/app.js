@@ -121,19 +121,33 @@ function signOut() {
 }
 
 // poller calls tick now and again every POLL_MS while tick returns true;
-// stop() ends it and aborts the request in flight.
+// stop() ends it and aborts the request in flight. A run() during a tick
+// runs one more tick after it: ticks never overlap, so the answer to an
+// older request never overwrites a newer one (a status going backwards).
 function poller(tick) {
   const ctl = new AbortController();
   let timer = 0;
+  let running = false;
+  let queued = false;
   const run = async () => {
     clearTimeout(timer);
+    if (running) {
+      queued = true;
+      return;
+    }
+    running = true;
     let again = false;
     try {
       again = await tick(ctl.signal);
     } catch (e) {
       showError(e); // stop polling; Refresh starts again
     }
-    if (again && !ctl.signal.aborted) timer = setTimeout(run, POLL_MS);
+    running = false;
+    if (ctl.signal.aborted) return;
+    if (queued) {
+      queued = false;
+      run();
+    } else if (again) timer = setTimeout(run, POLL_MS);
   };
   run();
   return { run, stop() { ctl.abort(); clearTimeout(timer); } };

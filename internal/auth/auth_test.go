@@ -1,0 +1,159 @@
+package auth
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/relaybatch/relay/internal/errs"
+)
+
+// memStore is a Store in memory that remembers everything it was given.
+type memStore struct {
+	keys map[string]Key
+	puts []Key
+	err  error
+}
+
+func (s *memStore) GetKey(_ context.Context, hash string) (Key, error) {
+	if s.err != nil {
+		return Key{}, s.err
+	}
+	k, ok := s.keys[hash]
+	if !ok {
+		return Key{}, ErrNoKey
+	}
+	return k, nil
+}
+
+func (s *memStore) PutKey(_ context.Context, k Key) error {
+	if s.keys == nil {
+		s.keys = map[string]Key{}
+	}
+	s.keys[k.Hash] = k
+	s.puts = append(s.puts, k)
+	return nil
+}
+
+func (s *memStore) ListKeys(context.Context) ([]Key, error)  { return nil, nil }
+func (s *memStore) DisableKey(context.Context, string) error { return nil }
+func (s *memStore) WebhookSecret(_ context.Context, _ string, fresh func() string) (string, error) {
+	return fresh(), nil
+}
+
+// A key is "rb-" and 32 random bytes; only its SHA-256 is stored, with a
+// 12-hex-digit public id; no two keys are alike.
+func TestCreateStoresOnlyTheHash(t *testing.T) {
+	t.Parallel()
+	s := &memStore{}
+	seen := map[string]bool{}
+	for range 100 {
+		raw, k, err := Create(context.Background(), s, "acme", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, ok := strings.CutPrefix(raw, "rb-")
+		b, err := base64.RawURLEncoding.DecodeString(body)
+		if !ok || err != nil || len(b) < 32 {
+			t.Fatalf("key %q: want rb- and at least 32 random bytes", raw)
+		}
+		if seen[raw] {
+			t.Fatalf("key %q made twice", raw)
+		}
+		seen[raw] = true
+		if k.Hash != Hash(raw) || len(k.Hash) != 64 || k.ID != k.Hash[:12] {
+			t.Fatalf("record %+v: want the SHA-256 of the key and its first 12 hex digits as id", k)
+		}
+	}
+	for _, k := range s.puts {
+		if strings.Contains(k.Hash+k.ID+k.Tenant+strings.Join(k.Scopes, ","), "rb-") {
+			t.Fatalf("stored record %+v holds a key", k)
+		}
+	}
+	if _, _, err := Create(context.Background(), s, "../x", nil); err == nil {
+		t.Fatal("a tenant name with a path was accepted")
+	}
+	if _, _, err := Create(context.Background(), s, "acme", []string{"root"}); err == nil {
+		t.Fatal("an unknown scope was accepted")
+	}
+}
+
+func TestAuthenticate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := &memStore{}
+	full, _, _ := Create(ctx, s, "acme", nil)
+	filesOnly, _, _ := Create(ctx, s, "acme", []string{ScopeFiles})
+	admin, _, _ := Create(ctx, s, "globex", []string{ScopeAdmin})
+	off, offKey, _ := Create(ctx, s, "acme", nil)
+	offKey.Disabled = true
+	s.PutKey(ctx, offKey)
+
+	tests := []struct {
+		name, raw, scope string
+		kind             errs.Kind // 0 (Internal) means accepted here
+		tenant           string
+	}{
+		{"full key", full, ScopeBatches, 0, "acme"},
+		{"files key for files", filesOnly, ScopeFiles, 0, "acme"},
+		{"files key for batches", filesOnly, ScopeBatches, errs.Forbidden, ""},
+		{"admin holds every scope", admin, ScopeBatches, 0, "globex"},
+		{"disabled key", off, ScopeFiles, errs.Unauthenticated, ""},
+		{"no key", "", ScopeFiles, errs.Unauthenticated, ""},
+		{"unknown key", "rb-" + strings.Repeat("A", 43), ScopeFiles, errs.Unauthenticated, ""},
+		{"a key one character off", full[:len(full)-1] + "_", ScopeFiles, errs.Unauthenticated, ""},
+		{"the hash instead of the key", Hash(full), ScopeFiles, errs.Unauthenticated, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p, err := Authenticator{Store: s}.Authenticate(ctx, tt.raw, tt.scope)
+			if tt.kind == 0 {
+				if err != nil || p.Tenant != tt.tenant || p.KeyID != Hash(tt.raw)[:12] {
+					t.Fatalf("got %+v, %v; want tenant %s", p, err, tt.tenant)
+				}
+				return
+			}
+			if !errs.Is(err, tt.kind) || p.Tenant != "" {
+				t.Fatalf("got %+v, %v; want kind %v", p, err, tt.kind)
+			}
+		})
+	}
+	// A store failure is an internal error, not a 401 that would hide it.
+	broken := Authenticator{Store: &memStore{err: errors.New("dynamodb down")}}
+	if _, err := broken.Authenticate(ctx, full, ScopeFiles); errs.KindOf(err) != errs.Internal {
+		t.Fatalf("store failure: got %v, want an internal error", err)
+	}
+}
+
+func TestFromRequest(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		header, value, want string
+	}{
+		{"Authorization", "Bearer rb-abc", "rb-abc"},
+		{"Authorization", "Bearer  rb-abc ", "rb-abc"},
+		{"Authorization", "Basic cmI6YWJj", ""},
+		{"Authorization", "rb-abc", ""},
+		{"x-api-key", "rb-abc", "rb-abc"},
+		{"X-Api-Key", " rb-abc\t", "rb-abc"},
+	}
+	for _, tt := range tests {
+		r := httptest.NewRequest("GET", "/v1/files", nil)
+		r.Header.Set(tt.header, tt.value)
+		if got := FromRequest(r); got != tt.want {
+			t.Errorf("%s: %q: got %q, want %q", tt.header, tt.value, got, tt.want)
+		}
+	}
+	// A bearer token wins over x-api-key; a malformed Authorization is not
+	// rescued by x-api-key.
+	r := httptest.NewRequest("GET", "/", nil)
+	r.Header.Set("Authorization", "Basic x")
+	r.Header.Set("x-api-key", "rb-abc")
+	if got := FromRequest(r); got != "" {
+		t.Errorf("Basic and x-api-key: got %q, want none", got)
+	}
+}

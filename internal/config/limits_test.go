@@ -1,0 +1,34 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestLimitsFromEnv(t *testing.T) {
+	tests := []struct {
+		rate, inflight    string
+		wantRate, wantMax int
+		wantErr           string
+	}{
+		{"", "", DefaultRateLimit, DefaultMaxInflight, ""},
+		{"10", "3", 10, 3, ""},
+		{"0", "0", 0, 0, ""},
+		{"-1", "", 0, 0, "RELAY_RATE_LIMIT"},
+		{"", "lots", 0, 0, "RELAY_MAX_INFLIGHT_BATCHES"},
+	}
+	for _, tt := range tests {
+		t.Setenv("RELAY_RATE_LIMIT", tt.rate)
+		t.Setenv("RELAY_MAX_INFLIGHT_BATCHES", tt.inflight)
+		e, err := FromEnv()
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("%q/%q: got %v, want an error naming %s", tt.rate, tt.inflight, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || e.RateLimit != tt.wantRate || e.MaxInflight != tt.wantMax {
+			t.Errorf("%q/%q: got %d/%d, %v; want %d/%d", tt.rate, tt.inflight, e.RateLimit, e.MaxInflight, err, tt.wantRate, tt.wantMax)
+		}
+	}
+}
