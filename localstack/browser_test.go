@@ -28,10 +28,11 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/fetch"
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
-	"github.com/chromedp/cdproto/storage"
 	cdpruntime "github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/cdproto/storage"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 	"github.com/relaybatch/relay/internal/localrun"
@@ -55,6 +56,7 @@ func TestBrowser(t *testing.T) {
 		{"CancelRunningBatch", testBrowserCancel},
 		{"BadFilesShowErrors", testBrowserBadFiles},
 		{"NarrowScreenAndKeyboard", testBrowserNarrowAndKeyboard},
+		{"LateAnswerDoesNotRewindStatus", testBrowserLateAnswer},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -886,6 +888,11 @@ func testBrowserNarrowAndKeyboard(t *testing.T, browserCtx context.Context) {
 	id := p.uploadedBatch(name)
 	p.waitRow(id, "completed", 30*time.Second)
 	p.noHorizontalScroll("batches list with an upload")
+	// On a narrow screen each batch is a card that fits: its region must not
+	// need scrolling sideways either (an id cut off at the card's edge).
+	if w := eval[[]float64](p, `(s => [s.scrollWidth, s.clientWidth])(document.querySelector('#batches').closest('.scroll'))`); w[0] > w[1] {
+		t.Errorf("the batch cards are %vpx wide in a %vpx region: they do not fit a 360px screen", w[0], w[1])
+	}
 	p.screenshot("batch-list-narrow", true)
 
 	// The batch page: open it with the keyboard too (focus the link, Enter).
@@ -894,4 +901,70 @@ func testBrowserNarrowAndKeyboard(t *testing.T, browserCtx context.Context) {
 	p.waitVisible("the download button", "#download-results")
 	p.noHorizontalScroll("batch page")
 	checkInvariant(t, c, waitBatch(t, c, id), idsOf(nRows(3, "hello")))
+}
+
+// testBrowserLateAnswer: the answer to an older list request that arrives
+// after a newer one must not put a batch's status back. The test holds the
+// list request made after the upload for 3 s and clicks Refresh meanwhile.
+func testBrowserLateAnswer(t *testing.T, browserCtx context.Context) {
+	rt := runtime(t)
+	_, key := client(t, rt, "acme")
+	path := writeFile(t, t.TempDir(), "slow.jsonl", jsonlRows(nRows(32, "[[mock:sleep=1s]] slow")))
+	p := openPanel(t, browserCtx, rt, key, 1280, 800, false)
+	p.signIn()
+	p.watchStatuses()
+	released := p.holdNextAnswer("*/v1/batches?limit=100*", 3*time.Second)
+	p.upload(path)
+	id := p.uploadedBatch("slow.jsonl")
+	time.Sleep(time.Second)
+	p.do("refresh the list", chromedp.Click(chromedp.ID("refresh")))
+	select {
+	case <-released:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no list request was held\n%s", p.state())
+	}
+	p.waitRow(id, "in_progress", 20*time.Second)
+	time.Sleep(500 * time.Millisecond) // the answers after the held one
+	l := p.statuses()[id]
+	t.Logf("statuses the list showed: %v", l)
+	for i := 1; i < len(l); i++ {
+		if slices.Index(lifecycle, l[i]) <= slices.Index(lifecycle, l[i-1]) {
+			t.Fatalf("the list showed batch %s as %v: a late answer put its status back", id, l)
+		}
+	}
+}
+
+// holdNextAnswer delays the response of the next request matching pattern
+// by d (the server answered; the page gets it late); it lets every other
+// request through. The returned channel closes when the held one goes on.
+func (p *tab) holdNextAnswer(pattern string, d time.Duration) <-chan struct{} {
+	p.t.Helper()
+	paused := chromedp.Events(p.ctx, fetch.RequestPaused)
+	_, err := chromedp.Call(p.ctx, fetch.Enable, fetch.EnableParams{
+		Patterns: []*fetch.RequestPattern{{URLPattern: pattern, RequestStage: fetch.RequestStageResponse}},
+	})
+	if err != nil {
+		p.t.Fatalf("intercept %s: %v", pattern, err)
+	}
+	released := make(chan struct{})
+	go func() {
+		held := false
+		for ev, err := range paused {
+			if err != nil {
+				return
+			}
+			next := fetch.ContinueResponseParams{RequestID: ev.RequestID}
+			if held {
+				chromedp.Call(p.ctx, fetch.ContinueResponse, next)
+				continue
+			}
+			held = true
+			go func() {
+				time.Sleep(d)
+				chromedp.Call(p.ctx, fetch.ContinueResponse, next)
+				close(released)
+			}()
+		}
+	}()
+	return released
 }
