@@ -45,7 +45,7 @@ unit:
 fuzz-short:
 	@set -e; for pkg in $$(grep -rl --include='*_test.go' '^func Fuzz' internal | xargs -n1 dirname | sort -u); do \
 	  for f in $$(grep -h '^func Fuzz' $$pkg/*_test.go | sed 's/func \(Fuzz[A-Za-z0-9_]*\).*/\1/'); do \
-	    echo "fuzz $$pkg $$f"; go test ./$$pkg -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) >/dev/null || exit 1; \
+	    echo "fuzz $$pkg $$f"; out=$$(go test ./$$pkg -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) 2>&1) || { echo "$$out"; exit 1; }; \
 	  done; done
 
 ## fuzz: every fuzz target (request decoders, the JSONL/CSV scanners, file

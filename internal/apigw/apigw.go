@@ -78,6 +78,10 @@ func matchRoute(route, segs []string) (map[string]string, bool) {
 // Request converts a proxy event into the *http.Request that net/http would
 // have built for the same client request.
 func Request(ctx context.Context, ev events.APIGatewayProxyRequest) (*http.Request, error) {
+	if ev.HTTPMethod == "" {
+		// net/http would read it as GET; API Gateway always names one.
+		return nil, fmt.Errorf("proxy event for %q has no HTTP method", ev.Path)
+	}
 	body := []byte(ev.Body)
 	if ev.IsBase64Encoded {
 		b, err := base64.StdEncoding.DecodeString(ev.Body)
