@@ -294,6 +294,11 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (File, error) {
 	if err != nil {
 		return File{}, err
 	}
+	if f.ExpiresAt != nil && s.now().Unix() >= *f.ExpiresAt {
+		// Expired files are gone, as at OpenAI; the bucket's lifecycle
+		// removes the bytes.
+		return File{}, errs.NotFoundf("no such file: %s (it expired)", id)
+	}
 	if f.Status == StatusUploaded {
 		f, err = s.settle(ctx, f)
 		if err != nil {
