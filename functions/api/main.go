@@ -3,20 +3,10 @@
 package main
 
 import (
-	"context"
-	"log/slog"
-	"os"
-
-	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/relaybatch/relay/internal/apigw"
 	"github.com/relaybatch/relay/internal/app"
 )
 
 func main() {
-	a, err := app.Load(context.Background())
-	if err != nil {
-		slog.Error("start api", "err", err)
-		os.Exit(1)
-	}
-	lambda.Start(apigw.Handler(a.API()))
+	app.Start("api", func(a *app.App) any { return apigw.Handler(a.API()) })
 }

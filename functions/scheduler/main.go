@@ -2,20 +2,8 @@
 // Scheduler fires the template's schedule.
 package main
 
-import (
-	"context"
-	"log/slog"
-	"os"
-
-	"github.com/aws/aws-lambda-go/lambda"
-	"github.com/relaybatch/relay/internal/app"
-)
+import "github.com/relaybatch/relay/internal/app"
 
 func main() {
-	a, err := app.Load(context.Background())
-	if err != nil {
-		slog.Error("start scheduler", "err", err)
-		os.Exit(1)
-	}
-	lambda.Start(a.Engine.Fire)
+	app.Start("scheduler", func(a *app.App) any { return a.Engine.Fire })
 }

@@ -2,20 +2,8 @@
 // message, re-enqueueing failed ones with a delay (SQS webhook queue).
 package main
 
-import (
-	"context"
-	"log/slog"
-	"os"
-
-	"github.com/aws/aws-lambda-go/lambda"
-	"github.com/relaybatch/relay/internal/app"
-)
+import "github.com/relaybatch/relay/internal/app"
 
 func main() {
-	a, err := app.Load(context.Background())
-	if err != nil {
-		slog.Error("start webhook", "err", err)
-		os.Exit(1)
-	}
-	lambda.Start(a.Engine.DeliverWebhooks)
+	app.Start("webhook", func(a *app.App) any { return a.Engine.DeliverWebhooks })
 }

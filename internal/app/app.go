@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 
+	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -111,4 +112,15 @@ func (a *App) API() http.Handler {
 		Limiter: api.NewRateLimiter(a.Store, a.Env.RateLimit, a.Log),
 		// A local emulator's presigned upload URLs are on its own origin.
 		Panel: panel.Handler(aws.ToString(a.AWS.BaseEndpoint))}).Handler()
+}
+
+// Start loads the app and runs the handler that pick returns as the Lambda
+// function name: every functions/<name>/main.go is this one call.
+func Start(name string, pick func(*App) any) {
+	a, err := Load(context.Background())
+	if err != nil {
+		slog.Error("start "+name, "err", err)
+		os.Exit(1)
+	}
+	lambda.Start(pick(a))
 }

@@ -201,8 +201,9 @@ func expiry(now time.Time, seconds int64) (*int64, error) {
 	return &at, nil
 }
 
-// Create stores a file sent in one request (multipart upload).
-func (s *Service) Create(ctx context.Context, tenant, filename, purpose string, size int64, expiresAfter int64, body io.Reader) (File, error) {
+// newFile checks what a client names a new batch input file and makes its
+// record: one object under the tenant's prefix.
+func (s *Service) newFile(tenant, filename, purpose string, size, expiresAfter int64, status string) (File, error) {
 	filename, err := CleanFilename(filename)
 	if err != nil {
 		return File{}, err
@@ -213,12 +214,6 @@ func (s *Service) Create(ctx context.Context, tenant, filename, purpose string, 
 	if err := checkInputName(filename); err != nil {
 		return File{}, err
 	}
-	if size > PartLimit {
-		return File{}, tooLarge(size)
-	}
-	if size == 0 {
-		return File{}, errs.Invalidf("file", "the file is empty")
-	}
 	now := s.now()
 	exp, err := expiry(now, expiresAfter)
 	if err != nil {
@@ -226,9 +221,24 @@ func (s *Service) Create(ctx context.Context, tenant, filename, purpose string, 
 	}
 	f := File{
 		ID: ids.New("file-"), Bytes: size, CreatedAt: now.Unix(), Filename: filename,
-		Purpose: purpose, Status: StatusProcessed, ExpiresAt: exp, Tenant: tenant,
+		Purpose: purpose, Status: status, ExpiresAt: exp, Tenant: tenant,
 	}
 	f.Objects = []string{objectKey(tenant, f.ID, 0)}
+	return f, nil
+}
+
+// Create stores a file sent in one request (multipart upload).
+func (s *Service) Create(ctx context.Context, tenant, filename, purpose string, size int64, expiresAfter int64, body io.Reader) (File, error) {
+	f, err := s.newFile(tenant, filename, purpose, size, expiresAfter, StatusProcessed)
+	if err != nil {
+		return File{}, err
+	}
+	if size > PartLimit {
+		return File{}, tooLarge(size)
+	}
+	if size == 0 {
+		return File{}, errs.Invalidf("file", "the file is empty")
+	}
 	if err := s.Blobs.Put(ctx, f.Objects[0], body, size); err != nil {
 		return File{}, fmt.Errorf("store file %s: %w", f.ID, err)
 	}
@@ -246,29 +256,13 @@ func tooLarge(size int64) error {
 // Presign records a file whose bytes the client PUTs to S3 itself (the
 // extension of SPEC §3 for big files).
 func (s *Service) Presign(ctx context.Context, tenant, filename, purpose string, size, expiresAfter int64) (File, error) {
-	filename, err := CleanFilename(filename)
+	f, err := s.newFile(tenant, filename, purpose, size, expiresAfter, StatusUploaded)
 	if err != nil {
-		return File{}, err
-	}
-	if err := checkPurpose(purpose); err != nil {
-		return File{}, err
-	}
-	if err := checkInputName(filename); err != nil {
 		return File{}, err
 	}
 	if size <= 0 || size > MaxBatchInput {
 		return File{}, errs.Invalidf("bytes", "bytes must be between 1 and %d", MaxBatchInput)
 	}
-	now := s.now()
-	exp, err := expiry(now, expiresAfter)
-	if err != nil {
-		return File{}, err
-	}
-	f := File{
-		ID: ids.New("file-"), Bytes: size, CreatedAt: now.Unix(), Filename: filename,
-		Purpose: purpose, Status: StatusUploaded, ExpiresAt: exp, Tenant: tenant,
-	}
-	f.Objects = []string{objectKey(tenant, f.ID, 0)}
 	url, err := s.Blobs.PresignPut(ctx, f.Objects[0], size, PresignTTL)
 	if err != nil {
 		return File{}, err
