@@ -14,8 +14,11 @@ up() { curl -fsS -o /dev/null "$url/moto-api/" 2>/dev/null || curl -fsS -o /dev/
 case "${1:-}" in
 start)
   if up; then echo "emulator already answering on $url"; exit 0; fi
-  # moto with DynamoDB transactions isolated as in AWS (see the script).
-  MOTO_ACCOUNT_ID=000000000000 nohup python3 "$(dirname "$0")/../internal/emulator/moto_server.py" -H 127.0.0.1 -p "$port" >"${TMPDIR:-/tmp}/relay-emulator-$port.log" 2>&1 &
+  # moto with DynamoDB transactions isolated as in AWS (see the script), run
+  # by the python3 beside moto_server (pyenv shim or virtualenv), which has moto.
+  py=python3
+  if ms=$(command -v moto_server) && [ -x "$(dirname "$ms")/python3" ]; then py=$(dirname "$ms")/python3; fi
+  MOTO_ACCOUNT_ID=000000000000 nohup "$py" "$(dirname "$0")/../internal/emulator/moto_server.py" -H 127.0.0.1 -p "$port" >"${TMPDIR:-/tmp}/relay-emulator-$port.log" 2>&1 &
   echo $! >"$pidfile"
   for _ in $(seq 1 100); do up && { echo "emulator on $url"; exit 0; }; sleep 0.2; done
   echo "emulator did not start; see ${TMPDIR:-/tmp}/relay-emulator-$port.log" >&2; exit 1

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
@@ -67,7 +68,7 @@ func StartOn(ctx context.Context, port int) (endpoint string, stop func(), err e
 	if err != nil {
 		return "", nil, err
 	}
-	cmd := exec.Command("python3", script, "-H", "127.0.0.1", "-p", strconv.Itoa(port))
+	cmd := exec.Command(motoPython(), script, "-H", "127.0.0.1", "-p", strconv.Itoa(port))
 	cmd.Env = append(os.Environ(), "MOTO_ACCOUNT_ID="+AccountID)
 	// moto logs every request; keep only the tail, for the start-up error.
 	out := &tail{max: 4 << 10}
@@ -202,4 +203,17 @@ func motoScript() (string, error) {
 		return "", fmt.Errorf("emulator: %w", err)
 	}
 	return f.Name(), nil
+}
+
+// motoPython is the interpreter moto is installed for: the python3 beside
+// moto_server (a pyenv shim or a virtualenv's bin), else python3 on PATH,
+// which may be the system's, without moto.
+func motoPython() string {
+	if ms, err := exec.LookPath("moto_server"); err == nil {
+		py := filepath.Join(filepath.Dir(ms), "python3")
+		if _, err := os.Stat(py); err == nil {
+			return py
+		}
+	}
+	return "python3"
 }
