@@ -16,7 +16,6 @@ import (
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/anthropics/anthropic-sdk-go/v2/packages/pagination"
 	"github.com/openai/openai-go/v3"
-	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/localrun"
 )
 
@@ -472,7 +471,6 @@ func TestAnthropicBatchExpiry(t *testing.T) {
 	t.Parallel()
 	rt := runtime(t)
 	c, _ := anthropicClient(t, rt, "acme")
-	ctx := context.Background()
 	// 30 requests, 3 chunks of 10; claude-haiku-4-5 takes one chunk at a
 	// time (max_concurrency 8, a chunk holds 8), and the first one is slow.
 	var reqs []anthropic.MessageBatchNewParamsRequest
@@ -487,19 +485,7 @@ func TestAnthropicBatchExpiry(t *testing.T) {
 		ids = append(ids, id)
 	}
 	b := newMessageBatch(t, c, reqs...)
-	eventually(t, "the first chunk running", 30*time.Second, func() bool {
-		return rt.Mock.Stats().ByModel["claude-haiku-4-5"] >= 8
-	})
-	past := time.Now().Add(-time.Second).Unix()
-	if _, err := rt.App.Store.UpdateBatch(ctx, "acme", b.ID, func(b *batch.Batch) error {
-		if b.ChunksDone > 0 {
-			return fmt.Errorf("chunk done before the window was shortened: %d", b.ChunksDone)
-		}
-		b.ExpiresAt = &past
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	expireWhileRunning(t, rt, "acme", b.ID, "claude-haiku-4-5")
 	b = waitEnded(t, c, b.ID)
 	if rc := b.RequestCounts; rc.Succeeded != 10 || rc.Expired != 20 || rc.Errored != 0 || rc.Canceled != 0 {
 		t.Fatalf("request_counts: %s, want 10 succeeded and 20 expired", rc.RawJSON())

@@ -328,16 +328,7 @@ func TestChaos(t *testing.T) {
 	defer func() { ch.rt.Load().Close() }()
 
 	api, lat := newAPICounter(), newLatencies()
-	tenants := make([]*tenantRun, nTenants)
-	for i := range tenants {
-		name := fmt.Sprintf("chaos-tenant-%d", i)
-		key, err := rt.Key(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tenants[i] = &tenantRun{name: name, key: key, client: sdkClient(rt.URL, key, api),
-			batches: make([]*openai.Batch, perTenant), inputs: make([]string, perTenant), ids: make([][]string, perTenant)}
-	}
+	tenants := newTenants(t, ctx, rt, "chaos-tenant", nTenants, perTenant, api)
 	totalRows := nTenants * perTenant * nRows
 
 	burstCtx, stopBursts := context.WithCancel(ctx)

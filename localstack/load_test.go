@@ -24,7 +24,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openai/openai-go/v3"
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/localrun"
 )
@@ -66,16 +65,7 @@ func TestLoad(t *testing.T) {
 	defer rt.Close()
 
 	api, lat := newAPICounter(), newLatencies()
-	tenants := make([]*tenantRun, nTenants)
-	for i := range tenants {
-		name := fmt.Sprintf("load-tenant-%02d", i)
-		key, err := rt.Key(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tenants[i] = &tenantRun{name: name, key: key, client: sdkClient(rt.URL, key, api),
-			batches: make([]*openai.Batch, perTenant), inputs: make([]string, perTenant), ids: make([][]string, perTenant)}
-	}
+	tenants := newTenants(t, ctx, rt, "load-tenant", nTenants, perTenant, api)
 
 	// Every batch of every tenant at once: submit, then poll to the end.
 	runCtx, cancel := context.WithTimeout(ctx, loadBudget)

@@ -301,6 +301,23 @@ type tenantRun struct {
 	ids       [][]string // each batch's custom ids
 }
 
+// newTenants makes n tenants named prefix-<i>, each with a key and an SDK
+// client whose API requests api counts, ready for perTenant batches.
+func newTenants(t *testing.T, ctx context.Context, rt *localrun.Runtime, prefix string, n, perTenant int, api *apiCounter) []*tenantRun {
+	t.Helper()
+	tenants := make([]*tenantRun, n)
+	for i := range tenants {
+		name := fmt.Sprintf("%s-%02d", prefix, i)
+		key, err := rt.Key(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tenants[i] = &tenantRun{name: name, key: key, client: sdkClient(rt.URL, key, api),
+			batches: make([]*openai.Batch, perTenant), inputs: make([]string, perTenant), ids: make([][]string, perTenant)}
+	}
+	return tenants
+}
+
 // accounting is what the per-tenant check found.
 type accounting struct {
 	rows, completed, failed, answered int64

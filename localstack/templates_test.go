@@ -405,7 +405,6 @@ func TestTemplateCreateValidation(t *testing.T) {
 func TestExpiryWhileWaitingForCapacity(t *testing.T) {
 	t.Parallel()
 	rt := runtime(t)
-	ctx := context.Background()
 	c, _ := client(t, rt, "acme")
 	rcv := newHookReceiver(t, nil)
 	// 30 rows, 3 chunks of 10; gpt-4o-mini takes one chunk at a time
@@ -417,19 +416,7 @@ func TestExpiryWhileWaitingForCapacity(t *testing.T) {
 	f := upload(t, c, "in.jsonl", jsonlRows(rows))
 	b := createBatch(t, c, f.ID, option.WithJSONSet("webhook_url", rcv.URL+"/hook"))
 
-	eventually(t, "the first chunk running", 30*time.Second, func() bool {
-		return rt.Mock.Stats().ByModel["gpt-4o-mini"] >= 8
-	})
-	past := time.Now().Add(-time.Second).Unix()
-	if _, err := rt.App.Store.UpdateBatch(ctx, "acme", b.ID, func(b *batch.Batch) error {
-		if b.ChunksDone > 0 {
-			return fmt.Errorf("chunk done before the window was shortened: %d", b.ChunksDone)
-		}
-		b.ExpiresAt = &past
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	expireWhileRunning(t, rt, "acme", b.ID, "gpt-4o-mini")
 
 	done := waitBatch(t, c, b.ID)
 	if done.Status != "expired" || done.ExpiredAt == 0 || done.CompletedAt != 0 {
@@ -454,5 +441,25 @@ func TestExpiryWhileWaitingForCapacity(t *testing.T) {
 	}
 	if err := json.Unmarshal(got[0].body, &ev); err != nil || ev.Type != "batch.expired" || ev.Data.ID != b.ID || ev.Data.Status != "expired" {
 		t.Fatalf("webhook: %s (%v)", got[0].body, err)
+	}
+}
+
+// expireWhileRunning waits until the first chunk of a batch on model is
+// running (8 requests in flight at the mock), then moves the batch's window
+// into the past, as if it had run out: the rest of its rows must expire.
+func expireWhileRunning(t *testing.T, rt *localrun.Runtime, tenant, batchID, model string) {
+	t.Helper()
+	eventually(t, "the first chunk running", 30*time.Second, func() bool {
+		return rt.Mock.Stats().ByModel[model] >= 8
+	})
+	past := time.Now().Add(-time.Second).Unix()
+	if _, err := rt.App.Store.UpdateBatch(context.Background(), tenant, batchID, func(b *batch.Batch) error {
+		if b.ChunksDone > 0 {
+			return fmt.Errorf("chunk done before the window was shortened: %d", b.ChunksDone)
+		}
+		b.ExpiresAt = &past
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
