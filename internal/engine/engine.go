@@ -174,3 +174,16 @@ func (w *objectWriter) Close() ([]batch.Object, error) {
 var errStop = errors.New("engine: stopping before the deadline")
 
 func closeQuietly(c io.Closer) { _ = c.Close() }
+
+// ExecutorConcurrency is how many executor invocations the local runtime
+// runs at once: enough for every model's max_concurrency to be in flight
+// (each invocation holds at least one chunk of chunkSlots slots), so the
+// models bound upstream concurrency, not the function.
+func (e *Engine) ExecutorConcurrency() int {
+	n := 0
+	for _, m := range e.Models.Models {
+		slots := min(e.chunkSlots(), m.MaxConcurrency)
+		n += (m.MaxConcurrency + slots - 1) / slots
+	}
+	return max(n, 4)
+}

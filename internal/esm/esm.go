@@ -85,6 +85,9 @@ type Poller struct {
 	// as if the function had crashed (ErrCrash) or failed; tests and fault
 	// runs use it to inject faults.
 	OnInvoke func(ev events.SQSEvent) error
+	// AfterInvoke, if set, is called after each invocation with how long
+	// the handler ran (benchmarks turn that into GB-seconds).
+	AfterInvoke func(elapsed time.Duration)
 }
 
 // Run polls until ctx is done, then waits for in-flight invocations to
@@ -215,7 +218,7 @@ func (p *Poller) start(ctx context.Context) (*run, error) {
 // messages received by a call cut short would stay invisible for a whole
 // visibility timeout, and the wait is short anyway.
 func (r *run) receive(ctx context.Context) ([]types.Message, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(r.waitSeconds)*time.Second+30*time.Second)
+	ctx, cancel := context.WithTimeout(r.attributed(context.WithoutCancel(ctx)), time.Duration(r.waitSeconds)*time.Second+30*time.Second)
 	defer cancel()
 	out, err := r.Client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 		QueueUrl:                    aws.String(r.QueueURL),
@@ -230,6 +233,12 @@ func (r *run) receive(ctx context.Context) ([]types.Message, error) {
 	return out.Messages, nil
 }
 
+// attributed marks the poller's own AWS calls with the function's ARN, as
+// its invocations are, so request counts can be told apart per function.
+func (r *run) attributed(ctx context.Context) context.Context {
+	return lambdacontext.NewContext(ctx, &lambdacontext.LambdaContext{InvokedFunctionArn: r.functionARN})
+}
+
 // invoke runs one invocation for one batch and deletes what succeeded.
 func (r *run) invoke(ctx context.Context, msgs []types.Message) {
 	ev := r.event(msgs)
@@ -242,7 +251,11 @@ func (r *run) invoke(ctx context.Context, msgs []types.Message) {
 			return
 		}
 	}
+	began := time.Now()
 	resp, err := r.call(ctx, requestID, ev)
+	if r.AfterInvoke != nil {
+		r.AfterInvoke(time.Since(began))
+	}
 	done, err := succeeded(ev, resp, err)
 	if err != nil {
 		attrs := []any{"err", err}
@@ -330,7 +343,7 @@ func (r *run) delete(ctx context.Context, log *slog.Logger, msgs []events.SQSMes
 	for i, m := range msgs {
 		entries[i] = types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(m.ReceiptHandle)}
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(r.attributed(ctx), 30*time.Second)
 	defer cancel()
 	out, err := r.Client.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(r.QueueURL), Entries: entries})
 	if err != nil {

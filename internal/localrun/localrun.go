@@ -52,7 +52,12 @@ type Options struct {
 	// by a queue; returning esm.ErrCrash drops the invocation as if the
 	// Lambda died (fault tests).
 	OnInvoke func(function string, ev events.SQSEvent) error
-	// ExecutorConcurrency is the work queue's concurrent invocations (default 4).
+	// AfterInvoke, if set, is called after each invocation of a function
+	// fed by a queue with how long it ran (the benchmark's GB-seconds).
+	AfterInvoke func(function string, elapsed time.Duration)
+	// ExecutorConcurrency is the work queue's concurrent invocations
+	// (default: enough for every model's max_concurrency, see
+	// engine.ExecutorConcurrency).
 	ExecutorConcurrency int
 	// StrictWebhooks applies the deployment's webhook policy (https only,
 	// public addresses only) instead of the local runtime's, which lets
@@ -185,15 +190,18 @@ func (rt *Runtime) startPollers(ctx context.Context, o Options) error {
 		}
 		conc := 2
 		if f.Name == "executor" {
-			conc = cmp.Or(o.ExecutorConcurrency, 4)
+			conc = cmp.Or(o.ExecutorConcurrency, e.ExecutorConcurrency())
 		}
 		p := &esm.Poller{
 			Client: rt.App.SQS, QueueURL: url, FunctionName: f.Name, BatchSize: f.BatchSize,
 			Concurrency: conc, FunctionTimeout: f.Timeout, Handler: h, Logger: o.Log,
 		}
+		name := f.Name
 		if o.OnInvoke != nil {
-			name := f.Name
 			p.OnInvoke = func(ev events.SQSEvent) error { return o.OnInvoke(name, ev) }
+		}
+		if o.AfterInvoke != nil {
+			p.AfterInvoke = func(d time.Duration) { o.AfterInvoke(name, d) }
 		}
 		rt.wg.Add(1)
 		go func() {
