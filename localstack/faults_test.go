@@ -11,6 +11,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/openai/openai-go/v3"
+	"github.com/relaybatch/relay/internal/app"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/esm"
@@ -19,18 +20,28 @@ import (
 	"github.com/relaybatch/relay/internal/resources"
 )
 
-// fastRedelivery makes a lost work message come back within seconds.
-func fastRedelivery(o *localrun.Options) {
+// shortLease makes a chunk whose run died go to a new run within about two
+// seconds (a one-second lease, found by the one-second tick), while the
+// work queue's visibility timeout stays far above it: recovery comes from
+// the lease, and a message that comes back late is stale.
+func shortLease(o *localrun.Options) {
 	o.Tune = func(s *resources.Set) {
 		for i := range s.Queues {
 			if s.Queues[i].Name == s.Prefix+"-"+resources.Work {
-				s.Queues[i].VisibilityTimeout = 4 * time.Second
+				s.Queues[i].VisibilityTimeout = time.Minute
 			}
 		}
 		for i := range s.Functions {
 			if s.Functions[i].Name == "executor" {
-				s.Functions[i].Timeout = 3 * time.Second
+				s.Functions[i].Timeout = 30 * time.Second
 			}
+		}
+	}
+	wire := o.Wire
+	o.Wire = func(a *app.App) {
+		a.Engine.Lease = time.Second
+		if wire != nil {
+			wire(a)
 		}
 	}
 }
@@ -41,6 +52,25 @@ func chunkOf(ev events.SQSEvent) engine.Message {
 		json.Unmarshal([]byte(ev.Records[0].Body), &m)
 	}
 	return m
+}
+
+// messagesOf decodes every work message of an invocation.
+func messagesOf(ev events.SQSEvent) []engine.Message {
+	ms := make([]engine.Message, len(ev.Records))
+	for i, r := range ev.Records {
+		json.Unmarshal([]byte(r.Body), &ms[i])
+	}
+	return ms
+}
+
+// hasChunk reports whether an invocation carries chunk i's work message.
+func hasChunk(ev events.SQSEvent, i int) bool {
+	for _, m := range messagesOf(ev) {
+		if m.Type == engine.MsgChunk && m.Chunk == i {
+			return true
+		}
+	}
+	return false
 }
 
 // checkAccounting asserts the invariant and what the engine keeps beside
@@ -99,9 +129,9 @@ func checkAccounting(t testing.TB, rt *localrun.Runtime, c openai.Client, key st
 func TestFaultExecutorKilledMidChunk(t *testing.T) {
 	t.Parallel()
 	var crashed atomic.Bool
-	rt := runtime(t, fastRedelivery)
+	rt := runtime(t, shortLease)
 	// The chunk's rows have run and its parts are written; the executor dies
-	// before it commits. The message comes back after its visibility timeout.
+	// before it commits. Its lease runs out and a new run takes the chunk.
 	rt.App.Engine.BeforeCommit = func(c batch.Chunk) error {
 		if c.Index == 1 && crashed.CompareAndSwap(false, true) {
 			return errors.New("simulated crash before commit")
@@ -129,13 +159,13 @@ func TestFaultDuplicateDelivery(t *testing.T) {
 		o.OnInvoke = func(fn string, ev events.SQSEvent) error {
 			m := chunkOf(ev)
 			switch {
-			case fn == "executor" && m.Chunk == 0:
+			case fn == "executor" && hasChunk(ev, 0):
 				// The same chunk message, delivered twice at once.
 				once.Do(func() {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						rt.App.Engine.RunChunk(context.Background(), m, "")
+						rt.App.Engine.Execute(context.Background(), ev)
 					}()
 				})
 			case fn == "finalizer":
@@ -170,9 +200,9 @@ func TestFaultDuplicateDelivery(t *testing.T) {
 func TestFaultPoisonChunk(t *testing.T) {
 	t.Parallel()
 	var crashes atomic.Int64
-	rt := runtime(t, fastRedelivery, func(o *localrun.Options) {
+	rt := runtime(t, shortLease, func(o *localrun.Options) {
 		o.OnInvoke = func(fn string, ev events.SQSEvent) error {
-			if fn == "executor" && chunkOf(ev).Chunk == 2 {
+			if fn == "executor" && hasChunk(ev, 2) {
 				crashes.Add(1)
 				return esm.ErrCrash // this chunk's executor dies every time
 			}

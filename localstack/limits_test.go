@@ -814,7 +814,9 @@ func TestAbuseStorageKeysCarryTenant(t *testing.T) {
 			owner = keyIDs[strings.TrimPrefix(pk, "RL#")]
 		case strings.HasPrefix(pk, "KEY#") || pk == "KEYS":
 			owner = str(i, "tenant")
-		case strings.HasPrefix(pk, "MODEL#") && sk == "CAP":
+		case strings.HasPrefix(pk, "READY#"):
+			owner = batchOwner[str(i, "batch")] // an entry names its batch
+		case strings.HasPrefix(pk, "MODEL#") && strings.HasPrefix(sk, "CAP#"):
 			for name := range i {
 				if name != "pk" && name != "sk" && name != "inflight" {
 					t.Errorf("capacity item %s/%s holds %q: shared items must hold no tenant data", pk, sk, name)

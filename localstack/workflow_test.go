@@ -498,8 +498,8 @@ func TestWorkflowDuplicateDelivery(t *testing.T) {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						if err := rt.App.Engine.RunChunk(context.Background(), chunkOf(ev), ""); err != nil {
-							t.Errorf("duplicate run: %v", err)
+						if resp, _ := rt.App.Engine.Execute(context.Background(), ev); len(resp.BatchItemFailures) > 0 {
+							t.Errorf("duplicate run failed: %+v", resp)
 						}
 					}()
 				})

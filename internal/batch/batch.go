@@ -119,9 +119,12 @@ type Batch struct {
 	Input       []Object          `json:"-" dynamodbav:"input"` // the JSONL the chunks are ranges of
 	ChunksTotal int               `json:"-" dynamodbav:"chunks_total"`
 	ChunksDone  int               `json:"-" dynamodbav:"chunks_done"`
-	// Released counts chunks handed to the work queue; chunks are released
-	// in index order, so it is also the index of the next one.
-	Released int `json:"-" dynamodbav:"released"`
+	// Recheck, when set, is the earliest the tick looks at the batch again
+	// (see Due).
+	Recheck int64 `json:"-" dynamodbav:"recheck"`
+	// FinalizeDue is when the tick sends a finalize message that may have
+	// been lost: set by the commit of the last chunk.
+	FinalizeDue int64 `json:"-" dynamodbav:"finalize_due"`
 	// PlanLease keeps two dispatchers from planning one batch at once.
 	PlanLease int64 `json:"-" dynamodbav:"plan_lease"`
 	// ExpiredRows counts rows that got batch_expired, which makes the
@@ -162,6 +165,35 @@ func (b *Batch) To(next Status, now time.Time) error {
 	return nil
 }
 
+// Grace is how long the tick leaves a step to the message that asked
+// for it before doing it again.
+const Grace = 2 * time.Minute
+
+// Due is when the periodic tick must look at b next, and whether it must
+// at all: the plan of a batch whose plan message may be lost, the drain of
+// a cancelled batch, the end of its window, the finalize of a batch whose
+// chunks are done. Between those times the tick never reads b, so its cost
+// does not grow with the number of active batches (docs/design.md "Tick").
+func (b *Batch) Due() (int64, bool) {
+	if b.Status.Terminal() || b.Status == Scheduled {
+		return 0, false
+	}
+	var at int64
+	switch {
+	case b.ChunksTotal == 0: // planning (or cancelled before it planned)
+		at = max(b.PlanLease, b.CreatedAt+int64(Grace/time.Second))
+	case b.ChunksDone >= b.ChunksTotal || b.Status == Finalizing:
+		at = b.FinalizeDue
+	case b.Status == Cancelling:
+		at = *b.CancellingAt + int64(Grace/time.Second)
+	case b.ExpiresAt != nil:
+		at = *b.ExpiresAt
+	default:
+		return 0, false
+	}
+	return max(at, b.Recheck), true
+}
+
 // Expired reports whether the completion window has passed at now.
 func (b *Batch) PastExpiry(now time.Time) bool {
 	return b.ExpiresAt != nil && now.Unix() >= *b.ExpiresAt
@@ -169,12 +201,18 @@ func (b *Batch) PastExpiry(now time.Time) bool {
 
 // ChunkState is a chunk's execution state.
 //
-//	pending → queued → done      (released to the work queue, then committed)
+//	pending → claimed → done
+//
+// A chunk is claimed for one run at a time: the run id, a lease the
+// executor's heartbeat renews, and a share of its model's capacity
+// (Slots of capacity shard Shard) are set in the same transaction that
+// takes it, and removed in the one that commits it (docs/design.md
+// "Scheduling"). An expired lease is taken over by the tick with a new run.
 type ChunkState string
 
 const (
 	ChunkPending ChunkState = "pending" // planned, waiting for capacity
-	ChunkQueued  ChunkState = "queued"  // on the work queue, holding Slots of its model's capacity
+	ChunkClaimed ChunkState = "claimed" // held by run Run until Lease, holding Slots
 	ChunkDone    ChunkState = "done"    // committed: its part is written, counters added
 )
 
@@ -189,7 +227,19 @@ type Chunk struct {
 	Rows     int        `dynamodbav:"rows"`
 	Model    string     `dynamodbav:"model"`
 	State    ChunkState `dynamodbav:"state"`
-	Slots    int        `dynamodbav:"slots"`
+	// NextSame is the index of the batch's next chunk of the same model,
+	// -1 when none: a model's ready entry steps through them.
+	NextSame int `dynamodbav:"next_same"`
+	// Total is the batch's number of chunks, known to each chunk's commit.
+	Total int `dynamodbav:"chunks_total"`
+
+	// Set while claimed.
+	Run      string `dynamodbav:"run"`
+	Lease    int64  `dynamodbav:"lease"` // unix milliseconds
+	Attempts int    `dynamodbav:"attempts"`
+	Slots    int    `dynamodbav:"slots"`
+	Shard    int    `dynamodbav:"shard"`
+
 	// Set when done. Attempt names the run whose parts were committed: each
 	// run writes parts under its own keys, so two runs of one chunk (a
 	// duplicate delivery) never mix their lines.
@@ -197,6 +247,20 @@ type Chunk struct {
 	Pattern  string `dynamodbav:"pattern"` // one byte per row: 'o' output file, 'e' error file
 	OutBytes int64  `dynamodbav:"out_bytes"`
 	ErrBytes int64  `dynamodbav:"err_bytes"`
+	// Next is the chunk the commit claimed for the same slots, so a run
+	// whose commit took effect although its call failed can still send it.
+	Next *Next `dynamodbav:"next"`
+	// Dead is set when the chunk was closed by the dead-letter path.
+	Dead bool `dynamodbav:"dead"`
+}
+
+// Next names a claimed chunk: what a work message carries.
+type Next struct {
+	Tenant  string `json:"tenant" dynamodbav:"tenant"`
+	Batch   string `json:"batch_id" dynamodbav:"batch"`
+	Chunk   int    `json:"chunk" dynamodbav:"chunk"`
+	Run     string `json:"run" dynamodbav:"run"`
+	Attempt int    `json:"attempt" dynamodbav:"attempt"`
 }
 
 // PartKey is where one run (attempt) of a chunk writes its lines of one

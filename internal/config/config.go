@@ -162,7 +162,7 @@ type Env struct {
 	AllowPrivateWebhooks bool   // RELAY_ALLOW_PRIVATE_WEBHOOKS: webhooks may go to loopback, private, link-local addresses
 	AllowHTTPWebhooks    bool   // RELAY_ALLOW_HTTP_WEBHOOKS: plain http webhook URLs are accepted
 	ScheduleGroup        string // RELAY_SCHEDULE_GROUP, default <prefix>
-	ChunkRows            int    // RELAY_CHUNK_ROWS, default 100
+	ChunkRows            int    // RELAY_CHUNK_ROWS, default 512
 	// RateLimit (RELAY_RATE_LIMIT) is the requests per second one API key
 	// may make, default 50; MaxInflight (RELAY_MAX_INFLIGHT_BATCHES) the
 	// batches a tenant may have running at once, default 100. 0 turns
@@ -188,7 +188,7 @@ func FromEnv() (Env, error) {
 	e := Env{
 		Prefix:      getenv("RELAY_PREFIX", "relay"),
 		ModelsPath:  ModelsPath(),
-		ChunkRows:   100,
+		ChunkRows:   512,
 		RateLimit:   DefaultRateLimit,
 		MaxInflight: DefaultMaxInflight,
 	}

@@ -9,7 +9,6 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/jsonl"
-	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/store"
 	"github.com/relaybatch/relay/internal/workflow"
 )
@@ -21,37 +20,28 @@ const planLease = 2 * time.Minute
 // normalizedObjectSize bounds each object of a normalized (CSV) input.
 const normalizedObjectSize = 8 << 20
 
-// Dispatch is the dispatcher function's SQS handler.
-//
-// A release pass reads every active batch, and every chunk commit sends a
-// release message, so the messages of one invocation share one pass after
-// the plans and ticks: up to ten times fewer passes when the queue is busy.
-// If that pass fails, the whole batch of messages comes back; each of them
-// is idempotent.
+// Dispatch is the dispatcher function's SQS handler: plans, drains of
+// cancelled batches and the periodic tick. Each message is idempotent.
 func (e *Engine) Dispatch(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
-	release := false
-	resp, err := eachMessage(ctx, e.Log, ev, func(ctx context.Context, m Message) error {
+	return eachMessage(ctx, e.Log, ev, func(ctx context.Context, m Message) error {
 		switch m.Type {
 		case MsgPlan:
-			release = true
 			return e.Plan(ctx, m.Tenant, m.Batch)
-		case MsgRelease:
-			release = true
-			return nil
+		case MsgDrain:
+			b, err := e.Store.GetBatch(ctx, m.Tenant, m.Batch)
+			if errors.Is(err, store.ErrBatchNotFound) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			return e.drain(ctx, b)
 		case MsgTick:
-			release = true
-			return e.sweep(ctx)
+			return e.Tick(ctx)
 		}
 		e.Log.WarnContext(ctx, "unknown dispatch message dropped", "type", m.Type)
 		return nil
 	})
-	if err != nil || !release {
-		return resp, err
-	}
-	if err := e.Release(ctx); err != nil {
-		return events.SQSEventResponse{}, fmt.Errorf("release: %w", err)
-	}
-	return resp, nil
 }
 
 // Plan validates a batch's input in one streaming pass and records its
@@ -109,7 +99,8 @@ func (e *Engine) Plan(ctx context.Context, tenant, id string) error {
 	add := func(r jsonl.Row, start, end int64) {
 		n := len(chunks)
 		alone := workflow.InRow(r.JSON)
-		if n == 0 || alone || lastAlone || chunks[n-1].Rows == e.chunkRows() || chunks[n-1].Model != r.Model {
+		if n == 0 || alone || lastAlone || chunks[n-1].Rows == e.chunkRows() || chunks[n-1].Model != r.Model ||
+			end-chunks[n-1].Start > e.chunkBytes() {
 			chunks = append(chunks, batch.Chunk{Batch: b.ID, Tenant: tenant, Index: n, Start: start, FirstRow: r.Index, Model: r.Model, State: batch.ChunkPending})
 			n++
 		}
@@ -151,10 +142,22 @@ func (e *Engine) Plan(ctx context.Context, tenant, id string) error {
 			objs = append(objs, batch.Object{Key: k, Size: size})
 		}
 	}
+	entries := linkChunks(chunks, b.Priority)
 	if err := e.Store.PutChunks(ctx, chunks); err != nil {
 		return err
 	}
-	_, err = e.Store.UpdateBatch(ctx, tenant, id, func(b *batch.Batch) error {
+	// The ready entries go in before the batch records its chunks: a plan
+	// cut short between the two runs again and puts them again (a second
+	// entry of a batch finds its chunks claimed and is dropped), but a batch
+	// that recorded its chunks is never left without entries.
+	if b.Status != batch.Cancelling {
+		for _, r := range entries {
+			if err := e.Store.PutReady(ctx, r); err != nil {
+				return err
+			}
+		}
+	}
+	planned, err := e.Store.UpdateBatch(ctx, tenant, id, func(b *batch.Batch) error {
 		if b.ChunksTotal > 0 {
 			return errSkip
 		}
@@ -171,8 +174,43 @@ func (e *Engine) Plan(ctx context.Context, tenant, id string) error {
 	if errors.Is(err, errSkip) {
 		return nil
 	}
+	if err != nil {
+		return err
+	}
 	log.InfoContext(ctx, "batch planned", "rows", res.Rows, "chunks", len(chunks))
-	return err
+	if planned.Status == batch.Cancelling {
+		return e.drain(ctx, planned)
+	}
+	for _, r := range entries {
+		if err := e.start(ctx, r.Model); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// linkChunks sets each chunk's ChunksTotal and NextSame (the batch's next
+// chunk of the same model) and returns the batch's ready entries, one per
+// model, each at the model's first chunk.
+func linkChunks(chunks []batch.Chunk, priority int) []store.Ready {
+	last := map[string]int{}
+	for i := len(chunks) - 1; i >= 0; i-- {
+		c := &chunks[i]
+		c.Total, c.NextSame = len(chunks), -1
+		if j, ok := last[c.Model]; ok {
+			c.NextSame = j
+		}
+		last[c.Model] = i
+	}
+	var entries []store.Ready
+	for i, c := range chunks {
+		if last[c.Model] != i {
+			continue
+		}
+		entries = append(entries, store.Ready{Model: c.Model, Tenant: c.Tenant, Batch: c.Batch, Priority: priority,
+			Next: i, Total: len(chunks), Mixed: len(last) > 1})
+	}
+	return entries
 }
 
 var errSkip = errors.New("engine: nothing to do")
@@ -207,140 +245,3 @@ func (e *Engine) terminal(ctx context.Context, b batch.Batch) error {
 	return e.OnTerminal(ctx, b)
 }
 
-// Release hands pending chunks to the work queue: highest priority first;
-// within a priority, one chunk per batch in turn so no batch starves the
-// others; each within its model's max_concurrency. A cancelled or expired
-// batch's chunks go without capacity: they only write error lines.
-func (e *Engine) Release(ctx context.Context) error {
-	refs, err := e.Store.ActiveBatches(ctx)
-	if err != nil {
-		return err
-	}
-	type cursor struct {
-		b    batch.Batch
-		next batch.Chunk
-		ok   bool
-	}
-	full := map[string]bool{} // models whose capacity ran out in this pass
-	for i := 0; i < len(refs); {
-		j := i
-		for j < len(refs) && refs[j].Priority == refs[i].Priority {
-			j++
-		}
-		var level []*cursor
-		for _, r := range refs[i:j] {
-			b, err := e.Store.GetBatch(ctx, r.Tenant, r.ID)
-			if err != nil || b.ChunksTotal == 0 || b.Released >= b.ChunksTotal {
-				continue
-			}
-			level = append(level, &cursor{b: b})
-		}
-		// Round robin: the next chunk goes to the batch that has had the
-		// fewest so far (the oldest on a tie), so no batch starves another
-		// of its priority.
-		blocked := map[*cursor]bool{}
-		for {
-			var c *cursor
-			for _, cand := range level {
-				if blocked[cand] || cand.b.Released >= cand.b.ChunksTotal {
-					continue
-				}
-				if c == nil || cand.b.Released < c.b.Released {
-					c = cand
-				}
-			}
-			if c == nil {
-				break
-			}
-			if !c.ok {
-				ch, err := e.Store.GetChunk(ctx, c.b.ID, c.b.Released)
-				if err != nil {
-					return err
-				}
-				c.next, c.ok = ch, true
-			}
-			ch := c.next
-			slots, max := 0, 0
-			draining := c.b.Status == batch.Cancelling || c.b.PastExpiry(e.now())
-			if !draining {
-				if full[ch.Model] {
-					blocked[c] = true
-					continue
-				}
-				m, _ := e.Models.Lookup(ch.Model)
-				max = m.MaxConcurrency
-				slots = min(e.chunkSlots(), max)
-			}
-			switch err := e.Store.Release(ctx, ch, slots, max); {
-			case errors.Is(err, store.ErrNoCapacity):
-				full[ch.Model] = true
-				blocked[c] = true
-				continue
-			case errors.Is(err, store.ErrChunkDone):
-				// Someone else released it; catch up with the batch.
-				nb, gerr := e.Store.GetBatch(ctx, c.b.Tenant, c.b.ID)
-				if gerr != nil {
-					return gerr
-				}
-				if nb.Released <= c.b.Released {
-					blocked[c] = true // not ours to release now
-				}
-				c.b, c.ok = nb, false
-				continue
-			case err != nil:
-				return err
-			}
-			if err := e.send(ctx, resources.Work, Message{Type: MsgChunk, Tenant: ch.Tenant, Batch: ch.Batch, Chunk: ch.Index}); err != nil {
-				return err
-			}
-			c.b.Released++
-			c.ok = false
-		}
-		i = j
-	}
-	return nil
-}
-
-// Tick is the dispatcher's periodic sweep: it releases what the window
-// expiry or freed capacity allows, finalizes batches whose finalize message
-// was lost, and publishes the age of the oldest unfinished batch.
-func (e *Engine) Tick(ctx context.Context) error {
-	if err := e.sweep(ctx); err != nil {
-		return err
-	}
-	return e.Release(ctx)
-}
-
-// sweep is Tick without its release pass.
-func (e *Engine) sweep(ctx context.Context) error {
-	refs, err := e.Store.ActiveBatches(ctx)
-	if err != nil {
-		return err
-	}
-	var oldest int64
-	now := e.now()
-	for _, r := range refs {
-		b, err := e.Store.GetBatch(ctx, r.Tenant, r.ID)
-		if err != nil {
-			continue
-		}
-		oldest = max(oldest, now.Unix()-b.CreatedAt)
-		if b.ChunksTotal > 0 && b.ChunksDone >= b.ChunksTotal {
-			if err := e.send(ctx, resources.Finalize, Message{Type: MsgFinalize, Tenant: b.Tenant, Batch: b.ID}); err != nil {
-				return err
-			}
-		}
-		if b.ChunksTotal == 0 && (b.Status == batch.Validating || b.Status == batch.Cancelling) && now.Unix() >= b.PlanLease {
-			if err := e.send(ctx, resources.Dispatch, Message{Type: MsgPlan, Tenant: b.Tenant, Batch: b.ID}); err != nil {
-				return err
-			}
-		}
-	}
-	e.Log.InfoContext(ctx, "tick", "active_batches", len(refs),
-		"_aws", map[string]any{"Timestamp": now.UnixMilli(), "CloudWatchMetrics": []any{map[string]any{
-			"Namespace": resources.MetricNamespace, "Dimensions": [][]string{{resources.MetricDimension}},
-			"Metrics": []any{map[string]string{"Name": resources.MetricOldestBatchAge, "Unit": "Seconds"}},
-		}}},
-		resources.MetricDimension, e.Set.Prefix, resources.MetricOldestBatchAge, oldest)
-	return nil
-}

@@ -27,20 +27,29 @@ import (
 
 // Message is what travels on the dispatch, work and finalize queues.
 type Message struct {
-	Type   string `json:"type"` // dispatch: plan, release, tick; work: chunk; finalize: finalize
+	Type   string `json:"type"` // dispatch: plan, drain, tick; work: chunk, dead; finalize: finalize
 	Tenant string `json:"tenant,omitempty"`
 	Batch  string `json:"batch_id,omitempty"`
 	Chunk  int    `json:"chunk,omitempty"`
+	// Run and Attempt name the claim a work message is for: a message of
+	// another run than the chunk's is stale and dropped.
+	Run     string `json:"run,omitempty"`
+	Attempt int    `json:"attempt,omitempty"`
 }
 
 // Message types.
 const (
 	MsgPlan     = "plan"
-	MsgRelease  = "release"
+	MsgDrain    = "drain" // a cancelled batch's unclaimed chunks get their error lines
 	MsgTick     = "tick"
 	MsgChunk    = "chunk"
+	MsgDead     = "dead" // to the work DLQ: the chunk ran out of attempts
 	MsgFinalize = "finalize"
 )
+
+func chunkMessage(n batch.Next) Message {
+	return Message{Type: MsgChunk, Tenant: n.Tenant, Batch: n.Batch, Chunk: n.Chunk, Run: n.Run, Attempt: n.Attempt}
+}
 
 // Engine holds what the workers share.
 type Engine struct {
@@ -58,11 +67,16 @@ type Engine struct {
 	// Webhooks delivers completion webhooks (webhooks.go).
 	Webhooks Webhooks
 
-	// ChunkRows is how many rows a chunk holds (RELAY_CHUNK_ROWS).
-	ChunkRows int
+	// ChunkRows is how many rows a chunk holds at most (RELAY_CHUNK_ROWS);
+	// a chunk also ends before ChunkBytes of input.
+	ChunkRows  int
+	ChunkBytes int64
 	// ChunkSlots caps the concurrent upstream requests of one chunk; a
 	// chunk holds that many of its model's max_concurrency.
 	ChunkSlots int
+	// Lease is how long a claimed chunk stays its run's without a
+	// heartbeat (default one minute); the tick takes over expired ones.
+	Lease time.Duration
 	// MaxInflight caps each tenant's batches that have not ended
 	// (RELAY_MAX_INFLIGHT_BATCHES, limits.go); 0 is no cap.
 	MaxInflight int
@@ -88,18 +102,35 @@ func (e *Engine) now() time.Time {
 	return time.Now()
 }
 
+// The defaults size a chunk so that its fixed cost (about seven AWS
+// requests) is small against its rows, and its run (16 rounds of its slots)
+// long against the hand-over to the next chunk (docs/design.md "Chunk size").
 func (e *Engine) chunkRows() int {
 	if e.ChunkRows > 0 {
 		return e.ChunkRows
 	}
-	return 100
+	return 512
+}
+
+func (e *Engine) chunkBytes() int64 {
+	if e.ChunkBytes > 0 {
+		return e.ChunkBytes
+	}
+	return 4 << 20
 }
 
 func (e *Engine) chunkSlots() int {
 	if e.ChunkSlots > 0 {
 		return e.ChunkSlots
 	}
-	return 8
+	return 32
+}
+
+func (e *Engine) lease() time.Duration {
+	if e.Lease > 0 {
+		return e.Lease
+	}
+	return time.Minute
 }
 
 func (e *Engine) send(ctx context.Context, queueKey string, m Message) error {

@@ -2,12 +2,14 @@ package engine
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,24 +67,6 @@ const (
 	CodeDeadLetter = "dead_letter"
 )
 
-// Execute is the executor function's SQS handler (batch size 1).
-func (e *Engine) Execute(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
-	var resp events.SQSEventResponse
-	for _, rec := range ev.Records {
-		var m Message
-		if err := json.Unmarshal([]byte(rec.Body), &m); err != nil || m.Type != MsgChunk {
-			e.Log.ErrorContext(ctx, "undecodable work message dropped", "message_id", rec.MessageId)
-			continue
-		}
-		if err := e.RunChunk(ctx, m, rec.ReceiptHandle); err != nil {
-			e.Log.ErrorContext(ctx, "chunk failed", "batch_id", m.Batch, "chunk", m.Chunk,
-				"receive_count", rec.Attributes["ApproximateReceiveCount"], "err", err)
-			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
-		}
-	}
-	return resp, nil
-}
-
 // outcome is one row's result.
 type outcome struct {
 	customID string
@@ -91,46 +75,81 @@ type outcome struct {
 	message  string
 }
 
-// RunChunk runs one chunk's rows and commits its part. receipt, if set, is
-// the work message's receipt handle, whose visibility is extended while the
-// chunk runs.
-func (e *Engine) RunChunk(ctx context.Context, m Message, receipt string) error {
-	b, err := e.Store.GetBatch(ctx, m.Tenant, m.Batch)
-	if errors.Is(err, store.ErrBatchNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	c, err := e.Store.GetChunk(ctx, m.Batch, m.Chunk)
-	if err != nil {
-		return err
-	}
-	switch c.State {
-	case batch.ChunkDone:
-		// A duplicate, or the redelivery of a run that died: remove what
-		// runs that did not commit wrote, then make sure what follows a
-		// commit happened.
-		if err := e.sweepParts(ctx, c); err != nil {
-			return err
-		}
-		return e.afterCommit(ctx, b)
-	case batch.ChunkPending:
-		return fmt.Errorf("chunk %d of %s is not released yet", c.Index, c.Batch)
-	}
-	data, err := e.readRange(ctx, b.Input, c.Start, c.End)
-	if err != nil {
-		return fmt.Errorf("read chunk %d of %s: %w", c.Index, c.Batch, err)
-	}
-	reqs, err := jsonl.ParseRequests(data)
-	if err != nil {
-		return fmt.Errorf("parse chunk %d of %s: %w", c.Index, c.Batch, err)
-	}
-	if len(reqs) != c.Rows {
-		return fmt.Errorf("chunk %d of %s: %d rows in its range, %d planned", c.Index, c.Batch, len(reqs), c.Rows)
-	}
+// chunkRun is one work message being executed.
+type chunkRun struct {
+	rec    events.SQSMessage
+	msg    Message
+	b      batch.Batch
+	c      batch.Chunk
+	reqs   []jsonl.Request
+	outs   []outcome
+	status *atomic.Value
+	// ctx ends when the invocation must stop or the run lost its lease.
+	ctx    context.Context
+	cancel context.CancelFunc
+	left   atomic.Int32 // rows not finished
+	err    error
+	done   chan struct{} // closed once the run committed or failed
+}
 
-	// Stop early enough to leave the chunk cleanly for redelivery.
+// Execute is the executor function's SQS handler. The rows of all the
+// chunks it is given run through one pool of their slots, so one chunk's
+// slow tail does not idle slots while another has rows waiting; each chunk
+// commits on its own, hands its slots on, and is reported on its own.
+func (e *Engine) Execute(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	var resp events.SQSEventResponse
+	var runs []*chunkRun
+	for _, rec := range ev.Records {
+		var m Message
+		if err := json.Unmarshal([]byte(rec.Body), &m); err != nil || m.Type != MsgChunk {
+			e.Log.ErrorContext(ctx, "undecodable work message dropped", "message_id", rec.MessageId)
+			continue
+		}
+		runs = append(runs, &chunkRun{rec: rec, msg: m, done: make(chan struct{})})
+	}
+	runs, later := aloneFirst(runs)
+	if len(later) > 0 {
+		receipts := make([]string, len(later))
+		for i, r := range later {
+			receipts[i] = r.rec.ReceiptHandle
+			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: r.rec.MessageId})
+		}
+		if err := e.Queue.ReturnNow(ctx, resources.Work, receipts); err != nil {
+			e.Log.WarnContext(ctx, "return messages to the queue", "err", err)
+		}
+	}
+	e.runChunks(ctx, runs)
+	for _, r := range runs {
+		if r.err != nil {
+			e.Log.ErrorContext(ctx, "chunk failed", "batch_id", r.msg.Batch, "chunk", r.msg.Chunk, "run", r.msg.Run,
+				"receive_count", r.rec.Attributes["ApproximateReceiveCount"], "err", r.err)
+			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: r.rec.MessageId})
+		}
+	}
+	return resp, nil
+}
+
+// aloneFirst splits the messages of an invocation into those to run now
+// and those to give back. A message delivered before, or a chunk on its
+// second attempt or later, may be what killed an earlier invocation: it
+// runs alone, so a poison chunk does not spend the attempts of innocent
+// chunks that shared its invocation.
+func aloneFirst(runs []*chunkRun) (now, later []*chunkRun) {
+	if len(runs) < 2 {
+		return runs, nil
+	}
+	for i, r := range runs {
+		n, _ := strconv.Atoi(r.rec.Attributes["ApproximateReceiveCount"])
+		if n > 1 || r.msg.Attempt > 1 {
+			return []*chunkRun{r}, append(append([]*chunkRun{}, runs[:i]...), runs[i+1:]...)
+		}
+	}
+	return runs, nil
+}
+
+// runChunks loads, runs and commits runs; each ends with r.err set or nil.
+func (e *Engine) runChunks(ctx context.Context, runs []*chunkRun) {
+	// Stop early enough to leave a chunk cleanly for its next run.
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if dl, ok := ctx.Deadline(); ok {
@@ -139,73 +158,263 @@ func (e *Engine) RunChunk(ctx context.Context, m Message, receipt string) error 
 		runCtx, c2 = context.WithDeadline(runCtx, dl.Add(-margin))
 		defer c2()
 	}
-	if receipt != "" {
-		go e.heartbeat(runCtx, receipt)
-	}
-	status := e.watchStatus(runCtx, b)
-	if isWorkflowChunk(c, reqs) {
-		return e.runWorkflow(ctx, runCtx, b, c, reqs[0], status)
-	}
-
-	outs := make([]outcome, len(reqs))
-	slots := max(c.Slots, 1)
-	sem := make(chan struct{}, slots)
+	statuses := map[string]*atomic.Value{}
+	var pooled []*chunkRun
 	var wg sync.WaitGroup
-	fallback := ""
-	if b.FallbackModel != nil {
-		fallback = *b.FallbackModel
-	}
-	for i, r := range reqs {
-		select {
-		case sem <- struct{}{}:
-		case <-runCtx.Done():
-		}
-		if runCtx.Err() != nil {
-			break
-		}
-		outs[i].customID = r.CustomID
-		// Row boundary: a cancel or the end of the window stops new rows.
-		switch {
-		case status.Load().(batch.Status) == batch.Cancelling || status.Load().(batch.Status) == batch.Cancelled:
-			outs[i].code, outs[i].message = CodeCancelled, "the batch was cancelled before this request ran"
-			<-sem
-			continue
-		case b.PastExpiry(e.now()):
-			outs[i].code, outs[i].message = CodeExpired, "the batch's completion window ended before this request ran"
-			<-sem
+	for _, r := range runs {
+		ok, err := e.load(ctx, r)
+		if err != nil || !ok {
+			r.err = err
+			close(r.done)
 			continue
 		}
-		wg.Add(1)
-		go func(i int, body json.RawMessage) {
-			defer wg.Done()
-			defer func() { <-sem }()
-			outs[i].res = e.Provider.Do(runCtx, b.Endpoint, body, fallback)
-		}(i, r.Body)
+		r.ctx, r.cancel = context.WithCancel(runCtx)
+		defer r.cancel()
+		if statuses[r.b.ID] == nil {
+			statuses[r.b.ID] = e.watchStatus(runCtx, r.b)
+		}
+		r.status = statuses[r.b.ID]
+		if isWorkflowChunk(r.c, r.reqs) {
+			wg.Go(func() {
+				defer close(r.done)
+				r.err = e.runWorkflow(ctx, r.ctx, r.b, r.c, r.reqs[0], r.status)
+			})
+			continue
+		}
+		if r.c.Slots == 0 && !r.draining(e.now()) {
+			r.err = fmt.Errorf("chunk %d of %s holds no slots", r.c.Index, r.c.Batch)
+			close(r.done)
+			continue
+		}
+		pooled = append(pooled, r)
 	}
+	go e.heartbeat(runCtx, runs)
+	e.runPool(ctx, pooled)
 	wg.Wait()
-	if runCtx.Err() != nil && ctx.Err() == nil {
-		return fmt.Errorf("chunk %d of %s: %w", c.Index, c.Batch, errStop)
-	}
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return e.commit(ctx, b, c, outs)
 }
 
-// heartbeat keeps the work message invisible while the chunk runs.
-func (e *Engine) heartbeat(ctx context.Context, receipt string) {
+// load reads a run's batch and chunk and its rows; false means the message
+// is stale (its chunk is done, or no longer this run's) and is dropped.
+func (e *Engine) load(ctx context.Context, r *chunkRun) (bool, error) {
+	m := r.msg
+	b, err := e.Store.GetBatch(ctx, m.Tenant, m.Batch)
+	if errors.Is(err, store.ErrBatchNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	c, err := e.Store.GetChunk(ctx, m.Batch, m.Chunk)
+	if errors.Is(err, store.ErrBatchNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	switch {
+	case c.State == batch.ChunkDone:
+		// A duplicate, or the message of a run that died: remove what runs
+		// that did not commit wrote.
+		return false, e.sweepParts(ctx, c)
+	case c.State != batch.ChunkClaimed || c.Run != m.Run:
+		e.Log.InfoContext(ctx, "stale work message dropped", "batch_id", c.Batch, "chunk", c.Index, "run", m.Run, "current_run", c.Run)
+		return false, nil
+	}
+	data, err := e.readRange(ctx, b.Input, c.Start, c.End)
+	if err != nil {
+		return false, fmt.Errorf("read chunk %d of %s: %w", c.Index, c.Batch, err)
+	}
+	reqs, err := jsonl.ParseRequests(data)
+	if err != nil {
+		return false, fmt.Errorf("parse chunk %d of %s: %w", c.Index, c.Batch, err)
+	}
+	if len(reqs) != c.Rows {
+		return false, fmt.Errorf("chunk %d of %s: %d rows in its range, %d planned", c.Index, c.Batch, len(reqs), c.Rows)
+	}
+	r.b, r.c, r.reqs, r.outs = b, c, reqs, make([]outcome, len(reqs))
+	r.left.Store(int32(len(reqs)))
+	return true, nil
+}
+
+// draining reports whether the run's rows only get error lines now.
+func (r *chunkRun) draining(now time.Time) bool {
+	s := r.status.Load().(batch.Status)
+	return s == batch.Cancelling || s == batch.Cancelled || r.b.PastExpiry(now)
+}
+
+// runPool runs the rows of runs, in order, within the slots the runs hold,
+// committing each run once its rows are done.
+func (e *Engine) runPool(ctx context.Context, runs []*chunkRun) {
+	p := newSlotPool()
+	for _, r := range runs {
+		p.hold(r.c.Slots)
+	}
+	var rows, commits sync.WaitGroup
+	rowDone := func(r *chunkRun) {
+		if r.left.Add(-1) == 0 {
+			commits.Go(func() {
+				defer close(r.done)
+				p.finish(r.c.Slots)
+				defer p.leave(r.c.Slots)
+				if r.ctx.Err() != nil {
+					r.err = fmt.Errorf("chunk %d of %s: %w", r.c.Index, r.c.Batch, errStop)
+					return
+				}
+				_, r.err = e.commitRows(ctx, r.b, r.c, r.outs, 0)
+			})
+		}
+	}
+	fallback := func(b batch.Batch) string {
+		if b.FallbackModel != nil {
+			return *b.FallbackModel
+		}
+		return ""
+	}
+	for _, r := range runs {
+		for i, req := range r.reqs {
+			r.outs[i].customID = req.CustomID
+			// Row boundary: a cancel or the end of the window stops new rows.
+			switch s := r.status.Load().(batch.Status); {
+			case s == batch.Cancelling || s == batch.Cancelled:
+				r.outs[i].code, r.outs[i].message = CodeCancelled, "the batch was cancelled before this request ran"
+				rowDone(r)
+				continue
+			case r.b.PastExpiry(e.now()):
+				r.outs[i].code, r.outs[i].message = CodeExpired, "the batch's completion window ended before this request ran"
+				rowDone(r)
+				continue
+			}
+			if !p.acquire(r.ctx) {
+				// Out of time or lease: the rest of the run's rows never
+				// start, and the run is not committed.
+				r.outs[i].code = "stopped"
+				rowDone(r)
+				continue
+			}
+			rows.Go(func() {
+				defer p.release()
+				r.outs[i].res = e.Provider.Do(r.ctx, r.b.Endpoint, req.Body, fallback(r.b))
+				rowDone(r)
+			})
+		}
+	}
+	rows.Wait()
+	commits.Wait()
+}
+
+// slotPool admits rows against the slots of the chunks an invocation
+// holds. A chunk whose rows are done is finishing: its slots take no new
+// row, and it hands them on only once the rows still in flight fit in the
+// slots of the chunks that stay, so the invocation never has more requests
+// in flight than the slots it holds, not even for an instant.
+type slotPool struct {
+	mu                        sync.Mutex
+	cond                      *sync.Cond
+	held, finishing, inflight int
+	stop                      chan struct{}
+}
+
+func newSlotPool() *slotPool {
+	p := &slotPool{}
+	p.cond = sync.NewCond(&p.mu)
+	return p
+}
+
+func (p *slotPool) hold(slots int) {
+	p.mu.Lock()
+	p.held += slots
+	p.mu.Unlock()
+}
+
+// acquire waits for a free slot; false when ctx ended first.
+func (p *slotPool) acquire(ctx context.Context) bool {
+	stop := context.AfterFunc(ctx, func() {
+		p.mu.Lock()
+		p.cond.Broadcast()
+		p.mu.Unlock()
+	})
+	defer stop()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.inflight >= p.held-p.finishing && ctx.Err() == nil {
+		p.cond.Wait()
+	}
+	if ctx.Err() != nil {
+		return false
+	}
+	p.inflight++
+	return true
+}
+
+func (p *slotPool) release() {
+	p.mu.Lock()
+	p.inflight--
+	p.cond.Broadcast()
+	p.mu.Unlock()
+}
+
+// finish marks a chunk's rows done and waits until its slots are free.
+func (p *slotPool) finish(slots int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.finishing += slots
+	for p.inflight > p.held-p.finishing {
+		p.cond.Wait()
+	}
+}
+
+// leave drops a finished chunk's slots (handed on or given back).
+func (p *slotPool) leave(slots int) {
+	p.mu.Lock()
+	p.held -= slots
+	p.finishing -= slots
+	p.cond.Broadcast()
+	p.mu.Unlock()
+}
+
+// heartbeat renews the leases of the runs' chunks and keeps their messages
+// invisible while they run; a run whose lease was taken over stops.
+func (e *Engine) heartbeat(ctx context.Context, runs []*chunkRun) {
 	vis := e.Set.Queue(resources.Work).VisibilityTimeout
-	t := time.NewTicker(vis / 3)
-	defer t.Stop()
+	leaseT, visT := time.NewTicker(e.lease()/3), time.NewTicker(vis/3)
+	defer leaseT.Stop()
+	defer visT.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
-			if err := e.Queue.ExtendVisibility(ctx, resources.Work, receipt, vis); err != nil && ctx.Err() == nil {
-				e.Log.WarnContext(ctx, "extend visibility", "err", err)
+		case <-leaseT.C:
+			for _, r := range runs {
+				if r.ctx == nil || isClosed(r.done) {
+					continue
+				}
+				err := e.Store.RenewLease(ctx, r.c.Batch, r.c.Index, r.c.Run, e.now().Add(e.lease()))
+				if errors.Is(err, store.ErrLeaseLost) {
+					e.Log.WarnContext(ctx, "lease lost; run stops", "batch_id", r.c.Batch, "chunk", r.c.Index, "run", r.c.Run)
+					r.cancel()
+				} else if err != nil && ctx.Err() == nil {
+					e.Log.WarnContext(ctx, "renew lease", "err", err)
+				}
+			}
+		case <-visT.C:
+			for _, r := range runs {
+				if isClosed(r.done) {
+					continue
+				}
+				if err := e.Queue.ExtendVisibility(ctx, resources.Work, r.rec.ReceiptHandle, vis); err != nil && ctx.Err() == nil {
+					e.Log.WarnContext(ctx, "extend visibility", "err", err)
+				}
 			}
 		}
+	}
+}
+
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -241,16 +450,12 @@ func lineID(batchID string, row int) string {
 	return "batch_req_" + hex.EncodeToString(sum[:12])
 }
 
-// commit writes the chunk's part and commits it.
-func (e *Engine) commit(ctx context.Context, b batch.Batch, c batch.Chunk, outs []outcome) error {
-	return e.commitWith(ctx, b, c, outs, 0)
-}
-
-// commitWith is commit with deadLetters of the rows counted as dead letters.
-func (e *Engine) commitWith(ctx context.Context, b batch.Batch, c batch.Chunk, outs []outcome, deadLetters int64) error {
+// buildPart turns a chunk's outcomes into its part (output, error and usage
+// lines) and the counts its commit adds.
+func buildPart(b batch.Batch, c batch.Chunk, outs []outcome, deadLetters int64, now time.Time) (map[string][]byte, store.Commit) {
 	var out, errb, usage bytes.Buffer
 	pattern := make([]byte, len(outs))
-	cm := store.Commit{UsageByModel: map[string]store.UsageAgg{}, Day: e.now().UTC().Format("2006-01-02"), DeadLetters: deadLetters}
+	cm := store.Commit{UsageByModel: map[string]store.UsageAgg{}, Day: now.UTC().Format("2006-01-02"), DeadLetters: deadLetters}
 	enc := func(w *bytes.Buffer, v any) {
 		line, _ := json.Marshal(v)
 		w.Write(line)
@@ -269,11 +474,10 @@ func (e *Engine) commitWith(ctx context.Context, b batch.Batch, c batch.Chunk, o
 		cm.UsageByModel[o.res.Model] = agg
 		enc(&usage, UsageEvent{Source: "batch", Tenant: b.Tenant, KeyID: b.KeyID, BatchID: b.ID, CustomID: o.customID,
 			Model: o.res.Model, Fallback: o.res.Fallback, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
-			TotalTokens: u.TotalTokens, At: e.now().Unix()})
+			TotalTokens: u.TotalTokens, At: now.Unix()})
 	}
 	for i, o := range outs {
-		row := c.FirstRow + i
-		l := Line{ID: lineID(b.ID, row), CustomID: o.customID}
+		l := Line{ID: lineID(b.ID, c.FirstRow+i), CustomID: o.customID}
 		switch {
 		case o.code != "":
 			l.Error = &LineError{Code: o.code, Message: o.message}
@@ -302,57 +506,129 @@ func (e *Engine) commitWith(ctx context.Context, b batch.Batch, c batch.Chunk, o
 			enc(&errb, l)
 		}
 	}
-	c.Attempt, c.Pattern = ids.Secret(6), string(pattern)
-	c.OutBytes, c.ErrBytes = int64(out.Len()), int64(errb.Len())
-	return e.commitParts(ctx, b, c, cm, map[string][]byte{"out": out.Bytes(), "err": errb.Bytes(), "usage": usage.Bytes()})
+	c.Pattern, c.OutBytes, c.ErrBytes = string(pattern), int64(out.Len()), int64(errb.Len())
+	cm.Chunk = c
+	return map[string][]byte{"out": out.Bytes(), "err": errb.Bytes(), "usage": usage.Bytes()}, cm
 }
 
-// commitParts writes a chunk's parts under its attempt's keys, then commits
-// the chunk in one transaction. A duplicate that lost the race deletes the
-// parts it wrote.
-func (e *Engine) commitParts(ctx context.Context, b batch.Batch, c batch.Chunk, cm store.Commit, parts map[string][]byte) error {
+// commitRows writes a run's part under keys of its own and commits the
+// chunk. It reports whether this run's commit is the one that took effect.
+func (e *Engine) commitRows(ctx context.Context, b batch.Batch, c batch.Chunk, outs []outcome, deadLetters int64) (bool, error) {
+	c.Attempt = ids.Secret(6)
+	parts, cm := buildPart(b, c, outs, deadLetters, e.now())
 	var written []string
-	for kind, data := range parts {
+	for _, kind := range []string{"out", "err", "usage"} {
+		data := parts[kind]
 		if len(data) == 0 {
 			continue
 		}
-		k := c.Parts(kind)
+		k := cm.Chunk.Parts(kind)
 		if err := e.Blobs.Put(ctx, k, bytes.NewReader(data), int64(len(data))); err != nil {
-			return fmt.Errorf("write part %s: %w", k, err)
+			return false, fmt.Errorf("write part %s: %w", k, err)
 		}
 		written = append(written, k)
 	}
 	if e.BeforeCommit != nil {
-		if err := e.BeforeCommit(c); err != nil {
-			return err
+		if err := e.BeforeCommit(cm.Chunk); err != nil {
+			return false, err
 		}
 	}
-	cm.Chunk = c
-	err := e.Store.CommitChunk(ctx, b.Tenant, cm)
-	if errors.Is(err, store.ErrChunkDone) {
-		e.Log.InfoContext(ctx, "duplicate chunk run discarded", "batch_id", b.ID, "chunk", c.Index)
-		_ = e.Blobs.Delete(ctx, written...)
-		return e.afterCommit(ctx, b)
-	}
-	if err != nil {
-		return err
-	}
-	return e.afterCommit(ctx, b)
+	return e.commit(ctx, b, cm, written)
 }
 
-// afterCommit finalizes the batch if every chunk is done and lets the
-// dispatcher use the capacity the chunk gave back.
-func (e *Engine) afterCommit(ctx context.Context, b batch.Batch) error {
-	nb, err := e.Store.GetBatch(ctx, b.Tenant, b.ID)
-	if err != nil {
-		return err
-	}
-	if nb.ChunksDone >= nb.ChunksTotal && !nb.Status.Terminal() {
-		if err := e.send(ctx, resources.Finalize, Message{Type: MsgFinalize, Tenant: b.Tenant, Batch: b.ID}); err != nil {
-			return err
+// commitTries bounds a commit's retries after errors that may be
+// transient (a throttle, a timeout whose write may have taken effect).
+const commitTries = 8
+
+// commit commits a chunk and claims the chunk its model owes next for the
+// same slots, then sends that chunk's work message (and the finalize
+// message after the batch's last chunk). A retry after an error repeats
+// the same transaction with the same token; when it finds the chunk no
+// longer claimed, the chunk's committed attempt says whether the first
+// call took effect (ours: carry on) or another run won (delete our parts).
+func (e *Engine) commit(ctx context.Context, b batch.Batch, cm store.Commit, written []string) (bool, error) {
+	c := cm.Chunk
+	cm.ChunksTotal = cmp.Or(c.Total, b.ChunksTotal)
+	cm.FinalizeDue = e.now().Add(batch.Grace)
+	picked := false
+	var lastErr error
+	for try := 0; try < commitTries; try++ {
+		if !picked && c.Slots > 0 {
+			next, err := pick(ctx, e.Store, c.Model, c.Slots, c.Shard, e.now().Add(e.lease()))
+			if err != nil {
+				return false, err
+			}
+			cm.Next = next
+		}
+		picked = true
+		err := e.Store.CommitChunk(ctx, b.Tenant, cm)
+		switch {
+		case err == nil:
+			e.afterCommit(ctx, b, cm.Next, cm.Last)
+			return true, nil
+		case errors.Is(err, store.ErrLast):
+			cm.Last = true
+		case errors.Is(err, store.ErrRaced):
+			if err := raced(ctx, e.Store, cm.Next); err != nil {
+				return false, err
+			}
+			picked = false
+		case errors.Is(err, store.ErrChunkDone):
+			return e.lostCommit(ctx, b, cm, written)
+		case ctx.Err() != nil:
+			return false, ctx.Err()
+		default:
+			lastErr = err
+			e.Log.WarnContext(ctx, "commit failed; retrying", "batch_id", c.Batch, "chunk", c.Index, "err", err)
+			sleepCtx(ctx, time.Duration(50*(try+1))*time.Millisecond)
 		}
 	}
-	return e.send(ctx, resources.Dispatch, Message{Type: MsgRelease})
+	return false, lastErr
+}
+
+// lostCommit handles a commit that found its chunk no longer claimed by
+// this run: either its own earlier call took effect, or another run's did.
+func (e *Engine) lostCommit(ctx context.Context, b batch.Batch, cm store.Commit, written []string) (bool, error) {
+	c, err := e.Store.GetChunk(ctx, cm.Chunk.Batch, cm.Chunk.Index)
+	if err != nil {
+		return false, err
+	}
+	if c.State == batch.ChunkDone && c.Attempt == cm.Chunk.Attempt {
+		// Ours took effect although its call failed: do what follows it.
+		last := cm.Last
+		if !last {
+			nb, err := e.Store.GetBatch(ctx, b.Tenant, b.ID)
+			if err != nil {
+				return true, err
+			}
+			last = nb.ChunksDone >= nb.ChunksTotal && !nb.Status.Terminal()
+		}
+		var next *store.Claim
+		if c.Next != nil {
+			next = &store.Claim{Entry: store.Ready{Tenant: c.Next.Tenant, Batch: c.Next.Batch, Next: c.Next.Chunk}, Run: c.Next.Run}
+		}
+		e.afterCommit(ctx, b, next, last)
+		return true, nil
+	}
+	e.Log.InfoContext(ctx, "chunk committed by another run; this run's part discarded", "batch_id", c.Batch, "chunk", c.Index, "run", cm.Chunk.Run)
+	return false, e.Blobs.Delete(ctx, written...)
+}
+
+// afterCommit sends the claimed chunk's work message and, after the last
+// chunk, the finalize message. A lost send costs time, not work: the
+// claimed chunk's lease runs out and the tick re-sends it; the finalize is
+// due on the batch and the tick sends it.
+func (e *Engine) afterCommit(ctx context.Context, b batch.Batch, next *store.Claim, last bool) {
+	if next != nil {
+		if err := e.send(ctx, resources.Work, chunkMessage(next.Next())); err != nil {
+			e.Log.WarnContext(ctx, "send claimed chunk", "batch_id", next.Entry.Batch, "chunk", next.Entry.Next, "err", err)
+		}
+	}
+	if last {
+		if err := e.send(ctx, resources.Finalize, Message{Type: MsgFinalize, Tenant: b.Tenant, Batch: b.ID}); err != nil {
+			e.Log.WarnContext(ctx, "send finalize", "batch_id", b.ID, "err", err)
+		}
+	}
 }
 
 // sweepParts deletes the parts of a done chunk that its commit does not
@@ -374,4 +650,13 @@ func (e *Engine) sweepParts(ctx context.Context, c batch.Chunk) error {
 		}
 	}
 	return e.Blobs.Delete(ctx, stray...)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }

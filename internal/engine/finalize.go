@@ -10,13 +10,18 @@ import (
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/jsonl"
+	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/store"
 )
 
-// DeadLetter is the deadletter function's handler for the work DLQ: the
-// chunk whose executor kept failing is closed with a dead_letter error line
-// per row (none of its rows was committed: a chunk commits all or nothing)
-// and its rows join the batch's dead-letter list, so the batch completes.
+// DeadLetter is the deadletter function's handler for the work DLQ. A
+// chunk that ran out of attempts (counted on its item: the tick sends it
+// here) is closed with a dead_letter error line per row (none of its rows
+// was committed: a chunk commits all or nothing), and its rows join the
+// batch's dead-letter list once that commit took effect, so a late run
+// that commits first never leaves phantom dead letters. A message that
+// reached the DLQ by SQS's receive count while its chunk still has
+// attempts left (it shared invocations that crashed) goes back to work.
 func (e *Engine) DeadLetter(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 	return eachMessage(ctx, e.Log, ev, func(ctx context.Context, m Message) error {
 		b, err := e.Store.GetBatch(ctx, m.Tenant, m.Batch)
@@ -30,39 +35,63 @@ func (e *Engine) DeadLetter(ctx context.Context, ev events.SQSEvent) (events.SQS
 		if err != nil {
 			return err
 		}
-		if c.State == batch.ChunkDone {
-			if err := e.sweepParts(ctx, c); err != nil {
-				return err
-			}
-			return e.afterCommit(ctx, b)
-		}
-		// The custom ids, when the range still parses; a poison range that
-		// does not is reported by row number.
-		ids := make([]string, c.Rows)
-		if data, err := e.readRange(ctx, b.Input, c.Start, c.End); err == nil {
-			if reqs, err := jsonl.ParseRequests(data); err == nil && len(reqs) == c.Rows {
-				for i, r := range reqs {
-					ids[i] = r.CustomID
+		switch {
+		case c.State == batch.ChunkDone:
+			if c.Dead && c.Run == m.Run {
+				// The commit took effect; its dead-letter items may not have.
+				if err := e.Store.PutDeadLetters(ctx, b.ID, deadLetters(c, e.customIDs(ctx, b, c))); err != nil {
+					return err
 				}
 			}
+			return e.sweepParts(ctx, c)
+		case c.Run != m.Run:
+			return nil // an old run's message: the chunk went on without it
+		case m.Type == MsgChunk && c.Attempts <= resources.WorkMaxReceiveCount:
+			m.Attempt = c.Attempts
+			return e.send(ctx, resources.Work, m)
 		}
-		const msg = "the request's chunk failed on every attempt (executor crash or timeout) and was moved to the dead-letter queue"
+		ids := e.customIDs(ctx, b, c)
 		outs := make([]outcome, c.Rows)
-		dls := make([]batch.DeadLetter, c.Rows)
 		for i := range outs {
-			outs[i] = outcome{customID: ids[i], code: CodeDeadLetter, message: msg}
-			dls[i] = batch.DeadLetter{CustomID: ids[i], Error: msg, Attempts: 3, Row: c.FirstRow + i}
+			outs[i] = outcome{customID: ids[i], code: CodeDeadLetter, message: deadLetterMessage}
 		}
-		if err := e.Store.PutDeadLetters(ctx, b.ID, dls); err != nil {
+		c.Dead = true
+		ours, err := e.commitRows(ctx, b, c, outs, int64(len(outs)))
+		if err != nil || !ours {
 			return err
 		}
 		e.Log.WarnContext(ctx, "chunk dead-lettered", "batch_id", b.ID, "chunk", c.Index, "rows", c.Rows)
-		return e.commitDead(ctx, b, c, outs)
+		return e.Store.PutDeadLetters(ctx, b.ID, deadLetters(c, ids))
 	})
 }
 
-func (e *Engine) commitDead(ctx context.Context, b batch.Batch, c batch.Chunk, outs []outcome) error {
-	return e.commitWith(ctx, b, c, outs, int64(len(outs)))
+// customIDs returns the custom ids of a chunk's rows when its range still
+// parses; a poison range that does not is reported by row number.
+func (e *Engine) customIDs(ctx context.Context, b batch.Batch, c batch.Chunk) []string {
+	ids := make([]string, c.Rows)
+	if data, err := e.readRange(ctx, b.Input, c.Start, c.End); err == nil {
+		if reqs, err := jsonl.ParseRequests(data); err == nil && len(reqs) == c.Rows {
+			for i, r := range reqs {
+				ids[i] = r.CustomID
+			}
+		}
+	}
+	return ids
+}
+
+const deadLetterMessage = "the request's chunk failed on every attempt (executor crash or timeout) and was moved to the dead-letter queue"
+
+// deadLetters are the dead-letter items of a dead chunk's rows, keyed by
+// row: a second write of the same rows replaces them.
+func deadLetters(c batch.Chunk, ids []string) []batch.DeadLetter {
+	dls := make([]batch.DeadLetter, c.Rows)
+	for i := range dls {
+		dls[i] = batch.DeadLetter{Error: deadLetterMessage, Attempts: resources.WorkMaxReceiveCount, Row: c.FirstRow + i}
+		if i < len(ids) {
+			dls[i].CustomID = ids[i]
+		}
+	}
+	return dls
 }
 
 // Finalize is the finalizer function's handler.

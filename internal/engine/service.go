@@ -315,7 +315,7 @@ func (e *Engine) Cancel(ctx context.Context, tenant, id string) (batch.Batch, er
 	if err != nil {
 		return batch.Batch{}, err
 	}
-	if err := e.send(ctx, resources.Dispatch, Message{Type: MsgRelease}); err != nil {
+	if err := e.send(ctx, resources.Dispatch, Message{Type: MsgDrain, Tenant: tenant, Batch: id}); err != nil {
 		return batch.Batch{}, err
 	}
 	return b.Out(), nil

@@ -138,7 +138,7 @@ func (e *Engine) runWorkflow(ctx, runCtx context.Context, b batch.Batch, c batch
 			case err != nil:
 				return err
 			case done:
-				return e.afterCommit(ctx, b)
+				return nil
 			case c.Slots == 0:
 				return handOver(capacityRetry) // the model is full
 			}
@@ -213,8 +213,7 @@ func (e *Engine) runWorkflow(ctx, runCtx context.Context, b batch.Batch, c batch
 	switch o.Kind {
 	case workflow.Waiting:
 		if c.Slots > 0 {
-			m, _ := e.Models.Lookup(c.Model)
-			if err := e.Store.SetChunkSlots(ctx, c, 0, m.MaxConcurrency); err != nil {
+			if err := e.Store.SetChunkSlots(ctx, c, 0, e.shardQuota(c)); err != nil {
 				return fmt.Errorf("workflow %s: give back capacity: %w", r.WorkflowID, err)
 			}
 		}
@@ -239,7 +238,7 @@ func (e *Engine) runWorkflow(ctx, runCtx context.Context, b batch.Batch, c batch
 // commitWorkflow commits a record's chunk with its one line, then drops
 // its checkpoint.
 func (e *Engine) commitWorkflow(ctx context.Context, b batch.Batch, c batch.Chunk, out outcome) error {
-	if err := e.commit(ctx, b, c, []outcome{out}); err != nil {
+	if _, err := e.commitRows(ctx, b, c, []outcome{out}, 0); err != nil {
 		return err
 	}
 	if err := e.Store.DeleteWorkflow(ctx, b.ID, c.FirstRow); err != nil {
@@ -252,9 +251,9 @@ func (e *Engine) commitWorkflow(ctx context.Context, b batch.Batch, c batch.Chun
 // the chunk with Slots still 0 when the model is full, and done when the
 // chunk turned out to be committed already.
 func (e *Engine) takeSlots(ctx context.Context, c batch.Chunk) (batch.Chunk, bool, error) {
-	m, _ := e.Models.Lookup(c.Model)
-	want := min(e.chunkSlots(), m.MaxConcurrency)
-	switch err := e.Store.SetChunkSlots(ctx, c, want, m.MaxConcurrency); {
+	quota := e.shardQuota(c)
+	want := min(e.chunkSlots(), quota)
+	switch err := e.Store.SetChunkSlots(ctx, c, want, quota); {
 	case errors.Is(err, store.ErrNoCapacity):
 		return c, false, nil
 	case errors.Is(err, store.ErrChunkDone):
@@ -313,8 +312,20 @@ func (e *Engine) loadResults(ctx context.Context, key string) ([]workflow.Result
 }
 
 // requeue sends a chunk's work message again after delay (rounded up to
-// whole seconds, so it never comes back before a wait ended); the
-// invocation then ends successfully, deleting the message it was given.
+// whole seconds, so it never comes back before a wait ended), with its
+// lease moved past it; the invocation then ends successfully, deleting the
+// message it was given.
 func (e *Engine) requeue(ctx context.Context, c batch.Chunk, delay time.Duration) error {
-	return e.Queue.Send(ctx, resources.Work, Message{Type: MsgChunk, Tenant: c.Tenant, Batch: c.Batch, Chunk: c.Index}, sqsDelay(max(delay, 0)))
+	delay = sqsDelay(max(delay, 0))
+	if err := e.Store.RenewLease(ctx, c.Batch, c.Index, c.Run, e.now().Add(delay+e.lease())); err != nil {
+		return err
+	}
+	return e.Queue.Send(ctx, resources.Work, chunkMessage(batch.Next{Tenant: c.Tenant, Batch: c.Batch, Chunk: c.Index, Run: c.Run, Attempt: c.Attempts}), delay)
+}
+
+// shardQuota is the quota of the capacity shard c's slots come from.
+func (e *Engine) shardQuota(c batch.Chunk) int {
+	m, _ := e.Models.Lookup(c.Model)
+	q := store.Quotas(m.MaxConcurrency)
+	return q[min(c.Shard, len(q)-1)]
 }

@@ -66,14 +66,18 @@ const (
 
 // Index names.
 const (
-	ByStatus   = "by-status"   // gsi1: batches by status, ordered by priority and age
+	ByStatus   = "by-status"   // gsi1: active batches, oldest first
 	ByTemplate = "by-template" // gsi2: runs of a template, newest first
+	ByLease    = "by-lease"    // gsi3 (sparse): claimed chunks by lease expiry
+	ByDue      = "by-due"      // gsi4 (sparse): active batches by when the tick must look at them
 )
 
 // Function timeouts; each queue's visibility timeout is larger than its consumer's.
 const (
 	executorTimeout = 5 * time.Minute
-	// WorkMaxReceiveCount is how many times a chunk is tried before the DLQ.
+	// WorkMaxReceiveCount is how many times a chunk is tried before the
+	// dead-letter path: SQS receives of one message, and runs of one chunk
+	// counted on its item (a lease takeover sends a fresh message).
 	WorkMaxReceiveCount = 3
 )
 
@@ -98,6 +102,8 @@ func Define(prefix string) Set {
 			Indexes: []Index{
 				{Name: ByStatus, PartitionKey: "gsi1pk", SortKey: "gsi1sk"},
 				{Name: ByTemplate, PartitionKey: "gsi2pk", SortKey: "gsi2sk"},
+				{Name: ByLease, PartitionKey: "gsi3pk", SortKey: "gsi3sk"},
+				{Name: ByDue, PartitionKey: "gsi4pk", SortKey: "gsi4sk"},
 			},
 		},
 		Bucket: prefix + "-data",
@@ -113,7 +119,11 @@ func Define(prefix string) Set {
 			// (file content, results) may take up to 15 minutes.
 			{Name: "api", Timeout: 15 * time.Minute, Memory: 512},
 			{Name: "dispatcher", Timeout: time.Minute, Memory: 512, Queue: prefix + "-" + Dispatch, BatchSize: 10},
-			{Name: "executor", Timeout: executorTimeout, Memory: 1024, Queue: prefix + "-" + Work, BatchSize: 1, MaxConcurrency: 50},
+			// An executor invocation runs the rows of up to 4 chunks through one
+			// pool of their slots; upstream concurrency is bounded by the
+			// models' max_concurrency (capacity is claimed per chunk), so the
+			// event source may run as many invocations as Lambda allows.
+			{Name: "executor", Timeout: executorTimeout, Memory: 512, Queue: prefix + "-" + Work, BatchSize: 4, MaxConcurrency: 1000},
 			{Name: "deadletter", Timeout: time.Minute, Memory: 256, Queue: prefix + "-" + Work + "-dlq", BatchSize: 1},
 			{Name: "finalizer", Timeout: 5 * time.Minute, Memory: 512, Queue: prefix + "-" + Finalize, BatchSize: 1},
 			{Name: "webhook", Timeout: 30 * time.Second, Memory: 256, Queue: prefix + "-" + Webhook, BatchSize: 10},

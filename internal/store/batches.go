@@ -18,12 +18,6 @@ import (
 // ErrBatchNotFound is returned for a missing batch.
 var ErrBatchNotFound = errors.New("store: batch not found")
 
-// ErrChunkDone means a chunk was already committed: a duplicate delivery.
-var ErrChunkDone = errors.New("store: chunk already done")
-
-// ErrNoCapacity means the model's capacity is taken.
-var ErrNoCapacity = errors.New("store: no capacity")
-
 const (
 	activePK = "ACTIVE"
 	// priorityBase turns priorities (-maxPriority…maxPriority) into sort
@@ -39,13 +33,18 @@ func chunksPK(batchID string) string {
 func chunkSK(i int) string { return fmt.Sprintf("CHUNK#%06d", i) }
 
 // batchIndexes keeps the GSI attributes in line with the batch: active
-// batches sit in the by-status index ordered by priority then age, and runs
+// batches sit in the by-status index oldest first and in the sparse by-due
+// index at the time the tick must look at them (batch.Batch.Due), and runs
 // of a template in the by-template index.
 func batchIndexes(b *batch.Batch) item {
 	it := item{}
 	if !b.Status.Terminal() && b.Status != batch.Scheduled {
 		it["gsi1pk"] = &types.AttributeValueMemberS{Value: activePK}
-		it["gsi1sk"] = &types.AttributeValueMemberS{Value: fmt.Sprintf("%07d#%s#%s", priorityBase-b.Priority, b.ID, b.Tenant)}
+		it["gsi1sk"] = &types.AttributeValueMemberS{Value: fmt.Sprintf("%010d#%s#%s", b.CreatedAt, b.ID, b.Tenant)}
+	}
+	if at, ok := b.Due(); ok {
+		it["gsi4pk"] = avS(duePK)
+		it["gsi4sk"] = avS(dueSK(at, b.Tenant, b.ID))
 	}
 	if b.TemplateID != nil {
 		it["gsi2pk"] = &types.AttributeValueMemberS{Value: "TPL#" + *b.TemplateID}
@@ -159,45 +158,45 @@ func (s *Store) ListBatches(ctx context.Context, tenant, after string, limit int
 	}
 }
 
-// ActiveRef names an active batch in the by-status index.
-type ActiveRef struct {
-	Tenant   string
-	ID       string
-	Priority int
-}
-
-// ActiveBatches lists the non-terminal batches, highest priority first,
-// then oldest first.
-func (s *Store) ActiveBatches(ctx context.Context) ([]ActiveRef, error) {
-	in := &dynamodb.QueryInput{
+// OldestActive returns the oldest batch that has not ended, if any.
+func (s *Store) OldestActive(ctx context.Context) (batch.Batch, bool, error) {
+	out, err := s.DB.Query(ctx, &dynamodb.QueryInput{
 		TableName:                 &s.Table,
 		IndexName:                 aws.String(resources.ByStatus),
 		KeyConditionExpression:    aws.String("gsi1pk = :a"),
 		ExpressionAttributeValues: item{":a": &types.AttributeValueMemberS{Value: activePK}},
-		ProjectionExpression:      aws.String("tenant, id, priority"),
+		Limit:                     aws.Int32(1),
+	})
+	if err != nil {
+		return batch.Batch{}, false, fmt.Errorf("oldest active batch: %w", err)
 	}
-	var refs []ActiveRef
-	for {
-		out, err := s.DB.Query(ctx, in)
-		if err != nil {
-			return nil, fmt.Errorf("list active batches: %w", err)
-		}
-		for _, it := range out.Items {
-			var r struct {
-				Tenant   string `dynamodbav:"tenant"`
-				ID       string `dynamodbav:"id"`
-				Priority int    `dynamodbav:"priority"`
-			}
-			if err := attributevalue.UnmarshalMap(it, &r); err != nil {
-				return nil, err
-			}
-			refs = append(refs, ActiveRef{Tenant: r.Tenant, ID: r.ID, Priority: r.Priority})
-		}
-		if out.LastEvaluatedKey == nil {
-			return refs, nil
-		}
-		in.ExclusiveStartKey = out.LastEvaluatedKey
+	if len(out.Items) == 0 {
+		return batch.Batch{}, false, nil
 	}
+	var b batch.Batch
+	if err := attributevalue.UnmarshalMap(out.Items[0], &b); err != nil {
+		return b, false, err
+	}
+	return b, true, nil
+}
+
+// ActiveRef names a batch found through an index.
+type ActiveRef struct {
+	Tenant   string `dynamodbav:"tenant"`
+	ID       string `dynamodbav:"id"`
+	Priority int    `dynamodbav:"priority"`
+}
+
+func activeRefs(items []item) ([]ActiveRef, error) {
+	refs := make([]ActiveRef, 0, len(items))
+	for _, it := range items {
+		var r ActiveRef
+		if err := attributevalue.UnmarshalMap(it, &r); err != nil {
+			return nil, err
+		}
+		refs = append(refs, r)
+	}
+	return refs, nil
 }
 
 // PutChunks writes planned chunks (BatchWriteItem, 25 at a time).
@@ -250,138 +249,6 @@ func (s *Store) Chunks(ctx context.Context, batchID string) ([]batch.Chunk, erro
 		return nil
 	})
 	return cs, err
-}
-
-func capKey(model string) item { return key("MODEL#"+model, "CAP") }
-
-// Release moves a pending chunk to queued and the batch's release cursor
-// past it, taking slots of its model's capacity (max in-flight requests)
-// in the same transaction, so capacity is never over-committed however many
-// dispatchers run. slots 0 takes none (a cancelled or expired batch's
-// chunks only write error lines).
-func (s *Store) Release(ctx context.Context, c batch.Chunk, slots, max int) error {
-	tx := []types.TransactWriteItem{
-		{Update: &types.Update{
-			TableName:                 &s.Table,
-			Key:                       key(chunksPK(c.Batch), chunkSK(c.Index)),
-			UpdateExpression:          aws.String("SET #st = :queued, slots = :slots"),
-			ConditionExpression:       aws.String("#st = :pending"),
-			ExpressionAttributeNames:  map[string]string{"#st": "state"},
-			ExpressionAttributeValues: item{":queued": avS(string(batch.ChunkQueued)), ":pending": avS(string(batch.ChunkPending)), ":slots": avN(slots)},
-		}},
-		{Update: &types.Update{
-			TableName:                 &s.Table,
-			Key:                       key(batchPK(c.Tenant), batchSK(c.Batch)),
-			UpdateExpression:          aws.String("ADD released :one, ver :one"),
-			ConditionExpression:       aws.String("released = :i"),
-			ExpressionAttributeValues: item{":one": avN(1), ":i": avN(c.Index)},
-		}},
-	}
-	if slots > 0 {
-		tx = append(tx, types.TransactWriteItem{Update: &types.Update{
-			TableName:                 &s.Table,
-			Key:                       capKey(c.Model),
-			UpdateExpression:          aws.String("ADD inflight :n"),
-			ConditionExpression:       aws.String("attribute_not_exists(inflight) OR inflight <= :room"),
-			ExpressionAttributeValues: item{":n": avN(slots), ":room": avN(max - slots)},
-		}})
-	}
-	_, err := s.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
-	var tc *types.TransactionCanceledException
-	if errors.As(err, &tc) {
-		if len(tc.CancellationReasons) > 2 && aws.ToString(tc.CancellationReasons[2].Code) == "ConditionalCheckFailed" {
-			return ErrNoCapacity
-		}
-		return ErrChunkDone // released by someone else meanwhile
-	}
-	if err != nil {
-		return fmt.Errorf("release chunk %d of %s: %w", c.Index, c.Batch, err)
-	}
-	return nil
-}
-
-// InFlight returns the capacity slots a model has out.
-func (s *Store) InFlight(ctx context.Context, model string) (int, error) {
-	var v struct {
-		InFlight int `dynamodbav:"inflight"`
-	}
-	_, err := s.get(ctx, "MODEL#"+model, "CAP", &v)
-	if errors.Is(err, errMissing) {
-		return 0, nil
-	}
-	return v.InFlight, err
-}
-
-// Commit is what a finished chunk adds to its batch.
-type Commit struct {
-	Chunk       batch.Chunk // with Pattern, OutBytes, ErrBytes set
-	Completed   int64
-	Failed      int64
-	Expired     int64 // rows that got batch_expired
-	DeadLetters int64
-	Usage       batch.Usage
-	// UsageByModel aggregates per model for the tenant's daily usage.
-	UsageByModel map[string]UsageAgg
-	Day          string // YYYY-MM-DD (UTC) the usage is recorded under
-}
-
-// UsageAgg is one model's usage in a chunk.
-type UsageAgg struct {
-	Requests, Input, Output, Total int64
-}
-
-// CommitChunk marks a chunk done and adds its counts to the batch, gives
-// back its capacity and adds its usage to the daily aggregates, all in one
-// transaction conditional on the chunk not being done: a duplicate delivery
-// gets ErrChunkDone and changes nothing.
-func (s *Store) CommitChunk(ctx context.Context, tenant string, c Commit) error {
-	ch := c.Chunk
-	tx := []types.TransactWriteItem{
-		{Update: &types.Update{
-			TableName:                &s.Table,
-			Key:                      key(chunksPK(ch.Batch), chunkSK(ch.Index)),
-			UpdateExpression:         aws.String("SET #st = :done, pattern = :p, out_bytes = :o, err_bytes = :e, attempt = :a"),
-			ConditionExpression:      aws.String("attribute_exists(pk) AND #st <> :done"),
-			ExpressionAttributeNames: map[string]string{"#st": "state"},
-			ExpressionAttributeValues: item{":done": avS(string(batch.ChunkDone)), ":p": avS(ch.Pattern), ":a": avS(ch.Attempt),
-				":o": avN64(ch.OutBytes), ":e": avN64(ch.ErrBytes)},
-		}},
-		{Update: &types.Update{
-			TableName: &s.Table,
-			Key:       key(batchPK(tenant), batchSK(ch.Batch)),
-			UpdateExpression: aws.String("SET counts.completed = counts.completed + :c, counts.failed = counts.failed + :f, " +
-				"#u.input_tokens = #u.input_tokens + :ui, #u.output_tokens = #u.output_tokens + :uo, #u.total_tokens = #u.total_tokens + :ut " +
-				"ADD chunks_done :one, ver :one, expired_rows :x, dead_letter_count :dl"),
-			ExpressionAttributeNames: map[string]string{"#u": "usage"},
-			ExpressionAttributeValues: item{":c": avN64(c.Completed), ":f": avN64(c.Failed), ":x": avN64(c.Expired), ":dl": avN64(c.DeadLetters),
-				":ui": avN64(c.Usage.InputTokens), ":uo": avN64(c.Usage.OutputTokens), ":ut": avN64(c.Usage.TotalTokens), ":one": avN(1)},
-		}},
-	}
-	if ch.Slots > 0 {
-		tx = append(tx, types.TransactWriteItem{Update: &types.Update{
-			TableName: &s.Table, Key: capKey(ch.Model),
-			UpdateExpression:          aws.String("ADD inflight :n"),
-			ExpressionAttributeValues: item{":n": avN(-ch.Slots)},
-		}})
-	}
-	for model, u := range c.UsageByModel {
-		tx = append(tx, types.TransactWriteItem{Update: &types.Update{
-			TableName: &s.Table, Key: key("USAGE#"+tenant, c.Day+"#"+model),
-			UpdateExpression:         aws.String("SET #d = :day, model = :m ADD requests :r, input_tokens :i, output_tokens :o, total_tokens :t"),
-			ExpressionAttributeNames: map[string]string{"#d": "day"},
-			ExpressionAttributeValues: item{":day": avS(c.Day), ":m": avS(model), ":r": avN64(u.Requests),
-				":i": avN64(u.Input), ":o": avN64(u.Output), ":t": avN64(u.Total)},
-		}})
-	}
-	_, err := s.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
-	var tc *types.TransactionCanceledException
-	if errors.As(err, &tc) && len(tc.CancellationReasons) > 0 && aws.ToString(tc.CancellationReasons[0].Code) == "ConditionalCheckFailed" {
-		return ErrChunkDone
-	}
-	if err != nil {
-		return fmt.Errorf("commit chunk %d of %s: %w", ch.Index, ch.Batch, err)
-	}
-	return nil
 }
 
 // UsageRow is one day's usage of one model by a tenant.

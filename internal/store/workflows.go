@@ -159,41 +159,40 @@ func (s *Store) DeleteWorkflow(ctx context.Context, batchID string, row int) err
 	return s.delete(ctx, chunksPK(batchID), workflowSK(row))
 }
 
-// SetChunkSlots changes how much of its model's capacity a queued chunk
-// holds, in one transaction with the model's in-flight counter: a waiting
-// workflow record gives its slots back (to = 0) and takes them again when
-// it resumes, within max. It fails with ErrNoCapacity when the model has no
-// room, and ErrChunkDone when the chunk is no longer queued with c.Slots.
-func (s *Store) SetChunkSlots(ctx context.Context, c batch.Chunk, to, max int) error {
+// SetChunkSlots changes how much of its model's capacity a claimed chunk
+// holds, in one transaction with its capacity shard (of quota slots): a
+// waiting workflow record gives its slots back (to = 0) and takes them
+// again when it resumes. It fails with ErrNoCapacity when the shard has no
+// room, and ErrChunkDone when the chunk is no longer the run's with c.Slots.
+func (s *Store) SetChunkSlots(ctx context.Context, c batch.Chunk, to, quota int) error {
 	delta := to - c.Slots
 	if delta == 0 {
 		return nil
 	}
 	capUpdate := &types.Update{
 		TableName:                 &s.Table,
-		Key:                       capKey(c.Model),
+		Key:                       capShardKey(c.Model, c.Shard),
 		UpdateExpression:          aws.String("ADD inflight :n"),
 		ExpressionAttributeValues: item{":n": avN(delta)},
 	}
 	if delta > 0 {
 		capUpdate.ConditionExpression = aws.String("attribute_not_exists(inflight) OR inflight <= :room")
-		capUpdate.ExpressionAttributeValues[":room"] = avN(max - delta)
+		capUpdate.ExpressionAttributeValues[":room"] = avN(quota - delta)
 	}
-	_, err := s.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+	err := s.transact(ctx, "", []types.TransactWriteItem{
 		{Update: &types.Update{
 			TableName:                &s.Table,
 			Key:                      key(chunksPK(c.Batch), chunkSK(c.Index)),
 			UpdateExpression:         aws.String("SET slots = :to"),
-			ConditionExpression:      aws.String("#st = :queued AND slots = :from"),
-			ExpressionAttributeNames: map[string]string{"#st": "state"},
-			ExpressionAttributeValues: item{":to": avN(to), ":from": avN(c.Slots),
-				":queued": avS(string(batch.ChunkQueued))},
+			ConditionExpression:      aws.String("#st = :claimed AND slots = :from AND #run = :run"),
+			ExpressionAttributeNames: map[string]string{"#st": "state", "#run": "run"},
+			ExpressionAttributeValues: item{":to": avN(to), ":from": avN(c.Slots), ":run": avS(c.Run),
+				":claimed": avS(string(batch.ChunkClaimed))},
 		}},
 		{Update: capUpdate},
-	}})
-	var tc *types.TransactionCanceledException
-	if errors.As(err, &tc) {
-		if len(tc.CancellationReasons) > 1 && aws.ToString(tc.CancellationReasons[1].Code) == "ConditionalCheckFailed" {
+	})
+	if failed, ok := conditionFailed(err); ok {
+		if failed == 1 {
 			return ErrNoCapacity
 		}
 		return ErrChunkDone

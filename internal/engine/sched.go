@@ -1,0 +1,255 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/ids"
+	"github.com/relaybatch/relay/internal/resources"
+	"github.com/relaybatch/relay/internal/store"
+)
+
+// Scheduling (docs/design.md "Scheduling"): capacity moves from finished
+// work to waiting work without the dispatcher. The commit of a chunk claims
+// the next chunk of its model for the same slots (pick), and its executor
+// sends that chunk's work message; slots go back to the model's pool only
+// when nothing of the model waits. The dispatcher starts work from the pool
+// (start) after a plan and on the tick, drains cancelled and expired
+// batches, and takes over chunks whose lease expired.
+
+// SchedStore is what scheduling needs of the table.
+type SchedStore interface {
+	ReadyHead(ctx context.Context, model string) (store.Ready, bool, error)
+	DeleteReady(ctx context.Context, r store.Ready) error
+	GetChunk(ctx context.Context, batchID string, i int) (batch.Chunk, error)
+	FreeSlots(ctx context.Context, model string, quotas []int) ([]int, error)
+	ClaimFromPool(ctx context.Context, c store.Claim, quota int) error
+}
+
+var _ SchedStore = (*store.Store)(nil)
+
+func newRun() string { return ids.Secret(9) }
+
+// pick returns the claim of the chunk model owes next for slots of shard,
+// or nil when no chunk of model waits.
+func pick(ctx context.Context, s SchedStore, model string, slots, shard int, lease time.Time) (*store.Claim, error) {
+	r, ok, err := s.ReadyHead(ctx, model)
+	if err != nil || !ok {
+		return nil, err
+	}
+	after := -1
+	switch {
+	case r.Mixed:
+		c, err := s.GetChunk(ctx, r.Batch, r.Next)
+		if err != nil {
+			return nil, err
+		}
+		after = c.NextSame
+	case r.Next+1 < r.Total:
+		after = r.Next + 1
+	}
+	return &store.Claim{Entry: r, After: after, Run: newRun(), Slots: slots, Shard: shard, Lease: lease}, nil
+}
+
+// raced handles a claim of c that failed with store.ErrRaced: when the
+// entry is still the head, its chunk was not pending (a drain claimed it),
+// so the entry is stale and goes.
+func raced(ctx context.Context, s SchedStore, c *store.Claim) error {
+	r, ok, err := s.ReadyHead(ctx, c.Entry.Model)
+	if err != nil || !ok || r.SK() != c.Entry.SK() {
+		return err
+	}
+	return s.DeleteReady(ctx, r)
+}
+
+// maxPicks bounds the claims one call tries when others race it.
+const maxPicks = 20
+
+// start claims chunks of model from its free capacity and sends their work
+// messages; it is how work begins when nothing hands capacity on.
+func (e *Engine) start(ctx context.Context, model string) error {
+	m, ok := e.Models.Lookup(model)
+	if !ok {
+		return nil
+	}
+	quotas := store.Quotas(m.MaxConcurrency)
+	free, err := e.Store.FreeSlots(ctx, model, quotas)
+	if err != nil {
+		return err
+	}
+	var msgs []any
+	defer func() {
+		if len(msgs) > 0 {
+			// A claim whose message is lost is re-sent when its lease ends.
+			if err := e.Queue.SendBatch(ctx, resources.Work, msgs, 0); err != nil {
+				e.Log.WarnContext(ctx, "send claimed chunks", "model", model, "err", err)
+			}
+		}
+	}()
+	for shard, races := 0, 0; shard < len(quotas) && races < maxPicks; {
+		if free[shard] <= 0 {
+			shard++
+			continue
+		}
+		c, err := pick(ctx, e.Store, model, min(e.chunkSlots(), free[shard]), shard, e.now().Add(e.lease()))
+		if err != nil || c == nil {
+			return err
+		}
+		switch err := e.Store.ClaimFromPool(ctx, *c, quotas[shard]); {
+		case errors.Is(err, store.ErrNoCapacity):
+			free[shard] = 0 // taken by others meanwhile
+			races++
+		case errors.Is(err, store.ErrRaced):
+			races++
+			if err := raced(ctx, e.Store, c); err != nil {
+				return err
+			}
+		case err != nil:
+			return err
+		default:
+			free[shard] -= c.Slots
+			msgs = append(msgs, chunkMessage(c.Next()))
+		}
+	}
+	return nil
+}
+
+// drain claims every unclaimed chunk of a cancelled or expired batch
+// without capacity: their runs only write error lines.
+func (e *Engine) drain(ctx context.Context, b batch.Batch) error {
+	chunks, err := e.Store.Chunks(ctx, b.ID)
+	if err != nil {
+		return err
+	}
+	var msgs []any
+	for _, c := range chunks {
+		if c.State != batch.ChunkPending {
+			continue
+		}
+		run := newRun()
+		switch err := e.Store.ClaimAlone(ctx, c, run, e.now().Add(e.lease())); {
+		case errors.Is(err, store.ErrRaced):
+			continue
+		case err != nil:
+			return err
+		}
+		msgs = append(msgs, chunkMessage(batch.Next{Tenant: b.Tenant, Batch: b.ID, Chunk: c.Index, Run: run, Attempt: 1}))
+	}
+	return e.Queue.SendBatch(ctx, resources.Work, msgs, 0)
+}
+
+// tickLimit bounds the leases and due batches one tick handles; the next
+// tick takes the rest.
+const tickLimit = 100
+
+// Tick is the dispatcher's periodic sweep. It reads no idle batch: expired
+// leases and due batches come from sparse indexes, and each model's free
+// capacity is one read.
+func (e *Engine) Tick(ctx context.Context) error {
+	now := e.now()
+	if err := e.takeOver(ctx, now); err != nil {
+		return err
+	}
+	refs, err := e.Store.DueBatches(ctx, now, tickLimit)
+	if err != nil {
+		return err
+	}
+	for _, r := range refs {
+		if err := e.due(ctx, r.Tenant, r.ID, now); err != nil {
+			return err
+		}
+	}
+	for _, m := range e.Models.Names() {
+		if err := e.start(ctx, m); err != nil {
+			return err
+		}
+	}
+	e.publishOldest(ctx, now)
+	return nil
+}
+
+// takeOver gives each chunk whose lease expired (its run died, or its work
+// message was lost) to a new run and sends its message; a chunk out of
+// attempts goes to the dead-letter path instead.
+func (e *Engine) takeOver(ctx context.Context, now time.Time) error {
+	expired, err := e.Store.ExpiredLeases(ctx, now, tickLimit)
+	if err != nil {
+		return err
+	}
+	var work, dead []any
+	for _, c := range expired {
+		nc, err := e.Store.Takeover(ctx, c, newRun(), now.Add(e.lease()))
+		if errors.Is(err, store.ErrRaced) {
+			continue // renewed or committed meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		m := chunkMessage(batch.Next{Tenant: nc.Tenant, Batch: nc.Batch, Chunk: nc.Index, Run: nc.Run, Attempt: nc.Attempts})
+		if nc.Attempts > resources.WorkMaxReceiveCount {
+			m.Type = MsgDead
+			dead = append(dead, m)
+			e.Log.WarnContext(ctx, "chunk out of attempts", "batch_id", nc.Batch, "chunk", nc.Index, "attempts", nc.Attempts-1)
+			continue
+		}
+		e.Log.InfoContext(ctx, "lease expired; chunk taken over", "batch_id", nc.Batch, "chunk", nc.Index, "attempt", nc.Attempts)
+		work = append(work, m)
+	}
+	if err := e.Queue.SendBatch(ctx, resources.Work, work, 0); err != nil {
+		return err
+	}
+	return e.Queue.SendBatch(ctx, resources.Work+"-dlq", dead, 0)
+}
+
+// due does what a due batch needs (see batch.Batch.Due) and has the tick
+// look at it again only after batch.Grace.
+func (e *Engine) due(ctx context.Context, tenant, id string, now time.Time) error {
+	b, err := e.Store.GetBatch(ctx, tenant, id)
+	if errors.Is(err, store.ErrBatchNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	switch {
+	case b.Status.Terminal():
+	case b.ChunksTotal == 0:
+		err = e.send(ctx, resources.Dispatch, Message{Type: MsgPlan, Tenant: tenant, Batch: id})
+	case b.ChunksDone >= b.ChunksTotal || b.Status == batch.Finalizing:
+		err = e.send(ctx, resources.Finalize, Message{Type: MsgFinalize, Tenant: tenant, Batch: id})
+	case b.Status == batch.Cancelling || b.PastExpiry(now):
+		err = e.drain(ctx, b)
+	}
+	if err != nil {
+		return err
+	}
+	_, err = e.Store.UpdateBatch(ctx, tenant, id, func(b *batch.Batch) error {
+		b.Recheck = now.Add(batch.Grace).Unix()
+		return nil
+	})
+	if errors.Is(err, store.ErrBatchNotFound) {
+		return nil
+	}
+	return err
+}
+
+// publishOldest logs the age of the oldest unfinished batch as an embedded
+// CloudWatch metric (the stuck-batch alarm watches it).
+func (e *Engine) publishOldest(ctx context.Context, now time.Time) {
+	var age int64
+	if b, ok, err := e.Store.OldestActive(ctx); err == nil && ok {
+		age = now.Unix() - b.CreatedAt
+	}
+	e.Log.InfoContext(ctx, "tick",
+		"_aws", map[string]any{"Timestamp": now.UnixMilli(), "CloudWatchMetrics": []any{map[string]any{
+			"Namespace": resources.MetricNamespace, "Dimensions": [][]string{{resources.MetricDimension}},
+			"Metrics": []any{map[string]string{"Name": resources.MetricOldestBatchAge, "Unit": "Seconds"}},
+		}}},
+		resources.MetricDimension, e.Set.Prefix, resources.MetricOldestBatchAge, age)
+}
+
+// errNotOurs is a work message for a run that no longer holds its chunk.
+var errNotOurs = fmt.Errorf("engine: %w", store.ErrChunkDone)

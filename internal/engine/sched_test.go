@@ -1,0 +1,260 @@
+package engine
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/store"
+)
+
+// fakeSched is a hand-written SchedStore: a ready index per model and chunks.
+type fakeSched struct {
+	ready  map[string][]store.Ready
+	chunks map[int]batch.Chunk
+	gets   int
+}
+
+func (f *fakeSched) ReadyHead(_ context.Context, model string) (store.Ready, bool, error) {
+	rs := f.ready[model]
+	if len(rs) == 0 {
+		return store.Ready{}, false, nil
+	}
+	head := rs[0]
+	for _, r := range rs[1:] {
+		if r.SK() < head.SK() {
+			head = r
+		}
+	}
+	return head, true, nil
+}
+
+func (f *fakeSched) DeleteReady(_ context.Context, r store.Ready) error {
+	rs := f.ready[r.Model]
+	for i := range rs {
+		if rs[i].SK() == r.SK() {
+			f.ready[r.Model] = append(rs[:i], rs[i+1:]...)
+			return nil
+		}
+	}
+	return nil
+}
+
+func (f *fakeSched) GetChunk(_ context.Context, _ string, i int) (batch.Chunk, error) {
+	f.gets++
+	return f.chunks[i], nil
+}
+
+func (f *fakeSched) FreeSlots(context.Context, string, []int) ([]int, error) { return nil, nil }
+func (f *fakeSched) ClaimFromPool(context.Context, store.Claim, int) error  { return nil }
+
+func TestPick(t *testing.T) {
+	t.Parallel()
+	lease := time.Unix(1000, 0)
+	tests := []struct {
+		name      string
+		ready     []store.Ready
+		chunks    map[int]batch.Chunk
+		wantBatch string
+		wantNext  int
+		wantAfter int
+		wantGets  int
+	}{
+		{name: "nothing waits"},
+		{
+			name:      "higher priority first",
+			ready:     []store.Ready{{Model: "m", Batch: "low", Priority: 0, Next: 0, Total: 5}, {Model: "m", Batch: "high", Priority: 5, Seq: 9, Next: 3, Total: 5}},
+			wantBatch: "high", wantNext: 3, wantAfter: 4,
+		},
+		{
+			name:      "equal priority: the batch that has had fewest",
+			ready:     []store.Ready{{Model: "m", Batch: "a", Seq: 7, Next: 7, Total: 20}, {Model: "m", Batch: "b", Seq: 2, Next: 2, Total: 3}},
+			wantBatch: "b", wantNext: 2, wantAfter: -1,
+		},
+		{
+			name:      "mixed-model batch steps through its model's chunks",
+			ready:     []store.Ready{{Model: "m", Batch: "x", Next: 1, Total: 6, Mixed: true}},
+			chunks:    map[int]batch.Chunk{1: {Index: 1, NextSame: 4}},
+			wantBatch: "x", wantNext: 1, wantAfter: 4, wantGets: 1,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := &fakeSched{ready: map[string][]store.Ready{"m": tt.ready}, chunks: tt.chunks}
+			c, err := pick(context.Background(), f, "m", 8, 0, lease)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.wantBatch == "" {
+				if c != nil {
+					t.Fatalf("got claim %+v, want none", c)
+				}
+				return
+			}
+			if c == nil || c.Entry.Batch != tt.wantBatch || c.Entry.Next != tt.wantNext || c.After != tt.wantAfter || c.Slots != 8 || !c.Lease.Equal(lease) || c.Run == "" {
+				t.Fatalf("got %+v, want batch %s chunk %d then %d", c, tt.wantBatch, tt.wantNext, tt.wantAfter)
+			}
+			if f.gets != tt.wantGets {
+				t.Errorf("chunk reads: got %d, want %d", f.gets, tt.wantGets)
+			}
+		})
+	}
+}
+
+func TestRacedDropsStaleEntry(t *testing.T) {
+	t.Parallel()
+	stale := store.Ready{Model: "m", Batch: "drained", Next: 2, Total: 5}
+	f := &fakeSched{ready: map[string][]store.Ready{"m": {stale, {Model: "m", Batch: "other", Seq: 1, Total: 1}}}}
+	// The entry is still the head after the claim failed: its chunk was
+	// claimed by a drain, so the entry goes.
+	if err := raced(context.Background(), f, &store.Claim{Entry: stale}); err != nil {
+		t.Fatal(err)
+	}
+	if h, _, _ := f.ReadyHead(context.Background(), "m"); h.Batch != "other" {
+		t.Fatalf("head after raced: got %s, want other", h.Batch)
+	}
+	// An entry that moved on (another claimer stepped it) stays.
+	moved := store.Ready{Model: "m", Batch: "other", Seq: 0, Total: 1}
+	if err := raced(context.Background(), f, &store.Claim{Entry: moved}); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.ready["m"]) != 1 {
+		t.Fatalf("the moved entry was deleted: %+v", f.ready["m"])
+	}
+}
+
+func TestLinkChunks(t *testing.T) {
+	t.Parallel()
+	models := []string{"a", "a", "b", "a", "b"}
+	chunks := make([]batch.Chunk, len(models))
+	for i, m := range models {
+		chunks[i] = batch.Chunk{Batch: "x", Tenant: "t", Index: i, Model: m}
+	}
+	entries := linkChunks(chunks, 3)
+	wantNext := []int{1, 3, 4, -1, -1}
+	for i, c := range chunks {
+		if c.NextSame != wantNext[i] || c.Total != 5 {
+			t.Errorf("chunk %d: NextSame %d Total %d, want %d and 5", i, c.NextSame, c.Total, wantNext[i])
+		}
+	}
+	if len(entries) != 2 || entries[0].Model != "a" || entries[0].Next != 0 || entries[1].Model != "b" || entries[1].Next != 2 ||
+		!entries[0].Mixed || entries[0].Priority != 3 {
+		t.Fatalf("entries: got %+v", entries)
+	}
+	single := linkChunks([]batch.Chunk{{Model: "a"}, {Model: "a", Index: 1}}, 0)
+	if len(single) != 1 || single[0].Mixed {
+		t.Fatalf("single-model entries: got %+v", single)
+	}
+}
+
+func TestSlotPoolNeverExceedsHeldSlots(t *testing.T) {
+	t.Parallel()
+	p := newSlotPool()
+	slots := []int{3, 5, 2}
+	for _, s := range slots {
+		p.hold(s)
+	}
+	var inflight, peak, held atomic.Int64
+	held.Store(10)
+	check := func() {
+		n := inflight.Load()
+		for {
+			old := peak.Load()
+			if n <= old || peak.CompareAndSwap(old, n) {
+				break
+			}
+		}
+		if n > held.Load() {
+			t.Errorf("%d rows in flight with %d slots held", n, held.Load())
+		}
+	}
+	rows := []int{7, 20, 4}
+	var wg sync.WaitGroup
+	var commits sync.WaitGroup
+	for ci, n := range rows {
+		left := atomic.Int64{}
+		left.Store(int64(n))
+		for r := 0; r < n; r++ {
+			if !p.acquire(context.Background()) {
+				t.Fatal("acquire failed")
+			}
+			inflight.Add(1)
+			check()
+			wg.Go(func() {
+				time.Sleep(time.Duration(1+r%3) * time.Millisecond)
+				inflight.Add(-1)
+				p.release()
+				if left.Add(-1) == 0 {
+					commits.Go(func() {
+						p.finish(slots[ci])
+						// Handing the slots on: what is in flight must fit
+						// in the slots that stay.
+						held.Add(-int64(slots[ci]))
+						check()
+						p.leave(slots[ci])
+					})
+				}
+			})
+		}
+	}
+	wg.Wait()
+	commits.Wait()
+	if peak.Load() < 5 {
+		t.Errorf("peak in flight %d: the pool did not share slots across chunks", peak.Load())
+	}
+}
+
+func TestSlotPoolAcquireStopsWithContext(t *testing.T) {
+	t.Parallel()
+	p := newSlotPool()
+	p.hold(1)
+	if !p.acquire(context.Background()) {
+		t.Fatal("first acquire failed")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan bool)
+	go func() { got <- p.acquire(ctx) }()
+	cancel()
+	if <-got {
+		t.Fatal("acquire succeeded with no slot free and its context done")
+	}
+}
+
+func TestAloneFirst(t *testing.T) {
+	t.Parallel()
+	run := func(id string, receives, attempt int) *chunkRun {
+		return &chunkRun{rec: events.SQSMessage{MessageId: id, Attributes: map[string]string{"ApproximateReceiveCount": strconv.Itoa(receives)}},
+			msg: Message{Attempt: attempt}}
+	}
+	ids := func(rs []*chunkRun) (s string) {
+		for _, r := range rs {
+			s += r.rec.MessageId
+		}
+		return s
+	}
+	tests := []struct {
+		name       string
+		runs       []*chunkRun
+		now, later string
+	}{
+		{"one message runs, even redelivered", []*chunkRun{run("a", 3, 2)}, "a", ""},
+		{"fresh messages run together", []*chunkRun{run("a", 1, 1), run("b", 1, 1)}, "ab", ""},
+		{"a redelivered message runs alone", []*chunkRun{run("a", 1, 1), run("b", 2, 1), run("c", 1, 1)}, "b", "ac"},
+		{"a second attempt runs alone", []*chunkRun{run("a", 1, 2), run("b", 1, 1)}, "a", "b"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			now, later := aloneFirst(tt.runs)
+			if ids(now) != tt.now || ids(later) != tt.later {
+				t.Fatalf("got now %q later %q, want %q and %q", ids(now), ids(later), tt.now, tt.later)
+			}
+		})
+	}
+}

@@ -1,0 +1,574 @@
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/resources"
+)
+
+// The scheduling items (docs/design.md "Scheduling"):
+//
+//	item            pk                 sk                           notes
+//	chunk           B#<batch>          CHUNK#<n>                    state, run, lease, attempts, slots, shard; gsi3 while claimed
+//	ready entry     READY#<model>      <prio>#<seq>#<batch>         a batch with unclaimed chunks of the model: next, total
+//	capacity shard  MODEL#<model>      CAP#<k>                      inflight, at most the shard's quota
+//
+// Finding the next chunk of a model is one Query of its ready entries
+// (highest priority first, then the lowest sequence: round robin), whatever
+// the number of active batches; the claim is one transaction.
+
+// Errors of the scheduling calls.
+var (
+	// ErrNoCapacity means the capacity shard has no room.
+	ErrNoCapacity = errors.New("store: no capacity")
+	// ErrRaced means the ready entry or chunk to claim was taken meanwhile.
+	ErrRaced = errors.New("store: claim raced another")
+	// ErrChunkDone means the chunk is no longer this run's: committed, or
+	// taken over after its lease expired.
+	ErrChunkDone = errors.New("store: chunk is not this run's")
+	// ErrNotLast means a commit said it was its batch's last chunk and was
+	// not; ErrLast that it said it was not and was.
+	ErrLast = errors.New("store: the batch's last chunk")
+)
+
+// capShardSlots bounds one capacity item's slots, so the writes on one
+// item stay far below what DynamoDB sustains on a single item
+// (docs/design.md "Hot items").
+const capShardSlots = 1000
+
+// leaseShards spreads the sparse lease index over this many partitions.
+const leaseShards = 4
+
+// Quotas splits max slots into capacity shards of at most capShardSlots,
+// as evenly as possible; their sum is max, so max_concurrency stays exact.
+func Quotas(max int) []int {
+	n := (max + capShardSlots - 1) / capShardSlots
+	q := make([]int, max1(n))
+	for i := range q {
+		q[i] = max / len(q)
+		if i < max%len(q) {
+			q[i]++
+		}
+	}
+	return q
+}
+
+func max1(n int) int { return max(n, 1) }
+
+func capShardKey(model string, shard int) item { return key("MODEL#"+model, fmt.Sprintf("CAP#%03d", shard)) }
+
+// Ready is one entry of a model's ready index: a batch with chunks of the
+// model left to claim, Next the first of them.
+type Ready struct {
+	Model    string `dynamodbav:"model"`
+	Tenant   string `dynamodbav:"tenant"`
+	Batch    string `dynamodbav:"batch"`
+	Priority int    `dynamodbav:"priority"`
+	Seq      int64  `dynamodbav:"seq"`
+	Next     int    `dynamodbav:"next"`
+	// Mixed says the batch has chunks of other models too: the chunk after
+	// Next is then read from Next's NextSame, not Next+1.
+	Mixed bool `dynamodbav:"mixed"`
+	Total int  `dynamodbav:"total"`
+}
+
+func readyPK(model string) string { return "READY#" + model }
+
+// SK orders entries: highest priority first, then the batch that has had
+// the fewest chunks of this model (its sequence), so equal priorities take
+// turns.
+func (r Ready) SK() string {
+	return fmt.Sprintf("%07d#%012d#%s", priorityBase-r.Priority, r.Seq, r.Batch)
+}
+
+// ReadyHead returns the entry of model owed the next chunk.
+func (s *Store) ReadyHead(ctx context.Context, model string) (Ready, bool, error) {
+	out, err := s.DB.Query(ctx, &dynamodb.QueryInput{
+		TableName:                 &s.Table,
+		KeyConditionExpression:    aws.String("pk = :pk"),
+		ExpressionAttributeValues: item{":pk": avS(readyPK(model))},
+		ConsistentRead:            aws.Bool(true),
+		Limit:                     aws.Int32(1),
+	})
+	if err != nil {
+		return Ready{}, false, fmt.Errorf("ready head of %s: %w", model, err)
+	}
+	if len(out.Items) == 0 {
+		return Ready{}, false, nil
+	}
+	var r Ready
+	if err := attributevalue.UnmarshalMap(out.Items[0], &r); err != nil {
+		return Ready{}, false, fmt.Errorf("ready head of %s: %w", model, err)
+	}
+	return r, true, nil
+}
+
+// PutReady adds a batch's entry to its model's ready index. It joins the
+// turn of its priority where it stands (the sequence of the entry at the
+// head of that priority), so a new batch neither waits for nor starves the
+// others.
+func (s *Store) PutReady(ctx context.Context, r Ready) error {
+	prefix := fmt.Sprintf("%07d#", priorityBase-r.Priority)
+	out, err := s.DB.Query(ctx, &dynamodb.QueryInput{
+		TableName:              &s.Table,
+		KeyConditionExpression: aws.String("pk = :pk AND begins_with(sk, :p)"),
+		ExpressionAttributeValues: item{
+			":pk": avS(readyPK(r.Model)), ":p": avS(prefix),
+		},
+		ConsistentRead: aws.Bool(true),
+		Limit:          aws.Int32(1),
+	})
+	if err != nil {
+		return fmt.Errorf("ready index of %s: %w", r.Model, err)
+	}
+	if len(out.Items) > 0 {
+		var head Ready
+		if err := attributevalue.UnmarshalMap(out.Items[0], &head); err == nil && head.Batch != r.Batch {
+			r.Seq = head.Seq
+		}
+	}
+	_, err = s.DB.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.Table, Item: readyItem(r)})
+	if err != nil {
+		return fmt.Errorf("put ready entry of %s for %s: %w", r.Batch, r.Model, err)
+	}
+	return nil
+}
+
+// DeleteReady removes an entry (one whose chunks turned out to be claimed).
+func (s *Store) DeleteReady(ctx context.Context, r Ready) error {
+	return s.delete(ctx, readyPK(r.Model), r.SK())
+}
+
+func readyItem(r Ready) item {
+	it, _ := attributevalue.MarshalMap(r) // plain fields: cannot fail
+	for k, v := range key(readyPK(r.Model), r.SK()) {
+		it[k] = v
+	}
+	return it
+}
+
+// Claim takes chunk Entry.Next for a run.
+type Claim struct {
+	Entry Ready
+	// After is the entry's chunk after Next; -1 removes the entry.
+	After int
+	Run   string
+	Slots int
+	Shard int
+	Lease time.Time
+}
+
+// Next is the work message of the claimed chunk.
+func (c Claim) Next() batch.Next {
+	return batch.Next{Tenant: c.Entry.Tenant, Batch: c.Entry.Batch, Chunk: c.Entry.Next, Run: c.Run, Attempt: 1}
+}
+
+func leaseAttrs(batchID string, chunk int, lease time.Time) (pk, sk types.AttributeValue) {
+	h := sha256.Sum256([]byte(batchID))
+	return avS(fmt.Sprintf("LEASE#%d", int(h[0])%leaseShards)),
+		avS(fmt.Sprintf("%013d#%s#%06d", lease.UnixMilli(), batchID, chunk))
+}
+
+// claimItems are a claim's writes: the chunk, and the ready entry moved on.
+func (s *Store) claimItems(c Claim) []types.TransactWriteItem {
+	lpk, lsk := leaseAttrs(c.Entry.Batch, c.Entry.Next, c.Lease)
+	items := []types.TransactWriteItem{
+		{Update: &types.Update{
+			TableName: &s.Table,
+			Key:       key(chunksPK(c.Entry.Batch), chunkSK(c.Entry.Next)),
+			UpdateExpression: aws.String("SET #st = :claimed, #run = :run, lease = :lease, slots = :slots, #shard = :shard, " +
+				"gsi3pk = :lpk, gsi3sk = :lsk ADD attempts :one"),
+			ConditionExpression:      aws.String("#st = :pending"),
+			ExpressionAttributeNames: map[string]string{"#st": "state", "#run": "run", "#shard": "shard"},
+			ExpressionAttributeValues: item{":claimed": avS(string(batch.ChunkClaimed)), ":pending": avS(string(batch.ChunkPending)),
+				":run": avS(c.Run), ":lease": avN64(c.Lease.UnixMilli()), ":slots": avN(c.Slots), ":shard": avN(c.Shard),
+				":lpk": lpk, ":lsk": lsk, ":one": avN(1)},
+		}},
+		{Delete: &types.Delete{
+			TableName: &s.Table, Key: key(readyPK(c.Entry.Model), c.Entry.SK()),
+			ConditionExpression: aws.String("attribute_exists(pk)"),
+		}},
+	}
+	if c.After >= 0 {
+		next := c.Entry
+		next.Next, next.Seq = c.After, c.Entry.Seq+1
+		items = append(items, types.TransactWriteItem{Put: &types.Put{TableName: &s.Table, Item: readyItem(next)}})
+	}
+	return items
+}
+
+// ClaimFromPool claims a chunk with slots taken from a capacity shard of
+// quota slots: ErrNoCapacity when the shard is full, ErrRaced when the
+// entry moved meanwhile.
+func (s *Store) ClaimFromPool(ctx context.Context, c Claim, quota int) error {
+	items := []types.TransactWriteItem{{Update: &types.Update{
+		TableName: &s.Table, Key: capShardKey(c.Entry.Model, c.Shard),
+		UpdateExpression:          aws.String("ADD inflight :n"),
+		ConditionExpression:       aws.String("attribute_not_exists(inflight) OR inflight <= :room"),
+		ExpressionAttributeValues: item{":n": avN(c.Slots), ":room": avN(quota - c.Slots)},
+	}}}
+	if c.Slots == 0 {
+		items = nil
+	}
+	items = append(items, s.claimItems(c)...)
+	err := s.transact(ctx, "", items)
+	if failed, ok := conditionFailed(err); ok {
+		if c.Slots > 0 && failed == 0 {
+			return ErrNoCapacity
+		}
+		return ErrRaced
+	}
+	if err != nil {
+		return fmt.Errorf("claim chunk %d of %s: %w", c.Entry.Next, c.Entry.Batch, err)
+	}
+	return nil
+}
+
+// ClaimAlone claims a pending chunk without capacity, for a cancelled or
+// expired batch whose rows only get error lines. Its ready entry, if any,
+// is dropped by the next claimer that finds the chunk taken.
+func (s *Store) ClaimAlone(ctx context.Context, c batch.Chunk, run string, lease time.Time) error {
+	lpk, lsk := leaseAttrs(c.Batch, c.Index, lease)
+	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &s.Table, Key: key(chunksPK(c.Batch), chunkSK(c.Index)),
+		UpdateExpression:         aws.String("SET #st = :claimed, #run = :run, lease = :lease, slots = :zero, gsi3pk = :lpk, gsi3sk = :lsk ADD attempts :one"),
+		ConditionExpression:      aws.String("#st = :pending"),
+		ExpressionAttributeNames: map[string]string{"#st": "state", "#run": "run"},
+		ExpressionAttributeValues: item{":claimed": avS(string(batch.ChunkClaimed)), ":pending": avS(string(batch.ChunkPending)),
+			":run": avS(run), ":lease": avN64(lease.UnixMilli()), ":zero": avN(0), ":lpk": lpk, ":lsk": lsk, ":one": avN(1)},
+	})
+	var cf *types.ConditionalCheckFailedException
+	if errors.As(err, &cf) {
+		return ErrRaced
+	}
+	if err != nil {
+		return fmt.Errorf("claim chunk %d of %s: %w", c.Index, c.Batch, err)
+	}
+	return nil
+}
+
+// Commit is what a finished chunk adds to its batch, and where its slots go.
+type Commit struct {
+	Chunk       batch.Chunk // with Run, Attempt, Pattern, OutBytes, ErrBytes set
+	Completed   int64
+	Failed      int64
+	Expired     int64 // rows that got batch_expired
+	DeadLetters int64
+	Usage       batch.Usage
+	// UsageByModel aggregates per model for the tenant's daily usage.
+	UsageByModel map[string]UsageAgg
+	Day          string // YYYY-MM-DD (UTC) the usage is recorded under
+	// ChunksTotal is the batch's; Last says this commit is its last chunk's
+	// (then FinalizeDue is recorded for the tick).
+	ChunksTotal int
+	Last        bool
+	FinalizeDue time.Time
+	// Next claims the chunk the slots go on to; nil gives them back.
+	Next *Claim
+}
+
+// UsageAgg is one model's usage in a chunk.
+type UsageAgg struct {
+	Requests, Input, Output, Total int64
+}
+
+// CommitChunk marks a chunk done and adds its counts to the batch, adds its
+// usage to the daily aggregates, and hands its slots on to Next or back to
+// the pool, all in one transaction conditional on the chunk being claimed
+// by this run. Errors: ErrChunkDone (not this run's: a duplicate, or taken
+// over), ErrLast (it is the batch's last chunk: commit again with Last),
+// ErrRaced (Next was taken meanwhile: pick again). A conflict with another
+// transaction is retried, never reported; a retry of a commit that took
+// effect although its call failed is recognised by the caller from the
+// chunk's run (see Engine.commit).
+func (s *Store) CommitChunk(ctx context.Context, tenant string, c Commit) error {
+	ch := c.Chunk
+	var next types.AttributeValue = &types.AttributeValueMemberNULL{Value: true}
+	if c.Next != nil {
+		next, _ = attributevalue.Marshal(c.Next.Next())
+	}
+	tx := []types.TransactWriteItem{
+		{Update: &types.Update{
+			TableName: &s.Table,
+			Key:       key(chunksPK(ch.Batch), chunkSK(ch.Index)),
+			UpdateExpression: aws.String("SET #st = :done, pattern = :p, out_bytes = :o, err_bytes = :e, attempt = :a, #next = :next, dead = :dead " +
+				"REMOVE gsi3pk, gsi3sk"),
+			ConditionExpression:      aws.String("#st = :claimed AND #run = :run"),
+			ExpressionAttributeNames: map[string]string{"#st": "state", "#run": "run", "#next": "next"},
+			ExpressionAttributeValues: item{":done": avS(string(batch.ChunkDone)), ":claimed": avS(string(batch.ChunkClaimed)),
+				":run": avS(ch.Run), ":p": avS(ch.Pattern), ":a": avS(ch.Attempt), ":next": next, ":dead": &types.AttributeValueMemberBOOL{Value: ch.Dead},
+				":o": avN64(ch.OutBytes), ":e": avN64(ch.ErrBytes)},
+		}},
+	}
+	bu := &types.Update{
+		TableName: &s.Table,
+		Key:       key(batchPK(tenant), batchSK(ch.Batch)),
+		UpdateExpression: aws.String("SET counts.completed = counts.completed + :c, counts.failed = counts.failed + :f, " +
+			"#u.input_tokens = #u.input_tokens + :ui, #u.output_tokens = #u.output_tokens + :uo, #u.total_tokens = #u.total_tokens + :ut " +
+			"ADD chunks_done :one, ver :one, expired_rows :x, dead_letter_count :dl"),
+		ExpressionAttributeNames: map[string]string{"#u": "usage"},
+		ExpressionAttributeValues: item{":c": avN64(c.Completed), ":f": avN64(c.Failed), ":x": avN64(c.Expired), ":dl": avN64(c.DeadLetters),
+			":ui": avN64(c.Usage.InputTokens), ":uo": avN64(c.Usage.OutputTokens), ":ut": avN64(c.Usage.TotalTokens), ":one": avN(1)},
+	}
+	if c.Last {
+		// The tick finalizes the batch if the finalize message is lost.
+		due := c.FinalizeDue.Unix()
+		*bu.UpdateExpression = "SET finalize_due = :fd, gsi4pk = :dpk, gsi4sk = :dsk, " + (*bu.UpdateExpression)[len("SET "):]
+		bu.ExpressionAttributeValues[":fd"] = avN64(due)
+		bu.ExpressionAttributeValues[":dpk"] = avS(duePK)
+		bu.ExpressionAttributeValues[":dsk"] = avS(dueSK(due, tenant, ch.Batch))
+	} else {
+		bu.ConditionExpression = aws.String("chunks_done < :lastbutone")
+		bu.ExpressionAttributeValues[":lastbutone"] = avN(c.ChunksTotal - 1)
+	}
+	tx = append(tx, types.TransactWriteItem{Update: bu})
+	for model, u := range c.UsageByModel {
+		tx = append(tx, types.TransactWriteItem{Update: &types.Update{
+			TableName: &s.Table, Key: key("USAGE#"+tenant, c.Day+"#"+model),
+			UpdateExpression:         aws.String("SET #d = :day, model = :m ADD requests :r, input_tokens :i, output_tokens :o, total_tokens :t"),
+			ExpressionAttributeNames: map[string]string{"#d": "day"},
+			ExpressionAttributeValues: item{":day": avS(c.Day), ":m": avS(model), ":r": avN64(u.Requests),
+				":i": avN64(u.Input), ":o": avN64(u.Output), ":t": avN64(u.Total)},
+		}})
+	}
+	switch {
+	case c.Next != nil:
+		tx = append(tx, s.claimItems(*c.Next)...)
+	case ch.Slots > 0:
+		tx = append(tx, types.TransactWriteItem{Update: &types.Update{
+			TableName: &s.Table, Key: capShardKey(ch.Model, ch.Shard),
+			UpdateExpression:          aws.String("ADD inflight :n"),
+			ExpressionAttributeValues: item{":n": avN(-ch.Slots)},
+		}})
+	}
+	// The token makes a retry of a commit that took effect a no-op on
+	// DynamoDB; it names the run and everything the commit decided.
+	token := tokenOf("commit", ch.Batch, strconv.Itoa(ch.Index), ch.Run, ch.Attempt, strconv.FormatBool(c.Last), fmt.Sprint(c.Next))
+	err := s.transact(ctx, token, tx)
+	if failed, ok := conditionFailed(err); ok {
+		switch {
+		case failed == 0:
+			return ErrChunkDone
+		case failed == 1:
+			return ErrLast
+		default:
+			return ErrRaced
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("commit chunk %d of %s: %w", ch.Index, ch.Batch, err)
+	}
+	return nil
+}
+
+// tokenOf is a ClientRequestToken (at most 36 characters) for the parts.
+func tokenOf(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))[:36]
+}
+
+// transact runs a transaction, retrying it with jittered backoff while
+// DynamoDB cancels it for a conflict with another transaction on one of
+// its items (TransactionConflict): a conflict says nothing about the
+// conditions, so it is never reported as their failure.
+func (s *Store) transact(ctx context.Context, token string, items []types.TransactWriteItem) error {
+	in := &dynamodb.TransactWriteItemsInput{TransactItems: items}
+	if token != "" {
+		in.ClientRequestToken = &token
+	}
+	for attempt := 0; ; attempt++ {
+		_, err := s.DB.TransactWriteItems(ctx, in)
+		if !isConflict(err) || attempt == 9 {
+			return err
+		}
+		d := time.Duration(rand.Int64N(int64(20*time.Millisecond) << min(attempt, 5)))
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func isConflict(err error) bool {
+	var tc *types.TransactionCanceledException
+	if !errors.As(err, &tc) {
+		var tcf *types.TransactionConflictException
+		return errors.As(err, &tcf)
+	}
+	conflict := false
+	for _, r := range tc.CancellationReasons {
+		switch aws.ToString(r.Code) {
+		case "ConditionalCheckFailed":
+			return false
+		case "TransactionConflict":
+			conflict = true
+		}
+	}
+	return conflict
+}
+
+// conditionFailed returns the index of the first item whose condition
+// failed, when err is a cancellation for that reason.
+func conditionFailed(err error) (int, bool) {
+	var tc *types.TransactionCanceledException
+	if !errors.As(err, &tc) {
+		return 0, false
+	}
+	for i, r := range tc.CancellationReasons {
+		if aws.ToString(r.Code) == "ConditionalCheckFailed" {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// ErrLeaseLost means the chunk is no longer the run's.
+var ErrLeaseLost = errors.New("store: lease lost")
+
+// RenewLease moves a claimed chunk's lease to until, if run still holds it.
+func (s *Store) RenewLease(ctx context.Context, batchID string, chunk int, run string, until time.Time) error {
+	lpk, lsk := leaseAttrs(batchID, chunk, until)
+	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &s.Table, Key: key(chunksPK(batchID), chunkSK(chunk)),
+		UpdateExpression:          aws.String("SET lease = :lease, gsi3pk = :lpk, gsi3sk = :lsk"),
+		ConditionExpression:       aws.String("#st = :claimed AND #run = :run"),
+		ExpressionAttributeNames:  map[string]string{"#st": "state", "#run": "run"},
+		ExpressionAttributeValues: item{":claimed": avS(string(batch.ChunkClaimed)), ":run": avS(run), ":lease": avN64(until.UnixMilli()), ":lpk": lpk, ":lsk": lsk},
+	})
+	var cf *types.ConditionalCheckFailedException
+	if errors.As(err, &cf) {
+		return ErrLeaseLost
+	}
+	if err != nil {
+		return fmt.Errorf("renew lease of chunk %d of %s: %w", chunk, batchID, err)
+	}
+	return nil
+}
+
+// Takeover gives a claimed chunk whose lease expired to a new run, counting
+// an attempt, and returns the chunk as it now is.
+func (s *Store) Takeover(ctx context.Context, c batch.Chunk, run string, lease time.Time) (batch.Chunk, error) {
+	lpk, lsk := leaseAttrs(c.Batch, c.Index, lease)
+	out, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &s.Table, Key: key(chunksPK(c.Batch), chunkSK(c.Index)),
+		UpdateExpression:         aws.String("SET #run = :new, lease = :lease, gsi3pk = :lpk, gsi3sk = :lsk ADD attempts :one"),
+		ConditionExpression:      aws.String("#st = :claimed AND #run = :old"),
+		ExpressionAttributeNames: map[string]string{"#st": "state", "#run": "run"},
+		ExpressionAttributeValues: item{":claimed": avS(string(batch.ChunkClaimed)), ":old": avS(c.Run), ":new": avS(run),
+			":lease": avN64(lease.UnixMilli()), ":lpk": lpk, ":lsk": lsk, ":one": avN(1)},
+		ReturnValues: types.ReturnValueAllNew,
+	})
+	var cf *types.ConditionalCheckFailedException
+	if errors.As(err, &cf) {
+		return c, ErrRaced
+	}
+	if err != nil {
+		return c, fmt.Errorf("take over chunk %d of %s: %w", c.Index, c.Batch, err)
+	}
+	var nc batch.Chunk
+	if err := attributevalue.UnmarshalMap(out.Attributes, &nc); err != nil {
+		return c, fmt.Errorf("take over chunk %d of %s: %w", c.Index, c.Batch, err)
+	}
+	return nc, nil
+}
+
+// ExpiredLeases lists up to limit claimed chunks whose lease ended before
+// now, from the sparse lease index: only claimed chunks are in it.
+func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]batch.Chunk, error) {
+	var cs []batch.Chunk
+	for shard := range leaseShards {
+		out, err := s.DB.Query(ctx, &dynamodb.QueryInput{
+			TableName:              &s.Table,
+			IndexName:              aws.String(resources.ByLease),
+			KeyConditionExpression: aws.String("gsi3pk = :pk AND gsi3sk < :now"),
+			ExpressionAttributeValues: item{":pk": avS(fmt.Sprintf("LEASE#%d", shard)),
+				":now": avS(fmt.Sprintf("%013d", now.UnixMilli()))},
+			Limit: aws.Int32(int32(limit)),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("expired leases: %w", err)
+		}
+		for _, it := range out.Items {
+			var c batch.Chunk
+			if err := attributevalue.UnmarshalMap(it, &c); err != nil {
+				return nil, fmt.Errorf("expired leases: %w", err)
+			}
+			cs = append(cs, c)
+		}
+	}
+	return cs, nil
+}
+
+const duePK = "DUE"
+
+func dueSK(at int64, tenant, id string) string { return fmt.Sprintf("%010d#%s#%s", at, id, tenant) }
+
+// DueBatches lists up to limit active batches the tick must look at now,
+// from the sparse due index (see batch.Batch.Due).
+func (s *Store) DueBatches(ctx context.Context, now time.Time, limit int) ([]ActiveRef, error) {
+	out, err := s.DB.Query(ctx, &dynamodb.QueryInput{
+		TableName:                 &s.Table,
+		IndexName:                 aws.String(resources.ByDue),
+		KeyConditionExpression:    aws.String("gsi4pk = :pk AND gsi4sk < :now"),
+		ExpressionAttributeValues: item{":pk": avS(duePK), ":now": avS(fmt.Sprintf("%010d", now.Unix()+1))},
+		ProjectionExpression:      aws.String("tenant, id, priority"),
+		Limit:                     aws.Int32(int32(limit)),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("due batches: %w", err)
+	}
+	return activeRefs(out.Items)
+}
+
+// InFlight returns the capacity slots a model has out, over its shards.
+func (s *Store) InFlight(ctx context.Context, model string) (int, error) {
+	n := 0
+	_, err := s.page(ctx, "MODEL#"+model, "CAP#", "", true, 1<<30, nil, func(it item) error {
+		var v struct {
+			InFlight int `dynamodbav:"inflight"`
+		}
+		if err := attributevalue.UnmarshalMap(it, &v); err != nil {
+			return err
+		}
+		n += v.InFlight
+		return nil
+	})
+	return n, err
+}
+
+// FreeSlots returns the room left in each of a model's capacity shards.
+func (s *Store) FreeSlots(ctx context.Context, model string, quotas []int) ([]int, error) {
+	free := append([]int(nil), quotas...)
+	_, err := s.page(ctx, "MODEL#"+model, "CAP#", "", true, 1<<30, nil, func(it item) error {
+		var v struct {
+			SK       string `dynamodbav:"sk"`
+			InFlight int    `dynamodbav:"inflight"`
+		}
+		if err := attributevalue.UnmarshalMap(it, &v); err != nil {
+			return err
+		}
+		var k int
+		if _, err := fmt.Sscanf(v.SK, "CAP#%d", &k); err == nil && k < len(free) {
+			free[k] -= v.InFlight
+		}
+		return nil
+	})
+	return free, err
+}
