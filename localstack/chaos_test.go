@@ -14,6 +14,7 @@ package localstack
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -162,7 +163,7 @@ func (c *chaos) onInvoke(fn string, ev events.SQSEvent) error {
 			// maybe parts written) and dies; the message comes back.
 			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(50+c.intn(1500))*time.Millisecond)
 			defer cancel()
-			_ = rt.App.Engine.RunChunk(ctx, m, "")
+			_, _ = rt.App.Engine.Execute(ctx, workEvent(m))
 			return esm.ErrCrash
 		case c.crash(m.Batch, m.Chunk, pDropWork, faultDropWork):
 			return esm.ErrCrash
@@ -208,11 +209,18 @@ func (c *chaos) duplicateRun(rt *localrun.Runtime, m engine.Message) {
 	c.spawned.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), chaosExecTimeout)
 		defer cancel()
-		if err := rt.App.Engine.RunChunk(ctx, m, ""); err != nil {
+		if resp, _ := rt.App.Engine.Execute(ctx, workEvent(m)); len(resp.BatchItemFailures) > 0 {
 			c.count(faultRedeliverDup)
 			_ = c.rt.Load().App.Queue.Send(context.Background(), resources.Work, m, 0)
 		}
 	})
+}
+
+// workEvent is an invocation event carrying the work message m alone.
+func workEvent(m engine.Message) events.SQSEvent {
+	body, _ := json.Marshal(m)
+	return events.SQSEvent{Records: []events.SQSMessage{{MessageId: "chaos-" + m.Run, Body: string(body),
+		Attributes: map[string]string{"ApproximateReceiveCount": "1"}}}}
 }
 
 // beforeCommit crashes an executor after it wrote the chunk's parts.
@@ -303,7 +311,7 @@ func TestChaos(t *testing.T) {
 	prefix := fmt.Sprintf("chaos%d", time.Now().UnixNano())
 	opts := localrun.Options{
 		Env:    config.Env{Prefix: prefix, Table: prefix, Bucket: prefix + "-data", ChunkRows: 10, S3PathStyle: true},
-		Models: models, AWS: awsCfg, Addr: freeAddr(t), TickEvery: time.Second, ExecutorConcurrency: 6, Log: logger,
+		Models: models, AWS: awsCfg, Addr: freeAddr(t), TickEvery: time.Second, Log: logger,
 		Tune: func(s *resources.Set) {
 			// A lost work message comes back in seconds, not minutes.
 			for i := range s.Queues {
@@ -318,7 +326,10 @@ func TestChaos(t *testing.T) {
 			}
 		},
 		OnInvoke: ch.onInvoke,
-		Wire:     func(a *app.App) { a.Engine.BeforeCommit = ch.beforeCommit },
+		Wire: func(a *app.App) {
+			a.Engine.BeforeCommit = ch.beforeCommit
+			a.Engine.Lease = 3 * time.Second // a killed run's chunk moves on in seconds
+		},
 	}
 	rt, err := localrun.Start(ctx, opts)
 	if err != nil {

@@ -17,3 +17,5 @@ func freeAddr(t testing.TB) string {
 }
 
 func replaceMock(s, addr string) string { return strings.ReplaceAll(s, "MOCK", addr) }
+
+func netListen(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/emulator"
@@ -41,8 +42,13 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	// RELAY_TICK shortens the dispatcher's tick (a minute, as deployed).
+	tick, err := time.ParseDuration(envOr("RELAY_TICK", "1m"))
+	if err != nil || tick <= 0 {
+		return fmt.Errorf("RELAY_TICK: %q is not a positive duration (like 1m or 5s)", os.Getenv("RELAY_TICK"))
+	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	rt, err := localrun.Start(ctx, localrun.Options{Env: env, Models: models, AWS: cfg, Addr: *addr, Log: log})
+	rt, err := localrun.Start(ctx, localrun.Options{Env: env, Models: models, AWS: cfg, Addr: *addr, Log: log, TickEvery: tick})
 	if err != nil {
 		return err
 	}

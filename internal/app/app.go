@@ -87,7 +87,7 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	a.Queue = &queue.Sender{SQS: a.SQS, Prefix: env.Prefix}
 	a.Engine = &engine.Engine{
 		Store: a.Store, Blobs: a.Blobs, Files: a.Files, Queue: a.Queue, Models: models, Set: a.Resources, Log: log,
-		ChunkRows: env.ChunkRows, MaxInflight: env.MaxInflight,
+		ChunkRows: env.ChunkRows, MaxInflight: env.MaxInflight, Lease: env.Lease,
 		Provider: &provider.Client{
 			HTTP:   provider.NewHTTPClient(),
 			Models: models,

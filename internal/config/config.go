@@ -163,6 +163,10 @@ type Env struct {
 	AllowHTTPWebhooks    bool   // RELAY_ALLOW_HTTP_WEBHOOKS: plain http webhook URLs are accepted
 	ScheduleGroup        string // RELAY_SCHEDULE_GROUP, default <prefix>
 	ChunkRows            int    // RELAY_CHUNK_ROWS, default 512
+	// Lease (RELAY_LEASE, a Go duration, default 1m) is how long a claimed
+	// chunk stays its run's without a heartbeat: about how long recovery
+	// from a crashed executor or a lost work message takes.
+	Lease time.Duration
 	// RateLimit (RELAY_RATE_LIMIT) is the requests per second one API key
 	// may make, default 50; MaxInflight (RELAY_MAX_INFLIGHT_BATCHES) the
 	// batches a tenant may have running at once, default 100. 0 turns
@@ -191,6 +195,13 @@ func FromEnv() (Env, error) {
 		ChunkRows:   512,
 		RateLimit:   DefaultRateLimit,
 		MaxInflight: DefaultMaxInflight,
+	}
+	if v := os.Getenv("RELAY_LEASE"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Second {
+			return e, fmt.Errorf("RELAY_LEASE: %q is not a duration of at least 1s (like 1m or 30s)", v)
+		}
+		e.Lease = d
 	}
 	e.Table = getenv("RELAY_TABLE", e.Prefix)
 	e.SecretPrefix = getenv("RELAY_SECRET_PREFIX", e.Prefix+"/")

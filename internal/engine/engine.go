@@ -119,11 +119,14 @@ func (e *Engine) chunkBytes() int64 {
 	return 4 << 20
 }
 
+// chunkSlots is how many of its model's slots a chunk claims: never more
+// than it has rows to use them.
 func (e *Engine) chunkSlots() int {
+	slots := 32
 	if e.ChunkSlots > 0 {
-		return e.ChunkSlots
+		slots = e.ChunkSlots
 	}
-	return 32
+	return min(slots, e.chunkRows())
 }
 
 func (e *Engine) lease() time.Duration {

@@ -219,6 +219,15 @@ func (e *Engine) load(ctx context.Context, r *chunkRun) (bool, error) {
 	case c.State != batch.ChunkClaimed || c.Run != m.Run:
 		e.Log.InfoContext(ctx, "stale work message dropped", "batch_id", c.Batch, "chunk", c.Index, "run", m.Run, "current_run", c.Run)
 		return false, nil
+	case time.UnixMilli(c.Lease).Sub(e.now()) < e.lease()/2:
+		// The message waited in the queue for much of its lease: renew it
+		// before running, or the tick would give the chunk to another run.
+		switch err := e.Store.RenewLease(ctx, c.Batch, c.Index, c.Run, e.now().Add(e.lease())); {
+		case errors.Is(err, store.ErrLeaseLost):
+			return false, nil
+		case err != nil:
+			return false, err
+		}
 	}
 	data, err := e.readRange(ctx, b.Input, c.Start, c.End)
 	if err != nil {

@@ -138,6 +138,11 @@ func (s *Store) page(ctx context.Context, pk, prefix, after string, asc bool, li
 		ScanIndexForward: aws.Bool(asc),
 		ConsistentRead:   aws.Bool(true),
 	}
+	if prefix == "" {
+		// DynamoDB refuses an empty string in a key condition.
+		in.KeyConditionExpression = aws.String("pk = :pk")
+		delete(in.ExpressionAttributeValues, ":p")
+	}
 	if filter != nil {
 		in.FilterExpression = &filter.expr
 		in.ExpressionAttributeNames = filter.names

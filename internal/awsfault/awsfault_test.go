@@ -1,0 +1,83 @@
+package awsfault
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go/middleware"
+)
+
+// stubHTTP answers every DynamoDB call with an empty success and counts
+// the calls that reached it.
+type stubHTTP struct{ calls atomic.Int64 }
+
+func (s *stubHTTP) Do(*http.Request) (*http.Response, error) {
+	s.calls.Add(1)
+	return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"application/x-amz-json-1.0"}},
+		Body: io.NopCloser(strings.NewReader("{}"))}, nil
+}
+
+func client(in *Injector, h *stubHTTP) *dynamodb.Client {
+	return dynamodb.New(dynamodb.Options{
+		Region: "us-east-1", HTTPClient: h, Credentials: aws.AnonymousCredentials{},
+		BaseEndpoint: aws.String("http://127.0.0.1:1"), APIOptions: []func(*middleware.Stack) error{in.APIOption},
+		RetryMaxAttempts: 1,
+	})
+}
+
+func TestKinds(t *testing.T) {
+	t.Parallel()
+	tx := &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{{}, {}}}
+	tests := []struct {
+		kind      Kind
+		wantCalls int64
+		check     func(error) bool
+	}{
+		{Before, 0, func(err error) bool { var e *Error; return errors.As(err, &e) && !e.After }},
+		{After, 1, func(err error) bool { var e *Error; return errors.As(err, &e) && e.After }},
+		{Conflict, 0, func(err error) bool {
+			var tc *types.TransactionCanceledException
+			return errors.As(err, &tc) && len(tc.CancellationReasons) == 2 && *tc.CancellationReasons[0].Code == "TransactionConflict"
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.kind.String(), func(t *testing.T) {
+			t.Parallel()
+			in, h := New(1), &stubHTTP{}
+			in.Add(Rule{Service: "DynamoDB", Operation: "TransactWriteItems", Kind: tt.kind, Times: 1})
+			c := client(in, h)
+			_, err := c.TransactWriteItems(context.Background(), tx)
+			if !tt.check(err) || h.calls.Load() != tt.wantCalls {
+				t.Fatalf("err %v, calls sent %d; want an injected %s fault and %d calls", err, h.calls.Load(), tt.kind, tt.wantCalls)
+			}
+			// Times: 1 — the next call goes through untouched.
+			if _, err := c.TransactWriteItems(context.Background(), tx); err != nil {
+				t.Fatalf("second call: %v", err)
+			}
+			if in.Total() != 1 {
+				t.Fatalf("injected %d faults, want 1", in.Total())
+			}
+		})
+	}
+}
+
+func TestRulesMatchServiceAndOperation(t *testing.T) {
+	t.Parallel()
+	in, h := New(1), &stubHTTP{}
+	in.Add(Rule{Service: "DynamoDB", Operation: "PutItem", Kind: Before})
+	c := client(in, h)
+	if _, err := c.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: aws.String("t"), Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "x"}}}); err != nil {
+		t.Fatalf("GetItem failed under a PutItem rule: %v", err)
+	}
+	if _, err := c.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: aws.String("t"), Item: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "x"}}}); err == nil {
+		t.Fatal("PutItem went through its rule")
+	}
+}
