@@ -244,4 +244,3 @@ func (e *Engine) terminal(ctx context.Context, b batch.Batch) error {
 	}
 	return e.OnTerminal(ctx, b)
 }
-

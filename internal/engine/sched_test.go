@@ -51,7 +51,7 @@ func (f *fakeSched) GetChunk(_ context.Context, _ string, i int) (batch.Chunk, e
 }
 
 func (f *fakeSched) FreeSlots(context.Context, string, []int) ([]int, error) { return nil, nil }
-func (f *fakeSched) ClaimFromPool(context.Context, store.Claim, int) error  { return nil }
+func (f *fakeSched) ClaimFromPool(context.Context, store.Claim, int) error   { return nil }
 
 func TestPick(t *testing.T) {
 	t.Parallel()

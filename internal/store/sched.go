@@ -67,7 +67,9 @@ func Quotas(max int) []int {
 
 func max1(n int) int { return max(n, 1) }
 
-func capShardKey(model string, shard int) item { return key("MODEL#"+model, fmt.Sprintf("CAP#%03d", shard)) }
+func capShardKey(model string, shard int) item {
+	return key("MODEL#"+model, fmt.Sprintf("CAP#%03d", shard))
+}
 
 // Ready is one entry of a model's ready index: a batch with chunks of the
 // model left to claim, Next the first of them.
