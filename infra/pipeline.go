@@ -67,14 +67,18 @@ func NewPipeline(scope constructs.Construct, props RelayProps, storage *Storage,
 	return p
 }
 
-// pipelineSends is which queues each pipeline function sends to. The
-// executor extends its own message's visibility (heartbeat) through the
-// work queue's event source grant, which includes ChangeMessageVisibility.
+// pipelineSends is which queues each pipeline function sends to ("work-dlq"
+// is the work queue's DLQ). The executor extends its own message's
+// visibility (heartbeat) through the work queue's event source grant,
+// which includes ChangeMessageVisibility.
 var pipelineSends = map[string][]string{
 	// A batch that fails validation ends in the dispatcher: its webhook too.
-	"dispatcher": {resources.Work, resources.Dispatch, resources.Finalize, resources.Webhook},
-	"executor":   {resources.Dispatch, resources.Finalize},
-	"deadletter": {resources.Finalize, resources.Dispatch},
+	// Its tick sends chunks out of attempts to the work DLQ.
+	"dispatcher": {resources.Work, workDLQ, resources.Dispatch, resources.Finalize, resources.Webhook},
+	// A commit claims the next chunk and sends its work message.
+	"executor": {resources.Work, resources.Finalize},
+	// A chunk that reached the DLQ with attempts left goes back to work.
+	"deadletter": {resources.Work, resources.Finalize},
 	"finalizer":  {resources.Webhook},
 	"webhook":    {resources.Webhook}, // retries re-enqueue with a delay
 }
@@ -96,9 +100,15 @@ func newQueue(scope constructs.Construct, id string, def resources.Queue, dlq *a
 // are resolved by name, which SendMessage's grant includes (GetQueueUrl).
 func (p *Pipeline) GrantSend(role awsiam.IRole, keys ...string) {
 	for _, k := range keys {
+		if k == workDLQ {
+			p.DLQs[resources.Work].GrantSendMessages(role)
+			continue
+		}
 		p.Queues[k].GrantSendMessages(role)
 	}
 }
+
+const workDLQ = resources.Work + "-dlq"
 
 // Function returns the pipeline function called name.
 func (p *Pipeline) Function(name string) *function {

@@ -424,9 +424,9 @@ func TestLeastPrivilege(t *testing.T) {
 	setup(t)
 	sends := map[string][]string{
 		"api":        {"DispatchQueue", "WebhookQueue"},
-		"dispatcher": {"DispatchQueue", "FinalizeQueue", "WebhookQueue", "WorkQueue"},
-		"executor":   {"DispatchQueue", "FinalizeQueue"},
-		"deadletter": {"DispatchQueue", "FinalizeQueue"},
+		"dispatcher": {"DispatchQueue", "FinalizeQueue", "WebhookQueue", "WorkDLQ", "WorkQueue"},
+		"executor":   {"FinalizeQueue", "WorkQueue"},
+		"deadletter": {"FinalizeQueue", "WorkQueue"},
 		"finalizer":  {"WebhookQueue"},
 		"webhook":    {"WebhookQueue"},
 		"scheduler":  {"DispatchQueue", "WebhookQueue"},

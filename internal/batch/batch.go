@@ -166,8 +166,12 @@ func (b *Batch) To(next Status, now time.Time) error {
 }
 
 // Grace is how long the tick leaves a step to the message that asked
-// for it before doing it again.
-const Grace = 2 * time.Minute
+// for it before doing it again; FinalizeGrace is that for a finalize,
+// which takes seconds.
+const (
+	Grace         = 2 * time.Minute
+	FinalizeGrace = 15 * time.Second
+)
 
 // Due is when the periodic tick must look at b next, and whether it must
 // at all: the plan of a batch whose plan message may be lost, the drain of

@@ -109,13 +109,18 @@ func (e *Engine) Execute(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 	}
 	runs, later := aloneFirst(runs)
 	if len(later) > 0 {
-		receipts := make([]string, len(later))
+		// The others go back to the queue as fresh messages of the same
+		// runs: returning them would count a receive against each, and
+		// make them look suspicious in turn.
+		again := make([]any, len(later))
 		for i, r := range later {
-			receipts[i] = r.rec.ReceiptHandle
-			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: r.rec.MessageId})
+			again[i] = r.msg
 		}
-		if err := e.Queue.ReturnNow(ctx, resources.Work, receipts); err != nil {
-			e.Log.WarnContext(ctx, "return messages to the queue", "err", err)
+		if err := e.Queue.SendBatch(ctx, resources.Work, again, 0); err != nil {
+			e.Log.WarnContext(ctx, "re-send messages that shared an invocation with a suspect", "err", err)
+			for _, r := range later {
+				resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: r.rec.MessageId})
+			}
 		}
 	}
 	e.runChunks(ctx, runs)
@@ -558,7 +563,7 @@ const commitTries = 8
 func (e *Engine) commit(ctx context.Context, b batch.Batch, cm store.Commit, written []string) (bool, error) {
 	c := cm.Chunk
 	cm.ChunksTotal = cmp.Or(c.Total, b.ChunksTotal)
-	cm.FinalizeDue = e.now().Add(batch.Grace)
+	cm.FinalizeDue = e.now().Add(batch.FinalizeGrace)
 	picked := false
 	var lastErr error
 	for try := 0; try < commitTries; try++ {

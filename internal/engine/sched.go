@@ -205,7 +205,7 @@ func (e *Engine) takeOver(ctx context.Context, now time.Time) error {
 }
 
 // due does what a due batch needs (see batch.Batch.Due) and has the tick
-// look at it again only after batch.Grace.
+// look at it again only after a grace (batch.Grace; batch.FinalizeGrace for a finalize).
 func (e *Engine) due(ctx context.Context, tenant, id string, now time.Time) error {
 	b, err := e.Store.GetBatch(ctx, tenant, id)
 	if errors.Is(err, store.ErrBatchNotFound) {
@@ -214,11 +214,13 @@ func (e *Engine) due(ctx context.Context, tenant, id string, now time.Time) erro
 	if err != nil {
 		return err
 	}
+	grace := batch.Grace
 	switch {
 	case b.Status.Terminal():
 	case b.ChunksTotal == 0:
 		err = e.send(ctx, resources.Dispatch, Message{Type: MsgPlan, Tenant: tenant, Batch: id})
 	case b.ChunksDone >= b.ChunksTotal || b.Status == batch.Finalizing:
+		grace = batch.FinalizeGrace
 		err = e.send(ctx, resources.Finalize, Message{Type: MsgFinalize, Tenant: tenant, Batch: id})
 	case b.Status == batch.Cancelling || b.PastExpiry(now):
 		err = e.drain(ctx, b)
@@ -227,7 +229,7 @@ func (e *Engine) due(ctx context.Context, tenant, id string, now time.Time) erro
 		return err
 	}
 	_, err = e.Store.UpdateBatch(ctx, tenant, id, func(b *batch.Batch) error {
-		b.Recheck = now.Add(batch.Grace).Unix()
+		b.Recheck = now.Add(grace).Unix()
 		return nil
 	})
 	if errors.Is(err, store.ErrBatchNotFound) {

@@ -32,6 +32,7 @@ type SQSAPI interface {
 	ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, optFns ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error)
 	DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, optFns ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error)
 	GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, optFns ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error)
+	ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, optFns ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error)
 }
 
 var _ SQSAPI = (*sqs.Client)(nil)
@@ -49,7 +50,7 @@ const (
 	defaultBatchSize       = 10
 	maxBatchSize           = 10 // one ReceiveMessage; Lambda's larger batches need a batching window
 	defaultFunctionTimeout = 3 * time.Second
-	defaultWaitTime        = time.Second
+	defaultWaitTime        = 20 * time.Second // Lambda's pollers long-poll for 20 s
 	maxWaitTime            = 20 * time.Second
 )
 
@@ -75,8 +76,9 @@ type Poller struct {
 	FunctionTimeout time.Duration
 	Handler         Handler
 	// WaitTime is the long-poll wait, rounded up to whole seconds (SQS's
-	// unit), at most 20s; default 1s, so that Run returns soon after ctx
-	// is done.
+	// unit), at most 20s; default 20s, as Lambda's pollers, so an idle
+	// queue costs few receives. Run does not wait for a receive in flight
+	// when ctx is done: what it brings is made visible again at once.
 	WaitTime time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
@@ -114,7 +116,11 @@ func (p *Poller) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			break
 		}
-		msgs, err := r.receive(ctx)
+		msgs, stopped, err := r.receiveUnlessDone(ctx)
+		if stopped {
+			<-r.slots
+			break
+		}
 		if err != nil || len(msgs) == 0 {
 			<-r.slots
 			if err != nil {
@@ -212,6 +218,44 @@ func (p *Poller) start(ctx context.Context) (*run, error) {
 	r.functionARN = fmt.Sprintf("arn:%s:lambda:%s:%s:function:%s", arn[1], arn[3], arn[4], name)
 	r.log = r.log.With("queue", arn[5], "function", name)
 	return r, nil
+}
+
+// receiveUnlessDone is receive that gives up waiting when ctx is done; the
+// receive then finishes in the background and gives back what it got.
+func (r *run) receiveUnlessDone(ctx context.Context) ([]types.Message, bool, error) {
+	type result struct {
+		msgs []types.Message
+		err  error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		msgs, err := r.receive(ctx)
+		ch <- result{msgs, err}
+	}()
+	select {
+	case res := <-ch:
+		return res.msgs, false, res.err
+	case <-ctx.Done():
+		go func() {
+			if res := <-ch; len(res.msgs) > 0 {
+				r.giveBack(context.WithoutCancel(ctx), res.msgs)
+			}
+		}()
+		return nil, true, nil
+	}
+}
+
+// giveBack makes received messages visible again at once.
+func (r *run) giveBack(ctx context.Context, msgs []types.Message) {
+	entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(msgs))
+	for i, m := range msgs {
+		entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle}
+	}
+	ctx, cancel := context.WithTimeout(r.attributed(ctx), 30*time.Second)
+	defer cancel()
+	if _, err := r.Client.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(r.QueueURL), Entries: entries}); err != nil {
+		r.log.Warn("give back messages received while stopping", "err", err)
+	}
 }
 
 // receive long-polls for one batch. The call is not cancelled with ctx:

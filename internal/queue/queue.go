@@ -93,24 +93,3 @@ func (s *Sender) ExtendVisibility(ctx context.Context, name, receipt string, d t
 	}
 	return nil
 }
-
-// ReturnNow makes received messages visible again at once (ten per
-// request), for another invocation to take.
-func (s *Sender) ReturnNow(ctx context.Context, name string, receipts []string) error {
-	url, err := s.URL(ctx, name)
-	if err != nil {
-		return err
-	}
-	for len(receipts) > 0 {
-		n := min(len(receipts), 10)
-		entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, n)
-		for i, r := range receipts[:n] {
-			entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{Id: aws.String(fmt.Sprint(i)), ReceiptHandle: aws.String(r), VisibilityTimeout: 0}
-		}
-		if _, err := s.SQS.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: &url, Entries: entries}); err != nil {
-			return fmt.Errorf("return messages to %s: %w", name, err)
-		}
-		receipts = receipts[n:]
-	}
-	return nil
-}
