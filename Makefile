@@ -8,7 +8,7 @@ GO_PACKAGES := ./...
 FUZZTIME ?= 5s
 EMULATOR := localstack/emulator.sh
 
-.PHONY: all build dev test unit integration fuzz-short fuzz bench vet clean
+.PHONY: all build dev test unit integration fuzz-short fuzz bench bench-all vet clean
 
 all: build
 
@@ -64,9 +64,22 @@ fuzz:
 	    else echo FAILED; cat $$log; exit 1; fi; \
 	  done; done
 
-## bench: Go benchmarks
+## bench: the end-to-end benchmark, which writes BENCHMARKS.md and fails
+## on a missed bar (localstack/e2e_bench_test.go, build tag bench; about 8
+## minutes), then the Go benchmarks; on an emulator of its own unless
+## AWS_ENDPOINT_URL is set, as loadtest.mk's runs
+BENCH_EMULATOR_PORT ?= 4595
 bench:
-	go test -run='^$$' -bench=. -benchmem $(GO_PACKAGES)
+	$(call run-with-emulator,$(MAKE) --no-print-directory bench-all,$(BENCH_EMULATOR_PORT))
+
+# bench-all runs both even when the first fails (the old engine misses its
+# bars), and fails if either did. The go test line is the one the test
+# writes into BENCHMARKS.md as its command (benchCommand).
+bench-all:
+	@status=0; \
+	go test -tags bench -run '^TestEndToEndBenchmark$$' -count=1 -v -timeout 12m ./localstack || status=$$?; \
+	go test -run='^$$' -bench=. -benchmem $(GO_PACKAGES) || status=$$?; \
+	exit $$status
 
 clean:
 	rm -rf build cdk.out

@@ -20,8 +20,8 @@ import (
 	"github.com/relaybatch/relay/internal/resources"
 )
 
-// shortLease makes a chunk whose run died go to a new run within about two
-// seconds (a one-second lease, found by the one-second tick), while the
+// shortLease makes a chunk whose run died go to a new run within seconds
+// (a three-second lease, found by the one-second tick), while the
 // work queue's visibility timeout stays far above it: recovery comes from
 // the lease, and a message that comes back late is stale.
 func shortLease(o *localrun.Options) {
@@ -39,7 +39,10 @@ func shortLease(o *localrun.Options) {
 	}
 	wire := o.Wire
 	o.Wire = func(a *app.App) {
-		a.Engine.Lease = time.Second
+		// Not shorter: on a loaded machine a live run's heartbeat (every
+		// third of the lease) could come too late, and a takeover would
+		// run its rows twice.
+		a.Engine.Lease = 3 * time.Second
 		if wire != nil {
 			wire(a)
 		}

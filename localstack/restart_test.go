@@ -96,7 +96,7 @@ models:
 	}
 	prefix := "kill" + strings.ReplaceAll(time.Now().Format("150405.000000"), ".", "")
 	env := []string{"AWS_ENDPOINT_URL=" + endpoint, "RELAY_PREFIX=" + prefix, "RELAY_ADDR=" + freeAddr(t), "RELAY_CONFIG=" + models,
-		"RELAY_LEASE=2s", "RELAY_TICK=1s", "RELAY_CHUNK_ROWS=8", "RELAY_TEST_KEY=sk-test",
+		"RELAY_LEASE=3s", "RELAY_TICK=1s", "RELAY_CHUNK_ROWS=8", "RELAY_TEST_KEY=sk-test",
 		"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_REGION=us-east-1"}
 
 	first := startRelayDev(t, bin, env)

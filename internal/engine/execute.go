@@ -399,7 +399,7 @@ func (e *Engine) heartbeat(ctx context.Context, runs []*chunkRun) {
 			return
 		case <-leaseT.C:
 			for _, r := range runs {
-				if r.ctx == nil || isClosed(r.done) {
+				if r.ctx == nil || r.ctx.Err() != nil || isClosed(r.done) {
 					continue
 				}
 				err := e.Store.RenewLease(ctx, r.c.Batch, r.c.Index, r.c.Run, e.now().Add(e.lease()))

@@ -76,7 +76,7 @@
 //
 // # Control endpoints
 //
-//	GET  /mock/stats    {"requests":N,"by_model":{…},"by_path":{…},"by_status":{"200":N,…}}
+//	GET  /mock/stats    {"requests":N,"by_model":{…},"by_path":{…},"by_status":{"200":N,…},"peak_in_flight":{"model":N,…}}
 //	GET  /mock/options  the current options
 //	POST /mock/options  merge the given fields into the options; answers the result
 //	POST /mock/reset    zero the stats and the fail=N/429x=N counters, re-seed the RNG (204)

@@ -521,6 +521,66 @@ func TestStats(t *testing.T) {
 	}
 }
 
+// PeakInFlight is the most requests of one model answered at once, not a
+// count of arrivals: capacity checks (the benchmark's max_concurrency bar)
+// read it, so it must see overlap, forget nothing that ended, and keep
+// models apart.
+func TestPeakInFlight(t *testing.T) {
+	t.Parallel()
+	m, srv := newServer(t, mockup.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	held := map[string]int{"a": 5, "b": 2}
+	done := make(chan struct{}, 7)
+	for model, n := range held {
+		for range n {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/v1/chat/completions",
+					strings.NewReader(bodyFor("/v1/chat/completions", model, "[[mock:hang]]")))
+				req.Header = authFor("/v1/chat/completions")
+				if resp, err := http.DefaultClient.Do(req); err == nil {
+					resp.Body.Close()
+				}
+			}()
+		}
+	}
+	waitStats(t, m, "7 held requests to arrive", func(s mockup.Stats) bool { return s.Requests == 7 })
+	if got, want := m.Stats().PeakInFlight, map[string]int64{"a": 5, "b": 2}; !reflect.DeepEqual(got, want) {
+		t.Errorf("with 5 and 2 requests held: PeakInFlight = %v, want %v", got, want)
+	}
+
+	cancel()
+	for range 7 {
+		<-done
+	}
+	waitStats(t, m, "the held requests to end", func(s mockup.Stats) bool { return s.ByStatus[499] == 7 })
+	post(t, srv.URL, "/v1/chat/completions", bodyFor("/v1/chat/completions", "a", "one more"))
+	if got := m.Stats().PeakInFlight["a"]; got != 5 {
+		t.Errorf("after the held requests ended: PeakInFlight[a] = %d, want the peak of 5 kept", got)
+	}
+
+	// After a Reset, one request at a time peaks at one: the ended requests
+	// left the in-flight count.
+	m.Reset()
+	post(t, srv.URL, "/v1/chat/completions", bodyFor("/v1/chat/completions", "a", "alone"))
+	if got, want := m.Stats().PeakInFlight, map[string]int64{"a": 1}; !reflect.DeepEqual(got, want) {
+		t.Errorf("after Reset and one request: PeakInFlight = %v, want %v", got, want)
+	}
+}
+
+// waitStats waits until the server's stats satisfy cond: requests are
+// counted by the server's goroutines, after the client has sent them.
+func waitStats(t *testing.T, m *mockup.Server, what string, cond func(mockup.Stats) bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond(m.Stats()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 5s for %s; stats %+v", what, m.Stats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func TestSameRequestSameAnswer(t *testing.T) {
 	t.Parallel()
 	_, srv1 := newServer(t, mockup.Options{})
