@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/relaybatch/relay/internal/batch"
 	"io"
 	"net/http"
 	"strings"
@@ -293,6 +294,22 @@ func TestAnthropicBatchCancel(t *testing.T) {
 	}
 	if b.CancelInitiatedAt.IsZero() || b.EndedAt.Before(b.CancelInitiatedAt) {
 		t.Fatalf("ended batch: %s", b.RawJSON())
+	}
+	// Once the bucket's lifecycle removed the chunk parts, the batch and
+	// its counts still read (they never come from the parts).
+	parts, err := rt.App.Blobs.List(ctx, batch.PartsPrefix("acme", b.ID))
+	if err != nil || len(parts) == 0 {
+		t.Fatalf("parts of %s: %v, %v", b.ID, parts, err)
+	}
+	if err := rt.App.Blobs.Delete(ctx, parts...); err != nil {
+		t.Fatal(err)
+	}
+	again, err := c.Messages.Batches.Get(ctx, b.ID, anthropic.MessageBatchGetParams{})
+	if err != nil || again.RequestCounts.Canceled != rc.Canceled || again.RequestCounts.Succeeded != rc.Succeeded {
+		t.Fatalf("get after the parts expired: %v, %+v", err, again)
+	}
+	if _, err := c.Messages.Batches.List(ctx, anthropic.MessageBatchListParams{}); err != nil {
+		t.Fatalf("list after the parts expired: %v", err)
 	}
 	// An ended batch has nothing left to cancel; now it can be deleted.
 	if _, err := c.Messages.Batches.Cancel(ctx, b.ID, anthropic.MessageBatchCancelParams{}); sdkStatus(t, err) != 400 {

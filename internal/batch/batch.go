@@ -15,6 +15,7 @@ import (
 //
 //	validating → in_progress → finalizing → completed
 //	validating → failed                      (the input broke a rule)
+//	validating → expired                     (its window ended before it could be planned)
 //	in_progress → finalizing → expired       (the window passed; rows left get batch_expired)
 //	validating|in_progress → cancelling → cancelled
 //	scheduled → cancelled                    (a template, SPEC §6)
@@ -33,7 +34,7 @@ const (
 )
 
 var transitions = map[Status][]Status{
-	Validating: {InProgress, Failed, Cancelling},
+	Validating: {InProgress, Failed, Cancelling, Expired},
 	InProgress: {Finalizing, Cancelling},
 	Finalizing: {Completed, Expired, Cancelled},
 	Cancelling: {Finalizing, Cancelled},
@@ -130,6 +131,9 @@ type Batch struct {
 	// ExpiredRows counts rows that got batch_expired, which makes the
 	// terminal status expired rather than completed.
 	ExpiredRows int64 `json:"-" dynamodbav:"expired_rows"`
+	// CancelledRows counts rows that got batch_cancelled (a message
+	// batch's canceled count).
+	CancelledRows int64 `json:"-" dynamodbav:"cancelled_rows"`
 }
 
 // Out returns the batch as clients see it.
@@ -186,6 +190,9 @@ func (b *Batch) Due() (int64, bool) {
 	switch {
 	case b.ChunksTotal == 0: // planning (or cancelled before it planned)
 		at = max(b.PlanLease, b.CreatedAt+int64(Grace/time.Second))
+		if b.ExpiresAt != nil {
+			at = min(at, *b.ExpiresAt)
+		}
 	case b.ChunksDone >= b.ChunksTotal || b.Status == Finalizing:
 		at = b.FinalizeDue
 	case b.Status == Cancelling:

@@ -8,6 +8,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/store"
 	"github.com/relaybatch/relay/internal/workflow"
@@ -16,6 +17,10 @@ import (
 // planLease is how long one dispatcher may plan a batch before another may
 // take over (the first one crashed).
 const planLease = 2 * time.Minute
+
+// maxInputObjects bounds the objects (upload parts) of an input file a plan
+// takes.
+const maxInputObjects = 1000
 
 // normalizedObjectSize bounds each object of a normalized (CSV) input.
 const normalizedObjectSize = 8 << 20
@@ -47,7 +52,7 @@ func (e *Engine) Dispatch(ctx context.Context, ev events.SQSEvent) (events.SQSEv
 // Plan validates a batch's input in one streaming pass and records its
 // chunks as byte ranges of N rows of one model; an invalid input fails the
 // batch with line-numbered errors and no upstream call.
-func (e *Engine) Plan(ctx context.Context, tenant, id string) error {
+func (e *Engine) Plan(ctx context.Context, tenant, id string) (err error) {
 	now := e.now()
 	b, err := e.Store.UpdateBatch(ctx, tenant, id, func(b *batch.Batch) error {
 		if b.ChunksTotal > 0 || b.Status.Terminal() || now.Unix() < b.PlanLease {
@@ -66,10 +71,27 @@ func (e *Engine) Plan(ctx context.Context, tenant, id string) error {
 		return err
 	}
 	log := e.Log.With("batch_id", id, "tenant", tenant)
+	defer func() {
+		// A throttle or a timeout: the plan message comes back and tries
+		// again, without waiting for this attempt's lease to run out.
+		if err != nil {
+			e.releasePlanLease(ctx, tenant, id)
+		}
+	}()
 
 	input, err := e.Store.GetFile(ctx, tenant, b.InputFileID)
-	if err != nil {
+	if errors.Is(err, files.ErrNotFound) {
 		return e.failValidation(ctx, b, []jsonl.LineError{{Code: "input_file_missing", Message: fmt.Sprintf("input file %s is gone", b.InputFileID)}})
+	}
+	if err != nil {
+		return fmt.Errorf("read input file of %s: %w", id, err)
+	}
+	if len(input.Objects) > maxInputObjects {
+		// Each object costs a request while planning and room in the batch's
+		// record (400 KB at most): a file of thousands of tiny parts would
+		// never plan.
+		return e.failValidation(ctx, b, []jsonl.LineError{{Code: "too_many_parts", Message: fmt.Sprintf(
+			"input file %s is made of %d uploaded parts; at most %d can be planned: upload it in fewer, larger parts", b.InputFileID, len(input.Objects), maxInputObjects)}})
 	}
 	format, err := jsonl.FormatOf(input.Filename)
 	if err != nil {
@@ -214,6 +236,21 @@ func linkChunks(chunks []batch.Chunk, priority int) []store.Ready {
 }
 
 var errSkip = errors.New("engine: nothing to do")
+
+// releasePlanLease gives up a plan attempt's lease, so the next attempt
+// need not wait for it; if this fails the lease runs out on its own.
+func (e *Engine) releasePlanLease(ctx context.Context, tenant, id string) {
+	_, err := e.Store.UpdateBatch(context.WithoutCancel(ctx), tenant, id, func(b *batch.Batch) error {
+		if b.ChunksTotal > 0 {
+			return errSkip
+		}
+		b.PlanLease = 0
+		return nil
+	})
+	if err != nil && !errors.Is(err, errSkip) {
+		e.Log.WarnContext(ctx, "release plan lease", "batch_id", id, "err", err)
+	}
+}
 
 func (e *Engine) failValidation(ctx context.Context, b batch.Batch, lineErrs []jsonl.LineError) error {
 	nb, err := e.Store.UpdateBatch(ctx, b.Tenant, b.ID, func(b *batch.Batch) error {

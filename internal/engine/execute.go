@@ -73,6 +73,11 @@ type outcome struct {
 	res      provider.Result
 	code     string // set when the row got no HTTP answer
 	message  string
+	// expired and cancelled are set by the engine only, for a row its
+	// batch's window ended or its cancel came before: they are counted
+	// (and expired rows make the batch expired). A code a workflow callback
+	// chose never is.
+	expired, cancelled bool
 }
 
 // chunkRun is one work message being executed.
@@ -234,6 +239,11 @@ func (e *Engine) load(ctx context.Context, r *chunkRun) (bool, error) {
 			return false, err
 		}
 	}
+	if b.ChunksTotal == 0 {
+		// Claimed in the moment between the plan's ready entries and its
+		// record of the input: the next run will find it.
+		return false, fmt.Errorf("chunk %d of %s: the batch's plan is not recorded yet", c.Index, c.Batch)
+	}
 	data, err := e.readRange(ctx, b.Input, c.Start, c.End)
 	if err != nil {
 		return false, fmt.Errorf("read chunk %d of %s: %w", c.Index, c.Batch, err)
@@ -290,11 +300,11 @@ func (e *Engine) runPool(ctx context.Context, runs []*chunkRun) {
 			// Row boundary: a cancel or the end of the window stops new rows.
 			switch s := r.status.Load().(batch.Status); {
 			case s == batch.Cancelling || s == batch.Cancelled:
-				r.outs[i].code, r.outs[i].message = CodeCancelled, "the batch was cancelled before this request ran"
+				r.outs[i].code, r.outs[i].message, r.outs[i].cancelled = CodeCancelled, "the batch was cancelled before this request ran", true
 				rowDone(r)
 				continue
 			case r.b.PastExpiry(e.now()):
-				r.outs[i].code, r.outs[i].message = CodeExpired, "the batch's completion window ended before this request ran"
+				r.outs[i].code, r.outs[i].message, r.outs[i].expired = CodeExpired, "the batch's completion window ended before this request ran", true
 				rowDone(r)
 				continue
 			}
@@ -449,9 +459,14 @@ func (e *Engine) watchStatus(ctx context.Context, b batch.Batch) *atomic.Value {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if nb, err := e.Store.GetBatch(ctx, b.Tenant, b.ID); err == nil {
-					v.Store(nb.Status)
+				nb, err := e.Store.GetBatch(ctx, b.Tenant, b.ID)
+				if err != nil {
+					if ctx.Err() == nil {
+						e.Log.WarnContext(ctx, "refresh batch status", "batch_id", b.ID, "err", err)
+					}
+					continue
 				}
+				v.Store(nb.Status)
 			}
 		}
 	}()
@@ -471,7 +486,7 @@ func buildPart(b batch.Batch, c batch.Chunk, outs []outcome, deadLetters int64, 
 	pattern := make([]byte, len(outs))
 	cm := store.Commit{UsageByModel: map[string]store.UsageAgg{}, Day: now.UTC().Format("2006-01-02"), DeadLetters: deadLetters}
 	enc := func(w *bytes.Buffer, v any) {
-		line, _ := json.Marshal(v)
+		line, _ := json.Marshal(v) // usage events: plain fields, cannot fail
 		w.Write(line)
 		w.WriteByte('\n')
 	}
@@ -495,8 +510,11 @@ func buildPart(b batch.Batch, c batch.Chunk, outs []outcome, deadLetters int64, 
 		switch {
 		case o.code != "":
 			l.Error = &LineError{Code: o.code, Message: o.message}
-			if o.code == CodeExpired {
+			if o.expired {
 				cm.Expired++
+			}
+			if o.cancelled {
+				cm.Cancelled++
 			}
 			// A workflow record that failed after running requests used
 			// upstream tokens all the same.
@@ -510,15 +528,23 @@ func buildPart(b batch.Batch, c batch.Chunk, outs []outcome, deadLetters int64, 
 			l.Fallback = o.res.Fallback
 			addUsage(o)
 		}
+		line, err := json.Marshal(l)
+		if err != nil {
+			// An upstream body that is not JSON cannot go into a line: the
+			// row gets an error line instead of an empty one.
+			l = Line{ID: l.ID, CustomID: l.CustomID, Error: &LineError{Code: "invalid_upstream_response", Message: "the upstream's answer is not valid JSON"}}
+			line, _ = json.Marshal(l)
+		}
+		w := &errb
 		if l.Response != nil && l.Response.StatusCode >= 200 && l.Response.StatusCode < 300 {
-			pattern[i] = 'o'
+			pattern[i], w = 'o', &out
 			cm.Completed++
-			enc(&out, l)
 		} else {
 			pattern[i] = 'e'
 			cm.Failed++
-			enc(&errb, l)
 		}
+		w.Write(line)
+		w.WriteByte('\n')
 	}
 	c.Pattern, c.OutBytes, c.ErrBytes = string(pattern), int64(out.Len()), int64(errb.Len())
 	cm.Chunk = c

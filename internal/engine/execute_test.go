@@ -22,13 +22,15 @@ func TestBuildPart(t *testing.T) {
 	outs := []outcome{
 		ok("a", 10),
 		{customID: "b", res: provider.Result{StatusCode: 400, Body: json.RawMessage(`{"error":{}}`), Model: "m"}},
-		{customID: "c", code: CodeExpired, message: "late"},
+		{customID: "c", code: CodeExpired, message: "late", expired: true},
+		{customID: "f", code: CodeExpired, message: "a callback's own code"},
+		{customID: "g", code: CodeCancelled, message: "cancelled", cancelled: true},
 		{customID: "d", res: provider.Result{ErrCode: "request_timeout", ErrMessage: "slow"}},
 		ok("e", 5),
 	}
 	parts, cm := buildPart(b, c, outs, 0, now)
-	if cm.Chunk.Pattern != "oeeeo" || cm.Completed != 2 || cm.Failed != 3 || cm.Expired != 1 {
-		t.Fatalf("pattern %q completed %d failed %d expired %d", cm.Chunk.Pattern, cm.Completed, cm.Failed, cm.Expired)
+	if cm.Chunk.Pattern != "oeeeeeo" || cm.Completed != 2 || cm.Failed != 5 || cm.Expired != 1 || cm.Cancelled != 1 {
+		t.Fatalf("pattern %q completed %d failed %d expired %d cancelled %d", cm.Chunk.Pattern, cm.Completed, cm.Failed, cm.Expired, cm.Cancelled)
 	}
 	if cm.Usage.InputTokens != 15 || cm.UsageByModel["m"].Requests != 3 || cm.Day != "2026-12-01" {
 		t.Fatalf("usage %+v by model %+v day %s", cm.Usage, cm.UsageByModel, cm.Day)
@@ -37,7 +39,7 @@ func TestBuildPart(t *testing.T) {
 		t.Fatalf("recorded sizes differ from the parts")
 	}
 	lines := bytes.Split(bytes.TrimSpace(parts["err"]), []byte("\n"))
-	if len(lines) != 3 {
+	if len(lines) != 5 {
 		t.Fatalf("error lines: got %d", len(lines))
 	}
 	var l Line
@@ -45,7 +47,7 @@ func TestBuildPart(t *testing.T) {
 	if l.CustomID != "b" || l.Response == nil || l.Response.StatusCode != 400 || l.Error != nil || l.ID != lineID("batch_x", 31) {
 		t.Fatalf("an upstream 400 keeps its response: got %+v", l)
 	}
-	json.Unmarshal(lines[2], &l)
+	json.Unmarshal(lines[4], &l)
 	if l.CustomID != "d" || l.Response != nil || l.Error == nil || l.Error.Code != "request_timeout" {
 		t.Fatalf("a row without an answer gets an error: got %+v", l)
 	}
@@ -67,6 +69,7 @@ func TestDue(t *testing.T) {
 		{"template", batch.Batch{Status: batch.Scheduled}, 0, false},
 		{"planning", batch.Batch{Status: batch.Validating, CreatedAt: 100}, 220, true},
 		{"plan lease later", batch.Batch{Status: batch.Validating, CreatedAt: 100, PlanLease: 500}, 500, true},
+		{"planning past its window", batch.Batch{Status: batch.Validating, CreatedAt: 100, PlanLease: 500, ExpiresAt: at(300)}, 300, true},
 		{"running: its window", batch.Batch{Status: batch.InProgress, ChunksTotal: 3, ChunksDone: 1, ExpiresAt: at(9000)}, 9000, true},
 		{"cancelling: the drain", batch.Batch{Status: batch.Cancelling, ChunksTotal: 3, CancellingAt: at(400), ExpiresAt: at(9000)}, 520, true},
 		{"every chunk done: the finalize", batch.Batch{Status: batch.InProgress, ChunksTotal: 3, ChunksDone: 3, FinalizeDue: 700, ExpiresAt: at(9000)}, 700, true},
@@ -80,5 +83,18 @@ func TestDue(t *testing.T) {
 				t.Fatalf("Due() = %d, %v; want %d, %v", got, ok, tt.want, tt.ok)
 			}
 		})
+	}
+}
+
+func TestBuildPartBodyNotJSON(t *testing.T) {
+	t.Parallel()
+	outs := []outcome{{customID: "x", res: provider.Result{StatusCode: 200, Body: json.RawMessage(`{"cut`), Model: "m"}}}
+	parts, cm := buildPart(batch.Batch{ID: "batch_x"}, batch.Chunk{}, outs, 0, time.Now())
+	var l Line
+	if err := json.Unmarshal(bytes.TrimSpace(parts["err"]), &l); err != nil || l.Error == nil || l.Error.Code != "invalid_upstream_response" {
+		t.Fatalf("error part %q: %v", parts["err"], err)
+	}
+	if cm.Failed != 1 || cm.Completed != 0 || len(parts["out"]) != 0 || cm.Chunk.Pattern != "e" {
+		t.Fatalf("counts %+v pattern %q out %q", cm, cm.Chunk.Pattern, parts["out"])
 	}
 }

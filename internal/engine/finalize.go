@@ -169,16 +169,18 @@ func (e *Engine) FinalizeBatch(ctx context.Context, tenant, id string) error {
 		}
 	}
 	// Parts of runs that lost a race or crashed before committing.
-	if all, err := e.Blobs.List(ctx, batch.PartsPrefix(tenant, id)); err == nil {
-		var stray []string
-		for _, k := range all {
-			if !keep[k] {
-				stray = append(stray, k)
-			}
+	all, err := e.Blobs.List(ctx, batch.PartsPrefix(tenant, id))
+	if err != nil {
+		return fmt.Errorf("finalize %s: list parts: %w", id, err)
+	}
+	var stray []string
+	for _, k := range all {
+		if !keep[k] {
+			stray = append(stray, k)
 		}
-		if err := e.Blobs.Delete(ctx, stray...); err != nil {
-			return err
-		}
+	}
+	if err := e.Blobs.Delete(ctx, stray...); err != nil {
+		return err
 	}
 	final, err := e.Store.UpdateBatch(ctx, tenant, id, func(b *batch.Batch) error {
 		if b.Status.Terminal() {

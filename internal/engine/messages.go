@@ -17,7 +17,6 @@ import (
 	"io"
 	"regexp"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -422,12 +421,10 @@ func (e *Engine) DeleteMessageBatch(ctx context.Context, tenant, id string) erro
 }
 
 // messageBatch is the Message Batch view of b.
-func (e *Engine) messageBatch(ctx context.Context, b batch.Batch) (MessageBatch, error) {
-	canceled, err := e.cancelledRows(ctx, b)
-	if err != nil {
-		return MessageBatch{}, err
-	}
-	return messageBatchOf(b, canceled), nil
+func (e *Engine) messageBatch(_ context.Context, b batch.Batch) (MessageBatch, error) {
+	// Cancelled rows are counted at each chunk's commit, so the object
+	// never reads a part (parts expire with the bucket's lifecycle).
+	return messageBatchOf(b, b.CancelledRows), nil
 }
 
 // processingStatus maps the batch lifecycle onto Anthropic's three states.
@@ -481,86 +478,6 @@ func stamp(unix *int64) *string {
 	}
 	s := rfc3339(*unix)
 	return &s
-}
-
-// cancelledRows counts the rows of b that got batch_cancelled, reading the
-// error parts of its done chunks. Only a batch that was cancelled has any;
-// a committed part never changes, so each part is read once per process.
-func (e *Engine) cancelledRows(ctx context.Context, b batch.Batch) (int64, error) {
-	if b.CancellingAt == nil || b.ChunksDone == 0 {
-		return 0, nil
-	}
-	chunks, err := e.Store.Chunks(ctx, b.ID)
-	if err != nil {
-		return 0, err
-	}
-	var total int64
-	for _, c := range chunks {
-		if c.State != batch.ChunkDone || c.ErrBytes == 0 {
-			continue
-		}
-		key := c.Parts("err")
-		if n, ok := cancelledInPart.get(key); ok {
-			total += n
-			continue
-		}
-		rc, err := e.Blobs.Get(ctx, key)
-		if err != nil {
-			return 0, fmt.Errorf("count cancelled rows of %s: %w", b.ID, err)
-		}
-		n, err := countCancelled(rc)
-		rc.Close()
-		if err != nil {
-			return 0, fmt.Errorf("count cancelled rows of %s: %w", b.ID, err)
-		}
-		cancelledInPart.put(key, n)
-		total += n
-	}
-	return total, nil
-}
-
-func countCancelled(r io.Reader) (int64, error) {
-	var n int64
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), 64<<20)
-	for sc.Scan() {
-		var l struct {
-			Error *LineError `json:"error"`
-		}
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			return 0, err
-		}
-		if l.Error != nil && l.Error.Code == CodeCancelled {
-			n++
-		}
-	}
-	return n, sc.Err()
-}
-
-// partCounts is a bounded cache of counts per committed part.
-type partCounts struct {
-	mu sync.Mutex
-	m  map[string]int64
-}
-
-const maxCachedParts = 100_000
-
-var cancelledInPart = &partCounts{m: map[string]int64{}}
-
-func (p *partCounts) get(key string) (int64, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n, ok := p.m[key]
-	return n, ok
-}
-
-func (p *partCounts) put(key string, n int64) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.m) >= maxCachedParts {
-		clear(p.m)
-	}
-	p.m[key] = n
 }
 
 // MessageResults checks that a message batch has ended and returns what

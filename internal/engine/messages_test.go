@@ -2,7 +2,6 @@ package engine
 
 import (
 	"encoding/json"
-	"fmt"
 	"strings"
 	"testing"
 
@@ -194,22 +193,5 @@ func TestMessageBatchOf(t *testing.T) {
 				t.Fatalf("cancel_initiated_at %v", m.CancelInitiatedAt)
 			}
 		})
-	}
-}
-
-func TestCountCancelled(t *testing.T) {
-	t.Parallel()
-	var part strings.Builder
-	for i, code := range []string{CodeCancelled, CodeExpired, CodeCancelled, "dead_letter"} {
-		line, _ := json.Marshal(Line{ID: fmt.Sprint(i), CustomID: "x", Error: &LineError{Code: code, Message: "m"}})
-		part.Write(append(line, '\n'))
-	}
-	// An upstream body that mentions the code is not a cancelled row.
-	line, _ := json.Marshal(Line{CustomID: "y", Response: &LineResponse{StatusCode: 400,
-		Body: json.RawMessage(`{"response":null,"error":{"code":"batch_cancelled"}}`)}})
-	part.Write(append(line, '\n'))
-	n, err := countCancelled(strings.NewReader(part.String()))
-	if err != nil || n != 2 {
-		t.Fatalf("got %d, %v; want 2", n, err)
 	}
 }

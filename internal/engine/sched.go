@@ -8,6 +8,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/ids"
+	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/store"
 )
@@ -217,6 +218,8 @@ func (e *Engine) due(ctx context.Context, tenant, id string, now time.Time) erro
 	grace := batch.Grace
 	switch {
 	case b.Status.Terminal():
+	case b.ChunksTotal == 0 && b.Status == batch.Validating && b.PastExpiry(now):
+		return e.expireUnplanned(ctx, b)
 	case b.ChunksTotal == 0:
 		err = e.send(ctx, resources.Dispatch, Message{Type: MsgPlan, Tenant: tenant, Batch: id})
 	case b.ChunksDone >= b.ChunksTotal || b.Status == batch.Finalizing:
@@ -236,6 +239,26 @@ func (e *Engine) due(ctx context.Context, tenant, id string, now time.Time) erro
 		return nil
 	}
 	return err
+}
+
+// expireUnplanned ends a batch whose window ended before it could be
+// planned: expired, as any batch past its window, with the reason.
+func (e *Engine) expireUnplanned(ctx context.Context, b batch.Batch) error {
+	nb, err := e.Store.UpdateBatch(ctx, b.Tenant, b.ID, func(b *batch.Batch) error {
+		if b.Status != batch.Validating || b.ChunksTotal > 0 {
+			return errSkip
+		}
+		b.ErrorList = []jsonl.LineError{{Code: CodeExpired, Message: "the batch's completion window ended before its input could be planned"}}
+		return b.To(batch.Expired, e.now())
+	})
+	if errors.Is(err, errSkip) || errors.Is(err, store.ErrBatchNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	e.Log.WarnContext(ctx, "batch expired before it was planned", "batch_id", b.ID, "tenant", b.Tenant)
+	return e.terminal(ctx, nb)
 }
 
 // publishOldest logs the age of the oldest unfinished batch as an embedded

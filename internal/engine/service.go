@@ -437,8 +437,13 @@ func (e *Engine) Retry(ctx context.Context, p auth.Principal, id string, idemKey
 		}
 		for i, r := range reqs {
 			if i < len(c.Pattern) && c.Pattern[i] == 'e' {
-				line, _ := json.Marshal(r)
-				w.Write(append(line, '\n'))
+				line, err := json.Marshal(r)
+				if err != nil {
+					return batch.Batch{}, fmt.Errorf("retry of %s: row %d: %w", id, c.FirstRow+i, err)
+				}
+				if _, err := w.Write(append(line, '\n')); err != nil {
+					return batch.Batch{}, fmt.Errorf("retry of %s: write its input: %w", id, err)
+				}
 				rows++
 			}
 		}

@@ -230,6 +230,11 @@ func (e *Engine) runWorkflow(ctx, runCtx context.Context, b batch.Batch, c batch
 		out.res.StatusCode, out.res.Body, out.res.RequestID = 200, o.Output, o.EventID
 	} else {
 		out.code, out.message = o.Err.Code, o.Err.Message
+		// Only the window's end expires a record, whatever code a
+		// callback's failed answer carries.
+		out.expired = o.Err.Code == CodeExpired && b.PastExpiry(e.now())
+		s := status.Load().(batch.Status)
+		out.cancelled = o.Err.Code == CodeCancelled && (s == batch.Cancelling || s == batch.Cancelled)
 	}
 	log.InfoContext(ctx, "workflow record ended", "code", out.code, "steps", o.State.Step, "requests", o.State.Requests, "tokens", u.TotalTokens)
 	return e.commitWorkflow(ctx, b, c, out)

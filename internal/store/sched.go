@@ -267,6 +267,7 @@ type Commit struct {
 	Completed   int64
 	Failed      int64
 	Expired     int64 // rows that got batch_expired
+	Cancelled   int64 // rows that got batch_cancelled
 	DeadLetters int64
 	Usage       batch.Usage
 	// UsageByModel aggregates per model for the tenant's daily usage.
@@ -319,9 +320,9 @@ func (s *Store) CommitChunk(ctx context.Context, tenant string, c Commit) error 
 		Key:       key(batchPK(tenant), batchSK(ch.Batch)),
 		UpdateExpression: aws.String("SET counts.completed = counts.completed + :c, counts.failed = counts.failed + :f, " +
 			"#u.input_tokens = #u.input_tokens + :ui, #u.output_tokens = #u.output_tokens + :uo, #u.total_tokens = #u.total_tokens + :ut " +
-			"ADD chunks_done :one, ver :one, expired_rows :x, dead_letter_count :dl"),
+			"ADD chunks_done :one, ver :one, expired_rows :x, cancelled_rows :cx, dead_letter_count :dl"),
 		ExpressionAttributeNames: map[string]string{"#u": "usage"},
-		ExpressionAttributeValues: item{":c": avN64(c.Completed), ":f": avN64(c.Failed), ":x": avN64(c.Expired), ":dl": avN64(c.DeadLetters),
+		ExpressionAttributeValues: item{":c": avN64(c.Completed), ":f": avN64(c.Failed), ":x": avN64(c.Expired), ":cx": avN64(c.Cancelled), ":dl": avN64(c.DeadLetters),
 			":ui": avN64(c.Usage.InputTokens), ":uo": avN64(c.Usage.OutputTokens), ":ut": avN64(c.Usage.TotalTokens), ":one": avN(1)},
 	}
 	if c.Last {
