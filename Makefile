@@ -32,7 +32,7 @@ vet:
 ## test: unit, integration (emulator), brief fuzzing and infra tests
 test: vet build
 	@if [ -z "$$AWS_ENDPOINT_URL" ]; then \
-	  trap '$(EMULATOR) stop' EXIT; EMULATOR_PORT=4599 $(EMULATOR) start && \
+	  trap 'EMULATOR_PORT=4599 $(EMULATOR) stop' EXIT; EMULATOR_PORT=4599 $(EMULATOR) start && \
 	  AWS_ENDPOINT_URL=http://127.0.0.1:4599 $(MAKE) --no-print-directory test-all; \
 	else $(MAKE) --no-print-directory test-all; fi
 

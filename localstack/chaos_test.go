@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
@@ -31,11 +32,13 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/openai/openai-go/v3"
 	"github.com/relaybatch/relay/internal/app"
+	"github.com/relaybatch/relay/internal/awsfault"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/engine"
@@ -331,6 +334,10 @@ func TestChaos(t *testing.T) {
 			a.Engine.Lease = 3 * time.Second // a killed run's chunk moves on in seconds
 		},
 	}
+	sdk := sdkFaults(uint64(seed))
+	cfg := awsCfg.Copy()
+	cfg.APIOptions = append(cfg.APIOptions, sdk.APIOption)
+	opts.AWS = cfg
 	rt, err := localrun.Start(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -451,10 +458,13 @@ func TestChaos(t *testing.T) {
 	// Settle: no more faults; the duplicates and redeliveries still in
 	// flight finish, so what is checked is what stays.
 	ch.quiet.Store(true)
+	sdk.Clear()
 	stopBursts()
 	ch.spawned.Wait()
 	rt = ch.rt.Load()
-	drained := drainWork(t, rt, 60*time.Second)
+	// A deadletter invocation that failed comes back after the DLQ's
+	// two-minute visibility timeout.
+	drained := drainWork(t, rt, 150*time.Second)
 	if t.Failed() {
 		t.FailNow()
 	}
@@ -496,8 +506,14 @@ func TestChaos(t *testing.T) {
 		frows = append(frows, []string{k, strconv.Itoa(ch.faults[k])})
 		total += ch.faults[k]
 	}
+	injected := sdk.Injected()
+	for _, k := range slices.Sorted(maps.Keys(injected)) {
+		frows = append(frows, []string{"AWS " + k, strconv.Itoa(injected[k])})
+		total += injected[k]
+	}
 	frows = append(frows, []string{"total", strconv.Itoa(total)})
 	table(w, frows)
+	endState(t, w, rt)
 	stats := mock.Stats()
 	fmt.Fprintf(w, "\n  provider: %d upstream requests for %d rows, answers by status %v\n", stats.Requests, totalRows, stats.ByStatus)
 	fmt.Fprintf(w, "  API: %d requests (%s), %d failed gets retried (restart)\n", api.requests.Load(), api.statuses(), getErrors.Load())
@@ -513,6 +529,55 @@ func TestChaos(t *testing.T) {
 	if !t.Failed() {
 		os.Remove(logPath) // kept only when there is something to read in it
 	}
+}
+
+// sdkFaults fails AWS calls of the functions' invocations (not the API's,
+// whose errors the client would see, nor the pollers'): conflicts on
+// transactions, writes that take effect and fail all the same, throttles,
+// lost sends and functions that die between two calls.
+func sdkFaults(seed uint64) *awsfault.Injector {
+	inInvocation := func(ctx context.Context, _ any) bool {
+		lc, ok := lambdacontext.FromContext(ctx)
+		return ok && lc.AwsRequestID != ""
+	}
+	in := awsfault.New(seed)
+	for _, r := range []awsfault.Rule{
+		{Service: "DynamoDB", Operation: "TransactWriteItems", Kind: awsfault.Conflict, Prob: 0.20},
+		{Service: "DynamoDB", Operation: "TransactWriteItems", Kind: awsfault.After, Prob: 0.08},
+		{Service: "DynamoDB", Operation: "UpdateItem", Kind: awsfault.After, Prob: 0.05},
+		{Service: "DynamoDB", Operation: "PutItem", Kind: awsfault.After, Prob: 0.05},
+		{Service: "DynamoDB", Kind: awsfault.Throttle, Prob: 0.02},
+		{Service: "SQS", Operation: "SendMessageBatch", Kind: awsfault.After, Prob: 0.06},
+		{Service: "SQS", Operation: "SendMessageBatch", Kind: awsfault.Before, Prob: 0.04},
+		{Service: "S3", Operation: "PutObject", Kind: awsfault.After, Prob: 0.06},
+		{Service: "S3", Kind: awsfault.Throttle, Prob: 0.02},
+		{Kind: awsfault.Die, Prob: 0.005},
+	} {
+		r.Match = inInvocation
+		in.Add(r)
+	}
+	return in
+}
+
+// endState checks what the run must leave behind beside the rows: no
+// capacity taken, no chunk holding a lease.
+func endState(t *testing.T, w io.Writer, rt *localrun.Runtime) {
+	ctx := context.Background()
+	rows := [][]string{{"end state", "value", "want"}}
+	for _, m := range rt.App.Models.Names() {
+		n, err := rt.App.Store.InFlight(ctx, m)
+		if err != nil || n != 0 {
+			t.Errorf("model %s: %d slots in flight (%v), want 0", m, n, err)
+		}
+		rows = append(rows, []string{"in flight, " + m, strconv.Itoa(n), "0"})
+	}
+	held, err := rt.App.Store.ExpiredLeases(ctx, time.Now().Add(100*365*24*time.Hour), 1000)
+	if err != nil || len(held) != 0 {
+		t.Errorf("chunks holding a lease after the run: %d (%v)", len(held), err)
+	}
+	rows = append(rows, []string{"chunks holding a lease", strconv.Itoa(len(held)), "0"})
+	fmt.Fprintln(w)
+	table(w, rows)
 }
 
 // drainWork waits until the work queue and its DLQ hold nothing, visible

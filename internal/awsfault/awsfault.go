@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"sync"
 
+	"github.com/aws/aws-lambda-go/lambdacontext"
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -31,10 +32,18 @@ const (
 	// Conflict cancels a TransactWriteItems call with TransactionConflict,
 	// without sending it.
 	Conflict
+	// Throttle fails the call, unsent, with the service's throttling error
+	// (ThrottlingException, ProvisionedThroughputExceededException, SlowDown)
+	// as if the SDK's own retries ran out.
+	Throttle
+	// Die fails the call, unsent, and every later call of the same Lambda
+	// invocation: the function died between two AWS calls, and nothing it
+	// would have done after takes effect.
+	Die
 )
 
 func (k Kind) String() string {
-	return [...]string{"before", "after", "conflict"}[k]
+	return [...]string{"before", "after", "conflict", "throttle", "die"}[k]
 }
 
 // Rule says which calls fail and how.
@@ -57,6 +66,7 @@ type Injector struct {
 	rng      *rand.Rand
 	rules    []*rule
 	injected map[string]int
+	dead     map[string]bool // request ids of invocations that died
 }
 
 type rule struct {
@@ -66,7 +76,7 @@ type rule struct {
 
 // New returns an injector whose random choices follow seed.
 func New(seed uint64) *Injector {
-	return &Injector{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), injected: map[string]int{}}
+	return &Injector{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), injected: map[string]int{}, dead: map[string]bool{}}
 }
 
 // Add adds a rule; rules are tried in the order added.
@@ -138,16 +148,50 @@ func (in *Injector) pick(ctx context.Context, service, op string, input any) (Ki
 	return 0, false
 }
 
+// invocation is the Lambda request id a call is made for, if any.
+func invocation(ctx context.Context) string {
+	if lc, ok := lambdacontext.FromContext(ctx); ok && lc.AwsRequestID != "" {
+		return lc.AwsRequestID
+	}
+	return ""
+}
+
+// isDead reports whether the call's invocation died earlier.
+func (in *Injector) isDead(ctx context.Context) bool {
+	id := invocation(ctx)
+	if id == "" {
+		return false
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.dead[id]
+}
+
 func (in *Injector) handle(ctx context.Context, input middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
 	service, op := awsmiddleware.GetServiceID(ctx), awsmiddleware.GetOperationName(ctx)
+	opErr := func(err error) error {
+		return &smithy.OperationError{ServiceID: service, OperationName: op, Err: err}
+	}
+	if in.isDead(ctx) {
+		return middleware.InitializeOutput{}, middleware.Metadata{}, opErr(&Error{Op: service + "." + op, Dead: true})
+	}
 	kind, ok := in.pick(ctx, service, op, input.Parameters)
 	if !ok {
 		return next.HandleInitialize(ctx, input)
 	}
-	opErr := func(err error) error {
-		return &smithy.OperationError{ServiceID: service, OperationName: op, Err: err}
-	}
 	switch kind {
+	case Throttle:
+		return middleware.InitializeOutput{}, middleware.Metadata{}, opErr(&smithy.GenericAPIError{Code: throttleCode(service), Message: "Rate exceeded (injected)", Fault: smithy.FaultServer})
+	case Die:
+		if id := invocation(ctx); id != "" {
+			in.mu.Lock()
+			if len(in.dead) > 100_000 {
+				clear(in.dead)
+			}
+			in.dead[id] = true
+			in.mu.Unlock()
+		}
+		return middleware.InitializeOutput{}, middleware.Metadata{}, opErr(&Error{Op: service + "." + op, Dead: true})
 	case Conflict:
 		n := len(input.Parameters.(*dynamodb.TransactWriteItemsInput).TransactItems)
 		reasons := make([]ddbtypes.CancellationReason, n)
@@ -171,13 +215,28 @@ func (in *Injector) handle(ctx context.Context, input middleware.InitializeInput
 	}
 }
 
+// throttleCode is the error code a service throttles with.
+func throttleCode(service string) string {
+	switch service {
+	case "DynamoDB":
+		return "ProvisionedThroughputExceededException"
+	case "S3":
+		return "SlowDown"
+	}
+	return "ThrottlingException"
+}
+
 // Error is an injected failure.
 type Error struct {
 	Op    string
 	After bool // the call took effect
+	Dead  bool // the invocation died at or before this call
 }
 
 func (e *Error) Error() string {
+	if e.Dead {
+		return "awsfault: the function died before " + e.Op + " (injected)"
+	}
 	if e.After {
 		return "awsfault: " + e.Op + " failed after it took effect (injected)"
 	}

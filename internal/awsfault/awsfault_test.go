@@ -2,7 +2,9 @@ package awsfault
 
 import (
 	"context"
+
 	"errors"
+	"github.com/aws/aws-lambda-go/lambdacontext"
 	"io"
 	"net/http"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/middleware"
 )
 
@@ -79,5 +82,34 @@ func TestRulesMatchServiceAndOperation(t *testing.T) {
 	}
 	if _, err := c.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: aws.String("t"), Item: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "x"}}}); err == nil {
 		t.Fatal("PutItem went through its rule")
+	}
+}
+
+func TestThrottleAndDie(t *testing.T) {
+	t.Parallel()
+	in, h := New(1), &stubHTTP{}
+	in.Add(Rule{Service: "DynamoDB", Operation: "GetItem", Kind: Throttle, Times: 1})
+	in.Add(Rule{Service: "DynamoDB", Operation: "PutItem", Kind: Die, Times: 1})
+	c := client(in, h)
+	get := &dynamodb.GetItemInput{TableName: aws.String("t"), Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "x"}}}
+	_, err := c.GetItem(context.Background(), get)
+	var api smithy.APIError
+	if !errors.As(err, &api) || api.ErrorCode() != "ProvisionedThroughputExceededException" {
+		t.Fatalf("throttle: got %v", err)
+	}
+	// One invocation dies at its PutItem: its later calls fail too; another
+	// invocation's go through.
+	dying := lambdacontext.NewContext(context.Background(), &lambdacontext.LambdaContext{AwsRequestID: "r1"})
+	other := lambdacontext.NewContext(context.Background(), &lambdacontext.LambdaContext{AwsRequestID: "r2"})
+	put := &dynamodb.PutItemInput{TableName: aws.String("t"), Item: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "x"}}}
+	if _, err := c.PutItem(dying, put); err == nil {
+		t.Fatal("the dying call went through")
+	}
+	sent := h.calls.Load()
+	if _, err := c.GetItem(dying, get); err == nil || h.calls.Load() != sent {
+		t.Fatalf("a call after the death: %v (calls sent %d, was %d)", err, h.calls.Load(), sent)
+	}
+	if _, err := c.GetItem(other, get); err != nil {
+		t.Fatalf("another invocation's call: %v", err)
 	}
 }

@@ -169,13 +169,10 @@ func (b *Batch) To(next Status, now time.Time) error {
 	return nil
 }
 
-// Grace is how long the tick leaves a step to the message that asked
-// for it before doing it again; FinalizeGrace is that for a finalize,
-// which takes seconds.
-const (
-	Grace         = 2 * time.Minute
-	FinalizeGrace = 15 * time.Second
-)
+// Grace is how long the tick leaves a step (a plan, a drain, a finalize) to
+// the message that asked for it before asking again: a duplicate message
+// is harmless, a lost one costs this much.
+const Grace = 20 * time.Second
 
 // Due is when the periodic tick must look at b next, and whether it must
 // at all: the plan of a batch whose plan message may be lost, the drain of

@@ -589,7 +589,7 @@ const commitTries = 8
 func (e *Engine) commit(ctx context.Context, b batch.Batch, cm store.Commit, written []string) (bool, error) {
 	c := cm.Chunk
 	cm.ChunksTotal = cmp.Or(c.Total, b.ChunksTotal)
-	cm.FinalizeDue = e.now().Add(batch.FinalizeGrace)
+	cm.FinalizeDue = e.now().Add(batch.Grace)
 	picked := false
 	var lastErr error
 	for try := 0; try < commitTries; try++ {

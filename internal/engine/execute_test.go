@@ -67,11 +67,11 @@ func TestDue(t *testing.T) {
 	}{
 		{"terminal", batch.Batch{Status: batch.Completed}, 0, false},
 		{"template", batch.Batch{Status: batch.Scheduled}, 0, false},
-		{"planning", batch.Batch{Status: batch.Validating, CreatedAt: 100}, 220, true},
+		{"planning", batch.Batch{Status: batch.Validating, CreatedAt: 100}, 120, true},
 		{"plan lease later", batch.Batch{Status: batch.Validating, CreatedAt: 100, PlanLease: 500}, 500, true},
 		{"planning past its window", batch.Batch{Status: batch.Validating, CreatedAt: 100, PlanLease: 500, ExpiresAt: at(300)}, 300, true},
 		{"running: its window", batch.Batch{Status: batch.InProgress, ChunksTotal: 3, ChunksDone: 1, ExpiresAt: at(9000)}, 9000, true},
-		{"cancelling: the drain", batch.Batch{Status: batch.Cancelling, ChunksTotal: 3, CancellingAt: at(400), ExpiresAt: at(9000)}, 520, true},
+		{"cancelling: the drain", batch.Batch{Status: batch.Cancelling, ChunksTotal: 3, CancellingAt: at(400), ExpiresAt: at(9000)}, 420, true},
 		{"every chunk done: the finalize", batch.Batch{Status: batch.InProgress, ChunksTotal: 3, ChunksDone: 3, FinalizeDue: 700, ExpiresAt: at(9000)}, 700, true},
 		{"rechecked later", batch.Batch{Status: batch.InProgress, ChunksTotal: 3, ExpiresAt: at(9000), Recheck: 9100}, 9100, true},
 	}

@@ -206,7 +206,7 @@ func (e *Engine) takeOver(ctx context.Context, now time.Time) error {
 }
 
 // due does what a due batch needs (see batch.Batch.Due) and has the tick
-// look at it again only after a grace (batch.Grace; batch.FinalizeGrace for a finalize).
+// look at it again only after batch.Grace.
 func (e *Engine) due(ctx context.Context, tenant, id string, now time.Time) error {
 	b, err := e.Store.GetBatch(ctx, tenant, id)
 	if errors.Is(err, store.ErrBatchNotFound) {
@@ -215,7 +215,6 @@ func (e *Engine) due(ctx context.Context, tenant, id string, now time.Time) erro
 	if err != nil {
 		return err
 	}
-	grace := batch.Grace
 	switch {
 	case b.Status.Terminal():
 	case b.ChunksTotal == 0 && b.Status == batch.Validating && b.PastExpiry(now):
@@ -223,7 +222,6 @@ func (e *Engine) due(ctx context.Context, tenant, id string, now time.Time) erro
 	case b.ChunksTotal == 0:
 		err = e.send(ctx, resources.Dispatch, Message{Type: MsgPlan, Tenant: tenant, Batch: id})
 	case b.ChunksDone >= b.ChunksTotal || b.Status == batch.Finalizing:
-		grace = batch.FinalizeGrace
 		err = e.send(ctx, resources.Finalize, Message{Type: MsgFinalize, Tenant: tenant, Batch: id})
 	case b.Status == batch.Cancelling || b.PastExpiry(now):
 		err = e.drain(ctx, b)
@@ -232,7 +230,7 @@ func (e *Engine) due(ctx context.Context, tenant, id string, now time.Time) erro
 		return err
 	}
 	_, err = e.Store.UpdateBatch(ctx, tenant, id, func(b *batch.Batch) error {
-		b.Recheck = now.Add(grace).Unix()
+		b.Recheck = now.Add(batch.Grace).Unix()
 		return nil
 	})
 	if errors.Is(err, store.ErrBatchNotFound) {
