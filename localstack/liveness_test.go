@@ -131,3 +131,47 @@ func TestLivenessCallbackCannotExpireABatch(t *testing.T) {
 		t.Fatalf("the record's line: %+v", l)
 	}
 }
+
+func TestLivenessPlanRecordFailsOnce(t *testing.T) {
+	t.Parallel()
+	// The write that records a plan's chunks fails after the chunks are
+	// written: no chunk may run before the batch points to its input, and
+	// the plan that runs again must not count any row twice.
+	in := awsfault.New(6)
+	rt := runtime(t, withFaults(in), shortLease, func(o *localrun.Options) {
+		tune := o.Tune
+		o.Tune = func(s *resources.Set) {
+			tune(s)
+			for i := range s.Queues {
+				if s.Queues[i].Name == s.Prefix+"-"+resources.Dispatch {
+					s.Queues[i].VisibilityTimeout = 5 * time.Second
+				}
+			}
+			for i := range s.Functions {
+				if s.Functions[i].Name == "dispatcher" {
+					s.Functions[i].Timeout = 4 * time.Second
+				}
+			}
+		}
+	})
+	c, key := client(t, rt, "acme")
+	rows := nRows(30, "recorded once")
+	f := upload(t, c, "in.jsonl", jsonlRows(rows))
+	in.Add(awsfault.Rule{Service: "DynamoDB", Operation: "PutItem", Kind: awsfault.Throttle, Times: 1,
+		Match: func(_ context.Context, v any) bool {
+			p := v.(*dynamodb.PutItemInput)
+			n, ok := p.Item["chunks_total"].(*types.AttributeValueMemberN)
+			return ok && n.Value != "0"
+		}})
+	b := waitBatch(t, c, createBatch(t, c, f.ID).ID)
+	if b.Status != "completed" || in.Total() != 1 {
+		t.Fatalf("status %s, faults %d", b.Status, in.Total())
+	}
+	checkAccounting(t, rt, c, key, b, idsOf(rows))
+	if b.RequestCounts.Completed != int64(len(rows)) || b.RequestCounts.Total != int64(len(rows)) {
+		t.Fatalf("counts %+v, want %d completed of %d", b.RequestCounts, len(rows), len(rows))
+	}
+	if got := rt.Mock.Stats().Requests; got != int64(len(rows)) {
+		t.Fatalf("upstream requests: got %d, want %d", got, len(rows))
+	}
+}

@@ -126,6 +126,9 @@ type Batch struct {
 	// FinalizeDue is when the tick sends a finalize message that may have
 	// been lost: set by the commit of the last chunk.
 	FinalizeDue int64 `json:"-" dynamodbav:"finalize_due"`
+	// Started is set once the batch's chunks are in the ready index (or
+	// drained): until then its plan is due again.
+	Started bool `json:"-" dynamodbav:"started"`
 	// PlanLease keeps two dispatchers from planning one batch at once.
 	PlanLease int64 `json:"-" dynamodbav:"plan_lease"`
 	// ExpiredRows counts rows that got batch_expired, which makes the
@@ -185,7 +188,7 @@ func (b *Batch) Due() (int64, bool) {
 	}
 	var at int64
 	switch {
-	case b.ChunksTotal == 0: // planning (or cancelled before it planned)
+	case b.ChunksTotal == 0 || !b.Started: // planning (or cancelled before it planned)
 		at = max(b.PlanLease, b.CreatedAt+int64(Grace/time.Second))
 		if b.ExpiresAt != nil {
 			at = min(at, *b.ExpiresAt)

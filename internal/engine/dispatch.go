@@ -55,10 +55,10 @@ func (e *Engine) Dispatch(ctx context.Context, ev events.SQSEvent) (events.SQSEv
 func (e *Engine) Plan(ctx context.Context, tenant, id string) (err error) {
 	now := e.now()
 	b, err := e.Store.UpdateBatch(ctx, tenant, id, func(b *batch.Batch) error {
-		if b.ChunksTotal > 0 || b.Status.Terminal() || now.Unix() < b.PlanLease {
+		if b.Started || b.Status.Terminal() || now.Unix() < b.PlanLease {
 			return errSkip
 		}
-		if b.Status != batch.Validating && b.Status != batch.Cancelling {
+		if b.ChunksTotal == 0 && b.Status != batch.Validating && b.Status != batch.Cancelling {
 			return errSkip
 		}
 		b.PlanLease = now.Add(planLease).Unix()
@@ -69,6 +69,15 @@ func (e *Engine) Plan(ctx context.Context, tenant, id string) (err error) {
 	}
 	if err != nil {
 		return err
+	}
+	if b.ChunksTotal > 0 {
+		// Planned by an attempt that stopped before its chunks were in the
+		// ready index.
+		chunks, err := e.Store.Chunks(ctx, id)
+		if err != nil {
+			return err
+		}
+		return e.startPlanned(ctx, b, readyEntries(chunks, b.Priority))
 	}
 	log := e.Log.With("batch_id", id, "tenant", tenant)
 	defer func() {
@@ -168,17 +177,6 @@ func (e *Engine) Plan(ctx context.Context, tenant, id string) (err error) {
 	if err := e.Store.PutChunks(ctx, chunks); err != nil {
 		return err
 	}
-	// The ready entries go in before the batch records its chunks: a plan
-	// cut short between the two runs again and puts them again (a second
-	// entry of a batch finds its chunks claimed and is dropped), but a batch
-	// that recorded its chunks is never left without entries.
-	if b.Status != batch.Cancelling {
-		for _, r := range entries {
-			if err := e.Store.PutReady(ctx, r); err != nil {
-				return err
-			}
-		}
-	}
 	planned, err := e.Store.UpdateBatch(ctx, tenant, id, func(b *batch.Batch) error {
 		if b.ChunksTotal > 0 {
 			return errSkip
@@ -200,8 +198,36 @@ func (e *Engine) Plan(ctx context.Context, tenant, id string) (err error) {
 		return err
 	}
 	log.InfoContext(ctx, "batch planned", "rows", res.Rows, "chunks", len(chunks))
-	if planned.Status == batch.Cancelling {
-		return e.drain(ctx, planned)
+	return e.startPlanned(ctx, planned, entries)
+}
+
+// startPlanned puts a planned batch's chunks in the ready index (or, once
+// cancelled, drains them) and starts what free capacity allows. The batch
+// records its chunks first: no run can claim a chunk whose input the batch
+// does not point to yet. Until Started is recorded the tick sends the plan
+// again, which comes back here; a second ready entry of a batch is
+// harmless (it finds its chunk claimed and is dropped).
+func (e *Engine) startPlanned(ctx context.Context, b batch.Batch, entries []store.Ready) error {
+	if b.Status == batch.Cancelling {
+		if err := e.drain(ctx, b); err != nil {
+			return err
+		}
+	} else {
+		for _, r := range entries {
+			if err := e.Store.PutReady(ctx, r); err != nil {
+				return err
+			}
+		}
+	}
+	_, err := e.Store.UpdateBatch(ctx, b.Tenant, b.ID, func(b *batch.Batch) error {
+		if b.Started {
+			return errSkip
+		}
+		b.Started = true
+		return nil
+	})
+	if err != nil && !errors.Is(err, errSkip) {
+		return err
 	}
 	for _, r := range entries {
 		if err := e.start(ctx, r.Model); err != nil {
@@ -224,13 +250,24 @@ func linkChunks(chunks []batch.Chunk, priority int) []store.Ready {
 		}
 		last[c.Model] = i
 	}
+	return readyEntries(chunks, priority)
+}
+
+// readyEntries are a batch's ready entries, one per model, each at the
+// model's first chunk.
+func readyEntries(chunks []batch.Chunk, priority int) []store.Ready {
+	first := map[string]int{}
+	for i, c := range chunks {
+		if _, ok := first[c.Model]; !ok {
+			first[c.Model] = i
+		}
+	}
 	var entries []store.Ready
 	for i, c := range chunks {
-		if last[c.Model] != i {
-			continue
+		if first[c.Model] == i {
+			entries = append(entries, store.Ready{Model: c.Model, Tenant: c.Tenant, Batch: c.Batch, Priority: priority,
+				Next: c.Index, Total: len(chunks), Mixed: len(first) > 1})
 		}
-		entries = append(entries, store.Ready{Model: c.Model, Tenant: c.Tenant, Batch: c.Batch, Priority: priority,
-			Next: i, Total: len(chunks), Mixed: len(last) > 1})
 	}
 	return entries
 }

@@ -219,7 +219,7 @@ func (e *Engine) due(ctx context.Context, tenant, id string, now time.Time) erro
 	case b.Status.Terminal():
 	case b.ChunksTotal == 0 && b.Status == batch.Validating && b.PastExpiry(now):
 		return e.expireUnplanned(ctx, b)
-	case b.ChunksTotal == 0:
+	case b.ChunksTotal == 0 || !b.Started:
 		err = e.send(ctx, resources.Dispatch, Message{Type: MsgPlan, Tenant: tenant, Batch: id})
 	case b.ChunksDone >= b.ChunksTotal || b.Status == batch.Finalizing:
 		err = e.send(ctx, resources.Finalize, Message{Type: MsgFinalize, Tenant: tenant, Batch: id})
