@@ -320,6 +320,7 @@ func newTenants(t *testing.T, ctx context.Context, rt *localrun.Runtime, prefix 
 
 // accounting is what the per-tenant check found.
 type accounting struct {
+	phantomDeadLetters                int64
 	rows, completed, failed, answered int64
 	lost, duplicated                  int64
 	deadLetters                       int64
@@ -374,6 +375,22 @@ func checkTenant(t *testing.T, rt *localrun.Runtime, tr *tenantRun) accounting {
 			}
 		}
 		acc.strayParts += checkParts(t, rt, tr.name, b.ID)
+		// The dead-letter list names only rows whose line is a dead_letter
+		// error: never a row that succeeded (a late run that committed).
+		var dl struct {
+			Data []struct {
+				CustomID string `json:"custom_id"`
+			} `json:"data"`
+		}
+		if err := getJSON(ctx, rt.URL, tr.key, "/v1/batches/"+b.ID+"/dead_letters?limit=100", &dl); err != nil {
+			t.Errorf("%s: dead letters of %s: %v", tr.name, b.ID, err)
+		}
+		for _, d := range dl.Data {
+			if l, ok := errs[d.CustomID]; !ok || l.Error == nil || l.Error.Code != "dead_letter" {
+				t.Errorf("%s: batch %s lists %s as a dead letter; its line is %+v", tr.name, b.ID, d.CustomID, l)
+				acc.phantomDeadLetters++
+			}
+		}
 	}
 	var usage struct {
 		Data []struct {

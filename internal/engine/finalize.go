@@ -39,7 +39,11 @@ func (e *Engine) DeadLetter(ctx context.Context, ev events.SQSEvent) (events.SQS
 		case c.State == batch.ChunkDone:
 			if c.Dead && c.Run == m.Run {
 				// The commit took effect; its dead-letter items may not have.
-				if err := e.Store.PutDeadLetters(ctx, b.ID, deadLetters(c, e.customIDs(ctx, b, c))); err != nil {
+				ids, err := e.customIDs(ctx, b, c)
+				if err != nil {
+					return err
+				}
+				if err := e.Store.PutDeadLetters(ctx, b.ID, deadLetters(c, ids)); err != nil {
 					return err
 				}
 			}
@@ -50,7 +54,10 @@ func (e *Engine) DeadLetter(ctx context.Context, ev events.SQSEvent) (events.SQS
 			m.Attempt = c.Attempts
 			return e.send(ctx, resources.Work, m)
 		}
-		ids := e.customIDs(ctx, b, c)
+		ids, err := e.customIDs(ctx, b, c)
+		if err != nil {
+			return err
+		}
 		outs := make([]outcome, c.Rows)
 		for i := range outs {
 			outs[i] = outcome{customID: ids[i], code: CodeDeadLetter, message: deadLetterMessage}
@@ -66,17 +73,20 @@ func (e *Engine) DeadLetter(ctx context.Context, ev events.SQSEvent) (events.SQS
 }
 
 // customIDs returns the custom ids of a chunk's rows when its range still
-// parses; a poison range that does not is reported by row number.
-func (e *Engine) customIDs(ctx context.Context, b batch.Batch, c batch.Chunk) []string {
+// parses; a poison range that does not is reported by row number. A range
+// that cannot be read now (a throttle) is an error: the message comes back.
+func (e *Engine) customIDs(ctx context.Context, b batch.Batch, c batch.Chunk) ([]string, error) {
+	data, err := e.readRange(ctx, b.Input, c.Start, c.End)
+	if err != nil {
+		return nil, fmt.Errorf("read chunk %d of %s: %w", c.Index, c.Batch, err)
+	}
 	ids := make([]string, c.Rows)
-	if data, err := e.readRange(ctx, b.Input, c.Start, c.End); err == nil {
-		if reqs, err := jsonl.ParseRequests(data); err == nil && len(reqs) == c.Rows {
-			for i, r := range reqs {
-				ids[i] = r.CustomID
-			}
+	if reqs, err := jsonl.ParseRequests(data); err == nil && len(reqs) == c.Rows {
+		for i, r := range reqs {
+			ids[i] = r.CustomID
 		}
 	}
-	return ids
+	return ids, nil
 }
 
 const deadLetterMessage = "the request's chunk failed on every attempt (executor crash or timeout) and was moved to the dead-letter queue"
