@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
@@ -273,6 +272,3 @@ func (e *Engine) publishOldest(ctx context.Context, now time.Time) {
 		}}},
 		resources.MetricDimension, e.Set.Prefix, resources.MetricOldestBatchAge, age)
 }
-
-// errNotOurs is a work message for a run that no longer holds its chunk.
-var errNotOurs = fmt.Errorf("engine: %w", store.ErrChunkDone)

@@ -38,8 +38,8 @@ var (
 	// ErrChunkDone means the chunk is no longer this run's: committed, or
 	// taken over after its lease expired.
 	ErrChunkDone = errors.New("store: chunk is not this run's")
-	// ErrNotLast means a commit said it was its batch's last chunk and was
-	// not; ErrLast that it said it was not and was.
+	// ErrLast means a commit said it was not its batch's last chunk, and
+	// it is: commit again as the last.
 	ErrLast = errors.New("store: the batch's last chunk")
 )
 
