@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/lambdacontext"
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -282,5 +283,34 @@ func TestListKeys(t *testing.T) {
 	}
 	if len(ks) != 2 || !tenants["acme"] || !tenants["globex"] {
 		t.Fatalf("keys: got %+v", ks)
+	}
+}
+
+func TestSchedTransientErrorsSpendNoAttempt(t *testing.T) {
+	t.Parallel()
+	// Throttled reads of chunk input fail three runs: each goes back to the
+	// queue as the same run and succeeds, without spending an attempt
+	// (three spent attempts would dead-letter a chunk).
+	in := awsfault.New(7).Add(awsfault.Rule{Service: "S3", Operation: "GetObject", Kind: awsfault.Throttle, Times: 3,
+		Match: func(ctx context.Context, _ any) bool {
+			lc, ok := lambdacontext.FromContext(ctx)
+			return ok && strings.HasSuffix(lc.InvokedFunctionArn, ":executor")
+		}})
+	rt := runtime(t, shortLease, withFaults(in))
+	c, key := client(t, rt, "acme")
+	rows := nRows(30, "throttled reads")
+	b := waitBatch(t, c, createBatch(t, c, upload(t, c, "in.jsonl", jsonlRows(rows)).ID).ID)
+	if b.Status != "completed" || in.Total() != 3 || b.RequestCounts.Completed != int64(len(rows)) {
+		t.Fatalf("status %s %+v, faults %d", b.Status, b.RequestCounts, in.Total())
+	}
+	checkAccounting(t, rt, c, key, b, idsOf(rows))
+	chunks, err := rt.App.Store.Chunks(context.Background(), b.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range chunks {
+		if ch.Attempts != 1 {
+			t.Errorf("chunk %d took %d attempts, want 1: a throttle is not a failed attempt", ch.Index, ch.Attempts)
+		}
 	}
 }

@@ -35,6 +35,9 @@ type Message struct {
 	// another run than the chunk's is stale and dropped.
 	Run     string `json:"run,omitempty"`
 	Attempt int    `json:"attempt,omitempty"`
+	// Retries counts the times a run went back to the queue after a
+	// transient error (see Engine.retrySoon).
+	Retries int `json:"retries,omitempty"`
 }
 
 // Message types.

@@ -130,13 +130,40 @@ func (e *Engine) Execute(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 	}
 	e.runChunks(ctx, runs)
 	for _, r := range runs {
-		if r.err != nil {
-			e.Log.ErrorContext(ctx, "chunk failed", "batch_id", r.msg.Batch, "chunk", r.msg.Chunk, "run", r.msg.Run,
-				"receive_count", r.rec.Attributes["ApproximateReceiveCount"], "err", r.err)
-			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: r.rec.MessageId})
+		if r.err == nil {
+			continue
 		}
+		e.Log.ErrorContext(ctx, "chunk failed", "batch_id", r.msg.Batch, "chunk", r.msg.Chunk, "run", r.msg.Run,
+			"receive_count", r.rec.Attributes["ApproximateReceiveCount"], "err", r.err)
+		if e.retrySoon(ctx, r) {
+			continue
+		}
+		resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: r.rec.MessageId})
 	}
 	return resp, nil
+}
+
+// maxQuickRetries bounds how often a run goes back to the queue after a
+// transient error before its failure is left to its lease.
+const maxQuickRetries = 5
+
+// retrySoon gives a run that failed with an error (a throttle, an AWS call
+// that timed out: not a crash, which never gets here) another go in a
+// couple of seconds, as the same run: its lease moves past the delay and
+// its message goes back to the queue, so a transient error spends neither
+// a chunk attempt (which the dead-letter path counts) nor a visibility
+// timeout. It reports whether it did.
+func (e *Engine) retrySoon(ctx context.Context, r *chunkRun) bool {
+	if r.msg.Retries >= maxQuickRetries || errors.Is(r.err, errStop) || ctx.Err() != nil {
+		return false
+	}
+	delay := time.Duration(1+r.msg.Retries) * time.Second
+	if err := e.Store.RenewLease(ctx, r.msg.Batch, r.msg.Chunk, r.msg.Run, e.now().Add(delay+e.lease())); err != nil {
+		return false
+	}
+	m := r.msg
+	m.Retries++
+	return e.Queue.Send(ctx, resources.Work, m, delay) == nil
 }
 
 // aloneFirst splits the messages of an invocation into those to run now
