@@ -193,7 +193,7 @@ func TestSchedCostIndependentOfActiveBatches(t *testing.T) {
 	// with chunks and a ready entry each, and due long after this test.
 	const others = 300
 	quota := store.Quotas(8)[0]
-	holder := batch.Chunk{Batch: "batch_holder", Tenant: "other", Model: "storm-ratelimited", State: batch.ChunkPending, Rows: 1, NextSame: -1, Total: 1}
+	holder := batch.Chunk{Batch: "batch_holder", Tenant: "other", Model: "storm-ratelimited", State: batch.ChunkPending, Rows: 1, NextSame: -1}
 	if err := st.PutChunks(ctx, []batch.Chunk{holder}); err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func TestSchedCostIndependentOfActiveBatches(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			ch := []batch.Chunk{{Batch: b.ID, Tenant: "other", Model: "storm-ratelimited", State: batch.ChunkPending, Rows: 1, NextSame: -1, Total: 1}}
+			ch := []batch.Chunk{{Batch: b.ID, Tenant: "other", Model: "storm-ratelimited", State: batch.ChunkPending, Rows: 1, NextSame: -1}}
 			if err := st.PutChunks(ctx, ch); err != nil {
 				t.Error(err)
 				return

@@ -241,8 +241,6 @@ type Chunk struct {
 	// NextSame is the index of the batch's next chunk of the same model,
 	// -1 when none: a model's ready entry steps through them.
 	NextSame int `dynamodbav:"next_same"`
-	// Total is the batch's number of chunks, known to each chunk's commit.
-	Total int `dynamodbav:"chunks_total"`
 
 	// Set while claimed.
 	Run      string `dynamodbav:"run"`

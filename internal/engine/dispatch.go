@@ -237,14 +237,14 @@ func (e *Engine) startPlanned(ctx context.Context, b batch.Batch, entries []stor
 	return nil
 }
 
-// linkChunks sets each chunk's ChunksTotal and NextSame (the batch's next
-// chunk of the same model) and returns the batch's ready entries, one per
+// linkChunks sets each chunk's NextSame (the batch's next chunk of the
+// same model) and returns the batch's ready entries, one per
 // model, each at the model's first chunk.
 func linkChunks(chunks []batch.Chunk, priority int) []store.Ready {
 	last := map[string]int{}
 	for i := len(chunks) - 1; i >= 0; i-- {
 		c := &chunks[i]
-		c.Total, c.NextSame = len(chunks), -1
+		c.NextSame = -1
 		if j, ok := last[c.Model]; ok {
 			c.NextSame = j
 		}

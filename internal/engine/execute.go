@@ -2,7 +2,6 @@ package engine
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -157,13 +156,20 @@ func (e *Engine) retrySoon(ctx context.Context, r *chunkRun) bool {
 	if r.msg.Retries >= maxQuickRetries || errors.Is(r.err, errStop) || ctx.Err() != nil {
 		return false
 	}
-	delay := time.Duration(1+r.msg.Retries) * time.Second
-	if err := e.Store.RenewLease(ctx, r.msg.Batch, r.msg.Chunk, r.msg.Run, e.now().Add(delay+e.lease())); err != nil {
-		return false
-	}
 	m := r.msg
 	m.Retries++
-	return e.Queue.Send(ctx, resources.Work, m, delay) == nil
+	return e.sendAgain(ctx, m, time.Duration(m.Retries)*time.Second) == nil
+}
+
+// sendAgain sends a run's work message again after delay (rounded up to
+// whole seconds, so it never comes back early), its lease moved past the
+// delay first so the tick does not give the chunk to another run meanwhile.
+func (e *Engine) sendAgain(ctx context.Context, m Message, delay time.Duration) error {
+	delay = sqsDelay(max(delay, 0))
+	if err := e.Store.RenewLease(ctx, m.Batch, m.Chunk, m.Run, e.now().Add(delay+e.lease())); err != nil {
+		return err
+	}
+	return e.Queue.Send(ctx, resources.Work, m, delay)
 }
 
 // aloneFirst splits the messages of an invocation into those to run now
@@ -196,10 +202,11 @@ func (e *Engine) runChunks(ctx context.Context, runs []*chunkRun) {
 		defer c2()
 	}
 	statuses := map[string]*atomic.Value{}
+	batches := map[string]batch.Batch{} // chunks of one batch share its read
 	var pooled []*chunkRun
 	var wg sync.WaitGroup
 	for _, r := range runs {
-		ok, err := e.load(ctx, r)
+		ok, err := e.load(ctx, r, batches)
 		if err != nil || !ok {
 			r.err = err
 			close(r.done)
@@ -230,16 +237,22 @@ func (e *Engine) runChunks(ctx context.Context, runs []*chunkRun) {
 	wg.Wait()
 }
 
-// load reads a run's batch and chunk and its rows; false means the message
-// is stale (its chunk is done, or no longer this run's) and is dropped.
-func (e *Engine) load(ctx context.Context, r *chunkRun) (bool, error) {
+// load reads a run's batch (once per invocation, through batches) and
+// chunk and its rows; false means the message is stale (its chunk is done,
+// or no longer this run's) and is dropped.
+func (e *Engine) load(ctx context.Context, r *chunkRun, batches map[string]batch.Batch) (bool, error) {
 	m := r.msg
-	b, err := e.Store.GetBatch(ctx, m.Tenant, m.Batch)
-	if errors.Is(err, store.ErrBatchNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
+	b, ok := batches[m.Tenant+"/"+m.Batch]
+	if !ok {
+		var err error
+		b, err = e.Store.GetBatch(ctx, m.Tenant, m.Batch)
+		if errors.Is(err, store.ErrBatchNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		batches[m.Tenant+"/"+m.Batch] = b
 	}
 	c, err := e.Store.GetChunk(ctx, m.Batch, m.Chunk)
 	if errors.Is(err, store.ErrBatchNotFound) {
@@ -615,7 +628,7 @@ const commitTries = 8
 // call took effect (ours: carry on) or another run won (delete our parts).
 func (e *Engine) commit(ctx context.Context, b batch.Batch, cm store.Commit, written []string) (bool, error) {
 	c := cm.Chunk
-	cm.ChunksTotal = cmp.Or(c.Total, b.ChunksTotal)
+	cm.ChunksTotal = b.ChunksTotal
 	cm.FinalizeDue = e.now().Add(batch.Grace)
 	picked := false
 	var lastErr error

@@ -316,16 +316,11 @@ func (e *Engine) loadResults(ctx context.Context, key string) ([]workflow.Result
 	return rs, nil
 }
 
-// requeue sends a chunk's work message again after delay (rounded up to
-// whole seconds, so it never comes back before a wait ended), with its
-// lease moved past it; the invocation then ends successfully, deleting the
-// message it was given.
+// requeue sends a chunk's work message again after delay, with its lease
+// moved past it (sendAgain); the invocation then ends successfully,
+// deleting the message it was given.
 func (e *Engine) requeue(ctx context.Context, c batch.Chunk, delay time.Duration) error {
-	delay = sqsDelay(max(delay, 0))
-	if err := e.Store.RenewLease(ctx, c.Batch, c.Index, c.Run, e.now().Add(delay+e.lease())); err != nil {
-		return err
-	}
-	return e.Queue.Send(ctx, resources.Work, chunkMessage(batch.Next{Tenant: c.Tenant, Batch: c.Batch, Chunk: c.Index, Run: c.Run, Attempt: c.Attempts}), delay)
+	return e.sendAgain(ctx, chunkMessage(batch.Next{Tenant: c.Tenant, Batch: c.Batch, Chunk: c.Index, Run: c.Run, Attempt: c.Attempts}), delay)
 }
 
 // shardQuota is the quota of the capacity shard c's slots come from.

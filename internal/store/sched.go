@@ -51,21 +51,18 @@ const capShardSlots = 1000
 // leaseShards spreads the sparse lease index over this many partitions.
 const leaseShards = 4
 
-// Quotas splits max slots into capacity shards of at most capShardSlots,
-// as evenly as possible; their sum is max, so max_concurrency stays exact.
-func Quotas(max int) []int {
-	n := (max + capShardSlots - 1) / capShardSlots
-	q := make([]int, max1(n))
+// Quotas splits slots (a model's max_concurrency) into capacity shards of at most capShardSlots,
+// as evenly as possible; their sum is slots, so max_concurrency stays exact.
+func Quotas(slots int) []int {
+	q := make([]int, max((slots+capShardSlots-1)/capShardSlots, 1))
 	for i := range q {
-		q[i] = max / len(q)
-		if i < max%len(q) {
+		q[i] = slots / len(q)
+		if i < slots%len(q) {
 			q[i]++
 		}
 	}
 	return q
 }
-
-func max1(n int) int { return max(n, 1) }
 
 func capShardKey(model string, shard int) item {
 	return key("MODEL#"+model, fmt.Sprintf("CAP#%03d", shard))
@@ -542,23 +539,29 @@ func (s *Store) DueBatches(ctx context.Context, now time.Time, limit int) ([]Act
 
 // InFlight returns the capacity slots a model has out, over its shards.
 func (s *Store) InFlight(ctx context.Context, model string) (int, error) {
+	shards, err := s.capShards(ctx, model)
 	n := 0
-	_, err := s.page(ctx, "MODEL#"+model, "CAP#", "", true, 1<<30, nil, func(it item) error {
-		var v struct {
-			InFlight int `dynamodbav:"inflight"`
-		}
-		if err := attributevalue.UnmarshalMap(it, &v); err != nil {
-			return err
-		}
-		n += v.InFlight
-		return nil
-	})
+	for _, v := range shards {
+		n += v
+	}
 	return n, err
 }
 
 // FreeSlots returns the room left in each of a model's capacity shards.
 func (s *Store) FreeSlots(ctx context.Context, model string, quotas []int) ([]int, error) {
+	shards, err := s.capShards(ctx, model)
 	free := append([]int(nil), quotas...)
+	for k, n := range shards {
+		if k < len(free) {
+			free[k] -= n
+		}
+	}
+	return free, err
+}
+
+// capShards reads a model's capacity shards: slots in flight by shard.
+func (s *Store) capShards(ctx context.Context, model string) (map[int]int, error) {
+	shards := map[int]int{}
 	_, err := s.page(ctx, "MODEL#"+model, "CAP#", "", true, 1<<30, nil, func(it item) error {
 		var v struct {
 			SK       string `dynamodbav:"sk"`
@@ -568,10 +571,10 @@ func (s *Store) FreeSlots(ctx context.Context, model string, quotas []int) ([]in
 			return err
 		}
 		var k int
-		if _, err := fmt.Sscanf(v.SK, "CAP#%d", &k); err == nil && k < len(free) {
-			free[k] -= v.InFlight
+		if _, err := fmt.Sscanf(v.SK, "CAP#%d", &k); err == nil {
+			shards[k] = v.InFlight
 		}
 		return nil
 	})
-	return free, err
+	return shards, err
 }
