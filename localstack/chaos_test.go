@@ -315,29 +315,16 @@ func TestChaos(t *testing.T) {
 	opts := localrun.Options{
 		Env:    config.Env{Prefix: prefix, Table: prefix, Bucket: prefix + "-data", ChunkRows: 10, S3PathStyle: true},
 		Models: models, AWS: awsCfg, Addr: freeAddr(t), TickEvery: time.Second, Log: logger,
-		Tune: func(s *resources.Set) {
-			// A lost work message comes back in seconds, not minutes.
-			for i := range s.Queues {
-				if s.Queues[i].Name == s.Prefix+"-"+resources.Work {
-					s.Queues[i].VisibilityTimeout = chaosWorkVisibility
-				}
-			}
-			for i := range s.Functions {
-				if s.Functions[i].Name == "executor" {
-					s.Functions[i].Timeout = chaosExecTimeout
-				}
-			}
-		},
 		OnInvoke: ch.onInvoke,
 		Wire: func(a *app.App) {
 			a.Engine.BeforeCommit = ch.beforeCommit
 			a.Engine.Lease = 3 * time.Second // a killed run's chunk moves on in seconds
 		},
 	}
+	// A lost work message comes back in seconds, not minutes.
+	queueTimes(&opts, resources.Work, chaosWorkVisibility, chaosExecTimeout)
 	sdk := sdkFaults(uint64(seed))
-	cfg := awsCfg.Copy()
-	cfg.APIOptions = append(cfg.APIOptions, sdk.APIOption)
-	opts.AWS = cfg
+	withAPIOption(sdk.APIOption)(&opts)
 	rt, err := localrun.Start(ctx, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -43,17 +43,13 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
-	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/openai/openai-go/v3"
@@ -102,8 +98,8 @@ const (
 
 func TestEndToEndBenchmark(t *testing.T) {
 	began := time.Now()
-	rows := benchKnob(t, "BENCH_ROWS", 20_000, 1)
-	waiting := benchKnob(t, "BENCH_WAITING", 300, 0)
+	rows := envInt(t, "BENCH_ROWS", 20_000, 1)
+	waiting := envInt(t, "BENCH_WAITING", 300, 0)
 	budget := benchKnobDuration(t, "BENCH_BUDGET", benchBudget)
 	data := jsonlRows(nRows(rows, "bench"))
 	busy := newHeldUpstream(t)
@@ -157,20 +153,6 @@ func TestEndToEndBenchmark(t *testing.T) {
 	}
 }
 
-// benchKnob reads a size of the run from the environment.
-func benchKnob(t *testing.T, name string, def, least int) int {
-	t.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < least {
-		t.Fatalf("%s: %q is not a count of at least %d", name, v, least)
-	}
-	return n
-}
-
 // benchKnobDuration reads a duration of the run from the environment.
 func benchKnobDuration(t *testing.T, name string, def time.Duration) time.Duration {
 	t.Helper()
@@ -202,14 +184,7 @@ func startBench(t *testing.T, busyAddr string) *benchRuntime {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := awshttp.NewBuildableClient().GetTransport()
-	// The emulator is one host: with the SDK's 10 idle connections to it,
-	// tens of thousands of requests would dial again and again and could
-	// run the machine out of ports (TIME_WAIT).
-	tr.MaxIdleConnsPerHost = 128
-	counter := &awsByFunction{next: tr, n: map[string]map[string]int64{}}
-	cfg := awsCfg.Copy()
-	cfg.HTTPClient = &http.Client{Transport: counter}
+	cfg, counter := countAWS(awsCfg)
 	inv := &invocations{ran: map[string]time.Duration{}, n: map[string]int{}}
 	prefix := fmt.Sprintf("e2e%d", time.Now().UnixNano())
 	rt, err := localrun.Start(context.Background(), localrun.Options{
@@ -227,93 +202,6 @@ func startBench(t *testing.T, busyAddr string) *benchRuntime {
 	// A fixed latency, no jitter, no failures: every call costs the same.
 	rt.Mock.SetOptions(mockup.Options{Latency: benchLatency})
 	return &benchRuntime{Runtime: rt, prefix: prefix, mockAddr: mockAddr, aws: counter, inv: inv}
-}
-
-// awsByFunction counts the runtime's AWS requests at its HTTP client, by
-// the function that made them: invocations and the event-source pollers'
-// own calls carry a Lambda context whose InvokedFunctionArn ends in
-// "function:<name>". The api function's requests carry none (apigw.Local
-// makes no Lambda context), nor do the local tick sender and schedule
-// firer, which stand in for EventBridge, nor this test's own reads: they
-// are counted under unattributed and left out of the figures.
-type awsByFunction struct {
-	next http.RoundTripper
-	mu   sync.Mutex
-	n    map[string]map[string]int64 // function → "Service.Operation" → requests
-}
-
-const unattributed = "(unattributed)"
-
-func (c *awsByFunction) RoundTrip(r *http.Request) (*http.Response, error) {
-	ctx := r.Context()
-	fn := unattributed
-	if lc, ok := lambdacontext.FromContext(ctx); ok {
-		fn = functionName(lc.InvokedFunctionArn)
-	}
-	op := awsmiddleware.GetServiceID(ctx) + "." + awsmiddleware.GetOperationName(ctx)
-	c.mu.Lock()
-	if c.n[fn] == nil {
-		c.n[fn] = map[string]int64{}
-	}
-	c.n[fn][op]++
-	c.mu.Unlock()
-	return c.next.RoundTrip(r)
-}
-
-// functionName is <name> in arn:…:function:<name>[:qualifier].
-func functionName(arn string) string {
-	i := strings.LastIndex(arn, ":function:")
-	if i < 0 {
-		return unattributed
-	}
-	name, _, _ := strings.Cut(arn[i+len(":function:"):], ":")
-	return name
-}
-
-// fnCounts is requests by function, then by operation.
-type fnCounts map[string]map[string]int64
-
-func (c *awsByFunction) snapshot() fnCounts {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	s := fnCounts{}
-	for fn, ops := range c.n {
-		s[fn] = maps.Clone(ops)
-	}
-	return s
-}
-
-// since is what was counted after s0.
-func (s fnCounts) since(s0 fnCounts) fnCounts {
-	d := fnCounts{}
-	for fn, ops := range s {
-		for op, n := range ops {
-			if n -= s0[fn][op]; n > 0 {
-				if d[fn] == nil {
-					d[fn] = map[string]int64{}
-				}
-				d[fn][op] = n
-			}
-		}
-	}
-	return d
-}
-
-func (s fnCounts) of(fn string) (n int64) {
-	for _, v := range s[fn] {
-		n += v
-	}
-	return n
-}
-
-// attributed is every function's requests: the figure the bars are about.
-func (s fnCounts) attributed() (n int64) {
-	for fn := range s {
-		if fn != unattributed {
-			n += s.of(fn)
-		}
-	}
-	return n
 }
 
 // invocations adds up how long each function's invocations ran.

@@ -25,18 +25,7 @@ import (
 // work queue's visibility timeout stays far above it: recovery comes from
 // the lease, and a message that comes back late is stale.
 func shortLease(o *localrun.Options) {
-	o.Tune = func(s *resources.Set) {
-		for i := range s.Queues {
-			if s.Queues[i].Name == s.Prefix+"-"+resources.Work {
-				s.Queues[i].VisibilityTimeout = time.Minute
-			}
-		}
-		for i := range s.Functions {
-			if s.Functions[i].Name == "executor" {
-				s.Functions[i].Timeout = 30 * time.Second
-			}
-		}
-	}
+	queueTimes(o, resources.Work, time.Minute, 30*time.Second)
 	wire := o.Wire
 	o.Wire = func(a *app.App) {
 		// Not shorter: on a loaded machine a live run's heartbeat (every

@@ -30,26 +30,18 @@ func readsFile(ctx context.Context, in any) bool {
 	return ok && strings.HasPrefix(sk.Value, "FILE#")
 }
 
+// quickDispatchRetry makes a failed plan message come back in seconds, not
+// two minutes.
+func quickDispatchRetry(o *localrun.Options) {
+	queueTimes(o, resources.Dispatch, 5*time.Second, 4*time.Second)
+}
+
 func TestLivenessPlanSurvivesAThrottledRead(t *testing.T) {
 	t.Parallel()
 	// The plan's read of the input file is throttled once: the plan runs
 	// again and the batch completes (it used to fail as input_file_missing).
 	in := awsfault.New(4)
-	rt := runtime(t, withFaults(in), func(o *localrun.Options) {
-		// The failed plan message comes back in seconds, not two minutes.
-		o.Tune = func(s *resources.Set) {
-			for i := range s.Queues {
-				if s.Queues[i].Name == s.Prefix+"-"+resources.Dispatch {
-					s.Queues[i].VisibilityTimeout = 5 * time.Second
-				}
-			}
-			for i := range s.Functions {
-				if s.Functions[i].Name == "dispatcher" {
-					s.Functions[i].Timeout = 4 * time.Second
-				}
-			}
-		}
-	})
+	rt := runtime(t, withAPIOption(in.APIOption), quickDispatchRetry)
 	c, key := client(t, rt, "acme")
 	rows := nRows(12, "throttled")
 	f := upload(t, c, "in.jsonl", jsonlRows(rows))
@@ -68,7 +60,7 @@ func TestLivenessUnplannableBatchExpires(t *testing.T) {
 	// instead of staying validating for ever.
 	var offset atomic.Int64
 	in := awsfault.New(5)
-	rt := runtime(t, withFaults(in), func(o *localrun.Options) {
+	rt := runtime(t, withAPIOption(in.APIOption), func(o *localrun.Options) {
 		o.Wire = func(a *app.App) {
 			a.Engine.Now = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 		}
@@ -138,22 +130,7 @@ func TestLivenessPlanRecordFailsOnce(t *testing.T) {
 	// written: no chunk may run before the batch points to its input, and
 	// the plan that runs again must not count any row twice.
 	in := awsfault.New(6)
-	rt := runtime(t, withFaults(in), shortLease, func(o *localrun.Options) {
-		tune := o.Tune
-		o.Tune = func(s *resources.Set) {
-			tune(s)
-			for i := range s.Queues {
-				if s.Queues[i].Name == s.Prefix+"-"+resources.Dispatch {
-					s.Queues[i].VisibilityTimeout = 5 * time.Second
-				}
-			}
-			for i := range s.Functions {
-				if s.Functions[i].Name == "dispatcher" {
-					s.Functions[i].Timeout = 4 * time.Second
-				}
-			}
-		}
-	})
+	rt := runtime(t, withAPIOption(in.APIOption), shortLease, quickDispatchRetry)
 	c, key := client(t, rt, "acme")
 	rows := nRows(30, "recorded once")
 	f := upload(t, c, "in.jsonl", jsonlRows(rows))

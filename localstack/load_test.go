@@ -40,11 +40,11 @@ const loadBudget = 150 * time.Second
 
 func TestLoad(t *testing.T) {
 	var (
-		nTenants  = envInt(t, "LOADTEST_TENANTS", 8)
-		perTenant = envInt(t, "LOADTEST_BATCHES", 5)
-		nRows     = envInt(t, "LOADTEST_ROWS", 50)
-		pollEvery = time.Duration(envInt(t, "LOADTEST_POLL_MS", 2000)) * time.Millisecond
-		chunkRows = envInt(t, "LOADTEST_CHUNK_ROWS", 25)
+		nTenants  = envInt(t, "LOADTEST_TENANTS", 8, 1)
+		perTenant = envInt(t, "LOADTEST_BATCHES", 5, 1)
+		nRows     = envInt(t, "LOADTEST_ROWS", 50, 1)
+		pollEvery = time.Duration(envInt(t, "LOADTEST_POLL_MS", 2000, 1)) * time.Millisecond
+		chunkRows = envInt(t, "LOADTEST_CHUNK_ROWS", 25, 1)
 	)
 	ctx := context.Background()
 	cfg, awsReqs := countAWS(awsCfg)
@@ -175,18 +175,19 @@ func TestLoad(t *testing.T) {
 	}
 	table(w, lrows)
 	total := awsDuring.total()
-	engineOnly := total - awsDuring.byFn["api+other"]
+	engineOnly := awsDuring.attributed() // the api function's requests carry no Lambda context
 	fmt.Fprintf(w, "\n  AWS requests during the run: %d = %.0f per 1,000 rows (%.0f/s); without the API's: %.0f per 1,000 rows\n",
 		total, float64(total)*1000/float64(submittedRows), float64(total)/secs, float64(engineOnly)*1000/float64(submittedRows))
 	var arows [][]string
-	for _, fn := range slices.Sorted(maps.Keys(awsDuring.byFn)) {
-		n := awsDuring.byFn[fn]
+	for _, fn := range slices.Sorted(maps.Keys(awsDuring)) {
+		n := awsDuring.of(fn)
 		arows = append(arows, []string{"by " + fn, fmt.Sprint(n), fmt.Sprintf("%.0f per 1,000 rows", float64(n)*1000/float64(submittedRows))})
 	}
-	ops := slices.Collect(maps.Keys(awsDuring.byOp))
-	slices.SortFunc(ops, func(a, b string) int { return int(awsDuring.byOp[b] - awsDuring.byOp[a]) })
+	byOp := awsDuring.byOp()
+	ops := slices.Collect(maps.Keys(byOp))
+	slices.SortFunc(ops, func(a, b string) int { return int(byOp[b] - byOp[a]) })
 	for _, op := range ops[:min(len(ops), 8)] {
-		arows = append(arows, []string{"  " + op, fmt.Sprint(awsDuring.byOp[op]), ""})
+		arows = append(arows, []string{"  " + op, fmt.Sprint(byOp[op]), ""})
 	}
 	table(w, arows)
 	fmt.Fprintf(w, "\n  invariant: %d batches %v, rows %d = completed %d + failed %d, lost %d, duplicated %d, stray parts %d\n\n",

@@ -16,7 +16,6 @@ import (
 	"io"
 	"maps"
 	"net/http"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,103 +24,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-lambda-go/lambdacontext"
-	"github.com/aws/aws-sdk-go-v2/aws"
-	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
-	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/localrun"
 )
-
-// envInt reads a knob of the run from the environment.
-func envInt(t *testing.T, name string, def int) int {
-	t.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		t.Fatalf("%s: %q is not a positive number", name, v)
-	}
-	return n
-}
-
-// awsCounter is the runtime's AWS HTTP client, counting every request by
-// the function that made it (the Lambda context the event-source mapping
-// puts on each invocation names it) and by service and operation.
-type awsCounter struct {
-	next aws.HTTPClient
-	mu   sync.Mutex
-	byFn map[string]int64
-	byOp map[string]int64
-}
-
-func countAWS(cfg aws.Config) (aws.Config, *awsCounter) {
-	c := &awsCounter{next: cfg.HTTPClient, byFn: map[string]int64{}, byOp: map[string]int64{}}
-	if c.next == nil {
-		c.next = awshttp.NewBuildableClient()
-	}
-	cfg.HTTPClient = c
-	return cfg, c
-}
-
-func (c *awsCounter) Do(r *http.Request) (*http.Response, error) {
-	ctx := r.Context()
-	op := awsmiddleware.GetServiceID(ctx) + "." + awsmiddleware.GetOperationName(ctx)
-	fn := "api+other"
-	if lc, ok := lambdacontext.FromContext(ctx); ok {
-		fn = lc.InvokedFunctionArn[strings.LastIndex(lc.InvokedFunctionArn, ":")+1:]
-	} else if op == "SQS.ReceiveMessage" || op == "SQS.DeleteMessageBatch" {
-		fn = "queue pollers"
-	}
-	c.mu.Lock()
-	c.byFn[fn]++
-	c.byOp[op]++
-	c.mu.Unlock()
-	return c.next.Do(r)
-}
-
-// awsCounts is a snapshot of an awsCounter.
-type awsCounts struct{ byFn, byOp map[string]int64 }
-
-func (c *awsCounter) snapshot() awsCounts {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	s := awsCounts{byFn: map[string]int64{}, byOp: map[string]int64{}}
-	for k, v := range c.byFn {
-		s.byFn[k] = v
-	}
-	for k, v := range c.byOp {
-		s.byOp[k] = v
-	}
-	return s
-}
-
-// since is what was counted after s0.
-func (s awsCounts) since(s0 awsCounts) awsCounts {
-	d := awsCounts{byFn: map[string]int64{}, byOp: map[string]int64{}}
-	for k, v := range s.byFn {
-		if v -= s0.byFn[k]; v > 0 {
-			d.byFn[k] = v
-		}
-	}
-	for k, v := range s.byOp {
-		if v -= s0.byOp[k]; v > 0 {
-			d.byOp[k] = v
-		}
-	}
-	return d
-}
-
-func (s awsCounts) total() (n int64) {
-	for _, v := range s.byFn {
-		n += v
-	}
-	return n
-}
 
 // apiCounter counts the HTTP requests the clients send and their statuses.
 type apiCounter struct {

@@ -27,15 +27,6 @@ import (
 // visibility timeout is far above the lease (shortLease), and which run
 // completed a chunk is read from its item.
 
-// withFaults routes the runtime's AWS calls through in.
-func withFaults(in *awsfault.Injector) func(*localrun.Options) {
-	return func(o *localrun.Options) {
-		cfg := o.AWS.Copy()
-		cfg.APIOptions = append(cfg.APIOptions, in.APIOption)
-		o.AWS = cfg
-	}
-}
-
 // isCommit matches the transaction that commits a chunk.
 func isCommit(_ context.Context, in any) bool {
 	tx, ok := in.(*dynamodb.TransactWriteItemsInput)
@@ -65,7 +56,7 @@ func TestSchedLostWorkMessage(t *testing.T) {
 			}
 			return true
 		}})
-	rt := runtime(t, shortLease, withFaults(in))
+	rt := runtime(t, shortLease, withAPIOption(in.APIOption))
 	c, key := client(t, rt, "acme")
 	rows := nRows(30, "lost")
 	b := waitBatch(t, c, createBatch(t, c, upload(t, c, "in.jsonl", jsonlRows(rows)).ID).ID)
@@ -103,7 +94,7 @@ func TestSchedCommitConflictRetried(t *testing.T) {
 	// DynamoDB cancels two commits for conflicts with other transactions:
 	// they are retried, never turned into a re-run or a dead letter.
 	in := awsfault.New(2).Add(awsfault.Rule{Service: "DynamoDB", Operation: "TransactWriteItems", Kind: awsfault.Conflict, Times: 2, Match: isCommit})
-	rt := runtime(t, shortLease, withFaults(in))
+	rt := runtime(t, shortLease, withAPIOption(in.APIOption))
 	c, key := client(t, rt, "acme")
 	rows := nRows(30, "conflict")
 	b := waitBatch(t, c, createBatch(t, c, upload(t, c, "in.jsonl", jsonlRows(rows)).ID).ID)
@@ -129,7 +120,7 @@ func TestSchedCommitTookEffectDespiteError(t *testing.T) {
 	// its retry must recognise the commit as its own, keep its parts and
 	// hand its slots on.
 	in := awsfault.New(3).Add(awsfault.Rule{Service: "DynamoDB", Operation: "TransactWriteItems", Kind: awsfault.After, Times: 2, Match: isCommit})
-	rt := runtime(t, shortLease, withFaults(in))
+	rt := runtime(t, shortLease, withAPIOption(in.APIOption))
 	c, key := client(t, rt, "acme")
 	rows := nRows(30, "after")
 	b := waitBatch(t, c, createBatch(t, c, upload(t, c, "in.jsonl", jsonlRows(rows)).ID).ID)
@@ -181,10 +172,7 @@ func (c *opCounter) reset() (map[string]int, int) {
 func TestSchedCostIndependentOfActiveBatches(t *testing.T) {
 	t.Parallel()
 	counter := &opCounter{ops: map[string]int{}}
-	rt := runtime(t, func(o *localrun.Options) {
-		cfg := o.AWS.Copy()
-		cfg.APIOptions = append(cfg.APIOptions, counter.option)
-		o.AWS = cfg
+	rt := runtime(t, withAPIOption(counter.option), func(o *localrun.Options) {
 		o.TickEvery = time.Hour // ticks are run by hand below
 	})
 	ctx := context.Background()
@@ -296,7 +284,7 @@ func TestSchedTransientErrorsSpendNoAttempt(t *testing.T) {
 			lc, ok := lambdacontext.FromContext(ctx)
 			return ok && strings.HasSuffix(lc.InvokedFunctionArn, ":executor")
 		}})
-	rt := runtime(t, shortLease, withFaults(in))
+	rt := runtime(t, shortLease, withAPIOption(in.APIOption))
 	c, key := client(t, rt, "acme")
 	rows := nRows(30, "throttled reads")
 	b := waitBatch(t, c, createBatch(t, c, upload(t, c, "in.jsonl", jsonlRows(rows)).ID).ID)

@@ -408,18 +408,7 @@ func TestWorkflowOtherModelAndWait(t *testing.T) {
 // quickWorkRetry makes a failed work message come back within seconds,
 // with room enough in one invocation for a few steps.
 func quickWorkRetry(o *localrun.Options) {
-	o.Tune = func(s *resources.Set) {
-		for i := range s.Queues {
-			if s.Queues[i].Name == s.Prefix+"-"+resources.Work {
-				s.Queues[i].VisibilityTimeout = 12 * time.Second
-			}
-		}
-		for i := range s.Functions {
-			if s.Functions[i].Name == "executor" {
-				s.Functions[i].Timeout = 10 * time.Second
-			}
-		}
-	}
+	queueTimes(o, resources.Work, 12*time.Second, 10*time.Second)
 }
 
 func TestWorkflowCrashBetweenStepsResumes(t *testing.T) {
