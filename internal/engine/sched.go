@@ -20,13 +20,11 @@ import (
 // (start) after a plan and on the tick, drains cancelled and expired
 // batches, and takes over chunks whose lease expired.
 
-// SchedStore is what scheduling needs of the table.
+// SchedStore is what picking the next chunk needs of the table.
 type SchedStore interface {
 	ReadyHead(ctx context.Context, model string) (store.Ready, bool, error)
 	DeleteReady(ctx context.Context, r store.Ready) error
 	GetChunk(ctx context.Context, batchID string, i int) (batch.Chunk, error)
-	FreeSlots(ctx context.Context, model string, quotas []int) ([]int, error)
-	ClaimFromPool(ctx context.Context, c store.Claim, quota int) error
 }
 
 var _ SchedStore = (*store.Store)(nil)
