@@ -10,6 +10,7 @@ package awsfault
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"sync"
 
@@ -66,6 +67,7 @@ type Injector struct {
 	rng      *rand.Rand
 	rules    []*rule
 	injected map[string]int
+	calls    map[string]int  // calls some rule applied to, by "Service.Operation"
 	dead     map[string]bool // request ids of invocations that died
 }
 
@@ -76,7 +78,7 @@ type rule struct {
 
 // New returns an injector whose random choices follow seed.
 func New(seed uint64) *Injector {
-	return &Injector{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), injected: map[string]int{}, dead: map[string]bool{}}
+	return &Injector{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), injected: map[string]int{}, calls: map[string]int{}, dead: map[string]bool{}}
 }
 
 // Add adds a rule; rules are tried in the order added.
@@ -98,11 +100,15 @@ func (in *Injector) Clear() {
 func (in *Injector) Injected() map[string]int {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	out := make(map[string]int, len(in.injected))
-	for k, v := range in.injected {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(in.injected)
+}
+
+// Calls returns how many calls at least one rule applied to (whether or not
+// it fired), by "Service.Operation": what the faults are a share of.
+func (in *Injector) Calls() map[string]int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return maps.Clone(in.calls)
 }
 
 // Total is the number of faults injected so far.
@@ -123,6 +129,7 @@ func (in *Injector) APIOption(stack *middleware.Stack) error {
 func (in *Injector) pick(ctx context.Context, service, op string, input any) (Kind, bool) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	counted := false
 	for _, r := range in.rules {
 		if (r.Service != "" && r.Service != service) || (r.Operation != "" && r.Operation != op) {
 			continue
@@ -137,6 +144,10 @@ func (in *Injector) pick(ctx context.Context, service, op string, input any) (Ki
 		}
 		if r.Match != nil && !r.Match(ctx, input) {
 			continue
+		}
+		if !counted {
+			in.calls[service+"."+op]++
+			counted = true
 		}
 		if r.Prob > 0 && in.rng.Float64() >= r.Prob {
 			continue

@@ -2,15 +2,14 @@ package awsfault
 
 import (
 	"context"
-
 	"errors"
-	"github.com/aws/aws-lambda-go/lambdacontext"
 	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
 
+	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -82,6 +81,10 @@ func TestRulesMatchServiceAndOperation(t *testing.T) {
 	}
 	if _, err := c.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: aws.String("t"), Item: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "x"}}}); err == nil {
 		t.Fatal("PutItem went through its rule")
+	}
+	// Calls counts what a rule applied to: the PutItem, not the GetItem.
+	if got := in.Calls(); len(got) != 1 || got["DynamoDB.PutItem"] != 1 {
+		t.Fatalf("Calls() = %v, want one DynamoDB.PutItem", got)
 	}
 }
 

@@ -286,7 +286,7 @@ func (r *run) attributed(ctx context.Context) context.Context {
 // invoke runs one invocation for one batch and deletes what succeeded.
 func (r *run) invoke(ctx context.Context, msgs []types.Message) {
 	ev := r.event(msgs)
-	requestID := newRequestID()
+	requestID := NewRequestID()
 	log := r.log.With("request_id", requestID, "messages", len(msgs))
 
 	if r.OnInvoke != nil {
@@ -435,8 +435,8 @@ func messageAttributes(in map[string]types.MessageAttributeValue) map[string]eve
 	return out
 }
 
-// newRequestID returns a random UUID, the form of Lambda's request ids.
-func newRequestID() string {
+// NewRequestID returns a random UUID, the form of Lambda's request ids.
+func NewRequestID() string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b) // never fails (crypto/rand)
 	b[6] = b[6]&0x0f | 0x40

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/relaybatch/relay/internal/apigw"
 	"github.com/relaybatch/relay/internal/app"
@@ -150,12 +151,14 @@ func Start(ctx context.Context, o Options) (*Runtime, error) {
 }
 
 // startFirer fires the emulator's schedules, which it stores but never
-// fires, by calling the scheduler function's handler as Scheduler would.
+// fires, by calling the scheduler function's handler as Scheduler would:
+// one invocation (its own request id) per attempt.
 func (rt *Runtime) startFirer(ctx context.Context, o Options) {
 	e := rt.App.Engine
 	f := &schedule.Firer{
 		API: rt.App.Scheduler, Group: e.Schedules.Group, Refresh: o.SchedulerRefresh, Now: o.SchedulerClock, Logger: o.Log,
 		Fire: func(ctx context.Context, _ string, input []byte, _ time.Time) error {
+			ctx = lambdacontext.NewContext(ctx, &lambdacontext.LambdaContext{AwsRequestID: esm.NewRequestID(), InvokedFunctionArn: e.Schedules.TargetARN})
 			return e.Fire(ctx, input)
 		},
 	}

@@ -35,7 +35,9 @@ const DefaultRefresh = 5 * time.Second
 // most an hour late, as Scheduler's retries would; an at() schedule fires
 // however late, once, and is deleted afterwards if its ActionAfterCompletion
 // is DELETE. Within one process a schedule never fires the same scheduled
-// time twice. Fire calls are sequential.
+// time twice. A firing that fails is retried as its target's RetryPolicy
+// says (Scheduler's default, 185 attempts, when it has none), with a
+// backoff from RetryWait doubling to 5 s; Fire calls are sequential.
 type Firer struct {
 	API   API
 	Group string
@@ -45,9 +47,12 @@ type Firer struct {
 	// Refresh and waiting use real time, so a test can move Now forward and
 	// see firings within one Refresh.
 	Now func() time.Time
-	// Fire delivers one firing. An error is logged; the firing is not retried.
+	// Fire delivers one firing. An error is logged and the firing retried.
 	Fire   func(ctx context.Context, scheduleName string, input []byte, scheduledTime time.Time) error
 	Logger *slog.Logger
+	// RetryWait is the wait before a failed firing's first retry; 200 ms by
+	// default.
+	RetryWait time.Duration
 
 	// lastLoad is the clock reading of the last successful read of the
 	// schedules: every time up to it has been fired for the schedules then
@@ -66,6 +71,7 @@ type tracked struct {
 	created              time.Time
 	deleteAfter          bool
 	enabled              bool
+	retries              int // retries of a failed firing (the target's RetryPolicy)
 	when                 Expr
 	next                 time.Time // zero: nothing more to fire
 }
@@ -151,8 +157,12 @@ func (f *Firer) load(ctx context.Context, now time.Time, log *slog.Logger) error
 			deleteAfter: got.ActionAfterCompletion == types.ActionAfterCompletionDelete,
 			enabled:     got.State != types.ScheduleStateDisabled,
 		}
+		t.retries = defaultRetries
 		if got.Target != nil {
 			t.input = aws.ToString(got.Target.Input)
+			if rp := got.Target.RetryPolicy; rp != nil && rp.MaximumRetryAttempts != nil {
+				t.retries = int(*rp.MaximumRetryAttempts)
+			}
 		}
 		old := f.schedules[name]
 		if old != nil && old.sameTiming(t) {
@@ -247,17 +257,41 @@ func (f *Firer) fireDue(ctx context.Context, now time.Time, log *slog.Logger) {
 		f.lastFired[d.name] = d.at
 		t := f.schedules[d.name]
 		log := log.With("schedule", d.name, "scheduled_time", d.at)
-		if err := f.Fire(ctx, d.name, substitute(t, d.at), d.at); err != nil {
-			log.Error("fire schedule", "err", err)
-		} else {
-			log.Info("fired schedule")
-		}
+		f.fire(ctx, d.name, t, d.at, log)
 		if t.when.Kind == KindAt && t.deleteAfter {
 			_, err := f.API.DeleteSchedule(ctx, &scheduler.DeleteScheduleInput{Name: aws.String(d.name), GroupName: nonEmpty(f.Group)})
 			if err != nil && !isNotFound(err) {
 				log.Error("delete completed one-time schedule", "err", err)
 			}
 		}
+	}
+}
+
+// defaultRetries is Scheduler's MaximumRetryAttempts when a target has no
+// RetryPolicy.
+const defaultRetries = 185
+
+// fire delivers one firing, retrying a failure up to the schedule's retries.
+func (f *Firer) fire(ctx context.Context, name string, t *tracked, at time.Time, log *slog.Logger) {
+	input := substitute(t, at)
+	wait := cmp.Or(f.RetryWait, 200*time.Millisecond)
+	for attempt := 0; ; attempt++ {
+		err := f.Fire(ctx, name, input, at)
+		if err == nil {
+			log.Info("fired schedule", "retries", attempt)
+			return
+		}
+		if attempt >= t.retries || ctx.Err() != nil {
+			log.Error("fire schedule; retries exhausted", "retries", attempt, "err", err)
+			return
+		}
+		log.Warn("fire schedule; retrying", "retry", attempt+1, "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
 	}
 }
 

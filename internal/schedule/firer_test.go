@@ -198,3 +198,43 @@ func TestFirerNeedsAPIAndFire(t *testing.T) {
 		t.Fatal("Run without API and Fire succeeded, want an error")
 	}
 }
+
+// A firing whose delivery fails is retried, as Scheduler retries a target
+// per its RetryPolicy: the scheduler function's faults do not lose a run.
+func TestFirerRetriesAFailedFiring(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	m := newManager(t)
+	every, err := Parse("* * * * *", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now().Add(2 * time.Hour).Truncate(time.Hour)
+	if _, err := m.Create(ctx, "tenant_1", "batch_retry", every); err != nil {
+		t.Fatal(err)
+	}
+	fired := &firings{times: map[string][]time.Time{}, inputs: map[string][][]byte{}}
+	var mu sync.Mutex
+	calls := 0
+	flaky := func(ctx context.Context, name string, input []byte, at time.Time) error {
+		mu.Lock()
+		calls++
+		n := calls
+		mu.Unlock()
+		if n <= 2 {
+			return errors.New("function error")
+		}
+		return fired.fire(ctx, name, input, at)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	f := &Firer{API: client, Group: m.Group, Refresh: time.Hour, Now: (&fakeClock{t: t0}).Now, Fire: flaky,
+		RetryWait: time.Millisecond, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}
+	go f.Run(runCtx)
+	fired.waitFired(t, "batch_retry", t0)
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != 3 {
+		t.Fatalf("Fire called %d times, want 3 (two failures, then the firing)", calls)
+	}
+}
