@@ -73,9 +73,9 @@ func (r *hookReceiver) wait(t *testing.T, n int) []hookRequest {
 func fastRetries(timeout, retryFor time.Duration) func(*localrun.Options) {
 	return func(o *localrun.Options) {
 		o.Wire = func(a *app.App) {
-			a.Engine.Webhooks.Backoff = func(int) time.Duration { return 0 }
-			a.Engine.Webhooks.RetryFor = retryFor
-			a.Engine.Webhooks.Client.Timeout = timeout
+			a.Webhooks.Backoff = func(int) time.Duration { return 0 }
+			a.Webhooks.RetryFor = retryFor
+			a.Webhooks.Client.Timeout = timeout
 		}
 	}
 }

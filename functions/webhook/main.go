@@ -5,5 +5,5 @@ package main
 import "github.com/relaybatch/relay/internal/app"
 
 func main() {
-	app.Start("webhook", func(a *app.App) any { return a.Engine.DeliverWebhooks })
+	app.Start("webhook", func(a *app.App) any { return a.Webhooks.Deliver })
 }

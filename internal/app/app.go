@@ -32,6 +32,7 @@ import (
 	"github.com/relaybatch/relay/internal/schedule"
 	"github.com/relaybatch/relay/internal/store"
 	"github.com/relaybatch/relay/internal/webhook"
+	"github.com/relaybatch/relay/internal/webhook/delivery"
 )
 
 // App is one process's wiring.
@@ -49,6 +50,7 @@ type App struct {
 	Files     *files.Service
 	Queue     *queue.Sender
 	Engine    *engine.Engine
+	Webhooks  *delivery.Service // completion webhooks: the engine's OnTerminal, the webhook function
 	Log       *slog.Logger
 }
 
@@ -100,9 +102,13 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 		API: a.Scheduler, Group: cmp.Or(env.ScheduleGroup, a.Resources.ScheduleGroup),
 		TargetARN: env.SchedulerFunctionARN, RoleARN: env.SchedulerRoleARN,
 	}
-	// One policy for the check at create and for every delivery.
-	a.Engine.Webhooks.Client = webhook.NewClient(webhook.Policy{AllowPrivate: env.AllowPrivateWebhooks, AllowHTTP: env.AllowHTTPWebhooks})
-	a.Engine.OnTerminal = a.Engine.EnqueueWebhook
+	// One client, so one policy, for the check at create, workflow
+	// callbacks and every delivery.
+	hooks := webhook.NewClient(webhook.Policy{AllowPrivate: env.AllowPrivateWebhooks, AllowHTTP: env.AllowHTTPWebhooks})
+	a.Engine.WebhookClient = hooks
+	a.Webhooks = &delivery.Service{Store: a.Store, Queue: a.Queue, Log: log, Client: hooks}
+	a.Engine.OnTerminal = a.Webhooks.Enqueue
+	a.Engine.WithWebhookDeliveries = a.Webhooks.WithDeliveries
 	return a
 }
 

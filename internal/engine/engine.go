@@ -23,6 +23,7 @@ import (
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/schedule"
 	"github.com/relaybatch/relay/internal/store"
+	"github.com/relaybatch/relay/internal/webhook"
 )
 
 // Message is what travels on the dispatch, work and finalize queues.
@@ -67,8 +68,10 @@ type Engine struct {
 	// Schedules creates and deletes the schedules of cron templates
 	// (templates.go); nil refuses templates.
 	Schedules *schedule.Manager
-	// Webhooks delivers completion webhooks (webhooks.go).
-	Webhooks Webhooks
+	// WebhookClient makes workflow callbacks, and its Policy is what
+	// webhook_url is checked against at create (app.New gives the webhook
+	// deliveries the same client); nil means webhook.NewClient(webhook.Policy{}).
+	WebhookClient *webhook.Client
 
 	// ChunkRows is how many rows a chunk holds at most (RELAY_CHUNK_ROWS);
 	// a chunk also ends before ChunkBytes of input.
@@ -89,6 +92,9 @@ type Engine struct {
 	// OnTerminal, if set, is called once a batch reaches a terminal state
 	// (webhooks hang off it).
 	OnTerminal func(ctx context.Context, b batch.Batch) error
+	// WithWebhookDeliveries, if set, adds the webhook_deliveries summary to
+	// the batch Get returns.
+	WithWebhookDeliveries func(ctx context.Context, b batch.Batch) batch.Batch
 	// BeforeCommit, if set, runs after a chunk's parts are written and
 	// before it commits; an error there is a crash at the worst moment
 	// (fault tests and the chaos run use it).
@@ -130,6 +136,15 @@ func (e *Engine) chunkSlots() int {
 		slots = e.ChunkSlots
 	}
 	return min(slots, e.chunkRows())
+}
+
+var defaultWebhookClient = webhook.NewClient(webhook.Policy{})
+
+func (e *Engine) webhookClient() *webhook.Client {
+	if e.WebhookClient != nil {
+		return e.WebhookClient
+	}
+	return defaultWebhookClient
 }
 
 func (e *Engine) lease() time.Duration {

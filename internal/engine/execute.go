@@ -18,6 +18,7 @@ import (
 	"github.com/relaybatch/relay/internal/ids"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/store"
 )
@@ -165,7 +166,7 @@ func (e *Engine) retrySoon(ctx context.Context, r *chunkRun) bool {
 // whole seconds, so it never comes back early), its lease moved past the
 // delay first so the tick does not give the chunk to another run meanwhile.
 func (e *Engine) sendAgain(ctx context.Context, m Message, delay time.Duration) error {
-	delay = sqsDelay(max(delay, 0))
+	delay = queue.Delay(max(delay, 0))
 	if err := e.Store.RenewLease(ctx, m.Batch, m.Chunk, m.Run, e.now().Add(delay+e.lease())); err != nil {
 		return err
 	}

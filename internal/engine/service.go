@@ -94,9 +94,18 @@ func checkEndpoint(ep string, allowed []string) error {
 }
 
 // CheckWebhookURL validates a webhook URL at create time when the engine
-// has no webhook client of its own (Engine.Webhooks.Client, whose policy is
+// has no webhook client of its own (Engine.WebhookClient, whose policy is
 // used otherwise): the deployment policy, https to public addresses only.
 var CheckWebhookURL = webhook.Policy{}.CheckURL
+
+// checkWebhookURL checks webhook_url at create with the delivery policy,
+// so a URL accepted at create is one the deliveries may use.
+func (e *Engine) checkWebhookURL(raw string) error {
+	if e.WebhookClient != nil {
+		return e.WebhookClient.Policy.CheckURL(raw)
+	}
+	return CheckWebhookURL(raw)
+}
 
 // Create validates and records a batch, then asks the dispatcher to plan it.
 func (e *Engine) Create(ctx context.Context, p auth.Principal, req CreateRequest, idemKey string) (batch.Batch, error) {
@@ -265,7 +274,11 @@ func (e *Engine) Get(ctx context.Context, tenant, id string) (batch.Batch, error
 	if err != nil {
 		return batch.Batch{}, err
 	}
-	return e.withWebhookDeliveries(ctx, b.Out()), nil
+	out := b.Out()
+	if e.WithWebhookDeliveries != nil {
+		out = e.WithWebhookDeliveries(ctx, out)
+	}
+	return out, nil
 }
 
 // List lists a tenant's batches newest first (or a template's runs).

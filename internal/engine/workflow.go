@@ -72,7 +72,7 @@ func (e *Engine) runWorkflow(ctx, runCtx context.Context, b batch.Batch, c batch
 	row := c.FirstRow
 	log := e.Log.With("batch_id", b.ID, "chunk", c.Index, "custom_id", req.CustomID)
 	hooks := e.Workflows
-	wc := e.Webhooks.client()
+	wc := e.webhookClient()
 
 	spec, err := workflow.ParseSpec(req.Body, wc.Policy)
 	if err == nil && b.Endpoint != chatEndpoint {

@@ -180,7 +180,7 @@ func (rt *Runtime) startPollers(ctx context.Context, o Options) error {
 		"executor":   e.Execute,
 		"deadletter": e.DeadLetter,
 		"finalizer":  e.Finalize,
-		"webhook":    e.DeliverWebhooks,
+		"webhook":    rt.App.Webhooks.Deliver,
 	}
 	for _, f := range rt.App.Resources.Functions {
 		h, ok := handlers[f.Name]

@@ -43,7 +43,16 @@ func (s *Sender) URL(ctx context.Context, name string) (string, error) {
 	return s.urls[name], nil
 }
 
-// Send sends v as JSON to queue name after delay (at most 15 minutes).
+// MaxDelay is SQS's longest DelaySeconds.
+const MaxDelay = 15 * time.Minute
+
+// Delay is d in whole seconds rounded up (a message must not come back
+// before it is due), at most MaxDelay.
+func Delay(d time.Duration) time.Duration {
+	return min((d + time.Second - 1).Truncate(time.Second), MaxDelay)
+}
+
+// Send sends v as JSON to queue name after delay (at most MaxDelay).
 func (s *Sender) Send(ctx context.Context, name string, v any, delay time.Duration) error {
 	return s.SendBatch(ctx, name, []any{v}, delay)
 }
@@ -54,7 +63,7 @@ func (s *Sender) SendBatch(ctx context.Context, name string, vs []any, delay tim
 	if err != nil {
 		return err
 	}
-	delay = min(delay, 15*time.Minute)
+	delay = min(delay, MaxDelay)
 	for len(vs) > 0 {
 		n := min(len(vs), 10)
 		entries := make([]types.SendMessageBatchRequestEntry, n)

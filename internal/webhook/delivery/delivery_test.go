@@ -1,7 +1,6 @@
-package engine
+package delivery
 
 import (
-	"strings"
 	"testing"
 	"time"
 
@@ -10,24 +9,6 @@ import (
 	"github.com/relaybatch/relay/internal/store"
 	"github.com/relaybatch/relay/internal/webhook"
 )
-
-func TestSQSDelay(t *testing.T) {
-	t.Parallel()
-	for _, tt := range []struct {
-		wait, want time.Duration
-	}{
-		{0, 0},
-		{time.Millisecond, time.Second}, // never back before it is due
-		{time.Second, time.Second},
-		{1500 * time.Millisecond, 2 * time.Second},
-		{10 * time.Minute, 10 * time.Minute},
-		{time.Hour, 15 * time.Minute}, // SQS's longest delay; the rest is chained
-	} {
-		if got := sqsDelay(tt.wait); got != tt.want {
-			t.Errorf("sqsDelay(%s) = %s, want %s", tt.wait, got, tt.want)
-		}
-	}
-}
 
 func TestEventID(t *testing.T) {
 	t.Parallel()
@@ -43,37 +24,21 @@ func TestEventID(t *testing.T) {
 	}
 }
 
-func TestRunKey(t *testing.T) {
+func TestDefaults(t *testing.T) {
 	t.Parallel()
-	at := time.Date(2030, 1, 7, 6, 0, 0, 0, time.FixedZone("CET", 3600))
-	if runKey("batch_t", at) != runKey("batch_t", at.UTC()) {
-		t.Error("one instant in two zones gave two run keys")
-	}
-	if runKey("batch_t", at) == runKey("batch_t", at.Add(time.Minute)) || runKey("batch_t", at) == runKey("batch_u", at) {
-		t.Error("different firings share a run key")
-	}
-	// No HTTP header value holds a NUL: a client's Idempotency-Key cannot
-	// take a run's.
-	if !strings.Contains(runKey("batch_t", at), "\x00") {
-		t.Error("run key could collide with an Idempotency-Key header")
-	}
-}
-
-func TestWebhooksDefaults(t *testing.T) {
-	t.Parallel()
-	var w Webhooks
+	var s Service
 	first := time.Now()
-	if w.giveUp(first, first.Add(23*time.Hour)) || !w.giveUp(first, first.Add(24*time.Hour)) {
+	if s.giveUp(first, first.Add(23*time.Hour)) || !s.giveUp(first, first.Add(24*time.Hour)) {
 		t.Error("default retry horizon is not 24 h")
 	}
-	if d := w.backoff(1); d < 2500*time.Millisecond || d > 5*time.Second {
+	if d := s.backoff(1); d < 2500*time.Millisecond || d > 5*time.Second {
 		t.Errorf("default first backoff %s, want webhook.Backoff's 2.5–5 s", d)
 	}
-	if w.client().Policy != (webhook.Policy{}) {
+	if s.client().Policy != (webhook.Policy{}) {
 		t.Error("default client does not use the deployment policy")
 	}
-	w = Webhooks{RetryFor: time.Second, Backoff: func(int) time.Duration { return 0 }}
-	if !w.giveUp(first, first.Add(time.Second)) || w.backoff(7) != 0 {
+	s = Service{RetryFor: time.Second, Backoff: func(int) time.Duration { return 0 }}
+	if !s.giveUp(first, first.Add(time.Second)) || s.backoff(7) != 0 {
 		t.Error("injected retry schedule not used")
 	}
 }

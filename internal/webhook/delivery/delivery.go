@@ -1,0 +1,263 @@
+// Package delivery delivers completion webhooks (docs/api.md "Webhooks").
+// A terminal batch with a webhook_url puts one message on the webhook queue
+// carrying the signed-to-be event, so every attempt sends the same
+// webhook-id and body. The webhook function makes one attempt per message
+// and records it on the batch's delivery record (store.WebhookDeliveries);
+// a failed attempt re-enqueues the message with an SQS delay for the next
+// one, until a 2xx, a permanent refusal, or the retry horizon. SQS delays
+// stop at 15 minutes, so a longer wait is a chain of delayed messages, each
+// re-sent until the attempt's time comes.
+//
+// It is apart from package webhook, which holds the HTTP client, URL policy
+// and retry schedule, because it reads and writes the store, which imports
+// package webhook.
+package delivery
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/relaybatch/relay/internal/auth"
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/queue"
+	"github.com/relaybatch/relay/internal/resources"
+	"github.com/relaybatch/relay/internal/store"
+	"github.com/relaybatch/relay/internal/webhook"
+)
+
+// Service delivers completion webhooks. The zero options deliver with the
+// deployment policy and the schedule of docs/api.md "Webhooks".
+type Service struct {
+	Store *store.Store
+	Queue *queue.Sender
+	Log   *slog.Logger
+
+	// Client makes the attempts; nil means webhook.NewClient(webhook.Policy{}).
+	// The engine checks webhook_url at create against the same client's
+	// Policy (app.New gives both the same one).
+	Client *webhook.Client
+	// Backoff is the wait before the attempt after n failed ones; nil means
+	// webhook.Backoff (5 s doubling to 1 h, jittered).
+	Backoff func(n int) time.Duration
+	// RetryFor is how long after the first attempt retries go on; zero
+	// means webhook.GiveUp's 24 hours.
+	RetryFor time.Duration
+}
+
+var defaultClient = webhook.NewClient(webhook.Policy{})
+
+func (s *Service) client() *webhook.Client {
+	if s.Client != nil {
+		return s.Client
+	}
+	return defaultClient
+}
+
+func (s *Service) backoff(n int) time.Duration {
+	if s.Backoff != nil {
+		return s.Backoff(n)
+	}
+	return webhook.Backoff(n)
+}
+
+func (s *Service) giveUp(first, now time.Time) bool {
+	if s.RetryFor > 0 {
+		return now.Sub(first) >= s.RetryFor
+	}
+	return webhook.GiveUp(first, now)
+}
+
+// message is what travels on the webhook queue: one attempt.
+type message struct {
+	Tenant string        `json:"tenant"`
+	Batch  string        `json:"batch_id"`
+	URL    string        `json:"url"`
+	Event  webhook.Event `json:"event"`
+	// Attempt is the 1-based number of the attempt this message makes.
+	Attempt int `json:"attempt"`
+	// NotBefore (Unix milliseconds) is when the attempt is due; a message
+	// that arrives earlier (waits beyond SQS's 15-minute delay) goes back.
+	NotBefore int64 `json:"not_before,omitempty"`
+}
+
+// errDuplicate stops the record of an attempt a duplicate message recorded
+// first.
+var errDuplicate = errors.New("delivery: attempt already recorded")
+
+// Enqueue is the engine's OnTerminal: it queues the completion event of a
+// terminal batch that has a webhook_url.
+func (s *Service) Enqueue(ctx context.Context, b batch.Batch) error {
+	if b.WebhookURL == nil || *b.WebhookURL == "" {
+		return nil
+	}
+	data, err := json.Marshal(b.Out())
+	if err != nil {
+		return fmt.Errorf("webhook event of %s: %w", b.ID, err)
+	}
+	ev, err := webhook.NewEvent(string(b.Status), data, time.Now())
+	if err != nil {
+		return fmt.Errorf("webhook event of %s: %w", b.ID, err)
+	}
+	ev.ID = eventID(b.ID, b.Status)
+	m := message{Tenant: b.Tenant, Batch: b.ID, URL: *b.WebhookURL, Event: ev, Attempt: 1}
+	if err := s.Queue.Send(ctx, resources.Webhook, m, 0); err != nil {
+		return fmt.Errorf("queue webhook of %s: %w", b.ID, err)
+	}
+	return nil
+}
+
+// eventID names the event of a batch's terminal status. It is derived, not
+// random, so that a terminal state reported twice (a redelivered finalize)
+// is one event to receivers, who dedupe on webhook-id, and one delivery
+// record here.
+func eventID(batchID string, status batch.Status) string {
+	sum := sha256.Sum256([]byte(batchID + "\x00" + string(status)))
+	return "evt_" + hex.EncodeToString(sum[:])[:25]
+}
+
+// Deliver is the webhook function's SQS handler. A batch's messages are
+// attempted concurrently: each may take the whole per-attempt timeout, and
+// ten in a row would outlast the function.
+func (s *Service) Deliver(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	var (
+		resp events.SQSEventResponse
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+	)
+	for _, rec := range ev.Records {
+		var m message
+		if err := json.Unmarshal([]byte(rec.Body), &m); err != nil || m.Batch == "" || m.Attempt < 1 {
+			s.Log.ErrorContext(ctx, "undecodable webhook message dropped", "message_id", rec.MessageId)
+			continue
+		}
+		redelivered := receiveCount(rec) > 1
+		wg.Go(func() {
+			if err := s.deliver(ctx, m, redelivered); err != nil {
+				s.Log.ErrorContext(ctx, "webhook message failed", "message_id", rec.MessageId, "batch_id", m.Batch,
+					"tenant", m.Tenant, "attempt", m.Attempt, "err", err)
+				mu.Lock()
+				resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return resp, nil
+}
+
+// deliver makes the attempt m stands for, unless it was made already (a
+// duplicate message) or the webhook is settled, records it and queues the
+// next one if it failed.
+func (s *Service) deliver(ctx context.Context, m message, redelivered bool) error {
+	d, err := s.Store.GetWebhookDeliveries(ctx, m.Batch)
+	if err != nil {
+		return err
+	}
+	switch {
+	case d.Delivered || d.GaveUp || d.Count > m.Attempt:
+		return nil
+	case d.Count == m.Attempt:
+		// Made and recorded. A redelivery means the invocation failed
+		// after that, perhaps before queueing the next attempt: queue it
+		// (a duplicate of it is dropped when its attempt is recorded).
+		if redelivered {
+			return s.queueNextAttempt(ctx, m, time.Now())
+		}
+		return nil
+	}
+	now := time.Now()
+	if wait := time.UnixMilli(m.NotBefore).Sub(now); m.NotBefore > 0 && wait > 0 {
+		return s.Queue.Send(ctx, resources.Webhook, m, queue.Delay(wait))
+	}
+	secret, err := auth.WebhookSecret(ctx, s.Store, m.Tenant)
+	if err != nil {
+		return fmt.Errorf("webhook secret of %s: %w", m.Tenant, err)
+	}
+	a := s.client().Deliver(ctx, m.URL, secret, m.Event, m.Attempt)
+	done := time.Now()
+	d, err = s.Store.UpdateWebhookDeliveries(ctx, m.Batch, func(d *store.WebhookDeliveries) error {
+		if d.Delivered || d.GaveUp || d.Count >= m.Attempt {
+			return errDuplicate // a duplicate of this attempt got here first
+		}
+		if d.Count == 0 {
+			d.FirstAttempt = now
+		}
+		d.EventID, d.Count = m.Event.ID, m.Attempt
+		d.Attempts = append(d.Attempts, a)
+		if n := len(d.Attempts); n > store.MaxWebhookAttempts {
+			d.Attempts = d.Attempts[n-store.MaxWebhookAttempts:]
+		}
+		switch {
+		case a.Delivered():
+			d.Delivered = true
+		case a.Permanent || s.giveUp(d.FirstAttempt, done):
+			d.GaveUp = true
+		}
+		return nil
+	})
+	if errors.Is(err, errDuplicate) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("record webhook attempt %d of %s: %w", m.Attempt, m.Batch, err)
+	}
+	log := s.Log.With("batch_id", m.Batch, "tenant", m.Tenant, "attempt", m.Attempt, "event_id", m.Event.ID)
+	switch {
+	case d.Delivered:
+		log.InfoContext(ctx, "webhook delivered", "status_code", a.StatusCode)
+		return nil
+	case d.GaveUp:
+		log.WarnContext(ctx, "webhook given up", "permanent", a.Permanent, "err", a.Error)
+		return nil
+	}
+	log.InfoContext(ctx, "webhook attempt failed", "status_code", a.StatusCode, "err", a.Error)
+	return s.queueNextAttempt(ctx, m, done)
+}
+
+// queueNextAttempt queues the attempt after m's, due a backoff after now.
+func (s *Service) queueNextAttempt(ctx context.Context, m message, now time.Time) error {
+	wait := max(s.backoff(m.Attempt), 0)
+	next := m
+	next.Attempt++
+	next.NotBefore = now.Add(wait).UnixMilli()
+	if err := s.Queue.Send(ctx, resources.Webhook, next, queue.Delay(wait)); err != nil {
+		return fmt.Errorf("queue webhook attempt %d of %s: %w", next.Attempt, m.Batch, err)
+	}
+	return nil
+}
+
+// WithDeliveries adds the webhook_deliveries summary to a terminal batch
+// that has a webhook_url (the engine's Get calls it). The summary is
+// decoration: failing to read it does not fail the read of the batch.
+func (s *Service) WithDeliveries(ctx context.Context, b batch.Batch) batch.Batch {
+	if b.WebhookURL == nil || !b.Status.Terminal() {
+		return b
+	}
+	d, err := s.Store.GetWebhookDeliveries(ctx, b.ID)
+	if err != nil {
+		s.Log.WarnContext(ctx, "read webhook deliveries", "batch_id", b.ID, "err", err)
+		return b
+	}
+	sum := d.Summary()
+	b.WebhookDeliveries = &sum
+	return b
+}
+
+// receiveCount is the ApproximateReceiveCount of an SQS record, 1 when
+// absent.
+func receiveCount(rec events.SQSMessage) int {
+	n, err := strconv.Atoi(rec.Attributes["ApproximateReceiveCount"])
+	if err != nil || n < 1 {
+		return 1
+	}
+	return n
+}
