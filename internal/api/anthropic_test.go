@@ -1,114 +1,75 @@
 package api
 
 import (
-	"crypto/tls"
+	"encoding/json"
+	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
-	"github.com/relaybatch/relay/internal/engine"
+	"github.com/relaybatch/relay/internal/anthropic/wire"
+	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/errs"
 )
 
-func TestBaseURL(t *testing.T) {
+// Under /v1/messages an error's type is Anthropic's for its status.
+func TestAnthropicErrorTypes(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name   string
-		host   string
-		tls    bool
-		header map[string]string
-		want   string
-	}{
-		{"local", "127.0.0.1:8080", false, nil, "http://127.0.0.1:8080"},
-		{"tls", "relay.example.com", true, nil, "https://relay.example.com"},
-		{"behind a proxy", "abc.execute-api.us-east-1.amazonaws.com", false,
-			map[string]string{"X-Forwarded-Proto": "https", "X-Forwarded-Prefix": "/prod"}, "https://abc.execute-api.us-east-1.amazonaws.com/prod"},
-		{"proxy chain", "h", false, map[string]string{"X-Forwarded-Proto": "HTTPS, http"}, "https://h"},
-		{"odd proto", "h", false, map[string]string{"X-Forwarded-Proto": "gopher"}, "http://h"},
-		{"nested prefix", "h", false, map[string]string{"X-Forwarded-Prefix": "a/b/"}, "http://h/a/b"},
-		{"prefix with a dot-dot", "h", false, map[string]string{"X-Forwarded-Prefix": "/a/../b"}, "http://h"},
-		{"prefix with a query", "h", false, map[string]string{"X-Forwarded-Prefix": "/a?b"}, "http://h"},
-		{"prefix with leading slashes", "h", false, map[string]string{"X-Forwarded-Prefix": "//evil.example"}, "http://h/evil.example"}, // a path, never another host
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			r := httptest.NewRequest("GET", "/v1/messages/batches", nil)
-			r.Host = tt.host
-			if tt.tls {
-				r.TLS = &tls.ConnectionState{}
-			} else {
-				r.TLS = nil
-			}
-			for k, v := range tt.header {
-				r.Header.Set(k, v)
-			}
-			if got := baseURL(r); got != tt.want {
-				t.Fatalf("got %q, want %q", got, tt.want)
-			}
-		})
+	for kind, want := range map[errs.Kind]string{
+		errs.Internal:        "api_error",
+		errs.Invalid:         "invalid_request_error",
+		errs.Unauthenticated: "authentication_error",
+		errs.Forbidden:       "permission_error",
+		errs.NotFound:        "not_found_error",
+		errs.Conflict:        "invalid_request_error",
+		errs.TooLarge:        "request_too_large",
+		errs.RateLimited:     "rate_limit_error",
+	} {
+		if got := wire.ErrorType(statusOf[kind]); got != want {
+			t.Errorf("kind %v: got %q, want %q", kind, got, want)
+		}
 	}
 }
 
-func TestResultsURLOnlyOnceEnded(t *testing.T) {
+// The Message Batches routes (internal/anthropic) decode a create body
+// the way every route does, and answer its errors in Anthropic's shape;
+// none of these bodies reaches the engine.
+func TestMessageBatchCreateBodies(t *testing.T) {
 	t.Parallel()
-	r := httptest.NewRequest("GET", "/v1/messages/batches/msgbatch_1", nil)
-	r.Host = "h"
-	if m := withResultsURL(r, engine.MessageBatch{ID: "msgbatch_1", ProcessingStatus: engine.ProcessingInProgress}); m.ResultsURL != nil {
-		t.Fatalf("in progress: results_url %q", *m.ResultsURL)
-	}
-	m := withResultsURL(r, engine.MessageBatch{ID: "msgbatch_1", ProcessingStatus: engine.ProcessingEnded})
-	if m.ResultsURL == nil || *m.ResultsURL != "http://h/v1/messages/batches/msgbatch_1/results" {
-		t.Fatalf("ended: results_url %v", m.ResultsURL)
-	}
-}
-
-func TestDecodeMessageBatchCreate(t *testing.T) {
-	t.Parallel()
+	const raw = "rb-anthropic-test-key"
+	h := (&API{Auth: auth.Authenticator{Store: newKeyStore(raw, "acme")}, Log: slog.New(slog.DiscardHandler)}).Handler()
 	tests := []struct {
 		name, body string
-		wantN      int
-		wantErr    string
+		status     int
+		errType    string
+		want       string
 	}{
-		{"two", `{"requests":[{"custom_id":"a"},{"custom_id":"b"}]}`, 2, ""},
-		{"empty list", `{"requests":[]}`, 0, ""}, // the engine says what is wrong with it
-		{"empty body", ``, 0, "empty"},
-		{"malformed", `{"requests":[`, 0, "malformed JSON"},
-		{"array", `[]`, 0, "JSON object"},
-		{"null", `null`, 0, "JSON object"},
-		{"no requests", `{}`, 0, "requests: an array"},
-		{"requests null", `{"requests":null}`, 0, "requests: an array"},
-		{"requests a string", `{"requests":"a"}`, 0, "requests: an array"},
-		{"unknown field", `{"requests":[],"metadata":{}}`, 0, "metadata: unknown field"},
+		{"empty body", ``, http.StatusBadRequest, "invalid_request_error", "empty"},
+		{"malformed", `{"requests":[`, http.StatusBadRequest, "invalid_request_error", "malformed JSON"},
+		{"array", `[]`, http.StatusBadRequest, "invalid_request_error", "JSON object"},
+		{"too deep", `{"requests":[` + strings.Repeat(`[`, maxDepth+1) + strings.Repeat(`]`, maxDepth+1) + `]}`, http.StatusBadRequest, "invalid_request_error", "deeper than"},
+		{"unknown field", `{"requests":[],"metadata":{}}`, http.StatusBadRequest, "invalid_request_error", "metadata: unknown field"},
+		{"too large", `{"requests":["` + strings.Repeat("x", maxJSON) + `"]}`, http.StatusRequestEntityTooLarge, "request_too_large", "larger than 4 MiB"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			reqs, err := decodeMessageBatchCreate([]byte(tt.body))
-			if tt.wantErr != "" {
-				if !errs.Is(err, errs.Invalid) || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("got %v, want an invalid request error containing %q", err, tt.wantErr)
-				}
-				return
+			r := httptest.NewRequest("POST", "/v1/messages/batches", strings.NewReader(tt.body))
+			r.Header.Set("x-api-key", raw)
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			var body struct {
+				Type  string `json:"type"`
+				Error struct {
+					Type    string `json:"type"`
+					Message string `json:"message"`
+				} `json:"error"`
 			}
-			if err != nil || len(reqs) != tt.wantN {
-				t.Fatalf("got %d requests, %v; want %d", len(reqs), err, tt.wantN)
+			_ = json.Unmarshal(w.Body.Bytes(), &body)
+			if w.Code != tt.status || body.Type != "error" || body.Error.Type != tt.errType || !strings.Contains(body.Error.Message, tt.want) {
+				t.Fatalf("got %d %s, want %d %s containing %q", w.Code, w.Body, tt.status, tt.errType, tt.want)
 			}
 		})
 	}
-}
-
-func FuzzDecodeMessageBatchCreate(f *testing.F) {
-	for _, s := range []string{`{"requests":[{"custom_id":"a","params":{"model":"m"}}]}`, `{"requests":null}`, `[]`, `{`, ``} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, body []byte) {
-		reqs, err := decodeMessageBatchCreate(body)
-		if err != nil && !errs.Is(err, errs.Invalid) {
-			t.Fatalf("an undecodable body is a client error, got %v", err)
-		}
-		if err == nil && reqs == nil {
-			t.Fatal("no error and no requests")
-		}
-	})
 }

@@ -1,7 +1,7 @@
 // Package api is the HTTP surface of the service on net/http: the OpenAI
-// Files, Uploads and Batches routes and the Anthropic Message Batches
-// routes. The same handler runs behind API Gateway (internal/apigw) and in
-// the local runtime.
+// Files, Uploads and Batches routes, and the Anthropic Message Batches
+// routes of internal/anthropic. The same handler runs behind API Gateway
+// (internal/apigw) and in the local runtime.
 package api
 
 import (
@@ -13,6 +13,8 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/relaybatch/relay/internal/anthropic"
+	"github.com/relaybatch/relay/internal/anthropic/wire"
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/errs"
@@ -49,7 +51,7 @@ func (a *API) Handler() http.Handler {
 	mux.Handle("POST /v1/uploads/{id}/complete", files(a.completeUpload))
 	mux.Handle("POST /v1/uploads/{id}/cancel", files(a.cancelUpload))
 	a.batchRoutes(mux)
-	a.anthropicRoutes(mux)
+	anthropic.Routes(mux, &anthropic.Service{Engine: a.Engine}, a.scoped(auth.ScopeBatches), unmarshal, maxJSON)
 	if a.Panel != nil {
 		mux.Handle("GET /{$}", a.Panel)
 		mux.Handle("GET /panel/", a.Panel)
@@ -60,7 +62,9 @@ func (a *API) Handler() http.Handler {
 	return a.recoverer(mux)
 }
 
-type handlerFunc func(w http.ResponseWriter, r *http.Request, p auth.Principal) error
+// handlerFunc is a route's handler (an alias, so that anthropic.Routes
+// takes what scoped returns).
+type handlerFunc = func(w http.ResponseWriter, r *http.Request, p auth.Principal) error
 
 // scoped authenticates the request for scope, then runs h and writes its error.
 func (a *API) scoped(scope string) func(handlerFunc) http.Handler {
@@ -106,8 +110,8 @@ var statusOf = map[errs.Kind]int{
 	errs.RateLimited:     http.StatusTooManyRequests,
 }
 
-// openAITypes and anthropicTypes name the error type of each kind as those
-// APIs do.
+// openAITypes names the error type of each kind as OpenAI does; Anthropic's
+// is the one of its status (wire.ErrorType).
 var openAITypes = map[errs.Kind]string{
 	errs.Internal:        "server_error",
 	errs.Invalid:         "invalid_request_error",
@@ -116,17 +120,6 @@ var openAITypes = map[errs.Kind]string{
 	errs.NotFound:        "invalid_request_error",
 	errs.Conflict:        "invalid_request_error",
 	errs.TooLarge:        "invalid_request_error",
-	errs.RateLimited:     "rate_limit_error",
-}
-
-var anthropicTypes = map[errs.Kind]string{
-	errs.Internal:        "api_error",
-	errs.Invalid:         "invalid_request_error",
-	errs.Unauthenticated: "authentication_error",
-	errs.Forbidden:       "permission_error",
-	errs.NotFound:        "not_found_error",
-	errs.Conflict:        "invalid_request_error",
-	errs.TooLarge:        "request_too_large",
 	errs.RateLimited:     "rate_limit_error",
 }
 
@@ -151,7 +144,7 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if strings.HasPrefix(r.URL.Path, "/v1/messages") {
 		writeJSON(w, status, map[string]any{
 			"type":  "error",
-			"error": map[string]any{"type": anthropicTypes[e.Kind], "message": e.Message},
+			"error": map[string]any{"type": wire.ErrorType(status), "message": e.Message},
 		})
 		return
 	}

@@ -30,6 +30,10 @@ var Endpoints = []string{"/v1/chat/completions", "/v1/embeddings", "/v1/response
 // MessagesEndpoint is the endpoint of Anthropic Message Batches (SPEC §9).
 const MessagesEndpoint = "/v1/messages"
 
+// MessageBatchPrefix starts the id of every Message Batch: internal/anthropic
+// gives it to the batches it creates, and Get takes such ids as well.
+const MessageBatchPrefix = "msgbatch_"
+
 // CreateRequest is the body of POST /v1/batches.
 type CreateRequest struct {
 	InputFileID        string            `json:"input_file_id"`
@@ -109,10 +113,14 @@ func (e *Engine) checkWebhookURL(raw string) error {
 
 // Create validates and records a batch, then asks the dispatcher to plan it.
 func (e *Engine) Create(ctx context.Context, p auth.Principal, req CreateRequest, idemKey string) (batch.Batch, error) {
-	return e.create(ctx, p, req, idemKey, Endpoints, nil)
+	return e.CreateShaped(ctx, p, req, idemKey, Endpoints, nil)
 }
 
-func (e *Engine) create(ctx context.Context, p auth.Principal, req CreateRequest, idemKey string, endpoints []string, shape func(*batch.Batch)) (batch.Batch, error) {
+// CreateShaped is Create for the batches of another API (internal/anthropic
+// creates Message Batches with it): req.Endpoint must be one of endpoints,
+// and shape, when not nil, edits the batch before it is recorded (its id,
+// its request count).
+func (e *Engine) CreateShaped(ctx context.Context, p auth.Principal, req CreateRequest, idemKey string, endpoints []string, shape func(*batch.Batch)) (batch.Batch, error) {
 	if err := checkEndpoint(req.Endpoint, endpoints); err != nil {
 		return batch.Batch{}, err
 	}
@@ -262,6 +270,31 @@ func (e *Engine) inlineFile(ctx context.Context, tenant string, rows []json.RawM
 	return e.Files.Create(ctx, tenant, "requests.jsonl", files.PurposeBatch, int64(buf.Len()), 0, bytes.NewReader(buf.Bytes()))
 }
 
+// WriteInputFile stores data as a processed batch input file of tenant.
+// It writes past files.Service, whose 4 MiB limit is on what a client
+// sends: internal/anthropic stores a Message Batch's requests with it, and
+// the rows of a 4 MiB create body take a little more.
+func (e *Engine) WriteInputFile(ctx context.Context, tenant, filename string, data []byte) (files.File, error) {
+	id := ids.New("file-")
+	w := &objectWriter{ctx: ctx, blobs: e.Blobs, prefix: fmt.Sprintf("files/%s/%s/", tenant, id), limit: normalizedObjectSize}
+	if _, err := w.Write(data); err != nil {
+		return files.File{}, fmt.Errorf("write file %s: %w", id, err)
+	}
+	objs, err := w.Close()
+	if err != nil {
+		return files.File{}, fmt.Errorf("write file %s: %w", id, err)
+	}
+	f := files.File{ID: id, Bytes: int64(len(data)), CreatedAt: e.now().Unix(), Filename: filename,
+		Purpose: files.PurposeBatch, Status: files.StatusProcessed, Tenant: tenant}
+	for _, o := range objs {
+		f.Objects = append(f.Objects, o.Key)
+	}
+	if err := e.Store.PutFile(ctx, f); err != nil {
+		return files.File{}, fmt.Errorf("record file %s: %w", id, err)
+	}
+	return f, nil
+}
+
 // Get returns a tenant's batch; another tenant's is not found.
 func (e *Engine) Get(ctx context.Context, tenant, id string) (batch.Batch, error) {
 	if !ids.Valid("batch_", id) && !ids.Valid(MessageBatchPrefix, id) {
@@ -345,7 +378,7 @@ func (e *Engine) Results(ctx context.Context, tenant, id string, partial bool, w
 	if err != nil {
 		return err
 	}
-	return e.eachLine(ctx, chunks, func(_ batch.Chunk, _ int, _ byte, line []byte) error {
+	return e.EachLine(ctx, chunks, func(_ batch.Chunk, _ int, _ byte, line []byte) error {
 		_, err := w.Write(line)
 		return err
 	})
@@ -364,8 +397,11 @@ func (e *Engine) StartResults(ctx context.Context, tenant, id string, partial bo
 	return nil
 }
 
-// eachLine calls fn with every line of the done chunks in input order.
-func (e *Engine) eachLine(ctx context.Context, chunks []batch.Chunk, fn func(c batch.Chunk, i int, kind byte, line []byte) error) error {
+// EachLine calls fn with every line of the done chunks in input order,
+// with the line's index in its chunk and its kind ('o' output, 'e' error).
+// Results uses it, and internal/anthropic to write a Message Batch's
+// results.
+func (e *Engine) EachLine(ctx context.Context, chunks []batch.Chunk, fn func(c batch.Chunk, i int, kind byte, line []byte) error) error {
 	for _, c := range chunks {
 		if c.State != batch.ChunkDone {
 			continue

@@ -1,6 +1,10 @@
 package mockup
 
-import "net/http"
+import (
+	"net/http"
+
+	"github.com/relaybatch/relay/internal/anthropic/wire"
+)
 
 // errorBody is the one place an error becomes a body, in the shape the
 // route's official SDK expects.
@@ -8,7 +12,7 @@ func errorBody(sh shape, status int, message, param string) object {
 	if sh == shapeAnthropic {
 		return object{
 			"type":  "error",
-			"error": object{"type": anthropicErrorType(status), "message": message},
+			"error": object{"type": wire.ErrorType(status), "message": message},
 		}
 	}
 	var p, code any // null unless known, as OpenAI sends them
@@ -27,31 +31,6 @@ func openAIErrorType(status int) string {
 		return "requests"
 	case status >= 500:
 		return "server_error"
-	}
-	return "invalid_request_error"
-}
-
-func anthropicErrorType(status int) string {
-	switch status {
-	case http.StatusUnauthorized:
-		return "authentication_error"
-	case http.StatusPaymentRequired:
-		return "billing_error"
-	case http.StatusForbidden:
-		return "permission_error"
-	case http.StatusNotFound:
-		return "not_found_error"
-	case http.StatusRequestEntityTooLarge:
-		return "request_too_large"
-	case http.StatusTooManyRequests:
-		return "rate_limit_error"
-	case http.StatusGatewayTimeout:
-		return "timeout_error"
-	case 529:
-		return "overloaded_error"
-	}
-	if status >= 500 {
-		return "api_error"
 	}
 	return "invalid_request_error"
 }

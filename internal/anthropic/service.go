@@ -1,11 +1,12 @@
-package engine
-
-// Anthropic Message Batches (SPEC §9) run on the same engine as OpenAI
+// Package anthropic is Anthropic's Message Batches API (docs/api.md
+// "Anthropic Message Batches"): its service and its routes under
+// /v1/messages/batches. Message Batches run on the same engine as OpenAI
 // batches: a create writes its requests as an input file of /v1/messages
 // rows and records a batch whose id starts with msgbatch_, so chunks,
 // retries, fallback, capacity, cancel, expiry and accounting are the ones
 // every batch gets. The Message Batch object and its results are views of
 // that batch and of its output and error lines.
+package anthropic
 
 import (
 	"bufio"
@@ -15,13 +16,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"regexp"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/relaybatch/relay/internal/anthropic/wire"
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/ids"
@@ -30,54 +34,22 @@ import (
 	"github.com/relaybatch/relay/internal/store"
 )
 
-// MessageBatchPrefix starts the id of every Message Batch.
-const MessageBatchPrefix = "msgbatch_"
-
 // MaxMessageRequests is Anthropic's limit of requests in one batch.
 const MaxMessageRequests = 100_000
 
 // customIDPattern is Anthropic's rule for a request's custom_id.
 var customIDPattern = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 
-// Processing statuses of a Message Batch.
-const (
-	ProcessingInProgress = "in_progress"
-	ProcessingCanceling  = "canceling"
-	ProcessingEnded      = "ended"
-)
-
-// MessageBatch is Anthropic's Message Batch object. ResultsURL is left for
-// the API to fill: only it knows the base URL the client called.
-type MessageBatch struct {
-	ID                string               `json:"id"`
-	Type              string               `json:"type"`
-	ProcessingStatus  string               `json:"processing_status"`
-	RequestCounts     MessageRequestCounts `json:"request_counts"`
-	CreatedAt         string               `json:"created_at"`
-	EndedAt           *string              `json:"ended_at"`
-	ExpiresAt         *string              `json:"expires_at"`
-	CancelInitiatedAt *string              `json:"cancel_initiated_at"`
-	ArchivedAt        *string              `json:"archived_at"`
-	ResultsURL        *string              `json:"results_url"`
+// Service runs Message Batches on the engine.
+type Service struct {
+	Engine *engine.Engine
 }
-
-// MessageRequestCounts always add up to the batch's number of requests.
-type MessageRequestCounts struct {
-	Processing int64 `json:"processing"`
-	Succeeded  int64 `json:"succeeded"`
-	Errored    int64 `json:"errored"`
-	Canceled   int64 `json:"canceled"`
-	Expired    int64 `json:"expired"`
-}
-
-// Ended reports whether processing has ended (results can be read).
-func (m MessageBatch) Ended() bool { return m.ProcessingStatus == ProcessingEnded }
 
 // CreateMessageBatch validates the requests of POST /v1/messages/batches
 // and records their batch.
 //
 // Anthropic validates each request's params while processing and reports
-// a bad one as an errored result; this engine validates an input file when
+// a bad one as an errored result; the engine validates an input file when
 // it plans the batch and fails the whole batch, a state the Message Batch
 // object cannot even show. So what planning would refuse (a malformed
 // request, a duplicate custom_id, a model that is not configured, stream)
@@ -85,34 +57,36 @@ func (m MessageBatch) Ended() bool { return m.ProcessingStatus == ProcessingEnde
 // recorded. Everything else is the upstream's to judge, as at Anthropic:
 // a row naming a model of another shape comes back errored with
 // cross_shape_dispatch, an upstream 400 comes back errored with its error.
-func (e *Engine) CreateMessageBatch(ctx context.Context, p auth.Principal, requests []json.RawMessage, idemKey string) (MessageBatch, error) {
-	data, err := e.messageRows(requests)
+func (s *Service) CreateMessageBatch(ctx context.Context, p auth.Principal, requests []json.RawMessage, idemKey string) (wire.MessageBatch, error) {
+	data, err := s.messageRows(requests)
 	if err != nil {
-		return MessageBatch{}, err
+		return wire.MessageBatch{}, err
 	}
-	f, err := e.putMessageInput(ctx, p.Tenant, data)
+	// Written past files.Service, whose 4 MiB limit is on what a client
+	// sends: the rows of a 4 MiB create body take a little more.
+	f, err := s.Engine.WriteInputFile(ctx, p.Tenant, "message_batch_requests.jsonl", data)
 	if err != nil {
-		return MessageBatch{}, err
+		return wire.MessageBatch{}, fmt.Errorf("message batch input: %w", err)
 	}
-	req := CreateRequest{InputFileID: f.ID, Endpoint: MessagesEndpoint, CompletionWindow: "24h"}
-	id := ids.New(MessageBatchPrefix)
-	b, err := e.create(ctx, p, req, idemKey, []string{MessagesEndpoint}, func(b *batch.Batch) {
+	req := engine.CreateRequest{InputFileID: f.ID, Endpoint: engine.MessagesEndpoint, CompletionWindow: "24h"}
+	id := ids.New(engine.MessageBatchPrefix)
+	b, err := s.Engine.CreateShaped(ctx, p, req, idemKey, []string{engine.MessagesEndpoint}, func(b *batch.Batch) {
 		b.ID = id
 		// Known now; planning sets the same number again.
 		b.RequestCounts.Total = int64(len(requests))
 	})
-	if e.unreferenced(ctx, p.Tenant, id, b, err) {
-		e.deleteFile(ctx, f)
+	if s.unreferenced(ctx, p.Tenant, id, b, err) {
+		s.deleteFile(ctx, f)
 	}
 	switch {
 	case errors.Is(err, store.ErrBatchNotFound):
-		return MessageBatch{}, errs.E(errs.Invalid, "idempotency_key_reused", "", "the batch first created with this Idempotency-Key was deleted: send a new key")
+		return wire.MessageBatch{}, errs.E(errs.Invalid, "idempotency_key_reused", "", "the batch first created with this Idempotency-Key was deleted: send a new key")
 	case err != nil:
-		return MessageBatch{}, err
-	case !strings.HasPrefix(b.ID, MessageBatchPrefix):
-		return MessageBatch{}, errs.E(errs.Invalid, "idempotency_key_reused", "", "this Idempotency-Key created batch %s, which is not a message batch: send a new key", b.ID)
+		return wire.MessageBatch{}, err
+	case !strings.HasPrefix(b.ID, engine.MessageBatchPrefix):
+		return wire.MessageBatch{}, errs.E(errs.Invalid, "idempotency_key_reused", "", "this Idempotency-Key created batch %s, which is not a message batch: send a new key", b.ID)
 	}
-	return e.messageBatch(ctx, b)
+	return messageBatch(b), nil
 }
 
 // unreferenced reports whether no batch uses the input file written for
@@ -122,17 +96,17 @@ func (e *Engine) CreateMessageBatch(ctx context.Context, p auth.Principal, reque
 // planning, which the dispatcher's sweep does again) keeps its input, and
 // so does one whose outcome cannot be read: an orphan file costs less than
 // a batch without its input.
-func (e *Engine) unreferenced(ctx context.Context, tenant, id string, b batch.Batch, err error) bool {
+func (s *Service) unreferenced(ctx context.Context, tenant, id string, b batch.Batch, err error) bool {
 	if err == nil {
 		return b.ID != id
 	}
-	_, gerr := e.Store.GetBatch(ctx, tenant, id)
+	_, gerr := s.Engine.Store.GetBatch(ctx, tenant, id)
 	return errors.Is(gerr, store.ErrBatchNotFound)
 }
 
 // messageRows checks the requests and returns them as JSONL input rows
 // {custom_id, method, url, body: params}.
-func (e *Engine) messageRows(requests []json.RawMessage) ([]byte, error) {
+func (s *Service) messageRows(requests []json.RawMessage) ([]byte, error) {
 	switch {
 	case len(requests) == 0:
 		return nil, errs.Invalidf("requests", "requests: send at least one request")
@@ -179,46 +153,23 @@ func (e *Engine) messageRows(requests []json.RawMessage) ([]byte, error) {
 		if v, ok := params["model"]; !ok || json.Unmarshal(v, &model) != nil || model == "" {
 			return nil, invalid(".params.model", "a model name is required")
 		}
-		if _, ok := e.Models.Lookup(model); !ok {
+		if _, ok := s.Engine.Models.Lookup(model); !ok {
 			return nil, invalid(".params.model", "%q is not a configured model", model)
 		}
 		if v, ok := params["stream"]; ok && string(bytes.TrimSpace(v)) == "true" {
 			return nil, invalid(".params.stream", "streaming is not supported in a message batch")
 		}
-		if err := enc.Encode(jsonl.Request{CustomID: id, Method: "POST", URL: MessagesEndpoint, Body: r["params"]}); err != nil {
+		if err := enc.Encode(jsonl.Request{CustomID: id, Method: "POST", URL: engine.MessagesEndpoint, Body: r["params"]}); err != nil {
 			return nil, invalid(".params", "%v", err)
 		}
 	}
 	return buf.Bytes(), nil
 }
 
-// putMessageInput stores the rows as the batch's input file. It is written
-// here rather than through files.Service, whose 4 MiB limit is on what a
-// client sends: the rows of a 4 MiB create body take a little more.
-func (e *Engine) putMessageInput(ctx context.Context, tenant string, data []byte) (files.File, error) {
-	id := ids.New("file-")
-	w := &objectWriter{ctx: ctx, blobs: e.Blobs, prefix: fmt.Sprintf("files/%s/%s/", tenant, id), limit: normalizedObjectSize}
-	if _, err := w.Write(data); err != nil {
-		return files.File{}, fmt.Errorf("write message batch input: %w", err)
-	}
-	objs, err := w.Close()
-	if err != nil {
-		return files.File{}, fmt.Errorf("write message batch input: %w", err)
-	}
-	f := files.File{ID: id, Bytes: int64(len(data)), CreatedAt: e.now().Unix(), Filename: "message_batch_requests.jsonl",
-		Purpose: files.PurposeBatch, Status: files.StatusProcessed, Tenant: tenant}
-	for _, o := range objs {
-		f.Objects = append(f.Objects, o.Key)
-	}
-	if err := e.Store.PutFile(ctx, f); err != nil {
-		return files.File{}, fmt.Errorf("record message batch input %s: %w", id, err)
-	}
-	return f, nil
-}
-
-// deleteFile removes a file this package wrote; a failure only leaves an
-// orphan behind, so it is logged, not returned.
-func (e *Engine) deleteFile(ctx context.Context, f files.File) {
+// deleteFile removes the input file CreateMessageBatch wrote; a failure
+// only leaves an orphan behind, so it is logged, not returned.
+func (s *Service) deleteFile(ctx context.Context, f files.File) {
+	e := s.Engine
 	if err := e.Blobs.Delete(ctx, f.Objects...); err != nil {
 		e.Log.WarnContext(ctx, "delete file objects", "file_id", f.ID, "tenant", f.Tenant, "err", err)
 	}
@@ -229,24 +180,24 @@ func (e *Engine) deleteFile(ctx context.Context, f files.File) {
 
 // getMessageBatch reads a tenant's message batch; another tenant's, or a
 // batch of the OpenAI API, is not found.
-func (e *Engine) getMessageBatch(ctx context.Context, tenant, id string) (batch.Batch, error) {
-	if !ids.Valid(MessageBatchPrefix, id) {
+func (s *Service) getMessageBatch(ctx context.Context, tenant, id string) (batch.Batch, error) {
+	if !ids.Valid(engine.MessageBatchPrefix, id) {
 		return batch.Batch{}, errs.NotFoundf("no such message batch: %s", id)
 	}
-	b, err := e.Store.GetBatch(ctx, tenant, id)
-	if errors.Is(err, store.ErrBatchNotFound) || (err == nil && b.Endpoint != MessagesEndpoint) {
+	b, err := s.Engine.Store.GetBatch(ctx, tenant, id)
+	if errors.Is(err, store.ErrBatchNotFound) || (err == nil && b.Endpoint != engine.MessagesEndpoint) {
 		return batch.Batch{}, errs.NotFoundf("no such message batch: %s", id)
 	}
 	return b, err
 }
 
 // GetMessageBatch returns a tenant's message batch.
-func (e *Engine) GetMessageBatch(ctx context.Context, tenant, id string) (MessageBatch, error) {
-	b, err := e.getMessageBatch(ctx, tenant, id)
+func (s *Service) GetMessageBatch(ctx context.Context, tenant, id string) (wire.MessageBatch, error) {
+	b, err := s.getMessageBatch(ctx, tenant, id)
 	if err != nil {
-		return MessageBatch{}, err
+		return wire.MessageBatch{}, err
 	}
-	return e.messageBatch(ctx, b)
+	return messageBatch(b), nil
 }
 
 // MessagePage selects a page of message batches, newest first: the ones
@@ -257,9 +208,9 @@ type MessagePage struct {
 }
 
 // ListMessageBatches lists a tenant's message batches newest first.
-func (e *Engine) ListMessageBatches(ctx context.Context, tenant string, pg MessagePage) ([]MessageBatch, bool, error) {
+func (s *Service) ListMessageBatches(ctx context.Context, tenant string, pg MessagePage) ([]wire.MessageBatch, bool, error) {
 	for name, id := range map[string]string{"after_id": pg.AfterID, "before_id": pg.BeforeID} {
-		if id != "" && !ids.Valid(MessageBatchPrefix, id) {
+		if id != "" && !ids.Valid(engine.MessageBatchPrefix, id) {
 			return nil, false, errs.Invalidf(name, "%s: %q is not a message batch id", name, id)
 		}
 	}
@@ -270,18 +221,16 @@ func (e *Engine) ListMessageBatches(ctx context.Context, tenant string, pg Messa
 	var more bool
 	var err error
 	if pg.BeforeID != "" {
-		bs, more, err = e.messageBatchesBefore(ctx, tenant, pg.BeforeID, pg.Limit)
+		bs, more, err = s.messageBatchesBefore(ctx, tenant, pg.BeforeID, pg.Limit)
 	} else {
-		bs, more, err = e.messageBatchesAfter(ctx, tenant, pg.AfterID, pg.Limit)
+		bs, more, err = s.messageBatchesAfter(ctx, tenant, pg.AfterID, pg.Limit)
 	}
 	if err != nil {
 		return nil, false, err
 	}
-	out := make([]MessageBatch, len(bs))
+	out := make([]wire.MessageBatch, len(bs))
 	for i, b := range bs {
-		if out[i], err = e.messageBatch(ctx, b); err != nil {
-			return nil, false, err
-		}
+		out[i] = messageBatch(b)
 	}
 	return out, more, nil
 }
@@ -289,18 +238,18 @@ func (e *Engine) ListMessageBatches(ctx context.Context, tenant string, pg Messa
 // A tenant's batches sort by id under one key, newest first, and every
 // message batch id sorts above every batch_ id; messageTop sorts above every
 // message batch id, so a listing from it starts with the newest of them.
-const messageTop = MessageBatchPrefix + "~"
+const messageTop = engine.MessageBatchPrefix + "~"
 
-func isMessageBatch(b batch.Batch) bool { return strings.HasPrefix(b.ID, MessageBatchPrefix) }
+func isMessageBatch(b batch.Batch) bool { return strings.HasPrefix(b.ID, engine.MessageBatchPrefix) }
 
 // messageBatchesAfter lists up to limit message batches older than after.
-func (e *Engine) messageBatchesAfter(ctx context.Context, tenant, after string, limit int) ([]batch.Batch, bool, error) {
+func (s *Service) messageBatchesAfter(ctx context.Context, tenant, after string, limit int) ([]batch.Batch, bool, error) {
 	if after == "" {
 		after = messageTop
 	}
 	// One more than asked tells whether another message batch follows (the
 	// store's "more" may be about the OpenAI batches listed after them).
-	bs, _, err := e.Store.ListBatches(ctx, tenant, after, limit+1, "")
+	bs, _, err := s.Engine.Store.ListBatches(ctx, tenant, after, limit+1, "")
 	if err != nil {
 		return nil, false, err
 	}
@@ -319,13 +268,13 @@ func (e *Engine) messageBatchesAfter(ctx context.Context, tenant, after string, 
 // before, newest first. The store lists only downwards, so this reads the
 // newer ones from the top, keeping the last limit+1: cheap for the pages
 // near the top that before_id is used for.
-func (e *Engine) messageBatchesBefore(ctx context.Context, tenant, before string, limit int) ([]batch.Batch, bool, error) {
+func (s *Service) messageBatchesBefore(ctx context.Context, tenant, before string, limit int) ([]batch.Batch, bool, error) {
 	const pageSize = 1000
 	var newer []batch.Batch
 	cursor := messageTop
 scan:
 	for {
-		bs, more, err := e.Store.ListBatches(ctx, tenant, cursor, pageSize, "")
+		bs, more, err := s.Engine.Store.ListBatches(ctx, tenant, cursor, pageSize, "")
 		if err != nil {
 			return nil, false, err
 		}
@@ -352,33 +301,34 @@ scan:
 
 // CancelMessageBatch cancels a message batch: it is canceling until the
 // requests that are running finish; the rest come back canceled.
-func (e *Engine) CancelMessageBatch(ctx context.Context, tenant, id string) (MessageBatch, error) {
-	b, err := e.getMessageBatch(ctx, tenant, id)
+func (s *Service) CancelMessageBatch(ctx context.Context, tenant, id string) (wire.MessageBatch, error) {
+	b, err := s.getMessageBatch(ctx, tenant, id)
 	if err != nil {
-		return MessageBatch{}, err
+		return wire.MessageBatch{}, err
 	}
 	switch {
 	case b.Status.Terminal():
-		return MessageBatch{}, errs.E(errs.Invalid, "batch_ended", "", "message batch %s has ended: there is nothing left to cancel", id)
+		return wire.MessageBatch{}, errs.E(errs.Invalid, "batch_ended", "", "message batch %s has ended: there is nothing left to cancel", id)
 	case b.Status == batch.Finalizing:
 		// Every request has run; it ends in a moment with nothing to cancel.
-		return e.messageBatch(ctx, b)
+		return messageBatch(b), nil
 	}
-	nb, err := e.Cancel(ctx, tenant, id)
+	nb, err := s.Engine.Cancel(ctx, tenant, id)
 	if errs.Is(err, errs.Conflict) {
 		// It began finalizing or ended meanwhile.
-		return e.CancelMessageBatch(ctx, tenant, id)
+		return s.CancelMessageBatch(ctx, tenant, id)
 	}
 	if err != nil {
-		return MessageBatch{}, err
+		return wire.MessageBatch{}, err
 	}
-	return e.messageBatch(ctx, nb)
+	return messageBatch(nb), nil
 }
 
 // DeleteMessageBatch deletes an ended message batch: its results, its
 // input and its records.
-func (e *Engine) DeleteMessageBatch(ctx context.Context, tenant, id string) error {
-	b, err := e.getMessageBatch(ctx, tenant, id)
+func (s *Service) DeleteMessageBatch(ctx context.Context, tenant, id string) error {
+	e := s.Engine
+	b, err := s.getMessageBatch(ctx, tenant, id)
 	if err != nil {
 		return err
 	}
@@ -420,33 +370,33 @@ func (e *Engine) DeleteMessageBatch(ctx context.Context, tenant, id string) erro
 	return nil
 }
 
-// messageBatch is the Message Batch view of b.
-func (e *Engine) messageBatch(_ context.Context, b batch.Batch) (MessageBatch, error) {
-	// Cancelled rows are counted at each chunk's commit, so the object
-	// never reads a part (parts expire with the bucket's lifecycle).
-	return messageBatchOf(b, b.CancelledRows), nil
+// messageBatch is the Message Batch view of b. Cancelled rows are counted
+// at each chunk's commit, so the object never reads a part (parts expire
+// with the bucket's lifecycle).
+func messageBatch(b batch.Batch) wire.MessageBatch {
+	return messageBatchOf(b, b.CancelledRows)
 }
 
 // processingStatus maps the batch lifecycle onto Anthropic's three states.
 func processingStatus(b batch.Batch) string {
 	switch {
 	case b.Status.Terminal():
-		return ProcessingEnded
+		return wire.ProcessingEnded
 	case b.CancellingAt != nil:
-		return ProcessingCanceling
+		return wire.ProcessingCanceling
 	}
-	return ProcessingInProgress
+	return wire.ProcessingInProgress
 }
 
 // messageBatchOf builds the object from the batch and its count of
 // cancelled rows: failed rows split into canceled, expired (both counted
 // exactly) and errored (the rest).
-func messageBatchOf(b batch.Batch, canceled int64) MessageBatch {
+func messageBatchOf(b batch.Batch, canceled int64) wire.MessageBatch {
 	n := b.RequestCounts
-	m := MessageBatch{
+	m := wire.MessageBatch{
 		ID: b.ID, Type: "message_batch", ProcessingStatus: processingStatus(b),
 		CreatedAt: rfc3339(b.CreatedAt), ExpiresAt: stamp(b.ExpiresAt), CancelInitiatedAt: stamp(b.CancellingAt),
-		RequestCounts: MessageRequestCounts{
+		RequestCounts: wire.MessageRequestCounts{
 			Succeeded: n.Completed, Canceled: canceled, Expired: b.ExpiredRows,
 			Errored: n.Failed - canceled - b.ExpiredRows,
 		},
@@ -482,8 +432,8 @@ func stamp(unix *int64) *string {
 
 // MessageResults checks that a message batch has ended and returns what
 // writes its results: one JSONL line per request, in input order.
-func (e *Engine) MessageResults(ctx context.Context, tenant, id string) (func(io.Writer) error, error) {
-	b, err := e.getMessageBatch(ctx, tenant, id)
+func (s *Service) MessageResults(ctx context.Context, tenant, id string) (func(io.Writer) error, error) {
+	b, err := s.getMessageBatch(ctx, tenant, id)
 	if err != nil {
 		return nil, err
 	}
@@ -492,7 +442,7 @@ func (e *Engine) MessageResults(ctx context.Context, tenant, id string) (func(io
 	}
 	return func(w io.Writer) error {
 		bw := bufio.NewWriterSize(w, 64<<10)
-		write := func(r MessageResult) error {
+		write := func(r wire.MessageResult) error {
 			line, err := json.Marshal(r)
 			if err != nil {
 				return err
@@ -501,17 +451,17 @@ func (e *Engine) MessageResults(ctx context.Context, tenant, id string) (func(io
 			return err
 		}
 		if b.ChunksTotal == 0 {
-			if err := e.unplannedResults(ctx, b, write); err != nil {
+			if err := s.unplannedResults(ctx, b, write); err != nil {
 				return err
 			}
 			return bw.Flush()
 		}
-		chunks, err := e.Store.Chunks(ctx, id)
+		chunks, err := s.Engine.Store.Chunks(ctx, id)
 		if err != nil {
 			return err
 		}
-		err = e.eachLine(ctx, chunks, func(c batch.Chunk, i int, _ byte, line []byte) error {
-			var l Line
+		err = s.Engine.EachLine(ctx, chunks, func(c batch.Chunk, i int, _ byte, line []byte) error {
+			var l engine.Line
 			if err := json.Unmarshal(line, &l); err != nil {
 				return fmt.Errorf("line %d of chunk %d of %s: %w", i, c.Index, id, err)
 			}
@@ -526,16 +476,16 @@ func (e *Engine) MessageResults(ctx context.Context, tenant, id string) (func(io
 
 // unplannedResults reports every request of a batch that ended before its
 // rows were planned (its input failed validation) as errored.
-func (e *Engine) unplannedResults(ctx context.Context, b batch.Batch, write func(MessageResult) error) error {
-	f, err := e.Store.GetFile(ctx, b.Tenant, b.InputFileID)
+func (s *Service) unplannedResults(ctx context.Context, b batch.Batch, write func(wire.MessageResult) error) error {
+	f, err := s.Engine.Store.GetFile(ctx, b.Tenant, b.InputFileID)
 	if errors.Is(err, files.ErrNotFound) {
 		return nil // nothing left to name the requests by
 	}
 	if err != nil {
 		return err
 	}
-	rc := e.Blobs.Concat(ctx, f.Objects)
-	defer closeQuietly(rc)
+	rc := s.Engine.Blobs.Concat(ctx, f.Objects)
+	defer rc.Close()
 	data, err := io.ReadAll(rc)
 	if err != nil {
 		return err
@@ -549,43 +499,16 @@ func (e *Engine) unplannedResults(ctx context.Context, b batch.Batch, write func
 		msg = "the batch failed validation before this request ran: " + b.ErrorList[0].Message
 	}
 	for _, r := range reqs {
-		if err := write(erroredResult(r.CustomID, "invalid_request_error", msg, nil)); err != nil {
+		if err := write(erroredResult(r.CustomID, wire.ErrorType(http.StatusBadRequest), msg, nil)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// MessageResult is one line of a Message Batch's results.
-type MessageResult struct {
-	CustomID string         `json:"custom_id"`
-	Result   MessageOutcome `json:"result"`
-}
-
-// MessageOutcome is a request's result: succeeded with the upstream's
-// message, errored with an error response, canceled or expired.
-type MessageOutcome struct {
-	Type    string          `json:"type"`
-	Message json.RawMessage `json:"message,omitempty"`
-	Error   *ErrorResponse  `json:"error,omitempty"`
-}
-
-// ErrorResponse is Anthropic's error body.
-type ErrorResponse struct {
-	Type      string      `json:"type"`
-	Error     ErrorObject `json:"error"`
-	RequestID *string     `json:"request_id"`
-}
-
-// ErrorObject is the error inside an ErrorResponse.
-type ErrorObject struct {
-	Type    string `json:"type"`
-	Message string `json:"message"`
-}
-
-func erroredResult(customID, typ, message string, requestID *string) MessageResult {
-	return MessageResult{CustomID: customID, Result: MessageOutcome{Type: "errored", Error: &ErrorResponse{
-		Type: "error", Error: ErrorObject{Type: typ, Message: message}, RequestID: requestID,
+func erroredResult(customID, typ, message string, requestID *string) wire.MessageResult {
+	return wire.MessageResult{CustomID: customID, Result: wire.MessageOutcome{Type: "errored", Error: &wire.ErrorResponse{
+		Type: "error", Error: wire.ErrorObject{Type: typ, Message: message}, RequestID: requestID,
 	}}}
 }
 
@@ -594,10 +517,10 @@ func erroredResult(customID, typ, message string, requestID *string) MessageResu
 // with the upstream's error; batch_cancelled and batch_expired are canceled
 // and expired; any other code (a request that got no answer) errored with
 // a message that starts with the code.
-func MessageResultOf(l Line) MessageResult {
+func MessageResultOf(l engine.Line) wire.MessageResult {
 	switch {
 	case l.Response != nil && l.Response.StatusCode >= 200 && l.Response.StatusCode < 300:
-		return MessageResult{CustomID: l.CustomID, Result: MessageOutcome{Type: "succeeded", Message: l.Response.Body}}
+		return wire.MessageResult{CustomID: l.CustomID, Result: wire.MessageOutcome{Type: "succeeded", Message: l.Response.Body}}
 	case l.Response != nil:
 		typ, msg := upstreamError(l.Response.StatusCode, l.Response.Body)
 		var rid *string
@@ -606,11 +529,11 @@ func MessageResultOf(l Line) MessageResult {
 		}
 		return erroredResult(l.CustomID, typ, msg, rid)
 	case l.Error == nil:
-		return erroredResult(l.CustomID, "api_error", "the request has no recorded result", nil)
-	case l.Error.Code == CodeCancelled:
-		return MessageResult{CustomID: l.CustomID, Result: MessageOutcome{Type: "canceled"}}
-	case l.Error.Code == CodeExpired:
-		return MessageResult{CustomID: l.CustomID, Result: MessageOutcome{Type: "expired"}}
+		return erroredResult(l.CustomID, wire.ErrorType(http.StatusInternalServerError), "the request has no recorded result", nil)
+	case l.Error.Code == engine.CodeCancelled:
+		return wire.MessageResult{CustomID: l.CustomID, Result: wire.MessageOutcome{Type: "canceled"}}
+	case l.Error.Code == engine.CodeExpired:
+		return wire.MessageResult{CustomID: l.CustomID, Result: wire.MessageOutcome{Type: "expired"}}
 	}
 	return erroredResult(l.CustomID, errorTypeOfCode(l.Error.Code), l.Error.Code+": "+l.Error.Message, nil)
 }
@@ -627,43 +550,20 @@ func upstreamError(status int, body []byte) (typ, message string) {
 	if json.Unmarshal(body, &e) == nil && e.Error.Type != "" && e.Error.Message != "" {
 		return e.Error.Type, e.Error.Message
 	}
-	return errorTypeOfStatus(status), fmt.Sprintf("the upstream answered HTTP %d", status)
+	return wire.ErrorType(status), fmt.Sprintf("the upstream answered HTTP %d", status)
 }
 
-func errorTypeOfStatus(status int) string {
-	switch status {
-	case 400:
-		return "invalid_request_error"
-	case 401:
-		return "authentication_error"
-	case 403:
-		return "permission_error"
-	case 404:
-		return "not_found_error"
-	case 413:
-		return "request_too_large"
-	case 429:
-		return "rate_limit_error"
-	case 504:
-		return "timeout_error"
-	case 529:
-		return "overloaded_error"
-	}
-	if status >= 500 {
-		return "api_error"
-	}
-	return "invalid_request_error"
-}
-
-// errorTypeOfCode names the Anthropic error type of an engine error code.
+// errorTypeOfCode names the Anthropic error type of an engine error code,
+// by the status Anthropic would answer it with.
 func errorTypeOfCode(code string) string {
+	status := http.StatusInternalServerError // dead_letter, connection_error, api_key_unavailable, …
 	switch code {
 	case provider.CodeModelNotFound:
-		return "not_found_error"
+		status = http.StatusNotFound
 	case provider.CodeCrossShapeDispatch, provider.CodeInvalidRequest:
-		return "invalid_request_error"
+		status = http.StatusBadRequest
 	case provider.CodeRequestTimeout:
-		return "timeout_error"
+		status = http.StatusGatewayTimeout
 	}
-	return "api_error" // dead_letter, connection_error, api_key_unavailable, …
+	return wire.ErrorType(status)
 }

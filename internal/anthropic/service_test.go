@@ -1,17 +1,19 @@
-package engine
+package anthropic
 
 import (
 	"encoding/json"
 	"strings"
 	"testing"
 
+	"github.com/relaybatch/relay/internal/anthropic/wire"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/jsonl"
 )
 
-func testEngine(t *testing.T) *Engine {
+func testService(t *testing.T) *Service {
 	t.Helper()
 	models, err := config.ParseModels([]byte(`
 models:
@@ -21,12 +23,12 @@ models:
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Engine{Models: models}
+	return &Service{Engine: &engine.Engine{Models: models}}
 }
 
 func TestMessageRows(t *testing.T) {
 	t.Parallel()
-	e := testEngine(t)
+	s := testService(t)
 	good := `{"model":"claude-haiku-4-5","max_tokens":8,"messages":[{"role":"user","content":"<b> & é"}]}`
 	req := func(id, params string) string { return `{"custom_id":"` + id + `","params":` + params + `}` }
 	tests := []struct {
@@ -61,7 +63,7 @@ func TestMessageRows(t *testing.T) {
 			for i, r := range tt.reqs {
 				raws[i] = json.RawMessage(r)
 			}
-			data, err := e.messageRows(raws)
+			data, err := s.messageRows(raws)
 			if tt.wantErr != "" {
 				if !errs.Is(err, errs.Invalid) || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("got %v, want an invalid request error containing %q", err, tt.wantErr)
@@ -72,8 +74,8 @@ func TestMessageRows(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The rows are what planning validates and the executor reads.
-			res, err := jsonl.Scan(strings.NewReader(string(data)), jsonl.Options{Endpoint: MessagesEndpoint, KnownModel: func(m string) bool {
-				_, ok := e.Models.Lookup(m)
+			res, err := jsonl.Scan(strings.NewReader(string(data)), jsonl.Options{Endpoint: engine.MessagesEndpoint, KnownModel: func(m string) bool {
+				_, ok := s.Engine.Models.Lookup(m)
 				return ok
 			}}, nil)
 			if err != nil || len(res.Errors) > 0 || res.Rows != len(raws) {
@@ -89,7 +91,7 @@ func TestMessageRows(t *testing.T) {
 					Params   json.RawMessage `json:"params"`
 				}
 				json.Unmarshal(raws[i], &in)
-				if r.CustomID != in.CustomID || r.Method != "POST" || r.URL != MessagesEndpoint || string(r.Body) != string(in.Params) {
+				if r.CustomID != in.CustomID || r.Method != "POST" || r.URL != engine.MessagesEndpoint || string(r.Body) != string(in.Params) {
 					t.Errorf("row %d: got %+v, want the request's custom_id and params", i, r)
 				}
 			}
@@ -100,7 +102,7 @@ func TestMessageRows(t *testing.T) {
 func TestMessageRowsLimit(t *testing.T) {
 	t.Parallel()
 	raws := make([]json.RawMessage, MaxMessageRequests+1)
-	_, err := testEngine(t).messageRows(raws)
+	_, err := testService(t).messageRows(raws)
 	if !errs.Is(err, errs.Invalid) || !strings.Contains(err.Error(), "at most 100000 requests") {
 		t.Fatalf("got %v", err)
 	}
@@ -111,27 +113,27 @@ func TestMessageResultOf(t *testing.T) {
 	msg := `{"id":"msg_1","type":"message","content":[{"type":"text","text":"hi"}]}`
 	tests := []struct {
 		name string
-		line Line
+		line engine.Line
 		want string
 	}{
-		{"succeeded", Line{CustomID: "a", Response: &LineResponse{StatusCode: 200, RequestID: "req_1", Body: json.RawMessage(msg)}},
+		{"succeeded", engine.Line{CustomID: "a", Response: &engine.LineResponse{StatusCode: 200, RequestID: "req_1", Body: json.RawMessage(msg)}},
 			`{"custom_id":"a","result":{"type":"succeeded","message":` + msg + `}}`},
-		{"upstream error", Line{CustomID: "a", Response: &LineResponse{StatusCode: 400, RequestID: "req_2",
+		{"upstream error", engine.Line{CustomID: "a", Response: &engine.LineResponse{StatusCode: 400, RequestID: "req_2",
 			Body: json.RawMessage(`{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: Field required"}}`)}},
 			`{"custom_id":"a","result":{"type":"errored","error":{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: Field required"},"request_id":"req_2"}}}`},
-		{"upstream error of another shape", Line{CustomID: "a", Response: &LineResponse{StatusCode: 529, Body: json.RawMessage(`"busy"`)}},
+		{"upstream error of another shape", engine.Line{CustomID: "a", Response: &engine.LineResponse{StatusCode: 529, Body: json.RawMessage(`"busy"`)}},
 			`{"custom_id":"a","result":{"type":"errored","error":{"type":"error","error":{"type":"overloaded_error","message":"the upstream answered HTTP 529"},"request_id":null}}}`},
-		{"cancelled", Line{CustomID: "a", Error: &LineError{Code: CodeCancelled, Message: "x"}},
+		{"cancelled", engine.Line{CustomID: "a", Error: &engine.LineError{Code: engine.CodeCancelled, Message: "x"}},
 			`{"custom_id":"a","result":{"type":"canceled"}}`},
-		{"expired", Line{CustomID: "a", Error: &LineError{Code: CodeExpired, Message: "x"}},
+		{"expired", engine.Line{CustomID: "a", Error: &engine.LineError{Code: engine.CodeExpired, Message: "x"}},
 			`{"custom_id":"a","result":{"type":"expired"}}`},
-		{"cross shape", Line{CustomID: "a", Error: &LineError{Code: "cross_shape_dispatch", Message: "not an anthropic model"}},
+		{"cross shape", engine.Line{CustomID: "a", Error: &engine.LineError{Code: "cross_shape_dispatch", Message: "not an anthropic model"}},
 			`{"custom_id":"a","result":{"type":"errored","error":{"type":"error","error":{"type":"invalid_request_error","message":"cross_shape_dispatch: not an anthropic model"},"request_id":null}}}`},
-		{"dead letter", Line{CustomID: "a", Error: &LineError{Code: CodeDeadLetter, Message: "gone"}},
+		{"dead letter", engine.Line{CustomID: "a", Error: &engine.LineError{Code: engine.CodeDeadLetter, Message: "gone"}},
 			`{"custom_id":"a","result":{"type":"errored","error":{"type":"error","error":{"type":"api_error","message":"dead_letter: gone"},"request_id":null}}}`},
-		{"timeout", Line{CustomID: "a", Error: &LineError{Code: "request_timeout", Message: "slow"}},
+		{"timeout", engine.Line{CustomID: "a", Error: &engine.LineError{Code: "request_timeout", Message: "slow"}},
 			`{"custom_id":"a","result":{"type":"errored","error":{"type":"error","error":{"type":"timeout_error","message":"request_timeout: slow"},"request_id":null}}}`},
-		{"model not found", Line{CustomID: "a", Error: &LineError{Code: "model_not_found", Message: "no"}},
+		{"model not found", engine.Line{CustomID: "a", Error: &engine.LineError{Code: "model_not_found", Message: "no"}},
 			`{"custom_id":"a","result":{"type":"errored","error":{"type":"error","error":{"type":"not_found_error","message":"model_not_found: no"},"request_id":null}}}`},
 	}
 	for _, tt := range tests {
@@ -154,22 +156,22 @@ func TestMessageBatchOf(t *testing.T) {
 		b          batch.Batch
 		canceled   int64
 		wantStatus string
-		want       MessageRequestCounts
+		want       wire.MessageRequestCounts
 	}{
 		{"just created", batch.Batch{Status: batch.Validating, RequestCounts: batch.Counts{Total: 5}},
-			0, ProcessingInProgress, MessageRequestCounts{Processing: 5}},
+			0, wire.ProcessingInProgress, wire.MessageRequestCounts{Processing: 5}},
 		{"running", batch.Batch{Status: batch.InProgress, RequestCounts: batch.Counts{Total: 5, Completed: 2, Failed: 1}},
-			0, ProcessingInProgress, MessageRequestCounts{Processing: 2, Succeeded: 2, Errored: 1}},
+			0, wire.ProcessingInProgress, wire.MessageRequestCounts{Processing: 2, Succeeded: 2, Errored: 1}},
 		{"canceling", batch.Batch{Status: batch.Cancelling, CancellingAt: at(created + 1), RequestCounts: batch.Counts{Total: 5, Completed: 2, Failed: 2}},
-			2, ProcessingCanceling, MessageRequestCounts{Processing: 1, Succeeded: 2, Canceled: 2}},
+			2, wire.ProcessingCanceling, wire.MessageRequestCounts{Processing: 1, Succeeded: 2, Canceled: 2}},
 		{"finalizing after a cancel", batch.Batch{Status: batch.Finalizing, CancellingAt: at(created + 1), RequestCounts: batch.Counts{Total: 5, Completed: 2, Failed: 3}},
-			3, ProcessingCanceling, MessageRequestCounts{Succeeded: 2, Canceled: 3}},
+			3, wire.ProcessingCanceling, wire.MessageRequestCounts{Succeeded: 2, Canceled: 3}},
 		{"cancelled", batch.Batch{Status: batch.Cancelled, CancellingAt: at(created + 1), CancelledAt: at(created + 2), RequestCounts: batch.Counts{Total: 5, Completed: 1, Failed: 4}, ExpiredRows: 1},
-			2, ProcessingEnded, MessageRequestCounts{Succeeded: 1, Errored: 1, Canceled: 2, Expired: 1}},
+			2, wire.ProcessingEnded, wire.MessageRequestCounts{Succeeded: 1, Errored: 1, Canceled: 2, Expired: 1}},
 		{"expired", batch.Batch{Status: batch.Expired, ExpiredAt: at(created + 2), RequestCounts: batch.Counts{Total: 5, Completed: 1, Failed: 4}, ExpiredRows: 3},
-			0, ProcessingEnded, MessageRequestCounts{Succeeded: 1, Errored: 1, Expired: 3}},
+			0, wire.ProcessingEnded, wire.MessageRequestCounts{Succeeded: 1, Errored: 1, Expired: 3}},
 		{"failed before planning", batch.Batch{Status: batch.Failed, FailedAt: at(created + 2), RequestCounts: batch.Counts{Total: 5}},
-			0, ProcessingEnded, MessageRequestCounts{Errored: 5}},
+			0, wire.ProcessingEnded, wire.MessageRequestCounts{Errored: 5}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -186,7 +188,7 @@ func TestMessageBatchOf(t *testing.T) {
 			if m.CreatedAt != "2023-11-14T22:13:20Z" || *m.ExpiresAt != "2023-11-15T22:13:20Z" || m.Type != "message_batch" || m.ArchivedAt != nil {
 				t.Fatalf("object: %+v", m)
 			}
-			if ended := m.EndedAt != nil; ended != (tt.wantStatus == ProcessingEnded) {
+			if ended := m.EndedAt != nil; ended != (tt.wantStatus == wire.ProcessingEnded) {
 				t.Fatalf("ended_at %v with status %s", m.EndedAt, m.ProcessingStatus)
 			}
 			if (m.CancelInitiatedAt != nil) != (tt.b.CancellingAt != nil) {
