@@ -463,3 +463,42 @@ func expireWhileRunning(t *testing.T, rt *localrun.Runtime, tenant, batchID, mod
 		t.Fatal(err)
 	}
 }
+
+// A template's schedule survives a restart of the local runtime on the
+// same emulator (whose CreateScheduleGroup of an existing group empties
+// it), and the restarted firer fires its next minute once.
+func TestTemplateSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	// Half a minute past a minute, so no firing time falls on a start.
+	clock := &fakeClock{t: time.Now().Add(time.Hour).Truncate(time.Minute).Add(30 * time.Second)}
+	var opts localrun.Options
+	rt := runtime(t, func(o *localrun.Options) {
+		o.SchedulerClock, o.SchedulerRefresh = clock.Now, 100*time.Millisecond
+		opts = *o
+	})
+	_, key := client(t, rt, "acme")
+	status, body := postBatch(t, rt, key, map[string]any{
+		"endpoint": "/v1/chat/completions", "schedule": "* * * * *",
+		"requests": []map[string]any{{"method": "POST", "url": "/v1/chat/completions",
+			"body": map[string]any{"model": "gpt-4o-mini", "messages": []any{map[string]any{"role": "user", "content": "hi"}}}}},
+	})
+	if status != 200 {
+		t.Fatalf("create template: %d %s", status, body)
+	}
+	tpl := decodeBatch(t, body)
+	rt.Close()
+	rt, err := localrun.Start(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rt.Close)
+	clock.Add(time.Minute)
+	var runs []apiBatch
+	eventually(t, "a run after the restart", 30*time.Second, func() bool {
+		runs = runsOf(t, rt, key, tpl.ID)
+		return len(runs) > 0
+	})
+	if len(runs) != 1 {
+		t.Fatalf("one minute passed, got %d runs", len(runs))
+	}
+}

@@ -35,10 +35,26 @@ func Bootstrap(ctx context.Context, cfg aws.Config, set resources.Set) error {
 			return err
 		}
 	}
-	_, err := scheduler.NewFromConfig(cfg).CreateScheduleGroup(ctx, &scheduler.CreateScheduleGroupInput{Name: &set.ScheduleGroup})
+	return createScheduleGroup(ctx, scheduler.NewFromConfig(cfg), set.ScheduleGroup)
+}
+
+// createScheduleGroup creates the group unless it exists. It looks first:
+// the emulator answers CreateScheduleGroup of an existing group by
+// replacing it, empty, where AWS answers ConflictException, so a restart
+// on the same emulator would lose every template's schedule.
+func createScheduleGroup(ctx context.Context, sch *scheduler.Client, name string) error {
+	_, err := sch.GetScheduleGroup(ctx, &scheduler.GetScheduleGroupInput{Name: &name})
+	var notFound *schtypes.ResourceNotFoundException
+	if err == nil || !errors.As(err, &notFound) {
+		if err != nil {
+			return fmt.Errorf("get schedule group %s: %w", name, err)
+		}
+		return nil
+	}
+	_, err = sch.CreateScheduleGroup(ctx, &scheduler.CreateScheduleGroupInput{Name: &name})
 	var conflict *schtypes.ConflictException
 	if err != nil && !errors.As(err, &conflict) {
-		return fmt.Errorf("create schedule group %s: %w", set.ScheduleGroup, err)
+		return fmt.Errorf("create schedule group %s: %w", name, err)
 	}
 	return nil
 }

@@ -155,8 +155,15 @@ func Start(ctx context.Context, o Options) (*Runtime, error) {
 // one invocation (its own request id) per attempt.
 func (rt *Runtime) startFirer(ctx context.Context, o Options) {
 	e := rt.App.Engine
+	now := time.Now
+	if o.SchedulerClock != nil {
+		now = o.SchedulerClock
+	}
 	f := &schedule.Firer{
 		API: rt.App.Scheduler, Group: e.Schedules.Group, Refresh: o.SchedulerRefresh, Now: o.SchedulerClock, Logger: o.Log,
+		// From the start of the runtime, not of the goroutine: a time that
+		// comes due once Start has returned fires.
+		Since: now(),
 		Fire: func(ctx context.Context, _ string, input []byte, _ time.Time) error {
 			ctx = lambdacontext.NewContext(ctx, &lambdacontext.LambdaContext{AwsRequestID: esm.NewRequestID(), InvokedFunctionArn: e.Schedules.TargetARN})
 			return e.Fire(ctx, input)

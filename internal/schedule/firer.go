@@ -50,6 +50,9 @@ type Firer struct {
 	// Fire delivers one firing. An error is logged and the firing retried.
 	Fire   func(ctx context.Context, scheduleName string, input []byte, scheduledTime time.Time) error
 	Logger *slog.Logger
+	// Since is when the Firer starts looking: times after it fire. Zero
+	// means when Run starts.
+	Since time.Time
 	// RetryWait is the wait before a failed firing's first retry; 200 ms by
 	// default.
 	RetryWait time.Duration
@@ -85,7 +88,7 @@ func (f *Firer) Run(ctx context.Context) error {
 	refresh := cmp.Or(f.Refresh, DefaultRefresh)
 	log := cmp.Or(f.Logger, slog.Default()).With("schedule_group", f.Group)
 	// Just before the start, so a time exactly at the start fires.
-	f.lastLoad = f.now().Add(-time.Nanosecond)
+	f.lastLoad = cmp.Or(f.Since, f.now()).Add(-time.Nanosecond)
 	f.schedules = map[string]*tracked{}
 	f.lastFired = map[string]time.Time{}
 	for {
