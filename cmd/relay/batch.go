@@ -134,13 +134,16 @@ func batchHint(err error) error {
 	return withHint(err, http.StatusNotFound, "check the id: `relay batch list` shows your batches")
 }
 
+// batchCommands are the commands of relay batch.
+var batchCommands = []string{"submit", "status", "list", "cancel", "retry", "results", "wait"}
+
 func runBatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return newCLI(stdout, stderr).batch(ctx, args)
 }
 
 func (c *cli) batch(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return usageErr("batch: want submit, status, list, cancel, retry, results or wait")
+		return usageErr("batch: want %s", oneOf(batchCommands))
 	}
 	var err error
 	switch args[0] {
@@ -155,7 +158,7 @@ func (c *cli) batch(ctx context.Context, args []string) error {
 	case "wait":
 		err = c.batchWait(ctx, args[1:])
 	default:
-		return usageErr("batch: unknown command %q: want submit, status, list, cancel, retry, results or wait", args[0])
+		return usageErr("batch: unknown command %q: want %s", args[0], oneOf(batchCommands))
 	}
 	return helpIsSuccess(err)
 }
@@ -185,7 +188,7 @@ type createBatchRequest struct {
 }
 
 func (c *cli) batchSubmit(ctx context.Context, args []string) error {
-	fs := c.flagSet("batch submit", "FILE... [flags]")
+	fs := newFlagSet("batch submit", "FILE... [flags]")
 	var cf connFlags
 	cf.register(fs)
 	req := createBatchRequest{Metadata: metadataFlag{}}
@@ -197,7 +200,7 @@ func (c *cli) batchSubmit(ctx context.Context, args []string) error {
 	fs.StringVar(&req.CompletionWindow, "completion-window", "24h", "how long the batch may run, 1h to 24h")
 	wait := fs.Bool("wait", false, "wait until every batch ends, showing progress on stderr")
 	asJSON := fs.Bool("json", false, "print the API's Batch JSON (the final one with --wait)")
-	paths, err := parseArgs(fs, args)
+	paths, err := c.parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
@@ -242,11 +245,11 @@ func (c *cli) batchSubmit(ctx context.Context, args []string) error {
 
 // batchWait waits for batches submitted earlier, as submit --wait does.
 func (c *cli) batchWait(ctx context.Context, args []string) error {
-	fs := c.flagSet("batch wait", "ID... [--json]")
+	fs := newFlagSet("batch wait", "ID... [--json]")
 	var cf connFlags
 	cf.register(fs)
 	asJSON := fs.Bool("json", false, "print the API's final Batch JSON")
-	ids, err := parseArgs(fs, args)
+	ids, err := c.parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
@@ -334,11 +337,11 @@ func stoppedWaiting(ids []string) error {
 
 // batchOne runs status, cancel and retry, which take one batch id.
 func (c *cli) batchOne(ctx context.Context, sub string, args []string) error {
-	fs := c.flagSet("batch "+sub, "ID [--json]")
+	fs := newFlagSet("batch "+sub, "ID [--json]")
 	var cf connFlags
 	cf.register(fs)
 	asJSON := fs.Bool("json", false, "print the API's Batch JSON")
-	pos, err := parseArgs(fs, args)
+	pos, err := c.parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
@@ -407,13 +410,13 @@ func printBatch(w io.Writer, b apiBatch) error {
 }
 
 func (c *cli) batchList(ctx context.Context, args []string) error {
-	fs := c.flagSet("batch list", "[--limit N] [--after ID] [--json]")
+	fs := newFlagSet("batch list", "[--limit N] [--after ID] [--json]")
 	var cf connFlags
 	cf.register(fs)
 	limit := fs.Int("limit", 0, "how many batches, 1 to 100 (default 20)")
 	after := fs.String("after", "", "list the batches after this id (the last of the previous page)")
 	asJSON := fs.Bool("json", false, "print the API's list JSON")
-	pos, err := parseArgs(fs, args)
+	pos, err := c.parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
@@ -465,12 +468,12 @@ func (c *cli) batchList(ctx context.Context, args []string) error {
 }
 
 func (c *cli) batchResults(ctx context.Context, args []string) error {
-	fs := c.flagSet("batch results", "ID [-o FILE] [--partial]")
+	fs := newFlagSet("batch results", "ID [-o FILE] [--partial]")
 	var cf connFlags
 	cf.register(fs)
 	out := fs.String("o", "", "write the results to FILE instead of stdout")
 	partial := fs.Bool("partial", false, "get the rows finished so far of a batch still running")
-	pos, err := parseArgs(fs, args)
+	pos, err := c.parseArgs(fs, args)
 	if err != nil {
 		return err
 	}

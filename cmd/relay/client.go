@@ -54,12 +54,14 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
-// flagSet returns the flags of one client command, reporting on stderr.
-func (c *cli) flagSet(name, synopsis string) *flag.FlagSet {
+// newFlagSet returns the flags of one command, relay name synopsis. It
+// prints nothing itself: parseArgs prints its usage, to stdout when asked
+// for with -h or --help and to stderr after a mistake.
+func newFlagSet(name, synopsis string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
+	fs.SetOutput(io.Discard)
 	fs.Usage = func() {
-		fmt.Fprintf(c.stderr, "usage: relay %s %s\n", name, synopsis)
+		fmt.Fprintf(fs.Output(), "usage: relay %s %s\n", name, synopsis)
 		fs.PrintDefaults()
 	}
 	return fs
@@ -67,13 +69,18 @@ func (c *cli) flagSet(name, synopsis string) *flag.FlagSet {
 
 // parseArgs parses flags wherever they sit among the arguments
 // (relay batch submit a.jsonl --wait) and returns the other arguments.
-// -h gives flag.ErrHelp; any other mistake is a usage error.
-func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+// -h and --help print the usage on stdout and give flag.ErrHelp; any other
+// mistake prints it on stderr and is a usage error.
+func parseArgs(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) ([]string, error) {
 	var rest []string
 	for {
-		if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		err := fs.Parse(args)
+		switch {
+		case errors.Is(err, flag.ErrHelp):
+			printUsage(fs, stdout)
 			return nil, err
-		} else if err != nil {
+		case err != nil:
+			printUsage(fs, stderr)
 			return nil, exitError{2, err}
 		}
 		left := fs.Args()
@@ -87,7 +94,18 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// helpIsSuccess turns the -h of a subcommand (usage already printed) into success.
+func printUsage(fs *flag.FlagSet, w io.Writer) {
+	fs.SetOutput(w)
+	fs.Usage()
+	fs.SetOutput(io.Discard)
+}
+
+// parseArgs parses a client command's flags (see parseArgs).
+func (c *cli) parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	return parseArgs(fs, args, c.stdout, c.stderr)
+}
+
+// helpIsSuccess turns the -h of a command (usage already printed) into success.
 func helpIsSuccess(err error) error {
 	if errors.Is(err, flag.ErrHelp) {
 		return nil

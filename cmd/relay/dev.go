@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,11 +17,14 @@ func endpointSet() bool { return os.Getenv("AWS_ENDPOINT_URL") != "" }
 
 // runDev runs the whole service locally until interrupted.
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
+	fs := newFlagSet("dev", "[--addr HOST:PORT] [--tenant NAME]\n"+
+		"runs the whole service locally (make dev): on the emulator at AWS_ENDPOINT_URL, else on a moto it starts")
 	addr := fs.String("addr", envOr("RELAY_ADDR", "127.0.0.1:8080"), "API listen address (RELAY_ADDR)")
 	tenant := fs.String("tenant", "dev", "tenant of the printed key")
-	if err := fs.Parse(args); err != nil {
-		return exitError{2, err}
+	if pos, err := parseArgs(fs, args, stdout, stderr); err != nil {
+		return helpIsSuccess(err)
+	} else if len(pos) != 0 {
+		return usageErr("dev takes no arguments (flags: --addr HOST:PORT --tenant NAME)")
 	}
 	env, err := config.FromEnv()
 	if err != nil {

@@ -33,13 +33,16 @@ type apiFile struct {
 	UploadURL     string `json:"upload_url"`
 }
 
+// filesCommands are the commands of relay files.
+var filesCommands = []string{"upload", "list", "get", "delete", "content"}
+
 func runFiles(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return newCLI(stdout, stderr).files(ctx, args)
 }
 
 func (c *cli) files(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return usageErr("files: want upload, list, get, delete or content")
+		return usageErr("files: want %s", oneOf(filesCommands))
 	}
 	sub := args[0]
 	synopsis := map[string]string{
@@ -47,14 +50,14 @@ func (c *cli) files(ctx context.Context, args []string) error {
 		"delete": "ID [--json]", "content": "ID [-o FILE]",
 	}[sub]
 	if synopsis == "" {
-		return usageErr("files: unknown command %q: want upload, list, get, delete or content", sub)
+		return usageErr("files: unknown command %q: want %s", sub, oneOf(filesCommands))
 	}
-	fs := c.flagSet("files "+sub, synopsis)
+	fs := newFlagSet("files "+sub, synopsis)
 	var cf connFlags
 	cf.register(fs)
 	asJSON := fs.Bool("json", false, "print the API's JSON")
 	out := fs.String("o", "", "write the content to FILE instead of stdout")
-	pos, err := parseArgs(fs, args[1:])
+	pos, err := c.parseArgs(fs, args[1:])
 	if err != nil {
 		return helpIsSuccess(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -40,16 +39,45 @@ func keyStore(ctx context.Context) (*store.Store, error) {
 	return store.New(dynamodb.NewFromConfig(cfg), env.Table), nil
 }
 
-func runKeys(ctx context.Context, args []string, stdout io.Writer) error {
+// keysCommands are the commands of relay keys.
+var keysCommands = []string{"create", "list", "disable", "webhook-secret"}
+
+func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usageErr("keys: want create, list, disable or webhook-secret")
+		return usageErr("keys: want %s", oneOf(keysCommands))
 	}
-	fs := flag.NewFlagSet("keys "+args[0], flag.ContinueOnError)
-	tenant := fs.String("tenant", "", "tenant name")
-	scopes := fs.String("scopes", "files,batches", "comma-separated scopes: files, batches, admin")
-	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args[1:]); err != nil {
-		return exitError{2, err}
+	synopsis, ok := map[string]string{
+		"create":         "--tenant NAME [--scopes files,batches,admin]",
+		"list":           "[--json]",
+		"disable":        "KEY_ID|KEY",
+		"webhook-secret": "--tenant NAME",
+	}[args[0]]
+	if !ok {
+		return usageErr("keys: unknown command %q: want %s", args[0], oneOf(keysCommands))
+	}
+	fs := newFlagSet("keys "+args[0], synopsis)
+	var tenant, scopes string
+	var asJSON bool
+	switch args[0] {
+	case "create":
+		fs.StringVar(&tenant, "tenant", "", "tenant name")
+		fs.StringVar(&scopes, "scopes", "files,batches", "comma-separated scopes: files, batches, admin")
+	case "list":
+		fs.BoolVar(&asJSON, "json", false, "print JSON")
+	case "webhook-secret":
+		fs.StringVar(&tenant, "tenant", "", "tenant name")
+	}
+	pos, err := parseArgs(fs, args[1:], stdout, stderr)
+	if err != nil {
+		return helpIsSuccess(err)
+	}
+	switch {
+	case args[0] == "disable" && len(pos) != 1:
+		return usageErr("keys disable: give one KEY_ID (from keys list) or the key itself")
+	case args[0] != "disable" && len(pos) != 0:
+		return usageErr("keys %s takes no arguments", args[0])
+	case args[0] != "list" && args[0] != "disable" && tenant == "":
+		return usageErr("keys %s: --tenant NAME is required", args[0])
 	}
 	s, err := keyStore(ctx)
 	if err != nil {
@@ -57,10 +85,7 @@ func runKeys(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	switch args[0] {
 	case "create":
-		if *tenant == "" {
-			return usageErr("keys create: --tenant NAME is required")
-		}
-		raw, _, err := auth.Create(ctx, s, *tenant, strings.Split(*scopes, ","))
+		raw, _, err := auth.Create(ctx, s, tenant, strings.Split(scopes, ","))
 		if err != nil {
 			return err
 		}
@@ -71,7 +96,7 @@ func runKeys(ctx context.Context, args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if *asJSON {
+		if asJSON {
 			return json.NewEncoder(stdout).Encode(ks)
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
@@ -85,26 +110,19 @@ func runKeys(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		return tw.Flush()
 	case "disable":
-		if fs.NArg() != 1 {
-			return usageErr("keys disable: give one KEY_ID (from keys list) or the key itself")
-		}
-		if err := s.DisableKey(ctx, fs.Arg(0)); errors.Is(err, auth.ErrNoKey) {
-			return fmt.Errorf("keys disable: no key %q (see relay keys list)", fs.Arg(0))
+		if err := s.DisableKey(ctx, pos[0]); errors.Is(err, auth.ErrNoKey) {
+			return fmt.Errorf("keys disable: no key %q (see relay keys list)", pos[0])
 		} else if err != nil {
 			return err
 		}
 		fmt.Fprintln(stdout, "disabled")
 		return nil
-	case "webhook-secret":
-		if *tenant == "" {
-			return usageErr("keys webhook-secret: --tenant NAME is required")
-		}
-		sec, err := auth.WebhookSecret(ctx, s, *tenant)
+	default: // webhook-secret
+		sec, err := auth.WebhookSecret(ctx, s, tenant)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintln(stdout, sec)
 		return nil
 	}
-	return usageErr("keys: unknown command %q: want create, list, disable or webhook-secret", args[0])
 }

@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 )
 
@@ -31,6 +33,8 @@ Usage:
   relay files list [--json]
   relay files get|delete ID [--json]
   relay files content ID [-o FILE]
+  relay help [GROUP [COMMAND]]       this text, or a group's commands, or a command's flags
+                                     (also relay GROUP --help, relay GROUP COMMAND --help)
 
 Environment: AWS_ENDPOINT_URL (LocalStack or moto), RELAY_PREFIX, RELAY_CONFIG,
 RELAY_ADDR. See README.md.
@@ -57,17 +61,50 @@ func usageErr(format string, args ...any) error {
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := runMain(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// runMain runs one command line and returns its exit code, having written
+// any error to stderr.
+func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	err := run(ctx, args, stdout, stderr)
 	if err == nil {
-		return
+		return 0
 	}
-	fmt.Fprintln(os.Stderr, "relay:", err)
+	fmt.Fprintln(stderr, "relay:", err)
 	var ee exitError
 	if errors.As(err, &ee) {
-		os.Exit(ee.code)
+		return ee.code
 	}
-	os.Exit(1)
+	return 1
+}
+
+// group is the first word of a command line. A group with commands takes
+// one of them as its second word; one without (dev, mock-upstream) is a
+// command itself. run, the help texts and the tests go by this table.
+type group struct {
+	name     string
+	commands []string
+	run      func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+var groups = []group{
+	{"dev", nil, runDev},
+	{"keys", keysCommands, runKeys},
+	{"mock-upstream", nil, runMock},
+	{"batch", batchCommands, runBatch},
+	{"files", filesCommands, runFiles},
+}
+
+// isHelp says whether a word asks for help rather than naming a command.
+func isHelp(arg string) bool {
+	switch arg {
+	case "help", "-h", "-help", "--help":
+		return true
+	}
+	return false
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -75,21 +112,60 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stderr, usage)
 		return usageErr("no command")
 	}
-	switch args[0] {
-	case "dev":
-		return runDev(ctx, args[1:], stdout, stderr)
-	case "keys":
-		return runKeys(ctx, args[1:], stdout)
-	case "mock-upstream":
-		return runMock(ctx, args[1:], stderr)
-	case "batch":
-		return runBatch(ctx, args[1:], stdout, stderr)
-	case "files":
-		return runFiles(ctx, args[1:], stdout, stderr)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-		return nil
+	if isHelp(args[0]) {
+		if len(args) == 1 || isHelp(args[1]) {
+			fmt.Fprint(stdout, usage)
+			return nil
+		}
+		// relay help GROUP [COMMAND] is relay GROUP [COMMAND] --help.
+		return run(ctx, slices.Concat(args[1:], []string{"--help"}), stdout, stderr)
 	}
-	fmt.Fprint(stderr, usage)
-	return usageErr("unknown command %q", args[0])
+	i := slices.IndexFunc(groups, func(g group) bool { return g.name == args[0] })
+	if i < 0 {
+		fmt.Fprint(stderr, usage)
+		return usageErr("unknown command %q", args[0])
+	}
+	g, rest := groups[i], args[1:]
+	if len(rest) > 0 && isHelp(rest[0]) {
+		switch {
+		case g.commands == nil:
+			// The group is one command: its flags.
+			rest = []string{"--help"}
+		case rest[0] == "help" && len(rest) > 1 && !isHelp(rest[1]):
+			// relay GROUP help COMMAND is relay GROUP COMMAND --help.
+			rest = []string{rest[1], "--help"}
+		default:
+			fmt.Fprint(stdout, groupUsage(g))
+			return nil
+		}
+	}
+	return g.run(ctx, rest, stdout, stderr)
+}
+
+// oneOf lists words as "a, b or c".
+func oneOf(words []string) string {
+	if len(words) < 2 {
+		return strings.Join(words, "")
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
+}
+
+// groupUsage is the part of usage about one group's commands.
+func groupUsage(g group) string {
+	var b strings.Builder
+	b.WriteString("Usage:\n")
+	in := false
+	for line := range strings.Lines(usage) {
+		switch {
+		case strings.HasPrefix(line, "  relay "+g.name+" "), line == "  relay "+g.name+"\n":
+			in = true
+		case !strings.HasPrefix(line, "        "): // not a continuation line
+			in = false
+		}
+		if in {
+			b.WriteString(line)
+		}
+	}
+	fmt.Fprintf(&b, "\nrelay %s COMMAND --help describes a command and its flags; relay help, the environment and exit codes.\n", g.name)
+	return b.String()
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -13,8 +12,8 @@ import (
 	"github.com/relaybatch/relay/internal/mockup"
 )
 
-func runMock(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("mock-upstream", flag.ContinueOnError)
+func runMock(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("mock-upstream", "[flags]\nruns the mock model provider alone (make dev starts one on 127.0.0.1:8090)")
 	addr := fs.String("addr", "127.0.0.1:8090", "listen address")
 	var o mockup.Options
 	fs.DurationVar(&o.Latency, "latency", 0, "added to every request")
@@ -22,8 +21,10 @@ func runMock(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.Float64Var(&o.RateLimitRate, "rate-limit-rate", 0, "fraction of requests answered 429")
 	fs.DurationVar(&o.RetryAfter, "retry-after", time.Second, "Retry-After of 429 answers")
 	fs.Int64Var(&o.Seed, "seed", 1, "seed of the random knobs")
-	if err := fs.Parse(args); err != nil {
-		return exitError{2, err}
+	if pos, err := parseArgs(fs, args, stdout, stderr); err != nil {
+		return helpIsSuccess(err)
+	} else if len(pos) != 0 {
+		return usageErr("mock-upstream takes no arguments, only flags")
 	}
 	l, err := net.Listen("tcp", *addr)
 	if err != nil {
