@@ -72,8 +72,11 @@ func Load(ctx context.Context) (*App, error) {
 	return New(env, models, cfg, slog.New(slog.NewJSONHandler(os.Stderr, nil))), nil
 }
 
-// New builds the app from parsed configuration.
+// New builds the app from parsed configuration. Its logger is log with
+// LambdaLogHandler: lines logged with an invocation's ctx carry its request
+// id.
 func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger) *App {
+	log = slog.New(LambdaLogHandler(cmp.Or(log, slog.Default()).Handler()))
 	a := &App{Env: env, Models: models, AWS: cfg, Log: log}
 	a.Resources = resources.Define(env.Prefix)
 	a.DB = dynamodb.NewFromConfig(cfg)
@@ -128,5 +131,8 @@ func Start(name string, pick func(*App) any) {
 		slog.Error("start "+name, "err", err)
 		os.Exit(1)
 	}
+	// What logs to slog's default (the API Gateway adapter) logs as the
+	// app does: JSON, with the invocation's request id.
+	slog.SetDefault(a.Log)
 	lambda.Start(pick(a))
 }
