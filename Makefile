@@ -8,7 +8,7 @@ GO_PACKAGES := ./...
 FUZZTIME ?= 5s
 EMULATOR := localstack/emulator.sh
 
-.PHONY: all build dev test unit integration fuzz-short fuzz bench bench-all vet clean
+.PHONY: all build dev test test-deps unit integration fuzz-short fuzz bench bench-all vet clean
 
 all: build
 
@@ -29,12 +29,40 @@ vet:
 	go vet $(GO_PACKAGES)
 	@test -z "$$(gofmt -l cmd functions internal infra localstack events)" || { gofmt -l cmd functions internal infra localstack events; echo "gofmt needed"; exit 1; }
 
-## test: unit, integration (emulator), brief fuzzing and infra tests
-test: vet build
+## test: unit, integration (emulator), brief fuzzing and infra tests, after
+## test-deps (first even under make -j, so a missing tool stops it at once)
+test: test-deps
+	@$(MAKE) --no-print-directory vet build
 	@if [ -z "$$AWS_ENDPOINT_URL" ]; then \
 	  trap 'EMULATOR_PORT=4599 $(EMULATOR) stop' EXIT; EMULATOR_PORT=4599 $(EMULATOR) start && \
 	  AWS_ENDPOINT_URL=http://127.0.0.1:4599 $(MAKE) --no-print-directory test-all; \
 	else $(MAKE) --no-print-directory test-all; fi
+
+## test-deps: what make test needs besides Go, on a fresh Debian machine.
+## Debian's packages it lacks (chromium for the browser tests, curl for the
+## emulator script, nodejs and npm for the CDK: the infra tests run it
+## through jsii, cfn-lint lints what the pinned cdk synthesizes) it installs
+## with apt-get when root, then the pinned npm packages (npm ci). Not root,
+## or missing moto or cfn-lint (Python; the machine image ships them), it
+## stops at once with one line naming the one command to run.
+## CHROMIUM is where the browser tests look for Chromium: chromiumPath in
+## localstack/browser_test.go, Debian's path; change it only to try this.
+CHROMIUM ?= /usr/bin/chromium
+GO_VERSION = $(shell sed -n 's/^go //p' go.mod)
+test-deps:
+	@command -v go >/dev/null || { echo "make test: Go $(GO_VERSION) (go.mod) is not on PATH: run  export PATH=\"\$$PATH:/usr/local/go/bin\"  (or install it from https://go.dev/dl/)" >&2; exit 1; }
+	@py=; if [ -z "$$AWS_ENDPOINT_URL" ] && ! command -v moto_server >/dev/null && ! python3 -c 'import moto.server' 2>/dev/null; then py="'moto[server]'"; fi; \
+	command -v cfn-lint >/dev/null || py="$$py cfn-lint"; \
+	py=$${py# }; if [ -n "$$py" ]; then echo "make test: missing Python's $$py (moto is the AWS emulator unless AWS_ENDPOINT_URL names one): run  pip install $$py" >&2; exit 1; fi
+	@pkgs=; [ -x "$(CHROMIUM)" ] || pkgs=chromium; \
+	for c in curl node:nodejs npm; do command -v $${c%%:*} >/dev/null || pkgs="$$pkgs $${c#*:}"; done; \
+	pkgs=$${pkgs# }; [ -n "$$pkgs" ] || exit 0; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+	  echo "make test: missing Debian's $$pkgs, which only root can install: run  sudo sh -c 'apt-get update && apt-get install -y $$pkgs'  then make test again" >&2; exit 1; fi; \
+	echo "make test: installing $$pkgs (apt-get)"; \
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$pkgs >/dev/null || { echo "make test: apt-get install $$pkgs failed" >&2; exit 1; }; \
+	[ -x "$(CHROMIUM)" ] || { echo "make test: apt-get installed chromium, but $(CHROMIUM) is still missing" >&2; exit 1; }
+	@$(MAKE) -s --no-print-directory node_modules/.installed
 
 test-all: unit fuzz-short cfn-lint
 

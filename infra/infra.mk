@@ -18,7 +18,7 @@ CFN_LINT := cfn-lint --ignore-checks W3005 --
 LOCALSTACK_URL ?= http://localhost:4566
 # LocalStack runs functions on the host's architecture.
 LOCAL_GOARCH ?= $(shell go env GOHOSTARCH)
-LOCAL_BUILD := build/local-$(LOCAL_GOARCH)
+LOCAL_BUILD = build/local-$(LOCAL_GOARCH)
 INFRA_FUNCTIONS := $(notdir $(patsubst %/,%,$(dir $(wildcard functions/*/main.go))))
 
 .PHONY: synth deploy deploy-local infra-test cfn-lint build-local

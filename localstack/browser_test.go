@@ -2,8 +2,9 @@ package localstack
 
 // Browser tests of the panel (SPEC §11): headless Chromium, driven with
 // chromedp, against a local runtime of each test's own. They need Debian's
-// chromium package at /usr/bin/chromium (.ci/run installs it); without it
-// they fail and say so, they are never skipped.
+// chromium package at /usr/bin/chromium (make test installs it when missing:
+// test-deps in the Makefile, whose CHROMIUM is this path); without it they
+// fail and say so, they are never skipped.
 //
 // Screenshots of the main pages are taken on every run and checked; they are
 // written to docs/screenshots/ only with RELAY_SCREENSHOTS=1, so a test run
@@ -72,7 +73,7 @@ func startChromium(t *testing.T) context.Context {
 	t.Helper()
 	if _, err := os.Stat(chromiumPath); err != nil {
 		t.Fatalf("the browser tests need Chromium at %s: install Debian's chromium package "+
-			"(apt-get install chromium; .ci/run installs it when missing): %v", chromiumPath, err)
+			"(apt-get install chromium; make test installs it when missing): %v", chromiumPath, err)
 	}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromiumPath),
