@@ -23,6 +23,6 @@ endef
 loadtest:
 	$(call run-with-emulator,go test -tags loadtest -run '^TestLoad$$' -count=1 -v -timeout 3m ./localstack,$(LOADTEST_EMULATOR_PORT))
 
-## chaos: crashes, lost and duplicated messages, provider faults, a restart (≤ 5 minutes)
+## chaos: crashes, lost and duplicated messages, provider faults, a restart, faults at every AWS call (≤ 10 minutes)
 chaos:
-	$(call run-with-emulator,go test -tags chaos -run '^TestChaos$$' -count=1 -v -timeout 5m ./localstack,$(CHAOS_EMULATOR_PORT))
+	$(call run-with-emulator,go test -tags chaos -run '^TestChaos$$' -count=1 -v -timeout 15m ./localstack,$(CHAOS_EMULATOR_PORT))

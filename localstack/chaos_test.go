@@ -2,17 +2,21 @@
 
 package localstack
 
-// `make chaos`: while batches of several tenants run, executors are killed
-// mid-chunk and after writing their parts, SQS messages are dropped and
-// duplicated, the provider answers 429s, 500s and timeouts in bursts, and
-// the whole local runtime is restarted once on the same emulator. Then
-// every batch must be terminal with every row in exactly one file, counts
-// and usage matching the rows, no part file left behind, and no tenant
-// seeing another's batches or files. The randomness is seeded (CHAOS_SEED,
+// `make chaos`: while batches of several tenants run (some cancelled, one
+// fired by a template, one of workflow records, all with webhooks),
+// executors are killed mid-chunk and after writing their parts, SQS
+// messages are dropped and duplicated, the provider answers 429s, 500s and
+// timeouts in bursts, the whole local runtime is restarted once on the same
+// emulator, and the functions' AWS calls fail (sdkFaults). Then every batch
+// must be terminal with every row in exactly one file, counts and usage
+// matching the rows, no part file left behind, no capacity or lease held,
+// every webhook delivered or recorded failed, and no tenant seeing
+// another's batches or files. The randomness is seeded (CHAOS_SEED,
 // printed); goroutine scheduling still varies, so a seed reproduces the
 // fault rates and the burst plan, not the exact interleaving.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,9 +27,11 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -37,6 +43,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 	"github.com/relaybatch/relay/internal/app"
 	"github.com/relaybatch/relay/internal/awsfault"
 	"github.com/relaybatch/relay/internal/batch"
@@ -86,13 +93,22 @@ const (
 	faultRestart      = "runtime restarted"
 )
 
-// The executor's timeout and the work queue's visibility: long enough for
-// a chunk to ride out a provider burst, short enough that a lost message
-// comes back within the run.
-const (
-	chaosExecTimeout    = 10 * time.Second
-	chaosWorkVisibility = 12 * time.Second
-)
+// The queues' visibility timeouts and their functions' timeouts: long
+// enough for a chunk to ride out a provider burst, short enough that a
+// lost message comes back within the run (deployed: minutes).
+var chaosQueues = []struct {
+	key                 string
+	visibility, timeout time.Duration
+}{
+	{resources.Work, 12 * time.Second, 10 * time.Second},
+	{resources.Work + "-dlq", 15 * time.Second, 10 * time.Second},
+	{resources.Dispatch, 15 * time.Second, 10 * time.Second},
+	{resources.Finalize, 20 * time.Second, 15 * time.Second},
+	{resources.Webhook, 10 * time.Second, 5 * time.Second},
+}
+
+// chaosExecTimeout is the executor's timeout, the bound of a duplicate run.
+var chaosExecTimeout = chaosQueues[0].timeout
 
 var faultOrder = []string{faultKill, faultBeforeCommit, faultDropWork, faultDropDispatch, faultDropFinalize,
 	faultDupRun, faultDupWork, faultDupDispatch, faultDupFinalize, faultRedeliverDup,
@@ -270,8 +286,8 @@ func TestChaos(t *testing.T) {
 	const (
 		nTenants  = 4
 		perTenant = 3
-		nRows     = 60
-		budget    = 200 * time.Second // submit to all terminal
+		nRows     = 100
+		budget    = 480 * time.Second // submit to all terminal
 	)
 	seed := time.Now().UnixNano()
 	if v := os.Getenv("CHAOS_SEED"); v != "" {
@@ -292,8 +308,9 @@ func TestChaos(t *testing.T) {
 	ch := &chaos{rng: rand.New(rand.NewPCG(uint64(seed), 0x6368616f73)), faults: map[string]int{}, budget: map[string]int{}, deadLettering: map[string]bool{}}
 	ctx := context.Background()
 
-	// The provider lives outside the runtime, as a real one would, so it
-	// keeps answering across the restart.
+	// The provider, the webhook receiver and the workflow callback live
+	// outside the runtime, as real ones would, so they keep answering
+	// across the restart.
 	if os.Getenv("RELAY_TEST_KEY") == "" {
 		t.Setenv("RELAY_TEST_KEY", "sk-relay-chaos")
 	}
@@ -309,20 +326,37 @@ func TestChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	hooks := newChaosHooks(t, seed)
+	callback := newWFCallback(t, func(ev wfEvent) (int, string) {
+		if ev.Step == 0 {
+			return 200, wfContinue(wfReq{id: "a", content: "[[mock:sleep=20ms]] step a"}, wfReq{id: "b", content: "[[mock:sleep=20ms]] step b"})
+		}
+		return 200, `{"state":"completed","output":{"ok":true}}`
+	})
+	// The template's schedule fires on this clock, moved once mid-run.
+	// Half a minute past a minute, so that no firing time falls on the
+	// restart (a restarted firer fires the times after its start).
+	clock := &fakeClock{t: time.Now().Add(time.Hour).Truncate(time.Minute).Add(30 * time.Second)}
 
 	// Both runtimes: the same names, emulator, API address and hooks.
 	prefix := fmt.Sprintf("chaos%d", time.Now().UnixNano())
 	opts := localrun.Options{
 		Env:    config.Env{Prefix: prefix, Table: prefix, Bucket: prefix + "-data", ChunkRows: 10, S3PathStyle: true},
 		Models: models, AWS: awsCfg, Addr: freeAddr(t), TickEvery: time.Second, Log: logger,
-		OnInvoke: ch.onInvoke,
+		OnInvoke:       ch.onInvoke,
+		SchedulerClock: clock.Now, SchedulerRefresh: 500 * time.Millisecond,
 		Wire: func(a *app.App) {
 			a.Engine.BeforeCommit = ch.beforeCommit
-			a.Engine.Lease = 3 * time.Second // a killed run's chunk moves on in seconds
+			a.Engine.Lease = chaosLease // a killed run's chunk moves on in seconds
+			a.Webhooks.Backoff = func(int) time.Duration { return chaosWebhookBackoff }
+			a.Webhooks.RetryFor = chaosWebhookRetryFor
+			a.Webhooks.Client.Timeout = 2 * time.Second
 		},
 	}
-	// A lost work message comes back in seconds, not minutes.
-	queueTimes(&opts, resources.Work, chaosWorkVisibility, chaosExecTimeout)
+	// A lost message comes back in seconds, not minutes.
+	for _, q := range chaosQueues {
+		queueTimes(&opts, q.key, q.visibility, q.timeout)
+	}
 	sdk := sdkFaults(uint64(seed))
 	withAPIOption(sdk.APIOption)(&opts)
 	rt, err := localrun.Start(ctx, opts)
@@ -334,6 +368,8 @@ func TestChaos(t *testing.T) {
 
 	api, lat := newAPICounter(), newLatencies()
 	tenants := newTenants(t, ctx, rt, "chaos-tenant", nTenants, perTenant, api)
+	extra := newTenants(t, ctx, rt, "chaos-extra", 1, 2, api)[0]
+	extra.workflows = true
 	totalRows := nTenants * perTenant * nRows
 
 	burstCtx, stopBursts := context.WithCancel(ctx)
@@ -341,7 +377,7 @@ func TestChaos(t *testing.T) {
 	go ch.bursts(burstCtx, mock, seed)
 
 	// Submit (staggered, so batches start before and after the restart)
-	// and poll every batch.
+	// and poll every batch; cancel some of them while they run.
 	runCtx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
 	var (
@@ -351,7 +387,33 @@ func TestChaos(t *testing.T) {
 		getErrors atomic.Int64
 		progress  = make([]atomic.Int64, nTenants*perTenant) // rows done per batch, as last polled
 		submitted atomic.Int64
+		cancels   atomic.Int64
 	)
+	fail := func(format string, args ...any) {
+		mu.Lock()
+		failures = append(failures, fmt.Sprintf(format, args...))
+		mu.Unlock()
+	}
+	// await polls a batch until it is terminal, keeping its rows done in prog.
+	await := func(c openai.Client, id string, prog *atomic.Int64) (*openai.Batch, error) {
+		for {
+			got, err := timed(lat, "get batch", func() (*openai.Batch, error) { return c.Batches.Get(runCtx, id) })
+			if err == nil {
+				prog.Store(got.RequestCounts.Completed + got.RequestCounts.Failed)
+				if terminal[got.Status] {
+					return got, nil
+				}
+			} else {
+				getErrors.Add(1)
+			}
+			select {
+			case <-runCtx.Done():
+				return nil, fmt.Errorf("batch %s not terminal: %w", id, runCtx.Err())
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}
+	var unwatched atomic.Int64 // progress of the extra batches, which the restart does not wait for
 	start := time.Now()
 	for ti, tr := range tenants {
 		for j := range perTenant {
@@ -362,50 +424,56 @@ func TestChaos(t *testing.T) {
 				rows[k] = chatRow{id: id, content: fmt.Sprintf("[[mock:sleep=%dms]] chaos %s", 10+ch.intn(50), id)}
 				tr.ids[j][k] = id
 			}
+			cancelled := j == 1 && ti%2 == 0
 			wg.Go(func() {
-				fail := func(err error) {
-					mu.Lock()
-					failures = append(failures, fmt.Sprintf("%s batch %d: %v", tr.name, j, err))
-					mu.Unlock()
-				}
 				time.Sleep(time.Duration(j*4000+ti*300) * time.Millisecond)
 				var b *openai.Batch
 				var f *openai.FileObject
 				var err error
 				for try := 0; try < 5; try++ { // the API may be restarting
-					if b, f, err = submit(runCtx, tr.client, lat, rows, "gpt-4o-mini", (ti+j)%2 == 1); statusOf(err) != -1 {
+					if b, f, err = submit(runCtx, tr.client, lat, rows, "gpt-4o-mini", (ti+j)%2 == 1, option.WithJSONSet("webhook_url", hooks.URL)); statusOf(err) != -1 {
 						break
 					}
 					time.Sleep(time.Second)
 				}
 				if err != nil {
-					fail(fmt.Errorf("create: %w", err))
+					fail("%s batch %d: create: %v", tr.name, j, err)
 					return
 				}
 				submitted.Add(1)
 				if f != nil {
 					tr.inputs[j] = f.ID
 				}
-				for {
-					got, err := timed(lat, "get batch", func() (*openai.Batch, error) { return tr.client.Batches.Get(runCtx, b.ID) })
-					if err == nil {
-						progress[ti*perTenant+j].Store(got.RequestCounts.Completed + got.RequestCounts.Failed)
-						if terminal[got.Status] {
-							tr.batches[j] = got
-							return
+				if cancelled {
+					go func() {
+						time.Sleep(3 * time.Second)
+						if cancelBatch(runCtx, tr.client, b.ID) {
+							cancels.Add(1)
 						}
-					} else {
-						getErrors.Add(1)
-					}
-					select {
-					case <-runCtx.Done():
-						fail(fmt.Errorf("batch %s not terminal: %w", b.ID, runCtx.Err()))
-						return
-					case <-time.After(500 * time.Millisecond):
-					}
+					}()
 				}
+				got, err := await(tr.client, b.ID, &progress[ti*perTenant+j])
+				if err != nil {
+					fail("%s: %v", tr.name, err)
+					return
+				}
+				tr.batches[j] = got
 			})
 		}
+	}
+	wg.Go(func() {
+		id, err := workflowBatch(runCtx, extra, callback.URL, hooks.URL+"/down")
+		if err != nil {
+			fail("workflow batch: %v", err)
+			return
+		}
+		if extra.batches[0], err = await(extra.client, id, &unwatched); err != nil {
+			fail("workflow batch: %v", err)
+		}
+	})
+	templateID, err := createTemplate(ctx, rt.URL, extra, hooks.URL)
+	if err != nil {
+		t.Fatalf("template: %v", err)
 	}
 
 	// Restart the whole runtime once, mid-run: when every batch is in and
@@ -436,6 +504,23 @@ func TestChaos(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	// The template's minute passes on the restarted runtime: one run,
+	// which then runs like any batch; the template is cancelled after.
+	clock.Add(time.Minute)
+	wg.Go(func() {
+		run, err := templateRun(runCtx, rt.URL, extra, templateID)
+		if err != nil {
+			fail("template run: %v", err)
+			return
+		}
+		if extra.batches[1], err = await(extra.client, run, &unwatched); err != nil {
+			fail("template run: %v", err)
+			return
+		}
+		if !cancelBatch(runCtx, extra.client, templateID) {
+			fail("template %s: cancel failed", templateID)
+		}
+	})
 	wg.Wait()
 	elapsed := time.Since(start)
 	for _, f := range failures {
@@ -449,9 +534,20 @@ func TestChaos(t *testing.T) {
 	stopBursts()
 	ch.spawned.Wait()
 	rt = ch.rt.Load()
-	// A deadletter invocation that failed comes back after the DLQ's
-	// two-minute visibility timeout.
-	drained := drainWork(t, rt, 150*time.Second)
+	drained := drainWork(t, rt, 90*time.Second)
+	w := os.Stdout
+	fmt.Fprintf(w, "\nCHAOS  seed %d: %d tenants × %d batches × %d rows = %d rows, + %d workflow records and a template's run of %d rows; chunks of 10\n",
+		seed, nTenants, perTenant, nRows, totalRows, len(extra.ids[0]), len(extra.ids[1]))
+	var shortened []string
+	for _, q := range chaosQueues {
+		shortened = append(shortened, fmt.Sprintf("%s %v/%v", q.key, q.visibility, q.timeout))
+	}
+	fmt.Fprintf(w, "  shortened for the run: queue visibility/function timeout %s; lease %v, tick %v, webhook retries every %v for %v\n",
+		strings.Join(shortened, ", "), chaosLease, time.Second, chaosWebhookBackoff, chaosWebhookRetryFor)
+	fmt.Fprintf(w, "  all terminal after %.1f s; restart at %.1f s with %d rows done and %d of %d batches unfinished; %d cancels; work queue drained: %v\n\n",
+		elapsed.Seconds(), restartAt.Seconds(), rowsAtRestart, openAtRestart, nTenants*perTenant, cancels.Load(), drained)
+	total := faultTable(t, w, ch.faults, sdk)
+	fmt.Fprintf(w, "\n  %d faults injected\n\n", total)
 	if t.Failed() {
 		t.FailNow()
 	}
@@ -460,7 +556,7 @@ func TestChaos(t *testing.T) {
 	var acc accounting
 	acc.errorCodes = map[string]int64{}
 	statuses := map[string]int{}
-	for _, tr := range tenants {
+	for _, tr := range append(tenants, extra) {
 		a := checkTenant(t, rt, tr)
 		acc.rows += a.rows
 		acc.completed += a.completed
@@ -469,6 +565,9 @@ func TestChaos(t *testing.T) {
 		acc.lost += a.lost
 		acc.duplicated += a.duplicated
 		acc.deadLetters += a.deadLetters
+		acc.phantomDeadLetters += a.phantomDeadLetters
+		acc.countsOff += a.countsOff
+		acc.usageOff += a.usageOff
 		acc.strayParts += a.strayParts
 		for k, v := range a.errorCodes {
 			acc.errorCodes[k] += v
@@ -477,51 +576,310 @@ func TestChaos(t *testing.T) {
 			statuses[string(b.Status)]++
 		}
 	}
-	if acc.rows != int64(totalRows) || acc.lost != 0 || acc.duplicated != 0 {
-		t.Errorf("rows: %d of %d accounted, %d lost, %d duplicated", acc.rows, totalRows, acc.lost, acc.duplicated)
+	wantRows := int64(totalRows + len(extra.ids[0]) + len(extra.ids[1]))
+	if acc.rows != wantRows || acc.lost != 0 || acc.duplicated != 0 {
+		t.Errorf("rows: %d of %d accounted, %d lost, %d duplicated", acc.rows, wantRows, acc.lost, acc.duplicated)
 	}
-	probes := checkIsolation(t, rt, tenants)
+	probes, leaks := checkIsolation(t, rt, tenants)
+	hooked := map[string]string{templateID: extra.key} // batch id → its tenant's key
+	for _, tr := range append(tenants, extra) {
+		for _, b := range tr.batches {
+			hooked[b.ID] = tr.key
+		}
+	}
+	wh := checkWebhooks(t, rt, hooks, hooked, extra.batches[0].ID)
 
-	w := os.Stdout
-	fmt.Fprintf(w, "\nCHAOS  seed %d: %d tenants × %d batches × %d rows = %d rows, chunks of 10, work visibility %v, executor timeout %v\n",
-		seed, nTenants, perTenant, nRows, totalRows, chaosWorkVisibility, chaosExecTimeout)
-	fmt.Fprintf(w, "  all terminal after %.1f s; restart at %.1f s with %d rows done and %d of %d batches unfinished; work queue drained: %v\n\n",
-		elapsed.Seconds(), restartAt.Seconds(), rowsAtRestart, openAtRestart, nTenants*perTenant, drained)
-	frows := [][]string{{"fault injected", "count"}}
-	total := 0
-	for _, k := range faultOrder {
-		frows = append(frows, []string{k, strconv.Itoa(ch.faults[k])})
-		total += ch.faults[k]
+	terminalN := 0
+	for _, n := range statuses {
+		terminalN += n
 	}
-	injected := sdk.Injected()
-	for _, k := range slices.Sorted(maps.Keys(injected)) {
-		frows = append(frows, []string{"AWS " + k, strconv.Itoa(injected[k])})
-		total += injected[k]
-	}
-	frows = append(frows, []string{"total", strconv.Itoa(total)})
-	table(w, frows)
-	endState(t, w, rt)
+	endState(t, w, rt, [][]string{
+		{"batches terminal", strconv.Itoa(terminalN), strconv.Itoa(len(hooked) - 1)},
+		{"rows lost", strconv.FormatInt(acc.lost, 10), "0"},
+		{"rows in both files", strconv.FormatInt(acc.duplicated, 10), "0"},
+		{"batches whose counts disagree with their files", strconv.FormatInt(acc.countsOff, 10), "0"},
+		{"tenants whose usage disagrees with their rows", strconv.FormatInt(acc.usageOff, 10), "0"},
+		{"dead letters not in the error file", strconv.FormatInt(acc.phantomDeadLetters, 10), "0"},
+		{"stray part objects", strconv.Itoa(acc.strayParts), "0"},
+		{"webhooks neither delivered nor recorded failed", strconv.Itoa(wh.unsettled), "0"},
+		{"cross-tenant probes not answered 404", strconv.Itoa(leaks), "0"},
+	})
 	stats := mock.Stats()
-	fmt.Fprintf(w, "\n  provider: %d upstream requests for %d rows, answers by status %v\n", stats.Requests, totalRows, stats.ByStatus)
+	fmt.Fprintf(w, "\n  provider: %d upstream requests for %d rows, answers by status %v\n", stats.Requests, wantRows, stats.ByStatus)
 	fmt.Fprintf(w, "  API: %d requests (%s), %d failed gets retried (restart)\n", api.requests.Load(), api.statuses(), getErrors.Load())
 	var codes []string
 	for _, k := range slices.Sorted(maps.Keys(acc.errorCodes)) {
 		codes = append(codes, fmt.Sprintf("%s×%d", k, acc.errorCodes[k]))
 	}
-	fmt.Fprintf(w, "  batches %v\n", statuses)
+	fmt.Fprintf(w, "  batches %v; template %s fired once and cancelled\n", statuses, templateID)
 	fmt.Fprintf(w, "  rows %d = completed %d + failed %d (%v); answered upstream %d; dead-lettered %d\n",
 		acc.rows, acc.completed, acc.failed, codes, acc.answered, acc.deadLetters)
-	fmt.Fprintf(w, "  ROWS LOST %d, rows duplicated %d, stray part files %d, cross-tenant probes %d (all 404, lists own only)\n\n",
-		acc.lost, acc.duplicated, acc.strayParts, probes)
+	fmt.Fprintf(w, "  webhooks: %d delivered (%d attempts answered 5xx on the way), %d recorded failed; %d cross-tenant probes\n\n",
+		wh.delivered, hooks.refused(), wh.failed, probes)
 	if !t.Failed() {
 		os.Remove(logPath) // kept only when there is something to read in it
 	}
 }
 
+// The lease and the webhook retries, shortened so that the run settles in
+// minutes: a killed run's chunk moves on in seconds, and a webhook that
+// keeps failing is recorded failed within the run.
+const (
+	chaosLease           = 3 * time.Second
+	chaosWebhookBackoff  = 500 * time.Millisecond
+	chaosWebhookRetryFor = 15 * time.Second
+)
+
+// The bars of a run (issue 12): faults in all, of them after-effect
+// failures and transaction conflicts.
+const (
+	minFaults    = 1000
+	minAfter     = 300
+	minConflicts = 100
+)
+
+// chaosHooks is the run's webhook receiver: it refuses about a third of
+// the attempts with a 500 (seeded) and answers 204 to the rest; on /down it
+// always refuses, so those webhooks end recorded failed.
+type chaosHooks struct {
+	*httptest.Server
+	mu        sync.Mutex
+	rng       *rand.Rand
+	delivered map[string]string // batch id → the event type answered 2xx
+	refusals  int
+}
+
+func newChaosHooks(t *testing.T, seed int64) *chaosHooks {
+	h := &chaosHooks{rng: rand.New(rand.NewPCG(uint64(seed), 0x686f6f6b)), delivered: map[string]string{}}
+	h.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var ev struct {
+			Type string `json:"type"`
+			Data struct {
+				ID string `json:"id"`
+			} `json:"data"`
+		}
+		body, _ := io.ReadAll(r.Body)
+		if err := json.Unmarshal(body, &ev); err != nil || ev.Data.ID == "" {
+			http.Error(w, "undecodable event", http.StatusBadRequest)
+			return
+		}
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if r.URL.Path == "/down" || h.rng.Float64() < 0.3 {
+			h.refusals++
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		h.delivered[ev.Data.ID] = ev.Type
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(h.Close)
+	return h
+}
+
+func (h *chaosHooks) deliveredFor(id string) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.delivered[id]
+}
+
+func (h *chaosHooks) refused() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.refusals
+}
+
+// cancelBatch cancels a batch, retrying while the API restarts; it
+// reports whether a cancel was accepted.
+func cancelBatch(ctx context.Context, c openai.Client, id string) bool {
+	for try := 0; try < 10; try++ {
+		_, err := c.Batches.Cancel(ctx, id)
+		if err == nil {
+			return true
+		}
+		if s := statusOf(err); s != -1 && s < 500 {
+			return false // terminal already: nothing to cancel
+		}
+		time.Sleep(time.Second)
+	}
+	return false
+}
+
+// workflowBatch submits the extra tenant's first batch: four workflow
+// records of two steps each against callback, with a webhook that is never
+// delivered.
+func workflowBatch(ctx context.Context, tr *tenantRun, callback, hook string) (string, error) {
+	var lines []byte
+	for i := range 4 {
+		id := fmt.Sprintf("wf-%d", i)
+		tr.ids[0] = append(tr.ids[0], id)
+		lines = append(lines, wfLine(id, map[string]any{"url": callback})...)
+	}
+	f, err := tr.client.Files.New(ctx, openai.FileNewParams{File: openai.File(bytes.NewReader(lines), "wf.jsonl", "application/jsonl"), Purpose: openai.FilePurposeBatch})
+	if err != nil {
+		return "", fmt.Errorf("upload: %w", err)
+	}
+	tr.inputs[0] = f.ID
+	b, err := tr.client.Batches.New(ctx, openai.BatchNewParams{InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions,
+		CompletionWindow: openai.BatchNewParamsCompletionWindow24h}, option.WithJSONSet("webhook_url", hook))
+	if err != nil {
+		return "", fmt.Errorf("create: %w", err)
+	}
+	return b.ID, nil
+}
+
+// createTemplate creates the extra tenant's template: 20 inline rows every
+// minute, with a webhook; its run is the tenant's second batch.
+func createTemplate(ctx context.Context, baseURL string, tr *tenantRun, hook string) (string, error) {
+	var reqs []map[string]any
+	for i := range 20 {
+		r := chatRow{id: fmt.Sprintf("tpl-r%02d", i), content: "[[mock:sleep=20ms]] from the template"}
+		tr.ids[1] = append(tr.ids[1], r.id)
+		reqs = append(reqs, r.request("gpt-4o-mini"))
+	}
+	body, _ := json.Marshal(map[string]any{"endpoint": "/v1/chat/completions", "completion_window": "24h",
+		"schedule": "* * * * *", "requests": reqs, "webhook_url": hook})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, baseURL+"/v1/batches", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+tr.key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var tpl apiBatch
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(data, &tpl) != nil || tpl.Status != "scheduled" {
+		return "", fmt.Errorf("create: %d %s", resp.StatusCode, data)
+	}
+	return tpl.ID, nil
+}
+
+// templateRun waits for the template's run and returns its id; a template
+// that fired more than once for one minute is an error.
+func templateRun(ctx context.Context, baseURL string, tr *tenantRun, templateID string) (string, error) {
+	for {
+		var page struct {
+			Data []apiBatch `json:"data"`
+		}
+		err := getJSON(ctx, baseURL, tr.key, "/v1/batches?template_id="+templateID, &page)
+		switch {
+		case err == nil && len(page.Data) == 1:
+			return page.Data[0].ID, nil
+		case err == nil && len(page.Data) > 1:
+			return "", fmt.Errorf("one minute passed and the template made %d runs", len(page.Data))
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("no run of template %s: %w", templateID, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// webhookOutcome is what the webhook check found.
+type webhookOutcome struct{ delivered, failed, unsettled int }
+
+// checkWebhooks waits (a minute at most) until the webhook of every batch
+// in keys (id → its tenant's key) is delivered or recorded failed, then
+// checks each delivered one reached the receiver with the batch's terminal
+// status, and that down's webhook, whose receiver always refuses, failed.
+func checkWebhooks(t *testing.T, rt *localrun.Runtime, hooks *chaosHooks, keys map[string]string, down string) webhookOutcome {
+	t.Helper()
+	ctx := context.Background()
+	settled := map[string]apiBatch{}
+	deadline := time.Now().Add(time.Minute)
+	for len(settled) < len(keys) && time.Now().Before(deadline) {
+		for id, key := range keys {
+			if _, ok := settled[id]; ok {
+				continue
+			}
+			var b apiBatch
+			if err := getJSON(ctx, rt.URL, key, "/v1/batches/"+id, &b); err == nil && b.WebhookDeliveries != nil &&
+				(b.WebhookDeliveries.Status == "delivered" || b.WebhookDeliveries.Status == "failed") {
+				settled[id] = b
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	var o webhookOutcome
+	for id := range keys {
+		b, ok := settled[id]
+		switch {
+		case !ok:
+			o.unsettled++
+			t.Errorf("batch %s: webhook neither delivered nor recorded failed", id)
+		case b.WebhookDeliveries.Status == "delivered":
+			o.delivered++
+			if got := hooks.deliveredFor(id); got != "batch."+b.Status {
+				t.Errorf("batch %s (%s): webhook recorded delivered; the receiver accepted %q", id, b.Status, got)
+			}
+		default:
+			o.failed++
+			if b.WebhookDeliveries.Attempts == 0 {
+				t.Errorf("batch %s: webhook failed with no attempt recorded", id)
+			}
+		}
+		if id == down && ok && b.WebhookDeliveries.Status != "failed" {
+			t.Errorf("batch %s: webhook to a receiver that always refuses is %s, want failed", id, b.WebhookDeliveries.Status)
+		}
+	}
+	return o
+}
+
+// faultTable prints the faults injected, those at the invocations, then
+// those at the SDK per operation (with the calls they are a share of), and
+// fails the run below the bars. It returns the total.
+func faultTable(t *testing.T, w io.Writer, faults map[string]int, sdk *awsfault.Injector) int {
+	total := 0
+	rows := [][]string{{"fault at the invocation", "count"}}
+	for _, k := range faultOrder {
+		rows = append(rows, []string{k, strconv.Itoa(faults[k])})
+		total += faults[k]
+	}
+	table(w, rows)
+	fmt.Fprintln(w)
+	kinds := []awsfault.Kind{awsfault.Before, awsfault.After, awsfault.Conflict, awsfault.Throttle, awsfault.Die}
+	rows = [][]string{{"AWS call", "calls", "before", "after", "conflict", "throttle", "die"}}
+	injected, calls := sdk.Injected(), sdk.Calls()
+	byKind := map[awsfault.Kind]int{}
+	for _, op := range slices.Sorted(maps.Keys(calls)) {
+		row := []string{op, strconv.Itoa(calls[op])}
+		for _, k := range kinds {
+			n := injected[op+" "+k.String()]
+			byKind[k] += n
+			total += n
+			row = append(row, strconv.Itoa(n))
+		}
+		rows = append(rows, row)
+	}
+	row := []string{"all", strconv.Itoa(sumValues(calls))}
+	for _, k := range kinds {
+		row = append(row, strconv.Itoa(byKind[k]))
+	}
+	table(w, append(rows, row))
+	if total < minFaults || byKind[awsfault.After] < minAfter || byKind[awsfault.Conflict] < minConflicts {
+		t.Errorf("faults: %d in all (want ≥ %d), %d after-effect (want ≥ %d), %d conflicts (want ≥ %d)",
+			total, minFaults, byKind[awsfault.After], minAfter, byKind[awsfault.Conflict], minConflicts)
+	}
+	return total
+}
+
+func sumValues(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
 // sdkFaults fails AWS calls of the functions' invocations (not the API's,
 // whose errors the client would see, nor the pollers'): conflicts on
-// transactions, writes that take effect and fail all the same, throttles,
-// lost sends and functions that die between two calls.
+// transactions; writes that take effect and fail all the same (the
+// ambiguous timeout); reads whose answer is lost on the way back;
+// throttles as if the SDK's retries ran out; lost sends; and functions
+// that die between two calls. Rules are tried in order, so a call gets at
+// most one fault.
 func sdkFaults(seed uint64) *awsfault.Injector {
 	inInvocation := func(ctx context.Context, _ any) bool {
 		lc, ok := lambdacontext.FromContext(ctx)
@@ -529,15 +887,22 @@ func sdkFaults(seed uint64) *awsfault.Injector {
 	}
 	in := awsfault.New(seed)
 	for _, r := range []awsfault.Rule{
-		{Service: "DynamoDB", Operation: "TransactWriteItems", Kind: awsfault.Conflict, Prob: 0.20},
-		{Service: "DynamoDB", Operation: "TransactWriteItems", Kind: awsfault.After, Prob: 0.08},
-		{Service: "DynamoDB", Operation: "UpdateItem", Kind: awsfault.After, Prob: 0.05},
-		{Service: "DynamoDB", Operation: "PutItem", Kind: awsfault.After, Prob: 0.05},
-		{Service: "DynamoDB", Kind: awsfault.Throttle, Prob: 0.02},
-		{Service: "SQS", Operation: "SendMessageBatch", Kind: awsfault.After, Prob: 0.06},
-		{Service: "SQS", Operation: "SendMessageBatch", Kind: awsfault.Before, Prob: 0.04},
-		{Service: "S3", Operation: "PutObject", Kind: awsfault.After, Prob: 0.06},
-		{Service: "S3", Kind: awsfault.Throttle, Prob: 0.02},
+		{Service: "DynamoDB", Operation: "TransactWriteItems", Kind: awsfault.Conflict, Prob: 0.60},
+		{Service: "DynamoDB", Operation: "TransactWriteItems", Kind: awsfault.After, Prob: 0.12},
+		{Service: "DynamoDB", Operation: "UpdateItem", Kind: awsfault.After, Prob: 0.12},
+		{Service: "DynamoDB", Operation: "PutItem", Kind: awsfault.After, Prob: 0.12},
+		{Service: "DynamoDB", Operation: "DeleteItem", Kind: awsfault.After, Prob: 0.12},
+		{Service: "DynamoDB", Operation: "BatchWriteItem", Kind: awsfault.After, Prob: 0.12},
+		{Service: "DynamoDB", Operation: "GetItem", Kind: awsfault.After, Prob: 0.05},
+		{Service: "DynamoDB", Operation: "Query", Kind: awsfault.After, Prob: 0.04},
+		{Service: "DynamoDB", Kind: awsfault.Throttle, Prob: 0.04},
+		{Service: "SQS", Operation: "SendMessageBatch", Kind: awsfault.After, Prob: 0.12},
+		{Service: "SQS", Operation: "SendMessageBatch", Kind: awsfault.Before, Prob: 0.05},
+		{Service: "SQS", Operation: "SendMessage", Kind: awsfault.After, Prob: 0.12},
+		{Service: "S3", Operation: "PutObject", Kind: awsfault.After, Prob: 0.12},
+		{Service: "S3", Operation: "DeleteObjects", Kind: awsfault.After, Prob: 0.12},
+		{Service: "S3", Operation: "GetObject", Kind: awsfault.After, Prob: 0.03},
+		{Service: "S3", Kind: awsfault.Throttle, Prob: 0.03},
 		{Kind: awsfault.Die, Prob: 0.005},
 	} {
 		r.Match = inInvocation
@@ -546,11 +911,12 @@ func sdkFaults(seed uint64) *awsfault.Injector {
 	return in
 }
 
-// endState checks what the run must leave behind beside the rows: no
-// capacity taken, no chunk holding a lease.
-func endState(t *testing.T, w io.Writer, rt *localrun.Runtime) {
+// endState prints the end-state checks: rows, what the caller checked,
+// then what the run must leave behind beside the rows: no capacity taken,
+// no chunk holding a lease.
+func endState(t *testing.T, w io.Writer, rt *localrun.Runtime, checked [][]string) {
 	ctx := context.Background()
-	rows := [][]string{{"end state", "value", "want"}}
+	rows := append([][]string{{"end state", "value", "want"}}, checked...)
 	for _, m := range rt.App.Models.Names() {
 		n, err := rt.App.Store.InFlight(ctx, m)
 		if err != nil || n != 0 {
@@ -563,7 +929,6 @@ func endState(t *testing.T, w io.Writer, rt *localrun.Runtime) {
 		t.Errorf("chunks holding a lease after the run: %d (%v)", len(held), err)
 	}
 	rows = append(rows, []string{"chunks holding a lease", strconv.Itoa(len(held)), "0"})
-	fmt.Fprintln(w)
 	table(w, rows)
 }
 
@@ -608,11 +973,10 @@ func drainWork(t *testing.T, rt *localrun.Runtime, limit time.Duration) bool {
 
 // checkIsolation asserts that no tenant sees another's batches or files:
 // 404 for each of them by id, and lists of its own objects only. It
-// returns how many cross-tenant probes it made.
-func checkIsolation(t *testing.T, rt *localrun.Runtime, tenants []*tenantRun) int {
+// returns how many cross-tenant probes it made and how many were not 404.
+func checkIsolation(t *testing.T, rt *localrun.Runtime, tenants []*tenantRun) (probes, leaks int) {
 	t.Helper()
 	ctx := context.Background()
-	probes := 0
 	for _, a := range tenants {
 		own := map[string]bool{}
 		for i, b := range a.batches {
@@ -652,6 +1016,7 @@ func checkIsolation(t *testing.T, rt *localrun.Runtime, tenants []*tenantRun) in
 				probe := func(what string, err error) {
 					probes++
 					if s := statusOf(err); s != http.StatusNotFound {
+						leaks++
 						t.Errorf("%s gets %d for %s of %s, want 404", a.name, s, what, b.name)
 					}
 				}
@@ -676,7 +1041,7 @@ func checkIsolation(t *testing.T, rt *localrun.Runtime, tenants []*tenantRun) in
 			}
 		}
 	}
-	return probes
+	return probes, leaks
 }
 
 // httpStatusErr turns a raw status into what statusOf reads.

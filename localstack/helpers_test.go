@@ -25,8 +25,9 @@ func replaceMock(s, addr string) string { return strings.ReplaceAll(s, "MOCK", a
 
 func netListen(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }
 
-// queueTimes sets the visibility timeout of queue key and the timeout of
-// the function it feeds, after what o's Tune already does.
+// queueTimes sets the visibility timeout of queue key (a dead-letter
+// queue's: "work-dlq") and the timeout of the function it feeds, after
+// what o's Tune already does.
 func queueTimes(o *localrun.Options, key string, visibility, timeout time.Duration) {
 	prev := o.Tune
 	o.Tune = func(s *resources.Set) {
@@ -35,8 +36,11 @@ func queueTimes(o *localrun.Options, key string, visibility, timeout time.Durati
 		}
 		name := s.Prefix + "-" + key
 		for i := range s.Queues {
-			if s.Queues[i].Name == name {
+			switch name {
+			case s.Queues[i].Name:
 				s.Queues[i].VisibilityTimeout = visibility
+			case s.Queues[i].DLQName:
+				s.Queues[i].DLQVisibility = visibility
 			}
 		}
 		for i := range s.Functions {

@@ -150,8 +150,8 @@ func chatJSONL(rows []chatRow, model string) []byte {
 
 // submit creates a batch of rows, from an uploaded file or inline, with
 // the official client; latencies are recorded as upload, create (file)
-// and create (inline).
-func submit(ctx context.Context, c openai.Client, lat *latencies, rows []chatRow, model string, inline bool) (*openai.Batch, *openai.FileObject, error) {
+// and create (inline); opts go with the create.
+func submit(ctx context.Context, c openai.Client, lat *latencies, rows []chatRow, model string, inline bool, opts ...option.RequestOption) (*openai.Batch, *openai.FileObject, error) {
 	params := openai.BatchNewParams{Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: openai.BatchNewParamsCompletionWindow24h}
 	if inline {
 		reqs := make([]map[string]any, len(rows))
@@ -159,7 +159,7 @@ func submit(ctx context.Context, c openai.Client, lat *latencies, rows []chatRow
 			reqs[i] = r.request(model)
 		}
 		b, err := timed(lat, "create (inline)", func() (*openai.Batch, error) {
-			return c.Batches.New(ctx, params, option.WithJSONDel("input_file_id"), option.WithJSONSet("requests", reqs))
+			return c.Batches.New(ctx, params, append(opts, option.WithJSONDel("input_file_id"), option.WithJSONSet("requests", reqs))...)
 		})
 		return b, nil, err
 	}
@@ -170,7 +170,7 @@ func submit(ctx context.Context, c openai.Client, lat *latencies, rows []chatRow
 		return nil, nil, fmt.Errorf("upload: %w", err)
 	}
 	params.InputFileID = f.ID
-	b, err := timed(lat, "create (file)", func() (*openai.Batch, error) { return c.Batches.New(ctx, params) })
+	b, err := timed(lat, "create (file)", func() (*openai.Batch, error) { return c.Batches.New(ctx, params, opts...) })
 	return b, f, err
 }
 
@@ -206,6 +206,10 @@ type tenantRun struct {
 	batches   []*openai.Batch
 	inputs    []string   // input file ids, "" for inline batches
 	ids       [][]string // each batch's custom ids
+	// workflows: the tenant's batches run workflow records, whose steps
+	// make more upstream requests than the records have lines, so its
+	// usage is checked on tokens only.
+	workflows bool
 }
 
 // newTenants makes n tenants named prefix-<i>, each with a key and an SDK
@@ -228,6 +232,8 @@ func newTenants(t *testing.T, ctx context.Context, rt *localrun.Runtime, prefix 
 // accounting is what the per-tenant check found.
 type accounting struct {
 	phantomDeadLetters                int64
+	countsOff                         int64 // batches whose request_counts disagree with their files
+	usageOff                          int64 // tenants whose usage disagrees with their batches
 	rows, completed, failed, answered int64
 	lost, duplicated                  int64
 	deadLetters                       int64
@@ -250,6 +256,9 @@ func checkTenant(t *testing.T, rt *localrun.Runtime, tr *tenantRun) accounting {
 			continue
 		}
 		out, errs := checkInvariant(t, tr.client, b, tr.ids[i])
+		if rc := b.RequestCounts; rc.Total != int64(len(tr.ids[i])) || rc.Completed != int64(len(out)) || rc.Failed != int64(len(errs)) {
+			acc.countsOff++
+		}
 		acc.rows += int64(len(tr.ids[i]))
 		acc.completed += b.RequestCounts.Completed
 		acc.failed += b.RequestCounts.Failed
@@ -313,7 +322,8 @@ func checkTenant(t *testing.T, rt *localrun.Runtime, tr *tenantRun) accounting {
 		requests += d.Requests
 		usageTokens += d.TotalTokens
 	}
-	if requests != acc.answered || usageTokens != tokens {
+	if (requests != acc.answered && !tr.workflows) || usageTokens != tokens {
+		acc.usageOff++
 		t.Errorf("%s: usage counts %d requests and %d tokens; the batches have %d answered rows and %d tokens: usage must count each row once",
 			tr.name, requests, usageTokens, acc.answered, tokens)
 	}

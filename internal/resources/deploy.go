@@ -1,6 +1,7 @@
 package resources
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 )
@@ -19,7 +20,7 @@ const (
 
 // DLQ is q's dead-letter queue as a queue of its own (no redrive).
 func (q Queue) DLQ() Queue {
-	return Queue{Name: q.DLQName, VisibilityTimeout: DLQVisibilityTimeout, Retention: DLQRetention}
+	return Queue{Name: q.DLQName, VisibilityTimeout: cmp.Or(q.DLQVisibility, DLQVisibilityTimeout), Retention: DLQRetention}
 }
 
 // ExpiryTag is the S3 object tag that puts an object under one of the

@@ -29,6 +29,9 @@ type Queue struct {
 	VisibilityTimeout time.Duration
 	MaxReceiveCount   int
 	Retention         time.Duration
+	// DLQVisibility is the dead-letter queue's visibility timeout; zero is
+	// DLQVisibilityTimeout (chaos runs shorten it).
+	DLQVisibility time.Duration
 }
 
 // Function is one Lambda function and, when it has one, the queue it consumes.
