@@ -262,7 +262,7 @@ func TestTemplateDuplicateFiringMakesOneRun(t *testing.T) {
 	ids := make([]string, 3)
 	for i := range 2 {
 		wg.Go(func() {
-			b, err := rt.App.Engine.FireTemplate(ctx, firing("acme", tpl.ID, at))
+			b, err := rt.App.Batches.FireTemplate(ctx, firing("acme", tpl.ID, at))
 			if err != nil {
 				t.Errorf("fire %d: %v", i, err)
 			}
@@ -270,7 +270,7 @@ func TestTemplateDuplicateFiringMakesOneRun(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	b, err := rt.App.Engine.FireTemplate(ctx, firing("acme", tpl.ID, at))
+	b, err := rt.App.Batches.FireTemplate(ctx, firing("acme", tpl.ID, at))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +281,7 @@ func TestTemplateDuplicateFiringMakesOneRun(t *testing.T) {
 	if runs := runsOf(t, rt, key, tpl.ID); len(runs) != 1 || runs[0].ID != ids[0] {
 		t.Fatalf("runs: got %+v", runs)
 	}
-	next, err := rt.App.Engine.FireTemplate(ctx, firing("acme", tpl.ID, at.Add(24*time.Hour)))
+	next, err := rt.App.Batches.FireTemplate(ctx, firing("acme", tpl.ID, at.Add(24*time.Hour)))
 	if err != nil || next.ID == ids[0] {
 		t.Fatalf("next day's firing: %v, run %s", err, next.ID)
 	}
@@ -297,14 +297,14 @@ func TestTemplateDuplicateFiringMakesOneRun(t *testing.T) {
 	if status, body := rawDo(t, rt, key, "POST", "/v1/batches/"+tpl.ID+"/cancel", nil); status != 200 {
 		t.Fatalf("cancel: %d %s", status, body)
 	}
-	if err := rt.App.Engine.Fire(ctx, firing("acme", tpl.ID, at.Add(48*time.Hour))); err != nil {
+	if err := rt.App.Batches.Fire(ctx, firing("acme", tpl.ID, at.Add(48*time.Hour))); err != nil {
 		t.Fatalf("firing a cancelled template: %v", err)
 	}
 	if runs := runsOf(t, rt, key, tpl.ID); len(runs) != 2 {
 		t.Fatalf("runs after firing a cancelled template: got %d, want 2", len(runs))
 	}
 	// A payload that is no firing is dropped, not retried forever.
-	if err := rt.App.Engine.Fire(ctx, []byte(`{"template_id":"nope"}`)); err != nil {
+	if err := rt.App.Batches.Fire(ctx, []byte(`{"template_id":"nope"}`)); err != nil {
 		t.Fatalf("bad payload: %v", err)
 	}
 }
@@ -325,7 +325,7 @@ func TestTemplateWithDeletedInputFailsItsRun(t *testing.T) {
 	if _, err := c.Files.Delete(ctx, f.ID); err != nil {
 		t.Fatal(err)
 	}
-	run, err := rt.App.Engine.FireTemplate(ctx, firing("acme", tpl.ID, time.Now().Truncate(5*time.Minute)))
+	run, err := rt.App.Batches.FireTemplate(ctx, firing("acme", tpl.ID, time.Now().Truncate(5*time.Minute)))
 	if err != nil {
 		t.Fatalf("fire: %v", err)
 	}

@@ -5,5 +5,5 @@ package main
 import "github.com/relaybatch/relay/internal/app"
 
 func main() {
-	app.Start("scheduler", func(a *app.App) any { return a.Engine.Fire })
+	app.Start("scheduler", func(a *app.App) any { return a.Batches.Fire })
 }

@@ -2,10 +2,10 @@
 // "Anthropic Message Batches"): its service and its routes under
 // /v1/messages/batches. Message Batches run on the same engine as OpenAI
 // batches: a create writes its requests as an input file of /v1/messages
-// rows and records a batch whose id starts with msgbatch_, so chunks,
-// retries, fallback, capacity, cancel, expiry and accounting are the ones
-// every batch gets. The Message Batch object and its results are views of
-// that batch and of its output and error lines.
+// rows and records, through internal/batches, a batch whose id starts with
+// msgbatch_, so chunks, retries, fallback, capacity, cancel, expiry and
+// accounting are the ones every batch gets. The Message Batch object and
+// its results are views of that batch and of its output and error lines.
 package anthropic
 
 import (
@@ -25,6 +25,7 @@ import (
 	"github.com/relaybatch/relay/internal/anthropic/wire"
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/batches"
 	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/files"
@@ -40,9 +41,10 @@ const MaxMessageRequests = 100_000
 // customIDPattern is Anthropic's rule for a request's custom_id.
 var customIDPattern = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 
-// Service runs Message Batches on the engine.
+// Service runs Message Batches as batches of the batches service, on its
+// engine.
 type Service struct {
-	Engine *engine.Engine
+	Batches *batches.Service
 }
 
 // CreateMessageBatch validates the requests of POST /v1/messages/batches
@@ -64,13 +66,13 @@ func (s *Service) CreateMessageBatch(ctx context.Context, p auth.Principal, requ
 	}
 	// Written past files.Service, whose 4 MiB limit is on what a client
 	// sends: the rows of a 4 MiB create body take a little more.
-	f, err := s.Engine.WriteInputFile(ctx, p.Tenant, "message_batch_requests.jsonl", data)
+	f, err := s.Batches.WriteInputFile(ctx, p.Tenant, "message_batch_requests.jsonl", data)
 	if err != nil {
 		return wire.MessageBatch{}, fmt.Errorf("message batch input: %w", err)
 	}
-	req := engine.CreateRequest{InputFileID: f.ID, Endpoint: engine.MessagesEndpoint, CompletionWindow: "24h"}
-	id := ids.New(engine.MessageBatchPrefix)
-	b, err := s.Engine.CreateShaped(ctx, p, req, idemKey, []string{engine.MessagesEndpoint}, func(b *batch.Batch) {
+	req := batches.CreateRequest{InputFileID: f.ID, Endpoint: engine.MessagesEndpoint, CompletionWindow: "24h"}
+	id := ids.New(batches.MessageBatchPrefix)
+	b, err := s.Batches.CreateShaped(ctx, p, req, idemKey, []string{engine.MessagesEndpoint}, func(b *batch.Batch) {
 		b.ID = id
 		// Known now; planning sets the same number again.
 		b.RequestCounts.Total = int64(len(requests))
@@ -83,7 +85,7 @@ func (s *Service) CreateMessageBatch(ctx context.Context, p auth.Principal, requ
 		return wire.MessageBatch{}, errs.E(errs.Invalid, "idempotency_key_reused", "", "the batch first created with this Idempotency-Key was deleted: send a new key")
 	case err != nil:
 		return wire.MessageBatch{}, err
-	case !strings.HasPrefix(b.ID, engine.MessageBatchPrefix):
+	case !strings.HasPrefix(b.ID, batches.MessageBatchPrefix):
 		return wire.MessageBatch{}, errs.E(errs.Invalid, "idempotency_key_reused", "", "this Idempotency-Key created batch %s, which is not a message batch: send a new key", b.ID)
 	}
 	return messageBatch(b), nil
@@ -100,7 +102,7 @@ func (s *Service) unreferenced(ctx context.Context, tenant, id string, b batch.B
 	if err == nil {
 		return b.ID != id
 	}
-	_, gerr := s.Engine.Store.GetBatch(ctx, tenant, id)
+	_, gerr := s.Batches.Engine.Store.GetBatch(ctx, tenant, id)
 	return errors.Is(gerr, store.ErrBatchNotFound)
 }
 
@@ -153,7 +155,7 @@ func (s *Service) messageRows(requests []json.RawMessage) ([]byte, error) {
 		if v, ok := params["model"]; !ok || json.Unmarshal(v, &model) != nil || model == "" {
 			return nil, invalid(".params.model", "a model name is required")
 		}
-		if _, ok := s.Engine.Models.Lookup(model); !ok {
+		if _, ok := s.Batches.Engine.Models.Lookup(model); !ok {
 			return nil, invalid(".params.model", "%q is not a configured model", model)
 		}
 		if v, ok := params["stream"]; ok && string(bytes.TrimSpace(v)) == "true" {
@@ -169,7 +171,7 @@ func (s *Service) messageRows(requests []json.RawMessage) ([]byte, error) {
 // deleteFile removes the input file CreateMessageBatch wrote; a failure
 // only leaves an orphan behind, so it is logged, not returned.
 func (s *Service) deleteFile(ctx context.Context, f files.File) {
-	e := s.Engine
+	e := s.Batches.Engine
 	if err := e.Blobs.Delete(ctx, f.Objects...); err != nil {
 		e.Log.WarnContext(ctx, "delete file objects", "file_id", f.ID, "tenant", f.Tenant, "err", err)
 	}
@@ -181,10 +183,10 @@ func (s *Service) deleteFile(ctx context.Context, f files.File) {
 // getMessageBatch reads a tenant's message batch; another tenant's, or a
 // batch of the OpenAI API, is not found.
 func (s *Service) getMessageBatch(ctx context.Context, tenant, id string) (batch.Batch, error) {
-	if !ids.Valid(engine.MessageBatchPrefix, id) {
+	if !ids.Valid(batches.MessageBatchPrefix, id) {
 		return batch.Batch{}, errs.NotFoundf("no such message batch: %s", id)
 	}
-	b, err := s.Engine.Store.GetBatch(ctx, tenant, id)
+	b, err := s.Batches.Engine.Store.GetBatch(ctx, tenant, id)
 	if errors.Is(err, store.ErrBatchNotFound) || (err == nil && b.Endpoint != engine.MessagesEndpoint) {
 		return batch.Batch{}, errs.NotFoundf("no such message batch: %s", id)
 	}
@@ -210,7 +212,7 @@ type MessagePage struct {
 // ListMessageBatches lists a tenant's message batches newest first.
 func (s *Service) ListMessageBatches(ctx context.Context, tenant string, pg MessagePage) ([]wire.MessageBatch, bool, error) {
 	for name, id := range map[string]string{"after_id": pg.AfterID, "before_id": pg.BeforeID} {
-		if id != "" && !ids.Valid(engine.MessageBatchPrefix, id) {
+		if id != "" && !ids.Valid(batches.MessageBatchPrefix, id) {
 			return nil, false, errs.Invalidf(name, "%s: %q is not a message batch id", name, id)
 		}
 	}
@@ -238,9 +240,9 @@ func (s *Service) ListMessageBatches(ctx context.Context, tenant string, pg Mess
 // A tenant's batches sort by id under one key, newest first, and every
 // message batch id sorts above every batch_ id; messageTop sorts above every
 // message batch id, so a listing from it starts with the newest of them.
-const messageTop = engine.MessageBatchPrefix + "~"
+const messageTop = batches.MessageBatchPrefix + "~"
 
-func isMessageBatch(b batch.Batch) bool { return strings.HasPrefix(b.ID, engine.MessageBatchPrefix) }
+func isMessageBatch(b batch.Batch) bool { return strings.HasPrefix(b.ID, batches.MessageBatchPrefix) }
 
 // messageBatchesAfter lists up to limit message batches older than after.
 func (s *Service) messageBatchesAfter(ctx context.Context, tenant, after string, limit int) ([]batch.Batch, bool, error) {
@@ -249,7 +251,7 @@ func (s *Service) messageBatchesAfter(ctx context.Context, tenant, after string,
 	}
 	// One more than asked tells whether another message batch follows (the
 	// store's "more" may be about the OpenAI batches listed after them).
-	bs, _, err := s.Engine.Store.ListBatches(ctx, tenant, after, limit+1, "")
+	bs, _, err := s.Batches.Engine.Store.ListBatches(ctx, tenant, after, limit+1, "")
 	if err != nil {
 		return nil, false, err
 	}
@@ -274,7 +276,7 @@ func (s *Service) messageBatchesBefore(ctx context.Context, tenant, before strin
 	cursor := messageTop
 scan:
 	for {
-		bs, more, err := s.Engine.Store.ListBatches(ctx, tenant, cursor, pageSize, "")
+		bs, more, err := s.Batches.Engine.Store.ListBatches(ctx, tenant, cursor, pageSize, "")
 		if err != nil {
 			return nil, false, err
 		}
@@ -313,7 +315,7 @@ func (s *Service) CancelMessageBatch(ctx context.Context, tenant, id string) (wi
 		// Every request has run; it ends in a moment with nothing to cancel.
 		return messageBatch(b), nil
 	}
-	nb, err := s.Engine.Cancel(ctx, tenant, id)
+	nb, err := s.Batches.Cancel(ctx, tenant, id)
 	if errs.Is(err, errs.Conflict) {
 		// It began finalizing or ended meanwhile.
 		return s.CancelMessageBatch(ctx, tenant, id)
@@ -327,7 +329,7 @@ func (s *Service) CancelMessageBatch(ctx context.Context, tenant, id string) (wi
 // DeleteMessageBatch deletes an ended message batch: its results, its
 // input and its records.
 func (s *Service) DeleteMessageBatch(ctx context.Context, tenant, id string) error {
-	e := s.Engine
+	e := s.Batches.Engine
 	b, err := s.getMessageBatch(ctx, tenant, id)
 	if err != nil {
 		return err
@@ -456,11 +458,11 @@ func (s *Service) MessageResults(ctx context.Context, tenant, id string) (func(i
 			}
 			return bw.Flush()
 		}
-		chunks, err := s.Engine.Store.Chunks(ctx, id)
+		chunks, err := s.Batches.Engine.Store.Chunks(ctx, id)
 		if err != nil {
 			return err
 		}
-		err = s.Engine.EachLine(ctx, chunks, func(c batch.Chunk, i int, _ byte, line []byte) error {
+		err = s.Batches.EachLine(ctx, chunks, func(c batch.Chunk, i int, _ byte, line []byte) error {
 			var l engine.Line
 			if err := json.Unmarshal(line, &l); err != nil {
 				return fmt.Errorf("line %d of chunk %d of %s: %w", i, c.Index, id, err)
@@ -477,14 +479,14 @@ func (s *Service) MessageResults(ctx context.Context, tenant, id string) (func(i
 // unplannedResults reports every request of a batch that ended before its
 // rows were planned (its input failed validation) as errored.
 func (s *Service) unplannedResults(ctx context.Context, b batch.Batch, write func(wire.MessageResult) error) error {
-	f, err := s.Engine.Store.GetFile(ctx, b.Tenant, b.InputFileID)
+	f, err := s.Batches.Engine.Store.GetFile(ctx, b.Tenant, b.InputFileID)
 	if errors.Is(err, files.ErrNotFound) {
 		return nil // nothing left to name the requests by
 	}
 	if err != nil {
 		return err
 	}
-	rc := s.Engine.Blobs.Concat(ctx, f.Objects)
+	rc := s.Batches.Engine.Blobs.Concat(ctx, f.Objects)
 	defer rc.Close()
 	data, err := io.ReadAll(rc)
 	if err != nil {

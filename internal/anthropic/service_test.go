@@ -7,6 +7,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/anthropic/wire"
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/batches"
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/errs"
@@ -23,7 +24,7 @@ models:
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Service{Engine: &engine.Engine{Models: models}}
+	return &Service{Batches: &batches.Service{Engine: &engine.Engine{Models: models}}}
 }
 
 func TestMessageRows(t *testing.T) {
@@ -75,7 +76,7 @@ func TestMessageRows(t *testing.T) {
 			}
 			// The rows are what planning validates and the executor reads.
 			res, err := jsonl.Scan(strings.NewReader(string(data)), jsonl.Options{Endpoint: engine.MessagesEndpoint, KnownModel: func(m string) bool {
-				_, ok := s.Engine.Models.Lookup(m)
+				_, ok := s.Batches.Engine.Models.Lookup(m)
 				return ok
 			}}, nil)
 			if err != nil || len(res.Errors) > 0 || res.Rows != len(raws) {

@@ -16,7 +16,7 @@ import (
 	"github.com/relaybatch/relay/internal/anthropic"
 	"github.com/relaybatch/relay/internal/anthropic/wire"
 	"github.com/relaybatch/relay/internal/auth"
-	"github.com/relaybatch/relay/internal/engine"
+	"github.com/relaybatch/relay/internal/batches"
 	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/ids"
@@ -24,9 +24,9 @@ import (
 
 // API holds what the routes need.
 type API struct {
-	Auth   auth.Authenticator
-	Files  *files.Service
-	Engine *engine.Engine
+	Auth    auth.Authenticator
+	Files   *files.Service
+	Batches *batches.Service
 	// Panel serves the web panel at / and /panel/ (nil: none).
 	Panel http.Handler
 	// Limiter bounds each key's requests per second (nil: no limit).
@@ -51,7 +51,7 @@ func (a *API) Handler() http.Handler {
 	mux.Handle("POST /v1/uploads/{id}/complete", files(a.completeUpload))
 	mux.Handle("POST /v1/uploads/{id}/cancel", files(a.cancelUpload))
 	a.batchRoutes(mux)
-	anthropic.Routes(mux, &anthropic.Service{Engine: a.Engine}, a.scoped(auth.ScopeBatches), unmarshal, maxJSON)
+	anthropic.Routes(mux, &anthropic.Service{Batches: a.Batches}, a.scoped(auth.ScopeBatches), unmarshal, maxJSON)
 	if a.Panel != nil {
 		mux.Handle("GET /{$}", a.Panel)
 		mux.Handle("GET /panel/", a.Panel)

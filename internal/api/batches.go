@@ -7,26 +7,26 @@ import (
 
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/batch"
-	"github.com/relaybatch/relay/internal/engine"
+	"github.com/relaybatch/relay/internal/batches"
 	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/store"
 )
 
 func (a *API) batchRoutes(mux *http.ServeMux) {
-	batches := a.scoped(auth.ScopeBatches)
-	mux.Handle("POST /v1/batches", batches(a.createBatch))
-	mux.Handle("GET /v1/batches", batches(a.listBatches))
-	mux.Handle("GET /v1/batches/{id}", batches(a.getBatch))
-	mux.Handle("POST /v1/batches/{id}/cancel", batches(a.cancelBatch))
-	mux.Handle("GET /v1/batches/{id}/results", batches(a.batchResults))
-	mux.Handle("GET /v1/batches/{id}/dead_letters", batches(a.deadLetters))
-	mux.Handle("POST /v1/batches/{id}/retry", batches(a.retryBatch))
-	mux.Handle("GET /v1/usage", batches(a.usage))
+	scoped := a.scoped(auth.ScopeBatches)
+	mux.Handle("POST /v1/batches", scoped(a.createBatch))
+	mux.Handle("GET /v1/batches", scoped(a.listBatches))
+	mux.Handle("GET /v1/batches/{id}", scoped(a.getBatch))
+	mux.Handle("POST /v1/batches/{id}/cancel", scoped(a.cancelBatch))
+	mux.Handle("GET /v1/batches/{id}/results", scoped(a.batchResults))
+	mux.Handle("GET /v1/batches/{id}/dead_letters", scoped(a.deadLetters))
+	mux.Handle("POST /v1/batches/{id}/retry", scoped(a.retryBatch))
+	mux.Handle("GET /v1/usage", scoped(a.usage))
 }
 
 // decodeCreate is the request decoder of POST /v1/batches (fuzzed).
-func decodeCreate(body []byte) (engine.CreateRequest, error) {
-	var req engine.CreateRequest
+func decodeCreate(body []byte) (batches.CreateRequest, error) {
+	var req batches.CreateRequest
 	err := unmarshal(body, &req)
 	return req, err
 }
@@ -40,7 +40,7 @@ func (a *API) createBatch(w http.ResponseWriter, r *http.Request, p auth.Princip
 	if err != nil {
 		return err
 	}
-	b, err := a.Engine.Create(r.Context(), p, req, r.Header.Get("Idempotency-Key"))
+	b, err := a.Batches.Create(r.Context(), p, req, r.Header.Get("Idempotency-Key"))
 	if err != nil {
 		return err
 	}
@@ -66,7 +66,7 @@ func (a *API) listBatches(w http.ResponseWriter, r *http.Request, p auth.Princip
 		return err
 	}
 	q := r.URL.Query()
-	bs, more, err := a.Engine.List(r.Context(), p.Tenant, q.Get("after"), limit, q.Get("template_id"))
+	bs, more, err := a.Batches.List(r.Context(), p.Tenant, q.Get("after"), limit, q.Get("template_id"))
 	if err != nil {
 		return err
 	}
@@ -74,7 +74,7 @@ func (a *API) listBatches(w http.ResponseWriter, r *http.Request, p auth.Princip
 }
 
 func (a *API) getBatch(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	b, err := a.Engine.Get(r.Context(), p.Tenant, r.PathValue("id"))
+	b, err := a.Batches.Get(r.Context(), p.Tenant, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -82,7 +82,7 @@ func (a *API) getBatch(w http.ResponseWriter, r *http.Request, p auth.Principal)
 }
 
 func (a *API) cancelBatch(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	b, err := a.Engine.Cancel(r.Context(), p.Tenant, r.PathValue("id"))
+	b, err := a.Batches.Cancel(r.Context(), p.Tenant, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -91,12 +91,12 @@ func (a *API) cancelBatch(w http.ResponseWriter, r *http.Request, p auth.Princip
 
 func (a *API) batchResults(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
 	id, partial := r.PathValue("id"), r.URL.Query().Get("partial") == "true"
-	if err := a.Engine.StartResults(r.Context(), p.Tenant, id, partial); err != nil {
+	if err := a.Batches.StartResults(r.Context(), p.Tenant, id, partial); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/jsonl")
 	w.WriteHeader(http.StatusOK)
-	if err := a.Engine.Results(r.Context(), p.Tenant, id, partial, w); err != nil {
+	if err := a.Batches.Results(r.Context(), p.Tenant, id, partial, w); err != nil {
 		a.Log.ErrorContext(r.Context(), "stream results", "batch_id", id, "err", err)
 		panic(http.ErrAbortHandler)
 	}
@@ -112,7 +112,7 @@ func (a *API) deadLetters(w http.ResponseWriter, r *http.Request, p auth.Princip
 	if err != nil {
 		return err
 	}
-	dls, more, err := a.Engine.DeadLetters(r.Context(), p.Tenant, r.PathValue("id"), after, limit)
+	dls, more, err := a.Batches.DeadLetters(r.Context(), p.Tenant, r.PathValue("id"), after, limit)
 	if err != nil {
 		return err
 	}
@@ -127,7 +127,7 @@ func (a *API) deadLetters(w http.ResponseWriter, r *http.Request, p auth.Princip
 }
 
 func (a *API) retryBatch(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	b, err := a.Engine.Retry(r.Context(), p, r.PathValue("id"), r.Header.Get("Idempotency-Key"))
+	b, err := a.Batches.Retry(r.Context(), p, r.PathValue("id"), r.Header.Get("Idempotency-Key"))
 	if err != nil {
 		return err
 	}
@@ -159,7 +159,7 @@ func (a *API) usage(w http.ResponseWriter, r *http.Request, p auth.Principal) er
 	if err != nil {
 		return err
 	}
-	rows, err := a.Engine.Usage(r.Context(), p.Tenant, from, to)
+	rows, err := a.Batches.Usage(r.Context(), p.Tenant, from, to)
 	if err != nil {
 		return err
 	}

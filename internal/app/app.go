@@ -21,6 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/relaybatch/relay/internal/api"
 	"github.com/relaybatch/relay/internal/auth"
+	"github.com/relaybatch/relay/internal/batches"
 	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/engine"
@@ -50,6 +51,7 @@ type App struct {
 	Files     *files.Service
 	Queue     *queue.Sender
 	Engine    *engine.Engine
+	Batches   *batches.Service  // the batches of the API and cron templates, on Engine
 	Webhooks  *delivery.Service // completion webhooks: the engine's OnTerminal, the webhook function
 	Log       *slog.Logger
 }
@@ -91,7 +93,7 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	a.Files = &files.Service{Store: a.Store, Blobs: a.Blobs}
 	a.Queue = &queue.Sender{SQS: a.SQS, Prefix: env.Prefix}
 	a.Engine = &engine.Engine{
-		Store: a.Store, Blobs: a.Blobs, Files: a.Files, Queue: a.Queue, Models: models, Set: a.Resources, Log: log,
+		Store: a.Store, Blobs: a.Blobs, Queue: a.Queue, Models: models, Set: a.Resources, Log: log,
 		ChunkRows: env.ChunkRows, MaxInflight: env.MaxInflight, Lease: env.Lease,
 		Provider: &provider.Client{
 			HTTP:   provider.NewHTTPClient(),
@@ -101,23 +103,26 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 		},
 	}
 	a.Scheduler = scheduler.NewFromConfig(cfg)
-	a.Engine.Schedules = &schedule.Manager{
-		API: a.Scheduler, Group: cmp.Or(env.ScheduleGroup, a.Resources.ScheduleGroup),
-		TargetARN: env.SchedulerFunctionARN, RoleARN: env.SchedulerRoleARN,
-	}
 	// One client, so one policy, for the check at create, workflow
 	// callbacks and every delivery.
 	hooks := webhook.NewClient(webhook.Policy{AllowPrivate: env.AllowPrivateWebhooks, AllowHTTP: env.AllowHTTPWebhooks})
 	a.Engine.WebhookClient = hooks
 	a.Webhooks = &delivery.Service{Store: a.Store, Queue: a.Queue, Log: log, Client: hooks}
 	a.Engine.OnTerminal = a.Webhooks.Enqueue
-	a.Engine.WithWebhookDeliveries = a.Webhooks.WithDeliveries
+	a.Batches = &batches.Service{
+		Engine: a.Engine, Files: a.Files,
+		Schedules: &schedule.Manager{
+			API: a.Scheduler, Group: cmp.Or(env.ScheduleGroup, a.Resources.ScheduleGroup),
+			TargetARN: env.SchedulerFunctionARN, RoleARN: env.SchedulerRoleARN,
+		},
+		WithWebhookDeliveries: a.Webhooks.WithDeliveries,
+	}
 	return a
 }
 
 // API is the HTTP handler of the api function.
 func (a *App) API() http.Handler {
-	return (&api.API{Auth: auth.Authenticator{Store: a.Store}, Files: a.Files, Engine: a.Engine, Log: a.Log,
+	return (&api.API{Auth: auth.Authenticator{Store: a.Store}, Files: a.Files, Batches: a.Batches, Log: a.Log,
 		Limiter: api.NewRateLimiter(a.Store, a.Env.RateLimit, a.Log),
 		// A local emulator's presigned upload URLs are on its own origin.
 		Panel: panel.Handler(aws.ToString(a.AWS.BaseEndpoint))}).Handler()

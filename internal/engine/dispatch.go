@@ -22,8 +22,10 @@ const planLease = 2 * time.Minute
 // takes.
 const maxInputObjects = 1000
 
-// normalizedObjectSize bounds each object of a normalized (CSV) input.
-const normalizedObjectSize = 8 << 20
+// MessagesEndpoint is the endpoint of Anthropic Message Batches (docs/api.md
+// "Anthropic Message Batches"): Plan gives their input Anthropic's limits,
+// and internal/anthropic writes it as the url of their rows.
+const MessagesEndpoint = "/v1/messages"
 
 // Dispatch is the dispatcher function's SQS handler: plans, drains of
 // cancelled batches and the periodic tick. Each message is idempotent.
@@ -111,17 +113,17 @@ func (e *Engine) Plan(ctx context.Context, tenant, id string) (err error) {
 		return ok
 	}}
 	if b.Endpoint == MessagesEndpoint {
-		// Anthropic's Message Batches limits (SPEC §9).
+		// Anthropic's Message Batches limits (docs/api.md "Anthropic Message Batches").
 		opts.MaxRows, opts.MaxBytes = 100_000, 256*1000*1000
 	}
 	rc := e.Blobs.Concat(ctx, input.Objects)
 	defer closeQuietly(rc)
 
 	// CSV rows are rewritten as JSONL so every executor reads one format.
-	var norm *objectWriter
+	var norm *ObjectWriter
 	var normOff int64
 	if format == jsonl.CSV {
-		norm = &objectWriter{ctx: ctx, blobs: e.Blobs, prefix: fmt.Sprintf("files/%s/%s/normalized/", tenant, b.InputFileID+"-"+b.ID), limit: normalizedObjectSize}
+		norm = NewObjectWriter(ctx, e.Blobs, fmt.Sprintf("files/%s/%s/normalized/", tenant, b.InputFileID+"-"+b.ID))
 	}
 	var chunks []batch.Chunk
 	// A workflow record (SPEC §10) gets a chunk of its own: it runs for
@@ -309,6 +311,8 @@ func (e *Engine) failValidation(ctx context.Context, b batch.Batch, lineErrs []j
 	return e.terminal(ctx, nb)
 }
 
+// terminal does what follows a batch's terminal state: its in-flight slot
+// goes back and the OnTerminal hook runs. Both may happen more than once.
 func (e *Engine) terminal(ctx context.Context, b batch.Batch) error {
 	if err := e.releaseInflight(ctx, b); err != nil {
 		return err
@@ -317,4 +321,16 @@ func (e *Engine) terminal(ctx context.Context, b batch.Batch) error {
 		return nil
 	}
 	return e.OnTerminal(ctx, b)
+}
+
+// releaseInflight gives back a terminal batch's in-flight slot, if it
+// holds one (internal/batches takes it, see its limits.go): the release
+// deletes the batch's marker, so it happens once however often a terminal
+// state is reported.
+func (e *Engine) releaseInflight(ctx context.Context, b batch.Batch) error {
+	if e.MaxInflight <= 0 || !b.Status.Terminal() || b.Schedule != nil {
+		return nil
+	}
+	_, err := e.Store.ReleaseInflight(ctx, b.Tenant, b.ID)
+	return err
 }

@@ -17,16 +17,16 @@ import (
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/config"
-	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
-	"github.com/relaybatch/relay/internal/schedule"
 	"github.com/relaybatch/relay/internal/store"
 	"github.com/relaybatch/relay/internal/webhook"
 )
 
-// Message is what travels on the dispatch, work and finalize queues.
+// Message is what travels on the dispatch, work and finalize queues. The
+// engine sends and handles them all but two: internal/batches sends the
+// plan of a batch it records and the drain of one it cancels.
 type Message struct {
 	Type   string `json:"type"` // dispatch: plan, drain, tick; work: chunk, dead; finalize: finalize
 	Tenant string `json:"tenant,omitempty"`
@@ -43,8 +43,8 @@ type Message struct {
 
 // Message types.
 const (
-	MsgPlan     = "plan"
-	MsgDrain    = "drain" // a cancelled batch's unclaimed chunks get their error lines
+	MsgPlan     = "plan"  // sent by internal/batches when it records a batch
+	MsgDrain    = "drain" // a cancelled batch's unclaimed chunks get their error lines (sent by internal/batches)
 	MsgTick     = "tick"
 	MsgChunk    = "chunk"
 	MsgDead     = "dead" // to the work DLQ: the chunk ran out of attempts
@@ -59,18 +59,15 @@ func chunkMessage(n batch.Next) Message {
 type Engine struct {
 	Store    *store.Store
 	Blobs    *blob.Store
-	Files    *files.Service
 	Queue    *queue.Sender
 	Models   *config.Models
 	Provider *provider.Client
 	Set      resources.Set
 	Log      *slog.Logger
-	// Schedules creates and deletes the schedules of cron templates
-	// (templates.go); nil refuses templates.
-	Schedules *schedule.Manager
 	// WebhookClient makes workflow callbacks, and its Policy is what
-	// webhook_url is checked against at create (app.New gives the webhook
-	// deliveries the same client); nil means webhook.NewClient(webhook.Policy{}).
+	// webhook_url is checked against at create (internal/batches; app.New
+	// gives the webhook deliveries the same client); nil means
+	// webhook.NewClient(webhook.Policy{}).
 	WebhookClient *webhook.Client
 
 	// ChunkRows is how many rows a chunk holds at most (RELAY_CHUNK_ROWS);
@@ -84,7 +81,9 @@ type Engine struct {
 	// heartbeat (default one minute); the tick takes over expired ones.
 	Lease time.Duration
 	// MaxInflight caps each tenant's batches that have not ended
-	// (RELAY_MAX_INFLIGHT_BATCHES, limits.go); 0 is no cap.
+	// (RELAY_MAX_INFLIGHT_BATCHES); 0 is no cap. internal/batches takes a
+	// batch's slot when it records it (its limits.go), the engine gives it
+	// back when the batch ends (releaseInflight).
 	MaxInflight int
 	// StatusRefresh is how often a running chunk re-reads its batch's status
 	// to notice a cancel (a cached read, never one per row).
@@ -92,9 +91,6 @@ type Engine struct {
 	// OnTerminal, if set, is called once a batch reaches a terminal state
 	// (webhooks hang off it).
 	OnTerminal func(ctx context.Context, b batch.Batch) error
-	// WithWebhookDeliveries, if set, adds the webhook_deliveries summary to
-	// the batch Get returns.
-	WithWebhookDeliveries func(ctx context.Context, b batch.Batch) batch.Batch
 	// BeforeCommit, if set, runs after a chunk's parts are written and
 	// before it commits; an error there is a crash at the worst moment
 	// (fault tests and the chaos run use it).
@@ -158,6 +154,13 @@ func (e *Engine) send(ctx context.Context, queueKey string, m Message) error {
 	return e.Queue.Send(ctx, queueKey, m, 0)
 }
 
+// ReadRange reads bytes [start, end) of a file made of objects (readRange,
+// which the executor calls): internal/batches reads the rows a retry runs
+// again with it.
+func (e *Engine) ReadRange(ctx context.Context, objs []batch.Object, start, end int64) ([]byte, error) {
+	return e.readRange(ctx, objs, start, end)
+}
+
 // readRange reads bytes [start, end) of a file made of objects, with one
 // ranged GET per object the range touches.
 func (e *Engine) readRange(ctx context.Context, objs []batch.Object, start, end int64) ([]byte, error) {
@@ -183,21 +186,33 @@ func (e *Engine) readRange(ctx context.Context, objs []batch.Object, start, end 
 	return out, nil
 }
 
-// objectWriter writes a stream as a sequence of objects of at most limit
-// bytes: a file is read as the concatenation of its objects, so this gives
-// constant memory without multipart uploads.
-type objectWriter struct {
+// objectSize is the size past which an ObjectWriter starts a new object.
+const objectSize = 8 << 20
+
+// ObjectWriter writes a stream as a sequence of objects of about 8 MiB: a
+// file is read as the concatenation of its objects, so this gives constant
+// memory without multipart uploads. Plan writes a CSV input's rows as JSONL
+// with it, and internal/batches the input files it makes (inline requests,
+// retries, Message Batches).
+type ObjectWriter struct {
 	ctx    context.Context
 	blobs  *blob.Store
 	prefix string
-	limit  int
 	buf    []byte
 	objs   []batch.Object
 }
 
-func (w *objectWriter) Write(p []byte) (int, error) {
+// NewObjectWriter returns an ObjectWriter of the objects <prefix>000000,
+// <prefix>000001, … of blobs (see ObjectWriter for its users).
+func NewObjectWriter(ctx context.Context, blobs *blob.Store, prefix string) *ObjectWriter {
+	return &ObjectWriter{ctx: ctx, blobs: blobs, prefix: prefix}
+}
+
+// Write buffers p, and writes the buffer as the next object once it
+// holds objectSize bytes.
+func (w *ObjectWriter) Write(p []byte) (int, error) {
 	w.buf = append(w.buf, p...)
-	if len(w.buf) >= w.limit {
+	if len(w.buf) >= objectSize {
 		if err := w.flush(); err != nil {
 			return 0, err
 		}
@@ -205,7 +220,7 @@ func (w *objectWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (w *objectWriter) flush() error {
+func (w *ObjectWriter) flush() error {
 	if len(w.buf) == 0 {
 		return nil
 	}
@@ -219,7 +234,7 @@ func (w *objectWriter) flush() error {
 }
 
 // Close writes what is buffered and returns the objects written.
-func (w *objectWriter) Close() ([]batch.Object, error) {
+func (w *ObjectWriter) Close() ([]batch.Object, error) {
 	return w.objs, w.flush()
 }
 

@@ -104,7 +104,7 @@ func Start(ctx context.Context, o Options) (*Runtime, error) {
 	}
 	// Schedules live in the group bootstrapped below and are fired by this
 	// process, so their target only has to be well-formed.
-	sch := a.Engine.Schedules
+	sch := a.Batches.Schedules
 	sch.Group = a.Resources.ScheduleGroup
 	sch.TargetARN = cmp.Or(sch.TargetARN, fmt.Sprintf("arn:aws:lambda:%s:000000000000:function:%s-scheduler", cmp.Or(o.AWS.Region, "us-east-1"), a.Resources.Prefix))
 	sch.RoleARN = cmp.Or(sch.RoleARN, fmt.Sprintf("arn:aws:iam::000000000000:role/%s-scheduler", a.Resources.Prefix))
@@ -154,19 +154,19 @@ func Start(ctx context.Context, o Options) (*Runtime, error) {
 // fires, by calling the scheduler function's handler as Scheduler would:
 // one invocation (its own request id) per attempt.
 func (rt *Runtime) startFirer(ctx context.Context, o Options) {
-	e := rt.App.Engine
+	s := rt.App.Batches
 	now := time.Now
 	if o.SchedulerClock != nil {
 		now = o.SchedulerClock
 	}
 	f := &schedule.Firer{
-		API: rt.App.Scheduler, Group: e.Schedules.Group, Refresh: o.SchedulerRefresh, Now: o.SchedulerClock, Logger: o.Log,
+		API: rt.App.Scheduler, Group: s.Schedules.Group, Refresh: o.SchedulerRefresh, Now: o.SchedulerClock, Logger: o.Log,
 		// From the start of the runtime, not of the goroutine: a time that
 		// comes due once Start has returned fires.
 		Since: now(),
 		Fire: func(ctx context.Context, _ string, input []byte, _ time.Time) error {
-			ctx = lambdacontext.NewContext(ctx, &lambdacontext.LambdaContext{AwsRequestID: esm.NewRequestID(), InvokedFunctionArn: e.Schedules.TargetARN})
-			return e.Fire(ctx, input)
+			ctx = lambdacontext.NewContext(ctx, &lambdacontext.LambdaContext{AwsRequestID: esm.NewRequestID(), InvokedFunctionArn: s.Schedules.TargetARN})
+			return s.Fire(ctx, input)
 		},
 	}
 	rt.wg.Add(1)

@@ -1,4 +1,4 @@
-package engine
+package batches
 
 import (
 	"context"
@@ -14,39 +14,37 @@ import (
 	"github.com/relaybatch/relay/internal/store"
 )
 
-// Cron templates (SPEC §6). A template is a batch record in status
-// scheduled, with its schedule and the input, endpoint, window and options
-// of its runs, and no runs of its own; an EventBridge Scheduler schedule
-// named after it invokes the scheduler function (Fire) with the template id
-// and the firing's scheduled time, and each firing records a run exactly
-// as a create would, with template_id set.
+// Cron templates (docs/api.md "Templates"). A template is a batch record
+// in status scheduled, with its schedule and the input, endpoint, window
+// and options of its runs, and no runs of its own; an EventBridge Scheduler
+// schedule named after it invokes the scheduler function (Fire) with the
+// template id and the firing's scheduled time, and each firing records a
+// run exactly as a create would, with template_id set.
 //
-// Expiry uses the periodic sweep, not one Scheduler schedule per batch.
-// The dispatcher's tick (a one-minute rate schedule in AWS, TickEvery
-// locally) already does all expiry needs: it lists only active batches
-// (by-status index), and Release hands the pending chunks of a batch past
-// expires_at to the work queue without capacity, so executors write
-// batch_expired lines at once and the finalizer ends the batch expired,
-// keeping the rows that finished. The same sweep re-sends lost plan and
-// finalize messages. A one-time at() schedule per batch would add a
-// CreateSchedule to every create (Scheduler's API rate and schedule-count
-// quotas then bound the create rate), a DeleteSchedule to every batch that
-// ends early (or a firing for nothing), and one more way for a create to
-// fail, to gain precision nobody needs: a window is 1 to 24 hours, and the
-// sweep enforces it within a minute, whether or not any executor runs.
+// Expiry uses the engine's periodic tick, not one Scheduler schedule per
+// batch: the tick (a one-minute rate schedule in AWS, TickEvery locally)
+// already looks at every active batch when it is due, the end of its
+// window included, and a batch past expires_at ends expired, keeping the
+// rows that finished (docs/design.md "Tick", "Scheduling"). A one-time
+// at() schedule per batch would add a CreateSchedule to every create
+// (Scheduler's API rate and schedule-count quotas then bound the create
+// rate), a DeleteSchedule to every batch that ends early (or a firing for
+// nothing), and one more way for a create to fail, to gain precision
+// nobody needs: a window is 1 to 24 hours, and the tick enforces it within
+// a minute, whether or not any executor runs.
 
 // createTemplate records b as a template on spec and creates its schedule.
 // The record comes first, so a firing always finds its template; when the
 // schedule cannot be created the template is cancelled, so no scheduled
 // template is left without a schedule.
-func (e *Engine) createTemplate(ctx context.Context, b batch.Batch, spec schedule.Spec, idemKey string) (batch.Batch, error) {
-	if e.Schedules == nil {
+func (s *Service) createTemplate(ctx context.Context, b batch.Batch, spec schedule.Spec, idemKey string) (batch.Batch, error) {
+	if s.Schedules == nil {
 		return batch.Batch{}, errors.New("create template: no schedule manager configured")
 	}
 	b.Status = batch.Scheduled
 	b.Schedule, b.ScheduleTimezone = &spec.Cron, &spec.Timezone
 	b.ExpiresAt = nil // each run has its own window
-	saved, err := e.record(ctx, b, idemKey)
+	saved, err := s.record(ctx, b, idemKey)
 	if err != nil {
 		return batch.Batch{}, err
 	}
@@ -54,11 +52,11 @@ func (e *Engine) createTemplate(ctx context.Context, b batch.Batch, spec schedul
 		return saved, nil // a retried create of a template cancelled since
 	}
 	// Creating it again (a retried create) returns the existing schedule.
-	if _, err := e.Schedules.Create(ctx, b.Tenant, saved.ID, spec); err != nil {
-		if _, cerr := e.Store.UpdateBatch(ctx, b.Tenant, saved.ID, func(t *batch.Batch) error {
-			return t.To(batch.Cancelled, e.now())
+	if _, err := s.Schedules.Create(ctx, b.Tenant, saved.ID, spec); err != nil {
+		if _, cerr := s.Engine.Store.UpdateBatch(ctx, b.Tenant, saved.ID, func(t *batch.Batch) error {
+			return t.To(batch.Cancelled, s.now())
 		}); cerr != nil {
-			e.Log.ErrorContext(ctx, "cancel template without a schedule", "batch_id", saved.ID, "tenant", b.Tenant, "err", cerr)
+			s.Engine.Log.ErrorContext(ctx, "cancel template without a schedule", "batch_id", saved.ID, "tenant", b.Tenant, "err", cerr)
 		}
 		return batch.Batch{}, fmt.Errorf("create template %s: %w", saved.ID, err)
 	}
@@ -69,20 +67,20 @@ func (e *Engine) createTemplate(ctx context.Context, b batch.Batch, spec schedul
 // schedule goes first: a template left scheduled after a failed delete can
 // be cancelled again, while a cancelled one whose schedule lived on would
 // keep invoking the scheduler function (which then deletes it, see Fire).
-func (e *Engine) cancelTemplate(ctx context.Context, tenant, id string) (batch.Batch, error) {
-	if e.Schedules != nil {
-		if err := e.Schedules.Delete(ctx, id); err != nil {
+func (s *Service) cancelTemplate(ctx context.Context, tenant, id string) (batch.Batch, error) {
+	if s.Schedules != nil {
+		if err := s.Schedules.Delete(ctx, id); err != nil {
 			return batch.Batch{}, fmt.Errorf("cancel template %s: %w", id, err)
 		}
 	}
-	b, err := e.Store.UpdateBatch(ctx, tenant, id, func(b *batch.Batch) error {
+	b, err := s.Engine.Store.UpdateBatch(ctx, tenant, id, func(b *batch.Batch) error {
 		if b.Status == batch.Cancelled {
 			return errSkip
 		}
-		return b.To(batch.Cancelled, e.now())
+		return b.To(batch.Cancelled, s.now())
 	})
 	if errors.Is(err, errSkip) {
-		return e.Get(ctx, tenant, id)
+		return s.Get(ctx, tenant, id)
 	}
 	if err != nil {
 		return batch.Batch{}, err
@@ -90,20 +88,24 @@ func (e *Engine) cancelTemplate(ctx context.Context, tenant, id string) (batch.B
 	// The template is cancelled whatever happens to its webhook; a failure
 	// to queue it is logged, not returned, since a retried cancel finds
 	// nothing left to do.
-	if err := e.terminal(ctx, b); err != nil {
-		e.Log.ErrorContext(ctx, "queue webhook of cancelled template", "batch_id", id, "tenant", tenant, "err", err)
+	// A template holds no in-flight slot (createCounted), so of what the
+	// engine does when a batch ends only its OnTerminal hook is left.
+	if onTerminal := s.Engine.OnTerminal; onTerminal != nil {
+		if err := onTerminal(ctx, b); err != nil {
+			s.Engine.Log.ErrorContext(ctx, "queue webhook of cancelled template", "batch_id", id, "tenant", tenant, "err", err)
+		}
 	}
-	return e.Get(ctx, tenant, id)
+	return s.Get(ctx, tenant, id)
 }
 
 // Fire is the scheduler function's handler: EventBridge Scheduler (or the
 // local Firer) invokes it with a template schedule's input. Errors it
 // returns are worth a retry (Scheduler retries, the run is idempotent);
 // firings that can never succeed are logged and dropped.
-func (e *Engine) Fire(ctx context.Context, input json.RawMessage) error {
-	_, err := e.FireTemplate(ctx, input)
+func (s *Service) Fire(ctx context.Context, input json.RawMessage) error {
+	_, err := s.FireTemplate(ctx, input)
 	if errs.Is(err, errs.Invalid) || errs.Is(err, errs.NotFound) {
-		e.Log.ErrorContext(ctx, "schedule firing dropped", "err", err)
+		s.Engine.Log.ErrorContext(ctx, "schedule firing dropped", "err", err)
 		return nil
 	}
 	return err
@@ -115,7 +117,7 @@ func (e *Engine) Fire(ctx context.Context, input json.RawMessage) error {
 // idempotency key made of the template and the scheduled time. A template
 // that is no longer scheduled records nothing, and its schedule, if still
 // there, is deleted.
-func (e *Engine) FireTemplate(ctx context.Context, input []byte) (batch.Batch, error) {
+func (s *Service) FireTemplate(ctx context.Context, input []byte) (batch.Batch, error) {
 	var in schedule.Input
 	if err := json.Unmarshal(input, &in); err != nil || !ids.Valid("batch_", in.TemplateID) || in.Tenant == "" {
 		return batch.Batch{}, errs.Invalidf("input", "schedule input %.200q is not a template firing", input)
@@ -124,21 +126,21 @@ func (e *Engine) FireTemplate(ctx context.Context, input []byte) (batch.Batch, e
 	if err != nil {
 		return batch.Batch{}, errs.Invalidf("scheduled_time", "%v", err)
 	}
-	log := e.Log.With("template_id", in.TemplateID, "tenant", in.Tenant, "scheduled_time", at)
-	tpl, err := e.Store.GetBatch(ctx, in.Tenant, in.TemplateID)
+	log := s.Engine.Log.With("template_id", in.TemplateID, "tenant", in.Tenant, "scheduled_time", at)
+	tpl, err := s.Engine.Store.GetBatch(ctx, in.Tenant, in.TemplateID)
 	if err != nil && !errors.Is(err, store.ErrBatchNotFound) {
 		return batch.Batch{}, err
 	}
 	if err != nil || tpl.Status != batch.Scheduled {
 		log.WarnContext(ctx, "firing of a template that is not scheduled: deleting its schedule", "status", tpl.Status)
-		if e.Schedules != nil {
-			if err := e.Schedules.Delete(ctx, in.TemplateID); err != nil {
+		if s.Schedules != nil {
+			if err := s.Schedules.Delete(ctx, in.TemplateID); err != nil {
 				return batch.Batch{}, err
 			}
 		}
 		return batch.Batch{}, errs.NotFoundf("template %s is not scheduled", in.TemplateID)
 	}
-	now := e.now()
+	now := s.now()
 	window, err := ParseWindow(tpl.CompletionWindow)
 	if err != nil {
 		return batch.Batch{}, err
@@ -152,7 +154,7 @@ func (e *Engine) FireTemplate(ctx context.Context, input []byte) (batch.Batch, e
 	}
 	// The input is not re-validated here: a file deleted since the template
 	// was made fails the run in planning (input_file_missing), visibly.
-	saved, err := e.record(ctx, run, runKey(tpl.ID, at))
+	saved, err := s.record(ctx, run, runKey(tpl.ID, at))
 	if err != nil {
 		return batch.Batch{}, fmt.Errorf("record run of template %s at %s: %w", tpl.ID, in.ScheduledTime, err)
 	}

@@ -1,4 +1,4 @@
-package engine
+package batches
 
 import (
 	"context"
@@ -11,16 +11,17 @@ import (
 	"github.com/relaybatch/relay/internal/store"
 )
 
-// Batches in flight per tenant (Engine.MaxInflight, RELAY_MAX_INFLIGHT_BATCHES).
+// Batches in flight per tenant (engine.Engine.MaxInflight,
+// RELAY_MAX_INFLIGHT_BATCHES; docs/api.md "Limits").
 //
 // A counter per tenant, T#<tenant>/INFLIGHT, goes up when a batch is
 // recorded (conditional on being under the limit, so concurrent creates on
 // any number of API instances never overshoot) and down when the batch
-// becomes terminal. Each counted batch has a marker item next to the
-// counter; the decrement deletes the marker in the same transaction,
-// conditional on it existing, so however often a terminal state is
-// reported (finalize redeliveries call Engine.terminal again) the slot is
-// given back once. Batches recorded while the limit was off hold no marker
+// becomes terminal, which the engine does (its releaseInflight). Each
+// counted batch has a marker item next to the counter; the decrement
+// deletes the marker in the same transaction, conditional on it existing,
+// so however often a terminal state is reported (finalize redeliveries
+// report it again) the slot is given back once. Batches recorded while the limit was off hold no marker
 // and give nothing back.
 //
 // A crash between taking a slot and recording the batch, or between the
@@ -38,11 +39,11 @@ const inflightGrace = 2 * time.Minute
 // take minutes, so retrying sooner only costs requests.
 const inflightRetryAfter = 60
 
-func (e *Engine) inflightLimited() error {
+func (s *Service) inflightLimited() error {
 	return &errs.Error{
 		Kind: errs.RateLimited, Code: "too_many_batches_in_flight", RetryAfter: inflightRetryAfter,
 		Message: fmt.Sprintf("this organization already has %d batches in flight, the most allowed: "+
-			"wait for one to finish (or cancel one) before creating another", e.MaxInflight),
+			"wait for one to finish (or cancel one) before creating another", s.Engine.MaxInflight),
 	}
 }
 
@@ -51,18 +52,18 @@ func (e *Engine) inflightLimited() error {
 // taken when the batch is recorded (createCounted). Templates run nothing
 // of their own and are not counted; a create with an Idempotency-Key goes
 // on to createCounted, which returns the first batch made with it.
-func (e *Engine) checkInflight(ctx context.Context, tenant string, req CreateRequest, idemKey string) error {
-	if e.MaxInflight <= 0 || req.Schedule != "" || idemKey != "" {
+func (s *Service) checkInflight(ctx context.Context, tenant string, req CreateRequest, idemKey string) error {
+	if s.Engine.MaxInflight <= 0 || req.Schedule != "" || idemKey != "" {
 		return nil
 	}
-	n, err := e.Store.Inflight(ctx, tenant)
-	if err != nil || n < e.MaxInflight {
+	n, err := s.Engine.Store.Inflight(ctx, tenant)
+	if err != nil || n < s.Engine.MaxInflight {
 		return err
 	}
-	if freed, err := e.repairInflight(ctx, tenant); err != nil || freed > 0 {
+	if freed, err := s.repairInflight(ctx, tenant); err != nil || freed > 0 {
 		return err
 	}
-	return e.inflightLimited()
+	return s.inflightLimited()
 }
 
 // createCounted records b, holding one of its tenant's in-flight slots
@@ -70,71 +71,62 @@ func (e *Engine) checkInflight(ctx context.Context, tenant string, req CreateReq
 // recorded after all (an error, or an Idempotency-Key that returns the
 // first batch instead) is given back at once. At the limit, a retried
 // create still gets the batch its Idempotency-Key made the first time.
-func (e *Engine) createCounted(ctx context.Context, b batch.Batch, idemKey string) (batch.Batch, bool, error) {
-	if e.MaxInflight <= 0 || b.Status == batch.Scheduled {
-		return e.Store.CreateBatch(ctx, b, idemKey)
+func (s *Service) createCounted(ctx context.Context, b batch.Batch, idemKey string) (batch.Batch, bool, error) {
+	if s.Engine.MaxInflight <= 0 || b.Status == batch.Scheduled {
+		return s.Engine.Store.CreateBatch(ctx, b, idemKey)
 	}
-	err := e.Store.ReserveInflight(ctx, b.Tenant, b.ID, e.MaxInflight, e.now())
+	err := s.Engine.Store.ReserveInflight(ctx, b.Tenant, b.ID, s.Engine.MaxInflight, s.now())
 	if errors.Is(err, store.ErrInflightLimit) {
-		if freed, rerr := e.repairInflight(ctx, b.Tenant); rerr == nil && freed > 0 {
-			err = e.Store.ReserveInflight(ctx, b.Tenant, b.ID, e.MaxInflight, e.now())
+		if freed, rerr := s.repairInflight(ctx, b.Tenant); rerr == nil && freed > 0 {
+			err = s.Engine.Store.ReserveInflight(ctx, b.Tenant, b.ID, s.Engine.MaxInflight, s.now())
 		}
 	}
 	if errors.Is(err, store.ErrInflightLimit) && idemKey != "" {
-		if id, ierr := e.Store.IdempotentBatch(ctx, b.Tenant, idemKey); ierr == nil && id != "" {
-			first, gerr := e.Store.GetBatch(ctx, b.Tenant, id)
+		if id, ierr := s.Engine.Store.IdempotentBatch(ctx, b.Tenant, idemKey); ierr == nil && id != "" {
+			first, gerr := s.Engine.Store.GetBatch(ctx, b.Tenant, id)
 			return first, false, gerr
 		}
 	}
 	if errors.Is(err, store.ErrInflightLimit) {
-		return batch.Batch{}, false, e.inflightLimited()
+		return batch.Batch{}, false, s.inflightLimited()
 	}
 	if err != nil {
 		return batch.Batch{}, false, err
 	}
-	saved, created, err := e.Store.CreateBatch(ctx, b, idemKey)
+	saved, created, err := s.Engine.Store.CreateBatch(ctx, b, idemKey)
 	if err != nil || !created || saved.ID != b.ID {
-		if _, rerr := e.Store.ReleaseInflight(ctx, b.Tenant, b.ID); rerr != nil {
-			e.Log.ErrorContext(ctx, "give back in-flight slot of a batch not recorded", "tenant", b.Tenant, "batch_id", b.ID, "err", rerr)
+		if _, rerr := s.Engine.Store.ReleaseInflight(ctx, b.Tenant, b.ID); rerr != nil {
+			s.Engine.Log.ErrorContext(ctx, "give back in-flight slot of a batch not recorded", "tenant", b.Tenant, "batch_id", b.ID, "err", rerr)
 		}
 	}
 	return saved, created, err
 }
 
-// releaseInflight gives back a terminal batch's slot, if it holds one.
-func (e *Engine) releaseInflight(ctx context.Context, b batch.Batch) error {
-	if e.MaxInflight <= 0 || !b.Status.Terminal() || b.Schedule != nil {
-		return nil
-	}
-	_, err := e.Store.ReleaseInflight(ctx, b.Tenant, b.ID)
-	return err
-}
-
 // repairInflight releases the slots of a tenant's batches that ended
 // without giving theirs back, or were never recorded, and returns how many
 // it freed.
-func (e *Engine) repairInflight(ctx context.Context, tenant string) (int, error) {
-	ms, err := e.Store.InflightMarkers(ctx, tenant)
+func (s *Service) repairInflight(ctx context.Context, tenant string) (int, error) {
+	ms, err := s.Engine.Store.InflightMarkers(ctx, tenant)
 	if err != nil {
 		return 0, err
 	}
 	freed := 0
-	now := e.now()
+	now := s.now()
 	for _, m := range ms {
-		b, err := e.Store.GetBatch(ctx, tenant, m.Batch)
+		b, err := s.Engine.Store.GetBatch(ctx, tenant, m.Batch)
 		if err != nil && !errors.Is(err, store.ErrBatchNotFound) {
 			return freed, err
 		}
 		if !leftBehind(m, b, err == nil, now) {
 			continue
 		}
-		ok, err := e.Store.ReleaseInflight(ctx, tenant, m.Batch)
+		ok, err := s.Engine.Store.ReleaseInflight(ctx, tenant, m.Batch)
 		if err != nil {
 			return freed, err
 		}
 		if ok {
 			freed++
-			e.Log.WarnContext(ctx, "released a left-behind in-flight slot", "tenant", tenant, "batch_id", m.Batch)
+			s.Engine.Log.WarnContext(ctx, "released a left-behind in-flight slot", "tenant", tenant, "batch_id", m.Batch)
 		}
 	}
 	return freed, nil

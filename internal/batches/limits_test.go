@@ -1,4 +1,4 @@
-package engine
+package batches
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/store"
 )
@@ -47,34 +48,26 @@ func TestLeftBehind(t *testing.T) {
 
 func TestInflightLimitedError(t *testing.T) {
 	t.Parallel()
-	e := &Engine{MaxInflight: 7}
+	s := &Service{Engine: &engine.Engine{MaxInflight: 7}}
 	var got *errs.Error
-	if !errors.As(e.inflightLimited(), &got) || got.Kind != errs.RateLimited || got.RetryAfter <= 0 ||
+	if !errors.As(s.inflightLimited(), &got) || got.Kind != errs.RateLimited || got.RetryAfter <= 0 ||
 		got.Code != "too_many_batches_in_flight" || !strings.Contains(got.Message, "7 batches in flight") {
 		t.Fatalf("got %#v, want a 429 with Retry-After naming the limit", got)
 	}
 }
 
 // With the limit off, or for a template, nothing is read or counted (the
-// engine here has no store: touching it would panic).
+// engine here has no store: touching it would panic). The engine's side,
+// the release, has the same test (engine.TestReleaseInflightOff).
 func TestInflightOff(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	off := &Engine{}
+	off := &Service{Engine: &engine.Engine{}}
 	if err := off.checkInflight(ctx, "acme", CreateRequest{}, ""); err != nil {
 		t.Fatalf("limit off: %v", err)
 	}
-	if err := off.releaseInflight(ctx, batch.Batch{Status: batch.Completed}); err != nil {
-		t.Fatalf("limit off: %v", err)
-	}
-	on := &Engine{MaxInflight: 1}
+	on := &Service{Engine: &engine.Engine{MaxInflight: 1}}
 	if err := on.checkInflight(ctx, "acme", CreateRequest{Schedule: "* * * * *"}, ""); err != nil {
 		t.Fatalf("template: %v", err)
-	}
-	tpl := "* * * * *"
-	for _, b := range []batch.Batch{{Status: batch.InProgress}, {Status: batch.Cancelled, Schedule: &tpl}} {
-		if err := on.releaseInflight(ctx, b); err != nil {
-			t.Fatalf("%s batch: %v", b.Status, err)
-		}
 	}
 }

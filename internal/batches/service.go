@@ -1,4 +1,11 @@
-package engine
+// Package batches is the OpenAI Batch API (docs/api.md "Batches", "Output
+// and error files", "Templates", "Usage") on the engine: a create is
+// validated and recorded here, with its tenant's in-flight slot (docs/api.md
+// "Limits"), and the engine (internal/engine) plans, runs and finalizes it
+// (docs/design.md "Chunks"). Cron templates are batches with a schedule;
+// their runs are recorded by the same path. internal/anthropic creates
+// Message Batches and reads their lines with this service.
+package batches
 
 import (
 	"bytes"
@@ -13,6 +20,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/ids"
@@ -24,11 +32,40 @@ import (
 	"github.com/relaybatch/relay/internal/webhook"
 )
 
-// Endpoints an OpenAI-shaped batch may name (SPEC §4).
-var Endpoints = []string{"/v1/chat/completions", "/v1/embeddings", "/v1/responses", "/v1/completions"}
+// Service runs the batches of the API on the engine: internal/api serves
+// its routes, internal/anthropic creates and reads Message Batches with it,
+// and the scheduler function is its Fire.
+type Service struct {
+	Engine *engine.Engine
+	// Files reads the input file a create names and stores inline requests.
+	Files *files.Service
+	// Schedules creates and deletes the schedules of cron templates
+	// (templates.go); nil refuses templates.
+	Schedules *schedule.Manager
+	// WithWebhookDeliveries, if set, adds the webhook_deliveries summary to
+	// the batch Get returns.
+	WithWebhookDeliveries func(ctx context.Context, b batch.Batch) batch.Batch
+}
 
-// MessagesEndpoint is the endpoint of Anthropic Message Batches (SPEC §9).
-const MessagesEndpoint = "/v1/messages"
+// now is the engine's clock (tests move it), so the times recorded here
+// agree with the engine's.
+func (s *Service) now() time.Time {
+	if s.Engine.Now != nil {
+		return s.Engine.Now()
+	}
+	return time.Now()
+}
+
+// errSkip ends a store update that finds nothing to do.
+var errSkip = errors.New("batches: nothing to do")
+
+// send queues m for the dispatcher.
+func (s *Service) send(ctx context.Context, m engine.Message) error {
+	return s.Engine.Queue.Send(ctx, resources.Dispatch, m, 0)
+}
+
+// Endpoints an OpenAI-shaped batch may name (docs/api.md "Batches").
+var Endpoints = []string{"/v1/chat/completions", "/v1/embeddings", "/v1/responses", "/v1/completions"}
 
 // MessageBatchPrefix starts the id of every Message Batch: internal/anthropic
 // gives it to the batches it creates, and Get takes such ids as well.
@@ -98,29 +135,30 @@ func checkEndpoint(ep string, allowed []string) error {
 }
 
 // CheckWebhookURL validates a webhook URL at create time when the engine
-// has no webhook client of its own (Engine.WebhookClient, whose policy is
-// used otherwise): the deployment policy, https to public addresses only.
+// has no webhook client of its own (engine.Engine.WebhookClient, whose
+// policy is used otherwise): the deployment policy, https to public
+// addresses only.
 var CheckWebhookURL = webhook.Policy{}.CheckURL
 
 // checkWebhookURL checks webhook_url at create with the delivery policy,
 // so a URL accepted at create is one the deliveries may use.
-func (e *Engine) checkWebhookURL(raw string) error {
-	if e.WebhookClient != nil {
-		return e.WebhookClient.Policy.CheckURL(raw)
+func (s *Service) checkWebhookURL(raw string) error {
+	if c := s.Engine.WebhookClient; c != nil {
+		return c.Policy.CheckURL(raw)
 	}
 	return CheckWebhookURL(raw)
 }
 
 // Create validates and records a batch, then asks the dispatcher to plan it.
-func (e *Engine) Create(ctx context.Context, p auth.Principal, req CreateRequest, idemKey string) (batch.Batch, error) {
-	return e.CreateShaped(ctx, p, req, idemKey, Endpoints, nil)
+func (s *Service) Create(ctx context.Context, p auth.Principal, req CreateRequest, idemKey string) (batch.Batch, error) {
+	return s.CreateShaped(ctx, p, req, idemKey, Endpoints, nil)
 }
 
 // CreateShaped is Create for the batches of another API (internal/anthropic
 // creates Message Batches with it): req.Endpoint must be one of endpoints,
 // and shape, when not nil, edits the batch before it is recorded (its id,
 // its request count).
-func (e *Engine) CreateShaped(ctx context.Context, p auth.Principal, req CreateRequest, idemKey string, endpoints []string, shape func(*batch.Batch)) (batch.Batch, error) {
+func (s *Service) CreateShaped(ctx context.Context, p auth.Principal, req CreateRequest, idemKey string, endpoints []string, shape func(*batch.Batch)) (batch.Batch, error) {
 	if err := checkEndpoint(req.Endpoint, endpoints); err != nil {
 		return batch.Batch{}, err
 	}
@@ -137,7 +175,7 @@ func (e *Engine) CreateShaped(ctx context.Context, p auth.Principal, req CreateR
 	if req.Priority < -MaxPriority || req.Priority > MaxPriority {
 		return batch.Batch{}, errs.Invalidf("priority", "priority must be between -%d and %d", MaxPriority, MaxPriority)
 	}
-	if err := e.checkInflight(ctx, p.Tenant, req, idemKey); err != nil {
+	if err := s.checkInflight(ctx, p.Tenant, req, idemKey); err != nil {
 		return batch.Batch{}, err
 	}
 	var spec schedule.Spec
@@ -149,7 +187,7 @@ func (e *Engine) CreateShaped(ctx context.Context, p auth.Principal, req CreateR
 	case req.ScheduleTimezone != "":
 		return batch.Batch{}, errs.Invalidf("schedule_timezone", "schedule_timezone applies to a schedule: send schedule too")
 	}
-	now := e.now()
+	now := s.now()
 	b := batch.Batch{
 		ID: ids.New("batch_"), Endpoint: req.Endpoint, CompletionWindow: req.CompletionWindow, Status: batch.Validating,
 		CreatedAt: now.Unix(), Metadata: req.Metadata, Priority: req.Priority, Tenant: p.Tenant, KeyID: p.KeyID,
@@ -167,13 +205,13 @@ func (e *Engine) CreateShaped(ctx context.Context, p auth.Principal, req CreateR
 		b.OutputExpiresAfter = &s
 	}
 	if req.WebhookURL != "" {
-		if err := e.checkWebhookURL(req.WebhookURL); err != nil {
+		if err := s.checkWebhookURL(req.WebhookURL); err != nil {
 			return batch.Batch{}, err
 		}
 		b.WebhookURL = &req.WebhookURL
 	}
 	if req.FallbackModel != "" {
-		m, ok := e.Models.Lookup(req.FallbackModel)
+		m, ok := s.Engine.Models.Lookup(req.FallbackModel)
 		if !ok {
 			return batch.Batch{}, errs.Invalidf("fallback_model", "fallback_model %q is not a configured model", req.FallbackModel)
 		}
@@ -186,13 +224,13 @@ func (e *Engine) CreateShaped(ctx context.Context, p auth.Principal, req CreateR
 	case req.InputFileID != "" && len(req.Requests) > 0:
 		return batch.Batch{}, errs.Invalidf("requests", "send input_file_id or requests, not both")
 	case len(req.Requests) > 0:
-		f, err := e.inlineFile(ctx, p.Tenant, req.Requests)
+		f, err := s.inlineFile(ctx, p.Tenant, req.Requests)
 		if err != nil {
 			return batch.Batch{}, err
 		}
 		b.InputFileID = f.ID
 	case req.InputFileID != "":
-		f, err := e.Files.Get(ctx, p.Tenant, req.InputFileID)
+		f, err := s.Files.Get(ctx, p.Tenant, req.InputFileID)
 		if errs.Is(err, errs.NotFound) {
 			return batch.Batch{}, errs.Invalidf("input_file_id", "no such file: %s", req.InputFileID)
 		}
@@ -220,7 +258,7 @@ func (e *Engine) CreateShaped(ctx context.Context, p auth.Principal, req CreateR
 		}
 	}
 	if req.Model != "" {
-		if _, ok := e.Models.Lookup(req.Model); !ok {
+		if _, ok := s.Engine.Models.Lookup(req.Model); !ok {
 			return batch.Batch{}, errs.Invalidf("model", "model %q is not a configured model", req.Model)
 		}
 		b.CSVModel = req.Model
@@ -229,22 +267,22 @@ func (e *Engine) CreateShaped(ctx context.Context, p auth.Principal, req CreateR
 		shape(&b)
 	}
 	if req.Schedule != "" {
-		return e.createTemplate(ctx, b, spec, idemKey)
+		return s.createTemplate(ctx, b, spec, idemKey)
 	}
-	return e.record(ctx, b, idemKey)
+	return s.record(ctx, b, idemKey)
 }
 
 // record stores a new batch and queues its planning.
-func (e *Engine) record(ctx context.Context, b batch.Batch, idemKey string) (batch.Batch, error) {
+func (s *Service) record(ctx context.Context, b batch.Batch, idemKey string) (batch.Batch, error) {
 	if idemKey != "" {
 		idemKey = auth.Hash(idemKey)
 	}
-	saved, created, err := e.createCounted(ctx, b, idemKey)
+	saved, created, err := s.createCounted(ctx, b, idemKey)
 	if err != nil {
 		return batch.Batch{}, err
 	}
 	if created && saved.Status == batch.Validating {
-		if err := e.send(ctx, resources.Dispatch, Message{Type: MsgPlan, Tenant: b.Tenant, Batch: b.ID}); err != nil {
+		if err := s.send(ctx, engine.Message{Type: engine.MsgPlan, Tenant: b.Tenant, Batch: b.ID}); err != nil {
 			return batch.Batch{}, err
 		}
 	}
@@ -253,7 +291,7 @@ func (e *Engine) record(ctx context.Context, b batch.Batch, idemKey string) (bat
 
 // inlineFile stores inline rows as a JSONL input file; a row without a
 // custom_id gets request-<index>.
-func (e *Engine) inlineFile(ctx context.Context, tenant string, rows []json.RawMessage) (files.File, error) {
+func (s *Service) inlineFile(ctx context.Context, tenant string, rows []json.RawMessage) (files.File, error) {
 	var buf bytes.Buffer
 	for i, raw := range rows {
 		var obj map[string]json.RawMessage
@@ -267,16 +305,16 @@ func (e *Engine) inlineFile(ctx context.Context, tenant string, rows []json.RawM
 		buf.Write(line)
 		buf.WriteByte('\n')
 	}
-	return e.Files.Create(ctx, tenant, "requests.jsonl", files.PurposeBatch, int64(buf.Len()), 0, bytes.NewReader(buf.Bytes()))
+	return s.Files.Create(ctx, tenant, "requests.jsonl", files.PurposeBatch, int64(buf.Len()), 0, bytes.NewReader(buf.Bytes()))
 }
 
 // WriteInputFile stores data as a processed batch input file of tenant.
 // It writes past files.Service, whose 4 MiB limit is on what a client
 // sends: internal/anthropic stores a Message Batch's requests with it, and
 // the rows of a 4 MiB create body take a little more.
-func (e *Engine) WriteInputFile(ctx context.Context, tenant, filename string, data []byte) (files.File, error) {
+func (s *Service) WriteInputFile(ctx context.Context, tenant, filename string, data []byte) (files.File, error) {
 	id := ids.New("file-")
-	w := &objectWriter{ctx: ctx, blobs: e.Blobs, prefix: fmt.Sprintf("files/%s/%s/", tenant, id), limit: normalizedObjectSize}
+	w := engine.NewObjectWriter(ctx, s.Engine.Blobs, fmt.Sprintf("files/%s/%s/", tenant, id))
 	if _, err := w.Write(data); err != nil {
 		return files.File{}, fmt.Errorf("write file %s: %w", id, err)
 	}
@@ -284,23 +322,23 @@ func (e *Engine) WriteInputFile(ctx context.Context, tenant, filename string, da
 	if err != nil {
 		return files.File{}, fmt.Errorf("write file %s: %w", id, err)
 	}
-	f := files.File{ID: id, Bytes: int64(len(data)), CreatedAt: e.now().Unix(), Filename: filename,
+	f := files.File{ID: id, Bytes: int64(len(data)), CreatedAt: s.now().Unix(), Filename: filename,
 		Purpose: files.PurposeBatch, Status: files.StatusProcessed, Tenant: tenant}
 	for _, o := range objs {
 		f.Objects = append(f.Objects, o.Key)
 	}
-	if err := e.Store.PutFile(ctx, f); err != nil {
+	if err := s.Engine.Store.PutFile(ctx, f); err != nil {
 		return files.File{}, fmt.Errorf("record file %s: %w", id, err)
 	}
 	return f, nil
 }
 
 // Get returns a tenant's batch; another tenant's is not found.
-func (e *Engine) Get(ctx context.Context, tenant, id string) (batch.Batch, error) {
+func (s *Service) Get(ctx context.Context, tenant, id string) (batch.Batch, error) {
 	if !ids.Valid("batch_", id) && !ids.Valid(MessageBatchPrefix, id) {
 		return batch.Batch{}, errs.NotFoundf("no such batch: %s", id)
 	}
-	b, err := e.Store.GetBatch(ctx, tenant, id)
+	b, err := s.Engine.Store.GetBatch(ctx, tenant, id)
 	if errors.Is(err, store.ErrBatchNotFound) {
 		return batch.Batch{}, errs.NotFoundf("no such batch: %s", id)
 	}
@@ -308,14 +346,14 @@ func (e *Engine) Get(ctx context.Context, tenant, id string) (batch.Batch, error
 		return batch.Batch{}, err
 	}
 	out := b.Out()
-	if e.WithWebhookDeliveries != nil {
-		out = e.WithWebhookDeliveries(ctx, out)
+	if s.WithWebhookDeliveries != nil {
+		out = s.WithWebhookDeliveries(ctx, out)
 	}
 	return out, nil
 }
 
 // List lists a tenant's batches newest first (or a template's runs).
-func (e *Engine) List(ctx context.Context, tenant, after string, limit int, templateID string) ([]batch.Batch, bool, error) {
+func (s *Service) List(ctx context.Context, tenant, after string, limit int, templateID string) ([]batch.Batch, bool, error) {
 	if after != "" && !ids.Valid("batch_", after) {
 		return nil, false, errs.Invalidf("after", "after %q is not a batch id", after)
 	}
@@ -327,7 +365,7 @@ func (e *Engine) List(ctx context.Context, tenant, after string, limit int, temp
 		// every batch_ id: this list is of OpenAI batches only.
 		after = "batch_~"
 	}
-	bs, more, err := e.Store.ListBatches(ctx, tenant, after, limit, templateID)
+	bs, more, err := s.Engine.Store.ListBatches(ctx, tenant, after, limit, templateID)
 	for i := range bs {
 		bs[i] = bs[i].Out()
 	}
@@ -336,15 +374,15 @@ func (e *Engine) List(ctx context.Context, tenant, after string, limit int, temp
 
 // Cancel stops a batch: no new chunk starts, running chunks stop at their
 // next row boundary, unfinished rows get batch_cancelled.
-func (e *Engine) Cancel(ctx context.Context, tenant, id string) (batch.Batch, error) {
-	cur, err := e.Get(ctx, tenant, id)
+func (s *Service) Cancel(ctx context.Context, tenant, id string) (batch.Batch, error) {
+	cur, err := s.Get(ctx, tenant, id)
 	if err != nil {
 		return batch.Batch{}, err
 	}
 	if cur.Status == batch.Scheduled {
-		return e.cancelTemplate(ctx, tenant, id)
+		return s.cancelTemplate(ctx, tenant, id)
 	}
-	b, err := e.Store.UpdateBatch(ctx, tenant, id, func(b *batch.Batch) error {
+	b, err := s.Engine.Store.UpdateBatch(ctx, tenant, id, func(b *batch.Batch) error {
 		switch {
 		case b.Status == batch.Cancelling:
 			return errSkip
@@ -353,15 +391,15 @@ func (e *Engine) Cancel(ctx context.Context, tenant, id string) (batch.Batch, er
 		case b.Status == batch.Finalizing:
 			return errs.E(errs.Conflict, "batch_not_cancellable", "", "batch %s is finalizing: every request has run", b.ID)
 		}
-		return b.To(batch.Cancelling, e.now())
+		return b.To(batch.Cancelling, s.now())
 	})
 	if errors.Is(err, errSkip) {
-		return e.Get(ctx, tenant, id)
+		return s.Get(ctx, tenant, id)
 	}
 	if err != nil {
 		return batch.Batch{}, err
 	}
-	if err := e.send(ctx, resources.Dispatch, Message{Type: MsgDrain, Tenant: tenant, Batch: id}); err != nil {
+	if err := s.send(ctx, engine.Message{Type: engine.MsgDrain, Tenant: tenant, Batch: id}); err != nil {
 		return batch.Batch{}, err
 	}
 	return b.Out(), nil
@@ -370,15 +408,15 @@ func (e *Engine) Cancel(ctx context.Context, tenant, id string) (batch.Batch, er
 // Results writes every row's line in input order: the output and error
 // lines of each done chunk, interleaved by its pattern. Until the batch is
 // terminal only partial results are available, on request.
-func (e *Engine) Results(ctx context.Context, tenant, id string, partial bool, w io.Writer) error {
-	if err := e.StartResults(ctx, tenant, id, partial); err != nil {
+func (s *Service) Results(ctx context.Context, tenant, id string, partial bool, w io.Writer) error {
+	if err := s.StartResults(ctx, tenant, id, partial); err != nil {
 		return err
 	}
-	chunks, err := e.Store.Chunks(ctx, id)
+	chunks, err := s.Engine.Store.Chunks(ctx, id)
 	if err != nil {
 		return err
 	}
-	return e.EachLine(ctx, chunks, func(_ batch.Chunk, _ int, _ byte, line []byte) error {
+	return s.EachLine(ctx, chunks, func(_ batch.Chunk, _ int, _ byte, line []byte) error {
 		_, err := w.Write(line)
 		return err
 	})
@@ -386,8 +424,8 @@ func (e *Engine) Results(ctx context.Context, tenant, id string, partial bool, w
 
 // StartResults checks that results can be served (so the status code is
 // right before streaming starts).
-func (e *Engine) StartResults(ctx context.Context, tenant, id string, partial bool) error {
-	b, err := e.Get(ctx, tenant, id)
+func (s *Service) StartResults(ctx context.Context, tenant, id string, partial bool) error {
+	b, err := s.Get(ctx, tenant, id)
 	if err != nil {
 		return err
 	}
@@ -401,7 +439,7 @@ func (e *Engine) StartResults(ctx context.Context, tenant, id string, partial bo
 // with the line's index in its chunk and its kind ('o' output, 'e' error).
 // Results uses it, and internal/anthropic to write a Message Batch's
 // results.
-func (e *Engine) EachLine(ctx context.Context, chunks []batch.Chunk, fn func(c batch.Chunk, i int, kind byte, line []byte) error) error {
+func (s *Service) EachLine(ctx context.Context, chunks []batch.Chunk, fn func(c batch.Chunk, i int, kind byte, line []byte) error) error {
 	for _, c := range chunks {
 		if c.State != batch.ChunkDone {
 			continue
@@ -410,7 +448,7 @@ func (e *Engine) EachLine(ctx context.Context, chunks []batch.Chunk, fn func(c b
 			if n == 0 {
 				return nil, nil
 			}
-			rc, err := e.Blobs.Get(ctx, c.Parts(kind))
+			rc, err := s.Engine.Blobs.Get(ctx, c.Parts(kind))
 			if err != nil {
 				return nil, err
 			}
@@ -444,39 +482,39 @@ func (e *Engine) EachLine(ctx context.Context, chunks []batch.Chunk, fn func(c b
 }
 
 // DeadLetters lists the rows that exhausted their retries.
-func (e *Engine) DeadLetters(ctx context.Context, tenant, id string, after, limit int) ([]batch.DeadLetter, bool, error) {
-	if _, err := e.Get(ctx, tenant, id); err != nil {
+func (s *Service) DeadLetters(ctx context.Context, tenant, id string, after, limit int) ([]batch.DeadLetter, bool, error) {
+	if _, err := s.Get(ctx, tenant, id); err != nil {
 		return nil, false, err
 	}
-	return e.Store.DeadLetters(ctx, id, after, limit)
+	return s.Engine.Store.DeadLetters(ctx, id, after, limit)
 }
 
 // Retry makes a new batch of the rows of a finished batch that ended in
 // its error file: failed, expired, cancelled and dead-lettered rows.
-func (e *Engine) Retry(ctx context.Context, p auth.Principal, id string, idemKey string) (batch.Batch, error) {
-	b, err := e.Get(ctx, p.Tenant, id)
+func (s *Service) Retry(ctx context.Context, p auth.Principal, id string, idemKey string) (batch.Batch, error) {
+	b, err := s.Get(ctx, p.Tenant, id)
 	if err != nil {
 		return batch.Batch{}, err
 	}
 	if !b.Status.Terminal() {
 		return batch.Batch{}, errs.E(errs.Conflict, "batch_not_finished", "", "batch %s is %s: retry it once it has ended", id, b.Status)
 	}
-	full, err := e.Store.GetBatch(ctx, p.Tenant, id)
+	full, err := s.Engine.Store.GetBatch(ctx, p.Tenant, id)
 	if err != nil {
 		return batch.Batch{}, err
 	}
-	chunks, err := e.Store.Chunks(ctx, id)
+	chunks, err := s.Engine.Store.Chunks(ctx, id)
 	if err != nil {
 		return batch.Batch{}, err
 	}
 	fileID := ids.New("file-")
-	w := &objectWriter{ctx: ctx, blobs: e.Blobs, prefix: fmt.Sprintf("files/%s/%s/", p.Tenant, fileID), limit: normalizedObjectSize}
+	w := engine.NewObjectWriter(ctx, s.Engine.Blobs, fmt.Sprintf("files/%s/%s/", p.Tenant, fileID))
 	rows := 0
 	for _, c := range chunks {
 		if !strings.Contains(c.Pattern, "e") {
 			continue
 		}
-		data, err := e.readRange(ctx, full.Input, c.Start, c.End)
+		data, err := s.Engine.ReadRange(ctx, full.Input, c.Start, c.End)
 		if err != nil {
 			return batch.Batch{}, err
 		}
@@ -504,15 +542,15 @@ func (e *Engine) Retry(ctx context.Context, p auth.Principal, id string, idemKey
 	if rows == 0 {
 		return batch.Batch{}, errs.E(errs.Invalid, "nothing_to_retry", "", "batch %s has no failed, expired or cancelled rows", id)
 	}
-	f := files.File{ID: fileID, CreatedAt: e.now().Unix(), Filename: "retry-" + id + ".jsonl", Purpose: files.PurposeBatch, Status: files.StatusProcessed, Tenant: p.Tenant}
+	f := files.File{ID: fileID, CreatedAt: s.now().Unix(), Filename: "retry-" + id + ".jsonl", Purpose: files.PurposeBatch, Status: files.StatusProcessed, Tenant: p.Tenant}
 	for _, o := range objs {
 		f.Objects = append(f.Objects, o.Key)
 		f.Bytes += o.Size
 	}
-	if err := e.Store.PutFile(ctx, f); err != nil {
+	if err := s.Engine.Store.PutFile(ctx, f); err != nil {
 		return batch.Batch{}, err
 	}
-	now := e.now()
+	now := s.now()
 	window, _ := ParseWindow(b.CompletionWindow)
 	exp := now.Add(window).Unix()
 	nb := batch.Batch{
@@ -521,10 +559,10 @@ func (e *Engine) Retry(ctx context.Context, p auth.Principal, id string, idemKey
 		InputFileID: f.ID, RetryOf: &b.ID, WebhookURL: b.WebhookURL, FallbackModel: b.FallbackModel,
 		OutputExpiresAfter: full.OutputExpiresAfter,
 	}
-	return e.record(ctx, nb, idemKey)
+	return s.record(ctx, nb, idemKey)
 }
 
 // Usage returns a tenant's daily usage between two times.
-func (e *Engine) Usage(ctx context.Context, tenant string, from, to time.Time) ([]store.UsageRow, error) {
-	return e.Store.Usage(ctx, tenant, from.UTC().Format("2006-01-02"), to.UTC().Format("2006-01-02"))
+func (s *Service) Usage(ctx context.Context, tenant string, from, to time.Time) ([]store.UsageRow, error) {
+	return s.Engine.Store.Usage(ctx, tenant, from.UTC().Format("2006-01-02"), to.UTC().Format("2006-01-02"))
 }
