@@ -25,6 +25,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/relaybatch/relay/internal/backoff"
 )
 
 // SQSAPI is the part of the SQS client the poller uses.
@@ -107,7 +108,7 @@ func (p *Poller) Run(ctx context.Context) error {
 		"batch_size", r.batchSize, "concurrency", cap(r.slots), "function_timeout", r.timeout)
 
 	var wg sync.WaitGroup
-	backoff := time.Duration(0)
+	var wait time.Duration // after a failed receive
 	for {
 		select {
 		case r.slots <- struct{}{}:
@@ -124,13 +125,13 @@ func (p *Poller) Run(ctx context.Context) error {
 		if err != nil || len(msgs) == 0 {
 			<-r.slots
 			if err != nil {
-				backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
-				r.log.Error("receive failed", "err", err, "retry_in", backoff)
-				sleep(ctx, backoff)
+				wait = min(max(2*wait, 100*time.Millisecond), 5*time.Second)
+				r.log.Error("receive failed", "err", err, "retry_in", wait)
+				_ = backoff.Sleep(ctx, wait)
 			}
 			continue
 		}
-		backoff = 0
+		wait = 0
 		wg.Go(func() {
 			defer func() { <-r.slots }()
 			r.invoke(context.WithoutCancel(ctx), msgs)
@@ -442,13 +443,4 @@ func NewRequestID() string {
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
 }

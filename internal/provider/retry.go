@@ -3,11 +3,12 @@ package provider
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/relaybatch/relay/internal/backoff"
 )
 
 // Policy is how a row retries transient failures on one model.
@@ -36,7 +37,7 @@ func (p Policy) withDefaults() Policy {
 		p.MaxDelay = 30 * time.Second
 	}
 	if p.Sleep == nil {
-		p.Sleep = sleep
+		p.Sleep = backoff.Sleep
 	}
 	return p
 }
@@ -67,12 +68,7 @@ func Transient(status int, err error) bool {
 // with full jitter, so rows that failed together do not retry together,
 // but never sooner than the upstream asked.
 func (p Policy) delay(n int, retryAfter time.Duration) time.Duration {
-	ceiling := p.BaseDelay
-	for i := 1; i < n && ceiling < p.MaxDelay; i++ {
-		ceiling *= 2
-	}
-	ceiling = min(ceiling, p.MaxDelay)
-	return max(rand.N(ceiling+1), retryAfter)
+	return max(backoff.Full(backoff.Exponential(n, p.BaseDelay, p.MaxDelay)), retryAfter)
 }
 
 // retryAfter reads how long the upstream asked to wait: retry-after-ms
@@ -110,15 +106,4 @@ func seconds(s float64) time.Duration {
 		return maxRetryAfter
 	}
 	return time.Duration(s * float64(time.Second))
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/relaybatch/relay/internal/backoff"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/resources"
 )
@@ -397,11 +397,8 @@ func (s *Store) transact(ctx context.Context, token string, items []types.Transa
 		if !isConflict(err) || attempt == 9 {
 			return err
 		}
-		d := time.Duration(rand.Int64N(int64(20*time.Millisecond) << min(attempt, 5)))
-		select {
-		case <-time.After(d):
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := backoff.Sleep(ctx, backoff.Full(backoff.Exponential(attempt+1, 20*time.Millisecond, 20*time.Millisecond<<5))); err != nil {
+			return err
 		}
 	}
 }

@@ -1,8 +1,9 @@
 package webhook
 
 import (
-	"math/rand/v2"
 	"time"
+
+	"github.com/relaybatch/relay/internal/backoff"
 )
 
 // The retry schedule (SPEC §7): waits double from firstWait up to maxWait,
@@ -19,15 +20,7 @@ const (
 // half) so receivers that fail together are not retried in lockstep, while
 // waits still grow and never pass the cap.
 func Backoff(n int) time.Duration {
-	d := maxWait
-	if n < 1 {
-		n = 1
-	}
-	if n <= 20 { // beyond that the shift overflows; the cap is long reached
-		d = min(firstWait<<(n-1), maxWait)
-	}
-	half := d / 2
-	return half + rand.N(half+1)
+	return backoff.Upper(backoff.Exponential(n, firstWait, maxWait))
 }
 
 // GiveUp reports whether a webhook first attempted at first is out of time

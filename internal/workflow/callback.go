@@ -7,11 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"time"
 
+	"github.com/relaybatch/relay/internal/backoff"
 	"github.com/relaybatch/relay/internal/webhook"
 )
 
@@ -38,9 +38,7 @@ type Caller struct {
 // Backoff waits 1 s, 2 s, 4 s between the attempts of an event, each
 // jittered into its upper half.
 func Backoff(n int) time.Duration {
-	d := time.Second << min(max(n-1, 0), 10)
-	half := d / 2
-	return half + rand.N(half+1)
+	return backoff.Upper(backoff.Exponential(n, time.Second, time.Second<<10))
 }
 
 // Call POSTs ev until the callback answers or the attempts run out. 429,
