@@ -20,6 +20,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/endpoint"
 	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/files"
@@ -65,7 +66,7 @@ func (s *Service) send(ctx context.Context, m engine.Message) error {
 }
 
 // Endpoints an OpenAI-shaped batch may name (docs/api.md "Batches").
-var Endpoints = []string{"/v1/chat/completions", "/v1/embeddings", "/v1/responses", "/v1/completions"}
+var Endpoints = endpoint.Paths(func(e endpoint.Endpoint) bool { return e.OpenAIBatch })
 
 // MessageBatchPrefix starts the id of every Message Batch: internal/anthropic
 // gives it to the batches it creates, and Get takes such ids as well.

@@ -17,6 +17,8 @@ import (
 	"path"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/relaybatch/relay/internal/endpoint"
 )
 
 // Format is the syntax of an input file.
@@ -53,18 +55,14 @@ func FormatOf(filename string) (Format, error) {
 	return 0, fmt.Errorf("file extension %q is not supported: want .jsonl or .csv", ext)
 }
 
-// The endpoints a batch row may name (SPEC §4, plus the Anthropic shape).
-const chatCompletions = "/v1/chat/completions"
+// The endpoints a batch row may name (internal/endpoint).
+const chatCompletions = endpoint.Chat
 
-var endpoints = []string{chatCompletions, "/v1/embeddings", "/v1/responses", "/v1/completions", "/v1/messages"}
+var endpoints = endpoint.Paths(nil)
 
 func supportedEndpoint(url []byte) bool {
-	for _, e := range endpoints {
-		if string(url) == e {
-			return true
-		}
-	}
-	return false
+	_, ok := endpoint.Lookup(string(url))
+	return ok
 }
 
 // Limits from SPEC §3 (OpenAI's).

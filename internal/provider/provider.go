@@ -23,10 +23,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/endpoint"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
-
-	"github.com/relaybatch/relay/internal/config"
 )
 
 // Error codes of a Result that got no HTTP answer. They become the code of
@@ -48,14 +48,9 @@ const anthropicVersion = "2023-06-01"
 const defaultTimeout = 5 * time.Minute
 
 // ShapeOf is the request shape an endpoint needs.
-func ShapeOf(endpoint string) (config.Provider, bool) {
-	switch endpoint {
-	case "/v1/chat/completions", "/v1/embeddings", "/v1/responses", "/v1/completions":
-		return config.OpenAI, true
-	case "/v1/messages":
-		return config.Anthropic, true
-	}
-	return "", false
+func ShapeOf(path string) (config.Provider, bool) {
+	e, ok := endpoint.Lookup(path)
+	return e.Shape, ok
 }
 
 // Usage is the token usage of one row.
@@ -67,16 +62,20 @@ type Usage struct {
 
 // UsageOf reads the token usage from an upstream body answering endpoint.
 // A body without usage (an error body, say) gives zeros.
-func UsageOf(endpoint string, body []byte) Usage {
+func UsageOf(path string, body []byte) Usage {
 	u := gjson.GetBytes(body, "usage")
 	if !u.IsObject() {
 		return Usage{}
 	}
+	e, ok := endpoint.Lookup(path)
+	if !ok {
+		e.Usage = endpoint.InputOutput
+	}
 	var in, out int64
-	switch endpoint {
-	case "/v1/chat/completions", "/v1/completions", "/v1/embeddings":
+	switch e.Usage {
+	case endpoint.PromptCompletion:
 		in, out = u.Get("prompt_tokens").Int(), u.Get("completion_tokens").Int()
-	case "/v1/messages":
+	case endpoint.AnthropicUsage:
 		// Anthropic leaves cached prompt tokens out of input_tokens, while
 		// OpenAI's prompt_tokens includes them; adding them keeps a tenant's
 		// input tokens comparable across providers.
@@ -84,7 +83,7 @@ func UsageOf(endpoint string, body []byte) Usage {
 			u.Get("cache_creation_input_tokens").Int() +
 			u.Get("cache_read_input_tokens").Int()
 		out = u.Get("output_tokens").Int()
-	default: // /v1/responses
+	default:
 		in, out = u.Get("input_tokens").Int(), u.Get("output_tokens").Int()
 	}
 	total := u.Get("total_tokens").Int()

@@ -1,0 +1,67 @@
+// Package endpoint is the one registry of the upstream APIs a batch row may
+// call: each path with the request shape it takes and how its answers
+// report token usage. Validation (internal/jsonl, internal/batches),
+// routing and usage (internal/provider) read it; adding an endpoint is one
+// line here (docs/api.md "Batches").
+package endpoint
+
+import (
+	"slices"
+
+	"github.com/relaybatch/relay/internal/config"
+)
+
+// Usage is how an endpoint's answers report tokens.
+type Usage int
+
+const (
+	// PromptCompletion: usage.prompt_tokens and usage.completion_tokens.
+	PromptCompletion Usage = iota
+	// InputOutput: usage.input_tokens and usage.output_tokens.
+	InputOutput
+	// AnthropicUsage: input_tokens plus the cache's creation and read
+	// tokens (which Anthropic leaves out of input_tokens), output_tokens.
+	AnthropicUsage
+)
+
+// Endpoint is one upstream API.
+type Endpoint struct {
+	Path  string
+	Shape config.Provider // the request shape it takes
+	Usage Usage
+	// OpenAIBatch: an OpenAI batch may name it; /v1/messages rows come
+	// from Anthropic message batches (and from input files naming it).
+	OpenAIBatch bool
+}
+
+// Chat is the chat completions endpoint, the one workflow steps call.
+const Chat = "/v1/chat/completions"
+
+// All is every endpoint, in the order messages list them.
+var All = []Endpoint{
+	{Path: Chat, Shape: config.OpenAI, Usage: PromptCompletion, OpenAIBatch: true},
+	{Path: "/v1/embeddings", Shape: config.OpenAI, Usage: PromptCompletion, OpenAIBatch: true},
+	{Path: "/v1/responses", Shape: config.OpenAI, Usage: InputOutput, OpenAIBatch: true},
+	{Path: "/v1/completions", Shape: config.OpenAI, Usage: PromptCompletion, OpenAIBatch: true},
+	{Path: "/v1/messages", Shape: config.Anthropic, Usage: AnthropicUsage},
+}
+
+// Lookup returns the endpoint at path.
+func Lookup(path string) (Endpoint, bool) {
+	i := slices.IndexFunc(All, func(e Endpoint) bool { return e.Path == path })
+	if i < 0 {
+		return Endpoint{}, false
+	}
+	return All[i], true
+}
+
+// Paths lists the paths of every endpoint, or of those keep accepts.
+func Paths(keep func(Endpoint) bool) []string {
+	var out []string
+	for _, e := range All {
+		if keep == nil || keep(e) {
+			out = append(out, e.Path)
+		}
+	}
+	return out
+}
