@@ -1,10 +1,7 @@
 package engine
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,7 +12,6 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/relaybatch/relay/internal/batch"
-	"github.com/relaybatch/relay/internal/ids"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/queue"
@@ -303,8 +299,21 @@ func (e *Engine) load(ctx context.Context, r *chunkRun, batches map[string]batch
 
 // draining reports whether the run's rows only get error lines now.
 func (r *chunkRun) draining(now time.Time) bool {
-	s := r.status.Load().(batch.Status)
-	return s == batch.Cancelling || s == batch.Cancelled || r.b.PastExpiry(now)
+	return stopping(r.status.Load().(batch.Status)) || r.b.PastExpiry(now)
+}
+
+// stopping reports whether a batch's status is a cancel's: its rows not
+// yet started get batch_cancelled lines.
+func stopping(s batch.Status) bool {
+	return s == batch.Cancelling || s == batch.Cancelled
+}
+
+// fallbackModel is the batch's fallback model, "" for none.
+func fallbackModel(b batch.Batch) string {
+	if b.FallbackModel != nil {
+		return *b.FallbackModel
+	}
+	return ""
 }
 
 // runPool runs the rows of runs, in order, within the slots the runs hold,
@@ -315,126 +324,69 @@ func (e *Engine) runPool(ctx context.Context, runs []*chunkRun) {
 		p.hold(r.c.Slots)
 	}
 	var rows, commits sync.WaitGroup
-	rowDone := func(r *chunkRun) {
-		if r.left.Add(-1) == 0 {
-			commits.Go(func() {
-				defer close(r.done)
-				p.finish(r.c.Slots)
-				defer p.leave(r.c.Slots)
-				if r.ctx.Err() != nil {
-					r.err = fmt.Errorf("chunk %d of %s: %w", r.c.Index, r.c.Batch, errStop)
-					return
-				}
-				_, r.err = e.commitRows(ctx, r.b, r.c, r.outs, 0)
-			})
-		}
-	}
-	fallback := func(b batch.Batch) string {
-		if b.FallbackModel != nil {
-			return *b.FallbackModel
-		}
-		return ""
-	}
 	for _, r := range runs {
-		for i, req := range r.reqs {
-			r.outs[i].customID = req.CustomID
-			// Row boundary: a cancel or the end of the window stops new rows.
-			switch s := r.status.Load().(batch.Status); {
-			case s == batch.Cancelling || s == batch.Cancelled:
-				r.outs[i].code, r.outs[i].message, r.outs[i].cancelled = CodeCancelled, "the batch was cancelled before this request ran", true
-				rowDone(r)
-				continue
-			case r.b.PastExpiry(e.now()):
-				r.outs[i].code, r.outs[i].message, r.outs[i].expired = CodeExpired, "the batch's completion window ended before this request ran", true
-				rowDone(r)
-				continue
+		rowDone := func() {
+			if r.left.Add(-1) == 0 {
+				commits.Go(func() { e.finishRun(ctx, p, r) })
 			}
-			if !p.acquire(r.ctx) {
-				// Out of time or lease: the rest of the run's rows never
-				// start, and the run is not committed.
-				r.outs[i].code = "stopped"
-				rowDone(r)
-				continue
-			}
-			rows.Go(func() {
-				defer p.release()
-				r.outs[i].res = e.Provider.Do(r.ctx, r.b.Endpoint, req.Body, fallback(r.b))
-				rowDone(r)
-			})
 		}
+		fanOut(p, &rows, r.rows(e, rowDone))
 	}
 	rows.Wait()
 	commits.Wait()
 }
 
-// slotPool admits rows against the slots of the chunks an invocation
-// holds. A chunk whose rows are done is finishing: its slots take no new
-// row, and it hands them on only once the rows still in flight fit in the
-// slots of the chunks that stay, so the invocation never has more requests
-// in flight than the slots it holds, not even for an instant.
-type slotPool struct {
-	mu                        sync.Mutex
-	cond                      *sync.Cond
-	held, finishing, inflight int
-	stop                      chan struct{}
-}
-
-func newSlotPool() *slotPool {
-	p := &slotPool{}
-	p.cond = sync.NewCond(&p.mu)
-	return p
-}
-
-func (p *slotPool) hold(slots int) {
-	p.mu.Lock()
-	p.held += slots
-	p.mu.Unlock()
-}
-
-// acquire waits for a free slot; false when ctx ended first.
-func (p *slotPool) acquire(ctx context.Context) bool {
-	stop := context.AfterFunc(ctx, func() {
-		p.mu.Lock()
-		p.cond.Broadcast()
-		p.mu.Unlock()
-	})
-	defer stop()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for p.inflight >= p.held-p.finishing && ctx.Err() == nil {
-		p.cond.Wait()
+// finishRun commits a run whose rows are done, then hands its slots on.
+func (e *Engine) finishRun(ctx context.Context, p *slotPool, r *chunkRun) {
+	defer close(r.done)
+	p.finish(r.c.Slots)
+	defer p.leave(r.c.Slots)
+	if r.ctx.Err() != nil {
+		r.err = fmt.Errorf("chunk %d of %s: %w", r.c.Index, r.c.Batch, errStop)
+		return
 	}
-	if ctx.Err() != nil {
-		return false
+	_, r.err = e.commitRows(ctx, r.b, r.c, r.outs, 0)
+}
+
+// rows are the run's rows as fanOut sends them, each answer going into
+// the run's outcomes; rowDone follows each row's.
+func (r *chunkRun) rows(e *Engine, rowDone func()) rowFan {
+	bodies := make([]json.RawMessage, len(r.reqs))
+	for i, q := range r.reqs {
+		bodies[i] = q.Body
+		r.outs[i].customID = q.CustomID
 	}
-	p.inflight++
-	return true
-}
-
-func (p *slotPool) release() {
-	p.mu.Lock()
-	p.inflight--
-	p.cond.Broadcast()
-	p.mu.Unlock()
-}
-
-// finish marks a chunk's rows done and waits until its slots are free.
-func (p *slotPool) finish(slots int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.finishing += slots
-	for p.inflight > p.held-p.finishing {
-		p.cond.Wait()
+	endpoint, fallback := r.b.Endpoint, fallbackModel(r.b)
+	return rowFan{
+		ctx: r.ctx, bodies: bodies,
+		send: func(ctx context.Context, body json.RawMessage) provider.Result {
+			return e.Provider.Do(ctx, endpoint, body, fallback)
+		},
+		settle: func(i int) bool {
+			// Row boundary: a cancel or the end of the window stops new rows.
+			o := &r.outs[i]
+			switch {
+			case stopping(r.status.Load().(batch.Status)):
+				o.code, o.message, o.cancelled = CodeCancelled, "the batch was cancelled before this request ran", true
+			case r.b.PastExpiry(e.now()):
+				o.code, o.message, o.expired = CodeExpired, "the batch's completion window ended before this request ran", true
+			default:
+				return false
+			}
+			rowDone()
+			return true
+		},
+		done: func(i int, res provider.Result, sent bool) {
+			if sent {
+				r.outs[i].res = res
+			} else {
+				// Out of time or lease: the rest of the run's rows never
+				// start, and the run is not committed.
+				r.outs[i].code = "stopped"
+			}
+			rowDone()
+		},
 	}
-}
-
-// leave drops a finished chunk's slots (handed on or given back).
-func (p *slotPool) leave(slots int) {
-	p.mu.Lock()
-	p.held -= slots
-	p.finishing -= slots
-	p.cond.Broadcast()
-	p.mu.Unlock()
 }
 
 // heartbeat renews the leases of the runs' chunks and keeps their messages
@@ -512,232 +464,4 @@ func (e *Engine) watchStatus(ctx context.Context, b batch.Batch) *atomic.Value {
 		}
 	}()
 	return &v
-}
-
-// lineID is a stable id for a row's line.
-func lineID(batchID string, row int) string {
-	sum := sha256.Sum256(fmt.Appendf(nil, "%s:%d", batchID, row))
-	return "batch_req_" + hex.EncodeToString(sum[:12])
-}
-
-// buildPart turns a chunk's outcomes into its part (output, error and usage
-// lines) and the counts its commit adds.
-func buildPart(b batch.Batch, c batch.Chunk, outs []outcome, deadLetters int64, now time.Time) (map[string][]byte, store.Commit) {
-	var out, errb, usage bytes.Buffer
-	pattern := make([]byte, len(outs))
-	cm := store.Commit{UsageByModel: map[string]store.UsageAgg{}, Day: now.UTC().Format("2006-01-02"), DeadLetters: deadLetters}
-	enc := func(w *bytes.Buffer, v any) {
-		line, _ := json.Marshal(v) // usage events: plain fields, cannot fail
-		w.Write(line)
-		w.WriteByte('\n')
-	}
-	addUsage := func(o outcome) {
-		u := o.res.Usage
-		cm.Usage.InputTokens += u.InputTokens
-		cm.Usage.OutputTokens += u.OutputTokens
-		cm.Usage.TotalTokens += u.TotalTokens
-		agg := cm.UsageByModel[o.res.Model]
-		agg.Requests++
-		agg.Input += u.InputTokens
-		agg.Output += u.OutputTokens
-		agg.Total += u.TotalTokens
-		cm.UsageByModel[o.res.Model] = agg
-		enc(&usage, UsageEvent{Source: "batch", Tenant: b.Tenant, KeyID: b.KeyID, BatchID: b.ID, CustomID: o.customID,
-			Model: o.res.Model, Fallback: o.res.Fallback, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
-			TotalTokens: u.TotalTokens, At: now.Unix()})
-	}
-	for i, o := range outs {
-		l := Line{ID: lineID(b.ID, c.FirstRow+i), CustomID: o.customID}
-		switch {
-		case o.code != "":
-			l.Error = &LineError{Code: o.code, Message: o.message}
-			if o.expired {
-				cm.Expired++
-			}
-			if o.cancelled {
-				cm.Cancelled++
-			}
-			// A workflow record that failed after running requests used
-			// upstream tokens all the same.
-			if o.res.Model != "" && o.res.Usage != (provider.Usage{}) {
-				addUsage(o)
-			}
-		case o.res.ErrCode != "":
-			l.Error = &LineError{Code: o.res.ErrCode, Message: o.res.ErrMessage}
-		default:
-			l.Response = &LineResponse{StatusCode: o.res.StatusCode, RequestID: o.res.RequestID, Body: o.res.Body}
-			l.Fallback = o.res.Fallback
-			addUsage(o)
-		}
-		line, err := json.Marshal(l)
-		if err != nil {
-			// An upstream body that is not JSON cannot go into a line: the
-			// row gets an error line instead of an empty one.
-			l = Line{ID: l.ID, CustomID: l.CustomID, Error: &LineError{Code: "invalid_upstream_response", Message: "the upstream's answer is not valid JSON"}}
-			line, _ = json.Marshal(l)
-		}
-		w := &errb
-		if l.Response != nil && l.Response.StatusCode >= 200 && l.Response.StatusCode < 300 {
-			pattern[i], w = 'o', &out
-			cm.Completed++
-		} else {
-			pattern[i] = 'e'
-			cm.Failed++
-		}
-		w.Write(line)
-		w.WriteByte('\n')
-	}
-	c.Pattern, c.OutBytes, c.ErrBytes = string(pattern), int64(out.Len()), int64(errb.Len())
-	cm.Chunk = c
-	return map[string][]byte{"out": out.Bytes(), "err": errb.Bytes(), "usage": usage.Bytes()}, cm
-}
-
-// commitRows writes a run's part under keys of its own and commits the
-// chunk. It reports whether this run's commit is the one that took effect.
-func (e *Engine) commitRows(ctx context.Context, b batch.Batch, c batch.Chunk, outs []outcome, deadLetters int64) (bool, error) {
-	c.Attempt = ids.Secret(6)
-	parts, cm := buildPart(b, c, outs, deadLetters, e.now())
-	var written []string
-	for _, kind := range []string{"out", "err", "usage"} {
-		data := parts[kind]
-		if len(data) == 0 {
-			continue
-		}
-		k := cm.Chunk.Parts(kind)
-		if err := e.Blobs.Put(ctx, k, bytes.NewReader(data), int64(len(data))); err != nil {
-			return false, fmt.Errorf("write part %s: %w", k, err)
-		}
-		written = append(written, k)
-	}
-	if e.BeforeCommit != nil {
-		if err := e.BeforeCommit(cm.Chunk); err != nil {
-			return false, err
-		}
-	}
-	return e.commit(ctx, b, cm, written)
-}
-
-// commitTries bounds a commit's retries after errors that may be
-// transient (a throttle, a timeout whose write may have taken effect).
-const commitTries = 8
-
-// commit commits a chunk and claims the chunk its model owes next for the
-// same slots, then sends that chunk's work message (and the finalize
-// message after the batch's last chunk). A retry after an error repeats
-// the same transaction with the same token; when it finds the chunk no
-// longer claimed, the chunk's committed attempt says whether the first
-// call took effect (ours: carry on) or another run won (delete our parts).
-func (e *Engine) commit(ctx context.Context, b batch.Batch, cm store.Commit, written []string) (bool, error) {
-	c := cm.Chunk
-	cm.ChunksTotal = b.ChunksTotal
-	cm.FinalizeDue = e.now().Add(batch.Grace)
-	picked := false
-	var lastErr error
-	for try := 0; try < commitTries; try++ {
-		if !picked && c.Slots > 0 {
-			next, err := pick(ctx, e.Store, c.Model, c.Slots, c.Shard, e.now().Add(e.lease()))
-			if err != nil {
-				return false, err
-			}
-			cm.Next = next
-		}
-		picked = true
-		err := e.Store.CommitChunk(ctx, b.Tenant, cm)
-		switch {
-		case err == nil:
-			e.afterCommit(ctx, b, cm.Next, cm.Last)
-			return true, nil
-		case errors.Is(err, store.ErrLast):
-			cm.Last = true
-		case errors.Is(err, store.ErrRaced):
-			if err := raced(ctx, e.Store, cm.Next); err != nil {
-				return false, err
-			}
-			picked = false
-		case errors.Is(err, store.ErrChunkDone):
-			return e.lostCommit(ctx, b, cm, written)
-		case ctx.Err() != nil:
-			return false, ctx.Err()
-		default:
-			lastErr = err
-			e.Log.WarnContext(ctx, "commit failed; retrying", "batch_id", c.Batch, "chunk", c.Index, "err", err)
-			sleepCtx(ctx, time.Duration(50*(try+1))*time.Millisecond)
-		}
-	}
-	return false, lastErr
-}
-
-// lostCommit handles a commit that found its chunk no longer claimed by
-// this run: either its own earlier call took effect, or another run's did.
-func (e *Engine) lostCommit(ctx context.Context, b batch.Batch, cm store.Commit, written []string) (bool, error) {
-	c, err := e.Store.GetChunk(ctx, cm.Chunk.Batch, cm.Chunk.Index)
-	if err != nil {
-		return false, err
-	}
-	if c.State == batch.ChunkDone && c.Attempt == cm.Chunk.Attempt {
-		// Ours took effect although its call failed: do what follows it.
-		last := cm.Last
-		if !last {
-			nb, err := e.Store.GetBatch(ctx, b.Tenant, b.ID)
-			if err != nil {
-				return true, err
-			}
-			last = nb.ChunksDone >= nb.ChunksTotal && !nb.Status.Terminal()
-		}
-		var next *store.Claim
-		if c.Next != nil {
-			next = &store.Claim{Entry: store.Ready{Tenant: c.Next.Tenant, Batch: c.Next.Batch, Next: c.Next.Chunk}, Run: c.Next.Run}
-		}
-		e.afterCommit(ctx, b, next, last)
-		return true, nil
-	}
-	e.Log.InfoContext(ctx, "chunk committed by another run; this run's part discarded", "batch_id", c.Batch, "chunk", c.Index, "run", cm.Chunk.Run)
-	return false, e.Blobs.Delete(ctx, written...)
-}
-
-// afterCommit sends the claimed chunk's work message and, after the last
-// chunk, the finalize message. A lost send costs time, not work: the
-// claimed chunk's lease runs out and the tick re-sends it; the finalize is
-// due on the batch and the tick sends it.
-func (e *Engine) afterCommit(ctx context.Context, b batch.Batch, next *store.Claim, last bool) {
-	if next != nil {
-		if err := e.send(ctx, resources.Work, chunkMessage(next.Next())); err != nil {
-			e.Log.WarnContext(ctx, "send claimed chunk", "batch_id", next.Entry.Batch, "chunk", next.Entry.Next, "err", err)
-		}
-	}
-	if last {
-		if err := e.send(ctx, resources.Finalize, Message{Type: MsgFinalize, Tenant: b.Tenant, Batch: b.ID}); err != nil {
-			e.Log.WarnContext(ctx, "send finalize", "batch_id", b.ID, "err", err)
-		}
-	}
-}
-
-// sweepParts deletes the parts of a done chunk that its commit does not
-// point to. A run that died between writing its parts and committing
-// leaves them; the finalizer removes those it finds, but a duplicate run
-// can write them after the batch was finalized. The dead run's message
-// always comes back (here, or to the dead-letter handler), so sweeping on
-// that delivery removes them.
-func (e *Engine) sweepParts(ctx context.Context, c batch.Chunk) error {
-	keys, err := e.Blobs.List(ctx, batch.ChunkPartsPrefix(c.Tenant, c.Batch, c.Index))
-	if err != nil {
-		return fmt.Errorf("list parts of chunk %d of %s: %w", c.Index, c.Batch, err)
-	}
-	keep := map[string]bool{c.Parts("out"): true, c.Parts("err"): true, c.Parts("usage"): true}
-	var stray []string
-	for _, k := range keys {
-		if !keep[k] {
-			stray = append(stray, k)
-		}
-	}
-	return e.Blobs.Delete(ctx, stray...)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,14 +21,14 @@ import (
 	"github.com/relaybatch/relay/internal/workflow"
 )
 
-// Workflow records (SPEC §10). Plan gives each one a chunk of its own, so
-// the record is what the chunk's all-or-nothing commit covers: its line and
-// counters go through the normal commit when it ends, and the accounting
-// invariant holds as for any row. Until then its checkpoint item
-// (store.WorkflowCheckpoint) is rewritten after every step, so a crashed
-// executor's successor resumes at the last finished step: it sends that
-// step's results event again (same event_id) and never re-runs, or
-// re-counts, a finished request.
+// Workflow records (docs/api.md "Workflow records"). Plan gives each one a
+// chunk of its own, so the record is what the chunk's all-or-nothing
+// commit covers: its line and counters go through the normal commit when
+// it ends, and the accounting invariant holds as for any row. Until then
+// its checkpoint item (store.WorkflowCheckpoint) is rewritten after every
+// step, so a crashed executor's successor resumes at the last finished
+// step: it sends that step's results event again (same event_id) and never
+// re-runs, or re-counts, a finished request.
 //
 // The chunk holds its model's slots like any chunk and runs a step's
 // requests within them; a record that waits gives them back, re-sends its
@@ -35,6 +36,10 @@ import (
 // neither capacity nor a Lambda. A record nearly out of invocation time
 // after some progress re-sends its message too, instead of timing out and
 // spending one of the message's receives.
+//
+// The driving (events, steps, checkpoints, how a run ends) is
+// workflow.Driver's; this file is its workflow.Host: the record's lease
+// and checkpoint, its chunk's slots, its requests and its line.
 
 const chatEndpoint = "/v1/chat/completions"
 
@@ -42,13 +47,6 @@ const chatEndpoint = "/v1/chat/completions"
 // checkpoint item (DynamoDB items stop at 400 KB); bigger ones are written
 // to S3 beside the chunk parts, where the finalizer sweeps them up.
 const inlineResults = 300 << 10
-
-// capacityRetry is how soon a resumed record whose model is full looks again.
-const capacityRetry = 3 * time.Second
-
-// yieldMargin is the invocation time an event needs beyond its callback's
-// timeout; with less left, a record that made progress hands over.
-const yieldMargin = 10 * time.Second
 
 // WorkflowOptions tune workflow records; the zero value is the deployment's.
 type WorkflowOptions struct {
@@ -69,11 +67,7 @@ func isWorkflowChunk(c batch.Chunk, reqs []jsonl.Request) bool {
 // runCtx ends before the invocation does; status is the batch's status,
 // kept fresh.
 func (e *Engine) runWorkflow(ctx, runCtx context.Context, b batch.Batch, c batch.Chunk, req jsonl.Request, status *atomic.Value) error {
-	row := c.FirstRow
-	log := e.Log.With("batch_id", b.ID, "chunk", c.Index, "custom_id", req.CustomID)
-	hooks := e.Workflows
 	wc := e.webhookClient()
-
 	spec, err := workflow.ParseSpec(req.Body, wc.Policy)
 	if err == nil && b.Endpoint != chatEndpoint {
 		err = &workflow.Error{Code: workflow.CodeInvalid, Message: fmt.Sprintf("workflow records are %s rows, not %s", chatEndpoint, b.Endpoint)}
@@ -82,148 +76,196 @@ func (e *Engine) runWorkflow(ctx, runCtx context.Context, b batch.Batch, c batch
 	if errors.As(err, &invalid) {
 		return e.commitWorkflow(ctx, b, c, outcome{customID: req.CustomID, code: invalid.Code, message: invalid.Message})
 	}
-
-	owner := ids.Secret(9)
-	leaseUntil := e.now().Add(e.Set.Queue(resources.Work).VisibilityTimeout)
-	if dl, ok := ctx.Deadline(); ok {
-		leaseUntil = dl // the lease dies with the invocation, before its message can come back
+	h := &recordHost{e: e, b: b, c: c, customID: req.CustomID, status: status,
+		log: e.Log.With("batch_id", b.ID, "chunk", c.Index, "custom_id", req.CustomID)}
+	defer h.release(ctx)
+	d := &workflow.Driver{
+		Spec: spec, WorkflowID: b.ID + ":" + req.CustomID, RecordID: req.CustomID, Model: c.Model,
+		Call: (&workflow.Caller{HTTP: wc.HTTP, Backoff: e.Workflows.Backoff}).Call,
+		Host: h, Log: h.log, Now: e.now,
 	}
-	cp, err := e.Store.AcquireWorkflow(ctx, b.ID, row, owner, e.now(), leaseUntil)
+	err = d.Drive(ctx, runCtx)
+	if errors.Is(err, workflow.ErrOutOfTime) {
+		// Not worth a quick retry (retrySoon): the message comes back.
+		return fmt.Errorf("workflow %s: %w", d.WorkflowID, errStop)
+	}
+	return err
+}
+
+// recordHost is the engine's side of one run of a workflow record.
+type recordHost struct {
+	e        *Engine
+	b        batch.Batch
+	c        batch.Chunk // its Slots are what the record holds
+	customID string
+	status   *atomic.Value
+	log      *slog.Logger
+	// owner and until are the record's lease while this run holds it.
+	owner string
+	until time.Time
+}
+
+var _ workflow.Host = (*recordHost)(nil)
+
+// Load takes the record's lease and reads its checkpoint, with results
+// that were too big for the item.
+func (h *recordHost) Load(ctx context.Context) (workflow.State, error) {
+	e := h.e
+	owner := ids.Secret(9)
+	until := e.now().Add(e.Set.Queue(resources.Work).VisibilityTimeout)
+	if dl, ok := ctx.Deadline(); ok {
+		until = dl // the lease dies with the invocation, before its message can come back
+	}
+	cp, err := e.Store.AcquireWorkflow(ctx, h.b.ID, h.c.FirstRow, owner, e.now(), until)
 	var busy *store.WorkflowBusyError
 	if errors.As(err, &busy) {
-		// A duplicate delivery while another executor drives the record:
-		// look again once its lease runs out (if it commits first, this
-		// message finds the chunk done).
-		log.InfoContext(ctx, "workflow record busy; retrying later", "until", busy.Until)
-		return e.requeue(ctx, c, busy.Until.Sub(e.now())+time.Second)
+		return workflow.State{}, &workflow.BusyError{Until: busy.Until}
 	}
 	if err != nil {
-		return err
+		return workflow.State{}, err
 	}
-	released := false
-	release := func() {
-		if released {
-			return
-		}
-		released = true
-		if err := e.Store.ReleaseWorkflow(context.WithoutCancel(ctx), b.ID, row, owner); err != nil {
-			log.WarnContext(ctx, "release workflow lease", "err", err)
-		}
-	}
-	defer release()
-	// handOver ends the invocation and has the record go on after delay.
-	// The lease goes first: the next message may be taken at once.
-	handOver := func(delay time.Duration) error {
-		release()
-		return e.requeue(ctx, c, delay)
-	}
+	h.owner, h.until = owner, until
 	st := cp.State
 	if cp.ResultsKey != "" {
 		if st.Results, err = e.loadResults(ctx, cp.ResultsKey); err != nil {
-			return err
+			return workflow.State{}, err
 		}
 	}
+	return st, nil
+}
 
-	draining := func() bool {
-		s := status.Load().(batch.Status)
-		return s == batch.Cancelling || s == batch.Cancelled || b.PastExpiry(e.now())
+// release gives up the record's lease, if this run holds it.
+func (h *recordHost) release(ctx context.Context) {
+	if h.owner == "" {
+		return
 	}
-	if !draining() {
-		if d := time.UnixMilli(st.WaitUntil).Sub(e.now()); st.WaitUntil > 0 && d > 0 {
-			return handOver(d) // delivered early: wait on, still holding nothing
-		}
-		if c.Slots == 0 {
-			var done bool
-			switch c, done, err = e.takeSlots(ctx, c); {
-			case err != nil:
-				return err
-			case done:
-				return nil
-			case c.Slots == 0:
-				return handOver(capacityRetry) // the model is full
-			}
-		}
+	if err := h.e.Store.ReleaseWorkflow(context.WithoutCancel(ctx), h.b.ID, h.c.FirstRow, h.owner); err != nil {
+		h.log.WarnContext(ctx, "release workflow lease", "err", err)
 	}
+	h.owner = ""
+}
 
-	fallback := ""
-	if b.FallbackModel != nil {
-		fallback = *b.FallbackModel
+// TakeSlots takes the model's slots again for a record that gave them
+// back: false, holding none, when the model is full.
+func (h *recordHost) TakeSlots(ctx context.Context) (bool, error) {
+	e, c := h.e, h.c
+	if c.Slots > 0 {
+		return true, nil
 	}
-	slots := max(c.Slots, 1)
-	caller := &workflow.Caller{HTTP: wc.HTTP, Backoff: hooks.Backoff}
-	r := &workflow.Runner{
-		Spec: spec, WorkflowID: b.ID + ":" + req.CustomID, RecordID: req.CustomID, Model: c.Model,
-		Call: caller.Call,
-		Exec: func(ctx context.Context, bodies []json.RawMessage) []provider.Result {
-			res := make([]provider.Result, len(bodies))
-			sem := make(chan struct{}, slots)
-			var wg sync.WaitGroup
-			for i, body := range bodies {
-				sem <- struct{}{}
-				wg.Go(func() {
-					defer func() { <-sem }()
-					res[i] = e.Provider.Do(ctx, chatEndpoint, body, fallback)
-				})
-			}
-			wg.Wait()
-			return res
-		},
-		Save: func(ctx context.Context, st workflow.State) error {
-			if err := e.saveWorkflow(ctx, b, c, owner, st, leaseUntil); err != nil {
-				return err
-			}
-			if hooks.AfterCheckpoint != nil {
-				return hooks.AfterCheckpoint(c, st.Step)
-			}
-			return nil
-		},
-		Stop: func() *workflow.Error {
-			switch s := status.Load().(batch.Status); {
-			case s == batch.Cancelling || s == batch.Cancelled:
-				return &workflow.Error{Code: CodeCancelled, Message: "the batch was cancelled before this workflow record finished"}
-			case b.PastExpiry(e.now()):
-				return &workflow.Error{Code: CodeExpired, Message: "the batch's completion window ended before this workflow record finished"}
-			}
-			return nil
-		},
-		Yield: func() bool {
-			dl, ok := runCtx.Deadline()
-			return ok && time.Until(dl) < spec.CallbackTimeout+yieldMargin
-		},
-		Now: e.now,
-	}
-	o, err := r.Run(runCtx, st)
-	if err != nil {
+	quota := e.shardQuota(c)
+	want := min(e.chunkSlots(), quota)
+	switch err := e.Store.SetChunkSlots(ctx, c, want, quota); {
+	case errors.Is(err, store.ErrNoCapacity):
+		return false, nil
+	case errors.Is(err, store.ErrChunkDone):
+		fresh, gerr := e.Store.GetChunk(ctx, c.Batch, c.Index)
 		switch {
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case runCtx.Err() != nil || errors.Is(err, context.DeadlineExceeded):
-			if r.Saved > 0 {
-				// Out of time after checkpointing progress: go on in a
-				// fresh invocation rather than spend one of the message's
-				// receives on a record that is moving.
-				log.InfoContext(ctx, "workflow record continues in another invocation", "step", st.Step+r.Saved)
-				return handOver(0)
-			}
-			return fmt.Errorf("workflow %s: %w", r.WorkflowID, errStop)
+		case gerr != nil:
+			return false, gerr
+		case fresh.State == batch.ChunkDone:
+			return false, workflow.ErrFinished
+		case fresh.Slots == 0:
+			return false, fmt.Errorf("take slots for chunk %d of %s: %w", c.Index, c.Batch, err)
 		}
-		return fmt.Errorf("workflow %s: %w", r.WorkflowID, err)
+		h.c = fresh
+		return true, nil
+	case err != nil:
+		return false, err
 	}
+	h.c.Slots = want
+	return true, nil
+}
 
-	switch o.Kind {
-	case workflow.Waiting:
-		if c.Slots > 0 {
-			if err := e.Store.SetChunkSlots(ctx, c, 0, e.shardQuota(c)); err != nil {
-				return fmt.Errorf("workflow %s: give back capacity: %w", r.WorkflowID, err)
-			}
-		}
-		return handOver(o.Until.Sub(e.now()))
-	case workflow.Yielded:
-		return handOver(0)
+// ReturnSlots gives the record's slots back to its model while it waits.
+func (h *recordHost) ReturnSlots(ctx context.Context) error {
+	if h.c.Slots == 0 {
+		return nil
 	}
+	if err := h.e.Store.SetChunkSlots(ctx, h.c, 0, h.e.shardQuota(h.c)); err != nil {
+		return err
+	}
+	h.c.Slots = 0
+	return nil
+}
+
+// Exec runs a step's requests through the one row fan-out, within the
+// slots the record's chunk holds.
+func (h *recordHost) Exec(ctx context.Context, bodies []json.RawMessage) []provider.Result {
+	res := make([]provider.Result, len(bodies))
+	p := newSlotPool()
+	p.hold(max(h.c.Slots, 1))
+	fallback := fallbackModel(h.b)
+	var wg sync.WaitGroup
+	fanOut(p, &wg, rowFan{
+		ctx: ctx, bodies: bodies,
+		send: func(ctx context.Context, body json.RawMessage) provider.Result {
+			return h.e.Provider.Do(ctx, chatEndpoint, body, fallback)
+		},
+		done: func(i int, r provider.Result, sent bool) {
+			if !sent {
+				// ctx ended: the step is cut short and none of it is kept.
+				r = provider.Result{ErrCode: provider.CodeRequestCancelled, ErrMessage: "stopped before the request was sent"}
+			}
+			res[i] = r
+		},
+	})
+	wg.Wait()
+	return res
+}
+
+// Save checkpoints the record, moving results too big for the item to S3,
+// then runs the AfterCheckpoint hook.
+func (h *recordHost) Save(ctx context.Context, st workflow.State) error {
+	cp := store.WorkflowCheckpoint{State: st}
+	if len(st.Results) > 0 {
+		data, err := json.Marshal(st.Results)
+		if err != nil {
+			return fmt.Errorf("encode results: %w", err)
+		}
+		if len(data) > inlineResults {
+			k := fmt.Sprintf("%swf-%07d-step-%04d.results", batch.PartsPrefix(h.b.Tenant, h.b.ID), h.c.FirstRow, st.Step)
+			if err := h.e.Blobs.Put(ctx, k, bytes.NewReader(data), int64(len(data))); err != nil {
+				return err
+			}
+			cp.ResultsKey, cp.State.Results = k, nil
+		}
+	}
+	if err := h.e.Store.SaveWorkflow(ctx, h.b.ID, h.c.FirstRow, h.owner, cp, h.until); err != nil {
+		return err
+	}
+	if f := h.e.Workflows.AfterCheckpoint; f != nil {
+		return f(h.c, st.Step)
+	}
+	return nil
+}
+
+// Stop fails the record once its batch is cancelled or past its window.
+func (h *recordHost) Stop() *workflow.Error {
+	switch {
+	case stopping(h.status.Load().(batch.Status)):
+		return &workflow.Error{Code: CodeCancelled, Message: "the batch was cancelled before this workflow record finished"}
+	case h.b.PastExpiry(h.e.now()):
+		return &workflow.Error{Code: CodeExpired, Message: "the batch's completion window ended before this workflow record finished"}
+	}
+	return nil
+}
+
+// Requeue gives up the lease first, so the next message may be taken at
+// once, then sends the chunk's work message again after delay, its lease
+// moved past it (sendAgain); the invocation then ends successfully,
+// deleting the message it was given.
+func (h *recordHost) Requeue(ctx context.Context, delay time.Duration) error {
+	h.release(ctx)
+	c := h.c
+	return h.e.sendAgain(ctx, chunkMessage(batch.Next{Tenant: c.Tenant, Batch: c.Batch, Chunk: c.Index, Run: c.Run, Attempt: c.Attempts}), delay)
+}
+
+// Finish commits the record's line: the callback's output, or its error,
+// with the usage of every request it ran.
+func (h *recordHost) Finish(ctx context.Context, o workflow.Outcome) error {
 	u := o.State.Usage
-	out := outcome{customID: req.CustomID, res: provider.Result{
-		Model: c.Model, Fallback: o.State.Fallback,
+	out := outcome{customID: h.customID, res: provider.Result{
+		Model: h.c.Model, Fallback: o.State.Fallback,
 		Usage: provider.Usage{InputTokens: u.PromptTokens, OutputTokens: u.CompletionTokens, TotalTokens: u.TotalTokens},
 	}}
 	if o.Kind == workflow.Completed {
@@ -232,12 +274,11 @@ func (e *Engine) runWorkflow(ctx, runCtx context.Context, b batch.Batch, c batch
 		out.code, out.message = o.Err.Code, o.Err.Message
 		// Only the window's end expires a record, whatever code a
 		// callback's failed answer carries.
-		out.expired = o.Err.Code == CodeExpired && b.PastExpiry(e.now())
-		s := status.Load().(batch.Status)
-		out.cancelled = o.Err.Code == CodeCancelled && (s == batch.Cancelling || s == batch.Cancelled)
+		out.expired = o.Err.Code == CodeExpired && h.b.PastExpiry(h.e.now())
+		out.cancelled = o.Err.Code == CodeCancelled && stopping(h.status.Load().(batch.Status))
 	}
-	log.InfoContext(ctx, "workflow record ended", "code", out.code, "steps", o.State.Step, "requests", o.State.Requests, "tokens", u.TotalTokens)
-	return e.commitWorkflow(ctx, b, c, out)
+	h.log.InfoContext(ctx, "workflow record ended", "code", out.code, "steps", o.State.Step, "requests", o.State.Requests, "tokens", u.TotalTokens)
+	return h.e.commitWorkflow(ctx, h.b, h.c, out)
 }
 
 // commitWorkflow commits a record's chunk with its one line, then drops
@@ -250,53 +291,6 @@ func (e *Engine) commitWorkflow(ctx context.Context, b batch.Batch, c batch.Chun
 		e.Log.WarnContext(ctx, "delete workflow checkpoint", "batch_id", b.ID, "chunk", c.Index, "err", err)
 	}
 	return nil
-}
-
-// takeSlots takes a resumed record's slots of its model again. It returns
-// the chunk with Slots still 0 when the model is full, and done when the
-// chunk turned out to be committed already.
-func (e *Engine) takeSlots(ctx context.Context, c batch.Chunk) (batch.Chunk, bool, error) {
-	quota := e.shardQuota(c)
-	want := min(e.chunkSlots(), quota)
-	switch err := e.Store.SetChunkSlots(ctx, c, want, quota); {
-	case errors.Is(err, store.ErrNoCapacity):
-		return c, false, nil
-	case errors.Is(err, store.ErrChunkDone):
-		fresh, gerr := e.Store.GetChunk(ctx, c.Batch, c.Index)
-		if gerr != nil {
-			return c, false, gerr
-		}
-		if fresh.State == batch.ChunkDone {
-			return fresh, true, nil
-		}
-		if fresh.Slots == 0 {
-			return c, false, fmt.Errorf("take slots for chunk %d of %s: %w", c.Index, c.Batch, err)
-		}
-		return fresh, false, nil
-	case err != nil:
-		return c, false, err
-	}
-	c.Slots = want
-	return c, false, nil
-}
-
-// saveWorkflow checkpoints a record, moving results too big for the item to S3.
-func (e *Engine) saveWorkflow(ctx context.Context, b batch.Batch, c batch.Chunk, owner string, st workflow.State, until time.Time) error {
-	cp := store.WorkflowCheckpoint{State: st}
-	if len(st.Results) > 0 {
-		data, err := json.Marshal(st.Results)
-		if err != nil {
-			return fmt.Errorf("encode results: %w", err)
-		}
-		if len(data) > inlineResults {
-			k := fmt.Sprintf("%swf-%07d-step-%04d.results", batch.PartsPrefix(b.Tenant, b.ID), c.FirstRow, st.Step)
-			if err := e.Blobs.Put(ctx, k, bytes.NewReader(data), int64(len(data))); err != nil {
-				return err
-			}
-			cp.ResultsKey, cp.State.Results = k, nil
-		}
-	}
-	return e.Store.SaveWorkflow(ctx, b.ID, c.FirstRow, owner, cp, until)
 }
 
 func (e *Engine) loadResults(ctx context.Context, key string) ([]workflow.Result, error) {
@@ -314,13 +308,6 @@ func (e *Engine) loadResults(ctx context.Context, key string) ([]workflow.Result
 		return nil, fmt.Errorf("decode %s: %w", key, err)
 	}
 	return rs, nil
-}
-
-// requeue sends a chunk's work message again after delay, with its lease
-// moved past it (sendAgain); the invocation then ends successfully,
-// deleting the message it was given.
-func (e *Engine) requeue(ctx context.Context, c batch.Chunk, delay time.Duration) error {
-	return e.sendAgain(ctx, chunkMessage(batch.Next{Tenant: c.Tenant, Batch: c.Batch, Chunk: c.Index, Run: c.Run, Attempt: c.Attempts}), delay)
 }
 
 // shardQuota is the quota of the capacity shard c's slots come from.

@@ -67,8 +67,10 @@ type Outcome struct {
 	State State
 }
 
-// Runner runs one record from its checkpoint. Its functions are the
-// engine's side of the work.
+// Runner is the step machine of a record: from its checkpoint, send the
+// next event, read the answer, run the step's requests, checkpoint, until
+// the record ends, waits or yields. Its functions are the engine's side of
+// the work; Driver sets them from its Host.
 type Runner struct {
 	Spec       Spec
 	WorkflowID string // "<batch>:<custom_id>"
@@ -106,64 +108,27 @@ func (r *Runner) now() time.Time {
 // yields. An error (the context ended, a checkpoint could not be written)
 // leaves the record at its last checkpoint.
 func (r *Runner) Run(ctx context.Context, st State) (Outcome, error) {
-	fail := func(e *Error, eventID string) (Outcome, error) {
-		return Outcome{Kind: Failed, Err: e, EventID: eventID, State: st}, nil
-	}
 	sent := false
 	for {
-		if r.Stop != nil {
-			if e := r.Stop(); e != nil {
-				return fail(e, "")
-			}
-		}
-		if st.Usage.TotalTokens > r.Spec.MaxTokens {
-			return fail(errorf(CodeBudgetExceeded, "the record used %d tokens, over its max_tokens of %d", st.Usage.TotalTokens, r.Spec.MaxTokens), "")
-		}
-		if until := time.UnixMilli(st.WaitUntil); st.WaitUntil > 0 && r.now().Before(until) {
-			return Outcome{Kind: Waiting, Until: until, State: st}, nil
-		}
-		// Hand over only after some progress, so an invocation too short
-		// for one event still makes its attempt instead of yielding forever.
-		if sent && r.Yield != nil && r.Yield() {
-			return Outcome{Kind: Yielded, State: st}, nil
+		if o := r.halt(st, sent); o != nil {
+			return *o, nil
 		}
 		ev := r.event(st)
 		a, err := r.Call(ctx, r.Spec, ev)
 		var failure *Error
 		if errors.As(err, &failure) {
-			return fail(failure, ev.EventID)
+			return failed(failure, ev.EventID, st), nil
 		}
 		if err != nil {
 			return Outcome{State: st}, err
 		}
 		sent = true
-		switch a.State {
-		case StateCompleted:
-			out, err := withUsage(a.Output, st.Usage)
-			if err != nil {
-				return fail(errorf(CodeInvalidResponse, "the callback's output: %v", err), ev.EventID)
-			}
-			return Outcome{Kind: Completed, Output: out, EventID: ev.EventID, State: st}, nil
-		case StateFailed:
-			return fail(a.Failure, ev.EventID)
-		}
-		// continue and wait: each is a step.
-		if st.Step+1 > r.Spec.MaxSteps {
-			return fail(errorf(CodeBudgetExceeded, "the callback answered %s after step %d; max_steps is %d", a.State, st.Step, r.Spec.MaxSteps), ev.EventID)
-		}
-		next := State{Step: st.Step + 1, Requests: st.Requests, Usage: st.Usage, Fallback: st.Fallback}
-		switch a.State {
-		case StateWait:
-			next.WaitUntil = r.now().Add(a.Wait).UnixMilli()
-		case StateContinue:
-			if n := st.Requests + len(a.Requests); n > r.Spec.MaxRequests {
-				return fail(errorf(CodeBudgetExceeded, "step %d asks for %d requests, %d in all; max_requests is %d", next.Step, len(a.Requests), n, r.Spec.MaxRequests), ev.EventID)
-			}
-			r.step(ctx, a.Requests, &next)
-			if ctx.Err() != nil {
-				// Some requests were cut short: none of the step is kept.
-				return Outcome{State: st}, ctx.Err()
-			}
+		next, end, err := r.answer(ctx, st, ev, a)
+		switch {
+		case err != nil:
+			return Outcome{State: st}, err
+		case end != nil:
+			return *end, nil
 		}
 		if err := r.Save(ctx, next); err != nil {
 			return Outcome{State: st}, err
@@ -171,6 +136,74 @@ func (r *Runner) Run(ctx context.Context, st State) (Outcome, error) {
 		r.Saved++
 		st = next
 	}
+}
+
+func failed(e *Error, eventID string, st State) Outcome {
+	return Outcome{Kind: Failed, Err: e, EventID: eventID, State: st}
+}
+
+// halt is where the record stops before its next event, if it does: its
+// batch stopped it, it is over its token budget, it waits, or (after
+// sending an event, so an invocation too short for one event still makes
+// its attempt instead of yielding forever) the invocation hands it over.
+func (r *Runner) halt(st State, sent bool) *Outcome {
+	if r.Stop != nil {
+		if e := r.Stop(); e != nil {
+			o := failed(e, "", st)
+			return &o
+		}
+	}
+	if st.Usage.TotalTokens > r.Spec.MaxTokens {
+		o := failed(errorf(CodeBudgetExceeded, "the record used %d tokens, over its max_tokens of %d", st.Usage.TotalTokens, r.Spec.MaxTokens), "", st)
+		return &o
+	}
+	if until := time.UnixMilli(st.WaitUntil); st.WaitUntil > 0 && r.now().Before(until) {
+		return &Outcome{Kind: Waiting, Until: until, State: st}
+	}
+	if sent && r.Yield != nil && r.Yield() {
+		return &Outcome{Kind: Yielded, State: st}
+	}
+	return nil
+}
+
+// answer acts on the callback's answer a to ev: the record ends (end), or
+// the answer is a step (continue or wait), and next is the state to
+// checkpoint after it. An error means a step was cut short: none of it is
+// kept.
+func (r *Runner) answer(ctx context.Context, st State, ev Event, a Answer) (next State, end *Outcome, err error) {
+	switch a.State {
+	case StateCompleted:
+		out, err := withUsage(a.Output, st.Usage)
+		if err != nil {
+			o := failed(errorf(CodeInvalidResponse, "the callback's output: %v", err), ev.EventID, st)
+			return st, &o, nil
+		}
+		return st, &Outcome{Kind: Completed, Output: out, EventID: ev.EventID, State: st}, nil
+	case StateFailed:
+		o := failed(a.Failure, ev.EventID, st)
+		return st, &o, nil
+	}
+	// continue and wait: each is a step.
+	if st.Step+1 > r.Spec.MaxSteps {
+		o := failed(errorf(CodeBudgetExceeded, "the callback answered %s after step %d; max_steps is %d", a.State, st.Step, r.Spec.MaxSteps), ev.EventID, st)
+		return st, &o, nil
+	}
+	next = State{Step: st.Step + 1, Requests: st.Requests, Usage: st.Usage, Fallback: st.Fallback}
+	switch a.State {
+	case StateWait:
+		next.WaitUntil = r.now().Add(a.Wait).UnixMilli()
+	case StateContinue:
+		if n := st.Requests + len(a.Requests); n > r.Spec.MaxRequests {
+			o := failed(errorf(CodeBudgetExceeded, "step %d asks for %d requests, %d in all; max_requests is %d", next.Step, len(a.Requests), n, r.Spec.MaxRequests), ev.EventID, st)
+			return st, &o, nil
+		}
+		r.step(ctx, a.Requests, &next)
+		if ctx.Err() != nil {
+			// Some requests were cut short: none of the step is kept.
+			return st, nil, ctx.Err()
+		}
+	}
+	return next, nil, nil
 }
 
 // event is the event st says comes next.

@@ -23,7 +23,8 @@ const (
 	EventResults = "results"
 )
 
-// Event is what the service POSTs to the callback (SPEC §10).
+// Event is what the service POSTs to the callback (docs/api.md "Workflow
+// records").
 type Event struct {
 	EventID    string
 	Event      string // EventStart or EventResults
@@ -115,10 +116,11 @@ type Request struct {
 const maxCodeLen = 64
 
 // ParseAnswer reads a callback's answer. One that is not one of the four
-// shapes of SPEC §10 is an *Error with code workflow_invalid_response.
+// shapes of docs/api.md "Workflow records" is an *Error with code
+// workflow_invalid_response.
 func ParseAnswer(data []byte) (Answer, error) {
 	bad := func(format string, args ...any) (Answer, error) {
-		return Answer{}, errorf(CodeInvalidResponse, "the callback's answer "+format, args...)
+		return Answer{}, badAnswer(format, args...)
 	}
 	if !gjson.ValidBytes(data) || !gjson.ParseBytes(data).IsObject() {
 		return bad("is not a JSON object: %s", clip(bytes.TrimSpace(data)))
@@ -140,31 +142,9 @@ func ParseAnswer(data []byte) (Answer, error) {
 	a := Answer{State: state}
 	switch state {
 	case StateContinue:
-		if gjson.ParseBytes(raw.Requests).Type != gjson.JSON || !gjson.ParseBytes(raw.Requests).IsArray() {
-			return bad("continue must carry a requests array")
-		}
-		var items []json.RawMessage
-		if err := json.Unmarshal(raw.Requests, &items); err != nil {
-			return bad("has bad requests: %v", err)
-		}
-		for i, item := range items {
-			var q Request
-			if !gjson.ParseBytes(item).IsObject() || json.Unmarshal(item, &q) != nil {
-				return bad("request %d must be an object with string id and custom_id and an object body", i)
-			}
-			if !gjson.ParseBytes(q.Body).IsObject() {
-				return bad("request %d has no object body", i)
-			}
-			switch {
-			case q.ID == "" && q.CustomID == "":
-				q.ID = "request-" + strconv.Itoa(i)
-				q.CustomID = q.ID
-			case q.ID == "":
-				q.ID = q.CustomID
-			case q.CustomID == "":
-				q.CustomID = q.ID
-			}
-			a.Requests = append(a.Requests, q)
+		var err error
+		if a.Requests, err = parseRequests(raw.Requests); err != nil {
+			return Answer{}, err
 		}
 	case StateWait:
 		secs := gjson.ParseBytes(raw.Seconds)
@@ -180,29 +160,76 @@ func ParseAnswer(data []byte) (Answer, error) {
 		json.Compact(&buf, raw.Output)
 		a.Output = buf.Bytes()
 	case StateFailed:
-		a.Failure = &Error{Code: CodeCallbackRejected, Message: "the workflow callback answered failed"}
-		if len(raw.Error) > 0 && !isNull(raw.Error) {
-			var e struct {
-				Message *string `json:"message"`
-				Code    *string `json:"code"`
-			}
-			if !gjson.ParseBytes(raw.Error).IsObject() || json.Unmarshal(raw.Error, &e) != nil {
-				return bad("failed must carry an error object with a string message")
-			}
-			if e.Message != nil && *e.Message != "" {
-				a.Failure.Message = *e.Message
-			}
-			if e.Code != nil && *e.Code != "" {
-				if len(*e.Code) > maxCodeLen {
-					return bad("failed has an error code longer than %d characters", maxCodeLen)
-				}
-				a.Failure.Code = *e.Code
-			}
+		var err error
+		if a.Failure, err = parseFailure(raw.Error); err != nil {
+			return Answer{}, err
 		}
 	default:
 		return bad("has state %s; want continue, wait, completed or failed", clip(raw.State))
 	}
 	return a, nil
+}
+
+func badAnswer(format string, args ...any) *Error {
+	return errorf(CodeInvalidResponse, "the callback's answer "+format, args...)
+}
+
+// parseRequests reads the requests of a continue answer.
+func parseRequests(raw json.RawMessage) ([]Request, error) {
+	if gjson.ParseBytes(raw).Type != gjson.JSON || !gjson.ParseBytes(raw).IsArray() {
+		return nil, badAnswer("continue must carry a requests array")
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, badAnswer("has bad requests: %v", err)
+	}
+	var reqs []Request
+	for i, item := range items {
+		var q Request
+		if !gjson.ParseBytes(item).IsObject() || json.Unmarshal(item, &q) != nil {
+			return nil, badAnswer("request %d must be an object with string id and custom_id and an object body", i)
+		}
+		if !gjson.ParseBytes(q.Body).IsObject() {
+			return nil, badAnswer("request %d has no object body", i)
+		}
+		switch {
+		case q.ID == "" && q.CustomID == "":
+			q.ID = "request-" + strconv.Itoa(i)
+			q.CustomID = q.ID
+		case q.ID == "":
+			q.ID = q.CustomID
+		case q.CustomID == "":
+			q.CustomID = q.ID
+		}
+		reqs = append(reqs, q)
+	}
+	return reqs, nil
+}
+
+// parseFailure reads the error of a failed answer: the record's error,
+// workflow_callback_rejected unless the callback names its code.
+func parseFailure(raw json.RawMessage) (*Error, error) {
+	f := &Error{Code: CodeCallbackRejected, Message: "the workflow callback answered failed"}
+	if len(raw) == 0 || isNull(raw) {
+		return f, nil
+	}
+	var e struct {
+		Message *string `json:"message"`
+		Code    *string `json:"code"`
+	}
+	if !gjson.ParseBytes(raw).IsObject() || json.Unmarshal(raw, &e) != nil {
+		return nil, badAnswer("failed must carry an error object with a string message")
+	}
+	if e.Message != nil && *e.Message != "" {
+		f.Message = *e.Message
+	}
+	if e.Code != nil && *e.Code != "" {
+		if len(*e.Code) > maxCodeLen {
+			return nil, badAnswer("failed has an error code longer than %d characters", maxCodeLen)
+		}
+		f.Code = *e.Code
+	}
+	return f, nil
 }
 
 func clipOrMissing(raw json.RawMessage) string {

@@ -1,13 +1,14 @@
-// Package workflow owns workflow records (SPEC §10): a /v1/chat/completions
-// row whose body carries relay.workflow is driven by a callback service
-// instead of being sent upstream. The service POSTs a start event, runs the
-// requests each answer returns, POSTs their results, and so on until the
-// callback answers completed or failed. This package holds the contract —
-// the workflow object, the wire shapes, the budgets, the callback client
-// with its retries — and the loop that runs a record step by step from a
-// checkpointed State. Where the state is stored, how requests reach the
-// providers and how capacity is held are the engine's business; the loop
-// reaches them through the functions of a Runner.
+// Package workflow owns workflow records (docs/api.md "Workflow records"):
+// a /v1/chat/completions row whose body carries relay.workflow is driven by
+// a callback service instead of being sent upstream. The service POSTs a
+// start event, runs the requests each answer returns, POSTs their results,
+// and so on until the callback answers completed or failed. This package
+// holds the contract — the workflow object, the wire shapes, the budgets,
+// the callback client with its retries — and the driver that runs a record
+// step by step from a checkpointed State (Driver, over the step machine
+// Runner). Where the state is stored, how requests reach the providers and
+// how capacity is held are the engine's business; the driver reaches them
+// through a Host.
 package workflow
 
 import (
@@ -26,7 +27,8 @@ import (
 	"github.com/relaybatch/relay/internal/webhook"
 )
 
-// Failure codes of a record: the code of its error line (SPEC §10).
+// Failure codes of a record: the code of its error line (docs/api.md
+// "Workflow records").
 const (
 	CodeInvalid             = "invalid_workflow"
 	CodeBudgetExceeded      = "workflow_budget_exceeded"
@@ -49,7 +51,8 @@ func errorf(code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-// Defaults of the workflow object (SPEC §10) and the bounds a record may set.
+// Defaults of the workflow object (docs/api.md "Workflow records") and the
+// bounds a record may set.
 const (
 	DefaultMaxSteps        = 16
 	DefaultMaxRequests     = 64
@@ -64,7 +67,7 @@ const (
 	maxTokens          = 1_000_000_000
 	maxCallbackTimeout = 60 * time.Second
 
-	// MaxWait is the longest wait answer (SPEC §10).
+	// MaxWait is the longest wait answer (docs/api.md "Workflow records").
 	MaxWait = 60 * time.Second
 	// Attempts is how many times one event is POSTed before the record
 	// fails with workflow_callback_unreachable.
@@ -133,43 +136,13 @@ func ParseSpec(body []byte, policy webhook.Policy) (Spec, error) {
 		CallbackTimeout: DefaultCallbackTimeout,
 	}
 	for name, raw := range fields {
-		var err *Error
 		switch {
 		case !knownFields[name]:
 			return Spec{}, errorf(CodeInvalid, "relay.workflow has no field %q (known: url, authorization, context, max_steps, max_requests, max_tokens, callback_timeout_ms)", name)
 		case isNull(raw):
 			continue // an explicit null takes the default
 		}
-		switch name {
-		case "url":
-			s.URL, err = str(name, raw)
-		case "authorization":
-			s.Authorization, err = str(name, raw)
-			if err == nil && !validHeaderValue(s.Authorization) {
-				err = errorf(CodeInvalid, "relay.workflow.authorization must be a valid HTTP header value (no control characters)")
-			}
-		case "context":
-			var buf bytes.Buffer
-			if json.Compact(&buf, raw) != nil {
-				err = errorf(CodeInvalid, "relay.workflow.context is not valid JSON")
-			}
-			s.Context = buf.Bytes()
-		case "max_steps":
-			var n int64
-			n, err = integer(name, raw, 1, maxSteps)
-			s.MaxSteps = int(n)
-		case "max_requests":
-			var n int64
-			n, err = integer(name, raw, 1, maxRequests)
-			s.MaxRequests = int(n)
-		case "max_tokens":
-			s.MaxTokens, err = integer(name, raw, 1, maxTokens)
-		case "callback_timeout_ms":
-			var n int64
-			n, err = integer(name, raw, 1, maxCallbackTimeout.Milliseconds())
-			s.CallbackTimeout = time.Duration(n) * time.Millisecond
-		}
-		if err != nil {
+		if err := s.set(name, raw); err != nil {
 			return Spec{}, err
 		}
 	}
@@ -177,6 +150,41 @@ func ParseSpec(body []byte, policy webhook.Policy) (Spec, error) {
 		return Spec{}, err
 	}
 	return s, nil
+}
+
+// set sets the known field name of s from its raw JSON value, not null.
+func (s *Spec) set(name string, raw json.RawMessage) *Error {
+	var err *Error
+	switch name {
+	case "url":
+		s.URL, err = str(name, raw)
+	case "authorization":
+		s.Authorization, err = str(name, raw)
+		if err == nil && !validHeaderValue(s.Authorization) {
+			err = errorf(CodeInvalid, "relay.workflow.authorization must be a valid HTTP header value (no control characters)")
+		}
+	case "context":
+		var buf bytes.Buffer
+		if json.Compact(&buf, raw) != nil {
+			err = errorf(CodeInvalid, "relay.workflow.context is not valid JSON")
+		}
+		s.Context = buf.Bytes()
+	case "max_steps":
+		var n int64
+		n, err = integer(name, raw, 1, maxSteps)
+		s.MaxSteps = int(n)
+	case "max_requests":
+		var n int64
+		n, err = integer(name, raw, 1, maxRequests)
+		s.MaxRequests = int(n)
+	case "max_tokens":
+		s.MaxTokens, err = integer(name, raw, 1, maxTokens)
+	case "callback_timeout_ms":
+		var n int64
+		n, err = integer(name, raw, 1, maxCallbackTimeout.Milliseconds())
+		s.CallbackTimeout = time.Duration(n) * time.Millisecond
+	}
+	return err
 }
 
 func checkURL(raw string, policy webhook.Policy) *Error {
