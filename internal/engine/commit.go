@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/relaybatch/relay/internal/backoff"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/ids"
 	"github.com/relaybatch/relay/internal/provider"
@@ -183,7 +184,7 @@ func (e *Engine) commit(ctx context.Context, b batch.Batch, cm store.Commit, wri
 		default:
 			lastErr = err
 			e.Log.WarnContext(ctx, "commit failed; retrying", "batch_id", c.Batch, "chunk", c.Index, "err", err)
-			sleepCtx(ctx, time.Duration(50*(try+1))*time.Millisecond)
+			_ = backoff.Sleep(ctx, time.Duration(50*(try+1))*time.Millisecond)
 		}
 	}
 	return false, lastErr
@@ -253,13 +254,4 @@ func (e *Engine) sweepParts(ctx context.Context, c batch.Chunk) error {
 		}
 	}
 	return e.Blobs.Delete(ctx, stray...)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/endpoint"
 	"github.com/relaybatch/relay/internal/ids"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/provider"
@@ -41,8 +42,6 @@ import (
 // workflow.Driver's; this file is its workflow.Host: the record's lease
 // and checkpoint, its chunk's slots, its requests and its line.
 
-const chatEndpoint = "/v1/chat/completions"
-
 // inlineResults is the most a step's results may take inside the
 // checkpoint item (DynamoDB items stop at 400 KB); bigger ones are written
 // to S3 beside the chunk parts, where the finalizer sweeps them up.
@@ -69,8 +68,8 @@ func isWorkflowChunk(c batch.Chunk, reqs []jsonl.Request) bool {
 func (e *Engine) runWorkflow(ctx, runCtx context.Context, b batch.Batch, c batch.Chunk, req jsonl.Request, status *atomic.Value) error {
 	wc := e.webhookClient()
 	spec, err := workflow.ParseSpec(req.Body, wc.Policy)
-	if err == nil && b.Endpoint != chatEndpoint {
-		err = &workflow.Error{Code: workflow.CodeInvalid, Message: fmt.Sprintf("workflow records are %s rows, not %s", chatEndpoint, b.Endpoint)}
+	if err == nil && b.Endpoint != endpoint.Chat {
+		err = &workflow.Error{Code: workflow.CodeInvalid, Message: fmt.Sprintf("workflow records are %s rows, not %s", endpoint.Chat, b.Endpoint)}
 	}
 	var invalid *workflow.Error
 	if errors.As(err, &invalid) {
@@ -199,7 +198,7 @@ func (h *recordHost) Exec(ctx context.Context, bodies []json.RawMessage) []provi
 	fanOut(p, &wg, rowFan{
 		ctx: ctx, bodies: bodies,
 		send: func(ctx context.Context, body json.RawMessage) provider.Result {
-			return h.e.Provider.Do(ctx, chatEndpoint, body, fallback)
+			return h.e.Provider.Do(ctx, endpoint.Chat, body, fallback)
 		},
 		done: func(i int, r provider.Result, sent bool) {
 			if !sent {

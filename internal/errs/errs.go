@@ -6,6 +6,7 @@ package errs
 import (
 	"errors"
 	"fmt"
+	"unicode/utf8"
 )
 
 // Kind classifies an error for the client.
@@ -60,3 +61,17 @@ func KindOf(err error) Kind {
 
 // Is reports whether err is an *Error of kind k.
 func Is(err error, k Kind) bool { return err != nil && KindOf(err) == k }
+
+// Clip shows a value in an error message, cut short at a rune boundary: a
+// message should name the problem, not echo a megabyte back.
+func Clip(v []byte) string {
+	const max = 64
+	if len(v) <= max {
+		return string(v)
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(v[cut]) {
+		cut--
+	}
+	return string(v[:cut]) + "…"
+}

@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/relaybatch/relay/internal/endpoint"
+	"github.com/relaybatch/relay/internal/errs"
 )
 
 // Format is the syntax of an input file.
@@ -419,19 +420,8 @@ func (s *scanner) checkLine(l line) (Row, *LineError) {
 	}, nil
 }
 
-// clip shows a JSON value in a message, cut short: a message should name
-// the problem, not echo a megabyte back.
-func clip(v []byte) string {
-	const max = 64
-	if len(v) <= max {
-		return string(v)
-	}
-	cut := max
-	for cut > 0 && !utf8.RuneStart(v[cut]) {
-		cut--
-	}
-	return string(v[:cut]) + "…"
-}
+// clip shows a JSON value in a message, cut short (errs.Clip).
+func clip(v []byte) string { return errs.Clip(v) }
 
 func clipOrMissing(v []byte) string {
 	if v == nil {

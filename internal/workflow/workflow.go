@@ -19,12 +19,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
-	"github.com/tidwall/gjson"
-
+	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/webhook"
+	"github.com/tidwall/gjson"
 )
 
 // Failure codes of a record: the code of its error line (docs/api.md
@@ -240,15 +239,5 @@ func validHeaderValue(v string) bool {
 	return true
 }
 
-// clip shows a JSON value in a message, cut short.
-func clip(v []byte) string {
-	const max = 64
-	if len(v) <= max {
-		return string(v)
-	}
-	cut := max
-	for cut > 0 && !utf8.RuneStart(v[cut]) {
-		cut--
-	}
-	return string(v[:cut]) + "…"
-}
+// clip shows a JSON value in a message, cut short (errs.Clip).
+func clip(v []byte) string { return errs.Clip(v) }
