@@ -192,7 +192,7 @@ func (c *cli) batchSubmit(ctx context.Context, args []string) error {
 	var cf connFlags
 	cf.register(fs)
 	req := createBatchRequest{Metadata: metadataFlag{}}
-	fs.StringVar(&req.Model, "model", "", "the model of every row (required for CSV files)")
+	fs.StringVar(&req.Model, "model", "", "the model of every row: sets (overrides) body.model of every JSONL row; required for CSV files")
 	fs.StringVar(&req.Endpoint, "endpoint", "/v1/chat/completions", "the endpoint of every row")
 	fs.IntVar(&req.Priority, "priority", 0, "higher priority batches run first")
 	fs.StringVar(&req.WebhookURL, "webhook-url", "", "URL that gets a POST when the batch ends")
@@ -219,9 +219,9 @@ func (c *cli) batchSubmit(ctx context.Context, args []string) error {
 
 	var ids []string
 	for _, p := range paths {
-		f, _, err := cl.upload(ctx, p)
+		f, err := c.uploadInput(ctx, cl, p, req.Model)
 		if err != nil {
-			return fmt.Errorf("upload %s: %w", p, err)
+			return err
 		}
 		req.InputFileID = f.ID
 		var b apiBatch
@@ -241,6 +241,21 @@ func (c *cli) batchSubmit(ctx context.Context, args []string) error {
 		return nil
 	}
 	return c.waitAndJudge(ctx, cl, ids, *asJSON)
+}
+
+// uploadInput uploads the input file at path as batch submit sends it:
+// with model set on every row (prepareInput).
+func (c *cli) uploadInput(ctx context.Context, cl *apiClient, path, model string) (apiFile, error) {
+	up, cleanup, err := prepareInput(path, model)
+	if err != nil {
+		return apiFile{}, fmt.Errorf("upload %s: %w", path, err)
+	}
+	defer cleanup()
+	f, _, err := cl.upload(ctx, up)
+	if err != nil {
+		return apiFile{}, fmt.Errorf("upload %s: %w", path, err)
+	}
+	return f, nil
 }
 
 // batchWait waits for batches submitted earlier, as submit --wait does.
