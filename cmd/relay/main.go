@@ -44,7 +44,8 @@ http://127.0.0.1:8080/v1) and RELAY_API_KEY (else OPENAI_API_KEY); --url and
 
 Exit codes: 0 success; 1 error; 2 usage or configuration error (a missing key);
 3 batch submit --wait and batch wait: a batch failed, expired or was cancelled,
-or has failed rows.
+or has failed rows; batch results: the batch failed, so it has no results (its
+errors go to stderr).
 `
 
 // exitError carries an exit code: 2 for usage errors, 1 otherwise.
