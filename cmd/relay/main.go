@@ -33,6 +33,7 @@ Usage:
   relay files list [--json]
   relay files get|delete ID [--json]
   relay files content ID [-o FILE]
+  relay version                      the version and VCS revision of this build (also relay --version)
   relay help [GROUP [COMMAND]]       this text, or a group's commands, or a command's flags
                                      (also relay GROUP --help, relay GROUP COMMAND --help)
 
@@ -97,6 +98,7 @@ var groups = []group{
 	{"mock-upstream", nil, runMock},
 	{"batch", batchCommands, runBatch},
 	{"files", filesCommands, runFiles},
+	{"version", nil, runVersion},
 }
 
 // isHelp says whether a word asks for help rather than naming a command.
@@ -120,6 +122,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		// relay help GROUP [COMMAND] is relay GROUP [COMMAND] --help.
 		return run(ctx, slices.Concat(args[1:], []string{"--help"}), stdout, stderr)
+	}
+	if args[0] == "--version" || args[0] == "-version" {
+		args = slices.Concat([]string{"version"}, args[1:])
 	}
 	i := slices.IndexFunc(groups, func(g group) bool { return g.name == args[0] })
 	if i < 0 {
