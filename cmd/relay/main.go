@@ -43,13 +43,21 @@ The batch and files commands read RELAY_URL (else OPENAI_BASE_URL, else
 http://127.0.0.1:8080/v1) and RELAY_API_KEY (else OPENAI_API_KEY); --url and
 --key override them.
 
-Exit codes: 0 success; 1 error; 2 usage or configuration error (a missing key);
-3 batch submit --wait and batch wait: a batch failed, expired or was cancelled,
-or has failed rows; batch results: the batch failed, so it has no results (its
-errors go to stderr).
+Exit codes:
+  0  success, help and version included
+  1  any other error (the API, the network, a file, AWS), or a wait
+     interrupted with Ctrl-C (the batches go on)
+  2  usage or configuration error: an unknown command or flag, a missing
+     argument, no API key, a bad RELAY_URL
+  3  batch submit --wait and batch wait: a batch failed, expired or was
+     cancelled, or has failed rows; batch results: the batch failed, so it
+     has no results (its errors go to stderr)
+These are the built binary's (make build/relay, or go install ./cmd/relay):
+go run ./cmd/relay exits 1 whatever the code.
 `
 
-// exitError carries an exit code: 2 for usage errors, 1 otherwise.
+// exitError carries an exit code: 2 for usage errors, 3 for batches that
+// did not succeed (exitBatchUnsuccessful); any other error exits 1.
 type exitError struct {
 	code int
 	err  error
