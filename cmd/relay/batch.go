@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,7 +16,8 @@ import (
 )
 
 // exitBatchUnsuccessful is the exit code of batch submit --wait and batch
-// wait when a batch ended failed, expired or cancelled, or with failed rows.
+// wait when a batch ended failed, expired or cancelled, or with failed rows,
+// and of batch results when the batch failed (so it has no results).
 const exitBatchUnsuccessful = 3
 
 // apiBatch is the part of the API's Batch object the CLI reads.
@@ -88,6 +90,32 @@ func (b apiBatch) firstError() string {
 		s += fmt.Sprintf(", and %d more: relay batch status %s --json", n, b.ID)
 	}
 	return s
+}
+
+// printBatchErrors lists the errors of a failed batch, one a line.
+func printBatchErrors(w io.Writer, b apiBatch) {
+	if b.Errors == nil || len(b.Errors.Data) == 0 {
+		fmt.Fprintf(w, "batch %s failed without error details (relay batch status %s --json shows the batch)\n", b.ID, b.ID)
+		return
+	}
+	errs := fmt.Sprintf("%d errors", len(b.Errors.Data))
+	if len(b.Errors.Data) == 1 {
+		errs = "1 error"
+	}
+	fmt.Fprintf(w, "batch %s failed with %s:\n", b.ID, errs)
+	for _, e := range b.Errors.Data {
+		var parts []string
+		msg := e.Message
+		if e.Line > 0 {
+			parts = append(parts, fmt.Sprintf("line %d", e.Line))
+			msg = strings.TrimPrefix(msg, fmt.Sprintf("line %d: ", e.Line))
+		}
+		if e.Code != "" {
+			parts = append(parts, e.Code)
+		}
+		parts = append(parts, msg)
+		fmt.Fprintf(w, "  %s\n", strings.Join(parts, ": "))
+	}
 }
 
 // outcome says how an ended batch went and whether it fully succeeded.
@@ -192,7 +220,7 @@ func (c *cli) batchSubmit(ctx context.Context, args []string) error {
 	var cf connFlags
 	cf.register(fs)
 	req := createBatchRequest{Metadata: metadataFlag{}}
-	fs.StringVar(&req.Model, "model", "", "the model of every row (required for CSV files)")
+	fs.StringVar(&req.Model, "model", "", "the model of every row: sets (overrides) body.model of every JSONL row; required for CSV files")
 	fs.StringVar(&req.Endpoint, "endpoint", "/v1/chat/completions", "the endpoint of every row")
 	fs.IntVar(&req.Priority, "priority", 0, "higher priority batches run first")
 	fs.StringVar(&req.WebhookURL, "webhook-url", "", "URL that gets a POST when the batch ends")
@@ -219,9 +247,9 @@ func (c *cli) batchSubmit(ctx context.Context, args []string) error {
 
 	var ids []string
 	for _, p := range paths {
-		f, _, err := cl.upload(ctx, p)
+		f, err := c.uploadInput(ctx, cl, p, req.Model)
 		if err != nil {
-			return fmt.Errorf("upload %s: %w", p, err)
+			return err
 		}
 		req.InputFileID = f.ID
 		var b apiBatch
@@ -241,6 +269,21 @@ func (c *cli) batchSubmit(ctx context.Context, args []string) error {
 		return nil
 	}
 	return c.waitAndJudge(ctx, cl, ids, *asJSON)
+}
+
+// uploadInput uploads the input file at path as batch submit sends it:
+// with model set on every row (prepareInput).
+func (c *cli) uploadInput(ctx context.Context, cl *apiClient, path, model string) (apiFile, error) {
+	up, cleanup, err := prepareInput(path, model)
+	if err != nil {
+		return apiFile{}, fmt.Errorf("upload %s: %w", path, err)
+	}
+	defer cleanup()
+	f, _, err := cl.upload(ctx, up)
+	if err != nil {
+		return apiFile{}, fmt.Errorf("upload %s: %w", path, err)
+	}
+	return f, nil
 }
 
 // batchWait waits for batches submitted earlier, as submit --wait does.
@@ -468,7 +511,10 @@ func (c *cli) batchList(ctx context.Context, args []string) error {
 }
 
 func (c *cli) batchResults(ctx context.Context, args []string) error {
-	fs := newFlagSet("batch results", "ID [-o FILE] [--partial]")
+	fs := newFlagSet("batch results", "ID [-o FILE] [--partial]\n"+
+		"prints a batch's result lines (output and error rows) in input order.\n"+
+		"A batch that failed (its input did not pass validation) has none: its errors go to stderr\n"+
+		"(line, code, message) and the exit code is 3, as for a failed batch with --wait.")
 	var cf connFlags
 	cf.register(fs)
 	out := fs.String("o", "", "write the results to FILE instead of stdout")
@@ -485,6 +531,16 @@ func (c *cli) batchResults(ctx context.Context, args []string) error {
 		return err
 	}
 	id := pos[0]
+	// A failed batch answers /results with nothing at all: its errors are
+	// in the Batch object.
+	var b apiBatch
+	if _, err := cl.call(ctx, http.MethodGet, "/batches/"+url.PathEscape(id), nil, &b); err != nil {
+		return fmt.Errorf("get batch %s: %w", id, batchHint(err))
+	}
+	if b.Status == "failed" {
+		printBatchErrors(c.stderr, b)
+		return exitError{exitBatchUnsuccessful, fmt.Errorf("batch %s failed, so it has no results: fix the input and submit it again", id)}
+	}
 	path := "/batches/" + url.PathEscape(id) + "/results"
 	if *partial {
 		path += "?partial=true"
@@ -492,11 +548,7 @@ func (c *cli) batchResults(ctx context.Context, args []string) error {
 	resp, err := cl.send(ctx, http.MethodGet, path, nil, "")
 	var ae *apiError
 	if errors.As(err, &ae) && ae.Status == http.StatusConflict {
-		status := "running"
-		var b apiBatch
-		if _, err := cl.call(ctx, http.MethodGet, "/batches/"+url.PathEscape(id), nil, &b); err == nil && b.Status != "" {
-			status = b.Status
-		}
+		status := cmp.Or(b.Status, "running")
 		return fmt.Errorf("batch %s is still %s: wait for it or pass --partial", id, status)
 	}
 	if err != nil {

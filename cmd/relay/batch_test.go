@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -311,5 +314,71 @@ func TestBatchStatusListCancelRetry(t *testing.T) {
 	}
 	if want := id + " cancelling\n"; stdout != want {
 		t.Errorf("cancel: stdout = %q, want %q", stdout, want)
+	}
+}
+
+// TestBatchResultsFailed: a batch that failed validation has no results
+// (the API answers /results with nothing); batch results prints its errors
+// on stderr and exits 3, as a failed batch does with --wait.
+func TestBatchResultsFailed(t *testing.T) {
+	failed := `{"id":"batch_f","object":"batch","status":"failed","endpoint":"/v1/chat/completions",
+		"input_file_id":"file-1","output_file_id":null,"error_file_id":null,"failed_at":1700000100,
+		"request_counts":{"total":0,"completed":0,"failed":0},
+		"errors":{"object":"list","data":[
+			{"code":"invalid_json","message":"line 2: invalid JSON at byte 5: invalid character 'x'","param":null,"line":2},
+			{"code":"model_not_found","message":"line 4: model \"nope\" is not a configured model","param":"body.model","line":4},
+			{"code":"too_many_rows","message":"the file has more than 50000 requests","param":null,"line":0}]}}`
+	var resultsAsked int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/batches/batch_f":
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, failed)
+		case "/v1/batches/batch_f/results":
+			resultsAsked++ // the API answers 200 and no lines
+		default:
+			apiErr(w, http.StatusNotFound, "no route "+r.URL.Path)
+		}
+	}))
+	defer srv.Close()
+	t.Setenv("RELAY_URL", srv.URL)
+	t.Setenv("RELAY_API_KEY", testKey)
+
+	out := filepath.Join(t.TempDir(), "results.jsonl")
+	for name, args := range map[string][]string{
+		"to stdout": {"batch", "results", "batch_f"},
+		"to a file": {"batch", "results", "batch_f", "-o", out},
+	} {
+		t.Run(name, func(t *testing.T) {
+			code, stdout, stderr := runLine(t, args...)
+			if code != exitBatchUnsuccessful {
+				t.Errorf("exit %d, want %d", code, exitBatchUnsuccessful)
+			}
+			if stdout != "" {
+				t.Errorf("stdout = %q, want nothing", stdout)
+			}
+			for _, want := range []string{
+				"batch batch_f failed with 3 errors:\n",
+				"  line 2: invalid_json: invalid JSON at byte 5: invalid character 'x'\n",
+				"  line 4: model_not_found: model \"nope\" is not a configured model\n",
+				"  too_many_rows: the file has more than 50000 requests\n",
+				"relay: batch batch_f failed, so it has no results",
+			} {
+				if !strings.Contains(stderr, want) {
+					t.Errorf("stderr does not say %q:\n%s", want, stderr)
+				}
+			}
+			if _, err := os.Stat(out); !os.IsNotExist(err) {
+				t.Errorf("a failed batch left %s", out)
+			}
+		})
+	}
+	if resultsAsked != 0 {
+		t.Errorf("asked a failed batch for results %d times", resultsAsked)
+	}
+
+	code, stdout, _ := runLine(t, "batch", "results", "--help")
+	if code != 0 || !strings.Contains(stdout, "exit code is 3") {
+		t.Errorf("batch results --help (exit %d) does not document exit code 3:\n%s", code, stdout)
 	}
 }

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -144,5 +146,41 @@ func TestHelpCoversUsage(t *testing.T) {
 	inUsage = slices.Compact(inUsage)
 	if !slices.Equal(inTable, inUsage) {
 		t.Errorf("commands in the groups table:\n  %v\nin the usage text:\n  %v", inTable, inUsage)
+	}
+}
+
+// TestExitCodesDocumented: the usage and the README list the same exit
+// codes, the ones the CLI returns, and say that go run loses them.
+func TestExitCodesDocumented(t *testing.T) {
+	want := []string{"0", "1", "2", strconv.Itoa(exitBatchUnsuccessful)}
+	var inUsage []string
+	for line := range strings.Lines(usage) {
+		if f := strings.Fields(line); strings.HasPrefix(line, "  ") && len(f) > 1 && len(f[0]) == 1 && f[0] >= "0" && f[0] <= "9" {
+			inUsage = append(inUsage, f[0])
+		}
+	}
+	if !slices.Equal(inUsage, want) {
+		t.Errorf("usage lists exit codes %v, want %v", inUsage, want)
+	}
+	if !strings.Contains(usage, "go run ./cmd/relay exits 1") {
+		t.Error("usage does not say that go run loses the exit code")
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inREADME []string
+	for line := range strings.Lines(string(readme)) {
+		if f := strings.Split(line, "|"); len(f) > 2 && len(strings.TrimSpace(f[1])) == 1 && strings.Contains("0123456789", strings.TrimSpace(f[1])) {
+			inREADME = append(inREADME, strings.TrimSpace(f[1]))
+		}
+	}
+	if !slices.Equal(inREADME, want) {
+		t.Errorf("README's exit code table lists %v, want %v", inREADME, want)
+	}
+	for _, w := range []string{"make build/relay", "build/relay batch submit", "go install ./cmd/relay"} {
+		if !bytes.Contains(readme, []byte(w)) {
+			t.Errorf("README does not say %q", w)
+		}
 	}
 }

@@ -33,6 +33,7 @@ Usage:
   relay files list [--json]
   relay files get|delete ID [--json]
   relay files content ID [-o FILE]
+  relay version                      the version and VCS revision of this build (also relay --version)
   relay help [GROUP [COMMAND]]       this text, or a group's commands, or a command's flags
                                      (also relay GROUP --help, relay GROUP COMMAND --help)
 
@@ -42,12 +43,21 @@ The batch and files commands read RELAY_URL (else OPENAI_BASE_URL, else
 http://127.0.0.1:8080/v1) and RELAY_API_KEY (else OPENAI_API_KEY); --url and
 --key override them.
 
-Exit codes: 0 success; 1 error; 2 usage or configuration error (a missing key);
-3 batch submit --wait and batch wait: a batch failed, expired or was cancelled,
-or has failed rows.
+Exit codes:
+  0  success, help and version included
+  1  any other error (the API, the network, a file, AWS), or a wait
+     interrupted with Ctrl-C (the batches go on)
+  2  usage or configuration error: an unknown command or flag, a missing
+     argument, no API key, a bad RELAY_URL
+  3  batch submit --wait and batch wait: a batch failed, expired or was
+     cancelled, or has failed rows; batch results: the batch failed, so it
+     has no results (its errors go to stderr)
+These are the built binary's (make build/relay, or go install ./cmd/relay):
+go run ./cmd/relay exits 1 whatever the code.
 `
 
-// exitError carries an exit code: 2 for usage errors, 1 otherwise.
+// exitError carries an exit code: 2 for usage errors, 3 for batches that
+// did not succeed (exitBatchUnsuccessful); any other error exits 1.
 type exitError struct {
 	code int
 	err  error
@@ -96,6 +106,7 @@ var groups = []group{
 	{"mock-upstream", nil, runMock},
 	{"batch", batchCommands, runBatch},
 	{"files", filesCommands, runFiles},
+	{"version", nil, runVersion},
 }
 
 // isHelp says whether a word asks for help rather than naming a command.
@@ -119,6 +130,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		// relay help GROUP [COMMAND] is relay GROUP [COMMAND] --help.
 		return run(ctx, slices.Concat(args[1:], []string{"--help"}), stdout, stderr)
+	}
+	if args[0] == "--version" || args[0] == "-version" {
+		args = slices.Concat([]string{"version"}, args[1:])
 	}
 	i := slices.IndexFunc(groups, func(g group) bool { return g.name == args[0] })
 	if i < 0 {
