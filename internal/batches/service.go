@@ -20,6 +20,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/endpoint"
 	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/errs"
@@ -150,6 +151,110 @@ func (s *Service) checkWebhookURL(raw string) error {
 	return CheckWebhookURL(raw)
 }
 
+// checkCreate validates what CreateShaped checks before it looks at the
+// tenant's batches in flight, in its order: endpoint (one of endpoints),
+// completion_window, metadata, priority. It returns the window.
+func checkCreate(req CreateRequest, endpoints []string) (time.Duration, error) {
+	if err := checkEndpoint(req.Endpoint, endpoints); err != nil {
+		return 0, err
+	}
+	window, err := ParseWindow(req.CompletionWindow)
+	if err != nil {
+		return 0, err
+	}
+	if err := CheckMetadata(req.Metadata); err != nil {
+		return 0, err
+	}
+	if req.Priority < -MaxPriority || req.Priority > MaxPriority {
+		return 0, errs.Invalidf("priority", "priority must be between -%d and %d", MaxPriority, MaxPriority)
+	}
+	return window, nil
+}
+
+// createOptions is what checkOptions makes of a valid create's options.
+type createOptions struct {
+	spec               schedule.Spec // a template's schedule
+	outputExpiresAfter *int64
+	inline             []byte // the JSONL of inline requests
+}
+
+// checkOptions validates the rest of a create that needs nothing stored,
+// in CreateShaped's order after the in-flight check: schedule and
+// schedule_timezone, output_expires_after, webhook_url (with checkURL),
+// fallback_model (one of models, taking the endpoint's requests), and the
+// input: input_file_id or inline requests, not both, and one of them
+// unless a template is made by CreateShaped with a shape (shaped).
+func checkOptions(req CreateRequest, shaped bool, checkURL func(string) error, models *config.Models) (createOptions, error) {
+	var o createOptions
+	var err error
+	switch {
+	case req.Schedule != "":
+		if o.spec, err = schedule.Parse(req.Schedule, req.ScheduleTimezone); err != nil {
+			return o, err
+		}
+	case req.ScheduleTimezone != "":
+		return o, errs.Invalidf("schedule_timezone", "schedule_timezone applies to a schedule: send schedule too")
+	}
+	if req.OutputExpiresAfter != nil {
+		if req.OutputExpiresAfter.Anchor != "created_at" {
+			return o, errs.Invalidf("output_expires_after.anchor", "output_expires_after.anchor must be created_at")
+		}
+		s := req.OutputExpiresAfter.Seconds
+		if s < 3600 || s > 30*24*3600 {
+			return o, errs.Invalidf("output_expires_after.seconds", "output_expires_after.seconds must be between 3600 and 2592000")
+		}
+		o.outputExpiresAfter = &s
+	}
+	if req.WebhookURL != "" {
+		if err := checkURL(req.WebhookURL); err != nil {
+			return o, err
+		}
+	}
+	if req.FallbackModel != "" {
+		m, ok := models.Lookup(req.FallbackModel)
+		if !ok {
+			return o, errs.Invalidf("fallback_model", "fallback_model %q is not a configured model", req.FallbackModel)
+		}
+		if shape, _ := provider.ShapeOf(req.Endpoint); shape != m.Provider {
+			return o, errs.Invalidf("fallback_model", "fallback_model %q takes %s requests, not %s", req.FallbackModel, m.Provider, req.Endpoint)
+		}
+	}
+	switch {
+	case req.InputFileID != "" && len(req.Requests) > 0:
+		return o, errs.Invalidf("requests", "send input_file_id or requests, not both")
+	case len(req.Requests) > 0:
+		if o.inline, err = inlineJSONL(req.Requests); err != nil {
+			return o, err
+		}
+	case req.InputFileID != "":
+	default:
+		if req.Schedule == "" || !shaped {
+			return o, errs.Invalidf("input_file_id", "input_file_id is required (or inline requests)")
+		}
+	}
+	return o, nil
+}
+
+// checkInputFile validates the input file a create names: a processed
+// batch file, and a CSV one needs the create's model and the chat endpoint.
+func checkInputFile(f files.File, req CreateRequest) error {
+	if f.Purpose != files.PurposeBatch {
+		return errs.Invalidf("input_file_id", "file %s has purpose %q, a batch needs purpose \"batch\"", f.ID, f.Purpose)
+	}
+	if f.Status != files.StatusProcessed {
+		return errs.Invalidf("input_file_id", "file %s is %s: wait until its upload is processed", f.ID, f.Status)
+	}
+	if format, _ := jsonl.FormatOf(f.Filename); format == jsonl.CSV {
+		if req.Model == "" {
+			return errs.Invalidf("model", "a CSV input needs model: the model every row is sent to")
+		}
+		if req.Endpoint != "/v1/chat/completions" {
+			return errs.Invalidf("endpoint", "a CSV input makes chat completions: use endpoint /v1/chat/completions")
+		}
+	}
+	return nil
+}
+
 // Create validates and records a batch, then asks the dispatcher to plan it.
 func (s *Service) Create(ctx context.Context, p auth.Principal, req CreateRequest, idemKey string) (batch.Batch, error) {
 	return s.CreateShaped(ctx, p, req, idemKey, Endpoints, nil)
@@ -160,34 +265,21 @@ func (s *Service) Create(ctx context.Context, p auth.Principal, req CreateReques
 // and shape, when not nil, edits the batch before it is recorded (its id,
 // its request count).
 func (s *Service) CreateShaped(ctx context.Context, p auth.Principal, req CreateRequest, idemKey string, endpoints []string, shape func(*batch.Batch)) (batch.Batch, error) {
-	if err := checkEndpoint(req.Endpoint, endpoints); err != nil {
-		return batch.Batch{}, err
-	}
-	window, err := ParseWindow(req.CompletionWindow)
+	window, err := checkCreate(req, endpoints)
 	if err != nil {
 		return batch.Batch{}, err
 	}
 	if req.CompletionWindow == "" {
 		req.CompletionWindow = "24h"
 	}
-	if err := CheckMetadata(req.Metadata); err != nil {
-		return batch.Batch{}, err
-	}
-	if req.Priority < -MaxPriority || req.Priority > MaxPriority {
-		return batch.Batch{}, errs.Invalidf("priority", "priority must be between -%d and %d", MaxPriority, MaxPriority)
-	}
 	if err := s.checkInflight(ctx, p.Tenant, req, idemKey); err != nil {
 		return batch.Batch{}, err
 	}
-	var spec schedule.Spec
-	switch {
-	case req.Schedule != "":
-		if spec, err = schedule.Parse(req.Schedule, req.ScheduleTimezone); err != nil {
-			return batch.Batch{}, err
-		}
-	case req.ScheduleTimezone != "":
-		return batch.Batch{}, errs.Invalidf("schedule_timezone", "schedule_timezone applies to a schedule: send schedule too")
+	opts, err := checkOptions(req, shape != nil, s.checkWebhookURL, s.Engine.Models)
+	if err != nil {
+		return batch.Batch{}, err
 	}
+	spec := opts.spec
 	now := s.now()
 	b := batch.Batch{
 		ID: ids.New("batch_"), Endpoint: req.Endpoint, CompletionWindow: req.CompletionWindow, Status: batch.Validating,
@@ -195,37 +287,16 @@ func (s *Service) CreateShaped(ctx context.Context, p auth.Principal, req Create
 	}
 	exp := now.Add(window).Unix()
 	b.ExpiresAt = &exp
-	if req.OutputExpiresAfter != nil {
-		if req.OutputExpiresAfter.Anchor != "created_at" {
-			return batch.Batch{}, errs.Invalidf("output_expires_after.anchor", "output_expires_after.anchor must be created_at")
-		}
-		s := req.OutputExpiresAfter.Seconds
-		if s < 3600 || s > 30*24*3600 {
-			return batch.Batch{}, errs.Invalidf("output_expires_after.seconds", "output_expires_after.seconds must be between 3600 and 2592000")
-		}
-		b.OutputExpiresAfter = &s
-	}
+	b.OutputExpiresAfter = opts.outputExpiresAfter
 	if req.WebhookURL != "" {
-		if err := s.checkWebhookURL(req.WebhookURL); err != nil {
-			return batch.Batch{}, err
-		}
 		b.WebhookURL = &req.WebhookURL
 	}
 	if req.FallbackModel != "" {
-		m, ok := s.Engine.Models.Lookup(req.FallbackModel)
-		if !ok {
-			return batch.Batch{}, errs.Invalidf("fallback_model", "fallback_model %q is not a configured model", req.FallbackModel)
-		}
-		if shape, _ := provider.ShapeOf(req.Endpoint); shape != m.Provider {
-			return batch.Batch{}, errs.Invalidf("fallback_model", "fallback_model %q takes %s requests, not %s", req.FallbackModel, m.Provider, req.Endpoint)
-		}
 		b.FallbackModel = &req.FallbackModel
 	}
 	switch {
-	case req.InputFileID != "" && len(req.Requests) > 0:
-		return batch.Batch{}, errs.Invalidf("requests", "send input_file_id or requests, not both")
 	case len(req.Requests) > 0:
-		f, err := s.inlineFile(ctx, p.Tenant, req.Requests)
+		f, err := s.inlineFile(ctx, p.Tenant, opts.inline)
 		if err != nil {
 			return batch.Batch{}, err
 		}
@@ -238,25 +309,10 @@ func (s *Service) CreateShaped(ctx context.Context, p auth.Principal, req Create
 		if err != nil {
 			return batch.Batch{}, err
 		}
-		if f.Purpose != files.PurposeBatch {
-			return batch.Batch{}, errs.Invalidf("input_file_id", "file %s has purpose %q, a batch needs purpose \"batch\"", f.ID, f.Purpose)
-		}
-		if f.Status != files.StatusProcessed {
-			return batch.Batch{}, errs.Invalidf("input_file_id", "file %s is %s: wait until its upload is processed", f.ID, f.Status)
-		}
-		if format, _ := jsonl.FormatOf(f.Filename); format == jsonl.CSV {
-			if req.Model == "" {
-				return batch.Batch{}, errs.Invalidf("model", "a CSV input needs model: the model every row is sent to")
-			}
-			if req.Endpoint != "/v1/chat/completions" {
-				return batch.Batch{}, errs.Invalidf("endpoint", "a CSV input makes chat completions: use endpoint /v1/chat/completions")
-			}
+		if err := checkInputFile(f, req); err != nil {
+			return batch.Batch{}, err
 		}
 		b.InputFileID = f.ID
-	default:
-		if req.Schedule == "" || shape == nil {
-			return batch.Batch{}, errs.Invalidf("input_file_id", "input_file_id is required (or inline requests)")
-		}
 	}
 	if req.Model != "" {
 		if _, ok := s.Engine.Models.Lookup(req.Model); !ok {
@@ -290,14 +346,20 @@ func (s *Service) record(ctx context.Context, b batch.Batch, idemKey string) (ba
 	return saved.Out(), nil
 }
 
-// inlineFile stores inline rows as a JSONL input file; a row without a
-// custom_id gets request-<index>.
-func (s *Service) inlineFile(ctx context.Context, tenant string, rows []json.RawMessage) (files.File, error) {
+// inlineFile stores inline rows (inlineJSONL) as a JSONL input file.
+func (s *Service) inlineFile(ctx context.Context, tenant string, data []byte) (files.File, error) {
+	return s.Files.Create(ctx, tenant, "requests.jsonl", files.PurposeBatch, int64(len(data)), 0, bytes.NewReader(data))
+}
+
+// inlineJSONL writes inline rows as the lines of a JSONL input file; a row
+// without a custom_id gets request-<index>. A row that is not an object
+// is refused (param requests[<index>]).
+func inlineJSONL(rows []json.RawMessage) ([]byte, error) {
 	var buf bytes.Buffer
 	for i, raw := range rows {
 		var obj map[string]json.RawMessage
 		if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
-			return files.File{}, errs.Invalidf(fmt.Sprintf("requests[%d]", i), "requests[%d] must be an object like a line of a batch input file", i)
+			return nil, errs.Invalidf(fmt.Sprintf("requests[%d]", i), "requests[%d] must be an object like a line of a batch input file", i)
 		}
 		if _, ok := obj["custom_id"]; !ok {
 			obj["custom_id"], _ = json.Marshal(fmt.Sprintf("request-%d", i))
@@ -306,7 +368,7 @@ func (s *Service) inlineFile(ctx context.Context, tenant string, rows []json.Raw
 		buf.Write(line)
 		buf.WriteByte('\n')
 	}
-	return s.Files.Create(ctx, tenant, "requests.jsonl", files.PurposeBatch, int64(buf.Len()), 0, bytes.NewReader(buf.Bytes()))
+	return buf.Bytes(), nil
 }
 
 // WriteInputFile stores data as a processed batch input file of tenant.

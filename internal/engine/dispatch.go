@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -121,42 +122,17 @@ func (e *Engine) Plan(ctx context.Context, tenant, id string) (err error) {
 
 	// CSV rows are rewritten as JSONL so every executor reads one format.
 	var norm *ObjectWriter
-	var normOff int64
+	var normW io.Writer
 	if format == jsonl.CSV {
 		norm = NewObjectWriter(ctx, e.Blobs, fmt.Sprintf("files/%s/%s/normalized/", tenant, b.InputFileID+"-"+b.ID))
+		normW = norm
 	}
-	var chunks []batch.Chunk
-	// A workflow record (SPEC §10) gets a chunk of its own: it runs for
-	// many steps and commits when it ends, which must hold up no other row.
-	lastAlone := false
-	add := func(r jsonl.Row, start, end int64) {
-		n := len(chunks)
-		alone := workflow.InRow(r.JSON)
-		if n == 0 || alone || lastAlone || chunks[n-1].Rows == e.chunkRows() || chunks[n-1].Model != r.Model ||
-			end-chunks[n-1].Start > e.chunkBytes() {
-			chunks = append(chunks, batch.Chunk{Batch: b.ID, Tenant: tenant, Index: n, Start: start, FirstRow: r.Index, Model: r.Model, State: batch.ChunkPending})
-			n++
-		}
-		chunks[n-1].Rows++
-		chunks[n-1].End = end
-		lastAlone = alone
-	}
-	res, err := jsonl.Scan(rc, opts, func(r jsonl.Row) error {
-		if norm == nil {
-			add(r, r.Start, r.End)
-			return nil
-		}
-		line := append(r.JSON, '\n')
-		if _, err := norm.Write(line); err != nil {
-			return err
-		}
-		add(r, normOff, normOff+int64(len(line)))
-		normOff += int64(len(line))
-		return nil
-	})
+	split := &chunker{batch: b.ID, tenant: tenant, maxRows: e.chunkRows(), maxBytes: e.chunkBytes()}
+	res, err := splitInput(rc, opts, split, normW)
 	if err != nil {
 		return fmt.Errorf("scan input of %s: %w", id, err)
 	}
+	chunks := split.chunks
 	if len(res.Errors) > 0 {
 		log.InfoContext(ctx, "batch input invalid", "errors", len(res.Errors))
 		return e.failValidation(ctx, b, res.Errors)
@@ -201,6 +177,56 @@ func (e *Engine) Plan(ctx context.Context, tenant, id string) (err error) {
 	}
 	log.InfoContext(ctx, "batch planned", "rows", res.Rows, "chunks", len(chunks))
 	return e.startPlanned(ctx, planned, entries)
+}
+
+// chunker splits a batch's valid input rows, in input order, into chunks
+// of one model each: a chunk ends at maxRows rows, before its byte range
+// would pass maxBytes (a row longer than that gets a chunk of its own), and
+// where the model changes. A workflow record (SPEC §10) gets a chunk of
+// its own: it runs for many steps and commits when it ends, which must
+// hold up no other row.
+type chunker struct {
+	batch, tenant string
+	maxRows       int
+	maxBytes      int64
+	chunks        []batch.Chunk
+	lastAlone     bool
+}
+
+// add puts row r, at bytes [start, end) of the file the chunks are ranges
+// of, at the end of the last chunk or in a new one.
+func (k *chunker) add(r jsonl.Row, start, end int64) {
+	n := len(k.chunks)
+	alone := workflow.InRow(r.JSON)
+	if n == 0 || alone || k.lastAlone || k.chunks[n-1].Rows == k.maxRows || k.chunks[n-1].Model != r.Model ||
+		end-k.chunks[n-1].Start > k.maxBytes {
+		k.chunks = append(k.chunks, batch.Chunk{Batch: k.batch, Tenant: k.tenant, Index: n, Start: start, FirstRow: r.Index, Model: r.Model, State: batch.ChunkPending})
+		n++
+	}
+	k.chunks[n-1].Rows++
+	k.chunks[n-1].End = end
+	k.lastAlone = alone
+}
+
+// splitInput scans an input file (jsonl.Scan with opts) and adds each
+// valid row to k. With norm nil the chunks are byte ranges of the input
+// (JSONL); otherwise (CSV) each row is written to norm as a JSONL line and
+// the chunks are byte ranges of what norm received.
+func splitInput(input io.Reader, opts jsonl.Options, k *chunker, norm io.Writer) (jsonl.Result, error) {
+	var normOff int64
+	return jsonl.Scan(input, opts, func(r jsonl.Row) error {
+		if norm == nil {
+			k.add(r, r.Start, r.End)
+			return nil
+		}
+		line := append(r.JSON, '\n')
+		if _, err := norm.Write(line); err != nil {
+			return err
+		}
+		k.add(r, normOff, normOff+int64(len(line)))
+		normOff += int64(len(line))
+		return nil
+	})
 }
 
 // startPlanned puts a planned batch's chunks in the ready index (or, once
@@ -291,16 +317,22 @@ func (e *Engine) releasePlanLease(ctx context.Context, tenant, id string) {
 	}
 }
 
+// invalidInputStatus is where a batch whose input cannot run ends from
+// status s: cancelled if it was being cancelled, else failed.
+func invalidInputStatus(s batch.Status) batch.Status {
+	if s == batch.Cancelling {
+		return batch.Cancelled
+	}
+	return batch.Failed
+}
+
 func (e *Engine) failValidation(ctx context.Context, b batch.Batch, lineErrs []jsonl.LineError) error {
 	nb, err := e.Store.UpdateBatch(ctx, b.Tenant, b.ID, func(b *batch.Batch) error {
 		if b.Status.Terminal() {
 			return errSkip // then only the terminal event may be missing
 		}
 		b.ErrorList = lineErrs
-		if b.Status == batch.Cancelling {
-			return b.To(batch.Cancelled, e.now())
-		}
-		return b.To(batch.Failed, e.now())
+		return b.To(invalidInputStatus(b.Status), e.now())
 	})
 	if errors.Is(err, errSkip) {
 		return e.terminal(ctx, nb)

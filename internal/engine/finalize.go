@@ -202,14 +202,7 @@ func (e *Engine) FinalizeBatch(ctx context.Context, tenant, id string) error {
 		if errID != "" {
 			b.ErrorFileID = &errID
 		}
-		next := batch.Completed
-		switch {
-		case b.CancellingAt != nil:
-			next = batch.Cancelled
-		case b.ExpiredRows > 0:
-			next = batch.Expired
-		}
-		return b.To(next, e.now())
+		return b.To(finalStatus(b), e.now())
 	})
 	if errors.Is(err, errSkip) {
 		return nil
@@ -220,6 +213,21 @@ func (e *Engine) FinalizeBatch(ctx context.Context, tenant, id string) error {
 	e.Log.InfoContext(ctx, "batch finalized", "batch_id", id, "status", final.Status,
 		"completed", final.RequestCounts.Completed, "failed", final.RequestCounts.Failed, "total", final.RequestCounts.Total)
 	return e.terminal(ctx, final)
+}
+
+// finalStatus is the terminal status a finalized batch ends in: cancelled
+// once a cancel was asked for (whatever ran meanwhile), expired when a row
+// got batch_expired, else completed, however many rows failed (OpenAI's
+// batches complete with failed rows; failed is for an input that breaks
+// a rule, see invalidInputStatus).
+func finalStatus(b *batch.Batch) batch.Status {
+	switch {
+	case b.CancellingAt != nil:
+		return batch.Cancelled
+	case b.ExpiredRows > 0:
+		return batch.Expired
+	}
+	return batch.Completed
 }
 
 // outputLifetime is how long output files live by default: the bucket's

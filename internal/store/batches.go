@@ -53,12 +53,12 @@ func batchIndexes(b *batch.Batch) item {
 	return it
 }
 
-// CreateBatch writes a new batch. With an idempotency key, the first batch
-// created with it is returned instead of creating another.
-func (s *Store) CreateBatch(ctx context.Context, b batch.Batch, idemKey string) (batch.Batch, bool, error) {
+// batchItem is a new batch's item: the batch at T#<tenant>/BATCH#<id>, its
+// index attributes (batchIndexes) and version 1.
+func batchItem(b batch.Batch) (item, error) {
 	it, err := attributevalue.MarshalMap(b)
 	if err != nil {
-		return b, false, fmt.Errorf("marshal batch: %w", err)
+		return nil, fmt.Errorf("marshal batch: %w", err)
 	}
 	for k, v := range key(batchPK(b.Tenant), batchSK(b.ID)) {
 		it[k] = v
@@ -67,11 +67,30 @@ func (s *Store) CreateBatch(ctx context.Context, b batch.Batch, idemKey string) 
 		it[k] = v
 	}
 	it["ver"] = &types.AttributeValueMemberN{Value: "1"}
+	return it, nil
+}
+
+func idemSK(idemKey string) string { return "IDEM#" + idemKey }
+
+// idemItem records that tenant's idempotency key idemKey made batchID; TTL
+// removes it a day after now.
+func idemItem(tenant, idemKey, batchID string, now time.Time) item {
+	idem := key(tenantPK(tenant), idemSK(idemKey))
+	idem["batch_id"] = &types.AttributeValueMemberS{Value: batchID}
+	idem["ttl"] = &types.AttributeValueMemberN{Value: strconv.FormatInt(now.Add(24*time.Hour).Unix(), 10)}
+	return idem
+}
+
+// CreateBatch writes a new batch. With an idempotency key, the first batch
+// created with it is returned instead of creating another.
+func (s *Store) CreateBatch(ctx context.Context, b batch.Batch, idemKey string) (batch.Batch, bool, error) {
+	it, err := batchItem(b)
+	if err != nil {
+		return b, false, err
+	}
 	tx := []types.TransactWriteItem{{Put: &types.Put{TableName: &s.Table, Item: it, ConditionExpression: aws.String("attribute_not_exists(pk)")}}}
 	if idemKey != "" {
-		idem := key(tenantPK(b.Tenant), "IDEM#"+idemKey)
-		idem["batch_id"] = &types.AttributeValueMemberS{Value: b.ID}
-		idem["ttl"] = &types.AttributeValueMemberN{Value: strconv.FormatInt(time.Now().Add(24*time.Hour).Unix(), 10)}
+		idem := idemItem(b.Tenant, idemKey, b.ID, time.Now())
 		tx = append(tx, types.TransactWriteItem{Put: &types.Put{TableName: &s.Table, Item: idem, ConditionExpression: aws.String("attribute_not_exists(pk)")}})
 	}
 	_, err = s.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
@@ -80,7 +99,7 @@ func (s *Store) CreateBatch(ctx context.Context, b batch.Batch, idemKey string) 
 		var idem struct {
 			BatchID string `dynamodbav:"batch_id"`
 		}
-		if _, gerr := s.get(ctx, tenantPK(b.Tenant), "IDEM#"+idemKey, &idem); gerr == nil {
+		if _, gerr := s.get(ctx, tenantPK(b.Tenant), idemSK(idemKey), &idem); gerr == nil {
 			first, err := s.GetBatch(ctx, b.Tenant, idem.BatchID)
 			return first, false, err
 		}
@@ -199,18 +218,27 @@ func activeRefs(items []item) ([]ActiveRef, error) {
 	return refs, nil
 }
 
+// chunkItem is a chunk's item, at B#<batch>/CHUNK#<index>.
+func chunkItem(c batch.Chunk) (item, error) {
+	it, err := attributevalue.MarshalMap(c)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range key(chunksPK(c.Batch), chunkSK(c.Index)) {
+		it[k] = v
+	}
+	return it, nil
+}
+
 // PutChunks writes planned chunks (BatchWriteItem, 25 at a time).
 func (s *Store) PutChunks(ctx context.Context, cs []batch.Chunk) error {
 	for len(cs) > 0 {
 		n := min(len(cs), 25)
 		reqs := make([]types.WriteRequest, n)
 		for i, c := range cs[:n] {
-			it, err := attributevalue.MarshalMap(c)
+			it, err := chunkItem(c)
 			if err != nil {
 				return err
-			}
-			for k, v := range key(chunksPK(c.Batch), chunkSK(c.Index)) {
-				it[k] = v
 			}
 			reqs[i] = types.WriteRequest{PutRequest: &types.PutRequest{Item: it}}
 		}
@@ -261,13 +289,21 @@ type UsageRow struct {
 	TotalTokens  int64  `json:"total_tokens" dynamodbav:"total_tokens"`
 }
 
+// A tenant's daily usage of a model is at USAGE#<tenant>/<day>#<model>
+// (CommitChunk adds to it); days are YYYY-MM-DD, so the days from first to
+// last are the sort keys from usageFrom(first) to usageTo(last).
+func usagePK(tenant string) string     { return "USAGE#" + tenant }
+func usageSK(day, model string) string { return day + "#" + model }
+func usageFrom(day string) string      { return day }
+func usageTo(day string) string        { return day + "#\uffff" }
+
 // Usage returns a tenant's daily usage aggregates for days in [from, to].
 func (s *Store) Usage(ctx context.Context, tenant, from, to string) ([]UsageRow, error) {
 	out, err := s.DB.Query(ctx, &dynamodb.QueryInput{
 		TableName:              &s.Table,
 		KeyConditionExpression: aws.String("pk = :pk AND sk BETWEEN :from AND :to"),
-		ExpressionAttributeValues: item{":pk": avS("USAGE#" + tenant), ":from": avS(from),
-			":to": avS(to + "#\uffff")},
+		ExpressionAttributeValues: item{":pk": avS(usagePK(tenant)), ":from": avS(usageFrom(from)),
+			":to": avS(usageTo(to))},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("query usage: %w", err)
@@ -279,18 +315,30 @@ func (s *Store) Usage(ctx context.Context, tenant, from, to string) ([]UsageRow,
 	return rows, nil
 }
 
+// deadLetterSK orders a batch's dead letters by row.
+func deadLetterSK(row int) string { return fmt.Sprintf("DL#%07d", row) }
+
+// deadLetterItem is a dead letter's item, at B#<batch>/DL#<row>.
+func deadLetterItem(batchID string, d batch.DeadLetter) (item, error) {
+	it, err := attributevalue.MarshalMap(d)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range key(chunksPK(batchID), deadLetterSK(d.Row)) {
+		it[k] = v
+	}
+	return it, nil
+}
+
 // PutDeadLetters records rows that exhausted their retries.
 func (s *Store) PutDeadLetters(ctx context.Context, batchID string, dls []batch.DeadLetter) error {
 	for len(dls) > 0 {
 		n := min(len(dls), 25)
 		reqs := make([]types.WriteRequest, n)
 		for i, d := range dls[:n] {
-			it, err := attributevalue.MarshalMap(d)
+			it, err := deadLetterItem(batchID, d)
 			if err != nil {
 				return err
-			}
-			for k, v := range key(chunksPK(batchID), fmt.Sprintf("DL#%07d", d.Row)) {
-				it[k] = v
 			}
 			reqs[i] = types.WriteRequest{PutRequest: &types.PutRequest{Item: it}}
 		}
@@ -311,7 +359,7 @@ func (s *Store) PutDeadLetters(ctx context.Context, batchID string, dls []batch.
 func (s *Store) DeadLetters(ctx context.Context, batchID string, after int, limit int) ([]batch.DeadLetter, bool, error) {
 	start := ""
 	if after >= 0 {
-		start = fmt.Sprintf("DL#%07d", after)
+		start = deadLetterSK(after)
 	}
 	var dls []batch.DeadLetter
 	more, err := s.page(ctx, chunksPK(batchID), "DL#", start, true, limit, nil, func(it item) error {

@@ -18,15 +18,19 @@ func notFound(err error, nf error) error {
 	return err
 }
 
+// Files and uploads are items of their tenant's partition.
+func fileSK(id string) string   { return "FILE#" + id }
+func uploadSK(id string) string { return "UPLOAD#" + id }
+
 // PutFile implements files.Store.
 func (s *Store) PutFile(ctx context.Context, f files.File) error {
-	return s.put(ctx, tenantPK(f.Tenant), "FILE#"+f.ID, f, nil, true)
+	return s.put(ctx, tenantPK(f.Tenant), fileSK(f.ID), f, nil, true)
 }
 
 // GetFile implements files.Store.
 func (s *Store) GetFile(ctx context.Context, tenant, id string) (files.File, error) {
 	var f files.File
-	_, err := s.get(ctx, tenantPK(tenant), "FILE#"+id, &f)
+	_, err := s.get(ctx, tenantPK(tenant), fileSK(id), &f)
 	return f, notFound(err, files.ErrNotFound)
 }
 
@@ -38,7 +42,7 @@ func (s *Store) ListFiles(ctx context.Context, tenant string, p files.Page) ([]f
 	}
 	after := ""
 	if p.After != "" {
-		after = "FILE#" + p.After
+		after = fileSK(p.After)
 	}
 	var fs []files.File
 	more, err := s.page(ctx, tenantPK(tenant), "FILE#", after, p.Order == "asc", p.Limit, filter, func(it item) error {
@@ -54,30 +58,30 @@ func (s *Store) ListFiles(ctx context.Context, tenant string, p files.Page) ([]f
 
 // UpdateFile implements files.Store.
 func (s *Store) UpdateFile(ctx context.Context, tenant, id string, fn func(*files.File) error) (files.File, error) {
-	f, err := update(ctx, s, tenantPK(tenant), "FILE#"+id, nil, fn)
+	f, err := update(ctx, s, tenantPK(tenant), fileSK(id), nil, fn)
 	return f, notFound(err, files.ErrNotFound)
 }
 
 // DeleteFile implements files.Store.
 func (s *Store) DeleteFile(ctx context.Context, tenant, id string) error {
-	return s.delete(ctx, tenantPK(tenant), "FILE#"+id)
+	return s.delete(ctx, tenantPK(tenant), fileSK(id))
 }
 
 // PutUpload implements files.Store.
 func (s *Store) PutUpload(ctx context.Context, u files.Upload) error {
-	return s.put(ctx, tenantPK(u.Tenant), "UPLOAD#"+u.ID, u, nil, true)
+	return s.put(ctx, tenantPK(u.Tenant), uploadSK(u.ID), u, nil, true)
 }
 
 // GetUpload implements files.Store.
 func (s *Store) GetUpload(ctx context.Context, tenant, id string) (files.Upload, error) {
 	var u files.Upload
-	_, err := s.get(ctx, tenantPK(tenant), "UPLOAD#"+id, &u)
+	_, err := s.get(ctx, tenantPK(tenant), uploadSK(id), &u)
 	return u, notFound(err, files.ErrNotFound)
 }
 
 // UpdateUpload implements files.Store.
 func (s *Store) UpdateUpload(ctx context.Context, tenant, id string, fn func(*files.Upload) error) (files.Upload, error) {
-	u, err := update(ctx, s, tenantPK(tenant), "UPLOAD#"+id, nil, fn)
+	u, err := update(ctx, s, tenantPK(tenant), uploadSK(id), nil, fn)
 	return u, notFound(err, files.ErrNotFound)
 }
 
@@ -85,5 +89,5 @@ func (s *Store) UpdateUpload(ctx context.Context, tenant, id string, fn func(*fi
 // have ids derived from their batch, so a repeated finalize rewrites the
 // same record.
 func (s *Store) PutFileOverwrite(ctx context.Context, f files.File) error {
-	return s.put(ctx, tenantPK(f.Tenant), "FILE#"+f.ID, f, nil, false)
+	return s.put(ctx, tenantPK(f.Tenant), fileSK(f.ID), f, nil, false)
 }

@@ -22,7 +22,7 @@ const keysPK = "KEYS"
 // never by the hash the table is keyed on, since errors end up in logs.
 func (s *Store) GetKey(ctx context.Context, hash string) (auth.Key, error) {
 	var k auth.Key
-	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.Table, Key: key("KEY#"+hash, "KEY"), ConsistentRead: aws.Bool(true)})
+	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.Table, Key: key(keyPK(hash), "KEY"), ConsistentRead: aws.Bool(true)})
 	if err != nil {
 		return k, fmt.Errorf("get key %s: %w", hash[:min(12, len(hash))], err)
 	}
@@ -35,21 +35,33 @@ func (s *Store) GetKey(ctx context.Context, hash string) (auth.Key, error) {
 	return k, nil
 }
 
-// PutKey implements auth.Store.
-func (s *Store) PutKey(ctx context.Context, k auth.Key) error {
+func keyPK(hash string) string { return "KEY#" + hash }
+
+// keyItems are a key's two items: main at KEY#<hash>/KEY, which GetKey
+// reads, and idx at KEYS/<key id>, which ListKeys lists.
+func keyItems(k auth.Key) (main, idx item, err error) {
 	it, err := attributevalue.MarshalMap(k)
 	if err != nil {
-		return fmt.Errorf("marshal key: %w", err)
+		return nil, nil, fmt.Errorf("marshal key: %w", err)
 	}
-	main, idx := item{}, item{}
+	main, idx = item{}, item{}
 	for n, v := range it {
 		main[n], idx[n] = v, v
 	}
-	for n, v := range key("KEY#"+k.Hash, "KEY") {
+	for n, v := range key(keyPK(k.Hash), "KEY") {
 		main[n] = v
 	}
 	for n, v := range key(keysPK, k.ID) {
 		idx[n] = v
+	}
+	return main, idx, nil
+}
+
+// PutKey implements auth.Store.
+func (s *Store) PutKey(ctx context.Context, k auth.Key) error {
+	main, idx, err := keyItems(k)
+	if err != nil {
+		return err
 	}
 	_, err = s.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
 		{Put: &types.Put{TableName: &s.Table, Item: main}},

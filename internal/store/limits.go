@@ -70,12 +70,18 @@ type InflightMarker struct {
 	CreatedAt int64  `dynamodbav:"created_at"`
 }
 
-// ReserveInflight takes one of tenant's in-flight slots for batchID, unless
-// max are taken (ErrInflightLimit).
-func (s *Store) ReserveInflight(ctx context.Context, tenant, batchID string, max int, now time.Time) error {
+// inflightMarkerItem is the marker of batchID's slot, taken at now.
+func inflightMarkerItem(tenant, batchID string, now time.Time) item {
 	marker := key(tenantPK(tenant), inflightPrefix+batchID)
 	marker["batch_id"] = avS(batchID)
 	marker["created_at"] = avN64(now.Unix())
+	return marker
+}
+
+// ReserveInflight takes one of tenant's in-flight slots for batchID, unless
+// max are taken (ErrInflightLimit).
+func (s *Store) ReserveInflight(ctx context.Context, tenant, batchID string, max int, now time.Time) error {
+	marker := inflightMarkerItem(tenant, batchID, now)
 	_, err := s.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
 		{Update: &types.Update{
 			TableName:                 &s.Table,
@@ -129,7 +135,7 @@ func (s *Store) IdempotentBatch(ctx context.Context, tenant, idemKey string) (st
 	var idem struct {
 		BatchID string `dynamodbav:"batch_id"`
 	}
-	_, err := s.get(ctx, tenantPK(tenant), "IDEM#"+idemKey, &idem)
+	_, err := s.get(ctx, tenantPK(tenant), idemSK(idemKey), &idem)
 	if errors.Is(err, errMissing) {
 		return "", nil
 	}

@@ -64,8 +64,11 @@ func Quotas(slots int) []int {
 	return q
 }
 
+func capPK(model string) string { return "MODEL#" + model }
+
+// capShardKey is the key of a model's capacity shard, MODEL#<model>/CAP#<k>.
 func capShardKey(model string, shard int) item {
-	return key("MODEL#"+model, fmt.Sprintf("CAP#%03d", shard))
+	return key(capPK(model), fmt.Sprintf("CAP#%03d", shard))
 }
 
 // Ready is one entry of a model's ready index: a batch with chunks of the
@@ -89,8 +92,11 @@ func readyPK(model string) string { return "READY#" + model }
 // the fewest chunks of this model (its sequence), so equal priorities take
 // turns.
 func (r Ready) SK() string {
-	return fmt.Sprintf("%07d#%012d#%s", priorityBase-r.Priority, r.Seq, r.Batch)
+	return readyPrefix(r.Priority) + fmt.Sprintf("%012d#%s", r.Seq, r.Batch)
 }
+
+// readyPrefix begins the sort key of every entry of priority p.
+func readyPrefix(p int) string { return fmt.Sprintf("%07d#", priorityBase-p) }
 
 // ReadyHead returns the entry of model owed the next chunk.
 func (s *Store) ReadyHead(ctx context.Context, model string) (Ready, bool, error) {
@@ -119,7 +125,7 @@ func (s *Store) ReadyHead(ctx context.Context, model string) (Ready, bool, error
 // head of that priority), so a new batch neither waits for nor starves the
 // others.
 func (s *Store) PutReady(ctx context.Context, r Ready) error {
-	prefix := fmt.Sprintf("%07d#", priorityBase-r.Priority)
+	prefix := readyPrefix(r.Priority)
 	out, err := s.DB.Query(ctx, &dynamodb.QueryInput{
 		TableName:              &s.Table,
 		KeyConditionExpression: aws.String("pk = :pk AND begins_with(sk, :p)"),
@@ -174,9 +180,18 @@ func (c Claim) Next() batch.Next {
 	return batch.Next{Tenant: c.Entry.Tenant, Batch: c.Entry.Batch, Chunk: c.Entry.Next, Run: c.Run, Attempt: 1}
 }
 
+func leasePK(shard int) string { return fmt.Sprintf("LEASE#%d", shard) }
+
+// leaseCutoff bounds the lease sort keys (leaseAttrs) of leases that ended
+// before now: they sort below it.
+func leaseCutoff(now time.Time) string { return fmt.Sprintf("%013d", now.UnixMilli()) }
+
+// leaseAttrs are the lease index's attributes of a claimed chunk: the
+// partition is one of leaseShards, by batch, and the sort key starts with
+// the lease's end in unix milliseconds.
 func leaseAttrs(batchID string, chunk int, lease time.Time) (pk, sk types.AttributeValue) {
 	h := sha256.Sum256([]byte(batchID))
-	return avS(fmt.Sprintf("LEASE#%d", int(h[0])%leaseShards)),
+	return avS(leasePK(int(h[0]) % leaseShards)),
 		avS(fmt.Sprintf("%013d#%s#%06d", lease.UnixMilli(), batchID, chunk))
 }
 
@@ -208,10 +223,10 @@ func (s *Store) claimItems(c Claim) []types.TransactWriteItem {
 	return items
 }
 
-// ClaimFromPool claims a chunk with slots taken from a capacity shard of
-// quota slots: ErrNoCapacity when the shard is full, ErrRaced when the
-// entry moved meanwhile.
-func (s *Store) ClaimFromPool(ctx context.Context, c Claim, quota int) error {
+// poolClaimItems are ClaimFromPool's writes: the slots taken from the
+// capacity shard (first, when there are any: ClaimFromPool tells a full
+// shard by its index), then the claim's.
+func (s *Store) poolClaimItems(c Claim, quota int) []types.TransactWriteItem {
 	items := []types.TransactWriteItem{{Update: &types.Update{
 		TableName: &s.Table, Key: capShardKey(c.Entry.Model, c.Shard),
 		UpdateExpression:          aws.String("ADD inflight :n"),
@@ -221,8 +236,14 @@ func (s *Store) ClaimFromPool(ctx context.Context, c Claim, quota int) error {
 	if c.Slots == 0 {
 		items = nil
 	}
-	items = append(items, s.claimItems(c)...)
-	err := s.transact(ctx, "", items)
+	return append(items, s.claimItems(c)...)
+}
+
+// ClaimFromPool claims a chunk with slots taken from a capacity shard of
+// quota slots: ErrNoCapacity when the shard is full, ErrRaced when the
+// entry moved meanwhile.
+func (s *Store) ClaimFromPool(ctx context.Context, c Claim, quota int) error {
+	err := s.transact(ctx, "", s.poolClaimItems(c, quota))
 	if failed, ok := conditionFailed(err); ok {
 		if c.Slots > 0 && failed == 0 {
 			return ErrNoCapacity
@@ -284,16 +305,10 @@ type UsageAgg struct {
 	Requests, Input, Output, Total int64
 }
 
-// CommitChunk marks a chunk done and adds its counts to the batch, adds its
-// usage to the daily aggregates, and hands its slots on to Next or back to
-// the pool, all in one transaction conditional on the chunk being claimed
-// by this run. Errors: ErrChunkDone (not this run's: a duplicate, or taken
-// over), ErrLast (it is the batch's last chunk: commit again with Last),
-// ErrRaced (Next was taken meanwhile: pick again). A conflict with another
-// transaction is retried, never reported; a retry of a commit that took
-// effect although its call failed is recognised by the caller from the
-// chunk's run (see Engine.commit).
-func (s *Store) CommitChunk(ctx context.Context, tenant string, c Commit) error {
+// commitItems are CommitChunk's writes, in the order its errors rely on:
+// the chunk (its condition failing is ErrChunkDone), the batch (ErrLast),
+// each model's daily usage, then the claim of Next or the slots given back.
+func (s *Store) commitItems(tenant string, c Commit) []types.TransactWriteItem {
 	ch := c.Chunk
 	var next types.AttributeValue = &types.AttributeValueMemberNULL{Value: true}
 	if c.Next != nil {
@@ -336,7 +351,7 @@ func (s *Store) CommitChunk(ctx context.Context, tenant string, c Commit) error 
 	tx = append(tx, types.TransactWriteItem{Update: bu})
 	for model, u := range c.UsageByModel {
 		tx = append(tx, types.TransactWriteItem{Update: &types.Update{
-			TableName: &s.Table, Key: key("USAGE#"+tenant, c.Day+"#"+model),
+			TableName: &s.Table, Key: key(usagePK(tenant), usageSK(c.Day, model)),
 			UpdateExpression:         aws.String("SET #d = :day, model = :m ADD requests :r, input_tokens :i, output_tokens :o, total_tokens :t"),
 			ExpressionAttributeNames: map[string]string{"#d": "day"},
 			ExpressionAttributeValues: item{":day": avS(c.Day), ":m": avS(model), ":r": avN64(u.Requests),
@@ -353,6 +368,21 @@ func (s *Store) CommitChunk(ctx context.Context, tenant string, c Commit) error 
 			ExpressionAttributeValues: item{":n": avN(-ch.Slots)},
 		}})
 	}
+	return tx
+}
+
+// CommitChunk marks a chunk done and adds its counts to the batch, adds its
+// usage to the daily aggregates, and hands its slots on to Next or back to
+// the pool, all in one transaction conditional on the chunk being claimed
+// by this run. Errors: ErrChunkDone (not this run's: a duplicate, or taken
+// over), ErrLast (it is the batch's last chunk: commit again with Last),
+// ErrRaced (Next was taken meanwhile: pick again). A conflict with another
+// transaction is retried, never reported; a retry of a commit that took
+// effect although its call failed is recognised by the caller from the
+// chunk's run (see Engine.commit).
+func (s *Store) CommitChunk(ctx context.Context, tenant string, c Commit) error {
+	ch := c.Chunk
+	tx := s.commitItems(tenant, c)
 	// The token makes a retry of a commit that took effect a no-op on
 	// DynamoDB; it names the run and everything the commit decided.
 	token := tokenOf("commit", ch.Batch, strconv.Itoa(ch.Index), ch.Run, ch.Attempt, strconv.FormatBool(c.Last), fmt.Sprint(c.Next))
@@ -495,8 +525,8 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]
 			TableName:              &s.Table,
 			IndexName:              aws.String(resources.ByLease),
 			KeyConditionExpression: aws.String("gsi3pk = :pk AND gsi3sk < :now"),
-			ExpressionAttributeValues: item{":pk": avS(fmt.Sprintf("LEASE#%d", shard)),
-				":now": avS(fmt.Sprintf("%013d", now.UnixMilli()))},
+			ExpressionAttributeValues: item{":pk": avS(leasePK(shard)),
+				":now": avS(leaseCutoff(now))},
 			Limit: aws.Int32(int32(limit)),
 		})
 		if err != nil {
@@ -517,6 +547,10 @@ const duePK = "DUE"
 
 func dueSK(at int64, tenant, id string) string { return fmt.Sprintf("%010d#%s#%s", at, id, tenant) }
 
+// dueCutoff bounds the due sort keys (dueSK) of batches due at or before
+// now: they sort below it.
+func dueCutoff(now time.Time) string { return fmt.Sprintf("%010d", now.Unix()+1) }
+
 // DueBatches lists up to limit active batches the tick must look at now,
 // from the sparse due index (see batch.Batch.Due).
 func (s *Store) DueBatches(ctx context.Context, now time.Time, limit int) ([]ActiveRef, error) {
@@ -524,7 +558,7 @@ func (s *Store) DueBatches(ctx context.Context, now time.Time, limit int) ([]Act
 		TableName:                 &s.Table,
 		IndexName:                 aws.String(resources.ByDue),
 		KeyConditionExpression:    aws.String("gsi4pk = :pk AND gsi4sk < :now"),
-		ExpressionAttributeValues: item{":pk": avS(duePK), ":now": avS(fmt.Sprintf("%010d", now.Unix()+1))},
+		ExpressionAttributeValues: item{":pk": avS(duePK), ":now": avS(dueCutoff(now))},
 		ProjectionExpression:      aws.String("tenant, id, priority"),
 		Limit:                     aws.Int32(int32(limit)),
 	})
@@ -559,19 +593,31 @@ func (s *Store) FreeSlots(ctx context.Context, model string, quotas []int) ([]in
 // capShards reads a model's capacity shards: slots in flight by shard.
 func (s *Store) capShards(ctx context.Context, model string) (map[int]int, error) {
 	shards := map[int]int{}
-	_, err := s.page(ctx, "MODEL#"+model, "CAP#", "", true, 1<<30, nil, func(it item) error {
-		var v struct {
-			SK       string `dynamodbav:"sk"`
-			InFlight int    `dynamodbav:"inflight"`
-		}
-		if err := attributevalue.UnmarshalMap(it, &v); err != nil {
+	_, err := s.page(ctx, capPK(model), "CAP#", "", true, 1<<30, nil, func(it item) error {
+		k, n, ok, err := capShardOf(it)
+		if err != nil {
 			return err
 		}
-		var k int
-		if _, err := fmt.Sscanf(v.SK, "CAP#%d", &k); err == nil {
-			shards[k] = v.InFlight
+		if ok {
+			shards[k] = n
 		}
 		return nil
 	})
 	return shards, err
+}
+
+// capShardOf reads a capacity shard's item: its shard number and the slots
+// it has in flight; ok is false for an item whose sort key names no shard.
+func capShardOf(it item) (shard, inflight int, ok bool, err error) {
+	var v struct {
+		SK       string `dynamodbav:"sk"`
+		InFlight int    `dynamodbav:"inflight"`
+	}
+	if err := attributevalue.UnmarshalMap(it, &v); err != nil {
+		return 0, 0, false, err
+	}
+	if _, err := fmt.Sscanf(v.SK, "CAP#%d", &shard); err != nil {
+		return 0, 0, false, nil
+	}
+	return shard, v.InFlight, true, nil
 }

@@ -40,15 +40,9 @@ func tenantPK(tenant string) string { return "T#" + tenant }
 
 // put writes v at (pk, sk) with extra attributes; ifAbsent makes it a create.
 func (s *Store) put(ctx context.Context, pk, sk string, v any, extra item, ifAbsent bool) error {
-	it, err := attributevalue.MarshalMap(v)
+	it, err := itemAt(pk, sk, v, extra)
 	if err != nil {
-		return fmt.Errorf("marshal %s/%s: %w", pk, sk, err)
-	}
-	for k, a := range key(pk, sk) {
-		it[k] = a
-	}
-	for k, a := range extra {
-		it[k] = a
+		return err
 	}
 	in := &dynamodb.PutItemInput{TableName: &s.Table, Item: it}
 	if ifAbsent {
@@ -73,11 +67,38 @@ func (s *Store) get(ctx context.Context, pk, sk string, v any) (int64, error) {
 	if out.Item == nil {
 		return 0, errMissing
 	}
-	if err := attributevalue.UnmarshalMap(out.Item, v); err != nil {
+	ver, err := fromItem(out.Item, v)
+	if err != nil {
 		return 0, fmt.Errorf("unmarshal %s/%s: %w", pk, sk, err)
 	}
+	return ver, nil
+}
+
+// itemAt is v's item at (pk, sk), with extra attributes (which win over
+// v's own): what put writes.
+func itemAt(pk, sk string, v any, extra item) (item, error) {
+	it, err := attributevalue.MarshalMap(v)
+	if err != nil {
+		return nil, fmt.Errorf("marshal %s/%s: %w", pk, sk, err)
+	}
+	for k, a := range key(pk, sk) {
+		it[k] = a
+	}
+	for k, a := range extra {
+		it[k] = a
+	}
+	return it, nil
+}
+
+// fromItem decodes an item into v and returns its version, 0 when it has
+// none: what get reads. Attributes v has no field for (the keys, the GSI
+// attributes, ver) are ignored.
+func fromItem(it item, v any) (int64, error) {
+	if err := attributevalue.UnmarshalMap(it, v); err != nil {
+		return 0, err
+	}
 	var ver int64
-	if a, ok := out.Item["ver"]; ok {
+	if a, ok := it["ver"]; ok {
 		_ = attributevalue.Unmarshal(a, &ver)
 	}
 	return ver, nil
@@ -95,12 +116,9 @@ func update[T any](ctx context.Context, s *Store, pk, sk string, extra func(*T) 
 		if err := fn(&v); err != nil {
 			return v, err
 		}
-		it, err := attributevalue.MarshalMap(v)
+		it, err := itemAt(pk, sk, v, nil)
 		if err != nil {
-			return v, fmt.Errorf("marshal %s/%s: %w", pk, sk, err)
-		}
-		for k, a := range key(pk, sk) {
-			it[k] = a
+			return v, err
 		}
 		if extra != nil {
 			for k, a := range extra(&v) {
