@@ -15,7 +15,7 @@ import (
 )
 
 // API is the REST API in front of the api function. REST rather than HTTP
-// API because only REST APIs stream Lambda responses (DESIGN "Shape").
+// API because only REST APIs stream Lambda responses (docs/design.md "Shape").
 type API struct {
 	Scope    constructs.Construct
 	RestAPI  awsapigateway.RestApi
@@ -29,7 +29,7 @@ var corsHeaders = []string{"Authorization", "x-api-key", "Content-Type", "Idempo
 // binaryMediaTypes makes every request body reach the function base64-
 // encoded (apigw.Request decodes it) whatever its Content-Type, multipart
 // uploads included, and lets a base64 response body be decoded whatever the
-// client's Accept header. SPEC §3's 4 MiB request limit already allows for
+// client's Accept header. The 4 MiB request limit (docs/api.md "Limits") already allows for
 // the encoding.
 var binaryMediaTypes = []string{"*/*"}
 

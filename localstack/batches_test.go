@@ -118,7 +118,7 @@ func outputs(t testing.TB, c openai.Client, b *openai.Batch) (out, errs []result
 	return out, errs
 }
 
-// checkInvariant asserts SPEC §4's accounting invariant: every input row
+// checkInvariant asserts the accounting invariant (docs/api.md "Batches"): every input row
 // exactly once in output ∪ error, and completed + failed == total.
 func checkInvariant(t testing.TB, c openai.Client, b *openai.Batch, ids []string) (out, errs map[string]resultLine) {
 	t.Helper()

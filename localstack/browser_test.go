@@ -1,6 +1,6 @@
 package localstack
 
-// Browser tests of the panel (SPEC §11): headless Chromium, driven with
+// Browser tests of the panel (README "What it does"): headless Chromium, driven with
 // chromedp, against a local runtime of each test's own. They need Debian's
 // chromium package at /usr/bin/chromium (make test installs it when missing:
 // test-deps in the Makefile, whose CHROMIUM is this path); without it they

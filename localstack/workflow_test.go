@@ -23,7 +23,7 @@ import (
 	"github.com/relaybatch/relay/internal/resources"
 )
 
-// Workflow records (SPEC §10) against a callback server in the test, on
+// Workflow records (docs/api.md "Workflow records") against a callback server in the test, on
 // loopback (the local runtime's webhook policy allows it).
 
 // wfEvent is an event as the callback received it.

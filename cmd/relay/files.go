@@ -17,7 +17,7 @@ import (
 	"time"
 )
 
-// maxRequestData is the most file data one API request may carry (SPEC §3):
+// maxRequestData is the most file data one API request may carry (docs/api.md "Files"):
 // smaller files go in one multipart request, bigger ones in pieces.
 const maxRequestData = 4 << 20
 
@@ -236,7 +236,7 @@ func multipartBody(fields map[string]string, fileField, filename string, r io.Re
 	return &buf, mw.FormDataContentType(), nil
 }
 
-// uploadPresigned asks for a presigned URL (the extension of SPEC §3), PUTs
+// uploadPresigned asks for a presigned URL (an extension, docs/api.md "Files"), PUTs
 // the bytes straight to the object store and checks the File is processed.
 // It returns errNoPresign when the server refuses the JSON create.
 func (c *apiClient) uploadPresigned(ctx context.Context, name string, f *os.File, size int64) (apiFile, []byte, error) {

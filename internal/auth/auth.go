@@ -1,4 +1,4 @@
-// Package auth owns API keys and tenants (SPEC §1): keys are random, shown
+// Package auth owns API keys and tenants (docs/api.md "Overview"): keys are random, shown
 // once, stored only as their SHA-256; each belongs to one tenant and carries
 // scopes.
 package auth

@@ -1,6 +1,6 @@
-// Package batch owns the Batch (SPEC §4) and its chunks: the object, its
+// Package batch owns the Batch (docs/api.md "Batches") and its chunks: the object, its
 // status lifecycle with the allowed transitions, and the per-chunk records
-// that carry execution state (DESIGN "Chunks").
+// that carry execution state (docs/design.md "Chunks").
 package batch
 
 import (
@@ -18,7 +18,7 @@ import (
 //	validating → expired                     (its window ended before it could be planned)
 //	in_progress → finalizing → expired       (the window passed; rows left get batch_expired)
 //	validating|in_progress → cancelling → cancelled
-//	scheduled → cancelled                    (a template, SPEC §6)
+//	scheduled → cancelled                    (a template, docs/api.md "Templates")
 type Status string
 
 const (

@@ -1,5 +1,5 @@
 // Package blob is the S3 adapter. It stores objects and reads a file as the
-// ordered concatenation of its objects (DESIGN "Data"): uploads in parts and
+// ordered concatenation of its objects (docs/design.md "Data layout"): uploads in parts and
 // outputs made of chunk parts are never copied to be joined.
 package blob
 

@@ -1,5 +1,5 @@
 // Package config owns the service's configuration: the models file
-// (relay.yaml, SPEC §8) and the environment a function or the local runtime
+// (relay.yaml, README "Configuration") and the environment a function or the local runtime
 // runs with. Both are parsed once into typed structs and fail fast with a
 // message that names the offending field or variable.
 package config

@@ -182,7 +182,7 @@ func (e *Engine) Plan(ctx context.Context, tenant, id string) (err error) {
 // chunker splits a batch's valid input rows, in input order, into chunks
 // of one model each: a chunk ends at maxRows rows, before its byte range
 // would pass maxBytes (a row longer than that gets a chunk of its own), and
-// where the model changes. A workflow record (SPEC §10) gets a chunk of
+// where the model changes. A workflow record (docs/api.md "Workflow records") gets a chunk of
 // its own: it runs for many steps and commits when it ends, which must
 // hold up no other row.
 type chunker struct {

@@ -2,7 +2,7 @@
 // to the work queue by priority within each model's capacity, the executor
 // runs a chunk's rows against the providers and commits its part, the
 // dead-letter handler closes chunks that kept failing, and the finalizer
-// assembles the output and error files (DESIGN "Shape", "Chunks").
+// assembles the output and error files (docs/design.md "Shape", "Chunks").
 package engine
 
 import (

@@ -1,4 +1,4 @@
-// Package files owns File and Upload objects (SPEC §3): multipart uploads,
+// Package files owns File and Upload objects (docs/api.md "Files"): multipart uploads,
 // the Uploads API for files larger than one request, presigned uploads, and
 // reading a file as the ordered concatenation of its S3 objects.
 package files
@@ -17,7 +17,7 @@ import (
 	"github.com/relaybatch/relay/internal/ids"
 )
 
-// Limits (SPEC §3).
+// Limits (docs/api.md "Limits").
 const (
 	// PartLimit is the most file data one request may carry: Lambda's 6 MB
 	// payload holds 4 MiB once base64-encoded.
@@ -254,7 +254,7 @@ func tooLarge(size int64) error {
 }
 
 // Presign records a file whose bytes the client PUTs to S3 itself (the
-// extension of SPEC §3 for big files).
+// extension for big files, docs/api.md "Files").
 func (s *Service) Presign(ctx context.Context, tenant, filename, purpose string, size, expiresAfter int64) (File, error) {
 	f, err := s.newFile(tenant, filename, purpose, size, expiresAfter, StatusUploaded)
 	if err != nil {

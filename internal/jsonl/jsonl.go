@@ -1,4 +1,4 @@
-// Package jsonl owns the batch input file format (SPEC §3). Scan reads a
+// Package jsonl owns the batch input file format (docs/api.md "Files"). Scan reads a
 // JSONL or CSV input file once, with bounded memory, validates every row and
 // hands each valid one to the caller with its byte range, so the dispatcher
 // can validate a file and plan its chunks in the same pass. ParseRequests
@@ -66,7 +66,7 @@ func supportedEndpoint(url []byte) bool {
 	return ok
 }
 
-// Limits from SPEC §3 (OpenAI's).
+// Limits (OpenAI's; docs/api.md "Limits").
 const (
 	DefaultMaxRows      = 50_000
 	DefaultMaxLineBytes = 10 << 20

@@ -1,4 +1,4 @@
-// Package localrun is the local runtime (SPEC §12): the functions' real
+// Package localrun is the local runtime (README "The two commands"): the functions' real
 // handlers in one process, against an AWS emulator. The API is served by
 // turning each HTTP request into an API Gateway proxy event for the api
 // function's handler, with the deployed size and time limits; queues are

@@ -1,4 +1,4 @@
-// Package panel owns the web panel (SPEC §11): static HTML, CSS and ES
+// Package panel owns the web panel (README "What it does"): static HTML, CSS and ES
 // modules embedded in the binary and served by the api function at "/" and
 // "/panel/…". There is no build step; the files under static/ are what the
 // browser runs. The page talks only to the public API of its own origin,

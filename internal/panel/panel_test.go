@@ -175,7 +175,7 @@ func staticFiles(t *testing.T) map[string]string {
 	return out
 }
 
-// TestKeyStaysInHeader is a crude guard for SPEC §11's "key in a header,
+// TestKeyStaysInHeader is a crude guard for the panel's "key in a header,
 // never in a URL or a cookie": none of the page's code may name a key query
 // parameter, touch cookies or persistent storage.
 func TestKeyStaysInHeader(t *testing.T) {

@@ -1,8 +1,8 @@
 // Package provider owns the calls to model upstreams for one batch row: it
-// routes body.model through the models file (SPEC §8), refuses to send a row
+// routes body.model through the models file (README "Configuration"), refuses to send a row
 // to a model of another request shape, rewrites the model name for the
 // upstream, authenticates, and retries transient failures with backoff and a
-// per-row fallback (SPEC §5). Nothing is remembered between rows, so a rate
+// per-row fallback (docs/api.md "Output and error files"). Nothing is remembered between rows, so a rate
 // limit that clears lets the next row use the requested model again.
 //
 // A Client is safe for concurrent use; the executor bounds concurrency.
@@ -182,7 +182,7 @@ func (c *Client) route(endpoint string, body []byte) (config.Model, Result, bool
 	}
 	if m.Provider != shape {
 		// Translating between shapes would silently change what the
-		// client asked for (SPEC §4), so the row fails instead.
+		// client asked for (docs/api.md "Batches"), so the row fails instead.
 		return config.Model{}, Result{
 			Model:      m.Name,
 			RequestID:  newRequestID(),

@@ -6,7 +6,7 @@ package resources
 
 import "time"
 
-// Table is the single DynamoDB table (DESIGN "Data").
+// Table is the single DynamoDB table (docs/design.md "Data layout").
 type Table struct {
 	Name         string
 	PartitionKey string

@@ -1,4 +1,4 @@
-// Package store is the DynamoDB adapter: one table (DESIGN "Data"), items
+// Package store is the DynamoDB adapter: one table (docs/design.md "Data layout"), items
 // keyed by tenant so that no query can reach another tenant's records.
 // Records updated through a closure carry a version attribute and are
 // written back with a condition on it, so concurrent writers never lose

@@ -15,7 +15,7 @@ import (
 	"github.com/relaybatch/relay/internal/workflow"
 )
 
-// A workflow record (SPEC §10) keeps one item beside its batch's chunks,
+// A workflow record (docs/api.md "Workflow records") keeps one item beside its batch's chunks,
 // B#<batch> / WF#<row>: its checkpoint, rewritten after every step, and a
 // lease naming the one executor that may drive it, so a duplicate delivery
 // of its work message never runs a step twice. The item goes once the

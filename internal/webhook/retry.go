@@ -6,7 +6,7 @@ import (
 	"github.com/relaybatch/relay/internal/backoff"
 )
 
-// The retry schedule (SPEC §7): waits double from firstWait up to maxWait,
+// The retry schedule (docs/api.md "Webhooks"): waits double from firstWait up to maxWait,
 // and a webhook is given up once retryFor has passed since its first
 // attempt: about 40 attempts in all.
 const (

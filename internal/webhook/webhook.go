@@ -1,4 +1,4 @@
-// Package webhook owns completion webhooks (SPEC §7): the event a batch's
+// Package webhook owns completion webhooks (docs/api.md "Webhooks"): the event a batch's
 // terminal state produces, its Standard Webhooks signature, the URL and
 // address policy that keeps deliveries off private networks (SSRF), one
 // HTTP delivery attempt, and the retry schedule with its summary.

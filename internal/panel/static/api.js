@@ -65,7 +65,7 @@ async function errorOf(res) {
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-// SPEC §3: one request carries at most 4 MiB of file data.
+// docs/api.md "Limits": one request carries at most 4 MiB of file data.
 export const MULTIPART_LIMIT = 4 * 1024 * 1024;
 
 // uploadFile stores file as a batch input and resolves to the File once it

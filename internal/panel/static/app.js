@@ -418,7 +418,7 @@ async function deadLetters(id) {
 
 const errorText = (e) => (e && typeof e === 'object' ? [e.code, e.message].filter(Boolean).join(': ') || text(e) : text(e));
 
-// errorLines shows the start of the error file: output lines of SPEC §4,
+// errorLines shows the start of the error file: output lines (docs/api.md "Output and error files"),
 // either an upstream non-2xx response or an error without response.
 async function errorLines(fileID) {
   const res = await request(`v1/files/${enc(fileID)}/content`, { raw: true });
