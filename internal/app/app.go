@@ -34,6 +34,7 @@ import (
 	"github.com/relaybatch/relay/internal/store"
 	"github.com/relaybatch/relay/internal/webhook"
 	"github.com/relaybatch/relay/internal/webhook/delivery"
+	"github.com/relaybatch/relay/internal/wfhost"
 )
 
 // App is one process's wiring.
@@ -50,7 +51,7 @@ type App struct {
 	Blobs     *blob.Store
 	Files     *files.Service
 	Queue     *queue.Sender
-	Engine    *engine.Engine
+	Engine    *engine.Engine    // workflow records run on it through internal/wfhost (RunWorkflow)
 	Batches   *batches.Service  // the batches of the API and cron templates, on Engine
 	Webhooks  *delivery.Service // completion webhooks: the engine's OnTerminal, the webhook function
 	Log       *slog.Logger
@@ -109,6 +110,7 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	a.Engine.WebhookClient = hooks
 	a.Webhooks = &delivery.Service{Store: a.Store, Queue: a.Queue, Log: log, Client: hooks}
 	a.Engine.OnTerminal = a.Webhooks.Enqueue
+	a.Engine.RunWorkflow = wfhost.Runner{Engine: a.Engine}.Run
 	a.Batches = &batches.Service{
 		Engine: a.Engine, Files: a.Files,
 		Schedules: &schedule.Manager{

@@ -17,6 +17,7 @@ import (
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
@@ -64,10 +65,10 @@ type Engine struct {
 	Provider *provider.Client
 	Set      resources.Set
 	Log      *slog.Logger
-	// WebhookClient makes workflow callbacks, and its Policy is what
-	// webhook_url is checked against at create (internal/batches; app.New
-	// gives the webhook deliveries the same client); nil means
-	// webhook.NewClient(webhook.Policy{}).
+	// WebhookClient makes workflow callbacks (internal/wfhost), and its
+	// Policy is what webhook_url is checked against at create
+	// (internal/batches; app.New gives the webhook deliveries the same
+	// client); nil means webhook.NewClient(webhook.Policy{}).
 	WebhookClient *webhook.Client
 
 	// ChunkRows is how many rows a chunk holds at most (RELAY_CHUNK_ROWS);
@@ -95,6 +96,13 @@ type Engine struct {
 	// before it commits; an error there is a crash at the worst moment
 	// (fault tests and the chaos run use it).
 	BeforeCommit func(batch.Chunk) error
+	// RunWorkflow drives the workflow record req, the one row of chunk c
+	// (docs/api.md "Workflow records"), from its checkpoint until it
+	// commits its line (CommitRecord), waits or hands over (SendAgain).
+	// runCtx ends before the invocation does; status is the batch's,
+	// kept fresh. app.New sets it (internal/wfhost); nil refuses workflow
+	// records with an invalid_workflow line (runRecord).
+	RunWorkflow func(ctx, runCtx context.Context, b batch.Batch, c batch.Chunk, req jsonl.Request, status func() batch.Status) error
 	// Workflows tunes workflow records (tests shorten callback backoff).
 	Workflows WorkflowOptions
 	Now       func() time.Time
@@ -132,15 +140,6 @@ func (e *Engine) chunkSlots() int {
 		slots = e.ChunkSlots
 	}
 	return min(slots, e.chunkRows())
-}
-
-var defaultWebhookClient = webhook.NewClient(webhook.Policy{})
-
-func (e *Engine) webhookClient() *webhook.Client {
-	if e.WebhookClient != nil {
-		return e.WebhookClient
-	}
-	return defaultWebhookClient
 }
 
 func (e *Engine) lease() time.Duration {
@@ -238,7 +237,11 @@ func (w *ObjectWriter) Close() ([]batch.Object, error) {
 	return w.objs, w.flush()
 }
 
-var errStop = errors.New("engine: stopping before the deadline")
+// ErrStop, wrapped in a run's error, leaves the run to its message's next
+// delivery rather than a quick retry (retrySoon): the run stopped for want
+// of time or lease. internal/wfhost returns it for a workflow record out
+// of time before it made progress.
+var ErrStop = errors.New("engine: stopping before the deadline")
 
 func closeQuietly(c io.Closer) { _ = c.Close() }
 

@@ -150,18 +150,20 @@ const maxQuickRetries = 5
 // a chunk attempt (which the dead-letter path counts) nor a visibility
 // timeout. It reports whether it did.
 func (e *Engine) retrySoon(ctx context.Context, r *chunkRun) bool {
-	if r.msg.Retries >= maxQuickRetries || errors.Is(r.err, errStop) || ctx.Err() != nil {
+	if r.msg.Retries >= maxQuickRetries || errors.Is(r.err, ErrStop) || ctx.Err() != nil {
 		return false
 	}
 	m := r.msg
 	m.Retries++
-	return e.sendAgain(ctx, m, time.Duration(m.Retries)*time.Second) == nil
+	return e.SendAgain(ctx, m, time.Duration(m.Retries)*time.Second) == nil
 }
 
-// sendAgain sends a run's work message again after delay (rounded up to
+// SendAgain sends a run's work message again after delay (rounded up to
 // whole seconds, so it never comes back early), its lease moved past the
-// delay first so the tick does not give the chunk to another run meanwhile.
-func (e *Engine) sendAgain(ctx context.Context, m Message, delay time.Duration) error {
+// delay first so the tick does not give the chunk to another run
+// meanwhile. The executor's quick retries use it, and internal/wfhost to
+// go on with a workflow record in a later invocation.
+func (e *Engine) SendAgain(ctx context.Context, m Message, delay time.Duration) error {
 	delay = queue.Delay(max(delay, 0))
 	if err := e.Store.RenewLease(ctx, m.Batch, m.Chunk, m.Run, e.now().Add(delay+e.lease())); err != nil {
 		return err
@@ -218,7 +220,7 @@ func (e *Engine) runChunks(ctx context.Context, runs []*chunkRun) {
 		if isWorkflowChunk(r.c, r.reqs) {
 			wg.Go(func() {
 				defer close(r.done)
-				r.err = e.runWorkflow(ctx, r.ctx, r.b, r.c, r.reqs[0], r.status)
+				r.err = e.runRecord(ctx, r)
 			})
 			continue
 		}
@@ -299,12 +301,13 @@ func (e *Engine) load(ctx context.Context, r *chunkRun, batches map[string]batch
 
 // draining reports whether the run's rows only get error lines now.
 func (r *chunkRun) draining(now time.Time) bool {
-	return stopping(r.status.Load().(batch.Status)) || r.b.PastExpiry(now)
+	return Stopping(r.status.Load().(batch.Status)) || r.b.PastExpiry(now)
 }
 
-// stopping reports whether a batch's status is a cancel's: its rows not
-// yet started get batch_cancelled lines.
-func stopping(s batch.Status) bool {
+// Stopping reports whether a batch's status is a cancel's: its rows not
+// yet started get batch_cancelled lines. internal/wfhost stops a workflow
+// record by it.
+func Stopping(s batch.Status) bool {
 	return s == batch.Cancelling || s == batch.Cancelled
 }
 
@@ -342,7 +345,7 @@ func (e *Engine) finishRun(ctx context.Context, p *slotPool, r *chunkRun) {
 	p.finish(r.c.Slots)
 	defer p.leave(r.c.Slots)
 	if r.ctx.Err() != nil {
-		r.err = fmt.Errorf("chunk %d of %s: %w", r.c.Index, r.c.Batch, errStop)
+		r.err = fmt.Errorf("chunk %d of %s: %w", r.c.Index, r.c.Batch, ErrStop)
 		return
 	}
 	_, r.err = e.commitRows(ctx, r.b, r.c, r.outs, 0)
@@ -366,7 +369,7 @@ func (r *chunkRun) rows(e *Engine, rowDone func()) rowFan {
 			// Row boundary: a cancel or the end of the window stops new rows.
 			o := &r.outs[i]
 			switch {
-			case stopping(r.status.Load().(batch.Status)):
+			case Stopping(r.status.Load().(batch.Status)):
 				o.code, o.message, o.cancelled = CodeCancelled, "the batch was cancelled before this request ran", true
 			case r.b.PastExpiry(e.now()):
 				o.code, o.message, o.expired = CodeExpired, "the batch's completion window ended before this request ran", true

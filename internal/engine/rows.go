@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"sync"
 
+	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/provider"
 )
 
@@ -51,6 +52,25 @@ func fanOut(p *slotPool, wg *sync.WaitGroup, f rowFan) {
 			f.done(i, f.send(f.ctx, body), true)
 		})
 	}
+}
+
+// SendRows sends bodies to b's endpoint, with b's fallback model, through
+// fanOut, at most slots (at least one) of them in flight, and returns once
+// done has every answer (sent false, res empty, for a body ctx stopped
+// before it got a slot). internal/wfhost runs a workflow step's requests
+// with it, within the slots its record's chunk holds.
+func (e *Engine) SendRows(ctx context.Context, b batch.Batch, slots int, bodies []json.RawMessage, done func(i int, res provider.Result, sent bool)) {
+	p := newSlotPool()
+	p.hold(max(slots, 1))
+	ep, fallback := b.Endpoint, fallbackModel(b)
+	var wg sync.WaitGroup
+	fanOut(p, &wg, rowFan{
+		ctx: ctx, bodies: bodies, done: done,
+		send: func(ctx context.Context, body json.RawMessage) provider.Result {
+			return e.Provider.Do(ctx, ep, body, fallback)
+		},
+	})
+	wg.Wait()
 }
 
 // slotPool admits rows against the slots of the chunks an invocation

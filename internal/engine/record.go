@@ -1,0 +1,102 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/jsonl"
+	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/store"
+	"github.com/relaybatch/relay/internal/workflow"
+)
+
+// Workflow records (docs/api.md "Workflow records"). Plan gives each one a
+// chunk of its own; the executor hands such a chunk to Engine.RunWorkflow
+// (internal/wfhost, set by app.New) instead of its row pool, and the
+// record's line goes through the normal commit when it ends
+// (CommitRecord). What else the adapter uses of the engine: its chunk's
+// slots (TakeSlots, ReturnSlots), the row fan-out (SendRows), the re-send
+// of its work message (SendAgain), Stopping and ErrStop.
+
+// WorkflowOptions tune workflow records; the zero value is the deployment's.
+// internal/wfhost reads them from Engine.Workflows on every run.
+type WorkflowOptions struct {
+	// Backoff is the wait after n failed attempts of a callback event; nil
+	// means workflow.Backoff (1 s, 2 s, 4 s).
+	Backoff func(n int) time.Duration
+	// AfterCheckpoint, if set, runs after a step's checkpoint is written;
+	// an error there is a crash between steps (fault tests).
+	AfterCheckpoint func(c batch.Chunk, step int) error
+}
+
+// isWorkflowChunk reports whether a chunk is a workflow record's own.
+func isWorkflowChunk(c batch.Chunk, reqs []jsonl.Request) bool {
+	return c.Rows == 1 && len(reqs) == 1 && workflow.InBody(reqs[0].Body)
+}
+
+// runRecord runs the workflow record of r's chunk through RunWorkflow.
+// Without one the record is refused with the error of a record that
+// cannot run here (invalid_workflow, as in a batch of another endpoint).
+func (e *Engine) runRecord(ctx context.Context, r *chunkRun) error {
+	status := func() batch.Status { return r.status.Load().(batch.Status) }
+	if e.RunWorkflow == nil {
+		return e.CommitRecord(ctx, r.b, r.c, status(), RecordLine{CustomID: r.reqs[0].CustomID,
+			Code: workflow.CodeInvalid, Message: "workflow records are not supported by this executor"})
+	}
+	return e.RunWorkflow(ctx, r.ctx, r.b, r.c, r.reqs[0], status)
+}
+
+// RecordLine is a workflow record's one line, as CommitRecord commits it.
+type RecordLine struct {
+	CustomID string
+	// Result is the upstream answer of a completed record (StatusCode,
+	// Body, RequestID), and for any record the usage of the requests it
+	// ran (Model, Usage, Fallback).
+	Result provider.Result
+	// Code and Message, when Code is set, make it an error line.
+	Code, Message string
+}
+
+// CommitRecord commits c, a workflow record's own chunk, with the record's
+// line, as any chunk's commit (counters, usage, the hand-on of its slots):
+// internal/wfhost calls it when a record ends. status is the batch's as
+// the record last saw it: the engine alone counts the line as expired (a
+// batch_expired line past the window) or cancelled (a batch_cancelled line
+// once the batch is cancelling), never for the code a callback chose.
+func (e *Engine) CommitRecord(ctx context.Context, b batch.Batch, c batch.Chunk, status batch.Status, l RecordLine) error {
+	o := outcome{customID: l.CustomID, res: l.Result, code: l.Code, message: l.Message}
+	if o.code != "" {
+		o.expired = o.code == CodeExpired && b.PastExpiry(e.now())
+		o.cancelled = o.code == CodeCancelled && Stopping(status)
+	}
+	_, err := e.commitRows(ctx, b, c, []outcome{o}, 0)
+	return err
+}
+
+// TakeSlots has claimed chunk c, holding none, take as many of its model's
+// slots as a chunk claims from the capacity shard it claimed them from,
+// and returns how many: internal/wfhost calls it when a record that waited
+// resumes. The store's errors are SetChunkSlots's (store.ErrNoCapacity:
+// the model is full).
+func (e *Engine) TakeSlots(ctx context.Context, c batch.Chunk) (int, error) {
+	quota := e.shardQuota(c)
+	want := min(e.chunkSlots(), quota)
+	if err := e.Store.SetChunkSlots(ctx, c, want, quota); err != nil {
+		return 0, err
+	}
+	return want, nil
+}
+
+// ReturnSlots gives claimed chunk c's slots back to its model's shard, the
+// chunk staying its run's: internal/wfhost calls it while a record waits.
+func (e *Engine) ReturnSlots(ctx context.Context, c batch.Chunk) error {
+	return e.Store.SetChunkSlots(ctx, c, 0, e.shardQuota(c))
+}
+
+// shardQuota is the quota of the capacity shard c's slots come from.
+func (e *Engine) shardQuota(c batch.Chunk) int {
+	m, _ := e.Models.Lookup(c.Model)
+	q := store.Quotas(m.MaxConcurrency)
+	return q[min(c.Shard, len(q)-1)]
+}

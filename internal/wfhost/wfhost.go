@@ -1,0 +1,301 @@
+// Package wfhost runs workflow records (docs/api.md "Workflow records") on
+// the engine: it is the engine's executor's Engine.RunWorkflow, which
+// app.New sets to Runner.Run. Plan gives each record a chunk of its own,
+// so the record is what the chunk's all-or-nothing commit covers: its line
+// and counters go through the normal commit when it ends
+// (engine.CommitRecord), and the accounting invariant holds as for any
+// row. Until then its checkpoint item (store.WorkflowCheckpoint) is
+// rewritten after every step, so a crashed executor's successor resumes at
+// the last finished step: it sends that step's results event again (same
+// event_id) and never re-runs, or re-counts, a finished request.
+//
+// The chunk holds its model's slots like any chunk and runs a step's
+// requests within them; a record that waits gives them back, re-sends its
+// work message with an SQS delay and ends the invocation, so it holds
+// neither capacity nor a Lambda. A record nearly out of invocation time
+// after some progress re-sends its message too, instead of timing out and
+// spending one of the message's receives.
+//
+// The driving (events, steps, checkpoints, how a run ends) is
+// workflow.Driver's; this package is its workflow.Host: the record's lease
+// and checkpoint, its chunk's slots, its requests and its line. It uses
+// the engine; the engine never imports it.
+package wfhost
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/endpoint"
+	"github.com/relaybatch/relay/internal/engine"
+	"github.com/relaybatch/relay/internal/ids"
+	"github.com/relaybatch/relay/internal/jsonl"
+	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/resources"
+	"github.com/relaybatch/relay/internal/store"
+	"github.com/relaybatch/relay/internal/webhook"
+	"github.com/relaybatch/relay/internal/workflow"
+)
+
+// inlineResults is the most a step's results may take inside the
+// checkpoint item (DynamoDB items stop at 400 KB); bigger ones are written
+// to S3 beside the chunk parts, where the finalizer sweeps them up.
+const inlineResults = 300 << 10
+
+// defaultClient makes the callbacks of an engine without a WebhookClient.
+var defaultClient = webhook.NewClient(webhook.Policy{})
+
+// Runner runs the workflow records of Engine's executor.
+type Runner struct {
+	Engine *engine.Engine
+}
+
+// Run drives the workflow record req of chunk c from its checkpoint: it
+// is engine.Engine.RunWorkflow. runCtx ends before the invocation does;
+// status is the batch's, kept fresh.
+func (r Runner) Run(ctx, runCtx context.Context, b batch.Batch, c batch.Chunk, req jsonl.Request, status func() batch.Status) error {
+	e := r.Engine
+	wc := cmp.Or(e.WebhookClient, defaultClient)
+	spec, err := workflow.ParseSpec(req.Body, wc.Policy)
+	if err == nil && b.Endpoint != endpoint.Chat {
+		err = &workflow.Error{Code: workflow.CodeInvalid, Message: fmt.Sprintf("workflow records are %s rows, not %s", endpoint.Chat, b.Endpoint)}
+	}
+	h := &recordHost{e: e, b: b, c: c, customID: req.CustomID, status: status,
+		log: e.Log.With("batch_id", b.ID, "chunk", c.Index, "custom_id", req.CustomID)}
+	var invalid *workflow.Error
+	if errors.As(err, &invalid) {
+		return h.commit(ctx, engine.RecordLine{CustomID: req.CustomID, Code: invalid.Code, Message: invalid.Message})
+	}
+	defer h.release(ctx)
+	d := &workflow.Driver{
+		Spec: spec, WorkflowID: b.ID + ":" + req.CustomID, RecordID: req.CustomID, Model: c.Model,
+		Call: (&workflow.Caller{HTTP: wc.HTTP, Backoff: e.Workflows.Backoff}).Call,
+		Host: h, Log: h.log, Now: e.Now,
+	}
+	err = d.Drive(ctx, runCtx)
+	if errors.Is(err, workflow.ErrOutOfTime) {
+		// Not worth a quick retry: the message comes back.
+		return fmt.Errorf("workflow %s: %w", d.WorkflowID, engine.ErrStop)
+	}
+	return err
+}
+
+// recordHost is the engine's side of one run of a workflow record.
+type recordHost struct {
+	e        *engine.Engine
+	b        batch.Batch
+	c        batch.Chunk // its Slots are what the record holds
+	customID string
+	status   func() batch.Status
+	log      *slog.Logger
+	// owner and until are the record's lease while this run holds it.
+	owner string
+	until time.Time
+}
+
+var _ workflow.Host = (*recordHost)(nil)
+
+func (h *recordHost) now() time.Time {
+	if h.e.Now != nil {
+		return h.e.Now()
+	}
+	return time.Now()
+}
+
+// Load takes the record's lease and reads its checkpoint, with results
+// that were too big for the item.
+func (h *recordHost) Load(ctx context.Context) (workflow.State, error) {
+	e := h.e
+	owner := ids.Secret(9)
+	until := h.now().Add(e.Set.Queue(resources.Work).VisibilityTimeout)
+	if dl, ok := ctx.Deadline(); ok {
+		until = dl // the lease dies with the invocation, before its message can come back
+	}
+	cp, err := e.Store.AcquireWorkflow(ctx, h.b.ID, h.c.FirstRow, owner, h.now(), until)
+	var busy *store.WorkflowBusyError
+	if errors.As(err, &busy) {
+		return workflow.State{}, &workflow.BusyError{Until: busy.Until}
+	}
+	if err != nil {
+		return workflow.State{}, err
+	}
+	h.owner, h.until = owner, until
+	st := cp.State
+	if cp.ResultsKey != "" {
+		if st.Results, err = h.loadResults(ctx, cp.ResultsKey); err != nil {
+			return workflow.State{}, err
+		}
+	}
+	return st, nil
+}
+
+// release gives up the record's lease, if this run holds it.
+func (h *recordHost) release(ctx context.Context) {
+	if h.owner == "" {
+		return
+	}
+	if err := h.e.Store.ReleaseWorkflow(context.WithoutCancel(ctx), h.b.ID, h.c.FirstRow, h.owner); err != nil {
+		h.log.WarnContext(ctx, "release workflow lease", "err", err)
+	}
+	h.owner = ""
+}
+
+// TakeSlots takes the model's slots again for a record that gave them
+// back: false, holding none, when the model is full.
+func (h *recordHost) TakeSlots(ctx context.Context) (bool, error) {
+	c := h.c
+	if c.Slots > 0 {
+		return true, nil
+	}
+	switch n, err := h.e.TakeSlots(ctx, c); {
+	case errors.Is(err, store.ErrNoCapacity):
+		return false, nil
+	case errors.Is(err, store.ErrChunkDone):
+		fresh, gerr := h.e.Store.GetChunk(ctx, c.Batch, c.Index)
+		switch {
+		case gerr != nil:
+			return false, gerr
+		case fresh.State == batch.ChunkDone:
+			return false, workflow.ErrFinished
+		case fresh.Slots == 0:
+			return false, fmt.Errorf("take slots for chunk %d of %s: %w", c.Index, c.Batch, err)
+		}
+		h.c = fresh
+		return true, nil
+	case err != nil:
+		return false, err
+	default:
+		h.c.Slots = n
+		return true, nil
+	}
+}
+
+// ReturnSlots gives the record's slots back to its model while it waits.
+func (h *recordHost) ReturnSlots(ctx context.Context) error {
+	if h.c.Slots == 0 {
+		return nil
+	}
+	if err := h.e.ReturnSlots(ctx, h.c); err != nil {
+		return err
+	}
+	h.c.Slots = 0
+	return nil
+}
+
+// Exec runs a step's requests through the engine's one row fan-out,
+// within the slots the record's chunk holds.
+func (h *recordHost) Exec(ctx context.Context, bodies []json.RawMessage) []provider.Result {
+	res := make([]provider.Result, len(bodies))
+	h.e.SendRows(ctx, h.b, h.c.Slots, bodies, func(i int, r provider.Result, sent bool) {
+		if !sent {
+			// ctx ended: the step is cut short and none of it is kept.
+			r = provider.Result{ErrCode: provider.CodeRequestCancelled, ErrMessage: "stopped before the request was sent"}
+		}
+		res[i] = r
+	})
+	return res
+}
+
+// Save checkpoints the record, moving results too big for the item to S3,
+// then runs the AfterCheckpoint hook.
+func (h *recordHost) Save(ctx context.Context, st workflow.State) error {
+	cp := store.WorkflowCheckpoint{State: st}
+	if len(st.Results) > 0 {
+		data, err := json.Marshal(st.Results)
+		if err != nil {
+			return fmt.Errorf("encode results: %w", err)
+		}
+		if len(data) > inlineResults {
+			k := fmt.Sprintf("%swf-%07d-step-%04d.results", batch.PartsPrefix(h.b.Tenant, h.b.ID), h.c.FirstRow, st.Step)
+			if err := h.e.Blobs.Put(ctx, k, bytes.NewReader(data), int64(len(data))); err != nil {
+				return err
+			}
+			cp.ResultsKey, cp.State.Results = k, nil
+		}
+	}
+	if err := h.e.Store.SaveWorkflow(ctx, h.b.ID, h.c.FirstRow, h.owner, cp, h.until); err != nil {
+		return err
+	}
+	if f := h.e.Workflows.AfterCheckpoint; f != nil {
+		return f(h.c, st.Step)
+	}
+	return nil
+}
+
+// Stop fails the record once its batch is cancelled or past its window.
+func (h *recordHost) Stop() *workflow.Error {
+	switch {
+	case engine.Stopping(h.status()):
+		return &workflow.Error{Code: engine.CodeCancelled, Message: "the batch was cancelled before this workflow record finished"}
+	case h.b.PastExpiry(h.now()):
+		return &workflow.Error{Code: engine.CodeExpired, Message: "the batch's completion window ended before this workflow record finished"}
+	}
+	return nil
+}
+
+// Requeue gives up the lease first, so the next message may be taken at
+// once, then sends the chunk's work message again after delay, its lease
+// moved past it (engine.SendAgain); the invocation then ends
+// successfully, deleting the message it was given.
+func (h *recordHost) Requeue(ctx context.Context, delay time.Duration) error {
+	h.release(ctx)
+	c := h.c
+	return h.e.SendAgain(ctx, engine.Message{Type: engine.MsgChunk, Tenant: c.Tenant, Batch: c.Batch, Chunk: c.Index, Run: c.Run, Attempt: c.Attempts}, delay)
+}
+
+// Finish commits the record's line: the callback's output, or its error,
+// with the usage of every request it ran.
+func (h *recordHost) Finish(ctx context.Context, o workflow.Outcome) error {
+	u := o.State.Usage
+	l := engine.RecordLine{CustomID: h.customID, Result: provider.Result{
+		Model: h.c.Model, Fallback: o.State.Fallback,
+		Usage: provider.Usage{InputTokens: u.PromptTokens, OutputTokens: u.CompletionTokens, TotalTokens: u.TotalTokens},
+	}}
+	if o.Kind == workflow.Completed {
+		l.Result.StatusCode, l.Result.Body, l.Result.RequestID = 200, o.Output, o.EventID
+	} else {
+		// The engine counts it expired or cancelled only for the window's
+		// end or a cancel, whatever code a callback's failed answer carries.
+		l.Code, l.Message = o.Err.Code, o.Err.Message
+	}
+	h.log.InfoContext(ctx, "workflow record ended", "code", l.Code, "steps", o.State.Step, "requests", o.State.Requests, "tokens", u.TotalTokens)
+	return h.commit(ctx, l)
+}
+
+// commit commits the record's chunk with its one line, then drops its
+// checkpoint.
+func (h *recordHost) commit(ctx context.Context, l engine.RecordLine) error {
+	if err := h.e.CommitRecord(ctx, h.b, h.c, h.status(), l); err != nil {
+		return err
+	}
+	if err := h.e.Store.DeleteWorkflow(ctx, h.b.ID, h.c.FirstRow); err != nil {
+		h.log.WarnContext(ctx, "delete workflow checkpoint", "err", err)
+	}
+	return nil
+}
+
+// loadResults reads a step's results that Save moved to S3.
+func (h *recordHost) loadResults(ctx context.Context, key string) ([]workflow.Result, error) {
+	rc, err := h.e.Blobs.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rc.Close() }()
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", key, err)
+	}
+	var rs []workflow.Result
+	if err := json.Unmarshal(data, &rs); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", key, err)
+	}
+	return rs, nil
+}
