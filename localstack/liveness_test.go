@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/openai/openai-go/v3"
 	"github.com/relaybatch/relay/internal/app"
 	"github.com/relaybatch/relay/internal/awsfault"
 	"github.com/relaybatch/relay/internal/localrun"
@@ -151,4 +152,33 @@ func TestLivenessPlanRecordFailsOnce(t *testing.T) {
 	if got := rt.Mock.Stats().Requests; got != int64(len(rows)) {
 		t.Fatalf("upstream requests: got %d, want %d", got, len(rows))
 	}
+}
+
+func TestLivenessPlanStartFailsOnce(t *testing.T) {
+	t.Parallel()
+	// The plan records its chunks, then putting them in the ready index is
+	// throttled once: the plan message comes back in seconds and starts
+	// them. It used to keep the plan's two-minute lease, so the retry was
+	// dropped and the batch waited for the tick to plan it again.
+	in := awsfault.New(7)
+	rt := runtime(t, withAPIOption(in.APIOption), quickDispatchRetry)
+	c, key := client(t, rt, "acme")
+	rows := nRows(12, "started")
+	f := upload(t, c, "in.jsonl", jsonlRows(rows))
+	in.Add(awsfault.Rule{Service: "DynamoDB", Operation: "PutItem", Kind: awsfault.Throttle, Times: 1,
+		Match: func(_ context.Context, v any) bool {
+			pk, ok := v.(*dynamodb.PutItemInput).Item["pk"].(*types.AttributeValueMemberS)
+			return ok && strings.HasPrefix(pk.Value, "READY#")
+		}})
+	id := createBatch(t, c, f.ID).ID
+	var b *openai.Batch
+	eventually(t, "the batch ends well within the plan lease (2 minutes)", time.Minute, func() bool {
+		got, err := c.Batches.Get(context.Background(), id)
+		b = got
+		return err == nil && terminal[got.Status]
+	})
+	if b.Status != "completed" || in.Total() != 1 {
+		t.Fatalf("status %s, faults %d", b.Status, in.Total())
+	}
+	checkAccounting(t, rt, c, key, b, idsOf(rows))
 }

@@ -73,6 +73,13 @@ func (e *Engine) Plan(ctx context.Context, tenant, id string) (err error) {
 	if err != nil {
 		return err
 	}
+	defer func() {
+		// A throttle or a timeout: the plan message comes back and tries
+		// again, without waiting for this attempt's lease to run out.
+		if err != nil {
+			e.releasePlanLease(ctx, tenant, id)
+		}
+	}()
 	if b.ChunksTotal > 0 {
 		// Planned by an attempt that stopped before its chunks were in the
 		// ready index.
@@ -83,13 +90,6 @@ func (e *Engine) Plan(ctx context.Context, tenant, id string) (err error) {
 		return e.startPlanned(ctx, b, readyEntries(chunks, b.Priority))
 	}
 	log := e.Log.With("batch_id", id, "tenant", tenant)
-	defer func() {
-		// A throttle or a timeout: the plan message comes back and tries
-		// again, without waiting for this attempt's lease to run out.
-		if err != nil {
-			e.releasePlanLease(ctx, tenant, id)
-		}
-	}()
 
 	input, err := e.Store.GetFile(ctx, tenant, b.InputFileID)
 	if errors.Is(err, files.ErrNotFound) {
@@ -306,7 +306,7 @@ var errSkip = errors.New("engine: nothing to do")
 // need not wait for it; if this fails the lease runs out on its own.
 func (e *Engine) releasePlanLease(ctx context.Context, tenant, id string) {
 	_, err := e.Store.UpdateBatch(context.WithoutCancel(ctx), tenant, id, func(b *batch.Batch) error {
-		if b.ChunksTotal > 0 {
+		if b.Started || b.PlanLease == 0 {
 			return errSkip
 		}
 		b.PlanLease = 0
