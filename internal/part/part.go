@@ -17,7 +17,8 @@ import (
 	"github.com/relaybatch/relay/internal/provider"
 )
 
-// Line is one line of an output or error file, as OpenAI writes them.
+// Line is one line of an output or error file, as OpenAI writes them
+// (docs/api.md "Output and error files").
 type Line struct {
 	ID       string        `json:"id"`
 	CustomID string        `json:"custom_id"`
