@@ -31,6 +31,7 @@ import (
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/ids"
 	"github.com/relaybatch/relay/internal/jsonl"
+	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/store"
 )
@@ -463,7 +464,7 @@ func (s *Service) MessageResults(ctx context.Context, tenant, id string) (func(i
 			return err
 		}
 		err = s.Batches.EachLine(ctx, chunks, func(c batch.Chunk, i int, _ byte, line []byte) error {
-			var l engine.Line
+			var l part.Line
 			if err := json.Unmarshal(line, &l); err != nil {
 				return fmt.Errorf("line %d of chunk %d of %s: %w", i, c.Index, id, err)
 			}
@@ -519,7 +520,7 @@ func erroredResult(customID, typ, message string, requestID *string) wire.Messag
 // with the upstream's error; batch_cancelled and batch_expired are canceled
 // and expired; any other code (a request that got no answer) errored with
 // a message that starts with the code.
-func MessageResultOf(l engine.Line) wire.MessageResult {
+func MessageResultOf(l part.Line) wire.MessageResult {
 	switch {
 	case l.Response != nil && l.Response.StatusCode >= 200 && l.Response.StatusCode < 300:
 		return wire.MessageResult{CustomID: l.CustomID, Result: wire.MessageOutcome{Type: "succeeded", Message: l.Response.Body}}

@@ -12,6 +12,7 @@ import (
 	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/jsonl"
+	"github.com/relaybatch/relay/internal/part"
 )
 
 func testService(t *testing.T) *Service {
@@ -114,27 +115,27 @@ func TestMessageResultOf(t *testing.T) {
 	msg := `{"id":"msg_1","type":"message","content":[{"type":"text","text":"hi"}]}`
 	tests := []struct {
 		name string
-		line engine.Line
+		line part.Line
 		want string
 	}{
-		{"succeeded", engine.Line{CustomID: "a", Response: &engine.LineResponse{StatusCode: 200, RequestID: "req_1", Body: json.RawMessage(msg)}},
+		{"succeeded", part.Line{CustomID: "a", Response: &part.LineResponse{StatusCode: 200, RequestID: "req_1", Body: json.RawMessage(msg)}},
 			`{"custom_id":"a","result":{"type":"succeeded","message":` + msg + `}}`},
-		{"upstream error", engine.Line{CustomID: "a", Response: &engine.LineResponse{StatusCode: 400, RequestID: "req_2",
+		{"upstream error", part.Line{CustomID: "a", Response: &part.LineResponse{StatusCode: 400, RequestID: "req_2",
 			Body: json.RawMessage(`{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: Field required"}}`)}},
 			`{"custom_id":"a","result":{"type":"errored","error":{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: Field required"},"request_id":"req_2"}}}`},
-		{"upstream error of another shape", engine.Line{CustomID: "a", Response: &engine.LineResponse{StatusCode: 529, Body: json.RawMessage(`"busy"`)}},
+		{"upstream error of another shape", part.Line{CustomID: "a", Response: &part.LineResponse{StatusCode: 529, Body: json.RawMessage(`"busy"`)}},
 			`{"custom_id":"a","result":{"type":"errored","error":{"type":"error","error":{"type":"overloaded_error","message":"the upstream answered HTTP 529"},"request_id":null}}}`},
-		{"cancelled", engine.Line{CustomID: "a", Error: &engine.LineError{Code: engine.CodeCancelled, Message: "x"}},
+		{"cancelled", part.Line{CustomID: "a", Error: &part.LineError{Code: engine.CodeCancelled, Message: "x"}},
 			`{"custom_id":"a","result":{"type":"canceled"}}`},
-		{"expired", engine.Line{CustomID: "a", Error: &engine.LineError{Code: engine.CodeExpired, Message: "x"}},
+		{"expired", part.Line{CustomID: "a", Error: &part.LineError{Code: engine.CodeExpired, Message: "x"}},
 			`{"custom_id":"a","result":{"type":"expired"}}`},
-		{"cross shape", engine.Line{CustomID: "a", Error: &engine.LineError{Code: "cross_shape_dispatch", Message: "not an anthropic model"}},
+		{"cross shape", part.Line{CustomID: "a", Error: &part.LineError{Code: "cross_shape_dispatch", Message: "not an anthropic model"}},
 			`{"custom_id":"a","result":{"type":"errored","error":{"type":"error","error":{"type":"invalid_request_error","message":"cross_shape_dispatch: not an anthropic model"},"request_id":null}}}`},
-		{"dead letter", engine.Line{CustomID: "a", Error: &engine.LineError{Code: engine.CodeDeadLetter, Message: "gone"}},
+		{"dead letter", part.Line{CustomID: "a", Error: &part.LineError{Code: engine.CodeDeadLetter, Message: "gone"}},
 			`{"custom_id":"a","result":{"type":"errored","error":{"type":"error","error":{"type":"api_error","message":"dead_letter: gone"},"request_id":null}}}`},
-		{"timeout", engine.Line{CustomID: "a", Error: &engine.LineError{Code: "request_timeout", Message: "slow"}},
+		{"timeout", part.Line{CustomID: "a", Error: &part.LineError{Code: "request_timeout", Message: "slow"}},
 			`{"custom_id":"a","result":{"type":"errored","error":{"type":"error","error":{"type":"timeout_error","message":"request_timeout: slow"},"request_id":null}}}`},
-		{"model not found", engine.Line{CustomID: "a", Error: &engine.LineError{Code: "model_not_found", Message: "no"}},
+		{"model not found", part.Line{CustomID: "a", Error: &part.LineError{Code: "model_not_found", Message: "no"}},
 			`{"custom_id":"a","result":{"type":"errored","error":{"type":"error","error":{"type":"not_found_error","message":"model_not_found: no"},"request_id":null}}}`},
 	}
 	for _, tt := range tests {

@@ -3,9 +3,6 @@ package engine
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -13,106 +10,28 @@ import (
 	"github.com/relaybatch/relay/internal/backoff"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/ids"
-	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/store"
 )
 
-// lineID is a stable id for a row's line.
-func lineID(batchID string, row int) string {
-	sum := sha256.Sum256(fmt.Appendf(nil, "%s:%d", batchID, row))
-	return "batch_req_" + hex.EncodeToString(sum[:12])
-}
-
-// buildPart turns a chunk's outcomes into its part (output, error and usage
-// lines) and the counts its commit adds.
+// buildPart builds a chunk's part (internal/part) and the commit that
+// records it: the chunk's pattern and part sizes, the rows' counts, and
+// their usage under the UTC day of now. It returns the part's objects by
+// kind ("out", "err", "usage"; batch.Chunk.Parts).
 func buildPart(b batch.Batch, c batch.Chunk, outs []outcome, deadLetters int64, now time.Time) (map[string][]byte, store.Commit) {
-	p := &part{b: b, now: now, cm: store.Commit{UsageByModel: map[string]store.UsageAgg{}, Day: now.UTC().Format("2006-01-02"), DeadLetters: deadLetters}}
-	pattern := make([]byte, len(outs))
+	in := make([]part.Outcome, len(outs))
 	for i, o := range outs {
-		pattern[i] = p.add(lineID(b.ID, c.FirstRow+i), o)
+		in[i] = part.Outcome{CustomID: o.customID, Result: o.res, Code: o.code, Message: o.message, Expired: o.expired, Cancelled: o.cancelled}
 	}
-	c.Pattern, c.OutBytes, c.ErrBytes = string(pattern), int64(p.out.Len()), int64(p.errb.Len())
-	p.cm.Chunk = c
-	return map[string][]byte{"out": p.out.Bytes(), "err": p.errb.Bytes(), "usage": p.usage.Bytes()}, p.cm
-}
-
-// part is a chunk's part being built, with the counts its commit adds.
-type part struct {
-	b                batch.Batch
-	now              time.Time
-	out, errb, usage bytes.Buffer
-	cm               store.Commit
-}
-
-// add writes a row's line, counting it, and returns its letter in the
-// chunk's pattern: 'o' for the output file, 'e' for the error file.
-func (p *part) add(id string, o outcome) byte {
-	l := p.line(id, o)
-	line, err := json.Marshal(l)
-	if err != nil {
-		// An upstream body that is not JSON cannot go into a line: the
-		// row gets an error line instead of an empty one.
-		l = Line{ID: l.ID, CustomID: l.CustomID, Error: &LineError{Code: "invalid_upstream_response", Message: "the upstream's answer is not valid JSON"}}
-		line, _ = json.Marshal(l)
+	p := part.Build(b, c.FirstRow, in, now)
+	c.Pattern, c.OutBytes, c.ErrBytes = p.Pattern, int64(len(p.Out)), int64(len(p.Err))
+	cm := store.Commit{Chunk: c, Completed: p.Completed, Failed: p.Failed, Expired: p.Expired, Cancelled: p.Cancelled,
+		DeadLetters: deadLetters, Usage: p.Tokens, UsageByModel: map[string]store.UsageAgg{}, Day: now.UTC().Format("2006-01-02")}
+	for m, u := range p.ByModel {
+		cm.UsageByModel[m] = store.UsageAgg(u)
 	}
-	w, letter := &p.errb, byte('e')
-	if l.Response != nil && l.Response.StatusCode >= 200 && l.Response.StatusCode < 300 {
-		w, letter = &p.out, 'o'
-		p.cm.Completed++
-	} else {
-		p.cm.Failed++
-	}
-	w.Write(line)
-	w.WriteByte('\n')
-	return letter
-}
-
-// line is a row's line; it counts the row's usage, and the rows the engine
-// expired or cancelled.
-func (p *part) line(id string, o outcome) Line {
-	l := Line{ID: id, CustomID: o.customID}
-	switch {
-	case o.code != "":
-		l.Error = &LineError{Code: o.code, Message: o.message}
-		if o.expired {
-			p.cm.Expired++
-		}
-		if o.cancelled {
-			p.cm.Cancelled++
-		}
-		// A workflow record that failed after running requests used
-		// upstream tokens all the same.
-		if o.res.Model != "" && o.res.Usage != (provider.Usage{}) {
-			p.addUsage(o)
-		}
-	case o.res.ErrCode != "":
-		l.Error = &LineError{Code: o.res.ErrCode, Message: o.res.ErrMessage}
-	default:
-		l.Response = &LineResponse{StatusCode: o.res.StatusCode, RequestID: o.res.RequestID, Body: o.res.Body}
-		l.Fallback = o.res.Fallback
-		p.addUsage(o)
-	}
-	return l
-}
-
-// addUsage counts a row's usage and writes its usage event.
-func (p *part) addUsage(o outcome) {
-	u := o.res.Usage
-	p.cm.Usage.InputTokens += u.InputTokens
-	p.cm.Usage.OutputTokens += u.OutputTokens
-	p.cm.Usage.TotalTokens += u.TotalTokens
-	agg := p.cm.UsageByModel[o.res.Model]
-	agg.Requests++
-	agg.Input += u.InputTokens
-	agg.Output += u.OutputTokens
-	agg.Total += u.TotalTokens
-	p.cm.UsageByModel[o.res.Model] = agg
-	line, _ := json.Marshal(UsageEvent{Source: "batch", Tenant: p.b.Tenant, KeyID: p.b.KeyID, BatchID: p.b.ID, CustomID: o.customID,
-		Model: o.res.Model, Fallback: o.res.Fallback, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
-		TotalTokens: u.TotalTokens, At: p.now.Unix()}) // plain fields, cannot fail
-	p.usage.Write(line)
-	p.usage.WriteByte('\n')
+	return map[string][]byte{"out": p.Out, "err": p.Err, "usage": p.Usage}, cm
 }
 
 // commitRows writes a run's part under keys of its own and commits the

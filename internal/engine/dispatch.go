@@ -52,10 +52,50 @@ func (e *Engine) Dispatch(ctx context.Context, ev events.SQSEvent) (events.SQSEv
 	})
 }
 
-// Plan validates a batch's input in one streaming pass and records its
-// chunks as byte ranges of N rows of one model; an invalid input fails the
-// batch with line-numbered errors and no upstream call.
-func (e *Engine) Plan(ctx context.Context, tenant, id string) (err error) {
+// Plan plans a batch (docs/design.md "A row's journey", step 3): under its
+// plan lease, it validates the input in one streaming pass and records its
+// chunks as byte ranges of rows of one model ("Chunks"); an invalid input
+// fails the batch with line-numbered errors and no upstream call
+// ("Liveness").
+func (e *Engine) Plan(ctx context.Context, tenant, id string) error {
+	b, ok, err := e.takePlanLease(ctx, tenant, id)
+	if err != nil || !ok {
+		return err
+	}
+	if b.ChunksTotal > 0 {
+		// Planned by an attempt that stopped before its chunks were in the
+		// ready index.
+		err = e.restart(ctx, b)
+	} else {
+		err = e.planInput(ctx, b)
+		var bad invalidInput
+		if errors.As(err, &bad) {
+			err = e.failValidation(ctx, b, bad)
+		}
+	}
+	if err != nil {
+		// A throttle or a timeout, before or after the chunks were
+		// recorded: the plan message comes back and tries again, without
+		// waiting for this attempt's lease to run out.
+		e.releasePlanLease(ctx, tenant, id)
+	}
+	return err
+}
+
+// restart starts a batch whose chunks an earlier attempt recorded.
+func (e *Engine) restart(ctx context.Context, b batch.Batch) error {
+	chunks, err := e.Store.Chunks(ctx, b.ID)
+	if err != nil {
+		return err
+	}
+	return e.startPlanned(ctx, b, readyEntries(chunks, b.Priority))
+}
+
+// takePlanLease takes a batch's plan lease for this attempt; false when
+// there is nothing to plan (gone, started, ended, or another attempt's
+// lease still runs). The tick re-sends the plan while the batch is due
+// (docs/design.md "Tick").
+func (e *Engine) takePlanLease(ctx context.Context, tenant, id string) (batch.Batch, bool, error) {
 	now := e.now()
 	b, err := e.Store.UpdateBatch(ctx, tenant, id, func(b *batch.Batch) error {
 		if b.Started || b.Status.Terminal() || now.Unix() < b.PlanLease {
@@ -68,47 +108,72 @@ func (e *Engine) Plan(ctx context.Context, tenant, id string) (err error) {
 		return nil
 	})
 	if errors.Is(err, errSkip) || errors.Is(err, store.ErrBatchNotFound) {
-		return nil
+		return b, false, nil
 	}
+	return b, err == nil, err
+}
+
+// invalidInput is the errors of an input that cannot be planned: Plan
+// fails the batch with them.
+type invalidInput []jsonl.LineError
+
+func (v invalidInput) Error() string { return fmt.Sprintf("invalid input: %d errors", len(v)) }
+
+// planInput plans a batch not planned yet: it scans its input into chunks,
+// records them and the input's objects, and starts the batch.
+func (e *Engine) planInput(ctx context.Context, b batch.Batch) error {
+	input, format, err := e.inputFile(ctx, b)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		// A throttle or a timeout: the plan message comes back and tries
-		// again, without waiting for this attempt's lease to run out.
-		if err != nil {
-			e.releasePlanLease(ctx, tenant, id)
-		}
-	}()
-	if b.ChunksTotal > 0 {
-		// Planned by an attempt that stopped before its chunks were in the
-		// ready index.
-		chunks, err := e.Store.Chunks(ctx, id)
-		if err != nil {
-			return err
-		}
-		return e.startPlanned(ctx, b, readyEntries(chunks, b.Priority))
+	s, err := e.scanInput(ctx, b, input, format)
+	if err != nil {
+		return err
 	}
-	log := e.Log.With("batch_id", id, "tenant", tenant)
+	objs, err := e.inputObjects(ctx, b.ID, input, s.norm)
+	if err != nil {
+		return err
+	}
+	return e.recordPlan(ctx, b, s, objs)
+}
 
-	input, err := e.Store.GetFile(ctx, tenant, b.InputFileID)
+// inputFile reads the record of a batch's input file and checks that it
+// can be planned: one that is gone, of too many objects or of no known
+// format is an invalidInput.
+func (e *Engine) inputFile(ctx context.Context, b batch.Batch) (files.File, jsonl.Format, error) {
+	input, err := e.Store.GetFile(ctx, b.Tenant, b.InputFileID)
 	if errors.Is(err, files.ErrNotFound) {
-		return e.failValidation(ctx, b, []jsonl.LineError{{Code: "input_file_missing", Message: fmt.Sprintf("input file %s is gone", b.InputFileID)}})
+		return input, 0, invalidInput{{Code: "input_file_missing", Message: fmt.Sprintf("input file %s is gone", b.InputFileID)}}
 	}
 	if err != nil {
-		return fmt.Errorf("read input file of %s: %w", id, err)
+		return input, 0, fmt.Errorf("read input file of %s: %w", b.ID, err)
 	}
 	if len(input.Objects) > maxInputObjects {
 		// Each object costs a request while planning and room in the batch's
 		// record (400 KB at most): a file of thousands of tiny parts would
 		// never plan.
-		return e.failValidation(ctx, b, []jsonl.LineError{{Code: "too_many_parts", Message: fmt.Sprintf(
-			"input file %s is made of %d uploaded parts; at most %d can be planned: upload it in fewer, larger parts", b.InputFileID, len(input.Objects), maxInputObjects)}})
+		return input, 0, invalidInput{{Code: "too_many_parts", Message: fmt.Sprintf(
+			"input file %s is made of %d uploaded parts; at most %d can be planned: upload it in fewer, larger parts", b.InputFileID, len(input.Objects), maxInputObjects)}}
 	}
 	format, err := jsonl.FormatOf(input.Filename)
 	if err != nil {
-		return e.failValidation(ctx, b, []jsonl.LineError{{Code: "invalid_file_format", Message: err.Error()}})
+		return input, 0, invalidInput{{Code: "invalid_file_format", Message: err.Error()}}
 	}
+	return input, format, nil
+}
+
+// scanned is what a plan's pass over a batch's valid input found.
+type scanned struct {
+	res    jsonl.Result
+	chunks []batch.Chunk
+	// norm holds a CSV input rewritten as JSONL, not yet closed; nil for
+	// JSONL.
+	norm *ObjectWriter
+}
+
+// scanInput reads a batch's input once, checking every row and cutting the
+// valid ones into chunks; an input with errors is an invalidInput.
+func (e *Engine) scanInput(ctx context.Context, b batch.Batch, input files.File, format jsonl.Format) (scanned, error) {
 	opts := jsonl.Options{Format: format, Endpoint: b.Endpoint, Model: b.CSVModel, KnownModel: func(m string) bool {
 		_, ok := e.Models.Lookup(m)
 		return ok
@@ -124,44 +189,57 @@ func (e *Engine) Plan(ctx context.Context, tenant, id string) (err error) {
 	var norm *ObjectWriter
 	var normW io.Writer
 	if format == jsonl.CSV {
-		norm = NewObjectWriter(ctx, e.Blobs, fmt.Sprintf("files/%s/%s/normalized/", tenant, b.InputFileID+"-"+b.ID))
+		norm = NewObjectWriter(ctx, e.Blobs, fmt.Sprintf("files/%s/%s/normalized/", b.Tenant, b.InputFileID+"-"+b.ID))
 		normW = norm
 	}
-	split := &chunker{batch: b.ID, tenant: tenant, maxRows: e.chunkRows(), maxBytes: e.chunkBytes()}
+	split := &chunker{batch: b.ID, tenant: b.Tenant, maxRows: e.chunkRows(), maxBytes: e.chunkBytes()}
 	res, err := splitInput(rc, opts, split, normW)
 	if err != nil {
-		return fmt.Errorf("scan input of %s: %w", id, err)
+		return scanned{}, fmt.Errorf("scan input of %s: %w", b.ID, err)
 	}
-	chunks := split.chunks
 	if len(res.Errors) > 0 {
-		log.InfoContext(ctx, "batch input invalid", "errors", len(res.Errors))
-		return e.failValidation(ctx, b, res.Errors)
+		e.Log.With("batch_id", b.ID, "tenant", b.Tenant).InfoContext(ctx, "batch input invalid", "errors", len(res.Errors))
+		return scanned{}, invalidInput(res.Errors)
+	}
+	return scanned{res: res, chunks: split.chunks, norm: norm}, nil
+}
+
+// inputObjects are the objects the chunks are byte ranges of: the CSV
+// input rewritten as JSONL (norm, closed here), else the input's own.
+func (e *Engine) inputObjects(ctx context.Context, id string, input files.File, norm *ObjectWriter) ([]batch.Object, error) {
+	if norm != nil {
+		objs, err := norm.Close()
+		if err != nil {
+			return nil, fmt.Errorf("write normalized input of %s: %w", id, err)
+		}
+		return objs, nil
 	}
 	var objs []batch.Object
-	if norm != nil {
-		if objs, err = norm.Close(); err != nil {
-			return fmt.Errorf("write normalized input of %s: %w", id, err)
+	for _, k := range input.Objects {
+		size, err := e.Blobs.Size(ctx, k)
+		if err != nil {
+			return nil, fmt.Errorf("size of %s: %w", k, err)
 		}
-	} else {
-		for _, k := range input.Objects {
-			size, err := e.Blobs.Size(ctx, k)
-			if err != nil {
-				return fmt.Errorf("size of %s: %w", k, err)
-			}
-			objs = append(objs, batch.Object{Key: k, Size: size})
-		}
+		objs = append(objs, batch.Object{Key: k, Size: size})
 	}
-	entries := linkChunks(chunks, b.Priority)
-	if err := e.Store.PutChunks(ctx, chunks); err != nil {
+	return objs, nil
+}
+
+// recordPlan records a batch's chunks, then its input and chunk count
+// (validating → in_progress), and starts it. A second attempt that finds
+// the plan recorded stops.
+func (e *Engine) recordPlan(ctx context.Context, b batch.Batch, s scanned, objs []batch.Object) error {
+	entries := linkChunks(s.chunks, b.Priority)
+	if err := e.Store.PutChunks(ctx, s.chunks); err != nil {
 		return err
 	}
-	planned, err := e.Store.UpdateBatch(ctx, tenant, id, func(b *batch.Batch) error {
+	planned, err := e.Store.UpdateBatch(ctx, b.Tenant, b.ID, func(b *batch.Batch) error {
 		if b.ChunksTotal > 0 {
 			return errSkip
 		}
-		b.Input, b.ChunksTotal, b.RequestCounts.Total = objs, len(chunks), int64(res.Rows)
-		if res.Model != "" {
-			m := res.Model
+		b.Input, b.ChunksTotal, b.RequestCounts.Total = objs, len(s.chunks), int64(s.res.Rows)
+		if s.res.Model != "" {
+			m := s.res.Model
 			b.Model = &m
 		}
 		if b.Status == batch.Validating {
@@ -175,7 +253,7 @@ func (e *Engine) Plan(ctx context.Context, tenant, id string) (err error) {
 	if err != nil {
 		return err
 	}
-	log.InfoContext(ctx, "batch planned", "rows", res.Rows, "chunks", len(chunks))
+	e.Log.With("batch_id", b.ID, "tenant", b.Tenant).InfoContext(ctx, "batch planned", "rows", s.res.Rows, "chunks", len(s.chunks))
 	return e.startPlanned(ctx, planned, entries)
 }
 

@@ -1,8 +1,8 @@
-// Package engine runs batches: the dispatcher plans chunks and releases them
-// to the work queue by priority within each model's capacity, the executor
-// runs a chunk's rows against the providers and commits its part, the
-// dead-letter handler closes chunks that kept failing, and the finalizer
-// assembles the output and error files (docs/design.md "Shape", "Chunks").
+// Package engine runs batches: the dispatcher plans them into chunks and
+// claims chunks within each model's capacity, the executor runs a chunk's
+// rows and commits its part (built by internal/part), the dead-letter
+// handler closes chunks that kept failing, and the finalizer records the
+// output and error files (docs/design.md "Shape", "Chunks", "Scheduling").
 package engine
 
 import (
@@ -25,11 +25,11 @@ import (
 	"github.com/relaybatch/relay/internal/webhook"
 )
 
-// Message is what travels on the dispatch, work and finalize queues. The
-// engine sends and handles them all but two: internal/batches sends the
-// plan of a batch it records and the drain of one it cancels.
+// Message is what travels on the dispatch, work and finalize queues
+// (docs/design.md "Message types": who sends each type, and what its
+// handler does).
 type Message struct {
-	Type   string `json:"type"` // dispatch: plan, drain, tick; work: chunk, dead; finalize: finalize
+	Type   string `json:"type"` // one of the Msg… constants
 	Tenant string `json:"tenant,omitempty"`
 	Batch  string `json:"batch_id,omitempty"`
 	Chunk  int    `json:"chunk,omitempty"`
@@ -42,21 +42,23 @@ type Message struct {
 	Retries int `json:"retries,omitempty"`
 }
 
-// Message types.
+// Message types, by the queue that carries them (docs/design.md "Message
+// types").
 const (
-	MsgPlan     = "plan"  // sent by internal/batches when it records a batch
-	MsgDrain    = "drain" // a cancelled batch's unclaimed chunks get their error lines (sent by internal/batches)
-	MsgTick     = "tick"
-	MsgChunk    = "chunk"
-	MsgDead     = "dead" // to the work DLQ: the chunk ran out of attempts
-	MsgFinalize = "finalize"
+	MsgPlan     = "plan"     // dispatch; also sent by internal/batches
+	MsgDrain    = "drain"    // dispatch; sent by internal/batches
+	MsgTick     = "tick"     // dispatch; sent by the tick schedule
+	MsgChunk    = "chunk"    // work
+	MsgDead     = "dead"     // work DLQ
+	MsgFinalize = "finalize" // finalize
 )
 
 func chunkMessage(n batch.Next) Message {
 	return Message{Type: MsgChunk, Tenant: n.Tenant, Batch: n.Batch, Chunk: n.Chunk, Run: n.Run, Attempt: n.Attempt}
 }
 
-// Engine holds what the workers share.
+// Engine holds what the workers share; an option left zero takes its
+// default.
 type Engine struct {
 	Store    *store.Store
 	Blobs    *blob.Store
@@ -71,15 +73,16 @@ type Engine struct {
 	// client); nil means webhook.NewClient(webhook.Policy{}).
 	WebhookClient *webhook.Client
 
-	// ChunkRows is how many rows a chunk holds at most (RELAY_CHUNK_ROWS);
-	// a chunk also ends before ChunkBytes of input.
+	// ChunkRows (RELAY_CHUNK_ROWS, default 512) and ChunkBytes (default
+	// 4 MiB of input) bound a chunk.
 	ChunkRows  int
 	ChunkBytes int64
-	// ChunkSlots caps the concurrent upstream requests of one chunk; a
-	// chunk holds that many of its model's max_concurrency.
+	// ChunkSlots is how many slots of its model's max_concurrency a chunk
+	// claims, so how many of its rows run at once (default 32, never more
+	// than ChunkRows).
 	ChunkSlots int
 	// Lease is how long a claimed chunk stays its run's without a
-	// heartbeat (default one minute); the tick takes over expired ones.
+	// heartbeat (default a minute); the tick takes over expired ones.
 	Lease time.Duration
 	// MaxInflight caps each tenant's batches that have not ended
 	// (RELAY_MAX_INFLIGHT_BATCHES); 0 is no cap. internal/batches takes a
@@ -87,14 +90,14 @@ type Engine struct {
 	// back when the batch ends (releaseInflight).
 	MaxInflight int
 	// StatusRefresh is how often a running chunk re-reads its batch's status
-	// to notice a cancel (a cached read, never one per row).
+	// to notice a cancel (default 3 s; a cached read, never one per row).
 	StatusRefresh time.Duration
 	// OnTerminal, if set, is called once a batch reaches a terminal state
 	// (webhooks hang off it).
 	OnTerminal func(ctx context.Context, b batch.Batch) error
 	// BeforeCommit, if set, runs after a chunk's parts are written and
 	// before it commits; an error there is a crash at the worst moment
-	// (fault tests and the chaos run use it).
+	// (docs/design.md "Fault model").
 	BeforeCommit func(batch.Chunk) error
 	// RunWorkflow drives the workflow record req, the one row of chunk c
 	// (docs/api.md "Workflow records"), from its checkpoint until it
@@ -105,7 +108,8 @@ type Engine struct {
 	RunWorkflow func(ctx, runCtx context.Context, b batch.Batch, c batch.Chunk, req jsonl.Request, status func() batch.Status) error
 	// Workflows tunes workflow records (tests shorten callback backoff).
 	Workflows WorkflowOptions
-	Now       func() time.Time
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
 }
 
 func (e *Engine) now() time.Time {
@@ -115,9 +119,8 @@ func (e *Engine) now() time.Time {
 	return time.Now()
 }
 
-// The defaults size a chunk so that its fixed cost (about seven AWS
-// requests) is small against its rows, and its run (16 rounds of its slots)
-// long against the hand-over to the next chunk (docs/design.md "Chunk size").
+// The chunk defaults (512 rows of 32 slots) are sized in docs/design.md
+// "Chunk size" and "Hot items".
 func (e *Engine) chunkRows() int {
 	if e.ChunkRows > 0 {
 		return e.ChunkRows
@@ -188,11 +191,10 @@ func (e *Engine) readRange(ctx context.Context, objs []batch.Object, start, end 
 // objectSize is the size past which an ObjectWriter starts a new object.
 const objectSize = 8 << 20
 
-// ObjectWriter writes a stream as a sequence of objects of about 8 MiB: a
-// file is read as the concatenation of its objects, so this gives constant
-// memory without multipart uploads. Plan writes a CSV input's rows as JSONL
-// with it, and internal/batches the input files it makes (inline requests,
-// retries, Message Batches).
+// ObjectWriter writes a stream as a file of objects of about 8 MiB (a file
+// is the concatenation of its objects, docs/design.md "Data layout"):
+// constant memory without multipart uploads. Plan writes a CSV input's
+// rows as JSONL with it, and internal/batches the input files it makes.
 type ObjectWriter struct {
 	ctx    context.Context
 	blobs  *blob.Store

@@ -111,10 +111,12 @@ func (e *Engine) Finalize(ctx context.Context, ev events.SQSEvent) (events.SQSEv
 	})
 }
 
-// FinalizeBatch assembles the output and error files from the committed
-// chunk parts (a file is an ordered list of objects: no row is downloaded
-// or re-uploaded), removes parts of runs that lost, and sets the terminal
-// status. It is idempotent: a duplicate finalize message changes nothing.
+// FinalizeBatch finalizes a batch whose chunks are all done
+// (docs/design.md "A row's journey", step 8): `finalizing`, the output and
+// error files made of the committed chunk parts (a file is an ordered list
+// of objects: no row is downloaded or re-uploaded), parts of runs that lost
+// removed, then the terminal status. It is idempotent: a duplicate finalize
+// message changes nothing.
 func (e *Engine) FinalizeBatch(ctx context.Context, tenant, id string) error {
 	b, err := e.Store.GetBatch(ctx, tenant, id)
 	if errors.Is(err, store.ErrBatchNotFound) {
@@ -136,24 +138,9 @@ func (e *Engine) FinalizeBatch(ctx context.Context, tenant, id string) error {
 	if err != nil {
 		return err
 	}
-	var outKeys, errKeys []string
-	var outBytes, errBytes int64
-	keep := map[string]bool{}
-	for _, c := range chunks {
-		if c.State != batch.ChunkDone {
-			return fmt.Errorf("finalize %s: chunk %d is %s", id, c.Index, c.State)
-		}
-		if c.OutBytes > 0 {
-			outKeys = append(outKeys, c.Parts("out"))
-			outBytes += c.OutBytes
-		}
-		if c.ErrBytes > 0 {
-			errKeys = append(errKeys, c.Parts("err"))
-			errBytes += c.ErrBytes
-		}
-		for _, kind := range []string{"out", "err", "usage"} {
-			keep[c.Parts(kind)] = true
-		}
+	parts, err := committedPartsOf(id, chunks)
+	if err != nil {
+		return err
 	}
 	if _, err := e.Store.UpdateBatch(ctx, tenant, id, func(b *batch.Batch) error {
 		if b.Status == batch.Finalizing || b.Status.Terminal() {
@@ -163,22 +150,73 @@ func (e *Engine) FinalizeBatch(ctx context.Context, tenant, id string) error {
 	}); err != nil && !errors.Is(err, errSkip) {
 		return err
 	}
-	// File ids derive from the batch id, so a second finalizer writes the same records.
-	suffix := strings.TrimPrefix(id, "batch_")
-	outID, errID := "", ""
-	if len(outKeys) > 0 {
+	outID, errID, err := e.putOutputFiles(ctx, b, parts)
+	if err != nil {
+		return err
+	}
+	if err := e.deleteStrayParts(ctx, tenant, id, parts.keep); err != nil {
+		return err
+	}
+	return e.endBatch(ctx, tenant, id, outID, errID)
+}
+
+// committedParts are the parts a batch's chunks committed.
+type committedParts struct {
+	// out and err are the objects of the output and error files, in chunk
+	// order, of outBytes and errBytes in all.
+	out, err           []string
+	outBytes, errBytes int64
+	// keep is every part a commit points to, usage parts included.
+	keep map[string]bool
+}
+
+// committedPartsOf collects the committed parts of a batch's chunks,
+// every one of which must be done.
+func committedPartsOf(id string, chunks []batch.Chunk) (committedParts, error) {
+	p := committedParts{keep: map[string]bool{}}
+	for _, c := range chunks {
+		if c.State != batch.ChunkDone {
+			return committedParts{}, fmt.Errorf("finalize %s: chunk %d is %s", id, c.Index, c.State)
+		}
+		if c.OutBytes > 0 {
+			p.out = append(p.out, c.Parts("out"))
+			p.outBytes += c.OutBytes
+		}
+		if c.ErrBytes > 0 {
+			p.err = append(p.err, c.Parts("err"))
+			p.errBytes += c.ErrBytes
+		}
+		for _, kind := range []string{"out", "err", "usage"} {
+			p.keep[c.Parts(kind)] = true
+		}
+	}
+	return p, nil
+}
+
+// putOutputFiles records a batch's output and error files, each only when
+// it has lines, and returns their ids ("" for none). The ids derive from
+// the batch id, so a second finalizer writes the same records
+// (docs/api.md "Output and error files").
+func (e *Engine) putOutputFiles(ctx context.Context, b batch.Batch, p committedParts) (outID, errID string, err error) {
+	suffix := strings.TrimPrefix(b.ID, "batch_")
+	if len(p.out) > 0 {
 		outID = "file-" + suffix + "-output"
-		if err := e.putOutputFile(ctx, b, outID, "batch_"+suffix+"_output.jsonl", outKeys, outBytes); err != nil {
-			return err
+		if err := e.putOutputFile(ctx, b, outID, "batch_"+suffix+"_output.jsonl", p.out, p.outBytes); err != nil {
+			return "", "", err
 		}
 	}
-	if len(errKeys) > 0 {
+	if len(p.err) > 0 {
 		errID = "file-" + suffix + "-errors"
-		if err := e.putOutputFile(ctx, b, errID, "batch_"+suffix+"_error.jsonl", errKeys, errBytes); err != nil {
-			return err
+		if err := e.putOutputFile(ctx, b, errID, "batch_"+suffix+"_error.jsonl", p.err, p.errBytes); err != nil {
+			return "", "", err
 		}
 	}
-	// Parts of runs that lost a race or crashed before committing.
+	return outID, errID, nil
+}
+
+// deleteStrayParts deletes a batch's parts that no commit points to: those
+// of runs that lost a race or crashed before committing.
+func (e *Engine) deleteStrayParts(ctx context.Context, tenant, id string, keep map[string]bool) error {
 	all, err := e.Blobs.List(ctx, batch.PartsPrefix(tenant, id))
 	if err != nil {
 		return fmt.Errorf("finalize %s: list parts: %w", id, err)
@@ -189,9 +227,13 @@ func (e *Engine) FinalizeBatch(ctx context.Context, tenant, id string) error {
 			stray = append(stray, k)
 		}
 	}
-	if err := e.Blobs.Delete(ctx, stray...); err != nil {
-		return err
-	}
+	return e.Blobs.Delete(ctx, stray...)
+}
+
+// endBatch sets a finalized batch's files and terminal status (finalStatus)
+// and does what follows it (terminal); a batch already terminal was ended
+// by another finalizer.
+func (e *Engine) endBatch(ctx context.Context, tenant, id, outID, errID string) error {
 	final, err := e.Store.UpdateBatch(ctx, tenant, id, func(b *batch.Batch) error {
 		if b.Status.Terminal() {
 			return errSkip
@@ -230,8 +272,9 @@ func finalStatus(b *batch.Batch) batch.Status {
 	return batch.Completed
 }
 
-// outputLifetime is how long output files live by default: the bucket's
-// lifecycle expires chunk parts after this.
+// putOutputFile records an output or error file made of parts keys. It
+// expires with its parts (Set.PartsExpiry, the bucket's lifecycle of
+// parts/), or sooner by the batch's output_expires_after.
 func (e *Engine) putOutputFile(ctx context.Context, b batch.Batch, id, name string, keys []string, size int64) error {
 	now := e.now()
 	exp := now.Add(e.Set.PartsExpiry).Unix()

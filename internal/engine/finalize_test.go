@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -64,5 +65,32 @@ func TestInvalidInputStatus(t *testing.T) {
 		if err := b.To(invalidInputStatus(tt.from), time.Unix(1, 0)); err != nil {
 			t.Errorf("from %s: %v", tt.from, err)
 		}
+	}
+}
+
+// The output and error files are made of the parts the chunks committed, in
+// chunk order, skipping empty ones; every committed part is kept.
+func TestCommittedPartsOf(t *testing.T) {
+	t.Parallel()
+	done := func(i int, attempt string, out, errb int64) batch.Chunk {
+		return batch.Chunk{Tenant: "t", Batch: "batch_x", Index: i, Attempt: attempt, State: batch.ChunkDone, OutBytes: out, ErrBytes: errb}
+	}
+	chunks := []batch.Chunk{done(0, "a", 10, 0), done(1, "b", 0, 5), done(2, "c", 7, 3)}
+	p, err := committedPartsOf("batch_x", chunks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{chunks[0].Parts("out"), chunks[2].Parts("out")}; !slices.Equal(p.out, want) || p.outBytes != 17 {
+		t.Fatalf("output file: %v (%d bytes), want %v (17)", p.out, p.outBytes, want)
+	}
+	if want := []string{chunks[1].Parts("err"), chunks[2].Parts("err")}; !slices.Equal(p.err, want) || p.errBytes != 8 {
+		t.Fatalf("error file: %v (%d bytes), want %v (8)", p.err, p.errBytes, want)
+	}
+	if len(p.keep) != 9 || !p.keep[chunks[1].Parts("usage")] || p.keep[batch.PartKey("t", "batch_x", 1, "lost", "out")] {
+		t.Fatalf("keep: %v", p.keep)
+	}
+	chunks[1].State = batch.ChunkClaimed
+	if _, err := committedPartsOf("batch_x", chunks); err == nil {
+		t.Fatal("a chunk not done: want an error")
 	}
 }

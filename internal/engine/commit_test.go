@@ -1,0 +1,47 @@
+package engine
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/part"
+	"github.com/relaybatch/relay/internal/provider"
+)
+
+// buildPart's lines are internal/part's (its tests); here, what the commit
+// takes from them.
+func TestBuildPart(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 1, 23, 30, 0, 0, time.FixedZone("x", -2*3600))
+	b := batch.Batch{ID: "batch_x", Tenant: "t", KeyID: "k"}
+	c := batch.Chunk{Batch: "batch_x", Tenant: "t", Index: 3, FirstRow: 30, Slots: 8, Run: "r"}
+	outs := []outcome{
+		{customID: "a", res: provider.Result{StatusCode: 200, Body: json.RawMessage(`{"ok":true}`), Model: "m",
+			Usage: provider.Usage{InputTokens: 10, OutputTokens: 1, TotalTokens: 11}}},
+		{customID: "c", code: CodeExpired, message: "late", expired: true},
+		{customID: "g", code: CodeCancelled, message: "cancelled", cancelled: true},
+		{customID: "d", res: provider.Result{ErrCode: "request_timeout", ErrMessage: "slow"}},
+	}
+	parts, cm := buildPart(b, c, outs, 2, now)
+	want := part.Build(b, c.FirstRow, []part.Outcome{
+		{CustomID: "a", Result: outs[0].res},
+		{CustomID: "c", Code: CodeExpired, Message: "late", Expired: true},
+		{CustomID: "g", Code: CodeCancelled, Message: "cancelled", Cancelled: true},
+		{CustomID: "d", Result: outs[3].res},
+	}, now)
+	if string(parts["out"]) != string(want.Out) || string(parts["err"]) != string(want.Err) || string(parts["usage"]) != string(want.Usage) {
+		t.Fatalf("parts differ from part.Build's: got %q", parts)
+	}
+	ch := cm.Chunk
+	if ch.Pattern != "oeee" || ch.OutBytes != int64(len(want.Out)) || ch.ErrBytes != int64(len(want.Err)) || ch.Run != "r" || ch.Index != 3 {
+		t.Fatalf("chunk %+v", ch)
+	}
+	if cm.Completed != 1 || cm.Failed != 3 || cm.Expired != 1 || cm.Cancelled != 1 || cm.DeadLetters != 2 {
+		t.Fatalf("counts %+v", cm)
+	}
+	if cm.Usage.TotalTokens != 11 || cm.UsageByModel["m"].Requests != 1 || cm.UsageByModel["m"].Total != 11 || cm.Day != "2026-12-02" {
+		t.Fatalf("usage %+v by model %+v day %s", cm.Usage, cm.UsageByModel, cm.Day)
+	}
+}

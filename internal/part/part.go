@@ -1,0 +1,190 @@
+// Package part builds a chunk's part: the output, error and usage lines of
+// one run of its rows, the pattern that says which file each row went to,
+// and the counts its commit adds (docs/design.md "A row's journey", steps
+// 6 and 7). It is pure: internal/engine writes the part to S3 and commits
+// it, and readers of output and error files decode its Line.
+package part
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/provider"
+)
+
+// Line is one line of an output or error file, as OpenAI writes them
+// (docs/api.md "Output and error files").
+type Line struct {
+	ID       string        `json:"id"`
+	CustomID string        `json:"custom_id"`
+	Response *LineResponse `json:"response"`
+	Error    *LineError    `json:"error"`
+	Fallback bool          `json:"fallback,omitempty"`
+}
+
+// LineResponse is the upstream's HTTP answer.
+type LineResponse struct {
+	StatusCode int             `json:"status_code"`
+	RequestID  string          `json:"request_id"`
+	Body       json.RawMessage `json:"body"`
+}
+
+// LineError is a row that got no HTTP answer.
+type LineError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// UsageEvent is one row's usage, a line of its chunk's .usage object.
+type UsageEvent struct {
+	Source       string `json:"source"`
+	Tenant       string `json:"tenant"`
+	KeyID        string `json:"key_id"`
+	BatchID      string `json:"batch_id"`
+	CustomID     string `json:"custom_id"`
+	Model        string `json:"model"`
+	Fallback     bool   `json:"fallback"`
+	InputTokens  int64  `json:"input_tokens"`
+	OutputTokens int64  `json:"output_tokens"`
+	TotalTokens  int64  `json:"total_tokens"`
+	At           int64  `json:"at"`
+}
+
+// CodeNotJSON is the error code of a row whose upstream answer is not
+// JSON, so cannot go into a line.
+const CodeNotJSON = "invalid_upstream_response"
+
+// Outcome is one row's result.
+type Outcome struct {
+	CustomID string
+	Result   provider.Result
+	// Code and Message are set when the row got no HTTP answer.
+	Code, Message string
+	// Expired and Cancelled are set by the engine only, for a row its
+	// batch's window ended or its cancel came before: they are counted
+	// (and expired rows make the batch expired). A code a workflow callback
+	// chose never is (docs/design.md "Liveness").
+	Expired, Cancelled bool
+}
+
+// Part is a chunk's part and the counts its commit adds.
+type Part struct {
+	// Out, Err and Usage are the .out, .err and .usage objects
+	// (batch.Chunk.Parts): a line per row, and a usage event per row
+	// that used upstream tokens.
+	Out, Err, Usage []byte
+	// Pattern has a letter per row: 'o' for a line in Out (a 2xx answer),
+	// 'e' for one in Err.
+	Pattern            string
+	Completed, Failed  int64 // rows in Out, in Err
+	Expired, Cancelled int64 // rows of Outcome.Expired, Outcome.Cancelled
+	Tokens             batch.Usage
+	// ByModel is the requests and tokens of each model that answered.
+	ByModel map[string]ModelUsage
+}
+
+// ModelUsage is one model's requests and tokens in a part.
+type ModelUsage struct {
+	Requests, Input, Output, Total int64
+}
+
+// LineID is the stable id of row row's line in batch batchID.
+func LineID(batchID string, row int) string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s:%d", batchID, row))
+	return "batch_req_" + hex.EncodeToString(sum[:12])
+}
+
+// Build turns the outcomes of a chunk's rows, the first of them row
+// firstRow of batch b, into its part; usage events carry now.
+func Build(b batch.Batch, firstRow int, outs []Outcome, now time.Time) Part {
+	w := &builder{b: b, now: now, p: Part{ByModel: map[string]ModelUsage{}}}
+	pattern := make([]byte, len(outs))
+	for i, o := range outs {
+		pattern[i] = w.add(LineID(b.ID, firstRow+i), o)
+	}
+	w.p.Out, w.p.Err, w.p.Usage, w.p.Pattern = w.out.Bytes(), w.err.Bytes(), w.usage.Bytes(), string(pattern)
+	return w.p
+}
+
+// builder is a part being built.
+type builder struct {
+	b               batch.Batch
+	now             time.Time
+	out, err, usage bytes.Buffer
+	p               Part
+}
+
+// add writes a row's line, counting it, and returns its letter in the
+// chunk's pattern.
+func (w *builder) add(id string, o Outcome) byte {
+	l := w.line(id, o)
+	line, err := json.Marshal(l)
+	if err != nil {
+		// An upstream body that is not JSON cannot go into a line: the
+		// row gets an error line instead of an empty one.
+		l = Line{ID: l.ID, CustomID: l.CustomID, Error: &LineError{Code: CodeNotJSON, Message: "the upstream's answer is not valid JSON"}}
+		line, _ = json.Marshal(l)
+	}
+	buf, letter := &w.err, byte('e')
+	if l.Response != nil && l.Response.StatusCode >= 200 && l.Response.StatusCode < 300 {
+		buf, letter = &w.out, 'o'
+		w.p.Completed++
+	} else {
+		w.p.Failed++
+	}
+	buf.Write(line)
+	buf.WriteByte('\n')
+	return letter
+}
+
+// line is a row's line; it counts the row's usage, and the rows the engine
+// expired or cancelled.
+func (w *builder) line(id string, o Outcome) Line {
+	l := Line{ID: id, CustomID: o.CustomID}
+	switch {
+	case o.Code != "":
+		l.Error = &LineError{Code: o.Code, Message: o.Message}
+		if o.Expired {
+			w.p.Expired++
+		}
+		if o.Cancelled {
+			w.p.Cancelled++
+		}
+		// A workflow record that failed after running requests used
+		// upstream tokens all the same.
+		if o.Result.Model != "" && o.Result.Usage != (provider.Usage{}) {
+			w.addUsage(o)
+		}
+	case o.Result.ErrCode != "":
+		l.Error = &LineError{Code: o.Result.ErrCode, Message: o.Result.ErrMessage}
+	default:
+		l.Response = &LineResponse{StatusCode: o.Result.StatusCode, RequestID: o.Result.RequestID, Body: o.Result.Body}
+		l.Fallback = o.Result.Fallback
+		w.addUsage(o)
+	}
+	return l
+}
+
+// addUsage counts a row's usage and writes its usage event.
+func (w *builder) addUsage(o Outcome) {
+	u := o.Result.Usage
+	w.p.Tokens.InputTokens += u.InputTokens
+	w.p.Tokens.OutputTokens += u.OutputTokens
+	w.p.Tokens.TotalTokens += u.TotalTokens
+	agg := w.p.ByModel[o.Result.Model]
+	agg.Requests++
+	agg.Input += u.InputTokens
+	agg.Output += u.OutputTokens
+	agg.Total += u.TotalTokens
+	w.p.ByModel[o.Result.Model] = agg
+	line, _ := json.Marshal(UsageEvent{Source: "batch", Tenant: w.b.Tenant, KeyID: w.b.KeyID, BatchID: w.b.ID, CustomID: o.CustomID,
+		Model: o.Result.Model, Fallback: o.Result.Fallback, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
+		TotalTokens: u.TotalTokens, At: w.now.Unix()}) // plain fields, cannot fail
+	w.usage.Write(line)
+	w.usage.WriteByte('\n')
+}

@@ -1,0 +1,80 @@
+package part
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/provider"
+)
+
+func TestBuild(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	b := batch.Batch{ID: "batch_x", Tenant: "t", KeyID: "k"}
+	ok := func(id string, tokens int64) Outcome {
+		return Outcome{CustomID: id, Result: provider.Result{StatusCode: 200, Body: json.RawMessage(`{"ok":true}`), Model: "m",
+			Usage: provider.Usage{InputTokens: tokens, OutputTokens: 1, TotalTokens: tokens + 1}}}
+	}
+	outs := []Outcome{
+		ok("a", 10),
+		{CustomID: "b", Result: provider.Result{StatusCode: 400, Body: json.RawMessage(`{"error":{}}`), Model: "m"}},
+		{CustomID: "c", Code: "batch_expired", Message: "late", Expired: true},
+		{CustomID: "f", Code: "batch_expired", Message: "a callback's own code"},
+		{CustomID: "g", Code: "batch_cancelled", Message: "cancelled", Cancelled: true},
+		{CustomID: "d", Result: provider.Result{ErrCode: "request_timeout", ErrMessage: "slow"}},
+		ok("e", 5),
+	}
+	p := Build(b, 30, outs, now)
+	if p.Pattern != "oeeeeeo" || p.Completed != 2 || p.Failed != 5 || p.Expired != 1 || p.Cancelled != 1 {
+		t.Fatalf("pattern %q completed %d failed %d expired %d cancelled %d", p.Pattern, p.Completed, p.Failed, p.Expired, p.Cancelled)
+	}
+	if p.Tokens.InputTokens != 15 || p.ByModel["m"].Requests != 3 || p.ByModel["m"].Input != 15 {
+		t.Fatalf("tokens %+v by model %+v", p.Tokens, p.ByModel)
+	}
+	lines := bytes.Split(bytes.TrimSpace(p.Err), []byte("\n"))
+	if len(lines) != 5 {
+		t.Fatalf("error lines: got %d", len(lines))
+	}
+	var l Line
+	json.Unmarshal(lines[0], &l)
+	if l.CustomID != "b" || l.Response == nil || l.Response.StatusCode != 400 || l.Error != nil || l.ID != LineID("batch_x", 31) {
+		t.Fatalf("an upstream 400 keeps its response: got %+v", l)
+	}
+	json.Unmarshal(lines[4], &l)
+	if l.CustomID != "d" || l.Response != nil || l.Error == nil || l.Error.Code != "request_timeout" {
+		t.Fatalf("a row without an answer gets an error: got %+v", l)
+	}
+	if n := bytes.Count(p.Usage, []byte("\n")); n != 3 {
+		t.Fatalf("usage events: got %d, want one per row with an upstream answer", n)
+	}
+	var ev UsageEvent
+	json.Unmarshal(bytes.SplitN(p.Usage, []byte("\n"), 2)[0], &ev)
+	if ev != (UsageEvent{Source: "batch", Tenant: "t", KeyID: "k", BatchID: "batch_x", CustomID: "a", Model: "m",
+		InputTokens: 10, OutputTokens: 1, TotalTokens: 11, At: now.Unix()}) {
+		t.Fatalf("first usage event: got %+v", ev)
+	}
+}
+
+func TestBuildBodyNotJSON(t *testing.T) {
+	t.Parallel()
+	outs := []Outcome{{CustomID: "x", Result: provider.Result{StatusCode: 200, Body: json.RawMessage(`{"cut`), Model: "m"}}}
+	p := Build(batch.Batch{ID: "batch_x"}, 0, outs, time.Now())
+	var l Line
+	if err := json.Unmarshal(bytes.TrimSpace(p.Err), &l); err != nil || l.Error == nil || l.Error.Code != CodeNotJSON {
+		t.Fatalf("error part %q: %v", p.Err, err)
+	}
+	if p.Failed != 1 || p.Completed != 0 || len(p.Out) != 0 || p.Pattern != "e" {
+		t.Fatalf("part %+v", p)
+	}
+}
+
+func TestBuildNoRows(t *testing.T) {
+	t.Parallel()
+	p := Build(batch.Batch{ID: "batch_x"}, 0, nil, time.Now())
+	if p.Pattern != "" || len(p.Out)+len(p.Err)+len(p.Usage) != 0 || p.Completed+p.Failed != 0 {
+		t.Fatalf("part %+v", p)
+	}
+}
