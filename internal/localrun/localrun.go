@@ -28,7 +28,9 @@ import (
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/esm"
+	"github.com/relaybatch/relay/internal/lambdasqs"
 	"github.com/relaybatch/relay/internal/mockup"
+	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/schedule"
 )
@@ -182,7 +184,7 @@ func (rt *Runtime) startFirer(ctx context.Context, o Options) {
 // function's batch size, timeout and concurrency.
 func (rt *Runtime) startPollers(ctx context.Context, o Options) error {
 	e := rt.App.Engine
-	handlers := map[string]esm.Handler{
+	handlers := map[string]queue.Handler{
 		"dispatcher": e.Dispatch,
 		"executor":   e.Execute,
 		"deadletter": e.DeadLetter,
@@ -204,7 +206,7 @@ func (rt *Runtime) startPollers(ctx context.Context, o Options) error {
 		}
 		p := &esm.Poller{
 			Client: rt.App.SQS, QueueURL: url, FunctionName: f.Name, BatchSize: f.BatchSize,
-			Concurrency: conc, FunctionTimeout: f.Timeout, Handler: h, Logger: o.Log,
+			Concurrency: conc, FunctionTimeout: f.Timeout, Handler: lambdasqs.Handler(h), Logger: o.Log,
 		}
 		name := f.Name
 		if o.OnInvoke != nil {
