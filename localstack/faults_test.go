@@ -14,9 +14,9 @@ import (
 	"github.com/relaybatch/relay/internal/app"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/engine"
-	"github.com/relaybatch/relay/internal/esm"
 	"github.com/relaybatch/relay/internal/lambdasqs"
-	"github.com/relaybatch/relay/internal/localrun"
+	"github.com/relaybatch/relay/internal/local/esm"
+	"github.com/relaybatch/relay/internal/local/localrun"
 	"github.com/relaybatch/relay/internal/mockup"
 	"github.com/relaybatch/relay/internal/resources"
 )

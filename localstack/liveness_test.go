@@ -12,7 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/relaybatch/relay/internal/app"
 	"github.com/relaybatch/relay/internal/awsfault"
-	"github.com/relaybatch/relay/internal/localrun"
+	"github.com/relaybatch/relay/internal/local/localrun"
 	"github.com/relaybatch/relay/internal/resources"
 )
 

@@ -20,7 +20,7 @@ import (
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/lambdasqs"
-	"github.com/relaybatch/relay/internal/localrun"
+	"github.com/relaybatch/relay/internal/local/localrun"
 	"github.com/relaybatch/relay/internal/resources"
 )
 

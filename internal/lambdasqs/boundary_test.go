@@ -10,11 +10,12 @@ import (
 	"testing"
 )
 
-// eventsUsers are the packages under internal/ that may import
+// eventsUsers are the trees under internal/ that may import
 // aws-lambda-go/events: this adapter, the API Gateway adapter, and the
-// local emulation of Lambda's event sources. The domain takes
-// queue.Delivery, so it never needs the events package.
-var eventsUsers = []string{"lambdasqs", "apigw", "esm", "localrun"}
+// local emulation (internal/local) of API Gateway and Lambda's event
+// sources. The domain takes queue.Delivery, so it never needs the events
+// package.
+var eventsUsers = []string{"lambdasqs", "apigw", "local"}
 
 func TestOnlyAdaptersImportEvents(t *testing.T) {
 	t.Parallel()
