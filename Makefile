@@ -15,7 +15,7 @@ all: build
 ## build: every function as an arm64 bootstrap for provided.al2023, plus the CLI
 build: $(addprefix build/,$(addsuffix /bootstrap,$(FUNCTIONS))) build/relay
 
-build/%/bootstrap: $(shell find functions internal -name '*.go' -not -name '*_test.go') go.mod go.sum
+build/%/bootstrap: $(shell find functions internal -path internal/local -prune -o -name '*.go' -not -name '*_test.go' -print) go.mod go.sum
 	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 go build -tags lambda.norpc -trimpath -ldflags='-s -w' -o $@ ./functions/$*
 
 build/relay: $(shell find cmd internal -name '*.go' -not -name '*_test.go') go.mod go.sum

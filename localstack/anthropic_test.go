@@ -17,7 +17,7 @@ import (
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/anthropics/anthropic-sdk-go/v2/packages/pagination"
 	"github.com/openai/openai-go/v3"
-	"github.com/relaybatch/relay/internal/localrun"
+	"github.com/relaybatch/relay/internal/local/localrun"
 )
 
 // anthropicClient is an official Anthropic client for tenant on rt.

@@ -47,7 +47,7 @@ func countAWS(cfg aws.Config) (aws.Config, *awsByFunction) {
 // awsByFunction counts the runtime's AWS requests at its HTTP client, by
 // the function that made them: invocations and the event-source pollers'
 // own calls carry a Lambda context whose InvokedFunctionArn ends in
-// "function:<name>". The api function's requests carry none (apigw.Local
+// "function:<name>". The api function's requests carry none (gateway.Front
 // makes no Lambda context), nor do the local tick sender and schedule
 // firer, which stand in for EventBridge, nor this test's own reads: they
 // are counted under unattributed and left out of the figures.

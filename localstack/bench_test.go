@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/config"
-	"github.com/relaybatch/relay/internal/localrun"
+	"github.com/relaybatch/relay/internal/local/localrun"
 )
 
 // countingTransport counts the AWS requests the service makes.

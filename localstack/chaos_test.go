@@ -49,9 +49,10 @@ import (
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/engine"
-	"github.com/relaybatch/relay/internal/esm"
-	"github.com/relaybatch/relay/internal/localrun"
+	"github.com/relaybatch/relay/internal/local/esm"
+	"github.com/relaybatch/relay/internal/local/localrun"
 	"github.com/relaybatch/relay/internal/mockup"
+	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
 )
 
@@ -182,7 +183,7 @@ func (c *chaos) onInvoke(fn string, ev events.SQSEvent) error {
 			// maybe parts written) and dies; the message comes back.
 			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(50+c.intn(1500))*time.Millisecond)
 			defer cancel()
-			_, _ = rt.App.Engine.Execute(ctx, workEvent(m))
+			_, _ = rt.App.Engine.Execute(ctx, workDelivery(m))
 			return esm.ErrCrash
 		case c.crash(m.Batch, m.Chunk, pDropWork, faultDropWork):
 			return esm.ErrCrash
@@ -228,18 +229,18 @@ func (c *chaos) duplicateRun(rt *localrun.Runtime, m engine.Message) {
 	c.spawned.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), chaosExecTimeout)
 		defer cancel()
-		if resp, _ := rt.App.Engine.Execute(ctx, workEvent(m)); len(resp.BatchItemFailures) > 0 {
+		if failed, _ := rt.App.Engine.Execute(ctx, workDelivery(m)); len(failed) > 0 {
 			c.count(faultRedeliverDup)
 			_ = c.rt.Load().App.Queue.Send(context.Background(), resources.Work, m, 0)
 		}
 	})
 }
 
-// workEvent is an invocation event carrying the work message m alone.
-func workEvent(m engine.Message) events.SQSEvent {
+// workDelivery is an invocation's deliveries: the work message m alone,
+// received for the first time.
+func workDelivery(m engine.Message) []queue.Delivery {
 	body, _ := json.Marshal(m)
-	return events.SQSEvent{Records: []events.SQSMessage{{MessageId: "chaos-" + m.Run, Body: string(body),
-		Attributes: map[string]string{"ApproximateReceiveCount": "1"}}}}
+	return []queue.Delivery{{ID: "chaos-" + m.Run, Body: string(body), ReceiveCount: 1}}
 }
 
 // beforeCommit crashes an executor after it wrote the chunk's parts.

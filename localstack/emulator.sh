@@ -18,7 +18,7 @@ start)
   # by the python3 beside moto_server (pyenv shim or virtualenv), which has moto.
   py=python3
   if ms=$(command -v moto_server) && [ -x "$(dirname "$ms")/python3" ]; then py=$(dirname "$ms")/python3; fi
-  MOTO_ACCOUNT_ID=000000000000 nohup "$py" "$(dirname "$0")/../internal/emulator/moto_server.py" -H 127.0.0.1 -p "$port" >"${TMPDIR:-/tmp}/relay-emulator-$port.log" 2>&1 &
+  MOTO_ACCOUNT_ID=000000000000 nohup "$py" "$(dirname "$0")/../internal/local/emulator/moto_server.py" -H 127.0.0.1 -p "$port" >"${TMPDIR:-/tmp}/relay-emulator-$port.log" 2>&1 &
   echo $! >"$pidfile"
   for _ in $(seq 1 100); do up && { echo "emulator on $url"; exit 0; }; sleep 0.2; done
   echo "emulator did not start; see ${TMPDIR:-/tmp}/relay-emulator-$port.log" >&2; exit 1

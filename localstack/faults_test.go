@@ -14,8 +14,9 @@ import (
 	"github.com/relaybatch/relay/internal/app"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/engine"
-	"github.com/relaybatch/relay/internal/esm"
-	"github.com/relaybatch/relay/internal/localrun"
+	"github.com/relaybatch/relay/internal/lambdasqs"
+	"github.com/relaybatch/relay/internal/local/esm"
+	"github.com/relaybatch/relay/internal/local/localrun"
 	"github.com/relaybatch/relay/internal/mockup"
 	"github.com/relaybatch/relay/internal/resources"
 )
@@ -157,7 +158,7 @@ func TestFaultDuplicateDelivery(t *testing.T) {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						rt.App.Engine.Execute(context.Background(), ev)
+						rt.App.Engine.Execute(context.Background(), lambdasqs.Deliveries(ev))
 					}()
 				})
 			case fn == "finalizer":

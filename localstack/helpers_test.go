@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/aws/smithy-go/middleware"
-	"github.com/relaybatch/relay/internal/localrun"
+	"github.com/relaybatch/relay/internal/local/localrun"
 	"github.com/relaybatch/relay/internal/resources"
 )
 

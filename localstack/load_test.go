@@ -25,7 +25,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/config"
-	"github.com/relaybatch/relay/internal/localrun"
+	"github.com/relaybatch/relay/internal/local/localrun"
 )
 
 // loadModels is one model on the mock, with room for every executor.

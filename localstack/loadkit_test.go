@@ -27,7 +27,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/relaybatch/relay/internal/batch"
-	"github.com/relaybatch/relay/internal/localrun"
+	"github.com/relaybatch/relay/internal/local/localrun"
 )
 
 // apiCounter counts the HTTP requests the clients send and their statuses.

@@ -18,7 +18,7 @@ import (
 	schtypes "github.com/aws/aws-sdk-go-v2/service/scheduler/types"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/relaybatch/relay/internal/batch"
-	"github.com/relaybatch/relay/internal/localrun"
+	"github.com/relaybatch/relay/internal/local/localrun"
 )
 
 // fakeClock is the schedule firer's clock, moved by a test so a cron

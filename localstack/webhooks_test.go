@@ -19,7 +19,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/relaybatch/relay/internal/app"
 	"github.com/relaybatch/relay/internal/auth"
-	"github.com/relaybatch/relay/internal/localrun"
+	"github.com/relaybatch/relay/internal/local/localrun"
 )
 
 // hookRequest is one request a receiver got.

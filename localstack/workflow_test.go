@@ -19,7 +19,8 @@ import (
 	"github.com/relaybatch/relay/internal/app"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/engine"
-	"github.com/relaybatch/relay/internal/localrun"
+	"github.com/relaybatch/relay/internal/lambdasqs"
+	"github.com/relaybatch/relay/internal/local/localrun"
 	"github.com/relaybatch/relay/internal/resources"
 )
 
@@ -487,8 +488,8 @@ func TestWorkflowDuplicateDelivery(t *testing.T) {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						if resp, _ := rt.App.Engine.Execute(context.Background(), ev); len(resp.BatchItemFailures) > 0 {
-							t.Errorf("duplicate run failed: %+v", resp)
+						if failed, _ := rt.App.Engine.Execute(context.Background(), lambdasqs.Deliveries(ev)); len(failed) > 0 {
+							t.Errorf("duplicate run failed: %v", failed)
 						}
 					}()
 				})

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/config"
-	"github.com/relaybatch/relay/internal/emulator"
-	"github.com/relaybatch/relay/internal/localrun"
+	"github.com/relaybatch/relay/internal/local/emulator"
+	"github.com/relaybatch/relay/internal/local/localrun"
 )
 
 func endpointSet() bool { return os.Getenv("AWS_ENDPOINT_URL") != "" }

@@ -1,8 +1,11 @@
 // Command deadletter closes chunks that kept failing with dead_letter error lines (SQS work DLQ).
 package main
 
-import "github.com/relaybatch/relay/internal/app"
+import (
+	"github.com/relaybatch/relay/internal/app"
+	"github.com/relaybatch/relay/internal/lambdasqs"
+)
 
 func main() {
-	app.Start("deadletter", func(a *app.App) any { return a.Engine.DeadLetter })
+	app.Start("deadletter", func(a *app.App) any { return lambdasqs.Handler(a.Engine.DeadLetter) })
 }

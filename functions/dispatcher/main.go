@@ -1,8 +1,11 @@
 // Command dispatcher plans batches and releases their chunks to the work queue (SQS dispatch queue).
 package main
 
-import "github.com/relaybatch/relay/internal/app"
+import (
+	"github.com/relaybatch/relay/internal/app"
+	"github.com/relaybatch/relay/internal/lambdasqs"
+)
 
 func main() {
-	app.Start("dispatcher", func(a *app.App) any { return a.Engine.Dispatch })
+	app.Start("dispatcher", func(a *app.App) any { return lambdasqs.Handler(a.Engine.Dispatch) })
 }

@@ -2,8 +2,11 @@
 // message, re-enqueueing failed ones with a delay (SQS webhook queue).
 package main
 
-import "github.com/relaybatch/relay/internal/app"
+import (
+	"github.com/relaybatch/relay/internal/app"
+	"github.com/relaybatch/relay/internal/lambdasqs"
+)
 
 func main() {
-	app.Start("webhook", func(a *app.App) any { return a.Webhooks.Deliver })
+	app.Start("webhook", func(a *app.App) any { return lambdasqs.Handler(a.Webhooks.Deliver) })
 }

@@ -2,10 +2,9 @@
 // net/http handler. In AWS the API is a REST API with Lambda proxy
 // integration: Handler turns each proxy event into an *http.Request and the
 // handler's answer into a buffered proxy response or, for StreamedRoutes, a
-// response stream. Local is the local runtime's HTTP front door: it turns each
-// request into the same proxy event and calls the same Lambda handler, with
-// API Gateway's and Lambda's size and time limits, so what runs locally is the
-// code path that runs in AWS.
+// response stream. The local runtime's HTTP front door (internal/local/gateway)
+// turns each request into the same proxy event and calls the same Handler,
+// so what runs locally is the code path that runs in AWS.
 package apigw
 
 import (
@@ -39,13 +38,13 @@ var StreamedRoutes = []string{
 // segment matches any non-empty segment. The route template itself matches,
 // so an event's Resource can be passed as well as its Path.
 func Streamed(path string) bool {
-	_, _, ok := streamedRoute(path)
+	_, _, ok := StreamedRoute(path)
 	return ok
 }
 
-// streamedRoute returns the StreamedRoutes template that path matches and its
+// StreamedRoute returns the StreamedRoutes template that path matches and its
 // path parameters, as API Gateway would fill them for that resource.
-func streamedRoute(path string) (route string, params map[string]string, ok bool) {
+func StreamedRoute(path string) (route string, params map[string]string, ok bool) {
 	segs := strings.Split(path, "/")
 	for _, route := range StreamedRoutes {
 		if params, ok := matchRoute(strings.Split(route, "/"), segs); ok {
@@ -210,7 +209,7 @@ func proxyResponse(status int, header http.Header, body []byte) events.APIGatewa
 	}
 	switch {
 	case len(body) == 0:
-	case isText(header.Get("Content-Type")) && utf8.Valid(body):
+	case IsText(header.Get("Content-Type")) && utf8.Valid(body):
 		resp.Body = string(body)
 	default:
 		// Binary bodies survive JSON only as base64; invalid UTF-8 in a JSON
@@ -221,9 +220,9 @@ func proxyResponse(status int, header http.Header, body []byte) events.APIGatewa
 	return resp
 }
 
-// isText reports whether a body of this content type travels as a plain
+// IsText reports whether a body of this content type travels as a plain
 // string in a proxy event or response.
-func isText(contentType string) bool {
+func IsText(contentType string) bool {
 	mt, _, err := mime.ParseMediaType(contentType)
 	if err != nil {
 		return false

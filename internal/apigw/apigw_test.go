@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -438,6 +439,31 @@ func loadEvent(t *testing.T, name string) events.APIGatewayProxyRequest {
 		t.Fatalf("decode %s: %v", name, err)
 	}
 	return ev
+}
+
+// mergeHeaders merges a response's two header maps as API Gateway does:
+// all multi-value entries, plus single-value entries not already among them.
+func mergeHeaders(dst http.Header, single map[string]string, multi map[string][]string) {
+	for k, vs := range multi {
+		for _, v := range vs {
+			dst.Add(k, v)
+		}
+	}
+	for k, v := range single {
+		if !slices.Contains(dst.Values(k), v) {
+			dst.Add(k, v)
+		}
+	}
+}
+
+// preludeDelimiter ends the JSON prelude of a streamed response.
+var preludeDelimiter = make([]byte, 8)
+
+// prelude is the JSON head of a streamed response.
+type prelude struct {
+	StatusCode        int                 `json:"statusCode"`
+	Headers           map[string]string   `json:"headers"`
+	MultiValueHeaders map[string][]string `json:"multiValueHeaders"`
 }
 
 // readResult reads a Handler result the way API Gateway does.

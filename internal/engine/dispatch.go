@@ -7,10 +7,10 @@ import (
 	"io"
 	"time"
 
-	"github.com/aws/aws-lambda-go/events"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/jsonl"
+	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/store"
 	"github.com/relaybatch/relay/internal/workflow"
 )
@@ -30,8 +30,8 @@ const MessagesEndpoint = "/v1/messages"
 
 // Dispatch is the dispatcher function's SQS handler: plans, drains of
 // cancelled batches and the periodic tick. Each message is idempotent.
-func (e *Engine) Dispatch(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
-	return eachMessage(ctx, e.Log, ev, func(ctx context.Context, m Message) error {
+func (e *Engine) Dispatch(ctx context.Context, ds []queue.Delivery) ([]string, error) {
+	return eachMessage(ctx, e.Log, ds, func(ctx context.Context, m Message) error {
 		switch m.Type {
 		case MsgPlan:
 			return e.Plan(ctx, m.Tenant, m.Batch)

@@ -5,12 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/aws/aws-lambda-go/events"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/provider"
@@ -78,13 +76,13 @@ type outcome struct {
 
 // chunkRun is one work message being executed.
 type chunkRun struct {
-	rec    events.SQSMessage
-	msg    Message
-	b      batch.Batch
-	c      batch.Chunk
-	reqs   []jsonl.Request
-	outs   []outcome
-	status *atomic.Value
+	delivery queue.Delivery
+	msg      Message
+	b        batch.Batch
+	c        batch.Chunk
+	reqs     []jsonl.Request
+	outs     []outcome
+	status   *atomic.Value
 	// ctx ends when the invocation must stop or the run lost its lease.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -97,16 +95,16 @@ type chunkRun struct {
 // chunks it is given run through one pool of their slots, so one chunk's
 // slow tail does not idle slots while another has rows waiting; each chunk
 // commits on its own, hands its slots on, and is reported on its own.
-func (e *Engine) Execute(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
-	var resp events.SQSEventResponse
+func (e *Engine) Execute(ctx context.Context, ds []queue.Delivery) ([]string, error) {
+	var failed []string
 	var runs []*chunkRun
-	for _, rec := range ev.Records {
+	for _, d := range ds {
 		var m Message
-		if err := json.Unmarshal([]byte(rec.Body), &m); err != nil || m.Type != MsgChunk {
-			e.Log.ErrorContext(ctx, "undecodable work message dropped", "message_id", rec.MessageId)
+		if err := json.Unmarshal([]byte(d.Body), &m); err != nil || m.Type != MsgChunk {
+			e.Log.ErrorContext(ctx, "undecodable work message dropped", "message_id", d.ID)
 			continue
 		}
-		runs = append(runs, &chunkRun{rec: rec, msg: m, done: make(chan struct{})})
+		runs = append(runs, &chunkRun{delivery: d, msg: m, done: make(chan struct{})})
 	}
 	runs, later := aloneFirst(runs)
 	if len(later) > 0 {
@@ -120,7 +118,7 @@ func (e *Engine) Execute(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		if err := e.Queue.SendBatch(ctx, resources.Work, again, 0); err != nil {
 			e.Log.WarnContext(ctx, "re-send messages that shared an invocation with a suspect", "err", err)
 			for _, r := range later {
-				resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: r.rec.MessageId})
+				failed = append(failed, r.delivery.ID)
 			}
 		}
 	}
@@ -130,13 +128,13 @@ func (e *Engine) Execute(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 			continue
 		}
 		e.Log.ErrorContext(ctx, "chunk failed", "batch_id", r.msg.Batch, "chunk", r.msg.Chunk, "run", r.msg.Run,
-			"receive_count", r.rec.Attributes["ApproximateReceiveCount"], "err", r.err)
+			"receive_count", r.delivery.ReceiveCount, "err", r.err)
 		if e.retrySoon(ctx, r) {
 			continue
 		}
-		resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: r.rec.MessageId})
+		failed = append(failed, r.delivery.ID)
 	}
-	return resp, nil
+	return failed, nil
 }
 
 // maxQuickRetries bounds how often a run goes back to the queue after a
@@ -181,8 +179,7 @@ func aloneFirst(runs []*chunkRun) (now, later []*chunkRun) {
 		return runs, nil
 	}
 	for i, r := range runs {
-		n, _ := strconv.Atoi(r.rec.Attributes["ApproximateReceiveCount"])
-		if n > 1 || r.msg.Attempt > 1 {
+		if r.delivery.ReceiveCount > 1 || r.msg.Attempt > 1 {
 			return []*chunkRun{r}, append(append([]*chunkRun{}, runs[:i]...), runs[i+1:]...)
 		}
 	}
@@ -421,7 +418,7 @@ func (e *Engine) heartbeat(ctx context.Context, runs []*chunkRun) {
 				if isClosed(r.done) {
 					continue
 				}
-				if err := e.Queue.ExtendVisibility(ctx, resources.Work, r.rec.ReceiptHandle, vis); err != nil && ctx.Err() == nil {
+				if err := e.Queue.ExtendVisibility(ctx, resources.Work, r.delivery.ReceiptHandle, vis); err != nil && ctx.Err() == nil {
 					e.Log.WarnContext(ctx, "extend visibility", "err", err)
 				}
 			}

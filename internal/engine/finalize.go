@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/aws/aws-lambda-go/events"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/jsonl"
+	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/store"
 )
@@ -22,8 +22,8 @@ import (
 // that commits first never leaves phantom dead letters. A message that
 // reached the DLQ by SQS's receive count while its chunk still has
 // attempts left (it shared invocations that crashed) goes back to work.
-func (e *Engine) DeadLetter(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
-	return eachMessage(ctx, e.Log, ev, func(ctx context.Context, m Message) error {
+func (e *Engine) DeadLetter(ctx context.Context, ds []queue.Delivery) ([]string, error) {
+	return eachMessage(ctx, e.Log, ds, func(ctx context.Context, m Message) error {
 		b, err := e.Store.GetBatch(ctx, m.Tenant, m.Batch)
 		if errors.Is(err, store.ErrBatchNotFound) {
 			return nil
@@ -105,8 +105,8 @@ func deadLetters(c batch.Chunk, ids []string) []batch.DeadLetter {
 }
 
 // Finalize is the finalizer function's handler.
-func (e *Engine) Finalize(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
-	return eachMessage(ctx, e.Log, ev, func(ctx context.Context, m Message) error {
+func (e *Engine) Finalize(ctx context.Context, ds []queue.Delivery) ([]string, error) {
+	return eachMessage(ctx, e.Log, ds, func(ctx context.Context, m Message) error {
 		return e.FinalizeBatch(ctx, m.Tenant, m.Batch)
 	})
 }

@@ -2,14 +2,13 @@ package engine
 
 import (
 	"context"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-lambda-go/events"
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/store"
 )
 
@@ -229,12 +228,11 @@ func TestSlotPoolAcquireStopsWithContext(t *testing.T) {
 func TestAloneFirst(t *testing.T) {
 	t.Parallel()
 	run := func(id string, receives, attempt int) *chunkRun {
-		return &chunkRun{rec: events.SQSMessage{MessageId: id, Attributes: map[string]string{"ApproximateReceiveCount": strconv.Itoa(receives)}},
-			msg: Message{Attempt: attempt}}
+		return &chunkRun{delivery: queue.Delivery{ID: id, ReceiveCount: receives}, msg: Message{Attempt: attempt}}
 	}
 	ids := func(rs []*chunkRun) (s string) {
 		for _, r := range rs {
-			s += r.rec.MessageId
+			s += r.delivery.ID
 		}
 		return s
 	}

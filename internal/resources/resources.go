@@ -1,7 +1,7 @@
 // Package resources is the one definition of the service's stateful AWS
 // resources and functions: table, bucket, queues, schedule group, and which
 // function consumes which queue. The CDK app (infra/) and the local runtime
-// (internal/localrun) both build from it, so local and AWS cannot drift.
+// (internal/local/localrun) both build from it, so local and AWS cannot drift.
 package resources
 
 import "time"

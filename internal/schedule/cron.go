@@ -1,9 +1,9 @@
 // Package schedule owns recurring batches' timing on EventBridge Scheduler:
 // it validates a template's 5-field cron and timezone, translates them to
 // Scheduler's 6-field cron, creates and deletes the schedules (and one-time
-// at() schedules), and, because the local emulator stores schedules but never
-// fires them, runs a Firer that reads the group's schedules back through the
-// Scheduler API and fires them itself.
+// at() schedules), and parses the expressions it reads back (ParseExpression)
+// for the local firer (internal/local/firer), which fires the schedules the
+// emulator stores but never fires.
 package schedule
 
 import (

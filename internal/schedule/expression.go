@@ -19,7 +19,7 @@ const (
 const atLayout = "2006-01-02T15:04:05"
 
 // Expr is a Scheduler schedule expression read back from the API, so the
-// local Firer can tell when a schedule fires.
+// local firer (internal/local/firer) can tell when a schedule fires.
 type Expr struct {
 	Kind     Kind
 	Location *time.Location

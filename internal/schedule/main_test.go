@@ -13,7 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/scheduler"
 
-	"github.com/relaybatch/relay/internal/emulator"
+	"github.com/relaybatch/relay/internal/local/emulator"
 )
 
 // client talks to the emulator TestMain starts; integration tests create a

@@ -58,12 +58,12 @@ func (in Input) At() (time.Time, error) {
 // 185 attempts over 24 hours).
 var retryPolicy = &types.RetryPolicy{
 	MaximumRetryAttempts:     aws.Int32(10),
-	MaximumEventAgeInSeconds: aws.Int32(int32(maxLateness / time.Second)),
+	MaximumEventAgeInSeconds: aws.Int32(int32(MaxLateness / time.Second)),
 }
 
-// maxLateness is how late a firing may still be delivered, by Scheduler's
-// retries in AWS and by the Firer catching up locally.
-const maxLateness = time.Hour
+// MaxLateness is how late a firing may still be delivered, by Scheduler's
+// retries in AWS and by the local firer (internal/local/firer) catching up.
+const MaxLateness = time.Hour
 
 // Manager creates and deletes the service's schedules in one schedule group.
 type Manager struct {
@@ -194,6 +194,14 @@ func ScheduleName(id string) string {
 		clean = clean[:maxNameLen-len(suffix)]
 	}
 	return clean + suffix
+}
+
+// nonEmpty: a nil group name is Scheduler's default group.
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return aws.String(s)
 }
 
 func isNotFound(err error) bool {

@@ -21,11 +21,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"time"
 
-	"github.com/aws/aws-lambda-go/events"
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/queue"
@@ -127,31 +125,31 @@ func eventID(batchID string, status batch.Status) string {
 // Deliver is the webhook function's SQS handler. A batch's messages are
 // attempted concurrently: each may take the whole per-attempt timeout, and
 // ten in a row would outlast the function.
-func (s *Service) Deliver(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+func (s *Service) Deliver(ctx context.Context, ds []queue.Delivery) ([]string, error) {
 	var (
-		resp events.SQSEventResponse
-		mu   sync.Mutex
-		wg   sync.WaitGroup
+		failed []string
+		mu     sync.Mutex
+		wg     sync.WaitGroup
 	)
-	for _, rec := range ev.Records {
+	for _, d := range ds {
 		var m message
-		if err := json.Unmarshal([]byte(rec.Body), &m); err != nil || m.Batch == "" || m.Attempt < 1 {
-			s.Log.ErrorContext(ctx, "undecodable webhook message dropped", "message_id", rec.MessageId)
+		if err := json.Unmarshal([]byte(d.Body), &m); err != nil || m.Batch == "" || m.Attempt < 1 {
+			s.Log.ErrorContext(ctx, "undecodable webhook message dropped", "message_id", d.ID)
 			continue
 		}
-		redelivered := receiveCount(rec) > 1
+		redelivered := d.ReceiveCount > 1
 		wg.Go(func() {
 			if err := s.deliver(ctx, m, redelivered); err != nil {
-				s.Log.ErrorContext(ctx, "webhook message failed", "message_id", rec.MessageId, "batch_id", m.Batch,
+				s.Log.ErrorContext(ctx, "webhook message failed", "message_id", d.ID, "batch_id", m.Batch,
 					"tenant", m.Tenant, "attempt", m.Attempt, "err", err)
 				mu.Lock()
-				resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
+				failed = append(failed, d.ID)
 				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
-	return resp, nil
+	return failed, nil
 }
 
 // deliver makes the attempt m stands for, unless it was made already (a
@@ -250,14 +248,4 @@ func (s *Service) WithDeliveries(ctx context.Context, b batch.Batch) batch.Batch
 	sum := d.Summary()
 	b.WebhookDeliveries = &sum
 	return b
-}
-
-// receiveCount is the ApproximateReceiveCount of an SQS record, 1 when
-// absent.
-func receiveCount(rec events.SQSMessage) int {
-	n, err := strconv.Atoi(rec.Attributes["ApproximateReceiveCount"])
-	if err != nil || n < 1 {
-		return 1
-	}
-	return n
 }

@@ -1,4 +1,4 @@
-package apigw
+package gateway
 
 import (
 	"bytes"
@@ -20,12 +20,41 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/relaybatch/relay/internal/apigw"
 )
 
-// newLocal serves h the way the local runtime does: Local -> Handler(h) -> h.
-func newLocal(t *testing.T, h http.Handler, configure ...func(*Local)) *httptest.Server {
+// received is what a handler saw, so tests can compare it with what was sent.
+type received struct {
+	Method     string      `json:"method"`
+	Path       string      `json:"path"`
+	Query      url.Values  `json:"query"`
+	Header     http.Header `json:"header"`
+	Host       string      `json:"host"`
+	RemoteAddr string      `json:"remote_addr"`
+	Body       []byte      `json:"body"`
+}
+
+// echo answers with what it received.
+func echo(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(received{
+		Method: r.Method, Path: r.URL.Path, Query: r.URL.Query(), Header: r.Header,
+		Host: r.Host, RemoteAddr: r.RemoteAddr, Body: body,
+	})
+}
+
+// internalError is apigw.Handler's body for a handler panic.
+const internalError = `{"error":{"message":"internal error","type":"server_error","param":null,"code":null}}`
+
+// newLocal serves h the way the local runtime does: Front -> apigw.Handler(h) -> h.
+func newLocal(t *testing.T, h http.Handler, configure ...func(*Front)) *httptest.Server {
 	t.Helper()
-	l := &Local{Invoke: Handler(h)}
+	l := &Front{Invoke: apigw.Handler(h)}
 	for _, c := range configure {
 		c(l)
 	}
@@ -422,8 +451,8 @@ func TestLocalTooLarge(t *testing.T) {
 			t.Parallel()
 			var mu sync.Mutex
 			invoked := false
-			invoke := Handler(countBytes)
-			l := &Local{MaxEventBytes: tt.max, Invoke: func(ctx context.Context, ev events.APIGatewayProxyRequest) (any, error) {
+			invoke := apigw.Handler(countBytes)
+			l := &Front{MaxEventBytes: tt.max, Invoke: func(ctx context.Context, ev events.APIGatewayProxyRequest) (any, error) {
 				mu.Lock()
 				invoked = true
 				mu.Unlock()
@@ -506,7 +535,7 @@ func TestLocalTimeout(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			srv := newLocal(t, tt.handler, func(l *Local) { l.Timeout = 50 * time.Millisecond })
+			srv := newLocal(t, tt.handler, func(l *Front) { l.Timeout = 50 * time.Millisecond })
 			req, _ := http.NewRequestWithContext(t.Context(), "GET", srv.URL+"/v1/batches", nil)
 			resp, body := do(t, req)
 			if resp.StatusCode != http.StatusGatewayTimeout {
@@ -554,7 +583,7 @@ func TestLocalDeadline(t *testing.T) {
 	}
 }
 
-// TestLocalEvent checks the event Local builds against what API Gateway sends.
+// TestLocalEvent checks the event Front builds against what API Gateway sends.
 func TestLocalEvent(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -608,12 +637,12 @@ func TestLocalEvent(t *testing.T) {
 			var mu sync.Mutex
 			var evs []events.APIGatewayProxyRequest
 			var seen []string
-			invoke := Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			invoke := apigw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				mu.Lock()
 				seen = append(seen, r.Header.Get("X-Request-Id"))
 				mu.Unlock()
 			}))
-			srv := httptest.NewServer(&Local{Invoke: func(ctx context.Context, ev events.APIGatewayProxyRequest) (any, error) {
+			srv := httptest.NewServer(&Front{Invoke: func(ctx context.Context, ev events.APIGatewayProxyRequest) (any, error) {
 				mu.Lock()
 				evs = append(evs, ev)
 				mu.Unlock()
@@ -692,7 +721,7 @@ func TestLocalInvokeFailure(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			srv := httptest.NewServer(&Local{Invoke: tt.invoke})
+			srv := httptest.NewServer(&Front{Invoke: tt.invoke})
 			defer srv.Close()
 			req, _ := http.NewRequestWithContext(t.Context(), "GET", srv.URL+"/v1/batches", nil)
 			resp, body := do(t, req)

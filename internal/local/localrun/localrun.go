@@ -27,10 +27,13 @@ import (
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/engine"
-	"github.com/relaybatch/relay/internal/esm"
+	"github.com/relaybatch/relay/internal/lambdasqs"
+	"github.com/relaybatch/relay/internal/local/esm"
+	"github.com/relaybatch/relay/internal/local/firer"
+	"github.com/relaybatch/relay/internal/local/gateway"
 	"github.com/relaybatch/relay/internal/mockup"
+	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
-	"github.com/relaybatch/relay/internal/schedule"
 )
 
 // Options configure a local runtime.
@@ -66,7 +69,7 @@ type Options struct {
 	StrictWebhooks bool
 	// SchedulerClock is the clock the schedule firer evaluates schedules
 	// against (default time.Now), and SchedulerRefresh how often it re-reads
-	// them (default schedule.DefaultRefresh): tests move the clock to fire a
+	// them (default firer.DefaultRefresh): tests move the clock to fire a
 	// cron template's minutes at once.
 	SchedulerClock   func() time.Time
 	SchedulerRefresh time.Duration
@@ -130,7 +133,7 @@ func Start(ctx context.Context, o Options) (*Runtime, error) {
 			return nil, fmt.Errorf("mock provider: %w", err)
 		}
 	}
-	front := &apigw.Local{Invoke: apigw.Handler(a.API())}
+	front := &gateway.Front{Invoke: apigw.Handler(a.API())}
 	addr, err := rt.serve(o.Addr, front)
 	if err != nil {
 		rt.Close()
@@ -159,7 +162,7 @@ func (rt *Runtime) startFirer(ctx context.Context, o Options) {
 	if o.SchedulerClock != nil {
 		now = o.SchedulerClock
 	}
-	f := &schedule.Firer{
+	f := &firer.Firer{
 		API: rt.App.Scheduler, Group: s.Schedules.Group, Refresh: o.SchedulerRefresh, Now: o.SchedulerClock, Logger: o.Log,
 		// From the start of the runtime, not of the goroutine: a time that
 		// comes due once Start has returned fires.
@@ -182,7 +185,7 @@ func (rt *Runtime) startFirer(ctx context.Context, o Options) {
 // function's batch size, timeout and concurrency.
 func (rt *Runtime) startPollers(ctx context.Context, o Options) error {
 	e := rt.App.Engine
-	handlers := map[string]esm.Handler{
+	handlers := map[string]queue.Handler{
 		"dispatcher": e.Dispatch,
 		"executor":   e.Execute,
 		"deadletter": e.DeadLetter,
@@ -204,7 +207,7 @@ func (rt *Runtime) startPollers(ctx context.Context, o Options) error {
 		}
 		p := &esm.Poller{
 			Client: rt.App.SQS, QueueURL: url, FunctionName: f.Name, BatchSize: f.BatchSize,
-			Concurrency: conc, FunctionTimeout: f.Timeout, Handler: h, Logger: o.Log,
+			Concurrency: conc, FunctionTimeout: f.Timeout, Handler: lambdasqs.Handler(h), Logger: o.Log,
 		}
 		name := f.Name
 		if o.OnInvoke != nil {

@@ -1,4 +1,4 @@
-package schedule
+package firer
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/scheduler"
 	"github.com/aws/aws-sdk-go-v2/service/scheduler/types"
+	"github.com/relaybatch/relay/internal/schedule"
 )
 
 // fakeClock is the Firer's Now, moved by the test so a schedule's minutes
@@ -72,7 +73,7 @@ func TestFirer(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	m := newManager(t)
-	every, err := Parse("* * * * *", "")
+	every, err := schedule.Parse("* * * * *", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,14 +175,14 @@ func TestFirer(t *testing.T) {
 
 	// The input is the schedule's, with the scheduled time filled in.
 	fired.mu.Lock()
-	var in Input
+	var in schedule.Input
 	err = json.Unmarshal(fired.inputs[a][1], &in)
 	oneTime := string(fired.inputs["expire-batch_1"][0])
 	fired.mu.Unlock()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Input{TemplateID: a, Tenant: "tenant_1", ScheduledTime: minute(1).UTC().Format(time.RFC3339)}); in != want {
+	if want := (schedule.Input{TemplateID: a, Tenant: "tenant_1", ScheduledTime: minute(1).UTC().Format(time.RFC3339)}); in != want {
 		t.Errorf("input = %+v, want %+v", in, want)
 	}
 	if at, err := in.At(); err != nil || !at.Equal(minute(1)) {
@@ -205,7 +206,7 @@ func TestFirerRetriesAFailedFiring(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	m := newManager(t)
-	every, err := Parse("* * * * *", "")
+	every, err := schedule.Parse("* * * * *", "")
 	if err != nil {
 		t.Fatal(err)
 	}

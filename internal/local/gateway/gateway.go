@@ -1,4 +1,9 @@
-package apigw
+// Package gateway emulates API Gateway's REST API with Lambda proxy
+// integration for the local runtime: each HTTP request becomes the proxy
+// event API Gateway would send, the api function's handler (apigw.Handler)
+// runs it, and its answer goes back as API Gateway would send it, with
+// Lambda's and API Gateway's size and time limits.
+package gateway
 
 import (
 	"bufio"
@@ -19,6 +24,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/relaybatch/relay/internal/apigw"
 )
 
 const (
@@ -37,11 +43,11 @@ const (
 // preludeDelimiter ends the JSON prelude of a streamed response.
 var preludeDelimiter = make([]byte, 8)
 
-// Local is the local runtime's front door: each HTTP request becomes the
+// Front is the local runtime's front door: each HTTP request becomes the
 // APIGatewayProxyRequest API Gateway would send, Invoke (normally
-// Handler(api)) runs it, and the result is written back as API Gateway
+// apigw.Handler(api)) runs it, and the result is written back as API Gateway
 // would: buffered, or streamed from the HTTP-integration prelude.
-type Local struct {
+type Front struct {
 	// Invoke is the Lambda handler; required.
 	Invoke func(ctx context.Context, ev events.APIGatewayProxyRequest) (any, error)
 	// MaxEventBytes is the largest event JSON Invoke may receive, and the
@@ -53,7 +59,7 @@ type Local struct {
 	Timeout time.Duration
 }
 
-func (l *Local) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (l *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	limit := l.MaxEventBytes
 	if limit <= 0 {
 		limit = lambdaPayloadBytes
@@ -87,7 +93,7 @@ func (l *Local) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if timeout <= 0 {
 		timeout = integrationTimeout
 	}
-	if Streamed(r.URL.Path) {
+	if apigw.Streamed(r.URL.Path) {
 		timeout = streamTimeout
 	}
 	// The deadline also covers the stream: cancel runs when ServeHTTP ends.
@@ -165,7 +171,7 @@ func newEvent(r *http.Request, body []byte) events.APIGatewayProxyRequest {
 	}
 	// The deployed API has one resource per streamed route (where STREAM is
 	// set) and a greedy proxy resource for everything else.
-	if route, params, ok := streamedRoute(r.URL.Path); ok {
+	if route, params, ok := apigw.StreamedRoute(r.URL.Path); ok {
 		ev.Resource, ev.PathParameters = route, params
 	} else if p := strings.TrimPrefix(r.URL.Path, "/"); p != "" {
 		ev.PathParameters = map[string]string{"proxy": p}
@@ -182,7 +188,7 @@ func newEvent(r *http.Request, body []byte) events.APIGatewayProxyRequest {
 	ev.QueryStringParameters, ev.MultiValueQueryStringParameters = eventMaps(r.URL.Query())
 
 	if len(body) > 0 {
-		if isText(r.Header.Get("Content-Type")) && utf8.Valid(body) {
+		if apigw.IsText(r.Header.Get("Content-Type")) && utf8.Valid(body) {
 			ev.Body = string(body)
 		} else {
 			ev.Body = base64.StdEncoding.EncodeToString(body)
@@ -195,7 +201,7 @@ func newEvent(r *http.Request, body []byte) events.APIGatewayProxyRequest {
 // deployedEventSize is the size of the event JSON Lambda would receive for
 // this request in AWS. The deployed API sets binary media type */* (see
 // infra/api.go), so there every body arrives base64-encoded, a third larger
-// than the raw bytes, even a JSON body that Local passes as plain text.
+// than the raw bytes, even a JSON body that Front passes as plain text.
 func deployedEventSize(ev events.APIGatewayProxyRequest, body []byte) (int, error) {
 	if len(body) > 0 {
 		ev.Body = base64.StdEncoding.EncodeToString(body)

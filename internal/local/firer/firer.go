@@ -1,4 +1,7 @@
-package schedule
+// Package firer fires the schedules of EventBridge Scheduler for the local
+// runtime (internal/local/localrun): the emulator stores schedules but never
+// fires them. In AWS, Scheduler itself invokes the scheduler function.
+package firer
 
 import (
 	"cmp"
@@ -15,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/scheduler"
 	"github.com/aws/aws-sdk-go-v2/service/scheduler/types"
+	"github.com/relaybatch/relay/internal/schedule"
 )
 
 // DefaultRefresh is how often a Firer re-reads the schedules when nothing
@@ -24,7 +28,7 @@ const DefaultRefresh = 5 * time.Second
 // Firer does locally what Scheduler does in AWS, for an emulator that stores
 // schedules but never fires them: it reads the group's schedules through the
 // Scheduler API and calls Fire at each one's scheduled times, with the
-// schedule's input (context attributes such as ScheduledTimePlaceholder
+// schedule's input (context attributes such as schedule.ScheduledTimePlaceholder
 // substituted, as Scheduler does) and the scheduled time.
 //
 // It re-reads the schedules every Refresh and just before firing, so a
@@ -39,7 +43,7 @@ const DefaultRefresh = 5 * time.Second
 // says (Scheduler's default, 185 attempts, when it has none), with a
 // backoff from RetryWait doubling to 5 s; Fire calls are sequential.
 type Firer struct {
-	API   API
+	API   schedule.API
 	Group string
 	// Refresh defaults to DefaultRefresh.
 	Refresh time.Duration
@@ -75,7 +79,7 @@ type tracked struct {
 	deleteAfter          bool
 	enabled              bool
 	retries              int // retries of a failed firing (the target's RetryPolicy)
-	when                 Expr
+	when                 schedule.Expr
 	next                 time.Time // zero: nothing more to fire
 }
 
@@ -178,12 +182,12 @@ func (f *Firer) load(ctx context.Context, now time.Time, log *slog.Logger) error
 			fresh[name] = t
 			continue
 		}
-		when, err := ParseExpression(t.expr, t.tz)
+		when, err := schedule.ParseExpression(t.expr, t.tz)
 		if err != nil {
 			if old == nil || old.expr != t.expr || old.tz != t.tz {
 				log.Error("schedule cannot be fired locally", "schedule", name, "err", err)
 			}
-			t.when = Expr{} // never due
+			t.when = schedule.Expr{} // never due
 			fresh[name] = t
 			continue
 		}
@@ -205,13 +209,13 @@ func (t *tracked) sameTiming(u *tracked) bool {
 // just before a time that came due before this look still fires it.
 func (f *Firer) first(name string, t *tracked) time.Time {
 	switch t.when.Kind {
-	case KindAt:
+	case schedule.KindAt:
 		// One-time schedules ignore StartDate and fire however late.
 		if t.when.At.After(f.lastFired[name]) {
 			return t.when.At
 		}
 		return time.Time{}
-	case KindRate:
+	case schedule.KindRate:
 		// A rate fires first at its StartDate or, without one, at creation.
 		t.when.Start = cmp.Or(t.start, t.created, f.lastLoad)
 	}
@@ -235,13 +239,13 @@ func (f *Firer) fireDue(ctx context.Context, now time.Time, log *slog.Logger) {
 		if !t.enabled {
 			continue
 		}
-		if t.when.Kind != KindAt && !t.next.IsZero() && now.Sub(t.next) > maxLateness {
-			skipTo := t.when.Next(now.Add(-maxLateness))
+		if t.when.Kind != schedule.KindAt && !t.next.IsZero() && now.Sub(t.next) > schedule.MaxLateness {
+			skipTo := t.when.Next(now.Add(-schedule.MaxLateness))
 			log.Warn("schedule missed firings more than an hour late; skipping them", "schedule", name, "from", t.next, "to", skipTo)
 			t.next = skipTo
 		}
 		for !t.next.IsZero() && !t.next.After(now) {
-			if t.when.Kind != KindAt && !t.end.IsZero() && t.next.After(t.end) {
+			if t.when.Kind != schedule.KindAt && !t.end.IsZero() && t.next.After(t.end) {
 				t.next = time.Time{}
 				break
 			}
@@ -261,7 +265,7 @@ func (f *Firer) fireDue(ctx context.Context, now time.Time, log *slog.Logger) {
 		t := f.schedules[d.name]
 		log := log.With("schedule", d.name, "scheduled_time", d.at)
 		f.fire(ctx, d.name, t, d.at, log)
-		if t.when.Kind == KindAt && t.deleteAfter {
+		if t.when.Kind == schedule.KindAt && t.deleteAfter {
 			_, err := f.API.DeleteSchedule(ctx, &scheduler.DeleteScheduleInput{Name: aws.String(d.name), GroupName: nonEmpty(f.Group)})
 			if err != nil && !isNotFound(err) {
 				log.Error("delete completed one-time schedule", "err", err)
@@ -304,7 +308,7 @@ func substitute(t *tracked, at time.Time) []byte {
 	var id [8]byte
 	rand.Read(id[:])
 	return []byte(strings.NewReplacer(
-		ScheduledTimePlaceholder, at.UTC().Format(time.RFC3339),
+		schedule.ScheduledTimePlaceholder, at.UTC().Format(time.RFC3339),
 		"<aws.scheduler.schedule-arn>", t.arn,
 		"<aws.scheduler.execution-id>", hex.EncodeToString(id[:]),
 		"<aws.scheduler.attempt-number>", "1",
@@ -317,6 +321,11 @@ func nonEmpty(s string) *string {
 		return nil
 	}
 	return aws.String(s)
+}
+
+func isNotFound(err error) bool {
+	var nf *types.ResourceNotFoundException
+	return errors.As(err, &nf)
 }
 
 func maxTime(a, b time.Time) time.Time {

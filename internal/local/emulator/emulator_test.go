@@ -5,7 +5,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/relaybatch/relay/internal/emulator"
+	"github.com/relaybatch/relay/internal/local/emulator"
 )
 
 func TestStartServesSQS(t *testing.T) {

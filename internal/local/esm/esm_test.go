@@ -21,8 +21,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/relaybatch/relay/internal/emulator"
-	"github.com/relaybatch/relay/internal/esm"
+	"github.com/relaybatch/relay/internal/local/emulator"
+	"github.com/relaybatch/relay/internal/local/esm"
 )
 
 // client talks to the emulator: AWS_ENDPOINT_URL, or a moto_server started
