@@ -182,3 +182,31 @@ func TestLivenessPlanStartFailsOnce(t *testing.T) {
 	}
 	checkAccounting(t, rt, c, key, b, idsOf(rows))
 }
+
+func TestLivenessPlanLeaseTakenAmbiguously(t *testing.T) {
+	t.Parallel()
+	// The write that takes the plan lease takes effect and fails all the
+	// same: the plan message comes back and must find the lease over (it
+	// lasts until the attempt's deadline), not wait two minutes for it.
+	in := awsfault.New(8)
+	rt := runtime(t, withAPIOption(in.APIOption), quickDispatchRetry)
+	c, key := client(t, rt, "acme")
+	rows := nRows(12, "leased")
+	f := upload(t, c, "in.jsonl", jsonlRows(rows))
+	in.Add(awsfault.Rule{Service: "DynamoDB", Operation: "PutItem", Kind: awsfault.After, Times: 1,
+		Match: func(_ context.Context, v any) bool {
+			n, ok := v.(*dynamodb.PutItemInput).Item["plan_lease"].(*types.AttributeValueMemberN)
+			return ok && n.Value != "0"
+		}})
+	id := createBatch(t, c, f.ID).ID
+	var b *openai.Batch
+	eventually(t, "the batch ends well within two minutes", time.Minute, func() bool {
+		got, err := c.Batches.Get(context.Background(), id)
+		b = got
+		return err == nil && terminal[got.Status]
+	})
+	if b.Status != "completed" || in.Total() != 1 {
+		t.Fatalf("status %s, faults %d", b.Status, in.Total())
+	}
+	checkAccounting(t, rt, c, key, b, idsOf(rows))
+}

@@ -16,8 +16,21 @@ import (
 )
 
 // planLease is how long one dispatcher may plan a batch before another may
-// take over (the first one crashed).
+// take over (the first one crashed): at most until its invocation's
+// deadline (planLeaseUntil), so the plan message that comes back after a
+// failed attempt, visibility timeout later, always finds the lease over
+// even when the attempt could not give it back.
 const planLease = 2 * time.Minute
+
+// planLeaseUntil is when a plan attempt's lease taken at now ends: the
+// invocation's deadline, rounded up to the second, or planLease.
+func planLeaseUntil(ctx context.Context, now time.Time) int64 {
+	until := now.Add(planLease)
+	if d, ok := ctx.Deadline(); ok && d.Before(until) {
+		until = d
+	}
+	return until.Add(time.Second - 1).Unix()
+}
 
 // maxInputObjects bounds the objects (upload parts) of an input file a plan
 // takes.
@@ -104,7 +117,7 @@ func (e *Engine) takePlanLease(ctx context.Context, tenant, id string) (batch.Ba
 		if b.ChunksTotal == 0 && b.Status != batch.Validating && b.Status != batch.Cancelling {
 			return errSkip
 		}
-		b.PlanLease = now.Add(planLease).Unix()
+		b.PlanLease = planLeaseUntil(ctx, now)
 		return nil
 	})
 	if errors.Is(err, errSkip) || errors.Is(err, store.ErrBatchNotFound) {

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
 )
@@ -23,5 +24,18 @@ func TestReleaseInflightOff(t *testing.T) {
 		if err := on.releaseInflight(ctx, b); err != nil {
 			t.Fatalf("%s batch: %v", b.Status, err)
 		}
+	}
+}
+
+func TestPlanLeaseEndsWithTheInvocation(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_000_000, 0)
+	if got := planLeaseUntil(context.Background(), now); got != now.Add(planLease).Unix() {
+		t.Fatalf("no deadline: lease until %d, want %d", got, now.Add(planLease).Unix())
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), now.Add(9500*time.Millisecond))
+	defer cancel()
+	if got := planLeaseUntil(ctx, now); got != now.Unix()+10 {
+		t.Fatalf("deadline in 9.5 s: lease until %d, want %d (rounded up)", got, now.Unix()+10)
 	}
 }
