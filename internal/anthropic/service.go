@@ -533,9 +533,9 @@ func MessageResultOf(l part.Line) wire.MessageResult {
 		return erroredResult(l.CustomID, typ, msg, rid)
 	case l.Error == nil:
 		return erroredResult(l.CustomID, wire.ErrorType(http.StatusInternalServerError), "the request has no recorded result", nil)
-	case l.Error.Code == engine.CodeCancelled:
+	case l.Error.Code == part.CodeCancelled:
 		return wire.MessageResult{CustomID: l.CustomID, Result: wire.MessageOutcome{Type: "canceled"}}
-	case l.Error.Code == engine.CodeExpired:
+	case l.Error.Code == part.CodeExpired:
 		return wire.MessageResult{CustomID: l.CustomID, Result: wire.MessageOutcome{Type: "expired"}}
 	}
 	return erroredResult(l.CustomID, errorTypeOfCode(l.Error.Code), l.Error.Code+": "+l.Error.Message, nil)

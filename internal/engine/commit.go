@@ -19,12 +19,8 @@ import (
 // records it: the chunk's pattern and part sizes, the rows' counts, and
 // their usage under the UTC day of now. It returns the part's objects by
 // kind ("out", "err", "usage"; batch.Chunk.Parts).
-func buildPart(b batch.Batch, c batch.Chunk, outs []outcome, deadLetters int64, now time.Time) (map[string][]byte, store.Commit) {
-	in := make([]part.Outcome, len(outs))
-	for i, o := range outs {
-		in[i] = part.Outcome{CustomID: o.customID, Result: o.res, Code: o.code, Message: o.message, Expired: o.expired, Cancelled: o.cancelled}
-	}
-	p := part.Build(b, c.FirstRow, in, now)
+func buildPart(b batch.Batch, c batch.Chunk, outs []part.Outcome, deadLetters int64, now time.Time) (map[string][]byte, store.Commit) {
+	p := part.Build(b, c.FirstRow, outs, now)
 	c.Pattern, c.OutBytes, c.ErrBytes = p.Pattern, int64(len(p.Out)), int64(len(p.Err))
 	cm := store.Commit{Chunk: c, Completed: p.Completed, Failed: p.Failed, Expired: p.Expired, Cancelled: p.Cancelled,
 		DeadLetters: deadLetters, Usage: p.Tokens, UsageByModel: map[string]store.UsageAgg{}, Day: now.UTC().Format("2006-01-02")}
@@ -36,7 +32,7 @@ func buildPart(b batch.Batch, c batch.Chunk, outs []outcome, deadLetters int64, 
 
 // commitRows writes a run's part under keys of its own and commits the
 // chunk. It reports whether this run's commit is the one that took effect.
-func (e *Engine) commitRows(ctx context.Context, b batch.Batch, c batch.Chunk, outs []outcome, deadLetters int64) (bool, error) {
+func (e *Engine) commitRows(ctx context.Context, b batch.Batch, c batch.Chunk, outs []part.Outcome, deadLetters int64) (bool, error) {
 	c.Attempt = ids.Secret(6)
 	parts, cm := buildPart(b, c, outs, deadLetters, e.now())
 	var written []string

@@ -17,20 +17,15 @@ func TestBuildPart(t *testing.T) {
 	now := time.Date(2026, 12, 1, 23, 30, 0, 0, time.FixedZone("x", -2*3600))
 	b := batch.Batch{ID: "batch_x", Tenant: "t", KeyID: "k"}
 	c := batch.Chunk{Batch: "batch_x", Tenant: "t", Index: 3, FirstRow: 30, Slots: 8, Run: "r"}
-	outs := []outcome{
-		{customID: "a", res: provider.Result{StatusCode: 200, Body: json.RawMessage(`{"ok":true}`), Model: "m",
+	outs := []part.Outcome{
+		{CustomID: "a", Result: provider.Result{StatusCode: 200, Body: json.RawMessage(`{"ok":true}`), Model: "m",
 			Usage: provider.Usage{InputTokens: 10, OutputTokens: 1, TotalTokens: 11}}},
-		{customID: "c", code: CodeExpired, message: "late", expired: true},
-		{customID: "g", code: CodeCancelled, message: "cancelled", cancelled: true},
-		{customID: "d", res: provider.Result{ErrCode: "request_timeout", ErrMessage: "slow"}},
+		{CustomID: "c", Code: part.CodeExpired, Message: "late", Expired: true},
+		{CustomID: "g", Code: part.CodeCancelled, Message: "cancelled", Cancelled: true},
+		{CustomID: "d", Result: provider.Result{ErrCode: "request_timeout", ErrMessage: "slow"}},
 	}
 	parts, cm := buildPart(b, c, outs, 2, now)
-	want := part.Build(b, c.FirstRow, []part.Outcome{
-		{CustomID: "a", Result: outs[0].res},
-		{CustomID: "c", Code: CodeExpired, Message: "late", Expired: true},
-		{CustomID: "g", Code: CodeCancelled, Message: "cancelled", Cancelled: true},
-		{CustomID: "d", Result: outs[3].res},
-	}, now)
+	want := part.Build(b, c.FirstRow, outs, now)
 	if string(parts["out"]) != string(want.Out) || string(parts["err"]) != string(want.Err) || string(parts["usage"]) != string(want.Usage) {
 		t.Fatalf("parts differ from part.Build's: got %q", parts)
 	}

@@ -11,68 +11,12 @@ import (
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/jsonl"
+	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/store"
 )
-
-// Line is one line of an output or error file, as OpenAI writes them.
-type Line struct {
-	ID       string        `json:"id"`
-	CustomID string        `json:"custom_id"`
-	Response *LineResponse `json:"response"`
-	Error    *LineError    `json:"error"`
-	Fallback bool          `json:"fallback,omitempty"`
-}
-
-// LineResponse is the upstream's HTTP answer.
-type LineResponse struct {
-	StatusCode int             `json:"status_code"`
-	RequestID  string          `json:"request_id"`
-	Body       json.RawMessage `json:"body"`
-}
-
-// LineError is a row that got no HTTP answer.
-type LineError struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
-
-// UsageEvent is one row's usage, written with its chunk's part.
-type UsageEvent struct {
-	Source       string `json:"source"`
-	Tenant       string `json:"tenant"`
-	KeyID        string `json:"key_id"`
-	BatchID      string `json:"batch_id"`
-	CustomID     string `json:"custom_id"`
-	Model        string `json:"model"`
-	Fallback     bool   `json:"fallback"`
-	InputTokens  int64  `json:"input_tokens"`
-	OutputTokens int64  `json:"output_tokens"`
-	TotalTokens  int64  `json:"total_tokens"`
-	At           int64  `json:"at"`
-}
-
-// Error codes of rows that got no upstream answer.
-const (
-	CodeCancelled  = "batch_cancelled"
-	CodeExpired    = "batch_expired"
-	CodeDeadLetter = "dead_letter"
-)
-
-// outcome is one row's result.
-type outcome struct {
-	customID string
-	res      provider.Result
-	code     string // set when the row got no HTTP answer
-	message  string
-	// expired and cancelled are set by the engine only, for a row its
-	// batch's window ended or its cancel came before: they are counted
-	// (and expired rows make the batch expired). A code a workflow callback
-	// chose never is.
-	expired, cancelled bool
-}
 
 // chunkRun is one work message being executed.
 type chunkRun struct {
@@ -81,7 +25,7 @@ type chunkRun struct {
 	b        batch.Batch
 	c        batch.Chunk
 	reqs     []jsonl.Request
-	outs     []outcome
+	outs     []part.Outcome
 	status   *atomic.Value
 	// ctx ends when the invocation must stop or the run lost its lease.
 	ctx    context.Context
@@ -291,7 +235,7 @@ func (e *Engine) load(ctx context.Context, r *chunkRun, batches map[string]batch
 	if len(reqs) != c.Rows {
 		return false, fmt.Errorf("chunk %d of %s: %d rows in its range, %d planned", c.Index, c.Batch, len(reqs), c.Rows)
 	}
-	r.b, r.c, r.reqs, r.outs = b, c, reqs, make([]outcome, len(reqs))
+	r.b, r.c, r.reqs, r.outs = b, c, reqs, make([]part.Outcome, len(reqs))
 	r.left.Store(int32(len(reqs)))
 	return true, nil
 }
@@ -354,7 +298,7 @@ func (r *chunkRun) rows(e *Engine, rowDone func()) rowFan {
 	bodies := make([]json.RawMessage, len(r.reqs))
 	for i, q := range r.reqs {
 		bodies[i] = q.Body
-		r.outs[i].customID = q.CustomID
+		r.outs[i].CustomID = q.CustomID
 	}
 	endpoint, fallback := r.b.Endpoint, fallbackModel(r.b)
 	return rowFan{
@@ -367,9 +311,9 @@ func (r *chunkRun) rows(e *Engine, rowDone func()) rowFan {
 			o := &r.outs[i]
 			switch {
 			case Stopping(r.status.Load().(batch.Status)):
-				o.code, o.message, o.cancelled = CodeCancelled, "the batch was cancelled before this request ran", true
+				o.Code, o.Message, o.Cancelled = part.CodeCancelled, "the batch was cancelled before this request ran", true
 			case r.b.PastExpiry(e.now()):
-				o.code, o.message, o.expired = CodeExpired, "the batch's completion window ended before this request ran", true
+				o.Code, o.Message, o.Expired = part.CodeExpired, "the batch's completion window ended before this request ran", true
 			default:
 				return false
 			}
@@ -378,11 +322,11 @@ func (r *chunkRun) rows(e *Engine, rowDone func()) rowFan {
 		},
 		done: func(i int, res provider.Result, sent bool) {
 			if sent {
-				r.outs[i].res = res
+				r.outs[i].Result = res
 			} else {
 				// Out of time or lease: the rest of the run's rows never
 				// start, and the run is not committed.
-				r.outs[i].code = "stopped"
+				r.outs[i].Code = "stopped"
 			}
 			rowDone()
 		},

@@ -9,6 +9,7 @@ import (
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/jsonl"
+	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/store"
@@ -58,9 +59,9 @@ func (e *Engine) DeadLetter(ctx context.Context, ds []queue.Delivery) ([]string,
 		if err != nil {
 			return err
 		}
-		outs := make([]outcome, c.Rows)
+		outs := make([]part.Outcome, c.Rows)
 		for i := range outs {
-			outs[i] = outcome{customID: ids[i], code: CodeDeadLetter, message: deadLetterMessage}
+			outs[i] = part.Outcome{CustomID: ids[i], Code: part.CodeDeadLetter, Message: deadLetterMessage}
 		}
 		c.Dead = true
 		ours, err := e.commitRows(ctx, b, c, outs, int64(len(outs)))

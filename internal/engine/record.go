@@ -6,6 +6,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/jsonl"
+	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/store"
 	"github.com/relaybatch/relay/internal/workflow"
@@ -65,12 +66,12 @@ type RecordLine struct {
 // batch_expired line past the window) or cancelled (a batch_cancelled line
 // once the batch is cancelling), never for the code a callback chose.
 func (e *Engine) CommitRecord(ctx context.Context, b batch.Batch, c batch.Chunk, status batch.Status, l RecordLine) error {
-	o := outcome{customID: l.CustomID, res: l.Result, code: l.Code, message: l.Message}
-	if o.code != "" {
-		o.expired = o.code == CodeExpired && b.PastExpiry(e.now())
-		o.cancelled = o.code == CodeCancelled && Stopping(status)
+	o := part.Outcome{CustomID: l.CustomID, Result: l.Result, Code: l.Code, Message: l.Message}
+	if o.Code != "" {
+		o.Expired = o.Code == part.CodeExpired && b.PastExpiry(e.now())
+		o.Cancelled = o.Code == part.CodeCancelled && Stopping(status)
 	}
-	_, err := e.commitRows(ctx, b, c, []outcome{o}, 0)
+	_, err := e.commitRows(ctx, b, c, []part.Outcome{o}, 0)
 	return err
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/ids"
 	"github.com/relaybatch/relay/internal/jsonl"
+	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/store"
 )
@@ -243,7 +244,7 @@ func (e *Engine) expireUnplanned(ctx context.Context, b batch.Batch) error {
 		if b.Status != batch.Validating || b.ChunksTotal > 0 {
 			return errSkip
 		}
-		b.ErrorList = []jsonl.LineError{{Code: CodeExpired, Message: "the batch's completion window ended before its input could be planned"}}
+		b.ErrorList = []jsonl.LineError{{Code: part.CodeExpired, Message: "the batch's completion window ended before its input could be planned"}}
 		return b.To(batch.Expired, e.now())
 	})
 	if errors.Is(err, errSkip) || errors.Is(err, store.ErrBatchNotFound) {

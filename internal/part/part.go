@@ -55,9 +55,18 @@ type UsageEvent struct {
 	At           int64  `json:"at"`
 }
 
-// CodeNotJSON is the error code of a row whose upstream answer is not
-// JSON, so cannot go into a line.
-const CodeNotJSON = "invalid_upstream_response"
+// Error codes of lines the service writes itself (LineError.Code).
+const (
+	// CodeNotJSON is a row whose upstream answer is not JSON, so cannot go
+	// into a line.
+	CodeNotJSON = "invalid_upstream_response"
+	// CodeCancelled, CodeExpired and CodeDeadLetter are rows that got no
+	// upstream answer: the batch's cancel or the end of its window came
+	// first, or their chunk failed on every attempt.
+	CodeCancelled  = "batch_cancelled"
+	CodeExpired    = "batch_expired"
+	CodeDeadLetter = "dead_letter"
+)
 
 // Outcome is one row's result.
 type Outcome struct {

@@ -38,6 +38,7 @@ import (
 	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/ids"
 	"github.com/relaybatch/relay/internal/jsonl"
+	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/store"
@@ -234,9 +235,9 @@ func (h *recordHost) Save(ctx context.Context, st workflow.State) error {
 func (h *recordHost) Stop() *workflow.Error {
 	switch {
 	case engine.Stopping(h.status()):
-		return &workflow.Error{Code: engine.CodeCancelled, Message: "the batch was cancelled before this workflow record finished"}
+		return &workflow.Error{Code: part.CodeCancelled, Message: "the batch was cancelled before this workflow record finished"}
 	case h.b.PastExpiry(h.now()):
-		return &workflow.Error{Code: engine.CodeExpired, Message: "the batch's completion window ended before this workflow record finished"}
+		return &workflow.Error{Code: part.CodeExpired, Message: "the batch's completion window ended before this workflow record finished"}
 	}
 	return nil
 }
