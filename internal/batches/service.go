@@ -20,6 +20,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/endpoint"
 	"github.com/relaybatch/relay/internal/engine"
@@ -377,7 +378,7 @@ func inlineJSONL(rows []json.RawMessage) ([]byte, error) {
 // the rows of a 4 MiB create body take a little more.
 func (s *Service) WriteInputFile(ctx context.Context, tenant, filename string, data []byte) (files.File, error) {
 	id := ids.New("file-")
-	w := engine.NewObjectWriter(ctx, s.Engine.Blobs, fmt.Sprintf("files/%s/%s/", tenant, id))
+	w := blob.NewObjectWriter(ctx, s.Engine.Blobs, fmt.Sprintf("files/%s/%s/", tenant, id))
 	if _, err := w.Write(data); err != nil {
 		return files.File{}, fmt.Errorf("write file %s: %w", id, err)
 	}
@@ -571,13 +572,13 @@ func (s *Service) Retry(ctx context.Context, p auth.Principal, id string, idemKe
 		return batch.Batch{}, err
 	}
 	fileID := ids.New("file-")
-	w := engine.NewObjectWriter(ctx, s.Engine.Blobs, fmt.Sprintf("files/%s/%s/", p.Tenant, fileID))
+	w := blob.NewObjectWriter(ctx, s.Engine.Blobs, fmt.Sprintf("files/%s/%s/", p.Tenant, fileID))
 	rows := 0
 	for _, c := range chunks {
 		if !strings.Contains(c.Pattern, "e") {
 			continue
 		}
-		data, err := s.Engine.ReadRange(ctx, full.Input, c.Start, c.End)
+		data, err := s.Engine.Blobs.ReadRange(ctx, full.Input, c.Start, c.End)
 		if err != nil {
 			return batch.Batch{}, err
 		}

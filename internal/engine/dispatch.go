@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/queue"
@@ -181,7 +182,7 @@ type scanned struct {
 	chunks []batch.Chunk
 	// norm holds a CSV input rewritten as JSONL, not yet closed; nil for
 	// JSONL.
-	norm *ObjectWriter
+	norm *blob.ObjectWriter
 }
 
 // scanInput reads a batch's input once, checking every row and cutting the
@@ -199,10 +200,10 @@ func (e *Engine) scanInput(ctx context.Context, b batch.Batch, input files.File,
 	defer closeQuietly(rc)
 
 	// CSV rows are rewritten as JSONL so every executor reads one format.
-	var norm *ObjectWriter
+	var norm *blob.ObjectWriter
 	var normW io.Writer
 	if format == jsonl.CSV {
-		norm = NewObjectWriter(ctx, e.Blobs, fmt.Sprintf("files/%s/%s/normalized/", b.Tenant, b.InputFileID+"-"+b.ID))
+		norm = blob.NewObjectWriter(ctx, e.Blobs, fmt.Sprintf("files/%s/%s/normalized/", b.Tenant, b.InputFileID+"-"+b.ID))
 		normW = norm
 	}
 	split := &chunker{batch: b.ID, tenant: b.Tenant, maxRows: e.chunkRows(), maxBytes: e.chunkBytes()}
@@ -219,7 +220,7 @@ func (e *Engine) scanInput(ctx context.Context, b batch.Batch, input files.File,
 
 // inputObjects are the objects the chunks are byte ranges of: the CSV
 // input rewritten as JSONL (norm, closed here), else the input's own.
-func (e *Engine) inputObjects(ctx context.Context, id string, input files.File, norm *ObjectWriter) ([]batch.Object, error) {
+func (e *Engine) inputObjects(ctx context.Context, id string, input files.File, norm *blob.ObjectWriter) ([]batch.Object, error) {
 	if norm != nil {
 		objs, err := norm.Close()
 		if err != nil {

@@ -224,7 +224,7 @@ func (e *Engine) load(ctx context.Context, r *chunkRun, batches map[string]batch
 		// record of the input: the next run will find it.
 		return false, fmt.Errorf("chunk %d of %s: the batch's plan is not recorded yet", c.Index, c.Batch)
 	}
-	data, err := e.readRange(ctx, b.Input, c.Start, c.End)
+	data, err := e.Blobs.ReadRange(ctx, b.Input, c.Start, c.End)
 	if err != nil {
 		return false, fmt.Errorf("read chunk %d of %s: %w", c.Index, c.Batch, err)
 	}

@@ -77,7 +77,7 @@ func (e *Engine) DeadLetter(ctx context.Context, ds []queue.Delivery) ([]string,
 // parses; a poison range that does not is reported by row number. A range
 // that cannot be read now (a throttle) is an error: the message comes back.
 func (e *Engine) customIDs(ctx context.Context, b batch.Batch, c batch.Chunk) ([]string, error) {
-	data, err := e.readRange(ctx, b.Input, c.Start, c.End)
+	data, err := e.Blobs.ReadRange(ctx, b.Input, c.Start, c.End)
 	if err != nil {
 		return nil, fmt.Errorf("read chunk %d of %s: %w", c.Index, c.Batch, err)
 	}
