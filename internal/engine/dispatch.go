@@ -11,9 +11,9 @@ import (
 	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/jsonl"
+	"github.com/relaybatch/relay/internal/plan"
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/store"
-	"github.com/relaybatch/relay/internal/workflow"
 )
 
 // planLease is how long one dispatcher may plan a batch before another may
@@ -102,7 +102,7 @@ func (e *Engine) restart(ctx context.Context, b batch.Batch) error {
 	if err != nil {
 		return err
 	}
-	return e.startPlanned(ctx, b, readyEntries(chunks, b.Priority))
+	return e.startPlanned(ctx, b, plan.ReadyEntries(chunks, b.Priority))
 }
 
 // takePlanLease takes a batch's plan lease for this attempt; false when
@@ -206,8 +206,8 @@ func (e *Engine) scanInput(ctx context.Context, b batch.Batch, input files.File,
 		norm = blob.NewObjectWriter(ctx, e.Blobs, fmt.Sprintf("files/%s/%s/normalized/", b.Tenant, b.InputFileID+"-"+b.ID))
 		normW = norm
 	}
-	split := &chunker{batch: b.ID, tenant: b.Tenant, maxRows: e.chunkRows(), maxBytes: e.chunkBytes()}
-	res, err := splitInput(rc, opts, split, normW)
+	split := &plan.Chunker{Batch: b.ID, Tenant: b.Tenant, MaxRows: e.chunkRows(), MaxBytes: e.chunkBytes()}
+	res, err := plan.SplitInput(rc, opts, split, normW)
 	if err != nil {
 		return scanned{}, fmt.Errorf("scan input of %s: %w", b.ID, err)
 	}
@@ -215,7 +215,7 @@ func (e *Engine) scanInput(ctx context.Context, b batch.Batch, input files.File,
 		e.Log.With("batch_id", b.ID, "tenant", b.Tenant).InfoContext(ctx, "batch input invalid", "errors", len(res.Errors))
 		return scanned{}, invalidInput(res.Errors)
 	}
-	return scanned{res: res, chunks: split.chunks, norm: norm}, nil
+	return scanned{res: res, chunks: split.Chunks, norm: norm}, nil
 }
 
 // inputObjects are the objects the chunks are byte ranges of: the CSV
@@ -243,7 +243,7 @@ func (e *Engine) inputObjects(ctx context.Context, id string, input files.File, 
 // (validating → in_progress), and starts it. A second attempt that finds
 // the plan recorded stops.
 func (e *Engine) recordPlan(ctx context.Context, b batch.Batch, s scanned, objs []batch.Object) error {
-	entries := linkChunks(s.chunks, b.Priority)
+	entries := plan.LinkChunks(s.chunks, b.Priority)
 	if err := e.Store.PutChunks(ctx, s.chunks); err != nil {
 		return err
 	}
@@ -269,56 +269,6 @@ func (e *Engine) recordPlan(ctx context.Context, b batch.Batch, s scanned, objs 
 	}
 	e.Log.With("batch_id", b.ID, "tenant", b.Tenant).InfoContext(ctx, "batch planned", "rows", s.res.Rows, "chunks", len(s.chunks))
 	return e.startPlanned(ctx, planned, entries)
-}
-
-// chunker splits a batch's valid input rows, in input order, into chunks
-// of one model each: a chunk ends at maxRows rows, before its byte range
-// would pass maxBytes (a row longer than that gets a chunk of its own), and
-// where the model changes. A workflow record (docs/api.md "Workflow records") gets a chunk of
-// its own: it runs for many steps and commits when it ends, which must
-// hold up no other row.
-type chunker struct {
-	batch, tenant string
-	maxRows       int
-	maxBytes      int64
-	chunks        []batch.Chunk
-	lastAlone     bool
-}
-
-// add puts row r, at bytes [start, end) of the file the chunks are ranges
-// of, at the end of the last chunk or in a new one.
-func (k *chunker) add(r jsonl.Row, start, end int64) {
-	n := len(k.chunks)
-	alone := workflow.InRow(r.JSON)
-	if n == 0 || alone || k.lastAlone || k.chunks[n-1].Rows == k.maxRows || k.chunks[n-1].Model != r.Model ||
-		end-k.chunks[n-1].Start > k.maxBytes {
-		k.chunks = append(k.chunks, batch.Chunk{Batch: k.batch, Tenant: k.tenant, Index: n, Start: start, FirstRow: r.Index, Model: r.Model, State: batch.ChunkPending})
-		n++
-	}
-	k.chunks[n-1].Rows++
-	k.chunks[n-1].End = end
-	k.lastAlone = alone
-}
-
-// splitInput scans an input file (jsonl.Scan with opts) and adds each
-// valid row to k. With norm nil the chunks are byte ranges of the input
-// (JSONL); otherwise (CSV) each row is written to norm as a JSONL line and
-// the chunks are byte ranges of what norm received.
-func splitInput(input io.Reader, opts jsonl.Options, k *chunker, norm io.Writer) (jsonl.Result, error) {
-	var normOff int64
-	return jsonl.Scan(input, opts, func(r jsonl.Row) error {
-		if norm == nil {
-			k.add(r, r.Start, r.End)
-			return nil
-		}
-		line := append(r.JSON, '\n')
-		if _, err := norm.Write(line); err != nil {
-			return err
-		}
-		k.add(r, normOff, normOff+int64(len(line)))
-		normOff += int64(len(line))
-		return nil
-	})
 }
 
 // startPlanned puts a planned batch's chunks in the ready index (or, once
@@ -355,41 +305,6 @@ func (e *Engine) startPlanned(ctx context.Context, b batch.Batch, entries []stor
 		}
 	}
 	return nil
-}
-
-// linkChunks sets each chunk's NextSame (the batch's next chunk of the
-// same model) and returns the batch's ready entries, one per
-// model, each at the model's first chunk.
-func linkChunks(chunks []batch.Chunk, priority int) []store.Ready {
-	last := map[string]int{}
-	for i := len(chunks) - 1; i >= 0; i-- {
-		c := &chunks[i]
-		c.NextSame = -1
-		if j, ok := last[c.Model]; ok {
-			c.NextSame = j
-		}
-		last[c.Model] = i
-	}
-	return readyEntries(chunks, priority)
-}
-
-// readyEntries are a batch's ready entries, one per model, each at the
-// model's first chunk.
-func readyEntries(chunks []batch.Chunk, priority int) []store.Ready {
-	first := map[string]int{}
-	for i, c := range chunks {
-		if _, ok := first[c.Model]; !ok {
-			first[c.Model] = i
-		}
-	}
-	var entries []store.Ready
-	for i, c := range chunks {
-		if first[c.Model] == i {
-			entries = append(entries, store.Ready{Model: c.Model, Tenant: c.Tenant, Batch: c.Batch, Priority: priority,
-				Next: c.Index, Total: len(chunks), Mixed: len(first) > 1})
-		}
-	}
-	return entries
 }
 
 var errSkip = errors.New("engine: nothing to do")

@@ -128,30 +128,6 @@ func TestRacedDropsStaleEntry(t *testing.T) {
 	}
 }
 
-func TestLinkChunks(t *testing.T) {
-	t.Parallel()
-	models := []string{"a", "a", "b", "a", "b"}
-	chunks := make([]batch.Chunk, len(models))
-	for i, m := range models {
-		chunks[i] = batch.Chunk{Batch: "x", Tenant: "t", Index: i, Model: m}
-	}
-	entries := linkChunks(chunks, 3)
-	wantNext := []int{1, 3, 4, -1, -1}
-	for i, c := range chunks {
-		if c.NextSame != wantNext[i] {
-			t.Errorf("chunk %d: NextSame %d, want %d", i, c.NextSame, wantNext[i])
-		}
-	}
-	if len(entries) != 2 || entries[0].Model != "a" || entries[0].Total != 5 || entries[0].Next != 0 || entries[1].Model != "b" || entries[1].Next != 2 ||
-		!entries[0].Mixed || entries[0].Priority != 3 {
-		t.Fatalf("entries: got %+v", entries)
-	}
-	single := linkChunks([]batch.Chunk{{Model: "a"}, {Model: "a", Index: 1}}, 0)
-	if len(single) != 1 || single[0].Mixed {
-		t.Fatalf("single-model entries: got %+v", single)
-	}
-}
-
 func TestSlotPoolNeverExceedsHeldSlots(t *testing.T) {
 	t.Parallel()
 	p := newSlotPool()

@@ -1,4 +1,4 @@
-package engine
+package plan
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ import (
 	"github.com/relaybatch/relay/internal/jsonl"
 )
 
-// Plan's split of an input into chunks (chunker, splitInput), without S3 or
+// Plan's split of an input into chunks (Chunker, SplitInput), without S3 or
 // DynamoDB: the input is a string and the normalized CSV a buffer.
 
 const chat = "/v1/chat/completions"
@@ -49,14 +49,14 @@ func rowIDs(n int) []string {
 
 func split(t *testing.T, input string, format jsonl.Format, maxRows int, maxBytes int64) ([]batch.Chunk, []byte) {
 	t.Helper()
-	k := &chunker{batch: "batch_1", tenant: "acme", maxRows: maxRows, maxBytes: maxBytes}
+	k := &Chunker{Batch: "batch_1", Tenant: "acme", MaxRows: maxRows, MaxBytes: maxBytes}
 	var norm *bytes.Buffer
 	var w io.Writer
 	if format == jsonl.CSV {
 		norm = &bytes.Buffer{}
 		w = norm
 	}
-	res, err := splitInput(strings.NewReader(input), planOpts(format), k, w)
+	res, err := SplitInput(strings.NewReader(input), planOpts(format), k, w)
 	if err != nil {
 		t.Fatalf("split: %v", err)
 	}
@@ -64,9 +64,9 @@ func split(t *testing.T, input string, format jsonl.Format, maxRows int, maxByte
 		t.Fatalf("input invalid: %+v", res.Errors)
 	}
 	if format == jsonl.CSV {
-		return k.chunks, norm.Bytes()
+		return k.Chunks, norm.Bytes()
 	}
-	return k.chunks, []byte(input)
+	return k.Chunks, []byte(input)
 }
 
 // checkChunks checks what the executor and the finalizer rely on: chunks
@@ -299,19 +299,19 @@ func TestSplitCSV(t *testing.T) {
 // and drops the chunks); a failed write of the normalized CSV is an error.
 func TestSplitInputFailures(t *testing.T) {
 	t.Parallel()
-	k := &chunker{batch: "batch_1", tenant: "acme", maxRows: 10, maxBytes: 1 << 40}
-	res, err := splitInput(strings.NewReader(row("a", "m1")+"\nnot json\n"+row("b", "nope")+"\n"), planOpts(jsonl.JSONL), k, nil)
+	k := &Chunker{Batch: "batch_1", Tenant: "acme", MaxRows: 10, MaxBytes: 1 << 40}
+	res, err := SplitInput(strings.NewReader(row("a", "m1")+"\nnot json\n"+row("b", "nope")+"\n"), planOpts(jsonl.JSONL), k, nil)
 	if err != nil || len(res.Errors) != 2 {
 		t.Fatalf("invalid rows: %v, errors %+v", err, res.Errors)
 	}
-	k = &chunker{batch: "batch_1", tenant: "acme", maxRows: 10, maxBytes: 1 << 40}
-	res, err = splitInput(strings.NewReader("prompt\n"), planOpts(jsonl.CSV), k, &bytes.Buffer{})
-	if err != nil || len(res.Errors) != 1 || res.Errors[0].Code != jsonl.CodeEmptyFile || len(k.chunks) != 0 {
-		t.Fatalf("header only: %v, errors %+v, chunks %d", err, res.Errors, len(k.chunks))
+	k = &Chunker{Batch: "batch_1", Tenant: "acme", MaxRows: 10, MaxBytes: 1 << 40}
+	res, err = SplitInput(strings.NewReader("prompt\n"), planOpts(jsonl.CSV), k, &bytes.Buffer{})
+	if err != nil || len(res.Errors) != 1 || res.Errors[0].Code != jsonl.CodeEmptyFile || len(k.Chunks) != 0 {
+		t.Fatalf("header only: %v, errors %+v, chunks %d", err, res.Errors, len(k.Chunks))
 	}
 	broken := errors.New("disk full")
-	k = &chunker{batch: "batch_1", tenant: "acme", maxRows: 10, maxBytes: 1 << 40}
-	if _, err := splitInput(strings.NewReader("hello\n"), planOpts(jsonl.CSV), k, failingWriter{broken}); !errors.Is(err, broken) {
+	k = &Chunker{Batch: "batch_1", Tenant: "acme", MaxRows: 10, MaxBytes: 1 << 40}
+	if _, err := SplitInput(strings.NewReader("hello\n"), planOpts(jsonl.CSV), k, failingWriter{broken}); !errors.Is(err, broken) {
 		t.Fatalf("write failure: got %v", err)
 	}
 }
@@ -319,3 +319,27 @@ func TestSplitInputFailures(t *testing.T) {
 type failingWriter struct{ err error }
 
 func (w failingWriter) Write([]byte) (int, error) { return 0, w.err }
+
+func TestLinkChunks(t *testing.T) {
+	t.Parallel()
+	models := []string{"a", "a", "b", "a", "b"}
+	chunks := make([]batch.Chunk, len(models))
+	for i, m := range models {
+		chunks[i] = batch.Chunk{Batch: "x", Tenant: "t", Index: i, Model: m}
+	}
+	entries := LinkChunks(chunks, 3)
+	wantNext := []int{1, 3, 4, -1, -1}
+	for i, c := range chunks {
+		if c.NextSame != wantNext[i] {
+			t.Errorf("chunk %d: NextSame %d, want %d", i, c.NextSame, wantNext[i])
+		}
+	}
+	if len(entries) != 2 || entries[0].Model != "a" || entries[0].Total != 5 || entries[0].Next != 0 || entries[1].Model != "b" || entries[1].Next != 2 ||
+		!entries[0].Mixed || entries[0].Priority != 3 {
+		t.Fatalf("entries: got %+v", entries)
+	}
+	single := LinkChunks([]batch.Chunk{{Model: "a"}, {Model: "a", Index: 1}}, 0)
+	if len(single) != 1 || single[0].Mixed {
+		t.Fatalf("single-model entries: got %+v", single)
+	}
+}

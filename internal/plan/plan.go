@@ -1,0 +1,100 @@
+// Package plan cuts a batch's input into chunks (docs/design.md "Chunks"):
+// byte ranges of its valid rows, all of one model, and the ready entries
+// that start them. It is pure: internal/engine's Plan reads the input from
+// S3, writes a CSV input's JSONL rewrite, and records what it returns.
+package plan
+
+import (
+	"io"
+
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/jsonl"
+	"github.com/relaybatch/relay/internal/store"
+	"github.com/relaybatch/relay/internal/workflow"
+)
+
+// Chunker splits a batch's valid input rows, in input order, into chunks
+// of one model each: a chunk ends at MaxRows rows, before its byte range
+// would pass MaxBytes (a row longer than that gets a chunk of its own), and
+// where the model changes. A workflow record (docs/api.md "Workflow
+// records") gets a chunk of its own: it runs for many steps and commits
+// when it ends, which must hold up no other row.
+type Chunker struct {
+	Batch, Tenant string
+	MaxRows       int
+	MaxBytes      int64
+	// Chunks are the chunks so far, numbered from 0.
+	Chunks    []batch.Chunk
+	lastAlone bool
+}
+
+// add puts row r, at bytes [start, end) of the file the chunks are ranges
+// of, at the end of the last chunk or in a new one.
+func (k *Chunker) add(r jsonl.Row, start, end int64) {
+	n := len(k.Chunks)
+	alone := workflow.InRow(r.JSON)
+	if n == 0 || alone || k.lastAlone || k.Chunks[n-1].Rows == k.MaxRows || k.Chunks[n-1].Model != r.Model ||
+		end-k.Chunks[n-1].Start > k.MaxBytes {
+		k.Chunks = append(k.Chunks, batch.Chunk{Batch: k.Batch, Tenant: k.Tenant, Index: n, Start: start, FirstRow: r.Index, Model: r.Model, State: batch.ChunkPending})
+		n++
+	}
+	k.Chunks[n-1].Rows++
+	k.Chunks[n-1].End = end
+	k.lastAlone = alone
+}
+
+// SplitInput scans an input file (jsonl.Scan with opts) and adds each
+// valid row to k. With norm nil the chunks are byte ranges of the input
+// (JSONL); otherwise (CSV) each row is written to norm as a JSONL line and
+// the chunks are byte ranges of what norm received.
+func SplitInput(input io.Reader, opts jsonl.Options, k *Chunker, norm io.Writer) (jsonl.Result, error) {
+	var normOff int64
+	return jsonl.Scan(input, opts, func(r jsonl.Row) error {
+		if norm == nil {
+			k.add(r, r.Start, r.End)
+			return nil
+		}
+		line := append(r.JSON, '\n')
+		if _, err := norm.Write(line); err != nil {
+			return err
+		}
+		k.add(r, normOff, normOff+int64(len(line)))
+		normOff += int64(len(line))
+		return nil
+	})
+}
+
+// LinkChunks sets each chunk's NextSame (the batch's next chunk of the
+// same model) and returns the batch's ready entries, one per
+// model, each at the model's first chunk.
+func LinkChunks(chunks []batch.Chunk, priority int) []store.Ready {
+	last := map[string]int{}
+	for i := len(chunks) - 1; i >= 0; i-- {
+		c := &chunks[i]
+		c.NextSame = -1
+		if j, ok := last[c.Model]; ok {
+			c.NextSame = j
+		}
+		last[c.Model] = i
+	}
+	return ReadyEntries(chunks, priority)
+}
+
+// ReadyEntries are a batch's ready entries, one per model, each at the
+// model's first chunk.
+func ReadyEntries(chunks []batch.Chunk, priority int) []store.Ready {
+	first := map[string]int{}
+	for i, c := range chunks {
+		if _, ok := first[c.Model]; !ok {
+			first[c.Model] = i
+		}
+	}
+	var entries []store.Ready
+	for i, c := range chunks {
+		if first[c.Model] == i {
+			entries = append(entries, store.Ready{Model: c.Model, Tenant: c.Tenant, Batch: c.Batch, Priority: priority,
+				Next: c.Index, Total: len(chunks), Mixed: len(first) > 1})
+		}
+	}
+	return entries
+}
