@@ -59,12 +59,10 @@ func (e *Engine) commitRows(ctx context.Context, b batch.Batch, c batch.Chunk, o
 // transient (a throttle, a timeout whose write may have taken effect).
 const commitTries = 8
 
-// commit commits a chunk and claims the chunk its model owes next for the
-// same slots, then sends that chunk's work message (and the finalize
-// message after the batch's last chunk). A retry after an error repeats
-// the same transaction with the same token; when it finds the chunk no
-// longer claimed, the chunk's committed attempt says whether the first
-// call took effect (ours: carry on) or another run won (delete our parts).
+// commit commits a chunk, claiming the chunk its model owes next for the
+// same slots, then does what follows (afterCommit). A retry repeats the
+// same transaction with the same token (docs/design.md "Conflicts and
+// ambiguous writes"); lostCommit settles one that finds the chunk done.
 func (e *Engine) commit(ctx context.Context, b batch.Batch, cm store.Commit, written []string) (bool, error) {
 	c := cm.Chunk
 	cm.ChunksTotal = b.ChunksTotal

@@ -35,10 +35,9 @@ type chunkRun struct {
 	done   chan struct{} // closed once the run committed or failed
 }
 
-// Execute is the executor function's SQS handler. The rows of all the
-// chunks it is given run through one pool of their slots, so one chunk's
-// slow tail does not idle slots while another has rows waiting; each chunk
-// commits on its own, hands its slots on, and is reported on its own.
+// Execute is the executor function's SQS handler: the rows of all its
+// chunks share one pool of their slots (docs/design.md "Scheduling", rows
+// stream), and each chunk commits and is reported on its own.
 func (e *Engine) Execute(ctx context.Context, ds []queue.Delivery) ([]string, error) {
 	var failed []string
 	var runs []*chunkRun
@@ -85,12 +84,9 @@ func (e *Engine) Execute(ctx context.Context, ds []queue.Delivery) ([]string, er
 // transient error before its failure is left to its lease.
 const maxQuickRetries = 5
 
-// retrySoon gives a run that failed with an error (a throttle, an AWS call
-// that timed out: not a crash, which never gets here) another go in a
-// couple of seconds, as the same run: its lease moves past the delay and
-// its message goes back to the queue, so a transient error spends neither
-// a chunk attempt (which the dead-letter path counts) nor a visibility
-// timeout. It reports whether it did.
+// retrySoon sends a run that failed with an error (not ErrStop, not a
+// crash) again as the same run after a second or more (docs/design.md
+// "Scheduling", transient errors), and reports whether it did.
 func (e *Engine) retrySoon(ctx context.Context, r *chunkRun) bool {
 	if r.msg.Retries >= maxQuickRetries || errors.Is(r.err, ErrStop) || ctx.Err() != nil {
 		return false
@@ -114,10 +110,9 @@ func (e *Engine) SendAgain(ctx context.Context, m Message, delay time.Duration) 
 }
 
 // aloneFirst splits the messages of an invocation into those to run now
-// and those to give back. A message delivered before, or a chunk on its
-// second attempt or later, may be what killed an earlier invocation: it
-// runs alone, so a poison chunk does not spend the attempts of innocent
-// chunks that shared its invocation.
+// and those to give back: the first one delivered before, or of a chunk
+// past its first attempt, runs alone (docs/design.md "Scheduling", poison
+// chunks).
 func aloneFirst(runs []*chunkRun) (now, later []*chunkRun) {
 	if len(runs) < 2 {
 		return runs, nil

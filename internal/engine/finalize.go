@@ -15,14 +15,10 @@ import (
 	"github.com/relaybatch/relay/internal/store"
 )
 
-// DeadLetter is the deadletter function's handler for the work DLQ. A
-// chunk that ran out of attempts (counted on its item: the tick sends it
-// here) is closed with a dead_letter error line per row (none of its rows
-// was committed: a chunk commits all or nothing), and its rows join the
-// batch's dead-letter list once that commit took effect, so a late run
-// that commits first never leaves phantom dead letters. A message that
-// reached the DLQ by SQS's receive count while its chunk still has
-// attempts left (it shared invocations that crashed) goes back to work.
+// DeadLetter is the deadletter function's handler for the work DLQ
+// (docs/design.md "Message types", dead). Its rows join the batch's
+// dead-letter list only once its commit took effect, so a late run that
+// commits first never leaves phantom dead letters.
 func (e *Engine) DeadLetter(ctx context.Context, ds []queue.Delivery) ([]string, error) {
 	return eachMessage(ctx, e.Log, ds, func(ctx context.Context, m Message) error {
 		b, err := e.Store.GetBatch(ctx, m.Tenant, m.Batch)
@@ -113,11 +109,8 @@ func (e *Engine) Finalize(ctx context.Context, ds []queue.Delivery) ([]string, e
 }
 
 // FinalizeBatch finalizes a batch whose chunks are all done
-// (docs/design.md "A row's journey", step 8): `finalizing`, the output and
-// error files made of the committed chunk parts (a file is an ordered list
-// of objects: no row is downloaded or re-uploaded), parts of runs that lost
-// removed, then the terminal status. It is idempotent: a duplicate finalize
-// message changes nothing.
+// (docs/design.md "Message types", finalize). It is idempotent: a
+// duplicate finalize message changes nothing.
 func (e *Engine) FinalizeBatch(ctx context.Context, tenant, id string) error {
 	b, err := e.Store.GetBatch(ctx, tenant, id)
 	if errors.Is(err, store.ErrBatchNotFound) {

@@ -13,13 +13,9 @@ import (
 	"github.com/relaybatch/relay/internal/store"
 )
 
-// Scheduling (docs/design.md "Scheduling"): capacity moves from finished
-// work to waiting work without the dispatcher. The commit of a chunk claims
-// the next chunk of its model for the same slots (pick), and its executor
-// sends that chunk's work message; slots go back to the model's pool only
-// when nothing of the model waits. The dispatcher starts work from the pool
-// (start) after a plan and on the tick, drains cancelled and expired
-// batches, and takes over chunks whose lease expired.
+// Claims and the tick (docs/design.md "Scheduling", "Tick"): a commit
+// claims its model's next chunk (pick), the dispatcher claims from free
+// capacity (start), drains (drain) and takes over expired leases (takeOver).
 
 // SchedStore is what picking the next chunk needs of the table.
 type SchedStore interface {
@@ -144,9 +140,8 @@ func (e *Engine) drain(ctx context.Context, b batch.Batch) error {
 // tick takes the rest.
 const tickLimit = 100
 
-// Tick is the dispatcher's periodic sweep. It reads no idle batch: expired
-// leases and due batches come from sparse indexes, and each model's free
-// capacity is one read.
+// Tick is the dispatcher's periodic sweep (docs/design.md "Tick"): it
+// must read no idle batch.
 func (e *Engine) Tick(ctx context.Context) error {
 	now := e.now()
 	if err := e.takeOver(ctx, now); err != nil {
