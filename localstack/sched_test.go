@@ -302,3 +302,39 @@ func TestSchedTransientErrorsSpendNoAttempt(t *testing.T) {
 		}
 	}
 }
+
+// A plan that runs again puts its batch's ready entry again: it must not
+// step back the entry a claim moved on under the same key (the chunk it
+// points to would lose its only entry once the stale one is dropped), and
+// an entry is deleted only while it points where its reader saw it.
+func TestSchedReadyEntryNotSteppedBack(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	ctx := context.Background()
+	st := rt.App.Store
+	moved := store.Ready{Model: "solo-model", Tenant: "acme", Batch: "batch_x", Next: 1, Total: 3}
+	if err := st.PutReady(ctx, moved); err != nil {
+		t.Fatal(err)
+	}
+	again := moved
+	again.Next = 0 // what the plan's second attempt writes
+	if err := st.PutReady(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	head, ok, err := st.ReadyHead(ctx, "solo-model")
+	if err != nil || !ok || head.Next != 1 {
+		t.Fatalf("head after the plan's second put: %+v %v %v, want it still at chunk 1", head, ok, err)
+	}
+	if err := st.DeleteReady(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	if head, ok, _ := st.ReadyHead(ctx, "solo-model"); !ok || head.Next != 1 {
+		t.Fatalf("a delete of the entry at chunk 0 removed the one at chunk 1: %+v %v", head, ok)
+	}
+	if err := st.DeleteReady(ctx, moved); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := st.ReadyHead(ctx, "solo-model"); ok {
+		t.Fatal("the entry is still there after its delete")
+	}
+}

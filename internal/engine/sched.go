@@ -54,8 +54,8 @@ func pick(ctx context.Context, s SchedStore, model string, slots, shard int, lea
 // so the entry is stale and goes.
 func raced(ctx context.Context, s SchedStore, c *store.Claim) error {
 	r, ok, err := s.ReadyHead(ctx, c.Entry.Model)
-	if err != nil || !ok || r.SK() != c.Entry.SK() {
-		return err
+	if err != nil || !ok || r.SK() != c.Entry.SK() || r.Next != c.Entry.Next {
+		return err // it moved on: another claim stepped it
 	}
 	return s.DeleteReady(ctx, r)
 }

@@ -126,6 +126,15 @@ func TestRacedDropsStaleEntry(t *testing.T) {
 	if len(f.ready["m"]) != 1 {
 		t.Fatalf("the moved entry was deleted: %+v", f.ready["m"])
 	}
+	// Same key, but it points at a later chunk now: it stays too.
+	stepped := store.Ready{Model: "m", Batch: "other", Seq: 1, Total: 1, Next: 0}
+	f.ready["m"][0].Next = 1
+	if err := raced(context.Background(), f, &store.Claim{Entry: stepped}); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.ready["m"]) != 1 {
+		t.Fatalf("an entry that moved on under the same key was deleted: %+v", f.ready["m"])
+	}
 }
 
 func TestSlotPoolNeverExceedsHeldSlots(t *testing.T) {

@@ -144,16 +144,32 @@ func (s *Store) PutReady(ctx context.Context, r Ready) error {
 			r.Seq = head.Seq
 		}
 	}
-	_, err = s.DB.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.Table, Item: readyItem(r)})
-	if err != nil {
+	// Never over an entry of the same key: a plan that runs again must not
+	// step back an entry its batch's claims moved on (its chunk would then
+	// have no entry left once the stale one is dropped).
+	_, err = s.DB.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.Table, Item: readyItem(r),
+		ConditionExpression: aws.String("attribute_not_exists(pk)")})
+	var cf *types.ConditionalCheckFailedException
+	if err != nil && !errors.As(err, &cf) {
 		return fmt.Errorf("put ready entry of %s for %s: %w", r.Batch, r.Model, err)
 	}
 	return nil
 }
 
 // DeleteReady removes an entry (one whose chunks turned out to be claimed).
+// It deletes the entry only while it still points at r.Next: one that
+// moved on since it was read stays.
 func (s *Store) DeleteReady(ctx context.Context, r Ready) error {
-	return s.delete(ctx, readyPK(r.Model), r.SK())
+	_, err := s.DB.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.Table, Key: key(readyPK(r.Model), r.SK()),
+		ConditionExpression:       aws.String("#next = :next"),
+		ExpressionAttributeNames:  map[string]string{"#next": "next"},
+		ExpressionAttributeValues: item{":next": avN(r.Next)},
+	})
+	var cf *types.ConditionalCheckFailedException
+	if err != nil && !errors.As(err, &cf) {
+		return fmt.Errorf("delete ready entry %s of %s: %w", r.SK(), r.Model, err)
+	}
+	return nil
 }
 
 func readyItem(r Ready) item {
