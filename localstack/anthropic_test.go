@@ -6,9 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/relaybatch/relay/internal/batch"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +17,7 @@ import (
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/anthropics/anthropic-sdk-go/v2/packages/pagination"
 	"github.com/openai/openai-go/v3"
+	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/local/localrun"
 )
 
@@ -565,4 +566,44 @@ func mustKey(t *testing.T, rt *localrun.Runtime, tenant string) string {
 		t.Fatal(err)
 	}
 	return key
+}
+
+// GET /v1/models lists the configured models to both official SDKs: in
+// OpenAI's shape, and in Anthropic's when the request carries
+// anthropic-version (the Anthropic SDK sends it).
+func TestModelsListedToBothSDKs(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	ctx := context.Background()
+	want := rt.App.Models.Names()
+	oc, _ := client(t, rt, "acme")
+	page, err := oc.Models.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range page.Data {
+		if m.Object != "model" || m.Created == 0 {
+			t.Errorf("OpenAI model %+v", m)
+		}
+		got = append(got, m.ID)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("OpenAI SDK lists %v, want %v", got, want)
+	}
+	ac, _ := anthropicClient(t, rt, "acme")
+	apage, err := ac.Models.List(ctx, anthropic.ModelListParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = nil
+	for _, m := range apage.Data {
+		if m.Type != "model" || m.CreatedAt.IsZero() || m.DisplayName == "" {
+			t.Errorf("Anthropic model %+v", m)
+		}
+		got = append(got, m.ID)
+	}
+	if !slices.Equal(got, want) || apage.HasMore || apage.FirstID != want[0] || apage.LastID != want[len(want)-1] {
+		t.Fatalf("Anthropic SDK lists %v (has_more %v, first %s, last %s), want %v", got, apage.HasMore, apage.FirstID, apage.LastID, want)
+	}
 }

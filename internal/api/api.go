@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/relaybatch/relay/internal/anthropic"
 	"github.com/relaybatch/relay/internal/anthropic/wire"
@@ -51,6 +52,7 @@ func (a *API) Handler() http.Handler {
 	mux.Handle("POST /v1/uploads/{id}/complete", files(a.completeUpload))
 	mux.Handle("POST /v1/uploads/{id}/cancel", files(a.cancelUpload))
 	a.batchRoutes(mux)
+	mux.Handle("GET /v1/models", a.scoped(auth.ScopeBatches)(a.listModels(time.Now())))
 	anthropic.Routes(mux, &anthropic.Service{Batches: a.Batches}, a.scoped(auth.ScopeBatches), unmarshal, maxJSON)
 	if a.Panel != nil {
 		mux.Handle("GET /{$}", a.Panel)
