@@ -607,3 +607,30 @@ func TestModelsListedToBothSDKs(t *testing.T) {
 		t.Fatalf("Anthropic SDK lists %v (has_more %v, first %s, last %s), want %v", got, apage.HasMore, apage.FirstID, apage.LastID, want)
 	}
 }
+
+// The Anthropic SDK reads a failed request's id from request-id (and the
+// body names it too); the OpenAI SDK's raw response carries x-request-id:
+// support conversations start from it.
+func TestRequestIDsReachBothSDKs(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	ctx := context.Background()
+	ac, _ := anthropicClient(t, rt, "acme")
+	_, err := ac.Messages.Batches.Get(ctx, "msgbatch_nope", anthropic.MessageBatchGetParams{})
+	var aerr *anthropic.Error
+	if !errors.As(err, &aerr) || aerr.StatusCode != http.StatusNotFound || aerr.RequestID == "" {
+		t.Fatalf("Anthropic SDK error %v: want a 404 with its request id", err)
+	}
+	var body struct {
+		RequestID string `json:"request_id"`
+	}
+	if json.Unmarshal([]byte(aerr.RawJSON()), &body); body.RequestID != aerr.RequestID {
+		t.Fatalf("error body names request %q, header %q", body.RequestID, aerr.RequestID)
+	}
+	oc, _ := client(t, rt, "acme")
+	_, err = oc.Batches.Get(ctx, "batch_nope")
+	var oerr *openai.Error
+	if !errors.As(err, &oerr) || oerr.StatusCode != http.StatusNotFound || oerr.Response.Header.Get("x-request-id") == "" {
+		t.Fatalf("OpenAI SDK error %v: want a 404 with x-request-id", err)
+	}
+}

@@ -144,10 +144,11 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	status := statusOf[e.Kind]
 	if strings.HasPrefix(r.URL.Path, "/v1/messages") {
-		writeJSON(w, status, map[string]any{
-			"type":  "error",
-			"error": map[string]any{"type": wire.ErrorType(status), "message": e.Message},
-		})
+		body := map[string]any{"type": "error", "error": map[string]any{"type": wire.ErrorType(status), "message": e.Message}}
+		if id := r.Header.Get("X-Request-Id"); id != "" {
+			body["request_id"] = id // Anthropic's error bodies carry it
+		}
+		writeJSON(w, status, body)
 		return
 	}
 	body := map[string]any{"message": e.Message, "type": openAITypes[e.Kind], "param": nil, "code": nil}

@@ -301,6 +301,7 @@ func errorHeader(r *http.Request) http.Header {
 	h := http.Header{"Content-Type": {"application/json"}}
 	if id := r.Header.Get("X-Request-Id"); id != "" {
 		h.Set("X-Request-Id", id)
+		h.Set("Request-Id", id)
 	}
 	return h
 }
@@ -344,9 +345,13 @@ func (w *responseHeader) commit(firstBytes []byte) bool {
 	if _, set := w.sent["Content-Type"]; !set && len(firstBytes) > 0 {
 		w.sent.Set("Content-Type", http.DetectContentType(firstBytes))
 	}
-	// OpenAI's SDKs surface x-request-id to callers for support requests.
+	// The SDKs surface the request id to callers for support requests:
+	// OpenAI's read x-request-id, Anthropic's request-id.
 	if w.sent.Get("X-Request-Id") == "" && w.requestID != "" {
 		w.sent.Set("X-Request-Id", w.requestID)
+	}
+	if w.sent.Get("Request-Id") == "" && w.sent.Get("X-Request-Id") != "" {
+		w.sent.Set("Request-Id", w.sent.Get("X-Request-Id"))
 	}
 	return true
 }

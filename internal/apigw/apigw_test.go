@@ -338,7 +338,7 @@ func TestHandlerStreamedPrelude(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"statusCode":404,"headers":{"Content-Type":"application/json","X-Request-Id":"req-9"}}` +
+	want := `{"statusCode":404,"headers":{"Content-Type":"application/json","Request-Id":"req-9","X-Request-Id":"req-9"}}` +
 		"\x00\x00\x00\x00\x00\x00\x00\x00" + `{"error":{"message":"No such File object: file-x"}}`
 	if string(got) != want {
 		t.Errorf("stream = %q\nwant     %q", got, want)
