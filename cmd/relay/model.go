@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/relaybatch/relay/internal/jsonl"
 )
 
 // batch submit --model M sets the model of every row. The API takes a
@@ -139,19 +141,19 @@ func withModel(line, mj []byte) ([]byte, bool) {
 		text       []byte
 	}
 	var edits []edit
-	top, ok := members(line, 0)
+	top, ok := jsonl.Members(line, 0)
 	if !ok {
 		return nil, false
 	}
 	for _, m := range top {
-		if m.key != "body" || line[m.start] != '{' {
+		if m.Key != "body" || line[m.Start] != '{' {
 			continue
 		}
-		body, _ := members(line, m.start)
+		body, _ := jsonl.Members(line, m.Start)
 		found := false
 		for _, bm := range body {
-			if bm.key == "model" {
-				edits = append(edits, edit{bm.start, bm.end, mj})
+			if bm.Key == "model" {
+				edits = append(edits, edit{bm.Start, bm.End, mj})
 				found = true
 			}
 		}
@@ -160,7 +162,7 @@ func withModel(line, mj []byte) ([]byte, bool) {
 			if len(body) > 0 {
 				ins = append(ins, ',')
 			}
-			edits = append(edits, edit{m.start + 1, m.start + 1, ins})
+			edits = append(edits, edit{m.Start + 1, m.Start + 1, ins})
 		}
 	}
 	if len(edits) == 0 {
@@ -174,94 +176,4 @@ func withModel(line, mj []byte) ([]byte, bool) {
 		at = e.end
 	}
 	return append(out, line[at:]...), true
-}
-
-// member is one member of a JSON object: its key, unescaped, and where its
-// value starts and ends in the text.
-type member struct {
-	key        string
-	start, end int
-}
-
-// members lists the members of the object that starts at or after b[i]
-// (after white space), in order, and false when no object starts there. b
-// must be valid JSON (json.Valid), which spares checking the syntax here.
-func members(b []byte, i int) ([]member, bool) {
-	i = skipSpace(b, i)
-	if i >= len(b) || b[i] != '{' {
-		return nil, false
-	}
-	var ms []member
-	i++
-	for {
-		i = skipSpace(b, i)
-		if i < len(b) && b[i] == ',' {
-			i = skipSpace(b, i+1)
-		}
-		if i >= len(b) || b[i] != '"' {
-			return ms, true // '}'
-		}
-		kend := skipString(b, i)
-		key := string(b[i+1 : kend-1])
-		if strings.IndexByte(key, '\\') >= 0 {
-			_ = json.Unmarshal(b[i:kend], &key)
-		}
-		i = skipSpace(b, kend)
-		i = skipSpace(b, i+1) // past ':'
-		vend := skipValue(b, i)
-		ms = append(ms, member{key, i, vend})
-		i = vend
-	}
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipString returns the index just past the string that starts at b[i].
-func skipString(b []byte, i int) int {
-	for j := i + 1; j < len(b); j++ {
-		switch b[j] {
-		case '\\':
-			j++
-		case '"':
-			return j + 1
-		}
-	}
-	return len(b)
-}
-
-// skipValue returns the index just past the value that starts at b[i].
-func skipValue(b []byte, i int) int {
-	if i >= len(b) {
-		return len(b)
-	}
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		depth := 0
-		for j := i; j < len(b); j++ {
-			switch b[j] {
-			case '"':
-				j = skipString(b, j) - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return j + 1
-				}
-			}
-		}
-		return len(b)
-	}
-	j := i // a number, true, false or null
-	for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\t' && b[j] != '\n' && b[j] != '\r' {
-		j++
-	}
-	return j
 }
