@@ -91,7 +91,7 @@ func (m *Manager) Create(ctx context.Context, tenant, templateID string, s Spec)
 	name := ScheduleName(templateID)
 	out, err := m.API.CreateSchedule(ctx, &scheduler.CreateScheduleInput{
 		Name:                       aws.String(name),
-		GroupName:                  nonEmpty(m.Group),
+		GroupName:                  GroupName(m.Group),
 		Description:                aws.String("relay template " + templateID),
 		ScheduleExpression:         aws.String(c.expression()),
 		ScheduleExpressionTimezone: aws.String(s.Timezone),
@@ -103,7 +103,7 @@ func (m *Manager) Create(ctx context.Context, tenant, templateID string, s Spec)
 	})
 	var conflict *types.ConflictException
 	if errors.As(err, &conflict) {
-		got, err := m.API.GetSchedule(ctx, &scheduler.GetScheduleInput{Name: aws.String(name), GroupName: nonEmpty(m.Group)})
+		got, err := m.API.GetSchedule(ctx, &scheduler.GetScheduleInput{Name: aws.String(name), GroupName: GroupName(m.Group)})
 		if err != nil {
 			return "", fmt.Errorf("get existing schedule %s: %w", name, err)
 		}
@@ -119,8 +119,8 @@ func (m *Manager) Create(ctx context.Context, tenant, templateID string, s Spec)
 // that does not exist is already deleted.
 func (m *Manager) Delete(ctx context.Context, templateID string) error {
 	name := ScheduleName(templateID)
-	_, err := m.API.DeleteSchedule(ctx, &scheduler.DeleteScheduleInput{Name: aws.String(name), GroupName: nonEmpty(m.Group)})
-	if err != nil && !isNotFound(err) {
+	_, err := m.API.DeleteSchedule(ctx, &scheduler.DeleteScheduleInput{Name: aws.String(name), GroupName: GroupName(m.Group)})
+	if err != nil && !IsNotFound(err) {
 		return fmt.Errorf("delete schedule %s: %w", name, err)
 	}
 	return nil
@@ -134,7 +134,7 @@ func (m *Manager) OneTime(ctx context.Context, name string, at time.Time, input 
 	sname := ScheduleName(name)
 	_, err := m.API.CreateSchedule(ctx, &scheduler.CreateScheduleInput{
 		Name:                       aws.String(sname),
-		GroupName:                  nonEmpty(m.Group),
+		GroupName:                  GroupName(m.Group),
 		ScheduleExpression:         aws.String("at(" + at.UTC().Format(atLayout) + ")"),
 		ScheduleExpressionTimezone: aws.String("UTC"),
 		FlexibleTimeWindow:         &types.FlexibleTimeWindow{Mode: types.FlexibleTimeWindowModeOff},
@@ -196,15 +196,17 @@ func ScheduleName(id string) string {
 	return clean + suffix
 }
 
-// nonEmpty: a nil group name is Scheduler's default group.
-func nonEmpty(s string) *string {
+// GroupName is a group name as Scheduler's API takes it: nil for "", the
+// default group. The local firer uses it too.
+func GroupName(s string) *string {
 	if s == "" {
 		return nil
 	}
 	return aws.String(s)
 }
 
-func isNotFound(err error) bool {
+// IsNotFound reports whether err is Scheduler's ResourceNotFoundException.
+func IsNotFound(err error) bool {
 	var nf *types.ResourceNotFoundException
 	return errors.As(err, &nf)
 }

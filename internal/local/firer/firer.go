@@ -131,7 +131,7 @@ func (f *Firer) now() time.Time {
 // of those whose timing did not change.
 func (f *Firer) load(ctx context.Context, now time.Time, log *slog.Logger) error {
 	var names []string
-	in := &scheduler.ListSchedulesInput{GroupName: nonEmpty(f.Group)}
+	in := &scheduler.ListSchedulesInput{GroupName: schedule.GroupName(f.Group)}
 	for {
 		out, err := f.API.ListSchedules(ctx, in)
 		if err != nil {
@@ -147,8 +147,8 @@ func (f *Firer) load(ctx context.Context, now time.Time, log *slog.Logger) error
 	}
 	fresh := make(map[string]*tracked, len(names))
 	for _, name := range names {
-		got, err := f.API.GetSchedule(ctx, &scheduler.GetScheduleInput{Name: aws.String(name), GroupName: nonEmpty(f.Group)})
-		if isNotFound(err) {
+		got, err := f.API.GetSchedule(ctx, &scheduler.GetScheduleInput{Name: aws.String(name), GroupName: schedule.GroupName(f.Group)})
+		if schedule.IsNotFound(err) {
 			continue // deleted since the listing
 		}
 		if err != nil {
@@ -266,8 +266,8 @@ func (f *Firer) fireDue(ctx context.Context, now time.Time, log *slog.Logger) {
 		log := log.With("schedule", d.name, "scheduled_time", d.at)
 		f.fire(ctx, d.name, t, d.at, log)
 		if t.when.Kind == schedule.KindAt && t.deleteAfter {
-			_, err := f.API.DeleteSchedule(ctx, &scheduler.DeleteScheduleInput{Name: aws.String(d.name), GroupName: nonEmpty(f.Group)})
-			if err != nil && !isNotFound(err) {
+			_, err := f.API.DeleteSchedule(ctx, &scheduler.DeleteScheduleInput{Name: aws.String(d.name), GroupName: schedule.GroupName(f.Group)})
+			if err != nil && !schedule.IsNotFound(err) {
 				log.Error("delete completed one-time schedule", "err", err)
 			}
 		}
@@ -313,19 +313,6 @@ func substitute(t *tracked, at time.Time) []byte {
 		"<aws.scheduler.execution-id>", hex.EncodeToString(id[:]),
 		"<aws.scheduler.attempt-number>", "1",
 	).Replace(t.input))
-}
-
-// nonEmpty: a nil group name is Scheduler's default group.
-func nonEmpty(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return aws.String(s)
-}
-
-func isNotFound(err error) bool {
-	var nf *types.ResourceNotFoundException
-	return errors.As(err, &nf)
 }
 
 func maxTime(a, b time.Time) time.Time {
