@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/relaybatch/relay/internal/backoff"
 )
 
 // maxBodyBytes bounds a request body; relay's own rows are far smaller.
@@ -246,12 +248,5 @@ func pause(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return nil
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return backoff.Sleep(ctx, d)
 }
