@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -387,5 +388,21 @@ func (w *streamWriter) Write(p []byte) (int, error) {
 func (w *streamWriter) Flush() {
 	if w.commit(nil) {
 		close(w.ready)
+	}
+}
+
+// MergeHeaders merges a proxy response's two header maps as API Gateway
+// does: all multi-value entries, plus single-value entries not already among
+// them. The local gateway (internal/local/gateway) answers with it.
+func MergeHeaders(dst http.Header, single map[string]string, multi map[string][]string) {
+	for k, vs := range multi {
+		for _, v := range vs {
+			dst.Add(k, v)
+		}
+	}
+	for k, v := range single {
+		if !slices.Contains(dst.Values(k), v) {
+			dst.Add(k, v)
+		}
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"slices"
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -441,21 +440,6 @@ func loadEvent(t *testing.T, name string) events.APIGatewayProxyRequest {
 	return ev
 }
 
-// mergeHeaders merges a response's two header maps as API Gateway does:
-// all multi-value entries, plus single-value entries not already among them.
-func mergeHeaders(dst http.Header, single map[string]string, multi map[string][]string) {
-	for k, vs := range multi {
-		for _, v := range vs {
-			dst.Add(k, v)
-		}
-	}
-	for k, v := range single {
-		if !slices.Contains(dst.Values(k), v) {
-			dst.Add(k, v)
-		}
-	}
-}
-
 // preludeDelimiter ends the JSON prelude of a streamed response.
 var preludeDelimiter = make([]byte, 8)
 
@@ -472,7 +456,7 @@ func readResult(t *testing.T, out any) (int, http.Header, []byte) {
 	header := http.Header{}
 	switch out := out.(type) {
 	case events.APIGatewayProxyResponse:
-		mergeHeaders(header, out.Headers, out.MultiValueHeaders)
+		MergeHeaders(header, out.Headers, out.MultiValueHeaders)
 		body := []byte(out.Body)
 		if out.IsBase64Encoded {
 			var err error
@@ -494,7 +478,7 @@ func readResult(t *testing.T, out any) (int, http.Header, []byte) {
 		if err := json.Unmarshal(head, &p); err != nil {
 			t.Fatalf("decode prelude %q: %v", head, err)
 		}
-		mergeHeaders(header, p.Headers, p.MultiValueHeaders)
+		MergeHeaders(header, p.Headers, p.MultiValueHeaders)
 		return p.StatusCode, header, body
 	}
 	t.Fatalf("unexpected result %T", out)

@@ -283,24 +283,9 @@ func writeBuffered(ctx context.Context, w http.ResponseWriter, v any, limit int)
 			return
 		}
 	}
-	mergeHeaders(w.Header(), resp.Headers, resp.MultiValueHeaders)
+	apigw.MergeHeaders(w.Header(), resp.Headers, resp.MultiValueHeaders)
 	w.WriteHeader(resp.StatusCode)
 	_, _ = w.Write(body)
-}
-
-// mergeHeaders merges the two header maps as API Gateway does: all
-// multi-value entries, plus single-value entries not already among them.
-func mergeHeaders(dst http.Header, single map[string]string, multi map[string][]string) {
-	for k, vs := range multi {
-		for _, v := range vs {
-			dst.Add(k, v)
-		}
-	}
-	for k, v := range single {
-		if !slices.Contains(dst.Values(k), v) {
-			dst.Add(k, v)
-		}
-	}
 }
 
 // prelude is the JSON head of a streamed response; multiValueHeaders is
@@ -330,7 +315,7 @@ func writeStream(ctx context.Context, w http.ResponseWriter, src io.Reader) {
 		writeGatewayError(w, http.StatusBadGateway, "Internal server error")
 		return
 	}
-	mergeHeaders(w.Header(), p.Headers, p.MultiValueHeaders)
+	apigw.MergeHeaders(w.Header(), p.Headers, p.MultiValueHeaders)
 	for _, c := range p.Cookies {
 		w.Header().Add("Set-Cookie", c)
 	}
