@@ -160,27 +160,11 @@ func TestLivenessPlanStartFailsOnce(t *testing.T) {
 	// throttled once: the plan message comes back in seconds and starts
 	// them. It used to keep the plan's two-minute lease, so the retry was
 	// dropped and the batch waited for the tick to plan it again.
-	in := awsfault.New(7)
-	rt := runtime(t, withAPIOption(in.APIOption), quickDispatchRetry)
-	c, key := client(t, rt, "acme")
-	rows := nRows(12, "started")
-	f := upload(t, c, "in.jsonl", jsonlRows(rows))
-	in.Add(awsfault.Rule{Service: "DynamoDB", Operation: "PutItem", Kind: awsfault.Throttle, Times: 1,
+	planFaultedOnce(t, 7, awsfault.Rule{Service: "DynamoDB", Operation: "PutItem", Kind: awsfault.Throttle, Times: 1,
 		Match: func(_ context.Context, v any) bool {
 			pk, ok := v.(*dynamodb.PutItemInput).Item["pk"].(*types.AttributeValueMemberS)
 			return ok && strings.HasPrefix(pk.Value, "READY#")
 		}})
-	id := createBatch(t, c, f.ID).ID
-	var b *openai.Batch
-	eventually(t, "the batch ends well within the plan lease (2 minutes)", time.Minute, func() bool {
-		got, err := c.Batches.Get(context.Background(), id)
-		b = got
-		return err == nil && terminal[got.Status]
-	})
-	if b.Status != "completed" || in.Total() != 1 {
-		t.Fatalf("status %s, faults %d", b.Status, in.Total())
-	}
-	checkAccounting(t, rt, c, key, b, idsOf(rows))
 }
 
 func TestLivenessPlanLeaseTakenAmbiguously(t *testing.T) {
@@ -188,19 +172,27 @@ func TestLivenessPlanLeaseTakenAmbiguously(t *testing.T) {
 	// The write that takes the plan lease takes effect and fails all the
 	// same: the plan message comes back and must find the lease over (it
 	// lasts until the attempt's deadline), not wait two minutes for it.
-	in := awsfault.New(8)
-	rt := runtime(t, withAPIOption(in.APIOption), quickDispatchRetry)
-	c, key := client(t, rt, "acme")
-	rows := nRows(12, "leased")
-	f := upload(t, c, "in.jsonl", jsonlRows(rows))
-	in.Add(awsfault.Rule{Service: "DynamoDB", Operation: "PutItem", Kind: awsfault.After, Times: 1,
+	planFaultedOnce(t, 8, awsfault.Rule{Service: "DynamoDB", Operation: "PutItem", Kind: awsfault.After, Times: 1,
 		Match: func(_ context.Context, v any) bool {
 			n, ok := v.(*dynamodb.PutItemInput).Item["plan_lease"].(*types.AttributeValueMemberN)
 			return ok && n.Value != "0"
 		}})
+}
+
+// planFaultedOnce runs a batch whose plan meets fault once: it must end,
+// completed with every row accounted for, well within the plan lease's two
+// minutes (the plan message comes back in seconds, quickDispatchRetry).
+func planFaultedOnce(t *testing.T, seed uint64, fault awsfault.Rule) {
+	t.Helper()
+	in := awsfault.New(seed)
+	rt := runtime(t, withAPIOption(in.APIOption), quickDispatchRetry)
+	c, key := client(t, rt, "acme")
+	rows := nRows(12, "planned")
+	f := upload(t, c, "in.jsonl", jsonlRows(rows))
+	in.Add(fault)
 	id := createBatch(t, c, f.ID).ID
 	var b *openai.Batch
-	eventually(t, "the batch ends well within two minutes", time.Minute, func() bool {
+	eventually(t, "the batch ends well within the plan lease (2 minutes)", time.Minute, func() bool {
 		got, err := c.Batches.Get(context.Background(), id)
 		b = got
 		return err == nil && terminal[got.Status]
