@@ -14,7 +14,8 @@ import (
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/relaybatch/relay/internal/engine"
+
+	"github.com/relaybatch/relay/internal/msg"
 )
 
 func roundTrip[T any](t *testing.T, data []byte) T {
@@ -61,7 +62,7 @@ func TestSamples(t *testing.T) {
 					t.Fatal("no records")
 				}
 				for _, r := range ev.Records {
-					var m engine.Message
+					var m msg.Message
 					if err := json.Unmarshal([]byte(r.Body), &m); err != nil || m.Type == "" {
 						t.Fatalf("body %q is not an engine message: %v", r.Body, err)
 					}

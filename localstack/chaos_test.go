@@ -44,14 +44,15 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+
 	"github.com/relaybatch/relay/internal/app"
 	"github.com/relaybatch/relay/internal/awsfault"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/config"
-	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/local/esm"
 	"github.com/relaybatch/relay/internal/local/localrun"
 	"github.com/relaybatch/relay/internal/mockup"
+	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
 )
@@ -225,7 +226,7 @@ func (c *chaos) onInvoke(fn string, ev events.SQSEvent) error {
 // duplicateRun runs the chunk a second time beside the real delivery, as a
 // duplicate SQS delivery would; if that run fails, its message comes back,
 // as it would from SQS.
-func (c *chaos) duplicateRun(rt *localrun.Runtime, m engine.Message) {
+func (c *chaos) duplicateRun(rt *localrun.Runtime, m msg.Message) {
 	c.spawned.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), chaosExecTimeout)
 		defer cancel()
@@ -238,7 +239,7 @@ func (c *chaos) duplicateRun(rt *localrun.Runtime, m engine.Message) {
 
 // workDelivery is an invocation's deliveries: the work message m alone,
 // received for the first time.
-func workDelivery(m engine.Message) []queue.Delivery {
+func workDelivery(m msg.Message) []queue.Delivery {
 	body, _ := json.Marshal(m)
 	return []queue.Delivery{{ID: "chaos-" + m.Run, Body: string(body), ReceiveCount: 1}}
 }

@@ -11,13 +11,14 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/openai/openai-go/v3"
+
 	"github.com/relaybatch/relay/internal/app"
 	"github.com/relaybatch/relay/internal/batch"
-	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/lambdasqs"
 	"github.com/relaybatch/relay/internal/local/esm"
 	"github.com/relaybatch/relay/internal/local/localrun"
 	"github.com/relaybatch/relay/internal/mockup"
+	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/resources"
 )
 
@@ -39,8 +40,8 @@ func shortLease(o *localrun.Options) {
 	}
 }
 
-func chunkOf(ev events.SQSEvent) engine.Message {
-	var m engine.Message
+func chunkOf(ev events.SQSEvent) msg.Message {
+	var m msg.Message
 	if len(ev.Records) > 0 {
 		json.Unmarshal([]byte(ev.Records[0].Body), &m)
 	}
@@ -48,8 +49,8 @@ func chunkOf(ev events.SQSEvent) engine.Message {
 }
 
 // messagesOf decodes every work message of an invocation.
-func messagesOf(ev events.SQSEvent) []engine.Message {
-	ms := make([]engine.Message, len(ev.Records))
+func messagesOf(ev events.SQSEvent) []msg.Message {
+	ms := make([]msg.Message, len(ev.Records))
 	for i, r := range ev.Records {
 		json.Unmarshal([]byte(r.Body), &ms[i])
 	}
@@ -59,7 +60,7 @@ func messagesOf(ev events.SQSEvent) []engine.Message {
 // hasChunk reports whether an invocation carries chunk i's work message.
 func hasChunk(ev events.SQSEvent, i int) bool {
 	for _, m := range messagesOf(ev) {
-		if m.Type == engine.MsgChunk && m.Chunk == i {
+		if m.Type == msg.Chunk && m.Chunk == i {
 			return true
 		}
 	}

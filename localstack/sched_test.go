@@ -14,10 +14,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go/middleware"
+
 	"github.com/relaybatch/relay/internal/awsfault"
 	"github.com/relaybatch/relay/internal/batch"
-	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/local/localrun"
+	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/store"
 )
 
@@ -50,7 +51,7 @@ func TestSchedLostWorkMessage(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			for _, e := range in.Entries {
-				var m engine.Message
+				var m msg.Message
 				json.Unmarshal([]byte(*e.MessageBody), &m)
 				lost[fmt.Sprint(m.Chunk)+"/"+m.Run] = true
 			}

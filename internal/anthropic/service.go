@@ -26,7 +26,7 @@ import (
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/batches"
-	"github.com/relaybatch/relay/internal/engine"
+	"github.com/relaybatch/relay/internal/endpoint"
 	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/ids"
@@ -71,9 +71,9 @@ func (s *Service) CreateMessageBatch(ctx context.Context, p auth.Principal, requ
 	if err != nil {
 		return wire.MessageBatch{}, fmt.Errorf("message batch input: %w", err)
 	}
-	req := batches.CreateRequest{InputFileID: f.ID, Endpoint: engine.MessagesEndpoint, CompletionWindow: "24h"}
+	req := batches.CreateRequest{InputFileID: f.ID, Endpoint: endpoint.Messages, CompletionWindow: "24h"}
 	id := ids.New(batches.MessageBatchPrefix)
-	b, err := s.Batches.CreateShaped(ctx, p, req, idemKey, []string{engine.MessagesEndpoint}, func(b *batch.Batch) {
+	b, err := s.Batches.CreateShaped(ctx, p, req, idemKey, []string{endpoint.Messages}, func(b *batch.Batch) {
 		b.ID = id
 		// Known now; planning sets the same number again.
 		b.RequestCounts.Total = int64(len(requests))
@@ -162,7 +162,7 @@ func (s *Service) messageRows(requests []json.RawMessage) ([]byte, error) {
 		if v, ok := params["stream"]; ok && string(bytes.TrimSpace(v)) == "true" {
 			return nil, invalid(".params.stream", "streaming is not supported in a message batch")
 		}
-		if err := enc.Encode(jsonl.Request{CustomID: id, Method: "POST", URL: engine.MessagesEndpoint, Body: r["params"]}); err != nil {
+		if err := enc.Encode(jsonl.Request{CustomID: id, Method: "POST", URL: endpoint.Messages, Body: r["params"]}); err != nil {
 			return nil, invalid(".params", "%v", err)
 		}
 	}
@@ -188,7 +188,7 @@ func (s *Service) getMessageBatch(ctx context.Context, tenant, id string) (batch
 		return batch.Batch{}, errs.NotFoundf("no such message batch: %s", id)
 	}
 	b, err := s.Batches.Engine.Store.GetBatch(ctx, tenant, id)
-	if errors.Is(err, store.ErrBatchNotFound) || (err == nil && b.Endpoint != engine.MessagesEndpoint) {
+	if errors.Is(err, store.ErrBatchNotFound) || (err == nil && b.Endpoint != endpoint.Messages) {
 		return batch.Batch{}, errs.NotFoundf("no such message batch: %s", id)
 	}
 	return b, err

@@ -9,6 +9,7 @@ import (
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/batches"
 	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/endpoint"
 	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/jsonl"
@@ -76,7 +77,7 @@ func TestMessageRows(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The rows are what planning validates and the executor reads.
-			res, err := jsonl.Scan(strings.NewReader(string(data)), jsonl.Options{Endpoint: engine.MessagesEndpoint, KnownModel: func(m string) bool {
+			res, err := jsonl.Scan(strings.NewReader(string(data)), jsonl.Options{Endpoint: endpoint.Messages, KnownModel: func(m string) bool {
 				_, ok := s.Batches.Engine.Models.Lookup(m)
 				return ok
 			}}, nil)
@@ -93,7 +94,7 @@ func TestMessageRows(t *testing.T) {
 					Params   json.RawMessage `json:"params"`
 				}
 				json.Unmarshal(raws[i], &in)
-				if r.CustomID != in.CustomID || r.Method != "POST" || r.URL != engine.MessagesEndpoint || string(r.Body) != string(in.Params) {
+				if r.CustomID != in.CustomID || r.Method != "POST" || r.URL != endpoint.Messages || string(r.Body) != string(in.Params) {
 					t.Errorf("row %d: got %+v, want the request's custom_id and params", i, r)
 				}
 			}

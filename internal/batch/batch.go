@@ -302,3 +302,11 @@ type DeadLetter struct {
 	LastStatus *int   `json:"last_status" dynamodbav:"last_status"`
 	Row        int    `json:"-" dynamodbav:"row"`
 }
+
+// Fallback is the batch's fallback model, "" for none.
+func (b Batch) Fallback() string {
+	if b.FallbackModel != nil {
+		return *b.FallbackModel
+	}
+	return ""
+}

@@ -28,6 +28,7 @@ import (
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/ids"
 	"github.com/relaybatch/relay/internal/jsonl"
+	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/schedule"
@@ -63,7 +64,7 @@ func (s *Service) now() time.Time {
 var errSkip = errors.New("batches: nothing to do")
 
 // send queues m for the dispatcher.
-func (s *Service) send(ctx context.Context, m engine.Message) error {
+func (s *Service) send(ctx context.Context, m msg.Message) error {
 	return s.Engine.Queue.Send(ctx, resources.Dispatch, m, 0)
 }
 
@@ -340,7 +341,7 @@ func (s *Service) record(ctx context.Context, b batch.Batch, idemKey string) (ba
 		return batch.Batch{}, err
 	}
 	if created && saved.Status == batch.Validating {
-		if err := s.send(ctx, engine.Message{Type: engine.MsgPlan, Tenant: b.Tenant, Batch: b.ID}); err != nil {
+		if err := s.send(ctx, msg.Message{Type: msg.Plan, Tenant: b.Tenant, Batch: b.ID}); err != nil {
 			return batch.Batch{}, err
 		}
 	}
@@ -463,7 +464,7 @@ func (s *Service) Cancel(ctx context.Context, tenant, id string) (batch.Batch, e
 	if err != nil {
 		return batch.Batch{}, err
 	}
-	if err := s.send(ctx, engine.Message{Type: engine.MsgDrain, Tenant: tenant, Batch: id}); err != nil {
+	if err := s.send(ctx, msg.Message{Type: msg.Drain, Tenant: tenant, Batch: id}); err != nil {
 		return batch.Batch{}, err
 	}
 	return b.Out(), nil

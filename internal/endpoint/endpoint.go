@@ -37,13 +37,18 @@ type Endpoint struct {
 // Chat is the chat completions endpoint, the one workflow steps call.
 const Chat = "/v1/chat/completions"
 
+// Messages is the endpoint of Anthropic Message Batches (docs/api.md
+// "Anthropic Message Batches"): their input has Anthropic's limits, and
+// internal/anthropic writes it as the url of their rows.
+const Messages = "/v1/messages"
+
 // All is every endpoint, in the order messages list them.
 var All = []Endpoint{
 	{Path: Chat, Shape: config.OpenAI, Usage: PromptCompletion, OpenAIBatch: true},
 	{Path: "/v1/embeddings", Shape: config.OpenAI, Usage: PromptCompletion, OpenAIBatch: true},
 	{Path: "/v1/responses", Shape: config.OpenAI, Usage: InputOutput, OpenAIBatch: true},
 	{Path: "/v1/completions", Shape: config.OpenAI, Usage: PromptCompletion, OpenAIBatch: true},
-	{Path: "/v1/messages", Shape: config.Anthropic, Usage: AnthropicUsage},
+	{Path: Messages, Shape: config.Anthropic, Usage: AnthropicUsage},
 }
 
 // Lookup returns the endpoint at path.

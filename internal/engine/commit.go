@@ -10,6 +10,7 @@ import (
 	"github.com/relaybatch/relay/internal/backoff"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/ids"
+	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/store"
@@ -137,12 +138,12 @@ func (e *Engine) lostCommit(ctx context.Context, b batch.Batch, cm store.Commit,
 // due on the batch and the tick sends it.
 func (e *Engine) afterCommit(ctx context.Context, b batch.Batch, next *store.Claim, last bool) {
 	if next != nil {
-		if err := e.send(ctx, resources.Work, chunkMessage(next.Next())); err != nil {
+		if err := e.send(ctx, resources.Work, msg.ForChunk(next.Next())); err != nil {
 			e.Log.WarnContext(ctx, "send claimed chunk", "batch_id", next.Entry.Batch, "chunk", next.Entry.Next, "err", err)
 		}
 	}
 	if last {
-		if err := e.send(ctx, resources.Finalize, Message{Type: MsgFinalize, Tenant: b.Tenant, Batch: b.ID}); err != nil {
+		if err := e.send(ctx, resources.Finalize, msg.Message{Type: msg.Finalize, Tenant: b.Tenant, Batch: b.ID}); err != nil {
 			e.Log.WarnContext(ctx, "send finalize", "batch_id", b.ID, "err", err)
 		}
 	}

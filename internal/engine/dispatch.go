@@ -9,8 +9,10 @@ import (
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/blob"
+	"github.com/relaybatch/relay/internal/endpoint"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/jsonl"
+	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/plan"
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/store"
@@ -37,19 +39,14 @@ func planLeaseUntil(ctx context.Context, now time.Time) int64 {
 // takes.
 const maxInputObjects = 1000
 
-// MessagesEndpoint is the endpoint of Anthropic Message Batches (docs/api.md
-// "Anthropic Message Batches"): Plan gives their input Anthropic's limits,
-// and internal/anthropic writes it as the url of their rows.
-const MessagesEndpoint = "/v1/messages"
-
 // Dispatch is the dispatcher function's SQS handler: plans, drains of
 // cancelled batches and the periodic tick. Each message is idempotent.
 func (e *Engine) Dispatch(ctx context.Context, ds []queue.Delivery) ([]string, error) {
-	return eachMessage(ctx, e.Log, ds, func(ctx context.Context, m Message) error {
+	return msg.Each(ctx, e.Log, ds, func(ctx context.Context, m msg.Message) error {
 		switch m.Type {
-		case MsgPlan:
+		case msg.Plan:
 			return e.Plan(ctx, m.Tenant, m.Batch)
-		case MsgDrain:
+		case msg.Drain:
 			b, err := e.Store.GetBatch(ctx, m.Tenant, m.Batch)
 			if errors.Is(err, store.ErrBatchNotFound) {
 				return nil
@@ -58,7 +55,7 @@ func (e *Engine) Dispatch(ctx context.Context, ds []queue.Delivery) ([]string, e
 				return err
 			}
 			return e.drain(ctx, b)
-		case MsgTick:
+		case msg.Tick:
 			return e.Tick(ctx)
 		}
 		e.Log.WarnContext(ctx, "unknown dispatch message dropped", "type", m.Type)
@@ -192,7 +189,7 @@ func (e *Engine) scanInput(ctx context.Context, b batch.Batch, input files.File,
 		_, ok := e.Models.Lookup(m)
 		return ok
 	}}
-	if b.Endpoint == MessagesEndpoint {
+	if b.Endpoint == endpoint.Messages {
 		// Anthropic's Message Batches limits (docs/api.md "Anthropic Message Batches").
 		opts.MaxRows, opts.MaxBytes = 100_000, 256*1000*1000
 	}

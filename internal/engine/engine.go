@@ -16,44 +16,13 @@ import (
 	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/jsonl"
+	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/store"
 	"github.com/relaybatch/relay/internal/webhook"
 )
-
-// Message is what travels on the dispatch, work and finalize queues
-// (docs/design.md "Message types": who sends each type, and what its
-// handler does).
-type Message struct {
-	Type   string `json:"type"` // one of the Msg… constants
-	Tenant string `json:"tenant,omitempty"`
-	Batch  string `json:"batch_id,omitempty"`
-	Chunk  int    `json:"chunk,omitempty"`
-	// Run and Attempt name the claim a work message is for: a message of
-	// another run than the chunk's is stale and dropped.
-	Run     string `json:"run,omitempty"`
-	Attempt int    `json:"attempt,omitempty"`
-	// Retries counts the times a run went back to the queue after a
-	// transient error (see Engine.retrySoon).
-	Retries int `json:"retries,omitempty"`
-}
-
-// Message types, by the queue that carries them (docs/design.md "Message
-// types").
-const (
-	MsgPlan     = "plan"     // dispatch; also sent by internal/batches
-	MsgDrain    = "drain"    // dispatch; sent by internal/batches
-	MsgTick     = "tick"     // dispatch; sent by the tick schedule
-	MsgChunk    = "chunk"    // work
-	MsgDead     = "dead"     // work DLQ
-	MsgFinalize = "finalize" // finalize
-)
-
-func chunkMessage(n batch.Next) Message {
-	return Message{Type: MsgChunk, Tenant: n.Tenant, Batch: n.Batch, Chunk: n.Chunk, Run: n.Run, Attempt: n.Attempt}
-}
 
 // Engine holds what the workers share; an option left zero takes its
 // default.
@@ -150,7 +119,7 @@ func (e *Engine) lease() time.Duration {
 	return time.Minute
 }
 
-func (e *Engine) send(ctx context.Context, queueKey string, m Message) error {
+func (e *Engine) send(ctx context.Context, queueKey string, m msg.Message) error {
 	return e.Queue.Send(ctx, queueKey, m, 0)
 }
 

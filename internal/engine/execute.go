@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/fanout"
 	"github.com/relaybatch/relay/internal/jsonl"
+	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/queue"
@@ -21,7 +23,7 @@ import (
 // chunkRun is one work message being executed.
 type chunkRun struct {
 	delivery queue.Delivery
-	msg      Message
+	msg      msg.Message
 	b        batch.Batch
 	c        batch.Chunk
 	reqs     []jsonl.Request
@@ -42,8 +44,8 @@ func (e *Engine) Execute(ctx context.Context, ds []queue.Delivery) ([]string, er
 	var failed []string
 	var runs []*chunkRun
 	for _, d := range ds {
-		var m Message
-		if err := json.Unmarshal([]byte(d.Body), &m); err != nil || m.Type != MsgChunk {
+		var m msg.Message
+		if err := json.Unmarshal([]byte(d.Body), &m); err != nil || m.Type != msg.Chunk {
 			e.Log.ErrorContext(ctx, "undecodable work message dropped", "message_id", d.ID)
 			continue
 		}
@@ -101,7 +103,7 @@ func (e *Engine) retrySoon(ctx context.Context, r *chunkRun) bool {
 // delay first so the tick does not give the chunk to another run
 // meanwhile. The executor's quick retries use it, and internal/wfhost to
 // go on with a workflow record in a later invocation.
-func (e *Engine) SendAgain(ctx context.Context, m Message, delay time.Duration) error {
+func (e *Engine) SendAgain(ctx context.Context, m msg.Message, delay time.Duration) error {
 	delay = queue.Delay(max(delay, 0))
 	if err := e.Store.RenewLease(ctx, m.Batch, m.Chunk, m.Run, e.now().Add(delay+e.lease())); err != nil {
 		return err
@@ -247,20 +249,12 @@ func Stopping(s batch.Status) bool {
 	return s == batch.Cancelling || s == batch.Cancelled
 }
 
-// fallbackModel is the batch's fallback model, "" for none.
-func fallbackModel(b batch.Batch) string {
-	if b.FallbackModel != nil {
-		return *b.FallbackModel
-	}
-	return ""
-}
-
 // runPool runs the rows of runs, in order, within the slots the runs hold,
 // committing each run once its rows are done.
 func (e *Engine) runPool(ctx context.Context, runs []*chunkRun) {
-	p := newSlotPool()
+	p := fanout.NewPool()
 	for _, r := range runs {
-		p.hold(r.c.Slots)
+		p.Hold(r.c.Slots)
 	}
 	var rows, commits sync.WaitGroup
 	for _, r := range runs {
@@ -269,17 +263,17 @@ func (e *Engine) runPool(ctx context.Context, runs []*chunkRun) {
 				commits.Go(func() { e.finishRun(ctx, p, r) })
 			}
 		}
-		fanOut(p, &rows, r.rows(e, rowDone))
+		fanout.Send(p, &rows, r.rows(e, rowDone))
 	}
 	rows.Wait()
 	commits.Wait()
 }
 
 // finishRun commits a run whose rows are done, then hands its slots on.
-func (e *Engine) finishRun(ctx context.Context, p *slotPool, r *chunkRun) {
+func (e *Engine) finishRun(ctx context.Context, p *fanout.Pool, r *chunkRun) {
 	defer close(r.done)
-	p.finish(r.c.Slots)
-	defer p.leave(r.c.Slots)
+	p.Finish(r.c.Slots)
+	defer p.Leave(r.c.Slots)
 	if r.ctx.Err() != nil {
 		r.err = fmt.Errorf("chunk %d of %s: %w", r.c.Index, r.c.Batch, ErrStop)
 		return
@@ -287,21 +281,21 @@ func (e *Engine) finishRun(ctx context.Context, p *slotPool, r *chunkRun) {
 	_, r.err = e.commitRows(ctx, r.b, r.c, r.outs, 0)
 }
 
-// rows are the run's rows as fanOut sends them, each answer going into
+// rows are the run's rows as fanout.Send sends them, each answer going into
 // the run's outcomes; rowDone follows each row's.
-func (r *chunkRun) rows(e *Engine, rowDone func()) rowFan {
+func (r *chunkRun) rows(e *Engine, rowDone func()) fanout.Rows {
 	bodies := make([]json.RawMessage, len(r.reqs))
 	for i, q := range r.reqs {
 		bodies[i] = q.Body
 		r.outs[i].CustomID = q.CustomID
 	}
-	endpoint, fallback := r.b.Endpoint, fallbackModel(r.b)
-	return rowFan{
-		ctx: r.ctx, bodies: bodies,
-		send: func(ctx context.Context, body json.RawMessage) provider.Result {
+	endpoint, fallback := r.b.Endpoint, r.b.Fallback()
+	return fanout.Rows{
+		Ctx: r.ctx, Bodies: bodies,
+		Send: func(ctx context.Context, body json.RawMessage) provider.Result {
 			return e.Provider.Do(ctx, endpoint, body, fallback)
 		},
-		settle: func(i int) bool {
+		Settle: func(i int) bool {
 			// Row boundary: a cancel or the end of the window stops new rows.
 			o := &r.outs[i]
 			switch {
@@ -315,7 +309,7 @@ func (r *chunkRun) rows(e *Engine, rowDone func()) rowFan {
 			rowDone()
 			return true
 		},
-		done: func(i int, res provider.Result, sent bool) {
+		Done: func(i int, res provider.Result, sent bool) {
 			if sent {
 				r.outs[i].Result = res
 			} else {

@@ -9,6 +9,7 @@ import (
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/jsonl"
+	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
@@ -20,7 +21,7 @@ import (
 // dead-letter list only once its commit took effect, so a late run that
 // commits first never leaves phantom dead letters.
 func (e *Engine) DeadLetter(ctx context.Context, ds []queue.Delivery) ([]string, error) {
-	return eachMessage(ctx, e.Log, ds, func(ctx context.Context, m Message) error {
+	return msg.Each(ctx, e.Log, ds, func(ctx context.Context, m msg.Message) error {
 		b, err := e.Store.GetBatch(ctx, m.Tenant, m.Batch)
 		if errors.Is(err, store.ErrBatchNotFound) {
 			return nil
@@ -47,7 +48,7 @@ func (e *Engine) DeadLetter(ctx context.Context, ds []queue.Delivery) ([]string,
 			return e.sweepParts(ctx, c)
 		case c.Run != m.Run:
 			return nil // an old run's message: the chunk went on without it
-		case m.Type == MsgChunk && c.Attempts <= resources.WorkMaxReceiveCount:
+		case m.Type == msg.Chunk && c.Attempts <= resources.WorkMaxReceiveCount:
 			m.Attempt = c.Attempts
 			return e.send(ctx, resources.Work, m)
 		}
@@ -103,7 +104,7 @@ func deadLetters(c batch.Chunk, ids []string) []batch.DeadLetter {
 
 // Finalize is the finalizer function's handler.
 func (e *Engine) Finalize(ctx context.Context, ds []queue.Delivery) ([]string, error) {
-	return eachMessage(ctx, e.Log, ds, func(ctx context.Context, m Message) error {
+	return msg.Each(ctx, e.Log, ds, func(ctx context.Context, m msg.Message) error {
 		return e.FinalizeBatch(ctx, m.Tenant, m.Batch)
 	})
 }

@@ -17,7 +17,7 @@ import (
 // (internal/wfhost, set by app.New) instead of its row pool, and the
 // record's line goes through the normal commit when it ends
 // (CommitRecord). What else the adapter uses of the engine: its chunk's
-// slots (TakeSlots, ReturnSlots), the row fan-out (SendRows), the re-send
+// slots (TakeSlots, ReturnSlots), the re-send
 // of its work message (SendAgain), Stopping and ErrStop.
 
 // WorkflowOptions tune workflow records; the zero value is the deployment's.

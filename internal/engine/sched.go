@@ -8,6 +8,7 @@ import (
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/ids"
 	"github.com/relaybatch/relay/internal/jsonl"
+	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/store"
@@ -106,7 +107,7 @@ func (e *Engine) start(ctx context.Context, model string) error {
 			return err
 		default:
 			free[shard] -= c.Slots
-			msgs = append(msgs, chunkMessage(c.Next()))
+			msgs = append(msgs, msg.ForChunk(c.Next()))
 		}
 	}
 	return nil
@@ -131,7 +132,7 @@ func (e *Engine) drain(ctx context.Context, b batch.Batch) error {
 		case err != nil:
 			return err
 		}
-		msgs = append(msgs, chunkMessage(batch.Next{Tenant: b.Tenant, Batch: b.ID, Chunk: c.Index, Run: run, Attempt: 1}))
+		msgs = append(msgs, msg.ForChunk(batch.Next{Tenant: b.Tenant, Batch: b.ID, Chunk: c.Index, Run: run, Attempt: 1}))
 	}
 	return e.Queue.SendBatch(ctx, resources.Work, msgs, 0)
 }
@@ -182,9 +183,9 @@ func (e *Engine) takeOver(ctx context.Context, now time.Time) error {
 		if err != nil {
 			return err
 		}
-		m := chunkMessage(batch.Next{Tenant: nc.Tenant, Batch: nc.Batch, Chunk: nc.Index, Run: nc.Run, Attempt: nc.Attempts})
+		m := msg.ForChunk(batch.Next{Tenant: nc.Tenant, Batch: nc.Batch, Chunk: nc.Index, Run: nc.Run, Attempt: nc.Attempts})
 		if nc.Attempts > resources.WorkMaxReceiveCount {
-			m.Type = MsgDead
+			m.Type = msg.Dead
 			dead = append(dead, m)
 			e.Log.WarnContext(ctx, "chunk out of attempts", "batch_id", nc.Batch, "chunk", nc.Index, "attempts", nc.Attempts-1)
 			continue
@@ -213,9 +214,9 @@ func (e *Engine) due(ctx context.Context, tenant, id string, now time.Time) erro
 	case b.ChunksTotal == 0 && b.Status == batch.Validating && b.PastExpiry(now):
 		return e.expireUnplanned(ctx, b)
 	case b.ChunksTotal == 0 || !b.Started:
-		err = e.send(ctx, resources.Dispatch, Message{Type: MsgPlan, Tenant: tenant, Batch: id})
+		err = e.send(ctx, resources.Dispatch, msg.Message{Type: msg.Plan, Tenant: tenant, Batch: id})
 	case b.ChunksDone >= b.ChunksTotal || b.Status == batch.Finalizing:
-		err = e.send(ctx, resources.Finalize, Message{Type: MsgFinalize, Tenant: tenant, Batch: id})
+		err = e.send(ctx, resources.Finalize, msg.Message{Type: msg.Finalize, Tenant: tenant, Batch: id})
 	case b.Status == batch.Cancelling || b.PastExpiry(now):
 		err = e.drain(ctx, b)
 	}

@@ -2,12 +2,11 @@ package engine
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/store"
 )
@@ -137,83 +136,10 @@ func TestRacedDropsStaleEntry(t *testing.T) {
 	}
 }
 
-func TestSlotPoolNeverExceedsHeldSlots(t *testing.T) {
-	t.Parallel()
-	p := newSlotPool()
-	slots := []int{3, 5, 2}
-	for _, s := range slots {
-		p.hold(s)
-	}
-	var inflight, peak, held atomic.Int64
-	held.Store(10)
-	check := func() {
-		n := inflight.Load()
-		for {
-			old := peak.Load()
-			if n <= old || peak.CompareAndSwap(old, n) {
-				break
-			}
-		}
-		if n > held.Load() {
-			t.Errorf("%d rows in flight with %d slots held", n, held.Load())
-		}
-	}
-	rows := []int{7, 20, 4}
-	var wg sync.WaitGroup
-	var commits sync.WaitGroup
-	for ci, n := range rows {
-		left := atomic.Int64{}
-		left.Store(int64(n))
-		for r := 0; r < n; r++ {
-			if !p.acquire(context.Background()) {
-				t.Fatal("acquire failed")
-			}
-			inflight.Add(1)
-			check()
-			wg.Go(func() {
-				time.Sleep(time.Duration(1+r%3) * time.Millisecond)
-				inflight.Add(-1)
-				p.release()
-				if left.Add(-1) == 0 {
-					commits.Go(func() {
-						p.finish(slots[ci])
-						// Handing the slots on: what is in flight must fit
-						// in the slots that stay.
-						held.Add(-int64(slots[ci]))
-						check()
-						p.leave(slots[ci])
-					})
-				}
-			})
-		}
-	}
-	wg.Wait()
-	commits.Wait()
-	if peak.Load() < 5 {
-		t.Errorf("peak in flight %d: the pool did not share slots across chunks", peak.Load())
-	}
-}
-
-func TestSlotPoolAcquireStopsWithContext(t *testing.T) {
-	t.Parallel()
-	p := newSlotPool()
-	p.hold(1)
-	if !p.acquire(context.Background()) {
-		t.Fatal("first acquire failed")
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	got := make(chan bool)
-	go func() { got <- p.acquire(ctx) }()
-	cancel()
-	if <-got {
-		t.Fatal("acquire succeeded with no slot free and its context done")
-	}
-}
-
 func TestAloneFirst(t *testing.T) {
 	t.Parallel()
 	run := func(id string, receives, attempt int) *chunkRun {
-		return &chunkRun{delivery: queue.Delivery{ID: id, ReceiveCount: receives}, msg: Message{Attempt: attempt}}
+		return &chunkRun{delivery: queue.Delivery{ID: id, ReceiveCount: receives}, msg: msg.Message{Attempt: attempt}}
 	}
 	ids := func(rs []*chunkRun) (s string) {
 		for _, r := range rs {

@@ -36,8 +36,10 @@ import (
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/endpoint"
 	"github.com/relaybatch/relay/internal/engine"
+	"github.com/relaybatch/relay/internal/fanout"
 	"github.com/relaybatch/relay/internal/ids"
 	"github.com/relaybatch/relay/internal/jsonl"
+	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/resources"
@@ -191,16 +193,23 @@ func (h *recordHost) ReturnSlots(ctx context.Context) error {
 	return nil
 }
 
-// Exec runs a step's requests through the engine's one row fan-out,
-// within the slots the record's chunk holds.
+// Exec runs a step's requests through the one row fan-out
+// (internal/fanout), within the slots the record's chunk holds.
 func (h *recordHost) Exec(ctx context.Context, bodies []json.RawMessage) []provider.Result {
 	res := make([]provider.Result, len(bodies))
-	h.e.SendRows(ctx, h.b, h.c.Slots, bodies, func(i int, r provider.Result, sent bool) {
-		if !sent {
-			// ctx ended: the step is cut short and none of it is kept.
-			r = provider.Result{ErrCode: provider.CodeRequestCancelled, ErrMessage: "stopped before the request was sent"}
-		}
-		res[i] = r
+	ep, fallback := h.b.Endpoint, h.b.Fallback()
+	fanout.SendAll(h.c.Slots, fanout.Rows{
+		Ctx: ctx, Bodies: bodies,
+		Send: func(ctx context.Context, body json.RawMessage) provider.Result {
+			return h.e.Provider.Do(ctx, ep, body, fallback)
+		},
+		Done: func(i int, r provider.Result, sent bool) {
+			if !sent {
+				// ctx ended: the step is cut short and none of it is kept.
+				r = provider.Result{ErrCode: provider.CodeRequestCancelled, ErrMessage: "stopped before the request was sent"}
+			}
+			res[i] = r
+		},
 	})
 	return res
 }
@@ -249,7 +258,7 @@ func (h *recordHost) Stop() *workflow.Error {
 func (h *recordHost) Requeue(ctx context.Context, delay time.Duration) error {
 	h.release(ctx)
 	c := h.c
-	return h.e.SendAgain(ctx, engine.Message{Type: engine.MsgChunk, Tenant: c.Tenant, Batch: c.Batch, Chunk: c.Index, Run: c.Run, Attempt: c.Attempts}, delay)
+	return h.e.SendAgain(ctx, msg.Message{Type: msg.Chunk, Tenant: c.Tenant, Batch: c.Batch, Chunk: c.Index, Run: c.Run, Attempt: c.Attempts}, delay)
 }
 
 // Finish commits the record's line: the callback's output, or its error,

@@ -22,16 +22,17 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/aws/aws-sdk-go-v2/aws"
+
 	"github.com/relaybatch/relay/internal/apigw"
 	"github.com/relaybatch/relay/internal/app"
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/config"
-	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/lambdasqs"
 	"github.com/relaybatch/relay/internal/local/esm"
 	"github.com/relaybatch/relay/internal/local/firer"
 	"github.com/relaybatch/relay/internal/local/gateway"
 	"github.com/relaybatch/relay/internal/mockup"
+	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
 )
@@ -240,7 +241,7 @@ func (rt *Runtime) tick(ctx context.Context, every time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := rt.App.Queue.Send(ctx, resources.Dispatch, engine.Message{Type: engine.MsgTick}, 0); err != nil && ctx.Err() == nil {
+			if err := rt.App.Queue.Send(ctx, resources.Dispatch, msg.Message{Type: msg.Tick}, 0); err != nil && ctx.Err() == nil {
 				rt.App.Log.Warn("send tick", "err", err)
 			}
 		}
