@@ -103,7 +103,7 @@ func (s *Service) unreferenced(ctx context.Context, tenant, id string, b batch.B
 	if err == nil {
 		return b.ID != id
 	}
-	_, gerr := s.Batches.Engine.Store.GetBatch(ctx, tenant, id)
+	_, gerr := s.Batches.Store.GetBatch(ctx, tenant, id)
 	return errors.Is(gerr, store.ErrBatchNotFound)
 }
 
@@ -172,12 +172,12 @@ func (s *Service) messageRows(requests []json.RawMessage) ([]byte, error) {
 // deleteFile removes the input file CreateMessageBatch wrote; a failure
 // only leaves an orphan behind, so it is logged, not returned.
 func (s *Service) deleteFile(ctx context.Context, f files.File) {
-	e := s.Batches.Engine
-	if err := e.Blobs.Delete(ctx, f.Objects...); err != nil {
-		e.Log.WarnContext(ctx, "delete file objects", "file_id", f.ID, "tenant", f.Tenant, "err", err)
+	bs := s.Batches
+	if err := bs.Blobs.Delete(ctx, f.Objects...); err != nil {
+		bs.Engine.Log.WarnContext(ctx, "delete file objects", "file_id", f.ID, "tenant", f.Tenant, "err", err)
 	}
-	if err := e.Store.DeleteFile(ctx, f.Tenant, f.ID); err != nil {
-		e.Log.WarnContext(ctx, "delete file", "file_id", f.ID, "tenant", f.Tenant, "err", err)
+	if err := bs.Store.DeleteFile(ctx, f.Tenant, f.ID); err != nil {
+		bs.Engine.Log.WarnContext(ctx, "delete file", "file_id", f.ID, "tenant", f.Tenant, "err", err)
 	}
 }
 
@@ -187,7 +187,7 @@ func (s *Service) getMessageBatch(ctx context.Context, tenant, id string) (batch
 	if !ids.Valid(batches.MessageBatchPrefix, id) {
 		return batch.Batch{}, errs.NotFoundf("no such message batch: %s", id)
 	}
-	b, err := s.Batches.Engine.Store.GetBatch(ctx, tenant, id)
+	b, err := s.Batches.Store.GetBatch(ctx, tenant, id)
 	if errors.Is(err, store.ErrBatchNotFound) || (err == nil && b.Endpoint != endpoint.Messages) {
 		return batch.Batch{}, errs.NotFoundf("no such message batch: %s", id)
 	}
@@ -252,7 +252,7 @@ func (s *Service) messageBatchesAfter(ctx context.Context, tenant, after string,
 	}
 	// One more than asked tells whether another message batch follows (the
 	// store's "more" may be about the OpenAI batches listed after them).
-	bs, _, err := s.Batches.Engine.Store.ListBatches(ctx, tenant, after, limit+1, "")
+	bs, _, err := s.Batches.Store.ListBatches(ctx, tenant, after, limit+1, "")
 	if err != nil {
 		return nil, false, err
 	}
@@ -277,7 +277,7 @@ func (s *Service) messageBatchesBefore(ctx context.Context, tenant, before strin
 	cursor := messageTop
 scan:
 	for {
-		bs, more, err := s.Batches.Engine.Store.ListBatches(ctx, tenant, cursor, pageSize, "")
+		bs, more, err := s.Batches.Store.ListBatches(ctx, tenant, cursor, pageSize, "")
 		if err != nil {
 			return nil, false, err
 		}
@@ -330,7 +330,7 @@ func (s *Service) CancelMessageBatch(ctx context.Context, tenant, id string) (wi
 // DeleteMessageBatch deletes an ended message batch: its results, its
 // input and its records.
 func (s *Service) DeleteMessageBatch(ctx context.Context, tenant, id string) error {
-	e := s.Batches.Engine
+	bs := s.Batches
 	b, err := s.getMessageBatch(ctx, tenant, id)
 	if err != nil {
 		return err
@@ -340,18 +340,18 @@ func (s *Service) DeleteMessageBatch(ctx context.Context, tenant, id string) err
 	}
 	// Objects first and the batch record last, so that a delete cut short
 	// leaves a batch that can be deleted again.
-	parts, err := e.Blobs.List(ctx, batch.PartsPrefix(tenant, id))
+	parts, err := bs.Blobs.List(ctx, batch.PartsPrefix(tenant, id))
 	if err != nil {
 		return err
 	}
-	if err := e.Blobs.Delete(ctx, parts...); err != nil {
+	if err := bs.Blobs.Delete(ctx, parts...); err != nil {
 		return err
 	}
 	for _, fid := range []*string{b.OutputFileID, b.ErrorFileID, &b.InputFileID} {
 		if fid == nil || *fid == "" {
 			continue
 		}
-		f, err := e.Store.GetFile(ctx, tenant, *fid)
+		f, err := bs.Store.GetFile(ctx, tenant, *fid)
 		if errors.Is(err, files.ErrNotFound) {
 			continue
 		}
@@ -359,17 +359,17 @@ func (s *Service) DeleteMessageBatch(ctx context.Context, tenant, id string) err
 			return err
 		}
 		// An output file's objects are the parts deleted above.
-		if err := e.Blobs.Delete(ctx, f.Objects...); err != nil {
+		if err := bs.Blobs.Delete(ctx, f.Objects...); err != nil {
 			return err
 		}
-		if err := e.Store.DeleteFile(ctx, tenant, f.ID); err != nil {
+		if err := bs.Store.DeleteFile(ctx, tenant, f.ID); err != nil {
 			return err
 		}
 	}
-	if err := e.Store.DeleteBatch(ctx, tenant, id); err != nil {
+	if err := bs.Store.DeleteBatch(ctx, tenant, id); err != nil {
 		return fmt.Errorf("delete message batch %s: %w", id, err)
 	}
-	e.Log.InfoContext(ctx, "message batch deleted", "batch_id", id, "tenant", tenant)
+	bs.Engine.Log.InfoContext(ctx, "message batch deleted", "batch_id", id, "tenant", tenant)
 	return nil
 }
 
@@ -459,7 +459,7 @@ func (s *Service) MessageResults(ctx context.Context, tenant, id string) (func(i
 			}
 			return bw.Flush()
 		}
-		chunks, err := s.Batches.Engine.Store.Chunks(ctx, id)
+		chunks, err := s.Batches.Store.Chunks(ctx, id)
 		if err != nil {
 			return err
 		}
@@ -480,14 +480,14 @@ func (s *Service) MessageResults(ctx context.Context, tenant, id string) (func(i
 // unplannedResults reports every request of a batch that ended before its
 // rows were planned (its input failed validation) as errored.
 func (s *Service) unplannedResults(ctx context.Context, b batch.Batch, write func(wire.MessageResult) error) error {
-	f, err := s.Batches.Engine.Store.GetFile(ctx, b.Tenant, b.InputFileID)
+	f, err := s.Batches.Store.GetFile(ctx, b.Tenant, b.InputFileID)
 	if errors.Is(err, files.ErrNotFound) {
 		return nil // nothing left to name the requests by
 	}
 	if err != nil {
 		return err
 	}
-	rc := s.Batches.Engine.Blobs.Concat(ctx, f.Objects)
+	rc := s.Batches.Blobs.Concat(ctx, f.Objects)
 	defer rc.Close()
 	data, err := io.ReadAll(rc)
 	if err != nil {

@@ -112,7 +112,7 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	a.Engine.OnTerminal = a.Webhooks.Enqueue
 	a.Engine.RunWorkflow = wfhost.Runner{Engine: a.Engine}.Run
 	a.Batches = &batches.Service{
-		Engine: a.Engine, Files: a.Files,
+		Engine: a.Engine, Store: a.Store, Blobs: a.Blobs, Queue: a.Queue, Files: a.Files,
 		Schedules: &schedule.Manager{
 			API: a.Scheduler, Group: cmp.Or(env.ScheduleGroup, a.Resources.ScheduleGroup),
 			TargetARN: env.SchedulerFunctionARN, RoleARN: env.SchedulerRoleARN,

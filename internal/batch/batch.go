@@ -310,3 +310,27 @@ func (b Batch) Fallback() string {
 	}
 	return ""
 }
+
+// FinalStatus is the terminal status a finalized batch ends in: cancelled
+// once a cancel was asked for (whatever ran meanwhile), expired when a row
+// got batch_expired, else completed, however many rows failed (OpenAI's
+// batches complete with failed rows; failed is for an input that breaks a
+// rule, see InvalidInputStatus).
+func FinalStatus(b *Batch) Status {
+	switch {
+	case b.CancellingAt != nil:
+		return Cancelled
+	case b.ExpiredRows > 0:
+		return Expired
+	}
+	return Completed
+}
+
+// InvalidInputStatus is where a batch whose input cannot run ends from
+// status s: cancelled if it was being cancelled, else failed.
+func InvalidInputStatus(s Status) Status {
+	if s == Cancelling {
+		return Cancelled
+	}
+	return Failed
+}

@@ -360,3 +360,63 @@ func TestPartKeys(t *testing.T) {
 		}
 	}
 }
+
+// Which terminal status a batch ends in, and that the lifecycle lets it
+// get there from where it stands.
+func TestFinalStatus(t *testing.T) {
+	t.Parallel()
+	at := func(v int64) *int64 { return &v }
+	tests := []struct {
+		name string
+		b    Batch
+		want Status
+	}{
+		{"every row completed", Batch{Status: InProgress, RequestCounts: Counts{Total: 3, Completed: 3}}, Completed},
+		{"some rows failed", Batch{Status: InProgress, RequestCounts: Counts{Total: 3, Completed: 1, Failed: 2}}, Completed},
+		{"every row failed", Batch{Status: InProgress, RequestCounts: Counts{Total: 3, Failed: 3}}, Completed},
+		{"dead-lettered rows", Batch{Status: InProgress, RequestCounts: Counts{Total: 3, Completed: 2, Failed: 1}, DeadLetterCount: 1}, Completed},
+		{"window passed after every row ran", Batch{Status: InProgress, ExpiresAt: at(1), RequestCounts: Counts{Total: 2, Completed: 2}}, Completed},
+		{"a row got batch_expired", Batch{Status: InProgress, ExpiresAt: at(1), ExpiredRows: 1, RequestCounts: Counts{Total: 2, Completed: 1, Failed: 1}}, Expired},
+		{"every row expired", Batch{Status: InProgress, ExpiredRows: 2, RequestCounts: Counts{Total: 2, Failed: 2}}, Expired},
+		{"cancelled", Batch{Status: Cancelling, CancellingAt: at(5), CancelledRows: 2, RequestCounts: Counts{Total: 2, Failed: 2}}, Cancelled},
+		{"cancelled after every row ran", Batch{Status: Cancelling, CancellingAt: at(5), RequestCounts: Counts{Total: 2, Completed: 2}}, Cancelled},
+		{"cancelled and expired", Batch{Status: Cancelling, CancellingAt: at(5), ExpiredRows: 1, CancelledRows: 1}, Cancelled},
+		{"already finalizing", Batch{Status: Finalizing, ExpiredRows: 1}, Expired},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := tt.b
+			if got := FinalStatus(&b); got != tt.want {
+				t.Fatalf("FinalStatus = %s, want %s", got, tt.want)
+			}
+			// FinalizeBatch moves it to finalizing, then to its status.
+			if b.Status != Finalizing {
+				if err := b.To(Finalizing, time.Unix(10, 0)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := b.To(FinalStatus(&b), time.Unix(11, 0)); err != nil || !b.Status.Terminal() {
+				t.Fatalf("to %s: %v", tt.want, err)
+			}
+		})
+	}
+}
+
+// An input that cannot run fails its batch, unless the batch was being
+// cancelled: then it ends cancelled.
+func TestInvalidInputStatus(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ from, want Status }{
+		{Validating, Failed},
+		{Cancelling, Cancelled},
+	} {
+		if got := InvalidInputStatus(tt.from); got != tt.want {
+			t.Errorf("from %s: %s, want %s", tt.from, got, tt.want)
+		}
+		b := Batch{Status: tt.from}
+		if err := b.To(InvalidInputStatus(tt.from), time.Unix(1, 0)); err != nil {
+			t.Errorf("from %s: %v", tt.from, err)
+		}
+	}
+}

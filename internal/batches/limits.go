@@ -56,7 +56,7 @@ func (s *Service) checkInflight(ctx context.Context, tenant string, req CreateRe
 	if s.Engine.MaxInflight <= 0 || req.Schedule != "" || idemKey != "" {
 		return nil
 	}
-	n, err := s.Engine.Store.Inflight(ctx, tenant)
+	n, err := s.Store.Inflight(ctx, tenant)
 	if err != nil || n < s.Engine.MaxInflight {
 		return err
 	}
@@ -73,17 +73,17 @@ func (s *Service) checkInflight(ctx context.Context, tenant string, req CreateRe
 // create still gets the batch its Idempotency-Key made the first time.
 func (s *Service) createCounted(ctx context.Context, b batch.Batch, idemKey string) (batch.Batch, bool, error) {
 	if s.Engine.MaxInflight <= 0 || b.Status == batch.Scheduled {
-		return s.Engine.Store.CreateBatch(ctx, b, idemKey)
+		return s.Store.CreateBatch(ctx, b, idemKey)
 	}
-	err := s.Engine.Store.ReserveInflight(ctx, b.Tenant, b.ID, s.Engine.MaxInflight, s.now())
+	err := s.Store.ReserveInflight(ctx, b.Tenant, b.ID, s.Engine.MaxInflight, s.now())
 	if errors.Is(err, store.ErrInflightLimit) {
 		if freed, rerr := s.repairInflight(ctx, b.Tenant); rerr == nil && freed > 0 {
-			err = s.Engine.Store.ReserveInflight(ctx, b.Tenant, b.ID, s.Engine.MaxInflight, s.now())
+			err = s.Store.ReserveInflight(ctx, b.Tenant, b.ID, s.Engine.MaxInflight, s.now())
 		}
 	}
 	if errors.Is(err, store.ErrInflightLimit) && idemKey != "" {
-		if id, ierr := s.Engine.Store.IdempotentBatch(ctx, b.Tenant, idemKey); ierr == nil && id != "" {
-			first, gerr := s.Engine.Store.GetBatch(ctx, b.Tenant, id)
+		if id, ierr := s.Store.IdempotentBatch(ctx, b.Tenant, idemKey); ierr == nil && id != "" {
+			first, gerr := s.Store.GetBatch(ctx, b.Tenant, id)
 			return first, false, gerr
 		}
 	}
@@ -93,9 +93,9 @@ func (s *Service) createCounted(ctx context.Context, b batch.Batch, idemKey stri
 	if err != nil {
 		return batch.Batch{}, false, err
 	}
-	saved, created, err := s.Engine.Store.CreateBatch(ctx, b, idemKey)
+	saved, created, err := s.Store.CreateBatch(ctx, b, idemKey)
 	if err != nil || !created || saved.ID != b.ID {
-		if _, rerr := s.Engine.Store.ReleaseInflight(ctx, b.Tenant, b.ID); rerr != nil {
+		if _, rerr := s.Store.ReleaseInflight(ctx, b.Tenant, b.ID); rerr != nil {
 			s.Engine.Log.ErrorContext(ctx, "give back in-flight slot of a batch not recorded", "tenant", b.Tenant, "batch_id", b.ID, "err", rerr)
 		}
 	}
@@ -106,21 +106,21 @@ func (s *Service) createCounted(ctx context.Context, b batch.Batch, idemKey stri
 // without giving theirs back, or were never recorded, and returns how many
 // it freed.
 func (s *Service) repairInflight(ctx context.Context, tenant string) (int, error) {
-	ms, err := s.Engine.Store.InflightMarkers(ctx, tenant)
+	ms, err := s.Store.InflightMarkers(ctx, tenant)
 	if err != nil {
 		return 0, err
 	}
 	freed := 0
 	now := s.now()
 	for _, m := range ms {
-		b, err := s.Engine.Store.GetBatch(ctx, tenant, m.Batch)
+		b, err := s.Store.GetBatch(ctx, tenant, m.Batch)
 		if err != nil && !errors.Is(err, store.ErrBatchNotFound) {
 			return freed, err
 		}
 		if !leftBehind(m, b, err == nil, now) {
 			continue
 		}
-		ok, err := s.Engine.Store.ReleaseInflight(ctx, tenant, m.Batch)
+		ok, err := s.Store.ReleaseInflight(ctx, tenant, m.Batch)
 		if err != nil {
 			return freed, err
 		}

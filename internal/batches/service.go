@@ -30,6 +30,7 @@ import (
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/schedule"
 	"github.com/relaybatch/relay/internal/store"
@@ -41,6 +42,11 @@ import (
 // and the scheduler function is its Fire.
 type Service struct {
 	Engine *engine.Engine
+	// Store, Blobs and Queue are the table, the bucket and the queues the
+	// engine runs on.
+	Store *store.Store
+	Blobs *blob.Store
+	Queue *queue.Sender
 	// Files reads the input file a create names and stores inline requests.
 	Files *files.Service
 	// Schedules creates and deletes the schedules of cron templates
@@ -65,7 +71,7 @@ var errSkip = errors.New("batches: nothing to do")
 
 // send queues m for the dispatcher.
 func (s *Service) send(ctx context.Context, m msg.Message) error {
-	return s.Engine.Queue.Send(ctx, resources.Dispatch, m, 0)
+	return s.Queue.Send(ctx, resources.Dispatch, m, 0)
 }
 
 // Endpoints an OpenAI-shaped batch may name (docs/api.md "Batches").
@@ -379,7 +385,7 @@ func inlineJSONL(rows []json.RawMessage) ([]byte, error) {
 // the rows of a 4 MiB create body take a little more.
 func (s *Service) WriteInputFile(ctx context.Context, tenant, filename string, data []byte) (files.File, error) {
 	id := ids.New("file-")
-	w := blob.NewObjectWriter(ctx, s.Engine.Blobs, fmt.Sprintf("files/%s/%s/", tenant, id))
+	w := blob.NewObjectWriter(ctx, s.Blobs, fmt.Sprintf("files/%s/%s/", tenant, id))
 	if _, err := w.Write(data); err != nil {
 		return files.File{}, fmt.Errorf("write file %s: %w", id, err)
 	}
@@ -392,7 +398,7 @@ func (s *Service) WriteInputFile(ctx context.Context, tenant, filename string, d
 	for _, o := range objs {
 		f.Objects = append(f.Objects, o.Key)
 	}
-	if err := s.Engine.Store.PutFile(ctx, f); err != nil {
+	if err := s.Store.PutFile(ctx, f); err != nil {
 		return files.File{}, fmt.Errorf("record file %s: %w", id, err)
 	}
 	return f, nil
@@ -403,7 +409,7 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (batch.Batch, erro
 	if !ids.Valid("batch_", id) && !ids.Valid(MessageBatchPrefix, id) {
 		return batch.Batch{}, errs.NotFoundf("no such batch: %s", id)
 	}
-	b, err := s.Engine.Store.GetBatch(ctx, tenant, id)
+	b, err := s.Store.GetBatch(ctx, tenant, id)
 	if errors.Is(err, store.ErrBatchNotFound) {
 		return batch.Batch{}, errs.NotFoundf("no such batch: %s", id)
 	}
@@ -430,7 +436,7 @@ func (s *Service) List(ctx context.Context, tenant, after string, limit int, tem
 		// every batch_ id: this list is of OpenAI batches only.
 		after = "batch_~"
 	}
-	bs, more, err := s.Engine.Store.ListBatches(ctx, tenant, after, limit, templateID)
+	bs, more, err := s.Store.ListBatches(ctx, tenant, after, limit, templateID)
 	for i := range bs {
 		bs[i] = bs[i].Out()
 	}
@@ -447,7 +453,7 @@ func (s *Service) Cancel(ctx context.Context, tenant, id string) (batch.Batch, e
 	if cur.Status == batch.Scheduled {
 		return s.cancelTemplate(ctx, tenant, id)
 	}
-	b, err := s.Engine.Store.UpdateBatch(ctx, tenant, id, func(b *batch.Batch) error {
+	b, err := s.Store.UpdateBatch(ctx, tenant, id, func(b *batch.Batch) error {
 		switch {
 		case b.Status == batch.Cancelling:
 			return errSkip
@@ -477,7 +483,7 @@ func (s *Service) Results(ctx context.Context, tenant, id string, partial bool, 
 	if err := s.StartResults(ctx, tenant, id, partial); err != nil {
 		return err
 	}
-	chunks, err := s.Engine.Store.Chunks(ctx, id)
+	chunks, err := s.Store.Chunks(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -513,7 +519,7 @@ func (s *Service) EachLine(ctx context.Context, chunks []batch.Chunk, fn func(c 
 			if n == 0 {
 				return nil, nil
 			}
-			rc, err := s.Engine.Blobs.Get(ctx, c.Parts(kind))
+			rc, err := s.Blobs.Get(ctx, c.Parts(kind))
 			if err != nil {
 				return nil, err
 			}
@@ -551,7 +557,7 @@ func (s *Service) DeadLetters(ctx context.Context, tenant, id string, after, lim
 	if _, err := s.Get(ctx, tenant, id); err != nil {
 		return nil, false, err
 	}
-	return s.Engine.Store.DeadLetters(ctx, id, after, limit)
+	return s.Store.DeadLetters(ctx, id, after, limit)
 }
 
 // Retry makes a new batch of the rows of a finished batch that ended in
@@ -564,22 +570,22 @@ func (s *Service) Retry(ctx context.Context, p auth.Principal, id string, idemKe
 	if !b.Status.Terminal() {
 		return batch.Batch{}, errs.E(errs.Conflict, "batch_not_finished", "", "batch %s is %s: retry it once it has ended", id, b.Status)
 	}
-	full, err := s.Engine.Store.GetBatch(ctx, p.Tenant, id)
+	full, err := s.Store.GetBatch(ctx, p.Tenant, id)
 	if err != nil {
 		return batch.Batch{}, err
 	}
-	chunks, err := s.Engine.Store.Chunks(ctx, id)
+	chunks, err := s.Store.Chunks(ctx, id)
 	if err != nil {
 		return batch.Batch{}, err
 	}
 	fileID := ids.New("file-")
-	w := blob.NewObjectWriter(ctx, s.Engine.Blobs, fmt.Sprintf("files/%s/%s/", p.Tenant, fileID))
+	w := blob.NewObjectWriter(ctx, s.Blobs, fmt.Sprintf("files/%s/%s/", p.Tenant, fileID))
 	rows := 0
 	for _, c := range chunks {
 		if !strings.Contains(c.Pattern, "e") {
 			continue
 		}
-		data, err := s.Engine.Blobs.ReadRange(ctx, full.Input, c.Start, c.End)
+		data, err := s.Blobs.ReadRange(ctx, full.Input, c.Start, c.End)
 		if err != nil {
 			return batch.Batch{}, err
 		}
@@ -612,7 +618,7 @@ func (s *Service) Retry(ctx context.Context, p auth.Principal, id string, idemKe
 		f.Objects = append(f.Objects, o.Key)
 		f.Bytes += o.Size
 	}
-	if err := s.Engine.Store.PutFile(ctx, f); err != nil {
+	if err := s.Store.PutFile(ctx, f); err != nil {
 		return batch.Batch{}, err
 	}
 	now := s.now()
@@ -629,5 +635,5 @@ func (s *Service) Retry(ctx context.Context, p auth.Principal, id string, idemKe
 
 // Usage returns a tenant's daily usage between two times.
 func (s *Service) Usage(ctx context.Context, tenant string, from, to time.Time) ([]store.UsageRow, error) {
-	return s.Engine.Store.Usage(ctx, tenant, from.UTC().Format("2006-01-02"), to.UTC().Format("2006-01-02"))
+	return s.Store.Usage(ctx, tenant, from.UTC().Format("2006-01-02"), to.UTC().Format("2006-01-02"))
 }

@@ -53,7 +53,7 @@ func (s *Service) createTemplate(ctx context.Context, b batch.Batch, spec schedu
 	}
 	// Creating it again (a retried create) returns the existing schedule.
 	if _, err := s.Schedules.Create(ctx, b.Tenant, saved.ID, spec); err != nil {
-		if _, cerr := s.Engine.Store.UpdateBatch(ctx, b.Tenant, saved.ID, func(t *batch.Batch) error {
+		if _, cerr := s.Store.UpdateBatch(ctx, b.Tenant, saved.ID, func(t *batch.Batch) error {
 			return t.To(batch.Cancelled, s.now())
 		}); cerr != nil {
 			s.Engine.Log.ErrorContext(ctx, "cancel template without a schedule", "batch_id", saved.ID, "tenant", b.Tenant, "err", cerr)
@@ -73,7 +73,7 @@ func (s *Service) cancelTemplate(ctx context.Context, tenant, id string) (batch.
 			return batch.Batch{}, fmt.Errorf("cancel template %s: %w", id, err)
 		}
 	}
-	b, err := s.Engine.Store.UpdateBatch(ctx, tenant, id, func(b *batch.Batch) error {
+	b, err := s.Store.UpdateBatch(ctx, tenant, id, func(b *batch.Batch) error {
 		if b.Status == batch.Cancelled {
 			return errSkip
 		}
@@ -127,7 +127,7 @@ func (s *Service) FireTemplate(ctx context.Context, input []byte) (batch.Batch, 
 		return batch.Batch{}, errs.Invalidf("scheduled_time", "%v", err)
 	}
 	log := s.Engine.Log.With("template_id", in.TemplateID, "tenant", in.Tenant, "scheduled_time", at)
-	tpl, err := s.Engine.Store.GetBatch(ctx, in.Tenant, in.TemplateID)
+	tpl, err := s.Store.GetBatch(ctx, in.Tenant, in.TemplateID)
 	if err != nil && !errors.Is(err, store.ErrBatchNotFound) {
 		return batch.Batch{}, err
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 
 	"github.com/relaybatch/relay/internal/batch"
 )
@@ -37,13 +38,18 @@ func (s *Store) ReadRange(ctx context.Context, objs []batch.Object, start, end i
 // objectSize is the size past which an ObjectWriter starts a new object.
 const objectSize = 8 << 20
 
+// Putter writes one object (Store.Put).
+type Putter interface {
+	Put(ctx context.Context, key string, r io.Reader, size int64) error
+}
+
 // ObjectWriter writes a stream as a file of objects of about 8 MiB (a file
 // is the concatenation of its objects, docs/design.md "Data layout"):
 // constant memory without multipart uploads. The plan writes a CSV input's
 // rows as JSONL with it, and internal/batches the input files it makes.
 type ObjectWriter struct {
 	ctx    context.Context
-	blobs  *Store
+	blobs  Putter
 	prefix string
 	buf    []byte
 	objs   []batch.Object
@@ -51,7 +57,7 @@ type ObjectWriter struct {
 
 // NewObjectWriter returns an ObjectWriter of the objects <prefix>000000,
 // <prefix>000001, … of blobs (see ObjectWriter for its users).
-func NewObjectWriter(ctx context.Context, blobs *Store, prefix string) *ObjectWriter {
+func NewObjectWriter(ctx context.Context, blobs Putter, prefix string) *ObjectWriter {
 	return &ObjectWriter{ctx: ctx, blobs: blobs, prefix: prefix}
 }
 

@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
-	"github.com/relaybatch/relay/internal/blob"
-	"github.com/relaybatch/relay/internal/endpoint"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/msg"
@@ -34,10 +31,6 @@ func planLeaseUntil(ctx context.Context, now time.Time) int64 {
 	}
 	return until.Add(time.Second - 1).Unix()
 }
-
-// maxInputObjects bounds the objects (upload parts) of an input file a plan
-// takes.
-const maxInputObjects = 1000
 
 // Dispatch is the dispatcher function's SQS handler: plans, drains of
 // cancelled batches and the periodic tick. Each message is idempotent.
@@ -79,8 +72,9 @@ func (e *Engine) Plan(ctx context.Context, tenant, id string) error {
 		err = e.restart(ctx, b)
 	} else {
 		err = e.planInput(ctx, b)
-		var bad invalidInput
+		var bad plan.Invalid
 		if errors.As(err, &bad) {
+			e.Log.With("batch_id", b.ID, "tenant", b.Tenant).InfoContext(ctx, "batch input invalid", "errors", len(bad))
 			err = e.failValidation(ctx, b, bad)
 		}
 	}
@@ -124,133 +118,42 @@ func (e *Engine) takePlanLease(ctx context.Context, tenant, id string) (batch.Ba
 	return b, err == nil, err
 }
 
-// invalidInput is the errors of an input that cannot be planned: Plan
-// fails the batch with them.
-type invalidInput []jsonl.LineError
-
-func (v invalidInput) Error() string { return fmt.Sprintf("invalid input: %d errors", len(v)) }
-
-// planInput plans a batch not planned yet: it scans its input into chunks,
-// records them and the input's objects, and starts the batch.
+// planInput plans a batch not planned yet: it scans its input into chunks
+// (internal/plan), records them and the input's objects, and starts the
+// batch. An input that cannot be planned is a plan.Invalid error.
 func (e *Engine) planInput(ctx context.Context, b batch.Batch) error {
-	input, format, err := e.inputFile(ctx, b)
-	if err != nil {
-		return err
-	}
-	s, err := e.scanInput(ctx, b, input, format)
-	if err != nil {
-		return err
-	}
-	objs, err := e.inputObjects(ctx, b.ID, input, s.norm)
-	if err != nil {
-		return err
-	}
-	return e.recordPlan(ctx, b, s, objs)
-}
-
-// inputFile reads the record of a batch's input file and checks that it
-// can be planned: one that is gone, of too many objects or of no known
-// format is an invalidInput.
-func (e *Engine) inputFile(ctx context.Context, b batch.Batch) (files.File, jsonl.Format, error) {
-	input, err := e.Store.GetFile(ctx, b.Tenant, b.InputFileID)
+	f, err := e.Store.GetFile(ctx, b.Tenant, b.InputFileID)
 	if errors.Is(err, files.ErrNotFound) {
-		return input, 0, invalidInput{{Code: "input_file_missing", Message: fmt.Sprintf("input file %s is gone", b.InputFileID)}}
+		return plan.Invalid{{Code: "input_file_missing", Message: fmt.Sprintf("input file %s is gone", b.InputFileID)}}
 	}
 	if err != nil {
-		return input, 0, fmt.Errorf("read input file of %s: %w", b.ID, err)
+		return fmt.Errorf("read input file of %s: %w", b.ID, err)
 	}
-	if len(input.Objects) > maxInputObjects {
-		// Each object costs a request while planning and room in the batch's
-		// record (400 KB at most): a file of thousands of tiny parts would
-		// never plan.
-		return input, 0, invalidInput{{Code: "too_many_parts", Message: fmt.Sprintf(
-			"input file %s is made of %d uploaded parts; at most %d can be planned: upload it in fewer, larger parts", b.InputFileID, len(input.Objects), maxInputObjects)}}
-	}
-	format, err := jsonl.FormatOf(input.Filename)
-	if err != nil {
-		return input, 0, invalidInput{{Code: "invalid_file_format", Message: err.Error()}}
-	}
-	return input, format, nil
-}
-
-// scanned is what a plan's pass over a batch's valid input found.
-type scanned struct {
-	res    jsonl.Result
-	chunks []batch.Chunk
-	// norm holds a CSV input rewritten as JSONL, not yet closed; nil for
-	// JSONL.
-	norm *blob.ObjectWriter
-}
-
-// scanInput reads a batch's input once, checking every row and cutting the
-// valid ones into chunks; an input with errors is an invalidInput.
-func (e *Engine) scanInput(ctx context.Context, b batch.Batch, input files.File, format jsonl.Format) (scanned, error) {
-	opts := jsonl.Options{Format: format, Endpoint: b.Endpoint, Model: b.CSVModel, KnownModel: func(m string) bool {
+	in, err := plan.Scan(ctx, e.Blobs, b, f, plan.Limits{Rows: e.chunkRows(), Bytes: e.chunkBytes()}, func(m string) bool {
 		_, ok := e.Models.Lookup(m)
 		return ok
-	}}
-	if b.Endpoint == endpoint.Messages {
-		// Anthropic's Message Batches limits (docs/api.md "Anthropic Message Batches").
-		opts.MaxRows, opts.MaxBytes = 100_000, 256*1000*1000
-	}
-	rc := e.Blobs.Concat(ctx, input.Objects)
-	defer closeQuietly(rc)
-
-	// CSV rows are rewritten as JSONL so every executor reads one format.
-	var norm *blob.ObjectWriter
-	var normW io.Writer
-	if format == jsonl.CSV {
-		norm = blob.NewObjectWriter(ctx, e.Blobs, fmt.Sprintf("files/%s/%s/normalized/", b.Tenant, b.InputFileID+"-"+b.ID))
-		normW = norm
-	}
-	split := &plan.Chunker{Batch: b.ID, Tenant: b.Tenant, MaxRows: e.chunkRows(), MaxBytes: e.chunkBytes()}
-	res, err := plan.SplitInput(rc, opts, split, normW)
+	})
 	if err != nil {
-		return scanned{}, fmt.Errorf("scan input of %s: %w", b.ID, err)
+		return err
 	}
-	if len(res.Errors) > 0 {
-		e.Log.With("batch_id", b.ID, "tenant", b.Tenant).InfoContext(ctx, "batch input invalid", "errors", len(res.Errors))
-		return scanned{}, invalidInput(res.Errors)
-	}
-	return scanned{res: res, chunks: split.Chunks, norm: norm}, nil
-}
-
-// inputObjects are the objects the chunks are byte ranges of: the CSV
-// input rewritten as JSONL (norm, closed here), else the input's own.
-func (e *Engine) inputObjects(ctx context.Context, id string, input files.File, norm *blob.ObjectWriter) ([]batch.Object, error) {
-	if norm != nil {
-		objs, err := norm.Close()
-		if err != nil {
-			return nil, fmt.Errorf("write normalized input of %s: %w", id, err)
-		}
-		return objs, nil
-	}
-	var objs []batch.Object
-	for _, k := range input.Objects {
-		size, err := e.Blobs.Size(ctx, k)
-		if err != nil {
-			return nil, fmt.Errorf("size of %s: %w", k, err)
-		}
-		objs = append(objs, batch.Object{Key: k, Size: size})
-	}
-	return objs, nil
+	return e.recordPlan(ctx, b, in)
 }
 
 // recordPlan records a batch's chunks, then its input and chunk count
 // (validating → in_progress), and starts it. A second attempt that finds
 // the plan recorded stops.
-func (e *Engine) recordPlan(ctx context.Context, b batch.Batch, s scanned, objs []batch.Object) error {
-	entries := plan.LinkChunks(s.chunks, b.Priority)
-	if err := e.Store.PutChunks(ctx, s.chunks); err != nil {
+func (e *Engine) recordPlan(ctx context.Context, b batch.Batch, in plan.Input) error {
+	entries := plan.LinkChunks(in.Chunks, b.Priority)
+	if err := e.Store.PutChunks(ctx, in.Chunks); err != nil {
 		return err
 	}
 	planned, err := e.Store.UpdateBatch(ctx, b.Tenant, b.ID, func(b *batch.Batch) error {
 		if b.ChunksTotal > 0 {
 			return errSkip
 		}
-		b.Input, b.ChunksTotal, b.RequestCounts.Total = objs, len(s.chunks), int64(s.res.Rows)
-		if s.res.Model != "" {
-			m := s.res.Model
+		b.Input, b.ChunksTotal, b.RequestCounts.Total = in.Objects, len(in.Chunks), int64(in.Result.Rows)
+		if in.Result.Model != "" {
+			m := in.Result.Model
 			b.Model = &m
 		}
 		if b.Status == batch.Validating {
@@ -264,7 +167,7 @@ func (e *Engine) recordPlan(ctx context.Context, b batch.Batch, s scanned, objs 
 	if err != nil {
 		return err
 	}
-	e.Log.With("batch_id", b.ID, "tenant", b.Tenant).InfoContext(ctx, "batch planned", "rows", s.res.Rows, "chunks", len(s.chunks))
+	e.Log.With("batch_id", b.ID, "tenant", b.Tenant).InfoContext(ctx, "batch planned", "rows", in.Result.Rows, "chunks", len(in.Chunks))
 	return e.startPlanned(ctx, planned, entries)
 }
 
@@ -321,22 +224,13 @@ func (e *Engine) releasePlanLease(ctx context.Context, tenant, id string) {
 	}
 }
 
-// invalidInputStatus is where a batch whose input cannot run ends from
-// status s: cancelled if it was being cancelled, else failed.
-func invalidInputStatus(s batch.Status) batch.Status {
-	if s == batch.Cancelling {
-		return batch.Cancelled
-	}
-	return batch.Failed
-}
-
 func (e *Engine) failValidation(ctx context.Context, b batch.Batch, lineErrs []jsonl.LineError) error {
 	nb, err := e.Store.UpdateBatch(ctx, b.Tenant, b.ID, func(b *batch.Batch) error {
 		if b.Status.Terminal() {
 			return errSkip // then only the terminal event may be missing
 		}
 		b.ErrorList = lineErrs
-		return b.To(invalidInputStatus(b.Status), e.now())
+		return b.To(batch.InvalidInputStatus(b.Status), e.now())
 	})
 	if errors.Is(err, errSkip) {
 		return e.terminal(ctx, nb)

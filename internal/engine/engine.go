@@ -8,7 +8,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"time"
 
@@ -128,8 +127,6 @@ func (e *Engine) send(ctx context.Context, queueKey string, m msg.Message) error
 // of time or lease. internal/wfhost returns it for a workflow record out
 // of time before it made progress.
 var ErrStop = errors.New("engine: stopping before the deadline")
-
-func closeQuietly(c io.Closer) { _ = c.Close() }
 
 // ExecutorConcurrency is how many executor invocations the local runtime
 // runs at once: enough for every model's max_concurrency to be in flight

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/files"
@@ -41,7 +40,7 @@ func (e *Engine) DeadLetter(ctx context.Context, ds []queue.Delivery) ([]string,
 				if err != nil {
 					return err
 				}
-				if err := e.Store.PutDeadLetters(ctx, b.ID, deadLetters(c, ids)); err != nil {
+				if err := e.Store.PutDeadLetters(ctx, b.ID, part.DeadLetters(c, ids, resources.WorkMaxReceiveCount)); err != nil {
 					return err
 				}
 			}
@@ -58,7 +57,7 @@ func (e *Engine) DeadLetter(ctx context.Context, ds []queue.Delivery) ([]string,
 		}
 		outs := make([]part.Outcome, c.Rows)
 		for i := range outs {
-			outs[i] = part.Outcome{CustomID: ids[i], Code: part.CodeDeadLetter, Message: deadLetterMessage}
+			outs[i] = part.Outcome{CustomID: ids[i], Code: part.CodeDeadLetter, Message: part.DeadLetterMessage}
 		}
 		c.Dead = true
 		ours, err := e.commitRows(ctx, b, c, outs, int64(len(outs)))
@@ -66,7 +65,7 @@ func (e *Engine) DeadLetter(ctx context.Context, ds []queue.Delivery) ([]string,
 			return err
 		}
 		e.Log.WarnContext(ctx, "chunk dead-lettered", "batch_id", b.ID, "chunk", c.Index, "rows", c.Rows)
-		return e.Store.PutDeadLetters(ctx, b.ID, deadLetters(c, ids))
+		return e.Store.PutDeadLetters(ctx, b.ID, part.DeadLetters(c, ids, resources.WorkMaxReceiveCount))
 	})
 }
 
@@ -85,21 +84,6 @@ func (e *Engine) customIDs(ctx context.Context, b batch.Batch, c batch.Chunk) ([
 		}
 	}
 	return ids, nil
-}
-
-const deadLetterMessage = "the request's chunk failed on every attempt (executor crash or timeout) and was moved to the dead-letter queue"
-
-// deadLetters are the dead-letter items of a dead chunk's rows, keyed by
-// row: a second write of the same rows replaces them.
-func deadLetters(c batch.Chunk, ids []string) []batch.DeadLetter {
-	dls := make([]batch.DeadLetter, c.Rows)
-	for i := range dls {
-		dls[i] = batch.DeadLetter{Error: deadLetterMessage, Attempts: resources.WorkMaxReceiveCount, Row: c.FirstRow + i}
-		if i < len(ids) {
-			dls[i].CustomID = ids[i]
-		}
-	}
-	return dls
 }
 
 // Finalize is the finalizer function's handler.
@@ -133,7 +117,7 @@ func (e *Engine) FinalizeBatch(ctx context.Context, tenant, id string) error {
 	if err != nil {
 		return err
 	}
-	parts, err := committedPartsOf(id, chunks)
+	parts, err := part.Committed(id, chunks)
 	if err != nil {
 		return err
 	}
@@ -149,60 +133,22 @@ func (e *Engine) FinalizeBatch(ctx context.Context, tenant, id string) error {
 	if err != nil {
 		return err
 	}
-	if err := e.deleteStrayParts(ctx, tenant, id, parts.keep); err != nil {
+	if err := e.deleteStrayParts(ctx, tenant, id, parts.Keep); err != nil {
 		return err
 	}
 	return e.endBatch(ctx, tenant, id, outID, errID)
 }
 
-// committedParts are the parts a batch's chunks committed.
-type committedParts struct {
-	// out and err are the objects of the output and error files, in chunk
-	// order, of outBytes and errBytes in all.
-	out, err           []string
-	outBytes, errBytes int64
-	// keep is every part a commit points to, usage parts included.
-	keep map[string]bool
-}
-
-// committedPartsOf collects the committed parts of a batch's chunks,
-// every one of which must be done.
-func committedPartsOf(id string, chunks []batch.Chunk) (committedParts, error) {
-	p := committedParts{keep: map[string]bool{}}
-	for _, c := range chunks {
-		if c.State != batch.ChunkDone {
-			return committedParts{}, fmt.Errorf("finalize %s: chunk %d is %s", id, c.Index, c.State)
-		}
-		if c.OutBytes > 0 {
-			p.out = append(p.out, c.Parts("out"))
-			p.outBytes += c.OutBytes
-		}
-		if c.ErrBytes > 0 {
-			p.err = append(p.err, c.Parts("err"))
-			p.errBytes += c.ErrBytes
-		}
-		for _, kind := range []string{"out", "err", "usage"} {
-			p.keep[c.Parts(kind)] = true
-		}
-	}
-	return p, nil
-}
-
 // putOutputFiles records a batch's output and error files, each only when
-// it has lines, and returns their ids ("" for none). The ids derive from
-// the batch id, so a second finalizer writes the same records
-// (docs/api.md "Output and error files").
-func (e *Engine) putOutputFiles(ctx context.Context, b batch.Batch, p committedParts) (outID, errID string, err error) {
-	suffix := strings.TrimPrefix(b.ID, "batch_")
-	if len(p.out) > 0 {
-		outID = "file-" + suffix + "-output"
-		if err := e.putOutputFile(ctx, b, outID, "batch_"+suffix+"_output.jsonl", p.out, p.outBytes); err != nil {
+// it has lines, and returns their ids ("" for none; part.OutputFile).
+func (e *Engine) putOutputFiles(ctx context.Context, b batch.Batch, p part.Files) (outID, errID string, err error) {
+	if len(p.Out) > 0 {
+		if outID, err = e.putOutputFile(ctx, b, "output", p.Out, p.OutBytes); err != nil {
 			return "", "", err
 		}
 	}
-	if len(p.err) > 0 {
-		errID = "file-" + suffix + "-errors"
-		if err := e.putOutputFile(ctx, b, errID, "batch_"+suffix+"_error.jsonl", p.err, p.errBytes); err != nil {
+	if len(p.Err) > 0 {
+		if errID, err = e.putOutputFile(ctx, b, "error", p.Err, p.ErrBytes); err != nil {
 			return "", "", err
 		}
 	}
@@ -225,9 +171,9 @@ func (e *Engine) deleteStrayParts(ctx context.Context, tenant, id string, keep m
 	return e.Blobs.Delete(ctx, stray...)
 }
 
-// endBatch sets a finalized batch's files and terminal status (finalStatus)
-// and does what follows it (terminal); a batch already terminal was ended
-// by another finalizer.
+// endBatch sets a finalized batch's files and terminal status
+// (batch.FinalStatus) and does what follows it (terminal); a batch already
+// terminal was ended by another finalizer.
 func (e *Engine) endBatch(ctx context.Context, tenant, id, outID, errID string) error {
 	final, err := e.Store.UpdateBatch(ctx, tenant, id, func(b *batch.Batch) error {
 		if b.Status.Terminal() {
@@ -239,7 +185,7 @@ func (e *Engine) endBatch(ctx context.Context, tenant, id, outID, errID string) 
 		if errID != "" {
 			b.ErrorFileID = &errID
 		}
-		return b.To(finalStatus(b), e.now())
+		return b.To(batch.FinalStatus(b), e.now())
 	})
 	if errors.Is(err, errSkip) {
 		return nil
@@ -252,31 +198,19 @@ func (e *Engine) endBatch(ctx context.Context, tenant, id, outID, errID string) 
 	return e.terminal(ctx, final)
 }
 
-// finalStatus is the terminal status a finalized batch ends in: cancelled
-// once a cancel was asked for (whatever ran meanwhile), expired when a row
-// got batch_expired, else completed, however many rows failed (OpenAI's
-// batches complete with failed rows; failed is for an input that breaks
-// a rule, see invalidInputStatus).
-func finalStatus(b *batch.Batch) batch.Status {
-	switch {
-	case b.CancellingAt != nil:
-		return batch.Cancelled
-	case b.ExpiredRows > 0:
-		return batch.Expired
-	}
-	return batch.Completed
-}
-
-// putOutputFile records an output or error file made of parts keys. It
-// expires with its parts (Set.PartsExpiry, the bucket's lifecycle of
-// parts/), or sooner by the batch's output_expires_after.
-func (e *Engine) putOutputFile(ctx context.Context, b batch.Batch, id, name string, keys []string, size int64) error {
+// putOutputFile records batch b's output or error file (kind, see
+// part.OutputFile), made of parts keys, and returns its id. It expires with
+// its parts (Set.PartsExpiry, the bucket's lifecycle of parts/), or sooner
+// by the batch's output_expires_after, counted from now, when the file is
+// made (docs/api.md "Output and error files").
+func (e *Engine) putOutputFile(ctx context.Context, b batch.Batch, kind string, keys []string, size int64) (string, error) {
+	id, name := part.OutputFile(b.ID, kind)
 	now := e.now()
 	exp := now.Add(e.Set.PartsExpiry).Unix()
 	if b.OutputExpiresAfter != nil {
-		exp = min(exp, b.CreatedAt+*b.OutputExpiresAfter)
+		exp = min(exp, now.Unix()+*b.OutputExpiresAfter)
 	}
-	return e.Store.PutFileOverwrite(ctx, files.File{
+	return id, e.Store.PutFileOverwrite(ctx, files.File{
 		ID: id, Bytes: size, CreatedAt: now.Unix(), Filename: name, Purpose: files.PurposeBatchOutput,
 		Status: files.StatusProcessed, ExpiresAt: &exp, Tenant: b.Tenant, Objects: keys,
 	})

@@ -1,0 +1,71 @@
+package part
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/relaybatch/relay/internal/batch"
+)
+
+// Files are the parts a batch's chunks committed, from which the finalizer
+// makes its output and error files.
+type Files struct {
+	// Out and Err are the objects of the output and error files, in chunk
+	// order, of OutBytes and ErrBytes in all.
+	Out, Err           []string
+	OutBytes, ErrBytes int64
+	// Keep is every part a commit points to, usage parts included.
+	Keep map[string]bool
+}
+
+// Committed collects the committed parts of batch id's chunks, every one
+// of which must be done.
+func Committed(id string, chunks []batch.Chunk) (Files, error) {
+	p := Files{Keep: map[string]bool{}}
+	for _, c := range chunks {
+		if c.State != batch.ChunkDone {
+			return Files{}, fmt.Errorf("finalize %s: chunk %d is %s", id, c.Index, c.State)
+		}
+		if c.OutBytes > 0 {
+			p.Out = append(p.Out, c.Parts("out"))
+			p.OutBytes += c.OutBytes
+		}
+		if c.ErrBytes > 0 {
+			p.Err = append(p.Err, c.Parts("err"))
+			p.ErrBytes += c.ErrBytes
+		}
+		for _, kind := range []string{"out", "err", "usage"} {
+			p.Keep[c.Parts(kind)] = true
+		}
+	}
+	return p, nil
+}
+
+// OutputFile names a batch's output file (kind "output") or error file
+// (kind "error"): its id and filename derive from the batch id, so a second
+// finalizer writes the same records (docs/api.md "Output and error files").
+func OutputFile(batchID, kind string) (id, filename string) {
+	suffix := strings.TrimPrefix(batchID, "batch_")
+	idKind := kind
+	if kind == "error" {
+		idKind = "errors"
+	}
+	return "file-" + suffix + "-" + idKind, "batch_" + suffix + "_" + kind + ".jsonl"
+}
+
+// DeadLetterMessage is the error of a dead-lettered row.
+const DeadLetterMessage = "the request's chunk failed on every attempt (executor crash or timeout) and was moved to the dead-letter queue"
+
+// DeadLetters are the dead-letter items of dead chunk c's rows, after
+// attempts, keyed by row (a second write of the same rows replaces them);
+// ids are the rows' custom ids, where known.
+func DeadLetters(c batch.Chunk, ids []string, attempts int) []batch.DeadLetter {
+	dls := make([]batch.DeadLetter, c.Rows)
+	for i := range dls {
+		dls[i] = batch.DeadLetter{Error: DeadLetterMessage, Attempts: attempts, Row: c.FirstRow + i}
+		if i < len(ids) {
+			dls[i].CustomID = ids[i]
+		}
+	}
+	return dls
+}

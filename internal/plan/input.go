@@ -1,0 +1,99 @@
+package plan
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/blob"
+	"github.com/relaybatch/relay/internal/endpoint"
+	"github.com/relaybatch/relay/internal/files"
+	"github.com/relaybatch/relay/internal/jsonl"
+)
+
+// Blobs is what reading a batch's input needs of the bucket
+// (internal/blob).
+type Blobs interface {
+	blob.Putter
+	Concat(ctx context.Context, keys []string) io.ReadCloser
+	Size(ctx context.Context, key string) (int64, error)
+}
+
+// Invalid is the errors of an input that cannot be planned: the batch
+// fails with them, line-numbered, before any upstream call.
+type Invalid []jsonl.LineError
+
+func (v Invalid) Error() string { return fmt.Sprintf("invalid input: %d errors", len(v)) }
+
+// maxInputObjects bounds the objects (upload parts) of an input file a plan
+// takes: each costs a request while planning and room in the batch's record
+// (400 KB at most), so a file of thousands of tiny parts would never plan.
+const maxInputObjects = 1000
+
+// Limits bound a chunk (see Chunker).
+type Limits struct {
+	Rows  int
+	Bytes int64
+}
+
+// Input is the plan of a batch's valid input.
+type Input struct {
+	Result jsonl.Result
+	Chunks []batch.Chunk
+	// Objects are the objects the chunks are byte ranges of: a CSV input
+	// rewritten as JSONL (so every executor reads one format), else the
+	// input file's own.
+	Objects []batch.Object
+}
+
+// Scan reads batch b's input file f once, checking every row (known says
+// whether a model is configured) and cutting the valid ones into chunks
+// within lim. An input that cannot be planned is an Invalid error; any
+// other error is the bucket's, worth another try.
+func Scan(ctx context.Context, blobs Blobs, b batch.Batch, f files.File, lim Limits, known func(string) bool) (Input, error) {
+	if len(f.Objects) > maxInputObjects {
+		return Input{}, Invalid{{Code: "too_many_parts", Message: fmt.Sprintf(
+			"input file %s is made of %d uploaded parts; at most %d can be planned: upload it in fewer, larger parts", f.ID, len(f.Objects), maxInputObjects)}}
+	}
+	format, err := jsonl.FormatOf(f.Filename)
+	if err != nil {
+		return Input{}, Invalid{{Code: "invalid_file_format", Message: err.Error()}}
+	}
+	opts := jsonl.Options{Format: format, Endpoint: b.Endpoint, Model: b.CSVModel, KnownModel: known}
+	if b.Endpoint == endpoint.Messages {
+		// Anthropic's Message Batches limits (docs/api.md "Anthropic Message Batches").
+		opts.MaxRows, opts.MaxBytes = 100_000, 256*1000*1000
+	}
+	rc := blobs.Concat(ctx, f.Objects)
+	defer func() { _ = rc.Close() }()
+	var norm *blob.ObjectWriter
+	var normW io.Writer
+	if format == jsonl.CSV {
+		norm = blob.NewObjectWriter(ctx, blobs, fmt.Sprintf("files/%s/%s/normalized/", b.Tenant, b.InputFileID+"-"+b.ID))
+		normW = norm
+	}
+	split := &Chunker{Batch: b.ID, Tenant: b.Tenant, MaxRows: lim.Rows, MaxBytes: lim.Bytes}
+	res, err := SplitInput(rc, opts, split, normW)
+	if err != nil {
+		return Input{}, fmt.Errorf("scan input of %s: %w", b.ID, err)
+	}
+	if len(res.Errors) > 0 {
+		return Input{}, Invalid(res.Errors)
+	}
+	in := Input{Result: res, Chunks: split.Chunks}
+	if norm != nil {
+		if in.Objects, err = norm.Close(); err != nil {
+			return Input{}, fmt.Errorf("write normalized input of %s: %w", b.ID, err)
+		}
+		return in, nil
+	}
+	for _, k := range f.Objects {
+		size, err := blobs.Size(ctx, k)
+		if err != nil {
+			return Input{}, fmt.Errorf("size of %s: %w", k, err)
+		}
+		in.Objects = append(in.Objects, batch.Object{Key: k, Size: size})
+	}
+	return in, nil
+}
