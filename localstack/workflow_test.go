@@ -18,7 +18,6 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/relaybatch/relay/internal/app"
 	"github.com/relaybatch/relay/internal/batch"
-	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/lambdasqs"
 	"github.com/relaybatch/relay/internal/local/localrun"
 	"github.com/relaybatch/relay/internal/resources"
@@ -224,7 +223,7 @@ func TestWorkflowFailures(t *testing.T) {
 	t.Parallel()
 	rt := runtime(t, func(o *localrun.Options) {
 		o.Wire = func(a *app.App) {
-			a.Engine.Workflows = engine.WorkflowOptions{Backoff: func(int) time.Duration { return 10 * time.Millisecond }}
+			a.Workflows.Backoff = func(int) time.Duration { return 10 * time.Millisecond }
 		}
 	})
 	c, key := client(t, rt, "acme")
@@ -417,14 +416,14 @@ func TestWorkflowCrashBetweenStepsResumes(t *testing.T) {
 	var crashed, offloaded atomic.Bool
 	rt := runtime(t, quickWorkRetry, func(o *localrun.Options) {
 		o.Wire = func(a *app.App) {
-			a.Engine.Workflows = engine.WorkflowOptions{AfterCheckpoint: func(c batch.Chunk, step int) error {
+			a.Workflows.AfterCheckpoint = func(c batch.Chunk, step int) error {
 				if step == 1 && crashed.CompareAndSwap(false, true) {
 					keys, _ := a.Blobs.List(context.Background(), batch.PartsPrefix(c.Tenant, c.Batch))
 					offloaded.Store(len(keys) == 1 && strings.Contains(keys[0], "step-0001"))
 					return errors.New("simulated crash after step 1's checkpoint")
 				}
 				return nil
-			}}
+			}
 		}
 	})
 	c, key := client(t, rt, "acme")

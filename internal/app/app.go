@@ -21,12 +21,14 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/relaybatch/relay/internal/api"
 	"github.com/relaybatch/relay/internal/auth"
+	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/batches"
 	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/panel"
+	"github.com/relaybatch/relay/internal/plan"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
@@ -51,7 +53,8 @@ type App struct {
 	Blobs     *blob.Store
 	Files     *files.Service
 	Queue     *queue.Sender
-	Engine    *engine.Engine    // workflow records run on it through internal/wfhost (RunWorkflow)
+	Engine    *engine.Engine // workflow records run on it through internal/wfhost (RunWorkflow)
+	Workflows *wfhost.Runner
 	Batches   *batches.Service  // the batches of the API and cron templates, on Engine
 	Webhooks  *delivery.Service // completion webhooks: the engine's OnTerminal, the webhook function
 	Log       *slog.Logger
@@ -95,7 +98,7 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	a.Queue = &queue.Sender{SQS: a.SQS, Prefix: env.Prefix}
 	a.Engine = &engine.Engine{
 		Store: a.Store, Blobs: a.Blobs, Queue: a.Queue, Models: models, Set: a.Resources, Log: log,
-		ChunkRows: env.ChunkRows, MaxInflight: env.MaxInflight, Lease: env.Lease,
+		Chunks: plan.Limits{Rows: env.ChunkRows}, Lease: env.Lease,
 		Provider: &provider.Client{
 			HTTP:   provider.NewHTTPClient(),
 			Models: models,
@@ -107,12 +110,18 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	// One client, so one policy, for the check at create, workflow
 	// callbacks and every delivery.
 	hooks := webhook.NewClient(webhook.Policy{AllowPrivate: env.AllowPrivateWebhooks, AllowHTTP: env.AllowHTTPWebhooks})
-	a.Engine.WebhookClient = hooks
 	a.Webhooks = &delivery.Service{Store: a.Store, Queue: a.Queue, Log: log, Client: hooks}
-	a.Engine.OnTerminal = a.Webhooks.Enqueue
-	a.Engine.RunWorkflow = wfhost.Runner{Engine: a.Engine}.Run
+	a.Engine.OnTerminal = func(ctx context.Context, b batch.Batch) error {
+		if err := a.Batches.ReleaseInflight(ctx, b); err != nil {
+			return err
+		}
+		return a.Webhooks.Enqueue(ctx, b)
+	}
+	a.Workflows = &wfhost.Runner{Engine: a.Engine, Store: a.Store, Blobs: a.Blobs, Client: hooks}
+	a.Engine.RunWorkflow = a.Workflows.Run
 	a.Batches = &batches.Service{
-		Engine: a.Engine, Store: a.Store, Blobs: a.Blobs, Queue: a.Queue, Files: a.Files,
+		Engine: a.Engine, Store: a.Store, Blobs: a.Blobs, Queue: a.Queue, Files: a.Files, Webhooks: hooks.Policy,
+		MaxInflight: env.MaxInflight,
 		Schedules: &schedule.Manager{
 			API: a.Scheduler, Group: cmp.Or(env.ScheduleGroup, a.Resources.ScheduleGroup),
 			TargetARN: env.SchedulerFunctionARN, RoleARN: env.SchedulerRoleARN,

@@ -41,6 +41,12 @@ var transitions = map[Status][]Status{
 	Scheduled:  {Cancelled},
 }
 
+// Stopping reports whether s is a cancel's: rows not yet started get
+// batch_cancelled lines, and workflow records stop.
+func (s Status) Stopping() bool {
+	return s == Cancelling || s == Cancelled
+}
+
 // Terminal reports whether no transition leaves s.
 func (s Status) Terminal() bool {
 	return s == Completed || s == Failed || s == Expired || s == Cancelled

@@ -11,13 +11,14 @@ import (
 	"github.com/relaybatch/relay/internal/store"
 )
 
-// Batches in flight per tenant (engine.Engine.MaxInflight,
+// Batches in flight per tenant (Service.MaxInflight,
 // RELAY_MAX_INFLIGHT_BATCHES; docs/api.md "Limits").
 //
 // A counter per tenant, T#<tenant>/INFLIGHT, goes up when a batch is
 // recorded (conditional on being under the limit, so concurrent creates on
 // any number of API instances never overshoot) and down when the batch
-// becomes terminal, which the engine does (its releaseInflight). Each
+// becomes terminal (ReleaseInflight, which app.New hangs off the engine's
+// OnTerminal). Each
 // counted batch has a marker item next to the counter; the decrement
 // deletes the marker in the same transaction, conditional on it existing,
 // so however often a terminal state is reported (finalize redeliveries
@@ -43,7 +44,7 @@ func (s *Service) inflightLimited() error {
 	return &errs.Error{
 		Kind: errs.RateLimited, Code: "too_many_batches_in_flight", RetryAfter: inflightRetryAfter,
 		Message: fmt.Sprintf("this organization already has %d batches in flight, the most allowed: "+
-			"wait for one to finish (or cancel one) before creating another", s.Engine.MaxInflight),
+			"wait for one to finish (or cancel one) before creating another", s.MaxInflight),
 	}
 }
 
@@ -53,11 +54,11 @@ func (s *Service) inflightLimited() error {
 // of their own and are not counted; a create with an Idempotency-Key goes
 // on to createCounted, which returns the first batch made with it.
 func (s *Service) checkInflight(ctx context.Context, tenant string, req CreateRequest, idemKey string) error {
-	if s.Engine.MaxInflight <= 0 || req.Schedule != "" || idemKey != "" {
+	if s.MaxInflight <= 0 || req.Schedule != "" || idemKey != "" {
 		return nil
 	}
 	n, err := s.Store.Inflight(ctx, tenant)
-	if err != nil || n < s.Engine.MaxInflight {
+	if err != nil || n < s.MaxInflight {
 		return err
 	}
 	if freed, err := s.repairInflight(ctx, tenant); err != nil || freed > 0 {
@@ -72,13 +73,13 @@ func (s *Service) checkInflight(ctx context.Context, tenant string, req CreateRe
 // first batch instead) is given back at once. At the limit, a retried
 // create still gets the batch its Idempotency-Key made the first time.
 func (s *Service) createCounted(ctx context.Context, b batch.Batch, idemKey string) (batch.Batch, bool, error) {
-	if s.Engine.MaxInflight <= 0 || b.Status == batch.Scheduled {
+	if s.MaxInflight <= 0 || b.Status == batch.Scheduled {
 		return s.Store.CreateBatch(ctx, b, idemKey)
 	}
-	err := s.Store.ReserveInflight(ctx, b.Tenant, b.ID, s.Engine.MaxInflight, s.now())
+	err := s.Store.ReserveInflight(ctx, b.Tenant, b.ID, s.MaxInflight, s.now())
 	if errors.Is(err, store.ErrInflightLimit) {
 		if freed, rerr := s.repairInflight(ctx, b.Tenant); rerr == nil && freed > 0 {
-			err = s.Store.ReserveInflight(ctx, b.Tenant, b.ID, s.Engine.MaxInflight, s.now())
+			err = s.Store.ReserveInflight(ctx, b.Tenant, b.ID, s.MaxInflight, s.now())
 		}
 	}
 	if errors.Is(err, store.ErrInflightLimit) && idemKey != "" {
@@ -140,4 +141,15 @@ func leftBehind(m store.InflightMarker, b batch.Batch, found bool, now time.Time
 		return b.Status.Terminal()
 	}
 	return now.Sub(time.Unix(m.CreatedAt, 0)) > inflightGrace
+}
+
+// ReleaseInflight gives back terminal batch b's in-flight slot, if it holds
+// one: the release deletes the batch's marker, so it happens once however
+// often a terminal state is reported.
+func (s *Service) ReleaseInflight(ctx context.Context, b batch.Batch) error {
+	if s.MaxInflight <= 0 || !b.Status.Terminal() || b.Schedule != nil {
+		return nil
+	}
+	_, err := s.Store.ReleaseInflight(ctx, b.Tenant, b.ID)
+	return err
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
-	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/store"
 )
@@ -48,7 +47,7 @@ func TestLeftBehind(t *testing.T) {
 
 func TestInflightLimitedError(t *testing.T) {
 	t.Parallel()
-	s := &Service{Engine: &engine.Engine{MaxInflight: 7}}
+	s := &Service{MaxInflight: 7}
 	var got *errs.Error
 	if !errors.As(s.inflightLimited(), &got) || got.Kind != errs.RateLimited || got.RetryAfter <= 0 ||
 		got.Code != "too_many_batches_in_flight" || !strings.Contains(got.Message, "7 batches in flight") {
@@ -57,17 +56,26 @@ func TestInflightLimitedError(t *testing.T) {
 }
 
 // With the limit off, or for a template, nothing is read or counted (the
-// engine here has no store: touching it would panic). The engine's side,
-// the release, has the same test (engine.TestReleaseInflightOff).
+// service here has no store: touching it would panic).
 func TestInflightOff(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	off := &Service{Engine: &engine.Engine{}}
+	off := &Service{}
 	if err := off.checkInflight(ctx, "acme", CreateRequest{}, ""); err != nil {
 		t.Fatalf("limit off: %v", err)
 	}
-	on := &Service{Engine: &engine.Engine{MaxInflight: 1}}
+	on := &Service{MaxInflight: 1}
 	if err := on.checkInflight(ctx, "acme", CreateRequest{Schedule: "* * * * *"}, ""); err != nil {
 		t.Fatalf("template: %v", err)
+	}
+	// The release side: the limit off, a batch that has not ended, a template.
+	if err := off.ReleaseInflight(ctx, batch.Batch{Status: batch.Completed}); err != nil {
+		t.Fatalf("release, limit off: %v", err)
+	}
+	tpl := "* * * * *"
+	for _, b := range []batch.Batch{{Status: batch.InProgress}, {Status: batch.Cancelled, Schedule: &tpl}} {
+		if err := on.ReleaseInflight(ctx, b); err != nil {
+			t.Fatalf("release, %s batch: %v", b.Status, err)
+		}
 	}
 }

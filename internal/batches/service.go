@@ -47,6 +47,12 @@ type Service struct {
 	Store *store.Store
 	Blobs *blob.Store
 	Queue *queue.Sender
+	// MaxInflight caps each tenant's batches that have not ended
+	// (RELAY_MAX_INFLIGHT_BATCHES, limits.go); 0 is no cap.
+	MaxInflight int
+	// Webhooks is the policy webhook_url is checked against at create: the
+	// deliveries' (app.New gives both the same client).
+	Webhooks webhook.Policy
 	// Files reads the input file a create names and stores inline requests.
 	Files *files.Service
 	// Schedules creates and deletes the schedules of cron templates
@@ -144,19 +150,14 @@ func checkEndpoint(ep string, allowed []string) error {
 	return errs.Invalidf("endpoint", "endpoint %q is not supported: use one of %s", ep, strings.Join(allowed, ", "))
 }
 
-// CheckWebhookURL validates a webhook URL at create time when the engine
-// has no webhook client of its own (engine.Engine.WebhookClient, whose
-// policy is used otherwise): the deployment policy, https to public
-// addresses only.
+// CheckWebhookURL validates a webhook URL with the deployment policy's
+// zero value: https to public addresses only.
 var CheckWebhookURL = webhook.Policy{}.CheckURL
 
 // checkWebhookURL checks webhook_url at create with the delivery policy,
 // so a URL accepted at create is one the deliveries may use.
 func (s *Service) checkWebhookURL(raw string) error {
-	if c := s.Engine.WebhookClient; c != nil {
-		return c.Policy.CheckURL(raw)
-	}
-	return CheckWebhookURL(raw)
+	return s.Webhooks.CheckURL(raw)
 }
 
 // checkCreate validates what CreateShaped checks before it looks at the

@@ -88,8 +88,8 @@ func (s *Service) cancelTemplate(ctx context.Context, tenant, id string) (batch.
 	// The template is cancelled whatever happens to its webhook; a failure
 	// to queue it is logged, not returned, since a retried cancel finds
 	// nothing left to do.
-	// A template holds no in-flight slot (createCounted), so of what the
-	// engine does when a batch ends only its OnTerminal hook is left.
+	// A template holds no in-flight slot (createCounted): its OnTerminal
+	// only queues the webhook.
 	if onTerminal := s.Engine.OnTerminal; onTerminal != nil {
 		if err := onTerminal(ctx, b); err != nil {
 			s.Engine.Log.ErrorContext(ctx, "queue webhook of cancelled template", "batch_id", id, "tenant", tenant, "err", err)

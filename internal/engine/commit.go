@@ -16,26 +16,11 @@ import (
 	"github.com/relaybatch/relay/internal/store"
 )
 
-// buildPart builds a chunk's part (internal/part) and the commit that
-// records it: the chunk's pattern and part sizes, the rows' counts, and
-// their usage under the UTC day of now. It returns the part's objects by
-// kind ("out", "err", "usage"; batch.Chunk.Parts).
-func buildPart(b batch.Batch, c batch.Chunk, outs []part.Outcome, deadLetters int64, now time.Time) (map[string][]byte, store.Commit) {
-	p := part.Build(b, c.FirstRow, outs, now)
-	c.Pattern, c.OutBytes, c.ErrBytes = p.Pattern, int64(len(p.Out)), int64(len(p.Err))
-	cm := store.Commit{Chunk: c, Completed: p.Completed, Failed: p.Failed, Expired: p.Expired, Cancelled: p.Cancelled,
-		DeadLetters: deadLetters, Usage: p.Tokens, UsageByModel: map[string]store.UsageAgg{}, Day: now.UTC().Format("2006-01-02")}
-	for m, u := range p.ByModel {
-		cm.UsageByModel[m] = store.UsageAgg(u)
-	}
-	return map[string][]byte{"out": p.Out, "err": p.Err, "usage": p.Usage}, cm
-}
-
 // commitRows writes a run's part under keys of its own and commits the
 // chunk. It reports whether this run's commit is the one that took effect.
 func (e *Engine) commitRows(ctx context.Context, b batch.Batch, c batch.Chunk, outs []part.Outcome, deadLetters int64) (bool, error) {
 	c.Attempt = ids.Secret(6)
-	parts, cm := buildPart(b, c, outs, deadLetters, e.now())
+	parts, cm := part.Commit(b, c, outs, deadLetters, e.now())
 	var written []string
 	for _, kind := range []string{"out", "err", "usage"} {
 		data := parts[kind]
@@ -156,11 +141,16 @@ func (e *Engine) afterCommit(ctx context.Context, b batch.Batch, next *store.Cla
 // always comes back (here, or to the dead-letter handler), so sweeping on
 // that delivery removes them.
 func (e *Engine) sweepParts(ctx context.Context, c batch.Chunk) error {
-	keys, err := e.Blobs.List(ctx, batch.ChunkPartsPrefix(c.Tenant, c.Batch, c.Index))
-	if err != nil {
-		return fmt.Errorf("list parts of chunk %d of %s: %w", c.Index, c.Batch, err)
-	}
 	keep := map[string]bool{c.Parts("out"): true, c.Parts("err"): true, c.Parts("usage"): true}
+	return e.deleteExcept(ctx, batch.ChunkPartsPrefix(c.Tenant, c.Batch, c.Index), keep)
+}
+
+// deleteExcept deletes the objects under prefix that keep does not hold.
+func (e *Engine) deleteExcept(ctx context.Context, prefix string, keep map[string]bool) error {
+	keys, err := e.Blobs.List(ctx, prefix)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", prefix, err)
+	}
 	var stray []string
 	for _, k := range keys {
 		if !keep[k] {

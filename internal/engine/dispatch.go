@@ -129,7 +129,7 @@ func (e *Engine) planInput(ctx context.Context, b batch.Batch) error {
 	if err != nil {
 		return fmt.Errorf("read input file of %s: %w", b.ID, err)
 	}
-	in, err := plan.Scan(ctx, e.Blobs, b, f, plan.Limits{Rows: e.chunkRows(), Bytes: e.chunkBytes()}, func(m string) bool {
+	in, err := plan.Scan(ctx, e.Blobs, b, f, e.limits(), func(m string) bool {
 		_, ok := e.Models.Lookup(m)
 		return ok
 	})
@@ -232,35 +232,17 @@ func (e *Engine) failValidation(ctx context.Context, b batch.Batch, lineErrs []j
 		b.ErrorList = lineErrs
 		return b.To(batch.InvalidInputStatus(b.Status), e.now())
 	})
-	if errors.Is(err, errSkip) {
-		return e.terminal(ctx, nb)
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, errSkip) {
 		return err
 	}
 	return e.terminal(ctx, nb)
 }
 
-// terminal does what follows a batch's terminal state: its in-flight slot
-// goes back and the OnTerminal hook runs. Both may happen more than once.
+// terminal does what follows a batch's terminal state: the OnTerminal hook,
+// which may run more than once.
 func (e *Engine) terminal(ctx context.Context, b batch.Batch) error {
-	if err := e.releaseInflight(ctx, b); err != nil {
-		return err
-	}
 	if e.OnTerminal == nil {
 		return nil
 	}
 	return e.OnTerminal(ctx, b)
-}
-
-// releaseInflight gives back a terminal batch's in-flight slot, if it
-// holds one (internal/batches takes it, see its limits.go): the release
-// deletes the batch's marker, so it happens once however often a terminal
-// state is reported.
-func (e *Engine) releaseInflight(ctx context.Context, b batch.Batch) error {
-	if e.MaxInflight <= 0 || !b.Status.Terminal() || b.Schedule != nil {
-		return nil
-	}
-	_, err := e.Store.ReleaseInflight(ctx, b.Tenant, b.ID)
-	return err
 }

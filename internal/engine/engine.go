@@ -7,6 +7,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"time"
@@ -14,52 +15,87 @@ import (
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/msg"
+	"github.com/relaybatch/relay/internal/plan"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/store"
-	"github.com/relaybatch/relay/internal/webhook"
+)
+
+// Store is what the engine needs of the table (internal/store).
+type Store interface {
+	SchedStore
+	GetBatch(ctx context.Context, tenant, id string) (batch.Batch, error)
+	UpdateBatch(ctx context.Context, tenant, id string, fn func(*batch.Batch) error) (batch.Batch, error)
+	DueBatches(ctx context.Context, now time.Time, limit int) ([]store.ActiveRef, error)
+	OldestActive(ctx context.Context) (batch.Batch, bool, error)
+	ReleaseInflight(ctx context.Context, tenant, batchID string) (bool, error)
+	GetFile(ctx context.Context, tenant, id string) (files.File, error)
+	PutFileOverwrite(ctx context.Context, f files.File) error
+	Chunks(ctx context.Context, batchID string) ([]batch.Chunk, error)
+	PutChunks(ctx context.Context, cs []batch.Chunk) error
+	PutReady(ctx context.Context, r store.Ready) error
+	FreeSlots(ctx context.Context, model string, quotas []int) ([]int, error)
+	ClaimFromPool(ctx context.Context, c store.Claim, quota int) error
+	ClaimAlone(ctx context.Context, c batch.Chunk, run string, lease time.Time) error
+	SetChunkSlots(ctx context.Context, c batch.Chunk, to, quota int) error
+	ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]batch.Chunk, error)
+	Takeover(ctx context.Context, c batch.Chunk, run string, lease time.Time) (batch.Chunk, error)
+	RenewLease(ctx context.Context, batchID string, chunk int, run string, until time.Time) error
+	CommitChunk(ctx context.Context, tenant string, c store.Commit) error
+	PutDeadLetters(ctx context.Context, batchID string, dls []batch.DeadLetter) error
+}
+
+// Blobs is what the engine needs of the bucket (internal/blob).
+type Blobs interface {
+	plan.Blobs
+	ReadRange(ctx context.Context, objs []batch.Object, start, end int64) ([]byte, error)
+	List(ctx context.Context, prefix string) ([]string, error)
+	Delete(ctx context.Context, keys ...string) error
+}
+
+// Queue sends to the queues (internal/queue).
+type Queue interface {
+	Send(ctx context.Context, name string, v any, delay time.Duration) error
+	SendBatch(ctx context.Context, name string, vs []any, delay time.Duration) error
+	ExtendVisibility(ctx context.Context, name, receipt string, d time.Duration) error
+}
+
+// Provider calls the models (internal/provider).
+type Provider interface {
+	Do(ctx context.Context, endpoint string, body json.RawMessage, fallback string) provider.Result
+}
+
+var (
+	_ Store    = (*store.Store)(nil)
+	_ Blobs    = (*blob.Store)(nil)
+	_ Queue    = (*queue.Sender)(nil)
+	_ Provider = (*provider.Client)(nil)
 )
 
 // Engine holds what the workers share; an option left zero takes its
 // default.
 type Engine struct {
-	Store    *store.Store
-	Blobs    *blob.Store
-	Queue    *queue.Sender
+	Store    Store
+	Blobs    Blobs
+	Queue    Queue
 	Models   *config.Models
-	Provider *provider.Client
+	Provider Provider
 	Set      resources.Set
 	Log      *slog.Logger
-	// WebhookClient makes workflow callbacks (internal/wfhost), and its
-	// Policy is what webhook_url is checked against at create
-	// (internal/batches; app.New gives the webhook deliveries the same
-	// client); nil means webhook.NewClient(webhook.Policy{}).
-	WebhookClient *webhook.Client
 
-	// ChunkRows (RELAY_CHUNK_ROWS, default 512) and ChunkBytes (default
-	// 4 MiB of input) bound a chunk.
-	ChunkRows  int
-	ChunkBytes int64
-	// ChunkSlots is how many slots of its model's max_concurrency a chunk
-	// claims, so how many of its rows run at once (default 32, never more
-	// than ChunkRows).
-	ChunkSlots int
+	// Chunks bound a chunk's rows, bytes and slots (plan.Limits; zero
+	// fields take its defaults).
+	Chunks plan.Limits
 	// Lease is how long a claimed chunk stays its run's without a
 	// heartbeat (default a minute); the tick takes over expired ones.
 	Lease time.Duration
-	// MaxInflight caps each tenant's batches that have not ended
-	// (RELAY_MAX_INFLIGHT_BATCHES); 0 is no cap. internal/batches takes a
-	// batch's slot when it records it (its limits.go), the engine gives it
-	// back when the batch ends (releaseInflight).
-	MaxInflight int
-	// StatusRefresh is how often a running chunk re-reads its batch's status
-	// to notice a cancel (default 3 s; a cached read, never one per row).
-	StatusRefresh time.Duration
-	// OnTerminal, if set, is called once a batch reaches a terminal state
-	// (webhooks hang off it).
+	// OnTerminal, if set, is called once a batch reaches a terminal state,
+	// perhaps more than once: app.New gives back the batch's in-flight slot
+	// (internal/batches) and queues its webhook there.
 	OnTerminal func(ctx context.Context, b batch.Batch) error
 	// BeforeCommit, if set, runs after a chunk's parts are written and
 	// before it commits; an error there is a crash at the worst moment
@@ -72,8 +108,6 @@ type Engine struct {
 	// kept fresh. app.New sets it (internal/wfhost); nil refuses workflow
 	// records with an invalid_workflow line (runRecord).
 	RunWorkflow func(ctx, runCtx context.Context, b batch.Batch, c batch.Chunk, req jsonl.Request, status func() batch.Status) error
-	// Workflows tunes workflow records (tests shorten callback backoff).
-	Workflows WorkflowOptions
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
 }
@@ -85,31 +119,7 @@ func (e *Engine) now() time.Time {
 	return time.Now()
 }
 
-// The chunk defaults (512 rows of 32 slots) are sized in docs/design.md
-// "Chunk size" and "Hot items".
-func (e *Engine) chunkRows() int {
-	if e.ChunkRows > 0 {
-		return e.ChunkRows
-	}
-	return 512
-}
-
-func (e *Engine) chunkBytes() int64 {
-	if e.ChunkBytes > 0 {
-		return e.ChunkBytes
-	}
-	return 4 << 20
-}
-
-// chunkSlots is how many of its model's slots a chunk claims: never more
-// than it has rows to use them.
-func (e *Engine) chunkSlots() int {
-	slots := 32
-	if e.ChunkSlots > 0 {
-		slots = e.ChunkSlots
-	}
-	return min(slots, e.chunkRows())
-}
+func (e *Engine) limits() plan.Limits { return e.Chunks.OrDefaults() }
 
 func (e *Engine) lease() time.Duration {
 	if e.Lease > 0 {
@@ -127,16 +137,3 @@ func (e *Engine) send(ctx context.Context, queueKey string, m msg.Message) error
 // of time or lease. internal/wfhost returns it for a workflow record out
 // of time before it made progress.
 var ErrStop = errors.New("engine: stopping before the deadline")
-
-// ExecutorConcurrency is how many executor invocations the local runtime
-// runs at once: enough for every model's max_concurrency to be in flight
-// (each invocation holds at least one chunk of chunkSlots slots), so the
-// models bound upstream concurrency, not the function.
-func (e *Engine) ExecutorConcurrency() int {
-	n := 0
-	for _, m := range e.Models.Models {
-		slots := min(e.chunkSlots(), m.MaxConcurrency)
-		n += (m.MaxConcurrency + slots - 1) / slots
-	}
-	return max(n, 4)
-}

@@ -152,7 +152,8 @@ func (e *Engine) runChunks(ctx context.Context, runs []*chunkRun) {
 		r.ctx, r.cancel = context.WithCancel(runCtx)
 		defer r.cancel()
 		if statuses[r.b.ID] == nil {
-			statuses[r.b.ID] = e.watchStatus(runCtx, r.b)
+			statuses[r.b.ID] = &atomic.Value{}
+			statuses[r.b.ID].Store(r.b.Status)
 		}
 		r.status = statuses[r.b.ID]
 		if isWorkflowChunk(r.c, r.reqs) {
@@ -221,32 +222,38 @@ func (e *Engine) load(ctx context.Context, r *chunkRun, batches map[string]batch
 		// record of the input: the next run will find it.
 		return false, fmt.Errorf("chunk %d of %s: the batch's plan is not recorded yet", c.Index, c.Batch)
 	}
-	data, err := e.Blobs.ReadRange(ctx, b.Input, c.Start, c.End)
+	reqs, err := e.readRows(ctx, b, c)
 	if err != nil {
-		return false, fmt.Errorf("read chunk %d of %s: %w", c.Index, c.Batch, err)
-	}
-	reqs, err := jsonl.ParseRequests(data)
-	if err != nil {
-		return false, fmt.Errorf("parse chunk %d of %s: %w", c.Index, c.Batch, err)
-	}
-	if len(reqs) != c.Rows {
-		return false, fmt.Errorf("chunk %d of %s: %d rows in its range, %d planned", c.Index, c.Batch, len(reqs), c.Rows)
+		return false, err
 	}
 	r.b, r.c, r.reqs, r.outs = b, c, reqs, make([]part.Outcome, len(reqs))
 	r.left.Store(int32(len(reqs)))
 	return true, nil
 }
 
-// draining reports whether the run's rows only get error lines now.
-func (r *chunkRun) draining(now time.Time) bool {
-	return Stopping(r.status.Load().(batch.Status)) || r.b.PastExpiry(now)
+// badRange is a chunk's range that does not parse into its rows.
+type badRange struct{ error }
+
+// readRows reads and parses chunk c's rows; a range that does not hold
+// them is a badRange error, one that cannot be read now another.
+func (e *Engine) readRows(ctx context.Context, b batch.Batch, c batch.Chunk) ([]jsonl.Request, error) {
+	data, err := e.Blobs.ReadRange(ctx, b.Input, c.Start, c.End)
+	if err != nil {
+		return nil, fmt.Errorf("read chunk %d of %s: %w", c.Index, c.Batch, err)
+	}
+	reqs, err := jsonl.ParseRequests(data)
+	if err == nil && len(reqs) != c.Rows {
+		err = fmt.Errorf("%d rows in its range, %d planned", len(reqs), c.Rows)
+	}
+	if err != nil {
+		return nil, badRange{fmt.Errorf("chunk %d of %s: %w", c.Index, c.Batch, err)}
+	}
+	return reqs, nil
 }
 
-// Stopping reports whether a batch's status is a cancel's: its rows not
-// yet started get batch_cancelled lines. internal/wfhost stops a workflow
-// record by it.
-func Stopping(s batch.Status) bool {
-	return s == batch.Cancelling || s == batch.Cancelled
+// draining reports whether the run's rows only get error lines now.
+func (r *chunkRun) draining(now time.Time) bool {
+	return r.status.Load().(batch.Status).Stopping() || r.b.PastExpiry(now)
 }
 
 // runPool runs the rows of runs, in order, within the slots the runs hold,
@@ -299,7 +306,7 @@ func (r *chunkRun) rows(e *Engine, rowDone func()) fanout.Rows {
 			// Row boundary: a cancel or the end of the window stops new rows.
 			o := &r.outs[i]
 			switch {
-			case Stopping(r.status.Load().(batch.Status)):
+			case r.status.Load().(batch.Status).Stopping():
 				o.Code, o.Message, o.Cancelled = part.CodeCancelled, "the batch was cancelled before this request ran", true
 			case r.b.PastExpiry(e.now()):
 				o.Code, o.Message, o.Expired = part.CodeExpired, "the batch's completion window ended before this request ran", true
@@ -322,41 +329,67 @@ func (r *chunkRun) rows(e *Engine, rowDone func()) fanout.Rows {
 	}
 }
 
-// heartbeat renews the leases of the runs' chunks and keeps their messages
-// invisible while they run; a run whose lease was taken over stops.
+// statusRefresh is how often a running chunk re-reads its batch's status to
+// notice a cancel: a cached read, never one per row.
+const statusRefresh = 3 * time.Second
+
+// heartbeat keeps the runs going while they run: it renews their chunks'
+// leases (a run whose lease was taken over stops), keeps their messages
+// invisible, and refreshes their batches' statuses.
 func (e *Engine) heartbeat(ctx context.Context, runs []*chunkRun) {
 	vis := e.Set.Queue(resources.Work).VisibilityTimeout
-	leaseT, visT := time.NewTicker(e.lease()/3), time.NewTicker(vis/3)
+	leaseT, visT, statusT := time.NewTicker(e.lease()/3), time.NewTicker(vis/3), time.NewTicker(statusRefresh)
 	defer leaseT.Stop()
 	defer visT.Stop()
+	defer statusT.Stop()
+	warn := func(what string, r *chunkRun, err error) {
+		if err != nil && ctx.Err() == nil {
+			e.Log.WarnContext(ctx, what, "batch_id", r.c.Batch, "chunk", r.c.Index, "run", r.c.Run, "err", err)
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-leaseT.C:
-			for _, r := range runs {
-				if r.ctx == nil || r.ctx.Err() != nil || isClosed(r.done) {
-					continue
-				}
+			for _, r := range running(runs) {
 				err := e.Store.RenewLease(ctx, r.c.Batch, r.c.Index, r.c.Run, e.now().Add(e.lease()))
 				if errors.Is(err, store.ErrLeaseLost) {
-					e.Log.WarnContext(ctx, "lease lost; run stops", "batch_id", r.c.Batch, "chunk", r.c.Index, "run", r.c.Run)
-					r.cancel()
-				} else if err != nil && ctx.Err() == nil {
-					e.Log.WarnContext(ctx, "renew lease", "err", err)
+					r.cancel() // another run has the chunk: this one stops
 				}
+				warn("renew lease", r, err)
 			}
 		case <-visT.C:
 			for _, r := range runs {
-				if isClosed(r.done) {
-					continue
+				if !isClosed(r.done) {
+					warn("extend visibility", r, e.Queue.ExtendVisibility(ctx, resources.Work, r.delivery.ReceiptHandle, vis))
 				}
-				if err := e.Queue.ExtendVisibility(ctx, resources.Work, r.delivery.ReceiptHandle, vis); err != nil && ctx.Err() == nil {
-					e.Log.WarnContext(ctx, "extend visibility", "err", err)
+			}
+		case <-statusT.C:
+			fresh := map[*atomic.Value]bool{} // runs of one batch share its status
+			for _, r := range running(runs) {
+				if !fresh[r.status] {
+					fresh[r.status] = true
+					b, err := e.Store.GetBatch(ctx, r.b.Tenant, r.b.ID)
+					if err == nil {
+						r.status.Store(b.Status)
+					}
+					warn("refresh batch status", r, err)
 				}
 			}
 		}
 	}
+}
+
+// running are the runs that loaded and have not ended.
+func running(runs []*chunkRun) []*chunkRun {
+	var out []*chunkRun
+	for _, r := range runs {
+		if r.ctx != nil && r.ctx.Err() == nil && !isClosed(r.done) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 func isClosed(ch chan struct{}) bool {
@@ -366,35 +399,4 @@ func isClosed(ch chan struct{}) bool {
 	default:
 		return false
 	}
-}
-
-// watchStatus keeps a cached copy of the batch's status fresh, so rows can
-// check for a cancel without an AWS request each.
-func (e *Engine) watchStatus(ctx context.Context, b batch.Batch) *atomic.Value {
-	var v atomic.Value
-	v.Store(b.Status)
-	every := e.StatusRefresh
-	if every <= 0 {
-		every = 3 * time.Second
-	}
-	go func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				nb, err := e.Store.GetBatch(ctx, b.Tenant, b.ID)
-				if err != nil {
-					if ctx.Err() == nil {
-						e.Log.WarnContext(ctx, "refresh batch status", "batch_id", b.ID, "err", err)
-					}
-					continue
-				}
-				v.Store(nb.Status)
-			}
-		}
-	}()
-	return &v
 }

@@ -3,11 +3,9 @@ package engine
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/files"
-	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/queue"
@@ -73,17 +71,16 @@ func (e *Engine) DeadLetter(ctx context.Context, ds []queue.Delivery) ([]string,
 // parses; a poison range that does not is reported by row number. A range
 // that cannot be read now (a throttle) is an error: the message comes back.
 func (e *Engine) customIDs(ctx context.Context, b batch.Batch, c batch.Chunk) ([]string, error) {
-	data, err := e.Blobs.ReadRange(ctx, b.Input, c.Start, c.End)
-	if err != nil {
-		return nil, fmt.Errorf("read chunk %d of %s: %w", c.Index, c.Batch, err)
+	reqs, err := e.readRows(ctx, b, c)
+	var poison badRange
+	if errors.As(err, &poison) {
+		return make([]string, c.Rows), nil
 	}
-	ids := make([]string, c.Rows)
-	if reqs, err := jsonl.ParseRequests(data); err == nil && len(reqs) == c.Rows {
-		for i, r := range reqs {
-			ids[i] = r.CustomID
-		}
+	ids := make([]string, len(reqs))
+	for i, r := range reqs {
+		ids[i] = r.CustomID
 	}
-	return ids, nil
+	return ids, err
 }
 
 // Finalize is the finalizer function's handler.
@@ -133,7 +130,9 @@ func (e *Engine) FinalizeBatch(ctx context.Context, tenant, id string) error {
 	if err != nil {
 		return err
 	}
-	if err := e.deleteStrayParts(ctx, tenant, id, parts.Keep); err != nil {
+	// Parts no commit points to: those of runs that lost a race or crashed
+	// before committing.
+	if err := e.deleteExcept(ctx, batch.PartsPrefix(tenant, id), parts.Keep); err != nil {
 		return err
 	}
 	return e.endBatch(ctx, tenant, id, outID, errID)
@@ -153,22 +152,6 @@ func (e *Engine) putOutputFiles(ctx context.Context, b batch.Batch, p part.Files
 		}
 	}
 	return outID, errID, nil
-}
-
-// deleteStrayParts deletes a batch's parts that no commit points to: those
-// of runs that lost a race or crashed before committing.
-func (e *Engine) deleteStrayParts(ctx context.Context, tenant, id string, keep map[string]bool) error {
-	all, err := e.Blobs.List(ctx, batch.PartsPrefix(tenant, id))
-	if err != nil {
-		return fmt.Errorf("finalize %s: list parts: %w", id, err)
-	}
-	var stray []string
-	for _, k := range all {
-		if !keep[k] {
-			stray = append(stray, k)
-		}
-	}
-	return e.Blobs.Delete(ctx, stray...)
 }
 
 // endBatch sets a finalized batch's files and terminal status

@@ -2,12 +2,10 @@ package engine
 
 import (
 	"context"
-	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/part"
-	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/store"
 	"github.com/relaybatch/relay/internal/workflow"
 )
@@ -17,19 +15,8 @@ import (
 // (internal/wfhost, set by app.New) instead of its row pool, and the
 // record's line goes through the normal commit when it ends
 // (CommitRecord). What else the adapter uses of the engine: its chunk's
-// slots (TakeSlots, ReturnSlots), the re-send
-// of its work message (SendAgain), Stopping and ErrStop.
-
-// WorkflowOptions tune workflow records; the zero value is the deployment's.
-// internal/wfhost reads them from Engine.Workflows on every run.
-type WorkflowOptions struct {
-	// Backoff is the wait after n failed attempts of a callback event; nil
-	// means workflow.Backoff (1 s, 2 s, 4 s).
-	Backoff func(n int) time.Duration
-	// AfterCheckpoint, if set, runs after a step's checkpoint is written;
-	// an error there is a crash between steps (fault tests).
-	AfterCheckpoint func(c batch.Chunk, step int) error
-}
+// slots (TakeSlots, ReturnSlots), the re-send of its work message
+// (SendAgain) and ErrStop.
 
 // isWorkflowChunk reports whether a chunk is a workflow record's own.
 func isWorkflowChunk(c batch.Chunk, reqs []jsonl.Request) bool {
@@ -42,21 +29,10 @@ func isWorkflowChunk(c batch.Chunk, reqs []jsonl.Request) bool {
 func (e *Engine) runRecord(ctx context.Context, r *chunkRun) error {
 	status := func() batch.Status { return r.status.Load().(batch.Status) }
 	if e.RunWorkflow == nil {
-		return e.CommitRecord(ctx, r.b, r.c, status(), RecordLine{CustomID: r.reqs[0].CustomID,
+		return e.CommitRecord(ctx, r.b, r.c, status(), part.Outcome{CustomID: r.reqs[0].CustomID,
 			Code: workflow.CodeInvalid, Message: "workflow records are not supported by this executor"})
 	}
 	return e.RunWorkflow(ctx, r.ctx, r.b, r.c, r.reqs[0], status)
-}
-
-// RecordLine is a workflow record's one line, as CommitRecord commits it.
-type RecordLine struct {
-	CustomID string
-	// Result is the upstream answer of a completed record (StatusCode,
-	// Body, RequestID), and for any record the usage of the requests it
-	// ran (Model, Usage, Fallback).
-	Result provider.Result
-	// Code and Message, when Code is set, make it an error line.
-	Code, Message string
 }
 
 // CommitRecord commits c, a workflow record's own chunk, with the record's
@@ -65,12 +41,9 @@ type RecordLine struct {
 // the record last saw it: the engine alone counts the line as expired (a
 // batch_expired line past the window) or cancelled (a batch_cancelled line
 // once the batch is cancelling), never for the code a callback chose.
-func (e *Engine) CommitRecord(ctx context.Context, b batch.Batch, c batch.Chunk, status batch.Status, l RecordLine) error {
-	o := part.Outcome{CustomID: l.CustomID, Result: l.Result, Code: l.Code, Message: l.Message}
-	if o.Code != "" {
-		o.Expired = o.Code == part.CodeExpired && b.PastExpiry(e.now())
-		o.Cancelled = o.Code == part.CodeCancelled && Stopping(status)
-	}
+func (e *Engine) CommitRecord(ctx context.Context, b batch.Batch, c batch.Chunk, status batch.Status, o part.Outcome) error {
+	o.Expired = o.Code == part.CodeExpired && b.PastExpiry(e.now())
+	o.Cancelled = o.Code == part.CodeCancelled && status.Stopping()
 	_, err := e.commitRows(ctx, b, c, []part.Outcome{o}, 0)
 	return err
 }
@@ -82,7 +55,7 @@ func (e *Engine) CommitRecord(ctx context.Context, b batch.Batch, c batch.Chunk,
 // the model is full).
 func (e *Engine) TakeSlots(ctx context.Context, c batch.Chunk) (int, error) {
 	quota := e.shardQuota(c)
-	want := min(e.chunkSlots(), quota)
+	want := min(e.limits().Slots, quota)
 	if err := e.Store.SetChunkSlots(ctx, c, want, quota); err != nil {
 		return 0, err
 	}

@@ -18,14 +18,13 @@ import (
 // claims its model's next chunk (pick), the dispatcher claims from free
 // capacity (start), drains (drain) and takes over expired leases (takeOver).
 
-// SchedStore is what picking the next chunk needs of the table.
+// SchedStore is what picking the next chunk needs of the table (part of
+// Store).
 type SchedStore interface {
 	ReadyHead(ctx context.Context, model string) (store.Ready, bool, error)
 	DeleteReady(ctx context.Context, r store.Ready) error
 	GetChunk(ctx context.Context, batchID string, i int) (batch.Chunk, error)
 }
-
-var _ SchedStore = (*store.Store)(nil)
 
 func newRun() string { return ids.Secret(9) }
 
@@ -90,7 +89,7 @@ func (e *Engine) start(ctx context.Context, model string) error {
 			shard++
 			continue
 		}
-		c, err := pick(ctx, e.Store, model, min(e.chunkSlots(), free[shard]), shard, e.now().Add(e.lease()))
+		c, err := pick(ctx, e.Store, model, min(e.limits().Slots, free[shard]), shard, e.now().Add(e.lease()))
 		if err != nil || c == nil {
 			return err
 		}
@@ -260,10 +259,5 @@ func (e *Engine) publishOldest(ctx context.Context, now time.Time) {
 	if b, ok, err := e.Store.OldestActive(ctx); err == nil && ok {
 		age = now.Unix() - b.CreatedAt
 	}
-	e.Log.InfoContext(ctx, "tick",
-		"_aws", map[string]any{"Timestamp": now.UnixMilli(), "CloudWatchMetrics": []any{map[string]any{
-			"Namespace": resources.MetricNamespace, "Dimensions": [][]string{{resources.MetricDimension}},
-			"Metrics": []any{map[string]string{"Name": resources.MetricOldestBatchAge, "Unit": "Seconds"}},
-		}}},
-		resources.MetricDimension, e.Set.Prefix, resources.MetricOldestBatchAge, age)
+	e.Log.InfoContext(ctx, "tick", resources.OldestBatchAge(e.Set.Prefix, now, age)...)
 }

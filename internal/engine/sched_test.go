@@ -2,10 +2,14 @@ package engine
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/store"
@@ -47,9 +51,6 @@ func (f *fakeSched) GetChunk(_ context.Context, _ string, i int) (batch.Chunk, e
 	f.gets++
 	return f.chunks[i], nil
 }
-
-func (f *fakeSched) FreeSlots(context.Context, string, []int) ([]int, error) { return nil, nil }
-func (f *fakeSched) ClaimFromPool(context.Context, store.Claim, int) error   { return nil }
 
 func TestPick(t *testing.T) {
 	t.Parallel()
@@ -163,6 +164,150 @@ func TestAloneFirst(t *testing.T) {
 			now, later := aloneFirst(tt.runs)
 			if ids(now) != tt.now || ids(later) != tt.later {
 				t.Fatalf("got now %q later %q, want %q and %q", ids(now), ids(later), tt.now, tt.later)
+			}
+		})
+	}
+}
+
+// fakePool is a hand-written Store for the claim loop: fakeSched's ready
+// index, capacity shards, and ClaimFromPool's effects (slots taken, the
+// entry stepped to its next chunk, one turn later). The Store methods it
+// does not write panic: the loop must not call them.
+type fakePool struct {
+	Store
+	*fakeSched
+	inflight []int
+	claims   []store.Claim
+	// full makes the next claims on a shard find it full, as when others
+	// took its slots after FreeSlots read them.
+	full map[int]int
+}
+
+func (f *fakePool) ReadyHead(ctx context.Context, model string) (store.Ready, bool, error) {
+	return f.fakeSched.ReadyHead(ctx, model)
+}
+
+func (f *fakePool) DeleteReady(ctx context.Context, r store.Ready) error {
+	return f.fakeSched.DeleteReady(ctx, r)
+}
+
+func (f *fakePool) GetChunk(ctx context.Context, id string, i int) (batch.Chunk, error) {
+	return f.fakeSched.GetChunk(ctx, id, i)
+}
+
+func (f *fakePool) FreeSlots(_ context.Context, _ string, quotas []int) ([]int, error) {
+	free := make([]int, len(quotas))
+	for i, q := range quotas {
+		free[i] = q - f.inflight[i]
+	}
+	return free, nil
+}
+
+func (f *fakePool) ClaimFromPool(_ context.Context, c store.Claim, quota int) error {
+	if f.full[c.Shard] > 0 {
+		f.full[c.Shard]--
+		return store.ErrNoCapacity
+	}
+	if f.inflight[c.Shard]+c.Slots > quota {
+		return store.ErrNoCapacity
+	}
+	head, ok, _ := f.ReadyHead(context.Background(), c.Entry.Model)
+	if !ok || head.SK() != c.Entry.SK() {
+		return store.ErrRaced
+	}
+	f.inflight[c.Shard] += c.Slots
+	_ = f.DeleteReady(context.Background(), c.Entry)
+	if c.After >= 0 {
+		next := c.Entry
+		next.Next, next.Seq = c.After, c.Entry.Seq+1
+		f.ready[next.Model] = append(f.ready[next.Model], next)
+	}
+	f.claims = append(f.claims, c)
+	return nil
+}
+
+// fakeQueue records what is sent.
+type fakeQueue struct{ sent []msg.Message }
+
+func (q *fakeQueue) Send(_ context.Context, _ string, v any, _ time.Duration) error {
+	q.sent = append(q.sent, v.(msg.Message))
+	return nil
+}
+
+func (q *fakeQueue) SendBatch(ctx context.Context, name string, vs []any, d time.Duration) error {
+	for _, v := range vs {
+		_ = q.Send(ctx, name, v, d)
+	}
+	return nil
+}
+
+func (q *fakeQueue) ExtendVisibility(context.Context, string, string, time.Duration) error {
+	return nil
+}
+
+// The claim loop of free capacity (start): chunks in ready order (higher
+// priority first, equal priorities taking turns), each claim within its
+// shard's free slots, until the capacity or the chunks run out; a shard
+// found full moves it to the next; every claim's work message is sent.
+func TestStartClaimsInOrderWithinCapacity(t *testing.T) {
+	t.Parallel()
+	entry := func(b string, prio, total int) store.Ready {
+		return store.Ready{Model: "m", Tenant: "t", Batch: b, Priority: prio, Total: total}
+	}
+	tests := []struct {
+		name     string
+		maxConc  int
+		inflight []int
+		full     map[int]int
+		ready    []store.Ready
+		want     []string // batch/chunk:slots@shard, in claim order
+	}{
+		{"higher priority first", 128, []int{0}, nil,
+			[]store.Ready{entry("a", 0, 3), entry("b", 5, 2)},
+			[]string{"b/0:32@0", "b/1:32@0", "a/0:32@0", "a/1:32@0"}},
+		{"equal priorities take turns", 128, []int{0}, nil,
+			[]store.Ready{entry("a", 0, 3), entry("b", 0, 3)},
+			[]string{"a/0:32@0", "b/0:32@0", "a/1:32@0", "b/1:32@0"}},
+		{"the last claim takes what is free", 40, []int{0}, nil,
+			[]store.Ready{entry("a", 0, 5)},
+			[]string{"a/0:32@0", "a/1:8@0"}},
+		{"slots already in flight count", 64, []int{60}, nil,
+			[]store.Ready{entry("a", 0, 5)},
+			[]string{"a/0:4@0"}},
+		{"chunks run out first", 128, []int{0}, nil,
+			[]store.Ready{entry("a", 0, 1)},
+			[]string{"a/0:32@0"}},
+		{"a shard found full moves on to the next", 2000, []int{0, 990}, map[int]int{0: 1},
+			[]store.Ready{entry("a", 0, 5)},
+			[]string{"a/0:10@1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			models, err := config.ParseModels([]byte(fmt.Sprintf("models:\n  - {name: m, provider: openai, base_url: http://x/v1, api_key_env: K, max_concurrency: %d}\n", tt.maxConc)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := &fakePool{fakeSched: &fakeSched{ready: map[string][]store.Ready{"m": tt.ready}}, inflight: tt.inflight, full: tt.full}
+			q := &fakeQueue{}
+			e := &Engine{Store: f, Queue: q, Models: models, Log: slog.New(slog.DiscardHandler)}
+			if err := e.start(context.Background(), "m"); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, c := range f.claims {
+				got = append(got, fmt.Sprintf("%s/%d:%d@%d", c.Entry.Batch, c.Entry.Next, c.Slots, c.Shard))
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("claims %v, want %v", got, tt.want)
+			}
+			if len(q.sent) != len(f.claims) {
+				t.Fatalf("%d work messages for %d claims", len(q.sent), len(f.claims))
+			}
+			for i, m := range q.sent {
+				if c := f.claims[i]; m != msg.ForChunk(c.Next()) {
+					t.Errorf("message %d: %+v, want the work message of %+v", i, m, c.Next())
+				}
 			}
 		})
 	}

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -31,10 +32,22 @@ func (v Invalid) Error() string { return fmt.Sprintf("invalid input: %d errors",
 // (400 KB at most), so a file of thousands of tiny parts would never plan.
 const maxInputObjects = 1000
 
-// Limits bound a chunk (see Chunker).
+// Limits bound a chunk: Rows rows (RELAY_CHUNK_ROWS) and Bytes bytes of
+// input (see Chunker); a claimed chunk holds Slots of its model's
+// max_concurrency, so that many of its rows run at once. The defaults are
+// sized in docs/design.md "Chunk size" and "Hot items".
 type Limits struct {
 	Rows  int
 	Bytes int64
+	Slots int
+}
+
+// OrDefaults fills what l leaves zero: 512 rows, 4 MiB, 32 slots, never
+// more slots than rows to use them.
+func (l Limits) OrDefaults() Limits {
+	l.Rows, l.Bytes = cmp.Or(l.Rows, 512), cmp.Or(l.Bytes, 4<<20)
+	l.Slots = min(cmp.Or(l.Slots, 32), l.Rows)
+	return l
 }
 
 // Input is the plan of a batch's valid input.

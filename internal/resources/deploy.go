@@ -74,3 +74,12 @@ const (
 	// in a terminal state, published by the dispatcher on every tick.
 	MetricOldestBatchAge = "OldestBatchAgeSeconds"
 )
+
+// OldestBatchAge is the log attributes that publish MetricOldestBatchAge,
+// age seconds at now, for the deployment of prefix.
+func OldestBatchAge(prefix string, now time.Time, age int64) []any {
+	return []any{"_aws", map[string]any{"Timestamp": now.UnixMilli(), "CloudWatchMetrics": []any{map[string]any{
+		"Namespace": MetricNamespace, "Dimensions": [][]string{{MetricDimension}},
+		"Metrics": []any{map[string]string{"Name": MetricOldestBatchAge, "Unit": "Seconds"}},
+	}}}, MetricDimension, prefix, MetricOldestBatchAge, age}
+}

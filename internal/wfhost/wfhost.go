@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/endpoint"
 	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/fanout"
@@ -53,34 +54,45 @@ import (
 // to S3 beside the chunk parts, where the finalizer sweeps them up.
 const inlineResults = 300 << 10
 
-// defaultClient makes the callbacks of an engine without a WebhookClient.
+// defaultClient makes the callbacks of a Runner without a Client.
 var defaultClient = webhook.NewClient(webhook.Policy{})
 
-// Runner runs the workflow records of Engine's executor.
+// Runner runs the workflow records of Engine's executor; its checkpoints
+// are items of Store, and the results too big for them objects of Blobs.
 type Runner struct {
 	Engine *engine.Engine
+	Store  *store.Store
+	Blobs  *blob.Store
+	// Client makes the callbacks; nil means webhook.NewClient(webhook.Policy{}).
+	Client *webhook.Client
+	// Backoff is the wait after n failed attempts of a callback event; nil
+	// means workflow.Backoff (1 s, 2 s, 4 s). Tests shorten it.
+	Backoff func(n int) time.Duration
+	// AfterCheckpoint, if set, runs after a step's checkpoint is written;
+	// an error there is a crash between steps (fault tests).
+	AfterCheckpoint func(c batch.Chunk, step int) error
 }
 
 // Run drives the workflow record req of chunk c from its checkpoint: it
 // is engine.Engine.RunWorkflow. runCtx ends before the invocation does;
 // status is the batch's, kept fresh.
-func (r Runner) Run(ctx, runCtx context.Context, b batch.Batch, c batch.Chunk, req jsonl.Request, status func() batch.Status) error {
+func (r *Runner) Run(ctx, runCtx context.Context, b batch.Batch, c batch.Chunk, req jsonl.Request, status func() batch.Status) error {
 	e := r.Engine
-	wc := cmp.Or(e.WebhookClient, defaultClient)
+	wc := cmp.Or(r.Client, defaultClient)
 	spec, err := workflow.ParseSpec(req.Body, wc.Policy)
 	if err == nil && b.Endpoint != endpoint.Chat {
 		err = &workflow.Error{Code: workflow.CodeInvalid, Message: fmt.Sprintf("workflow records are %s rows, not %s", endpoint.Chat, b.Endpoint)}
 	}
-	h := &recordHost{e: e, b: b, c: c, customID: req.CustomID, status: status,
+	h := &recordHost{r: r, e: e, b: b, c: c, customID: req.CustomID, status: status,
 		log: e.Log.With("batch_id", b.ID, "chunk", c.Index, "custom_id", req.CustomID)}
 	var invalid *workflow.Error
 	if errors.As(err, &invalid) {
-		return h.commit(ctx, engine.RecordLine{CustomID: req.CustomID, Code: invalid.Code, Message: invalid.Message})
+		return h.commit(ctx, part.Outcome{CustomID: req.CustomID, Code: invalid.Code, Message: invalid.Message})
 	}
 	defer h.release(ctx)
 	d := &workflow.Driver{
 		Spec: spec, WorkflowID: b.ID + ":" + req.CustomID, RecordID: req.CustomID, Model: c.Model,
-		Call: (&workflow.Caller{HTTP: wc.HTTP, Backoff: e.Workflows.Backoff}).Call,
+		Call: (&workflow.Caller{HTTP: wc.HTTP, Backoff: r.Backoff}).Call,
 		Host: h, Log: h.log, Now: e.Now,
 	}
 	err = d.Drive(ctx, runCtx)
@@ -93,6 +105,7 @@ func (r Runner) Run(ctx, runCtx context.Context, b batch.Batch, c batch.Chunk, r
 
 // recordHost is the engine's side of one run of a workflow record.
 type recordHost struct {
+	r        *Runner
 	e        *engine.Engine
 	b        batch.Batch
 	c        batch.Chunk // its Slots are what the record holds
@@ -122,7 +135,7 @@ func (h *recordHost) Load(ctx context.Context) (workflow.State, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		until = dl // the lease dies with the invocation, before its message can come back
 	}
-	cp, err := e.Store.AcquireWorkflow(ctx, h.b.ID, h.c.FirstRow, owner, h.now(), until)
+	cp, err := h.r.Store.AcquireWorkflow(ctx, h.b.ID, h.c.FirstRow, owner, h.now(), until)
 	var busy *store.WorkflowBusyError
 	if errors.As(err, &busy) {
 		return workflow.State{}, &workflow.BusyError{Until: busy.Until}
@@ -145,7 +158,7 @@ func (h *recordHost) release(ctx context.Context) {
 	if h.owner == "" {
 		return
 	}
-	if err := h.e.Store.ReleaseWorkflow(context.WithoutCancel(ctx), h.b.ID, h.c.FirstRow, h.owner); err != nil {
+	if err := h.r.Store.ReleaseWorkflow(context.WithoutCancel(ctx), h.b.ID, h.c.FirstRow, h.owner); err != nil {
 		h.log.WarnContext(ctx, "release workflow lease", "err", err)
 	}
 	h.owner = ""
@@ -162,7 +175,7 @@ func (h *recordHost) TakeSlots(ctx context.Context) (bool, error) {
 	case errors.Is(err, store.ErrNoCapacity):
 		return false, nil
 	case errors.Is(err, store.ErrChunkDone):
-		fresh, gerr := h.e.Store.GetChunk(ctx, c.Batch, c.Index)
+		fresh, gerr := h.r.Store.GetChunk(ctx, c.Batch, c.Index)
 		switch {
 		case gerr != nil:
 			return false, gerr
@@ -225,16 +238,16 @@ func (h *recordHost) Save(ctx context.Context, st workflow.State) error {
 		}
 		if len(data) > inlineResults {
 			k := fmt.Sprintf("%swf-%07d-step-%04d.results", batch.PartsPrefix(h.b.Tenant, h.b.ID), h.c.FirstRow, st.Step)
-			if err := h.e.Blobs.Put(ctx, k, bytes.NewReader(data), int64(len(data))); err != nil {
+			if err := h.r.Blobs.Put(ctx, k, bytes.NewReader(data), int64(len(data))); err != nil {
 				return err
 			}
 			cp.ResultsKey, cp.State.Results = k, nil
 		}
 	}
-	if err := h.e.Store.SaveWorkflow(ctx, h.b.ID, h.c.FirstRow, h.owner, cp, h.until); err != nil {
+	if err := h.r.Store.SaveWorkflow(ctx, h.b.ID, h.c.FirstRow, h.owner, cp, h.until); err != nil {
 		return err
 	}
-	if f := h.e.Workflows.AfterCheckpoint; f != nil {
+	if f := h.r.AfterCheckpoint; f != nil {
 		return f(h.c, st.Step)
 	}
 	return nil
@@ -243,7 +256,7 @@ func (h *recordHost) Save(ctx context.Context, st workflow.State) error {
 // Stop fails the record once its batch is cancelled or past its window.
 func (h *recordHost) Stop() *workflow.Error {
 	switch {
-	case engine.Stopping(h.status()):
+	case h.status().Stopping():
 		return &workflow.Error{Code: part.CodeCancelled, Message: "the batch was cancelled before this workflow record finished"}
 	case h.b.PastExpiry(h.now()):
 		return &workflow.Error{Code: part.CodeExpired, Message: "the batch's completion window ended before this workflow record finished"}
@@ -265,7 +278,7 @@ func (h *recordHost) Requeue(ctx context.Context, delay time.Duration) error {
 // with the usage of every request it ran.
 func (h *recordHost) Finish(ctx context.Context, o workflow.Outcome) error {
 	u := o.State.Usage
-	l := engine.RecordLine{CustomID: h.customID, Result: provider.Result{
+	l := part.Outcome{CustomID: h.customID, Result: provider.Result{
 		Model: h.c.Model, Fallback: o.State.Fallback,
 		Usage: provider.Usage{InputTokens: u.PromptTokens, OutputTokens: u.CompletionTokens, TotalTokens: u.TotalTokens},
 	}}
@@ -282,11 +295,11 @@ func (h *recordHost) Finish(ctx context.Context, o workflow.Outcome) error {
 
 // commit commits the record's chunk with its one line, then drops its
 // checkpoint.
-func (h *recordHost) commit(ctx context.Context, l engine.RecordLine) error {
+func (h *recordHost) commit(ctx context.Context, l part.Outcome) error {
 	if err := h.e.CommitRecord(ctx, h.b, h.c, h.status(), l); err != nil {
 		return err
 	}
-	if err := h.e.Store.DeleteWorkflow(ctx, h.b.ID, h.c.FirstRow); err != nil {
+	if err := h.r.Store.DeleteWorkflow(ctx, h.b.ID, h.c.FirstRow); err != nil {
 		h.log.WarnContext(ctx, "delete workflow checkpoint", "err", err)
 	}
 	return nil
@@ -294,7 +307,7 @@ func (h *recordHost) commit(ctx context.Context, l engine.RecordLine) error {
 
 // loadResults reads a step's results that Save moved to S3.
 func (h *recordHost) loadResults(ctx context.Context, key string) ([]workflow.Result, error) {
-	rc, err := h.e.Blobs.Get(ctx, key)
+	rc, err := h.r.Blobs.Get(ctx, key)
 	if err != nil {
 		return nil, err
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/relaybatch/relay/internal/app"
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/lambdasqs"
 	"github.com/relaybatch/relay/internal/local/esm"
 	"github.com/relaybatch/relay/internal/local/firer"
@@ -62,7 +63,7 @@ type Options struct {
 	AfterInvoke func(function string, elapsed time.Duration)
 	// ExecutorConcurrency is the work queue's concurrent invocations
 	// (default: enough for every model's max_concurrency, see
-	// engine.ExecutorConcurrency).
+	// executorConcurrency).
 	ExecutorConcurrency int
 	// StrictWebhooks applies the deployment's webhook policy (https only,
 	// public addresses only) instead of the local runtime's, which lets
@@ -204,7 +205,7 @@ func (rt *Runtime) startPollers(ctx context.Context, o Options) error {
 		}
 		conc := 2
 		if f.Name == "executor" {
-			conc = cmp.Or(o.ExecutorConcurrency, e.ExecutorConcurrency())
+			conc = cmp.Or(o.ExecutorConcurrency, executorConcurrency(rt.App.Engine))
 		}
 		p := &esm.Poller{
 			Client: rt.App.SQS, QueueURL: url, FunctionName: f.Name, BatchSize: f.BatchSize,
@@ -290,4 +291,17 @@ func (rt *Runtime) Close() {
 		_ = s.Shutdown(ctx)
 	}
 	rt.wg.Wait()
+}
+
+// executorConcurrency is how many executor invocations the local runtime
+// runs at once: enough for every model's max_concurrency to be in flight
+// (each invocation holds at least one chunk of the engine's slots), so the
+// models bound upstream concurrency, not the function.
+func executorConcurrency(e *engine.Engine) int {
+	n := 0
+	for _, m := range e.Models.Models {
+		slots := min(e.Chunks.OrDefaults().Slots, m.MaxConcurrency)
+		n += (m.MaxConcurrency + slots - 1) / slots
+	}
+	return max(n, 4)
 }

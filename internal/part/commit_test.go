@@ -1,4 +1,4 @@
-package engine
+package part
 
 import (
 	"encoding/json"
@@ -6,28 +6,26 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
-	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/provider"
 )
 
-// buildPart's lines are internal/part's (its tests); here, what the commit
-// takes from them.
-func TestBuildPart(t *testing.T) {
+// Commit's lines are Build's; here, what the commit takes from them.
+func TestCommit(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 12, 1, 23, 30, 0, 0, time.FixedZone("x", -2*3600))
 	b := batch.Batch{ID: "batch_x", Tenant: "t", KeyID: "k"}
 	c := batch.Chunk{Batch: "batch_x", Tenant: "t", Index: 3, FirstRow: 30, Slots: 8, Run: "r"}
-	outs := []part.Outcome{
+	outs := []Outcome{
 		{CustomID: "a", Result: provider.Result{StatusCode: 200, Body: json.RawMessage(`{"ok":true}`), Model: "m",
 			Usage: provider.Usage{InputTokens: 10, OutputTokens: 1, TotalTokens: 11}}},
-		{CustomID: "c", Code: part.CodeExpired, Message: "late", Expired: true},
-		{CustomID: "g", Code: part.CodeCancelled, Message: "cancelled", Cancelled: true},
+		{CustomID: "c", Code: CodeExpired, Message: "late", Expired: true},
+		{CustomID: "g", Code: CodeCancelled, Message: "cancelled", Cancelled: true},
 		{CustomID: "d", Result: provider.Result{ErrCode: "request_timeout", ErrMessage: "slow"}},
 	}
-	parts, cm := buildPart(b, c, outs, 2, now)
-	want := part.Build(b, c.FirstRow, outs, now)
+	parts, cm := Commit(b, c, outs, 2, now)
+	want := Build(b, c.FirstRow, outs, now)
 	if string(parts["out"]) != string(want.Out) || string(parts["err"]) != string(want.Err) || string(parts["usage"]) != string(want.Usage) {
-		t.Fatalf("parts differ from part.Build's: got %q", parts)
+		t.Fatalf("parts differ from Build's: got %q", parts)
 	}
 	ch := cm.Chunk
 	if ch.Pattern != "oeee" || ch.OutBytes != int64(len(want.Out)) || ch.ErrBytes != int64(len(want.Err)) || ch.Run != "r" || ch.Index != 3 {
