@@ -42,7 +42,8 @@ test: test-deps
 ## Debian's packages it lacks (chromium for the browser tests, curl for the
 ## emulator script, nodejs and npm for the CDK: the infra tests run it
 ## through jsii, cfn-lint lints what the pinned cdk synthesizes) it installs
-## with apt-get when root, then the pinned npm packages (npm ci). Not root,
+## with apt-get when root, then the pinned npm packages (npm ci): the CDK CLI
+## and the official Node SDKs that localstack/node_sdk_test.go runs. Not root,
 ## or missing moto or cfn-lint (Python; the machine image ships them), it
 ## stops at once with one line naming the one command to run.
 ## CHROMIUM is where the browser tests look for Chromium: chromiumPath in

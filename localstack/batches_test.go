@@ -188,6 +188,28 @@ func TestBatchHappyPath(t *testing.T) {
 	if b.Usage.TotalTokens == 0 || b.Usage.InputTokens+b.Usage.OutputTokens != b.Usage.TotalTokens {
 		t.Fatalf("usage: got %+v", b.Usage)
 	}
+	// The details are the sums of the upstream answers' own.
+	var cached, reasoning int64
+	for _, l := range out {
+		var u struct {
+			Usage struct {
+				Prompt struct {
+					CachedTokens int64 `json:"cached_tokens"`
+				} `json:"prompt_tokens_details"`
+				Completion struct {
+					ReasoningTokens int64 `json:"reasoning_tokens"`
+				} `json:"completion_tokens_details"`
+			} `json:"usage"`
+		}
+		json.Unmarshal(l.Response.Body, &u)
+		cached += u.Usage.Prompt.CachedTokens
+		reasoning += u.Usage.Completion.ReasoningTokens
+	}
+	if !b.Usage.JSON.InputTokensDetails.Valid() || !b.Usage.JSON.OutputTokensDetails.Valid() || cached == 0 ||
+		b.Usage.InputTokensDetails.CachedTokens != cached || b.Usage.OutputTokensDetails.ReasoningTokens != reasoning {
+		t.Fatalf("usage details: got cached %d reasoning %d (valid %v %v), want %d and %d", b.Usage.InputTokensDetails.CachedTokens,
+			b.Usage.OutputTokensDetails.ReasoningTokens, b.Usage.JSON.InputTokensDetails.Valid(), b.Usage.JSON.OutputTokensDetails.Valid(), cached, reasoning)
+	}
 
 	// /results: every row, in input order.
 	resp := rawGet(t, rt, key, "/v1/batches/"+b.ID+"/results")

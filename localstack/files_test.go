@@ -177,8 +177,8 @@ func TestUploadsAPI(t *testing.T) {
 	if err != nil || cu.Status != "cancelled" {
 		t.Fatalf("cancel: got %+v, %v", cu, err)
 	}
-	if _, err := c.Uploads.Parts.New(ctx, u2.ID, openai.UploadPartNewParams{Data: strings.NewReader("x")}); apiStatus(t, err) != http.StatusConflict {
-		t.Fatalf("part after cancel: got %v, want 409", err)
+	if _, err := c.Uploads.Parts.New(ctx, u2.ID, openai.UploadPartNewParams{Data: strings.NewReader("x")}); apiStatus(t, err) != http.StatusBadRequest {
+		t.Fatalf("part after cancel: got %v, want 400", err)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,10 +21,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 	"github.com/relaybatch/relay/internal/api"
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/local/localrun"
@@ -344,6 +348,40 @@ func TestLimitRatePerKey(t *testing.T) {
 	}
 }
 
+// sdkGivesUpAtOnce: the official Go SDKs, with their default retries, get
+// the in-flight limit's 429 within 2 s, instead of sleeping out Retry-After.
+func sdkGivesUpAtOnce(t *testing.T, rt *localrun.Runtime, key, fileID string) {
+	t.Helper()
+	oc := openai.NewClient(option.WithBaseURL(rt.URL+"/v1/"), option.WithAPIKey(key))
+	ac := anthropic.NewClient(aoption.WithBaseURL(rt.URL), aoption.WithAPIKey(key))
+	for name, create := range map[string]func(context.Context) error{
+		"openai-go": func(ctx context.Context) error {
+			_, err := oc.Batches.New(ctx, openai.BatchNewParams{InputFileID: fileID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions,
+				CompletionWindow: openai.BatchNewParamsCompletionWindow24h})
+			return err
+		},
+		"anthropic-sdk-go": func(ctx context.Context) error {
+			_, err := ac.Messages.Batches.New(ctx, anthropic.MessageBatchNewParams{Requests: []anthropic.MessageBatchNewParamsRequest{
+				msgRequest("a", "claude-haiku-4-5", "hi")}})
+			return err
+		},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		start := time.Now()
+		err := create(ctx)
+		cancel()
+		status := 0
+		if oe := (*openai.Error)(nil); errors.As(err, &oe) {
+			status = oe.StatusCode
+		} else if ae := (*anthropic.Error)(nil); errors.As(err, &ae) {
+			status = ae.StatusCode
+		}
+		if took := time.Since(start); status != http.StatusTooManyRequests || took > 2*time.Second {
+			t.Errorf("%s at the in-flight limit: got %v after %v, want a 429 within 2 s", name, err, took.Round(time.Millisecond))
+		}
+	}
+}
+
 // TestLimitInflightPerTenant: a tenant's batches that have not ended are
 // capped; the cap counts each batch once and frees its slot once, whatever
 // path ends it; a template is not counted; another tenant is not affected;
@@ -389,9 +427,10 @@ func TestLimitInflightPerTenant(t *testing.T) {
 	nfiles := files()
 	status, h, body := post(key, fast.ID)
 	wantError(t, "/v1/batches", status, body, 429, "rate_limit_error", "already has 2 batches in flight")
-	if h.Get("Retry-After") != "60" {
-		t.Errorf("Retry-After %q, want 60", h.Get("Retry-After"))
+	if h.Get("Retry-After") != "60" || h.Get("X-Should-Retry") != "false" {
+		t.Errorf("Retry-After %q, X-Should-Retry %q: want 60 and false", h.Get("Retry-After"), h.Get("X-Should-Retry"))
 	}
+	sdkGivesUpAtOnce(t, rt, key, fast.ID)
 	status, _, body = limitReq(t, rt, key, "POST", "/v1/batches", "application/json", jsonBody(map[string]any{
 		"endpoint": "/v1/chat/completions", "requests": []any{map[string]any{"method": "POST", "url": "/v1/chat/completions", "body": map[string]any{"model": "gpt-4o-mini"}}}}))
 	wantError(t, "/v1/batches", status, body, 429, "rate_limit_error", "batches in flight")

@@ -57,7 +57,7 @@ func (rt *routes) decodeMessageBatchCreate(body []byte) ([]json.RawMessage, erro
 		return nil, err
 	}
 	if top == nil {
-		return nil, errs.Invalidf("", "the request body must be a JSON object {\"requests\": [...]}")
+		return nil, errs.E(errs.Invalid, errs.CodeInvalidJSON, "", "the request body must be a JSON object {\"requests\": [...]}")
 	}
 	for k := range top {
 		if k != "requests" {
@@ -66,7 +66,7 @@ func (rt *routes) decodeMessageBatchCreate(body []byte) ([]json.RawMessage, erro
 	}
 	var reqs []json.RawMessage
 	if raw, ok := top["requests"]; !ok || json.Unmarshal(raw, &reqs) != nil || reqs == nil {
-		return nil, errs.Invalidf("requests", "requests: an array of {custom_id, params} is required")
+		return nil, errs.Missingf("requests", "requests: an array of {custom_id, params} is required")
 	}
 	return reqs, nil
 }

@@ -142,6 +142,9 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if e.RetryAfter > 0 {
 		w.Header().Set("Retry-After", fmt.Sprint(e.RetryAfter))
 	}
+	if !worthRetrying(e) {
+		w.Header().Set("X-Should-Retry", "false")
+	}
 	status := statusOf[e.Kind]
 	if strings.HasPrefix(r.URL.Path, "/v1/messages") {
 		body := map[string]any{"type": "error", "error": map[string]any{"type": wire.ErrorType(status), "message": e.Message}}
@@ -159,6 +162,16 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 		body["code"] = e.Code
 	}
 	writeJSON(w, status, map[string]any{"error": body})
+}
+
+// worthRetrying tells the official SDKs which refusals to retry. They
+// retry every 409, 429 and 5xx unless x-should-retry says otherwise, and
+// obey a Retry-After of up to 60 s, twice by default: only an internal
+// error, and a rate limit that clears within a second (the per-key
+// window), may pass again soon. The in-flight limit's 429 lasts until a
+// batch ends, and a 409 here is a batch's state, not a lock.
+func worthRetrying(e *errs.Error) bool {
+	return e.Kind == errs.Internal || e.Kind == errs.RateLimited && e.RetryAfter <= 1
 }
 
 func requestID(r *http.Request) string {
@@ -190,7 +203,7 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 
 func unmarshal(body []byte, v any) error {
 	if len(strings.TrimSpace(string(body))) == 0 {
-		return errs.Invalidf("", "the request body is empty: send a JSON object")
+		return errs.E(errs.Invalid, errs.CodeInvalidJSON, "", "the request body is empty: send a JSON object")
 	}
 	if err := checkJSONBody(body); err != nil {
 		return err
@@ -200,13 +213,13 @@ func unmarshal(body []byte, v any) error {
 		var se *json.SyntaxError
 		switch {
 		case errors.As(err, &te) && te.Field != "":
-			return errs.Invalidf(te.Field, "%s: expected %s, got %s", te.Field, te.Type, te.Value)
+			return errs.E(errs.Invalid, errs.CodeInvalidType, te.Field, "%s: expected %s, got %s", te.Field, te.Type, te.Value)
 		case errors.As(err, &te):
-			return errs.Invalidf("", "the request body must be a JSON object")
+			return errs.E(errs.Invalid, errs.CodeInvalidJSON, "", "the request body must be a JSON object")
 		case errors.As(err, &se):
-			return errs.Invalidf("", "malformed JSON at byte %d: %v", se.Offset, se)
+			return errs.E(errs.Invalid, errs.CodeInvalidJSON, "", "malformed JSON at byte %d: %v", se.Offset, se)
 		default:
-			return errs.Invalidf("", "malformed JSON: %v", err)
+			return errs.E(errs.Invalid, errs.CodeInvalidJSON, "", "malformed JSON: %v", err)
 		}
 	}
 	return nil

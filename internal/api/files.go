@@ -31,7 +31,7 @@ type form struct {
 func readForm(r *http.Request, fileField string) (form, error) {
 	ct, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || ct != "multipart/form-data" || params["boundary"] == "" {
-		return form{}, errs.Invalidf("", "send multipart/form-data with a boundary (fields: purpose, %s)", fileField)
+		return form{}, errs.E(errs.Invalid, errs.CodeMultipart, "", "send multipart/form-data with a boundary (fields: purpose, %s)", fileField)
 	}
 	if r.ContentLength > files.PartLimit+multipartOverhead {
 		return form{}, tooBig(r.ContentLength)
@@ -49,12 +49,12 @@ func readForm(r *http.Request, fileField string) (form, error) {
 			if errors.As(err, &mbe) {
 				return form{}, tooBig(r.ContentLength)
 			}
-			return form{}, errs.Invalidf("", "malformed multipart body: %v", err)
+			return form{}, errs.E(errs.Invalid, errs.CodeMultipart, "", "malformed multipart body: %v", err)
 		}
 		name := p.FormName()
 		if name == fileField {
 			if seenFile {
-				return form{}, errs.Invalidf(fileField, "send exactly one %q part", fileField)
+				return form{}, errs.E(errs.Invalid, errs.CodeMultipart, fileField, "send exactly one %q part", fileField)
 			}
 			seenFile = true
 			f.filename = rawFilename(p)
@@ -65,7 +65,7 @@ func readForm(r *http.Request, fileField string) (form, error) {
 				if errors.As(err, &mbe) {
 					return form{}, tooBig(r.ContentLength)
 				}
-				return form{}, errs.Invalidf(fileField, "malformed multipart body: %v", err)
+				return form{}, errs.E(errs.Invalid, errs.CodeMultipart, fileField, "malformed multipart body: %v", err)
 			}
 			if n > files.PartLimit {
 				return form{}, tooBig(n)
@@ -75,7 +75,7 @@ func readForm(r *http.Request, fileField string) (form, error) {
 		}
 		v, err := io.ReadAll(io.LimitReader(p, 64<<10+1))
 		if err != nil {
-			return form{}, errs.Invalidf(name, "malformed multipart body: %v", err)
+			return form{}, errs.E(errs.Invalid, errs.CodeMultipart, name, "malformed multipart body: %v", err)
 		}
 		if len(v) > 64<<10 {
 			return form{}, errs.Invalidf(name, "field %q is too long", name)
@@ -83,7 +83,7 @@ func readForm(r *http.Request, fileField string) (form, error) {
 		f.fields[name] = string(v)
 	}
 	if !seenFile {
-		return form{}, errs.Invalidf(fileField, "the multipart body has no %q part", fileField)
+		return form{}, errs.Missingf(fileField, "the multipart body has no %q part", fileField)
 	}
 	return f, nil
 }

@@ -82,7 +82,7 @@ const maxDepth = 64
 // keep them in a json.RawMessage) or that nests too deeply.
 func checkJSONBody(body []byte) error {
 	if !utf8.Valid(body) {
-		return errs.Invalidf("", "the request body is not valid UTF-8 (at byte %d): JSON must be UTF-8", invalidUTF8At(body))
+		return errs.E(errs.Invalid, errs.CodeInvalidJSON, "", "the request body is not valid UTF-8 (at byte %d): JSON must be UTF-8", invalidUTF8At(body))
 	}
 	return checkDepth(body, maxDepth)
 }
@@ -119,7 +119,7 @@ func checkDepth(body []byte, max int) error {
 		case '{', '[':
 			depth++
 			if depth > max {
-				return errs.Invalidf("", "the JSON body nests deeper than %d levels (at byte %d)", max, i)
+				return errs.E(errs.Invalid, errs.CodeInvalidJSON, "", "the JSON body nests deeper than %d levels (at byte %d)", max, i)
 			}
 		case '}', ']':
 			depth--

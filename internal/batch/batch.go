@@ -59,11 +59,27 @@ type Counts struct {
 	Failed    int64 `json:"failed" dynamodbav:"failed"`
 }
 
-// Usage is summed token usage.
+// Usage is summed token usage, in OpenAI's shape. The two details are
+// embedded so that they nest in JSON (input_tokens_details, a JSON name on
+// an embedded field) but lie flat in the stored item, where a commit adds
+// to them with one SET even on an item written before they existed.
 type Usage struct {
-	InputTokens  int64 `json:"input_tokens" dynamodbav:"input_tokens"`
-	OutputTokens int64 `json:"output_tokens" dynamodbav:"output_tokens"`
-	TotalTokens  int64 `json:"total_tokens" dynamodbav:"total_tokens"`
+	InputTokens         int64 `json:"input_tokens" dynamodbav:"input_tokens"`
+	InputTokensDetails  `json:"input_tokens_details"`
+	OutputTokens        int64 `json:"output_tokens" dynamodbav:"output_tokens"`
+	OutputTokensDetails `json:"output_tokens_details"`
+	TotalTokens         int64 `json:"total_tokens" dynamodbav:"total_tokens"`
+}
+
+// InputTokensDetails: the input tokens the upstream read from its prompt
+// cache (OpenAI's cached_tokens, Anthropic's cache_read_input_tokens).
+type InputTokensDetails struct {
+	CachedTokens int64 `json:"cached_tokens" dynamodbav:"cached_tokens"`
+}
+
+// OutputTokensDetails: the output tokens spent on reasoning.
+type OutputTokensDetails struct {
+	ReasoningTokens int64 `json:"reasoning_tokens" dynamodbav:"reasoning_tokens"`
 }
 
 // Errors is the errors field of a failed batch.

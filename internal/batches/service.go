@@ -128,11 +128,11 @@ func ParseWindow(w string) (time.Duration, error) {
 // CheckMetadata enforces OpenAI's metadata limits.
 func CheckMetadata(md map[string]string) error {
 	if len(md) > maxMetadataPairs {
-		return errs.Invalidf("metadata", "metadata may hold at most 16 pairs, got %d", len(md))
+		return errs.E(errs.Invalid, "invalid_metadata", "metadata", "metadata may hold at most 16 pairs, got %d", len(md))
 	}
 	for k, v := range md {
-		if len(k) > 64 || len(v) > 512 || !utf8.ValidString(k) || !utf8.ValidString(v) {
-			return errs.Invalidf("metadata", "metadata keys must be at most 64 characters and values at most 512")
+		if !utf8.ValidString(k) || !utf8.ValidString(v) || utf8.RuneCountInString(k) > 64 || utf8.RuneCountInString(v) > 512 {
+			return errs.E(errs.Invalid, "invalid_metadata", "metadata", "metadata keys must be at most 64 characters and values at most 512")
 		}
 	}
 	return nil
@@ -145,9 +145,9 @@ func checkEndpoint(ep string, allowed []string) error {
 		}
 	}
 	if ep == "" {
-		return errs.Invalidf("endpoint", "endpoint is required: one of %s", strings.Join(allowed, ", "))
+		return errs.Missingf("endpoint", "endpoint is required: one of %s", strings.Join(allowed, ", "))
 	}
-	return errs.Invalidf("endpoint", "endpoint %q is not supported: use one of %s", ep, strings.Join(allowed, ", "))
+	return errs.E(errs.Invalid, "invalid_endpoint", "endpoint", "endpoint %q is not supported: use one of %s", ep, strings.Join(allowed, ", "))
 }
 
 // CheckWebhookURL validates a webhook URL with the deployment policy's
@@ -238,7 +238,7 @@ func checkOptions(req CreateRequest, shaped bool, checkURL func(string) error, m
 	case req.InputFileID != "":
 	default:
 		if req.Schedule == "" || !shaped {
-			return o, errs.Invalidf("input_file_id", "input_file_id is required (or inline requests)")
+			return o, errs.Missingf("input_file_id", "input_file_id is required (or inline requests)")
 		}
 	}
 	return o, nil
@@ -255,7 +255,7 @@ func checkInputFile(f files.File, req CreateRequest) error {
 	}
 	if format, _ := jsonl.FormatOf(f.Filename); format == jsonl.CSV {
 		if req.Model == "" {
-			return errs.Invalidf("model", "a CSV input needs model: the model every row is sent to")
+			return errs.Missingf("model", "a CSV input needs model: the model every row is sent to")
 		}
 		if req.Endpoint != "/v1/chat/completions" {
 			return errs.Invalidf("endpoint", "a CSV input makes chat completions: use endpoint /v1/chat/completions")

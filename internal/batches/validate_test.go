@@ -31,7 +31,8 @@ func testModels(t *testing.T) *config.Models {
 	return ms
 }
 
-// wantInvalid checks err is a 400 naming param ("" means no error).
+// wantInvalid checks err is a 400 naming param ("" means no error), with a
+// code more specific than invalid_request.
 func wantInvalid(t *testing.T, err error, param, msg string) {
 	t.Helper()
 	if param == "" {
@@ -42,10 +43,10 @@ func wantInvalid(t *testing.T, err error, param, msg string) {
 	}
 	var e *errs.Error
 	if !errors.As(err, &e) {
-		t.Fatalf("got %v, want an invalid_request error on %s", err, param)
+		t.Fatalf("got %v, want a 400 on %s", err, param)
 	}
-	if e.Kind != errs.Invalid || e.Code != "invalid_request" || e.Param != param {
-		t.Fatalf("got %s error %q on %q (%s), want invalid_request on %q", e.Code, e.Message, e.Param, err, param)
+	if e.Kind != errs.Invalid || e.Code == "" || e.Code == "invalid_request" || e.Param != param {
+		t.Fatalf("got %s error %q on %q (%s), want a specific code on %q", e.Code, e.Message, e.Param, err, param)
 	}
 	if msg != "" && !strings.Contains(e.Message, msg) {
 		t.Fatalf("message %q does not say %q", e.Message, msg)
@@ -72,14 +73,15 @@ func TestCreateValidation(t *testing.T) {
 		mod    func(*CreateRequest) // what JSON cannot carry
 		param  string               // the field refused; "" accepts
 		msg    string
+		code   string // the refusal's code, when the case checks it
 	}{
 		// endpoint
 		{name: "chat completions", body: base},
 		{name: "embeddings", body: `"endpoint":"/v1/embeddings","input_file_id":"f"`},
 		{name: "responses", body: `"endpoint":"/v1/responses","input_file_id":"f"`},
 		{name: "completions", body: `"endpoint":"/v1/completions","input_file_id":"f"`},
-		{name: "no endpoint", body: `"input_file_id":"f"`, param: "endpoint", msg: "endpoint is required"},
-		{name: "unknown endpoint", body: `"endpoint":"/v1/images","input_file_id":"f"`, param: "endpoint", msg: "not supported"},
+		{name: "no endpoint", body: `"input_file_id":"f"`, param: "endpoint", msg: "endpoint is required", code: "missing_required_parameter"},
+		{name: "unknown endpoint", body: `"endpoint":"/v1/images","input_file_id":"f"`, param: "endpoint", msg: "not supported", code: "invalid_endpoint"},
 		{name: "trailing slash", body: `"endpoint":"/v1/chat/completions/","input_file_id":"f"`, param: "endpoint"},
 		{name: "messages is not an OpenAI batch endpoint", body: `"endpoint":"/v1/messages","input_file_id":"f"`, param: "endpoint"},
 		{name: "messages for a Message Batch", body: `"endpoint":"/v1/messages","input_file_id":"f"`, eps: []string{"/v1/messages"}, shaped: true},
@@ -100,11 +102,15 @@ func TestCreateValidation(t *testing.T) {
 
 		// metadata
 		{name: "16 metadata pairs", body: base + "," + md(16)},
-		{name: "17 metadata pairs", body: base + "," + md(17), param: "metadata", msg: "at most 16 pairs, got 17"},
+		{name: "17 metadata pairs", body: base + "," + md(17), param: "metadata", msg: "at most 16 pairs, got 17", code: "invalid_metadata"},
 		{name: "metadata key of 64", body: base + `,"metadata":{"` + long(64) + `":"v"}`},
 		{name: "metadata key of 65", body: base + `,"metadata":{"` + long(65) + `":"v"}`, param: "metadata"},
 		{name: "metadata value of 512", body: base + `,"metadata":{"k":"` + long(512) + `"}`},
-		{name: "metadata value of 513", body: base + `,"metadata":{"k":"` + long(513) + `"}`, param: "metadata"},
+		{name: "metadata value of 513", body: base + `,"metadata":{"k":"` + long(513) + `"}`, param: "metadata", code: "invalid_metadata"},
+		// Limits count characters, as OpenAI's do, not UTF-8 bytes.
+		{name: "metadata key of 64 accented characters", body: base + `,"metadata":{"` + strings.Repeat("é", 64) + `":"v"}`},
+		{name: "metadata value of 512 CJK characters", body: base + `,"metadata":{"k":"` + strings.Repeat("字", 512) + `"}`},
+		{name: "metadata key of 65 accented characters", body: base + `,"metadata":{"` + strings.Repeat("é", 65) + `":"v"}`, param: "metadata"},
 		{name: "metadata not UTF-8", body: base, mod: func(r *CreateRequest) { r.Metadata = map[string]string{"k": "\xff"} }, param: "metadata"},
 		{name: "empty metadata", body: base + `,"metadata":{}`},
 
@@ -190,6 +196,9 @@ func TestCreateValidation(t *testing.T) {
 				_, err = checkOptions(req, tt.shaped, CheckWebhookURL, models)
 			}
 			wantInvalid(t, err, tt.param, tt.msg)
+			if tt.code != "" && err.(*errs.Error).Code != tt.code {
+				t.Fatalf("code %q, want %q", err.(*errs.Error).Code, tt.code)
+			}
 		})
 	}
 }

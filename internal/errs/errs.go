@@ -40,9 +40,24 @@ func E(kind Kind, code, param, format string, args ...any) *Error {
 	return &Error{Kind: kind, Code: code, Param: param, Message: fmt.Sprintf(format, args...)}
 }
 
-// Invalidf is a 400 naming the field at fault.
+// Codes of 400s (docs/api.md "Errors"): as OpenAI's, a refusal says what
+// kind of mistake it is, and Param names the field.
+const (
+	CodeInvalidValue = "invalid_value"              // a field has a value the API does not take
+	CodeMissing      = "missing_required_parameter" // a required field is absent or empty
+	CodeInvalidType  = "invalid_type"               // a field has the wrong JSON type
+	CodeInvalidJSON  = "invalid_json"               // the body is not a JSON object
+	CodeMultipart    = "invalid_multipart"          // the body is not the multipart form the route takes
+)
+
+// Invalidf is a 400 naming the field at fault (CodeInvalidValue).
 func Invalidf(param, format string, args ...any) *Error {
-	return E(Invalid, "invalid_request", param, format, args...)
+	return E(Invalid, CodeInvalidValue, param, format, args...)
+}
+
+// Missingf is a 400 naming a required field that was not sent.
+func Missingf(param, format string, args ...any) *Error {
+	return E(Invalid, CodeMissing, param, format, args...)
 }
 
 // NotFoundf is a 404; other tenants' objects get it too.

@@ -182,7 +182,7 @@ func checkInputName(filename string) error {
 func checkPurpose(p string) error {
 	if p != PurposeBatch {
 		if p == "" {
-			return errs.Invalidf("purpose", "purpose is required and must be \"batch\"")
+			return errs.Missingf("purpose", "purpose is required and must be \"batch\"")
 		}
 		return errs.Invalidf("purpose", "purpose %q is not supported: use \"batch\"", p)
 	}
@@ -357,7 +357,7 @@ func (s *Service) Content(ctx context.Context, tenant, id string) (File, io.Read
 		return File{}, nil, err
 	}
 	if f.Status == StatusUploaded {
-		return File{}, nil, errs.E(errs.Conflict, "file_not_ready", "", "file %s is still being uploaded", id)
+		return File{}, nil, errs.E(errs.Invalid, "file_not_ready", "", "file %s is still being uploaded", id)
 	}
 	full, err := s.Store.GetFile(ctx, tenant, id)
 	if err != nil {

@@ -35,7 +35,7 @@ func (s *Service) CreateUpload(ctx context.Context, tenant, filename, purpose, m
 		return Upload{}, errs.Invalidf("bytes", "bytes must be between 1 and %d for a batch input file", MaxBatchInput)
 	}
 	if mimeType == "" {
-		return Upload{}, errs.Invalidf("mime_type", "mime_type is required (e.g. application/jsonl or text/csv)")
+		return Upload{}, errs.Missingf("mime_type", "mime_type is required (e.g. application/jsonl or text/csv)")
 	}
 	now := s.now()
 	if _, err := expiry(now, expiresAfter); err != nil {
@@ -67,7 +67,7 @@ func (s *Service) pendingUpload(ctx context.Context, tenant, id string) (Upload,
 		u.Status = UploadExpired
 	}
 	if u.Status != UploadPending {
-		return Upload{}, errs.E(errs.Conflict, "upload_not_pending", "", "upload %s is %s", id, u.Status)
+		return Upload{}, errs.E(errs.Invalid, "upload_not_pending", "", "upload %s is %s", id, u.Status)
 	}
 	return u, nil
 }
@@ -137,7 +137,7 @@ func (s *Service) Complete(ctx context.Context, tenant, uploadID string, partIDs
 	}
 	u, err = s.Store.UpdateUpload(ctx, tenant, u.ID, func(cur *Upload) error {
 		if cur.Status != UploadPending {
-			return errs.E(errs.Conflict, "upload_not_pending", "", "upload %s is %s", cur.ID, cur.Status)
+			return errs.E(errs.Invalid, "upload_not_pending", "", "upload %s is %s", cur.ID, cur.Status)
 		}
 		cur.Status, cur.FileID = UploadCompleted, f.ID
 		return nil
@@ -179,7 +179,7 @@ func (s *Service) CancelUpload(ctx context.Context, tenant, uploadID string) (Up
 	}
 	u, err := s.Store.UpdateUpload(ctx, tenant, uploadID, func(cur *Upload) error {
 		if cur.Status != UploadPending {
-			return errs.E(errs.Conflict, "upload_not_pending", "", "upload %s is %s", cur.ID, cur.Status)
+			return errs.E(errs.Invalid, "upload_not_pending", "", "upload %s is %s", cur.ID, cur.Status)
 		}
 		cur.Status = UploadCancelled
 		return nil

@@ -11,6 +11,7 @@ package jsonl
 
 import (
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -156,6 +157,25 @@ type LineError struct {
 }
 
 func (e LineError) Error() string { return e.Code + ": " + e.Message }
+
+// MarshalJSON writes param and line as null when there is none, as OpenAI
+// does (docs/api.md "Batches"): an SDK reads null as "not set", "" and 0
+// as values.
+func (e LineError) MarshalJSON() ([]byte, error) {
+	w := struct {
+		Code    string  `json:"code"`
+		Message string  `json:"message"`
+		Param   *string `json:"param"`
+		Line    *int    `json:"line"`
+	}{Code: e.Code, Message: e.Message}
+	if e.Param != "" {
+		w.Param = &e.Param
+	}
+	if e.Line != 0 {
+		w.Line = &e.Line
+	}
+	return json.Marshal(w)
+}
 
 // Result sums up a scan.
 type Result struct {

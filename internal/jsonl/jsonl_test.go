@@ -526,6 +526,11 @@ func TestLineErrorJSON(t *testing.T) {
 	if got := e.Error(); got != `model_not_found: line 3: model "x" is not a configured model` {
 		t.Errorf("got %q", got)
 	}
+	// An error about the whole file has neither a field nor a line.
+	b, _ = json.Marshal([]LineError{{Code: CodeEmptyFile, Message: "empty"}})
+	if want := `[{"code":"empty_file","message":"empty","param":null,"line":null}]`; string(b) != want {
+		t.Errorf("got %s, want %s", b, want)
+	}
 }
 
 func TestMessagesStayShort(t *testing.T) {

@@ -16,8 +16,10 @@
 // prompt). Usage is counted in words: prompt tokens are the
 // whitespace-separated words of every prompt text (messages, system,
 // instructions, input, prompt) plus one per message; completion tokens are
-// the words of the reply. Embedding inputs given as token arrays count one
-// token per element.
+// the words of the reply; chat completions and completions report half
+// the prompt tokens as cached and half the completion tokens as reasoning
+// (rounded down). Embedding inputs given as token arrays count one token
+// per element.
 //
 // Requests are checked the way the real APIs check them, in this order:
 // path (404), method (405), credentials by presence only (401; a

@@ -66,8 +66,12 @@ func completion(req *request) object {
 	}
 }
 
+// openAIUsage reports half the prompt as cached and half the completion
+// as reasoning, so that the details have something to add up.
 func openAIUsage(prompt, completion int) object {
-	return object{"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+	return object{"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+		"prompt_tokens_details":     object{"cached_tokens": prompt / 2},
+		"completion_tokens_details": object{"reasoning_tokens": completion / 2}}
 }
 
 func embeddings(req *request) object {

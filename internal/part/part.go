@@ -185,6 +185,8 @@ func (w *builder) addUsage(o Outcome) {
 	w.p.Tokens.InputTokens += u.InputTokens
 	w.p.Tokens.OutputTokens += u.OutputTokens
 	w.p.Tokens.TotalTokens += u.TotalTokens
+	w.p.Tokens.CachedTokens += u.CachedTokens
+	w.p.Tokens.ReasoningTokens += u.ReasoningTokens
 	agg := w.p.ByModel[o.Result.Model]
 	agg.Requests++
 	agg.Input += u.InputTokens

@@ -16,7 +16,7 @@ func TestBuild(t *testing.T) {
 	b := batch.Batch{ID: "batch_x", Tenant: "t", KeyID: "k"}
 	ok := func(id string, tokens int64) Outcome {
 		return Outcome{CustomID: id, Result: provider.Result{StatusCode: 200, Body: json.RawMessage(`{"ok":true}`), Model: "m",
-			Usage: provider.Usage{InputTokens: tokens, OutputTokens: 1, TotalTokens: tokens + 1}}}
+			Usage: provider.Usage{InputTokens: tokens, OutputTokens: 1, TotalTokens: tokens + 1, CachedTokens: tokens / 2, ReasoningTokens: 1}}}
 	}
 	outs := []Outcome{
 		ok("a", 10),
@@ -31,7 +31,7 @@ func TestBuild(t *testing.T) {
 	if p.Pattern != "oeeeeeo" || p.Completed != 2 || p.Failed != 5 || p.Expired != 1 || p.Cancelled != 1 {
 		t.Fatalf("pattern %q completed %d failed %d expired %d cancelled %d", p.Pattern, p.Completed, p.Failed, p.Expired, p.Cancelled)
 	}
-	if p.Tokens.InputTokens != 15 || p.ByModel["m"].Requests != 3 || p.ByModel["m"].Input != 15 {
+	if p.Tokens.InputTokens != 15 || p.Tokens.CachedTokens != 7 || p.Tokens.ReasoningTokens != 2 || p.ByModel["m"].Requests != 3 || p.ByModel["m"].Input != 15 {
 		t.Fatalf("tokens %+v by model %+v", p.Tokens, p.ByModel)
 	}
 	lines := bytes.Split(bytes.TrimSpace(p.Err), []byte("\n"))

@@ -53,11 +53,15 @@ func ShapeOf(path string) (config.Provider, bool) {
 	return e.Shape, ok
 }
 
-// Usage is the token usage of one row.
+// Usage is the token usage of one row. CachedTokens (part of InputTokens)
+// and ReasoningTokens (part of OutputTokens) are what the batch object
+// reports as usage.input_tokens_details and output_tokens_details.
 type Usage struct {
-	InputTokens  int64 `json:"input_tokens"`
-	OutputTokens int64 `json:"output_tokens"`
-	TotalTokens  int64 `json:"total_tokens"`
+	InputTokens     int64 `json:"input_tokens"`
+	OutputTokens    int64 `json:"output_tokens"`
+	TotalTokens     int64 `json:"total_tokens"`
+	CachedTokens    int64 `json:"cached_tokens"`
+	ReasoningTokens int64 `json:"reasoning_tokens"`
 }
 
 // UsageOf reads the token usage from an upstream body answering endpoint.
@@ -71,26 +75,30 @@ func UsageOf(path string, body []byte) Usage {
 	if !ok {
 		e.Usage = endpoint.InputOutput
 	}
-	var in, out int64
+	var in, out, cached, reasoning int64
 	switch e.Usage {
 	case endpoint.PromptCompletion:
 		in, out = u.Get("prompt_tokens").Int(), u.Get("completion_tokens").Int()
+		cached = u.Get("prompt_tokens_details.cached_tokens").Int()
+		reasoning = u.Get("completion_tokens_details.reasoning_tokens").Int()
 	case endpoint.AnthropicUsage:
 		// Anthropic leaves cached prompt tokens out of input_tokens, while
 		// OpenAI's prompt_tokens includes them; adding them keeps a tenant's
-		// input tokens comparable across providers.
-		in = u.Get("input_tokens").Int() +
-			u.Get("cache_creation_input_tokens").Int() +
-			u.Get("cache_read_input_tokens").Int()
+		// input tokens comparable across providers. Cache reads are what
+		// OpenAI calls cached tokens.
+		cached = u.Get("cache_read_input_tokens").Int()
+		in = u.Get("input_tokens").Int() + u.Get("cache_creation_input_tokens").Int() + cached
 		out = u.Get("output_tokens").Int()
 	default:
 		in, out = u.Get("input_tokens").Int(), u.Get("output_tokens").Int()
+		cached = u.Get("input_tokens_details.cached_tokens").Int()
+		reasoning = u.Get("output_tokens_details.reasoning_tokens").Int()
 	}
 	total := u.Get("total_tokens").Int()
 	if total == 0 {
 		total = in + out
 	}
-	return Usage{InputTokens: in, OutputTokens: out, TotalTokens: total}
+	return Usage{InputTokens: in, OutputTokens: out, TotalTokens: total, CachedTokens: cached, ReasoningTokens: reasoning}
 }
 
 // Result of one row. Exactly one of (StatusCode != 0) or (ErrCode != "")

@@ -196,7 +196,7 @@ func TestDo(t *testing.T) {
 				if got.RequestID != "req_upstream" {
 					t.Errorf("RequestID = %q, want req_upstream", got.RequestID)
 				}
-				if want := (Usage{7, 3, 10}); got.Usage != want {
+				if want := (Usage{InputTokens: 7, OutputTokens: 3, TotalTokens: 10}); got.Usage != want {
 					t.Errorf("Usage = %+v, want %+v", got.Usage, want)
 				}
 				if string(got.Body) != chatOK {
@@ -269,7 +269,7 @@ func TestDo(t *testing.T) {
 				if got.RequestID != "req_ant" {
 					t.Errorf("RequestID = %q, want req_ant", got.RequestID)
 				}
-				if want := (Usage{5, 2, 7}); got.Usage != want {
+				if want := (Usage{InputTokens: 5, OutputTokens: 2, TotalTokens: 7}); got.Usage != want {
 					t.Errorf("Usage = %+v, want %+v", got.Usage, want)
 				}
 			},
@@ -663,17 +663,19 @@ func TestUsageOf(t *testing.T) {
 		want     Usage
 	}{
 		{"chat", "/v1/chat/completions",
-			`{"usage":{"prompt_tokens":11,"completion_tokens":5,"total_tokens":16}}`, Usage{11, 5, 16}},
+			`{"usage":{"prompt_tokens":11,"completion_tokens":5,"total_tokens":16}}`, Usage{11, 5, 16, 0, 0}},
+		{"chat with details", "/v1/chat/completions",
+			`{"usage":{"prompt_tokens":11,"completion_tokens":5,"total_tokens":16,"prompt_tokens_details":{"cached_tokens":8},"completion_tokens_details":{"reasoning_tokens":3}}}`, Usage{11, 5, 16, 8, 3}},
 		{"completions without total", "/v1/completions",
-			`{"usage":{"prompt_tokens":3,"completion_tokens":4}}`, Usage{3, 4, 7}},
+			`{"usage":{"prompt_tokens":3,"completion_tokens":4}}`, Usage{3, 4, 7, 0, 0}},
 		{"embeddings", "/v1/embeddings",
-			`{"usage":{"prompt_tokens":8,"total_tokens":8}}`, Usage{8, 0, 8}},
+			`{"usage":{"prompt_tokens":8,"total_tokens":8}}`, Usage{8, 0, 8, 0, 0}},
 		{"responses", "/v1/responses",
-			`{"usage":{"input_tokens":20,"output_tokens":9,"total_tokens":29,"input_tokens_details":{"cached_tokens":4}}}`, Usage{20, 9, 29}},
+			`{"usage":{"input_tokens":20,"output_tokens":9,"total_tokens":29,"input_tokens_details":{"cached_tokens":4},"output_tokens_details":{"reasoning_tokens":2}}}`, Usage{20, 9, 29, 4, 2}},
 		{"anthropic", "/v1/messages",
-			`{"usage":{"input_tokens":12,"output_tokens":6}}`, Usage{12, 6, 18}},
+			`{"usage":{"input_tokens":12,"output_tokens":6}}`, Usage{12, 6, 18, 0, 0}},
 		{"anthropic with cache", "/v1/messages",
-			`{"usage":{"input_tokens":2,"cache_creation_input_tokens":10,"cache_read_input_tokens":30,"output_tokens":6}}`, Usage{42, 6, 48}},
+			`{"usage":{"input_tokens":2,"cache_creation_input_tokens":10,"cache_read_input_tokens":30,"output_tokens":6}}`, Usage{42, 6, 48, 30, 0}},
 		{"error body", "/v1/chat/completions", `{"error":{"message":"x"}}`, Usage{}},
 		{"not JSON", "/v1/messages", `oops`, Usage{}},
 	}
