@@ -19,7 +19,7 @@ func testService(t *testing.T) *Service {
 	t.Helper()
 	models, err := config.ParseModels([]byte(`
 models:
-  - {name: claude-haiku-4-5, provider: anthropic, base_url: http://127.0.0.1:1/v1, api_key_env: K}
+  - {name: claude-haiku-4-5, provider: anthropic, base_url: http://127.0.0.1:1, api_key_env: K}
   - {name: gpt-4o-mini, provider: openai, base_url: http://127.0.0.1:1/v1, api_key_env: K}
 `))
 	if err != nil {

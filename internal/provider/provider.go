@@ -139,6 +139,17 @@ func NewHTTPClient() *http.Client {
 	return &http.Client{Transport: t}
 }
 
+// upstreamURL is where a row of endpoint goes on model m. Base URLs are written
+// as each provider's SDKs take them (internal/config): OpenAI's includes
+// /v1, Anthropic's does not.
+func upstreamURL(m config.Model, endpoint string) string {
+	base := strings.TrimSuffix(m.BaseURL, "/")
+	if m.Provider == config.Anthropic {
+		return base + endpoint
+	}
+	return base + strings.TrimPrefix(endpoint, "/v1")
+}
+
 // Do runs one row against its model and, when retries there are spent on a
 // transient failure, against a fallback: the model's own, else the batch's
 // fallback. body is the row's body, with "model".
@@ -308,7 +319,7 @@ func (c *Client) send(ctx context.Context, m config.Model, endpoint string, payl
 	}
 	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	url := strings.TrimSuffix(m.BaseURL, "/") + strings.TrimPrefix(endpoint, "/v1")
+	url := upstreamURL(m, endpoint)
 	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, url, bytes.NewReader(payload))
 	if err != nil {
 		return attempt{err: fmt.Errorf("build request to %s: %w", url, err)}

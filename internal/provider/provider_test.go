@@ -107,7 +107,7 @@ models:
     timeout: 50ms
   - name: claude
     provider: anthropic
-    base_url: BASE/v1
+    base_url: BASE
     api_key_env: ANTHROPIC_KEY
     upstream_model: claude-upstream
 `, "BASE", baseURL)))
