@@ -73,6 +73,8 @@ func UsageOf(path string, body []byte) Usage {
 	}
 	var in, out int64
 	switch e.Usage {
+	case endpoint.NoUsage:
+		return Usage{}
 	case endpoint.PromptCompletion:
 		in, out = u.Get("prompt_tokens").Int(), u.Get("completion_tokens").Int()
 	case endpoint.AnthropicUsage:
