@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
@@ -65,5 +66,35 @@ func TestMoreBatchEndpoints(t *testing.T) {
 				t.Errorf("usage %s: want tokens %v", b.Usage.RawJSON(), tt.wantUsage)
 			}
 		})
+	}
+}
+
+// A request naming a model that is not configured, or streaming, does not
+// refuse its message batch: it comes back errored, as at Anthropic, and the
+// others run.
+func TestAnthropicRequestErroredNotRefused(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	c, _ := anthropicClient(t, rt, "acme")
+	stream := msgRequest("streams", "claude-haiku-4-5", "hi")
+	stream.Params.SetExtraFields(map[string]any{"stream": true})
+	b := newMessageBatch(t, c,
+		msgRequest("unknown", "claude-nope", "hi"),
+		msgRequest("good", "claude-haiku-4-5", "hello"),
+		stream,
+	)
+	b = waitEnded(t, c, b.ID)
+	if rc := b.RequestCounts; rc.Succeeded != 1 || rc.Errored != 2 {
+		t.Fatalf("request_counts: %s, want 1 succeeded and 2 errored", rc.RawJSON())
+	}
+	got := messageResults(t, c, b, []string{"unknown", "good", "streams"})
+	if got["good"].Result.Type != "succeeded" {
+		t.Errorf("good: got %s", got["good"].RawJSON())
+	}
+	for id, want := range map[string]string{"unknown": `"claude-nope" is not a configured model`, "streams": "streaming is not supported"} {
+		r := got[id].Result
+		if r.Type != "errored" || r.Error.Error.Type != "invalid_request_error" || !strings.Contains(r.Error.Error.Message, want) {
+			t.Errorf("%s: got %s, want errored invalid_request_error saying %q", id, got[id].RawJSON(), want)
+		}
 	}
 }

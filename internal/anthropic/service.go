@@ -26,6 +26,7 @@ import (
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/batches"
+	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/files"
@@ -51,15 +52,18 @@ type Service struct {
 // CreateMessageBatch validates the requests of POST /v1/messages/batches
 // and records their batch.
 //
-// Anthropic validates each request's params while processing and reports
-// a bad one as an errored result; the engine validates an input file when
-// it plans the batch and fails the whole batch, a state the Message Batch
-// object cannot even show. So what planning would refuse (a malformed
-// request, a duplicate custom_id, a model that is not configured, stream)
-// is refused here, with a 400 naming the request, before anything is
-// recorded. Everything else is the upstream's to judge, as at Anthropic:
-// a row naming a model of another shape comes back errored with
-// cross_shape_dispatch, an upstream 400 comes back errored with its error.
+// Anthropic refuses a batch whose structure is wrong and reports a
+// request whose params it cannot run as an errored result; the engine
+// validates an input file when it plans the batch and fails the whole
+// batch, a state the Message Batch object cannot even show. So a
+// structural problem (a malformed request, a bad or duplicate custom_id,
+// params that are not an object or name no model) is refused here, with a
+// 400 naming the request, before anything is recorded; a request naming a
+// model that is not configured, or streaming, is recorded as a refused row
+// (refusedRow) that comes back errored, as at Anthropic. Everything else is
+// the upstream's to judge: a row naming a model of another shape comes
+// back errored with cross_shape_dispatch, an upstream 400 comes back
+// errored with its error.
 func (s *Service) CreateMessageBatch(ctx context.Context, p auth.Principal, requests []json.RawMessage, idemKey string) (wire.MessageBatch, error) {
 	data, err := s.messageRows(requests)
 	if err != nil {
@@ -120,6 +124,7 @@ func (s *Service) messageRows(requests []json.RawMessage) ([]byte, error) {
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false) // keep prompts byte for byte
 	seen := make(map[string]int, len(requests))
+	lastModel := s.defaultModel()
 	for i, raw := range requests {
 		at := fmt.Sprintf("requests.%d", i)
 		invalid := func(field, format string, args ...any) error {
@@ -156,17 +161,40 @@ func (s *Service) messageRows(requests []json.RawMessage) ([]byte, error) {
 		if v, ok := params["model"]; !ok || json.Unmarshal(v, &model) != nil || model == "" {
 			return nil, invalid(".params.model", "a model name is required")
 		}
+		body := r["params"]
 		if _, ok := s.Batches.Engine.Models.Lookup(model); !ok {
-			return nil, invalid(".params.model", "%q is not a configured model", model)
+			body = refusedRow(lastModel, fmt.Sprintf("params.model: %q is not a configured model", model))
+		} else if v, ok := params["stream"]; ok && string(bytes.TrimSpace(v)) == "true" {
+			body = refusedRow(lastModel, "params.stream: streaming is not supported in a message batch")
+		} else {
+			lastModel = model
 		}
-		if v, ok := params["stream"]; ok && string(bytes.TrimSpace(v)) == "true" {
-			return nil, invalid(".params.stream", "streaming is not supported in a message batch")
-		}
-		if err := enc.Encode(jsonl.Request{CustomID: id, Method: "POST", URL: engine.MessagesEndpoint, Body: r["params"]}); err != nil {
+		if err := enc.Encode(jsonl.Request{CustomID: id, Method: "POST", URL: engine.MessagesEndpoint, Body: body}); err != nil {
 			return nil, invalid(".params", "%v", err)
 		}
 	}
 	return buf.Bytes(), nil
+}
+
+// refusedRow is the body of a row that must come back errored without
+// being sent: provider.RefusedKey carries why, and model, a configured
+// one, only says whose chunk it runs in (the previous request's, so it
+// does not cut the batch's chunks in two).
+func refusedRow(model, message string) json.RawMessage {
+	b, _ := json.Marshal(map[string]any{"model": model, "relay": map[string]string{provider.RefusedKey: message}})
+	return b
+}
+
+// defaultModel is the chunk of refused rows before any good one: the first
+// configured model of Anthropic's shape, else the first model.
+func (s *Service) defaultModel() string {
+	ms := s.Batches.Engine.Models
+	for _, name := range ms.Names() {
+		if m, _ := ms.Lookup(name); m.Provider == config.Anthropic {
+			return name
+		}
+	}
+	return ms.Names()[0]
 }
 
 // deleteFile removes the input file CreateMessageBatch wrote; a failure

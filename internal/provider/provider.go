@@ -41,6 +41,13 @@ const (
 	CodeAPIKeyUnavailable  = "api_key_unavailable"
 )
 
+// RefusedKey names, under a body's "relay" object, why the row was refused
+// when its batch was created: the row comes back as an error with that
+// message (CodeInvalidRequest) and is never sent. internal/anthropic writes such
+// rows for message batch requests that Anthropic would accept and answer
+// errored (docs/api.md "Anthropic Message Batches").
+const RefusedKey = "refused"
+
 // anthropicVersion is the API version the Anthropic shape is written against.
 const anthropicVersion = "2023-06-01"
 
@@ -180,6 +187,9 @@ func (c *Client) route(endpoint string, body []byte) (config.Model, Result, bool
 	}
 	if !gjson.ValidBytes(body) || !gjson.ParseBytes(body).IsObject() {
 		return fail(CodeInvalidRequest, "the request body must be a JSON object")
+	}
+	if why := gjson.GetBytes(body, "relay."+RefusedKey); why.Type == gjson.String {
+		return fail(CodeInvalidRequest, "%s", why.Str)
 	}
 	name := gjson.GetBytes(body, "model")
 	if name.Type != gjson.String || name.Str == "" {
