@@ -6,9 +6,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/openai/openai-go/v3"
+	"github.com/relaybatch/relay/internal/app"
+	"github.com/relaybatch/relay/internal/local/localrun"
 )
 
 // Every plain-JSON endpoint of openai-go's batch enum runs end to end, and
@@ -96,5 +101,42 @@ func TestAnthropicRequestErroredNotRefused(t *testing.T) {
 		if r.Type != "errored" || r.Error.Error.Type != "invalid_request_error" || !strings.Contains(r.Error.Error.Message, want) {
 			t.Errorf("%s: got %s, want errored invalid_request_error saying %q", id, got[id].RawJSON(), want)
 		}
+	}
+}
+
+// 29 days after a message batch ended it is archived: archived_at is set
+// and its results are refused with Anthropic's error shape, not served
+// until the bucket's lifecycle cuts them short.
+func TestAnthropicResultsArchived(t *testing.T) {
+	t.Parallel()
+	var skip atomic.Int64 // how far the service's clock is ahead
+	rt := runtime(t, func(o *localrun.Options) {
+		o.Wire = func(a *app.App) {
+			a.Engine.Now = func() time.Time { return time.Now().Add(time.Duration(skip.Load())) }
+		}
+	})
+	c, key := anthropicClient(t, rt, "acme")
+	b := waitEnded(t, c, newMessageBatch(t, c, msgRequest("a", "claude-haiku-4-5", "hi")).ID)
+	if !b.ArchivedAt.IsZero() {
+		t.Fatalf("archived_at %s right after the batch ended", b.ArchivedAt)
+	}
+	messageResults(t, c, b, []string{"a"})
+
+	skip.Store(int64(29*24*time.Hour + time.Minute))
+	b, err := c.Messages.Batches.Get(context.Background(), b.ID, anthropic.MessageBatchGetParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := b.EndedAt.Add(29 * 24 * time.Hour); !b.ArchivedAt.Equal(want) {
+		t.Fatalf("archived_at %s, want %s (29 days after ended_at)", b.ArchivedAt, want)
+	}
+	stream := c.Messages.Batches.ResultsStreaming(context.Background(), b.ID, anthropic.MessageBatchResultsParams{})
+	if stream.Next() || sdkStatus(t, stream.Err()) != 404 {
+		t.Fatalf("results of an archived batch: got %v, want 404", stream.Err())
+	}
+	stream.Close()
+	status, body := anthropicDo(t, rt, key, "GET", "/v1/messages/batches/"+b.ID+"/results", nil)
+	if typ, msg := anthropicError(t, body); status != 404 || typ != "not_found_error" || !strings.Contains(msg, "archived") {
+		t.Fatalf("got %d %s, want 404 not_found_error saying archived", status, body)
 	}
 }

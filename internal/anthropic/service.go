@@ -93,7 +93,7 @@ func (s *Service) CreateMessageBatch(ctx context.Context, p auth.Principal, requ
 	case !strings.HasPrefix(b.ID, batches.MessageBatchPrefix):
 		return wire.MessageBatch{}, errs.E(errs.Invalid, "idempotency_key_reused", "", "this Idempotency-Key created batch %s, which is not a message batch: send a new key", b.ID)
 	}
-	return messageBatch(b), nil
+	return s.view(b), nil
 }
 
 // unreferenced reports whether no batch uses the input file written for
@@ -228,7 +228,7 @@ func (s *Service) GetMessageBatch(ctx context.Context, tenant, id string) (wire.
 	if err != nil {
 		return wire.MessageBatch{}, err
 	}
-	return messageBatch(b), nil
+	return s.view(b), nil
 }
 
 // MessagePage selects a page of message batches, newest first: the ones
@@ -261,7 +261,7 @@ func (s *Service) ListMessageBatches(ctx context.Context, tenant string, pg Mess
 	}
 	out := make([]wire.MessageBatch, len(bs))
 	for i, b := range bs {
-		out[i] = messageBatch(b)
+		out[i] = s.view(b)
 	}
 	return out, more, nil
 }
@@ -342,7 +342,7 @@ func (s *Service) CancelMessageBatch(ctx context.Context, tenant, id string) (wi
 		return wire.MessageBatch{}, errs.E(errs.Invalid, "batch_ended", "", "message batch %s has ended: there is nothing left to cancel", id)
 	case b.Status == batch.Finalizing:
 		// Every request has run; it ends in a moment with nothing to cancel.
-		return messageBatch(b), nil
+		return s.view(b), nil
 	}
 	nb, err := s.Batches.Cancel(ctx, tenant, id)
 	if errs.Is(err, errs.Conflict) {
@@ -352,7 +352,7 @@ func (s *Service) CancelMessageBatch(ctx context.Context, tenant, id string) (wi
 	if err != nil {
 		return wire.MessageBatch{}, err
 	}
-	return messageBatch(nb), nil
+	return s.view(nb), nil
 }
 
 // DeleteMessageBatch deletes an ended message batch: its results, its
@@ -401,11 +401,48 @@ func (s *Service) DeleteMessageBatch(ctx context.Context, tenant, id string) err
 	return nil
 }
 
-// messageBatch is the Message Batch view of b. Cancelled rows are counted
-// at each chunk's commit, so the object never reads a part (parts expire
-// with the bucket's lifecycle).
-func messageBatch(b batch.Batch) wire.MessageBatch {
-	return messageBatchOf(b, b.CancelledRows)
+// ResultsKept is how long after a message batch ended its results are
+// served, as at Anthropic; then it is archived. The bucket removes result
+// parts 30 days after they were written (docs/design.md "Output and error
+// files"), and a message batch writes them within its 24-hour window, so
+// results are refused before they could be cut short.
+const ResultsKept = 29 * 24 * time.Hour
+
+func (s *Service) now() time.Time {
+	if now := s.Batches.Engine.Now; now != nil {
+		return now()
+	}
+	return time.Now()
+}
+
+// view is the Message Batch view of b now. Cancelled rows are counted at
+// each chunk's commit, so the object never reads a part.
+func (s *Service) view(b batch.Batch) wire.MessageBatch {
+	return messageBatchOf(b, b.CancelledRows, s.now())
+}
+
+// endedAt is when a terminal batch ended; nil while it runs.
+func endedAt(b batch.Batch) *int64 {
+	for _, at := range []*int64{b.CompletedAt, b.CancelledAt, b.ExpiredAt, b.FailedAt} {
+		if at != nil {
+			return at
+		}
+	}
+	return nil
+}
+
+// archivedAt is when an ended batch's results stop being served (by now),
+// nil before.
+func archivedAt(b batch.Batch, now time.Time) *int64 {
+	end := endedAt(b)
+	if end == nil || !b.Status.Terminal() {
+		return nil
+	}
+	at := *end + int64(ResultsKept/time.Second)
+	if now.Unix() < at {
+		return nil
+	}
+	return &at
 }
 
 // processingStatus maps the batch lifecycle onto Anthropic's three states.
@@ -420,9 +457,9 @@ func processingStatus(b batch.Batch) string {
 }
 
 // messageBatchOf builds the object from the batch and its count of
-// cancelled rows: failed rows split into canceled, expired (both counted
-// exactly) and errored (the rest).
-func messageBatchOf(b batch.Batch, canceled int64) wire.MessageBatch {
+// cancelled rows, at now: failed rows split into canceled, expired (both
+// counted exactly) and errored (the rest).
+func messageBatchOf(b batch.Batch, canceled int64, now time.Time) wire.MessageBatch {
 	n := b.RequestCounts
 	m := wire.MessageBatch{
 		ID: b.ID, Type: "message_batch", ProcessingStatus: processingStatus(b),
@@ -433,12 +470,7 @@ func messageBatchOf(b batch.Batch, canceled int64) wire.MessageBatch {
 		},
 	}
 	if m.Ended() {
-		for _, at := range []*int64{b.CompletedAt, b.CancelledAt, b.ExpiredAt, b.FailedAt} {
-			if at != nil {
-				m.EndedAt = stamp(at)
-				break
-			}
-		}
+		m.EndedAt, m.ArchivedAt = stamp(endedAt(b)), stamp(archivedAt(b, now))
 		// Rows that never ran (a batch that failed before its rows were
 		// planned) are errored, so the counts still add up.
 		c := m.RequestCounts
@@ -470,6 +502,9 @@ func (s *Service) MessageResults(ctx context.Context, tenant, id string) (func(i
 	}
 	if !b.Status.Terminal() {
 		return nil, errs.E(errs.Invalid, "batch_not_ended", "", "message batch %s is %s: its results are available once processing_status is ended", id, processingStatus(b))
+	}
+	if at := archivedAt(b, s.now()); at != nil {
+		return nil, errs.E(errs.NotFound, "batch_archived", "", "message batch %s was archived at %s: results are kept %d days after a batch ends", id, rfc3339(*at), int(ResultsKept/(24*time.Hour)))
 	}
 	return func(w io.Writer) error {
 		bw := bufio.NewWriterSize(w, 64<<10)

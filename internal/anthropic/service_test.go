@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/relaybatch/relay/internal/anthropic/wire"
 	"github.com/relaybatch/relay/internal/batch"
@@ -206,7 +207,7 @@ func TestMessageBatchOf(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			tt.b.ID, tt.b.CreatedAt, tt.b.ExpiresAt = "msgbatch_1", created, at(created+86400)
-			m := messageBatchOf(tt.b, tt.canceled)
+			m := messageBatchOf(tt.b, tt.canceled, time.Unix(created+3, 0))
 			if m.ProcessingStatus != tt.wantStatus || m.RequestCounts != tt.want {
 				t.Fatalf("got %s %+v, want %s %+v", m.ProcessingStatus, m.RequestCounts, tt.wantStatus, tt.want)
 			}
@@ -224,5 +225,41 @@ func TestMessageBatchOf(t *testing.T) {
 				t.Fatalf("cancel_initiated_at %v", m.CancelInitiatedAt)
 			}
 		})
+	}
+}
+
+// Results are kept 29 days after a batch ended, as at Anthropic: then the
+// batch shows archived_at (and its results are refused, see
+// localstack.TestAnthropicResultsArchived).
+func TestArchivedAt(t *testing.T) {
+	t.Parallel()
+	ended := time.Unix(1_700_000_000, 0)
+	end := ended.Unix()
+	b := batch.Batch{ID: "msgbatch_1", Status: batch.Completed, CompletedAt: &end, RequestCounts: batch.Counts{Total: 1, Completed: 1}}
+	for _, tt := range []struct {
+		name string
+		now  time.Time
+		want string
+	}{
+		{"just ended", ended, ""},
+		{"a second before 29 days", ended.Add(ResultsKept - time.Second), ""},
+		{"29 days after", ended.Add(ResultsKept), "2023-12-13T22:13:20Z"},
+		{"a year after", ended.Add(365 * 24 * time.Hour), "2023-12-13T22:13:20Z"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			m := messageBatchOf(b, 0, tt.now)
+			got := ""
+			if m.ArchivedAt != nil {
+				got = *m.ArchivedAt
+			}
+			if got != tt.want {
+				t.Fatalf("archived_at = %q, want %q (ended_at %s)", got, tt.want, *m.EndedAt)
+			}
+		})
+	}
+	running := batch.Batch{ID: "msgbatch_1", Status: batch.InProgress, RequestCounts: batch.Counts{Total: 1}}
+	if m := messageBatchOf(running, 0, ended.Add(365*24*time.Hour)); m.ArchivedAt != nil {
+		t.Fatalf("a running batch has archived_at %s", *m.ArchivedAt)
 	}
 }
