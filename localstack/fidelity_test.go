@@ -3,6 +3,7 @@ package localstack
 import (
 	"bytes"
 	"context"
+	"crypto/md5"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -138,5 +139,46 @@ func TestAnthropicResultsArchived(t *testing.T) {
 	status, body := anthropicDo(t, rt, key, "GET", "/v1/messages/batches/"+b.ID+"/results", nil)
 	if typ, msg := anthropicError(t, body); status != 404 || typ != "not_found_error" || !strings.Contains(msg, "archived") {
 		t.Fatalf("got %d %s, want 404 not_found_error saying archived", status, body)
+	}
+}
+
+// Completing an Upload with md5 checks it against the parts, in the order
+// part_ids lists them.
+func TestUploadMD5(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	c, _ := client(t, rt, "acme")
+	ctx := context.Background()
+	data := chatLines(20)
+	u, err := c.Uploads.New(ctx, openai.UploadNewParams{Bytes: int64(len(data)), Filename: "in.jsonl", MimeType: "application/jsonl", Purpose: openai.FilePurposeBatch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	half := len(data) / 2
+	var parts []string
+	for _, chunk := range [][]byte{data[:half], data[half:]} {
+		p, err := c.Uploads.Parts.New(ctx, u.ID, openai.UploadPartNewParams{Data: bytes.NewReader(chunk)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts = append(parts, p.ID)
+	}
+	sum := fmt.Sprintf("%x", md5.Sum(data))
+	for _, tt := range []struct {
+		name, md5, want string
+		parts           []string
+	}{
+		{"wrong checksum", fmt.Sprintf("%x", md5.Sum([]byte("other"))), "does not match", parts},
+		{"parts out of order", sum, "does not match", []string{parts[1], parts[0]}},
+		{"not a checksum", "abc", "not an MD5 checksum", parts},
+	} {
+		_, err := c.Uploads.Complete(ctx, u.ID, openai.UploadCompleteParams{PartIDs: tt.parts, Md5: openai.String(tt.md5)})
+		if status, msg := apiErr(t, err); status != 400 || !strings.Contains(msg, tt.want) {
+			t.Errorf("%s: got %d %q, want 400 saying %q", tt.name, status, msg, tt.want)
+		}
+	}
+	done, err := c.Uploads.Complete(ctx, u.ID, openai.UploadCompleteParams{PartIDs: parts, Md5: openai.String(strings.ToUpper(sum))})
+	if err != nil || done.Status != "completed" || !bytes.Equal(content(t, c, done.File.ID), data) {
+		t.Fatalf("complete with the right md5: %+v, %v", done, err)
 	}
 }
