@@ -6,6 +6,7 @@ import (
 	"crypto/md5"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -180,5 +181,70 @@ func TestUploadMD5(t *testing.T) {
 	done, err := c.Uploads.Complete(ctx, u.ID, openai.UploadCompleteParams{PartIDs: parts, Md5: openai.String(strings.ToUpper(sum))})
 	if err != nil || done.Status != "completed" || !bytes.Equal(content(t, c, done.File.ID), data) {
 		t.Fatalf("complete with the right md5: %+v, %v", done, err)
+	}
+}
+
+// GET /v1/files lists by created_at and leaves out expired files; a batch
+// file expires after 30 days unless a scheduled template uses it.
+func TestFilesListAndExpiry(t *testing.T) {
+	t.Parallel()
+	var skip atomic.Int64
+	rt := runtime(t, func(o *localrun.Options) {
+		o.Wire = func(a *app.App) {
+			a.Files.Now = func() time.Time { return time.Now().Add(time.Duration(skip.Load())) }
+			a.Engine.Now = a.Files.Now
+		}
+	})
+	c, key := client(t, rt, "acme")
+	ctx := context.Background()
+
+	first := upload(t, c, "first.jsonl", jsonlRows(nRows(2, "x")))
+	if want := first.CreatedAt + 30*24*3600; first.ExpiresAt != want {
+		t.Fatalf("expires_at %d, want created_at + 30 days (%d)", first.ExpiresAt, want)
+	}
+	b := waitBatch(t, c, createBatch(t, c, first.ID).ID)
+	time.Sleep(1100 * time.Millisecond) // a later created_at, in seconds
+	last := upload(t, c, "last.jsonl", jsonlRows(nRows(2, "x")))
+	short, err := c.Files.New(ctx, openai.FileNewParams{File: openai.File(bytes.NewReader(jsonlRows(nRows(1, "x"))), "short.jsonl", "application/jsonl"),
+		Purpose: openai.FilePurposeBatch, ExpiresAfter: openai.FileNewParamsExpiresAfter{Seconds: 3600}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := func() []string {
+		page, err := c.Files.List(ctx, openai.FileListParams{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, f := range page.Data {
+			ids = append(ids, f.ID)
+		}
+		return ids
+	}
+	// The output file's id sorts with its batch, before last's; by
+	// created_at it comes after.
+	if got, want := list(), []string{short.ID, last.ID, b.OutputFileID, first.ID}; !slices.Equal(got, want) {
+		t.Fatalf("list: got %v, want %v (newest first)", got, want)
+	}
+
+	// A template keeps its input past 30 days; cancelling it lets it expire.
+	status, body := postBatch(t, rt, key, map[string]any{"input_file_id": last.ID, "endpoint": "/v1/chat/completions", "completion_window": "24h", "schedule": "0 3 * * *"})
+	if status != 200 {
+		t.Fatalf("create template: %d %s", status, body)
+	}
+	tpl := decodeBatch(t, body)
+	skip.Store(int64(31 * 24 * time.Hour))
+	if got, want := list(), []string{last.ID}; !slices.Equal(got, want) {
+		t.Fatalf("list 31 days later: got %v, want only the template's input %v", got, want)
+	}
+	if _, err := c.Files.Get(ctx, first.ID); apiStatus(t, err) != 404 {
+		t.Fatalf("get of an expired file: %v", err)
+	}
+	if _, err := c.Batches.Cancel(ctx, tpl.ID); err != nil {
+		t.Fatal(err)
+	}
+	f, err := c.Files.Get(ctx, last.ID)
+	if err != nil || f.ExpiresAt < time.Now().Add(60*24*time.Hour).Unix() {
+		t.Fatalf("input of a cancelled template: %+v, %v; want it to expire 30 days after the cancel", f, err)
 	}
 }
