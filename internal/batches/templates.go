@@ -46,7 +46,7 @@ func (s *Service) createTemplate(ctx context.Context, b batch.Batch, spec schedu
 	b.Schedule, b.ScheduleTimezone = &spec.Cron, &spec.Timezone
 	b.ExpiresAt = nil // each run has its own window
 	// Runs read the input for as long as the template is scheduled, so it
-	// must not expire meanwhile (docs/api.md "Templates"); cancelling the
+	// must not expire meanwhile (docs/api.md "Files"); cancelling the
 	// template gives it an expiry again.
 	if err := s.Files.SetExpiresAt(ctx, b.Tenant, b.InputFileID, nil); err != nil {
 		return batch.Batch{}, fmt.Errorf("create template: keep its input: %w", err)
