@@ -48,7 +48,7 @@ models:
   - {name: gpt-4o-mini, provider: openai, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, fallback: gpt-4o-mini-backup, max_concurrency: 8, timeout: 5s}
   - {name: gpt-4o-mini-backup, provider: openai, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, upstream_model: backup-upstream, max_concurrency: 4, timeout: 5s}
   - {name: text-embedding-3-small, provider: openai, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, max_concurrency: 8}
-  - {name: claude-haiku-4-5, provider: anthropic, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, max_concurrency: 8}
+  - {name: claude-haiku-4-5, provider: anthropic, base_url: http://MOCK, api_key_env: RELAY_TEST_KEY, max_concurrency: 8}
   - {name: flaky-broken, provider: openai, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, fallback: gpt-4o-mini, max_concurrency: 8, timeout: 5s}
   - {name: storm-ratelimited, provider: openai, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, max_concurrency: 8, timeout: 5s}
 `

@@ -26,6 +26,7 @@ import (
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/batches"
+	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/endpoint"
 	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/files"
@@ -51,15 +52,18 @@ type Service struct {
 // CreateMessageBatch validates the requests of POST /v1/messages/batches
 // and records their batch.
 //
-// Anthropic validates each request's params while processing and reports
-// a bad one as an errored result; the engine validates an input file when
-// it plans the batch and fails the whole batch, a state the Message Batch
-// object cannot even show. So what planning would refuse (a malformed
-// request, a duplicate custom_id, a model that is not configured, stream)
-// is refused here, with a 400 naming the request, before anything is
-// recorded. Everything else is the upstream's to judge, as at Anthropic:
-// a row naming a model of another shape comes back errored with
-// cross_shape_dispatch, an upstream 400 comes back errored with its error.
+// Anthropic refuses a batch whose structure is wrong and reports a
+// request whose params it cannot run as an errored result; the engine
+// validates an input file when it plans the batch and fails the whole
+// batch, a state the Message Batch object cannot even show. So a
+// structural problem (a malformed request, a bad or duplicate custom_id,
+// params that are not an object or name no model) is refused here, with a
+// 400 naming the request, before anything is recorded; a request naming a
+// model that is not configured, or streaming, is recorded as a refused row
+// (refusedRow) that comes back errored, as at Anthropic. Everything else is
+// the upstream's to judge: a row naming a model of another shape comes
+// back errored with cross_shape_dispatch, an upstream 400 comes back
+// errored with its error.
 func (s *Service) CreateMessageBatch(ctx context.Context, p auth.Principal, requests []json.RawMessage, idemKey string) (wire.MessageBatch, error) {
 	data, err := s.messageRows(requests)
 	if err != nil {
@@ -89,7 +93,7 @@ func (s *Service) CreateMessageBatch(ctx context.Context, p auth.Principal, requ
 	case !strings.HasPrefix(b.ID, batches.MessageBatchPrefix):
 		return wire.MessageBatch{}, errs.E(errs.Invalid, "idempotency_key_reused", "", "this Idempotency-Key created batch %s, which is not a message batch: send a new key", b.ID)
 	}
-	return messageBatch(b), nil
+	return s.view(b), nil
 }
 
 // unreferenced reports whether no batch uses the input file written for
@@ -120,6 +124,7 @@ func (s *Service) messageRows(requests []json.RawMessage) ([]byte, error) {
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false) // keep prompts byte for byte
 	seen := make(map[string]int, len(requests))
+	lastModel := s.defaultModel()
 	for i, raw := range requests {
 		at := fmt.Sprintf("requests.%d", i)
 		invalid := func(field, format string, args ...any) error {
@@ -156,17 +161,40 @@ func (s *Service) messageRows(requests []json.RawMessage) ([]byte, error) {
 		if v, ok := params["model"]; !ok || json.Unmarshal(v, &model) != nil || model == "" {
 			return nil, invalid(".params.model", "a model name is required")
 		}
+		body := r["params"]
 		if _, ok := s.Batches.Engine.Models.Lookup(model); !ok {
-			return nil, invalid(".params.model", "%q is not a configured model", model)
+			body = refusedRow(lastModel, fmt.Sprintf("params.model: %q is not a configured model", model))
+		} else if v, ok := params["stream"]; ok && string(bytes.TrimSpace(v)) == "true" {
+			body = refusedRow(lastModel, "params.stream: streaming is not supported in a message batch")
+		} else {
+			lastModel = model
 		}
-		if v, ok := params["stream"]; ok && string(bytes.TrimSpace(v)) == "true" {
-			return nil, invalid(".params.stream", "streaming is not supported in a message batch")
-		}
-		if err := enc.Encode(jsonl.Request{CustomID: id, Method: "POST", URL: endpoint.Messages, Body: r["params"]}); err != nil {
+		if err := enc.Encode(jsonl.Request{CustomID: id, Method: "POST", URL: endpoint.Messages, Body: body}); err != nil {
 			return nil, invalid(".params", "%v", err)
 		}
 	}
 	return buf.Bytes(), nil
+}
+
+// refusedRow is the body of a row that must come back errored without
+// being sent: provider.RefusedKey carries why, and model, a configured
+// one, only says whose chunk it runs in (the previous request's, so it
+// does not cut the batch's chunks in two).
+func refusedRow(model, message string) json.RawMessage {
+	b, _ := json.Marshal(map[string]any{"model": model, "relay": map[string]string{provider.RefusedKey: message}})
+	return b
+}
+
+// defaultModel is the chunk of refused rows before any good one: the first
+// configured model of Anthropic's shape, else the first model.
+func (s *Service) defaultModel() string {
+	ms := s.Batches.Engine.Models
+	for _, name := range ms.Names() {
+		if m, _ := ms.Lookup(name); m.Provider == config.Anthropic {
+			return name
+		}
+	}
+	return ms.Names()[0]
 }
 
 // deleteFile removes the input file CreateMessageBatch wrote; a failure
@@ -200,7 +228,7 @@ func (s *Service) GetMessageBatch(ctx context.Context, tenant, id string) (wire.
 	if err != nil {
 		return wire.MessageBatch{}, err
 	}
-	return messageBatch(b), nil
+	return s.view(b), nil
 }
 
 // MessagePage selects a page of message batches, newest first: the ones
@@ -233,7 +261,7 @@ func (s *Service) ListMessageBatches(ctx context.Context, tenant string, pg Mess
 	}
 	out := make([]wire.MessageBatch, len(bs))
 	for i, b := range bs {
-		out[i] = messageBatch(b)
+		out[i] = s.view(b)
 	}
 	return out, more, nil
 }
@@ -314,7 +342,7 @@ func (s *Service) CancelMessageBatch(ctx context.Context, tenant, id string) (wi
 		return wire.MessageBatch{}, errs.E(errs.Invalid, "batch_ended", "", "message batch %s has ended: there is nothing left to cancel", id)
 	case b.Status == batch.Finalizing:
 		// Every request has run; it ends in a moment with nothing to cancel.
-		return messageBatch(b), nil
+		return s.view(b), nil
 	}
 	nb, err := s.Batches.Cancel(ctx, tenant, id)
 	if errs.Is(err, errs.Conflict) {
@@ -324,7 +352,7 @@ func (s *Service) CancelMessageBatch(ctx context.Context, tenant, id string) (wi
 	if err != nil {
 		return wire.MessageBatch{}, err
 	}
-	return messageBatch(nb), nil
+	return s.view(nb), nil
 }
 
 // DeleteMessageBatch deletes an ended message batch: its results, its
@@ -373,11 +401,48 @@ func (s *Service) DeleteMessageBatch(ctx context.Context, tenant, id string) err
 	return nil
 }
 
-// messageBatch is the Message Batch view of b. Cancelled rows are counted
-// at each chunk's commit, so the object never reads a part (parts expire
-// with the bucket's lifecycle).
-func messageBatch(b batch.Batch) wire.MessageBatch {
-	return messageBatchOf(b, b.CancelledRows)
+// ResultsKept is how long after a message batch ended its results are
+// served, as at Anthropic; then it is archived. The bucket removes result
+// parts 30 days after they were written (docs/design.md "Data
+// layout"), and a message batch writes them within its 24-hour window, so
+// results are refused before they could be cut short.
+const ResultsKept = 29 * 24 * time.Hour
+
+func (s *Service) now() time.Time {
+	if now := s.Batches.Engine.Now; now != nil {
+		return now()
+	}
+	return time.Now()
+}
+
+// view is the Message Batch view of b now. Cancelled rows are counted at
+// each chunk's commit, so the object never reads a part.
+func (s *Service) view(b batch.Batch) wire.MessageBatch {
+	return messageBatchOf(b, b.CancelledRows, s.now())
+}
+
+// endedAt is when a terminal batch ended; nil while it runs.
+func endedAt(b batch.Batch) *int64 {
+	for _, at := range []*int64{b.CompletedAt, b.CancelledAt, b.ExpiredAt, b.FailedAt} {
+		if at != nil {
+			return at
+		}
+	}
+	return nil
+}
+
+// archivedAt is when an ended batch's results stop being served (by now),
+// nil before.
+func archivedAt(b batch.Batch, now time.Time) *int64 {
+	end := endedAt(b)
+	if end == nil || !b.Status.Terminal() {
+		return nil
+	}
+	at := *end + int64(ResultsKept/time.Second)
+	if now.Unix() < at {
+		return nil
+	}
+	return &at
 }
 
 // processingStatus maps the batch lifecycle onto Anthropic's three states.
@@ -392,9 +457,9 @@ func processingStatus(b batch.Batch) string {
 }
 
 // messageBatchOf builds the object from the batch and its count of
-// cancelled rows: failed rows split into canceled, expired (both counted
-// exactly) and errored (the rest).
-func messageBatchOf(b batch.Batch, canceled int64) wire.MessageBatch {
+// cancelled rows, at now: failed rows split into canceled, expired (both
+// counted exactly) and errored (the rest).
+func messageBatchOf(b batch.Batch, canceled int64, now time.Time) wire.MessageBatch {
 	n := b.RequestCounts
 	m := wire.MessageBatch{
 		ID: b.ID, Type: "message_batch", ProcessingStatus: processingStatus(b),
@@ -405,12 +470,7 @@ func messageBatchOf(b batch.Batch, canceled int64) wire.MessageBatch {
 		},
 	}
 	if m.Ended() {
-		for _, at := range []*int64{b.CompletedAt, b.CancelledAt, b.ExpiredAt, b.FailedAt} {
-			if at != nil {
-				m.EndedAt = stamp(at)
-				break
-			}
-		}
+		m.EndedAt, m.ArchivedAt = stamp(endedAt(b)), stamp(archivedAt(b, now))
 		// Rows that never ran (a batch that failed before its rows were
 		// planned) are errored, so the counts still add up.
 		c := m.RequestCounts
@@ -442,6 +502,9 @@ func (s *Service) MessageResults(ctx context.Context, tenant, id string) (func(i
 	}
 	if !b.Status.Terminal() {
 		return nil, errs.E(errs.Invalid, "batch_not_ended", "", "message batch %s is %s: its results are available once processing_status is ended", id, processingStatus(b))
+	}
+	if at := archivedAt(b, s.now()); at != nil {
+		return nil, errs.E(errs.NotFound, "batch_archived", "", "message batch %s was archived at %s: results are kept %d days after a batch ends", id, rfc3339(*at), int(ResultsKept/(24*time.Hour)))
 	}
 	return func(w io.Writer) error {
 		bw := bufio.NewWriterSize(w, 64<<10)

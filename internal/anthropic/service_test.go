@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/relaybatch/relay/internal/anthropic/wire"
 	"github.com/relaybatch/relay/internal/batch"
@@ -14,13 +15,14 @@ import (
 	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/part"
+	"github.com/relaybatch/relay/internal/provider"
 )
 
 func testService(t *testing.T) *Service {
 	t.Helper()
 	models, err := config.ParseModels([]byte(`
 models:
-  - {name: claude-haiku-4-5, provider: anthropic, base_url: http://127.0.0.1:1/v1, api_key_env: K}
+  - {name: claude-haiku-4-5, provider: anthropic, base_url: http://127.0.0.1:1, api_key_env: K}
   - {name: gpt-4o-mini, provider: openai, base_url: http://127.0.0.1:1/v1, api_key_env: K}
 `))
 	if err != nil {
@@ -38,26 +40,30 @@ func TestMessageRows(t *testing.T) {
 		name    string
 		reqs    []string
 		wantErr string // empty: valid
+		// refused holds, for a request recorded as a refused row, what its
+		// error says; "" for a request recorded as sent.
+		refused []string
 	}{
-		{"valid", []string{req("a-1", good), req("B_2", `{"model":"gpt-4o-mini"}`)}, ""},
-		{"none", nil, "at least one request"},
-		{"not an object", []string{`[]`}, "requests.0: must be an object"},
-		{"null", []string{`null`}, "requests.0: must be an object"},
-		{"unknown field", []string{`{"custom_id":"a","params":` + good + `,"x":1}`}, "requests.0.x: unknown field"},
-		{"no custom_id", []string{`{"params":` + good + `}`}, "requests.0.custom_id: a string is required"},
-		{"empty custom_id", []string{req("", good)}, "requests.0.custom_id"},
-		{"long custom_id", []string{req(strings.Repeat("x", 65), good)}, "requests.0.custom_id"},
-		{"64 characters", []string{req(strings.Repeat("x", 64), good)}, ""},
-		{"dot in custom_id", []string{req("a.b", good)}, "requests.0.custom_id"},
-		{"duplicate", []string{req("a", good), req("b", good), req("a", good)}, "requests.2.custom_id: \"a\" is also the custom_id of requests.0"},
-		{"no params", []string{`{"custom_id":"a"}`}, "requests.0.params: an object"},
-		{"params null", []string{req("a", `null`)}, "requests.0.params: an object"},
-		{"no model", []string{req("a", `{"max_tokens":1}`)}, "requests.0.params.model: a model name is required"},
-		{"model not a string", []string{req("a", `{"model":5}`)}, "requests.0.params.model: a model name is required"},
-		{"unknown model", []string{req("a", `{"model":"claude-9"}`)}, `requests.0.params.model: "claude-9" is not a configured model`},
-		{"stream", []string{req("a", `{"model":"claude-haiku-4-5","stream":true}`)}, "requests.0.params.stream"},
-		{"stream false", []string{req("a", `{"model":"claude-haiku-4-5","stream":false}`)}, ""},
-		{"invalid utf-8", []string{"{\"custom_id\":\"a\",\"params\":{\"model\":\"claude-haiku-4-5\",\"x\":\"\xff\"}}"}, "requests.0: not valid UTF-8"},
+		{"valid", []string{req("a-1", good), req("B_2", `{"model":"gpt-4o-mini"}`)}, "", nil},
+		{"none", nil, "at least one request", nil},
+		{"not an object", []string{`[]`}, "requests.0: must be an object", nil},
+		{"null", []string{`null`}, "requests.0: must be an object", nil},
+		{"unknown field", []string{`{"custom_id":"a","params":` + good + `,"x":1}`}, "requests.0.x: unknown field", nil},
+		{"no custom_id", []string{`{"params":` + good + `}`}, "requests.0.custom_id: a string is required", nil},
+		{"empty custom_id", []string{req("", good)}, "requests.0.custom_id", nil},
+		{"long custom_id", []string{req(strings.Repeat("x", 65), good)}, "requests.0.custom_id", nil},
+		{"64 characters", []string{req(strings.Repeat("x", 64), good)}, "", nil},
+		{"dot in custom_id", []string{req("a.b", good)}, "requests.0.custom_id", nil},
+		{"duplicate", []string{req("a", good), req("b", good), req("a", good)}, "requests.2.custom_id: \"a\" is also the custom_id of requests.0", nil},
+		{"no params", []string{`{"custom_id":"a"}`}, "requests.0.params: an object", nil},
+		{"params null", []string{req("a", `null`)}, "requests.0.params: an object", nil},
+		{"no model", []string{req("a", `{"max_tokens":1}`)}, "requests.0.params.model: a model name is required", nil},
+		{"model not a string", []string{req("a", `{"model":5}`)}, "requests.0.params.model: a model name is required", nil},
+		// Anthropic accepts these and answers the request errored.
+		{"unknown model", []string{req("a", `{"model":"claude-9"}`), req("b", good)}, "", []string{`params.model: "claude-9" is not a configured model`, ""}},
+		{"stream", []string{req("a", good), req("b", `{"model":"gpt-4o-mini","stream":true}`)}, "", []string{"", "params.stream: streaming is not supported"}},
+		{"stream false", []string{req("a", `{"model":"claude-haiku-4-5","stream":false}`)}, "", nil},
+		{"invalid utf-8", []string{"{\"custom_id\":\"a\",\"params\":{\"model\":\"claude-haiku-4-5\",\"x\":\"\xff\"}}"}, "requests.0: not valid UTF-8", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -94,8 +100,30 @@ func TestMessageRows(t *testing.T) {
 					Params   json.RawMessage `json:"params"`
 				}
 				json.Unmarshal(raws[i], &in)
-				if r.CustomID != in.CustomID || r.Method != "POST" || r.URL != endpoint.Messages || string(r.Body) != string(in.Params) {
-					t.Errorf("row %d: got %+v, want the request's custom_id and params", i, r)
+				if r.CustomID != in.CustomID || r.Method != "POST" || r.URL != endpoint.Messages {
+					t.Errorf("row %d: got %+v, want the request's custom_id", i, r)
+				}
+				if i >= len(tt.refused) || tt.refused[i] == "" {
+					if string(r.Body) != string(in.Params) {
+						t.Errorf("row %d: got body %s, want the request's params", i, r.Body)
+					}
+					continue
+				}
+				// A refused row runs in a configured model's chunk, the
+				// previous request's or else an Anthropic one, and fails
+				// unsent with its reason.
+				var body struct {
+					Model string            `json:"model"`
+					Relay map[string]string `json:"relay"`
+				}
+				json.Unmarshal(r.Body, &body)
+				if body.Model != "claude-haiku-4-5" || !strings.Contains(body.Relay[provider.RefusedKey], tt.refused[i]) {
+					t.Errorf("row %d: got body %s, want a refused row saying %q", i, r.Body, tt.refused[i])
+				}
+				res := (&provider.Client{Models: s.Batches.Engine.Models}).Do(t.Context(), endpoint.Messages, r.Body, "")
+				if got := MessageResultOf(part.Line{CustomID: r.CustomID, Error: &part.LineError{Code: res.ErrCode, Message: res.ErrMessage}}); got.Result.Type != "errored" ||
+					got.Result.Error.Error.Type != "invalid_request_error" || !strings.Contains(got.Result.Error.Error.Message, tt.refused[i]) {
+					t.Errorf("row %d: got result %+v, want errored invalid_request_error", i, got.Result.Error)
 				}
 			}
 		})
@@ -180,7 +208,7 @@ func TestMessageBatchOf(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			tt.b.ID, tt.b.CreatedAt, tt.b.ExpiresAt = "msgbatch_1", created, at(created+86400)
-			m := messageBatchOf(tt.b, tt.canceled)
+			m := messageBatchOf(tt.b, tt.canceled, time.Unix(created+3, 0))
 			if m.ProcessingStatus != tt.wantStatus || m.RequestCounts != tt.want {
 				t.Fatalf("got %s %+v, want %s %+v", m.ProcessingStatus, m.RequestCounts, tt.wantStatus, tt.want)
 			}
@@ -198,5 +226,41 @@ func TestMessageBatchOf(t *testing.T) {
 				t.Fatalf("cancel_initiated_at %v", m.CancelInitiatedAt)
 			}
 		})
+	}
+}
+
+// Results are kept 29 days after a batch ended, as at Anthropic: then the
+// batch shows archived_at (and its results are refused, see
+// localstack.TestAnthropicResultsArchived).
+func TestArchivedAt(t *testing.T) {
+	t.Parallel()
+	ended := time.Unix(1_700_000_000, 0)
+	end := ended.Unix()
+	b := batch.Batch{ID: "msgbatch_1", Status: batch.Completed, CompletedAt: &end, RequestCounts: batch.Counts{Total: 1, Completed: 1}}
+	for _, tt := range []struct {
+		name string
+		now  time.Time
+		want string
+	}{
+		{"just ended", ended, ""},
+		{"a second before 29 days", ended.Add(ResultsKept - time.Second), ""},
+		{"29 days after", ended.Add(ResultsKept), "2023-12-13T22:13:20Z"},
+		{"a year after", ended.Add(365 * 24 * time.Hour), "2023-12-13T22:13:20Z"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			m := messageBatchOf(b, 0, tt.now)
+			got := ""
+			if m.ArchivedAt != nil {
+				got = *m.ArchivedAt
+			}
+			if got != tt.want {
+				t.Fatalf("archived_at = %q, want %q (ended_at %s)", got, tt.want, *m.EndedAt)
+			}
+		})
+	}
+	running := batch.Batch{ID: "msgbatch_1", Status: batch.InProgress, RequestCounts: batch.Counts{Total: 1}}
+	if m := messageBatchOf(running, 0, ended.Add(365*24*time.Hour)); m.ArchivedAt != nil {
+		t.Fatalf("a running batch has archived_at %s", *m.ArchivedAt)
 	}
 }

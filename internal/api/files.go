@@ -272,7 +272,7 @@ func (a *API) completeUpload(w http.ResponseWriter, r *http.Request, p auth.Prin
 	if err := decodeJSON(r, 1<<20, &req); err != nil {
 		return err
 	}
-	u, err := a.Files.Complete(r.Context(), p.Tenant, r.PathValue("id"), req.PartIDs)
+	u, err := a.Files.Complete(r.Context(), p.Tenant, r.PathValue("id"), req.PartIDs, req.MD5)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/errs"
+	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/ids"
 	"github.com/relaybatch/relay/internal/schedule"
 	"github.com/relaybatch/relay/internal/store"
@@ -44,6 +45,12 @@ func (s *Service) createTemplate(ctx context.Context, b batch.Batch, spec schedu
 	b.Status = batch.Scheduled
 	b.Schedule, b.ScheduleTimezone = &spec.Cron, &spec.Timezone
 	b.ExpiresAt = nil // each run has its own window
+	// Runs read the input for as long as the template is scheduled, so it
+	// must not expire meanwhile (docs/api.md "Files"); cancelling the
+	// template gives it an expiry again.
+	if err := s.Files.SetExpiresAt(ctx, b.Tenant, b.InputFileID, nil); err != nil {
+		return batch.Batch{}, fmt.Errorf("create template: keep its input: %w", err)
+	}
 	saved, err := s.record(ctx, b, idemKey)
 	if err != nil {
 		return batch.Batch{}, err
@@ -84,6 +91,13 @@ func (s *Service) cancelTemplate(ctx context.Context, tenant, id string) (batch.
 	}
 	if err != nil {
 		return batch.Batch{}, err
+	}
+	// Its input, kept while it was scheduled, expires as an upload's would.
+	// A failure leaves a file that never expires, which is logged, not
+	// returned: the cancel itself is done.
+	exp := s.now().Add(files.DefaultTTL).Unix()
+	if err := s.Files.SetExpiresAt(ctx, tenant, b.InputFileID, &exp); err != nil && !errors.Is(err, files.ErrNotFound) {
+		s.Engine.Log.ErrorContext(ctx, "expire input of cancelled template", "batch_id", id, "tenant", tenant, "err", err)
 	}
 	// The template is cancelled whatever happens to its webhook; a failure
 	// to queue it is logged, not returned, since a retried cancel finds

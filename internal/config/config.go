@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/goccy/go-yaml"
@@ -93,9 +94,8 @@ func ParseModels(data []byte) (*Models, error) {
 		default:
 			return nil, fmt.Errorf("%s: %q is not openai or anthropic", field("provider"), m.Provider)
 		}
-		u, err := url.Parse(m.BaseURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("%s: %q is not an http(s) URL", field("base_url"), m.BaseURL)
+		if err := checkBaseURL(m.Provider, m.BaseURL); err != nil {
+			return nil, fmt.Errorf("%s: %w", field("base_url"), err)
 		}
 		if m.MaxConcurrency == 0 {
 			m.MaxConcurrency = defaultConcurrency
@@ -124,6 +124,41 @@ func ParseModels(data []byte) (*Models, error) {
 		}
 	}
 	return &ms, nil
+}
+
+// checkBaseURL refuses a base URL that cannot work. A base URL is written
+// as the provider's own SDKs take it (README "Configuration"): OpenAI's
+// ends in /v1 (https://api.openai.com/v1) and the endpoint's path after
+// /v1 is added to it; Anthropic's has no /v1 (https://api.anthropic.com)
+// and /v1/messages is added to it. A URL pasted in the other provider's
+// form would send every row to a path that answers 404, so it is refused
+// here, with the URL to write instead.
+func checkBaseURL(p Provider, raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%q is not an http(s) URL", raw)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("%q has a query or fragment: a base URL is a scheme, host and path only", raw)
+	}
+	path := strings.TrimSuffix(u.Path, "/")
+	base := strings.TrimSuffix(raw, "/")
+	switch p {
+	case OpenAI:
+		if suffix := "/chat/completions"; strings.HasSuffix(path, suffix) {
+			return fmt.Errorf("%q names an endpoint: the OpenAI SDKs' base URL stops before it, write %q", raw, strings.TrimSuffix(base, suffix))
+		}
+		if path == "" {
+			return fmt.Errorf("%q has no path: the OpenAI SDKs' base URL ends in /v1 (https://api.openai.com/v1), write %q", raw, base+"/v1")
+		}
+	case Anthropic:
+		for _, suffix := range []string{"/v1/messages", "/v1"} {
+			if strings.HasSuffix(path, suffix) {
+				return fmt.Errorf("%q ends in %s: the Anthropic SDKs' base URL has no /v1 (https://api.anthropic.com) and relay adds /v1/messages, write %q", raw, suffix, strings.TrimSuffix(base, suffix))
+			}
+		}
+	}
+	return nil
 }
 
 // LoadModels reads the models file at path.

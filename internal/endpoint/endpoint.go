@@ -22,6 +22,8 @@ const (
 	// AnthropicUsage: input_tokens plus the cache's creation and read
 	// tokens (which Anthropic leaves out of input_tokens), output_tokens.
 	AnthropicUsage
+	// NoUsage: the answers carry no token usage (moderations).
+	NoUsage
 )
 
 // Endpoint is one upstream API.
@@ -42,12 +44,17 @@ const Chat = "/v1/chat/completions"
 // internal/anthropic writes it as the url of their rows.
 const Messages = "/v1/messages"
 
-// All is every endpoint, in the order messages list them.
+// All is every endpoint, in the order messages list them. The OpenAI ones
+// are the batch endpoints of OpenAI's API that take a JSON body; its
+// /v1/images/edits and /v1/videos take multipart forms upstream and are
+// not among them (docs/api.md "Known gaps").
 var All = []Endpoint{
 	{Path: Chat, Shape: config.OpenAI, Usage: PromptCompletion, OpenAIBatch: true},
 	{Path: "/v1/embeddings", Shape: config.OpenAI, Usage: PromptCompletion, OpenAIBatch: true},
 	{Path: "/v1/responses", Shape: config.OpenAI, Usage: InputOutput, OpenAIBatch: true},
 	{Path: "/v1/completions", Shape: config.OpenAI, Usage: PromptCompletion, OpenAIBatch: true},
+	{Path: "/v1/moderations", Shape: config.OpenAI, Usage: NoUsage, OpenAIBatch: true},
+	{Path: "/v1/images/generations", Shape: config.OpenAI, Usage: InputOutput, OpenAIBatch: true},
 	{Path: Messages, Shape: config.Anthropic, Usage: AnthropicUsage},
 }
 

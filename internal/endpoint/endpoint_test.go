@@ -19,7 +19,8 @@ func TestRegistry(t *testing.T) {
 		t.Fatal("an unknown path was found")
 	}
 	openAI := Paths(func(e Endpoint) bool { return e.OpenAIBatch })
-	if want := []string{Chat, "/v1/embeddings", "/v1/responses", "/v1/completions"}; !slices.Equal(openAI, want) {
+	want := []string{Chat, "/v1/embeddings", "/v1/responses", "/v1/completions", "/v1/moderations", "/v1/images/generations"}
+	if !slices.Equal(openAI, want) {
 		t.Fatalf("OpenAI batch endpoints = %v, want %v", openAI, want)
 	}
 	if len(Paths(nil)) != len(All) {

@@ -4,11 +4,14 @@
 package files
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"path"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -28,6 +31,9 @@ const (
 	PresignTTL = 15 * time.Minute
 	// UploadTTL is how long an Upload may stay pending (OpenAI: one hour).
 	UploadTTL = time.Hour
+	// DefaultTTL is how long a batch input file lives when its upload gave
+	// no expires_after (OpenAI: 30 days).
+	DefaultTTL = 30 * 24 * time.Hour
 )
 
 // Statuses of a File.
@@ -189,9 +195,12 @@ func checkPurpose(p string) error {
 	return nil
 }
 
+// expiry is when a file uploaded now with expires_after seconds expires;
+// 0 seconds (no expires_after) takes DefaultTTL.
 func expiry(now time.Time, seconds int64) (*int64, error) {
 	if seconds == 0 {
-		return nil, nil
+		at := now.Add(DefaultTTL).Unix()
+		return &at, nil
 	}
 	// OpenAI: between 1 hour and 30 days.
 	if seconds < 3600 || seconds > 30*24*3600 {
@@ -288,7 +297,7 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (File, error) {
 	if err != nil {
 		return File{}, err
 	}
-	if f.ExpiresAt != nil && s.now().Unix() >= *f.ExpiresAt {
+	if f.expired(s.now()) {
 		// Expired files are gone, as at OpenAI; the bucket's lifecycle
 		// removes the bytes.
 		return File{}, errs.NotFoundf("no such file: %s (it expired)", id)
@@ -323,7 +332,17 @@ func (s *Service) settle(ctx context.Context, f File) (File, error) {
 	})
 }
 
-// List lists a tenant's files, newest first by default.
+// expired reports whether f is past its expires_at at now.
+func (f File) expired(now time.Time) bool {
+	return f.ExpiresAt != nil && now.Unix() >= *f.ExpiresAt
+}
+
+// List lists a tenant's files by created_at, newest first by default, as
+// OpenAI does; expired files are not listed, as Get does not find them.
+// File ids sort by creation time except an output file's, named after its
+// batch, so the store's id order will not do: the tenant's records are
+// read whole (files expire after 30 days by default, which bounds them)
+// and sorted here.
 func (s *Service) List(ctx context.Context, tenant string, p Page) ([]File, bool, error) {
 	if p.Limit == 0 {
 		p.Limit = 10000
@@ -340,14 +359,53 @@ func (s *Service) List(ctx context.Context, tenant string, p Page) ([]File, bool
 	if p.After != "" && !ids.Valid("file-", p.After) {
 		return nil, false, errs.Invalidf("after", "after %q is not a file id", p.After)
 	}
-	fs, more, err := s.Store.ListFiles(ctx, tenant, p)
+	all, _, err := s.Store.ListFiles(ctx, tenant, Page{Limit: math.MaxInt, Order: "asc", Filter: p.Filter})
 	if err != nil {
 		return nil, false, err
 	}
-	for i := range fs {
-		fs[i] = fs[i].out()
+	return pageOf(all, p, s.now())
+}
+
+// pageOf sorts files by created_at (then id) in p's order, leaves out the
+// expired ones and returns the p.Limit after p.After.
+func pageOf(all []File, p Page, now time.Time) ([]File, bool, error) {
+	fs := slices.DeleteFunc(all, func(f File) bool { return f.expired(now) })
+	slices.SortFunc(fs, func(a, b File) int {
+		c := cmp.Or(cmp.Compare(a.CreatedAt, b.CreatedAt), cmp.Compare(a.ID, b.ID))
+		if p.Order == "desc" {
+			return -c
+		}
+		return c
+	})
+	if p.After != "" {
+		i := slices.IndexFunc(fs, func(f File) bool { return f.ID == p.After })
+		if i < 0 {
+			return nil, false, errs.Invalidf("after", "after: file %s is not listed (it was deleted or expired): list again from the start", p.After)
+		}
+		fs = fs[i+1:]
 	}
-	return fs, more, nil
+	more := len(fs) > p.Limit
+	if more {
+		fs = fs[:p.Limit]
+	}
+	out := make([]File, len(fs))
+	for i, f := range fs {
+		out[i] = f.out()
+	}
+	return out, more, nil
+}
+
+// SetExpiresAt sets when a file expires; nil keeps it until it is deleted.
+// A cron template keeps its input this way while it is scheduled.
+func (s *Service) SetExpiresAt(ctx context.Context, tenant, id string, at *int64) error {
+	_, err := s.Store.UpdateFile(ctx, tenant, id, func(f *File) error {
+		f.ExpiresAt = at
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("set expiry of file %s: %w", id, err)
+	}
+	return nil
 }
 
 // Content opens a file's bytes as one stream.

@@ -2,6 +2,8 @@ package files
 
 import (
 	"context"
+	"crypto/md5"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -93,8 +95,9 @@ func (s *Service) AddPart(ctx context.Context, tenant, uploadID string, size int
 	return p, nil
 }
 
-// Complete turns an Upload's parts, in the given order, into a File.
-func (s *Service) Complete(ctx context.Context, tenant, uploadID string, partIDs []string) (Upload, error) {
+// Complete turns an Upload's parts, in the given order, into a File. A
+// non-empty md5 (hex) must be the MD5 of the parts' bytes in that order.
+func (s *Service) Complete(ctx context.Context, tenant, uploadID string, partIDs []string, md5sum string) (Upload, error) {
 	u, err := s.Store.GetUpload(ctx, tenant, uploadID)
 	if err == nil && u.Status == UploadCompleted {
 		// A retried complete returns the same result.
@@ -125,6 +128,11 @@ func (s *Service) Complete(ctx context.Context, tenant, uploadID string, partIDs
 	}
 	if total != u.Bytes {
 		return Upload{}, errs.Invalidf("part_ids", "the parts add up to %d bytes, the upload was created for %d", total, u.Bytes)
+	}
+	if md5sum != "" {
+		if err := s.checkMD5(ctx, keys, md5sum); err != nil {
+			return Upload{}, err
+		}
 	}
 	now := s.now()
 	exp, _ := expiry(now, u.FileExpiresAfter)
@@ -158,6 +166,29 @@ func (s *Service) Complete(ctx context.Context, tenant, uploadID string, partIDs
 		_ = s.Blobs.Delete(ctx, stray...)
 	}
 	return s.withFile(ctx, u)
+}
+
+// checkMD5 reads the parts at keys in order and compares their MD5 with
+// want, the hex checksum the client sent.
+func (s *Service) checkMD5(ctx context.Context, keys []string, want string) error {
+	if len(want) != 2*md5.Size || !isHex(want) {
+		return errs.Invalidf("md5", "md5 %q is not an MD5 checksum: send the 32 hex digits of the file's MD5", want)
+	}
+	rc := s.Blobs.Concat(ctx, keys)
+	defer rc.Close()
+	h := md5.New()
+	if _, err := io.Copy(h, rc); err != nil {
+		return fmt.Errorf("read parts for md5: %w", err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); !strings.EqualFold(got, want) {
+		return errs.Invalidf("md5", "md5 %s does not match the parts' bytes (MD5 %s): a part was corrupted or part_ids are out of order; upload the parts again", want, got)
+	}
+	return nil
+}
+
+func isHex(s string) bool {
+	_, err := hex.DecodeString(s)
+	return err == nil
 }
 
 func (s *Service) withFile(ctx context.Context, u Upload) (Upload, error) {

@@ -6,20 +6,22 @@
 //
 // # Routes
 //
-// POST /v1/chat/completions, /v1/embeddings, /v1/responses and
-// /v1/completions answer like OpenAI; POST /v1/messages answers like
-// Anthropic. Bodies decode with the official openai-go and anthropic-sdk-go
-// clients. Nothing is random in a successful answer: ids (chatcmpl-…,
-// msg_…, resp_…, cmpl-…), the x-request-id header (req_…) and embedding
-// vectors derive from the sha256 of the request body, "created" is fixed,
-// and the reply text is "echo: " followed by the last user message (or
-// prompt). Usage is counted in words: prompt tokens are the
+// POST /v1/chat/completions, /v1/embeddings, /v1/responses,
+// /v1/completions, /v1/moderations and /v1/images/generations answer like
+// OpenAI; POST /v1/messages answers like Anthropic. Bodies decode with the
+// official openai-go and anthropic-sdk-go clients. Nothing is random in a
+// successful answer: ids (chatcmpl-…, msg_…, resp_…, cmpl-…, modr-…), the
+// x-request-id header (req_…), embedding vectors and images derive from
+// the sha256 of the request body (an image is the 32 bytes of a hash, not a
+// picture), "created" is fixed, the reply text is "echo: " followed by the
+// last user message (or prompt), and moderations flag nothing. Usage is counted in words: prompt tokens are the
 // whitespace-separated words of every prompt text (messages, system,
 // instructions, input, prompt) plus one per message; completion tokens are
 // the words of the reply; chat completions and completions report half
 // the prompt tokens as cached and half the completion tokens as reasoning
 // (rounded down). Embedding inputs given as token arrays count one token
-// per element.
+// per element. An image counts 16 output tokens; moderations carry no
+// usage, as OpenAI's.
 //
 // Requests are checked the way the real APIs check them, in this order:
 // path (404), method (405), credentials by presence only (401; a

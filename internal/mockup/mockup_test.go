@@ -23,6 +23,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/relaybatch/relay/internal/endpoint"
 	"github.com/relaybatch/relay/internal/mockup"
 )
 
@@ -268,6 +269,35 @@ func TestOfficialClientsDecode(t *testing.T) {
 			// 2 system words + (2 words + 1).
 			if u := got.Usage; u.InputTokens != 5 || u.OutputTokens != 3 {
 				t.Errorf("got usage %d/%d, want 5/3", u.InputTokens, u.OutputTokens)
+			}
+		}},
+		{"moderation", func(t *testing.T) {
+			got, err := openAIClient(srv.URL).Moderations.New(ctx, openai.ModerationNewParams{
+				Model: "omni-moderation-latest",
+				Input: openai.ModerationNewParamsInputUnion{OfStringArray: []string{"one", "two"}},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasPrefix(got.ID, "modr-") || got.Model != "omni-moderation-latest" || len(got.Results) != 2 {
+				t.Fatalf("got id %q model %q %d results, want modr-… and 2", got.ID, got.Model, len(got.Results))
+			}
+			if r := got.Results[0]; r.Flagged || r.Categories.Violence || !r.JSON.CategoryScores.Valid() {
+				t.Errorf("got result %s, want nothing flagged", r.RawJSON())
+			}
+		}},
+		{"image generation", func(t *testing.T) {
+			got, err := openAIClient(srv.URL).Images.Generate(ctx, openai.ImageGenerateParams{
+				Model: "gpt-image-1", Prompt: "a red fox", N: openai.Int(2),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got.Data) != 2 || got.Data[0].B64JSON == "" || got.Data[0].B64JSON == got.Data[1].B64JSON {
+				t.Fatalf("got %s, want two distinct images", got.RawJSON())
+			}
+			if u := got.Usage; u.InputTokens != 3 || u.OutputTokens != 32 || u.TotalTokens != 35 {
+				t.Errorf("got usage %d/%d/%d, want 3/32/35", u.InputTokens, u.OutputTokens, u.TotalTokens)
 			}
 		}},
 		{"openai error", func(t *testing.T) {
@@ -875,6 +905,29 @@ func TestControlRoutes(t *testing.T) {
 			t.Parallel()
 			if got := send(t, srv.URL, tt.method, tt.path, "", nil); got.status != tt.want {
 				t.Errorf("got status %d, want %d", got.status, tt.want)
+			}
+		})
+	}
+}
+
+// Every endpoint a batch row may name has a route in the mock, so a batch
+// of any endpoint runs locally.
+func TestEveryEndpointAnswered(t *testing.T) {
+	t.Parallel()
+	_, srv := newServer(t, mockup.Options{})
+	for _, e := range endpoint.All {
+		t.Run(e.Path, func(t *testing.T) {
+			t.Parallel()
+			req, _ := http.NewRequest("POST", srv.URL+e.Path, strings.NewReader(`{"model":"m","input":"hi","prompt":"hi","messages":[{"role":"user","content":"hi"}]}`))
+			req.Header.Set("Authorization", "Bearer k")
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != http.StatusOK {
+				t.Fatalf("got %d %s, want 200", res.StatusCode, body)
 			}
 		})
 	}

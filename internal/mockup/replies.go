@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"math"
 	"strings"
 )
@@ -93,6 +94,57 @@ func embeddings(req *request) object {
 		"data":   data,
 		"model":  req.model,
 		"usage":  object{"prompt_tokens": tokens, "total_tokens": tokens},
+	}
+}
+
+// moderationCategories are the categories of OpenAI's moderation model;
+// the mock flags nothing.
+var moderationCategories = []string{
+	"harassment", "harassment/threatening", "hate", "hate/threatening", "illicit", "illicit/violent",
+	"self-harm", "self-harm/instructions", "self-harm/intent", "sexual", "sexual/minors", "violence", "violence/graphic",
+}
+
+func moderation(req *request) object {
+	ins := inputs(req.body["input"])
+	if list, ok := req.body["input"].([]any); ok && len(ins) == 0 {
+		// Multimodal input: an array of {type: "text", text} and image parts.
+		ins = []input{textInput(textOf(list))}
+	}
+	results := make([]object, len(ins))
+	for i := range ins {
+		flags, scores, types := object{}, object{}, object{}
+		for _, c := range moderationCategories {
+			flags[c], scores[c], types[c] = false, 0.0, []string{"text"}
+		}
+		results[i] = object{"flagged": false, "categories": flags, "category_scores": scores, "category_applied_input_types": types}
+	}
+	return object{"id": "modr-" + req.id(), "model": req.model, "results": results}
+}
+
+// imageTokens is what the mock counts for each image it makes.
+const imageTokens = 16
+
+func imageGeneration(req *request) object {
+	prompt, _ := req.body["prompt"].(string)
+	n := 1
+	if v, ok := req.body["n"].(float64); ok && v >= 1 {
+		n = int(v)
+	}
+	data := make([]object, n)
+	for i := range data {
+		sum := sha256.Sum256(fmt.Appendf(nil, "%d:%s", i, prompt))
+		data[i] = object{"b64_json": base64.StdEncoding.EncodeToString(sum[:])}
+	}
+	in, out := words(prompt), n*imageTokens
+	return object{
+		"created": created,
+		"data":    data,
+		"usage": object{
+			"input_tokens":         in,
+			"output_tokens":        out,
+			"total_tokens":         in + out,
+			"input_tokens_details": object{"text_tokens": in, "image_tokens": 0},
+		},
 	}
 }
 

@@ -38,11 +38,13 @@ type route struct {
 }
 
 var routes = map[string]route{
-	"/v1/chat/completions": {shapeOpenAI, chatCompletion},
-	"/v1/embeddings":       {shapeOpenAI, embeddings},
-	"/v1/responses":        {shapeOpenAI, response},
-	"/v1/completions":      {shapeOpenAI, completion},
-	"/v1/messages":         {shapeAnthropic, message},
+	"/v1/chat/completions":   {shapeOpenAI, chatCompletion},
+	"/v1/embeddings":         {shapeOpenAI, embeddings},
+	"/v1/responses":          {shapeOpenAI, response},
+	"/v1/completions":        {shapeOpenAI, completion},
+	"/v1/moderations":        {shapeOpenAI, moderation},
+	"/v1/images/generations": {shapeOpenAI, imageGeneration},
+	"/v1/messages":           {shapeAnthropic, message},
 }
 
 // request is one model request's body, parsed once.

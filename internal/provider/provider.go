@@ -41,6 +41,13 @@ const (
 	CodeAPIKeyUnavailable  = "api_key_unavailable"
 )
 
+// RefusedKey names, under a body's "relay" object, why the row was refused
+// when its batch was created: the row comes back as an error with that
+// message (CodeInvalidRequest) and is never sent. internal/anthropic writes such
+// rows for message batch requests that Anthropic would accept and answer
+// errored (docs/api.md "Anthropic Message Batches").
+const RefusedKey = "refused"
+
 // anthropicVersion is the API version the Anthropic shape is written against.
 const anthropicVersion = "2023-06-01"
 
@@ -77,6 +84,8 @@ func UsageOf(path string, body []byte) Usage {
 	}
 	var in, out, cached, reasoning int64
 	switch e.Usage {
+	case endpoint.NoUsage:
+		return Usage{}
 	case endpoint.PromptCompletion:
 		in, out = u.Get("prompt_tokens").Int(), u.Get("completion_tokens").Int()
 		cached = u.Get("prompt_tokens_details.cached_tokens").Int()
@@ -147,6 +156,17 @@ func NewHTTPClient() *http.Client {
 	return &http.Client{Transport: t}
 }
 
+// upstreamURL is where a row of endpoint goes on model m. Base URLs are written
+// as each provider's SDKs take them (internal/config): OpenAI's includes
+// /v1, Anthropic's does not.
+func upstreamURL(m config.Model, endpoint string) string {
+	base := strings.TrimSuffix(m.BaseURL, "/")
+	if m.Provider == config.Anthropic {
+		return base + endpoint
+	}
+	return base + strings.TrimPrefix(endpoint, "/v1")
+}
+
 // Do runs one row against its model and, when retries there are spent on a
 // transient failure, against a fallback: the model's own, else the batch's
 // fallback. body is the row's body, with "model".
@@ -175,6 +195,9 @@ func (c *Client) route(endpoint string, body []byte) (config.Model, Result, bool
 	}
 	if !gjson.ValidBytes(body) || !gjson.ParseBytes(body).IsObject() {
 		return fail(CodeInvalidRequest, "the request body must be a JSON object")
+	}
+	if why := gjson.GetBytes(body, "relay."+RefusedKey); why.Type == gjson.String {
+		return fail(CodeInvalidRequest, "%s", why.Str)
 	}
 	name := gjson.GetBytes(body, "model")
 	if name.Type != gjson.String || name.Str == "" {
@@ -316,7 +339,7 @@ func (c *Client) send(ctx context.Context, m config.Model, endpoint string, payl
 	}
 	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	url := strings.TrimSuffix(m.BaseURL, "/") + strings.TrimPrefix(endpoint, "/v1")
+	url := upstreamURL(m, endpoint)
 	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, url, bytes.NewReader(payload))
 	if err != nil {
 		return attempt{err: fmt.Errorf("build request to %s: %w", url, err)}

@@ -107,7 +107,7 @@ models:
     timeout: 50ms
   - name: claude
     provider: anthropic
-    base_url: BASE/v1
+    base_url: BASE
     api_key_env: ANTHROPIC_KEY
     upstream_model: claude-upstream
 `, "BASE", baseURL)))
@@ -435,7 +435,7 @@ func TestDo(t *testing.T) {
 		},
 		{
 			name:     "unsupported endpoint",
-			endpoint: "/v1/images/generations",
+			endpoint: "/v1/images/edits",
 			body:     `{"model":"chat"}`,
 			want:     Result{ErrCode: CodeInvalidRequest},
 		},
@@ -642,7 +642,7 @@ func TestShapeOf(t *testing.T) {
 		{"/v1/responses", config.OpenAI, true},
 		{"/v1/completions", config.OpenAI, true},
 		{"/v1/messages", config.Anthropic, true},
-		{"/v1/images/generations", "", false},
+		{"/v1/images/edits", "", false},
 		{"/chat/completions", "", false},
 		{"", "", false},
 	}
@@ -676,6 +676,9 @@ func TestUsageOf(t *testing.T) {
 			`{"usage":{"input_tokens":12,"output_tokens":6}}`, Usage{12, 6, 18, 0, 0}},
 		{"anthropic with cache", "/v1/messages",
 			`{"usage":{"input_tokens":2,"cache_creation_input_tokens":10,"cache_read_input_tokens":30,"output_tokens":6}}`, Usage{42, 6, 48, 30, 0}},
+		{"images", "/v1/images/generations",
+			`{"usage":{"input_tokens":7,"output_tokens":272,"total_tokens":279,"input_tokens_details":{"text_tokens":7}}}`, Usage{7, 272, 279, 0, 0}},
+		{"moderations", "/v1/moderations", `{"id":"modr-1","results":[]}`, Usage{}},
 		{"error body", "/v1/chat/completions", `{"error":{"message":"x"}}`, Usage{}},
 		{"not JSON", "/v1/messages", `oops`, Usage{}},
 	}
