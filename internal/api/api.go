@@ -21,6 +21,7 @@ import (
 	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/ids"
+	"github.com/relaybatch/relay/internal/ijson"
 )
 
 // API holds what the routes need.
@@ -208,6 +209,9 @@ func unmarshal(body []byte, v any) error {
 		default:
 			return errs.Invalidf("", "malformed JSON: %v", err)
 		}
+	}
+	if err := ijson.Check(body); err != nil {
+		return errs.Invalidf("", "%v", err)
 	}
 	return nil
 }
