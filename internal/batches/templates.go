@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/ids"
+	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/schedule"
 	"github.com/relaybatch/relay/internal/store"
 )
@@ -67,7 +69,8 @@ func (s *Service) createTemplate(ctx context.Context, b batch.Batch, spec schedu
 // schedule goes first: a template left scheduled after a failed delete can
 // be cancelled again, while a cancelled one whose schedule lived on would
 // keep invoking the scheduler function (which then deletes it, see Fire).
-func (s *Service) cancelTemplate(ctx context.Context, tenant, id string) (batch.Batch, error) {
+// Errors in why are recorded on the template (its errors field).
+func (s *Service) cancelTemplate(ctx context.Context, tenant, id string, why ...jsonl.LineError) (batch.Batch, error) {
 	if s.Schedules != nil {
 		if err := s.Schedules.Delete(ctx, id); err != nil {
 			return batch.Batch{}, fmt.Errorf("cancel template %s: %w", id, err)
@@ -77,6 +80,7 @@ func (s *Service) cancelTemplate(ctx context.Context, tenant, id string) (batch.
 		if b.Status == batch.Cancelled {
 			return errSkip
 		}
+		b.ErrorList = append(b.ErrorList, why...)
 		return b.To(batch.Cancelled, s.now())
 	})
 	if errors.Is(err, errSkip) {
@@ -116,7 +120,9 @@ func (s *Service) Fire(ctx context.Context, input json.RawMessage) error {
 // A firing delivered twice records one run: the run is created with an
 // idempotency key made of the template and the scheduled time. A template
 // that is no longer scheduled records nothing, and its schedule, if still
-// there, is deleted.
+// there, is deleted. A template whose key may no longer run it
+// (keyRefusal) records nothing either: it is cancelled with the reason in
+// its errors, and returned.
 func (s *Service) FireTemplate(ctx context.Context, input []byte) (batch.Batch, error) {
 	var in schedule.Input
 	if err := json.Unmarshal(input, &in); err != nil || !ids.Valid("batch_", in.TemplateID) || in.Tenant == "" {
@@ -140,6 +146,14 @@ func (s *Service) FireTemplate(ctx context.Context, input []byte) (batch.Batch, 
 		}
 		return batch.Batch{}, errs.NotFoundf("template %s is not scheduled", in.TemplateID)
 	}
+	k, err := s.Engine.Store.KeyByID(ctx, tpl.KeyID)
+	if err != nil && !errors.Is(err, auth.ErrNoKey) {
+		return batch.Batch{}, fmt.Errorf("check the key of template %s: %w", tpl.ID, err)
+	}
+	if why := keyRefusal(tpl, k, err == nil); why != "" {
+		log.WarnContext(ctx, "template stopped: its key may no longer run it", "key_id", tpl.KeyID, "reason", why)
+		return s.cancelTemplate(ctx, tpl.Tenant, tpl.ID, jsonl.LineError{Code: CodeKeyDisabled, Message: why})
+	}
 	now := s.now()
 	window, err := ParseWindow(tpl.CompletionWindow)
 	if err != nil {
@@ -162,6 +176,32 @@ func (s *Service) FireTemplate(ctx context.Context, input []byte) (batch.Batch, 
 		log.InfoContext(ctx, "template fired", "batch_id", saved.ID)
 	}
 	return saved, nil
+}
+
+// CodeKeyDisabled is the error a template records when the key that
+// created it may no longer run it.
+const CodeKeyDisabled = "api_key_disabled"
+
+// keyRefusal says why template tpl may not run with k, the key that
+// created it (found tells whether it still exists), or "" when it may. A
+// template spends as its key would, so it runs only while a request with
+// that key would be let in: the key exists, is not disabled, belongs to the
+// template's tenant and holds the batches scope.
+func keyRefusal(tpl batch.Batch, k auth.Key, found bool) string {
+	stop := func(why string) string {
+		return fmt.Sprintf("the API key %s that created this template %s: the template no longer runs; create it again with an active key", tpl.KeyID, why)
+	}
+	switch {
+	case !found:
+		return stop("no longer exists")
+	case k.Disabled:
+		return stop("is disabled")
+	case k.Tenant != tpl.Tenant:
+		return stop("belongs to another tenant")
+	case !(auth.Principal{Scopes: k.Scopes}).Can(auth.ScopeBatches):
+		return stop("lacks the batches scope")
+	}
+	return ""
 }
 
 // runKey is the idempotency key of a template's run at a scheduled time. It
