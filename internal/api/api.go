@@ -111,6 +111,7 @@ var statusOf = map[errs.Kind]int{
 	errs.Conflict:        http.StatusConflict,
 	errs.TooLarge:        http.StatusRequestEntityTooLarge,
 	errs.RateLimited:     http.StatusTooManyRequests,
+	errs.Unprocessable:   http.StatusUnprocessableEntity,
 }
 
 // openAITypes names the error type of each kind as OpenAI does; Anthropic's
@@ -124,6 +125,7 @@ var openAITypes = map[errs.Kind]string{
 	errs.Conflict:        "invalid_request_error",
 	errs.TooLarge:        "invalid_request_error",
 	errs.RateLimited:     "rate_limit_error",
+	errs.Unprocessable:   "invalid_request_error",
 }
 
 // fail is the one place an error becomes a status and a body. Internal

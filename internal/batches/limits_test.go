@@ -63,11 +63,11 @@ func TestInflightOff(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	off := &Service{Engine: &engine.Engine{}}
-	if err := off.checkInflight(ctx, "acme", CreateRequest{}, ""); err != nil {
+	if err := off.checkInflight(ctx, "acme", CreateRequest{}); err != nil {
 		t.Fatalf("limit off: %v", err)
 	}
 	on := &Service{Engine: &engine.Engine{MaxInflight: 1}}
-	if err := on.checkInflight(ctx, "acme", CreateRequest{Schedule: "* * * * *"}, ""); err != nil {
+	if err := on.checkInflight(ctx, "acme", CreateRequest{Schedule: "* * * * *"}); err != nil {
 		t.Fatalf("template: %v", err)
 	}
 }

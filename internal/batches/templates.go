@@ -39,14 +39,14 @@ import (
 // The record comes first, so a firing always finds its template; when the
 // schedule cannot be created the template is cancelled, so no scheduled
 // template is left without a schedule.
-func (s *Service) createTemplate(ctx context.Context, b batch.Batch, spec schedule.Spec, idemKey string) (batch.Batch, error) {
+func (s *Service) createTemplate(ctx context.Context, b batch.Batch, spec schedule.Spec, idem store.IdemKey) (batch.Batch, error) {
 	if s.Schedules == nil {
 		return batch.Batch{}, errors.New("create template: no schedule manager configured")
 	}
 	b.Status = batch.Scheduled
 	b.Schedule, b.ScheduleTimezone = &spec.Cron, &spec.Timezone
 	b.ExpiresAt = nil // each run has its own window
-	saved, err := s.record(ctx, b, idemKey)
+	saved, err := s.record(ctx, b, idem)
 	if err != nil {
 		return batch.Batch{}, err
 	}
@@ -168,7 +168,7 @@ func (s *Service) FireTemplate(ctx context.Context, input []byte) (batch.Batch, 
 	}
 	// The input is not re-validated here: a file deleted since the template
 	// was made fails the run in planning (input_file_missing), visibly.
-	saved, err := s.record(ctx, run, runKey(tpl.ID, at))
+	saved, err := s.record(ctx, run, store.IdemKey{Key: auth.Hash(runKey(tpl.ID, at))})
 	if err != nil {
 		return batch.Batch{}, fmt.Errorf("record run of template %s at %s: %w", tpl.ID, in.ScheduledTime, err)
 	}
@@ -206,7 +206,8 @@ func keyRefusal(tpl batch.Batch, k auth.Key, found bool) string {
 
 // runKey is the idempotency key of a template's run at a scheduled time. It
 // shares the tenant's Idempotency-Key namespace, so it holds a NUL, which
-// no HTTP header value can: a client's key never collides with it.
+// no HTTP header value can, and starts with no route (NewIdemKey): a
+// client's key never collides with it.
 func runKey(templateID string, at time.Time) string {
 	return "template-run\x00" + templateID + "\x00" + at.UTC().Format(time.RFC3339)
 }
