@@ -77,8 +77,9 @@ fuzz-short:
 	    echo "fuzz $$pkg $$f"; out=$$(go test ./$$pkg -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) 2>&1) || { echo "$$out"; exit 1; }; \
 	  done; done
 
-## fuzz: every fuzz target (request decoders, the JSONL/CSV scanners, file
-## names, cron, webhook URLs, gateway events, workflow callback answers) for
+## fuzz: every fuzz target (request decoders, the JSONL/CSV scanners, the
+## duplicate-member checker, file names, cron, webhook URLs, gateway events,
+## workflow callback answers) for
 ## FUZZ_LONG each, one after the other, so the run is bounded: about a
 ## minute per target. A failing input is written under the package's
 ## testdata/fuzz/<target>/, where it stays as a seed once the bug is fixed.

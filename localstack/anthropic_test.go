@@ -542,7 +542,8 @@ func TestAnthropicBatchIdempotency(t *testing.T) {
 	if n := len(page.Data); n != 1 {
 		t.Fatalf("%d input files after a retried create, want 1", n)
 	}
-	// The key belongs to the first batch, not to an OpenAI create.
+	// A key is scoped to its route: the same key on the OpenAI create makes
+	// its own batch, and does not take the message batch's.
 	body := strings.NewReader(`{"endpoint":"/v1/chat/completions","requests":[{"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini"}}]}`)
 	req, _ := http.NewRequest("POST", rt.URL+"/v1/batches", body)
 	req.Header.Set("Authorization", "Bearer "+mustKey(t, rt, "acme"))
@@ -552,8 +553,8 @@ func TestAnthropicBatchIdempotency(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if _, err := c.Messages.Batches.New(ctx, params, aoption.WithHeader("Idempotency-Key", "create-twice")); sdkStatus(t, err) != 400 {
-		t.Fatalf("a key that made an OpenAI batch: %v", err)
+	if m, err := c.Messages.Batches.New(ctx, params, aoption.WithHeader("Idempotency-Key", "create-twice")); err != nil || m.ID == first.ID {
+		t.Fatalf("a key that made an OpenAI batch: %v, %v", m, err)
 	}
 }
 

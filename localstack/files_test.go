@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -299,4 +300,55 @@ func TestKeysScopesAndDisable(t *testing.T) {
 	if _, err := c.Files.List(ctx, openai.FileListParams{}); apiStatus(t, err) != http.StatusUnauthorized {
 		t.Fatalf("disabled key: got %v, want 401", err)
 	}
+}
+
+// A presigned upload URL writes its object once: a second PUT with it (a
+// URL left in a browser's history or a proxy's log), after the file was
+// processed and a batch planned on it, is refused, and the batch runs the
+// rows that were uploaded. The URL signs If-None-Match: * (the emulator does
+// not check signatures: TestPresignPutIsOneShortLivedObject checks that a
+// PUT without the header cannot match the URL's).
+func TestPresignedUploadCannotBeReplaced(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	c, key := client(t, rt, "acme")
+	rows := nRows(3, "orig")
+	evil := nRows(3, "evil")
+	for i := range evil {
+		evil[i].id = fmt.Sprintf("x%04d", i)
+	}
+	data, replay := jsonlRows(rows), jsonlRows(evil)
+	if len(data) != len(replay) {
+		t.Fatalf("the replay has %d bytes, want %d as the URL signs", len(replay), len(data))
+	}
+	status, body := rawDo(t, rt, key, "POST", "/v1/files", strings.NewReader(fmt.Sprintf(`{"filename":"in.jsonl","purpose":"batch","bytes":%d}`, len(data))))
+	var f struct {
+		ID        string `json:"id"`
+		UploadURL string `json:"upload_url"`
+	}
+	if status != 200 || json.Unmarshal(body, &f) != nil || f.UploadURL == "" {
+		t.Fatalf("presign: %d %s", status, body)
+	}
+	put := func(b []byte) int {
+		t.Helper()
+		req, _ := http.NewRequest("PUT", f.UploadURL, bytes.NewReader(b))
+		req.Header.Set("If-None-Match", "*")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if s := put(data); s != 200 {
+		t.Fatalf("upload: %d", s)
+	}
+	b := createBatch(t, c, f.ID)
+	if s := put(replay); s != http.StatusPreconditionFailed {
+		t.Fatalf("a second PUT with the URL: %d, want 412", s)
+	}
+	if got := rawGet(t, rt, key, "/v1/files/"+f.ID+"/content"); !bytes.Equal(got, data) {
+		t.Fatalf("the file's content changed after a second PUT:\n%s", got)
+	}
+	checkInvariant(t, c, waitBatch(t, c, b.ID), idsOf(rows))
 }

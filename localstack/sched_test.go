@@ -202,7 +202,7 @@ func TestSchedCostIndependentOfActiveBatches(t *testing.T) {
 			exp := time.Now().Add(24 * time.Hour).Unix()
 			b := batch.Batch{ID: fmt.Sprintf("batch_waiting%03d", i), Tenant: "other", Status: batch.InProgress, CreatedAt: time.Now().Unix(),
 				ExpiresAt: &exp, ChunksTotal: 1, Started: true, Endpoint: "/v1/chat/completions"}
-			if _, _, err := st.CreateBatch(ctx, b, ""); err != nil {
+			if _, _, err := st.CreateBatch(ctx, b, store.IdemKey{}); err != nil {
 				t.Error(err)
 				return
 			}

@@ -309,6 +309,50 @@ func TestTemplateDuplicateFiringMakesOneRun(t *testing.T) {
 	}
 }
 
+// A template spends as its key would: once the key that created it is
+// disabled, its next firing runs nothing, cancels it with the reason in
+// its errors and deletes its schedule.
+func TestTemplateStopsWhenItsKeyIsDisabled(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	ctx := context.Background()
+	_, key := client(t, rt, "acme")
+	_, admin := client(t, rt, "acme") // another key of the tenant, still active
+	status, body := postBatch(t, rt, key, map[string]any{
+		"endpoint": "/v1/chat/completions", "schedule": "0 6 * * *",
+		"requests": []map[string]any{{"method": "POST", "url": "/v1/chat/completions",
+			"body": map[string]any{"model": "gpt-4o-mini", "messages": []any{map[string]any{"role": "user", "content": "hi"}}}}},
+	})
+	if status != 200 {
+		t.Fatalf("create template: %d %s", status, body)
+	}
+	tpl := decodeBatch(t, body)
+	at := time.Date(2030, 1, 7, 6, 0, 0, 0, time.UTC)
+	if run, err := rt.App.Batches.FireTemplate(ctx, firing("acme", tpl.ID, at)); err != nil || run.ID == tpl.ID {
+		t.Fatalf("firing with an active key: %v, %s", err, run.ID)
+	}
+	if err := rt.App.Store.DisableKey(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.App.Batches.Fire(ctx, firing("acme", tpl.ID, at.Add(24*time.Hour))); err != nil {
+		t.Fatalf("firing with a disabled key: %v", err)
+	}
+	if runs := runsOf(t, rt, admin, tpl.ID); len(runs) != 1 {
+		t.Fatalf("runs after the key was disabled: got %d, want still 1", len(runs))
+	}
+	got := getBatch(t, rt, admin, tpl.ID)
+	if got.Status != "cancelled" || got.Errors == nil || len(got.Errors.Data) != 1 || got.Errors.Data[0].Code != "api_key_disabled" ||
+		!strings.Contains(got.Errors.Data[0].Message, "disabled") {
+		t.Fatalf("template after a firing with its key disabled: %s %+v, want cancelled with api_key_disabled", got.Status, got.Errors)
+	}
+	group := rt.App.Resources.ScheduleGroup
+	_, err := rt.App.Scheduler.GetSchedule(ctx, &scheduler.GetScheduleInput{Name: aws.String(tpl.ID), GroupName: &group})
+	var nf *schtypes.ResourceNotFoundException
+	if !errors.As(err, &nf) {
+		t.Fatalf("schedule of the stopped template: got %v, want ResourceNotFoundException", err)
+	}
+}
+
 // A template whose input file was deleted still fires: the run fails
 // visibly instead of the firing crashing.
 func TestTemplateWithDeletedInputFailsItsRun(t *testing.T) {

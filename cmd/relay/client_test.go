@@ -332,8 +332,13 @@ func (f *fakeAPI) put(w http.ResponseWriter, r *http.Request) {
 	defer f.mu.Unlock()
 	id := strings.TrimPrefix(r.URL.Path, "/bucket/")
 	file := f.files[id]
-	if r.Method != http.MethodPut || file == nil || r.URL.Query().Get("X-Amz-Signature") != "abc" {
+	// The URL signs If-None-Match: *, as blob.PresignPut's do.
+	if r.Method != http.MethodPut || file == nil || r.URL.Query().Get("X-Amz-Signature") != "abc" || r.Header.Get("If-None-Match") != "*" {
 		http.Error(w, "<Error><Code>SignatureDoesNotMatch</Code></Error>", http.StatusForbidden)
+		return
+	}
+	if file.data != nil {
+		http.Error(w, "<Error><Code>PreconditionFailed</Code></Error>", http.StatusPreconditionFailed)
 		return
 	}
 	data, _ := io.ReadAll(r.Body)

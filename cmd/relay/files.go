@@ -253,12 +253,14 @@ func (c *apiClient) uploadPresigned(ctx context.Context, name string, f *os.File
 		return apiFile{}, nil, errNoPresign
 	}
 
-	// The URL carries its own signature: no key, no other headers.
+	// The URL carries its own signature: no key, and only the header it
+	// signs, which makes the PUT create the object once and never replace it.
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, created.UploadURL, io.NewSectionReader(f, 0, size))
 	if err != nil {
 		return apiFile{}, nil, fmt.Errorf("presigned upload URL of %s: %w", created.ID, err)
 	}
 	req.ContentLength = size
+	req.Header.Set("If-None-Match", "*")
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return apiFile{}, nil, fmt.Errorf("PUT to the presigned upload URL of %s: %w", created.ID, err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/anthropic/wire"
 	"github.com/relaybatch/relay/internal/auth"
+	"github.com/relaybatch/relay/internal/batches"
 	"github.com/relaybatch/relay/internal/errs"
 )
 
@@ -87,7 +88,8 @@ func (rt *routes) createMessageBatch(w http.ResponseWriter, r *http.Request, p a
 	if err != nil {
 		return err
 	}
-	m, err := rt.s.CreateMessageBatch(r.Context(), p, reqs, r.Header.Get("Idempotency-Key"))
+	idem := batches.NewIdemKey(r.Method+" "+r.URL.Path, r.Header.Get("Idempotency-Key"), body)
+	m, err := rt.s.CreateMessageBatch(r.Context(), p, reqs, idem)
 	if err != nil {
 		return err
 	}

@@ -64,7 +64,18 @@ type Service struct {
 // the upstream's to judge: a row naming a model of another shape comes
 // back errored with cross_shape_dispatch, an upstream 400 comes back
 // errored with its error.
-func (s *Service) CreateMessageBatch(ctx context.Context, p auth.Principal, requests []json.RawMessage, idemKey string) (wire.MessageBatch, error) {
+func (s *Service) CreateMessageBatch(ctx context.Context, p auth.Principal, requests []json.RawMessage, idem store.IdemKey) (wire.MessageBatch, error) {
+	// A repeat writes nothing: its key is checked before the input is.
+	first, ok, err := s.Batches.Repeat(ctx, p.Tenant, idem)
+	if ok && err == nil {
+		return s.repeated(first)
+	}
+	if errors.Is(err, store.ErrBatchNotFound) {
+		return wire.MessageBatch{}, errKeyOfDeletedBatch()
+	}
+	if err != nil {
+		return wire.MessageBatch{}, err
+	}
 	data, err := s.messageRows(requests)
 	if err != nil {
 		return wire.MessageBatch{}, err
@@ -77,7 +88,7 @@ func (s *Service) CreateMessageBatch(ctx context.Context, p auth.Principal, requ
 	}
 	req := batches.CreateRequest{InputFileID: f.ID, Endpoint: endpoint.Messages, CompletionWindow: "24h"}
 	id := ids.New(batches.MessageBatchPrefix)
-	b, err := s.Batches.CreateShaped(ctx, p, req, idemKey, []string{endpoint.Messages}, func(b *batch.Batch) {
+	b, err := s.Batches.CreateShaped(ctx, p, req, idem, []string{endpoint.Messages}, func(b *batch.Batch) {
 		b.ID = id
 		// Known now; planning sets the same number again.
 		b.RequestCounts.Total = int64(len(requests))
@@ -87,10 +98,22 @@ func (s *Service) CreateMessageBatch(ctx context.Context, p auth.Principal, requ
 	}
 	switch {
 	case errors.Is(err, store.ErrBatchNotFound):
-		return wire.MessageBatch{}, errs.E(errs.Invalid, "idempotency_key_reused", "", "the batch first created with this Idempotency-Key was deleted: send a new key")
+		return wire.MessageBatch{}, errKeyOfDeletedBatch()
 	case err != nil:
 		return wire.MessageBatch{}, err
-	case !strings.HasPrefix(b.ID, batches.MessageBatchPrefix):
+	}
+	return s.repeated(b)
+}
+
+func errKeyOfDeletedBatch() error {
+	return errs.E(errs.Invalid, "idempotency_key_reused", "", "the batch first created with this Idempotency-Key was deleted: send a new key")
+}
+
+// repeated is the message batch b, which a create returned. Keys are
+// scoped to their route, so b is one unless the store holds a key of
+// another kind of batch under this route: refused rather than shown.
+func (s *Service) repeated(b batch.Batch) (wire.MessageBatch, error) {
+	if !strings.HasPrefix(b.ID, batches.MessageBatchPrefix) {
 		return wire.MessageBatch{}, errs.E(errs.Invalid, "idempotency_key_reused", "", "this Idempotency-Key created batch %s, which is not a message batch: send a new key", b.ID)
 	}
 	return s.view(b), nil

@@ -49,6 +49,7 @@ func TestMessageBatchCreateBodies(t *testing.T) {
 		{"malformed", `{"requests":[`, http.StatusBadRequest, "invalid_request_error", "malformed JSON"},
 		{"array", `[]`, http.StatusBadRequest, "invalid_request_error", "JSON object"},
 		{"too deep", `{"requests":[` + strings.Repeat(`[`, maxDepth+1) + strings.Repeat(`]`, maxDepth+1) + `]}`, http.StatusBadRequest, "invalid_request_error", "deeper than"},
+		{"duplicate member", `{"requests":[{"custom_id":"a","params":{"model":"claude","max_tokens":1,"model":"claude-opus"}}]}`, http.StatusBadRequest, "invalid_request_error", `duplicate member name "model"`},
 		{"unknown field", `{"requests":[],"metadata":{}}`, http.StatusBadRequest, "invalid_request_error", "metadata: unknown field"},
 		{"too large", `{"requests":["` + strings.Repeat("x", maxJSON) + `"]}`, http.StatusRequestEntityTooLarge, "request_too_large", "larger than 4 MiB"},
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/ids"
+	"github.com/relaybatch/relay/internal/ijson"
 )
 
 // API holds what the routes need.
@@ -110,6 +111,7 @@ var statusOf = map[errs.Kind]int{
 	errs.Conflict:        http.StatusConflict,
 	errs.TooLarge:        http.StatusRequestEntityTooLarge,
 	errs.RateLimited:     http.StatusTooManyRequests,
+	errs.Unprocessable:   http.StatusUnprocessableEntity,
 }
 
 // openAITypes names the error type of each kind as OpenAI does; Anthropic's
@@ -123,6 +125,7 @@ var openAITypes = map[errs.Kind]string{
 	errs.Conflict:        "invalid_request_error",
 	errs.TooLarge:        "invalid_request_error",
 	errs.RateLimited:     "rate_limit_error",
+	errs.Unprocessable:   "invalid_request_error",
 }
 
 // fail is the one place an error becomes a status and a body. Internal
@@ -221,6 +224,9 @@ func unmarshal(body []byte, v any) error {
 		default:
 			return errs.E(errs.Invalid, errs.CodeInvalidJSON, "", "malformed JSON: %v", err)
 		}
+	}
+	if err := ijson.Check(body); err != nil {
+		return errs.Invalidf("", "%v", err)
 	}
 	return nil
 }

@@ -40,11 +40,17 @@ func (a *API) createBatch(w http.ResponseWriter, r *http.Request, p auth.Princip
 	if err != nil {
 		return err
 	}
-	b, err := a.Batches.Create(r.Context(), p, req, r.Header.Get("Idempotency-Key"))
+	b, err := a.Batches.Create(r.Context(), p, req, idemKey(r, body))
 	if err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, b)
+}
+
+// idemKey is the request's Idempotency-Key, scoped to its method and path
+// and bound to body (the retry route takes none).
+func idemKey(r *http.Request, body []byte) store.IdemKey {
+	return batches.NewIdemKey(r.Method+" "+r.URL.Path, r.Header.Get("Idempotency-Key"), body)
 }
 
 // intParam reads an integer query parameter within [lo, hi].
@@ -127,7 +133,7 @@ func (a *API) deadLetters(w http.ResponseWriter, r *http.Request, p auth.Princip
 }
 
 func (a *API) retryBatch(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	b, err := a.Batches.Retry(r.Context(), p, r.PathValue("id"), r.Header.Get("Idempotency-Key"))
+	b, err := a.Batches.Retry(r.Context(), p, r.PathValue("id"), idemKey(r, nil))
 	if err != nil {
 		return err
 	}

@@ -200,6 +200,27 @@ func TestDecodeDeepJSON(t *testing.T) {
 	}
 }
 
+// A body with a duplicate member name at any depth is a 400 naming it, on
+// every route (they all decode with unmarshal): encoding/json would keep
+// the last member where the router reads the first.
+func TestDecodeDuplicateMembers(t *testing.T) {
+	t.Parallel()
+	for _, body := range []string{
+		`{"endpoint":"/v1/chat/completions","input_file_id":"file-a","input_file_id":"file-b"}`,
+		`{"endpoint":"/v1/chat/completions","requests":[{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","model":"o1-pro"}}]}`,
+		`{"metadata":{"a":"1","\u0061":"2"}}`,
+	} {
+		_, err := decodeCreate([]byte(body))
+		if !errs.Is(err, errs.Invalid) || !strings.Contains(err.Error(), "duplicate member name") {
+			t.Errorf("%s: got %v, want a 400 naming the duplicate", body, err)
+		}
+	}
+	var v completeRequest
+	if err := unmarshal([]byte(`{"part_ids":["part_a"],"part_ids":["part_b"]}`), &v); !errs.Is(err, errs.Invalid) {
+		t.Errorf("complete: got %v, want a 400", err)
+	}
+}
+
 // A multipart filename reaches the files service as sent, so a path in it
 // is refused there rather than silently cut to its base name.
 func TestReadFormKeepsRawFilename(t *testing.T) {

@@ -51,10 +51,10 @@ func (s *Service) inflightLimited() error {
 // checkInflight refuses a create early, before its input is read or
 // stored, when the tenant is at the limit. It takes nothing: the slot is
 // taken when the batch is recorded (createCounted). Templates run nothing
-// of their own and are not counted; a create with an Idempotency-Key goes
-// on to createCounted, which returns the first batch made with it.
-func (s *Service) checkInflight(ctx context.Context, tenant string, req CreateRequest, idemKey string) error {
-	if s.MaxInflight <= 0 || req.Schedule != "" || idemKey != "" {
+// of their own and are not counted. A repeated Idempotency-Key got its
+// first batch before this (Repeat); a new one is checked like no key.
+func (s *Service) checkInflight(ctx context.Context, tenant string, req CreateRequest) error {
+	if s.MaxInflight <= 0 || req.Schedule != "" {
 		return nil
 	}
 	n, err := s.Store.Inflight(ctx, tenant)
@@ -72,9 +72,9 @@ func (s *Service) checkInflight(ctx context.Context, tenant string, req CreateRe
 // recorded after all (an error, or an Idempotency-Key that returns the
 // first batch instead) is given back at once. At the limit, a retried
 // create still gets the batch its Idempotency-Key made the first time.
-func (s *Service) createCounted(ctx context.Context, b batch.Batch, idemKey string) (batch.Batch, bool, error) {
+func (s *Service) createCounted(ctx context.Context, b batch.Batch, idem store.IdemKey) (batch.Batch, bool, error) {
 	if s.MaxInflight <= 0 || b.Status == batch.Scheduled {
-		return s.Store.CreateBatch(ctx, b, idemKey)
+		return s.Store.CreateBatch(ctx, b, idem)
 	}
 	err := s.Store.ReserveInflight(ctx, b.Tenant, b.ID, s.MaxInflight, s.now())
 	if errors.Is(err, store.ErrInflightLimit) {
@@ -82,10 +82,10 @@ func (s *Service) createCounted(ctx context.Context, b batch.Batch, idemKey stri
 			err = s.Store.ReserveInflight(ctx, b.Tenant, b.ID, s.MaxInflight, s.now())
 		}
 	}
-	if errors.Is(err, store.ErrInflightLimit) && idemKey != "" {
-		if id, ierr := s.Store.IdempotentBatch(ctx, b.Tenant, idemKey); ierr == nil && id != "" {
-			first, gerr := s.Store.GetBatch(ctx, b.Tenant, id)
-			return first, false, gerr
+	if errors.Is(err, store.ErrInflightLimit) {
+		// A create racing the first one with the same key.
+		if first, ok, rerr := s.Repeat(ctx, b.Tenant, idem); rerr != nil || ok {
+			return first, false, rerr
 		}
 	}
 	if errors.Is(err, store.ErrInflightLimit) {
@@ -94,7 +94,7 @@ func (s *Service) createCounted(ctx context.Context, b batch.Batch, idemKey stri
 	if err != nil {
 		return batch.Batch{}, false, err
 	}
-	saved, created, err := s.Store.CreateBatch(ctx, b, idemKey)
+	saved, created, err := s.Store.CreateBatch(ctx, b, idem)
 	if err != nil || !created || saved.ID != b.ID {
 		if _, rerr := s.Store.ReleaseInflight(ctx, b.Tenant, b.ID); rerr != nil {
 			s.Engine.Log.ErrorContext(ctx, "give back in-flight slot of a batch not recorded", "tenant", b.Tenant, "batch_id", b.ID, "err", rerr)

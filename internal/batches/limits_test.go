@@ -61,11 +61,11 @@ func TestInflightOff(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	off := &Service{}
-	if err := off.checkInflight(ctx, "acme", CreateRequest{}, ""); err != nil {
+	if err := off.checkInflight(ctx, "acme", CreateRequest{}); err != nil {
 		t.Fatalf("limit off: %v", err)
 	}
 	on := &Service{MaxInflight: 1}
-	if err := on.checkInflight(ctx, "acme", CreateRequest{Schedule: "* * * * *"}, ""); err != nil {
+	if err := on.checkInflight(ctx, "acme", CreateRequest{Schedule: "* * * * *"}); err != nil {
 		t.Fatalf("template: %v", err)
 	}
 	// The release side: the limit off, a batch that has not ended, a template.

@@ -264,24 +264,28 @@ func checkInputFile(f files.File, req CreateRequest) error {
 	return nil
 }
 
-// Create validates and records a batch, then asks the dispatcher to plan it.
-func (s *Service) Create(ctx context.Context, p auth.Principal, req CreateRequest, idemKey string) (batch.Batch, error) {
-	return s.CreateShaped(ctx, p, req, idemKey, Endpoints, nil)
+// Create validates and records a batch, then asks the dispatcher to plan
+// it. A repeated idem (NewIdemKey) returns the first batch it made.
+func (s *Service) Create(ctx context.Context, p auth.Principal, req CreateRequest, idem store.IdemKey) (batch.Batch, error) {
+	return s.CreateShaped(ctx, p, req, idem, Endpoints, nil)
 }
 
 // CreateShaped is Create for the batches of another API (internal/anthropic
 // creates Message Batches with it): req.Endpoint must be one of endpoints,
 // and shape, when not nil, edits the batch before it is recorded (its id,
 // its request count).
-func (s *Service) CreateShaped(ctx context.Context, p auth.Principal, req CreateRequest, idemKey string, endpoints []string, shape func(*batch.Batch)) (batch.Batch, error) {
+func (s *Service) CreateShaped(ctx context.Context, p auth.Principal, req CreateRequest, idem store.IdemKey, endpoints []string, shape func(*batch.Batch)) (batch.Batch, error) {
 	window, err := checkCreate(req, endpoints)
 	if err != nil {
 		return batch.Batch{}, err
 	}
+	if first, ok, err := s.Repeat(ctx, p.Tenant, idem); err != nil || ok {
+		return first, err
+	}
 	if req.CompletionWindow == "" {
 		req.CompletionWindow = "24h"
 	}
-	if err := s.checkInflight(ctx, p.Tenant, req, idemKey); err != nil {
+	if err := s.checkInflight(ctx, p.Tenant, req); err != nil {
 		return batch.Batch{}, err
 	}
 	opts, err := checkOptions(req, shape != nil, s.checkWebhookURL, s.Engine.Models)
@@ -333,19 +337,16 @@ func (s *Service) CreateShaped(ctx context.Context, p auth.Principal, req Create
 		shape(&b)
 	}
 	if req.Schedule != "" {
-		return s.createTemplate(ctx, b, spec, idemKey)
+		return s.createTemplate(ctx, b, spec, idem)
 	}
-	return s.record(ctx, b, idemKey)
+	return s.record(ctx, b, idem)
 }
 
 // record stores a new batch and queues its planning.
-func (s *Service) record(ctx context.Context, b batch.Batch, idemKey string) (batch.Batch, error) {
-	if idemKey != "" {
-		idemKey = auth.Hash(idemKey)
-	}
-	saved, created, err := s.createCounted(ctx, b, idemKey)
+func (s *Service) record(ctx context.Context, b batch.Batch, idem store.IdemKey) (batch.Batch, error) {
+	saved, created, err := s.createCounted(ctx, b, idem)
 	if err != nil {
-		return batch.Batch{}, err
+		return batch.Batch{}, keyReused(err)
 	}
 	if created && saved.Status == batch.Validating {
 		if err := s.send(ctx, msg.Message{Type: msg.Plan, Tenant: b.Tenant, Batch: b.ID}); err != nil {
@@ -563,7 +564,10 @@ func (s *Service) DeadLetters(ctx context.Context, tenant, id string, after, lim
 
 // Retry makes a new batch of the rows of a finished batch that ended in
 // its error file: failed, expired, cancelled and dead-lettered rows.
-func (s *Service) Retry(ctx context.Context, p auth.Principal, id string, idemKey string) (batch.Batch, error) {
+func (s *Service) Retry(ctx context.Context, p auth.Principal, id string, idem store.IdemKey) (batch.Batch, error) {
+	if first, ok, err := s.Repeat(ctx, p.Tenant, idem); err != nil || ok {
+		return first, err
+	}
 	b, err := s.Get(ctx, p.Tenant, id)
 	if err != nil {
 		return batch.Batch{}, err
@@ -631,7 +635,7 @@ func (s *Service) Retry(ctx context.Context, p auth.Principal, id string, idemKe
 		InputFileID: f.ID, RetryOf: &b.ID, WebhookURL: b.WebhookURL, FallbackModel: b.FallbackModel,
 		OutputExpiresAfter: full.OutputExpiresAfter,
 	}
-	return s.record(ctx, nb, idemKey)
+	return s.record(ctx, nb, idem)
 }
 
 // Usage returns a tenant's daily usage between two times.

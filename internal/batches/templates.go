@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/ids"
+	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/schedule"
 	"github.com/relaybatch/relay/internal/store"
 )
@@ -38,7 +40,7 @@ import (
 // The record comes first, so a firing always finds its template; when the
 // schedule cannot be created the template is cancelled, so no scheduled
 // template is left without a schedule.
-func (s *Service) createTemplate(ctx context.Context, b batch.Batch, spec schedule.Spec, idemKey string) (batch.Batch, error) {
+func (s *Service) createTemplate(ctx context.Context, b batch.Batch, spec schedule.Spec, idem store.IdemKey) (batch.Batch, error) {
 	if s.Schedules == nil {
 		return batch.Batch{}, errors.New("create template: no schedule manager configured")
 	}
@@ -51,7 +53,7 @@ func (s *Service) createTemplate(ctx context.Context, b batch.Batch, spec schedu
 	if err := s.Files.SetExpiresAt(ctx, b.Tenant, b.InputFileID, nil); err != nil {
 		return batch.Batch{}, fmt.Errorf("create template: keep its input: %w", err)
 	}
-	saved, err := s.record(ctx, b, idemKey)
+	saved, err := s.record(ctx, b, idem)
 	if err != nil {
 		return batch.Batch{}, err
 	}
@@ -74,7 +76,8 @@ func (s *Service) createTemplate(ctx context.Context, b batch.Batch, spec schedu
 // schedule goes first: a template left scheduled after a failed delete can
 // be cancelled again, while a cancelled one whose schedule lived on would
 // keep invoking the scheduler function (which then deletes it, see Fire).
-func (s *Service) cancelTemplate(ctx context.Context, tenant, id string) (batch.Batch, error) {
+// Errors in why are recorded on the template (its errors field).
+func (s *Service) cancelTemplate(ctx context.Context, tenant, id string, why ...jsonl.LineError) (batch.Batch, error) {
 	if s.Schedules != nil {
 		if err := s.Schedules.Delete(ctx, id); err != nil {
 			return batch.Batch{}, fmt.Errorf("cancel template %s: %w", id, err)
@@ -84,6 +87,7 @@ func (s *Service) cancelTemplate(ctx context.Context, tenant, id string) (batch.
 		if b.Status == batch.Cancelled {
 			return errSkip
 		}
+		b.ErrorList = append(b.ErrorList, why...)
 		return b.To(batch.Cancelled, s.now())
 	})
 	if errors.Is(err, errSkip) {
@@ -130,7 +134,9 @@ func (s *Service) Fire(ctx context.Context, input json.RawMessage) error {
 // A firing delivered twice records one run: the run is created with an
 // idempotency key made of the template and the scheduled time. A template
 // that is no longer scheduled records nothing, and its schedule, if still
-// there, is deleted.
+// there, is deleted. A template whose key may no longer run it
+// (keyRefusal) records nothing either: it is cancelled with the reason in
+// its errors, and returned.
 func (s *Service) FireTemplate(ctx context.Context, input []byte) (batch.Batch, error) {
 	var in schedule.Input
 	if err := json.Unmarshal(input, &in); err != nil || !ids.Valid("batch_", in.TemplateID) || in.Tenant == "" {
@@ -154,6 +160,14 @@ func (s *Service) FireTemplate(ctx context.Context, input []byte) (batch.Batch, 
 		}
 		return batch.Batch{}, errs.NotFoundf("template %s is not scheduled", in.TemplateID)
 	}
+	k, err := s.Store.KeyByID(ctx, tpl.KeyID)
+	if err != nil && !errors.Is(err, auth.ErrNoKey) {
+		return batch.Batch{}, fmt.Errorf("check the key of template %s: %w", tpl.ID, err)
+	}
+	if why := keyRefusal(tpl, k, err == nil); why != "" {
+		log.WarnContext(ctx, "template stopped: its key may no longer run it", "key_id", tpl.KeyID, "reason", why)
+		return s.cancelTemplate(ctx, tpl.Tenant, tpl.ID, jsonl.LineError{Code: CodeKeyDisabled, Message: why})
+	}
 	now := s.now()
 	window, err := ParseWindow(tpl.CompletionWindow)
 	if err != nil {
@@ -168,7 +182,7 @@ func (s *Service) FireTemplate(ctx context.Context, input []byte) (batch.Batch, 
 	}
 	// The input is not re-validated here: a file deleted since the template
 	// was made fails the run in planning (input_file_missing), visibly.
-	saved, err := s.record(ctx, run, runKey(tpl.ID, at))
+	saved, err := s.record(ctx, run, store.IdemKey{Key: auth.Hash(runKey(tpl.ID, at))})
 	if err != nil {
 		return batch.Batch{}, fmt.Errorf("record run of template %s at %s: %w", tpl.ID, in.ScheduledTime, err)
 	}
@@ -178,9 +192,36 @@ func (s *Service) FireTemplate(ctx context.Context, input []byte) (batch.Batch, 
 	return saved, nil
 }
 
+// CodeKeyDisabled is the error a template records when the key that
+// created it may no longer run it.
+const CodeKeyDisabled = "api_key_disabled"
+
+// keyRefusal says why template tpl may not run with k, the key that
+// created it (found tells whether it still exists), or "" when it may. A
+// template spends as its key would, so it runs only while a request with
+// that key would be let in: the key exists, is not disabled, belongs to the
+// template's tenant and holds the batches scope.
+func keyRefusal(tpl batch.Batch, k auth.Key, found bool) string {
+	stop := func(why string) string {
+		return fmt.Sprintf("the API key %s that created this template %s: the template no longer runs; create it again with an active key", tpl.KeyID, why)
+	}
+	switch {
+	case !found:
+		return stop("no longer exists")
+	case k.Disabled:
+		return stop("is disabled")
+	case k.Tenant != tpl.Tenant:
+		return stop("belongs to another tenant")
+	case !(auth.Principal{Scopes: k.Scopes}).Can(auth.ScopeBatches):
+		return stop("lacks the batches scope")
+	}
+	return ""
+}
+
 // runKey is the idempotency key of a template's run at a scheduled time. It
 // shares the tenant's Idempotency-Key namespace, so it holds a NUL, which
-// no HTTP header value can: a client's key never collides with it.
+// no HTTP header value can, and starts with no route (NewIdemKey): a
+// client's key never collides with it.
 func runKey(templateID string, at time.Time) string {
 	return "template-run\x00" + templateID + "\x00" + at.UTC().Format(time.RFC3339)
 }

@@ -1,9 +1,13 @@
 package batches
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/relaybatch/relay/internal/auth"
+	"github.com/relaybatch/relay/internal/batch"
 )
 
 func TestRunKey(t *testing.T) {
@@ -19,5 +23,35 @@ func TestRunKey(t *testing.T) {
 	// take a run's.
 	if !strings.Contains(runKey("batch_t", at), "\x00") {
 		t.Error("run key could collide with an Idempotency-Key header")
+	}
+}
+
+func TestKeyRefusal(t *testing.T) {
+	t.Parallel()
+	tpl := batch.Batch{ID: "batch_t", Tenant: "acme", KeyID: "0123456789ab"}
+	active := auth.Key{ID: "0123456789ab", Tenant: "acme", Scopes: []string{auth.ScopeBatches}}
+	for _, tt := range []struct {
+		name  string
+		key   func(k *auth.Key)
+		found bool
+		want  string // a word of the reason, "" when the template may run
+	}{
+		{"active", func(*auth.Key) {}, true, ""},
+		{"admin", func(k *auth.Key) { k.Scopes = []string{auth.ScopeAdmin} }, true, ""},
+		{"disabled", func(k *auth.Key) { k.Disabled = true }, true, "is disabled"},
+		{"gone", func(*auth.Key) {}, false, "no longer exists"},
+		{"other tenant", func(k *auth.Key) { k.Tenant = "globex" }, true, "another tenant"},
+		{"files only", func(k *auth.Key) { k.Scopes = []string{auth.ScopeFiles} }, true, "batches scope"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			k := active
+			k.Scopes = slices.Clone(active.Scopes)
+			tt.key(&k)
+			got := keyRefusal(tpl, k, tt.found)
+			if tt.want == "" && got != "" || !strings.Contains(got, tt.want) || tt.want != "" && !strings.Contains(got, tpl.KeyID) {
+				t.Errorf("keyRefusal = %q, want %q naming the key id", got, tt.want)
+			}
+		})
 	}
 }

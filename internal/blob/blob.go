@@ -124,10 +124,13 @@ func (s *Store) List(ctx context.Context, prefix string) ([]string, error) {
 }
 
 // PresignPut returns a URL that uploads exactly one object of the given size
-// with a PUT, valid for ttl.
+// with a PUT, valid for ttl. The PUT is conditional (If-None-Match: *, a
+// signed header the client must send): S3 refuses it once the object
+// exists, so whoever holds the URL cannot replace a file after it was
+// uploaded, validated and planned (SECURITY.md "Presigned URLs").
 func (s *Store) PresignPut(ctx context.Context, key string, size int64, ttl time.Duration) (string, error) {
 	req, err := s.Presign.PresignPutObject(ctx, &s3.PutObjectInput{
-		Bucket: &s.Bucket, Key: &key, ContentLength: aws.Int64(size),
+		Bucket: &s.Bucket, Key: &key, ContentLength: aws.Int64(size), IfNoneMatch: aws.String("*"),
 	}, s3.WithPresignExpires(ttl))
 	if err != nil {
 		return "", fmt.Errorf("presign %s: %w", key, err)

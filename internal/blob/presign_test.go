@@ -15,8 +15,9 @@ import (
 )
 
 // A presigned upload URL is a PUT of exactly one object key, of exactly
-// the announced size, valid for at most 15 minutes: whoever holds it can
-// write that object once, nothing else, and not for long.
+// the announced size, that only creates it, valid for at most 15 minutes:
+// whoever holds it can write that object once, nothing else, and not for
+// long.
 func TestPresignPutIsOneShortLivedObject(t *testing.T) {
 	t.Parallel()
 	c := s3.New(s3.Options{
@@ -47,6 +48,12 @@ func TestPresignPutIsOneShortLivedObject(t *testing.T) {
 		signed := strings.Split(q.Get("X-Amz-SignedHeaders"), ";")
 		if !slices.Contains(signed, "host") || !slices.Contains(signed, "content-length") {
 			t.Errorf("signed headers %v: want host and content-length, so the size cannot change", signed)
+		}
+		// A conditional PUT: S3 refuses it without the header, and refuses
+		// it with the header once the object exists, so the URL cannot
+		// replace the file after it was validated.
+		if !slices.Contains(signed, "if-none-match") {
+			t.Errorf("signed headers %v: want if-none-match, so the URL writes the object once", signed)
 		}
 		if q.Get("X-Amz-Signature") == "" || q.Get("X-Amz-Algorithm") != "AWS4-HMAC-SHA256" {
 			t.Errorf("URL %s is not SigV4-signed", raw)

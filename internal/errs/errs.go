@@ -21,6 +21,7 @@ const (
 	Conflict
 	TooLarge
 	RateLimited
+	Unprocessable // 422: well-formed, but refused (a reused Idempotency-Key)
 )
 
 // Error is a failure the client may see.

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/relaybatch/relay/internal/ijson"
 )
 
 // fuzzOptions has small limits so that fuzzing reaches them.
@@ -135,14 +137,15 @@ func checkJSONLAgainstReference(t *testing.T, data []byte, o Options, res Result
 }
 
 // refCheck is an independent, slow statement of the JSONL rules (all but
-// uniqueness) on top of encoding/json maps, whose keys match exactly and
-// whose last duplicate key wins, as the scanner's.
+// uniqueness) on top of encoding/json maps, whose keys match exactly, as
+// the scanner's; a line with a duplicate member name is invalid JSON
+// (ijson, fuzzed against encoding/json on its own).
 func refCheck(line []byte, o Options) string {
 	if !utf8.Valid(line) {
 		return CodeInvalidUTF8
 	}
 	var m map[string]json.RawMessage
-	if json.Unmarshal(line, &m) != nil || m == nil {
+	if json.Unmarshal(line, &m) != nil || m == nil || ijson.Check(line) != nil {
 		return CodeInvalidJSON
 	}
 	var id string
@@ -229,7 +232,7 @@ func refParse(data []byte) ([]Request, string) {
 		}
 		bad := "line " + strconv.Itoa(i+1)
 		var m map[string]json.RawMessage
-		if !utf8.Valid(l) || json.Unmarshal(l, &m) != nil || m == nil {
+		if !utf8.Valid(l) || json.Unmarshal(l, &m) != nil || m == nil || ijson.Check(l) != nil {
 			return nil, bad
 		}
 		var r Request

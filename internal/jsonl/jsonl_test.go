@@ -128,7 +128,10 @@ func TestScanJSONLRules(t *testing.T) {
 		{"unknown model", obj(`"custom_id":"b"`, post, chat, `"body":{"model":"gpt-9"}`), CodeModelNotFound, "body.model", `"gpt-9" is not a configured model`},
 		{"model in other case", obj(`"custom_id":"b"`, post, chat, `"body":{"Model":"gpt-4o"}`), CodeMissingModel, "body.model", "missing"},
 		{"stream", obj(`"custom_id":"b"`, post, chat, `"body":{"model":"gpt-4o","stream":true}`), CodeStreamUnsupported, "body.stream", "stream"},
-		{"last duplicate key wins", obj(`"custom_id":"b"`, post, chat, `"body":{"model":"gpt-4o","model":"gpt-9"}`), CodeModelNotFound, "body.model", "gpt-9"},
+		{"duplicate model", obj(`"custom_id":"b"`, post, chat, `"body":{"model":"gpt-4o","model":"gpt-4o-mini"}`), CodeInvalidJSON, "", `duplicate member name "model"`},
+		{"duplicate model, escaped", obj(`"custom_id":"b"`, post, chat, `"body":{"model":"gpt-4o","\u006dodel":"o1"}`), CodeInvalidJSON, "", `duplicate member name "model"`},
+		{"duplicate body", obj(`"custom_id":"b"`, post, chat, chatBody, `"body":{"model":"o1"}`), CodeInvalidJSON, "", `duplicate member name "body"`},
+		{"duplicate member deep in the body", obj(`"custom_id":"b"`, post, chat, `"body":{"model":"gpt-4o","messages":[{"role":"user","role":"system"}]}`), CodeInvalidJSON, "", `duplicate member name "role"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/relaybatch/relay/internal/ijson"
 )
 
 // A row is checked by walking the members of its JSON object rather than
@@ -12,8 +14,10 @@ import (
 // each key and value starts and ends takes no allocation, where the standard
 // decoder would copy every member it keeps. Keys match exactly (encoding/json
 // matches them case-insensitively; OpenAI does not) and the last of
-// duplicate keys wins (as with encoding/json). Scan and ParseRequests share
-// this code, so the executor reads a row exactly as it was validated.
+// duplicate keys would win (as with encoding/json), but a row with a
+// duplicate member name at any depth is refused (ijson.Check): an upstream
+// could read another member than the one validated. Scan and ParseRequests
+// share this code, so the executor reads a row exactly as it was validated.
 
 // rawRequest holds the raw JSON values of a request's members; nil is absent.
 type rawRequest struct {
@@ -25,6 +29,9 @@ func splitRequest(b []byte) (rawRequest, error) {
 	var r rawRequest
 	if !json.Valid(b) {
 		return r, syntaxError(b)
+	}
+	if err := ijson.Check(b); err != nil {
+		return r, err
 	}
 	it, ok := newObjectIter(b)
 	if !ok {

@@ -46,6 +46,7 @@ func TestParseRequestsErrors(t *testing.T) {
 		{"no url", obj(`"custom_id":"x"`, post, chatBody), "url is not a string"},
 		{"string body", obj(`"custom_id":"x"`, post, chat, `"body":"x"`), "body is not an object"},
 		{"invalid UTF-8", "{\"custom_id\":\"\xff\"}", "UTF-8"},
+		{"duplicate model", obj(`"custom_id":"x"`, post, chat, `"body":{"model":"gpt-4o-mini","model":"o1"}`), `duplicate member name "model"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/endpoint"
+	"github.com/relaybatch/relay/internal/ijson"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
@@ -198,6 +199,12 @@ func (c *Client) route(endpoint string, body []byte) (config.Model, Result, bool
 	}
 	if why := gjson.GetBytes(body, "relay."+RefusedKey); why.Type == gjson.String {
 		return fail(CodeInvalidRequest, "%s", why.Str)
+	}
+	// Validation refused such bodies; this keeps one that was never
+	// validated (a replaced input object) from running a model other than
+	// the one routed.
+	if err := ijson.Check(body); err != nil {
+		return fail(CodeInvalidRequest, "the request body has a %v", err)
 	}
 	name := gjson.GetBytes(body, "model")
 	if name.Type != gjson.String || name.Str == "" {

@@ -434,6 +434,14 @@ func TestDo(t *testing.T) {
 			want:     Result{ErrCode: CodeInvalidRequest},
 		},
 		{
+			// Routed on the first model, run upstream on the last: a body
+			// that never went through validation is refused here too.
+			name:     "duplicate model",
+			endpoint: "/v1/chat/completions",
+			body:     `{"model":"chat","messages":[],"model":"slow"}`,
+			want:     Result{ErrCode: CodeInvalidRequest},
+		},
+		{
 			name:     "unsupported endpoint",
 			endpoint: "/v1/images/edits",
 			body:     `{"model":"chat"}`,

@@ -70,38 +70,59 @@ func batchItem(b batch.Batch) (item, error) {
 	return it, nil
 }
 
+// IdemKey is an idempotency key as the store keeps it: Key names it within
+// its tenant (the caller hashes the route and the header into it), and
+// Body is the hash of the request it came with. The zero IdemKey is none.
+type IdemKey struct {
+	Key  string
+	Body string
+}
+
+// Idem is what an idempotency key made: the batch, and the hash of the
+// body of the request that made it.
+type Idem struct {
+	BatchID string `dynamodbav:"batch_id"`
+	Body    string `dynamodbav:"body_sha256"`
+}
+
+// ErrIdemKeyReused is returned when an idempotency key made a batch with
+// another body.
+var ErrIdemKeyReused = errors.New("idempotency key used with another body")
+
 func idemSK(idemKey string) string { return "IDEM#" + idemKey }
 
-// idemItem records that tenant's idempotency key idemKey made batchID; TTL
+// idemItem records that tenant's idempotency key k made batchID; TTL
 // removes it a day after now.
-func idemItem(tenant, idemKey, batchID string, now time.Time) item {
-	idem := key(tenantPK(tenant), idemSK(idemKey))
+func idemItem(tenant string, k IdemKey, batchID string, now time.Time) item {
+	idem := key(tenantPK(tenant), idemSK(k.Key))
 	idem["batch_id"] = &types.AttributeValueMemberS{Value: batchID}
+	idem["body_sha256"] = &types.AttributeValueMemberS{Value: k.Body}
 	idem["ttl"] = &types.AttributeValueMemberN{Value: strconv.FormatInt(now.Add(24*time.Hour).Unix(), 10)}
 	return idem
 }
 
 // CreateBatch writes a new batch. With an idempotency key, the first batch
-// created with it is returned instead of creating another.
-func (s *Store) CreateBatch(ctx context.Context, b batch.Batch, idemKey string) (batch.Batch, bool, error) {
+// created with it is returned instead of creating another, or
+// ErrIdemKeyReused when it was created with another body.
+func (s *Store) CreateBatch(ctx context.Context, b batch.Batch, k IdemKey) (batch.Batch, bool, error) {
 	it, err := batchItem(b)
 	if err != nil {
 		return b, false, err
 	}
 	tx := []types.TransactWriteItem{{Put: &types.Put{TableName: &s.Table, Item: it, ConditionExpression: aws.String("attribute_not_exists(pk)")}}}
-	if idemKey != "" {
-		idem := idemItem(b.Tenant, idemKey, b.ID, time.Now())
+	if k.Key != "" {
+		idem := idemItem(b.Tenant, k, b.ID, time.Now())
 		tx = append(tx, types.TransactWriteItem{Put: &types.Put{TableName: &s.Table, Item: idem, ConditionExpression: aws.String("attribute_not_exists(pk)")}})
 	}
 	_, err = s.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
 	var tc *types.TransactionCanceledException
-	if errors.As(err, &tc) && idemKey != "" {
-		var idem struct {
-			BatchID string `dynamodbav:"batch_id"`
-		}
-		if _, gerr := s.get(ctx, tenantPK(b.Tenant), idemSK(idemKey), &idem); gerr == nil {
-			first, err := s.GetBatch(ctx, b.Tenant, idem.BatchID)
-			return first, false, err
+	if errors.As(err, &tc) && k.Key != "" {
+		if first, gerr := s.IdempotentBatch(ctx, b.Tenant, k.Key); gerr == nil && first.BatchID != "" {
+			if first.Body != k.Body {
+				return batch.Batch{}, false, ErrIdemKeyReused
+			}
+			fb, err := s.GetBatch(ctx, b.Tenant, first.BatchID)
+			return fb, false, err
 		}
 	}
 	if err != nil {

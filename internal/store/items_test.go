@@ -377,10 +377,6 @@ func TestRecordItems(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type idemRecord struct {
-		BatchID string `dynamodbav:"batch_id"`
-	}
-
 	tests := []struct {
 		name   string
 		it     item
@@ -397,7 +393,7 @@ func TestRecordItems(t *testing.T) {
 		{"webhook deliveries", whIt, "B#batch_1", "WEBHOOK", wh},
 		{"tenant", tenantIt, "T#acme", "TENANT", tenantRecord{WebhookSecret: "whsec_x"}},
 		{"in-flight marker", inflightMarkerItem("acme", "batch_1", now), "T#acme", "INFLIGHT#batch_1", InflightMarker{Batch: "batch_1", CreatedAt: now.Unix()}},
-		{"idempotency key", idemItem("acme", "9f86d0", "batch_1", now), "T#acme", "IDEM#9f86d0", idemRecord{BatchID: "batch_1"}},
+		{"idempotency key", idemItem("acme", IdemKey{Key: "9f86d0", Body: "b0d1"}, "batch_1", now), "T#acme", "IDEM#9f86d0", Idem{BatchID: "batch_1", Body: "b0d1"}},
 	}
 	for _, tt := range tests {
 		wantKey(t, tt.name, tt.it, tt.pk, tt.sk)
@@ -410,7 +406,7 @@ func TestRecordItems(t *testing.T) {
 		t.Errorf("file purpose attribute: %s", str(fileIt["purpose"]))
 	}
 	// TTL removes an idempotency record a day after the create.
-	if got := num(idemItem("acme", "h", "batch_1", now)["ttl"]); got != strconv.FormatInt(now.Add(24*time.Hour).Unix(), 10) {
+	if got := num(idemItem("acme", IdemKey{Key: "h"}, "batch_1", now)["ttl"]); got != strconv.FormatInt(now.Add(24*time.Hour).Unix(), 10) {
 		t.Errorf("idempotency ttl: got %s", got)
 	}
 }

@@ -87,16 +87,29 @@ func (s *Store) ListKeys(ctx context.Context) ([]auth.Key, error) {
 	return ks, err
 }
 
+// KeyByID returns the key whose public id is id, auth.ErrNoKey when there
+// is none: templates check the key that created them at every firing.
+func (s *Store) KeyByID(ctx context.Context, id string) (auth.Key, error) {
+	var k auth.Key
+	if id == "" {
+		return k, auth.ErrNoKey
+	}
+	if _, err := s.get(ctx, keysPK, id, &k); err != nil {
+		if errors.Is(err, errMissing) {
+			return k, auth.ErrNoKey
+		}
+		return k, err
+	}
+	return k, nil
+}
+
 // DisableKey implements auth.Store; id is the key id or the key itself.
 func (s *Store) DisableKey(ctx context.Context, id string) error {
 	if len(id) > 12 {
 		id = auth.Hash(id)[:12]
 	}
-	var k auth.Key
-	if _, err := s.get(ctx, keysPK, id, &k); err != nil {
-		if errors.Is(err, errMissing) {
-			return auth.ErrNoKey
-		}
+	k, err := s.KeyByID(ctx, id)
+	if err != nil {
 		return err
 	}
 	k.Disabled = true

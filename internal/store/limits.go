@@ -129,17 +129,15 @@ func (s *Store) ReleaseInflight(ctx context.Context, tenant, batchID string) (bo
 	return true, nil
 }
 
-// IdempotentBatch returns the id of the batch tenant first created with the
-// (hashed) idempotency key, "" when there is none.
-func (s *Store) IdempotentBatch(ctx context.Context, tenant, idemKey string) (string, error) {
-	var idem struct {
-		BatchID string `dynamodbav:"batch_id"`
-	}
+// IdempotentBatch returns what tenant's idempotency key (IdemKey.Key) made,
+// a zero Idem when it made nothing.
+func (s *Store) IdempotentBatch(ctx context.Context, tenant, idemKey string) (Idem, error) {
+	var idem Idem
 	_, err := s.get(ctx, tenantPK(tenant), idemSK(idemKey), &idem)
 	if errors.Is(err, errMissing) {
-		return "", nil
+		return Idem{}, nil
 	}
-	return idem.BatchID, err
+	return idem, err
 }
 
 // InflightMarkers lists the batches holding tenant's in-flight slots.

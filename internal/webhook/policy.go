@@ -92,6 +92,20 @@ var (
 	cgnat     = netip.MustParsePrefix("100.64.0.0/10") // carrier-grade NAT: shared, not the public internet
 	thisNet   = netip.MustParsePrefix("0.0.0.0/8")     // Linux routes 0.x to the host itself
 	broadcast = netip.MustParseAddr("255.255.255.255")
+	// Special-purpose ranges (RFC 6890) that are not the public internet:
+	// IETF protocol assignments (192.0.0.8 and the like are NAT and DNS64
+	// service addresses), benchmarking (lab networks, often inside clouds),
+	// the reserved class E, IPv6 local-use NAT64 (RFC 8215: it reaches
+	// whatever IPv4 the local network maps it to), Teredo (a tunnel to an
+	// IPv4 address the prefix hides) and the deprecated site-local fec0::/10.
+	reserved = []netip.Prefix{
+		netip.MustParsePrefix("192.0.0.0/24"),
+		netip.MustParsePrefix("198.18.0.0/15"),
+		netip.MustParsePrefix("240.0.0.0/4"),
+		netip.MustParsePrefix("64:ff9b:1::/48"),
+		netip.MustParsePrefix("2001::/32"),
+		netip.MustParsePrefix("fec0::/10"),
+	}
 	// IPv6 prefixes that carry an IPv4 address in their low 32 bits and
 	// reach it through a gateway, so 64:ff9b::a00:1 means 10.0.0.1.
 	nat64  = netip.MustParsePrefix("64:ff9b::/96")
@@ -117,12 +131,23 @@ func (p Policy) refuse(ip netip.Addr) string {
 		return "multicast"
 	case cgnat.Contains(ip):
 		return "shared (CGNAT)"
+	case inAny(reserved, ip):
+		return "reserved"
 	case nat64.Contains(ip):
 		return p.refuse(embedded4(ip, 12))
 	case sixTo4.Contains(ip):
 		return p.refuse(embedded4(ip, 2))
 	}
 	return ""
+}
+
+func inAny(ps []netip.Prefix, ip netip.Addr) bool {
+	for _, p := range ps {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 // embedded4 is the IPv4 address at byte offset off of an IPv6 address.

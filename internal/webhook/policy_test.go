@@ -35,6 +35,9 @@ func TestCheckURL(t *testing.T) {
 		{"literal loopback", deployed, "https://127.0.0.1/", "loopback"},
 		{"literal metadata", deployed, "https://169.254.169.254/latest/meta-data/", "link-local"},
 		{"literal mapped private", deployed, "https://[::ffff:10.0.0.1]/", "private"},
+		{"literal benchmarking", deployed, "https://198.18.0.1/", "reserved"},
+		{"literal Teredo", deployed, "https://[2001::c0a8:101]/", "reserved"},
+		{"literal site-local", deployed, "https://[fec0::1]/", "reserved"},
 		{"literal public", deployed, "https://93.184.216.34/", ""},
 		{"literal loopback locally", local, "http://127.0.0.1:8080/", ""},
 	} {
@@ -72,6 +75,12 @@ func TestControl(t *testing.T) {
 		{"tcp4", "172.32.0.1:443", ""},  // just past 172.16/12
 		{"tcp6", "[2606:4700:4700::1111]:443", ""},
 		{"tcp6", "[64:ff9b::5db8:d822]:443", ""}, // NAT64 of a public address
+		{"tcp4", "192.0.1.1:443", ""},            // just past 192.0.0.0/24
+		{"tcp4", "198.20.0.1:443", ""},           // just past 198.18/15
+		{"tcp4", "239.255.255.255:443", "multicast"},
+		{"tcp6", "[2001:4860:4860::8888]:443", ""}, // 2001:4860::, not Teredo
+		{"tcp6", "[2001:1::1]:443", ""},            // just past 2001::/32
+		{"tcp6", "[64:ff9b:2::1]:443", ""},         // just past 64:ff9b:1::/48
 		{"tcp4", "127.0.0.1:443", "loopback"},
 		{"tcp4", "127.1.2.3:8080", "loopback"},
 		{"tcp6", "[::1]:443", "loopback"},
@@ -98,6 +107,20 @@ func TestControl(t *testing.T) {
 		{"tcp6", "[64:ff9b::a00:1]:443", "private"},       // NAT64 of 10.0.0.1
 		{"tcp6", "[64:ff9b::a9fe:a9fe]:80", "link-local"}, // NAT64 of the metadata service
 		{"tcp6", "[2002:7f00:1::1]:443", "loopback"},      // 6to4 of 127.0.0.1
+		{"tcp4", "192.0.0.8:443", "reserved"},             // IETF protocol assignments
+		{"tcp4", "192.0.0.255:443", "reserved"},
+		{"tcp4", "198.18.0.1:443", "reserved"}, // benchmarking
+		{"tcp4", "198.19.255.254:443", "reserved"},
+		{"tcp4", "240.0.0.1:443", "reserved"}, // class E
+		{"tcp4", "255.255.255.254:443", "reserved"},
+		{"tcp6", "[::ffff:198.18.0.1]:443", "reserved"},
+		{"tcp6", "[64:ff9b::c612:1]:443", "reserved"},  // NAT64 of 198.18.0.1
+		{"tcp6", "[64:ff9b:1::a00:1]:443", "reserved"}, // local-use NAT64
+		{"tcp6", "[64:ff9b:1:ffff::1]:443", "reserved"},
+		{"tcp6", "[2001:0:4136:e378:8000:63bf:3fff:fdd2]:443", "reserved"}, // Teredo
+		{"tcp6", "[2001::1]:443", "reserved"},
+		{"tcp6", "[fec0::1]:443", "reserved"}, // site-local
+		{"tcp6", "[feff::1]:443", "reserved"},
 		{"tcp4", "not-an-address:443", "unparseable"},
 		{"udp4", "93.184.216.34:53", "non-TCP"},
 	} {

@@ -14,6 +14,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/relaybatch/relay/internal/ijson"
 	"github.com/relaybatch/relay/internal/provider"
 )
 
@@ -124,6 +125,9 @@ func ParseAnswer(data []byte) (Answer, error) {
 	}
 	if !gjson.ValidBytes(data) || !gjson.ParseBytes(data).IsObject() {
 		return bad("is not a JSON object: %s", clip(bytes.TrimSpace(data)))
+	}
+	if err := ijson.Check(data); err != nil {
+		return bad("is not I-JSON: %v", err)
 	}
 	var raw struct {
 		State    json.RawMessage `json:"state"`

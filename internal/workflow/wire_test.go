@@ -59,6 +59,12 @@ func TestParseAnswer(t *testing.T) {
 		{"completed without output", `{"state":"completed"}`, "output object"},
 		{"completed with a string", `{"state":"completed","output":"x"}`, "output object"},
 		{"failed with a string error", `{"state":"failed","error":"x"}`, "error object"},
+		// A step's model is checked on the first "model" (gjson), while
+		// upstreams keep the last: the answer is refused whole.
+		{"duplicate model in a request body", `{"state":"continue","requests":[{"body":{"model":"gpt-4o-mini","messages":[],"model":"o1-pro"}}]}`, `duplicate member name "model"`},
+		{"duplicate model, escaped", `{"state":"continue","requests":[{"body":{"model":"m","\u006dodel":"o1-pro"}}]}`, `duplicate member name "model"`},
+		{"duplicate body", `{"state":"continue","requests":[{"body":{"model":"m"},"body":{"model":"o1-pro"}}]}`, `duplicate member name "body"`},
+		{"duplicate state", `{"state":"completed","output":{},"state":"continue","requests":[]}`, `duplicate member name "state"`},
 		{"failed with a long code", `{"state":"failed","error":{"code":"` + strings.Repeat("c", 65) + `"}}`, "longer than"},
 	}
 	for _, tt := range bad {

@@ -85,8 +85,11 @@ export async function uploadFile(file, progress = () => {}) {
   let res;
   try {
     // slice() drops the file's type, so fetch adds no Content-Type: the URL is
-    // presigned and the PUT carries no headers of ours.
-    res = await fetch(f.upload_url, { method: 'PUT', body: file.slice(), credentials: 'omit' });
+    // presigned and the PUT carries only the header it signs, which makes S3
+    // create the object once and never replace it.
+    res = await fetch(f.upload_url, {
+      method: 'PUT', body: file.slice(), credentials: 'omit', headers: { 'If-None-Match': '*' },
+    });
   } catch (e) {
     throw new APIError(`Upload to storage failed (network or CORS): ${e.message}`);
   }
