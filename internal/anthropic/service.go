@@ -157,7 +157,7 @@ func (s *Service) messageRows(requests []json.RawMessage) ([]byte, error) {
 			return nil, invalid(".params.model", "a model name is required")
 		}
 		if _, ok := s.Batches.Engine.Models.Lookup(model); !ok {
-			return nil, invalid(".params.model", "%q is not a configured model", model)
+			return nil, invalid(".params.model", "%q is not a configured model (configured: %s)", model, strings.Join(s.Batches.Engine.Models.Names(), ", "))
 		}
 		if v, ok := params["stream"]; ok && string(bytes.TrimSpace(v)) == "true" {
 			return nil, invalid(".params.stream", "streaming is not supported in a message batch")

@@ -53,7 +53,7 @@ func TestMessageRows(t *testing.T) {
 		{"params null", []string{req("a", `null`)}, "requests.0.params: an object"},
 		{"no model", []string{req("a", `{"max_tokens":1}`)}, "requests.0.params.model: a model name is required"},
 		{"model not a string", []string{req("a", `{"model":5}`)}, "requests.0.params.model: a model name is required"},
-		{"unknown model", []string{req("a", `{"model":"claude-9"}`)}, `requests.0.params.model: "claude-9" is not a configured model`},
+		{"unknown model", []string{req("a", `{"model":"claude-9"}`)}, `requests.0.params.model: "claude-9" is not a configured model (configured: claude-haiku-4-5, gpt-4o-mini)`},
 		{"stream", []string{req("a", `{"model":"claude-haiku-4-5","stream":true}`)}, "requests.0.params.stream"},
 		{"stream false", []string{req("a", `{"model":"claude-haiku-4-5","stream":false}`)}, ""},
 		{"invalid utf-8", []string{"{\"custom_id\":\"a\",\"params\":{\"model\":\"claude-haiku-4-5\",\"x\":\"\xff\"}}"}, "requests.0: not valid UTF-8"},

@@ -214,7 +214,7 @@ func checkOptions(req CreateRequest, shaped bool, checkURL func(string) error, m
 	if req.FallbackModel != "" {
 		m, ok := models.Lookup(req.FallbackModel)
 		if !ok {
-			return o, errs.Invalidf("fallback_model", "fallback_model %q is not a configured model", req.FallbackModel)
+			return o, errs.Invalidf("fallback_model", "fallback_model %q is not a configured model (configured: %s)", req.FallbackModel, strings.Join(models.Names(), ", "))
 		}
 		if shape, _ := provider.ShapeOf(req.Endpoint); shape != m.Provider {
 			return o, errs.Invalidf("fallback_model", "fallback_model %q takes %s requests, not %s", req.FallbackModel, m.Provider, req.Endpoint)
@@ -317,7 +317,7 @@ func (s *Service) CreateShaped(ctx context.Context, p auth.Principal, req Create
 	}
 	if req.Model != "" {
 		if _, ok := s.Engine.Models.Lookup(req.Model); !ok {
-			return batch.Batch{}, errs.Invalidf("model", "model %q is not a configured model", req.Model)
+			return batch.Batch{}, errs.Invalidf("model", "model %q is not a configured model (configured: %s)", req.Model, strings.Join(s.Engine.Models.Names(), ", "))
 		}
 		b.CSVModel = req.Model
 	}

@@ -142,7 +142,7 @@ func TestCreateValidation(t *testing.T) {
 
 		// fallback_model
 		{name: "fallback of the same shape", body: base + `,"fallback_model":"gpt-4o-mini"`},
-		{name: "fallback not configured", body: base + `,"fallback_model":"gpt-5"`, param: "fallback_model", msg: "not a configured model"},
+		{name: "fallback not configured", body: base + `,"fallback_model":"gpt-5"`, param: "fallback_model", msg: "not a configured model (configured: gpt-4o, gpt-4o-mini, claude)"},
 		{name: "fallback of another shape", body: base + `,"fallback_model":"claude"`, param: "fallback_model", msg: "takes anthropic requests"},
 		{name: "Message Batch fallback", body: `"endpoint":"/v1/messages","input_file_id":"f","fallback_model":"claude"`, eps: []string{"/v1/messages"}, shaped: true},
 		{name: "Message Batch fallback of OpenAI shape", body: `"endpoint":"/v1/messages","input_file_id":"f","fallback_model":"gpt-4o"`, eps: []string{"/v1/messages"}, shaped: true, param: "fallback_model"},
