@@ -545,6 +545,9 @@ func testBrowserUploadTwoFiles(t *testing.T, browserCtx context.Context) {
 
 	p := openPanel(t, browserCtx, rt, key, 1280, 800, false)
 	p.waitVisible("the key form", "#key")
+	if help := eval[string](p, `document.querySelector('#key-help').textContent`); !strings.Contains(help, "make dev") || !strings.Contains(help, "relay keys create") {
+		t.Errorf("the sign-in help says %q: want where a key comes from (make dev, relay keys create)", help)
+	}
 	p.screenshot("key-entry", false)
 	p.signIn()
 	p.watchStatuses()

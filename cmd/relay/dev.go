@@ -59,7 +59,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil || tick <= 0 {
 		return fmt.Errorf("RELAY_TICK: %q is not a positive duration (like 1m or 5s)", os.Getenv("RELAY_TICK"))
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log := slog.New(noMetrics{slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo})})
 	wire := func(a *app.App) {
 		if ownEmulator {
 			a.UnknownKeyHint = "a key from an earlier run of the local service (make dev) went with that run, as all its data did: use the key this run printed at start-up"
@@ -91,6 +91,26 @@ Ctrl-C stops it.
 	fmt.Fprintln(stderr, "stopping")
 	return nil
 }
+
+// noMetrics leaves out the lines that only carry a CloudWatch embedded
+// metric (an "_aws" attribute: the tick's age of the oldest batch, every
+// minute), which mean nothing on a console.
+type noMetrics struct{ slog.Handler }
+
+func (h noMetrics) Handle(ctx context.Context, r slog.Record) error {
+	metric := false
+	r.Attrs(func(a slog.Attr) bool {
+		metric = a.Key == "_aws"
+		return !metric
+	})
+	if metric {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h noMetrics) WithAttrs(as []slog.Attr) slog.Handler { return noMetrics{h.Handler.WithAttrs(as)} }
+func (h noMetrics) WithGroup(name string) slog.Handler    { return noMetrics{h.Handler.WithGroup(name)} }
 
 func envOr(k, def string) string {
 	if v := os.Getenv(k); v != "" {
