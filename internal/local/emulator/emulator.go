@@ -68,8 +68,8 @@ func StartOn(ctx context.Context, port int) (endpoint string, stop func(), err e
 			return "", nil, fmt.Errorf("emulator: find a free port: %w", err)
 		}
 	} else if ep := "http://127.0.0.1:" + strconv.Itoa(port); Answers(ep) {
-		return "", nil, fmt.Errorf("emulator: something already answers on %s (an emulator left running?): "+
-			"stop it, or use it as it is with export AWS_ENDPOINT_URL=%s", ep, ep)
+		return "", nil, fmt.Errorf("emulator: something already answers on %s (an emulator left running? one that make dev "+
+			"started runs relay-moto-….py): stop it, or use it as it is with export AWS_ENDPOINT_URL=%s", ep, ep)
 	}
 	script, err := motoScript()
 	if err != nil {
