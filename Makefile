@@ -21,9 +21,10 @@ build/%/bootstrap: $(shell find functions internal -path internal/local -prune -
 build/relay: $(shell find cmd internal -name '*.go' -not -name '*_test.go') go.mod go.sum
 	go build -o $@ ./cmd/relay
 
-## dev: the whole service on the emulator, with the mock provider
-dev:
-	go run ./cmd/relay dev
+## dev: the whole service on the emulator, with the mock provider. The
+## built binary rather than go run, which exits 1 after a Ctrl-C.
+dev: build/relay
+	@exec build/relay dev
 
 vet:
 	go vet $(GO_PACKAGES)

@@ -120,6 +120,10 @@ func NewAPI(scope constructs.Construct, props RelayProps, storage *Storage, pipe
 		Description: jsii.String("OpenAI base_url (the Anthropic SDK takes it without /v1)"),
 		Value:       jsii.String(*rest.Url() + "v1"),
 	})
+	awscdk.NewCfnOutput(scope, jsii.String("PanelUrl"), &awscdk.CfnOutputProps{
+		Description: jsii.String("the web panel: sign in with a key from relay keys create"),
+		Value:       rest.Url(),
+	})
 	return &API{Scope: c, RestAPI: rest, Function: fn}
 }
 

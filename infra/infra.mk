@@ -4,6 +4,7 @@
 #
 #   make synth                  cdk.out/ offline: no network, no AWS account
 #   make deploy                 cdk deploy to the AWS account of your credentials
+#   make destroy                cdk destroy of that stack
 #   make deploy-local           cdklocal deploy to a running LocalStack
 #   make infra-test             assertions tests + cfn-lint on cdk.out
 #
@@ -21,10 +22,10 @@ LOCAL_GOARCH ?= $(shell go env GOHOSTARCH)
 LOCAL_BUILD = build/local-$(LOCAL_GOARCH)
 INFRA_FUNCTIONS := $(notdir $(patsubst %/,%,$(dir $(wildcard functions/*/main.go))))
 
-.PHONY: synth deploy deploy-local infra-test cfn-lint build-local
+.PHONY: synth deploy destroy deploy-local infra-test cfn-lint build-local
 
-synth deploy deploy-local infra-test cfn-lint: export CDK_DISABLE_VERSION_CHECK := 1
-synth deploy deploy-local infra-test cfn-lint: export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+synth deploy destroy deploy-local infra-test cfn-lint: export CDK_DISABLE_VERSION_CHECK := 1
+synth deploy destroy deploy-local infra-test cfn-lint: export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
 # npm ci only when the lock file changes.
 node_modules/.installed: package.json package-lock.json
@@ -35,9 +36,15 @@ node_modules/.installed: package.json package-lock.json
 synth: build node_modules/.installed
 	$(CDK) synth --no-notices -q $(CDK_ARGS)
 
-## deploy: the stack to AWS (needs credentials and `cdk bootstrap` once per account and region)
+## deploy: the stack to AWS (needs credentials and `cdk bootstrap` once per account and region);
+## a models file with a model on this machine (the default relay.yaml) is refused
 deploy: build node_modules/.installed
-	$(CDK) deploy --no-notices $(CDK_ARGS)
+	$(CDK) deploy --no-notices -c requireRemoteModels=true $(CDK_ARGS)
+
+## destroy: delete the stack deploy made (the same CDK_ARGS); with deletion
+## protection (the default) the table, bucket, schedule group and log groups stay
+destroy: build node_modules/.installed
+	$(CDK) destroy --no-notices $(CDK_ARGS)
 
 ## deploy-local: the stack to LocalStack (needs Docker and LOCALSTACK_AUTH_TOKEN to run LocalStack)
 deploy-local: build-local node_modules/.installed

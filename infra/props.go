@@ -62,6 +62,10 @@ type RelayProps struct {
 	// Gateway writes logs with, which access logs need; turn it off in an
 	// account that already has one.
 	APIGatewayAccountRole bool
+	// RequireRemoteModels refuses a models file with a model on this
+	// machine (the default file's mock): make deploy sets it, make synth
+	// and deploy-local do not.
+	RequireRemoteModels bool
 }
 
 // Set is the deployment's resource definitions.
@@ -98,8 +102,8 @@ func defaultProps() RelayProps {
 
 // propsFromContext reads `-c key=value` context: prefix, config, build,
 // arch, deletionProtection, corsOrigins (comma-separated), alarmEmail, stage,
-// throttleRate, throttleBurst, apiGatewayAccountRole. It loads and
-// validates the models file, so a bad one fails the synth.
+// throttleRate, throttleBurst, apiGatewayAccountRole, requireRemoteModels.
+// It loads and validates the models file, so a bad one fails the synth.
 func propsFromContext(node constructs.Node) (RelayProps, error) {
 	p := defaultProps()
 	str := func(key string, dst *string) {
@@ -153,6 +157,7 @@ func propsFromContext(node constructs.Node) (RelayProps, error) {
 	}
 	boolean("deletionProtection", &p.DeletionProtection)
 	boolean("apiGatewayAccountRole", &p.APIGatewayAccountRole)
+	boolean("requireRemoteModels", &p.RequireRemoteModels)
 	number("throttleRate", &p.ThrottleRate)
 	number("throttleBurst", &p.ThrottleBurst)
 	if len(errs) > 0 {
@@ -164,6 +169,10 @@ func propsFromContext(node constructs.Node) (RelayProps, error) {
 	ms, err := config.LoadModels(p.ModelsPath)
 	if err != nil {
 		return p, fmt.Errorf("context config: %w", err)
+	}
+	if local := ms.OnThisMachine(); p.RequireRemoteModels && len(local) > 0 {
+		return p, fmt.Errorf("context config: %s: the base_url of %s is this machine, which deployed functions cannot reach: "+
+			"deploy with a models file of your providers (-c config=…; README \"Deploy to AWS\", relay.aws.example.yaml)", p.ModelsPath, strings.Join(local, ", "))
 	}
 	p.Models = ms
 	return p, nil

@@ -623,8 +623,10 @@ func TestRestAPI(t *testing.T) {
 			t.Errorf("%s body = %v, want OpenAI's error shape", typ, gr.Properties["ResponseTemplates"])
 		}
 	}
-	if _, ok := template.Outputs["BaseUrl"]; !ok {
-		t.Error("no BaseUrl output")
+	for _, out := range []string{"BaseUrl", "PanelUrl"} {
+		if _, ok := template.Outputs[out]; !ok {
+			t.Errorf("no %s output", out)
+		}
 	}
 }
 
@@ -715,6 +717,11 @@ func TestPropsFromContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := propsFromContext(awscdk.NewApp(&awscdk.AppProps{Context: &map[string]any{
+		"config": filepath.Join("..", "relay.aws.example.yaml"), "requireRemoteModels": "true",
+	}}).Node()); err != nil {
+		t.Errorf("the example models file for AWS: %v", err)
+	}
 	if p.DeletionProtection || *p.Arch.Name() != "x86_64" || p.ThrottleRate != 5 || p.Prefix != "relay-dev" ||
 		!slices.Equal(p.CORSOrigins, []string{"https://a.example", "https://b.example"}) {
 		t.Errorf("from context: %+v", p)
@@ -722,6 +729,7 @@ func TestPropsFromContext(t *testing.T) {
 	for _, bad := range []map[string]any{
 		{"arch": "mips"}, {"deletionProtection": "maybe"}, {"throttleRate": "-1"}, {"prefix": "Relay"},
 		{"config": "no-such-file.yaml"},
+		{"requireRemoteModels": "true"}, // relay.yaml points at the mock on 127.0.0.1
 	} {
 		c := ctx(map[string]any{})
 		for k, v := range bad {

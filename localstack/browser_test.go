@@ -58,6 +58,7 @@ func TestBrowser(t *testing.T) {
 		{"BadFilesShowErrors", testBrowserBadFiles},
 		{"NarrowScreenAndKeyboard", testBrowserNarrowAndKeyboard},
 		{"LateAnswerDoesNotRewindStatus", testBrowserLateAnswer},
+		{"ModelPickerOffersConfiguredModels", testBrowserModelPicker},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -355,6 +356,8 @@ func (p *tab) signIn() {
 	p.waitVisible("the key form", "#key")
 	p.do("enter the key", chromedp.SendKeys(chromedp.ID("key"), p.key), chromedp.Click(chromedp.ID("key-save")))
 	p.waitVisible("the batches list after sign-in", "#list-view")
+	// The model field is filled from GET /v1/models: a CSV needs it.
+	p.wait("the configured models", 20*time.Second, `document.querySelector('#models option') && document.querySelector('#model').value !== ''`)
 	if v := eval[string](p, `document.querySelector('#key').value`); v != "" {
 		p.t.Errorf("the key input still holds %q after sign-in", v)
 	}
@@ -542,6 +545,9 @@ func testBrowserUploadTwoFiles(t *testing.T, browserCtx context.Context) {
 
 	p := openPanel(t, browserCtx, rt, key, 1280, 800, false)
 	p.waitVisible("the key form", "#key")
+	if help := eval[string](p, `document.querySelector('#key-help').textContent`); !strings.Contains(help, "make dev") || !strings.Contains(help, "relay keys create") {
+		t.Errorf("the sign-in help says %q: want where a key comes from (make dev, relay keys create)", help)
+	}
 	p.screenshot("key-entry", false)
 	p.signIn()
 	p.watchStatuses()
@@ -784,7 +790,7 @@ func testBrowserBadFiles(t *testing.T, browserCtx context.Context) {
 	// A CSV with a model that is not configured: the API refuses the batch.
 	p.do("choose a model", chromedp.SetValue(chromedp.ID("model"), "no-such-model"))
 	got = failedUpload(writeFile(t, dir, "prompts.csv", []byte("prompt\nhello\n")))
-	if !strings.Contains(got, `model "no-such-model" is not a configured model`) || !strings.HasPrefix(got, "prompts.csv: ") {
+	if !strings.Contains(got, `model "no-such-model" is not a configured model (configured: gpt-4o-mini, `) || !strings.HasPrefix(got, "prompts.csv: ") {
 		t.Errorf("CSV with an unknown model: #error says %q, want the API's message", got)
 	}
 
@@ -968,4 +974,21 @@ func (p *tab) holdNextAnswer(pattern string, d time.Duration) <-chan struct{} {
 		}
 	}()
 	return released
+}
+
+// testBrowserModelPicker: the model field offers exactly the configured
+// models (GET /v1/models), the first one chosen.
+func testBrowserModelPicker(t *testing.T, browserCtx context.Context) {
+	rt := runtime(t)
+	_, key := client(t, rt, "acme")
+	p := openPanel(t, browserCtx, rt, key, 1280, 800, false)
+	p.signIn()
+	want := rt.App.Models.Names()
+	got := eval[[]string](p, `[...document.querySelectorAll('#models option')].map((o) => o.value)`)
+	if !slices.Equal(got, want) {
+		t.Errorf("model suggestions %q, want the configured models %q", got, want)
+	}
+	if v := eval[string](p, `document.querySelector('#model').value`); v != want[0] {
+		t.Errorf("model field %q, want the first configured model %q", v, want[0])
+	}
 }

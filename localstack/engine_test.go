@@ -98,10 +98,11 @@ func TestBatchCSVAndInlineRows(t *testing.T) {
 		t.Fatalf("csv row 2: got %s", out["row-2"].Response.Body)
 	}
 
-	// Inline rows; custom_id defaults to request-<index>.
+	// Inline rows; custom_id defaults to request-<index>, method and url to
+	// POST and the batch's endpoint.
 	reqs := []map[string]any{
 		{"method": "POST", "url": "/v1/chat/completions", "body": map[string]any{"model": "gpt-4o-mini", "messages": []any{map[string]any{"role": "user", "content": "a"}}}},
-		{"custom_id": "named", "method": "POST", "url": "/v1/chat/completions", "body": map[string]any{"model": "gpt-4o-mini", "messages": []any{map[string]any{"role": "user", "content": "b"}}}},
+		{"custom_id": "named", "body": map[string]any{"model": "gpt-4o-mini", "messages": []any{map[string]any{"role": "user", "content": "b"}}}},
 	}
 	body, _ := json.Marshal(map[string]any{"endpoint": "/v1/chat/completions", "completion_window": "24h", "requests": reqs})
 	status, resp := rawDo(t, rt, key, "POST", "/v1/batches", bytes.NewReader(body))

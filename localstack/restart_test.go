@@ -26,10 +26,11 @@ type relayDev struct {
 	url, key string
 }
 
-// startRelayDev runs bin as `relay dev` with env and waits for its banner.
-func startRelayDev(t *testing.T, bin string, env []string) *relayDev {
+// startRelayDev runs bin as `relay dev` with env (and more flags) and
+// waits for its banner.
+func startRelayDev(t *testing.T, bin string, env []string, flags ...string) *relayDev {
 	t.Helper()
-	cmd := exec.Command(bin, "dev", "--tenant", "acme")
+	cmd := exec.Command(bin, append([]string{"dev", "--tenant", "acme"}, flags...)...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = nil
 	out, err := cmd.StdoutPipe()

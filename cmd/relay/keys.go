@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/local/emulator"
 	"github.com/relaybatch/relay/internal/store"
 )
 
@@ -26,12 +28,24 @@ func keyStore(ctx context.Context) (*store.Store, error) {
 	}
 	var opts []func(*awsconfig.LoadOptions) error
 	if endpointSet() {
+		if err := emulator.CheckEndpoint(os.Getenv("AWS_ENDPOINT_URL")); err != nil {
+			return nil, err
+		}
 		// An emulator takes any credentials; spare the user from exporting them.
 		opts = append(opts, awsconfig.WithCredentialsProvider(credentials.NewStaticCredentialsProvider("test", "test", "")))
 	}
 	cfg, err := awsconfig.LoadDefaultConfig(ctx, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("load AWS config: %w", err)
+	}
+	if !endpointSet() {
+		// Without credentials the SDK's last resort is EC2's instance
+		// metadata, whose error says nothing of what to set.
+		if _, err := cfg.Credentials.Retrieve(ctx); err != nil {
+			return nil, fmt.Errorf("no AWS credentials found: for the local service, set AWS_ENDPOINT_URL to the emulator make dev printed "+
+				"(export AWS_ENDPOINT_URL=http://127.0.0.1:%d); for a deployed stack, configure AWS credentials "+
+				"(aws configure, AWS_PROFILE or AWS_ACCESS_KEY_ID) [%w]", emulator.DefaultPort, err)
+		}
 	}
 	if cfg.Region == "" {
 		cfg.Region = "us-east-1"

@@ -186,7 +186,7 @@ func (s *Service) messageRows(requests []json.RawMessage) ([]byte, error) {
 		}
 		body := r["params"]
 		if _, ok := s.Batches.Engine.Models.Lookup(model); !ok {
-			body = refusedRow(lastModel, fmt.Sprintf("params.model: %q is not a configured model", model))
+			body = refusedRow(lastModel, fmt.Sprintf("params.model: %q is not a configured model (configured: %s)", model, strings.Join(s.Batches.Engine.Models.Names(), ", ")))
 		} else if v, ok := params["stream"]; ok && string(bytes.TrimSpace(v)) == "true" {
 			body = refusedRow(lastModel, "params.stream: streaming is not supported in a message batch")
 		} else {

@@ -58,6 +58,9 @@ type App struct {
 	Batches   *batches.Service  // the batches of the API and cron templates, on Engine
 	Webhooks  *delivery.Service // completion webhooks: the engine's OnTerminal, the webhook function
 	Log       *slog.Logger
+	// UnknownKeyHint ends the API's message for an unknown key
+	// (auth.Authenticator).
+	UnknownKeyHint string
 }
 
 // Load reads the environment and the models file and builds the app with
@@ -133,7 +136,7 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 
 // API is the HTTP handler of the api function.
 func (a *App) API() http.Handler {
-	return (&api.API{Auth: auth.Authenticator{Store: a.Store}, Files: a.Files, Batches: a.Batches, Log: a.Log,
+	return (&api.API{Auth: auth.Authenticator{Store: a.Store, UnknownKeyHint: a.UnknownKeyHint}, Files: a.Files, Batches: a.Batches, Log: a.Log,
 		Limiter: api.NewRateLimiter(a.Store, a.Env.RateLimit, a.Log),
 		// A local emulator's presigned upload URLs are on its own origin.
 		Panel: panel.Handler(aws.ToString(a.AWS.BaseEndpoint))}).Handler()

@@ -126,7 +126,12 @@ func FromRequest(r *http.Request) string {
 }
 
 // Authenticator checks keys against a Store.
-type Authenticator struct{ Store Store }
+type Authenticator struct {
+	Store Store
+	// UnknownKeyHint, if set, ends the message for a key the store does not
+	// hold (the local runtime says its keys do not survive a restart).
+	UnknownKeyHint string
+}
 
 // Authenticate resolves a raw key to a principal holding scope.
 func (a Authenticator) Authenticate(ctx context.Context, raw, scope string) (Principal, error) {
@@ -136,7 +141,11 @@ func (a Authenticator) Authenticate(ctx context.Context, raw, scope string) (Pri
 	h := Hash(raw)
 	k, err := a.Store.GetKey(ctx, h)
 	if errors.Is(err, ErrNoKey) || (err == nil && subtle.ConstantTimeCompare([]byte(k.Hash), []byte(h)) != 1) {
-		return Principal{}, errs.E(errs.Unauthenticated, "invalid_api_key", "", "incorrect API key provided")
+		msg := "incorrect API key provided"
+		if a.UnknownKeyHint != "" {
+			msg += ": " + a.UnknownKeyHint
+		}
+		return Principal{}, errs.E(errs.Unauthenticated, "invalid_api_key", "", "%s", msg)
 	}
 	if err != nil {
 		return Principal{}, fmt.Errorf("look up key: %w", err)

@@ -9,6 +9,7 @@ package batches
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -222,7 +223,7 @@ func checkOptions(req CreateRequest, shaped bool, checkURL func(string) error, m
 	if req.FallbackModel != "" {
 		m, ok := models.Lookup(req.FallbackModel)
 		if !ok {
-			return o, errs.Invalidf("fallback_model", "fallback_model %q is not a configured model", req.FallbackModel)
+			return o, errs.Invalidf("fallback_model", "fallback_model %q is not a configured model (configured: %s)", req.FallbackModel, strings.Join(models.Names(), ", "))
 		}
 		if shape, _ := provider.ShapeOf(req.Endpoint); shape != m.Provider {
 			return o, errs.Invalidf("fallback_model", "fallback_model %q takes %s requests, not %s", req.FallbackModel, m.Provider, req.Endpoint)
@@ -232,7 +233,10 @@ func checkOptions(req CreateRequest, shaped bool, checkURL func(string) error, m
 	case req.InputFileID != "" && len(req.Requests) > 0:
 		return o, errs.Invalidf("requests", "send input_file_id or requests, not both")
 	case len(req.Requests) > 0:
-		if o.inline, err = inlineJSONL(req.Requests); err != nil {
+		if o.inline, err = inlineJSONL(req.Requests, req.Endpoint); err != nil {
+			return o, err
+		}
+		if err := checkInline(o.inline, req.Endpoint, models); err != nil {
 			return o, err
 		}
 	case req.InputFileID != "":
@@ -329,7 +333,7 @@ func (s *Service) CreateShaped(ctx context.Context, p auth.Principal, req Create
 	}
 	if req.Model != "" {
 		if _, ok := s.Engine.Models.Lookup(req.Model); !ok {
-			return batch.Batch{}, errs.Invalidf("model", "model %q is not a configured model", req.Model)
+			return batch.Batch{}, errs.Invalidf("model", "model %q is not a configured model (configured: %s)", req.Model, strings.Join(s.Engine.Models.Names(), ", "))
 		}
 		b.CSVModel = req.Model
 	}
@@ -362,23 +366,49 @@ func (s *Service) inlineFile(ctx context.Context, tenant string, data []byte) (f
 }
 
 // inlineJSONL writes inline rows as the lines of a JSONL input file; a row
-// without a custom_id gets request-<index>. A row that is not an object
-// is refused (param requests[<index>]).
-func inlineJSONL(rows []json.RawMessage) ([]byte, error) {
+// without a custom_id gets request-<index>, without a method POST, without
+// a url the batch's endpoint (the only values they may have). A row that
+// is not an object is refused (param requests[<index>]).
+func inlineJSONL(rows []json.RawMessage, endpoint string) ([]byte, error) {
 	var buf bytes.Buffer
 	for i, raw := range rows {
 		var obj map[string]json.RawMessage
 		if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
 			return nil, errs.Invalidf(fmt.Sprintf("requests[%d]", i), "requests[%d] must be an object like a line of a batch input file", i)
 		}
-		if _, ok := obj["custom_id"]; !ok {
-			obj["custom_id"], _ = json.Marshal(fmt.Sprintf("request-%d", i))
+		for k, v := range map[string]string{"custom_id": fmt.Sprintf("request-%d", i), "method": "POST", "url": endpoint} {
+			if _, ok := obj[k]; !ok {
+				obj[k], _ = json.Marshal(v)
+			}
 		}
 		line, _ := json.Marshal(obj)
 		buf.Write(line)
 		buf.WriteByte('\n')
 	}
 	return buf.Bytes(), nil
+}
+
+// checkInline validates inline rows (inlineJSONL's JSONL) as the batch's
+// run would, so a broken row is a 400 of the create naming requests[<index>]
+// rather than a batch that fails with an error about a "line".
+func checkInline(data []byte, endpoint string, models *config.Models) error {
+	known := func(m string) bool { _, ok := models.Lookup(m); return ok }
+	res, err := jsonl.Scan(bytes.NewReader(data), jsonl.Options{Format: jsonl.JSONL, Endpoint: endpoint, KnownModel: known}, nil)
+	if err != nil {
+		return fmt.Errorf("check inline requests: %w", err)
+	}
+	if len(res.Errors) == 0 {
+		return nil
+	}
+	e := res.Errors[0]
+	if e.Line == 0 {
+		return errs.Invalidf(cmp.Or(e.Param, "requests"), "requests: %s", e.Message)
+	}
+	param := fmt.Sprintf("requests[%d]", e.Line-1)
+	if e.Param != "" {
+		param += "." + e.Param
+	}
+	return errs.Invalidf(param, "%s: %s", param, strings.TrimPrefix(e.Message, fmt.Sprintf("line %d: ", e.Line)))
 }
 
 // WriteInputFile stores data as a processed batch input file of tenant.

@@ -148,7 +148,7 @@ func TestCreateValidation(t *testing.T) {
 
 		// fallback_model
 		{name: "fallback of the same shape", body: base + `,"fallback_model":"gpt-4o-mini"`},
-		{name: "fallback not configured", body: base + `,"fallback_model":"gpt-5"`, param: "fallback_model", msg: "not a configured model"},
+		{name: "fallback not configured", body: base + `,"fallback_model":"gpt-5"`, param: "fallback_model", msg: "not a configured model (configured: gpt-4o, gpt-4o-mini, claude)"},
 		{name: "fallback of another shape", body: base + `,"fallback_model":"claude"`, param: "fallback_model", msg: "takes anthropic requests"},
 		{name: "Message Batch fallback", body: `"endpoint":"/v1/messages","input_file_id":"f","fallback_model":"claude"`, eps: []string{"/v1/messages"}, shaped: true},
 		{name: "Message Batch fallback of OpenAI shape", body: `"endpoint":"/v1/messages","input_file_id":"f","fallback_model":"gpt-4o"`, eps: []string{"/v1/messages"}, shaped: true, param: "fallback_model"},
@@ -158,6 +158,13 @@ func TestCreateValidation(t *testing.T) {
 		{name: "input file and inline requests", body: base + `,"requests":[{}]`, param: "requests", msg: "not both"},
 		{name: "no input", body: `"endpoint":"/v1/chat/completions"`, param: "input_file_id", msg: "is required"},
 		{name: "empty requests", body: `"endpoint":"/v1/chat/completions","requests":[]`, param: "input_file_id"},
+		{name: "inline requests without method and url", body: `"endpoint":"/v1/embeddings","requests":[{"body":{"model":"gpt-4o","input":"x"}}]`},
+		{name: "an inline request of another method", body: `"endpoint":"/v1/chat/completions","requests":[{"body":{"model":"gpt-4o"}},{"method":"GET","body":{"model":"gpt-4o"}}]`,
+			param: "requests[1].method", msg: `requests[1].method: method must be "POST", not "GET"`},
+		{name: "an inline request of an unknown model", body: `"endpoint":"/v1/chat/completions","requests":[{"body":{"model":"gpt-5"}}]`,
+			param: "requests[0].body.model", msg: "not a configured model"},
+		{name: "an inline request without a body", body: `"endpoint":"/v1/chat/completions","requests":[{"custom_id":"a"}]`, param: "requests[0].body"},
+		{name: "inline requests with one custom_id twice", body: `"endpoint":"/v1/chat/completions","requests":[{"custom_id":"a","body":{"model":"gpt-4o"}},{"custom_id":"a","body":{"model":"gpt-4o"}}]`, param: "requests[1].custom_id"},
 		{name: "an inline request not an object", body: `"endpoint":"/v1/chat/completions","requests":[{},"x"]`, param: "requests[1]"},
 		{name: "a null inline request", body: `"endpoint":"/v1/chat/completions","requests":[null]`, param: "requests[0]"},
 		{name: "an inline array", body: `"endpoint":"/v1/chat/completions","requests":[[1]]`, param: "requests[0]"},
@@ -248,14 +255,14 @@ func TestInlineJSONL(t *testing.T) {
 		json.RawMessage(` { "custom_id" : null } `),
 		json.RawMessage(`{}`),
 	}
-	got, err := inlineJSONL(rows)
+	got, err := inlineJSONL(rows, "/v1/embeddings")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := `{"body":{"model":"gpt-4o"},"custom_id":"request-0","method":"POST","url":"/v1/chat/completions"}` + "\n" +
-		`{"body":{},"custom_id":"mine"}` + "\n" +
-		`{"custom_id":null}` + "\n" +
-		`{"custom_id":"request-3"}` + "\n"
+		`{"body":{},"custom_id":"mine","method":"POST","url":"/v1/embeddings"}` + "\n" +
+		`{"custom_id":null,"method":"POST","url":"/v1/embeddings"}` + "\n" +
+		`{"custom_id":"request-3","method":"POST","url":"/v1/embeddings"}` + "\n"
 	if string(got) != want {
 		t.Fatalf("got\n%s\nwant\n%s", got, want)
 	}
@@ -264,10 +271,10 @@ func TestInlineJSONL(t *testing.T) {
 		t.Fatalf("first row read back: %+v, %v", reqs, err)
 	}
 	for _, bad := range []string{`"x"`, `1`, `null`, `[]`, `{`, ``} {
-		_, err := inlineJSONL([]json.RawMessage{json.RawMessage(`{}`), json.RawMessage(bad)})
+		_, err := inlineJSONL([]json.RawMessage{json.RawMessage(`{}`), json.RawMessage(bad)}, "/v1/chat/completions")
 		wantInvalid(t, err, "requests[1]", "must be an object")
 	}
-	if got, err := inlineJSONL(nil); err != nil || len(got) != 0 {
+	if got, err := inlineJSONL(nil, "/v1/chat/completions"); err != nil || len(got) != 0 {
 		t.Fatalf("no rows: %q, %v", got, err)
 	}
 }

@@ -7,6 +7,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"strconv"
@@ -159,6 +160,24 @@ func checkBaseURL(p Provider, raw string) error {
 		}
 	}
 	return nil
+}
+
+// OnThisMachine names the models whose base_url is this machine
+// (localhost or a loopback address), like the default file's mock
+// provider: a deployed function cannot reach them.
+func (ms *Models) OnThisMachine() []string {
+	var out []string
+	for _, m := range ms.Models {
+		u, err := url.Parse(m.BaseURL)
+		if err != nil {
+			continue
+		}
+		host := u.Hostname()
+		if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() {
+			out = append(out, m.Name)
+		}
+	}
+	return out
 }
 
 // LoadModels reads the models file at path.

@@ -60,3 +60,37 @@ func TestRepoModelsFile(t *testing.T) {
 		t.Fatalf("gpt-4o-mini: got %+v", m)
 	}
 }
+
+// The default models file is all on this machine (the mock provider); the
+// example for AWS is not, and parses.
+func TestModelsOnThisMachine(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		file string
+		want int // models on this machine; -1: all of them
+	}{{"../../relay.yaml", -1}, {"../../relay.aws.example.yaml", 0}} {
+		ms, err := LoadModels(tt.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := tt.want
+		if want < 0 {
+			want = len(ms.Models)
+		}
+		if got := ms.OnThisMachine(); len(got) != want {
+			t.Errorf("%s: on this machine %q, want %d of %d models", tt.file, got, want, len(ms.Models))
+		}
+	}
+	ms, err := ParseModels([]byte("models:\n" +
+		"- {name: a, provider: openai, base_url: http://localhost:8090/v1}\n" +
+		"- {name: b, provider: openai, base_url: 'http://[::1]/v1'}\n" +
+		"- {name: c, provider: openai, base_url: http://127.1.2.3/v1}\n" +
+		"- {name: d, provider: openai, base_url: https://api.openai.com/v1}\n" +
+		"- {name: e, provider: openai, base_url: http://10.0.0.5/v1}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ms.OnThisMachine(); strings.Join(got, ",") != "a,b,c" {
+		t.Errorf("on this machine: %q, want a, b and c", got)
+	}
+}

@@ -267,7 +267,7 @@ func (s *scanner) checkOptions() bool {
 	case o.Model == "":
 		s.fail(0, CodeMissingModel, "model", "a CSV file needs the batch's model")
 	case !o.KnownModel(o.Model):
-		s.fail(0, CodeModelNotFound, "model", "model %q is not a configured model", o.Model)
+		s.fail(0, CodeModelNotFound, "model", "model %q is not a configured model (GET /v1/models lists them)", o.Model)
 	default:
 		return true
 	}
@@ -424,7 +424,7 @@ func (s *scanner) checkLine(l line) (Row, *LineError) {
 	}
 	model, known := s.knownModel(m)
 	if !known {
-		return Row{}, problem(n, CodeModelNotFound, "body.model", "model %s is not a configured model", clip(body.model))
+		return Row{}, problem(n, CodeModelNotFound, "body.model", "model %s is not a configured model (GET /v1/models lists them)", clip(body.model))
 	}
 	if string(body.stream) == "true" {
 		return Row{}, problem(n, CodeStreamUnsupported, "body.stream", "body.stream: true is not supported in a batch")

@@ -51,18 +51,25 @@ func Start(ctx context.Context) (endpoint string, stop func(), err error) {
 // DefaultPort is where `make dev` runs the emulator, as LocalStack does.
 const DefaultPort = 4566
 
-// StartOn is Start on a given port (0: a free one). If something already
-// answers there, such as a moto or LocalStack started by hand, it is used.
+// StartOn is Start on a given port (0: a free one). An emulator is reused
+// only when AWS_ENDPOINT_URL names it: one that already answers on port
+// (left by a run that was killed, or started by hand) is an error, not
+// silently reused with whatever state it holds; so is an AWS_ENDPOINT_URL
+// where nothing answers (left set from an earlier run).
 func StartOn(ctx context.Context, port int) (endpoint string, stop func(), err error) {
 	if ep := os.Getenv("AWS_ENDPOINT_URL"); ep != "" {
+		if err := CheckEndpoint(ep); err != nil {
+			return "", nil, fmt.Errorf("%w; or unset AWS_ENDPOINT_URL to have an emulator started here", err)
+		}
 		return ep, func() {}, nil
 	}
 	if port == 0 {
 		if port, err = freePort(); err != nil {
 			return "", nil, fmt.Errorf("emulator: find a free port: %w", err)
 		}
-	} else if ep := "http://127.0.0.1:" + strconv.Itoa(port); answers(ep) {
-		return ep, func() {}, nil
+	} else if ep := "http://127.0.0.1:" + strconv.Itoa(port); Answers(ep) {
+		return "", nil, fmt.Errorf("emulator: something already answers on %s (an emulator left running? one that make dev "+
+			"started runs relay-moto-….py): stop it, or use it as it is with export AWS_ENDPOINT_URL=%s", ep, ep)
 	}
 	script, err := motoScript()
 	if err != nil {
@@ -84,13 +91,10 @@ func StartOn(ctx context.Context, port int) (endpoint string, stop func(), err e
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-			select {
-			case <-exited:
-			case <-time.After(5 * time.Second):
-				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-				<-exited
-			}
+			// SIGKILL: after a SIGTERM moto spends minutes at full CPU
+			// freeing its in-memory state, which nobody keeps.
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-exited
 			os.Remove(script)
 		})
 	}
@@ -177,7 +181,17 @@ func (t *tail) String() string {
 	return string(t.buf)
 }
 
-func answers(endpoint string) bool {
+// CheckEndpoint says, naming AWS_ENDPOINT_URL, when nothing answers at
+// endpoint.
+func CheckEndpoint(endpoint string) error {
+	if Answers(endpoint) {
+		return nil
+	}
+	return fmt.Errorf("nothing answers at AWS_ENDPOINT_URL=%s: start the emulator it names (make dev prints the URL of the one it runs)", endpoint)
+}
+
+// Answers says whether an HTTP server answers at endpoint.
+func Answers(endpoint string) bool {
 	resp, err := (&http.Client{Timeout: time.Second}).Get(endpoint + "/moto-api/")
 	if err != nil {
 		return false

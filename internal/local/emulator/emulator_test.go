@@ -1,6 +1,10 @@
 package emulator_test
 
 import (
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -26,7 +30,9 @@ func TestStartServesSQS(t *testing.T) {
 }
 
 func TestStartUsesAWSEndpointURL(t *testing.T) {
-	const want = "http://127.0.0.1:1"
+	srv := httptest.NewServer(http.NotFoundHandler())
+	defer srv.Close()
+	want := srv.URL
 	t.Setenv("AWS_ENDPOINT_URL", want)
 	got, stop, err := emulator.Start(t.Context())
 	if err != nil {
@@ -35,5 +41,35 @@ func TestStartUsesAWSEndpointURL(t *testing.T) {
 	stop()
 	if got != want {
 		t.Errorf("endpoint = %q, want %q", got, want)
+	}
+}
+
+// A stale AWS_ENDPOINT_URL (the emulator it named is gone) is an error
+// that names the variable, not a connection refused later on.
+func TestStartOnStaleAWSEndpointURL(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	stale := srv.URL
+	srv.Close()
+	t.Setenv("AWS_ENDPOINT_URL", stale)
+	_, _, err := emulator.StartOn(t.Context(), emulator.DefaultPort)
+	if err == nil || !strings.Contains(err.Error(), "AWS_ENDPOINT_URL="+stale) || !strings.Contains(err.Error(), "unset AWS_ENDPOINT_URL") {
+		t.Fatalf("err = %v, want one naming AWS_ENDPOINT_URL=%s and saying to unset it", err, stale)
+	}
+}
+
+// Something answering on the port make dev would start its emulator on
+// (a killed run's emulator) is not silently reused.
+func TestStartOnPortTaken(t *testing.T) {
+	t.Setenv("AWS_ENDPOINT_URL", "")
+	srv := httptest.NewServer(http.NotFoundHandler())
+	defer srv.Close()
+	port, _ := strconv.Atoi(srv.URL[strings.LastIndex(srv.URL, ":")+1:])
+	_, stop, err := emulator.StartOn(t.Context(), port)
+	if err == nil {
+		stop()
+		t.Fatalf("StartOn reused what answers on %s", srv.URL)
+	}
+	if !strings.Contains(err.Error(), "already answers on "+srv.URL) {
+		t.Fatalf("err = %v, want it to say something answers on %s", err, srv.URL)
 	}
 }

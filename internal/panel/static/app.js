@@ -159,8 +159,22 @@ const rows = new Map(); // batch id → {tr, batch, json}
 let after = ''; // the last listed id, for "load more"
 let listPoll = null;
 
+// loadModels offers the configured models for CSV files, the first one
+// preselected; without them the field stays free text.
+async function loadModels() {
+  try {
+    const { data } = await request('v1/models');
+    const ids = data.map((m) => m.id);
+    $('#models').replaceChildren(...ids.map((id) => h('option', { value: id })));
+    if (!ids.includes($('#model').value)) $('#model').value = ids[0] || '';
+  } catch {
+    // Not worth an error: the model can still be typed.
+  }
+}
+
 function listView() {
   $('#list-view').hidden = false;
+  loadModels();
   rows.clear();
   $('#batches tbody').replaceChildren();
   after = '';
