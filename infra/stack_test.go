@@ -518,9 +518,13 @@ func resolveArn(t *testing.T, s string) string {
 	t.Helper()
 	var v any
 	if err := json.Unmarshal([]byte(s), &v); err != nil {
-		return s // a plain string
+		return s
 	}
-	join, ok := v.(map[string]any)["Fn::Join"].([]any)
+	if str, ok := v.(string); ok {
+		return str
+	}
+	obj, _ := v.(map[string]any)
+	join, ok := obj["Fn::Join"].([]any)
 	if !ok {
 		t.Fatalf("resource %s is not a string or Fn::Join", s)
 	}
