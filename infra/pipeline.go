@@ -64,6 +64,8 @@ func NewPipeline(scope constructs.Construct, props RelayProps, storage *Storage,
 	}
 	// The executor reads the provider keys; nothing else does.
 	secrets.GrantRead(p.Function("executor").Role)
+	// It alone calls the models, so it alone may invoke Bedrock's.
+	GrantBedrock(p.Function("executor").Role, props.Models)
 	return p
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -30,7 +31,9 @@ func TestResourceCounts(t *testing.T) {
 	}
 	secrets := map[string]bool{}
 	for _, m := range props.Models.Models {
-		secrets[m.APIKeyEnv] = true
+		if m.APIKeyEnv != "" {
+			secrets[m.APIKeyEnv] = true
+		}
 	}
 	want := map[string]int{
 		"AWS::DynamoDB::Table":            1,
@@ -464,6 +467,86 @@ func TestLeastPrivilege(t *testing.T) {
 	}
 }
 
+// The executor, and no other function, may call exactly the configured
+// Bedrock models: each foundation model in its region, an inference profile
+// and its foundation model in each region it routes to, every region only
+// for a global profile.
+func TestBedrockLeastPrivilege(t *testing.T) {
+	setup(t)
+	var want []string
+	for _, m := range props.Models.Models {
+		want = append(want, m.BedrockARNs("aws", "123456789012")...)
+	}
+	if len(want) < 4 {
+		t.Fatalf("the test stack has %d Bedrock ARNs to grant, want the test's Bedrock models", len(want))
+	}
+	for _, def := range props.Set().Functions {
+		var got []string
+		for a, arns := range grants(t, def.Name) {
+			if !strings.HasPrefix(a, "bedrock:") {
+				continue
+			}
+			if a != "bedrock:InvokeModel" {
+				t.Errorf("%s may %s", def.Name, a)
+			}
+			for _, arn := range arns {
+				got = append(got, resolveArn(t, arn))
+			}
+		}
+		sort.Strings(got)
+		if def.Name != "executor" {
+			if len(got) > 0 {
+				t.Errorf("%s may invoke Bedrock models %q", def.Name, got)
+			}
+			continue
+		}
+		sort.Strings(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("executor may invoke\n  %q\nwant exactly\n  %q", got, want)
+		}
+		for _, arn := range got {
+			if strings.Contains(arn, ":bedrock:*:") && !strings.Contains(arn, "/anthropic.claude-sonnet-4-5-20250929-v1:0") {
+				t.Errorf("%s: a wildcard region for a model no global profile runs", arn)
+			}
+		}
+	}
+}
+
+// resolveArn reads an ARN the template builds with Fn::Join from the
+// partition and account, as in account 123456789012 of partition aws.
+func resolveArn(t *testing.T, s string) string {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		return s
+	}
+	if str, ok := v.(string); ok {
+		return str
+	}
+	obj, _ := v.(map[string]any)
+	join, ok := obj["Fn::Join"].([]any)
+	if !ok {
+		t.Fatalf("resource %s is not a string or Fn::Join", s)
+	}
+	var b strings.Builder
+	for _, part := range join[1].([]any) {
+		switch p := part.(type) {
+		case string:
+			b.WriteString(p)
+		case map[string]any:
+			switch p["Ref"] {
+			case "AWS::Partition":
+				b.WriteString("aws")
+			case "AWS::AccountId":
+				b.WriteString("123456789012")
+			default:
+				t.Fatalf("resource %s refers to %v", s, p)
+			}
+		}
+	}
+	return b.String()
+}
+
 func TestSchedules(t *testing.T) {
 	setup(t)
 	set := props.Set()
@@ -509,6 +592,9 @@ func TestSchedules(t *testing.T) {
 func TestSecrets(t *testing.T) {
 	setup(t)
 	for _, m := range props.Models.Models {
+		if m.APIKeyEnv == "" {
+			continue // a Bedrock model signed with the role's credentials
+		}
 		check(t, func() {
 			tpl.HasResourceProperties(jsii.String("AWS::SecretsManager::Secret"), map[string]any{"Name": props.SecretPrefix() + m.APIKeyEnv})
 		})

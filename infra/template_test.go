@@ -52,7 +52,11 @@ func synthForTest(dir string) (err error) {
 	}()
 	props = defaultProps()
 	props.ModelsPath = filepath.Join("..", "relay.yaml")
-	ms, err := config.LoadModels(props.ModelsPath)
+	data, err := os.ReadFile(props.ModelsPath)
+	if err != nil {
+		return err
+	}
+	ms, err := config.ParseModels(append(data, bedrockModels...))
 	if err != nil {
 		return err
 	}
@@ -91,6 +95,15 @@ func synthForTest(dir string) (err error) {
 	unprotected, err = toTemplate(assertions.Template_FromStack(devStack, nil))
 	return err
 }
+
+// bedrockModels are added to the default models file in the test stack:
+// one of each kind of Bedrock model the grant has to cover.
+const bedrockModels = `
+  - {name: claude-bedrock, provider: bedrock, shape: anthropic, region: us-east-1, upstream_model: "anthropic.claude-haiku-4-5-20251001-v1:0"}
+  - {name: claude-us, provider: bedrock, shape: anthropic, region: us-east-1, upstream_model: "us.anthropic.claude-sonnet-4-5-20250929-v1:0", regions: [us-east-1, us-east-2, us-west-2]}
+  - {name: claude-global, provider: bedrock, shape: anthropic, region: eu-west-1, upstream_model: "global.anthropic.claude-sonnet-4-5-20250929-v1:0"}
+  - {name: gpt-oss-bedrock, provider: bedrock, shape: openai, region: us-west-2, upstream_model: "openai.gpt-oss-120b-1:0", api_key_env: BEDROCK_API_KEY}
+`
 
 func toTemplate(t assertions.Template) (cfnTemplate, error) {
 	var out cfnTemplate

@@ -213,7 +213,7 @@ func refusedRow(model, message string) json.RawMessage {
 func (s *Service) defaultModel() string {
 	ms := s.Batches.Engine.Models
 	for _, name := range ms.Names() {
-		if m, _ := ms.Lookup(name); m.Provider == config.Anthropic {
+		if m, _ := ms.Lookup(name); m.Shape == config.Anthropic {
 			return name
 		}
 	}

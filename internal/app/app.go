@@ -107,6 +107,8 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 			Models: models,
 			// Keys from the environment first (local runs), then Secrets Manager (AWS).
 			Keys: provider.ChainKeys{provider.EnvKeys{}, &provider.SecretsKeys{Client: secretsmanager.NewFromConfig(cfg), Prefix: env.SecretPrefix}},
+			// Bedrock models are signed for with the function's own role.
+			Credentials: cfg.Credentials,
 		},
 	}
 	a.Scheduler = scheduler.NewFromConfig(cfg)

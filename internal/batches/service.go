@@ -225,8 +225,8 @@ func checkOptions(req CreateRequest, shaped bool, checkURL func(string) error, m
 		if !ok {
 			return o, errs.Invalidf("fallback_model", "fallback_model %q is not a configured model (configured: %s)", req.FallbackModel, strings.Join(models.Names(), ", "))
 		}
-		if shape, _ := provider.ShapeOf(req.Endpoint); shape != m.Provider {
-			return o, errs.Invalidf("fallback_model", "fallback_model %q takes %s requests, not %s", req.FallbackModel, m.Provider, req.Endpoint)
+		if shape, _ := provider.ShapeOf(req.Endpoint); shape != m.Shape {
+			return o, errs.Invalidf("fallback_model", "fallback_model %q takes %s requests, not %s", req.FallbackModel, m.Shape, req.Endpoint)
 		}
 	}
 	switch {

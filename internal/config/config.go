@@ -17,18 +17,32 @@ import (
 	"github.com/goccy/go-yaml"
 )
 
-// Provider is the request shape a model takes.
+// Provider is the upstream a model is called at. OpenAI and Anthropic also
+// name the two request shapes (a model's Shape, an endpoint's): the shapes
+// are those providers' APIs, which other upstreams (Bedrock) take too.
 type Provider string
 
 const (
 	OpenAI    Provider = "openai"
 	Anthropic Provider = "anthropic"
+	// Bedrock is Amazon Bedrock's runtime, called with the function's own
+	// AWS credentials (or a Bedrock API key), in either shape.
+	Bedrock Provider = "bedrock"
 )
 
 // Model is one entry of the models file.
 type Model struct {
-	Name           string        `yaml:"name"`
-	Provider       Provider      `yaml:"provider"`
+	Name     string   `yaml:"name"`
+	Provider Provider `yaml:"provider"`
+	// Shape is the request shape the model takes: its provider's own for
+	// openai and anthropic, and anthropic or openai for bedrock.
+	Shape Provider `yaml:"shape"`
+	// Region is the AWS region of a bedrock model's runtime endpoint.
+	Region string `yaml:"region"`
+	// Regions are the regions a cross-region inference profile (an
+	// upstream_model such as us.anthropic.…) routes to: the deployment
+	// grants the foundation model in each of them (infra/bedrock.go).
+	Regions        []string      `yaml:"regions"`
 	BaseURL        string        `yaml:"base_url"`
 	APIKeyEnv      string        `yaml:"api_key_env"`
 	UpstreamModel  string        `yaml:"upstream_model"`
@@ -90,13 +104,8 @@ func ParseModels(data []byte) (*Models, error) {
 		if _, dup := ms.byName[m.Name]; dup {
 			return nil, fmt.Errorf("%s: %q is defined twice", field("name"), m.Name)
 		}
-		switch m.Provider {
-		case OpenAI, Anthropic:
-		default:
-			return nil, fmt.Errorf("%s: %q is not openai or anthropic", field("provider"), m.Provider)
-		}
-		if err := checkBaseURL(m.Provider, m.BaseURL); err != nil {
-			return nil, fmt.Errorf("%s: %w", field("base_url"), err)
+		if err := m.checkUpstream(field); err != nil {
+			return nil, err
 		}
 		if m.MaxConcurrency == 0 {
 			m.MaxConcurrency = defaultConcurrency

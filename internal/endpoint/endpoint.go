@@ -34,7 +34,18 @@ type Endpoint struct {
 	// OpenAIBatch: an OpenAI batch may name it; /v1/messages rows come
 	// from Anthropic message batches (and from input files naming it).
 	OpenAIBatch bool
+	// Upstreams are the providers that serve it (internal/provider has
+	// one adapter each): Bedrock takes chat completions and messages only.
+	Upstreams []config.Provider
 }
+
+// Serves reports whether provider p serves the endpoint.
+func (e Endpoint) Serves(p config.Provider) bool { return slices.Contains(e.Upstreams, p) }
+
+var (
+	openAIOnly  = []config.Provider{config.OpenAI}
+	withBedrock = func(p config.Provider) []config.Provider { return []config.Provider{p, config.Bedrock} }
+)
 
 // Chat is the chat completions endpoint, the one workflow steps call.
 const Chat = "/v1/chat/completions"
@@ -49,13 +60,13 @@ const Messages = "/v1/messages"
 // /v1/images/edits and /v1/videos take multipart forms upstream and are
 // not among them (docs/api.md "Known gaps").
 var All = []Endpoint{
-	{Path: Chat, Shape: config.OpenAI, Usage: PromptCompletion, OpenAIBatch: true},
-	{Path: "/v1/embeddings", Shape: config.OpenAI, Usage: PromptCompletion, OpenAIBatch: true},
-	{Path: "/v1/responses", Shape: config.OpenAI, Usage: InputOutput, OpenAIBatch: true},
-	{Path: "/v1/completions", Shape: config.OpenAI, Usage: PromptCompletion, OpenAIBatch: true},
-	{Path: "/v1/moderations", Shape: config.OpenAI, Usage: NoUsage, OpenAIBatch: true},
-	{Path: "/v1/images/generations", Shape: config.OpenAI, Usage: InputOutput, OpenAIBatch: true},
-	{Path: Messages, Shape: config.Anthropic, Usage: AnthropicUsage},
+	{Path: Chat, Shape: config.OpenAI, Usage: PromptCompletion, OpenAIBatch: true, Upstreams: withBedrock(config.OpenAI)},
+	{Path: "/v1/embeddings", Shape: config.OpenAI, Usage: PromptCompletion, OpenAIBatch: true, Upstreams: openAIOnly},
+	{Path: "/v1/responses", Shape: config.OpenAI, Usage: InputOutput, OpenAIBatch: true, Upstreams: openAIOnly},
+	{Path: "/v1/completions", Shape: config.OpenAI, Usage: PromptCompletion, OpenAIBatch: true, Upstreams: openAIOnly},
+	{Path: "/v1/moderations", Shape: config.OpenAI, Usage: NoUsage, OpenAIBatch: true, Upstreams: openAIOnly},
+	{Path: "/v1/images/generations", Shape: config.OpenAI, Usage: InputOutput, OpenAIBatch: true, Upstreams: openAIOnly},
+	{Path: Messages, Shape: config.Anthropic, Usage: AnthropicUsage, Upstreams: withBedrock(config.Anthropic)},
 }
 
 // Lookup returns the endpoint at path.

@@ -41,6 +41,7 @@ type optionsJSON struct {
 	RateLimitRate float64 `json:"rate_limit_rate"`
 	RetryAfter    string  `json:"retry_after"`
 	Seed          int64   `json:"seed"`
+	Region        string  `json:"region"`
 }
 
 // MarshalJSON writes the wire form described on the package.
@@ -51,6 +52,7 @@ func (o Options) MarshalJSON() ([]byte, error) {
 		RateLimitRate: o.RateLimitRate,
 		RetryAfter:    o.RetryAfter.String(),
 		Seed:          o.Seed,
+		Region:        o.Region,
 	})
 }
 
@@ -64,6 +66,7 @@ func (o *Options) UnmarshalJSON(b []byte) error {
 		RateLimitRate: o.RateLimitRate,
 		RetryAfter:    o.RetryAfter.String(),
 		Seed:          o.Seed,
+		Region:        o.Region,
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -75,7 +78,7 @@ func (o *Options) UnmarshalJSON(b []byte) error {
 	if err := errors.Join(err1, err2, checkRate("error_rate", j.ErrorRate), checkRate("rate_limit_rate", j.RateLimitRate)); err != nil {
 		return err
 	}
-	*o = Options{Latency: latency, ErrorRate: j.ErrorRate, RateLimitRate: j.RateLimitRate, RetryAfter: retryAfter, Seed: j.Seed}
+	*o = Options{Latency: latency, ErrorRate: j.ErrorRate, RateLimitRate: j.RateLimitRate, RetryAfter: retryAfter, Seed: j.Seed, Region: j.Region}
 	return nil
 }
 

@@ -23,6 +23,20 @@
 // per element. An image counts 16 output tokens; moderations carry no
 // usage, as OpenAI's.
 //
+// Amazon Bedrock's runtime has two routes: POST /model/{modelId}/invoke
+// (InvokeModel with Claude's body: anthropic_version bedrock-2023-05-31,
+// no model in the body) answers the Anthropic message, and POST
+// /openai/v1/chat/completions the chat completion. They take a Bedrock API
+// key as a bearer token or a SigV4 signature; the mock cannot know the
+// secret a request was signed with, so it checks the rest (sigv4.go): the
+// AWS4-HMAC-SHA256 scheme, a credential scope of today, Options.Region
+// (default us-east-1) and service bedrock, host, x-amz-date and every
+// x-amz- header signed, a date within 15 minutes, a 64-hex signature. Any
+// other request is refused with 403. Bedrock routes answer errors as AWS
+// does ({"message"} with the exception in x-amzn-ErrorType: 429 is
+// ThrottlingException, without Retry-After), and successes with the
+// x-amzn-bedrock-input/output-token-count headers.
+//
 // Requests are checked the way the real APIs check them, in this order:
 // path (404), method (405), credentials by presence only (401; a
 // non-empty "Authorization: Bearer …" on OpenAI routes, a non-empty

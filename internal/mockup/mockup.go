@@ -18,6 +18,10 @@ type Options struct {
 	RateLimitRate float64       // fraction answered 429 with Retry-After (0..1)
 	RetryAfter    time.Duration // Retry-After on 429s; 0 means 1s
 	Seed          int64         // seeds the RNG behind the two rates
+	// Region is the AWS region the Bedrock routes answer for: a request
+	// signed for another is refused, as Bedrock's endpoint refuses it.
+	// Default us-east-1.
+	Region string
 }
 
 // normalized makes any Options usable: SetOptions has no error to return,
@@ -28,6 +32,9 @@ func (o Options) normalized() Options {
 	o.RateLimitRate = min(max(o.RateLimitRate, 0), 1)
 	if o.RetryAfter <= 0 {
 		o.RetryAfter = time.Second
+	}
+	if o.Region == "" {
+		o.Region = "us-east-1"
 	}
 	return o
 }

@@ -30,21 +30,54 @@ type shape int
 const (
 	shapeOpenAI shape = iota
 	shapeAnthropic
+	// shapeBedrock is Amazon Bedrock's runtime: SigV4 or a bearer API key
+	// (sigv4.go), AWS's error bodies and headers.
+	shapeBedrock
 )
 
 type route struct {
 	shape shape
 	reply func(*request) object
+	check func(*request) string // the route's own reasons for a 400
+}
+
+// bedrockInvoke is InvokeModel, POST /model/{modelId}/invoke, with an
+// Anthropic Messages body as Bedrock takes it.
+var bedrockInvoke = route{shapeBedrock, message, checkInvoke}
+
+// lookupRoute finds the route of path and, for InvokeModel, the model id
+// the path names.
+func lookupRoute(path string) (rt route, model string, ok bool) {
+	if rt, ok := routes[path]; ok {
+		return rt, "", true
+	}
+	id, ok := strings.CutPrefix(path, "/model/")
+	if id, ok = strings.CutSuffix(id, "/invoke"); ok && id != "" && !strings.Contains(id, "/") {
+		return bedrockInvoke, id, true
+	}
+	return route{}, "", false
+}
+
+func checkInvoke(req *request) string {
+	if _, ok := req.body["model"]; ok {
+		return "extraneous key [model] is not permitted: InvokeModel names the model in its path"
+	}
+	if v := req.body["anthropic_version"]; v != "bedrock-2023-05-31" {
+		return fmt.Sprintf("anthropic_version: %v is not bedrock-2023-05-31", v)
+	}
+	return ""
 }
 
 var routes = map[string]route{
-	"/v1/chat/completions":   {shapeOpenAI, chatCompletion},
-	"/v1/embeddings":         {shapeOpenAI, embeddings},
-	"/v1/responses":          {shapeOpenAI, response},
-	"/v1/completions":        {shapeOpenAI, completion},
-	"/v1/moderations":        {shapeOpenAI, moderation},
-	"/v1/images/generations": {shapeOpenAI, imageGeneration},
-	"/v1/messages":           {shapeAnthropic, message},
+	"/v1/chat/completions":   {shapeOpenAI, chatCompletion, nil},
+	"/v1/embeddings":         {shapeOpenAI, embeddings, nil},
+	"/v1/responses":          {shapeOpenAI, response, nil},
+	"/v1/completions":        {shapeOpenAI, completion, nil},
+	"/v1/moderations":        {shapeOpenAI, moderation, nil},
+	"/v1/images/generations": {shapeOpenAI, imageGeneration, nil},
+	"/v1/messages":           {shapeAnthropic, message, nil},
+	// Bedrock's OpenAI-compatible Chat Completions.
+	"/openai/v1/chat/completions": {shapeBedrock, chatCompletion, nil},
 }
 
 // request is one model request's body, parsed once.
@@ -84,6 +117,7 @@ type outcome struct {
 	body    object
 	message string
 	param   string
+	awsType string // on a Bedrock route: the exception, when not the status's
 }
 
 func failure(status int, message, param string) outcome {
@@ -99,9 +133,12 @@ func forced(status int, why string) outcome {
 var clientGone = outcome{status: statusClientGone}
 
 func (s *Server) serveModel(w http.ResponseWriter, r *http.Request) {
-	rt, known := routes[r.URL.Path]
+	rt, pathModel, known := lookupRoute(r.URL.Path)
 	raw, readErr := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	req := parseRequest(raw)
+	if pathModel != "" {
+		req.model = pathModel
+	}
 	opts := s.arrive(r.URL.Path, req.model)
 	defer s.leave(req.model)
 
@@ -113,10 +150,14 @@ func (s *Server) serveModel(w http.ResponseWriter, r *http.Request) {
 
 	h := w.Header()
 	h.Set("x-request-id", "req_"+req.id())
-	if rt.shape == shapeAnthropic {
+	switch rt.shape {
+	case shapeAnthropic:
 		h.Set("request-id", "req_"+req.id()) // what the Anthropic SDK reads
+	case shapeBedrock:
+		setBedrockHeaders(h, req, out)
 	}
-	if out.status == http.StatusTooManyRequests {
+	// Bedrock sends no Retry-After: clients back off on their own.
+	if out.status == http.StatusTooManyRequests && rt.shape != shapeBedrock {
 		setRetryAfter(h, opts.RetryAfter)
 	}
 	if out.body == nil {
@@ -136,6 +177,10 @@ func (s *Server) answer(r *http.Request, rt route, known bool, req *request, rea
 		return failure(http.StatusNotFound, fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path), "")
 	case r.Method != http.MethodPost:
 		return failure(http.StatusMethodNotAllowed, fmt.Sprintf("Method %s not allowed on %s, use POST", r.Method, r.URL.Path), "")
+	case rt.shape == shapeBedrock:
+		if typ, msg := bedrockAuthProblem(r, opts.Region, time.Now()); typ != "" {
+			return outcome{status: http.StatusForbidden, message: msg, awsType: typ}
+		}
 	case !authorized(r, rt.shape):
 		return failure(http.StatusUnauthorized, missingKeyMessage[rt.shape], "")
 	}
@@ -148,6 +193,11 @@ func (s *Server) answer(r *http.Request, rt route, known bool, req *request, rea
 	}
 	if out, ok := validate(req, readErr); !ok {
 		return out
+	}
+	if rt.check != nil {
+		if msg := rt.check(req); msg != "" {
+			return failure(http.StatusBadRequest, msg, "")
+		}
 	}
 
 	m, err := findMarkers(req.body)

@@ -23,6 +23,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/endpoint"
 	"github.com/relaybatch/relay/internal/ijson"
@@ -129,13 +131,17 @@ type Result struct {
 // OK reports a 2xx answer.
 func (r Result) OK() bool { return r.StatusCode >= 200 && r.StatusCode < 300 }
 
-// Client calls upstreams for rows. Its zero fields take defaults: a shared
-// HTTP client, keys from the environment, the default Policy.
+// Client calls upstreams for rows, each through its provider's adapter
+// (adapter.go). Its zero fields take defaults: a shared HTTP client, keys
+// from the environment, the default Policy; without Credentials, bedrock
+// models can only be called with an API key.
 type Client struct {
 	HTTP   *http.Client
 	Models *config.Models
 	Keys   KeySource
 	Policy Policy
+	// Credentials sign requests to Bedrock: the function's own.
+	Credentials aws.CredentialsProvider
 }
 
 // sharedHTTP is the one client every Client without its own uses, so all
@@ -155,17 +161,6 @@ func NewHTTPClient() *http.Client {
 	t.IdleConnTimeout = 90 * time.Second
 	t.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	return &http.Client{Transport: t}
-}
-
-// upstreamURL is where a row of endpoint goes on model m. Base URLs are written
-// as each provider's SDKs take them (internal/config): OpenAI's includes
-// /v1, Anthropic's does not.
-func upstreamURL(m config.Model, endpoint string) string {
-	base := strings.TrimSuffix(m.BaseURL, "/")
-	if m.Provider == config.Anthropic {
-		return base + endpoint
-	}
-	return base + strings.TrimPrefix(endpoint, "/v1")
 }
 
 // Do runs one row against its model and, when retries there are spent on a
@@ -218,17 +213,18 @@ func (c *Client) route(endpoint string, body []byte) (config.Model, Result, bool
 	if !ok {
 		return fail(CodeModelNotFound, "the model %q does not exist", name.Str)
 	}
-	if m.Provider != shape {
+	var why string
+	switch {
+	case m.Shape != shape:
 		// Translating between shapes would silently change what the
 		// client asked for (docs/api.md "Batches"), so the row fails instead.
-		return config.Model{}, Result{
-			Model:      m.Name,
-			RequestID:  newRequestID(),
-			ErrCode:    CodeCrossShapeDispatch,
-			ErrMessage: fmt.Sprintf("endpoint %s takes %s requests but model %q is an %s model", endpoint, shape, m.Name, m.Provider),
-		}, false
+		why = fmt.Sprintf("endpoint %s takes %s requests but model %q is an %s model", endpoint, shape, m.Name, m.Shape)
+	case !served(m, endpoint):
+		why = fmt.Sprintf("endpoint %s is not served by %s, the provider of model %q", endpoint, m.Provider, m.Name)
+	default:
+		return m, Result{}, true
 	}
-	return m, Result{}, true
+	return config.Model{}, Result{Model: m.Name, RequestID: newRequestID(), ErrCode: CodeCrossShapeDispatch, ErrMessage: why}, false
 }
 
 // fallbackFor picks the first usable fallback: the model's own, then the
@@ -240,7 +236,7 @@ func (c *Client) fallbackFor(m config.Model, batchFallback string) (config.Model
 			continue
 		}
 		fb, ok := c.Models.Lookup(name)
-		if ok && fb.Provider == m.Provider {
+		if ok && fb.Shape == m.Shape {
 			return fb, true
 		}
 	}
@@ -262,6 +258,7 @@ func (c *Client) onModel(ctx context.Context, m config.Model, endpoint string, b
 		res.Model = m.Name
 		return res, false
 	}
+	ad := c.adapterFor(m)
 	p := c.Policy.withDefaults()
 	// answer is the last HTTP answer on this model: when time runs out it
 	// says more than the timeout that cut the last attempt short.
@@ -271,8 +268,13 @@ func (c *Client) onModel(ctx context.Context, m config.Model, endpoint string, b
 			return stopped(answer, m.Name, ctx.Err()), false
 		}
 		*attempts++
-		a := c.send(ctx, m, endpoint, payload, key)
-		last := a.result(m, endpoint)
+		a := c.send(ctx, m, ad, endpoint, payload, key)
+		if a.unauthenticated {
+			res = errResult(CodeAPIKeyUnavailable, fmt.Sprintf("credentials for model %q: %v", m.Name, a.err))
+			res.Model = m.Name
+			return res, false
+		}
+		last := a.result(m)
 		if a.err == nil {
 			answer = &last
 		}
@@ -280,7 +282,7 @@ func (c *Client) onModel(ctx context.Context, m config.Model, endpoint string, b
 			// Whatever this attempt got, no retry may outlive the caller.
 			return stopped(answer, m.Name, ctx.Err()), false
 		}
-		if !Transient(a.status, a.err) {
+		if !a.transient {
 			return last, false
 		}
 		if n >= p.MaxAttempts {
@@ -330,59 +332,56 @@ func (c *Client) http() *http.Client {
 }
 
 // attempt is what one upstream call came back with: an answer (status,
-// header, body) or, when there was none, err.
+// header, the adapter's reading of its body) or, when there was none, err.
 type attempt struct {
-	status   int
-	header   http.Header
-	body     []byte
-	err      error
-	timedOut bool // the per-call timeout, not the caller, ended it
+	status    int
+	header    http.Header
+	body      []byte
+	usage     Usage
+	transient bool // worth another attempt
+	err       error
+	timedOut  bool // the per-call timeout, not the caller, ended it
+	// unauthenticated: the request could not be given its credentials,
+	// which no retry mends.
+	unauthenticated bool
 }
 
-func (c *Client) send(ctx context.Context, m config.Model, endpoint string, payload []byte, key string) attempt {
+func (c *Client) send(ctx context.Context, m config.Model, ad adapter, endpoint string, payload []byte, key string) attempt {
 	timeout := m.Timeout
 	if timeout <= 0 {
 		timeout = defaultTimeout
 	}
 	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	url := upstreamURL(m, endpoint)
-	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, url, bytes.NewReader(payload))
+	req, err := ad.request(callCtx, m, endpoint, payload)
 	if err != nil {
-		return attempt{err: fmt.Errorf("build request to %s: %w", url, err)}
+		return attempt{err: fmt.Errorf("build request for model %q: %w", m.Name, err)}
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
-	switch m.Provider {
-	case config.Anthropic:
-		req.Header.Set("anthropic-version", anthropicVersion)
-		if key != "" {
-			req.Header.Set("x-api-key", key)
-		}
-	default:
-		// A bearer with no token is malformed; an upstream that needs no key
-		// (the local mock) is better served by no header at all.
-		if key != "" {
-			req.Header.Set("Authorization", "Bearer "+key)
-		}
+	if err := ad.authenticate(callCtx, req, m, key); err != nil {
+		return attempt{err: err, unauthenticated: true}
 	}
+	url := req.URL.Redacted()
 	resp, err := c.http().Do(req)
 	if err == nil {
 		var body []byte
 		body, err = io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if err == nil {
-			return attempt{status: resp.StatusCode, header: resp.Header, body: body}
+			a := attempt{status: resp.StatusCode, header: resp.Header}
+			body, a.transient = ad.classify(m, endpoint, resp.StatusCode, resp.Header, body)
+			a.body = jsonBody(resp.StatusCode, body)
+			a.usage = ad.usage(endpoint, resp.Header, a.body)
+			return a
 		}
 		err = fmt.Errorf("read response from %s: %w", url, err)
 	}
 	// Only the call's own deadline makes this a timeout; the caller's
 	// deadline or cancel is reported by the retry loop.
 	timedOut := ctx.Err() == nil && errors.Is(callCtx.Err(), context.DeadlineExceeded)
-	return attempt{err: err, timedOut: timedOut}
+	return attempt{err: err, timedOut: timedOut, transient: Transient(0, err)}
 }
 
-func (a attempt) result(m config.Model, endpoint string) Result {
+func (a attempt) result(m config.Model) Result {
 	if a.err != nil {
 		code := CodeConnectionError
 		msg := fmt.Sprintf("model %q: %v", m.Name, a.err)
@@ -391,12 +390,11 @@ func (a attempt) result(m config.Model, endpoint string) Result {
 		}
 		return Result{Model: m.Name, RequestID: newRequestID(), ErrCode: code, ErrMessage: msg}
 	}
-	body := jsonBody(a.status, a.body)
 	return Result{
 		StatusCode: a.status,
-		Body:       body,
+		Body:       a.body,
 		RequestID:  requestID(a.header),
-		Usage:      UsageOf(endpoint, body),
+		Usage:      a.usage,
 		Model:      m.Name,
 	}
 }
@@ -427,7 +425,7 @@ func jsonBody(status int, b []byte) json.RawMessage {
 }
 
 func requestID(h http.Header) string {
-	for _, k := range []string{"x-request-id", "request-id"} {
+	for _, k := range []string{"x-request-id", "request-id", "x-amzn-requestid"} {
 		if v := h.Get(k); v != "" {
 			return v
 		}
