@@ -39,6 +39,14 @@ type Key struct {
 	Scopes    []string `dynamodbav:"scopes,stringset"`
 	Disabled  bool     `dynamodbav:"disabled"`
 	CreatedAt int64    `dynamodbav:"created_at"`
+	// Models, if any, are the only models the key's batches may name
+	// (docs/api.md "Model allow-lists"); none allows every model.
+	Models []string `dynamodbav:"models,omitempty,stringset"`
+}
+
+// MayUse reports whether the key may use model.
+func (k Key) MayUse(model string) bool {
+	return len(k.Models) == 0 || slices.Contains(k.Models, model)
 }
 
 // Principal is an authenticated caller.
@@ -80,7 +88,7 @@ func ValidTenant(name string) bool {
 }
 
 // Create makes a new key for tenant and returns it with its record.
-func Create(ctx context.Context, s Store, tenant string, scopes []string) (string, Key, error) {
+func Create(ctx context.Context, s Store, tenant string, scopes, models []string) (string, Key, error) {
 	if !ValidTenant(tenant) {
 		return "", Key{}, fmt.Errorf("tenant %q: use 1-64 letters, digits, '-' or '_'", tenant)
 	}
@@ -95,6 +103,9 @@ func Create(ctx context.Context, s Store, tenant string, scopes []string) (strin
 	raw := "rb-" + ids.Secret(32)
 	h := Hash(raw)
 	k := Key{Hash: h, ID: h[:12], Tenant: tenant, Scopes: slices.Compact(slices.Sorted(slices.Values(scopes))), CreatedAt: time.Now().Unix()}
+	if len(models) > 0 {
+		k.Models = slices.Compact(slices.Sorted(slices.Values(models)))
+	}
 	if err := s.PutKey(ctx, k); err != nil {
 		return "", Key{}, fmt.Errorf("store key: %w", err)
 	}
