@@ -14,7 +14,7 @@ import (
 var tenantsCommands = []string{"budget"}
 
 // runTenants sets or shows a tenant's monthly budget (docs/api.md
-// "Budgets"), in the table as the functions read it.
+// "Budgets, revocation and allow-lists"), in the table as the functions read it.
 func runTenants(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return usageErr("tenants: want %s", oneOf(tenantsCommands))

@@ -40,7 +40,7 @@ type Key struct {
 	Disabled  bool     `dynamodbav:"disabled"`
 	CreatedAt int64    `dynamodbav:"created_at"`
 	// Models, if any, are the only models the key's batches may name
-	// (docs/api.md "Model allow-lists"); none allows every model.
+	// (docs/api.md "Budgets, revocation and allow-lists"); none allows every model.
 	Models []string `dynamodbav:"models,omitempty,stringset"`
 }
 
@@ -54,6 +54,12 @@ type Principal struct {
 	Tenant string
 	KeyID  string
 	Scopes []string
+	Models []string // the key's allow-list; none: every model
+}
+
+// MayUse reports whether the principal's key may use model.
+func (p Principal) MayUse(model string) bool {
+	return Key{Models: p.Models}.MayUse(model)
 }
 
 // Can reports whether the principal holds scope (admin holds all).
@@ -164,7 +170,7 @@ func (a Authenticator) Authenticate(ctx context.Context, raw, scope string) (Pri
 	if k.Disabled {
 		return Principal{}, errs.E(errs.Unauthenticated, "invalid_api_key", "", "this API key is disabled")
 	}
-	p := Principal{Tenant: k.Tenant, KeyID: k.ID, Scopes: k.Scopes}
+	p := Principal{Tenant: k.Tenant, KeyID: k.ID, Scopes: k.Scopes, Models: k.Models}
 	if scope != "" && !p.Can(scope) {
 		return Principal{}, errs.E(errs.Forbidden, "insufficient_scope", "", "this API key lacks the %q scope", scope)
 	}

@@ -36,7 +36,7 @@ type Model struct {
 	MaxConcurrency int           `yaml:"max_concurrency"`
 	Timeout        time.Duration `yaml:"timeout"`
 	// Price, if given, is what the model's tokens cost: tenants' budgets
-	// in USD count only priced models (docs/api.md "Budgets").
+	// in USD count only priced models (docs/api.md "Budgets, revocation and allow-lists").
 	Price *Price `yaml:"price"`
 }
 

@@ -68,7 +68,7 @@ func Check(st Status) (code, message string) {
 	return "", ""
 }
 
-// View is a budget as GET /v1/usage shows it (docs/api.md "Budgets"): a
+// View is a budget as GET /v1/usage shows it (docs/api.md "Budgets, revocation and allow-lists"): a
 // limit not set and what is left of it are null.
 type View struct {
 	Month           string   `json:"month"`

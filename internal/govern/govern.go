@@ -17,6 +17,7 @@ import (
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/endpoint"
 	"github.com/relaybatch/relay/internal/plan"
 	"github.com/relaybatch/relay/internal/store"
 )
@@ -76,6 +77,11 @@ func (g *Checker) Start(ctx context.Context, b batch.Batch) (allowed func(string
 	}
 	if code, why := Check(st); code != "" {
 		return nil, plan.Invalid{{Code: code, Message: why}}
+	}
+	if b.Endpoint == endpoint.Messages {
+		// Message batch requests were checked at create: one the key may
+		// not use is already an errored row (internal/anthropic).
+		return nil, nil
 	}
 	k, err := g.key(ctx, b.KeyID)
 	if err != nil || len(k.Models) == 0 {

@@ -86,7 +86,7 @@ type Options struct {
 	// executor could not route.
 	KnownModel func(string) bool
 	// AllowedModel, if set, reports whether the batch's key may use a
-	// configured model (docs/api.md "Model allow-lists"); nil allows all.
+	// configured model (docs/api.md "Budgets, revocation and allow-lists"); nil allows all.
 	AllowedModel func(string) bool
 
 	MaxRows      int   // rows per file

@@ -5,7 +5,7 @@ import (
 	"errors"
 )
 
-// Budget is a tenant's monthly budget (docs/api.md "Budgets"): zero
+// Budget is a tenant's monthly budget (docs/api.md "Budgets, revocation and allow-lists"): zero
 // fields set no limit. It is the item T#<tenant>/BUDGET.
 type Budget struct {
 	MonthlyTokens int64   `json:"monthly_tokens" dynamodbav:"monthly_tokens"`
