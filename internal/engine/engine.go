@@ -69,10 +69,10 @@ type Provider interface {
 	Do(ctx context.Context, endpoint string, body json.RawMessage, fallback string) provider.Result
 }
 
-// Governor is what a tenant's budget and a batch's key allow
-// (internal/govern): Start when a batch is planned (the models its rows may
-// name, nil all; a plan.Invalid error fails it), Admit when a chunk's run
-// starts (a code ends its rows unrun with that error line).
+// Governor is what a tenant's budget and a batch's key allow (docs/design.md
+// "Governance"): Start when a batch is planned (the models its rows may name,
+// nil all; a plan.Invalid error fails it), Admit when a chunk's run starts
+// (a code ends its rows unrun with that error line). internal/govern has it.
 type Governor interface {
 	Start(ctx context.Context, b batch.Batch) (allowed func(model string) bool, err error)
 	Admit(ctx context.Context, b batch.Batch, c batch.Chunk) (code, message string, err error)
