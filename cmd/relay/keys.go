@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -61,7 +62,7 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return usageErr("keys: want %s", oneOf(keysCommands))
 	}
 	synopsis, ok := map[string]string{
-		"create":         "--tenant NAME [--scopes files,batches,admin]",
+		"create":         "--tenant NAME [--scopes files,batches,admin] [--models a,b]",
 		"list":           "[--json]",
 		"disable":        "KEY_ID|KEY",
 		"webhook-secret": "--tenant NAME",
@@ -70,12 +71,13 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return usageErr("keys: unknown command %q: want %s", args[0], oneOf(keysCommands))
 	}
 	fs := newFlagSet("keys "+args[0], synopsis)
-	var tenant, scopes string
+	var tenant, scopes, models string
 	var asJSON bool
 	switch args[0] {
 	case "create":
 		fs.StringVar(&tenant, "tenant", "", "tenant name")
 		fs.StringVar(&scopes, "scopes", "files,batches", "comma-separated scopes: files, batches, admin")
+		fs.StringVar(&models, "models", "", "comma-separated models the key's batches may name (default: all)")
 	case "list":
 		fs.BoolVar(&asJSON, "json", false, "print JSON")
 	case "webhook-secret":
@@ -99,7 +101,7 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	switch args[0] {
 	case "create":
-		raw, _, err := auth.Create(ctx, s, tenant, strings.Split(scopes, ","))
+		raw, _, err := auth.Create(ctx, s, tenant, strings.Split(scopes, ","), splitList(models))
 		if err != nil {
 			return err
 		}
@@ -114,13 +116,13 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return json.NewEncoder(stdout).Encode(ks)
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "KEY ID\tTENANT\tSCOPES\tSTATUS\tCREATED")
+		fmt.Fprintln(tw, "KEY ID\tTENANT\tSCOPES\tMODELS\tSTATUS\tCREATED")
 		for _, k := range ks {
 			status := "active"
 			if k.Disabled {
 				status = "disabled"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Tenant, strings.Join(k.Scopes, ","), status, time.Unix(k.CreatedAt, 0).UTC().Format(time.RFC3339))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Tenant, strings.Join(k.Scopes, ","), cmp.Or(strings.Join(k.Models, ","), "all"), status, time.Unix(k.CreatedAt, 0).UTC().Format(time.RFC3339))
 		}
 		return tw.Flush()
 	case "disable":
@@ -139,4 +141,15 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintln(stdout, sec)
 		return nil
 	}
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }

@@ -22,6 +22,8 @@ Usage:
   relay keys list
   relay keys disable KEY_ID|KEY
   relay keys webhook-secret --tenant NAME
+  relay tenants budget set --tenant NAME --monthly-tokens N [--monthly-usd X]
+  relay tenants budget show --tenant NAME
   relay mock-upstream [--addr 127.0.0.1:8090] [--latency 0] [--error-rate 0] [--rate-limit-rate 0]
   relay batch submit FILE... [--model M] [--endpoint /v1/chat/completions] [--priority N]
         [--webhook-url URL] [--metadata k=v]... [--completion-window 24h] [--wait] [--json]
@@ -105,6 +107,7 @@ type group struct {
 var groups = []group{
 	{"dev", nil, runDev},
 	{"keys", keysCommands, runKeys},
+	{"tenants", tenantsCommands, runTenants},
 	{"mock-upstream", nil, runMock},
 	{"batch", batchCommands, runBatch},
 	{"files", filesCommands, runFiles},

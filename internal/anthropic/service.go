@@ -76,7 +76,7 @@ func (s *Service) CreateMessageBatch(ctx context.Context, p auth.Principal, requ
 	if err != nil {
 		return wire.MessageBatch{}, err
 	}
-	data, err := s.messageRows(requests)
+	data, err := s.messageRows(requests, p.MayUse)
 	if err != nil {
 		return wire.MessageBatch{}, err
 	}
@@ -135,8 +135,9 @@ func (s *Service) unreferenced(ctx context.Context, tenant, id string, b batch.B
 }
 
 // messageRows checks the requests and returns them as JSONL input rows
-// {custom_id, method, url, body: params}.
-func (s *Service) messageRows(requests []json.RawMessage) ([]byte, error) {
+// {custom_id, method, url, body: params}; a request naming a model the
+// key may not use (mayUse) comes back errored, as an unknown model does.
+func (s *Service) messageRows(requests []json.RawMessage, mayUse func(model string) bool) ([]byte, error) {
 	switch {
 	case len(requests) == 0:
 		return nil, errs.Invalidf("requests", "requests: send at least one request")
@@ -187,6 +188,8 @@ func (s *Service) messageRows(requests []json.RawMessage) ([]byte, error) {
 		body := r["params"]
 		if _, ok := s.Batches.Engine.Models.Lookup(model); !ok {
 			body = refusedRow(lastModel, fmt.Sprintf("params.model: %q is not a configured model (configured: %s)", model, strings.Join(s.Batches.Engine.Models.Names(), ", ")))
+		} else if !mayUse(model) {
+			body = refusedRow(lastModel, fmt.Sprintf("params.model: %q is not a model this API key may use (model_not_allowed)", model))
 		} else if v, ok := params["stream"]; ok && string(bytes.TrimSpace(v)) == "true" {
 			body = refusedRow(lastModel, "params.stream: streaming is not supported in a message batch")
 		} else {

@@ -72,7 +72,7 @@ func TestMessageRows(t *testing.T) {
 			for i, r := range tt.reqs {
 				raws[i] = json.RawMessage(r)
 			}
-			data, err := s.messageRows(raws)
+			data, err := s.messageRows(raws, func(string) bool { return true })
 			if tt.wantErr != "" {
 				if !errs.Is(err, errs.Invalid) || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("got %v, want an invalid request error containing %q", err, tt.wantErr)
@@ -133,7 +133,7 @@ func TestMessageRows(t *testing.T) {
 func TestMessageRowsLimit(t *testing.T) {
 	t.Parallel()
 	raws := make([]json.RawMessage, MaxMessageRequests+1)
-	_, err := testService(t).messageRows(raws)
+	_, err := testService(t).messageRows(raws, func(string) bool { return true })
 	if !errs.Is(err, errs.Invalid) || !strings.Contains(err.Error(), "at most 100000 requests") {
 		t.Fatalf("got %v", err)
 	}
@@ -262,5 +262,31 @@ func TestArchivedAt(t *testing.T) {
 	running := batch.Batch{ID: "msgbatch_1", Status: batch.InProgress, RequestCounts: batch.Counts{Total: 1}}
 	if m := messageBatchOf(running, 0, ended.Add(365*24*time.Hour)); m.ArchivedAt != nil {
 		t.Fatalf("a running batch has archived_at %s", *m.ArchivedAt)
+	}
+}
+
+// A request naming a configured model its key may not use comes back as
+// that request's errored result, the others run.
+func TestMessageRowsAllowList(t *testing.T) {
+	t.Parallel()
+	s := testService(t)
+	raws := []json.RawMessage{
+		json.RawMessage(`{"custom_id":"a","params":{"model":"claude-haiku-4-5","max_tokens":1}}`),
+		json.RawMessage(`{"custom_id":"b","params":{"model":"gpt-4o-mini","max_tokens":1}}`),
+	}
+	data, err := s.messageRows(raws, func(m string) bool { return m == "claude-haiku-4-5" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs, err := jsonl.ParseRequests(data)
+	if err != nil || len(reqs) != 2 {
+		t.Fatalf("rows %d, %v", len(reqs), err)
+	}
+	if string(reqs[0].Body) != string(`{"model":"claude-haiku-4-5","max_tokens":1}`) {
+		t.Fatalf("allowed request's body %s", reqs[0].Body)
+	}
+	res := (&provider.Client{Models: s.Batches.Engine.Models}).Do(t.Context(), endpoint.Messages, reqs[1].Body, "")
+	if res.ErrCode != provider.CodeInvalidRequest || !strings.Contains(res.ErrMessage, "model_not_allowed") {
+		t.Fatalf("request b: %s %q, want refused unsent with model_not_allowed", res.ErrCode, res.ErrMessage)
 	}
 }

@@ -5,6 +5,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"github.com/relaybatch/relay/internal/batches"
 	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/files"
+	"github.com/relaybatch/relay/internal/govern"
 	"github.com/relaybatch/relay/internal/ids"
 	"github.com/relaybatch/relay/internal/ijson"
 )
@@ -33,7 +35,12 @@ type API struct {
 	Panel http.Handler
 	// Limiter bounds each key's requests per second (nil: no limit).
 	Limiter *RateLimiter
-	Log     *slog.Logger
+	// Budgets, if set, adds the tenant's budget to GET /v1/usage
+	// (internal/govern).
+	Budgets interface {
+		Report(ctx context.Context, tenant string) (govern.Status, error)
+	}
+	Log *slog.Logger
 }
 
 // maxJSON bounds a JSON request body: inline batch rows may take 4 MiB.

@@ -172,5 +172,13 @@ func (a *API) usage(w http.ResponseWriter, r *http.Request, p auth.Principal) er
 	if rows == nil {
 		rows = []store.UsageRow{}
 	}
-	return writeJSON(w, http.StatusOK, map[string]any{"object": "list", "source": "batch", "data": rows})
+	out := map[string]any{"object": "list", "source": "batch", "data": rows}
+	if a.Budgets != nil {
+		st, err := a.Budgets.Report(r.Context(), p.Tenant)
+		if err != nil {
+			return err
+		}
+		out["budget"] = st.View()
+	}
+	return writeJSON(w, http.StatusOK, out)
 }

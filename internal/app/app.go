@@ -27,6 +27,7 @@ import (
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/files"
+	"github.com/relaybatch/relay/internal/govern"
 	"github.com/relaybatch/relay/internal/panel"
 	"github.com/relaybatch/relay/internal/plan"
 	"github.com/relaybatch/relay/internal/provider"
@@ -55,6 +56,7 @@ type App struct {
 	Queue     *queue.Sender
 	Engine    *engine.Engine // workflow records run on it through internal/wfhost (RunWorkflow)
 	Workflows *wfhost.Runner
+	Govern    *govern.Checker   // budgets, revoked keys and allow-lists: the engine's Governor, GET /v1/usage's budget
 	Batches   *batches.Service  // the batches of the API and cron templates, on Engine
 	Webhooks  *delivery.Service // completion webhooks: the engine's OnTerminal, the webhook function
 	Log       *slog.Logger
@@ -111,6 +113,8 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 			Credentials: cfg.Credentials,
 		},
 	}
+	a.Govern = &govern.Checker{Store: a.Store, Models: models}
+	a.Engine.Govern = a.Govern
 	a.Scheduler = scheduler.NewFromConfig(cfg)
 	// One client, so one policy, for the check at create, workflow
 	// callbacks and every delivery.
@@ -139,7 +143,7 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 // API is the HTTP handler of the api function.
 func (a *App) API() http.Handler {
 	return (&api.API{Auth: auth.Authenticator{Store: a.Store, UnknownKeyHint: a.UnknownKeyHint}, Files: a.Files, Batches: a.Batches, Log: a.Log,
-		Limiter: api.NewRateLimiter(a.Store, a.Env.RateLimit, a.Log),
+		Limiter: api.NewRateLimiter(a.Store, a.Env.RateLimit, a.Log), Budgets: a.Govern,
 		// A local emulator's presigned upload URLs are on its own origin.
 		Panel: panel.Handler(aws.ToString(a.AWS.BaseEndpoint))}).Handler()
 }

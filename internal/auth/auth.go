@@ -39,6 +39,14 @@ type Key struct {
 	Scopes    []string `dynamodbav:"scopes,stringset"`
 	Disabled  bool     `dynamodbav:"disabled"`
 	CreatedAt int64    `dynamodbav:"created_at"`
+	// Models, if any, are the only models the key's batches may name
+	// (docs/api.md "Budgets, revocation and allow-lists"); none allows every model.
+	Models []string `dynamodbav:"models,omitempty,stringset"`
+}
+
+// MayUse reports whether the key may use model.
+func (k Key) MayUse(model string) bool {
+	return len(k.Models) == 0 || slices.Contains(k.Models, model)
 }
 
 // Principal is an authenticated caller.
@@ -46,6 +54,12 @@ type Principal struct {
 	Tenant string
 	KeyID  string
 	Scopes []string
+	Models []string // the key's allow-list; none: every model
+}
+
+// MayUse reports whether the principal's key may use model.
+func (p Principal) MayUse(model string) bool {
+	return Key{Models: p.Models}.MayUse(model)
 }
 
 // Can reports whether the principal holds scope (admin holds all).
@@ -80,7 +94,7 @@ func ValidTenant(name string) bool {
 }
 
 // Create makes a new key for tenant and returns it with its record.
-func Create(ctx context.Context, s Store, tenant string, scopes []string) (string, Key, error) {
+func Create(ctx context.Context, s Store, tenant string, scopes, models []string) (string, Key, error) {
 	if !ValidTenant(tenant) {
 		return "", Key{}, fmt.Errorf("tenant %q: use 1-64 letters, digits, '-' or '_'", tenant)
 	}
@@ -95,6 +109,9 @@ func Create(ctx context.Context, s Store, tenant string, scopes []string) (strin
 	raw := "rb-" + ids.Secret(32)
 	h := Hash(raw)
 	k := Key{Hash: h, ID: h[:12], Tenant: tenant, Scopes: slices.Compact(slices.Sorted(slices.Values(scopes))), CreatedAt: time.Now().Unix()}
+	if len(models) > 0 {
+		k.Models = slices.Compact(slices.Sorted(slices.Values(models)))
+	}
 	if err := s.PutKey(ctx, k); err != nil {
 		return "", Key{}, fmt.Errorf("store key: %w", err)
 	}
@@ -153,7 +170,7 @@ func (a Authenticator) Authenticate(ctx context.Context, raw, scope string) (Pri
 	if k.Disabled {
 		return Principal{}, errs.E(errs.Unauthenticated, "invalid_api_key", "", "this API key is disabled")
 	}
-	p := Principal{Tenant: k.Tenant, KeyID: k.ID, Scopes: k.Scopes}
+	p := Principal{Tenant: k.Tenant, KeyID: k.ID, Scopes: k.Scopes, Models: k.Models}
 	if scope != "" && !p.Can(scope) {
 		return Principal{}, errs.E(errs.Forbidden, "insufficient_scope", "", "this API key lacks the %q scope", scope)
 	}

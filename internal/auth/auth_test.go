@@ -51,7 +51,7 @@ func TestCreateStoresOnlyTheHash(t *testing.T) {
 	s := &memStore{}
 	seen := map[string]bool{}
 	for range 100 {
-		raw, k, err := Create(context.Background(), s, "acme", nil)
+		raw, k, err := Create(context.Background(), s, "acme", nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,10 +73,10 @@ func TestCreateStoresOnlyTheHash(t *testing.T) {
 			t.Fatalf("stored record %+v holds a key", k)
 		}
 	}
-	if _, _, err := Create(context.Background(), s, "../x", nil); err == nil {
+	if _, _, err := Create(context.Background(), s, "../x", nil, nil); err == nil {
 		t.Fatal("a tenant name with a path was accepted")
 	}
-	if _, _, err := Create(context.Background(), s, "acme", []string{"root"}); err == nil {
+	if _, _, err := Create(context.Background(), s, "acme", []string{"root"}, nil); err == nil {
 		t.Fatal("an unknown scope was accepted")
 	}
 }
@@ -85,10 +85,10 @@ func TestAuthenticate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := &memStore{}
-	full, _, _ := Create(ctx, s, "acme", nil)
-	filesOnly, _, _ := Create(ctx, s, "acme", []string{ScopeFiles})
-	admin, _, _ := Create(ctx, s, "globex", []string{ScopeAdmin})
-	off, offKey, _ := Create(ctx, s, "acme", nil)
+	full, _, _ := Create(ctx, s, "acme", nil, nil)
+	filesOnly, _, _ := Create(ctx, s, "acme", []string{ScopeFiles}, nil)
+	admin, _, _ := Create(ctx, s, "globex", []string{ScopeAdmin}, nil)
+	off, offKey, _ := Create(ctx, s, "acme", nil, nil)
 	offKey.Disabled = true
 	s.PutKey(ctx, offKey)
 

@@ -49,6 +49,20 @@ type Model struct {
 	Fallback       string        `yaml:"fallback"`
 	MaxConcurrency int           `yaml:"max_concurrency"`
 	Timeout        time.Duration `yaml:"timeout"`
+	// Price, if given, is what the model's tokens cost: tenants' budgets
+	// in USD count only priced models (docs/api.md "Budgets, revocation and allow-lists").
+	Price *Price `yaml:"price"`
+}
+
+// Price is a model's price in USD per million input and output tokens.
+type Price struct {
+	InputPerMTok  float64 `yaml:"input_per_mtok"`
+	OutputPerMTok float64 `yaml:"output_per_mtok"`
+}
+
+// USD is what input and output tokens cost at p.
+func (p Price) USD(input, output int64) float64 {
+	return (float64(input)*p.InputPerMTok + float64(output)*p.OutputPerMTok) / 1e6
 }
 
 // Upstream is the model name sent upstream.
@@ -118,6 +132,9 @@ func ParseModels(data []byte) (*Models, error) {
 		}
 		if m.Timeout < 0 {
 			return nil, fmt.Errorf("%s must be positive", field("timeout"))
+		}
+		if p := m.Price; p != nil && (p.InputPerMTok < 0 || p.OutputPerMTok < 0) {
+			return nil, fmt.Errorf("%s must not be negative", field("price"))
 		}
 		ms.byName[m.Name] = *m
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/files"
@@ -14,23 +13,6 @@ import (
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/store"
 )
-
-// planLease is how long one dispatcher may plan a batch before another may
-// take over (the first one crashed): at most until its invocation's
-// deadline (planLeaseUntil), so the plan message that comes back after a
-// failed attempt, visibility timeout later, always finds the lease over
-// even when the attempt could not give it back.
-const planLease = 2 * time.Minute
-
-// planLeaseUntil is when a plan attempt's lease taken at now ends: the
-// invocation's deadline, rounded up to the second, or planLease.
-func planLeaseUntil(ctx context.Context, now time.Time) int64 {
-	until := now.Add(planLease)
-	if d, ok := ctx.Deadline(); ok && d.Before(until) {
-		until = d
-	}
-	return until.Add(time.Second - 1).Unix()
-}
 
 // Dispatch is the dispatcher function's SQS handler: plans, drains of
 // cancelled batches and the periodic tick. Each message is idempotent.
@@ -109,7 +91,7 @@ func (e *Engine) takePlanLease(ctx context.Context, tenant, id string) (batch.Ba
 		if b.ChunksTotal == 0 && b.Status != batch.Validating && b.Status != batch.Cancelling {
 			return errSkip
 		}
-		b.PlanLease = planLeaseUntil(ctx, now)
+		b.PlanLease = batch.PlanLeaseUntil(ctx, now)
 		return nil
 	})
 	if errors.Is(err, errSkip) || errors.Is(err, store.ErrBatchNotFound) {
@@ -129,10 +111,16 @@ func (e *Engine) planInput(ctx context.Context, b batch.Batch) error {
 	if err != nil {
 		return fmt.Errorf("read input file of %s: %w", b.ID, err)
 	}
+	var allowed func(string) bool
+	if e.Govern != nil {
+		if allowed, err = e.Govern.Start(ctx, b); err != nil {
+			return err
+		}
+	}
 	in, err := plan.Scan(ctx, e.Blobs, b, f, e.limits(), func(m string) bool {
 		_, ok := e.Models.Lookup(m)
 		return ok
-	})
+	}, allowed)
 	if err != nil {
 		return err
 	}

@@ -69,6 +69,15 @@ type Provider interface {
 	Do(ctx context.Context, endpoint string, body json.RawMessage, fallback string) provider.Result
 }
 
+// Governor is what a tenant's budget and a batch's key allow (docs/design.md
+// "Governance"): Start when a batch is planned (the models its rows may name,
+// nil all; a plan.Invalid error fails it), Admit when a chunk's run starts
+// (a code ends its rows unrun with that error line). internal/govern has it.
+type Governor interface {
+	Start(ctx context.Context, b batch.Batch) (allowed func(model string) bool, err error)
+	Admit(ctx context.Context, b batch.Batch, c batch.Chunk) (code, message string, err error)
+}
+
 var (
 	_ Store    = (*store.Store)(nil)
 	_ Blobs    = (*blob.Store)(nil)
@@ -108,6 +117,8 @@ type Engine struct {
 	// kept fresh. app.New sets it (internal/wfhost); nil refuses workflow
 	// records with an invalid_workflow line (runRecord).
 	RunWorkflow func(ctx, runCtx context.Context, b batch.Batch, c batch.Chunk, req jsonl.Request, status func() batch.Status) error
+	// Govern, if set, governs batches by budget and key; app.New sets it.
+	Govern Governor
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
 }

@@ -28,6 +28,8 @@ type chunkRun struct {
 	c        batch.Chunk
 	reqs     []jsonl.Request
 	outs     []part.Outcome
+	refused  string // Governor.Admit's code (why: reason): the rows do not run
+	reason   string
 	status   *atomic.Value
 	// ctx ends when the invocation must stop or the run lost its lease.
 	ctx    context.Context
@@ -156,7 +158,7 @@ func (e *Engine) runChunks(ctx context.Context, runs []*chunkRun) {
 			statuses[r.b.ID].Store(r.b.Status)
 		}
 		r.status = statuses[r.b.ID]
-		if isWorkflowChunk(r.c, r.reqs) {
+		if isWorkflowChunk(r.c, r.reqs) && r.refused == "" {
 			wg.Go(func() {
 				defer close(r.done)
 				r.err = e.runRecord(ctx, r)
@@ -223,6 +225,9 @@ func (e *Engine) load(ctx context.Context, r *chunkRun, batches map[string]batch
 		return false, fmt.Errorf("chunk %d of %s: the batch's plan is not recorded yet", c.Index, c.Batch)
 	}
 	reqs, err := e.readRows(ctx, b, c)
+	if err == nil && e.Govern != nil {
+		r.refused, r.reason, err = e.Govern.Admit(ctx, b, c)
+	}
 	if err != nil {
 		return false, err
 	}
@@ -253,7 +258,7 @@ func (e *Engine) readRows(ctx context.Context, b batch.Batch, c batch.Chunk) ([]
 
 // draining reports whether the run's rows only get error lines now.
 func (r *chunkRun) draining(now time.Time) bool {
-	return r.status.Load().(batch.Status).Stopping() || r.b.PastExpiry(now)
+	return r.status.Load().(batch.Status).Stopping() || r.b.PastExpiry(now) || r.refused != ""
 }
 
 // runPool runs the rows of runs, in order, within the slots the runs hold,
@@ -310,6 +315,8 @@ func (r *chunkRun) rows(e *Engine, rowDone func()) fanout.Rows {
 				o.Code, o.Message, o.Cancelled = part.CodeCancelled, "the batch was cancelled before this request ran", true
 			case r.b.PastExpiry(e.now()):
 				o.Code, o.Message, o.Expired = part.CodeExpired, "the batch's completion window ended before this request ran", true
+			case r.refused != "":
+				o.Code, o.Message = r.refused, r.reason
 			default:
 				return false
 			}

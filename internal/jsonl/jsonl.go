@@ -85,6 +85,9 @@ type Options struct {
 	// knows no model: validation fails closed rather than passing rows the
 	// executor could not route.
 	KnownModel func(string) bool
+	// AllowedModel, if set, reports whether the batch's key may use a
+	// configured model (docs/api.md "Budgets, revocation and allow-lists"); nil allows all.
+	AllowedModel func(string) bool
 
 	MaxRows      int   // rows per file
 	MaxLineBytes int   // bytes per line (JSONL, not counting the line break) or record (CSV, counting it)
@@ -138,6 +141,7 @@ const (
 	CodeMissingModel        = "missing_model"        // body.model absent, null or "" (or Options.Model empty for CSV)
 	CodeInvalidModel        = "invalid_model"        // body.model not a string
 	CodeModelNotFound       = "model_not_found"      // body.model (or Options.Model) not configured
+	CodeModelNotAllowed     = "model_not_allowed"    // body.model (or Options.Model) not on the key's allow-list
 	CodeStreamUnsupported   = "stream_unsupported"   // body.stream is true
 	CodeLineTooLong         = "line_too_long"        // line (or CSV record) over MaxLineBytes
 	CodeTooManyRows         = "too_many_rows"        // more than MaxRows rows
@@ -247,6 +251,7 @@ type scanner struct {
 	// model almost always, so this spares a lookup and a string per row.
 	lastModel   string
 	lastKnown   bool
+	lastAllowed bool
 	mixedModels bool
 }
 
@@ -268,6 +273,8 @@ func (s *scanner) checkOptions() bool {
 		s.fail(0, CodeMissingModel, "model", "a CSV file needs the batch's model")
 	case !o.KnownModel(o.Model):
 		s.fail(0, CodeModelNotFound, "model", "model %q is not a configured model (GET /v1/models lists them)", o.Model)
+	case o.AllowedModel != nil && !o.AllowedModel(o.Model):
+		s.fail(0, CodeModelNotAllowed, "model", "model %q is not one this API key may use", o.Model)
 	default:
 		return true
 	}
@@ -321,6 +328,7 @@ func (s *scanner) knownModel(m []byte) (string, bool) {
 	if string(m) != s.lastModel {
 		s.lastModel = string(m)
 		s.lastKnown = s.opts.KnownModel(s.lastModel)
+		s.lastAllowed = s.opts.AllowedModel == nil || s.opts.AllowedModel(s.lastModel)
 	}
 	if s.lastKnown {
 		if s.res.Model == "" {
@@ -425,6 +433,9 @@ func (s *scanner) checkLine(l line) (Row, *LineError) {
 	model, known := s.knownModel(m)
 	if !known {
 		return Row{}, problem(n, CodeModelNotFound, "body.model", "model %s is not a configured model (GET /v1/models lists them)", clip(body.model))
+	}
+	if !s.lastAllowed {
+		return Row{}, problem(n, CodeModelNotAllowed, "body.model", "model %s is not one this API key may use", clip(body.model))
 	}
 	if string(body.stream) == "true" {
 		return Row{}, problem(n, CodeStreamUnsupported, "body.stream", "body.stream: true is not supported in a batch")

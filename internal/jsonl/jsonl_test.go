@@ -571,3 +571,24 @@ func allocatedBy(t *testing.T, f func()) uint64 {
 	runtime.ReadMemStats(&after)
 	return after.TotalAlloc - before.TotalAlloc
 }
+
+// A row naming a configured model its key may not use fails with
+// model_not_allowed on its line; a CSV batch's model, before any line.
+func TestScanAllowedModels(t *testing.T) {
+	t.Parallel()
+	only4o := func(m string) bool { return m == "gpt-4o" }
+	o := chatOptions()
+	o.AllowedModel = only4o
+	other := obj(`"custom_id":"b"`, post, chat, `"body":{"model":"gpt-4o","messages":[]}`)
+	res, rows := scanAll(t, other+"\n"+chatRow("a")+"\n"+chatRow("c")+"\n", o)
+	if got := errorCodes(res.Errors); got != "2:model_not_allowed 3:model_not_allowed" || len(rows) != 1 {
+		t.Fatalf("got errors %s and %d rows, want lines 2 and 3 not allowed", got, len(rows))
+	}
+	if e := res.Errors[0]; e.Param != "body.model" || !strings.Contains(e.Message, "gpt-4o-mini") {
+		t.Fatalf("error %+v", e)
+	}
+	csv := Options{Format: CSV, Endpoint: "/v1/chat/completions", Model: "gpt-4o-mini", KnownModel: knownModel, AllowedModel: only4o}
+	if res, _ := scanAll(t, "hello\n", csv); errorCodes(res.Errors) != "0:model_not_allowed" {
+		t.Fatalf("CSV: got %s", errorCodes(res.Errors))
+	}
+}

@@ -61,10 +61,11 @@ type Input struct {
 }
 
 // Scan reads batch b's input file f once, checking every row (known says
-// whether a model is configured) and cutting the valid ones into chunks
+// whether a model is configured, allowed, if set, whether b's key may use
+// it) and cutting the valid ones into chunks
 // within lim. An input that cannot be planned is an Invalid error; any
 // other error is the bucket's, worth another try.
-func Scan(ctx context.Context, blobs Blobs, b batch.Batch, f files.File, lim Limits, known func(string) bool) (Input, error) {
+func Scan(ctx context.Context, blobs Blobs, b batch.Batch, f files.File, lim Limits, known, allowed func(string) bool) (Input, error) {
 	if len(f.Objects) > maxInputObjects {
 		return Input{}, Invalid{{Code: "too_many_parts", Message: fmt.Sprintf(
 			"input file %s is made of %d uploaded parts; at most %d can be planned: upload it in fewer, larger parts", f.ID, len(f.Objects), maxInputObjects)}}
@@ -73,7 +74,7 @@ func Scan(ctx context.Context, blobs Blobs, b batch.Batch, f files.File, lim Lim
 	if err != nil {
 		return Input{}, Invalid{{Code: "invalid_file_format", Message: err.Error()}}
 	}
-	opts := jsonl.Options{Format: format, Endpoint: b.Endpoint, Model: b.CSVModel, KnownModel: known}
+	opts := jsonl.Options{Format: format, Endpoint: b.Endpoint, Model: b.CSVModel, KnownModel: known, AllowedModel: allowed}
 	if b.Endpoint == endpoint.Messages {
 		// Anthropic's Message Batches limits (docs/api.md "Anthropic Message Batches").
 		opts.MaxRows, opts.MaxBytes = 100_000, 256*1000*1000

@@ -1,0 +1,161 @@
+// Package govern owns what a tenant's budget and a batch's API key allow
+// the batch (docs/api.md "Budgets, revocation and allow-lists"): whether it
+// may start, which models its rows may name, and whether a chunk's rows may
+// still run when its run starts. The engine asks it through
+// engine.Governor; the decisions are pure functions (Spent, Check, Revoked),
+// and the reads of keys and budgets are cached for at most TTL, so a chunk
+// claim costs no read most of the time and nothing is written.
+package govern
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/relaybatch/relay/internal/auth"
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/endpoint"
+	"github.com/relaybatch/relay/internal/plan"
+	"github.com/relaybatch/relay/internal/store"
+)
+
+// Error codes of the rows and batches it refuses.
+const (
+	CodeBudgetExceeded    = "budget_exceeded"
+	CodeCredentialRevoked = "credential_revoked"
+)
+
+// DefaultTTL is how long a key or a budget read is trusted: a disabled key
+// stops its batches' chunks claimed at most this long after the disable.
+const DefaultTTL = 30 * time.Second
+
+// Store is what the checks read of the table (internal/store).
+type Store interface {
+	KeyByID(ctx context.Context, id string) (auth.Key, error)
+	GetBudget(ctx context.Context, tenant string) (store.Budget, error)
+	Usage(ctx context.Context, tenant, from, to string) ([]store.UsageRow, error)
+}
+
+var _ Store = (*store.Store)(nil)
+
+// Checker answers the engine's questions about a batch's key and tenant.
+type Checker struct {
+	Store  Store
+	Models *config.Models // the prices of budgets in USD
+	// TTL is how long a read key or budget is used (default DefaultTTL).
+	TTL time.Duration
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+
+	mu      sync.Mutex
+	keys    map[string]cached[auth.Key]
+	budgets map[string]cached[store.Budget]
+}
+
+type cached[T any] struct {
+	v  T
+	at time.Time
+}
+
+func (g *Checker) now() time.Time {
+	if g.Now != nil {
+		return g.Now()
+	}
+	return time.Now()
+}
+
+// Start is asked when batch b is planned: a tenant already over its budget
+// gets a plan.Invalid error (the batch fails with budget_exceeded), and
+// allowed says which models b's key may use (nil: every one).
+func (g *Checker) Start(ctx context.Context, b batch.Batch) (allowed func(string) bool, err error) {
+	st, err := g.Report(ctx, b.Tenant)
+	if err != nil {
+		return nil, err
+	}
+	if code, why := Check(st); code != "" {
+		return nil, plan.Invalid{{Code: code, Message: why}}
+	}
+	if b.Endpoint == endpoint.Messages {
+		// Message batch requests were checked at create: one the key may
+		// not use is already an errored row (internal/anthropic).
+		return nil, nil
+	}
+	k, err := g.key(ctx, b.KeyID)
+	if err != nil || len(k.Models) == 0 {
+		return nil, err
+	}
+	return k.MayUse, nil
+}
+
+// Admit is asked when a run of batch b's chunk c starts: a key disabled
+// (or gone) ends its rows with credential_revoked, a budget spent with
+// budget_exceeded; "" lets them run.
+func (g *Checker) Admit(ctx context.Context, b batch.Batch, c batch.Chunk) (code, message string, err error) {
+	k, err := g.key(ctx, b.KeyID)
+	if err != nil {
+		return "", "", err
+	}
+	if Revoked(b.KeyID, k) {
+		return CodeCredentialRevoked, fmt.Sprintf("the API key %s that submitted the batch was disabled before this request ran", b.KeyID), nil
+	}
+	st, err := g.Report(ctx, b.Tenant)
+	if err != nil {
+		return "", "", err
+	}
+	code, message = Check(st)
+	return code, message, nil
+}
+
+// Revoked reports whether the key keyID, read as k (the zero Key when it is
+// gone), may no longer run its batches' rows. A batch recorded without a
+// key is never revoked.
+func Revoked(keyID string, k auth.Key) bool {
+	return keyID != "" && (k.ID == "" || k.Disabled)
+}
+
+// key reads key id through the cache; a missing key is the zero Key.
+func (g *Checker) key(ctx context.Context, id string) (auth.Key, error) {
+	if id == "" {
+		return auth.Key{}, nil
+	}
+	return read(g, &g.keys, id, func() (auth.Key, error) {
+		k, err := g.Store.KeyByID(ctx, id)
+		if errors.Is(err, auth.ErrNoKey) {
+			return auth.Key{}, nil
+		}
+		if err != nil {
+			return auth.Key{}, fmt.Errorf("read key %s: %w", id, err)
+		}
+		return k, nil
+	})
+}
+
+// read returns m[id] while it is younger than the TTL, else fetch's answer,
+// which it keeps.
+func read[T any](g *Checker, m *map[string]cached[T], id string, fetch func() (T, error)) (T, error) {
+	now := g.now()
+	ttl := g.TTL
+	if ttl <= 0 {
+		ttl = DefaultTTL
+	}
+	g.mu.Lock()
+	c, ok := (*m)[id]
+	g.mu.Unlock()
+	if ok && now.Sub(c.at) < ttl && !now.Before(c.at) {
+		return c.v, nil
+	}
+	v, err := fetch()
+	if err != nil {
+		return v, err
+	}
+	g.mu.Lock()
+	if *m == nil {
+		*m = map[string]cached[T]{}
+	}
+	(*m)[id] = cached[T]{v: v, at: now}
+	g.mu.Unlock()
+	return v, nil
+}

@@ -1,0 +1,154 @@
+package localstack
+
+import (
+	"context"
+	"encoding/json"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/relaybatch/relay/internal/app"
+	"github.com/relaybatch/relay/internal/auth"
+	"github.com/relaybatch/relay/internal/govern"
+	"github.com/relaybatch/relay/internal/local/localrun"
+	"github.com/relaybatch/relay/internal/store"
+)
+
+// codesOf counts the error lines' codes.
+func codesOf(errs map[string]resultLine) map[string]int {
+	n := map[string]int{}
+	for _, l := range errs {
+		if l.Error != nil {
+			n[l.Error.Code]++
+		}
+	}
+	return n
+}
+
+// A tenant with a small token budget: its first batch completes, its second
+// starts under the budget and stops part-way (rows not yet run end
+// budget_exceeded, the batch completes with the rest, the invariant holds),
+// a third fails at its start, and GET /v1/usage shows nothing left.
+func TestBudgetStopsABatchPartWay(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t) // chunks of 10 rows; gpt-4o-mini's 8 slots run one chunk at a time
+	c, key := client(t, rt, "thrifty")
+	ctx := context.Background()
+	// Every row "hello N" costs 6 tokens at the mock (3 in, 3 out): 60 a
+	// chunk. 150 leaves room for the first batch (120) and one chunk more.
+	if err := rt.App.Store.PutBudget(ctx, "thrifty", store.Budget{MonthlyTokens: 150}); err != nil {
+		t.Fatal(err)
+	}
+	first := nRows(20, "hello")
+	b1 := waitBatch(t, c, createBatch(t, c, upload(t, c, "first.jsonl", jsonlRows(first)).ID).ID)
+	checkInvariant(t, c, b1, idsOf(first))
+	if b1.Status != "completed" || b1.RequestCounts.Completed != 20 || b1.Usage.TotalTokens != 120 {
+		t.Fatalf("first batch: %s, %+v, %d tokens; want all 20 rows completed for 120 tokens", b1.Status, b1.RequestCounts, b1.Usage.TotalTokens)
+	}
+
+	second := nRows(50, "hello")
+	b2 := waitBatch(t, c, createBatch(t, c, upload(t, c, "second.jsonl", jsonlRows(second)).ID).ID)
+	out, errs := checkInvariant(t, c, b2, idsOf(second))
+	codes := codesOf(errs)
+	if b2.Status != "completed" || len(out) != 10 || codes[govern.CodeBudgetExceeded] != 40 {
+		t.Fatalf("second batch: %s, %d rows done, error codes %v; want one chunk done and 40 rows budget_exceeded", b2.Status, len(out), codes)
+	}
+	for id, l := range errs {
+		if id < "r0010" {
+			t.Errorf("row %s of the first chunk got %+v", id, l.Error)
+		}
+	}
+	if n := rt.Mock.Stats().Requests; n != 30 {
+		t.Fatalf("the mock got %d requests, want 30: budget_exceeded rows never reach it", n)
+	}
+
+	b3 := waitBatch(t, c, createBatch(t, c, upload(t, c, "third.jsonl", jsonlRows(nRows(5, "hello"))).ID).ID)
+	if b3.Status != "failed" || len(b3.Errors.Data) != 1 || b3.Errors.Data[0].Code != govern.CodeBudgetExceeded {
+		t.Fatalf("third batch: %s, errors %+v; want failed with budget_exceeded", b3.Status, b3.Errors.Data)
+	}
+
+	status, body := rawDo(t, rt, key, "GET", "/v1/usage", nil)
+	var usage struct {
+		Budget *govern.View `json:"budget"`
+	}
+	if err := json.Unmarshal(body, &usage); status != 200 || err != nil || usage.Budget == nil {
+		t.Fatalf("GET /v1/usage: %d %s", status, body)
+	}
+	if v := usage.Budget; *v.MonthlyTokens != 150 || v.UsedTokens != 180 || *v.RemainingTokens != 0 || v.MonthlyUSD != nil {
+		t.Fatalf("usage budget %s, want 180 of 150 tokens used, none left", body)
+	}
+}
+
+// A key disabled while its batch runs: chunks claimed once the disable is
+// visible (the checker's cached key read is older than 30 s on its clock)
+// end credential_revoked and never reach the mock; the tenant's other key
+// still reads the batch.
+func TestRevokedKeyStopsItsBatch(t *testing.T) {
+	t.Parallel()
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	rt := runtime(t, func(o *localrun.Options) {
+		o.Wire = func(a *app.App) { a.Govern.Now = func() time.Time { return time.Unix(0, clock.Load()) } }
+	})
+	ctx := context.Background()
+	submitter, _ := client(t, rt, "acme")
+	reader, _ := client(t, rt, "acme")
+	rows := nRows(60, "[[mock:sleep=300ms]] slow")
+	b := createBatch(t, submitter, upload(t, submitter, "slow.jsonl", jsonlRows(rows)).ID)
+	for {
+		got, err := reader.Batches.Get(ctx, b.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.RequestCounts.Completed >= 10 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := rt.App.Store.DisableKey(ctx, submitterKeyID(t, rt, b.ID)); err != nil {
+		t.Fatal(err)
+	}
+	clock.Add(int64(31 * time.Second))
+	b = waitBatch(t, reader, b.ID)
+	out, errs := checkInvariant(t, reader, b, idsOf(rows))
+	codes := codesOf(errs)
+	if b.Status != "completed" || len(out) < 10 || codes[govern.CodeCredentialRevoked] == 0 || len(out)+codes[govern.CodeCredentialRevoked] != len(rows) {
+		t.Fatalf("batch %s: %d rows done, error codes %v; want some done, the rest credential_revoked", b.Status, len(out), codes)
+	}
+	if n := rt.Mock.Stats().Requests; n != int64(len(out)) {
+		t.Fatalf("the mock got %d requests for %d rows done: revoked rows reached it", n, len(out))
+	}
+}
+
+// submitterKeyID is the key id the batch recorded.
+func submitterKeyID(t *testing.T, rt *localrun.Runtime, id string) string {
+	t.Helper()
+	b, err := rt.App.Store.GetBatch(context.Background(), "acme", id)
+	if err != nil || b.KeyID == "" {
+		t.Fatalf("batch %s records no key: %v", id, err)
+	}
+	return b.KeyID
+}
+
+// A key limited to one model: a file naming another fails validation on
+// that line with model_not_allowed, and no row runs.
+func TestKeyModelAllowList(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	raw, _, err := auth.Create(context.Background(), rt.App.Store, "acme", nil, []string{"gpt-4o-mini"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := clientWithKey(rt, raw)
+	rows := []row{{id: "a", content: "x"}, {id: "b", content: "x", model: "gpt-4o-mini-backup"}, {id: "c", content: "x"}}
+	b := waitBatch(t, c, createBatch(t, c, upload(t, c, "mixed.jsonl", jsonlRows(rows)).ID).ID)
+	if b.Status != "failed" || len(b.Errors.Data) != 1 {
+		t.Fatalf("batch %s, errors %+v; want failed on one line", b.Status, b.Errors.Data)
+	}
+	if e := b.Errors.Data[0]; e.Code != "model_not_allowed" || e.Line != 2 || e.Param != "body.model" {
+		t.Fatalf("error %+v, want model_not_allowed on line 2", e)
+	}
+	if n := rt.Mock.Stats().Requests; n != 0 {
+		t.Fatalf("the mock got %d requests", n)
+	}
+}
