@@ -23,7 +23,7 @@ LOCAL_GOARCH ?= $(shell go env GOHOSTARCH)
 LOCAL_BUILD = build/local-$(LOCAL_GOARCH)
 INFRA_FUNCTIONS := $(notdir $(patsubst %/,%,$(dir $(wildcard functions/*/main.go))))
 
-.PHONY: synth deploy destroy deploy-local deploy-emulator infra-test cfn-lint build-local
+.PHONY: synth deploy destroy deploy-local deploy-emulator infra-test cfn-lint lint-synthesized build-local
 
 synth deploy destroy deploy-local infra-test cfn-lint: export CDK_DISABLE_VERSION_CHECK := 1
 synth deploy destroy deploy-local infra-test cfn-lint: export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
@@ -83,4 +83,8 @@ infra-test: synth
 
 ## cfn-lint: lint what `make synth` wrote (make test runs the assertions with the unit tests)
 cfn-lint: synth
+	$(CFN_LINT) cdk.out/*.template.json
+
+# lint-synthesized: cfn-lint without synthesizing again (make test synthesized)
+lint-synthesized:
 	$(CFN_LINT) cdk.out/*.template.json
