@@ -60,8 +60,8 @@ deploy-local: build-local node_modules/.installed
 ## AWS_ENDPOINT_URL, else onto a fresh one started on DEPLOY_EMULATOR_PORT
 ## (left running for what follows; localstack/emulator.sh stop ends it). It
 ## shows that CloudFormation creates the stack and its references resolve;
-## the functions cannot run there (no Lambda runtime): `build/relay dev
-## --stack relay` runs their code against the deployed resources.
+## the functions cannot run there (no Lambda runtime): localstack/deploy_test.go
+## runs their code on the deployed resources with the local runtime.
 DEPLOY_EMULATOR_PORT ?= 4566
 deploy-emulator: synth
 	@if [ -n "$$AWS_ENDPOINT_URL" ]; then exec localstack/deploy.sh cdk.out; fi; \
