@@ -31,9 +31,11 @@ vet:
 	@test -z "$$(gofmt -l cmd functions internal infra localstack events)" || { gofmt -l cmd functions internal infra localstack events; echo "gofmt needed"; exit 1; }
 
 ## test: unit, integration (emulator), brief fuzzing and infra tests, after
-## test-deps (first even under make -j, so a missing tool stops it at once)
+## test-deps (first even under make -j, so a missing tool stops it at once).
+## It synthesizes first: localstack/deploy_test.go deploys cdk.out onto an
+## emulator of its own, and cfn-lint lints it.
 test: test-deps
-	@$(MAKE) --no-print-directory vet build
+	@$(MAKE) --no-print-directory vet build synth
 	@if [ -z "$$AWS_ENDPOINT_URL" ]; then \
 	  trap 'EMULATOR_PORT=4599 $(EMULATOR) stop' EXIT; EMULATOR_PORT=4599 $(EMULATOR) start && \
 	  AWS_ENDPOINT_URL=http://127.0.0.1:4599 $(MAKE) --no-print-directory test-all; \
@@ -45,7 +47,7 @@ test: test-deps
 ## through jsii, cfn-lint lints what the pinned cdk synthesizes) it installs
 ## with apt-get when root, then the pinned npm packages (npm ci): the CDK CLI
 ## and the official Node SDKs that localstack/node_sdk_test.go runs. Not root,
-## or missing moto or cfn-lint (Python; the machine image ships them), it
+## or missing moto (5.2.1: internal/local/emulator/moto_server.py) or cfn-lint (Python; the machine image ships them), it
 ## stops at once with one line naming the one command to run.
 ## CHROMIUM is where the browser tests look for Chromium: chromiumPath in
 ## localstack/browser_test.go, Debian's path; change it only to try this.
@@ -53,9 +55,9 @@ CHROMIUM ?= /usr/bin/chromium
 GO_VERSION = $(shell sed -n 's/^go //p' go.mod)
 test-deps:
 	@command -v go >/dev/null || { echo "make test: Go $(GO_VERSION) (go.mod) is not on PATH: run  export PATH=\"\$$PATH:/usr/local/go/bin\"  (or install it from https://go.dev/dl/)" >&2; exit 1; }
-	@py=; if [ -z "$$AWS_ENDPOINT_URL" ] && ! command -v moto_server >/dev/null && ! python3 -c 'import moto.server' 2>/dev/null; then py="'moto[server]'"; fi; \
+	@py=; if ! command -v moto_server >/dev/null && ! python3 -c 'import moto.server' 2>/dev/null; then py="'moto[server]==5.2.1'"; fi; \
 	command -v cfn-lint >/dev/null || py="$$py cfn-lint"; \
-	py=$${py# }; if [ -n "$$py" ]; then echo "make test: missing Python's $$py (moto is the AWS emulator unless AWS_ENDPOINT_URL names one): run  pip install $$py" >&2; exit 1; fi
+	py=$${py# }; if [ -n "$$py" ]; then echo "make test: missing Python's $$py (moto is the AWS emulator unless AWS_ENDPOINT_URL names one, and what localstack/deploy_test.go deploys the stack onto in any case): run  pip install $$py" >&2; exit 1; fi
 	@pkgs=; [ -x "$(CHROMIUM)" ] || pkgs=chromium; \
 	for c in curl node:nodejs npm; do command -v $${c%%:*} >/dev/null || pkgs="$$pkgs $${c#*:}"; done; \
 	pkgs=$${pkgs# }; [ -n "$$pkgs" ] || exit 0; \
@@ -66,7 +68,7 @@ test-deps:
 	[ -x "$(CHROMIUM)" ] || { echo "make test: apt-get installed chromium, but $(CHROMIUM) is still missing" >&2; exit 1; }
 	@$(MAKE) -s --no-print-directory node_modules/.installed
 
-test-all: unit fuzz-short cfn-lint
+test-all: unit fuzz-short lint-synthesized
 
 unit:
 	go test -count=1 -timeout 12m $(GO_PACKAGES)

@@ -6,6 +6,7 @@
 #   make deploy                 cdk deploy to the AWS account of your credentials
 #   make destroy                cdk destroy of that stack
 #   make deploy-local           cdklocal deploy to a running LocalStack
+#   make deploy-emulator        cdk deploy of cdk.out onto a fresh moto (no Docker, no account)
 #   make infra-test             assertions tests + cfn-lint on cdk.out
 #
 # CDK_ARGS passes context, e.g. CDK_ARGS="-c config=prod.yaml -c alarmEmail=ops@example.com".
@@ -22,7 +23,7 @@ LOCAL_GOARCH ?= $(shell go env GOHOSTARCH)
 LOCAL_BUILD = build/local-$(LOCAL_GOARCH)
 INFRA_FUNCTIONS := $(notdir $(patsubst %/,%,$(dir $(wildcard functions/*/main.go))))
 
-.PHONY: synth deploy destroy deploy-local infra-test cfn-lint build-local
+.PHONY: synth deploy destroy deploy-local deploy-emulator infra-test cfn-lint lint-synthesized build-local
 
 synth deploy destroy deploy-local infra-test cfn-lint: export CDK_DISABLE_VERSION_CHECK := 1
 synth deploy destroy deploy-local infra-test cfn-lint: export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
@@ -54,6 +55,22 @@ deploy-local: build-local node_modules/.installed
 	$(CDKLOCAL) deploy --no-notices --require-approval never \
 	  -c build=$(LOCAL_BUILD) -c arch=$(LOCAL_GOARCH) -c deletionProtection=false $(CDK_ARGS)
 
+## deploy-emulator: what make synth writes (the arm64 build, the same
+## CDK_ARGS) deployed with cdk bootstrap + cdk deploy onto the emulator at
+## AWS_ENDPOINT_URL, else onto a fresh one started on DEPLOY_EMULATOR_PORT
+## (left running for what follows; localstack/emulator.sh stop ends it). It
+## shows that CloudFormation creates the stack and its references resolve;
+## the functions cannot run there (no Lambda runtime): localstack/deploy_test.go
+## runs their code on the deployed resources with the local runtime.
+DEPLOY_EMULATOR_PORT ?= 4566
+deploy-emulator: synth
+	@if [ -n "$$AWS_ENDPOINT_URL" ]; then exec localstack/deploy.sh cdk.out; fi; \
+	url=http://127.0.0.1:$(DEPLOY_EMULATOR_PORT); \
+	if curl -fsS -o /dev/null $$url/moto-api/ 2>/dev/null; then \
+	  echo "make deploy-emulator: something already answers on $$url: stop it (EMULATOR_PORT=$(DEPLOY_EMULATOR_PORT) $(EMULATOR) stop), or deploy onto it with AWS_ENDPOINT_URL=$$url" >&2; exit 1; fi; \
+	EMULATOR_PORT=$(DEPLOY_EMULATOR_PORT) $(EMULATOR) start && AWS_ENDPOINT_URL=$$url localstack/deploy.sh cdk.out && \
+	echo "the emulator keeps running: export AWS_ENDPOINT_URL=$$url; stop it with EMULATOR_PORT=$(DEPLOY_EMULATOR_PORT) $(EMULATOR) stop"
+
 build-local:
 	@set -e; for f in $(INFRA_FUNCTIONS); do \
 	  GOOS=linux GOARCH=$(LOCAL_GOARCH) CGO_ENABLED=0 go build -tags lambda.norpc -trimpath -o $(LOCAL_BUILD)/$$f/bootstrap ./functions/$$f; \
@@ -66,4 +83,8 @@ infra-test: synth
 
 ## cfn-lint: lint what `make synth` wrote (make test runs the assertions with the unit tests)
 cfn-lint: synth
+	$(CFN_LINT) cdk.out/*.template.json
+
+# lint-synthesized: cfn-lint without synthesizing again (make test synthesized)
+lint-synthesized:
 	$(CFN_LINT) cdk.out/*.template.json

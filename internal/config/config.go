@@ -268,28 +268,39 @@ type Env struct {
 }
 
 // FromEnv parses the environment.
-func FromEnv() (Env, error) {
+func FromEnv() (Env, error) { return FromVars(os.Getenv) }
+
+// FromVars parses the variables that getenv returns ("" for unset): the
+// environment, or the one a deployed function was given (read back from
+// Lambda by internal/local/deployed).
+func FromVars(getenv func(string) string) (Env, error) {
+	or := func(k, def string) string {
+		if v := getenv(k); v != "" {
+			return v
+		}
+		return def
+	}
 	e := Env{
-		Prefix:      getenv("RELAY_PREFIX", "relay"),
-		ModelsPath:  ModelsPath(),
+		Prefix:      or("RELAY_PREFIX", "relay"),
+		ModelsPath:  or("RELAY_CONFIG", "relay.yaml"),
 		ChunkRows:   512,
 		RateLimit:   DefaultRateLimit,
 		MaxInflight: DefaultMaxInflight,
 	}
-	if v := os.Getenv("RELAY_LEASE"); v != "" {
+	if v := getenv("RELAY_LEASE"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < time.Second {
 			return e, fmt.Errorf("RELAY_LEASE: %q is not a duration of at least 1s (like 1m or 30s)", v)
 		}
 		e.Lease = d
 	}
-	e.Table = getenv("RELAY_TABLE", e.Prefix)
-	e.SecretPrefix = getenv("RELAY_SECRET_PREFIX", e.Prefix+"/")
-	e.Bucket = getenv("RELAY_BUCKET", e.Prefix+"-data")
-	e.ScheduleGroup = getenv("RELAY_SCHEDULE_GROUP", e.Prefix)
-	e.SchedulerRoleARN = os.Getenv("RELAY_SCHEDULER_ROLE_ARN")
-	e.SchedulerFunctionARN = os.Getenv("RELAY_SCHEDULER_FUNCTION_ARN")
-	if v := os.Getenv("RELAY_CHUNK_ROWS"); v != "" {
+	e.Table = or("RELAY_TABLE", e.Prefix)
+	e.SecretPrefix = or("RELAY_SECRET_PREFIX", e.Prefix+"/")
+	e.Bucket = or("RELAY_BUCKET", e.Prefix+"-data")
+	e.ScheduleGroup = or("RELAY_SCHEDULE_GROUP", e.Prefix)
+	e.SchedulerRoleARN = getenv("RELAY_SCHEDULER_ROLE_ARN")
+	e.SchedulerFunctionARN = getenv("RELAY_SCHEDULER_FUNCTION_ARN")
+	if v := getenv("RELAY_CHUNK_ROWS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 10000 {
 			return e, fmt.Errorf("RELAY_CHUNK_ROWS: %q is not a number from 1 to 10000", v)
@@ -300,7 +311,7 @@ func FromEnv() (Env, error) {
 		"RELAY_RATE_LIMIT":           &e.RateLimit,
 		"RELAY_MAX_INFLIGHT_BATCHES": &e.MaxInflight,
 	} {
-		if v := os.Getenv(name); v != "" {
+		if v := getenv(name); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 || n > 1_000_000 {
 				return e, fmt.Errorf("%s: %q is not a number from 0 (off) to 1000000", name, v)
@@ -313,7 +324,7 @@ func FromEnv() (Env, error) {
 		"RELAY_ALLOW_HTTP_WEBHOOKS":    &e.AllowHTTPWebhooks,
 		"RELAY_S3_PATH_STYLE":          &e.S3PathStyle,
 	} {
-		if v := os.Getenv(name); v != "" {
+		if v := getenv(name); v != "" {
 			b, err := strconv.ParseBool(v)
 			if err != nil {
 				return e, fmt.Errorf("%s: %q is not a boolean", name, v)
@@ -322,11 +333,4 @@ func FromEnv() (Env, error) {
 		}
 	}
 	return e, nil
-}
-
-func getenv(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
 }

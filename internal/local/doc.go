@@ -8,4 +8,6 @@
 //   - esm: Lambda's SQS event-source mapping, polling the emulator's queues
 //   - firer: EventBridge Scheduler firing the emulator's schedules
 //   - emulator: the AWS endpoint (moto's server, or AWS_ENDPOINT_URL)
+//   - deployed: a stack CloudFormation deployed (make deploy-emulator), read
+//     back so the local runtime can run on its resources
 package local

@@ -63,6 +63,17 @@ func StartOn(ctx context.Context, port int) (endpoint string, stop func(), err e
 		}
 		return ep, func() {}, nil
 	}
+	return startOwn(ctx, port)
+}
+
+// StartOwn is Start that runs a moto of its own even when AWS_ENDPOINT_URL
+// names an emulator: for a test that needs one nobody else writes to, such
+// as a CloudFormation deploy, which moto cannot roll back.
+func StartOwn(ctx context.Context) (endpoint string, stop func(), err error) {
+	return startOwn(ctx, 0)
+}
+
+func startOwn(ctx context.Context, port int) (endpoint string, stop func(), err error) {
 	if port == 0 {
 		if port, err = freePort(); err != nil {
 			return "", nil, fmt.Errorf("emulator: find a free port: %w", err)

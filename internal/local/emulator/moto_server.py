@@ -1,17 +1,28 @@
-"""moto_server with DynamoDB's isolation.
+"""moto_server with DynamoDB's isolation, and CloudFormation able to deploy
+the stack that `make synth` writes.
 
 moto runs requests on threads, and its TransactWriteItems backs up whole
 tables, applies the writes and, when a condition fails, puts the backups
 back: a write made by another request in between is lost, and a reader can
 see a half-applied transaction. DynamoDB itself isolates transactions from
 every other read and write. This wrapper restores that by running the
-DynamoDB backend's operations one at a time; everything else is moto as
-shipped. Arguments are moto_server's (-H HOST -p PORT).
+DynamoDB backend's operations one at a time.
+
+The second half (deploy_patches, for `make deploy-emulator` and
+localstack/deploy_test.go) fills the gaps in moto's CloudFormation that stop
+`cdk deploy` of the unmodified template; each patch says what it works
+around. They are written against moto MOTO_VERSION and applied only to it.
+
+Everything else is moto as shipped. Arguments are moto_server's
+(-H HOST -p PORT).
 """
 import functools
+import secrets
+import string
 import sys
 import threading
 
+import moto
 from moto.dynamodb.models import DynamoDBBackend
 from moto.server import main
 
@@ -35,6 +46,243 @@ def _isolated(fn):
 
 for _name in OPERATIONS:
     setattr(DynamoDBBackend, _name, _isolated(getattr(DynamoDBBackend, _name)))
+
+
+MOTO_VERSION = "5.2.1"
+_models = []
+
+
+def deploy_patches():
+    """Patch moto MOTO_VERSION so CloudFormation deploys the relay stack."""
+    from moto.apigateway.models import Method, apigateway_backends
+    from moto.awslambda.models import LambdaBackend
+    from moto.cloudwatch.models import cloudwatch_backends
+    from moto.core.common_models import CloudFormationModel
+    from moto.scheduler.models import scheduler_backends
+    from moto.secretsmanager.models import secretsmanager_backends
+    from moto.sqs.models import sqs_backends
+
+    # moto's AWS::ApiGateway::Method reads Integration.IntegrationHttpMethod
+    # and Integration.Uri unconditionally: the MOCK integrations CDK writes
+    # for CORS preflight (OPTIONS) have neither, and the deploy fails with a
+    # KeyError. AWS requires them only for HTTP and AWS integrations.
+    method_create = Method.create_from_cloudformation_json.__func__
+
+    def create_method(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs):
+        integration = cloudformation_json["Properties"].get("Integration")
+        if integration is not None:
+            integration.setdefault("IntegrationHttpMethod", None)
+            integration.setdefault("Uri", None)
+        return method_create(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs)
+
+    Method.create_from_cloudformation_json = classmethod(create_method)
+
+    # moto delivers an SQS message to a mapped function inside SendMessage:
+    # it receives the queue's messages (counting a receive against
+    # maxReceiveCount) and invokes the function in Docker, which is not
+    # here, then makes them visible again. Lambda polls instead; on this
+    # emulator the local runtime's pollers (internal/local/esm) play its
+    # part. So the mapping is kept (ListEventSourceMappings shows it) but
+    # not attached to the queue.
+    esm_create = LambdaBackend.create_event_source_mapping
+
+    def create_event_source_mapping(self, spec):
+        esm = esm_create(self, spec)
+        for queue in sqs_backends[self.account_id][self.region_name].queues.values():
+            queue.lambda_event_source_mappings.pop(esm.function_arn, None)
+        return esm
+
+    LambdaBackend.create_event_source_mapping = create_event_source_mapping
+
+    # moto's CloudFormation skips resource types it has no model for (with a
+    # warning), and then fails the whole deploy on a Fn::GetAtt of one
+    # (ScheduleGroup.Arn) and resolves a Ref to one as null (the API stage in
+    # the BaseUrl output). The models below create the real objects in
+    # moto's backends where it has them, so the deployed stack can be
+    # inspected through the service APIs, and stand in for the rest.
+
+    # moto finds models among CloudFormationModel's direct subclasses, so
+    # each model below names it beside _Model; its metaclass files models
+    # by the moto.<service> module they are defined in.
+    MODULE = "moto.cloudformation.relay"
+
+    class _Model:
+        """A resource created by CloudFormation: Ref is ref, GetAtt reads attrs."""
+        TYPE = ""
+        NAME = ""
+
+        def __init__(self, ref, attrs=None):
+            self.ref = ref
+            self.attrs = attrs or {}
+
+        @property
+        def physical_resource_id(self):
+            return self.ref
+
+        @classmethod
+        def cloudformation_type(cls):
+            return cls.TYPE
+
+        @classmethod
+        def cloudformation_name_type(cls):
+            return cls.NAME
+
+        @classmethod
+        def has_cfn_attr(cls, attr):
+            return True
+
+        def get_cfn_attribute(self, attr):
+            from moto.cloudformation.exceptions import UnformattedGetAttTemplateException
+            if attr not in self.attrs:
+                raise UnformattedGetAttTemplateException()
+            return self.attrs[attr]
+
+        @classmethod
+        def update_from_cloudformation_json(cls, original_resource, new_resource_name, cloudformation_json, account_id, region_name):
+            cls.delete_from_cloudformation_json(original_resource.ref, cloudformation_json, account_id, region_name)
+            return cls.create_from_cloudformation_json(new_resource_name, cloudformation_json, account_id, region_name)
+
+        @classmethod
+        def delete_from_cloudformation_json(cls, resource_name, cloudformation_json, account_id, region_name):
+            pass
+
+        def is_created(self):
+            return True
+
+    class ScheduleGroup(_Model, CloudFormationModel):
+        __module__ = MODULE
+        TYPE, NAME = "AWS::Scheduler::ScheduleGroup", "Name"
+
+        @classmethod
+        def create_from_cloudformation_json(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs):
+            group = scheduler_backends[account_id][region_name].create_schedule_group(resource_name, tags=[])
+            return cls(group.name, {"Arn": group.arn})
+
+        @classmethod
+        def delete_from_cloudformation_json(cls, resource_name, cloudformation_json, account_id, region_name):
+            scheduler_backends[account_id][region_name].schedule_groups.pop(resource_name, None)
+
+    class Schedule(_Model, CloudFormationModel):
+        __module__ = MODULE
+        TYPE, NAME = "AWS::Scheduler::Schedule", "Name"
+
+        @classmethod
+        def create_from_cloudformation_json(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs):
+            p = cloudformation_json["Properties"]
+            s = scheduler_backends[account_id][region_name].create_schedule(
+                description=p.get("Description"), end_date=p.get("EndDate"),
+                flexible_time_window=p["FlexibleTimeWindow"], group_name=p.get("GroupName"),
+                kms_key_arn=p.get("KmsKeyArn"), name=resource_name,
+                schedule_expression=p["ScheduleExpression"],
+                schedule_expression_timezone=p.get("ScheduleExpressionTimezone"),
+                start_date=p.get("StartDate"), state=p.get("State", "ENABLED"), target=p["Target"],
+                action_after_completion=None,
+            )
+            return cls(s.name, {"Arn": s.arn})
+
+        @classmethod
+        def delete_from_cloudformation_json(cls, resource_name, cloudformation_json, account_id, region_name):
+            group = cloudformation_json["Properties"].get("GroupName")
+            try:
+                scheduler_backends[account_id][region_name].delete_schedule(group, resource_name)
+            except Exception:
+                pass
+
+    class Secret(_Model, CloudFormationModel):
+        __module__ = MODULE
+        TYPE, NAME = "AWS::SecretsManager::Secret", "Name"
+
+        @classmethod
+        def create_from_cloudformation_json(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs):
+            p = cloudformation_json["Properties"]
+            value = p.get("SecretString")
+            if value is None:
+                # GenerateSecretString; the template asks only for no punctuation.
+                value = "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(32))
+            backend = secretsmanager_backends[account_id][region_name]
+            backend.create_secret(
+                name=resource_name, secret_string=value, secret_binary=None,
+                description=p.get("Description"), tags=p.get("Tags"), kms_key_id=p.get("KmsKeyId"),
+                client_request_token=None, replica_regions=[], force_overwrite=False,
+            )
+            arn = backend.secrets[resource_name].arn
+            return cls(arn, {"Id": arn})
+
+        @classmethod
+        def delete_from_cloudformation_json(cls, resource_name, cloudformation_json, account_id, region_name):
+            backend = secretsmanager_backends[account_id][region_name]
+            name = cloudformation_json["Properties"].get("Name", resource_name)
+            backend.secrets.pop(name, None)
+
+    class Alarm(_Model, CloudFormationModel):
+        __module__ = MODULE
+        TYPE, NAME = "AWS::CloudWatch::Alarm", "AlarmName"
+
+        @classmethod
+        def create_from_cloudformation_json(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs):
+            p = cloudformation_json["Properties"]
+            a = cloudwatch_backends[account_id][region_name].put_metric_alarm(
+                name=resource_name, namespace=p.get("Namespace"), metric_name=p.get("MetricName"),
+                comparison_operator=p["ComparisonOperator"], evaluation_periods=p["EvaluationPeriods"],
+                period=p.get("Period"), threshold=p.get("Threshold"), statistic=p.get("Statistic"),
+                description=p.get("AlarmDescription"), dimensions=p.get("Dimensions", []),
+                alarm_actions=p.get("AlarmActions", []), ok_actions=p.get("OKActions", []),
+                datapoints_to_alarm=p.get("DatapointsToAlarm"),
+                treat_missing_data=p.get("TreatMissingData"),
+            )
+            return cls(a.name, {"Arn": a.alarm_arn})
+
+        @classmethod
+        def delete_from_cloudformation_json(cls, resource_name, cloudformation_json, account_id, region_name):
+            cloudwatch_backends[account_id][region_name].delete_alarms([resource_name])
+
+    class Stage(_Model, CloudFormationModel):
+        __module__ = MODULE
+        TYPE = "AWS::ApiGateway::Stage"
+
+        @classmethod
+        def create_from_cloudformation_json(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs):
+            p = cloudformation_json["Properties"]
+            stage = apigateway_backends[account_id][region_name].create_stage(
+                p["RestApiId"], p["StageName"], p["DeploymentId"], variables=p.get("Variables"),
+                description=p.get("Description", ""), tracing_enabled=p.get("TracingEnabled"),
+            )
+            return cls(stage.name)
+
+    class GatewayResponse(_Model, CloudFormationModel):
+        __module__ = MODULE
+        TYPE = "AWS::ApiGateway::GatewayResponse"
+
+        @classmethod
+        def create_from_cloudformation_json(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs):
+            p = cloudformation_json["Properties"]
+            apigateway_backends[account_id][region_name].put_gateway_response(
+                p["RestApiId"], p["ResponseType"], p.get("StatusCode"),
+                p.get("ResponseParameters"), p.get("ResponseTemplates"),
+            )
+            return cls(resource_name)
+
+    # Policies and the account-wide API Gateway logging role: moto enforces
+    # no IAM, so they only have to exist for the stack's references.
+    for kind in ("AWS::SQS::QueuePolicy", "AWS::SNS::TopicPolicy", "AWS::S3::BucketPolicy", "AWS::ApiGateway::Account"):
+        _models.append(type("Stub", (_Model, CloudFormationModel), {
+            "TYPE": kind, "__module__": MODULE,
+            "create_from_cloudformation_json": classmethod(lambda cls, name, *a, **kw: cls(name)),
+        }))
+    # __subclasses__ holds its classes weakly: keep them.
+    _models.extend([ScheduleGroup, Schedule, Secret, Alarm, Stage, GatewayResponse])
+
+    from moto.cloudformation import parsing
+    parsing.get_model_list.cache_clear()
+    parsing.get_model_map.cache_clear()
+    parsing.get_name_type_map.cache_clear()
+
+
+if moto.__version__ == MOTO_VERSION:
+    deploy_patches()
+else:
+    print(f"moto_server.py: moto {moto.__version__}, not {MOTO_VERSION}: CloudFormation is moto's as shipped, "
+          "and cdk deploy of the relay stack fails", file=sys.stderr)
 
 if __name__ == "__main__":
     main(sys.argv[1:])

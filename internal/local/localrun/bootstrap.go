@@ -17,8 +17,34 @@ import (
 	schtypes "github.com/aws/aws-sdk-go-v2/service/scheduler/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/resources"
 )
+
+// Check says which resource of env and set is missing on the endpoint in
+// cfg, creating nothing: the table and bucket env names, set's queues and
+// schedule group.
+func Check(ctx context.Context, cfg aws.Config, env config.Env, set resources.Set) error {
+	if _, err := dynamodb.NewFromConfig(cfg).DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &env.Table}); err != nil {
+		return fmt.Errorf("table %s: %w", env.Table, err)
+	}
+	s3c := s3.NewFromConfig(cfg, func(o *s3.Options) { o.UsePathStyle = env.S3PathStyle })
+	if _, err := s3c.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &env.Bucket}); err != nil {
+		return fmt.Errorf("bucket %s: %w", env.Bucket, err)
+	}
+	sq := sqs.NewFromConfig(cfg)
+	for _, q := range set.Queues {
+		for _, name := range []string{q.Name, q.DLQName} {
+			if _, err := sq.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: &name}); err != nil {
+				return fmt.Errorf("queue %s: %w", name, err)
+			}
+		}
+	}
+	if _, err := scheduler.NewFromConfig(cfg).GetScheduleGroup(ctx, &scheduler.GetScheduleGroupInput{Name: &set.ScheduleGroup}); err != nil {
+		return fmt.Errorf("schedule group %s: %w", set.ScheduleGroup, err)
+	}
+	return nil
+}
 
 // Bootstrap creates the resources of set on the endpoint in cfg, from the
 // same definitions the CDK stack uses. It is idempotent: what exists is kept.

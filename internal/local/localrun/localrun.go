@@ -78,6 +78,11 @@ type Options struct {
 	// Wire, if set, adjusts the wired app before anything runs (tests
 	// shorten the webhook retry schedule).
 	Wire func(*app.App)
+	// Existing runs on resources that exist already, such as a stack that
+	// make deploy-emulator deployed (Env and Tune from
+	// internal/local/deployed), instead of creating them: Start only checks
+	// that they are there.
+	Existing bool
 }
 
 // Runtime is a running local service.
@@ -116,7 +121,11 @@ func Start(ctx context.Context, o Options) (*Runtime, error) {
 	if o.Wire != nil {
 		o.Wire(a)
 	}
-	if err := Bootstrap(ctx, o.AWS, a.Resources); err != nil {
+	if o.Existing {
+		if err := Check(ctx, o.AWS, o.Env, a.Resources); err != nil {
+			return nil, fmt.Errorf("existing resources: %w", err)
+		}
+	} else if err := Bootstrap(ctx, o.AWS, a.Resources); err != nil {
 		return nil, fmt.Errorf("bootstrap resources: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
