@@ -98,7 +98,7 @@ func TestReadmeDeployWalkthrough(t *testing.T) {
 		// As in localstack/deploy.sh: the template URL CloudFormation reads.
 		"AWS_ENDPOINT_URL_S3_FOR_CLOUDFORMATION="+strings.Replace(ep, "127.0.0.1", "localhost", 1),
 		"CDK_DISABLE_CLI_TELEMETRY=true",
-		"OPENAI_API_KEY=sk-walkthrough-openai", "ANTHROPIC_API_KEY=sk-walkthrough-anthropic", "BEDROCK_API_KEY=walkthrough-bedrock",
+		"OPENAI_API_KEY=sk-walkthrough-openai", "ANTHROPIC_API_KEY=sk-walkthrough-anthropic",
 	)
 	// Files the README writes in the clone go to tmp; cdk.out/ too, which
 	// other tests read (localstack/deploy_test.go).
@@ -135,7 +135,6 @@ func TestReadmeDeployWalkthrough(t *testing.T) {
 		}},
 		{`aws secretsmanager put-secret-value --secret-id relay/OPENAI_API_KEY --secret-string "$OPENAI_API_KEY"`, func(cmd string) { run(cmd, "") }},
 		{`aws secretsmanager put-secret-value --secret-id relay/ANTHROPIC_API_KEY --secret-string "$ANTHROPIC_API_KEY"`, func(cmd string) { run(cmd, "") }},
-		{`aws secretsmanager put-secret-value --secret-id relay/BEDROCK_API_KEY --secret-string "$BEDROCK_API_KEY"`, func(cmd string) { run(cmd, "") }},
 		{"make build/relay", func(cmd string) { run(cmd, "") }},
 		{"build/relay keys create --tenant acme", func(cmd string) {
 			key = regexp.MustCompile(`rb-[A-Za-z0-9_-]+`).FindString(run(cmd, ""))
