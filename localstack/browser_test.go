@@ -36,7 +36,10 @@ import (
 	"github.com/chromedp/cdproto/storage"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/govern"
 	"github.com/relaybatch/relay/internal/local/localrun"
+	"github.com/relaybatch/relay/internal/store"
 )
 
 // chromiumPath is where Debian's chromium package puts the browser.
@@ -59,6 +62,7 @@ func TestBrowser(t *testing.T) {
 		{"NarrowScreenAndKeyboard", testBrowserNarrowAndKeyboard},
 		{"LateAnswerDoesNotRewindStatus", testBrowserLateAnswer},
 		{"ModelPickerOffersConfiguredModels", testBrowserModelPicker},
+		{"UsageChartShowsSpendAgainstBudget", testBrowserUsageChart},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -991,4 +995,132 @@ func testBrowserModelPicker(t *testing.T, browserCtx context.Context) {
 	if v := eval[string](p, `document.querySelector('#model').value`); v != want[0] {
 		t.Errorf("model field %q, want the first configured model %q", v, want[0])
 	}
+}
+
+// testBrowserUsageChart: with a tenant budget in tokens and USD and a small
+// batch run, the usage page (#/usage, linked from the header) shows the
+// budget, used and remaining figures GET /v1/usage gives, and a chart whose
+// bar for the model on today's date carries the tokens the API reports;
+// the chart has a table of the same figures and fits a narrow screen.
+func testBrowserUsageChart(t *testing.T, browserCtx context.Context) {
+	// gpt-4o-mini gets a price, so the budget counts USD too: a "hello N"
+	// row is 3 input and 3 output tokens at the mock, $1.20 at this price.
+	rt := runtime(t, func(o *localrun.Options) {
+		yaml := strings.Replace(replaceMock(testModels, o.MockAddr), "fallback: gpt-4o-mini-backup,",
+			"fallback: gpt-4o-mini-backup, price: {input_per_mtok: 100000, output_per_mtok: 300000},", 1)
+		m, err := config.ParseModels([]byte(yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Models = m
+	})
+	c, key := client(t, rt, "acme")
+	ctx := context.Background()
+	if err := rt.App.Store.PutBudget(ctx, "acme", store.Budget{MonthlyTokens: 1000, MonthlyUSD: 50}); err != nil {
+		t.Fatal(err)
+	}
+	rows := nRows(5, "hello")
+	b := waitBatch(t, c, createBatch(t, c, upload(t, c, "usage.jsonl", jsonlRows(rows)).ID).ID)
+	checkInvariant(t, c, b, idsOf(rows))
+
+	// What the API says for this month (the page asks the same).
+	now := time.Now().UTC()
+	monthStart := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
+	status, body := rawDo(t, rt, key, "GET", fmt.Sprintf("/v1/usage?source=batch&start_time=%d", monthStart.Unix()), nil)
+	var usage struct {
+		Data   []store.UsageRow `json:"data"`
+		Budget *govern.View     `json:"budget"`
+	}
+	if err := json.Unmarshal(body, &usage); status != 200 || err != nil || usage.Budget == nil || len(usage.Data) == 0 {
+		t.Fatalf("GET /v1/usage: %d %s (%v); want data and a budget", status, body, err)
+	}
+	v := usage.Budget
+	if v.UsedTokens != 30 || v.MonthlyUSD == nil || *v.MonthlyUSD != 50 {
+		t.Fatalf("GET /v1/usage budget %s: want 30 tokens used of 1000, $50 a month", body)
+	}
+	today := now.Format("2006-01-02")
+	var apiToday int64
+	for _, r := range usage.Data {
+		if r.Day == today && r.Model == "gpt-4o-mini" {
+			apiToday = r.TotalTokens
+		}
+	}
+	if apiToday == 0 {
+		t.Fatalf("GET /v1/usage has no gpt-4o-mini tokens for %s: %s", today, body)
+	}
+
+	p := openPanel(t, browserCtx, rt, key, 1280, 800, false)
+	p.signIn()
+	p.do("open the usage page", chromedp.Click(chromedp.CSS(`#nav a[href="#/usage"]`)))
+	p.waitVisible("the usage chart", "#usage-chart .bar")
+
+	// Every bar is a day and model of the API's answer, with its tokens.
+	type bar struct {
+		Date, Model, Tokens, Title string
+	}
+	bars := eval[[]bar](p, `[...document.querySelectorAll('#usage-chart .bar')].map((r) => ({
+		Date: r.dataset.date, Model: r.dataset.model, Tokens: r.dataset.tokens, Title: r.querySelector('title')?.textContent || '' }))`)
+	want := map[string]string{}
+	for _, r := range usage.Data {
+		want[r.Day+" "+r.Model] = fmt.Sprint(r.TotalTokens)
+	}
+	got := map[string]string{}
+	for _, b := range bars {
+		got[b.Date+" "+b.Model] = b.Tokens
+		if !strings.Contains(b.Title, b.Model) || !strings.Contains(b.Title, b.Date) {
+			t.Errorf("bar %+v: its title does not say its date and model", b)
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("chart bars (day model → tokens) %v, want GET /v1/usage's %v", got, want)
+	}
+	if got[today+" gpt-4o-mini"] != fmt.Sprint(apiToday) {
+		t.Errorf("today's gpt-4o-mini bar has %q tokens, want %d", got[today+" gpt-4o-mini"], apiToday)
+	}
+	if h := eval[float64](p, fmt.Sprintf(`+document.querySelector('#usage-chart .bar[data-date=%s][data-model="gpt-4o-mini"]').getAttribute('height')`, js(today))); h <= 0 {
+		t.Errorf("today's bar is %v high, want it drawn", h)
+	}
+
+	// The budget figures are the API's.
+	figures := eval[map[string]string](p, `Object.fromEntries([...document.querySelectorAll('#usage-budget [data-field]')].map((d) => [d.dataset.field, d.dataset.value]))`)
+	num := func(f string) float64 {
+		var x float64
+		if _, err := fmt.Sscan(figures[f], &x); err != nil {
+			t.Errorf("budget figure %s: %q is not a number (figures %v)", f, figures[f], figures)
+		}
+		return x
+	}
+	for f, w := range map[string]float64{
+		"monthly_tokens": float64(*v.MonthlyTokens), "used_tokens": float64(v.UsedTokens), "remaining_tokens": float64(*v.RemainingTokens),
+		"monthly_usd": *v.MonthlyUSD, "used_usd": v.UsedUSD, "remaining_usd": *v.RemainingUSD,
+	} {
+		if g := num(f); g != w {
+			t.Errorf("budget figure %s on the page: %v, want the API's %v", f, g, w)
+		}
+	}
+	// The budget in the chart: the meter's remaining part and the daily
+	// share of the month's tokens.
+	if r := eval[string](p, `document.querySelector('#budget-meter .remaining')?.dataset.tokens || ''`); r != fmt.Sprint(*v.RemainingTokens) {
+		t.Errorf("the budget meter's remaining part says %q tokens, want %d", r, *v.RemainingTokens)
+	}
+	days := time.Date(now.Year(), now.Month()+1, 0, 0, 0, 0, 0, time.UTC).Day()
+	if a := eval[string](p, `document.querySelector('#usage-chart .allowance')?.dataset.tokens || ''`); a != fmt.Sprint(*v.MonthlyTokens/int64(days)) {
+		t.Errorf("the chart's daily budget line is at %q tokens, want %d (%d tokens over %d days)", a, *v.MonthlyTokens/int64(days), *v.MonthlyTokens, days)
+	}
+	// Accessible: the chart is a labelled image with a table of its figures.
+	if l := eval[string](p, `document.querySelector('#usage-chart').getAttribute('aria-label') || ''`); l == "" || eval[string](p, `document.querySelector('#usage-chart').getAttribute('role')`) != "img" {
+		t.Errorf("the chart is not a labelled image (aria-label %q)", l)
+	}
+	cells := eval[[][]string](p, `[...document.querySelectorAll('[aria-label="Tokens per day and model"] tbody tr')].map((tr) => [...tr.cells].map((c) => c.textContent))`)
+	if len(cells) != len(usage.Data) {
+		t.Errorf("the usage table has %d rows %q, want one per API row (%d)", len(cells), cells, len(usage.Data))
+	}
+	p.screenshot("usage", true)
+
+	// A narrow screen: redrawn to fit, nothing scrolls sideways.
+	p.do("narrow the viewport", chromedp.EmulateViewport(360, 740, chromedp.EmulateMobile, chromedp.EmulateTouch))
+	p.wait("the chart to fit 360px", 10*time.Second, `document.querySelector('#usage-chart')?.getBoundingClientRect().width <= 360`)
+	p.waitVisible("the usage chart on a narrow screen", "#usage-chart .bar")
+	p.noHorizontalScroll("usage page")
+	p.screenshot("usage-narrow", true)
 }

@@ -1,4 +1,5 @@
-// The panel's UI: key entry, the batches list, uploads and the batch page.
+// The panel's UI: key entry, the batches list, uploads, the batch page and
+// the usage page.
 // Views are built with DOM calls (h below), never by parsing HTML, so nothing
 // the API returns (file names, metadata, error messages) becomes markup.
 import { APIError, clearKey, download, firstLines, hasKey, request, setKey, uploadFile } from './api.js';
@@ -93,7 +94,7 @@ async function busy(button, action) {
   }
 }
 
-// ---- routing: #/ is the list, #/batches/<id> a batch ----
+// ---- routing: #/ is the list, #/batches/<id> a batch, #/usage the usage page ----
 
 let view = null; // the current view's {stop}
 
@@ -105,9 +106,15 @@ function route() {
   $('#login').hidden = signedIn;
   $('#list-view').hidden = true;
   $('#batch-view').hidden = true;
+  $('#usage-view').hidden = true;
+  const usage = location.hash === '#/usage';
+  for (const a of document.querySelectorAll('#nav a')) {
+    if (a.getAttribute('href') === (usage ? '#/usage' : '#/')) a.setAttribute('aria-current', 'page');
+    else a.removeAttribute('aria-current');
+  }
   if (!signedIn) return;
   const m = /^#\/batches\/([^/]+)$/.exec(location.hash);
-  view = m ? batchView(decodeURIComponent(m[1])) : listView();
+  view = m ? batchView(decodeURIComponent(m[1])) : usage ? usageView() : listView();
 }
 
 function signOut() {
@@ -116,6 +123,7 @@ function signOut() {
   $('#batches tbody').replaceChildren();
   $('#uploads').replaceChildren();
   $('#batch-view').replaceChildren();
+  $('#usage-view').replaceChildren();
   notice('');
   route();
 }
@@ -462,6 +470,212 @@ function generic(v) {
     return dl(Object.entries(v).map(([k, x]) => [k, /_at$/.test(k) ? when(x) : text(x)]));
   }
   return h('p', {}, text(v));
+}
+
+// ---- usage page: this month's spend against the tenant's budget ----
+
+const SVG = 'http://www.w3.org/2000/svg';
+const MODEL_COLORS = 6; // app.css colours models .m0 to .m5
+
+// svg builds an SVG element as h builds an HTML one: geometry goes in
+// attributes, colours in classes (the CSP forbids inline styles).
+function svg(tag, attrs = {}, ...children) {
+  const el = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v != null && v !== false) el.setAttribute(k, v);
+  }
+  el.append(...children.flat().filter((c) => c != null && c !== false));
+  return el;
+}
+
+const tokens = (n) => Number(n).toLocaleString('en-US');
+const usd = (n) => `$${Number(n).toLocaleString('en-US', {
+  minimumFractionDigits: 2, maximumFractionDigits: n > 0 && n < 1 ? 6 : 2,
+})}`;
+const monthOf = (d) => d.toISOString().slice(0, 7); // YYYY-MM, UTC
+const daysIn = (month) => new Date(Date.UTC(+month.slice(0, 4), +month.slice(5, 7), 0)).getUTCDate();
+const pct = (used, limit) => (limit > 0 ? Math.round((used / limit) * 100) : 0);
+
+// niceCeil rounds n up to 1, 2 or 5 times a power of ten, for the axis.
+function niceCeil(n) {
+  const p = 10 ** Math.floor(Math.log10(Math.max(n, 1)));
+  return [1, 2, 5, 10].map((m) => m * p).find((v) => v >= n);
+}
+
+function usageView() {
+  const root = $('#usage-view');
+  root.hidden = false;
+  const ctl = new AbortController();
+  const heading = h('h2', { id: 'usage-title', tabindex: -1 }, 'Usage this month');
+  const refresh = h('button', { type: 'button', id: 'refresh-usage' }, 'Refresh');
+  const body = h('div', { id: 'usage-body' }, h('p', { class: 'help' }, 'Loading…'));
+  root.replaceChildren(h('article', { id: 'usage', 'aria-labelledby': 'usage-title' },
+    h('div', { class: 'bar' }, heading, refresh), body));
+
+  let answer = null;
+  let drawnAt = 0;
+  const draw = () => {
+    drawnAt = body.clientWidth;
+    body.replaceChildren(...usageContent(answer, drawnAt));
+  };
+  // docs/api.md "Usage": the days from start_time to now; the budget is
+  // the current month's (UTC), so the page asks from the month's first day.
+  const load = async () => {
+    const now = new Date();
+    const start = Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1) / 1000;
+    answer = await request(`v1/usage?source=batch&start_time=${start}`, { signal: ctl.signal });
+    draw();
+  };
+  refresh.addEventListener('click', () => busy(refresh, load));
+  load().catch(showError);
+  // The chart is drawn for the width it has, so its text keeps its size:
+  // it is drawn again when that width changes (a rotated phone).
+  const resized = new ResizeObserver(() => {
+    if (answer && body.clientWidth > 0 && body.clientWidth !== drawnAt) draw();
+  });
+  resized.observe(body);
+  return { stop() { ctl.abort(); resized.disconnect(); } };
+}
+
+// usageContent is the page for a GET v1/usage answer u, width px wide.
+function usageContent(u, width) {
+  const b = u.budget || null;
+  const month = b?.month || monthOf(new Date());
+  const rows = (u.data || []).filter((r) => r.date.startsWith(month))
+    .sort((x, y) => x.date.localeCompare(y.date) || x.model.localeCompare(y.model));
+  const models = [...new Set(rows.map((r) => r.model))].sort();
+  const byModel = new Map(models.map((m) => [m, 0]));
+  for (const r of rows) byModel.set(r.model, byModel.get(r.model) + r.total_tokens);
+  const color = (m) => `m${models.indexOf(m) % MODEL_COLORS}`;
+  const inner = Math.max(width - 34, 260); // the card's padding and border
+
+  return [
+    budgetCard(b, month, byModel, color, inner),
+    h('section', { class: 'card', 'aria-labelledby': 'usage-chart-title' },
+      h('h3', { id: 'usage-chart-title' }, `Tokens per day, ${month}`),
+      rows.length === 0 && h('p', { class: 'help' }, 'No batch usage this month yet.'),
+      dailyChart(rows, month, b, color, inner),
+      legend(models, byModel, color, b),
+      rows.length > 0 && [
+        h('h4', {}, 'Figures'),
+        table('Tokens per day and model', ['Date', 'Model', 'Requests', 'Input tokens', 'Output tokens', 'Total tokens'],
+          rows.map((r) => [r.date, r.model, tokens(r.requests), tokens(r.input_tokens), tokens(r.output_tokens), tokens(r.total_tokens)])),
+      ]),
+  ];
+}
+
+// budgetCard shows the month's budget, used and remaining (the API's
+// figures, each in data-value), and a meter per limit.
+function budgetCard(b, month, byModel, color, width) {
+  const title = h('h3', { id: 'usage-budget-title' }, `Budget for ${month}`);
+  if (!b) {
+    const used = [...byModel.values()].reduce((a, n) => a + n, 0);
+    return h('section', { class: 'card', 'aria-labelledby': 'usage-budget-title' }, title,
+      h('p', { class: 'help' }, 'No budget is set for this tenant (',
+        h('code', {}, 'relay tenants budget set --tenant NAME --monthly-tokens N'), ' sets one). ',
+        `${tokens(used)} tokens used this month.`));
+  }
+  const figure = (label, field, fmt) => [h('dt', {}, label),
+    h('dd', { 'data-field': field, 'data-value': b[field] ?? '' }, b[field] == null ? 'no limit' : fmt(b[field]))];
+  const pairs = [
+    figure('Budget (tokens)', 'monthly_tokens', tokens), figure('Used (tokens)', 'used_tokens', tokens),
+    figure('Remaining (tokens)', 'remaining_tokens', tokens),
+  ];
+  if (b.monthly_usd != null) {
+    pairs.push(figure('Budget (USD)', 'monthly_usd', usd), figure('Used (USD)', 'used_usd', usd),
+      figure('Remaining (USD)', 'remaining_usd', usd));
+  }
+  return h('section', { class: 'card', 'aria-labelledby': 'usage-budget-title' }, title,
+    h('dl', { id: 'usage-budget', class: 'pairs' }, pairs.flat()),
+    b.monthly_tokens != null && meter({
+      id: 'budget-meter', unit: 'tokens', fmt: (n) => `${tokens(n)} tokens`, width,
+      used: b.used_tokens, limit: b.monthly_tokens, left: b.remaining_tokens,
+      parts: [...byModel].map(([m, n]) => ({ name: m, value: n, cls: color(m) })),
+    }),
+    b.monthly_usd != null && meter({
+      id: 'budget-meter-usd', unit: 'usd', fmt: usd, width,
+      used: b.used_usd, limit: b.monthly_usd, left: b.remaining_usd,
+      parts: [{ name: 'priced models', value: b.used_usd, cls: 'used' }],
+    }),
+    b.monthly_usd != null && h('p', { class: 'help' }, 'USD count only the models with a price in relay.yaml.'));
+}
+
+// meter is a horizontal bar: what each part used, then what is left of
+// limit; past the limit, the limit is a mark on the bar.
+function meter({ id, unit, fmt, width, used, limit, left, parts }) {
+  const H = 22;
+  const scale = Math.max(limit, used, 1);
+  const x = (v) => (v / scale) * width;
+  let at = 0;
+  const segs = parts.filter((p) => p.value > 0).map((p) => {
+    const w = x(p.value);
+    const r = svg('rect', { class: `seg ${p.cls}`, x: at, y: 0, width: w, height: H, 'data-name': p.name, [`data-${unit}`]: p.value },
+      svg('title', {}, `${p.name}: ${fmt(p.value)}`));
+    at += w;
+    return r;
+  });
+  const label = `${fmt(used)} of ${fmt(limit)} used (${pct(used, limit)}%), ${fmt(left)} left`;
+  return h('figure', { class: 'meter' },
+    svg('svg', { id, role: 'img', 'aria-label': `Budget: ${label}`, width, height: H, viewBox: `0 0 ${width} ${H}` },
+      svg('rect', { class: 'remaining', x: x(Math.min(used, limit)), y: 0, width: x(left), height: H, [`data-${unit}`]: left },
+        svg('title', {}, `left: ${fmt(left)}`)),
+      segs,
+      used > limit && svg('line', { class: 'limit', x1: x(limit), x2: x(limit), y1: 0, y2: H })),
+    h('figcaption', { class: 'help' }, label));
+}
+
+// dailyChart draws a column per day of month, stacked by model, with the
+// day's share of the monthly token budget as a dashed line. Each bar
+// carries its figures in data attributes and a title.
+function dailyChart(rows, month, b, color, width) {
+  const days = daysIn(month);
+  const H = 220;
+  const m = { l: 56, r: 8, t: 12, b: 28 };
+  const pw = width - m.l - m.r;
+  const ph = H - m.t - m.b;
+  const byDay = new Map();
+  for (const r of rows) byDay.set(r.date, [...(byDay.get(r.date) || []), r]);
+  const allowance = b?.monthly_tokens != null ? Math.floor(b.monthly_tokens / days) : null;
+  const top = niceCeil(Math.max(...[...byDay.values()].map((rs) => rs.reduce((a, r) => a + r.total_tokens, 0)), allowance || 0, 1));
+  const y = (v) => m.t + ph - (v / top) * ph;
+  const slot = pw / days;
+  const bw = Math.max(slot * 0.7, 1);
+  const step = [1, 2, 5, 7, 10, 15].find((s) => s * slot >= 28) || days;
+
+  const grid = [0, top / 2, top].map((v) => svg('g', { class: 'tick' },
+    svg('line', { class: 'grid', x1: m.l, x2: width - m.r, y1: y(v), y2: y(v) }),
+    svg('text', { x: m.l - 6, y: y(v) + 4, 'text-anchor': 'end' }, tokens(v))));
+  const xLabels = [];
+  for (let d = 1; d <= days; d += step) {
+    xLabels.push(svg('text', { x: m.l + (d - 0.5) * slot, y: H - 8, 'text-anchor': 'middle' }, String(d)));
+  }
+  const bars = [];
+  for (const [date, rs] of byDay) {
+    const x = m.l + (Number(date.slice(8, 10)) - 1) * slot + (slot - bw) / 2;
+    let base = 0;
+    for (const r of rs) {
+      const hgt = Math.max(y(base) - y(base + r.total_tokens), r.total_tokens > 0 ? 1 : 0);
+      bars.push(svg('rect', {
+        class: `bar ${color(r.model)}`, x, y: y(base) - hgt, width: bw, height: hgt,
+        'data-date': date, 'data-model': r.model, 'data-tokens': r.total_tokens,
+        'data-input-tokens': r.input_tokens, 'data-output-tokens': r.output_tokens, 'data-requests': r.requests,
+      }, svg('title', {}, `${date} · ${r.model}: ${tokens(r.total_tokens)} tokens (${tokens(r.input_tokens)} in, ${tokens(r.output_tokens)} out; ${tokens(r.requests)} requests)`)));
+      base += r.total_tokens;
+    }
+  }
+  const share = allowance != null && svg('line', {
+    class: 'allowance', x1: m.l, x2: width - m.r, y1: y(allowance), y2: y(allowance), 'data-tokens': allowance,
+  }, svg('title', {}, `Daily share of the budget: ${tokens(allowance)} tokens (${tokens(b.monthly_tokens)} over ${days} days)`));
+  const label = `Tokens per day and model in ${month}, ${rows.length} figures` +
+    (allowance != null ? `; the daily share of the budget is ${tokens(allowance)} tokens` : '') + '; the table below lists them';
+  return svg('svg', { id: 'usage-chart', class: 'chart', role: 'img', 'aria-label': label, width, height: H, viewBox: `0 0 ${width} ${H}` },
+    svg('g', { class: 'axis' }, grid, xLabels), bars, share);
+}
+
+function legend(models, byModel, color, b) {
+  return h('ul', { class: 'legend', 'aria-label': 'Legend' },
+    models.map((m) => h('li', {}, h('span', { class: `swatch ${color(m)}` }), `${m}: ${tokens(byModel.get(m))} tokens`)),
+    b?.monthly_tokens != null && h('li', {}, h('span', { class: 'swatch allowance' }), 'daily share of the budget'));
 }
 
 // ---- wiring ----
