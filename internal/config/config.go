@@ -35,7 +35,23 @@ type Model struct {
 	Fallback       string        `yaml:"fallback"`
 	MaxConcurrency int           `yaml:"max_concurrency"`
 	Timeout        time.Duration `yaml:"timeout"`
+	// Batch is how the model's batch rows run: direct (the default: the
+	// executors send every row) or native (the provider's own batch API,
+	// internal/native; README "Native batches").
+	Batch BatchMode `yaml:"batch"`
 }
+
+// BatchMode is a model's batch: setting.
+type BatchMode string
+
+const (
+	Direct BatchMode = "direct"
+	Native BatchMode = "native"
+)
+
+// Native reports whether the model's batch rows go to its provider's
+// batch API.
+func (m Model) Native() bool { return m.Batch == Native }
 
 // Upstream is the model name sent upstream.
 func (m Model) Upstream() string {
@@ -89,6 +105,16 @@ func ParseModels(data []byte) (*Models, error) {
 		}
 		if _, dup := ms.byName[m.Name]; dup {
 			return nil, fmt.Errorf("%s: %q is defined twice", field("name"), m.Name)
+		}
+		switch m.Batch {
+		case "":
+			m.Batch = Direct
+		case Direct, Native:
+		default:
+			return nil, fmt.Errorf("%s: %q is not direct or native", field("batch"), m.Batch)
+		}
+		if m.Batch == Native && m.Provider != OpenAI && m.Provider != Anthropic {
+			return nil, fmt.Errorf("%s: native batches run on OpenAI's Batch API or Anthropic's Message Batches; provider %q has none yet, use batch: direct", field("batch"), m.Provider)
 		}
 		switch m.Provider {
 		case OpenAI, Anthropic:

@@ -41,6 +41,7 @@ type optionsJSON struct {
 	RateLimitRate float64 `json:"rate_limit_rate"`
 	RetryAfter    string  `json:"retry_after"`
 	Seed          int64   `json:"seed"`
+	BatchDelay    string  `json:"batch_delay"`
 }
 
 // MarshalJSON writes the wire form described on the package.
@@ -51,6 +52,7 @@ func (o Options) MarshalJSON() ([]byte, error) {
 		RateLimitRate: o.RateLimitRate,
 		RetryAfter:    o.RetryAfter.String(),
 		Seed:          o.Seed,
+		BatchDelay:    o.BatchDelay.String(),
 	})
 }
 
@@ -64,6 +66,7 @@ func (o *Options) UnmarshalJSON(b []byte) error {
 		RateLimitRate: o.RateLimitRate,
 		RetryAfter:    o.RetryAfter.String(),
 		Seed:          o.Seed,
+		BatchDelay:    o.BatchDelay.String(),
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -72,10 +75,11 @@ func (o *Options) UnmarshalJSON(b []byte) error {
 	}
 	latency, err1 := parseDuration("latency", j.Latency)
 	retryAfter, err2 := parseDuration("retry_after", j.RetryAfter)
-	if err := errors.Join(err1, err2, checkRate("error_rate", j.ErrorRate), checkRate("rate_limit_rate", j.RateLimitRate)); err != nil {
+	batchDelay, err3 := parseDuration("batch_delay", j.BatchDelay)
+	if err := errors.Join(err1, err2, err3, checkRate("error_rate", j.ErrorRate), checkRate("rate_limit_rate", j.RateLimitRate)); err != nil {
 		return err
 	}
-	*o = Options{Latency: latency, ErrorRate: j.ErrorRate, RateLimitRate: j.RateLimitRate, RetryAfter: retryAfter, Seed: j.Seed}
+	*o = Options{Latency: latency, ErrorRate: j.ErrorRate, RateLimitRate: j.RateLimitRate, RetryAfter: retryAfter, Seed: j.Seed, BatchDelay: batchDelay}
 	return nil
 }
 

@@ -18,6 +18,9 @@ type Options struct {
 	RateLimitRate float64       // fraction answered 429 with Retry-After (0..1)
 	RetryAfter    time.Duration // Retry-After on 429s; 0 means 1s
 	Seed          int64         // seeds the RNG behind the two rates
+	// BatchDelay is how long a provider batch (OpenAI Batch, Anthropic
+	// Message Batches) runs before it ends; 0 means 1s.
+	BatchDelay time.Duration
 }
 
 // normalized makes any Options usable: SetOptions has no error to return,
@@ -44,10 +47,17 @@ type Stats struct {
 	// PeakInFlight is the most requests per model that were in flight at
 	// once: capacity tests check it against max_concurrency.
 	PeakInFlight map[string]int64 `json:"peak_in_flight"`
+	// BatchRows counts the rows run inside provider batches, by model;
+	// BatchesCreated and BatchCancels the provider batches created and the
+	// cancel calls (batchapi.go).
+	BatchRows      map[string]int64 `json:"batch_rows"`
+	BatchesCreated int64            `json:"batches_created"`
+	BatchCancels   int64            `json:"batch_cancels"`
 }
 
 func newStats() Stats {
-	return Stats{ByModel: map[string]int64{}, ByPath: map[string]int64{}, ByStatus: map[int]int64{}, PeakInFlight: map[string]int64{}}
+	return Stats{ByModel: map[string]int64{}, ByPath: map[string]int64{}, ByStatus: map[int]int64{}, PeakInFlight: map[string]int64{},
+		BatchRows: map[string]int64{}}
 }
 
 // Server is the mock provider. It is safe for concurrent use.
@@ -63,6 +73,9 @@ type Server struct {
 	rows map[[32]byte]int
 	// inFlight counts requests per model being served now.
 	inFlight map[string]int64
+
+	// batches are the provider batches and files (batchapi.go).
+	batches *batchAPI
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -72,6 +85,7 @@ func New(opts Options) *Server {
 	s := &Server{stats: newStats(), rows: map[[32]byte]int{}, inFlight: map[string]int64{}}
 	s.SetOptions(opts)
 	s.control = s.controlRoutes()
+	s.batches = newBatchAPI(s)
 	return s
 }
 
@@ -102,6 +116,7 @@ func (s *Server) Stats() Stats {
 		ByStatus: maps.Clone(s.stats.ByStatus),
 
 		PeakInFlight: maps.Clone(s.stats.PeakInFlight),
+		BatchRows:    maps.Clone(s.stats.BatchRows), BatchesCreated: s.stats.BatchesCreated, BatchCancels: s.stats.BatchCancels,
 	}
 }
 
@@ -123,6 +138,10 @@ func newRNG(seed int64) *rand.Rand {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if strings.HasPrefix(r.URL.Path, "/mock/") {
 		s.control.ServeHTTP(w, r)
+		return
+	}
+	if s.batches.serves(r.URL.Path) {
+		s.batches.mux.ServeHTTP(w, r)
 		return
 	}
 	s.serveModel(w, r)
