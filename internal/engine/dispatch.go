@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/files"
@@ -14,23 +13,6 @@ import (
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/store"
 )
-
-// planLease is how long one dispatcher may plan a batch before another may
-// take over (the first one crashed): at most until its invocation's
-// deadline (planLeaseUntil), so the plan message that comes back after a
-// failed attempt, visibility timeout later, always finds the lease over
-// even when the attempt could not give it back.
-const planLease = 2 * time.Minute
-
-// planLeaseUntil is when a plan attempt's lease taken at now ends: the
-// invocation's deadline, rounded up to the second, or planLease.
-func planLeaseUntil(ctx context.Context, now time.Time) int64 {
-	until := now.Add(planLease)
-	if d, ok := ctx.Deadline(); ok && d.Before(until) {
-		until = d
-	}
-	return until.Add(time.Second - 1).Unix()
-}
 
 // Dispatch is the dispatcher function's SQS handler: plans, drains of
 // cancelled batches and the periodic tick. Each message is idempotent.
@@ -109,7 +91,7 @@ func (e *Engine) takePlanLease(ctx context.Context, tenant, id string) (batch.Ba
 		if b.ChunksTotal == 0 && b.Status != batch.Validating && b.Status != batch.Cancelling {
 			return errSkip
 		}
-		b.PlanLease = planLeaseUntil(ctx, now)
+		b.PlanLease = plan.LeaseUntil(ctx, now)
 		return nil
 	})
 	if errors.Is(err, errSkip) || errors.Is(err, store.ErrBatchNotFound) {
@@ -183,7 +165,14 @@ func (e *Engine) startPlanned(ctx context.Context, b batch.Batch, entries []stor
 			return err
 		}
 	} else {
-		for _, r := range entries {
+		rest := entries
+		if e.Native != nil {
+			var err error
+			if rest, err = e.Native.Start(ctx, b, entries); err != nil {
+				return err
+			}
+		}
+		for _, r := range rest {
 			if err := e.Store.PutReady(ctx, r); err != nil {
 				return err
 			}

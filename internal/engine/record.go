@@ -48,6 +48,13 @@ func (e *Engine) CommitRecord(ctx context.Context, b batch.Batch, c batch.Chunk,
 	return err
 }
 
+// CommitRows commits claimed chunk c with its rows' outcomes, as a run of
+// it would: internal/native imports a provider batch's results so.
+func (e *Engine) CommitRows(ctx context.Context, b batch.Batch, c batch.Chunk, outs []part.Outcome) error {
+	_, err := e.commitRows(ctx, b, c, outs, 0)
+	return err
+}
+
 // TakeSlots has claimed chunk c, holding none, take as many of its model's
 // slots as a chunk claims from the capacity shard it claimed them from,
 // and returns how many: internal/wfhost calls it when a record that waited

@@ -1,4 +1,4 @@
-package engine
+package plan
 
 import (
 	"context"
@@ -9,12 +9,12 @@ import (
 func TestPlanLeaseEndsWithTheInvocation(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1_000_000, 0)
-	if got := planLeaseUntil(context.Background(), now); got != now.Add(planLease).Unix() {
-		t.Fatalf("no deadline: lease until %d, want %d", got, now.Add(planLease).Unix())
+	if got := LeaseUntil(context.Background(), now); got != now.Add(Lease).Unix() {
+		t.Fatalf("no deadline: lease until %d, want %d", got, now.Add(Lease).Unix())
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), now.Add(9500*time.Millisecond))
 	defer cancel()
-	if got := planLeaseUntil(ctx, now); got != now.Unix()+10 {
+	if got := LeaseUntil(ctx, now); got != now.Unix()+10 {
 		t.Fatalf("deadline in 9.5 s: lease until %d, want %d (rounded up)", got, now.Unix()+10)
 	}
 }
