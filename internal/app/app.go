@@ -27,6 +27,7 @@ import (
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/files"
+	"github.com/relaybatch/relay/internal/native"
 	"github.com/relaybatch/relay/internal/panel"
 	"github.com/relaybatch/relay/internal/plan"
 	"github.com/relaybatch/relay/internal/provider"
@@ -53,7 +54,8 @@ type App struct {
 	Blobs     *blob.Store
 	Files     *files.Service
 	Queue     *queue.Sender
-	Engine    *engine.Engine // workflow records run on it through internal/wfhost (RunWorkflow)
+	Engine    *engine.Engine  // workflow records run on it through internal/wfhost (RunWorkflow)
+	Native    *native.Service // batch: native models' rows, on their provider's batch API (Engine.Native)
 	Workflows *wfhost.Runner
 	Batches   *batches.Service  // the batches of the API and cron templates, on Engine
 	Webhooks  *delivery.Service // completion webhooks: the engine's OnTerminal, the webhook function
@@ -99,16 +101,16 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	a.Blobs = blob.New(a.S3, env.Bucket)
 	a.Files = &files.Service{Store: a.Store, Blobs: a.Blobs}
 	a.Queue = &queue.Sender{SQS: a.SQS, Prefix: env.Prefix}
+	// Keys from the environment first (local runs), then Secrets Manager (AWS).
+	keys := provider.ChainKeys{provider.EnvKeys{}, &provider.SecretsKeys{Client: secretsmanager.NewFromConfig(cfg), Prefix: env.SecretPrefix}}
+	upstream := &provider.Client{HTTP: provider.NewHTTPClient(), Models: models, Keys: keys}
 	a.Engine = &engine.Engine{
 		Store: a.Store, Blobs: a.Blobs, Queue: a.Queue, Models: models, Set: a.Resources, Log: log,
-		Chunks: plan.Limits{Rows: env.ChunkRows}, Lease: env.Lease,
-		Provider: &provider.Client{
-			HTTP:   provider.NewHTTPClient(),
-			Models: models,
-			// Keys from the environment first (local runs), then Secrets Manager (AWS).
-			Keys: provider.ChainKeys{provider.EnvKeys{}, &provider.SecretsKeys{Client: secretsmanager.NewFromConfig(cfg), Prefix: env.SecretPrefix}},
-		},
+		Chunks: plan.Limits{Rows: env.ChunkRows}, Lease: env.Lease, Provider: upstream,
 	}
+	a.Native = &native.Service{Store: a.Store, Blobs: a.Blobs, Queue: a.Queue, Engine: a.Engine, Provider: upstream,
+		Models: models, Keys: keys, HTTP: upstream.HTTP, Log: log, Lease: env.Lease}
+	a.Engine.Native = a.Native
 	a.Scheduler = scheduler.NewFromConfig(cfg)
 	// One client, so one policy, for the check at create, workflow
 	// callbacks and every delivery.
