@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/openai/openai-go/v3"
 	"github.com/relaybatch/relay/internal/app"
 	"github.com/relaybatch/relay/internal/batch"
@@ -224,3 +225,76 @@ var (
 	_ = fmt.Sprint
 	_ = openai.BatchStatus("")
 )
+
+func TestNativeMessageBatchMatchesDirect(t *testing.T) {
+	t.Parallel()
+	rt := nativeRuntime(t, time.Second, nil)
+	c, key := anthropicClient(t, rt, "acme")
+	const n = 1000
+	ids := make([]string, n)
+	direct, nat := make([]anthropic.MessageBatchNewParamsRequest, n), make([]anthropic.MessageBatchNewParamsRequest, n)
+	for i := range n {
+		ids[i] = fmt.Sprintf("q%04d", i)
+		direct[i] = msgRequest(ids[i], "claude-haiku-4-5", fmt.Sprintf("hello %d", i))
+		nat[i] = msgRequest(ids[i], "claude-native", fmt.Sprintf("hello %d", i))
+	}
+	db := waitEnded(t, c, newMessageBatch(t, c, direct...).ID)
+	want := messageResults(t, c, db, ids)
+	rt.Mock.Reset()
+
+	nb := waitEnded(t, c, newMessageBatch(t, c, nat...).ID)
+	got := messageResults(t, c, nb, ids)
+	if nb.RequestCounts.Succeeded != n {
+		t.Fatalf("native message batch: counts %s", nb.RequestCounts.RawJSON())
+	}
+	for _, id := range ids {
+		if g, w := got[id].RawJSON(), want[id].RawJSON(); g != w {
+			t.Fatalf("request %s: native result %s, direct %s", id, g, w)
+		}
+	}
+	st := rt.Mock.Stats()
+	if st.Requests != 0 || st.BatchRows["claude-haiku-4-5"] != n || st.BatchesCreated != 1 {
+		t.Fatalf("mock: %d direct requests, %v rows in %d provider batches; want 0, %d in 1", st.Requests, st.BatchRows, st.BatchesCreated, n)
+	}
+	if got := batchExecution(t, rt, key, nb.ID); got != "native" {
+		t.Fatalf("execution: got %q, want native", got)
+	}
+}
+
+// The same crash for a message batch, which has no metadata: the orphan
+// is found on the listing and cancelled, and some of its requests expire
+// in the recorded one and run directly.
+func TestNativeMessageBatchOrphanAndExpiry(t *testing.T) {
+	t.Parallel()
+	var crashes atomic.Int32
+	rt := nativeRuntime(t, 30*time.Second, func(s *native.Service) {
+		s.AfterCreate = func(g batch.Group, id string) error {
+			if crashes.Add(1) == 1 {
+				return errors.New("crash after creating " + id)
+			}
+			return nil
+		}
+	}, func(o *localrun.Options) { queueTimes(o, "work", 10*time.Second, 10*time.Second) })
+	c, _ := anthropicClient(t, rt, "acme")
+	const n = 100
+	ids := make([]string, n)
+	reqs := make([]anthropic.MessageBatchNewParamsRequest, n)
+	for i := range n {
+		ids[i] = fmt.Sprintf("q%04d", i)
+		text := fmt.Sprintf("hello %d", i)
+		if i%4 == 0 {
+			text += " [[mock:batch_expire]]"
+		}
+		reqs[i] = msgRequest(ids[i], "claude-native", text)
+	}
+	b := waitEnded(t, c, newMessageBatch(t, c, reqs...).ID)
+	messageResults(t, c, b, ids)
+	if b.RequestCounts.Succeeded != n {
+		t.Fatalf("counts %s", b.RequestCounts.RawJSON())
+	}
+	st := rt.Mock.Stats()
+	if st.BatchesCreated != 2 || st.BatchCancels != 1 || st.BatchRows["claude-haiku-4-5"] != 3*n/4 || st.Requests != n/4 {
+		t.Fatalf("mock: %d provider batches, %d cancels, %v rows in them, %d direct; want 2, 1, %d, %d",
+			st.BatchesCreated, st.BatchCancels, st.BatchRows, st.Requests, 3*n/4, n/4)
+	}
+}
