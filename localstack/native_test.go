@@ -298,3 +298,33 @@ func TestNativeMessageBatchOrphanAndExpiry(t *testing.T) {
 			st.BatchesCreated, st.BatchCancels, st.BatchRows, st.Requests, 3*n/4, n/4)
 	}
 }
+
+// A group whose submit fails on every receive goes to the work DLQ: its
+// rows are dead-lettered like a chunk's out of attempts, and the provider
+// batches its attempts left behind are cancelled.
+func TestNativeSubmitOutOfAttemptsIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	rt := nativeRuntime(t, time.Minute, func(s *native.Service) {
+		s.AfterCreate = func(g batch.Group, id string) error { return errors.New("crash after creating " + id) }
+	}, func(o *localrun.Options) { queueTimes(o, "work", 3*time.Second, 3*time.Second) })
+	c, key := client(t, rt, "acme")
+	rows := modelRows(nRows(30, "dead"), "gpt-native")
+	b := waitBatch(t, c, createBatch(t, c, upload(t, c, "in.jsonl", jsonlRows(rows)).ID).ID)
+	_, errs := checkInvariant(t, c, b, idsOf(rows))
+	for id, l := range errs {
+		if l.Error == nil || l.Error.Code != "dead_letter" {
+			t.Fatalf("row %s: got %+v, want dead_letter", id, l)
+		}
+	}
+	var dl struct {
+		Data []json.RawMessage `json:"data"`
+	}
+	json.Unmarshal(rawGet(t, rt, key, "/v1/batches/"+b.ID+"/dead_letters"), &dl)
+	if len(dl.Data) != len(rows) {
+		t.Fatalf("dead letters: got %d, want %d", len(dl.Data), len(rows))
+	}
+	waitFor(t, "every provider batch cancelled", func() bool {
+		st := rt.Mock.Stats()
+		return st.BatchesCreated == 3 && st.BatchCancels == 3
+	})
+}

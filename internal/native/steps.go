@@ -263,11 +263,16 @@ func (s *Service) dead(ctx context.Context, m msg.Message) error {
 	if err != nil || !ok || b.Status.Terminal() {
 		return err
 	}
-	if g.ProviderID != "" && g.State != batch.GroupEnded {
-		if up, err := s.upstream(ctx, g.Model); err == nil {
-			if err := up.cancel(ctx, g.ProviderID); err != nil {
-				s.Log.WarnContext(ctx, "cancel provider batch of a dead group", "batch_id", b.ID, "group", g.Index, "err", err)
-			}
+	if up, err := s.upstream(ctx, g.Model); err == nil && g.State != batch.GroupEnded {
+		// Best effort: the group's rows are dead-lettered whatever the
+		// provider says.
+		if g.ProviderID != "" {
+			err = up.cancel(ctx, g.ProviderID)
+		} else if g.State == batch.GroupSubmitting {
+			err = s.cancelOrphans(ctx, up, g)
+		}
+		if err != nil {
+			s.Log.WarnContext(ctx, "cancel provider batch of a dead group", "batch_id", b.ID, "group", g.Index, "err", err)
 		}
 	}
 	if _, err := s.Store.UpdateGroup(ctx, b.ID, g.Index, func(g *batch.Group) error {
