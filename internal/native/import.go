@@ -11,6 +11,7 @@ import (
 	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/store"
+	"github.com/relaybatch/relay/internal/workflow"
 )
 
 func timeUnix(sec int64) time.Time { return time.Unix(sec, 0) }
@@ -72,6 +73,8 @@ func (s *Service) importChunk(ctx context.Context, b batch.Batch, c batch.Chunk,
 		outs[i].CustomID = q.CustomID
 		if res, ok := results[c.FirstRow+i]; ok {
 			outs[i].Result = res
+		} else if workflow.InBody(q.Body) {
+			outs[i].Code, outs[i].Message = workflow.CodeInvalid, "workflow records do not run on a batch: native model"
 		} else {
 			direct = append(direct, i)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/resources"
+	"github.com/relaybatch/relay/internal/workflow"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
@@ -158,9 +159,10 @@ func (s *Service) rows(ctx context.Context, b batch.Batch, c batch.Chunk) ([]jso
 
 // upstreamBody is a row's body as the provider batch takes it: the
 // model's upstream name, none of the service's own fields. false: the
-// row was refused at create (provider.RefusedKey) and is not sent.
+// row was refused at create (provider.RefusedKey) or is a workflow record
+// (which no provider batch can run), and is not sent.
 func (s *Service) upstreamBody(model string, body []byte) ([]byte, bool) {
-	if gjson.GetBytes(body, "relay."+provider.RefusedKey).Exists() {
+	if gjson.GetBytes(body, "relay."+provider.RefusedKey).Exists() || workflow.InBody(body) {
 		return nil, false
 	}
 	m, _ := s.Models.Lookup(model)
