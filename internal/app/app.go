@@ -109,7 +109,7 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 		Chunks: plan.Limits{Rows: env.ChunkRows}, Lease: env.Lease, Provider: upstream,
 	}
 	a.Native = &native.Service{Store: a.Store, Blobs: a.Blobs, Queue: a.Queue, Engine: a.Engine, Provider: upstream,
-		Models: models, Keys: keys, HTTP: upstream.HTTP, Log: log, Lease: env.Lease}
+		Models: models, Keys: keys, HTTP: upstream.HTTP, Log: log}
 	a.Engine.Native = a.Native
 	a.Scheduler = scheduler.NewFromConfig(cfg)
 	// One client, so one policy, for the check at create, workflow

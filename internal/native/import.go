@@ -152,7 +152,7 @@ func (s *Service) runDirect(ctx context.Context, b batch.Batch, c batch.Chunk, b
 
 // keepLease renews claimed chunk c's lease until ctx ends.
 func (s *Service) keepLease(ctx context.Context, c batch.Chunk) {
-	t := time.NewTicker(s.lease() / 3)
+	t := time.NewTicker(s.lease() / 5)
 	defer t.Stop()
 	for {
 		select {

@@ -112,7 +112,10 @@ type Service struct {
 	// batch still running is cancelled, so that its unfinished rows run
 	// directly; nil is a tenth of the window, at most two hours.
 	RescueBefore func(window time.Duration) time.Duration
-	// Lease is the engine's chunk lease (default a minute).
+	// Lease is how long an import's claim on a chunk lasts unrenewed
+	// (default 15 min): longer than the work queue's visibility timeout,
+	// so the redelivery of an import that crashed resumes its claims
+	// before the tick could hand the chunk to an executor.
 	Lease time.Duration
 	// AfterCreate, if set, runs after a provider batch is created and
 	// before it is recorded; an error there is a crash at the worst
@@ -133,7 +136,7 @@ func (s *Service) lease() time.Duration {
 	if s.Lease > 0 {
 		return s.Lease
 	}
-	return time.Minute
+	return 15 * time.Minute
 }
 
 func (s *Service) limit(p config.Provider) Limit {
