@@ -165,6 +165,10 @@ func (a *batchAPI) createBatch(w http.ResponseWriter, r *http.Request) {
 		notFound(w, shapeOpenAI, "input file")
 		return
 	}
+	if len(data) == 0 {
+		writeJSON(w, http.StatusBadRequest, errorBody(shapeOpenAI, http.StatusBadRequest, "the input file is empty", "input_file_id"))
+		return
+	}
 	now := time.Now().Unix()
 	exp := now + 24*3600
 	b := &batch.Batch{ID: a.newID("batch_mock"), Endpoint: in.Endpoint, InputFileID: in.InputFileID, CompletionWindow: in.CompletionWindow,

@@ -136,7 +136,7 @@ func (f *fakes) take() []msg.Message {
 
 // newFlow is a Service on fakes and a mock provider, for a batch of rows
 // chat rows in chunks of 3 on native model "nat".
-func newFlow(t *testing.T, rows int) (*Service, *fakes, *mockup.Server) {
+func newFlow(t *testing.T, rows int, bodyExtra string) (*Service, *fakes, *mockup.Server) {
 	t.Helper()
 	mock := mockup.New(mockup.Options{BatchDelay: 10 * time.Millisecond})
 	srv := httptest.NewServer(mock)
@@ -158,7 +158,7 @@ func newFlow(t *testing.T, rows int) (*Service, *fakes, *mockup.Server) {
 		if i == 4 {
 			text += " [[mock:batch_expire]]"
 		}
-		fmt.Fprintf(&in, `{"custom_id":"c%d","method":"POST","url":"/v1/chat/completions","body":{"model":"nat","messages":[{"role":"user","content":%q}]}}`+"\n", i, text)
+		fmt.Fprintf(&in, `{"custom_id":"c%d","method":"POST","url":"/v1/chat/completions","body":{"model":"nat"%s,"messages":[{"role":"user","content":%q}]}}`+"\n", i, bodyExtra, text)
 		c := f.chunks[i/3]
 		c.Rows, c.End = c.Rows+1, int64(in.Len())
 		f.chunks[i/3] = c
@@ -170,12 +170,55 @@ func newFlow(t *testing.T, rows int) (*Service, *fakes, *mockup.Server) {
 	return s, f, mock
 }
 
+// deliver hands every message sent to s until none is left.
+func deliver(t *testing.T, s *Service, f *fakes) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		msgs := f.take()
+		if len(msgs) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still sending %+v", msgs)
+		}
+		time.Sleep(20 * time.Millisecond)
+		for _, m := range msgs {
+			for range 2 { // every message delivered twice
+				if err := s.Handle(context.Background(), m, false); err != nil {
+					t.Fatalf("%s: %v", m.Type, err)
+				}
+			}
+		}
+	}
+}
+
+// A group whose every row was refused at create sends nothing to the
+// provider, which refuses an empty batch: the rows get their error lines.
+func TestFlowAllRefused(t *testing.T) {
+	t.Parallel()
+	s, f, mock := newFlow(t, 4, `,"relay":{"refused":"no"}`)
+	if _, err := s.Start(context.Background(), f.b, []store.Ready{{Model: "nat", Batch: f.b.ID}}); err != nil {
+		t.Fatal(err)
+	}
+	deliver(t, s, f)
+	for i := range len(f.chunks) {
+		for j, o := range f.commits[i] {
+			if o.Result.ErrCode != provider.CodeInvalidRequest {
+				t.Fatalf("chunk %d row %d: got %+v, want %s", i, j, o.Result, provider.CodeInvalidRequest)
+			}
+		}
+	}
+	if st := mock.Stats(); st.BatchesCreated != 0 || st.Requests != 0 || len(f.commits) != 2 {
+		t.Fatalf("%d commits; mock: %d provider batches, %d requests; want 2, 0, 0", len(f.commits), st.BatchesCreated, st.Requests)
+	}
+}
+
 // A whole native batch on fakes: the steps' messages are delivered (each
 // poll twice, as SQS may) until none is left; every row is committed once,
 // from the provider batch or, for the expired one, directly.
 func TestFlowDeliversEachRowOnce(t *testing.T) {
 	t.Parallel()
-	s, f, mock := newFlow(t, 10)
+	s, f, mock := newFlow(t, 10, "")
 	ctx := context.Background()
 	rest, err := s.Start(ctx, f.b, []store.Ready{{Model: "nat", Batch: f.b.ID}, {Model: "direct", Batch: f.b.ID}})
 	if err != nil || len(rest) != 1 || rest[0].Model != "direct" {
@@ -184,23 +227,7 @@ func TestFlowDeliversEachRowOnce(t *testing.T) {
 	if len(f.groups) != 2 || f.b.Execution != batch.ExecHybrid {
 		t.Fatalf("groups %+v, execution %q; want 2 groups, hybrid (a direct model too)", f.groups, f.b.Execution)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		msgs := f.take()
-		if len(msgs) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still sending %+v", msgs)
-		}
-		time.Sleep(20 * time.Millisecond)
-		for _, m := range msgs {
-			for range 2 { // every message delivered twice
-				if err := s.Handle(ctx, m, false); err != nil {
-					t.Fatalf("%s: %v", m.Type, err)
-				}
-			}
-		}
-	}
+	deliver(t, s, f)
 	for i, g := range f.groups {
 		if g.State != batch.GroupEnded || !strings.HasPrefix(g.ProviderID, "batch_") {
 			t.Fatalf("group %d: %+v", i, g)

@@ -24,12 +24,15 @@ func timeUnix(sec int64) time.Time { return time.Unix(sec, 0) }
 func (s *Service) importGroup(ctx context.Context, b batch.Batch, g batch.Group, up upstream, r remote) error {
 	t := tag(g.Batch, g.Index)
 	results := map[int]provider.Result{}
-	err := up.results(ctx, r, func(id string, rr rowResult) {
-		if row := rowOf(t, id); row >= 0 && !rr.rescue {
-			rr.res.Usage = provider.UsageOf(b.Endpoint, rr.res.Body)
-			results[row] = rr.res
-		}
-	})
+	var err error
+	if r.id != noProvider {
+		err = up.results(ctx, r, func(id string, rr rowResult) {
+			if row := rowOf(t, id); row >= 0 && !rr.rescue {
+				rr.res.Usage = provider.UsageOf(b.Endpoint, rr.res.Body)
+				results[row] = rr.res
+			}
+		})
+	}
 	if err != nil {
 		return fmt.Errorf("results of group %d of %s: %w", g.Index, b.ID, err)
 	}

@@ -3,6 +3,7 @@ package native
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime/multipart"
@@ -27,6 +28,7 @@ func (o openAIBatches) create(ctx context.Context, tag, endpoint string, write f
 	var file struct {
 		ID string `json:"id"`
 	}
+	rows := 0
 	boundary := multipart.NewWriter(io.Discard).Boundary()
 	ctype := "multipart/form-data; boundary=" + boundary
 	err := o.streamed(ctx, o.base+"/files", ctype, func(w io.Writer) error {
@@ -43,6 +45,7 @@ func (o openAIBatches) create(ctx context.Context, tag, endpoint string, write f
 		}
 		enc := json.NewEncoder(fw)
 		if err := write(func(id string, body []byte) error {
+			rows++
 			return enc.Encode(struct {
 				CustomID string          `json:"custom_id"`
 				Method   string          `json:"method"`
@@ -56,6 +59,9 @@ func (o openAIBatches) create(ctx context.Context, tag, endpoint string, write f
 	}, &file)
 	if err != nil {
 		return "", fmt.Errorf("upload rows: %w", err)
+	}
+	if rows == 0 {
+		return "", errors.New("no rows to send: OpenAI refuses an empty batch")
 	}
 	var b batch.Batch
 	err = o.call(ctx, http.MethodPost, o.base+"/batches", map[string]any{

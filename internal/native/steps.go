@@ -54,15 +54,24 @@ func (s *Service) submit(ctx context.Context, m msg.Message) error {
 			return err
 		}
 	}
+	sent, read := 0, false
 	id, err := up.create(ctx, tag(g.Batch, g.Index), b.Endpoint, func(emit func(string, []byte) error) error {
-		return s.eachRow(ctx, b, g, func(row int, q jsonl.Request) error {
+		err := s.eachRow(ctx, b, g, func(row int, q jsonl.Request) error {
 			body, ok := s.upstreamBody(g.Model, q.Body)
 			if !ok {
 				return nil // refused at create: it gets its error line on a direct run
 			}
+			sent++
 			return emit(customID(tag(g.Batch, g.Index), row), body)
 		})
+		read = err == nil
+		return err
 	})
+	if err != nil && read && sent == 0 {
+		// No row for the provider (the provider refuses an empty batch):
+		// every row runs directly.
+		id, err = noProvider, nil
+	}
 	if err != nil {
 		return fmt.Errorf("submit group %d of %s: %w", g.Index, b.ID, err)
 	}
@@ -191,15 +200,17 @@ func (s *Service) poll(ctx context.Context, m msg.Message) error {
 		return err
 	}
 	if b.Status.Stopping() || b.Status.Terminal() {
-		if err := up.cancel(ctx, g.ProviderID); err != nil {
+		if err := s.cancel(ctx, up, g.ProviderID); err != nil {
 			return err
 		}
 		s.Log.InfoContext(ctx, "provider batch cancelled with its batch", "batch_id", b.ID, "group", g.Index, "provider_batch", g.ProviderID)
 		return s.setGroup(ctx, g, m.Attempt, func(g *batch.Group) { g.State, g.CancelSent = batch.GroupEnded, true })
 	}
-	r, err := up.get(ctx, g.ProviderID)
-	if err != nil {
-		return err
+	r := remote{id: noProvider, ended: true}
+	if g.ProviderID != noProvider {
+		if r, err = up.get(ctx, g.ProviderID); err != nil {
+			return err
+		}
 	}
 	if r.ended {
 		if err := s.importGroup(ctx, b, g, up, r); err != nil {
@@ -232,6 +243,18 @@ func (s *Service) nextPoll(ctx context.Context, g batch.Group, n int, cancelled 
 		}
 	}
 	return err
+}
+
+// noProvider is the provider batch of a group none of whose rows goes to
+// the provider (all refused at create): it has "ended" without results.
+const noProvider = "none"
+
+// cancel cancels provider batch id, if there is one.
+func (s *Service) cancel(ctx context.Context, up upstream, id string) error {
+	if id == noProvider {
+		return nil
+	}
+	return up.cancel(ctx, id)
 }
 
 // setGroup changes g with fn if poll n is still its current one.
@@ -269,7 +292,7 @@ func (s *Service) dead(ctx context.Context, m msg.Message) error {
 		// Best effort: the group's rows are dead-lettered whatever the
 		// provider says.
 		if g.ProviderID != "" {
-			err = up.cancel(ctx, g.ProviderID)
+			err = s.cancel(ctx, up, g.ProviderID)
 		} else if g.State == batch.GroupSubmitting {
 			err = s.cancelOrphans(ctx, up, g)
 		}
