@@ -24,7 +24,7 @@ Usage:
   relay keys webhook-secret --tenant NAME
   relay tenants budget set --tenant NAME --monthly-tokens N [--monthly-usd X]
   relay tenants budget show --tenant NAME
-  relay mock-upstream [--addr 127.0.0.1:8090] [--latency 0] [--error-rate 0] [--rate-limit-rate 0]
+  relay mock-upstream [--addr 127.0.0.1:8090] [--latency 0] [--error-rate 0] [--rate-limit-rate 0] [--batch-delay 1s]
   relay batch submit FILE... [--model M] [--endpoint /v1/chat/completions] [--priority N]
         [--webhook-url URL] [--metadata k=v]... [--completion-window 24h] [--wait] [--json]
   relay batch status|cancel|retry ID [--json]

@@ -21,6 +21,7 @@ func runMock(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Float64Var(&o.RateLimitRate, "rate-limit-rate", 0, "fraction of requests answered 429")
 	fs.DurationVar(&o.RetryAfter, "retry-after", time.Second, "Retry-After of 429 answers")
 	fs.Int64Var(&o.Seed, "seed", 1, "seed of the random knobs")
+	fs.DurationVar(&o.BatchDelay, "batch-delay", time.Second, "how long a provider batch (OpenAI Batch, Anthropic Message Batches) runs before it ends")
 	if pos, err := parseArgs(fs, args, stdout, stderr); err != nil {
 		return helpIsSuccess(err)
 	} else if len(pos) != 0 {

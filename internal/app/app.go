@@ -28,6 +28,7 @@ import (
 	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/govern"
+	"github.com/relaybatch/relay/internal/native"
 	"github.com/relaybatch/relay/internal/panel"
 	"github.com/relaybatch/relay/internal/plan"
 	"github.com/relaybatch/relay/internal/provider"
@@ -54,7 +55,8 @@ type App struct {
 	Blobs     *blob.Store
 	Files     *files.Service
 	Queue     *queue.Sender
-	Engine    *engine.Engine // workflow records run on it through internal/wfhost (RunWorkflow)
+	Engine    *engine.Engine  // workflow records run on it through internal/wfhost (RunWorkflow)
+	Native    *native.Service // batch: native models' rows, on their provider's batch API (Engine.Native)
 	Workflows *wfhost.Runner
 	Govern    *govern.Checker   // budgets, revoked keys and allow-lists: the engine's Governor, GET /v1/usage's budget
 	Batches   *batches.Service  // the batches of the API and cron templates, on Engine
@@ -101,20 +103,19 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	a.Blobs = blob.New(a.S3, env.Bucket)
 	a.Files = &files.Service{Store: a.Store, Blobs: a.Blobs}
 	a.Queue = &queue.Sender{SQS: a.SQS, Prefix: env.Prefix}
+	// Keys from the environment first (local runs), then Secrets Manager (AWS).
+	keys := provider.ChainKeys{provider.EnvKeys{}, &provider.SecretsKeys{Client: secretsmanager.NewFromConfig(cfg), Prefix: env.SecretPrefix}}
+	// Bedrock models are signed for with the function's own role.
+	upstream := &provider.Client{HTTP: provider.NewHTTPClient(), Models: models, Keys: keys, Credentials: cfg.Credentials}
 	a.Engine = &engine.Engine{
 		Store: a.Store, Blobs: a.Blobs, Queue: a.Queue, Models: models, Set: a.Resources, Log: log,
-		Chunks: plan.Limits{Rows: env.ChunkRows}, Lease: env.Lease,
-		Provider: &provider.Client{
-			HTTP:   provider.NewHTTPClient(),
-			Models: models,
-			// Keys from the environment first (local runs), then Secrets Manager (AWS).
-			Keys: provider.ChainKeys{provider.EnvKeys{}, &provider.SecretsKeys{Client: secretsmanager.NewFromConfig(cfg), Prefix: env.SecretPrefix}},
-			// Bedrock models are signed for with the function's own role.
-			Credentials: cfg.Credentials,
-		},
+		Chunks: plan.Limits{Rows: env.ChunkRows}, Lease: env.Lease, Provider: upstream,
 	}
 	a.Govern = &govern.Checker{Store: a.Store, Models: models}
 	a.Engine.Govern = a.Govern
+	a.Native = &native.Service{Store: a.Store, Blobs: a.Blobs, Queue: a.Queue, Engine: a.Engine, Provider: upstream,
+		Models: models, Keys: keys, HTTP: upstream.HTTP, Log: log}
+	a.Engine.Native = a.Native
 	a.Scheduler = scheduler.NewFromConfig(cfg)
 	// One client, so one policy, for the check at create, workflow
 	// callbacks and every delivery.

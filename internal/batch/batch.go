@@ -130,6 +130,9 @@ type Batch struct {
 	Schedule           *string `json:"schedule,omitempty" dynamodbav:"schedule"`
 	ScheduleTimezone   *string `json:"schedule_timezone,omitempty" dynamodbav:"schedule_timezone"`
 	OutputExpiresAfter *int64  `json:"-" dynamodbav:"output_expires_after"`
+	// Execution is how the batch ran (ExecDirect, ExecNative, ExecHybrid;
+	// internal/native sets the last two).
+	Execution string `json:"execution" dynamodbav:"execution"`
 	// WebhookDeliveries summarizes the completion webhook's attempts; it is
 	// read from the delivery record, never stored on the batch.
 	WebhookDeliveries *webhook.Summary `json:"webhook_deliveries,omitempty" dynamodbav:"-"`
@@ -164,6 +167,9 @@ type Batch struct {
 // Out returns the batch as clients see it.
 func (b Batch) Out() Batch {
 	b.Object = "batch"
+	if b.Execution == "" {
+		b.Execution = ExecDirect
+	}
 	if len(b.ErrorList) > 0 {
 		b.Errors = &Errors{Object: "list", Data: b.ErrorList}
 	}

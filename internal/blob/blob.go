@@ -188,3 +188,22 @@ func isNotFound(err error) bool {
 	var nf *types.NotFound
 	return errors.As(err, &nk) || errors.As(err, &nf)
 }
+
+// DeleteExcept deletes the objects of b under prefix that keep does not
+// hold.
+func DeleteExcept(ctx context.Context, b interface {
+	List(ctx context.Context, prefix string) ([]string, error)
+	Delete(ctx context.Context, keys ...string) error
+}, prefix string, keep map[string]bool) error {
+	keys, err := b.List(ctx, prefix)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", prefix, err)
+	}
+	var stray []string
+	for _, k := range keys {
+		if !keep[k] {
+			stray = append(stray, k)
+		}
+	}
+	return b.Delete(ctx, stray...)
+}

@@ -52,6 +52,10 @@ type Model struct {
 	// Price, if given, is what the model's tokens cost: tenants' budgets
 	// in USD count only priced models (docs/api.md "Budgets, revocation and allow-lists").
 	Price *Price `yaml:"price"`
+	// Batch is how the model's batch rows run: direct (the default: the
+	// executors send every row) or native (the provider's own batch API,
+	// internal/native; README "Native batches").
+	Batch BatchMode `yaml:"batch"`
 }
 
 // Price is a model's price in USD per million input and output tokens.
@@ -64,6 +68,18 @@ type Price struct {
 func (p Price) USD(input, output int64) float64 {
 	return (float64(input)*p.InputPerMTok + float64(output)*p.OutputPerMTok) / 1e6
 }
+
+// BatchMode is a model's batch: setting.
+type BatchMode string
+
+const (
+	Direct BatchMode = "direct"
+	Native BatchMode = "native"
+)
+
+// Native reports whether the model's batch rows go to its provider's
+// batch API.
+func (m Model) Native() bool { return m.Batch == Native }
 
 // Upstream is the model name sent upstream.
 func (m Model) Upstream() string {
@@ -117,6 +133,16 @@ func ParseModels(data []byte) (*Models, error) {
 		}
 		if _, dup := ms.byName[m.Name]; dup {
 			return nil, fmt.Errorf("%s: %q is defined twice", field("name"), m.Name)
+		}
+		switch m.Batch {
+		case "":
+			m.Batch = Direct
+		case Direct, Native:
+		default:
+			return nil, fmt.Errorf("%s: %q is not direct or native", field("batch"), m.Batch)
+		}
+		if m.Batch == Native && m.Provider != OpenAI && m.Provider != Anthropic {
+			return nil, fmt.Errorf("%s: native batches run on OpenAI's Batch API or Anthropic's Message Batches; provider %q has none yet, use batch: direct", field("batch"), m.Provider)
 		}
 		if err := m.checkUpstream(field); err != nil {
 			return nil, err

@@ -29,6 +29,10 @@ func TestParseModels(t *testing.T) {
 		{"anthropic with /v1/messages", "models:\n- {name: a, provider: anthropic, base_url: http://x/v1/messages}\n", `write "http://x"`},
 		{"openai without /v1", "models:\n- {name: a, provider: openai, base_url: https://api.openai.com}\n", `write "https://api.openai.com/v1"`},
 		{"openai with an endpoint", "models:\n- {name: a, provider: openai, base_url: http://x/v1/chat/completions}\n", `write "http://x/v1"`},
+		{"native openai", "models:\n- {name: a, provider: openai, base_url: http://x/v1, batch: native}\n", ""},
+		{"native anthropic", "models:\n- {name: a, provider: anthropic, base_url: http://x, batch: native}\n", ""},
+		{"bad batch", "models:\n- {name: a, provider: openai, base_url: http://x/v1, batch: half}\n", "models[0].batch"},
+		{"native bedrock", "models:\n- {name: a, provider: bedrock, base_url: http://x, batch: native}\n", "provider \"bedrock\" has none yet"},
 		{"openai with a query", "models:\n- {name: a, provider: openai, base_url: http://x/v1?a=b}\n", "query"},
 	}
 	for _, tt := range tests {

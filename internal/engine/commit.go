@@ -9,6 +9,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/backoff"
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/ids"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/part"
@@ -142,20 +143,5 @@ func (e *Engine) afterCommit(ctx context.Context, b batch.Batch, next *store.Cla
 // that delivery removes them.
 func (e *Engine) sweepParts(ctx context.Context, c batch.Chunk) error {
 	keep := map[string]bool{c.Parts("out"): true, c.Parts("err"): true, c.Parts("usage"): true}
-	return e.deleteExcept(ctx, batch.ChunkPartsPrefix(c.Tenant, c.Batch, c.Index), keep)
-}
-
-// deleteExcept deletes the objects under prefix that keep does not hold.
-func (e *Engine) deleteExcept(ctx context.Context, prefix string, keep map[string]bool) error {
-	keys, err := e.Blobs.List(ctx, prefix)
-	if err != nil {
-		return fmt.Errorf("list %s: %w", prefix, err)
-	}
-	var stray []string
-	for _, k := range keys {
-		if !keep[k] {
-			stray = append(stray, k)
-		}
-	}
-	return e.Blobs.Delete(ctx, stray...)
+	return blob.DeleteExcept(ctx, e.Blobs, batch.ChunkPartsPrefix(c.Tenant, c.Batch, c.Index), keep)
 }

@@ -171,7 +171,14 @@ func (e *Engine) startPlanned(ctx context.Context, b batch.Batch, entries []stor
 			return err
 		}
 	} else {
-		for _, r := range entries {
+		rest := entries
+		if e.Native != nil {
+			var err error
+			if rest, err = e.Native.Start(ctx, b, entries); err != nil {
+				return err
+			}
+		}
+		for _, r := range rest {
 			if err := e.Store.PutReady(ctx, r); err != nil {
 				return err
 			}

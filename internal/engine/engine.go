@@ -78,6 +78,16 @@ type Governor interface {
 	Admit(ctx context.Context, b batch.Batch, c batch.Chunk) (code, message string, err error)
 }
 
+// Delegate runs the chunks of batch: native models on their provider's
+// batch API (internal/native; docs/design.md "Native batches"): Start
+// takes those of a planned batch and returns the ready entries of the
+// rest; Handle runs the work messages of their steps (msg.IsNative; dead:
+// from the work DLQ) and logs its errors.
+type Delegate interface {
+	Start(ctx context.Context, b batch.Batch, entries []store.Ready) ([]store.Ready, error)
+	Handle(ctx context.Context, m msg.Message, dead bool) error
+}
+
 var (
 	_ Store    = (*store.Store)(nil)
 	_ Blobs    = (*blob.Store)(nil)
@@ -119,6 +129,8 @@ type Engine struct {
 	RunWorkflow func(ctx, runCtx context.Context, b batch.Batch, c batch.Chunk, req jsonl.Request, status func() batch.Status) error
 	// Govern, if set, governs batches by budget and key; app.New sets it.
 	Govern Governor
+	// Native, if set, runs the chunks it Takes instead of the executors.
+	Native Delegate
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
 }
@@ -141,6 +153,15 @@ func (e *Engine) lease() time.Duration {
 
 func (e *Engine) send(ctx context.Context, queueKey string, m msg.Message) error {
 	return e.Queue.Send(ctx, queueKey, m, 0)
+}
+
+// delegated hands m to Native when it is a native batch's step, and
+// reports whether it did and how that went.
+func (e *Engine) delegated(ctx context.Context, m msg.Message, dead bool) (bool, error) {
+	if e.Native == nil || !msg.IsNative(m.Type) {
+		return false, nil
+	}
+	return true, e.Native.Handle(ctx, m, dead)
 }
 
 // ErrStop, wrapped in a run's error, leaves the run to its message's next

@@ -47,7 +47,14 @@ func (e *Engine) Execute(ctx context.Context, ds []queue.Delivery) ([]string, er
 	var runs []*chunkRun
 	for _, d := range ds {
 		var m msg.Message
-		if err := json.Unmarshal([]byte(d.Body), &m); err != nil || m.Type != msg.Chunk {
+		err := json.Unmarshal([]byte(d.Body), &m)
+		if ok, err := e.delegated(ctx, m, false); ok {
+			if err != nil {
+				failed = append(failed, d.ID)
+			}
+			continue
+		}
+		if err != nil || m.Type != msg.Chunk {
 			e.Log.ErrorContext(ctx, "undecodable work message dropped", "message_id", d.ID)
 			continue
 		}

@@ -5,7 +5,7 @@ import (
 	"errors"
 
 	"github.com/relaybatch/relay/internal/batch"
-	"github.com/relaybatch/relay/internal/files"
+	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/queue"
@@ -19,6 +19,9 @@ import (
 // commits first never leaves phantom dead letters.
 func (e *Engine) DeadLetter(ctx context.Context, ds []queue.Delivery) ([]string, error) {
 	return msg.Each(ctx, e.Log, ds, func(ctx context.Context, m msg.Message) error {
+		if ok, err := e.delegated(ctx, m, true); ok {
+			return err
+		}
 		b, err := e.Store.GetBatch(ctx, m.Tenant, m.Batch)
 		if errors.Is(err, store.ErrBatchNotFound) {
 			return nil
@@ -126,32 +129,21 @@ func (e *Engine) FinalizeBatch(ctx context.Context, tenant, id string) error {
 	}); err != nil && !errors.Is(err, errSkip) {
 		return err
 	}
-	outID, errID, err := e.putOutputFiles(ctx, b, parts)
-	if err != nil {
-		return err
+	var ids [2]string // output, error
+	for i, f := range parts.Records(b, e.now(), e.Set.PartsExpiry) {
+		if f != nil {
+			if err := e.Store.PutFileOverwrite(ctx, *f); err != nil {
+				return err
+			}
+			ids[i] = f.ID
+		}
 	}
 	// Parts no commit points to: those of runs that lost a race or crashed
 	// before committing.
-	if err := e.deleteExcept(ctx, batch.PartsPrefix(tenant, id), parts.Keep); err != nil {
+	if err := blob.DeleteExcept(ctx, e.Blobs, batch.PartsPrefix(tenant, id), parts.Keep); err != nil {
 		return err
 	}
-	return e.endBatch(ctx, tenant, id, outID, errID)
-}
-
-// putOutputFiles records a batch's output and error files, each only when
-// it has lines, and returns their ids ("" for none; part.OutputFile).
-func (e *Engine) putOutputFiles(ctx context.Context, b batch.Batch, p part.Files) (outID, errID string, err error) {
-	if len(p.Out) > 0 {
-		if outID, err = e.putOutputFile(ctx, b, "output", p.Out, p.OutBytes); err != nil {
-			return "", "", err
-		}
-	}
-	if len(p.Err) > 0 {
-		if errID, err = e.putOutputFile(ctx, b, "error", p.Err, p.ErrBytes); err != nil {
-			return "", "", err
-		}
-	}
-	return outID, errID, nil
+	return e.endBatch(ctx, tenant, id, ids[0], ids[1])
 }
 
 // endBatch sets a finalized batch's files and terminal status
@@ -179,22 +171,4 @@ func (e *Engine) endBatch(ctx context.Context, tenant, id, outID, errID string) 
 	e.Log.InfoContext(ctx, "batch finalized", "batch_id", id, "status", final.Status,
 		"completed", final.RequestCounts.Completed, "failed", final.RequestCounts.Failed, "total", final.RequestCounts.Total)
 	return e.terminal(ctx, final)
-}
-
-// putOutputFile records batch b's output or error file (kind, see
-// part.OutputFile), made of parts keys, and returns its id. It expires with
-// its parts (Set.PartsExpiry, the bucket's lifecycle of parts/), or sooner
-// by the batch's output_expires_after, counted from now, when the file is
-// made (docs/api.md "Output and error files").
-func (e *Engine) putOutputFile(ctx context.Context, b batch.Batch, kind string, keys []string, size int64) (string, error) {
-	id, name := part.OutputFile(b.ID, kind)
-	now := e.now()
-	exp := now.Add(e.Set.PartsExpiry).Unix()
-	if b.OutputExpiresAfter != nil {
-		exp = min(exp, now.Unix()+*b.OutputExpiresAfter)
-	}
-	return id, e.Store.PutFileOverwrite(ctx, files.File{
-		ID: id, Bytes: size, CreatedAt: now.Unix(), Filename: name, Purpose: files.PurposeBatchOutput,
-		Status: files.StatusProcessed, ExpiresAt: &exp, Tenant: b.Tenant, Objects: keys,
-	})
 }

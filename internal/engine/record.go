@@ -44,7 +44,13 @@ func (e *Engine) runRecord(ctx context.Context, r *chunkRun) error {
 func (e *Engine) CommitRecord(ctx context.Context, b batch.Batch, c batch.Chunk, status batch.Status, o part.Outcome) error {
 	o.Expired = o.Code == part.CodeExpired && b.PastExpiry(e.now())
 	o.Cancelled = o.Code == part.CodeCancelled && status.Stopping()
-	_, err := e.commitRows(ctx, b, c, []part.Outcome{o}, 0)
+	return e.CommitRows(ctx, b, c, []part.Outcome{o})
+}
+
+// CommitRows commits claimed chunk c with its rows' outcomes, as a run of
+// it would: internal/native imports a provider batch's results so.
+func (e *Engine) CommitRows(ctx context.Context, b batch.Batch, c batch.Chunk, outs []part.Outcome) error {
+	_, err := e.commitRows(ctx, b, c, outs, 0)
 	return err
 }
 

@@ -42,6 +42,7 @@ type optionsJSON struct {
 	RetryAfter    string  `json:"retry_after"`
 	Seed          int64   `json:"seed"`
 	Region        string  `json:"region"`
+	BatchDelay    string  `json:"batch_delay"`
 }
 
 // MarshalJSON writes the wire form described on the package.
@@ -53,6 +54,7 @@ func (o Options) MarshalJSON() ([]byte, error) {
 		RetryAfter:    o.RetryAfter.String(),
 		Seed:          o.Seed,
 		Region:        o.Region,
+		BatchDelay:    o.BatchDelay.String(),
 	})
 }
 
@@ -67,6 +69,7 @@ func (o *Options) UnmarshalJSON(b []byte) error {
 		RetryAfter:    o.RetryAfter.String(),
 		Seed:          o.Seed,
 		Region:        o.Region,
+		BatchDelay:    o.BatchDelay.String(),
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -75,10 +78,11 @@ func (o *Options) UnmarshalJSON(b []byte) error {
 	}
 	latency, err1 := parseDuration("latency", j.Latency)
 	retryAfter, err2 := parseDuration("retry_after", j.RetryAfter)
-	if err := errors.Join(err1, err2, checkRate("error_rate", j.ErrorRate), checkRate("rate_limit_rate", j.RateLimitRate)); err != nil {
+	batchDelay, err3 := parseDuration("batch_delay", j.BatchDelay)
+	if err := errors.Join(err1, err2, err3, checkRate("error_rate", j.ErrorRate), checkRate("rate_limit_rate", j.RateLimitRate)); err != nil {
 		return err
 	}
-	*o = Options{Latency: latency, ErrorRate: j.ErrorRate, RateLimitRate: j.RateLimitRate, RetryAfter: retryAfter, Seed: j.Seed, Region: j.Region}
+	*o = Options{Latency: latency, ErrorRate: j.ErrorRate, RateLimitRate: j.RateLimitRate, RetryAfter: retryAfter, Seed: j.Seed, Region: j.Region, BatchDelay: batchDelay}
 	return nil
 }
 

@@ -92,6 +92,22 @@
 // fractional ("0.25") and retry-after-ms carries the milliseconds, which
 // both official SDKs prefer.
 //
+// # Provider batches
+//
+// The providers' own batch APIs, which relay uses for models with
+// batch: native, are served too (batchapi.go, msgbatches.go): OpenAI's
+// POST /v1/files (purpose batch), GET /v1/files/{id}/content, POST and GET
+// /v1/batches, GET /v1/batches/{id}, POST /v1/batches/{id}/cancel, and
+// Anthropic's POST and GET /v1/messages/batches, GET
+// /v1/messages/batches/{id}, …/cancel and …/results. A provider batch
+// ends Options.BatchDelay after it was created (1 s by default): each row
+// is then answered as the same request made directly would be, markers
+// included, except that a row carrying [[mock:batch_expire]] expires unrun
+// (a direct request ignores that marker). A batch cancelled before it ends
+// runs no row. Stats counts the rows run inside provider batches
+// (batch_rows, by model), the provider batches created and the cancel
+// calls; these are not counted as requests.
+//
 // # Control endpoints
 //
 //	GET  /mock/stats    {"requests":N,"by_model":{…},"by_path":{…},"by_status":{"200":N,…},"peak_in_flight":{"model":N,…}}
@@ -100,7 +116,7 @@
 //	POST /mock/reset    zero the stats and the fail=N/429x=N counters, re-seed the RNG (204)
 //
 // Options travel as {"latency":"250ms","error_rate":0.1,"rate_limit_rate":0.05,
-// "retry_after":"1.5s","seed":7}. Durations are Go duration strings, never
+// "retry_after":"1.5s","seed":7,"batch_delay":"1s"}. Durations are Go duration strings, never
 // bare numbers, because a number would leave the unit to guess. Fields left
 // out keep their value, so a chaos script can turn one knob at a time;
 // unknown fields and out-of-range values are a 400.

@@ -19,6 +19,9 @@ type markers struct {
 	hang      bool          // [[mock:hang]]
 	fail      int           // [[mock:fail=N]]
 	rateLimit int           // [[mock:429x=N]]
+	// expire ([[mock:batch_expire]]) makes the row expire inside a
+	// provider batch, unrun; a request made directly ignores it.
+	expire bool
 }
 
 // findMarkers reads the markers in every string of the body. Several of a
@@ -42,6 +45,8 @@ func (m *markers) add(spec string) error {
 	switch {
 	case name == "hang" && !hasArg:
 		m.hang = true
+	case name == "batch_expire" && !hasArg:
+		m.expire = true
 	case name == "sleep" && hasArg:
 		d, err := time.ParseDuration(arg)
 		if err != nil || d < 0 {

@@ -22,6 +22,9 @@ type Options struct {
 	// signed for another is refused, as Bedrock's endpoint refuses it.
 	// Default us-east-1.
 	Region string
+	// BatchDelay is how long a provider batch (OpenAI Batch, Anthropic
+	// Message Batches) runs before it ends; 0 means 1s.
+	BatchDelay time.Duration
 }
 
 // normalized makes any Options usable: SetOptions has no error to return,
@@ -51,10 +54,17 @@ type Stats struct {
 	// PeakInFlight is the most requests per model that were in flight at
 	// once: capacity tests check it against max_concurrency.
 	PeakInFlight map[string]int64 `json:"peak_in_flight"`
+	// BatchRows counts the rows run inside provider batches, by model;
+	// BatchesCreated and BatchCancels the provider batches created and the
+	// cancel calls (batchapi.go).
+	BatchRows      map[string]int64 `json:"batch_rows"`
+	BatchesCreated int64            `json:"batches_created"`
+	BatchCancels   int64            `json:"batch_cancels"`
 }
 
 func newStats() Stats {
-	return Stats{ByModel: map[string]int64{}, ByPath: map[string]int64{}, ByStatus: map[int]int64{}, PeakInFlight: map[string]int64{}}
+	return Stats{ByModel: map[string]int64{}, ByPath: map[string]int64{}, ByStatus: map[int]int64{}, PeakInFlight: map[string]int64{},
+		BatchRows: map[string]int64{}}
 }
 
 // Server is the mock provider. It is safe for concurrent use.
@@ -70,6 +80,9 @@ type Server struct {
 	rows map[[32]byte]int
 	// inFlight counts requests per model being served now.
 	inFlight map[string]int64
+
+	// batches are the provider batches and files (batchapi.go).
+	batches *batchAPI
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -79,6 +92,7 @@ func New(opts Options) *Server {
 	s := &Server{stats: newStats(), rows: map[[32]byte]int{}, inFlight: map[string]int64{}}
 	s.SetOptions(opts)
 	s.control = s.controlRoutes()
+	s.batches = newBatchAPI(s)
 	return s
 }
 
@@ -109,6 +123,7 @@ func (s *Server) Stats() Stats {
 		ByStatus: maps.Clone(s.stats.ByStatus),
 
 		PeakInFlight: maps.Clone(s.stats.PeakInFlight),
+		BatchRows:    maps.Clone(s.stats.BatchRows), BatchesCreated: s.stats.BatchesCreated, BatchCancels: s.stats.BatchCancels,
 	}
 }
 
@@ -130,6 +145,10 @@ func newRNG(seed int64) *rand.Rand {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if strings.HasPrefix(r.URL.Path, "/mock/") {
 		s.control.ServeHTTP(w, r)
+		return
+	}
+	if s.batches.serves(r.URL.Path) {
+		s.batches.mux.ServeHTTP(w, r)
 		return
 	}
 	s.serveModel(w, r)

@@ -35,7 +35,14 @@ const (
 	Chunk    = "chunk"    // work
 	Dead     = "dead"     // work DLQ
 	Finalize = "finalize" // finalize
+	// A native batch's steps (internal/native), work; Chunk names the
+	// chunk group, Attempt a poll's number.
+	NativeSubmit = "native_submit"
+	NativePoll   = "native_poll"
 )
+
+// IsNative reports whether a message type is a native batch's step.
+func IsNative(typ string) bool { return typ == NativeSubmit || typ == NativePoll }
 
 // ForChunk is the work message of claim n.
 func ForChunk(n batch.Next) Message {

@@ -3,8 +3,10 @@ package part
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/files"
 )
 
 // Files are the parts a batch's chunks committed, from which the finalizer
@@ -51,6 +53,32 @@ func OutputFile(batchID, kind string) (id, filename string) {
 		idKind = "errors"
 	}
 	return "file-" + suffix + "-" + idKind, "batch_" + suffix + "_" + kind + ".jsonl"
+}
+
+// Records are the records of batch b's output and error files made of
+// p's parts, nil for one without lines (OutputFile names them). Made at
+// now, they expire with their parts (partsExpiry, the bucket's lifecycle
+// of parts/), or sooner by the batch's output_expires_after
+// (docs/api.md "Output and error files").
+func (p Files) Records(b batch.Batch, now time.Time, partsExpiry time.Duration) [2]*files.File {
+	exp := now.Add(partsExpiry).Unix()
+	if b.OutputExpiresAfter != nil {
+		exp = min(exp, now.Unix()+*b.OutputExpiresAfter)
+	}
+	var out [2]*files.File
+	for i, kind := range []string{"output", "error"} {
+		keys, size := p.Out, p.OutBytes
+		if kind == "error" {
+			keys, size = p.Err, p.ErrBytes
+		}
+		if len(keys) == 0 {
+			continue
+		}
+		id, name := OutputFile(b.ID, kind)
+		out[i] = &files.File{ID: id, Bytes: size, CreatedAt: now.Unix(), Filename: name, Purpose: files.PurposeBatchOutput,
+			Status: files.StatusProcessed, ExpiresAt: &exp, Tenant: b.Tenant, Objects: keys}
+	}
+	return out
 }
 
 // DeadLetterMessage is the error of a dead-lettered row.

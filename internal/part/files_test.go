@@ -3,6 +3,7 @@ package part
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
 )
@@ -43,5 +44,33 @@ func TestOutputFile(t *testing.T) {
 		if id, name := OutputFile("batch_abc", kind); id != want[0] || name != want[1] {
 			t.Errorf("%s: %s %s, want %v", kind, id, name, want)
 		}
+	}
+}
+
+func TestRecordsExpireWithPartsOrSooner(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_000_000, 0)
+	p := Files{Out: []string{"a.out"}, OutBytes: 7}
+	hour := int64(3600)
+	tests := []struct {
+		name  string
+		after *int64
+		want  int64
+	}{
+		{"with its parts", nil, now.Unix() + 30*24*3600},
+		{"output_expires_after", &hour, now.Unix() + hour},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			rs := p.Records(batch.Batch{ID: "batch_abc", Tenant: "t", OutputExpiresAfter: tt.after}, now, 30*24*time.Hour)
+			out, errs := rs[0], rs[1]
+			if errs != nil || out == nil {
+				t.Fatalf("got %+v, %+v; want an output file only", out, errs)
+			}
+			if out.ID != "file-abc-output" || out.Bytes != 7 || *out.ExpiresAt != tt.want || out.Tenant != "t" || out.Objects[0] != "a.out" {
+				t.Fatalf("got %+v (expires %d), want expiry %d", out, *out.ExpiresAt, tt.want)
+			}
+		})
 	}
 }

@@ -373,6 +373,7 @@ function batchView(id) {
 
     const summary = [
       ['Status', b.status], ['Endpoint', b.endpoint], ['Model', b.model], ['Priority', b.priority ?? 0],
+      ['Execution', b.execution],
       ['Completion window', b.completion_window], ['Input file', b.input_file_id],
       ['Output file', b.output_file_id], ['Error file', b.error_file_id],
       ['Retry of', b.retry_of && batchLink(b.retry_of)], ['Template', b.template_id && batchLink(b.template_id)],

@@ -1,0 +1,63 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"testing"
+
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/msg"
+	"github.com/relaybatch/relay/internal/queue"
+	"github.com/relaybatch/relay/internal/resources"
+	"github.com/relaybatch/relay/internal/store"
+)
+
+// fakeNative records the steps the engine hands it.
+type fakeNative struct {
+	handled []msg.Message
+	dead    []bool
+	fail    bool
+}
+
+func (f *fakeNative) Start(_ context.Context, _ batch.Batch, entries []store.Ready) ([]store.Ready, error) {
+	return entries[1:], nil
+}
+
+func (f *fakeNative) Handle(_ context.Context, m msg.Message, dead bool) error {
+	f.handled, f.dead = append(f.handled, m), append(f.dead, dead)
+	if f.fail {
+		return errors.New("provider down")
+	}
+	return nil
+}
+
+func delivery(t *testing.T, id string, m msg.Message) queue.Delivery {
+	t.Helper()
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return queue.Delivery{ID: id, Body: string(b)}
+}
+
+// Native batches' steps go to the Native delegate, from the work queue and
+// from its DLQ, and a step that fails is reported for redelivery.
+func TestNativeStepsGoToTheDelegate(t *testing.T) {
+	t.Parallel()
+	for _, fail := range []bool{false, true} {
+		n := &fakeNative{fail: fail}
+		e := &Engine{Native: n, Set: resources.Define("t"), Log: slog.New(slog.DiscardHandler)}
+		submit := msg.Message{Type: msg.NativeSubmit, Tenant: "t", Batch: "b", Chunk: 2}
+		poll := msg.Message{Type: msg.NativePoll, Tenant: "t", Batch: "b", Chunk: 2, Attempt: 5}
+		failed, _ := e.Execute(context.Background(), []queue.Delivery{delivery(t, "1", submit), delivery(t, "2", poll)})
+		dlqFailed, _ := e.DeadLetter(context.Background(), []queue.Delivery{delivery(t, "3", poll)})
+		if len(n.handled) != 3 || n.handled[0] != submit || n.handled[1] != poll || n.dead[1] || !n.dead[2] {
+			t.Fatalf("fail=%v: handed %+v (dead %v)", fail, n.handled, n.dead)
+		}
+		if wantFailed := map[bool]int{false: 0, true: 2}[fail]; len(failed) != wantFailed || len(dlqFailed) != wantFailed/2 {
+			t.Fatalf("fail=%v: failed %v and %v", fail, failed, dlqFailed)
+		}
+	}
+}

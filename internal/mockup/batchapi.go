@@ -1,0 +1,392 @@
+package mockup
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/relaybatch/relay/internal/anthropic/wire"
+	"github.com/relaybatch/relay/internal/batch"
+)
+
+// batchAPI is the mock's side of the providers' own batch APIs, what
+// internal/native calls for a model with batch: native: OpenAI's Files and
+// Batch (POST /v1/files with purpose batch, GET /v1/files/{id}/content,
+// POST/GET /v1/batches, GET /v1/batches/{id}, POST /v1/batches/{id}/cancel)
+// and Anthropic's Message Batches (POST/GET /v1/messages/batches, GET
+// /v1/messages/batches/{id}, …/cancel, …/results). Wire objects are the
+// service's own (batch.Batch, internal/anthropic/wire); result lines are
+// OpenAI's (resultLine).
+//
+// A provider batch ends Options.BatchDelay after it was created: every row
+// is then answered as the row's own request would be (markers included),
+// except rows carrying [[mock:batch_expire]], which expire unrun. A batch
+// cancelled before it ends runs no row. Everything is kept in memory.
+type batchAPI struct {
+	s   *Server
+	mux *http.ServeMux
+
+	mu     sync.Mutex
+	seq    int
+	files  map[string][]byte
+	oai    map[string]*batch.Batch
+	anth   map[string]*wire.MessageBatch
+	result map[string][]byte // a message batch's results JSONL
+	order  []string          // batch ids, oldest first (listings are newest first)
+}
+
+func newBatchAPI(s *Server) *batchAPI {
+	a := &batchAPI{s: s, mux: http.NewServeMux(), files: map[string][]byte{}, oai: map[string]*batch.Batch{},
+		anth: map[string]*wire.MessageBatch{}, result: map[string][]byte{}}
+	a.mux.HandleFunc("POST /v1/files", a.auth(shapeOpenAI, a.uploadFile))
+	a.mux.HandleFunc("GET /v1/files/{id}/content", a.auth(shapeOpenAI, a.fileContent))
+	a.mux.HandleFunc("POST /v1/batches", a.auth(shapeOpenAI, a.createBatch))
+	a.mux.HandleFunc("GET /v1/batches", a.auth(shapeOpenAI, a.listBatches))
+	a.mux.HandleFunc("GET /v1/batches/{id}", a.auth(shapeOpenAI, a.getBatch))
+	a.mux.HandleFunc("POST /v1/batches/{id}/cancel", a.auth(shapeOpenAI, a.cancelBatch))
+	a.mux.HandleFunc("POST /v1/messages/batches", a.auth(shapeAnthropic, a.createMessageBatch))
+	a.mux.HandleFunc("GET /v1/messages/batches", a.auth(shapeAnthropic, a.listMessageBatches))
+	a.mux.HandleFunc("GET /v1/messages/batches/{id}", a.auth(shapeAnthropic, a.getMessageBatch))
+	a.mux.HandleFunc("POST /v1/messages/batches/{id}/cancel", a.auth(shapeAnthropic, a.cancelMessageBatch))
+	a.mux.HandleFunc("GET /v1/messages/batches/{id}/results", a.auth(shapeAnthropic, a.messageResults))
+	return a
+}
+
+// serves reports whether path is one of the batch API's.
+func (a *batchAPI) serves(path string) bool {
+	for _, p := range []string{"/v1/files", "/v1/batches", "/v1/messages/batches"} {
+		if path == p || strings.HasPrefix(path, p+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+func (a *batchAPI) auth(sh shape, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !authorized(r, sh) {
+			writeJSON(w, http.StatusUnauthorized, errorBody(sh, http.StatusUnauthorized, missingKeyMessage[sh], ""))
+			return
+		}
+		h(w, r)
+	}
+}
+
+func (a *batchAPI) newID(prefix string) string {
+	a.seq++
+	return fmt.Sprintf("%s%06d", prefix, a.seq)
+}
+
+func (a *batchAPI) delay() time.Duration {
+	if d := a.s.options().BatchDelay; d > 0 {
+		return d
+	}
+	return time.Second
+}
+
+func notFound(w http.ResponseWriter, sh shape, what string) {
+	writeJSON(w, http.StatusNotFound, errorBody(sh, http.StatusNotFound, what+" not found", ""))
+}
+
+// uploadFile reads the multipart upload as it streams in.
+func (a *batchAPI) uploadFile(w http.ResponseWriter, r *http.Request) {
+	mr, err := r.MultipartReader()
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, errorBody(shapeOpenAI, http.StatusBadRequest, err.Error(), ""))
+		return
+	}
+	var data []byte
+	var purpose, name string
+	for {
+		p, err := mr.NextPart()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, errorBody(shapeOpenAI, http.StatusBadRequest, err.Error(), ""))
+			return
+		}
+		b, _ := io.ReadAll(p)
+		switch p.FormName() {
+		case "purpose":
+			purpose = string(b)
+		case "file":
+			data, name = b, p.FileName()
+		}
+	}
+	if purpose != "batch" || data == nil {
+		writeJSON(w, http.StatusBadRequest, errorBody(shapeOpenAI, http.StatusBadRequest, "purpose batch and a file are required", "purpose"))
+		return
+	}
+	a.mu.Lock()
+	id := a.newID("file-mock")
+	a.files[id] = data
+	a.mu.Unlock()
+	writeJSON(w, http.StatusOK, object{"id": id, "object": "file", "bytes": len(data), "created_at": time.Now().Unix(),
+		"filename": name, "purpose": purpose, "status": "processed"})
+}
+
+func (a *batchAPI) fileContent(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	data, ok := a.files[r.PathValue("id")]
+	a.mu.Unlock()
+	if !ok {
+		notFound(w, shapeOpenAI, "file")
+		return
+	}
+	w.Header().Set("Content-Type", "application/jsonl")
+	_, _ = w.Write(data)
+}
+
+func (a *batchAPI) createBatch(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		InputFileID      string            `json:"input_file_id"`
+		Endpoint         string            `json:"endpoint"`
+		CompletionWindow string            `json:"completion_window"`
+		Metadata         map[string]string `json:"metadata"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+		writeJSON(w, http.StatusBadRequest, errorBody(shapeOpenAI, http.StatusBadRequest, err.Error(), ""))
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	data, ok := a.files[in.InputFileID]
+	if !ok {
+		notFound(w, shapeOpenAI, "input file")
+		return
+	}
+	if len(data) == 0 {
+		writeJSON(w, http.StatusBadRequest, errorBody(shapeOpenAI, http.StatusBadRequest, "the input file is empty", "input_file_id"))
+		return
+	}
+	now := time.Now().Unix()
+	exp := now + 24*3600
+	b := &batch.Batch{ID: a.newID("batch_mock"), Endpoint: in.Endpoint, InputFileID: in.InputFileID, CompletionWindow: in.CompletionWindow,
+		Status: batch.InProgress, CreatedAt: now, InProgressAt: &now, ExpiresAt: &exp, Metadata: in.Metadata}
+	b.RequestCounts.Total = int64(bytes.Count(data, []byte("\n")))
+	a.oai[b.ID] = b
+	a.order = append(a.order, b.ID)
+	a.s.countBatch(false)
+	time.AfterFunc(a.delay(), func() { a.runBatch(b.ID, data) })
+	writeJSON(w, http.StatusOK, b.Out())
+}
+
+// runBatch ends an OpenAI batch that was not cancelled: its rows' lines go
+// to its output and error files as OpenAI writes them.
+func (a *batchAPI) runBatch(id string, data []byte) {
+	a.mu.Lock()
+	b := a.oai[id]
+	if b.Status != batch.InProgress {
+		a.mu.Unlock()
+		return
+	}
+	b.Status = batch.Finalizing
+	a.mu.Unlock()
+	var out, errs bytes.Buffer
+	expired, completed, failed := false, int64(0), int64(0)
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(nil, maxBodyBytes)
+	for i := 0; sc.Scan(); i++ {
+		var row struct {
+			CustomID string          `json:"custom_id"`
+			URL      string          `json:"url"`
+			Body     json.RawMessage `json:"body"`
+		}
+		_ = json.Unmarshal(sc.Bytes(), &row)
+		l := resultLine{ID: fmt.Sprintf("batch_req_%s_%d", id, i), CustomID: row.CustomID}
+		status, body, reqID, exp := a.s.runRow(row.URL, row.Body)
+		switch {
+		case exp:
+			expired = true
+			l.Error = &lineError{Code: "batch_expired", Message: "This request could not be executed before the completion window expired."}
+		default:
+			raw, _ := json.Marshal(body)
+			l.Response = &lineResponse{StatusCode: status, RequestID: reqID, Body: raw}
+		}
+		line, _ := json.Marshal(l)
+		dst := &errs
+		if l.Response != nil && status < 300 {
+			dst = &out
+			completed++
+		} else {
+			failed++
+		}
+		dst.Write(append(line, '\n'))
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if b.Status != batch.Finalizing {
+		return
+	}
+	now := time.Now().Unix()
+	b.RequestCounts.Completed, b.RequestCounts.Failed = completed, failed
+	for kind, buf := range map[string]*bytes.Buffer{"out": &out, "err": &errs} {
+		if buf.Len() == 0 {
+			continue
+		}
+		fid := a.newID("file-mock")
+		a.files[fid] = buf.Bytes()
+		if kind == "out" {
+			b.OutputFileID = &fid
+		} else {
+			b.ErrorFileID = &fid
+		}
+	}
+	b.Status, b.CompletedAt = batch.Completed, &now
+	if expired {
+		b.Status, b.CompletedAt, b.ExpiredAt = batch.Expired, nil, &now
+	}
+}
+
+func (a *batchAPI) getBatch(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	b, ok := a.oai[r.PathValue("id")]
+	if !ok {
+		notFound(w, shapeOpenAI, "batch")
+		return
+	}
+	out := b.Out()
+	if out.Status == batch.Finalizing {
+		out.Status = batch.InProgress
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (a *batchAPI) cancelBatch(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	b, ok := a.oai[r.PathValue("id")]
+	if !ok {
+		notFound(w, shapeOpenAI, "batch")
+		return
+	}
+	a.s.countBatch(true)
+	if b.Status == batch.InProgress || b.Status == batch.Finalizing {
+		now := time.Now().Unix()
+		// No row has run: they are all the cancelled batch's error lines.
+		var errs bytes.Buffer
+		for i, cid := range customIDs(a.files[b.InputFileID]) {
+			line, _ := json.Marshal(resultLine{ID: fmt.Sprintf("batch_req_%s_%d", b.ID, i), CustomID: cid,
+				Error: &lineError{Code: "batch_cancelled", Message: "This request was cancelled before it ran."}})
+			errs.Write(append(line, '\n'))
+		}
+		if errs.Len() > 0 {
+			fid := a.newID("file-mock")
+			a.files[fid] = errs.Bytes()
+			b.ErrorFileID = &fid
+		}
+		b.RequestCounts.Failed = b.RequestCounts.Total
+		b.Status, b.CancellingAt, b.CancelledAt = batch.Cancelled, &now, &now
+	}
+	writeJSON(w, http.StatusOK, b.Out())
+}
+
+func customIDs(jsonl []byte) []string {
+	var ids []string
+	sc := bufio.NewScanner(bytes.NewReader(jsonl))
+	sc.Buffer(nil, maxBodyBytes)
+	for sc.Scan() {
+		var row struct {
+			CustomID string `json:"custom_id"`
+		}
+		_ = json.Unmarshal(sc.Bytes(), &row)
+		ids = append(ids, row.CustomID)
+	}
+	return ids
+}
+
+// page lists ids newest first after the id `after` (exclusive).
+func (a *batchAPI) page(ids []string, after string, limit int) ([]string, bool) {
+	ids = slices.Clone(ids)
+	slices.Reverse(ids)
+	if i := slices.Index(ids, after); after != "" && i >= 0 {
+		ids = ids[i+1:]
+	}
+	if limit <= 0 || limit > 100 {
+		limit = 20
+	}
+	if len(ids) > limit {
+		return ids[:limit], true
+	}
+	return ids, false
+}
+
+func (a *batchAPI) listBatches(w http.ResponseWriter, r *http.Request) {
+	limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var own []string
+	for _, id := range a.order {
+		if _, ok := a.oai[id]; ok {
+			own = append(own, id)
+		}
+	}
+	ids, more := a.page(own, r.URL.Query().Get("after"), limit)
+	data := make([]batch.Batch, len(ids))
+	for i, id := range ids {
+		data[i] = a.oai[id].Out()
+	}
+	writeJSON(w, http.StatusOK, object{"object": "list", "data": data, "has_more": more})
+}
+
+// runRow answers one row of a provider batch as its own request to path
+// would be answered, and counts it; expired is a row that expires unrun.
+func (s *Server) runRow(path string, raw []byte) (status int, body object, reqID string, expired bool) {
+	req := parseRequest(raw)
+	if m, err := findMarkers(req.body); err == nil && m.expire {
+		return 0, nil, "", true
+	}
+	rt, known := routes[path]
+	s.mu.Lock()
+	s.stats.BatchRows[req.model]++
+	s.mu.Unlock()
+	r, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, path, nil)
+	r.Header.Set("Authorization", "Bearer provider-batch") // the batch's own key was checked at create
+	out := s.answer(r, rt, known, req, nil, Options{})
+	if out.body == nil {
+		out.body = errorBody(rt.shape, out.status, out.message, out.param)
+	}
+	return out.status, out.body, "req_" + req.id(), false
+}
+
+func (s *Server) countBatch(cancel bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cancel {
+		s.stats.BatchCancels++
+	} else {
+		s.stats.BatchesCreated++
+	}
+}
+
+// resultLine is a line of an OpenAI batch's output or error file. It is the
+// mock's own (internal/part's Line is the service's; part imports provider,
+// whose tests use the mock).
+type resultLine struct {
+	ID       string        `json:"id"`
+	CustomID string        `json:"custom_id"`
+	Response *lineResponse `json:"response"`
+	Error    *lineError    `json:"error"`
+}
+
+type lineResponse struct {
+	StatusCode int             `json:"status_code"`
+	RequestID  string          `json:"request_id"`
+	Body       json.RawMessage `json:"body"`
+}
+
+type lineError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}

@@ -1,0 +1,256 @@
+package native
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/mockup"
+	"github.com/relaybatch/relay/internal/msg"
+	"github.com/relaybatch/relay/internal/part"
+	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/store"
+)
+
+// fakes holds a batch's records in memory: the Store, Blobs, Queue and
+// Engine of a Service.
+type fakes struct {
+	mu      sync.Mutex
+	b       batch.Batch
+	input   []byte
+	chunks  map[int]batch.Chunk
+	groups  map[int]batch.Group
+	sent    []msg.Message
+	commits map[int][]part.Outcome
+}
+
+func (f *fakes) GetBatch(context.Context, string, string) (batch.Batch, error) { return f.b, nil }
+func (f *fakes) UpdateBatch(_ context.Context, _, _ string, fn func(*batch.Batch) error) (batch.Batch, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b := f.b
+	if err := fn(&b); err != nil {
+		return f.b, err
+	}
+	f.b = b
+	return b, nil
+}
+func (f *fakes) Chunks(context.Context, string) ([]batch.Chunk, error) {
+	var cs []batch.Chunk
+	for i := range len(f.chunks) {
+		cs = append(cs, f.chunks[i])
+	}
+	return cs, nil
+}
+func (f *fakes) GetChunk(_ context.Context, _ string, i int) (batch.Chunk, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.chunks[i], nil
+}
+func (f *fakes) ClaimAlone(_ context.Context, c batch.Chunk, run string, _ time.Time) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.chunks[c.Index].State != batch.ChunkPending {
+		return store.ErrRaced
+	}
+	c.State, c.Run = batch.ChunkClaimed, run
+	f.chunks[c.Index] = c
+	return nil
+}
+func (f *fakes) Takeover(_ context.Context, c batch.Chunk, run string, _ time.Time) (batch.Chunk, error) {
+	c.Run = run
+	f.chunks[c.Index] = c
+	return c, nil
+}
+func (f *fakes) RenewLease(context.Context, string, int, string, time.Time) error { return nil }
+func (f *fakes) PutGroups(_ context.Context, gs []batch.Group) error {
+	for _, g := range gs {
+		if _, ok := f.groups[g.Index]; !ok {
+			f.groups[g.Index] = g
+		}
+	}
+	return nil
+}
+func (f *fakes) Group(_ context.Context, _ string, i int) (batch.Group, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.groups[i], nil
+}
+func (f *fakes) UpdateGroup(_ context.Context, _ string, i int, fn func(*batch.Group) error) (batch.Group, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	g := f.groups[i]
+	g.Chunks = append([]int(nil), g.Chunks...)
+	if err := fn(&g); err != nil {
+		return f.groups[i], err
+	}
+	f.groups[i] = g
+	return g, nil
+}
+func (f *fakes) ReadRange(_ context.Context, _ []batch.Object, start, end int64) ([]byte, error) {
+	return f.input[start:end], nil
+}
+func (f *fakes) Send(_ context.Context, _ string, v any, _ time.Duration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sent = append(f.sent, v.(msg.Message))
+	return nil
+}
+func (f *fakes) SendBatch(ctx context.Context, name string, vs []any, d time.Duration) error {
+	for _, v := range vs {
+		_ = f.Send(ctx, name, v, d)
+	}
+	return nil
+}
+func (f *fakes) CommitRows(_ context.Context, _ batch.Batch, c batch.Chunk, outs []part.Outcome) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c.State = batch.ChunkDone
+	f.chunks[c.Index] = c
+	f.commits[c.Index] = outs
+	return nil
+}
+func (f *fakes) TakeSlots(context.Context, batch.Chunk) (int, error) { return 2, nil }
+
+type testKey struct{}
+
+func (testKey) Key(context.Context, string) (string, error) { return "sk-test", nil }
+
+// take removes and returns the messages sent so far.
+func (f *fakes) take() []msg.Message {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := f.sent
+	f.sent = nil
+	return out
+}
+
+// newFlow is a Service on fakes and a mock provider, for a batch of rows
+// chat rows in chunks of 3 on native model "nat".
+func newFlow(t *testing.T, rows int, bodyExtra string) (*Service, *fakes, *mockup.Server) {
+	t.Helper()
+	mock := mockup.New(mockup.Options{BatchDelay: 10 * time.Millisecond})
+	srv := httptest.NewServer(mock)
+	t.Cleanup(srv.Close)
+	models, err := config.ParseModels(fmt.Appendf(nil, "models:\n- {name: nat, provider: openai, base_url: %s/v1, api_key_env: NATIVE_TEST_KEY, batch: native}\n", srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := time.Now().Add(24 * time.Hour).Unix()
+	f := &fakes{b: batch.Batch{ID: "batch_flow", Tenant: "t", Endpoint: "/v1/chat/completions", Status: batch.InProgress,
+		CreatedAt: time.Now().Unix(), ExpiresAt: &exp},
+		chunks: map[int]batch.Chunk{}, groups: map[int]batch.Group{}, commits: map[int][]part.Outcome{}}
+	var in bytes.Buffer
+	for i := range rows {
+		if i%3 == 0 {
+			f.chunks[i/3] = batch.Chunk{Batch: f.b.ID, Tenant: "t", Index: i / 3, FirstRow: i, Model: "nat", Start: int64(in.Len()), State: batch.ChunkPending}
+		}
+		text := fmt.Sprintf("row %d", i)
+		if i == 4 {
+			text += " [[mock:batch_expire]]"
+		}
+		fmt.Fprintf(&in, `{"custom_id":"c%d","method":"POST","url":"/v1/chat/completions","body":{"model":"nat"%s,"messages":[{"role":"user","content":%q}]}}`+"\n", i, bodyExtra, text)
+		c := f.chunks[i/3]
+		c.Rows, c.End = c.Rows+1, int64(in.Len())
+		f.chunks[i/3] = c
+	}
+	f.input = in.Bytes()
+	s := &Service{Store: f, Blobs: f, Queue: f, Engine: f, Models: models, Keys: testKey{},
+		Provider: &provider.Client{Models: models, Keys: testKey{}}, Log: slog.New(slog.DiscardHandler),
+		Limits: map[config.Provider]Limit{config.OpenAI: {Rows: 6, Bytes: 1 << 20}}, PollMin: time.Millisecond}
+	return s, f, mock
+}
+
+// deliver hands every message sent to s until none is left.
+func deliver(t *testing.T, s *Service, f *fakes) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		msgs := f.take()
+		if len(msgs) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still sending %+v", msgs)
+		}
+		time.Sleep(20 * time.Millisecond)
+		for _, m := range msgs {
+			for range 2 { // every message delivered twice
+				if err := s.Handle(context.Background(), m, false); err != nil {
+					t.Fatalf("%s: %v", m.Type, err)
+				}
+			}
+		}
+	}
+}
+
+// A group whose every row was refused at create sends nothing to the
+// provider, which refuses an empty batch: the rows get their error lines.
+func TestFlowAllRefused(t *testing.T) {
+	t.Parallel()
+	s, f, mock := newFlow(t, 4, `,"relay":{"refused":"no"}`)
+	if _, err := s.Start(context.Background(), f.b, []store.Ready{{Model: "nat", Batch: f.b.ID}}); err != nil {
+		t.Fatal(err)
+	}
+	deliver(t, s, f)
+	for i := range len(f.chunks) {
+		for j, o := range f.commits[i] {
+			if o.Result.ErrCode != provider.CodeInvalidRequest {
+				t.Fatalf("chunk %d row %d: got %+v, want %s", i, j, o.Result, provider.CodeInvalidRequest)
+			}
+		}
+	}
+	if st := mock.Stats(); st.BatchesCreated != 0 || st.Requests != 0 || len(f.commits) != 2 {
+		t.Fatalf("%d commits; mock: %d provider batches, %d requests; want 2, 0, 0", len(f.commits), st.BatchesCreated, st.Requests)
+	}
+}
+
+// A whole native batch on fakes: the steps' messages are delivered (each
+// poll twice, as SQS may) until none is left; every row is committed once,
+// from the provider batch or, for the expired one, directly.
+func TestFlowDeliversEachRowOnce(t *testing.T) {
+	t.Parallel()
+	s, f, mock := newFlow(t, 10, "")
+	ctx := context.Background()
+	rest, err := s.Start(ctx, f.b, []store.Ready{{Model: "nat", Batch: f.b.ID}, {Model: "direct", Batch: f.b.ID}})
+	if err != nil || len(rest) != 1 || rest[0].Model != "direct" {
+		t.Fatalf("Start: got %+v, %v; want the direct model's entry back", rest, err)
+	}
+	if len(f.groups) != 2 || f.b.Execution != batch.ExecHybrid {
+		t.Fatalf("groups %+v, execution %q; want 2 groups, hybrid (a direct model too)", f.groups, f.b.Execution)
+	}
+	deliver(t, s, f)
+	for i, g := range f.groups {
+		if g.State != batch.GroupEnded || !strings.HasPrefix(g.ProviderID, "batch_") {
+			t.Fatalf("group %d: %+v", i, g)
+		}
+	}
+	rows := 0
+	for i := range len(f.chunks) {
+		for j, o := range f.commits[i] {
+			if o.CustomID != fmt.Sprintf("c%d", 3*i+j) || !o.Result.OK() {
+				t.Fatalf("chunk %d row %d: %+v", i, j, o)
+			}
+			var body struct {
+				Choices []struct{ Message struct{ Content string } }
+			}
+			_ = json.Unmarshal(o.Result.Body, &body)
+			if !strings.HasPrefix(body.Choices[0].Message.Content, fmt.Sprintf("echo: row %d", 3*i+j)) || o.Result.Usage.TotalTokens == 0 {
+				t.Fatalf("chunk %d row %d: body %s usage %+v", i, j, o.Result.Body, o.Result.Usage)
+			}
+			rows++
+		}
+	}
+	st := mock.Stats()
+	if rows != 10 || st.BatchRows["nat"] != 9 || st.Requests != 1 || st.BatchesCreated != 2 {
+		t.Fatalf("%d rows committed; mock ran %v in %d provider batches and %d directly; want 10, 9 in 2, 1", rows, st.BatchRows, st.BatchesCreated, st.Requests)
+	}
+}

@@ -1,0 +1,326 @@
+package native
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/jsonl"
+	"github.com/relaybatch/relay/internal/msg"
+	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/resources"
+	"github.com/relaybatch/relay/internal/workflow"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+// submit creates a group's provider batch: recorded as submitting first,
+// orphans of earlier attempts cancelled, then created and recorded, and
+// the first poll sent. A duplicate or retry of a group already submitted
+// only sends its current poll again (a poll of a stale number is dropped).
+func (s *Service) submit(ctx context.Context, m msg.Message) error {
+	b, g, ok, err := s.load(ctx, m)
+	if err != nil || !ok || b.Status.Terminal() || b.Status.Stopping() || g.State == batch.GroupEnded {
+		return err
+	}
+	if g.State == batch.GroupSubmitted {
+		return s.sendPoll(ctx, g, g.Polls)
+	}
+	up, err := s.upstream(ctx, g.Model)
+	if err != nil {
+		return err
+	}
+	now := s.now()
+	g, err = s.Store.UpdateGroup(ctx, b.ID, g.Index, func(g *batch.Group) error {
+		if g.State != batch.GroupPending && g.State != batch.GroupSubmitting {
+			return errSkip
+		}
+		if g.SubmitAt == 0 {
+			g.SubmitAt = now.Unix()
+		}
+		g.State, g.Submits = batch.GroupSubmitting, g.Submits+1
+		return nil
+	})
+	if errors.Is(err, errSkip) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if g.Submits > 1 {
+		if err := s.cancelOrphans(ctx, up, g); err != nil {
+			return err
+		}
+	}
+	sent, read := 0, false
+	id, err := up.create(ctx, tag(g.Batch, g.Index), b.Endpoint, func(emit func(string, []byte) error) error {
+		err := s.eachRow(ctx, b, g, func(row int, q jsonl.Request) error {
+			body, ok := s.upstreamBody(g.Model, q.Body)
+			if !ok {
+				return nil // refused at create: it gets its error line on a direct run
+			}
+			sent++
+			return emit(customID(tag(g.Batch, g.Index), row), body)
+		})
+		read = err == nil
+		return err
+	})
+	if err != nil && read && sent == 0 {
+		// No row for the provider (the provider refuses an empty batch):
+		// every row runs directly.
+		id, err = noProvider, nil
+	}
+	if err != nil {
+		return fmt.Errorf("submit group %d of %s: %w", g.Index, b.ID, err)
+	}
+	if s.AfterCreate != nil {
+		if err := s.AfterCreate(g, id); err != nil {
+			return err
+		}
+	}
+	return s.record(ctx, up, g, id)
+}
+
+// record records provider batch id as group g's and sends the first poll;
+// when another attempt got there first, id is cancelled instead.
+func (s *Service) record(ctx context.Context, up upstream, g batch.Group, id string) error {
+	submits := g.Submits
+	g, err := s.Store.UpdateGroup(ctx, g.Batch, g.Index, func(g *batch.Group) error {
+		if g.State != batch.GroupSubmitting || g.Submits != submits {
+			return errSkip
+		}
+		g.State, g.ProviderID = batch.GroupSubmitted, id
+		return nil
+	})
+	if errors.Is(err, errSkip) {
+		s.Log.WarnContext(ctx, "another submit of the group won; provider batch cancelled", "batch_id", g.Batch, "group", g.Index, "provider_batch", id)
+		return up.cancel(ctx, id)
+	}
+	if err != nil {
+		return err
+	}
+	s.Log.InfoContext(ctx, "provider batch created", "batch_id", g.Batch, "group", g.Index, "provider_batch", id, "rows", g.Rows)
+	return s.sendPoll(ctx, g, 0)
+}
+
+// cancelOrphans cancels the provider batches an earlier submit of g
+// created and did not record.
+func (s *Service) cancelOrphans(ctx context.Context, up upstream, g batch.Group) error {
+	ids, err := up.find(ctx, tag(g.Batch, g.Index), g.Rows, timeUnix(g.SubmitAt-60))
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if id == g.ProviderID || slices.Contains(g.Orphans, id) {
+			continue
+		}
+		if err := up.cancel(ctx, id); err != nil {
+			return err
+		}
+		s.Log.WarnContext(ctx, "orphan provider batch cancelled", "batch_id", g.Batch, "group", g.Index, "provider_batch", id)
+		if _, err := s.Store.UpdateGroup(ctx, g.Batch, g.Index, func(g *batch.Group) error {
+			g.Orphans = append(g.Orphans, id)
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// eachRow reads group g's rows, a chunk at a time, and calls fn with each
+// and its number in the batch's input.
+func (s *Service) eachRow(ctx context.Context, b batch.Batch, g batch.Group, fn func(row int, q jsonl.Request) error) error {
+	for _, i := range g.Chunks {
+		c, err := s.Store.GetChunk(ctx, b.ID, i)
+		if err != nil {
+			return err
+		}
+		reqs, err := s.rows(ctx, b, c)
+		if err != nil {
+			return err
+		}
+		for j, q := range reqs {
+			if err := fn(c.FirstRow+j, q); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (s *Service) rows(ctx context.Context, b batch.Batch, c batch.Chunk) ([]jsonl.Request, error) {
+	data, err := s.Blobs.ReadRange(ctx, b.Input, c.Start, c.End)
+	if err != nil {
+		return nil, fmt.Errorf("read chunk %d of %s: %w", c.Index, c.Batch, err)
+	}
+	reqs, err := jsonl.ParseRequests(data)
+	if err == nil && len(reqs) != c.Rows {
+		err = fmt.Errorf("%d rows in its range, %d planned", len(reqs), c.Rows)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("chunk %d of %s: %w", c.Index, c.Batch, err)
+	}
+	return reqs, nil
+}
+
+// upstreamBody is a row's body as the provider batch takes it: the
+// model's upstream name, none of the service's own fields. false: the
+// row was refused at create (provider.RefusedKey) or is a workflow record
+// (which no provider batch can run), and is not sent.
+func (s *Service) upstreamBody(model string, body []byte) ([]byte, bool) {
+	if gjson.GetBytes(body, "relay."+provider.RefusedKey).Exists() || workflow.InBody(body) {
+		return nil, false
+	}
+	m, _ := s.Models.Lookup(model)
+	out, err := sjson.SetBytes(body, "model", m.Upstream())
+	if err != nil {
+		return nil, false
+	}
+	if gjson.GetBytes(out, "relay").Exists() {
+		out, _ = sjson.DeleteBytes(out, "relay")
+	}
+	return out, true
+}
+
+// poll looks at a group's provider batch: once it ended, its results are
+// imported; until then the next poll is sent, later each time. A cancel
+// of the batch cancels the provider batch (the engine's drain writes the
+// rows' batch_cancelled lines); a window close to its end cancels it too,
+// and its unfinished rows run directly.
+func (s *Service) poll(ctx context.Context, m msg.Message) error {
+	b, g, ok, err := s.load(ctx, m)
+	if err != nil || !ok || g.State != batch.GroupSubmitted || g.Polls != m.Attempt {
+		return err
+	}
+	up, err := s.upstream(ctx, g.Model)
+	if err != nil {
+		return err
+	}
+	if b.Status.Stopping() || b.Status.Terminal() {
+		if err := s.cancel(ctx, up, g.ProviderID); err != nil {
+			return err
+		}
+		s.Log.InfoContext(ctx, "provider batch cancelled with its batch", "batch_id", b.ID, "group", g.Index, "provider_batch", g.ProviderID)
+		return s.setGroup(ctx, g, m.Attempt, func(g *batch.Group) { g.State, g.CancelSent = batch.GroupEnded, true })
+	}
+	r := remote{id: noProvider, ended: true}
+	if g.ProviderID != noProvider {
+		if r, err = up.get(ctx, g.ProviderID); err != nil {
+			return err
+		}
+	}
+	if r.ended {
+		if err := s.importGroup(ctx, b, g, up, r); err != nil {
+			return err
+		}
+		return s.setGroup(ctx, g, m.Attempt, func(g *batch.Group) { g.State = batch.GroupEnded })
+	}
+	cancel := !g.CancelSent && s.closeToEnd(b)
+	if cancel {
+		if err := up.cancel(ctx, g.ProviderID); err != nil {
+			return err
+		}
+		s.Log.WarnContext(ctx, "provider batch cancelled near the end of the window; its unfinished rows run directly", "batch_id", b.ID, "group", g.Index)
+	}
+	return s.nextPoll(ctx, g, m.Attempt, cancel)
+}
+
+// nextPoll moves g from poll n to n+1, then sends poll n+1: in that
+// order, so the message never finds its number not current yet. A send
+// that fails moves it back, and poll n comes back to try again.
+func (s *Service) nextPoll(ctx context.Context, g batch.Group, n int, cancelled bool) error {
+	if ok, err := s.moveGroup(ctx, g, n, func(g *batch.Group) { g.Polls, g.CancelSent = n+1, g.CancelSent || cancelled }); !ok {
+		return err // or a duplicate of poll n moved it
+	}
+	err := s.sendPoll(ctx, g, n+1)
+	if err != nil {
+		g.Polls = n + 1
+		if _, rerr := s.moveGroup(context.WithoutCancel(ctx), g, n+1, func(g *batch.Group) { g.Polls = n }); rerr != nil {
+			s.Log.ErrorContext(ctx, "native group stranded: its next poll was not sent", "batch_id", g.Batch, "group", g.Index, "err", rerr)
+		}
+	}
+	return err
+}
+
+// noProvider is the provider batch of a group none of whose rows goes to
+// the provider (all refused at create): it has "ended" without results.
+const noProvider = "none"
+
+// cancel cancels provider batch id, if there is one.
+func (s *Service) cancel(ctx context.Context, up upstream, id string) error {
+	if id == noProvider {
+		return nil
+	}
+	return up.cancel(ctx, id)
+}
+
+// setGroup changes g with fn if poll n is still its current one.
+func (s *Service) setGroup(ctx context.Context, g batch.Group, n int, fn func(*batch.Group)) error {
+	_, err := s.moveGroup(ctx, g, n, fn)
+	return err
+}
+
+// moveGroup changes g with fn if poll n is still its current one, and
+// reports whether it did.
+func (s *Service) moveGroup(ctx context.Context, g batch.Group, n int, fn func(*batch.Group)) (bool, error) {
+	_, err := s.Store.UpdateGroup(ctx, g.Batch, g.Index, func(g *batch.Group) error {
+		if g.Polls != n || g.State != batch.GroupSubmitted {
+			return errSkip
+		}
+		fn(g)
+		return nil
+	})
+	if errors.Is(err, errSkip) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// dead closes a group whose step ran out of receives: its provider batch
+// is cancelled, and its chunks go to the dead-letter path as any chunk
+// out of attempts (the engine's DeadLetter commits their dead_letter
+// lines and items).
+func (s *Service) dead(ctx context.Context, m msg.Message) error {
+	b, g, ok, err := s.load(ctx, m)
+	if err != nil || !ok || b.Status.Terminal() {
+		return err
+	}
+	if up, err := s.upstream(ctx, g.Model); err == nil && g.State != batch.GroupEnded {
+		// Best effort: the group's rows are dead-lettered whatever the
+		// provider says.
+		if g.ProviderID != "" {
+			err = s.cancel(ctx, up, g.ProviderID)
+		} else if g.State == batch.GroupSubmitting {
+			err = s.cancelOrphans(ctx, up, g)
+		}
+		if err != nil {
+			s.Log.WarnContext(ctx, "cancel provider batch of a dead group", "batch_id", b.ID, "group", g.Index, "err", err)
+		}
+	}
+	if _, err := s.Store.UpdateGroup(ctx, b.ID, g.Index, func(g *batch.Group) error {
+		g.State = batch.GroupEnded
+		return nil
+	}); err != nil {
+		return err
+	}
+	var dead []any
+	run := "dead-" + tag(b.ID, g.Index)
+	for _, i := range g.Chunks {
+		c, err := s.Store.GetChunk(ctx, b.ID, i)
+		if err != nil {
+			return err
+		}
+		if c.State == batch.ChunkDone {
+			continue
+		}
+		if c, err = s.claim(ctx, c, run); err != nil {
+			return err
+		}
+		dead = append(dead, msg.Message{Type: msg.Dead, Tenant: b.Tenant, Batch: b.ID, Chunk: c.Index, Run: c.Run, Attempt: c.Attempts})
+	}
+	s.Log.WarnContext(ctx, "native group dead-lettered", "batch_id", b.ID, "group", g.Index, "chunks", len(dead))
+	return s.Queue.SendBatch(ctx, resources.Work+"-dlq", dead, 0)
+}

@@ -1,0 +1,192 @@
+package native
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/provider"
+)
+
+// upstream is one provider's batch API, on one model's base URL and key.
+type upstream interface {
+	// create uploads the rows that write writes (through its emit) and
+	// creates the provider batch of group tag; it returns its id.
+	create(ctx context.Context, tag, endpoint string, write func(emit func(customID string, body []byte) error) error) (string, error)
+	// find lists the provider batches of group tag, of rows rows, created
+	// since since: orphans, when the group records another.
+	find(ctx context.Context, tag string, rows int, since time.Time) ([]string, error)
+	// get reads a provider batch.
+	get(ctx context.Context, id string) (remote, error)
+	// results streams an ended provider batch's results to fn, by custom id.
+	results(ctx context.Context, r remote, fn func(customID string, res rowResult)) error
+	cancel(ctx context.Context, id string) error
+}
+
+// remote is a provider batch as polled.
+type remote struct {
+	id               string
+	ended            bool
+	outFile, errFile string // OpenAI's result files
+}
+
+// rowResult is what a provider batch did with a row: an answer for good,
+// or rescue (expired, cancelled, a transient failure, no line at all):
+// the row runs directly.
+type rowResult struct {
+	res    provider.Result
+	rescue bool
+}
+
+// client is the HTTP side of both upstreams.
+type client struct {
+	http  *http.Client
+	base  string
+	model config.Model
+	auth  func(h http.Header)
+}
+
+func (s *Service) upstream(ctx context.Context, model string) (upstream, error) {
+	m, ok := s.Models.Lookup(model)
+	if !ok {
+		return nil, fmt.Errorf("model %q is not configured", model)
+	}
+	key, err := s.Keys.Key(ctx, m.APIKeyEnv)
+	if err != nil {
+		return nil, fmt.Errorf("api key for model %q: %w", model, err)
+	}
+	hc := s.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	c := client{http: hc, base: strings.TrimSuffix(m.BaseURL, "/"), model: m}
+	if m.Provider == config.Anthropic {
+		c.auth = func(h http.Header) {
+			h.Set("anthropic-version", "2023-06-01")
+			h.Set("x-api-key", key)
+		}
+		return anthropicBatches{c}, nil
+	}
+	c.auth = func(h http.Header) { h.Set("Authorization", "Bearer "+key) }
+	return openAIBatches{c}, nil
+}
+
+// statusError is a provider's non-2xx answer.
+type statusError struct {
+	status int
+	body   string
+}
+
+func (e *statusError) Error() string {
+	return fmt.Sprintf("provider answered %d: %s", e.status, e.body)
+}
+
+// open makes a request and returns the body of a 2xx answer.
+func (c client) open(ctx context.Context, method, url, ctype string, body io.Reader) (io.ReadCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, method, url, body)
+	if err != nil {
+		return nil, err
+	}
+	c.auth(req.Header)
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", method, url, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
+		resp.Body.Close()
+		return nil, fmt.Errorf("%s %s: %w", method, url, &statusError{resp.StatusCode, string(b)})
+	}
+	return resp.Body, nil
+}
+
+// call makes a JSON request and decodes its answer into out.
+func (c client) call(ctx context.Context, method, url string, in, out any) error {
+	var body io.Reader
+	ctype := ""
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body, ctype = bytes.NewReader(b), "application/json"
+	}
+	rc, err := c.open(ctx, method, url, ctype, body)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	if out == nil {
+		return nil
+	}
+	return json.NewDecoder(rc).Decode(out)
+}
+
+// streamed posts what write writes as it writes it, never holding the
+// whole body, and decodes the answer into out.
+func (c client) streamed(ctx context.Context, url, ctype string, write func(w io.Writer) error, out any) error {
+	pr, pw := io.Pipe()
+	go func() {
+		bw := bufio.NewWriterSize(pw, 256<<10)
+		err := write(bw)
+		if err == nil {
+			err = bw.Flush()
+		}
+		pw.CloseWithError(err)
+	}()
+	defer pr.Close() // a request that fails early stops the writer
+	rc, err := c.open(ctx, http.MethodPost, url, ctype, pr)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	return json.NewDecoder(rc).Decode(out)
+}
+
+// eachLine calls fn with every line of the body at url.
+func (c client) eachLine(ctx context.Context, url string, fn func(line []byte) error) error {
+	rc, err := c.open(ctx, http.MethodGet, url, "", nil)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	sc := bufio.NewScanner(rc)
+	sc.Buffer(nil, 64<<20)
+	for sc.Scan() {
+		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+			continue
+		}
+		if err := fn(sc.Bytes()); err != nil {
+			return err
+		}
+	}
+	return sc.Err()
+}
+
+// customID is row's custom id in group tag's provider batch: its number
+// in the batch's input, which maps its result back to its chunk.
+func customID(tag string, row int) string { return fmt.Sprintf("%s-r%d", tag, row) }
+
+// rowOf is the row a custom id names, -1 for one of another group.
+func rowOf(tag, id string) int {
+	rest, ok := strings.CutPrefix(id, tag+"-r")
+	if !ok {
+		return -1
+	}
+	n, err := strconv.Atoi(rest)
+	if err != nil {
+		return -1
+	}
+	return n
+}

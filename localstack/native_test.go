@@ -1,0 +1,330 @@
+package localstack
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"reflect"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/openai/openai-go/v3"
+	"github.com/relaybatch/relay/internal/app"
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/local/localrun"
+	"github.com/relaybatch/relay/internal/mockup"
+	"github.com/relaybatch/relay/internal/native"
+)
+
+// nativeModels adds batch: native models to testModels: the same upstream
+// model as gpt-4o-mini and claude-haiku-4-5, so their answers are the
+// direct batches' answers.
+const nativeModels = `
+  - {name: gpt-native, provider: openai, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, upstream_model: gpt-4o-mini, fallback: gpt-4o-mini-backup, max_concurrency: 8, timeout: 5s, batch: native}
+  - {name: claude-native, provider: anthropic, base_url: http://MOCK, api_key_env: RELAY_TEST_KEY, upstream_model: claude-haiku-4-5, max_concurrency: 8, batch: native}
+`
+
+// nativeRuntime is a runtime with the native models, quick polls, provider
+// batches that end after delay, and tune's changes to the native service.
+func nativeRuntime(t *testing.T, delay time.Duration, tune func(*native.Service), more ...func(*localrun.Options)) *localrun.Runtime {
+	t.Helper()
+	opts := append([]func(*localrun.Options){func(o *localrun.Options) {
+		ms, err := config.ParseModels([]byte(replaceMock(testModels+nativeModels, o.MockAddr)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Models = ms
+		o.Env.ChunkRows = 50
+		o.Wire = func(a *app.App) {
+			a.Native.PollMin, a.Native.PollMax = 300*time.Millisecond, time.Second
+			if tune != nil {
+				tune(a.Native)
+			}
+		}
+	}}, more...)
+	rt := runtime(t, opts...)
+	rt.Mock.SetOptions(mockup.Options{BatchDelay: delay})
+	return rt
+}
+
+func modelRows(rows []row, model string) []row {
+	out := make([]row, len(rows))
+	for i, r := range rows {
+		r.model = model
+		out[i] = r
+	}
+	return out
+}
+
+// sameLine strips what differs between runs of one row (its line id and
+// the request id) and returns the rest as JSON.
+func sameLine(l resultLine) string {
+	l.ID = ""
+	if l.Response != nil {
+		r := *l.Response
+		r.RequestID = ""
+		l.Response = &r
+	}
+	b, _ := json.Marshal(l)
+	return string(b)
+}
+
+func batchExecution(t *testing.T, rt *localrun.Runtime, key, id string) string {
+	t.Helper()
+	var b struct {
+		Execution string `json:"execution"`
+	}
+	json.Unmarshal(rawGet(t, rt, key, "/v1/batches/"+id), &b)
+	return b.Execution
+}
+
+func TestNativeOpenAIBatchMatchesDirect(t *testing.T) {
+	t.Parallel()
+	rt := nativeRuntime(t, time.Second, func(s *native.Service) {
+		// Three provider batches, to split the way the providers' limits do.
+		s.Limits = map[config.Provider]native.Limit{config.OpenAI: {Rows: 400, Bytes: 1 << 30}}
+	})
+	c, key := client(t, rt, "acme")
+	rows := nRows(1000, "native")
+
+	direct := waitBatch(t, c, createBatch(t, c, upload(t, c, "direct.jsonl", jsonlRows(rows)).ID).ID)
+	directOut, _ := checkInvariant(t, c, direct, idsOf(rows))
+	rt.Mock.Reset()
+
+	b := createBatch(t, c, upload(t, c, "native.jsonl", jsonlRows(modelRows(rows, "gpt-native"))).ID)
+	b = waitBatch(t, c, b.ID)
+	if b.Status != "completed" {
+		t.Fatalf("native batch: status %s, counts %+v", b.Status, b.RequestCounts)
+	}
+	out, errs := checkInvariant(t, c, b, idsOf(rows))
+	if len(errs) != 0 {
+		t.Fatalf("native batch: %d error lines", len(errs))
+	}
+	for id, l := range out {
+		if got, want := sameLine(l), sameLine(directOut[id]); got != want {
+			t.Fatalf("row %s: native line %s, direct line %s", id, got, want)
+		}
+	}
+	if !reflect.DeepEqual(b.Usage, direct.Usage) && b.Usage.TotalTokens != direct.Usage.TotalTokens {
+		t.Fatalf("usage: native %+v, direct %+v", b.Usage, direct.Usage)
+	}
+	st := rt.Mock.Stats()
+	if st.Requests != 0 || st.BatchRows["gpt-4o-mini"] != 1000 || st.BatchesCreated != 3 || st.BatchCancels != 0 {
+		t.Fatalf("mock: %d direct requests, %v rows in %d provider batches, %d cancels; want 0, 1000 in 3, 0",
+			st.Requests, st.BatchRows, st.BatchesCreated, st.BatchCancels)
+	}
+	if got := batchExecution(t, rt, key, b.ID); got != "native" {
+		t.Fatalf("execution: got %q, want native", got)
+	}
+	if got := batchExecution(t, rt, key, direct.ID); got != "direct" {
+		t.Fatalf("direct batch's execution: got %q", got)
+	}
+}
+
+func TestNativeExpiredRowsRunDirectly(t *testing.T) {
+	t.Parallel()
+	rt := nativeRuntime(t, time.Second, nil)
+	c, key := client(t, rt, "acme")
+	rows := modelRows(nRows(200, "half"), "gpt-native")
+	for i := range rows {
+		if i%2 == 0 {
+			rows[i].content += " [[mock:batch_expire]]"
+		}
+	}
+	b := waitBatch(t, c, createBatch(t, c, upload(t, c, "in.jsonl", jsonlRows(rows)).ID).ID)
+	if b.Status != "completed" {
+		t.Fatalf("status %s, counts %+v", b.Status, b.RequestCounts)
+	}
+	if _, errs := checkInvariant(t, c, b, idsOf(rows)); len(errs) != 0 {
+		t.Fatalf("%d error lines", len(errs))
+	}
+	st := rt.Mock.Stats()
+	// Every row ran once: half in the provider batch, the expired half directly.
+	if st.BatchRows["gpt-4o-mini"] != 100 || st.ByModel["gpt-4o-mini"] != 100 || st.Requests != 100 {
+		t.Fatalf("mock: %v rows in the provider batch, %v direct; want 100 and 100", st.BatchRows, st.ByModel)
+	}
+	if got := batchExecution(t, rt, key, b.ID); got != "hybrid" {
+		t.Fatalf("execution: got %q, want hybrid", got)
+	}
+}
+
+func TestNativeCancelCancelsProviderBatch(t *testing.T) {
+	t.Parallel()
+	rt := nativeRuntime(t, time.Hour, nil)
+	c, _ := client(t, rt, "acme")
+	rows := modelRows(nRows(100, "cancel"), "gpt-native")
+	b := createBatch(t, c, upload(t, c, "in.jsonl", jsonlRows(rows)).ID)
+	waitFor(t, "provider batch created", func() bool { return rt.Mock.Stats().BatchesCreated == 1 })
+	if _, err := c.Batches.Cancel(context.Background(), b.ID); err != nil {
+		t.Fatal(err)
+	}
+	b = waitBatch(t, c, b.ID)
+	if b.Status != "cancelled" {
+		t.Fatalf("status %s", b.Status)
+	}
+	_, errs := checkInvariant(t, c, b, idsOf(rows))
+	for id, l := range errs {
+		if l.Error == nil || l.Error.Code != "batch_cancelled" {
+			t.Fatalf("row %s: got %+v, want batch_cancelled", id, l)
+		}
+	}
+	waitFor(t, "provider cancel", func() bool { return rt.Mock.Stats().BatchCancels == 1 })
+	if st := rt.Mock.Stats(); st.Requests != 0 || len(st.BatchRows) != 0 {
+		t.Fatalf("mock ran rows: %d direct, %v in batches", st.Requests, st.BatchRows)
+	}
+}
+
+// A submit that dies between creating the provider batch and recording
+// it: its retry finds the orphan by its metadata and cancels it, and the
+// results come from the one batch it records.
+func TestNativeOrphanAfterCrashIsCancelled(t *testing.T) {
+	t.Parallel()
+	var crashes atomic.Int32
+	rt := nativeRuntime(t, 30*time.Second, func(s *native.Service) {
+		s.AfterCreate = func(g batch.Group, id string) error {
+			if crashes.Add(1) == 1 {
+				return errors.New("crash after creating " + id)
+			}
+			return nil
+		}
+	}, func(o *localrun.Options) { queueTimes(o, "work", 10*time.Second, 10*time.Second) })
+	c, _ := client(t, rt, "acme")
+	rows := modelRows(nRows(300, "orphan"), "gpt-native")
+	b := waitBatch(t, c, createBatch(t, c, upload(t, c, "in.jsonl", jsonlRows(rows)).ID).ID)
+	if b.Status != "completed" {
+		t.Fatalf("status %s, counts %+v", b.Status, b.RequestCounts)
+	}
+	if _, errs := checkInvariant(t, c, b, idsOf(rows)); len(errs) != 0 {
+		t.Fatalf("%d error lines", len(errs))
+	}
+	st := rt.Mock.Stats()
+	if st.BatchesCreated != 2 || st.BatchCancels != 1 || st.BatchRows["gpt-4o-mini"] != 300 || st.Requests != 0 {
+		t.Fatalf("mock: %d provider batches, %d cancels, %v rows, %d direct; want 2, 1, 300 from one, 0",
+			st.BatchesCreated, st.BatchCancels, st.BatchRows, st.Requests)
+	}
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s after a minute", what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+var (
+	_ = maps.Keys[map[string]int]
+	_ = fmt.Sprint
+	_ = openai.BatchStatus("")
+)
+
+func TestNativeMessageBatchMatchesDirect(t *testing.T) {
+	t.Parallel()
+	rt := nativeRuntime(t, time.Second, nil)
+	c, key := anthropicClient(t, rt, "acme")
+	const n = 1000
+	ids := make([]string, n)
+	direct, nat := make([]anthropic.MessageBatchNewParamsRequest, n), make([]anthropic.MessageBatchNewParamsRequest, n)
+	for i := range n {
+		ids[i] = fmt.Sprintf("q%04d", i)
+		direct[i] = msgRequest(ids[i], "claude-haiku-4-5", fmt.Sprintf("hello %d", i))
+		nat[i] = msgRequest(ids[i], "claude-native", fmt.Sprintf("hello %d", i))
+	}
+	db := waitEnded(t, c, newMessageBatch(t, c, direct...).ID)
+	want := messageResults(t, c, db, ids)
+	rt.Mock.Reset()
+
+	nb := waitEnded(t, c, newMessageBatch(t, c, nat...).ID)
+	got := messageResults(t, c, nb, ids)
+	if nb.RequestCounts.Succeeded != n {
+		t.Fatalf("native message batch: counts %s", nb.RequestCounts.RawJSON())
+	}
+	for _, id := range ids {
+		if g, w := got[id].RawJSON(), want[id].RawJSON(); g != w {
+			t.Fatalf("request %s: native result %s, direct %s", id, g, w)
+		}
+	}
+	st := rt.Mock.Stats()
+	if st.Requests != 0 || st.BatchRows["claude-haiku-4-5"] != n || st.BatchesCreated != 1 {
+		t.Fatalf("mock: %d direct requests, %v rows in %d provider batches; want 0, %d in 1", st.Requests, st.BatchRows, st.BatchesCreated, n)
+	}
+	if got := batchExecution(t, rt, key, nb.ID); got != "native" {
+		t.Fatalf("execution: got %q, want native", got)
+	}
+}
+
+// The same crash for a message batch, which has no metadata: the orphan
+// is found on the listing and cancelled, and some of its requests expire
+// in the recorded one and run directly.
+func TestNativeMessageBatchOrphanAndExpiry(t *testing.T) {
+	t.Parallel()
+	var crashes atomic.Int32
+	rt := nativeRuntime(t, 30*time.Second, func(s *native.Service) {
+		s.AfterCreate = func(g batch.Group, id string) error {
+			if crashes.Add(1) == 1 {
+				return errors.New("crash after creating " + id)
+			}
+			return nil
+		}
+	}, func(o *localrun.Options) { queueTimes(o, "work", 10*time.Second, 10*time.Second) })
+	c, _ := anthropicClient(t, rt, "acme")
+	const n = 100
+	ids := make([]string, n)
+	reqs := make([]anthropic.MessageBatchNewParamsRequest, n)
+	for i := range n {
+		ids[i] = fmt.Sprintf("q%04d", i)
+		text := fmt.Sprintf("hello %d", i)
+		if i%4 == 0 {
+			text += " [[mock:batch_expire]]"
+		}
+		reqs[i] = msgRequest(ids[i], "claude-native", text)
+	}
+	b := waitEnded(t, c, newMessageBatch(t, c, reqs...).ID)
+	messageResults(t, c, b, ids)
+	if b.RequestCounts.Succeeded != n {
+		t.Fatalf("counts %s", b.RequestCounts.RawJSON())
+	}
+	st := rt.Mock.Stats()
+	if st.BatchesCreated != 2 || st.BatchCancels != 1 || st.BatchRows["claude-haiku-4-5"] != 3*n/4 || st.Requests != n/4 {
+		t.Fatalf("mock: %d provider batches, %d cancels, %v rows in them, %d direct; want 2, 1, %d, %d",
+			st.BatchesCreated, st.BatchCancels, st.BatchRows, st.Requests, 3*n/4, n/4)
+	}
+}
+
+// A group whose submit fails on every receive goes to the work DLQ: its
+// rows are dead-lettered like a chunk's out of attempts, and the provider
+// batches its attempts left behind are cancelled.
+func TestNativeSubmitOutOfAttemptsIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	rt := nativeRuntime(t, time.Minute, func(s *native.Service) {
+		s.AfterCreate = func(g batch.Group, id string) error { return errors.New("crash after creating " + id) }
+	}, func(o *localrun.Options) { queueTimes(o, "work", 3*time.Second, 3*time.Second) })
+	c, key := client(t, rt, "acme")
+	rows := modelRows(nRows(30, "dead"), "gpt-native")
+	b := waitBatch(t, c, createBatch(t, c, upload(t, c, "in.jsonl", jsonlRows(rows)).ID).ID)
+	_, errs := checkInvariant(t, c, b, idsOf(rows))
+	for id, l := range errs {
+		if l.Error == nil || l.Error.Code != "dead_letter" {
+			t.Fatalf("row %s: got %+v, want dead_letter", id, l)
+		}
+	}
+	var dl struct {
+		Data []json.RawMessage `json:"data"`
+	}
+	json.Unmarshal(rawGet(t, rt, key, "/v1/batches/"+b.ID+"/dead_letters"), &dl)
+	if len(dl.Data) != len(rows) {
+		t.Fatalf("dead letters: got %d, want %d", len(dl.Data), len(rows))
+	}
+	waitFor(t, "every provider batch cancelled", func() bool {
+		st := rt.Mock.Stats()
+		return st.BatchesCreated == 3 && st.BatchCancels == 3
+	})
+}
