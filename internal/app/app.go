@@ -103,8 +103,9 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 		Store: a.Store, Blobs: a.Blobs, Queue: a.Queue, Models: models, Set: a.Resources, Log: log,
 		Chunks: plan.Limits{Rows: env.ChunkRows}, Lease: env.Lease,
 		Provider: &provider.Client{
-			HTTP:   provider.NewHTTPClient(),
-			Models: models,
+			HTTP:             provider.NewHTTPClient(),
+			Models:           models,
+			MaxResponseBytes: env.MaxResponseBytes,
 			// Keys from the environment first (local runs), then Secrets Manager (AWS).
 			Keys: provider.ChainKeys{provider.EnvKeys{}, &provider.SecretsKeys{Client: secretsmanager.NewFromConfig(cfg), Prefix: env.SecretPrefix}},
 		},
