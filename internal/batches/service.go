@@ -8,6 +8,7 @@
 package batches
 
 import (
+	"bufio"
 	"bytes"
 	"cmp"
 	"context"
@@ -541,47 +542,95 @@ func (s *Service) StartResults(ctx context.Context, tenant, id string, partial b
 // EachLine calls fn with every line of the done chunks in input order,
 // with the line's index in its chunk and its kind ('o' output, 'e' error).
 // Results uses it, and internal/anthropic to write a Message Batch's
-// results.
+// results. It streams: a chunk's parts are read line by line, so memory
+// is a line (at most an upstream answer's cap, internal/provider) and two
+// read buffers, whatever the parts' sizes (docs/design.md "Memory"); fn
+// must not keep line.
 func (s *Service) EachLine(ctx context.Context, chunks []batch.Chunk, fn func(c batch.Chunk, i int, kind byte, line []byte) error) error {
 	for _, c := range chunks {
 		if c.State != batch.ChunkDone {
 			continue
 		}
-		read := func(kind string, n int64) ([]byte, error) {
-			if n == 0 {
-				return nil, nil
-			}
-			rc, err := s.Blobs.Get(ctx, c.Parts(kind))
-			if err != nil {
-				return nil, err
-			}
-			defer rc.Close()
-			return io.ReadAll(rc)
-		}
-		out, err := read("out", c.OutBytes)
-		if err != nil {
+		get := func(key string) (io.ReadCloser, error) { return s.Blobs.Get(ctx, key) }
+		if err := chunkLines(c, get, fn); err != nil {
 			return err
-		}
-		errb, err := read("err", c.ErrBytes)
-		if err != nil {
-			return err
-		}
-		for i := 0; i < len(c.Pattern); i++ {
-			src := &out
-			if c.Pattern[i] == 'e' {
-				src = &errb
-			}
-			n := bytes.IndexByte(*src, '\n')
-			if n < 0 {
-				return fmt.Errorf("chunk %d of %s: part shorter than its pattern", c.Index, c.Batch)
-			}
-			if err := fn(c, i, c.Pattern[i], (*src)[:n+1]); err != nil {
-				return err
-			}
-			*src = (*src)[n+1:]
 		}
 	}
 	return nil
+}
+
+// chunkLines calls fn with the lines of one done chunk, interleaving its
+// output and error parts by its pattern.
+func chunkLines(c batch.Chunk, get func(key string) (io.ReadCloser, error), fn func(c batch.Chunk, i int, kind byte, line []byte) error) error {
+	open := func(kind string, n int64) (*lineReader, error) {
+		if n == 0 {
+			return &lineReader{}, nil
+		}
+		rc, err := get(c.Parts(kind))
+		if err != nil {
+			return nil, err
+		}
+		return &lineReader{rc: rc, r: bufio.NewReaderSize(rc, 64<<10)}, nil
+	}
+	out, err := open("out", c.OutBytes)
+	if err != nil {
+		return err
+	}
+	defer out.close()
+	errp, err := open("err", c.ErrBytes)
+	if err != nil {
+		return err
+	}
+	defer errp.close()
+	for i := 0; i < len(c.Pattern); i++ {
+		src := out
+		if c.Pattern[i] == 'e' {
+			src = errp
+		}
+		line, err := src.next()
+		if err != nil {
+			return fmt.Errorf("chunk %d of %s: line %d: %w", c.Index, c.Batch, i, err)
+		}
+		if err := fn(c, i, c.Pattern[i], line); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lineReader reads a part line by line, reusing its buffer.
+type lineReader struct {
+	rc   io.ReadCloser
+	r    *bufio.Reader
+	line []byte
+}
+
+// next returns the next line with its newline, valid until the next call.
+func (l *lineReader) next() ([]byte, error) {
+	if l.r == nil {
+		return nil, errors.New("part shorter than its pattern")
+	}
+	l.line = l.line[:0]
+	for {
+		frag, err := l.r.ReadSlice('\n')
+		l.line = append(l.line, frag...)
+		switch {
+		case err == nil:
+			return l.line, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF):
+			return nil, errors.New("part shorter than its pattern")
+		default:
+			return nil, err
+		}
+	}
+}
+
+func (l *lineReader) close() {
+	if l.rc != nil {
+		l.rc.Close()
+	}
 }
 
 // DeadLetters lists the rows that exhausted their retries.
