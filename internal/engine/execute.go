@@ -27,7 +27,7 @@ type chunkRun struct {
 	b        batch.Batch
 	c        batch.Chunk
 	reqs     []jsonl.Request
-	outs     []part.Outcome
+	lines    *part.Lines // the rows' lines, set as they end
 	status   *atomic.Value
 	// ctx ends when the invocation must stop or the run lost its lease.
 	ctx    context.Context
@@ -226,7 +226,7 @@ func (e *Engine) load(ctx context.Context, r *chunkRun, batches map[string]batch
 	if err != nil {
 		return false, err
 	}
-	r.b, r.c, r.reqs, r.outs = b, c, reqs, make([]part.Outcome, len(reqs))
+	r.b, r.c, r.reqs, r.lines = b, c, reqs, part.NewLines(b, c.FirstRow, len(reqs), e.now())
 	r.left.Store(int32(len(reqs)))
 	return true, nil
 }
@@ -283,9 +283,10 @@ func (e *Engine) finishRun(ctx context.Context, p *fanout.Pool, r *chunkRun) {
 	defer p.Leave(r.c.Slots)
 	if r.ctx.Err() != nil {
 		r.err = fmt.Errorf("chunk %d of %s: %w", r.c.Index, r.c.Batch, ErrStop)
+		r.lines.Close()
 		return
 	}
-	_, r.err = e.commitRows(ctx, r.b, r.c, r.outs, 0)
+	_, r.err = e.commitRows(ctx, r.b, r.c, r.lines, 0)
 }
 
 // rows are the run's rows as fanout.Send sends them, each answer going into
@@ -294,7 +295,6 @@ func (r *chunkRun) rows(e *Engine, rowDone func()) fanout.Rows {
 	bodies := make([]json.RawMessage, len(r.reqs))
 	for i, q := range r.reqs {
 		bodies[i] = q.Body
-		r.outs[i].CustomID = q.CustomID
 	}
 	endpoint, fallback := r.b.Endpoint, r.b.Fallback()
 	return fanout.Rows{
@@ -304,7 +304,7 @@ func (r *chunkRun) rows(e *Engine, rowDone func()) fanout.Rows {
 		},
 		Settle: func(i int) bool {
 			// Row boundary: a cancel or the end of the window stops new rows.
-			o := &r.outs[i]
+			o := part.Outcome{CustomID: r.reqs[i].CustomID}
 			switch {
 			case r.status.Load().(batch.Status).Stopping():
 				o.Code, o.Message, o.Cancelled = part.CodeCancelled, "the batch was cancelled before this request ran", true
@@ -313,16 +313,13 @@ func (r *chunkRun) rows(e *Engine, rowDone func()) fanout.Rows {
 			default:
 				return false
 			}
+			r.lines.Set(i, o)
 			rowDone()
 			return true
 		},
 		Done: func(i int, res provider.Result, sent bool) {
-			if sent {
-				r.outs[i].Result = res
-			} else {
-				// Out of time or lease: the rest of the run's rows never
-				// start, and the run is not committed.
-				r.outs[i].Code = "stopped"
+			if sent { // else out of time or lease: the run is not committed
+				r.lines.Set(i, part.Outcome{CustomID: r.reqs[i].CustomID, Result: res})
 			}
 			rowDone()
 		},

@@ -44,7 +44,7 @@ func (e *Engine) runRecord(ctx context.Context, r *chunkRun) error {
 func (e *Engine) CommitRecord(ctx context.Context, b batch.Batch, c batch.Chunk, status batch.Status, o part.Outcome) error {
 	o.Expired = o.Code == part.CodeExpired && b.PastExpiry(e.now())
 	o.Cancelled = o.Code == part.CodeCancelled && status.Stopping()
-	_, err := e.commitRows(ctx, b, c, []part.Outcome{o}, 0)
+	_, err := e.commitRows(ctx, b, c, part.LinesOf(b, c.FirstRow, []part.Outcome{o}, e.now()), 0)
 	return err
 }
 

@@ -131,6 +131,19 @@ type builder struct {
 // add writes a row's line, counting it, and returns its letter in the
 // chunk's pattern.
 func (w *builder) add(id string, o Outcome) byte {
+	line, letter := w.render(id, o)
+	buf := &w.out
+	if letter == 'e' {
+		buf = &w.err
+	}
+	buf.Write(line)
+	buf.WriteByte('\n')
+	return letter
+}
+
+// render returns a row's line and its letter ('o' for the output file, 'e'
+// for the error file), counting the row.
+func (w *builder) render(id string, o Outcome) ([]byte, byte) {
 	l := w.line(id, o)
 	line, err := json.Marshal(l)
 	if err != nil {
@@ -139,16 +152,12 @@ func (w *builder) add(id string, o Outcome) byte {
 		l = Line{ID: l.ID, CustomID: l.CustomID, Error: &LineError{Code: CodeNotJSON, Message: "the upstream's answer is not valid JSON"}}
 		line, _ = json.Marshal(l)
 	}
-	buf, letter := &w.err, byte('e')
 	if l.Response != nil && l.Response.StatusCode >= 200 && l.Response.StatusCode < 300 {
-		buf, letter = &w.out, 'o'
 		w.p.Completed++
-	} else {
-		w.p.Failed++
+		return line, 'o'
 	}
-	buf.Write(line)
-	buf.WriteByte('\n')
-	return letter
+	w.p.Failed++
+	return line, 'e'
 }
 
 // line is a row's line; it counts the row's usage, and the rows the engine
