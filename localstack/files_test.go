@@ -14,6 +14,8 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/relaybatch/relay/internal/auth"
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/blob"
 )
 
 func chatLines(n int) []byte {
@@ -351,4 +353,59 @@ func TestPresignedUploadCannotBeReplaced(t *testing.T) {
 		t.Fatalf("the file's content changed after a second PUT:\n%s", got)
 	}
 	checkInvariant(t, c, waitBatch(t, c, b.ID), idsOf(rows))
+}
+
+// TestPresignedUploadPinned: the ETag of a presigned upload's object is
+// recorded when the upload is first seen landed, and every read of it as
+// a batch's input asks for that object (If-Match). An object replaced
+// behind the URL's back (here by the bucket's owner, since the URL's
+// If-None-Match refuses a second PUT) fails the batch planned on it with
+// input_file_changed, and the executor's ranged reads get blob.ErrChanged.
+func TestPresignedUploadPinned(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	c, key := client(t, rt, "acme")
+	ctx := context.Background()
+	data := jsonlRows(nRows(3, "orig"))
+	status, body := rawDo(t, rt, key, "POST", "/v1/files", strings.NewReader(fmt.Sprintf(`{"filename":"in.jsonl","purpose":"batch","bytes":%d}`, len(data))))
+	var f struct {
+		ID        string `json:"id"`
+		UploadURL string `json:"upload_url"`
+	}
+	if status != 200 || json.Unmarshal(body, &f) != nil || f.UploadURL == "" {
+		t.Fatalf("presign: %d %s", status, body)
+	}
+	req, _ := http.NewRequest("PUT", f.UploadURL, bytes.NewReader(data))
+	req.Header.Set("If-None-Match", "*")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("upload: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if got, err := c.Files.Get(ctx, f.ID); err != nil || got.Status != "processed" {
+		t.Fatalf("file after the upload: %+v %v", got, err)
+	}
+	rec, err := rt.App.Store.GetFile(ctx, "acme", f.ID)
+	if err != nil || rec.ETag == "" {
+		t.Fatalf("file record %+v: no ETag pinned (%v)", rec, err)
+	}
+	objKey := rec.Objects[0]
+	evil := jsonlRows(nRows(3, "evil"))
+	if err := rt.App.Blobs.Put(ctx, objKey, bytes.NewReader(evil), int64(len(evil))); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := rt.App.Blobs.ReadRange(ctx, []batch.Object{{Key: objKey, Size: int64(len(evil)), ETag: rec.ETag}}, 0, 10); !errors.Is(err, blob.ErrChanged) {
+		t.Fatalf("a read pinned to the uploaded object: %v, want blob.ErrChanged", err)
+	}
+	if _, err := rt.App.Blobs.ReadRange(ctx, []batch.Object{{Key: objKey, Size: int64(len(evil))}}, 0, 10); err != nil {
+		t.Fatalf("an unpinned read: %v", err)
+	}
+	b := waitBatch(t, c, createBatch(t, c, f.ID).ID)
+	if b.Status != openai.BatchStatusFailed || len(b.Errors.Data) != 1 || b.Errors.Data[0].Code != batch.CodeInputChanged {
+		t.Fatalf("batch on the replaced object: %s %+v, want failed with input_file_changed", b.Status, b.Errors.Data)
+	}
+	if b.RequestCounts.Completed != 0 || rt.Mock.Stats().Requests != 0 {
+		t.Fatalf("rows ran: %+v, %d upstream calls", b.RequestCounts, rt.Mock.Stats().Requests)
+	}
 }

@@ -18,7 +18,7 @@ func (s *Store) ReadRange(ctx context.Context, objs []batch.Object, start, end i
 	for _, o := range objs {
 		lo, hi := max(start, off), min(end, off+o.Size)
 		if lo < hi {
-			b, err := s.GetRange(ctx, o.Key, lo-off, hi-off)
+			b, err := s.GetRange(ctx, o.Key, o.ETag, lo-off, hi-off)
 			if err != nil {
 				return nil, err
 			}

@@ -21,17 +21,10 @@ func (e *Engine) commitRows(ctx context.Context, b batch.Batch, c batch.Chunk, r
 	defer rows.Close()
 	c.Attempt = ids.Secret(6)
 	parts, cm, err := part.Commit(c, rows, deadLetters, e.now())
-	var written []string
-	for _, kind := range []string{"out", "err", "usage"} {
-		if err != nil || parts[kind].Size == 0 {
-			continue
-		}
-		k := cm.Chunk.Parts(kind)
-		if err := e.Blobs.Put(ctx, k, parts[kind].Body, parts[kind].Size); err != nil {
-			return false, fmt.Errorf("write part %s: %w", k, err)
-		}
-		written = append(written, k)
+	if err != nil {
+		return false, err
 	}
+	written, err := part.Write(ctx, e.Blobs, cm, parts)
 	if err != nil {
 		return false, err
 	}

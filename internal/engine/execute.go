@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/fanout"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/msg"
@@ -223,6 +224,9 @@ func (e *Engine) load(ctx context.Context, r *chunkRun, batches map[string]batch
 		return false, fmt.Errorf("chunk %d of %s: the batch's plan is not recorded yet", c.Index, c.Batch)
 	}
 	reqs, err := e.readRows(ctx, b, c)
+	if errors.Is(err, blob.ErrChanged) {
+		return false, e.inputChanged(ctx, b, c)
+	}
 	if err != nil {
 		return false, err
 	}
@@ -249,6 +253,17 @@ func (e *Engine) readRows(ctx context.Context, b batch.Batch, c batch.Chunk) ([]
 		return nil, badRange{fmt.Errorf("chunk %d of %s: %w", c.Index, c.Batch, err)}
 	}
 	return reqs, nil
+}
+
+// inputChanged ends chunk c, whose input object was replaced after the
+// plan, with an input_file_changed line per row, and records the error
+// that fails the batch (SECURITY.md "Presigned URLs").
+func (e *Engine) inputChanged(ctx context.Context, b batch.Batch, c batch.Chunk) error {
+	if _, err := e.Store.UpdateBatch(ctx, b.Tenant, b.ID, batch.AddError(batch.InputChanged(b.InputFileID))); err != nil {
+		return err
+	}
+	_, err := e.commitRows(ctx, b, c, part.InputChanged(b, c, e.now()), 0)
+	return err
 }
 
 // draining reports whether the run's rows only get error lines now.

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/provider"
@@ -169,5 +170,63 @@ func BenchmarkExecuteHeap(b *testing.B) {
 		b.ReportMetric(float64(small)/(1<<20), "MiB-peak/100rows")
 		b.ReportMetric(float64(large)/(1<<20), "MiB-peak/1000rows")
 		b.ReportMetric(float64(large)/float64(small), "ratio")
+	}
+}
+
+// changedTable records the batch updates and the commit of one chunk.
+type changedTable struct {
+	execTable
+	cm store.Commit
+}
+
+func (f *changedTable) UpdateBatch(_ context.Context, _, _ string, fn func(*batch.Batch) error) (batch.Batch, error) {
+	if err := fn(&f.b); err != nil {
+		return f.b, err
+	}
+	return f.b, nil
+}
+
+func (f *changedTable) CommitChunk(_ context.Context, _ string, cm store.Commit) error {
+	f.cm = cm
+	return nil
+}
+
+// changedBucket answers every read as S3 answers If-Match on a replaced
+// object.
+type changedBucket struct{ execBucket }
+
+func (f *changedBucket) ReadRange(context.Context, []batch.Object, int64, int64) ([]byte, error) {
+	return nil, fmt.Errorf("get in: %w", blob.ErrChanged)
+}
+
+// TestExecuteInputChanged: a chunk whose pinned input object was replaced
+// after the plan (a 412 to the executor's If-Match) runs nothing, commits
+// an input_file_changed line per row, and records the error that ends the
+// batch failed.
+func TestExecuteInputChanged(t *testing.T) {
+	t.Parallel()
+	exp := time.Now().Add(time.Hour).Unix()
+	b := batch.Batch{ID: "batch_c", Tenant: "t", Endpoint: "/v1/chat/completions", Status: batch.InProgress, ChunksTotal: 1,
+		ExpiresAt: &exp, InputFileID: "file-x", Input: []batch.Object{{Key: "in", Size: 10, ETag: `"abc"`}}}
+	c := batch.Chunk{Batch: b.ID, Tenant: "t", Rows: 3, End: 10, State: batch.ChunkClaimed, Run: "run1",
+		Lease: time.Now().Add(time.Hour).UnixMilli(), Slots: 2, Model: "m"}
+	table := &changedTable{execTable: execTable{b: b, c: c}}
+	e := &Engine{Store: table, Blobs: &changedBucket{}, Queue: &fakeQueue{}, Set: resources.Define("t"),
+		Provider: nil, Log: slog.New(slog.DiscardHandler)}
+	m, _ := json.Marshal(msg.Message{Type: msg.Chunk, Tenant: "t", Batch: b.ID, Run: "run1"})
+
+	failed, err := e.Execute(context.Background(), []queue.Delivery{{ID: "d", Body: string(m), ReceiveCount: 1}})
+
+	if err != nil || len(failed) > 0 {
+		t.Fatalf("Execute: failed %v, err %v", failed, err)
+	}
+	if table.cm.Failed != 3 || table.cm.Completed != 0 || table.cm.Chunk.Pattern != "eee" {
+		t.Fatalf("commit %+v, want 3 failed rows", table.cm)
+	}
+	if len(table.b.ErrorList) != 1 || table.b.ErrorList[0].Code != batch.CodeInputChanged {
+		t.Fatalf("batch errors %+v, want input_file_changed", table.b.ErrorList)
+	}
+	if got := batch.FinalStatus(&table.b); got != batch.Failed {
+		t.Fatalf("final status %s, want failed", got)
 	}
 }

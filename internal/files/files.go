@@ -65,6 +65,9 @@ type File struct {
 
 	Tenant  string   `json:"-" dynamodbav:"tenant"`
 	Objects []string `json:"-" dynamodbav:"objects"` // S3 keys, read in order
+	// ETag is a presigned upload's object's ETag when it was first seen
+	// landed: what was validated, which batches pin (batch.Object).
+	ETag string `json:"-" dynamodbav:"etag,omitempty"`
 }
 
 // Upload is an OpenAI Upload object.
@@ -124,6 +127,7 @@ type Store interface {
 type Blobs interface {
 	Put(ctx context.Context, key string, r io.Reader, size int64) error
 	Size(ctx context.Context, key string) (int64, error)
+	Head(ctx context.Context, key string) (size int64, etag string, err error)
 	Concat(ctx context.Context, keys []string) io.ReadCloser
 	Delete(ctx context.Context, keys ...string) error
 	List(ctx context.Context, prefix string) ([]string, error)
@@ -312,7 +316,7 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (File, error) {
 }
 
 func (s *Service) settle(ctx context.Context, f File) (File, error) {
-	size, err := s.Blobs.Size(ctx, f.Objects[0])
+	size, etag, err := s.Blobs.Head(ctx, f.Objects[0])
 	if err != nil {
 		// Not there yet: still uploaded.
 		return f, nil
@@ -327,7 +331,7 @@ func (s *Service) settle(ctx context.Context, f File) (File, error) {
 			cur.StatusDetails = &d
 			return nil
 		}
-		cur.Status = StatusProcessed
+		cur.Status, cur.ETag = StatusProcessed, etag
 		return nil
 	})
 }

@@ -1,6 +1,9 @@
 package part
 
 import (
+	"context"
+	"fmt"
+	"io"
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
@@ -23,4 +26,26 @@ func Commit(c batch.Chunk, rows *Lines, deadLetters int64, now time.Time) (map[s
 		cm.UsageByModel[m] = store.UsageAgg(u)
 	}
 	return objs, cm, nil
+}
+
+// Putter writes one object (internal/blob).
+type Putter interface {
+	Put(ctx context.Context, key string, r io.Reader, size int64) error
+}
+
+// Write writes a commit's part objects, those with bytes, under its chunk's
+// keys (batch.Chunk.Parts) and returns the keys written.
+func Write(ctx context.Context, p Putter, cm store.Commit, objs map[string]Object) ([]string, error) {
+	var written []string
+	for _, kind := range []string{"out", "err", "usage"} {
+		if objs[kind].Size == 0 {
+			continue
+		}
+		k := cm.Chunk.Parts(kind)
+		if err := p.Put(ctx, k, objs[kind].Body, objs[kind].Size); err != nil {
+			return written, fmt.Errorf("write part %s: %w", k, err)
+		}
+		written = append(written, k)
+	}
+	return written, nil
 }

@@ -3,6 +3,7 @@ package part
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
 )
@@ -55,6 +56,18 @@ func OutputFile(batchID, kind string) (id, filename string) {
 
 // DeadLetterMessage is the error of a dead-lettered row.
 const DeadLetterMessage = "the request's chunk failed on every attempt (executor crash or timeout) and was moved to the dead-letter queue"
+
+// InputChanged are the lines of chunk c of batch b when its input object
+// was replaced after the plan: every row fails with input_file_changed,
+// its custom id unknown (the range is not read), and the batch ends failed
+// (batch.FinalStatus).
+func InputChanged(b batch.Batch, c batch.Chunk, now time.Time) *Lines {
+	l := NewLines(b, c.FirstRow, c.Rows, now)
+	for i := range c.Rows {
+		l.Set(i, Outcome{Code: batch.CodeInputChanged, Message: "the batch's input file changed after it was validated; this request was not run"})
+	}
+	return l
+}
 
 // DeadLetters are the dead-letter items of dead chunk c's rows, after
 // attempts, keyed by row (a second write of the same rows replaces them);

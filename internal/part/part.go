@@ -1,7 +1,7 @@
 // Package part builds a chunk's part: the output, error and usage lines of
 // one run of its rows, the pattern that says which file each row went to,
 // and the counts its commit adds (docs/design.md "A row's journey", steps
-// 6 and 7). It is pure: internal/engine writes the part to S3 and commits
+// 6 and 7). internal/engine writes the part to S3 (Write) and commits
 // it, and readers of output and error files decode its Line.
 package part
 

@@ -18,7 +18,7 @@ import (
 type Blobs interface {
 	blob.Putter
 	Concat(ctx context.Context, keys []string) io.ReadCloser
-	Size(ctx context.Context, key string) (int64, error)
+	Head(ctx context.Context, key string) (size int64, etag string, err error)
 }
 
 // Invalid is the errors of an input that cannot be planned: the batch
@@ -102,11 +102,16 @@ func Scan(ctx context.Context, blobs Blobs, b batch.Batch, f files.File, lim Lim
 		return in, nil
 	}
 	for _, k := range f.Objects {
-		size, err := blobs.Size(ctx, k)
+		size, etag, err := blobs.Head(ctx, k)
 		if err != nil {
 			return Input{}, fmt.Errorf("size of %s: %w", k, err)
 		}
-		in.Objects = append(in.Objects, batch.Object{Key: k, Size: size})
+		if f.ETag != "" && etag != f.ETag {
+			return Input{}, Invalid{batch.InputChanged(f.ID)}
+		}
+		// A presigned upload's object is pinned to what was validated
+		// (SECURITY.md "Presigned URLs").
+		in.Objects = append(in.Objects, batch.Object{Key: k, Size: size, ETag: f.ETag})
 	}
 	return in, nil
 }
