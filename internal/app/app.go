@@ -123,6 +123,7 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	}
 	a.Workflows = &wfhost.Runner{Engine: a.Engine, Store: a.Store, Blobs: a.Blobs, Client: hooks}
 	a.Engine.RunWorkflow = a.Workflows.Run
+	a.Engine.RetryInput = func(ctx context.Context, b batch.Batch) (files.File, error) { return a.Batches.RetryInput(ctx, b) }
 	a.Batches = &batches.Service{
 		Engine: a.Engine, Store: a.Store, Blobs: a.Blobs, Queue: a.Queue, Files: a.Files, Webhooks: hooks.Policy,
 		MaxInflight: env.MaxInflight,

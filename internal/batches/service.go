@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -31,6 +32,7 @@ import (
 	"github.com/relaybatch/relay/internal/ids"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/msg"
+	"github.com/relaybatch/relay/internal/plan"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
@@ -642,7 +644,11 @@ func (s *Service) DeadLetters(ctx context.Context, tenant, id string, after, lim
 }
 
 // Retry makes a new batch of the rows of a finished batch that ended in
-// its error file: failed, expired, cancelled and dead-lettered rows.
+// its error file: failed, expired, cancelled and dead-lettered rows. It
+// answers at once with the new batch in validating: its input file, which
+// may take minutes to write (up to 200 MB read again), is written by its
+// plan (RetryInput), so a client's retry of a slow call finds the first
+// retry batch rather than making a second (docs/api.md "Retry").
 func (s *Service) Retry(ctx context.Context, p auth.Principal, id string, idem store.IdemKey) (batch.Batch, error) {
 	if first, ok, err := s.Repeat(ctx, p.Tenant, idem); err != nil || ok {
 		return first, err
@@ -662,48 +668,8 @@ func (s *Service) Retry(ctx context.Context, p auth.Principal, id string, idem s
 	if err != nil {
 		return batch.Batch{}, err
 	}
-	fileID := ids.New("file-")
-	w := blob.NewObjectWriter(ctx, s.Blobs, fmt.Sprintf("files/%s/%s/", p.Tenant, fileID))
-	rows := 0
-	for _, c := range chunks {
-		if !strings.Contains(c.Pattern, "e") {
-			continue
-		}
-		data, err := s.Blobs.ReadRange(ctx, full.Input, c.Start, c.End)
-		if err != nil {
-			return batch.Batch{}, err
-		}
-		reqs, err := jsonl.ParseRequests(data)
-		if err != nil {
-			return batch.Batch{}, err
-		}
-		for i, r := range reqs {
-			if i < len(c.Pattern) && c.Pattern[i] == 'e' {
-				line, err := json.Marshal(r)
-				if err != nil {
-					return batch.Batch{}, fmt.Errorf("retry of %s: row %d: %w", id, c.FirstRow+i, err)
-				}
-				if _, err := w.Write(append(line, '\n')); err != nil {
-					return batch.Batch{}, fmt.Errorf("retry of %s: write its input: %w", id, err)
-				}
-				rows++
-			}
-		}
-	}
-	objs, err := w.Close()
-	if err != nil {
-		return batch.Batch{}, err
-	}
-	if rows == 0 {
+	if !slices.ContainsFunc(chunks, func(c batch.Chunk) bool { return strings.Contains(c.Pattern, "e") }) {
 		return batch.Batch{}, errs.E(errs.Invalid, "nothing_to_retry", "", "batch %s has no failed, expired or cancelled rows", id)
-	}
-	f := files.File{ID: fileID, CreatedAt: s.now().Unix(), Filename: "retry-" + id + ".jsonl", Purpose: files.PurposeBatch, Status: files.StatusProcessed, Tenant: p.Tenant}
-	for _, o := range objs {
-		f.Objects = append(f.Objects, o.Key)
-		f.Bytes += o.Size
-	}
-	if err := s.Store.PutFile(ctx, f); err != nil {
-		return batch.Batch{}, err
 	}
 	now := s.now()
 	window, _ := ParseWindow(b.CompletionWindow)
@@ -711,10 +677,78 @@ func (s *Service) Retry(ctx context.Context, p auth.Principal, id string, idem s
 	nb := batch.Batch{
 		ID: ids.New("batch_"), Endpoint: b.Endpoint, CompletionWindow: b.CompletionWindow, Status: batch.Validating,
 		CreatedAt: now.Unix(), ExpiresAt: &exp, Metadata: b.Metadata, Priority: b.Priority, Tenant: p.Tenant, KeyID: p.KeyID,
-		InputFileID: f.ID, RetryOf: &b.ID, WebhookURL: b.WebhookURL, FallbackModel: b.FallbackModel,
+		InputFileID: ids.New("file-"), RetryOf: &b.ID, WebhookURL: b.WebhookURL, FallbackModel: b.FallbackModel,
 		OutputExpiresAfter: full.OutputExpiresAfter,
 	}
 	return s.record(ctx, nb, idem)
+}
+
+// RetryInput writes the input file of retry batch nb (Retry) from the rows
+// of the batch it retries that ended in its error file, and records it; a
+// second call writes the same objects and record again. The engine's plan
+// calls it when it finds a retry's input missing. Memory is a chunk's
+// range and an 8 MiB object buffer (docs/design.md "Memory"). A source whose
+// input is gone fails the retry with input_file_missing.
+func (s *Service) RetryInput(ctx context.Context, nb batch.Batch) (files.File, error) {
+	src, err := s.Store.GetBatch(ctx, nb.Tenant, *nb.RetryOf)
+	if err != nil {
+		return files.File{}, fmt.Errorf("retry %s of %s: %w", nb.ID, *nb.RetryOf, err)
+	}
+	chunks, err := s.Store.Chunks(ctx, src.ID)
+	if err != nil {
+		return files.File{}, err
+	}
+	w := blob.NewObjectWriter(ctx, s.Blobs, fmt.Sprintf("files/%s/%s/", nb.Tenant, nb.InputFileID))
+	for _, c := range chunks {
+		if !strings.Contains(c.Pattern, "e") {
+			continue
+		}
+		data, err := s.Blobs.ReadRange(ctx, src.Input, c.Start, c.End)
+		if errors.Is(err, blob.ErrNotFound) || errors.Is(err, blob.ErrChanged) {
+			return files.File{}, plan.Invalid{{Code: "input_file_missing", Message: fmt.Sprintf(
+				"the input of batch %s is gone (it expired): its failed rows cannot be read again", src.ID)}}
+		}
+		if err != nil {
+			return files.File{}, err
+		}
+		if err := writeFailedRows(w, c, data); err != nil {
+			return files.File{}, fmt.Errorf("retry of %s: %w", src.ID, err)
+		}
+	}
+	objs, err := w.Close()
+	if err != nil {
+		return files.File{}, err
+	}
+	exp := s.now().Add(files.DefaultTTL).Unix()
+	f := files.File{ID: nb.InputFileID, CreatedAt: nb.CreatedAt, Filename: "retry-" + src.ID + ".jsonl", Purpose: files.PurposeBatch,
+		Status: files.StatusProcessed, ExpiresAt: &exp, Tenant: nb.Tenant}
+	for _, o := range objs {
+		f.Objects = append(f.Objects, o.Key)
+		f.Bytes += o.Size
+	}
+	return f, s.Store.PutFileOverwrite(ctx, f)
+}
+
+// writeFailedRows writes the rows of chunk c, read as data, that its
+// pattern puts in the error file.
+func writeFailedRows(w io.Writer, c batch.Chunk, data []byte) error {
+	reqs, err := jsonl.ParseRequests(data)
+	if err != nil {
+		return err
+	}
+	for i, r := range reqs {
+		if i >= len(c.Pattern) || c.Pattern[i] != 'e' {
+			continue
+		}
+		line, err := json.Marshal(r)
+		if err != nil {
+			return fmt.Errorf("row %d: %w", c.FirstRow+i, err)
+		}
+		if _, err := w.Write(append(line, '\n')); err != nil {
+			return fmt.Errorf("write its input: %w", err)
+		}
+	}
+	return nil
 }
 
 // Usage returns a tenant's daily usage between two times.

@@ -123,6 +123,9 @@ func (e *Engine) takePlanLease(ctx context.Context, tenant, id string) (batch.Ba
 // batch. An input that cannot be planned is a plan.Invalid error.
 func (e *Engine) planInput(ctx context.Context, b batch.Batch) error {
 	f, err := e.Store.GetFile(ctx, b.Tenant, b.InputFileID)
+	if errors.Is(err, files.ErrNotFound) && b.RetryOf != nil && e.RetryInput != nil {
+		f, err = e.RetryInput(ctx, b)
+	}
 	if errors.Is(err, files.ErrNotFound) {
 		return plan.Invalid{{Code: "input_file_missing", Message: fmt.Sprintf("input file %s is gone", b.InputFileID)}}
 	}

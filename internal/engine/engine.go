@@ -6,6 +6,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -108,6 +109,10 @@ type Engine struct {
 	// kept fresh. app.New sets it (internal/wfhost); nil refuses workflow
 	// records with an invalid_workflow line (runRecord).
 	RunWorkflow func(ctx, runCtx context.Context, b batch.Batch, c batch.Chunk, req jsonl.Request, status func() batch.Status) error
+	// RetryInput writes and records the input file of a retry batch
+	// (internal/batches) when its plan finds it missing: POST /retry
+	// answers before it exists. nil leaves it missing.
+	RetryInput func(ctx context.Context, b batch.Batch) (files.File, error)
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
 }
@@ -121,12 +126,7 @@ func (e *Engine) now() time.Time {
 
 func (e *Engine) limits() plan.Limits { return e.Chunks.OrDefaults() }
 
-func (e *Engine) lease() time.Duration {
-	if e.Lease > 0 {
-		return e.Lease
-	}
-	return time.Minute
-}
+func (e *Engine) lease() time.Duration { return cmp.Or(max(e.Lease, 0), time.Minute) }
 
 func (e *Engine) send(ctx context.Context, queueKey string, m msg.Message) error {
 	return e.Queue.Send(ctx, queueKey, m, 0)
