@@ -31,6 +31,12 @@ const (
 	PresignTTL = 15 * time.Minute
 	// UploadTTL is how long an Upload may stay pending (OpenAI: one hour).
 	UploadTTL = time.Hour
+	// MaxUploadParts bounds the parts added to one Upload: twice what a
+	// plan takes of a file (internal/plan), room to send parts again.
+	MaxUploadParts = 2000
+	// MaxUploadBytes bounds the bytes of the parts added to one Upload, as
+	// a multiple of the bytes it announced (again room to re-send parts).
+	MaxUploadBytes = 2
 	// DefaultTTL is how long a batch input file lives when its upload gave
 	// no expires_after (OpenAI: 30 days).
 	DefaultTTL = 30 * 24 * time.Hour
@@ -85,6 +91,10 @@ type Upload struct {
 	FileID    string `json:"-" dynamodbav:"file_id"`
 	// FileExpiresAfter is the expires_after of the file it will become, in seconds.
 	FileExpiresAfter int64 `json:"-" dynamodbav:"file_expires_after"`
+	// Parts and PartBytes count the parts added (or being added) and their
+	// bytes, bounded by MaxUploadParts and MaxUploadBytes.
+	Parts     int   `json:"-" dynamodbav:"parts"`
+	PartBytes int64 `json:"-" dynamodbav:"part_bytes"`
 	// PartLimit tells clients how big a part may be (extension).
 	PartLimit int64  `json:"part_size_limit" dynamodbav:"-"`
 	Tenant    string `json:"-" dynamodbav:"tenant"`
