@@ -7,8 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/relaybatch/relay/internal/files"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -407,5 +410,95 @@ func TestPresignedUploadPinned(t *testing.T) {
 	}
 	if b.RequestCounts.Completed != 0 || rt.Mock.Stats().Requests != 0 {
 		t.Fatalf("rows ran: %+v, %d upstream calls", b.RequestCounts, rt.Mock.Stats().Requests)
+	}
+}
+
+// TestExpiryTagsTheBytes: every object of an expiring file carries the
+// expiry class whose lifecycle rule (resources.BucketExpiry, asserted on the
+// template by TestBucket in infra) deletes it at least files.InputKept
+// after the file expires and within a day more; an Upload's parts carry
+// the one-day class until the Upload completes (an abandoned upload's are
+// deleted), then their file's; a scheduled template's input carries none
+// (it is kept) and gets one back when the template is cancelled; chunk
+// parts of a batch with output_expires_after carry a class that outlives
+// its output file. The emulator runs no lifecycle, hence the tags.
+func TestExpiryTagsTheBytes(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	c, key := client(t, rt, "acme")
+	ctx := context.Background()
+	tagsOf := func(fileID string) []string {
+		t.Helper()
+		f, err := rt.App.Store.GetFile(ctx, "acme", fileID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tags []string
+		for _, k := range f.Objects {
+			tag, err := rt.App.Blobs.Expiry(ctx, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tags = append(tags, tag)
+		}
+		return tags
+	}
+	want := func(what string, got []string, tag string) {
+		t.Helper()
+		if len(got) == 0 || slices.ContainsFunc(got, func(g string) bool { return g != tag }) {
+			t.Errorf("%s: expiry tags %q, want %q", what, got, tag)
+		}
+	}
+	data := jsonlRows(nRows(2, "x"))
+
+	short, err := c.Files.New(ctx, openai.FileNewParams{File: openai.File(bytes.NewReader(data), "short.jsonl", "application/jsonl"),
+		Purpose: openai.FilePurposeBatch, ExpiresAfter: openai.FileNewParamsExpiresAfter{Seconds: 3600}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want("a file expiring after an hour", tagsOf(short.ID), "2d") // 1 h + files.InputKept
+	long := upload(t, c, "long.jsonl", data)
+	want("a file expiring after 30 days", tagsOf(long.ID), "32d")
+
+	u, err := c.Uploads.New(ctx, openai.UploadNewParams{Bytes: int64(len(data)), Filename: "up.jsonl", MimeType: "application/jsonl", Purpose: openai.FilePurposeBatch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.Uploads.Parts.New(ctx, u.ID, openai.UploadPartNewParams{Data: bytes.NewReader(data)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	partKey := fmt.Sprintf("uploads/acme/%s/%s", u.ID, p.ID)
+	if tag, err := rt.App.Blobs.Expiry(ctx, partKey); err != nil || tag != files.PendingPartTag {
+		t.Errorf("a pending upload's part: tag %q (%v), want %q", tag, err, files.PendingPartTag)
+	}
+	done, err := c.Uploads.Complete(ctx, u.ID, openai.UploadCompleteParams{PartIDs: []string{p.ID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want("a completed upload's parts", tagsOf(done.File.ID), "32d")
+
+	status, body := postBatch(t, rt, key, map[string]any{"input_file_id": long.ID, "endpoint": "/v1/chat/completions", "completion_window": "24h", "schedule": "0 3 * * *"})
+	if status != 200 {
+		t.Fatalf("create template: %d %s", status, body)
+	}
+	want("a scheduled template's input", tagsOf(long.ID), "")
+	if status, body := rawDo(t, rt, key, "POST", "/v1/batches/"+decodeBatch(t, body).ID+"/cancel", nil); status != 200 {
+		t.Fatalf("cancel template: %d %s", status, body)
+	}
+	want("a cancelled template's input", tagsOf(long.ID), "32d")
+
+	b := waitBatch(t, c, createBatch(t, c, short.ID, option.WithJSONSet("output_expires_after", map[string]any{"anchor": "created_at", "seconds": 3600})).ID)
+	chunks, err := rt.App.Store.Chunks(ctx, b.ID)
+	if err != nil || len(chunks) == 0 {
+		t.Fatalf("chunks: %v %v", chunks, err)
+	}
+	tag, err := rt.App.Blobs.Expiry(ctx, chunks[0].Parts("out"))
+	if err != nil || tag != "2d" { // 24 h window + 1 h grace + 1 h
+		t.Errorf("a chunk part of a batch with output_expires_after: tag %q (%v), want 2d", tag, err)
+	}
+	out, err := rt.App.Store.GetFile(ctx, "acme", b.OutputFileID)
+	if err != nil || out.ExpiresAt == nil || *out.ExpiresAt > b.CreatedAt+2*24*3600 {
+		t.Errorf("output file expires at %v, after its parts may be gone (%d)", out.ExpiresAt, b.CreatedAt+2*24*3600)
 	}
 }

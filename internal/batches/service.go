@@ -420,7 +420,12 @@ func checkInline(data []byte, endpoint string, models *config.Models) error {
 // the rows of a 4 MiB create body take a little more.
 func (s *Service) WriteInputFile(ctx context.Context, tenant, filename string, data []byte) (files.File, error) {
 	id := ids.New("file-")
+	// It expires as an uploaded file does by default (docs/api.md "Files").
+	exp := s.now().Add(files.DefaultTTL).Unix()
+	f := files.File{ID: id, Bytes: int64(len(data)), CreatedAt: s.now().Unix(), Filename: filename,
+		Purpose: files.PurposeBatch, Status: files.StatusProcessed, Tenant: tenant, ExpiresAt: &exp}
 	w := blob.NewObjectWriter(ctx, s.Blobs, fmt.Sprintf("files/%s/%s/", tenant, id))
+	w.Tag = files.ExpiryTag(f)
 	if _, err := w.Write(data); err != nil {
 		return files.File{}, fmt.Errorf("write file %s: %w", id, err)
 	}
@@ -428,8 +433,6 @@ func (s *Service) WriteInputFile(ctx context.Context, tenant, filename string, d
 	if err != nil {
 		return files.File{}, fmt.Errorf("write file %s: %w", id, err)
 	}
-	f := files.File{ID: id, Bytes: int64(len(data)), CreatedAt: s.now().Unix(), Filename: filename,
-		Purpose: files.PurposeBatch, Status: files.StatusProcessed, Tenant: tenant}
 	for _, o := range objs {
 		f.Objects = append(f.Objects, o.Key)
 	}
@@ -724,7 +727,11 @@ func (s *Service) RetryInput(ctx context.Context, nb batch.Batch) (files.File, e
 	if err != nil {
 		return files.File{}, err
 	}
+	exp := nb.CreatedAt + int64(files.DefaultTTL/time.Second)
+	f := files.File{ID: nb.InputFileID, CreatedAt: nb.CreatedAt, Filename: "retry-" + src.ID + ".jsonl", Purpose: files.PurposeBatch,
+		Status: files.StatusProcessed, ExpiresAt: &exp, Tenant: nb.Tenant}
 	w := blob.NewObjectWriter(ctx, s.Blobs, fmt.Sprintf("files/%s/%s/", nb.Tenant, nb.InputFileID))
+	w.Tag = files.ExpiryTag(f)
 	for _, c := range chunks {
 		if !strings.Contains(c.Pattern, "e") {
 			continue
@@ -745,9 +752,6 @@ func (s *Service) RetryInput(ctx context.Context, nb batch.Batch) (files.File, e
 	if err != nil {
 		return files.File{}, err
 	}
-	exp := s.now().Add(files.DefaultTTL).Unix()
-	f := files.File{ID: nb.InputFileID, CreatedAt: nb.CreatedAt, Filename: "retry-" + src.ID + ".jsonl", Purpose: files.PurposeBatch,
-		Status: files.StatusProcessed, ExpiresAt: &exp, Tenant: nb.Tenant}
 	for _, o := range objs {
 		f.Objects = append(f.Objects, o.Key)
 		f.Bytes += o.Size

@@ -10,12 +10,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/relaybatch/relay/internal/resources"
 )
 
 // ErrNotFound is returned for a missing object.
@@ -40,13 +42,53 @@ func New(c *s3.Client, bucket string) *Store {
 
 // Put writes an object of known size.
 func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64) error {
-	_, err := s.S3.PutObject(ctx, &s3.PutObjectInput{
-		Bucket: &s.Bucket, Key: &key, Body: r, ContentLength: aws.Int64(size),
-	})
-	if err != nil {
+	return s.PutTagged(ctx, key, r, size, "")
+}
+
+// PutTagged writes an object of known size carrying the expiry class tag
+// (resources.ExpiryTag; "" for none), which decides when the bucket's
+// lifecycle deletes it.
+func (s *Store) PutTagged(ctx context.Context, key string, r io.Reader, size int64, tag string) error {
+	in := &s3.PutObjectInput{Bucket: &s.Bucket, Key: &key, Body: r, ContentLength: aws.Int64(size)}
+	if tag != "" {
+		in.Tagging = aws.String(url.Values{resources.ExpiryTag: {tag}}.Encode())
+	}
+	if _, err := s.S3.PutObject(ctx, in); err != nil {
 		return fmt.Errorf("put %s: %w", key, err)
 	}
 	return nil
+}
+
+// SetExpiry sets the expiry class tag of objects ("" removes it: they are
+// kept until deleted).
+func (s *Store) SetExpiry(ctx context.Context, tag string, keys ...string) error {
+	for _, k := range keys {
+		var err error
+		if tag == "" {
+			_, err = s.S3.DeleteObjectTagging(ctx, &s3.DeleteObjectTaggingInput{Bucket: &s.Bucket, Key: aws.String(k)})
+		} else {
+			_, err = s.S3.PutObjectTagging(ctx, &s3.PutObjectTaggingInput{Bucket: &s.Bucket, Key: aws.String(k),
+				Tagging: &types.Tagging{TagSet: []types.Tag{{Key: aws.String(resources.ExpiryTag), Value: aws.String(tag)}}}})
+		}
+		if err != nil {
+			return fmt.Errorf("set expiry of %s: %w", k, err)
+		}
+	}
+	return nil
+}
+
+// Expiry returns an object's expiry class tag ("" for none).
+func (s *Store) Expiry(ctx context.Context, key string) (string, error) {
+	out, err := s.S3.GetObjectTagging(ctx, &s3.GetObjectTaggingInput{Bucket: &s.Bucket, Key: &key})
+	if err != nil {
+		return "", fmt.Errorf("tags of %s: %w", key, err)
+	}
+	for _, t := range out.TagSet {
+		if aws.ToString(t.Key) == resources.ExpiryTag {
+			return aws.ToString(t.Value), nil
+		}
+	}
+	return "", nil
 }
 
 // Size returns an object's size, ErrNotFound if it does not exist.

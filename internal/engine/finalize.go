@@ -182,14 +182,14 @@ func (e *Engine) endBatch(ctx context.Context, tenant, id, outID, errID string) 
 }
 
 // putOutputFile records batch b's output or error file (kind, see
-// part.OutputFile), made of parts keys, and returns its id. It expires with
-// its parts (Set.PartsExpiry, the bucket's lifecycle of parts/), or sooner
-// by the batch's output_expires_after, counted from now, when the file is
-// made (docs/api.md "Output and error files").
+// part.OutputFile), made of parts keys, and returns its id. It expires
+// before its parts can (part.KeptUntil), or sooner by the batch's
+// output_expires_after, counted from now, when the file is made (docs/api.md
+// "Output and error files").
 func (e *Engine) putOutputFile(ctx context.Context, b batch.Batch, kind string, keys []string, size int64) (string, error) {
 	id, name := part.OutputFile(b.ID, kind)
 	now := e.now()
-	exp := now.Add(e.Set.PartsExpiry).Unix()
+	exp := part.KeptUntil(b, e.Set.PartsExpiry)
 	if b.OutputExpiresAfter != nil {
 		exp = min(exp, now.Unix()+*b.OutputExpiresAfter)
 	}

@@ -60,7 +60,7 @@ func (f *execBucket) ReadRange(_ context.Context, _ []batch.Object, start, end i
 	return append([]byte(nil), f.input[start:end]...), nil
 }
 
-func (f *execBucket) Put(_ context.Context, _ string, r io.Reader, _ int64) error {
+func (f *execBucket) PutTagged(_ context.Context, _ string, r io.Reader, _ int64, _ string) error {
 	n, err := io.Copy(io.Discard, r)
 	f.written.Add(n)
 	return err

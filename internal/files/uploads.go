@@ -13,6 +13,10 @@ import (
 	"github.com/relaybatch/relay/internal/ids"
 )
 
+// PendingPartTag is the expiry class of an Upload's parts until it
+// completes (UploadTTL, rounded up to a day).
+const PendingPartTag = "1d"
+
 // Upload statuses.
 const (
 	UploadPending   = "pending"
@@ -111,7 +115,9 @@ func (s *Service) AddPart(ctx context.Context, tenant, uploadID string, size int
 		return Part{}, err
 	}
 	p := Part{ID: ids.New("part_"), Object: "upload.part", CreatedAt: s.now().Unix(), UploadID: u.ID}
-	if err := s.Blobs.Put(ctx, uploadPartKey(tenant, u.ID, p.ID), body, size); err != nil {
+	// A part lives a day unless Complete gives it its file's class: the
+	// parts of an abandoned upload are deleted within two days.
+	if err := s.Blobs.PutTagged(ctx, uploadPartKey(tenant, u.ID, p.ID), body, size, PendingPartTag); err != nil {
 		return Part{}, fmt.Errorf("store part of %s: %w", u.ID, err)
 	}
 	return p, nil
@@ -159,9 +165,15 @@ func (s *Service) Complete(ctx context.Context, tenant, uploadID string, partIDs
 	now := s.now()
 	exp, _ := expiry(now, u.FileExpiresAfter)
 	f := File{
-		ID: ids.New("file-"), Bytes: total, CreatedAt: now.Unix(), Filename: u.Filename,
+		ID: ids.New("file-"), Bytes: total, CreatedAt: u.CreatedAt, Filename: u.Filename,
 		Purpose: u.Purpose, Status: StatusProcessed, ExpiresAt: exp, Tenant: tenant, Objects: keys,
 	}
+	// Its parts take the file's class before the file exists, so none is
+	// deleted as an abandoned upload's.
+	if err := s.Blobs.SetExpiry(ctx, ExpiryTag(f), keys...); err != nil {
+		return Upload{}, err
+	}
+	f.CreatedAt = now.Unix()
 	if err := s.Store.PutFile(ctx, f); err != nil {
 		return Upload{}, fmt.Errorf("record file of %s: %w", u.ID, err)
 	}

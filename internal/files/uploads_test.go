@@ -44,7 +44,7 @@ type partBlobs struct {
 	bytes int64
 }
 
-func (b *partBlobs) Put(_ context.Context, _ string, r io.Reader, _ int64) error {
+func (b *partBlobs) PutTagged(_ context.Context, _ string, r io.Reader, _ int64, _ string) error {
 	n, err := io.Copy(io.Discard, r)
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -3,10 +3,11 @@ package part
 import (
 	"context"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/blob"
+	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/store"
 )
 
@@ -25,24 +26,57 @@ func Commit(c batch.Chunk, rows *Lines, deadLetters int64, now time.Time) (map[s
 	for m, u := range p.ByModel {
 		cm.UsageByModel[m] = store.UsageAgg(u)
 	}
+	_, tag := Kept(rows.b, 0)
+	for k, o := range objs {
+		o.Tag = tag
+		objs[k] = o
+	}
 	return objs, cm, nil
 }
 
-// Putter writes one object (internal/blob).
-type Putter interface {
-	Put(ctx context.Context, key string, r io.Reader, size int64) error
+// FinalizeGrace bounds how long after its window a batch's finalize may
+// come (the tick asks again every minute, docs/design.md "Tick").
+const FinalizeGrace = time.Hour
+
+// Kept is how long after batch b was created its chunk parts live, and
+// the expiry class they carry: with output_expires_after, its window, the
+// finalize's grace and that expiry (the output file expires that long after
+// it is made, at the end of the window), rounded up to a class; without,
+// the bucket's rule for parts/ (partsExpiry) and no class. The output and
+// error files, and /results, never outlive the parts they point to: they
+// expire at most that long after the batch was created (docs/design.md
+// "Expiry").
+func Kept(b batch.Batch, partsExpiry time.Duration) (time.Duration, string) {
+	if b.OutputExpiresAfter == nil || b.ExpiresAt == nil {
+		return partsExpiry, ""
+	}
+	need := time.Duration(*b.ExpiresAt-b.CreatedAt+*b.OutputExpiresAfter)*time.Second + FinalizeGrace
+	tag, ok := resources.ExpiryTagFor(need)
+	if !ok {
+		return partsExpiry, ""
+	}
+	d, _ := resources.ExpiryOf(tag)
+	return min(d, partsExpiry), tag
+}
+
+// KeptUntil is when the chunk parts of batch b may be gone (Kept), in
+// Unix seconds: the latest expiry of a file made of them.
+func KeptUntil(b batch.Batch, partsExpiry time.Duration) int64 {
+	d, _ := Kept(b, partsExpiry)
+	return b.CreatedAt + int64(d/time.Second)
 }
 
 // Write writes a commit's part objects, those with bytes, under its chunk's
-// keys (batch.Chunk.Parts) and returns the keys written.
-func Write(ctx context.Context, p Putter, cm store.Commit, objs map[string]Object) ([]string, error) {
+// keys (batch.Chunk.Parts) with their expiry class (Kept), and returns the
+// keys written.
+func Write(ctx context.Context, p blob.Putter, cm store.Commit, objs map[string]Object) ([]string, error) {
 	var written []string
 	for _, kind := range []string{"out", "err", "usage"} {
 		if objs[kind].Size == 0 {
 			continue
 		}
 		k := cm.Chunk.Parts(kind)
-		if err := p.Put(ctx, k, objs[kind].Body, objs[kind].Size); err != nil {
+		if err := p.PutTagged(ctx, k, objs[kind].Body, objs[kind].Size, objs[kind].Tag); err != nil {
 			return written, fmt.Errorf("write part %s: %w", k, err)
 		}
 		written = append(written, k)

@@ -103,6 +103,7 @@ func (l *Lines) Close() error {
 type Object struct {
 	Body io.ReadSeeker
 	Size int64
+	Tag  string // expiry class (Kept)
 }
 
 // part returns the part once every row is set: the objects by kind
@@ -133,9 +134,9 @@ func (l *Lines) part() (map[string]Object, Part, error) {
 	p := l.w.p
 	p.Pattern, p.Usage = string(pattern), l.w.usage.Bytes()
 	return map[string]Object{
-		"out":   {io.NewSectionReader(out, 0, out.size), out.size},
-		"err":   {io.NewSectionReader(errs, 0, errs.size), errs.size},
-		"usage": {bytes.NewReader(p.Usage), int64(len(p.Usage))},
+		"out":   {Body: io.NewSectionReader(out, 0, out.size), Size: out.size},
+		"err":   {Body: io.NewSectionReader(errs, 0, errs.size), Size: errs.size},
+		"usage": {Body: bytes.NewReader(p.Usage), Size: int64(len(p.Usage))},
 	}, p, nil
 }
 

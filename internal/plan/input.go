@@ -84,6 +84,7 @@ func Scan(ctx context.Context, blobs Blobs, b batch.Batch, f files.File, lim Lim
 	var normW io.Writer
 	if format == jsonl.CSV {
 		norm = blob.NewObjectWriter(ctx, blobs, fmt.Sprintf("files/%s/%s/normalized/", b.Tenant, b.InputFileID+"-"+b.ID))
+		norm.Tag = files.ExpiryTag(f) // it lives as long as the input it stands for
 		normW = norm
 	}
 	split := &Chunker{Batch: b.ID, Tenant: b.Tenant, MaxRows: lim.Rows, MaxBytes: lim.Bytes}
