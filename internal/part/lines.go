@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"sync"
 	"time"
@@ -67,7 +68,8 @@ func (l *Lines) Set(i int, o Outcome) {
 	line, letter := l.w.render(LineID(l.b.ID, l.first+i), o)
 	line = append(line, '\n')
 	if l.file == nil && l.mem.Len()+len(line) > SpillAt {
-		l.file, l.err = os.CreateTemp("", "relay-part-*")
+		sweepOnce.Do(func() { removeStale(os.TempDir(), time.Now()) })
+		l.file, l.err = os.CreateTemp("", spoolPattern)
 		if l.err == nil {
 			_, l.err = l.file.Write(l.mem.Bytes())
 			l.mem = bytes.Buffer{}
@@ -83,6 +85,27 @@ func (l *Lines) Set(i int, o Outcome) {
 	}
 	l.spans[i] = span{off: l.size, n: int64(len(line)), letter: letter}
 	l.size += int64(len(line))
+}
+
+// spoolPattern names the temporary files of Lines.
+const spoolPattern = "relay-part-*"
+
+// staleAfter is the age past which a spool file belongs to no live run:
+// a run ends within its invocation's 15 minutes.
+const staleAfter = time.Hour
+
+var sweepOnce sync.Once
+
+// removeStale removes the spool files in dir older than staleAfter at now:
+// those of a process that died before its runs closed them (Lambda keeps
+// /tmp across its process's restarts in a warm environment).
+func removeStale(dir string, now time.Time) {
+	names, _ := filepath.Glob(filepath.Join(dir, spoolPattern))
+	for _, name := range names {
+		if fi, err := os.Stat(name); err == nil && now.Sub(fi.ModTime()) > staleAfter {
+			os.Remove(name)
+		}
+	}
 }
 
 // Close removes the temporary file, if there is one.

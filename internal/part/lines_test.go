@@ -91,3 +91,24 @@ func TestLinesMissingRow(t *testing.T) {
 		t.Fatal("Commit with a row not set: no error")
 	}
 }
+
+// removeStale removes the spool files of a dead process, not those of a
+// live run (nor other files).
+func TestRemoveStale(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	now := time.Now()
+	for name, age := range map[string]time.Duration{"relay-part-old": 2 * time.Hour, "relay-part-new": time.Minute, "other-old": 2 * time.Hour} {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		os.Chtimes(p, now.Add(-age), now.Add(-age))
+	}
+	removeStale(dir, now)
+	for name, want := range map[string]bool{"relay-part-old": false, "relay-part-new": true, "other-old": true} {
+		if _, err := os.Stat(filepath.Join(dir, name)); (err == nil) != want {
+			t.Errorf("%s: exists %v, want %v", name, err == nil, want)
+		}
+	}
+}
