@@ -94,6 +94,10 @@ func newFunction(scope constructs.Construct, props RelayProps, def resources.Fun
 		Description: jsii.String(fmt.Sprintf("%s %s function", props.Prefix, def.Name)),
 	})
 	logs.GrantWrite(role)
+	var tmp awscdk.Size
+	if def.TmpSize > 0 {
+		tmp = awscdk.Size_Mebibytes(jsii.Number(float64(def.TmpSize)))
+	}
 	fn := awslambda.NewFunction(c, jsii.String("Function"), &awslambda.FunctionProps{
 		FunctionName:          jsii.String(functionName(props.Prefix, def.Name)),
 		Runtime:               awslambda.Runtime_PROVIDED_AL2023(),
@@ -102,6 +106,7 @@ func newFunction(scope constructs.Construct, props RelayProps, def resources.Fun
 		Code:                  awslambda.Code_FromAsset(jsii.String(filepath.Join(props.BundleDir, def.Name)), nil),
 		Timeout:               awscdk.Duration_Seconds(jsii.Number(def.Timeout.Seconds())),
 		MemorySize:            jsii.Number(float64(def.Memory)),
+		EphemeralStorageSize:  tmp,
 		Role:                  role,
 		LogGroup:              logs,
 		LoggingFormat:         awslambda.LoggingFormat_JSON,

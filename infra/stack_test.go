@@ -272,6 +272,9 @@ func TestFunctions(t *testing.T) {
 			if got, want := num(p["MemorySize"]), float64(def.Memory); got != want {
 				t.Errorf("MemorySize = %v, want %v", got, want)
 			}
+			if def.TmpSize > 0 && !contains(p["EphemeralStorage"], fmt.Sprintf(`"Size":%d`, def.TmpSize)) {
+				t.Errorf("EphemeralStorage = %v, want %d MiB", p["EphemeralStorage"], def.TmpSize)
+			}
 			if !contains(p["LoggingConfig"], `"LogFormat":"JSON"`) {
 				t.Errorf("LoggingConfig = %v, want JSON logs", p["LoggingConfig"])
 			}

@@ -120,7 +120,7 @@ func (s *Storage) GrantBucket(role awsiam.IRole) {
 	role.AddToPrincipalPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Actions: jsii.Strings(
 			"s3:GetObject", "s3:PutObject", "s3:DeleteObject",
-			"s3:PutObjectTagging", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts",
+			"s3:PutObjectTagging", "s3:DeleteObjectTagging", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts",
 		),
 		Resources: jsii.Strings(*s.Bucket.ArnForObjects(jsii.String("*"))),
 	}))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/local/localrun"
 )
 
@@ -265,4 +266,28 @@ func rawDo(t testing.TB, rt *localrun.Runtime, key, method, path string, body io
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, b
+}
+
+// TestResultsExpireWithTheOutput: /results serves a batch's lines only as
+// long as its output file lives (output_expires_after); after that it is
+// 404, as the file is, and the bytes go (docs/api.md "Output and error files").
+func TestResultsExpireWithTheOutput(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	c, key := client(t, rt, "acme")
+	ctx := context.Background()
+	b := waitBatch(t, c, createBatch(t, c, upload(t, c, "in.jsonl", jsonlRows(nRows(2, "x"))).ID).ID)
+	if b.OutputFileID == "" {
+		t.Fatalf("no output file: %+v", b)
+	}
+	if status, body := rawDo(t, rt, key, "GET", "/v1/batches/"+b.ID+"/results", nil); status != 200 || bytes.Count(body, []byte("\n")) != 2 {
+		t.Fatalf("results before the expiry: %d %s", status, body)
+	}
+	past := time.Now().Add(-time.Second).Unix()
+	if _, err := rt.App.Store.UpdateFile(ctx, "acme", b.OutputFileID, func(f *files.File) error { f.ExpiresAt = &past; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if status, body := rawDo(t, rt, key, "GET", "/v1/batches/"+b.ID+"/results", nil); status != 404 || !strings.Contains(string(body), "expired") {
+		t.Fatalf("results after the output expired: %d %s, want 404", status, body)
+	}
 }

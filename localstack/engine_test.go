@@ -6,8 +6,13 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-lambda-go/lambdacontext"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -316,5 +321,53 @@ func TestBatchBadRequests(t *testing.T) {
 	}
 	if _, err := other.Files.Content(ctx, b.OutputFileID); apiStatus(t, err) != 404 {
 		t.Fatalf("other tenant's output file: %v", err)
+	}
+}
+
+// s3Outside counts the S3 requests made outside any Lambda invocation:
+// the local API front's (it makes no Lambda context), not the functions'.
+type s3Outside struct{ n atomic.Int64 }
+
+func (c *s3Outside) option(stack *middleware.Stack) error {
+	return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("countS3Outside",
+		func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+			if _, ok := lambdacontext.FromContext(ctx); !ok && awsmiddleware.GetServiceID(ctx) == "S3" {
+				c.n.Add(1)
+			}
+			return next.HandleFinalize(ctx, in)
+		}), middleware.After)
+}
+
+// TestRetryAnswersAtOnce: POST /retry reads and writes no object inside
+// the API call (it once re-read and rewrote up to 200 MB there, past API
+// Gateway's 29 s, so a client retrying the call got a second retry batch):
+// it answers with the new batch in validating, and the batch's plan writes
+// its input, the failed rows, in the background.
+func TestRetryAnswersAtOnce(t *testing.T) {
+	t.Parallel()
+	var s3 s3Outside
+	rt := runtime(t, withAPIOption(s3.option))
+	c, key := client(t, rt, "acme")
+	rows := []row{{id: "a", content: "ok"}, {id: "b", content: "[[mock:400]] no"}, {id: "c", content: "[[mock:400]] no"}}
+	b := waitBatch(t, c, createBatch(t, c, upload(t, c, "in.jsonl", jsonlRows(rows)).ID).ID)
+
+	before := s3.n.Load()
+	status, resp := rawDo(t, rt, key, "POST", "/v1/batches/"+b.ID+"/retry", nil)
+	if n := s3.n.Load() - before; n != 0 {
+		t.Errorf("POST /retry made %d S3 requests, want none", n)
+	}
+	var r struct {
+		ID, Status, InputFileID string
+	}
+	if status != 200 || json.Unmarshal(resp, &r) != nil || r.Status != "validating" {
+		t.Fatalf("retry: %d %s", status, resp)
+	}
+	rb := waitBatch(t, c, r.ID)
+	_, errs := checkInvariant(t, c, rb, []string{"b", "c"})
+	if len(errs) != 2 {
+		t.Fatalf("retry batch: %d error lines, want the 2 failed rows", len(errs))
+	}
+	if f, err := c.Files.Get(context.Background(), rb.InputFileID); err != nil || f.Bytes == 0 {
+		t.Fatalf("the retry's input file: %+v %v", f, err)
 	}
 }

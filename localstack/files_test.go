@@ -7,13 +7,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/relaybatch/relay/internal/files"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/relaybatch/relay/internal/auth"
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/blob"
 )
 
 func chatLines(n int) []byte {
@@ -351,4 +356,149 @@ func TestPresignedUploadCannotBeReplaced(t *testing.T) {
 		t.Fatalf("the file's content changed after a second PUT:\n%s", got)
 	}
 	checkInvariant(t, c, waitBatch(t, c, b.ID), idsOf(rows))
+}
+
+// TestPresignedUploadPinned: the ETag of a presigned upload's object is
+// recorded when the upload is first seen landed, and every read of it as
+// a batch's input asks for that object (If-Match). An object replaced
+// behind the URL's back (here by the bucket's owner, since the URL's
+// If-None-Match refuses a second PUT) fails the batch planned on it with
+// input_file_changed, and the executor's ranged reads get blob.ErrChanged.
+func TestPresignedUploadPinned(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	c, key := client(t, rt, "acme")
+	ctx := context.Background()
+	data := jsonlRows(nRows(3, "orig"))
+	status, body := rawDo(t, rt, key, "POST", "/v1/files", strings.NewReader(fmt.Sprintf(`{"filename":"in.jsonl","purpose":"batch","bytes":%d}`, len(data))))
+	var f struct {
+		ID        string `json:"id"`
+		UploadURL string `json:"upload_url"`
+	}
+	if status != 200 || json.Unmarshal(body, &f) != nil || f.UploadURL == "" {
+		t.Fatalf("presign: %d %s", status, body)
+	}
+	req, _ := http.NewRequest("PUT", f.UploadURL, bytes.NewReader(data))
+	req.Header.Set("If-None-Match", "*")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("upload: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if got, err := c.Files.Get(ctx, f.ID); err != nil || got.Status != "processed" {
+		t.Fatalf("file after the upload: %+v %v", got, err)
+	}
+	rec, err := rt.App.Store.GetFile(ctx, "acme", f.ID)
+	if err != nil || rec.ETag == "" {
+		t.Fatalf("file record %+v: no ETag pinned (%v)", rec, err)
+	}
+	objKey := rec.Objects[0]
+	evil := jsonlRows(nRows(3, "evil"))
+	if err := rt.App.Blobs.Put(ctx, objKey, bytes.NewReader(evil), int64(len(evil))); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := rt.App.Blobs.ReadRange(ctx, []batch.Object{{Key: objKey, Size: int64(len(evil)), ETag: rec.ETag}}, 0, 10); !errors.Is(err, blob.ErrChanged) {
+		t.Fatalf("a read pinned to the uploaded object: %v, want blob.ErrChanged", err)
+	}
+	if _, err := rt.App.Blobs.ReadRange(ctx, []batch.Object{{Key: objKey, Size: int64(len(evil))}}, 0, 10); err != nil {
+		t.Fatalf("an unpinned read: %v", err)
+	}
+	b := waitBatch(t, c, createBatch(t, c, f.ID).ID)
+	if b.Status != openai.BatchStatusFailed || len(b.Errors.Data) != 1 || b.Errors.Data[0].Code != batch.CodeInputChanged {
+		t.Fatalf("batch on the replaced object: %s %+v, want failed with input_file_changed", b.Status, b.Errors.Data)
+	}
+	if b.RequestCounts.Completed != 0 || rt.Mock.Stats().Requests != 0 {
+		t.Fatalf("rows ran: %+v, %d upstream calls", b.RequestCounts, rt.Mock.Stats().Requests)
+	}
+}
+
+// TestExpiryTagsTheBytes: every object of an expiring file carries the
+// expiry class whose lifecycle rule (resources.BucketExpiry, asserted on the
+// template by TestBucket in infra) deletes it at least files.InputKept
+// after the file expires and within a day more; an Upload's parts carry
+// the one-day class until the Upload completes (an abandoned upload's are
+// deleted), then their file's; a scheduled template's input carries none
+// (it is kept) and gets one back when the template is cancelled; chunk
+// parts of a batch with output_expires_after carry a class that outlives
+// its output file. The emulator runs no lifecycle, hence the tags.
+func TestExpiryTagsTheBytes(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	c, key := client(t, rt, "acme")
+	ctx := context.Background()
+	tagsOf := func(fileID string) []string {
+		t.Helper()
+		f, err := rt.App.Store.GetFile(ctx, "acme", fileID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tags []string
+		for _, k := range f.Objects {
+			tag, err := rt.App.Blobs.Expiry(ctx, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tags = append(tags, tag)
+		}
+		return tags
+	}
+	want := func(what string, got []string, tag string) {
+		t.Helper()
+		if len(got) == 0 || slices.ContainsFunc(got, func(g string) bool { return g != tag }) {
+			t.Errorf("%s: expiry tags %q, want %q", what, got, tag)
+		}
+	}
+	data := jsonlRows(nRows(2, "x"))
+
+	short, err := c.Files.New(ctx, openai.FileNewParams{File: openai.File(bytes.NewReader(data), "short.jsonl", "application/jsonl"),
+		Purpose: openai.FilePurposeBatch, ExpiresAfter: openai.FileNewParamsExpiresAfter{Seconds: 3600}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want("a file expiring after an hour", tagsOf(short.ID), "2d") // 1 h + files.InputKept
+	long := upload(t, c, "long.jsonl", data)
+	want("a file expiring after 30 days", tagsOf(long.ID), "32d")
+
+	u, err := c.Uploads.New(ctx, openai.UploadNewParams{Bytes: int64(len(data)), Filename: "up.jsonl", MimeType: "application/jsonl", Purpose: openai.FilePurposeBatch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.Uploads.Parts.New(ctx, u.ID, openai.UploadPartNewParams{Data: bytes.NewReader(data)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	partKey := fmt.Sprintf("uploads/acme/%s/%s", u.ID, p.ID)
+	if tag, err := rt.App.Blobs.Expiry(ctx, partKey); err != nil || tag != files.PendingPartTag {
+		t.Errorf("a pending upload's part: tag %q (%v), want %q", tag, err, files.PendingPartTag)
+	}
+	done, err := c.Uploads.Complete(ctx, u.ID, openai.UploadCompleteParams{PartIDs: []string{p.ID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want("a completed upload's parts", tagsOf(done.File.ID), "32d")
+
+	status, body := postBatch(t, rt, key, map[string]any{"input_file_id": long.ID, "endpoint": "/v1/chat/completions", "completion_window": "24h", "schedule": "0 3 * * *"})
+	if status != 200 {
+		t.Fatalf("create template: %d %s", status, body)
+	}
+	want("a scheduled template's input", tagsOf(long.ID), "")
+	if status, body := rawDo(t, rt, key, "POST", "/v1/batches/"+decodeBatch(t, body).ID+"/cancel", nil); status != 200 {
+		t.Fatalf("cancel template: %d %s", status, body)
+	}
+	want("a cancelled template's input", tagsOf(long.ID), "32d")
+
+	b := waitBatch(t, c, createBatch(t, c, short.ID, option.WithJSONSet("output_expires_after", map[string]any{"anchor": "created_at", "seconds": 3600})).ID)
+	chunks, err := rt.App.Store.Chunks(ctx, b.ID)
+	if err != nil || len(chunks) == 0 {
+		t.Fatalf("chunks: %v %v", chunks, err)
+	}
+	tag, err := rt.App.Blobs.Expiry(ctx, chunks[0].Parts("out"))
+	if err != nil || tag != "2d" { // 24 h window + 1 h grace + 1 h
+		t.Errorf("a chunk part of a batch with output_expires_after: tag %q (%v), want 2d", tag, err)
+	}
+	out, err := rt.App.Store.GetFile(ctx, "acme", b.OutputFileID)
+	if err != nil || out.ExpiresAt == nil || *out.ExpiresAt > b.CreatedAt+2*24*3600 {
+		t.Errorf("output file expires at %v, after its parts may be gone (%d)", out.ExpiresAt, b.CreatedAt+2*24*3600)
+	}
 }

@@ -576,26 +576,27 @@ func (s *Service) unplannedResults(ctx context.Context, b batch.Batch, write fun
 	if err != nil {
 		return err
 	}
-	rc := s.Batches.Blobs.Concat(ctx, f.Objects)
-	defer rc.Close()
-	data, err := io.ReadAll(rc)
-	if err != nil {
-		return err
-	}
-	reqs, err := jsonl.ParseRequests(data)
-	if err != nil {
-		return err
-	}
 	msg := "the batch ended before this request ran"
 	if len(b.ErrorList) > 0 {
 		msg = "the batch failed validation before this request ran: " + b.ErrorList[0].Message
 	}
-	for _, r := range reqs {
-		if err := write(erroredResult(r.CustomID, wire.ErrorType(http.StatusBadRequest), msg, nil)); err != nil {
+	rc := s.Batches.Blobs.Concat(ctx, f.Objects)
+	defer rc.Close()
+	// Line by line: the input may be hundreds of MB (docs/design.md "Memory").
+	lines := bufio.NewScanner(rc)
+	lines.Buffer(make([]byte, 0, 64<<10), jsonl.DefaultMaxLineBytes+2)
+	for lines.Scan() {
+		reqs, err := jsonl.ParseRequests(lines.Bytes())
+		if err != nil {
 			return err
 		}
+		for _, r := range reqs {
+			if err := write(erroredResult(r.CustomID, wire.ErrorType(http.StatusBadRequest), msg, nil)); err != nil {
+				return err
+			}
+		}
 	}
-	return nil
+	return lines.Err()
 }
 
 func erroredResult(customID, typ, message string, requestID *string) wire.MessageResult {

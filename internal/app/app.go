@@ -106,7 +106,8 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	// Keys from the environment first (local runs), then Secrets Manager (AWS).
 	keys := provider.ChainKeys{provider.EnvKeys{}, &provider.SecretsKeys{Client: secretsmanager.NewFromConfig(cfg), Prefix: env.SecretPrefix}}
 	// Bedrock models are signed for with the function's own role.
-	upstream := &provider.Client{HTTP: provider.NewHTTPClient(), Models: models, Keys: keys, Credentials: cfg.Credentials}
+	upstream := &provider.Client{HTTP: provider.NewHTTPClient(), Models: models, Keys: keys, Credentials: cfg.Credentials,
+		MaxResponseBytes: env.MaxResponseBytes}
 	a.Engine = &engine.Engine{
 		Store: a.Store, Blobs: a.Blobs, Queue: a.Queue, Models: models, Set: a.Resources, Log: log,
 		Chunks: plan.Limits{Rows: env.ChunkRows}, Lease: env.Lease, Provider: upstream,
@@ -129,6 +130,7 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	}
 	a.Workflows = &wfhost.Runner{Engine: a.Engine, Store: a.Store, Blobs: a.Blobs, Client: hooks}
 	a.Engine.RunWorkflow = a.Workflows.Run
+	a.Engine.RetryInput = func(ctx context.Context, b batch.Batch) (files.File, error) { return a.Batches.RetryInput(ctx, b) }
 	a.Batches = &batches.Service{
 		Engine: a.Engine, Store: a.Store, Blobs: a.Blobs, Queue: a.Queue, Files: a.Files, Webhooks: hooks.Policy,
 		MaxInflight: env.MaxInflight,

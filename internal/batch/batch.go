@@ -5,6 +5,7 @@ package batch
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/relaybatch/relay/internal/jsonl"
@@ -17,6 +18,7 @@ import (
 //	validating → failed                      (the input broke a rule)
 //	validating → expired                     (its window ended before it could be planned)
 //	in_progress → finalizing → expired       (the window passed; rows left get batch_expired)
+//	in_progress → finalizing → failed        (its input changed after the plan: input_file_changed)
 //	validating|in_progress → cancelling → cancelled
 //	scheduled → cancelled                    (a template, docs/api.md "Templates")
 type Status string
@@ -36,7 +38,7 @@ const (
 var transitions = map[Status][]Status{
 	Validating: {InProgress, Failed, Cancelling, Expired},
 	InProgress: {Finalizing, Cancelling},
-	Finalizing: {Completed, Expired, Cancelled},
+	Finalizing: {Completed, Expired, Cancelled, Failed},
 	Cancelling: {Finalizing, Cancelled},
 	Scheduled:  {Cancelled},
 }
@@ -93,6 +95,10 @@ type Errors struct {
 type Object struct {
 	Key  string `json:"k" dynamodbav:"k"`
 	Size int64  `json:"s" dynamodbav:"s"`
+	// ETag, when set, is the object's ETag when its upload was first seen
+	// landed: reads ask for exactly that object (If-Match), so one replaced
+	// since fails the batch with input_file_changed (SECURITY.md "Presigned URLs").
+	ETag string `json:"e,omitempty" dynamodbav:"e,omitempty"`
 }
 
 // Batch is the OpenAI Batch object plus what the engine needs. Fields
@@ -344,14 +350,41 @@ func (b Batch) Fallback() string {
 // got batch_expired, else completed, however many rows failed (OpenAI's
 // batches complete with failed rows; failed is for an input that breaks a
 // rule, see InvalidInputStatus).
+//
+// A batch whose input changed after it was planned (CodeInputChanged in
+// its errors) ends failed: some of its rows could not be read as validated.
 func FinalStatus(b *Batch) Status {
 	switch {
 	case b.CancellingAt != nil:
 		return Cancelled
+	case slices.ContainsFunc(b.ErrorList, func(e jsonl.LineError) bool { return e.Code == CodeInputChanged }):
+		return Failed
 	case b.ExpiredRows > 0:
 		return Expired
 	}
 	return Completed
+}
+
+// CodeInputChanged is the error of a batch whose input object is not the
+// one validated and planned: a presigned upload replaced since
+// (SECURITY.md "Presigned URLs").
+const CodeInputChanged = "input_file_changed"
+
+// InputChanged is the error a batch records when its input changed.
+func InputChanged(fileID string) jsonl.LineError {
+	return jsonl.LineError{Code: CodeInputChanged, Message: fmt.Sprintf(
+		"input file %s changed after it was uploaded and validated: upload it again as a new file", fileID)}
+}
+
+// AddError is an update (UpdateBatch's fn) that records e in the batch's
+// errors once.
+func AddError(e jsonl.LineError) func(*Batch) error {
+	return func(b *Batch) error {
+		if !slices.Contains(b.ErrorList, e) {
+			b.ErrorList = append(b.ErrorList, e)
+		}
+		return nil
+	}
 }
 
 // InvalidInputStatus is where a batch whose input cannot run ends from

@@ -25,6 +25,7 @@ var allowed = map[[2]Status]bool{
 	{Finalizing, Completed}:  true,
 	{Finalizing, Expired}:    true,
 	{Finalizing, Cancelled}:  true,
+	{Finalizing, Failed}:     true,
 	{Cancelling, Finalizing}: true,
 	{Cancelling, Cancelled}:  true,
 	{Scheduled, Cancelled}:   true,
@@ -382,6 +383,8 @@ func TestFinalStatus(t *testing.T) {
 		{"cancelled after every row ran", Batch{Status: Cancelling, CancellingAt: at(5), RequestCounts: Counts{Total: 2, Completed: 2}}, Cancelled},
 		{"cancelled and expired", Batch{Status: Cancelling, CancellingAt: at(5), ExpiredRows: 1, CancelledRows: 1}, Cancelled},
 		{"already finalizing", Batch{Status: Finalizing, ExpiredRows: 1}, Expired},
+		{"its input changed", Batch{Status: InProgress, ExpiredRows: 1, ErrorList: []jsonl.LineError{InputChanged("file-x")}}, Failed},
+		{"its input changed, cancelled", Batch{Status: Cancelling, CancellingAt: at(5), ErrorList: []jsonl.LineError{InputChanged("file-x")}}, Cancelled},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

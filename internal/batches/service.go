@@ -8,6 +8,7 @@
 package batches
 
 import (
+	"bufio"
 	"bytes"
 	"cmp"
 	"context"
@@ -15,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -30,6 +32,7 @@ import (
 	"github.com/relaybatch/relay/internal/ids"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/msg"
+	"github.com/relaybatch/relay/internal/plan"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
@@ -417,7 +420,12 @@ func checkInline(data []byte, endpoint string, models *config.Models) error {
 // the rows of a 4 MiB create body take a little more.
 func (s *Service) WriteInputFile(ctx context.Context, tenant, filename string, data []byte) (files.File, error) {
 	id := ids.New("file-")
+	// It expires as an uploaded file does by default (docs/api.md "Files").
+	exp := s.now().Add(files.DefaultTTL).Unix()
+	f := files.File{ID: id, Bytes: int64(len(data)), CreatedAt: s.now().Unix(), Filename: filename,
+		Purpose: files.PurposeBatch, Status: files.StatusProcessed, Tenant: tenant, ExpiresAt: &exp}
 	w := blob.NewObjectWriter(ctx, s.Blobs, fmt.Sprintf("files/%s/%s/", tenant, id))
+	w.Tag = files.ExpiryTag(f)
 	if _, err := w.Write(data); err != nil {
 		return files.File{}, fmt.Errorf("write file %s: %w", id, err)
 	}
@@ -425,8 +433,6 @@ func (s *Service) WriteInputFile(ctx context.Context, tenant, filename string, d
 	if err != nil {
 		return files.File{}, fmt.Errorf("write file %s: %w", id, err)
 	}
-	f := files.File{ID: id, Bytes: int64(len(data)), CreatedAt: s.now().Unix(), Filename: filename,
-		Purpose: files.PurposeBatch, Status: files.StatusProcessed, Tenant: tenant}
 	for _, o := range objs {
 		f.Objects = append(f.Objects, o.Key)
 	}
@@ -535,53 +541,127 @@ func (s *Service) StartResults(ctx context.Context, tenant, id string, partial b
 	if !b.Status.Terminal() && !partial {
 		return errs.E(errs.Conflict, "batch_not_finished", "", "batch %s is %s: results are ready when it ends (or pass ?partial=true)", id, b.Status)
 	}
+	return s.resultsKept(ctx, b)
+}
+
+// resultsKept refuses the results of a batch whose output file expired
+// (or its error file, when it has no output file): they live as long as
+// those files, whose bytes are then deleted (docs/api.md "Output and error
+// files").
+func (s *Service) resultsKept(ctx context.Context, b batch.Batch) error {
+	id := b.OutputFileID
+	if id == nil {
+		id = b.ErrorFileID
+	}
+	if id == nil {
+		return nil
+	}
+	f, err := s.Store.GetFile(ctx, b.Tenant, *id)
+	if errors.Is(err, files.ErrNotFound) {
+		return errs.NotFoundf("the results of batch %s were deleted with its output file", b.ID)
+	}
+	if err != nil {
+		return err
+	}
+	if f.ExpiresAt != nil && s.now().Unix() >= *f.ExpiresAt {
+		return errs.NotFoundf("the results of batch %s expired at %s with its output file (output_expires_after)", b.ID,
+			time.Unix(*f.ExpiresAt, 0).UTC().Format(time.RFC3339))
+	}
 	return nil
 }
 
 // EachLine calls fn with every line of the done chunks in input order,
 // with the line's index in its chunk and its kind ('o' output, 'e' error).
 // Results uses it, and internal/anthropic to write a Message Batch's
-// results.
+// results. It streams: a chunk's parts are read line by line, so memory
+// is a line (at most an upstream answer's cap, internal/provider) and two
+// read buffers, whatever the parts' sizes (docs/design.md "Memory"); fn
+// must not keep line.
 func (s *Service) EachLine(ctx context.Context, chunks []batch.Chunk, fn func(c batch.Chunk, i int, kind byte, line []byte) error) error {
 	for _, c := range chunks {
 		if c.State != batch.ChunkDone {
 			continue
 		}
-		read := func(kind string, n int64) ([]byte, error) {
-			if n == 0 {
-				return nil, nil
-			}
-			rc, err := s.Blobs.Get(ctx, c.Parts(kind))
-			if err != nil {
-				return nil, err
-			}
-			defer rc.Close()
-			return io.ReadAll(rc)
-		}
-		out, err := read("out", c.OutBytes)
-		if err != nil {
+		get := func(key string) (io.ReadCloser, error) { return s.Blobs.Get(ctx, key) }
+		if err := chunkLines(c, get, fn); err != nil {
 			return err
-		}
-		errb, err := read("err", c.ErrBytes)
-		if err != nil {
-			return err
-		}
-		for i := 0; i < len(c.Pattern); i++ {
-			src := &out
-			if c.Pattern[i] == 'e' {
-				src = &errb
-			}
-			n := bytes.IndexByte(*src, '\n')
-			if n < 0 {
-				return fmt.Errorf("chunk %d of %s: part shorter than its pattern", c.Index, c.Batch)
-			}
-			if err := fn(c, i, c.Pattern[i], (*src)[:n+1]); err != nil {
-				return err
-			}
-			*src = (*src)[n+1:]
 		}
 	}
 	return nil
+}
+
+// chunkLines calls fn with the lines of one done chunk, interleaving its
+// output and error parts by its pattern.
+func chunkLines(c batch.Chunk, get func(key string) (io.ReadCloser, error), fn func(c batch.Chunk, i int, kind byte, line []byte) error) error {
+	open := func(kind string, n int64) (*lineReader, error) {
+		if n == 0 {
+			return &lineReader{}, nil
+		}
+		rc, err := get(c.Parts(kind))
+		if err != nil {
+			return nil, err
+		}
+		return &lineReader{rc: rc, r: bufio.NewReaderSize(rc, 64<<10)}, nil
+	}
+	out, err := open("out", c.OutBytes)
+	if err != nil {
+		return err
+	}
+	defer out.close()
+	errp, err := open("err", c.ErrBytes)
+	if err != nil {
+		return err
+	}
+	defer errp.close()
+	for i := 0; i < len(c.Pattern); i++ {
+		src := out
+		if c.Pattern[i] == 'e' {
+			src = errp
+		}
+		line, err := src.next()
+		if err != nil {
+			return fmt.Errorf("chunk %d of %s: line %d: %w", c.Index, c.Batch, i, err)
+		}
+		if err := fn(c, i, c.Pattern[i], line); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lineReader reads a part line by line, reusing its buffer.
+type lineReader struct {
+	rc   io.ReadCloser
+	r    *bufio.Reader
+	line []byte
+}
+
+// next returns the next line with its newline, valid until the next call.
+func (l *lineReader) next() ([]byte, error) {
+	if l.r == nil {
+		return nil, errors.New("part shorter than its pattern")
+	}
+	l.line = l.line[:0]
+	for {
+		frag, err := l.r.ReadSlice('\n')
+		l.line = append(l.line, frag...)
+		switch {
+		case err == nil:
+			return l.line, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF):
+			return nil, errors.New("part shorter than its pattern")
+		default:
+			return nil, err
+		}
+	}
+}
+
+func (l *lineReader) close() {
+	if l.rc != nil {
+		l.rc.Close()
+	}
 }
 
 // DeadLetters lists the rows that exhausted their retries.
@@ -593,7 +673,11 @@ func (s *Service) DeadLetters(ctx context.Context, tenant, id string, after, lim
 }
 
 // Retry makes a new batch of the rows of a finished batch that ended in
-// its error file: failed, expired, cancelled and dead-lettered rows.
+// its error file: failed, expired, cancelled and dead-lettered rows. It
+// answers at once with the new batch in validating: its input file, which
+// may take minutes to write (up to 200 MB read again), is written by its
+// plan (RetryInput), so a client's retry of a slow call finds the first
+// retry batch rather than making a second (docs/api.md "Retry").
 func (s *Service) Retry(ctx context.Context, p auth.Principal, id string, idem store.IdemKey) (batch.Batch, error) {
 	if first, ok, err := s.Repeat(ctx, p.Tenant, idem); err != nil || ok {
 		return first, err
@@ -613,48 +697,8 @@ func (s *Service) Retry(ctx context.Context, p auth.Principal, id string, idem s
 	if err != nil {
 		return batch.Batch{}, err
 	}
-	fileID := ids.New("file-")
-	w := blob.NewObjectWriter(ctx, s.Blobs, fmt.Sprintf("files/%s/%s/", p.Tenant, fileID))
-	rows := 0
-	for _, c := range chunks {
-		if !strings.Contains(c.Pattern, "e") {
-			continue
-		}
-		data, err := s.Blobs.ReadRange(ctx, full.Input, c.Start, c.End)
-		if err != nil {
-			return batch.Batch{}, err
-		}
-		reqs, err := jsonl.ParseRequests(data)
-		if err != nil {
-			return batch.Batch{}, err
-		}
-		for i, r := range reqs {
-			if i < len(c.Pattern) && c.Pattern[i] == 'e' {
-				line, err := json.Marshal(r)
-				if err != nil {
-					return batch.Batch{}, fmt.Errorf("retry of %s: row %d: %w", id, c.FirstRow+i, err)
-				}
-				if _, err := w.Write(append(line, '\n')); err != nil {
-					return batch.Batch{}, fmt.Errorf("retry of %s: write its input: %w", id, err)
-				}
-				rows++
-			}
-		}
-	}
-	objs, err := w.Close()
-	if err != nil {
-		return batch.Batch{}, err
-	}
-	if rows == 0 {
+	if !slices.ContainsFunc(chunks, func(c batch.Chunk) bool { return strings.Contains(c.Pattern, "e") }) {
 		return batch.Batch{}, errs.E(errs.Invalid, "nothing_to_retry", "", "batch %s has no failed, expired or cancelled rows", id)
-	}
-	f := files.File{ID: fileID, CreatedAt: s.now().Unix(), Filename: "retry-" + id + ".jsonl", Purpose: files.PurposeBatch, Status: files.StatusProcessed, Tenant: p.Tenant}
-	for _, o := range objs {
-		f.Objects = append(f.Objects, o.Key)
-		f.Bytes += o.Size
-	}
-	if err := s.Store.PutFile(ctx, f); err != nil {
-		return batch.Batch{}, err
 	}
 	now := s.now()
 	window, _ := ParseWindow(b.CompletionWindow)
@@ -662,10 +706,79 @@ func (s *Service) Retry(ctx context.Context, p auth.Principal, id string, idem s
 	nb := batch.Batch{
 		ID: ids.New("batch_"), Endpoint: b.Endpoint, CompletionWindow: b.CompletionWindow, Status: batch.Validating,
 		CreatedAt: now.Unix(), ExpiresAt: &exp, Metadata: b.Metadata, Priority: b.Priority, Tenant: p.Tenant, KeyID: p.KeyID,
-		InputFileID: f.ID, RetryOf: &b.ID, WebhookURL: b.WebhookURL, FallbackModel: b.FallbackModel,
+		InputFileID: ids.New("file-"), RetryOf: &b.ID, WebhookURL: b.WebhookURL, FallbackModel: b.FallbackModel,
 		OutputExpiresAfter: full.OutputExpiresAfter,
 	}
 	return s.record(ctx, nb, idem)
+}
+
+// RetryInput writes the input file of retry batch nb (Retry) from the rows
+// of the batch it retries that ended in its error file, and records it; a
+// second call writes the same objects and record again. The engine's plan
+// calls it when it finds a retry's input missing. Memory is a chunk's
+// range and an 8 MiB object buffer (docs/design.md "Memory"). A source whose
+// input is gone fails the retry with input_file_missing.
+func (s *Service) RetryInput(ctx context.Context, nb batch.Batch) (files.File, error) {
+	src, err := s.Store.GetBatch(ctx, nb.Tenant, *nb.RetryOf)
+	if err != nil {
+		return files.File{}, fmt.Errorf("retry %s of %s: %w", nb.ID, *nb.RetryOf, err)
+	}
+	chunks, err := s.Store.Chunks(ctx, src.ID)
+	if err != nil {
+		return files.File{}, err
+	}
+	exp := nb.CreatedAt + int64(files.DefaultTTL/time.Second)
+	f := files.File{ID: nb.InputFileID, CreatedAt: nb.CreatedAt, Filename: "retry-" + src.ID + ".jsonl", Purpose: files.PurposeBatch,
+		Status: files.StatusProcessed, ExpiresAt: &exp, Tenant: nb.Tenant}
+	w := blob.NewObjectWriter(ctx, s.Blobs, fmt.Sprintf("files/%s/%s/", nb.Tenant, nb.InputFileID))
+	w.Tag = files.ExpiryTag(f)
+	for _, c := range chunks {
+		if !strings.Contains(c.Pattern, "e") {
+			continue
+		}
+		data, err := s.Blobs.ReadRange(ctx, src.Input, c.Start, c.End)
+		if errors.Is(err, blob.ErrNotFound) || errors.Is(err, blob.ErrChanged) {
+			return files.File{}, plan.Invalid{{Code: "input_file_missing", Message: fmt.Sprintf(
+				"the input of batch %s is gone (it expired): its failed rows cannot be read again", src.ID)}}
+		}
+		if err != nil {
+			return files.File{}, err
+		}
+		if err := writeFailedRows(w, c, data); err != nil {
+			return files.File{}, fmt.Errorf("retry of %s: %w", src.ID, err)
+		}
+	}
+	objs, err := w.Close()
+	if err != nil {
+		return files.File{}, err
+	}
+	for _, o := range objs {
+		f.Objects = append(f.Objects, o.Key)
+		f.Bytes += o.Size
+	}
+	return f, s.Store.PutFileOverwrite(ctx, f)
+}
+
+// writeFailedRows writes the rows of chunk c, read as data, that its
+// pattern puts in the error file.
+func writeFailedRows(w io.Writer, c batch.Chunk, data []byte) error {
+	reqs, err := jsonl.ParseRequests(data)
+	if err != nil {
+		return err
+	}
+	for i, r := range reqs {
+		if i >= len(c.Pattern) || c.Pattern[i] != 'e' {
+			continue
+		}
+		line, err := json.Marshal(r)
+		if err != nil {
+			return fmt.Errorf("row %d: %w", c.FirstRow+i, err)
+		}
+		if _, err := w.Write(append(line, '\n')); err != nil {
+			return fmt.Errorf("write its input: %w", err)
+		}
+	}
+	return nil
 }
 
 // Usage returns a tenant's daily usage between two times.

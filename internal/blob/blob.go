@@ -9,15 +9,23 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/relaybatch/relay/internal/resources"
 )
 
 // ErrNotFound is returned for a missing object.
 var ErrNotFound = errors.New("blob: object not found")
+
+// ErrChanged is returned for a read pinned to an ETag (batch.Object) of an
+// object that was replaced since: S3's 412 to If-Match.
+var ErrChanged = errors.New("blob: object changed since it was pinned")
 
 // Store is a bucket.
 type Store struct {
@@ -34,25 +42,71 @@ func New(c *s3.Client, bucket string) *Store {
 
 // Put writes an object of known size.
 func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64) error {
-	_, err := s.S3.PutObject(ctx, &s3.PutObjectInput{
-		Bucket: &s.Bucket, Key: &key, Body: r, ContentLength: aws.Int64(size),
-	})
-	if err != nil {
+	return s.PutTagged(ctx, key, r, size, "")
+}
+
+// PutTagged writes an object of known size carrying the expiry class tag
+// (resources.ExpiryTag; "" for none), which decides when the bucket's
+// lifecycle deletes it.
+func (s *Store) PutTagged(ctx context.Context, key string, r io.Reader, size int64, tag string) error {
+	in := &s3.PutObjectInput{Bucket: &s.Bucket, Key: &key, Body: r, ContentLength: aws.Int64(size)}
+	if tag != "" {
+		in.Tagging = aws.String(url.Values{resources.ExpiryTag: {tag}}.Encode())
+	}
+	if _, err := s.S3.PutObject(ctx, in); err != nil {
 		return fmt.Errorf("put %s: %w", key, err)
 	}
 	return nil
 }
 
+// SetExpiry sets the expiry class tag of objects ("" removes it: they are
+// kept until deleted).
+func (s *Store) SetExpiry(ctx context.Context, tag string, keys ...string) error {
+	for _, k := range keys {
+		var err error
+		if tag == "" {
+			_, err = s.S3.DeleteObjectTagging(ctx, &s3.DeleteObjectTaggingInput{Bucket: &s.Bucket, Key: aws.String(k)})
+		} else {
+			_, err = s.S3.PutObjectTagging(ctx, &s3.PutObjectTaggingInput{Bucket: &s.Bucket, Key: aws.String(k),
+				Tagging: &types.Tagging{TagSet: []types.Tag{{Key: aws.String(resources.ExpiryTag), Value: aws.String(tag)}}}})
+		}
+		if err != nil {
+			return fmt.Errorf("set expiry of %s: %w", k, err)
+		}
+	}
+	return nil
+}
+
+// Expiry returns an object's expiry class tag ("" for none).
+func (s *Store) Expiry(ctx context.Context, key string) (string, error) {
+	out, err := s.S3.GetObjectTagging(ctx, &s3.GetObjectTaggingInput{Bucket: &s.Bucket, Key: &key})
+	if err != nil {
+		return "", fmt.Errorf("tags of %s: %w", key, err)
+	}
+	for _, t := range out.TagSet {
+		if aws.ToString(t.Key) == resources.ExpiryTag {
+			return aws.ToString(t.Value), nil
+		}
+	}
+	return "", nil
+}
+
 // Size returns an object's size, ErrNotFound if it does not exist.
 func (s *Store) Size(ctx context.Context, key string) (int64, error) {
+	size, _, err := s.Head(ctx, key)
+	return size, err
+}
+
+// Head returns an object's size and ETag, ErrNotFound if it does not exist.
+func (s *Store) Head(ctx context.Context, key string) (size int64, etag string, err error) {
 	out, err := s.S3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.Bucket, Key: &key})
 	if err != nil {
 		if isNotFound(err) {
-			return 0, ErrNotFound
+			return 0, "", ErrNotFound
 		}
-		return 0, fmt.Errorf("head %s: %w", key, err)
+		return 0, "", fmt.Errorf("head %s: %w", key, err)
 	}
-	return aws.ToInt64(out.ContentLength), nil
+	return aws.ToInt64(out.ContentLength), aws.ToString(out.ETag), nil
 }
 
 // Get opens an object.
@@ -67,16 +121,24 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	return out.Body, nil
 }
 
-// GetRange reads bytes [start, end) of an object with one ranged GET.
-func (s *Store) GetRange(ctx context.Context, key string, start, end int64) ([]byte, error) {
+// GetRange reads bytes [start, end) of an object with one ranged GET; a
+// non-empty etag pins the object: another one is ErrChanged.
+func (s *Store) GetRange(ctx context.Context, key, etag string, start, end int64) ([]byte, error) {
 	if end <= start {
 		return nil, nil
 	}
 	rng := fmt.Sprintf("bytes=%d-%d", start, end-1)
-	out, err := s.S3.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.Bucket, Key: &key, Range: &rng})
+	in := &s3.GetObjectInput{Bucket: &s.Bucket, Key: &key, Range: &rng}
+	if etag != "" {
+		in.IfMatch = &etag
+	}
+	out, err := s.S3.GetObject(ctx, in)
 	if err != nil {
 		if isNotFound(err) {
 			return nil, ErrNotFound
+		}
+		if isPreconditionFailed(err) {
+			return nil, fmt.Errorf("get %s: %w", key, ErrChanged)
 		}
 		return nil, fmt.Errorf("get %s %s: %w", key, rng, err)
 	}
@@ -181,6 +243,11 @@ func (c *concat) Close() error {
 		return c.cur.Close()
 	}
 	return nil
+}
+
+func isPreconditionFailed(err error) bool {
+	var re *awshttp.ResponseError
+	return errors.As(err, &re) && re.HTTPStatusCode() == http.StatusPreconditionFailed
 }
 
 func isNotFound(err error) bool {

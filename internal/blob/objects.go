@@ -18,7 +18,7 @@ func (s *Store) ReadRange(ctx context.Context, objs []batch.Object, start, end i
 	for _, o := range objs {
 		lo, hi := max(start, off), min(end, off+o.Size)
 		if lo < hi {
-			b, err := s.GetRange(ctx, o.Key, lo-off, hi-off)
+			b, err := s.GetRange(ctx, o.Key, o.ETag, lo-off, hi-off)
 			if err != nil {
 				return nil, err
 			}
@@ -38,9 +38,9 @@ func (s *Store) ReadRange(ctx context.Context, objs []batch.Object, start, end i
 // objectSize is the size past which an ObjectWriter starts a new object.
 const objectSize = 8 << 20
 
-// Putter writes one object (Store.Put).
+// Putter writes one object (Store.PutTagged).
 type Putter interface {
-	Put(ctx context.Context, key string, r io.Reader, size int64) error
+	PutTagged(ctx context.Context, key string, r io.Reader, size int64, tag string) error
 }
 
 // ObjectWriter writes a stream as a file of objects of about 8 MiB (a file
@@ -53,6 +53,9 @@ type ObjectWriter struct {
 	prefix string
 	buf    []byte
 	objs   []batch.Object
+	// Tag is the objects' expiry class (Store.PutTagged), set before the
+	// first Write.
+	Tag string
 }
 
 // NewObjectWriter returns an ObjectWriter of the objects <prefix>000000,
@@ -78,7 +81,7 @@ func (w *ObjectWriter) flush() error {
 		return nil
 	}
 	key := fmt.Sprintf("%s%06d", w.prefix, len(w.objs))
-	if err := w.blobs.Put(w.ctx, key, bytes.NewReader(w.buf), int64(len(w.buf))); err != nil {
+	if err := w.blobs.PutTagged(w.ctx, key, bytes.NewReader(w.buf), int64(len(w.buf)), w.Tag); err != nil {
 		return err
 	}
 	w.objs = append(w.objs, batch.Object{Key: key, Size: int64(len(w.buf))})

@@ -291,6 +291,10 @@ type Env struct {
 	// every template's schedule.
 	SchedulerRoleARN     string
 	SchedulerFunctionARN string
+	// MaxResponseBytes (RELAY_MAX_RESPONSE_BYTES) caps an upstream
+	// answer's body; 0 is the provider's default (internal/provider
+	// DefaultMaxResponseBytes, 16 MiB).
+	MaxResponseBytes int64
 }
 
 // FromEnv parses the environment.
@@ -344,6 +348,13 @@ func FromVars(getenv func(string) string) (Env, error) {
 			}
 			*dst = n
 		}
+	}
+	if v := os.Getenv("RELAY_MAX_RESPONSE_BYTES"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1024 || n > 1<<30 {
+			return e, fmt.Errorf("RELAY_MAX_RESPONSE_BYTES: %q is not a number of bytes from 1024 to 1073741824", v)
+		}
+		e.MaxResponseBytes = n
 	}
 	for name, dst := range map[string]*bool{
 		"RELAY_ALLOW_PRIVATE_WEBHOOKS": &e.AllowPrivateWebhooks,

@@ -1,10 +1,8 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/relaybatch/relay/internal/backoff"
@@ -19,20 +17,16 @@ import (
 
 // commitRows writes a run's part under keys of its own and commits the
 // chunk. It reports whether this run's commit is the one that took effect.
-func (e *Engine) commitRows(ctx context.Context, b batch.Batch, c batch.Chunk, outs []part.Outcome, deadLetters int64) (bool, error) {
+func (e *Engine) commitRows(ctx context.Context, b batch.Batch, c batch.Chunk, rows *part.Lines, deadLetters int64) (bool, error) {
+	defer rows.Close()
 	c.Attempt = ids.Secret(6)
-	parts, cm := part.Commit(b, c, outs, deadLetters, e.now())
-	var written []string
-	for _, kind := range []string{"out", "err", "usage"} {
-		data := parts[kind]
-		if len(data) == 0 {
-			continue
-		}
-		k := cm.Chunk.Parts(kind)
-		if err := e.Blobs.Put(ctx, k, bytes.NewReader(data), int64(len(data))); err != nil {
-			return false, fmt.Errorf("write part %s: %w", k, err)
-		}
-		written = append(written, k)
+	parts, cm, err := part.Commit(c, rows, deadLetters, e.now())
+	if err != nil {
+		return false, err
+	}
+	written, err := part.Write(ctx, e.Blobs, cm, parts)
+	if err != nil {
+		return false, err
 	}
 	if e.BeforeCommit != nil {
 		if err := e.BeforeCommit(cm.Chunk); err != nil {

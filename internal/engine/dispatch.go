@@ -23,11 +23,8 @@ func (e *Engine) Dispatch(ctx context.Context, ds []queue.Delivery) ([]string, e
 			return e.Plan(ctx, m.Tenant, m.Batch)
 		case msg.Drain:
 			b, err := e.Store.GetBatch(ctx, m.Tenant, m.Batch)
-			if errors.Is(err, store.ErrBatchNotFound) {
-				return nil
-			}
 			if err != nil {
-				return err
+				return gone(err)
 			}
 			return e.drain(ctx, b)
 		case msg.Tick:
@@ -105,6 +102,9 @@ func (e *Engine) takePlanLease(ctx context.Context, tenant, id string) (batch.Ba
 // batch. An input that cannot be planned is a plan.Invalid error.
 func (e *Engine) planInput(ctx context.Context, b batch.Batch) error {
 	f, err := e.Store.GetFile(ctx, b.Tenant, b.InputFileID)
+	if errors.Is(err, files.ErrNotFound) && b.RetryOf != nil && e.RetryInput != nil {
+		f, err = e.RetryInput(ctx, b)
+	}
 	if errors.Is(err, files.ErrNotFound) {
 		return plan.Invalid{{Code: "input_file_missing", Message: fmt.Sprintf("input file %s is gone", b.InputFileID)}}
 	}

@@ -6,6 +6,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -131,6 +132,10 @@ type Engine struct {
 	Govern Governor
 	// Native, if set, runs the chunks it Takes instead of the executors.
 	Native Delegate
+	// RetryInput writes and records the input file of a retry batch
+	// (internal/batches) when its plan finds it missing: POST /retry
+	// answers before it exists. nil leaves it missing.
+	RetryInput func(ctx context.Context, b batch.Batch) (files.File, error)
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
 }
@@ -144,12 +149,7 @@ func (e *Engine) now() time.Time {
 
 func (e *Engine) limits() plan.Limits { return e.Chunks.OrDefaults() }
 
-func (e *Engine) lease() time.Duration {
-	if e.Lease > 0 {
-		return e.Lease
-	}
-	return time.Minute
-}
+func (e *Engine) lease() time.Duration { return cmp.Or(max(e.Lease, 0), time.Minute) }
 
 func (e *Engine) send(ctx context.Context, queueKey string, m msg.Message) error {
 	return e.Queue.Send(ctx, queueKey, m, 0)
@@ -162,6 +162,15 @@ func (e *Engine) delegated(ctx context.Context, m msg.Message, dead bool) (bool,
 		return false, nil
 	}
 	return true, e.Native.Handle(ctx, m, dead)
+}
+
+// gone is err, but nil for a batch that is gone (store.ErrBatchNotFound):
+// its messages are dropped.
+func gone(err error) error {
+	if errors.Is(err, store.ErrBatchNotFound) {
+		return nil
+	}
+	return err
 }
 
 // ErrStop, wrapped in a run's error, leaves the run to its message's next

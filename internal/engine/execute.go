@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/fanout"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/msg"
@@ -27,8 +28,8 @@ type chunkRun struct {
 	b        batch.Batch
 	c        batch.Chunk
 	reqs     []jsonl.Request
-	outs     []part.Outcome
-	refused  string // Governor.Admit's code (why: reason): the rows do not run
+	lines    *part.Lines // the rows' lines, set as they end
+	refused  string      // Governor.Admit's code (why: reason): the rows do not run
 	reason   string
 	status   *atomic.Value
 	// ctx ends when the invocation must stop or the run lost its lease.
@@ -193,20 +194,14 @@ func (e *Engine) load(ctx context.Context, r *chunkRun, batches map[string]batch
 	if !ok {
 		var err error
 		b, err = e.Store.GetBatch(ctx, m.Tenant, m.Batch)
-		if errors.Is(err, store.ErrBatchNotFound) {
-			return false, nil
-		}
 		if err != nil {
-			return false, err
+			return false, gone(err)
 		}
 		batches[m.Tenant+"/"+m.Batch] = b
 	}
 	c, err := e.Store.GetChunk(ctx, m.Batch, m.Chunk)
-	if errors.Is(err, store.ErrBatchNotFound) {
-		return false, nil
-	}
 	if err != nil {
-		return false, err
+		return false, gone(err)
 	}
 	switch {
 	case c.State == batch.ChunkDone:
@@ -232,13 +227,16 @@ func (e *Engine) load(ctx context.Context, r *chunkRun, batches map[string]batch
 		return false, fmt.Errorf("chunk %d of %s: the batch's plan is not recorded yet", c.Index, c.Batch)
 	}
 	reqs, err := e.readRows(ctx, b, c)
+	if errors.Is(err, blob.ErrChanged) {
+		return false, e.inputChanged(ctx, b, c)
+	}
 	if err == nil && e.Govern != nil {
 		r.refused, r.reason, err = e.Govern.Admit(ctx, b, c)
 	}
 	if err != nil {
 		return false, err
 	}
-	r.b, r.c, r.reqs, r.outs = b, c, reqs, make([]part.Outcome, len(reqs))
+	r.b, r.c, r.reqs, r.lines = b, c, reqs, part.NewLines(b, c.FirstRow, len(reqs), e.now())
 	r.left.Store(int32(len(reqs)))
 	return true, nil
 }
@@ -261,6 +259,17 @@ func (e *Engine) readRows(ctx context.Context, b batch.Batch, c batch.Chunk) ([]
 		return nil, badRange{fmt.Errorf("chunk %d of %s: %w", c.Index, c.Batch, err)}
 	}
 	return reqs, nil
+}
+
+// inputChanged ends chunk c, whose input object was replaced after the
+// plan, with an input_file_changed line per row, and records the error
+// that fails the batch (SECURITY.md "Presigned URLs").
+func (e *Engine) inputChanged(ctx context.Context, b batch.Batch, c batch.Chunk) error {
+	if _, err := e.Store.UpdateBatch(ctx, b.Tenant, b.ID, batch.AddError(batch.InputChanged(b.InputFileID))); err != nil {
+		return err
+	}
+	_, err := e.commitRows(ctx, b, c, part.InputChanged(b, c, e.now()), 0)
+	return err
 }
 
 // draining reports whether the run's rows only get error lines now.
@@ -295,9 +304,10 @@ func (e *Engine) finishRun(ctx context.Context, p *fanout.Pool, r *chunkRun) {
 	defer p.Leave(r.c.Slots)
 	if r.ctx.Err() != nil {
 		r.err = fmt.Errorf("chunk %d of %s: %w", r.c.Index, r.c.Batch, ErrStop)
+		r.lines.Close()
 		return
 	}
-	_, r.err = e.commitRows(ctx, r.b, r.c, r.outs, 0)
+	_, r.err = e.commitRows(ctx, r.b, r.c, r.lines, 0)
 }
 
 // rows are the run's rows as fanout.Send sends them, each answer going into
@@ -306,7 +316,6 @@ func (r *chunkRun) rows(e *Engine, rowDone func()) fanout.Rows {
 	bodies := make([]json.RawMessage, len(r.reqs))
 	for i, q := range r.reqs {
 		bodies[i] = q.Body
-		r.outs[i].CustomID = q.CustomID
 	}
 	endpoint, fallback := r.b.Endpoint, r.b.Fallback()
 	return fanout.Rows{
@@ -316,7 +325,7 @@ func (r *chunkRun) rows(e *Engine, rowDone func()) fanout.Rows {
 		},
 		Settle: func(i int) bool {
 			// Row boundary: a cancel or the end of the window stops new rows.
-			o := &r.outs[i]
+			o := part.Outcome{CustomID: r.reqs[i].CustomID}
 			switch {
 			case r.status.Load().(batch.Status).Stopping():
 				o.Code, o.Message, o.Cancelled = part.CodeCancelled, "the batch was cancelled before this request ran", true
@@ -327,16 +336,13 @@ func (r *chunkRun) rows(e *Engine, rowDone func()) fanout.Rows {
 			default:
 				return false
 			}
+			r.lines.Set(i, o)
 			rowDone()
 			return true
 		},
 		Done: func(i int, res provider.Result, sent bool) {
-			if sent {
-				r.outs[i].Result = res
-			} else {
-				// Out of time or lease: the rest of the run's rows never
-				// start, and the run is not committed.
-				r.outs[i].Code = "stopped"
+			if sent { // else out of time or lease: the run is not committed
+				r.lines.Set(i, part.Outcome{CustomID: r.reqs[i].CustomID, Result: res})
 			}
 			rowDone()
 		},

@@ -10,7 +10,6 @@ import (
 	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
-	"github.com/relaybatch/relay/internal/store"
 )
 
 // DeadLetter is the deadletter function's handler for the work DLQ
@@ -23,11 +22,8 @@ func (e *Engine) DeadLetter(ctx context.Context, ds []queue.Delivery) ([]string,
 			return err
 		}
 		b, err := e.Store.GetBatch(ctx, m.Tenant, m.Batch)
-		if errors.Is(err, store.ErrBatchNotFound) {
-			return nil
-		}
 		if err != nil {
-			return err
+			return gone(err)
 		}
 		c, err := e.Store.GetChunk(ctx, m.Batch, m.Chunk)
 		if err != nil {
@@ -61,7 +57,7 @@ func (e *Engine) DeadLetter(ctx context.Context, ds []queue.Delivery) ([]string,
 			outs[i] = part.Outcome{CustomID: ids[i], Code: part.CodeDeadLetter, Message: part.DeadLetterMessage}
 		}
 		c.Dead = true
-		ours, err := e.commitRows(ctx, b, c, outs, int64(len(outs)))
+		ours, err := e.commitRows(ctx, b, c, part.LinesOf(b, c.FirstRow, outs, e.now()), int64(len(outs)))
 		if err != nil || !ours {
 			return err
 		}
@@ -98,11 +94,8 @@ func (e *Engine) Finalize(ctx context.Context, ds []queue.Delivery) ([]string, e
 // duplicate finalize message changes nothing.
 func (e *Engine) FinalizeBatch(ctx context.Context, tenant, id string) error {
 	b, err := e.Store.GetBatch(ctx, tenant, id)
-	if errors.Is(err, store.ErrBatchNotFound) {
-		return nil
-	}
 	if err != nil {
-		return err
+		return gone(err)
 	}
 	if b.Status.Terminal() {
 		// A redelivery after the status was set: make sure the terminal

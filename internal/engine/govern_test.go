@@ -53,6 +53,10 @@ func (f *rowsBucket) ReadRange(context.Context, []batch.Object, int64, int64) ([
 	return []byte(f.rows), nil
 }
 
+func (f *rowsBucket) PutTagged(ctx context.Context, key string, r io.Reader, size int64, _ string) error {
+	return f.Put(ctx, key, r, size)
+}
+
 func (f *rowsBucket) Put(_ context.Context, key string, r io.Reader, _ int64) error {
 	var b bytes.Buffer
 	_, _ = b.ReadFrom(r)

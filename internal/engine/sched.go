@@ -202,11 +202,8 @@ func (e *Engine) takeOver(ctx context.Context, now time.Time) error {
 // look at it again only after batch.Grace.
 func (e *Engine) due(ctx context.Context, tenant, id string, now time.Time) error {
 	b, err := e.Store.GetBatch(ctx, tenant, id)
-	if errors.Is(err, store.ErrBatchNotFound) {
-		return nil
-	}
 	if err != nil {
-		return err
+		return gone(err)
 	}
 	switch {
 	case b.Status.Terminal():
@@ -226,10 +223,7 @@ func (e *Engine) due(ctx context.Context, tenant, id string, now time.Time) erro
 		b.Recheck = now.Add(batch.Grace).Unix()
 		return nil
 	})
-	if errors.Is(err, store.ErrBatchNotFound) {
-		return nil
-	}
-	return err
+	return gone(err)
 }
 
 // expireUnplanned ends a batch whose window ended before it could be

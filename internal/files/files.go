@@ -18,6 +18,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/ids"
+	"github.com/relaybatch/relay/internal/resources"
 )
 
 // Limits (docs/api.md "Limits").
@@ -31,6 +32,12 @@ const (
 	PresignTTL = 15 * time.Minute
 	// UploadTTL is how long an Upload may stay pending (OpenAI: one hour).
 	UploadTTL = time.Hour
+	// MaxUploadParts bounds the parts added to one Upload: twice what a
+	// plan takes of a file (internal/plan), room to send parts again.
+	MaxUploadParts = 2000
+	// MaxUploadBytes bounds the bytes of the parts added to one Upload, as
+	// a multiple of the bytes it announced (again room to re-send parts).
+	MaxUploadBytes = 2
 	// DefaultTTL is how long a batch input file lives when its upload gave
 	// no expires_after (OpenAI: 30 days).
 	DefaultTTL = 30 * 24 * time.Hour
@@ -65,6 +72,9 @@ type File struct {
 
 	Tenant  string   `json:"-" dynamodbav:"tenant"`
 	Objects []string `json:"-" dynamodbav:"objects"` // S3 keys, read in order
+	// ETag is a presigned upload's object's ETag when it was first seen
+	// landed: what was validated, which batches pin (batch.Object).
+	ETag string `json:"-" dynamodbav:"etag,omitempty"`
 }
 
 // Upload is an OpenAI Upload object.
@@ -82,6 +92,10 @@ type Upload struct {
 	FileID    string `json:"-" dynamodbav:"file_id"`
 	// FileExpiresAfter is the expires_after of the file it will become, in seconds.
 	FileExpiresAfter int64 `json:"-" dynamodbav:"file_expires_after"`
+	// Parts and PartBytes count the parts added (or being added) and their
+	// bytes, bounded by MaxUploadParts and MaxUploadBytes.
+	Parts     int   `json:"-" dynamodbav:"parts"`
+	PartBytes int64 `json:"-" dynamodbav:"part_bytes"`
 	// PartLimit tells clients how big a part may be (extension).
 	PartLimit int64  `json:"part_size_limit" dynamodbav:"-"`
 	Tenant    string `json:"-" dynamodbav:"tenant"`
@@ -123,7 +137,10 @@ type Store interface {
 // Blobs is the object storage the service needs.
 type Blobs interface {
 	Put(ctx context.Context, key string, r io.Reader, size int64) error
+	PutTagged(ctx context.Context, key string, r io.Reader, size int64, tag string) error
+	SetExpiry(ctx context.Context, tag string, keys ...string) error
 	Size(ctx context.Context, key string) (int64, error)
+	Head(ctx context.Context, key string) (size int64, etag string, err error)
 	Concat(ctx context.Context, keys []string) io.ReadCloser
 	Delete(ctx context.Context, keys ...string) error
 	List(ctx context.Context, prefix string) ([]string, error)
@@ -197,6 +214,24 @@ func checkPurpose(p string) error {
 
 // expiry is when a file uploaded now with expires_after seconds expires;
 // 0 seconds (no expires_after) takes DefaultTTL.
+// InputKept is how long a batch may read its input file after the file
+// expired: a batch created just before has its window (at most 24 hours)
+// and the finalize's grace.
+const InputKept = 25 * time.Hour
+
+// ExpiryTag is the expiry class of f's objects (resources.ExpiryTag): the
+// bucket's lifecycle deletes them at least InputKept after f expires, and
+// within a day more plus S3's own delay (docs/design.md "Expiry"). A file
+// that does not expire (a scheduled template's input), or lives longer
+// than every class, has none.
+func ExpiryTag(f File) string {
+	if f.ExpiresAt == nil {
+		return ""
+	}
+	tag, _ := resources.ExpiryTagFor(time.Duration(*f.ExpiresAt-f.CreatedAt)*time.Second + InputKept)
+	return tag
+}
+
 func expiry(now time.Time, seconds int64) (*int64, error) {
 	if seconds == 0 {
 		at := now.Add(DefaultTTL).Unix()
@@ -248,7 +283,7 @@ func (s *Service) Create(ctx context.Context, tenant, filename, purpose string, 
 	if size == 0 {
 		return File{}, errs.Invalidf("file", "the file is empty")
 	}
-	if err := s.Blobs.Put(ctx, f.Objects[0], body, size); err != nil {
+	if err := s.Blobs.PutTagged(ctx, f.Objects[0], body, size, ExpiryTag(f)); err != nil {
 		return File{}, fmt.Errorf("store file %s: %w", f.ID, err)
 	}
 	if err := s.Store.PutFile(ctx, f); err != nil {
@@ -312,7 +347,7 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (File, error) {
 }
 
 func (s *Service) settle(ctx context.Context, f File) (File, error) {
-	size, err := s.Blobs.Size(ctx, f.Objects[0])
+	size, etag, err := s.Blobs.Head(ctx, f.Objects[0])
 	if err != nil {
 		// Not there yet: still uploaded.
 		return f, nil
@@ -327,7 +362,12 @@ func (s *Service) settle(ctx context.Context, f File) (File, error) {
 			cur.StatusDetails = &d
 			return nil
 		}
-		cur.Status = StatusProcessed
+		// Tagged before it counts as processed: a failure here leaves
+		// it uploaded, and the next read tags it.
+		if err := s.Blobs.SetExpiry(ctx, ExpiryTag(*cur), cur.Objects...); err != nil {
+			return err
+		}
+		cur.Status, cur.ETag = StatusProcessed, etag
 		return nil
 	})
 }
@@ -398,11 +438,16 @@ func pageOf(all []File, p Page, now time.Time) ([]File, bool, error) {
 // SetExpiresAt sets when a file expires; nil keeps it until it is deleted.
 // A cron template keeps its input this way while it is scheduled.
 func (s *Service) SetExpiresAt(ctx context.Context, tenant, id string, at *int64) error {
-	_, err := s.Store.UpdateFile(ctx, tenant, id, func(f *File) error {
+	f, err := s.Store.UpdateFile(ctx, tenant, id, func(f *File) error {
 		f.ExpiresAt = at
 		return nil
 	})
 	if err != nil {
+		return fmt.Errorf("set expiry of file %s: %w", id, err)
+	}
+	// Its objects follow (a template's input loses its class while the
+	// template is scheduled); a retried call repeats both.
+	if err := s.Blobs.SetExpiry(ctx, ExpiryTag(f), f.Objects...); err != nil {
 		return fmt.Errorf("set expiry of file %s: %w", id, err)
 	}
 	return nil

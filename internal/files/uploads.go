@@ -13,6 +13,10 @@ import (
 	"github.com/relaybatch/relay/internal/ids"
 )
 
+// PendingPartTag is the expiry class of an Upload's parts until it
+// completes (UploadTTL, rounded up to a day).
+const PendingPartTag = "1d"
+
 // Upload statuses.
 const (
 	UploadPending   = "pending"
@@ -54,6 +58,23 @@ func (s *Service) CreateUpload(ctx context.Context, tenant, filename, purpose, m
 	return u.out(), nil
 }
 
+// addPart counts a part of size bytes, within the caps on parts and bytes
+// per upload (docs/api.md "Limits").
+func (u *Upload) addPart(size int64) error {
+	switch {
+	case u.Status != UploadPending:
+		return errs.E(errs.Invalid, "upload_not_pending", "", "upload %s is %s", u.ID, u.Status)
+	case u.Parts >= MaxUploadParts:
+		return errs.E(errs.Invalid, "too_many_parts", "data", "upload %s already has %d parts, the most one upload may have", u.ID, u.Parts)
+	case u.PartBytes+size > MaxUploadBytes*u.Bytes:
+		return errs.E(errs.Invalid, "upload_too_large", "data",
+			"upload %s was created for %d bytes and its parts already carry %d: at most %d may be sent", u.ID, u.Bytes, u.PartBytes, MaxUploadBytes*u.Bytes)
+	}
+	u.Parts++
+	u.PartBytes += size
+	return nil
+}
+
 func (s *Service) pendingUpload(ctx context.Context, tenant, id string) (Upload, error) {
 	if !ids.Valid("upload_", id) {
 		return Upload{}, errs.NotFoundf("no such upload: %s", id)
@@ -88,8 +109,15 @@ func (s *Service) AddPart(ctx context.Context, tenant, uploadID string, size int
 	if size == 0 {
 		return Part{}, errs.Invalidf("data", "the part is empty")
 	}
+	// Counted before the part is stored, so parallel parts cannot pass
+	// the caps together; a part that then fails to store still counts.
+	if _, err := s.Store.UpdateUpload(ctx, tenant, u.ID, func(cur *Upload) error { return cur.addPart(size) }); err != nil {
+		return Part{}, err
+	}
 	p := Part{ID: ids.New("part_"), Object: "upload.part", CreatedAt: s.now().Unix(), UploadID: u.ID}
-	if err := s.Blobs.Put(ctx, uploadPartKey(tenant, u.ID, p.ID), body, size); err != nil {
+	// A part lives a day unless Complete gives it its file's class: the
+	// parts of an abandoned upload are deleted within two days.
+	if err := s.Blobs.PutTagged(ctx, uploadPartKey(tenant, u.ID, p.ID), body, size, PendingPartTag); err != nil {
 		return Part{}, fmt.Errorf("store part of %s: %w", u.ID, err)
 	}
 	return p, nil
@@ -137,9 +165,15 @@ func (s *Service) Complete(ctx context.Context, tenant, uploadID string, partIDs
 	now := s.now()
 	exp, _ := expiry(now, u.FileExpiresAfter)
 	f := File{
-		ID: ids.New("file-"), Bytes: total, CreatedAt: now.Unix(), Filename: u.Filename,
+		ID: ids.New("file-"), Bytes: total, CreatedAt: u.CreatedAt, Filename: u.Filename,
 		Purpose: u.Purpose, Status: StatusProcessed, ExpiresAt: exp, Tenant: tenant, Objects: keys,
 	}
+	// Its parts take the file's class before the file exists, so none is
+	// deleted as an abandoned upload's.
+	if err := s.Blobs.SetExpiry(ctx, ExpiryTag(f), keys...); err != nil {
+		return Upload{}, err
+	}
+	f.CreatedAt = now.Unix()
 	if err := s.Store.PutFile(ctx, f); err != nil {
 		return Upload{}, fmt.Errorf("record file of %s: %w", u.ID, err)
 	}

@@ -1,23 +1,85 @@
 package part
 
 import (
+	"context"
+	"fmt"
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/blob"
+	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/store"
 )
 
-// Commit builds chunk c's part from its rows' outcomes and the commit
-// that records it: the chunk's pattern and part sizes, the rows' counts, and
-// their usage under the UTC day of now. It returns the part's objects by
-// kind ("out", "err", "usage"; batch.Chunk.Parts).
-func Commit(b batch.Batch, c batch.Chunk, outs []Outcome, deadLetters int64, now time.Time) (map[string][]byte, store.Commit) {
-	p := Build(b, c.FirstRow, outs, now)
-	c.Pattern, c.OutBytes, c.ErrBytes = p.Pattern, int64(len(p.Out)), int64(len(p.Err))
+// Commit is the part of chunk c from its rows' lines, once every row is
+// set, and the commit that records it: the chunk's pattern and part sizes,
+// the rows' counts, and their usage under the UTC day of now. It returns
+// the part's objects by kind ("out", "err", "usage"; batch.Chunk.Parts).
+func Commit(c batch.Chunk, rows *Lines, deadLetters int64, now time.Time) (map[string]Object, store.Commit, error) {
+	objs, p, err := rows.part()
+	if err != nil {
+		return nil, store.Commit{}, err
+	}
+	c.Pattern, c.OutBytes, c.ErrBytes = p.Pattern, objs["out"].Size, objs["err"].Size
 	cm := store.Commit{Chunk: c, Completed: p.Completed, Failed: p.Failed, Expired: p.Expired, Cancelled: p.Cancelled,
 		DeadLetters: deadLetters, Usage: p.Tokens, UsageByModel: map[string]store.UsageAgg{}, Day: now.UTC().Format("2006-01-02")}
 	for m, u := range p.ByModel {
 		cm.UsageByModel[m] = store.UsageAgg(u)
 	}
-	return map[string][]byte{"out": p.Out, "err": p.Err, "usage": p.Usage}, cm
+	_, tag := Kept(rows.b, 0)
+	for k, o := range objs {
+		o.Tag = tag
+		objs[k] = o
+	}
+	return objs, cm, nil
+}
+
+// FinalizeGrace bounds how long after its window a batch's finalize may
+// come (the tick asks again every minute, docs/design.md "Tick").
+const FinalizeGrace = time.Hour
+
+// Kept is how long after batch b was created its chunk parts live, and
+// the expiry class they carry: with output_expires_after, its window, the
+// finalize's grace and that expiry (the output file expires that long after
+// it is made, at the end of the window), rounded up to a class; without,
+// the bucket's rule for parts/ (partsExpiry) and no class. The output and
+// error files, and /results, never outlive the parts they point to: they
+// expire at most that long after the batch was created (docs/design.md
+// "Expiry").
+func Kept(b batch.Batch, partsExpiry time.Duration) (time.Duration, string) {
+	if b.OutputExpiresAfter == nil || b.ExpiresAt == nil {
+		return partsExpiry, ""
+	}
+	need := time.Duration(*b.ExpiresAt-b.CreatedAt+*b.OutputExpiresAfter)*time.Second + FinalizeGrace
+	tag, ok := resources.ExpiryTagFor(need)
+	if !ok {
+		return partsExpiry, ""
+	}
+	d, _ := resources.ExpiryOf(tag)
+	return min(d, partsExpiry), tag
+}
+
+// KeptUntil is when the chunk parts of batch b may be gone (Kept), in
+// Unix seconds: the latest expiry of a file made of them.
+func KeptUntil(b batch.Batch, partsExpiry time.Duration) int64 {
+	d, _ := Kept(b, partsExpiry)
+	return b.CreatedAt + int64(d/time.Second)
+}
+
+// Write writes a commit's part objects, those with bytes, under its chunk's
+// keys (batch.Chunk.Parts) with their expiry class (Kept), and returns the
+// keys written.
+func Write(ctx context.Context, p blob.Putter, cm store.Commit, objs map[string]Object) ([]string, error) {
+	var written []string
+	for _, kind := range []string{"out", "err", "usage"} {
+		if objs[kind].Size == 0 {
+			continue
+		}
+		k := cm.Chunk.Parts(kind)
+		if err := p.PutTagged(ctx, k, objs[kind].Body, objs[kind].Size, objs[kind].Tag); err != nil {
+			return written, fmt.Errorf("write part %s: %w", k, err)
+		}
+		written = append(written, k)
+	}
+	return written, nil
 }

@@ -22,8 +22,12 @@ func TestCommit(t *testing.T) {
 		{CustomID: "g", Code: CodeCancelled, Message: "cancelled", Cancelled: true},
 		{CustomID: "d", Result: provider.Result{ErrCode: "request_timeout", ErrMessage: "slow"}},
 	}
-	parts, cm := Commit(b, c, outs, 2, now)
+	objs, cm, err := Commit(c, LinesOf(b, c.FirstRow, outs, now), 2, now)
+	if err != nil {
+		t.Fatal(err)
+	}
 	want := Build(b, c.FirstRow, outs, now)
+	parts := readObjects(t, objs)
 	if string(parts["out"]) != string(want.Out) || string(parts["err"]) != string(want.Err) || string(parts["usage"]) != string(want.Usage) {
 		t.Fatalf("parts differ from Build's: got %q", parts)
 	}
@@ -36,5 +40,37 @@ func TestCommit(t *testing.T) {
 	}
 	if cm.Usage.TotalTokens != 11 || cm.UsageByModel["m"].Requests != 1 || cm.UsageByModel["m"].Total != 11 || cm.Day != "2026-12-02" {
 		t.Fatalf("usage %+v by model %+v day %s", cm.Usage, cm.UsageByModel, cm.Day)
+	}
+}
+
+// Kept: chunk parts outlive every file made of them. Without
+// output_expires_after the bucket's parts/ rule deletes them partsExpiry
+// after they were written, so an output file made at the end of the window
+// must expire by then, counted from the batch's creation, not from its own
+// (which let it outlive its parts by up to a day); with it, a class that
+// covers the window, the finalize's grace and the expiry.
+func TestKept(t *testing.T) {
+	t.Parallel()
+	const day = 24 * 3600
+	at := func(v int64) *int64 { return &v }
+	parts := 30 * 24 * time.Hour
+	tests := []struct {
+		name  string
+		b     batch.Batch
+		until int64
+		tag   string
+	}{
+		{"no output expiry", batch.Batch{CreatedAt: 1000, ExpiresAt: at(1000 + day)}, 1000 + 30*day, ""},
+		{"an hour", batch.Batch{CreatedAt: 1000, ExpiresAt: at(1000 + day), OutputExpiresAfter: at(3600)}, 1000 + 2*day, "2d"},
+		{"30 days", batch.Batch{CreatedAt: 1000, ExpiresAt: at(1000 + day), OutputExpiresAfter: at(30 * day)}, 1000 + 30*day, "32d"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, tag := Kept(tt.b, parts)
+			if got := KeptUntil(tt.b, parts); got != tt.until || tag != tt.tag {
+				t.Fatalf("KeptUntil = %d (tag %q), want %d (%q)", got, tag, tt.until, tt.tag)
+			}
+		})
 	}
 }

@@ -57,11 +57,11 @@ func OutputFile(batchID, kind string) (id, filename string) {
 
 // Records are the records of batch b's output and error files made of
 // p's parts, nil for one without lines (OutputFile names them). Made at
-// now, they expire with their parts (partsExpiry, the bucket's lifecycle
-// of parts/), or sooner by the batch's output_expires_after
-// (docs/api.md "Output and error files").
+// now, they expire before their parts can (KeptUntil), or sooner by the
+// batch's output_expires_after counted from now (docs/api.md "Output and
+// error files").
 func (p Files) Records(b batch.Batch, now time.Time, partsExpiry time.Duration) [2]*files.File {
-	exp := now.Add(partsExpiry).Unix()
+	exp := KeptUntil(b, partsExpiry) // never outlive the parts
 	if b.OutputExpiresAfter != nil {
 		exp = min(exp, now.Unix()+*b.OutputExpiresAfter)
 	}
@@ -83,6 +83,18 @@ func (p Files) Records(b batch.Batch, now time.Time, partsExpiry time.Duration) 
 
 // DeadLetterMessage is the error of a dead-lettered row.
 const DeadLetterMessage = "the request's chunk failed on every attempt (executor crash or timeout) and was moved to the dead-letter queue"
+
+// InputChanged are the lines of chunk c of batch b when its input object
+// was replaced after the plan: every row fails with input_file_changed,
+// its custom id unknown (the range is not read), and the batch ends failed
+// (batch.FinalStatus).
+func InputChanged(b batch.Batch, c batch.Chunk, now time.Time) *Lines {
+	l := NewLines(b, c.FirstRow, c.Rows, now)
+	for i := range c.Rows {
+		l.Set(i, Outcome{Code: batch.CodeInputChanged, Message: "the batch's input file changed after it was validated; this request was not run"})
+	}
+	return l
+}
 
 // DeadLetters are the dead-letter items of dead chunk c's rows, after
 // attempts, keyed by row (a second write of the same rows replaces them);

@@ -57,13 +57,15 @@ func TestRecordsExpireWithPartsOrSooner(t *testing.T) {
 		after *int64
 		want  int64
 	}{
-		{"with its parts", nil, now.Unix() + 30*24*3600},
+		// Parts go 30 days after they were written, at the batch's creation
+		// at the earliest (KeptUntil).
+		{"with its parts", nil, now.Unix() - 7200 + 30*24*3600},
 		{"output_expires_after", &hour, now.Unix() + hour},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			rs := p.Records(batch.Batch{ID: "batch_abc", Tenant: "t", OutputExpiresAfter: tt.after}, now, 30*24*time.Hour)
+			rs := p.Records(batch.Batch{ID: "batch_abc", Tenant: "t", CreatedAt: now.Unix() - 7200, OutputExpiresAfter: tt.after}, now, 30*24*time.Hour)
 			out, errs := rs[0], rs[1]
 			if errs != nil || out == nil {
 				t.Fatalf("got %+v, %+v; want an output file only", out, errs)

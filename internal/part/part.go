@@ -1,7 +1,7 @@
 // Package part builds a chunk's part: the output, error and usage lines of
 // one run of its rows, the pattern that says which file each row went to,
 // and the counts its commit adds (docs/design.md "A row's journey", steps
-// 6 and 7). It is pure: internal/engine writes the part to S3 and commits
+// 6 and 7). internal/engine writes the part to S3 (Write) and commits
 // it, and readers of output and error files decode its Line.
 package part
 
@@ -131,6 +131,19 @@ type builder struct {
 // add writes a row's line, counting it, and returns its letter in the
 // chunk's pattern.
 func (w *builder) add(id string, o Outcome) byte {
+	line, letter := w.render(id, o)
+	buf := &w.out
+	if letter == 'e' {
+		buf = &w.err
+	}
+	buf.Write(line)
+	buf.WriteByte('\n')
+	return letter
+}
+
+// render returns a row's line and its letter ('o' for the output file, 'e'
+// for the error file), counting the row.
+func (w *builder) render(id string, o Outcome) ([]byte, byte) {
 	l := w.line(id, o)
 	line, err := json.Marshal(l)
 	if err != nil {
@@ -139,16 +152,12 @@ func (w *builder) add(id string, o Outcome) byte {
 		l = Line{ID: l.ID, CustomID: l.CustomID, Error: &LineError{Code: CodeNotJSON, Message: "the upstream's answer is not valid JSON"}}
 		line, _ = json.Marshal(l)
 	}
-	buf, letter := &w.err, byte('e')
 	if l.Response != nil && l.Response.StatusCode >= 200 && l.Response.StatusCode < 300 {
-		buf, letter = &w.out, 'o'
 		w.p.Completed++
-	} else {
-		w.p.Failed++
+		return line, 'o'
 	}
-	buf.Write(line)
-	buf.WriteByte('\n')
-	return letter
+	w.p.Failed++
+	return line, 'e'
 }
 
 // line is a row's line; it counts the row's usage, and the rows the engine

@@ -18,7 +18,7 @@ import (
 type Blobs interface {
 	blob.Putter
 	Concat(ctx context.Context, keys []string) io.ReadCloser
-	Size(ctx context.Context, key string) (int64, error)
+	Head(ctx context.Context, key string) (size int64, etag string, err error)
 }
 
 // Invalid is the errors of an input that cannot be planned: the batch
@@ -85,6 +85,7 @@ func Scan(ctx context.Context, blobs Blobs, b batch.Batch, f files.File, lim Lim
 	var normW io.Writer
 	if format == jsonl.CSV {
 		norm = blob.NewObjectWriter(ctx, blobs, fmt.Sprintf("files/%s/%s/normalized/", b.Tenant, b.InputFileID+"-"+b.ID))
+		norm.Tag = files.ExpiryTag(f) // it lives as long as the input it stands for
 		normW = norm
 	}
 	split := &Chunker{Batch: b.ID, Tenant: b.Tenant, MaxRows: lim.Rows, MaxBytes: lim.Bytes}
@@ -103,11 +104,16 @@ func Scan(ctx context.Context, blobs Blobs, b batch.Batch, f files.File, lim Lim
 		return in, nil
 	}
 	for _, k := range f.Objects {
-		size, err := blobs.Size(ctx, k)
+		size, etag, err := blobs.Head(ctx, k)
 		if err != nil {
 			return Input{}, fmt.Errorf("size of %s: %w", k, err)
 		}
-		in.Objects = append(in.Objects, batch.Object{Key: k, Size: size})
+		if f.ETag != "" && etag != f.ETag {
+			return Input{}, Invalid{batch.InputChanged(f.ID)}
+		}
+		// A presigned upload's object is pinned to what was validated
+		// (SECURITY.md "Presigned URLs").
+		in.Objects = append(in.Objects, batch.Object{Key: k, Size: size, ETag: f.ETag})
 	}
 	return in, nil
 }

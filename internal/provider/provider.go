@@ -10,6 +10,7 @@ package provider
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -42,7 +43,18 @@ const (
 	CodeConnectionError    = "connection_error"
 	CodeInvalidRequest     = "invalid_request"
 	CodeAPIKeyUnavailable  = "api_key_unavailable"
+	// CodeResponseTooLarge is an upstream answer over Client.MaxResponseBytes:
+	// the row fails on its first such answer, never retried (the upstream
+	// would spend the tokens again) and never falling back.
+	CodeResponseTooLarge = "response_too_large"
 )
+
+// DefaultMaxResponseBytes bounds an upstream answer's body when
+// Client.MaxResponseBytes is zero (RELAY_MAX_RESPONSE_BYTES).
+const DefaultMaxResponseBytes = 16 << 20
+
+// errTooLarge is an answer cut at the cap (attempt.err).
+var errTooLarge = errors.New("upstream answer over the size cap")
 
 // RefusedKey names, under a body's "relay" object, why the row was refused
 // when its batch was created: the row comes back as an error with that
@@ -142,6 +154,11 @@ type Client struct {
 	Policy Policy
 	// Credentials sign requests to Bedrock: the function's own.
 	Credentials aws.CredentialsProvider
+	// MaxResponseBytes caps an upstream answer's body (0:
+	// DefaultMaxResponseBytes): the executor holds the answers of the rows
+	// in flight, so this bounds its memory by bytes (docs/design.md
+	// "Memory").
+	MaxResponseBytes int64
 }
 
 // sharedHTTP is the one client every Client without its own uses, so all
@@ -363,9 +380,13 @@ func (c *Client) send(ctx context.Context, m config.Model, ad adapter, endpoint 
 	url := req.URL.Redacted()
 	resp, err := c.http().Do(req)
 	if err == nil {
+		limit := cmp.Or(c.MaxResponseBytes, DefaultMaxResponseBytes)
 		var body []byte
-		body, err = io.ReadAll(resp.Body)
+		body, err = io.ReadAll(io.LimitReader(resp.Body, limit+1))
 		resp.Body.Close()
+		if err == nil && int64(len(body)) > limit {
+			return attempt{status: resp.StatusCode, err: fmt.Errorf("%w: more than %d bytes from %s", errTooLarge, limit, url)}
+		}
 		if err == nil {
 			a := attempt{status: resp.StatusCode, header: resp.Header}
 			body, a.transient = ad.classify(m, endpoint, resp.StatusCode, resp.Header, body)
@@ -385,8 +406,11 @@ func (a attempt) result(m config.Model) Result {
 	if a.err != nil {
 		code := CodeConnectionError
 		msg := fmt.Sprintf("model %q: %v", m.Name, a.err)
-		if a.timedOut {
+		switch {
+		case a.timedOut:
 			code = CodeRequestTimeout
+		case errors.Is(a.err, errTooLarge):
+			code = CodeResponseTooLarge
 		}
 		return Result{Model: m.Name, RequestID: newRequestID(), ErrCode: code, ErrMessage: msg}
 	}

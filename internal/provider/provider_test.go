@@ -699,3 +699,38 @@ func TestUsageOf(t *testing.T) {
 		})
 	}
 }
+
+// TestDoResponseTooLarge checks the cap on an upstream answer: a row whose
+// answer is over it fails with response_too_large on that first answer,
+// with no retry and no fallback (the upstream spent its tokens once), and
+// an answer of exactly the cap goes through.
+func TestDoResponseTooLarge(t *testing.T) {
+	t.Parallel()
+	const limit = 1 << 10
+	pad := func(n int) string { return `{"x":"` + strings.Repeat("a", n-8) + `"}` }
+	tests := []struct {
+		name   string
+		answer step
+		want   Result
+	}{
+		{"2xx over the cap", answer(200, pad(limit+1)), Result{ErrCode: CodeResponseTooLarge, Model: "chat", Attempts: 1}},
+		{"5xx over the cap", answer(500, pad(limit+1)), Result{ErrCode: CodeResponseTooLarge, Model: "chat", Attempts: 1}},
+		{"at the cap", answer(200, pad(limit)), Result{StatusCode: 200, Model: "chat", Attempts: 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			u := newUpstream(t, tt.answer, answer(200, chatOK), answer(200, chatOK))
+			var s sleeps
+			c := newClient(t, u.URL, &s)
+			c.MaxResponseBytes = limit
+
+			got := c.Do(context.Background(), "/v1/chat/completions", json.RawMessage(`{"model":"chat"}`), "")
+
+			checkResult(t, got, tt.want)
+			if n := len(u.requests()); n != 1 {
+				t.Errorf("upstream called %d times, want 1", n)
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ package resources
 import (
 	"cmp"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -24,8 +25,9 @@ func (q Queue) DLQ() Queue {
 }
 
 // ExpiryTag is the S3 object tag that puts an object under one of the
-// bucket's output-expiry lifecycle rules: per-batch output expiry
-// (OpenAI's output_expires_after). Its values come from OutputExpiryTag.
+// bucket's expiry lifecycle rules. Its values come from ExpiryTagFor: input
+// files, upload parts and chunk parts carry the class their lifetime needs
+// (docs/design.md "Expiry").
 const ExpiryTag = "relay-expiry"
 
 // ExpiryRule is one S3 lifecycle rule: objects under Prefix, and carrying
@@ -37,26 +39,45 @@ type ExpiryRule struct {
 	After    time.Duration
 }
 
-// outputExpiryDays are the classes an output's requested lifetime is rounded
-// up to: S3 lifecycle counts whole days, and one rule serves each class.
-var outputExpiryDays = []int{1, 3, 7, 14, 30}
+// expiryDays are the classes an object's lifetime is rounded up to: S3
+// lifecycle counts whole days, and one rule serves each class. Every day
+// up to 35 (30 days of expires_after, plus a batch's window), then a few
+// longer ones for a cancelled template's old input.
+var expiryDays = func() []int {
+	var ds []int
+	for d := 1; d <= 35; d++ {
+		ds = append(ds, d)
+	}
+	return append(ds, 45, 60, 90, 120, 180, 270, 365, 540, 730)
+}()
 
 // BucketExpiry is the bucket's lifecycle: chunk parts that no record points
-// to, and outputs tagged with an expiry class.
+// to (or whose records keep them no longer), and objects tagged with an
+// expiry class.
 func (s Set) BucketExpiry() []ExpiryRule {
 	rules := []ExpiryRule{{ID: "parts", Prefix: "parts/", After: s.PartsExpiry}}
-	for _, d := range outputExpiryDays {
+	for _, d := range expiryDays {
 		tag := fmt.Sprintf("%dd", d)
-		rules = append(rules, ExpiryRule{ID: "output-" + tag, TagValue: tag, After: time.Duration(d) * 24 * time.Hour})
+		rules = append(rules, ExpiryRule{ID: "expiry-" + tag, TagValue: tag, After: time.Duration(d) * 24 * time.Hour})
 	}
 	return rules
 }
 
-// OutputExpiryTag is the ExpiryTag value for an object that must live at
-// least d: the shortest class that is long enough. ok is false when d is
-// longer than every class (the object then has no lifecycle expiry).
-func OutputExpiryTag(d time.Duration) (tag string, ok bool) {
-	for _, days := range outputExpiryDays {
+// ExpiryOf is how long after their creation objects of class tag live.
+func ExpiryOf(tag string) (time.Duration, bool) {
+	var days int
+	if _, err := fmt.Sscanf(tag, "%dd", &days); err != nil || !slices.Contains(expiryDays, days) {
+		return 0, false
+	}
+	return time.Duration(days) * 24 * time.Hour, true
+}
+
+// ExpiryTagFor is the ExpiryTag value for an object that must live at
+// least d from its creation: the shortest class that is long enough. ok is
+// false when d is longer than every class (the object then has no
+// lifecycle expiry).
+func ExpiryTagFor(d time.Duration) (tag string, ok bool) {
+	for _, days := range expiryDays {
 		if time.Duration(days)*24*time.Hour >= d {
 			return fmt.Sprintf("%dd", days), true
 		}

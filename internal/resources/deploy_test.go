@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-func TestOutputExpiryTag(t *testing.T) {
+func TestExpiryTagFor(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		d    time.Duration
@@ -14,19 +14,20 @@ func TestOutputExpiryTag(t *testing.T) {
 	}{
 		{time.Hour, "1d", true},
 		{24 * time.Hour, "1d", true},
-		{25 * time.Hour, "3d", true},
-		{8 * 24 * time.Hour, "14d", true},
-		{30 * 24 * time.Hour, "30d", true},
-		{31 * 24 * time.Hour, "", false},
+		{25 * time.Hour, "2d", true},
+		{8 * 24 * time.Hour, "8d", true},
+		{31*24*time.Hour + time.Second, "32d", true},
+		{36 * 24 * time.Hour, "45d", true},
+		{731 * 24 * time.Hour, "", false},
 	} {
-		got, ok := OutputExpiryTag(c.d)
+		got, ok := ExpiryTagFor(c.d)
 		if got != c.want || ok != c.ok {
-			t.Errorf("OutputExpiryTag(%v) = %q, %v; want %q, %v", c.d, got, ok, c.want, c.ok)
+			t.Errorf("ExpiryTagFor(%v) = %q, %v; want %q, %v", c.d, got, ok, c.want, c.ok)
 		}
 	}
 }
 
-// Every tag OutputExpiryTag hands out has a lifecycle rule that keeps the
+// Every tag ExpiryTagFor hands out has a lifecycle rule that keeps the
 // object at least as long as asked.
 func TestBucketExpiryCoversEveryTag(t *testing.T) {
 	t.Parallel()
@@ -36,11 +37,11 @@ func TestBucketExpiryCoversEveryTag(t *testing.T) {
 			rules[r.TagValue] = r.After
 		}
 	}
-	for d := time.Hour; d <= 30*24*time.Hour; d += time.Hour {
-		tag, _ := OutputExpiryTag(d)
+	for d := time.Hour; d <= 730*24*time.Hour; d += time.Hour {
+		tag, _ := ExpiryTagFor(d)
 		after, ok := rules[tag]
-		if !ok || after < d {
-			t.Fatalf("OutputExpiryTag(%v) = %q, whose rule expires after %v", d, tag, after)
+		if !ok || after < d || after >= d+max(d, 24*time.Hour) {
+			t.Fatalf("ExpiryTagFor(%v) = %q, whose rule expires after %v", d, tag, after)
 		}
 	}
 }

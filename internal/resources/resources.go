@@ -39,6 +39,9 @@ type Function struct {
 	Name    string // functions/<Name>/main.go
 	Timeout time.Duration
 	Memory  int // MiB
+	// TmpSize is its /tmp in MiB (0: Lambda's 512): the executor spools a
+	// chunk's lines there past part.SpillAt (docs/design.md "Memory").
+	TmpSize int
 	// Queue is the name of the queue feeding it (a Queue's Name or DLQName), empty if none.
 	Queue string
 	// BatchSize is the event source mapping's batch size.
@@ -126,7 +129,7 @@ func Define(prefix string) Set {
 			// pool of their slots; upstream concurrency is bounded by the
 			// models' max_concurrency (capacity is claimed per chunk), so the
 			// event source may run as many invocations as Lambda allows.
-			{Name: "executor", Timeout: executorTimeout, Memory: 512, Queue: prefix + "-" + Work, BatchSize: 4, MaxConcurrency: 1000},
+			{Name: "executor", Timeout: executorTimeout, Memory: 512, TmpSize: 4096, Queue: prefix + "-" + Work, BatchSize: 4, MaxConcurrency: 1000},
 			{Name: "deadletter", Timeout: time.Minute, Memory: 256, Queue: prefix + "-" + Work + "-dlq", BatchSize: 1},
 			{Name: "finalizer", Timeout: 5 * time.Minute, Memory: 512, Queue: prefix + "-" + Finalize, BatchSize: 1},
 			{Name: "webhook", Timeout: 30 * time.Second, Memory: 256, Queue: prefix + "-" + Webhook, BatchSize: 10},

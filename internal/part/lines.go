@@ -1,0 +1,194 @@
+package part
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/relaybatch/relay/internal/batch"
+)
+
+// SpillAt is how many bytes of lines a Lines keeps in memory before it
+// moves them to a temporary file.
+const SpillAt = 8 << 20
+
+// Lines are the lines of a chunk's rows, written as each row ends (Set)
+// rather than kept as answers until the last row is done: a run holds the
+// answers of its rows in flight and at most SpillAt bytes of lines, the rest
+// is in a temporary file (docs/design.md "Memory"). Rows end in any order;
+// Commit puts their lines in row order. Safe for concurrent use.
+type Lines struct {
+	mu    sync.Mutex
+	b     batch.Batch
+	first int
+	w     builder
+	spans []span // by row; n == 0: not set
+	mem   bytes.Buffer
+	file  *os.File // once spilled, every line is here
+	size  int64
+	err   error
+}
+
+// span is where a row's line (with its line break) is.
+type span struct {
+	off, n int64
+	letter byte
+}
+
+// NewLines returns the Lines of rows rows, the first of them row firstRow
+// of batch b; usage events carry now.
+func NewLines(b batch.Batch, firstRow, rows int, now time.Time) *Lines {
+	return &Lines{b: b, first: firstRow, w: builder{b: b, now: now, p: Part{ByModel: map[string]ModelUsage{}}}, spans: make([]span, rows)}
+}
+
+// LinesOf returns the Lines of outs, rows from firstRow of batch b.
+func LinesOf(b batch.Batch, firstRow int, outs []Outcome, now time.Time) *Lines {
+	l := NewLines(b, firstRow, len(outs), now)
+	for i, o := range outs {
+		l.Set(i, o)
+	}
+	return l
+}
+
+// Set records row i's outcome as its line; the outcome is not kept. A
+// row set twice keeps its first line. An error writing the line (a full
+// disk) is Commit's.
+func (l *Lines) Set(i int, o Outcome) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil || l.spans[i].n > 0 {
+		return
+	}
+	line, letter := l.w.render(LineID(l.b.ID, l.first+i), o)
+	line = append(line, '\n')
+	if l.file == nil && l.mem.Len()+len(line) > SpillAt {
+		sweepOnce.Do(func() { removeStale(os.TempDir(), time.Now()) })
+		l.file, l.err = os.CreateTemp("", spoolPattern)
+		if l.err == nil {
+			_, l.err = l.file.Write(l.mem.Bytes())
+			l.mem = bytes.Buffer{}
+		}
+	}
+	switch {
+	case l.err != nil:
+		return
+	case l.file != nil:
+		_, l.err = l.file.Write(line)
+	default:
+		l.mem.Write(line)
+	}
+	l.spans[i] = span{off: l.size, n: int64(len(line)), letter: letter}
+	l.size += int64(len(line))
+}
+
+// spoolPattern names the temporary files of Lines.
+const spoolPattern = "relay-part-*"
+
+// staleAfter is the age past which a spool file belongs to no live run:
+// a run ends within its invocation's 15 minutes.
+const staleAfter = time.Hour
+
+var sweepOnce sync.Once
+
+// removeStale removes the spool files in dir older than staleAfter at now:
+// those of a process that died before its runs closed them (Lambda keeps
+// /tmp across its process's restarts in a warm environment).
+func removeStale(dir string, now time.Time) {
+	names, _ := filepath.Glob(filepath.Join(dir, spoolPattern))
+	for _, name := range names {
+		if fi, err := os.Stat(name); err == nil && now.Sub(fi.ModTime()) > staleAfter {
+			os.Remove(name)
+		}
+	}
+}
+
+// Close removes the temporary file, if there is one.
+func (l *Lines) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.file == nil {
+		return nil
+	}
+	l.file.Close()
+	name := l.file.Name()
+	l.file, l.err = nil, errors.New("closed")
+	return os.Remove(name)
+}
+
+// Object is a part object's bytes: a reader that can seek (the S3 SDK
+// signs and checksums the body before sending it) and its size.
+type Object struct {
+	Body io.ReadSeeker
+	Size int64
+	Tag  string // expiry class (Kept)
+}
+
+// part returns the part once every row is set: the objects by kind
+// ("out", "err", "usage"), in row order, and the counts.
+func (l *Lines) part() (map[string]Object, Part, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return nil, Part{}, fmt.Errorf("spool the lines of batch %s: %w", l.b.ID, l.err)
+	}
+	var src io.ReaderAt = bytes.NewReader(l.mem.Bytes())
+	if l.file != nil {
+		src = l.file
+	}
+	pattern := make([]byte, len(l.spans))
+	out, errs := &segments{src: src}, &segments{src: src}
+	for i, s := range l.spans {
+		if s.n == 0 {
+			return nil, Part{}, errors.New("part: a row's line is missing")
+		}
+		pattern[i] = s.letter
+		if s.letter == 'o' {
+			out.add(s)
+		} else {
+			errs.add(s)
+		}
+	}
+	p := l.w.p
+	p.Pattern, p.Usage = string(pattern), l.w.usage.Bytes()
+	return map[string]Object{
+		"out":   {Body: io.NewSectionReader(out, 0, out.size), Size: out.size},
+		"err":   {Body: io.NewSectionReader(errs, 0, errs.size), Size: errs.size},
+		"usage": {Body: bytes.NewReader(p.Usage), Size: int64(len(p.Usage))},
+	}, p, nil
+}
+
+// segments reads spans of src one after another as one stream.
+type segments struct {
+	src   io.ReaderAt
+	spans []span
+	at    []int64 // where each span starts in the stream
+	size  int64
+}
+
+func (g *segments) add(s span) {
+	g.spans, g.at = append(g.spans, s), append(g.at, g.size)
+	g.size += s.n
+}
+
+func (g *segments) ReadAt(p []byte, off int64) (int, error) {
+	n := 0
+	i := sort.Search(len(g.at), func(i int) bool { return g.at[i]+g.spans[i].n > off })
+	for ; i < len(g.spans) && n < len(p); i++ {
+		s, skip := g.spans[i], off+int64(n)-g.at[i]
+		m, err := g.src.ReadAt(p[n:min(len(p), n+int(s.n-skip))], s.off+skip)
+		n += m
+		if err != nil && !(errors.Is(err, io.EOF) && int64(m) == s.n-skip) {
+			return n, err
+		}
+	}
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
