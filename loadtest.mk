@@ -1,4 +1,4 @@
-# Load and chaos runs (issue 8, items 1 and 2); the Makefile includes this.
+# Load and chaos runs (README "Reliability"); the Makefile includes this.
 # Both run the local runtime against the emulator in AWS_ENDPOINT_URL, or
 # start a moto_server of their own on a free port as `make test` does, and
 # print a report. Their tests sit behind build tags, so `make test` skips them.

@@ -632,7 +632,7 @@ const (
 	chaosWebhookRetryFor = 15 * time.Second
 )
 
-// The bars of a run (issue 12): faults in all, of them after-effect
+// The bars of a run: faults in all, of them after-effect
 // failures and transaction conflicts.
 const (
 	minFaults    = 1000

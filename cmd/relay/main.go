@@ -18,7 +18,7 @@ const usage = `relay — Relay Batch
 
 Usage:
   relay dev                          run the whole service locally (make dev)
-  relay keys create --tenant NAME [--scopes files,batches,admin]
+  relay keys create --tenant NAME [--scopes files,batches,admin] [--models a,b]
   relay keys list
   relay keys disable KEY_ID|KEY
   relay keys webhook-secret --tenant NAME

@@ -54,7 +54,7 @@ type Model struct {
 	Price *Price `yaml:"price"`
 	// Batch is how the model's batch rows run: direct (the default: the
 	// executors send every row) or native (the provider's own batch API,
-	// internal/native; README "Native batches").
+	// internal/native; README "Native, direct or hybrid").
 	Batch BatchMode `yaml:"batch"`
 }
 
@@ -349,7 +349,7 @@ func FromVars(getenv func(string) string) (Env, error) {
 			*dst = n
 		}
 	}
-	if v := os.Getenv("RELAY_MAX_RESPONSE_BYTES"); v != "" {
+	if v := getenv("RELAY_MAX_RESPONSE_BYTES"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 1024 || n > 1<<30 {
 			return e, fmt.Errorf("RELAY_MAX_RESPONSE_BYTES: %q is not a number of bytes from 1024 to 1073741824", v)

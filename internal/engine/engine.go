@@ -155,13 +155,12 @@ func (e *Engine) send(ctx context.Context, queueKey string, m msg.Message) error
 	return e.Queue.Send(ctx, queueKey, m, 0)
 }
 
-// delegated hands m to Native when it is a native batch's step, and
-// reports whether it did and how that went.
-func (e *Engine) delegated(ctx context.Context, m msg.Message, dead bool) (bool, error) {
-	if e.Native == nil || !msg.IsNative(m.Type) {
-		return false, nil
+// failedID is id when err is not nil.
+func failedID(id string, err error) string {
+	if err != nil {
+		return id
 	}
-	return true, e.Native.Handle(ctx, m, dead)
+	return ""
 }
 
 // gone is err, but nil for a batch that is gone (store.ErrBatchNotFound):

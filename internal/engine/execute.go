@@ -46,13 +46,13 @@ type chunkRun struct {
 func (e *Engine) Execute(ctx context.Context, ds []queue.Delivery) ([]string, error) {
 	var failed []string
 	var runs []*chunkRun
-	for _, d := range ds {
+	var native sync.WaitGroup // a native batch's steps run beside the chunks
+	nativeFailed := make([]string, len(ds))
+	for i, d := range ds {
 		var m msg.Message
 		err := json.Unmarshal([]byte(d.Body), &m)
-		if ok, err := e.delegated(ctx, m, false); ok {
-			if err != nil {
-				failed = append(failed, d.ID)
-			}
+		if e.Native != nil && msg.IsNative(m.Type) {
+			native.Go(func() { nativeFailed[i] = failedID(d.ID, e.Native.Handle(ctx, m, false)) })
 			continue
 		}
 		if err != nil || m.Type != msg.Chunk {
@@ -88,6 +88,12 @@ func (e *Engine) Execute(ctx context.Context, ds []queue.Delivery) ([]string, er
 			continue
 		}
 		failed = append(failed, r.delivery.ID)
+	}
+	native.Wait()
+	for _, id := range nativeFailed {
+		if id != "" {
+			failed = append(failed, id)
+		}
 	}
 	return failed, nil
 }

@@ -18,8 +18,8 @@ import (
 // commits first never leaves phantom dead letters.
 func (e *Engine) DeadLetter(ctx context.Context, ds []queue.Delivery) ([]string, error) {
 	return msg.Each(ctx, e.Log, ds, func(ctx context.Context, m msg.Message) error {
-		if ok, err := e.delegated(ctx, m, true); ok {
-			return err
+		if e.Native != nil && msg.IsNative(m.Type) {
+			return e.Native.Handle(ctx, m, true)
 		}
 		b, err := e.Store.GetBatch(ctx, m.Tenant, m.Batch)
 		if err != nil {
@@ -67,12 +67,13 @@ func (e *Engine) DeadLetter(ctx context.Context, ds []queue.Delivery) ([]string,
 }
 
 // customIDs returns the custom ids of a chunk's rows when its range still
-// parses; a poison range that does not is reported by row number. A range
+// parses; a poison range that does not, or an input object replaced since
+// the plan (it never parses again), is reported by row number. A range
 // that cannot be read now (a throttle) is an error: the message comes back.
 func (e *Engine) customIDs(ctx context.Context, b batch.Batch, c batch.Chunk) ([]string, error) {
 	reqs, err := e.readRows(ctx, b, c)
 	var poison badRange
-	if errors.As(err, &poison) {
+	if errors.As(err, &poison) || errors.Is(err, blob.ErrChanged) {
 		return make([]string, c.Rows), nil
 	}
 	ids := make([]string, len(reqs))

@@ -87,7 +87,7 @@ type Limit struct {
 // Limits are the providers' own (docs/api.md "Batches", "Anthropic Message
 // Batches"), a little under their byte limits for the framing of each row.
 var Limits = map[config.Provider]Limit{
-	config.OpenAI:    {Rows: 50_000, Bytes: 200 << 20},
+	config.OpenAI:    {Rows: 50_000, Bytes: 199_000_000},
 	config.Anthropic: {Rows: 100_000, Bytes: 256_000_000},
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/resources"
+	"github.com/relaybatch/relay/internal/store"
 	"github.com/relaybatch/relay/internal/workflow"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -213,7 +214,14 @@ func (s *Service) poll(ctx context.Context, m msg.Message) error {
 		}
 	}
 	if r.ended {
-		if err := s.importGroup(ctx, b, g, up, r); err != nil {
+		err := s.importGroup(ctx, b, g, up, r)
+		if errors.Is(err, store.ErrNoCapacity) {
+			// The model is full for the rows to run directly: the same
+			// poll tries the import again later, the provider's answers
+			// kept, rather than spending its receives.
+			return s.Queue.Send(ctx, resources.Work, s.step(msg.NativePoll, g, m.Attempt), s.pollDelay(0))
+		}
+		if err != nil {
 			return err
 		}
 		return s.setGroup(ctx, g, m.Attempt, func(g *batch.Group) { g.State = batch.GroupEnded })
@@ -243,6 +251,16 @@ func (s *Service) nextPoll(ctx context.Context, g batch.Group, n int, cancelled 
 		}
 	}
 	return err
+}
+
+// current reports whether m is g's step now: a submit while g is not
+// submitted yet, or its current poll. A stale poll or a duplicate submit
+// that reached the DLQ ends nothing.
+func current(g batch.Group, m msg.Message) bool {
+	if m.Type == msg.NativePoll {
+		return g.State == batch.GroupSubmitted && g.Polls == m.Attempt
+	}
+	return g.State == batch.GroupPending || g.State == batch.GroupSubmitting
 }
 
 // noProvider is the provider batch of a group none of whose rows goes to
@@ -285,10 +303,13 @@ func (s *Service) moveGroup(ctx context.Context, g batch.Group, n int, fn func(*
 // lines and items).
 func (s *Service) dead(ctx context.Context, m msg.Message) error {
 	b, g, ok, err := s.load(ctx, m)
-	if err != nil || !ok || b.Status.Terminal() {
+	if err != nil || !ok || b.Status.Terminal() || !current(g, m) {
 		return err
 	}
-	if up, err := s.upstream(ctx, g.Model); err == nil && g.State != batch.GroupEnded {
+	up, err := s.upstream(ctx, g.Model)
+	if err != nil {
+		s.Log.WarnContext(ctx, "dead group's provider batch left running: no provider key here", "batch_id", b.ID, "group", g.Index, "err", err)
+	} else if g.State != batch.GroupEnded {
 		// Best effort: the group's rows are dead-lettered whatever the
 		// provider says.
 		if g.ProviderID != "" {
