@@ -15,6 +15,7 @@ import (
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/part"
+	"github.com/relaybatch/relay/internal/plan"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
@@ -232,7 +233,7 @@ func (e *Engine) load(ctx context.Context, r *chunkRun, batches map[string]batch
 		// record of the input: the next run will find it.
 		return false, fmt.Errorf("chunk %d of %s: the batch's plan is not recorded yet", c.Index, c.Batch)
 	}
-	reqs, err := e.readRows(ctx, b, c)
+	reqs, err := plan.ReadChunk(ctx, e.Blobs, b, c)
 	if errors.Is(err, blob.ErrChanged) {
 		return false, e.inputChanged(ctx, b, c)
 	}
@@ -245,26 +246,6 @@ func (e *Engine) load(ctx context.Context, r *chunkRun, batches map[string]batch
 	r.b, r.c, r.reqs, r.lines = b, c, reqs, part.NewLines(b, c.FirstRow, len(reqs), e.now())
 	r.left.Store(int32(len(reqs)))
 	return true, nil
-}
-
-// badRange is a chunk's range that does not parse into its rows.
-type badRange struct{ error }
-
-// readRows reads and parses chunk c's rows; a range that does not hold
-// them is a badRange error, one that cannot be read now another.
-func (e *Engine) readRows(ctx context.Context, b batch.Batch, c batch.Chunk) ([]jsonl.Request, error) {
-	data, err := e.Blobs.ReadRange(ctx, b.Input, c.Start, c.End)
-	if err != nil {
-		return nil, fmt.Errorf("read chunk %d of %s: %w", c.Index, c.Batch, err)
-	}
-	reqs, err := jsonl.ParseRequests(data)
-	if err == nil && len(reqs) != c.Rows {
-		err = fmt.Errorf("%d rows in its range, %d planned", len(reqs), c.Rows)
-	}
-	if err != nil {
-		return nil, badRange{fmt.Errorf("chunk %d of %s: %w", c.Index, c.Batch, err)}
-	}
-	return reqs, nil
 }
 
 // inputChanged ends chunk c, whose input object was replaced after the

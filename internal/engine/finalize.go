@@ -8,6 +8,7 @@ import (
 	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/part"
+	"github.com/relaybatch/relay/internal/plan"
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
 )
@@ -71,8 +72,8 @@ func (e *Engine) DeadLetter(ctx context.Context, ds []queue.Delivery) ([]string,
 // the plan (it never parses again), is reported by row number. A range
 // that cannot be read now (a throttle) is an error: the message comes back.
 func (e *Engine) customIDs(ctx context.Context, b batch.Batch, c batch.Chunk) ([]string, error) {
-	reqs, err := e.readRows(ctx, b, c)
-	var poison badRange
+	reqs, err := plan.ReadChunk(ctx, e.Blobs, b, c)
+	var poison plan.BadRange
 	if errors.As(err, &poison) || errors.Is(err, blob.ErrChanged) {
 		return make([]string, c.Rows), nil
 	}

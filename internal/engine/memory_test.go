@@ -148,7 +148,7 @@ func executeRows(tb testing.TB, rows, answer, slots int) uint64 {
 // answer until its commit, and the lines twice more.
 func TestExecuteHeapBoundedByBytes(t *testing.T) {
 	if testing.Short() {
-		t.Skip("moves 100 MB through a local upstream")
+		t.Skip("-short: it moves 100 MB through a local upstream (make test runs it)")
 	}
 	const answer, slots = 256 << 10, 8
 	small := executeRows(t, 40, answer, slots)

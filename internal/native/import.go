@@ -9,6 +9,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/part"
+	"github.com/relaybatch/relay/internal/plan"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/store"
 	"github.com/relaybatch/relay/internal/workflow"
@@ -66,7 +67,7 @@ func (s *Service) importChunk(ctx context.Context, b batch.Batch, c batch.Chunk,
 	if err != nil {
 		return err
 	}
-	reqs, err := s.rows(ctx, b, c)
+	reqs, err := plan.ReadChunk(ctx, s.Blobs, b, c)
 	if err != nil {
 		return err
 	}

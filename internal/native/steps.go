@@ -9,6 +9,7 @@ import (
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/msg"
+	"github.com/relaybatch/relay/internal/plan"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/store"
@@ -139,7 +140,7 @@ func (s *Service) eachRow(ctx context.Context, b batch.Batch, g batch.Group, fn 
 		if err != nil {
 			return err
 		}
-		reqs, err := s.rows(ctx, b, c)
+		reqs, err := plan.ReadChunk(ctx, s.Blobs, b, c)
 		if err != nil {
 			return err
 		}
@@ -150,21 +151,6 @@ func (s *Service) eachRow(ctx context.Context, b batch.Batch, g batch.Group, fn 
 		}
 	}
 	return nil
-}
-
-func (s *Service) rows(ctx context.Context, b batch.Batch, c batch.Chunk) ([]jsonl.Request, error) {
-	data, err := s.Blobs.ReadRange(ctx, b.Input, c.Start, c.End)
-	if err != nil {
-		return nil, fmt.Errorf("read chunk %d of %s: %w", c.Index, c.Batch, err)
-	}
-	reqs, err := jsonl.ParseRequests(data)
-	if err == nil && len(reqs) != c.Rows {
-		err = fmt.Errorf("%d rows in its range, %d planned", len(reqs), c.Rows)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("chunk %d of %s: %w", c.Index, c.Batch, err)
-	}
-	return reqs, nil
 }
 
 // upstreamBody is a row's body as the provider batch takes it: the

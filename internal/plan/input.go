@@ -117,3 +117,28 @@ func Scan(ctx context.Context, blobs Blobs, b batch.Batch, f files.File, lim Lim
 	}
 	return in, nil
 }
+
+// BadRange is a chunk's byte range that does not parse into its planned
+// rows: a poison range, which no retry can read.
+type BadRange struct{ error }
+
+// ReadChunk reads and parses chunk c's rows from b's input: the executor's
+// runs, its dead-letter handler and internal/native's steps read them so. A
+// range that does not hold them is a BadRange error; one that cannot be read
+// now, another.
+func ReadChunk(ctx context.Context, r interface {
+	ReadRange(ctx context.Context, objs []batch.Object, start, end int64) ([]byte, error)
+}, b batch.Batch, c batch.Chunk) ([]jsonl.Request, error) {
+	data, err := r.ReadRange(ctx, b.Input, c.Start, c.End)
+	if err != nil {
+		return nil, fmt.Errorf("read chunk %d of %s: %w", c.Index, c.Batch, err)
+	}
+	reqs, err := jsonl.ParseRequests(data)
+	if err == nil && len(reqs) != c.Rows {
+		err = fmt.Errorf("%d rows in its range, %d planned", len(reqs), c.Rows)
+	}
+	if err != nil {
+		return nil, BadRange{fmt.Errorf("chunk %d of %s: %w", c.Index, c.Batch, err)}
+	}
+	return reqs, nil
+}
