@@ -315,9 +315,9 @@ func (r *chunkRun) rows(e *Engine, rowDone func()) fanout.Rows {
 			o := part.Outcome{CustomID: r.reqs[i].CustomID}
 			switch {
 			case r.status.Load().(batch.Status).Stopping():
-				o.Code, o.Message, o.Cancelled = part.CodeCancelled, "the batch was cancelled before this request ran", true
+				o.Cancel()
 			case r.b.PastExpiry(e.now()):
-				o.Code, o.Message, o.Expired = part.CodeExpired, "the batch's completion window ended before this request ran", true
+				o.Expire()
 			case r.refused != "":
 				o.Code, o.Message = r.refused, r.reason
 			default:

@@ -123,7 +123,7 @@ func (s *Service) claim(ctx context.Context, c batch.Chunk, run string) (batch.C
 func (s *Service) runDirect(ctx context.Context, b batch.Batch, c batch.Chunk, bodies [][]byte, outs []part.Outcome, direct []int) (batch.Chunk, error) {
 	if b.PastExpiry(s.now()) {
 		for _, i := range direct {
-			outs[i].Code, outs[i].Message, outs[i].Expired = part.CodeExpired, "the batch's completion window ended before this request ran", true
+			outs[i].Expire()
 		}
 		return c, nil
 	}
@@ -144,7 +144,7 @@ func (s *Service) runDirect(ctx context.Context, b batch.Batch, c batch.Chunk, b
 		wg.Go(func() {
 			defer func() { <-sem }()
 			if b.PastExpiry(s.now()) {
-				outs[i].Code, outs[i].Message, outs[i].Expired = part.CodeExpired, "the batch's completion window ended before this request ran", true
+				outs[i].Expire()
 				return
 			}
 			outs[i].Result = s.Provider.Do(runCtx, b.Endpoint, bodies[i], b.Fallback())

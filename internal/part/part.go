@@ -81,6 +81,18 @@ type Outcome struct {
 	Expired, Cancelled bool
 }
 
+// Expire makes o a row its batch's window ended before: a counted
+// batch_expired line.
+func (o *Outcome) Expire() {
+	o.Code, o.Message, o.Expired = CodeExpired, "the batch's completion window ended before this request ran", true
+}
+
+// Cancel makes o a row its batch's cancel came before: a counted
+// batch_cancelled line.
+func (o *Outcome) Cancel() {
+	o.Code, o.Message, o.Cancelled = CodeCancelled, "the batch was cancelled before this request ran", true
+}
+
 // Part is a chunk's part and the counts its commit adds.
 type Part struct {
 	// Out, Err and Usage are the .out, .err and .usage objects
