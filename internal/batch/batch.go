@@ -261,17 +261,25 @@ const (
 	ChunkDone    ChunkState = "done"    // committed: its part is written, counters added
 )
 
-// Chunk is a byte range of the batch's input: rows [FirstRow, FirstRow+Rows).
+// Chunk is rows of one model of the batch's input (docs/design.md
+// "Chunks"): Rows rows, the first of them row FirstRow, within bytes
+// [Start, End) of the input. Rows that sit one after another are one span;
+// a chunk of rows spread among other models' rows lists its Spans. Its
+// i-th row is input row Row(i).
 type Chunk struct {
-	Batch    string     `dynamodbav:"batch"`
-	Tenant   string     `dynamodbav:"tenant"`
-	Index    int        `dynamodbav:"index"`
-	Start    int64      `dynamodbav:"start"`
-	End      int64      `dynamodbav:"end"`
-	FirstRow int        `dynamodbav:"first_row"`
-	Rows     int        `dynamodbav:"rows"`
-	Model    string     `dynamodbav:"model"`
-	State    ChunkState `dynamodbav:"state"`
+	Batch    string `dynamodbav:"batch"`
+	Tenant   string `dynamodbav:"tenant"`
+	Index    int    `dynamodbav:"index"`
+	Start    int64  `dynamodbav:"start"`
+	End      int64  `dynamodbav:"end"`
+	FirstRow int    `dynamodbav:"first_row"`
+	Rows     int    `dynamodbav:"rows"`
+	// Spans are the chunk's runs of contiguous rows, in row order, when it
+	// has more than one; empty, it is the one span of Rows rows from
+	// FirstRow at [Start, End) (so chunks stored before spans read the same).
+	Spans []Span     `dynamodbav:"spans,omitempty"`
+	Model string     `dynamodbav:"model"`
+	State ChunkState `dynamodbav:"state"`
 	// NextSame is the index of the batch's next chunk of the same model,
 	// -1 when none: a model's ready entry steps through them.
 	NextSame int `dynamodbav:"next_same"`
@@ -295,6 +303,51 @@ type Chunk struct {
 	Next *Next `dynamodbav:"next"`
 	// Dead is set when the chunk was closed by the dead-letter path.
 	Dead bool `dynamodbav:"dead"`
+}
+
+// Span is a run of a chunk's rows that follow each other in the input:
+// rows [Row, Row+Rows) at bytes [Start, End).
+type Span struct {
+	Start int64 `dynamodbav:"s"`
+	End   int64 `dynamodbav:"e"`
+	Row   int   `dynamodbav:"r"`
+	Rows  int   `dynamodbav:"n"`
+}
+
+// Runs are c's spans: Spans, or the one span its Start, End, FirstRow and
+// Rows describe.
+func (c Chunk) Runs() []Span {
+	if len(c.Spans) > 0 {
+		return c.Spans
+	}
+	return []Span{{Start: c.Start, End: c.End, Row: c.FirstRow, Rows: c.Rows}}
+}
+
+// Row is the input row index of c's i-th row (0 ≤ i < c.Rows): the one
+// place a chunk's row maps to the batch's row (line ids, dead letters,
+// native results).
+func (c Chunk) Row(i int) int {
+	if len(c.Spans) == 0 {
+		return c.FirstRow + i
+	}
+	j := i
+	for _, s := range c.Spans {
+		if j < s.Rows {
+			return s.Row + j
+		}
+		j -= s.Rows
+	}
+	panic(fmt.Sprintf("chunk %d of %s: row %d of %d", c.Index, c.Batch, i, c.Rows))
+}
+
+// Bytes is the size of c's rows in the input, without the other rows
+// between its spans.
+func (c Chunk) Bytes() int64 {
+	var n int64
+	for _, s := range c.Runs() {
+		n += s.End - s.Start
+	}
+	return n
 }
 
 // Next names a claimed chunk: what a work message carries.

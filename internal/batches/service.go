@@ -736,7 +736,7 @@ func (s *Service) RetryInput(ctx context.Context, nb batch.Batch) (files.File, e
 		if !strings.Contains(c.Pattern, "e") {
 			continue
 		}
-		data, err := s.Blobs.ReadRange(ctx, src.Input, c.Start, c.End)
+		reqs, err := plan.ReadChunk(ctx, s.Blobs, src, c)
 		if errors.Is(err, blob.ErrNotFound) || errors.Is(err, blob.ErrChanged) {
 			return files.File{}, plan.Invalid{{Code: "input_file_missing", Message: fmt.Sprintf(
 				"the input of batch %s is gone (it expired): its failed rows cannot be read again", src.ID)}}
@@ -744,7 +744,7 @@ func (s *Service) RetryInput(ctx context.Context, nb batch.Batch) (files.File, e
 		if err != nil {
 			return files.File{}, err
 		}
-		if err := writeFailedRows(w, c, data); err != nil {
+		if err := writeFailedRows(w, c, reqs); err != nil {
 			return files.File{}, fmt.Errorf("retry of %s: %w", src.ID, err)
 		}
 	}
@@ -759,20 +759,16 @@ func (s *Service) RetryInput(ctx context.Context, nb batch.Batch) (files.File, e
 	return f, s.Store.PutFileOverwrite(ctx, f)
 }
 
-// writeFailedRows writes the rows of chunk c, read as data, that its
+// writeFailedRows writes the rows of chunk c, its requests reqs, that its
 // pattern puts in the error file.
-func writeFailedRows(w io.Writer, c batch.Chunk, data []byte) error {
-	reqs, err := jsonl.ParseRequests(data)
-	if err != nil {
-		return err
-	}
+func writeFailedRows(w io.Writer, c batch.Chunk, reqs []jsonl.Request) error {
 	for i, r := range reqs {
 		if i >= len(c.Pattern) || c.Pattern[i] != 'e' {
 			continue
 		}
 		line, err := json.Marshal(r)
 		if err != nil {
-			return fmt.Errorf("row %d: %w", c.FirstRow+i, err)
+			return fmt.Errorf("row %d: %w", c.Row(i), err)
 		}
 		if _, err := w.Write(append(line, '\n')); err != nil {
 			return fmt.Errorf("write its input: %w", err)

@@ -117,7 +117,11 @@ func (e *Engine) planInput(ctx context.Context, b batch.Batch) error {
 			return err
 		}
 	}
-	in, err := plan.Scan(ctx, e.Blobs, b, f, e.limits(), func(m string) bool {
+	capacity := func(model string) int {
+		m, _ := e.Models.Lookup(model)
+		return m.MaxConcurrency
+	}
+	in, err := plan.Scan(ctx, e.Blobs, b, f, e.limits(), capacity, func(m string) bool {
 		_, ok := e.Models.Lookup(m)
 		return ok
 	}, allowed)

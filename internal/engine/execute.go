@@ -243,7 +243,7 @@ func (e *Engine) load(ctx context.Context, r *chunkRun, batches map[string]batch
 	if err != nil {
 		return false, err
 	}
-	r.b, r.c, r.reqs, r.lines = b, c, reqs, part.NewLines(b, c.FirstRow, len(reqs), e.now())
+	r.b, r.c, r.reqs, r.lines = b, c, reqs, part.NewLines(b, c, e.now())
 	r.left.Store(int32(len(reqs)))
 	return true, nil
 }

@@ -58,7 +58,7 @@ func (e *Engine) DeadLetter(ctx context.Context, ds []queue.Delivery) ([]string,
 			outs[i] = part.Outcome{CustomID: ids[i], Code: part.CodeDeadLetter, Message: part.DeadLetterMessage}
 		}
 		c.Dead = true
-		ours, err := e.commitRows(ctx, b, c, part.LinesOf(b, c.FirstRow, outs, e.now()), int64(len(outs)))
+		ours, err := e.commitRows(ctx, b, c, part.LinesOf(b, c, outs, e.now()), int64(len(outs)))
 		if err != nil || !ours {
 			return err
 		}

@@ -50,7 +50,7 @@ func (e *Engine) CommitRecord(ctx context.Context, b batch.Batch, c batch.Chunk,
 // CommitRows commits claimed chunk c with its rows' outcomes, as a run of
 // it would: internal/native imports a provider batch's results so.
 func (e *Engine) CommitRows(ctx context.Context, b batch.Batch, c batch.Chunk, outs []part.Outcome) error {
-	_, err := e.commitRows(ctx, b, c, part.LinesOf(b, c.FirstRow, outs, e.now()), 0)
+	_, err := e.commitRows(ctx, b, c, part.LinesOf(b, c, outs, e.now()), 0)
 	return err
 }
 

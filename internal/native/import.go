@@ -75,7 +75,7 @@ func (s *Service) importChunk(ctx context.Context, b batch.Batch, c batch.Chunk,
 	var direct []int
 	for i, q := range reqs {
 		outs[i].CustomID = q.CustomID
-		if res, ok := results[c.FirstRow+i]; ok {
+		if res, ok := results[c.Row(i)]; ok {
 			outs[i].Result = res
 		} else if workflow.InBody(q.Body) {
 			outs[i].Code, outs[i].Message = workflow.CodeInvalid, "workflow records do not run on a batch: native model"

@@ -100,7 +100,7 @@ func Groups(b batch.Batch, chunks []batch.Chunk, taken map[string]bool, limit fu
 			continue
 		}
 		lim := limit(c.Model)
-		bytes := c.End - c.Start + int64(c.Rows)*rowOverhead
+		bytes := c.Bytes() + int64(c.Rows)*rowOverhead
 		i, ok := open[c.Model]
 		if !ok || groups[i].Rows+c.Rows > lim.Rows || size[i]+bytes > lim.Bytes {
 			i = len(groups)

@@ -145,7 +145,7 @@ func (s *Service) eachRow(ctx context.Context, b batch.Batch, g batch.Group, fn 
 			return err
 		}
 		for j, q := range reqs {
-			if err := fn(c.FirstRow+j, q); err != nil {
+			if err := fn(c.Row(j), q); err != nil {
 				return err
 			}
 		}

@@ -22,11 +22,11 @@ func TestCommit(t *testing.T) {
 		{CustomID: "g", Code: CodeCancelled, Message: "cancelled", Cancelled: true},
 		{CustomID: "d", Result: provider.Result{ErrCode: "request_timeout", ErrMessage: "slow"}},
 	}
-	objs, cm, err := Commit(c, LinesOf(b, c.FirstRow, outs, now), 2, now)
+	objs, cm, err := Commit(c, LinesOf(b, c, outs, now), 2, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Build(b, c.FirstRow, outs, now)
+	want := Build(b, c, outs, now)
 	parts := readObjects(t, objs)
 	if string(parts["out"]) != string(want.Out) || string(parts["err"]) != string(want.Err) || string(parts["usage"]) != string(want.Usage) {
 		t.Fatalf("parts differ from Build's: got %q", parts)

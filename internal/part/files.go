@@ -89,7 +89,7 @@ const DeadLetterMessage = "the request's chunk failed on every attempt (executor
 // its custom id unknown (the range is not read), and the batch ends failed
 // (batch.FinalStatus).
 func InputChanged(b batch.Batch, c batch.Chunk, now time.Time) *Lines {
-	l := NewLines(b, c.FirstRow, c.Rows, now)
+	l := NewLines(b, c, now)
 	for i := range c.Rows {
 		l.Set(i, Outcome{Code: batch.CodeInputChanged, Message: "the batch's input file changed after it was validated; this request was not run"})
 	}
@@ -102,7 +102,7 @@ func InputChanged(b batch.Batch, c batch.Chunk, now time.Time) *Lines {
 func DeadLetters(c batch.Chunk, ids []string, attempts int) []batch.DeadLetter {
 	dls := make([]batch.DeadLetter, c.Rows)
 	for i := range dls {
-		dls[i] = batch.DeadLetter{Error: DeadLetterMessage, Attempts: attempts, Row: c.FirstRow + i}
+		dls[i] = batch.DeadLetter{Error: DeadLetterMessage, Attempts: attempts, Row: c.Row(i)}
 		if i < len(ids) {
 			dls[i].CustomID = ids[i]
 		}

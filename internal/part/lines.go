@@ -26,7 +26,7 @@ const SpillAt = 8 << 20
 type Lines struct {
 	mu    sync.Mutex
 	b     batch.Batch
-	first int
+	c     batch.Chunk
 	w     builder
 	spans []span // by row; n == 0: not set
 	mem   bytes.Buffer
@@ -41,15 +41,17 @@ type span struct {
 	letter byte
 }
 
-// NewLines returns the Lines of rows rows, the first of them row firstRow
-// of batch b; usage events carry now.
-func NewLines(b batch.Batch, firstRow, rows int, now time.Time) *Lines {
-	return &Lines{b: b, first: firstRow, w: builder{b: b, now: now, p: Part{ByModel: map[string]ModelUsage{}}}, spans: make([]span, rows)}
+// NewLines returns the Lines of chunk c's rows of batch b, each line's id
+// that of its input row (c.Row); usage events carry now.
+func NewLines(b batch.Batch, c batch.Chunk, now time.Time) *Lines {
+	return &Lines{b: b, c: c, w: builder{b: b, now: now, p: Part{ByModel: map[string]ModelUsage{}}}, spans: make([]span, c.Rows)}
 }
 
-// LinesOf returns the Lines of outs, rows from firstRow of batch b.
-func LinesOf(b batch.Batch, firstRow int, outs []Outcome, now time.Time) *Lines {
-	l := NewLines(b, firstRow, len(outs), now)
+// LinesOf returns the Lines of outs, the outcomes of chunk c's rows of
+// batch b, in order (so c has len(outs) rows).
+func LinesOf(b batch.Batch, c batch.Chunk, outs []Outcome, now time.Time) *Lines {
+	c.Rows = len(outs)
+	l := NewLines(b, c, now)
 	for i, o := range outs {
 		l.Set(i, o)
 	}
@@ -65,7 +67,7 @@ func (l *Lines) Set(i int, o Outcome) {
 	if l.err != nil || l.spans[i].n > 0 {
 		return
 	}
-	line, letter := l.w.render(LineID(l.b.ID, l.first+i), o)
+	line, letter := l.w.render(LineID(l.b.ID, l.c.Row(i)), o)
 	line = append(line, '\n')
 	if l.file == nil && l.mem.Len()+len(line) > SpillAt {
 		sweepOnce.Do(func() { removeStale(os.TempDir(), time.Now()) })

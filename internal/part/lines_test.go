@@ -47,7 +47,7 @@ func TestLinesMatchBuild(t *testing.T) {
 					Usage: provider.Usage{InputTokens: 1, TotalTokens: 1}}}
 			}
 			outs[5] = Outcome{CustomID: "r5", Code: CodeExpired, Message: "late", Expired: true}
-			l := NewLines(b, 100, len(outs), now)
+			l := NewLines(b, batch.Chunk{FirstRow: 100, Rows: len(outs)}, now)
 			var wg sync.WaitGroup
 			for _, i := range rand.Perm(len(outs)) {
 				wg.Go(func() { l.Set(i, outs[i]) })
@@ -59,7 +59,7 @@ func TestLinesMatchBuild(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, want := readObjects(t, objs), Build(b, 100, outs, now)
+			got, want := readObjects(t, objs), Build(b, batch.Chunk{FirstRow: 100}, outs, now)
 			if string(got["out"]) != string(want.Out) || string(got["err"]) != string(want.Err) {
 				t.Fatalf("lines differ from Build's (spilled %v)", spilled)
 			}
@@ -85,7 +85,7 @@ func TestLinesMatchBuild(t *testing.T) {
 
 func TestLinesMissingRow(t *testing.T) {
 	t.Parallel()
-	l := NewLines(batch.Batch{ID: "batch_x"}, 0, 2, time.Now())
+	l := NewLines(batch.Batch{ID: "batch_x"}, batch.Chunk{Rows: 2}, time.Now())
 	l.Set(0, Outcome{CustomID: "a", Code: CodeExpired})
 	if _, _, err := Commit(batch.Chunk{}, l, 0, time.Now()); err == nil {
 		t.Fatal("Commit with a row not set: no error")

@@ -120,13 +120,13 @@ func LineID(batchID string, row int) string {
 	return "batch_req_" + hex.EncodeToString(sum[:12])
 }
 
-// Build turns the outcomes of a chunk's rows, the first of them row
-// firstRow of batch b, into its part; usage events carry now.
-func Build(b batch.Batch, firstRow int, outs []Outcome, now time.Time) Part {
+// Build turns the outcomes of chunk c's rows of batch b into its part;
+// usage events carry now.
+func Build(b batch.Batch, c batch.Chunk, outs []Outcome, now time.Time) Part {
 	w := &builder{b: b, now: now, p: Part{ByModel: map[string]ModelUsage{}}}
 	pattern := make([]byte, len(outs))
 	for i, o := range outs {
-		pattern[i] = w.add(LineID(b.ID, firstRow+i), o)
+		pattern[i] = w.add(LineID(b.ID, c.Row(i)), o)
 	}
 	w.p.Out, w.p.Err, w.p.Usage, w.p.Pattern = w.out.Bytes(), w.err.Bytes(), w.usage.Bytes(), string(pattern)
 	return w.p

@@ -27,7 +27,7 @@ func TestBuild(t *testing.T) {
 		{CustomID: "d", Result: provider.Result{ErrCode: "request_timeout", ErrMessage: "slow"}},
 		ok("e", 5),
 	}
-	p := Build(b, 30, outs, now)
+	p := Build(b, batch.Chunk{FirstRow: 30}, outs, now)
 	if p.Pattern != "oeeeeeo" || p.Completed != 2 || p.Failed != 5 || p.Expired != 1 || p.Cancelled != 1 {
 		t.Fatalf("pattern %q completed %d failed %d expired %d cancelled %d", p.Pattern, p.Completed, p.Failed, p.Expired, p.Cancelled)
 	}
@@ -61,7 +61,7 @@ func TestBuild(t *testing.T) {
 func TestBuildBodyNotJSON(t *testing.T) {
 	t.Parallel()
 	outs := []Outcome{{CustomID: "x", Result: provider.Result{StatusCode: 200, Body: json.RawMessage(`{"cut`), Model: "m"}}}
-	p := Build(batch.Batch{ID: "batch_x"}, 0, outs, time.Now())
+	p := Build(batch.Batch{ID: "batch_x"}, batch.Chunk{}, outs, time.Now())
 	var l Line
 	if err := json.Unmarshal(bytes.TrimSpace(p.Err), &l); err != nil || l.Error == nil || l.Error.Code != CodeNotJSON {
 		t.Fatalf("error part %q: %v", p.Err, err)
@@ -73,7 +73,7 @@ func TestBuildBodyNotJSON(t *testing.T) {
 
 func TestBuildNoRows(t *testing.T) {
 	t.Parallel()
-	p := Build(batch.Batch{ID: "batch_x"}, 0, nil, time.Now())
+	p := Build(batch.Batch{ID: "batch_x"}, batch.Chunk{}, nil, time.Now())
 	if p.Pattern != "" || len(p.Out)+len(p.Err)+len(p.Usage) != 0 || p.Completed+p.Failed != 0 {
 		t.Fatalf("part %+v", p)
 	}

@@ -50,6 +50,24 @@ func (l Limits) OrDefaults() Limits {
 	return l
 }
 
+// RoundTrips is the upstream round trips a chunk's rows make on the slots
+// it holds: a bounded number, so fairness and priority act within about
+// one chunk's run time even on a model of few slots, while a model of 32
+// slots or more keeps chunks of 512 rows and the AWS requests per 1,000
+// rows stay about 22 (docs/design.md "Chunk size").
+const RoundTrips = 16
+
+// RowsFor is the row limit of a chunk of a model of max_concurrency
+// capacity (l with its defaults): RoundTrips rounds of the slots its claim
+// takes, at most l.Rows. A capacity of 0 is not known: l.Rows.
+func (l Limits) RowsFor(capacity int) int {
+	slots := l.Slots
+	if capacity > 0 {
+		slots = min(slots, capacity)
+	}
+	return max(1, min(l.Rows, RoundTrips*slots))
+}
+
 // Input is the plan of a batch's valid input.
 type Input struct {
 	Result jsonl.Result
@@ -62,10 +80,11 @@ type Input struct {
 
 // Scan reads batch b's input file f once, checking every row (known says
 // whether a model is configured, allowed, if set, whether b's key may use
-// it) and cutting the valid ones into chunks
-// within lim. An input that cannot be planned is an Invalid error; any
-// other error is the bucket's, worth another try.
-func Scan(ctx context.Context, blobs Blobs, b batch.Batch, f files.File, lim Limits, known, allowed func(string) bool) (Input, error) {
+// it) and cutting the valid ones into chunks within lim, a model's rows
+// sized to its capacity (its max_concurrency: Limits.RowsFor). An input
+// that cannot be planned is an Invalid error; any other error is the
+// bucket's, worth another try.
+func Scan(ctx context.Context, blobs Blobs, b batch.Batch, f files.File, lim Limits, capacity func(model string) int, known, allowed func(string) bool) (Input, error) {
 	if len(f.Objects) > maxInputObjects {
 		return Input{}, Invalid{{Code: "too_many_parts", Message: fmt.Sprintf(
 			"input file %s is made of %d uploaded parts; at most %d can be planned: upload it in fewer, larger parts", f.ID, len(f.Objects), maxInputObjects)}}
@@ -88,7 +107,9 @@ func Scan(ctx context.Context, blobs Blobs, b batch.Batch, f files.File, lim Lim
 		norm.Tag = files.ExpiryTag(f) // it lives as long as the input it stands for
 		normW = norm
 	}
-	split := &Chunker{Batch: b.ID, Tenant: b.Tenant, MaxRows: lim.Rows, MaxBytes: lim.Bytes}
+	lim = lim.OrDefaults()
+	maxRows := func(model string) int { return lim.RowsFor(capacity(model)) }
+	split := &Chunker{Batch: b.ID, Tenant: b.Tenant, MaxRows: maxRows, MaxBytes: lim.Bytes}
 	res, err := SplitInput(rc, opts, split, normW)
 	if err != nil {
 		return Input{}, fmt.Errorf("scan input of %s: %w", b.ID, err)
@@ -123,9 +144,12 @@ func Scan(ctx context.Context, blobs Blobs, b batch.Batch, f files.File, lim Lim
 type BadRange struct{ error }
 
 // ReadChunk reads and parses chunk c's rows from b's input: the executor's
-// runs, its dead-letter handler and internal/native's steps read them so. A
-// range that does not hold them is a BadRange error; one that cannot be read
-// now, another.
+// runs, its dead-letter handler, internal/native's steps and a retry's
+// input read them so. It reads the chunk's bytes from its first row to its
+// last with one ranged GET (at most the plan's 4 MiB, Limits.Bytes, with
+// the other models' rows between its spans: docs/design.md "Memory") and
+// parses each span. A range that does not hold the planned rows is a
+// BadRange error; one that cannot be read now, another.
 func ReadChunk(ctx context.Context, r interface {
 	ReadRange(ctx context.Context, objs []batch.Object, start, end int64) ([]byte, error)
 }, b batch.Batch, c batch.Chunk) ([]jsonl.Request, error) {
@@ -133,12 +157,44 @@ func ReadChunk(ctx context.Context, r interface {
 	if err != nil {
 		return nil, fmt.Errorf("read chunk %d of %s: %w", c.Index, c.Batch, err)
 	}
-	reqs, err := jsonl.ParseRequests(data)
-	if err == nil && len(reqs) != c.Rows {
-		err = fmt.Errorf("%d rows in its range, %d planned", len(reqs), c.Rows)
-	}
+	reqs, err := parseSpans(data, c)
 	if err != nil {
 		return nil, BadRange{fmt.Errorf("chunk %d of %s: %w", c.Index, c.Batch, err)}
 	}
 	return reqs, nil
+}
+
+// parseSpans parses the rows of c's spans out of data, its bytes from
+// c.Start to c.End.
+func parseSpans(data []byte, c batch.Chunk) ([]jsonl.Request, error) {
+	if len(c.Spans) == 0 {
+		return parseRows(data, c.Rows)
+	}
+	if int64(len(data)) != c.End-c.Start {
+		return nil, fmt.Errorf("%d bytes read of its %d", len(data), c.End-c.Start)
+	}
+	reqs := make([]jsonl.Request, 0, c.Rows)
+	for _, s := range c.Spans {
+		if s.Start < c.Start || s.End > c.End || s.Start > s.End {
+			return nil, fmt.Errorf("span [%d,%d) outside [%d,%d)", s.Start, s.End, c.Start, c.End)
+		}
+		rs, err := parseRows(data[s.Start-c.Start:s.End-c.Start], s.Rows)
+		if err != nil {
+			return nil, fmt.Errorf("rows from %d: %w", s.Row, err)
+		}
+		reqs = append(reqs, rs...)
+	}
+	if len(reqs) != c.Rows {
+		return nil, fmt.Errorf("%d rows in its spans, %d planned", len(reqs), c.Rows)
+	}
+	return reqs, nil
+}
+
+// parseRows parses data, which must hold rows rows.
+func parseRows(data []byte, rows int) ([]jsonl.Request, error) {
+	reqs, err := jsonl.ParseRequests(data)
+	if err == nil && len(reqs) != rows {
+		err = fmt.Errorf("%d rows in its range, %d planned", len(reqs), rows)
+	}
+	return reqs, err
 }

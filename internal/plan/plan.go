@@ -13,34 +13,72 @@ import (
 	"github.com/relaybatch/relay/internal/workflow"
 )
 
-// Chunker splits a batch's valid input rows, in input order, into chunks
-// of one model each: a chunk ends at MaxRows rows, before its byte range
-// would pass MaxBytes (a row longer than that gets a chunk of its own), and
-// where the model changes. A workflow record (docs/api.md "Workflow
-// records") gets a chunk of its own: it runs for many steps and commits
-// when it ends, which must hold up no other row.
+// Chunker splits a batch's valid input rows into chunks of one model
+// each, wherever the model's rows sit in the input (docs/design.md
+// "Chunks"): it keeps one open chunk per model and adds each row to its
+// model's, as a new span when the row does not follow the chunk's last. A
+// chunk closes at MaxRows(model) rows, and before its bytes from its first
+// row to its last would pass MaxBytes, so reading it stays one ranged GET
+// of bounded size (a row longer than that gets a chunk of its own). A
+// workflow record (docs/api.md "Workflow records") gets a chunk of its
+// own: it runs for many steps and commits when it ends, which must hold up
+// no other row. Chunks are numbered in the order they open.
 type Chunker struct {
 	Batch, Tenant string
-	MaxRows       int
-	MaxBytes      int64
+	// MaxRows is the row limit of a chunk of a model (Limits.RowsFor).
+	MaxRows  func(model string) int
+	MaxBytes int64
 	// Chunks are the chunks so far, numbered from 0.
-	Chunks    []batch.Chunk
-	lastAlone bool
+	Chunks []batch.Chunk
+	open   map[string]int // model → its open chunk
 }
 
 // add puts row r, at bytes [start, end) of the file the chunks are ranges
-// of, at the end of the last chunk or in a new one.
+// of, in its model's open chunk or in a new one.
 func (k *Chunker) add(r jsonl.Row, start, end int64) {
-	n := len(k.Chunks)
-	alone := workflow.InRow(r.JSON)
-	if n == 0 || alone || k.lastAlone || k.Chunks[n-1].Rows == k.MaxRows || k.Chunks[n-1].Model != r.Model ||
-		end-k.Chunks[n-1].Start > k.MaxBytes {
-		k.Chunks = append(k.Chunks, batch.Chunk{Batch: k.Batch, Tenant: k.Tenant, Index: n, Start: start, FirstRow: r.Index, Model: r.Model, State: batch.ChunkPending})
-		n++
+	if workflow.InRow(r.JSON) {
+		k.openChunk(r, start, end)
+		return
 	}
-	k.Chunks[n-1].Rows++
-	k.Chunks[n-1].End = end
-	k.lastAlone = alone
+	i, ok := k.open[r.Model]
+	if ok && k.Chunks[i].Rows < k.MaxRows(r.Model) && end-k.Chunks[i].Start <= k.MaxBytes {
+		addRow(&k.Chunks[i], r.Index, start, end)
+		return
+	}
+	if k.open == nil {
+		k.open = map[string]int{}
+	}
+	k.open[r.Model] = k.openChunk(r, start, end)
+}
+
+// openChunk appends a chunk of row r alone and returns its index.
+func (k *Chunker) openChunk(r jsonl.Row, start, end int64) int {
+	n := len(k.Chunks)
+	k.Chunks = append(k.Chunks, batch.Chunk{Batch: k.Batch, Tenant: k.Tenant, Index: n, Start: start, End: end,
+		FirstRow: r.Index, Rows: 1, Model: r.Model, State: batch.ChunkPending})
+	return n
+}
+
+// addRow adds row, at bytes [start, end) after c's last row, to c: to its
+// last span when it is the row after that span's, else as a new span.
+func addRow(c *batch.Chunk, row int, start, end int64) {
+	if len(c.Spans) == 0 && row == c.FirstRow+c.Rows {
+		c.Rows++
+		c.End = end
+		return
+	}
+	if len(c.Spans) == 0 {
+		c.Spans = c.Runs()
+	}
+	last := &c.Spans[len(c.Spans)-1]
+	if row == last.Row+last.Rows {
+		last.Rows++
+		last.End = end
+	} else {
+		c.Spans = append(c.Spans, batch.Span{Start: start, End: end, Row: row, Rows: 1})
+	}
+	c.Rows++
+	c.End = end
 }
 
 // SplitInput scans an input file (jsonl.Scan with opts) and adds each

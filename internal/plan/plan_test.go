@@ -47,9 +47,12 @@ func rowIDs(n int) []string {
 	return out
 }
 
+// rowsOf is a Chunker's MaxRows of n rows for every model.
+func rowsOf(n int) func(string) int { return func(string) int { return n } }
+
 func split(t *testing.T, input string, format jsonl.Format, maxRows int, maxBytes int64) ([]batch.Chunk, []byte) {
 	t.Helper()
-	k := &Chunker{Batch: "batch_1", Tenant: "acme", MaxRows: maxRows, MaxBytes: maxBytes}
+	k := &Chunker{Batch: "batch_1", Tenant: "acme", MaxRows: rowsOf(maxRows), MaxBytes: maxBytes}
 	var norm *bytes.Buffer
 	var w io.Writer
 	if format == jsonl.CSV {
@@ -299,18 +302,18 @@ func TestSplitCSV(t *testing.T) {
 // and drops the chunks); a failed write of the normalized CSV is an error.
 func TestSplitInputFailures(t *testing.T) {
 	t.Parallel()
-	k := &Chunker{Batch: "batch_1", Tenant: "acme", MaxRows: 10, MaxBytes: 1 << 40}
+	k := &Chunker{Batch: "batch_1", Tenant: "acme", MaxRows: rowsOf(10), MaxBytes: 1 << 40}
 	res, err := SplitInput(strings.NewReader(row("a", "m1")+"\nnot json\n"+row("b", "nope")+"\n"), planOpts(jsonl.JSONL), k, nil)
 	if err != nil || len(res.Errors) != 2 {
 		t.Fatalf("invalid rows: %v, errors %+v", err, res.Errors)
 	}
-	k = &Chunker{Batch: "batch_1", Tenant: "acme", MaxRows: 10, MaxBytes: 1 << 40}
+	k = &Chunker{Batch: "batch_1", Tenant: "acme", MaxRows: rowsOf(10), MaxBytes: 1 << 40}
 	res, err = SplitInput(strings.NewReader("prompt\n"), planOpts(jsonl.CSV), k, &bytes.Buffer{})
 	if err != nil || len(res.Errors) != 1 || res.Errors[0].Code != jsonl.CodeEmptyFile || len(k.Chunks) != 0 {
 		t.Fatalf("header only: %v, errors %+v, chunks %d", err, res.Errors, len(k.Chunks))
 	}
 	broken := errors.New("disk full")
-	k = &Chunker{Batch: "batch_1", Tenant: "acme", MaxRows: 10, MaxBytes: 1 << 40}
+	k = &Chunker{Batch: "batch_1", Tenant: "acme", MaxRows: rowsOf(10), MaxBytes: 1 << 40}
 	if _, err := SplitInput(strings.NewReader("hello\n"), planOpts(jsonl.CSV), k, failingWriter{broken}); !errors.Is(err, broken) {
 		t.Fatalf("write failure: got %v", err)
 	}
