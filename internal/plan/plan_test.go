@@ -2,6 +2,7 @@ package plan
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -72,35 +73,76 @@ func split(t *testing.T, input string, format jsonl.Format, maxRows int, maxByte
 	return k.Chunks, []byte(input)
 }
 
+// fileBucket is a hand-written bucket holding one file: it reads ranges
+// of it and counts the reads.
+type fileBucket struct {
+	file  []byte
+	reads int
+}
+
+func (f *fileBucket) ReadRange(_ context.Context, _ []batch.Object, start, end int64) ([]byte, error) {
+	f.reads++
+	if start < 0 || end > int64(len(f.file)) || start > end {
+		return nil, fmt.Errorf("range [%d,%d) of %d bytes", start, end, len(f.file))
+	}
+	return append([]byte(nil), f.file[start:end]...), nil
+}
+
 // checkChunks checks what the executor and the finalizer rely on: chunks
-// are numbered in order, pending, of this batch; their rows follow each
-// other; each range of file reads back (jsonl.ParseRequests, as the
-// executor does) as exactly its rows, of its one model.
+// are numbered in order, pending, of this batch, of one model each; their
+// spans are in row order, apart and within the chunk's range; each chunk
+// reads back (ReadChunk, as the executor does, one ranged GET) as exactly
+// its rows, its i-th the input's row c.Row(i); together they hold every
+// row once.
 func checkChunks(t *testing.T, chunks []batch.Chunk, file []byte, wantIDs []string) {
 	t.Helper()
-	var got []string
-	first := 0
+	seen := make([]bool, len(wantIDs))
 	for i, c := range chunks {
-		if c.Index != i || c.Batch != "batch_1" || c.Tenant != "acme" || c.State != batch.ChunkPending || c.FirstRow != first || c.Rows < 1 {
-			t.Fatalf("chunk %d: %+v (first row want %d)", i, c, first)
+		if c.Index != i || c.Batch != "batch_1" || c.Tenant != "acme" || c.State != batch.ChunkPending || c.Rows < 1 || c.FirstRow != c.Row(0) {
+			t.Fatalf("chunk %d: %+v", i, c)
 		}
-		if i > 0 && c.Start < chunks[i-1].End {
-			t.Fatalf("chunk %d starts at %d, inside chunk %d (ends %d)", i, c.Start, i-1, chunks[i-1].End)
+		checkSpans(t, c)
+		bucket := &fileBucket{file: file}
+		reqs, err := ReadChunk(context.Background(), bucket, batch.Batch{}, c)
+		if err != nil || len(reqs) != c.Rows || bucket.reads != 1 {
+			t.Fatalf("chunk %d [%d,%d): %d requests in %d reads, %v; want %d in 1", i, c.Start, c.End, len(reqs), bucket.reads, err, c.Rows)
 		}
-		reqs, err := jsonl.ParseRequests(file[c.Start:c.End])
-		if err != nil || len(reqs) != c.Rows {
-			t.Fatalf("chunk %d [%d,%d): %d requests, %v; want %d", i, c.Start, c.End, len(reqs), err, c.Rows)
-		}
-		for _, r := range reqs {
-			got = append(got, r.CustomID)
+		for j, r := range reqs {
+			row := c.Row(j)
+			if row < 0 || row >= len(wantIDs) || seen[row] || r.CustomID != wantIDs[row] {
+				t.Fatalf("chunk %d row %d: %s at input row %d (seen %v), want %q", i, j, r.CustomID, row, row < len(seen) && seen[row], wantIDs[min(row, len(wantIDs)-1)])
+			}
+			seen[row] = true
 			if !bytes.Contains(r.Body, []byte(fmt.Sprintf(`"model":%q`, c.Model))) {
 				t.Errorf("chunk %d of model %s holds %s", i, c.Model, r.Body)
 			}
 		}
-		first += c.Rows
 	}
-	if !slices.Equal(got, wantIDs) {
-		t.Fatalf("rows in chunk order: %q, want %q", got, wantIDs)
+	if i := slices.Index(seen, false); i >= 0 {
+		t.Fatalf("input row %d is in no chunk", i)
+	}
+}
+
+// checkSpans checks c's spans: none when its rows follow each other, else
+// two or more in row order with rows between them, covering c's rows and
+// its range from first to last byte.
+func checkSpans(t *testing.T, c batch.Chunk) {
+	t.Helper()
+	if len(c.Spans) == 1 {
+		t.Fatalf("chunk %d: one span stored, want none: %+v", c.Index, c.Spans)
+	}
+	runs, rows := c.Runs(), 0
+	for j, s := range runs {
+		rows += s.Rows
+		if s.Rows < 1 || s.End <= s.Start {
+			t.Fatalf("chunk %d span %d: %+v", c.Index, j, s)
+		}
+		if j > 0 && (s.Row <= runs[j-1].Row+runs[j-1].Rows || s.Start < runs[j-1].End) {
+			t.Fatalf("chunk %d span %d %+v does not come after a gap from %+v", c.Index, j, s, runs[j-1])
+		}
+	}
+	if rows != c.Rows || runs[0].Start != c.Start || runs[len(runs)-1].End != c.End || runs[0].Row != c.FirstRow {
+		t.Fatalf("chunk %d: spans %+v hold %d rows, want %d in [%d,%d) from row %d", c.Index, runs, rows, c.Rows, c.Start, c.End, c.FirstRow)
 	}
 }
 
@@ -182,51 +224,174 @@ func TestSplitBoundaries(t *testing.T) {
 	t.Parallel()
 	lines := func(ls ...string) string { return strings.Join(ls, "\n") + "\n" }
 	tests := []struct {
-		name     string
-		input    string
-		maxRows  int
-		wantRows []int
-		wantIDs  []string
+		name      string
+		input     string
+		maxRows   int
+		wantRows  []int
+		wantSpans []int // spans per chunk (Runs)
+		wantIDs   []string
 	}{
 		{
-			name:     "the model changes",
+			name:     "the model changes and changes back",
 			input:    lines(row("a", "m1"), row("b", "m1"), row("c", "m2"), row("d", "m1"), row("e", "m1")),
 			maxRows:  10,
-			wantRows: []int{2, 1, 2}, wantIDs: []string{"a", "b", "c", "d", "e"},
+			wantRows: []int{4, 1}, wantSpans: []int{2, 1}, wantIDs: []string{"a", "b", "c", "d", "e"},
+		},
+		{
+			name:     "models alternate",
+			input:    lines(row("a", "m1"), row("b", "m2"), row("c", "m1"), row("d", "m2"), row("e", "m1"), row("f", "m2"), row("g", "m1"), row("h", "m2"), row("i", "m1"), row("j", "m2")),
+			maxRows:  3,
+			wantRows: []int{3, 3, 2, 2}, wantSpans: []int{3, 3, 2, 2}, wantIDs: []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"},
 		},
 		{
 			name:     "a workflow record alone",
 			input:    lines(row("a", "m1"), row("b", "m1"), workflowRow("w"), row("c", "m1"), row("d", "m1")),
 			maxRows:  10,
-			wantRows: []int{2, 1, 2}, wantIDs: []string{"a", "b", "w", "c", "d"},
+			wantRows: []int{4, 1}, wantSpans: []int{2, 1}, wantIDs: []string{"a", "b", "w", "c", "d"},
 		},
 		{
 			name:     "workflow records one after another",
 			input:    lines(workflowRow("w1"), workflowRow("w2"), row("a", "m1")),
 			maxRows:  10,
-			wantRows: []int{1, 1, 1}, wantIDs: []string{"w1", "w2", "a"},
+			wantRows: []int{1, 1, 1}, wantSpans: []int{1, 1, 1}, wantIDs: []string{"w1", "w2", "a"},
 		},
 		{
 			name:     "rows and models",
 			input:    lines(row("a", "m1"), row("b", "m1"), row("c", "m1"), row("d", "m2"), row("e", "m2"), row("f", "m2")),
 			maxRows:  2,
-			wantRows: []int{2, 1, 2, 1}, wantIDs: []string{"a", "b", "c", "d", "e", "f"},
+			wantRows: []int{2, 1, 2, 1}, wantSpans: []int{1, 1, 1, 1}, wantIDs: []string{"a", "b", "c", "d", "e", "f"},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			chunks, file := split(t, tt.input, jsonl.JSONL, tt.maxRows, 1<<40)
-			var got []int
+			var rows, spans []int
 			for _, c := range chunks {
-				got = append(got, c.Rows)
+				rows, spans = append(rows, c.Rows), append(spans, len(c.Runs()))
 			}
-			if !slices.Equal(got, tt.wantRows) {
-				t.Fatalf("rows per chunk %v, want %v", got, tt.wantRows)
+			if !slices.Equal(rows, tt.wantRows) || !slices.Equal(spans, tt.wantSpans) {
+				t.Fatalf("rows per chunk %v, spans %v; want %v, %v", rows, spans, tt.wantRows, tt.wantSpans)
 			}
 			checkChunks(t, chunks, file, tt.wantIDs)
-			contiguous(t, chunks, file, 0)
 		})
+	}
+}
+
+// mixed is an input of n rows of m1 and n/2 of m2, interleaved m1, m1, m2
+// (the issue's 1,200 + 600), and the rows' ids.
+func mixed(n int) (string, []string) {
+	var sb strings.Builder
+	var ids []string
+	for i := range n + n/2 {
+		m := "m1"
+		if i%3 == 2 {
+			m = "m2"
+		}
+		id := fmt.Sprintf("r%d", i)
+		sb.WriteString(row(id, m) + "\n")
+		ids = append(ids, id)
+	}
+	return sb.String(), ids
+}
+
+// A batch whose rows alternate models is cut by model: each model's rows
+// fill chunks of its own row limit, however they interleave, not a chunk
+// at every change of model.
+func TestSplitByModel(t *testing.T) {
+	t.Parallel()
+	input, ids := mixed(1200)
+	limit := map[string]int{"m1": 96, "m2": 48} // capacities 6 and 3 (Limits.RowsFor)
+	k := &Chunker{Batch: "batch_1", Tenant: "acme", MaxRows: func(m string) int { return limit[m] }, MaxBytes: 4 << 20}
+	if _, err := SplitInput(strings.NewReader(input), planOpts(jsonl.JSONL), k, nil); err != nil {
+		t.Fatal(err)
+	}
+	if want := (1200+95)/96 + (600+47)/48; len(k.Chunks) != want { // 13 of m1, 13 of m2
+		t.Fatalf("%d chunks, want %d", len(k.Chunks), want)
+	}
+	perModel := map[string]int{}
+	for _, c := range k.Chunks {
+		perModel[c.Model] += c.Rows
+		if c.Rows > limit[c.Model] {
+			t.Errorf("chunk %d of %s: %d rows, over %d", c.Index, c.Model, c.Rows, limit[c.Model])
+		}
+	}
+	if perModel["m1"] != 1200 || perModel["m2"] != 600 {
+		t.Fatalf("rows per model %v", perModel)
+	}
+	checkChunks(t, k.Chunks, []byte(input), ids)
+}
+
+// A chunk's bytes from its first row to its last stay within MaxBytes, the
+// other models' rows between its spans included: a model's rows spread
+// thin get smaller chunks, never a read over the bound.
+func TestSplitEnvelope(t *testing.T) {
+	t.Parallel()
+	var sb strings.Builder
+	var ids []string
+	for i := range 300 {
+		m := "m1"
+		if i%25 == 0 {
+			m = "m2" // a rare model: a row every 25
+		}
+		id := fmt.Sprintf("r%03d", i)
+		sb.WriteString(row(id, m) + "\n")
+		ids = append(ids, id)
+	}
+	line := int64(len(row("r000", "m1")) + 1)
+	for _, tt := range []struct {
+		name         string
+		maxBytes     int64
+		wantM2Chunks int
+	}{
+		{"the rare rows fit together", 300 * line, 1},
+		{"two rare rows a chunk", 26 * line, 6},
+		{"each rare row alone", 25 * line, 12},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			k := &Chunker{Batch: "batch_1", Tenant: "acme", MaxRows: rowsOf(512), MaxBytes: tt.maxBytes}
+			if _, err := SplitInput(strings.NewReader(sb.String()), planOpts(jsonl.JSONL), k, nil); err != nil {
+				t.Fatal(err)
+			}
+			m2 := 0
+			for _, c := range k.Chunks {
+				if c.End-c.Start > tt.maxBytes {
+					t.Errorf("chunk %d of %s: %d bytes from first row to last, over %d", c.Index, c.Model, c.End-c.Start, tt.maxBytes)
+				}
+				if c.Model == "m2" {
+					m2++
+				}
+			}
+			if m2 != tt.wantM2Chunks {
+				t.Errorf("%d chunks of m2, want %d", m2, tt.wantM2Chunks)
+			}
+			checkChunks(t, k.Chunks, []byte(sb.String()), ids)
+		})
+	}
+}
+
+func TestRowsFor(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		lim      Limits
+		capacity int
+		want     int
+	}{
+		{Limits{}, 8, 128},
+		{Limits{}, 6, 96},
+		{Limits{}, 1, 16},
+		{Limits{}, 32, 512},
+		{Limits{}, 64, 512},
+		{Limits{}, 10_000, 512},
+		{Limits{}, 0, 512},
+		{Limits{Rows: 100}, 8, 100},
+		{Limits{Slots: 4}, 64, 64},
+		{Limits{Rows: 1}, 8, 1},
+	} {
+		if got := tt.lim.OrDefaults().RowsFor(tt.capacity); got != tt.want {
+			t.Errorf("%+v.RowsFor(%d) = %d, want %d", tt.lim, tt.capacity, got, tt.want)
+		}
 	}
 }
 
