@@ -1,0 +1,112 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/files"
+)
+
+// planTable is a hand-written Store holding one input file; it keeps the
+// chunks a plan records and stops it there.
+type planTable struct {
+	Store
+	file   files.File
+	chunks []batch.Chunk
+}
+
+var errPlanned = errors.New("chunks recorded")
+
+func (f *planTable) GetFile(context.Context, string, string) (files.File, error) { return f.file, nil }
+
+func (f *planTable) PutChunks(_ context.Context, cs []batch.Chunk) error {
+	f.chunks = append(f.chunks, cs...)
+	return errPlanned
+}
+
+// planBucket is a hand-written Blobs holding one input object.
+type planBucket struct {
+	Blobs
+	input string
+}
+
+func (f *planBucket) Concat(context.Context, []string) io.ReadCloser {
+	return io.NopCloser(strings.NewReader(f.input))
+}
+
+func (f *planBucket) Head(context.Context, string) (int64, string, error) {
+	return int64(len(f.input)), "", nil
+}
+
+// A batch whose rows alternate two models (1,200 of a model of capacity 6,
+// 600 of one of capacity 3, interleaved) is planned into chunks of each
+// model's own size (16 round trips of its slots: 96 and 48 rows), not a
+// chunk at every change of model.
+func TestPlanMixedModels(t *testing.T) {
+	t.Parallel()
+	models, err := config.ParseModels([]byte("models:\n" +
+		"  - {name: six, provider: openai, base_url: http://x/v1, api_key_env: K, max_concurrency: 6}\n" +
+		"  - {name: three, provider: openai, base_url: http://x/v1, api_key_env: K, max_concurrency: 3}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sb strings.Builder
+	for i := range 1800 {
+		m := "six"
+		if i%3 == 2 {
+			m = "three"
+		}
+		fmt.Fprintf(&sb, `{"custom_id":"r%d","method":"POST","url":"/v1/chat/completions","body":{"model":%q,"messages":[]}}`+"\n", i, m)
+	}
+	table := &planTable{file: files.File{ID: "file-1", Filename: "in.jsonl", Objects: []string{"files/t/file-1/000000"}}}
+	e := &Engine{Store: table, Blobs: &planBucket{input: sb.String()}, Models: models, Log: slog.New(slog.DiscardHandler)}
+	b := batch.Batch{ID: "batch_1", Tenant: "t", Endpoint: "/v1/chat/completions", InputFileID: "file-1", Status: batch.Validating}
+	if err := e.planInput(context.Background(), b); !errors.Is(err, errPlanned) {
+		t.Fatalf("plan: %v", err)
+	}
+	rows := map[string]int{}
+	for _, c := range table.chunks {
+		rows[c.Model] += c.Rows
+		if limit := map[string]int{"six": 96, "three": 48}[c.Model]; c.Rows > limit {
+			t.Errorf("chunk %d of %s: %d rows, over %d", c.Index, c.Model, c.Rows, limit)
+		}
+	}
+	if want := (1200+95)/96 + (600+47)/48; len(table.chunks) != want || rows["six"] != 1200 || rows["three"] != 600 {
+		t.Fatalf("%d chunks holding %v rows, want %d holding 1200 and 600", len(table.chunks), rows, want)
+	}
+}
+
+// A model's chunks hold 16 round trips of its slots: 400 rows on a model
+// of capacity 8 make chunks of 128 rows, so two such batches share its
+// slots from their first rows (docs/design.md "Chunk size").
+func TestPlanChunkRowsBySlots(t *testing.T) {
+	t.Parallel()
+	models, err := config.ParseModels([]byte("models:\n  - {name: eight, provider: openai, base_url: http://x/v1, api_key_env: K, max_concurrency: 8}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sb strings.Builder
+	for i := range 400 {
+		fmt.Fprintf(&sb, `{"custom_id":"r%d","method":"POST","url":"/v1/chat/completions","body":{"model":"eight","messages":[]}}`+"\n", i)
+	}
+	table := &planTable{file: files.File{ID: "file-1", Filename: "in.jsonl", Objects: []string{"files/t/file-1/000000"}}}
+	e := &Engine{Store: table, Blobs: &planBucket{input: sb.String()}, Models: models, Log: slog.New(slog.DiscardHandler)}
+	b := batch.Batch{ID: "batch_1", Tenant: "t", Endpoint: "/v1/chat/completions", InputFileID: "file-1", Status: batch.Validating}
+	if err := e.planInput(context.Background(), b); !errors.Is(err, errPlanned) {
+		t.Fatalf("plan: %v", err)
+	}
+	var got []int
+	for _, c := range table.chunks {
+		got = append(got, c.Rows)
+	}
+	if want := []int{128, 128, 128, 16}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("rows per chunk %v, want %v", got, want)
+	}
+}
