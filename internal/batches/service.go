@@ -575,58 +575,25 @@ func (s *Service) resultsKept(ctx context.Context, b batch.Batch) error {
 // Results uses it, and internal/anthropic to write a Message Batch's
 // results. It streams: a chunk's parts are read line by line, so memory
 // is a line (at most an upstream answer's cap, internal/provider) and two
-// read buffers, whatever the parts' sizes (docs/design.md "Memory"); fn
-// must not keep line.
+// read buffers per chunk open at once, whatever the parts' sizes
+// (docs/design.md "Memory"); a batch whose chunks hold rows of several
+// models, interleaved (docs/design.md "Chunks"), has about one chunk of
+// each model open at a time. fn must not keep line.
 func (s *Service) EachLine(ctx context.Context, chunks []batch.Chunk, fn func(c batch.Chunk, i int, kind byte, line []byte) error) error {
+	get := func(key string) (io.ReadCloser, error) { return s.Blobs.Get(ctx, key) }
+	var done []batch.Chunk
 	for _, c := range chunks {
-		if c.State != batch.ChunkDone {
-			continue
-		}
-		get := func(key string) (io.ReadCloser, error) { return s.Blobs.Get(ctx, key) }
-		if err := chunkLines(c, get, fn); err != nil {
-			return err
+		if c.State == batch.ChunkDone {
+			done = append(done, c)
 		}
 	}
-	return nil
+	return linesInOrder(done, get, fn)
 }
 
 // chunkLines calls fn with the lines of one done chunk, interleaving its
 // output and error parts by its pattern.
 func chunkLines(c batch.Chunk, get func(key string) (io.ReadCloser, error), fn func(c batch.Chunk, i int, kind byte, line []byte) error) error {
-	open := func(kind string, n int64) (*lineReader, error) {
-		if n == 0 {
-			return &lineReader{}, nil
-		}
-		rc, err := get(c.Parts(kind))
-		if err != nil {
-			return nil, err
-		}
-		return &lineReader{rc: rc, r: bufio.NewReaderSize(rc, 64<<10)}, nil
-	}
-	out, err := open("out", c.OutBytes)
-	if err != nil {
-		return err
-	}
-	defer out.close()
-	errp, err := open("err", c.ErrBytes)
-	if err != nil {
-		return err
-	}
-	defer errp.close()
-	for i := 0; i < len(c.Pattern); i++ {
-		src := out
-		if c.Pattern[i] == 'e' {
-			src = errp
-		}
-		line, err := src.next()
-		if err != nil {
-			return fmt.Errorf("chunk %d of %s: line %d: %w", c.Index, c.Batch, i, err)
-		}
-		if err := fn(c, i, c.Pattern[i], line); err != nil {
-			return err
-		}
-	}
-	return nil
+	return linesInOrder([]batch.Chunk{c}, get, fn)
 }
 
 // lineReader reads a part line by line, reusing its buffer.
@@ -661,6 +628,7 @@ func (l *lineReader) next() ([]byte, error) {
 func (l *lineReader) close() {
 	if l.rc != nil {
 		l.rc.Close()
+		l.rc = nil
 	}
 }
 
