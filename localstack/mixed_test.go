@@ -72,3 +72,42 @@ func TestMixedModelsChunkedByModel(t *testing.T) {
 		}
 	}
 }
+
+// The retry of a batch mixing models reads each failed row back from its
+// chunk's spans: exactly the rows that failed, whichever model's.
+func TestMixedModelsRetry(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	c, key := client(t, rt, "acme")
+	var rows []row
+	var failed []string
+	for i := range 24 {
+		r := row{id: fmt.Sprintf("r%02d", i), content: fmt.Sprintf("hello %d", i), model: "gpt-4o-mini"}
+		if i%2 == 1 {
+			r.model = "gpt-4o-mini-backup"
+		}
+		if i%5 == 3 {
+			r.content = "[[mock:400]] no"
+			failed = append(failed, r.id)
+		}
+		rows = append(rows, r)
+	}
+	f := upload(t, c, "in.jsonl", jsonlRows(rows))
+	b := waitBatch(t, c, createBatch(t, c, f.ID).ID)
+	_, errs := checkInvariant(t, c, b, idsOf(rows))
+	if len(errs) != len(failed) {
+		t.Fatalf("%d error lines, want %d", len(errs), len(failed))
+	}
+	status, resp := rawDo(t, rt, key, "POST", "/v1/batches/"+b.ID+"/retry", nil)
+	if status != 200 {
+		t.Fatalf("retry: %d %s", status, resp)
+	}
+	var r struct {
+		ID string `json:"id"`
+	}
+	json.Unmarshal(resp, &r)
+	rb := waitBatch(t, c, r.ID)
+	if _, errs := checkInvariant(t, c, rb, failed); len(errs) != len(failed) {
+		t.Fatalf("retried batch: %d error lines, want the %d failed rows again", len(errs), len(failed))
+	}
+}
