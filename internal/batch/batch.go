@@ -165,6 +165,11 @@ type Batch struct {
 	// ExpiredRows counts rows that got batch_expired, which makes the
 	// terminal status expired rather than completed.
 	ExpiredRows int64 `json:"-" dynamodbav:"expired_rows"`
+	// Progress counts the rows of chunks still running that their runs
+	// reported done (docs/design.md "Progress"): Out adds it to
+	// RequestCounts; each chunk's commit takes its share out again.
+	ProgressCompleted int64 `json:"-" dynamodbav:"progress_completed"`
+	ProgressFailed    int64 `json:"-" dynamodbav:"progress_failed"`
 	// CancelledRows counts rows that got batch_cancelled (a message
 	// batch's canceled count).
 	CancelledRows int64 `json:"-" dynamodbav:"cancelled_rows"`
@@ -179,6 +184,12 @@ func (b Batch) Out() Batch {
 	if len(b.ErrorList) > 0 {
 		b.Errors = &Errors{Object: "list", Data: b.ErrorList}
 	}
+	// Rows of running chunks count as they end (docs/design.md
+	// "Progress"), never past the total.
+	n := &b.RequestCounts
+	n.Completed += max(min(b.ProgressCompleted, n.Total-n.Completed-n.Failed), 0)
+	n.Failed += max(min(b.ProgressFailed, n.Total-n.Completed-n.Failed), 0)
+	b.ProgressCompleted, b.ProgressFailed = 0, 0
 	return b
 }
 
@@ -303,6 +314,10 @@ type Chunk struct {
 	Next *Next `dynamodbav:"next"`
 	// Dead is set when the chunk was closed by the dead-letter path.
 	Dead bool `dynamodbav:"dead"`
+	// Reported is what runs of the chunk added to the batch's progress
+	// (completed and failed rows); its commit takes it out again.
+	ReportedCompleted int64 `dynamodbav:"reported_completed"`
+	ReportedFailed    int64 `dynamodbav:"reported_failed"`
 }
 
 // Span is a run of a chunk's rows that follow each other in the input:

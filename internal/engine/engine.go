@@ -46,6 +46,7 @@ type Store interface {
 	ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]batch.Chunk, error)
 	Takeover(ctx context.Context, c batch.Chunk, run string, lease time.Time) (batch.Chunk, error)
 	RenewLease(ctx context.Context, batchID string, chunk int, run string, until time.Time) error
+	ReportProgress(ctx context.Context, c batch.Chunk, done batch.Counts) (batch.Counts, error)
 	CommitChunk(ctx context.Context, tenant string, c store.Commit) error
 	PutDeadLetters(ctx context.Context, batchID string, dls []batch.DeadLetter) error
 }

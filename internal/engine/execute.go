@@ -37,6 +37,10 @@ type chunkRun struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	left   atomic.Int32 // rows not finished
+	// progress guards r.c's reported counts, which the heartbeat moves
+	// (reportProgress) until the run commits (committing).
+	progress   sync.Mutex
+	committing bool
 	err    error
 	done   chan struct{} // closed once the run committed or failed
 }
@@ -289,6 +293,9 @@ func (e *Engine) finishRun(ctx context.Context, p *fanout.Pool, r *chunkRun) {
 	defer close(r.done)
 	p.Finish(r.c.Slots)
 	defer p.Leave(r.c.Slots)
+	r.progress.Lock()
+	r.committing = true
+	r.progress.Unlock()
 	if r.ctx.Err() != nil {
 		r.err = fmt.Errorf("chunk %d of %s: %w", r.c.Index, r.c.Batch, ErrStop)
 		r.lines.Close()
@@ -384,8 +391,28 @@ func (e *Engine) heartbeat(ctx context.Context, runs []*chunkRun) {
 					warn("refresh batch status", r, err)
 				}
 			}
+			for _, r := range running(runs) {
+				warn("report progress", r, e.reportProgress(ctx, r))
+			}
 		}
 	}
+}
+
+// reportProgress adds the rows run r has done since its last report to
+// its batch's progress (docs/design.md "Progress"): one write per running
+// chunk every statusRefresh at most, never one per row.
+func (e *Engine) reportProgress(ctx context.Context, r *chunkRun) error {
+	r.progress.Lock()
+	defer r.progress.Unlock()
+	if r.committing {
+		return nil
+	}
+	to, err := e.Store.ReportProgress(ctx, r.c, r.lines.Tally())
+	if err != nil {
+		return err
+	}
+	r.c.ReportedCompleted, r.c.ReportedFailed = to.Completed, to.Failed
+	return nil
 }
 
 // running are the runs that loaded and have not ended.

@@ -110,6 +110,14 @@ func removeStale(dir string, now time.Time) {
 	}
 }
 
+// Tally is how many of the rows set so far go to the output file and how
+// many to the error file.
+func (l *Lines) Tally() batch.Counts {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return batch.Counts{Completed: l.w.p.Completed, Failed: l.w.p.Failed}
+}
+
 // Close removes the temporary file, if there is one.
 func (l *Lines) Close() error {
 	l.mu.Lock()

@@ -349,11 +349,13 @@ func (s *Store) commitItems(tenant string, c Commit) []types.TransactWriteItem {
 		UpdateExpression: aws.String("SET counts.completed = counts.completed + :c, counts.failed = counts.failed + :f, " +
 			"#u.input_tokens = #u.input_tokens + :ui, #u.output_tokens = #u.output_tokens + :uo, #u.total_tokens = #u.total_tokens + :ut, " +
 			"#u.cached_tokens = if_not_exists(#u.cached_tokens, :zero) + :uc, #u.reasoning_tokens = if_not_exists(#u.reasoning_tokens, :zero) + :ur " +
-			"ADD chunks_done :one, ver :one, expired_rows :x, cancelled_rows :cx, dead_letter_count :dl"),
+			"ADD chunks_done :one, ver :one, expired_rows :x, cancelled_rows :cx, dead_letter_count :dl, progress_completed :pc, progress_failed :pf"),
 		ExpressionAttributeNames: map[string]string{"#u": "usage"},
 		ExpressionAttributeValues: item{":c": avN64(c.Completed), ":f": avN64(c.Failed), ":x": avN64(c.Expired), ":cx": avN64(c.Cancelled), ":dl": avN64(c.DeadLetters),
 			":ui": avN64(c.Usage.InputTokens), ":uo": avN64(c.Usage.OutputTokens), ":ut": avN64(c.Usage.TotalTokens), ":one": avN(1),
-			":uc": avN64(c.Usage.CachedTokens), ":ur": avN64(c.Usage.ReasoningTokens), ":zero": avN(0)},
+			":uc": avN64(c.Usage.CachedTokens), ":ur": avN64(c.Usage.ReasoningTokens), ":zero": avN(0),
+			// The chunk's rows now count in counts: out of progress.
+			":pc": avN64(-ch.ReportedCompleted), ":pf": avN64(-ch.ReportedFailed)},
 	}
 	if c.Last {
 		// The tick finalizes the batch if the finalize message is lost.
