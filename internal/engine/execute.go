@@ -264,22 +264,35 @@ func (r *chunkRun) draining(now time.Time) bool {
 	return r.status.Load().(batch.Status).Stopping() || r.b.PastExpiry(now) || r.refused != ""
 }
 
-// runPool runs the rows of runs, in order, within the slots the runs hold,
-// committing each run once its rows are done.
+// runPool runs the rows of runs within the slots the runs hold, each
+// model's runs in order on its own account of the pool (docs/design.md
+// "Scheduling", per-model slots), committing each run once its rows are
+// done.
 func (e *Engine) runPool(ctx context.Context, runs []*chunkRun) {
 	p := fanout.NewPool()
+	byModel := map[string][]*chunkRun{}
+	var models []string
 	for _, r := range runs {
-		p.Hold(r.c.Slots)
-	}
-	var rows, commits sync.WaitGroup
-	for _, r := range runs {
-		rowDone := func() {
-			if r.left.Add(-1) == 0 {
-				commits.Go(func() { e.finishRun(ctx, p, r) })
-			}
+		p.Hold(r.c.Model, r.c.Slots)
+		if byModel[r.c.Model] == nil {
+			models = append(models, r.c.Model)
 		}
-		fanout.Send(p, &rows, r.rows(e, rowDone))
+		byModel[r.c.Model] = append(byModel[r.c.Model], r)
 	}
+	var senders, rows, commits sync.WaitGroup
+	for _, model := range models {
+		senders.Go(func() {
+			for _, r := range byModel[model] {
+				rowDone := func() {
+					if r.left.Add(-1) == 0 {
+						commits.Go(func() { e.finishRun(ctx, p, r) })
+					}
+				}
+				fanout.Send(p, &rows, r.rows(e, rowDone))
+			}
+		})
+	}
+	senders.Wait()
 	rows.Wait()
 	commits.Wait()
 }
@@ -287,8 +300,8 @@ func (e *Engine) runPool(ctx context.Context, runs []*chunkRun) {
 // finishRun commits a run whose rows are done, then hands its slots on.
 func (e *Engine) finishRun(ctx context.Context, p *fanout.Pool, r *chunkRun) {
 	defer close(r.done)
-	p.Finish(r.c.Slots)
-	defer p.Leave(r.c.Slots)
+	p.Finish(r.c.Model, r.c.Slots)
+	defer p.Leave(r.c.Model, r.c.Slots)
 	if r.ctx.Err() != nil {
 		r.err = fmt.Errorf("chunk %d of %s: %w", r.c.Index, r.c.Batch, ErrStop)
 		r.lines.Close()
@@ -306,7 +319,7 @@ func (r *chunkRun) rows(e *Engine, rowDone func()) fanout.Rows {
 	}
 	endpoint, fallback := r.b.Endpoint, r.b.Fallback()
 	return fanout.Rows{
-		Ctx: r.ctx, Bodies: bodies,
+		Model: r.c.Model, Ctx: r.ctx, Bodies: bodies,
 		Send: func(ctx context.Context, body json.RawMessage) provider.Result {
 			return e.Provider.Do(ctx, endpoint, body, fallback)
 		},

@@ -1,0 +1,216 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/msg"
+	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/queue"
+	"github.com/relaybatch/relay/internal/resources"
+	"github.com/relaybatch/relay/internal/store"
+)
+
+// runsTable is a hand-written Store of one batch's chunks, safe for the
+// concurrent runs of an invocation (or of two).
+type runsTable struct {
+	Store
+	mu      sync.Mutex
+	b       batch.Batch
+	chunks  map[int]batch.Chunk
+	commits []store.Commit
+	// renew, if set, answers RenewLease before the table does.
+	renew func(chunk int, until time.Time) error
+}
+
+func (f *runsTable) GetBatch(context.Context, string, string) (batch.Batch, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.b, nil
+}
+
+func (f *runsTable) GetChunk(_ context.Context, _ string, i int) (batch.Chunk, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.chunks[i], nil
+}
+
+func (f *runsTable) ReadyHead(context.Context, string) (store.Ready, bool, error) {
+	return store.Ready{}, false, nil
+}
+
+func (f *runsTable) RenewLease(_ context.Context, _ string, i int, run string, until time.Time) error {
+	if f.renew != nil {
+		if err := f.renew(i, until); err != nil {
+			return err
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.chunks[i]
+	if c.State != batch.ChunkClaimed || c.Run != run {
+		return store.ErrLeaseLost
+	}
+	c.Lease = until.UnixMilli()
+	f.chunks[i] = c
+	return nil
+}
+
+func (f *runsTable) CommitChunk(_ context.Context, _ string, cm store.Commit) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.chunks[cm.Chunk.Index]
+	if c.State != batch.ChunkClaimed || c.Run != cm.Chunk.Run {
+		return store.ErrChunkDone
+	}
+	c.State, c.Attempt = batch.ChunkDone, cm.Chunk.Attempt
+	f.chunks[c.Index] = c
+	f.commits = append(f.commits, cm)
+	return nil
+}
+
+// peakProvider answers every row after delay, recording per model the
+// peak of its requests in flight and per row (custom "n") how often it was
+// sent and when.
+type peakProvider struct {
+	mu       sync.Mutex
+	delay    time.Duration
+	inflight map[string]int
+	peak     map[string]int
+	sent     map[int]int
+	at       map[int]time.Time
+	now      func() time.Time
+}
+
+func newPeakProvider(delay time.Duration) *peakProvider {
+	return &peakProvider{delay: delay, inflight: map[string]int{}, peak: map[string]int{}, sent: map[int]int{},
+		at: map[int]time.Time{}, now: time.Now}
+}
+
+func (p *peakProvider) Do(ctx context.Context, _ string, body json.RawMessage, _ string) provider.Result {
+	var row struct {
+		Model string `json:"model"`
+		N     int    `json:"n"`
+	}
+	_ = json.Unmarshal(body, &row)
+	p.mu.Lock()
+	p.inflight[row.Model]++
+	p.peak[row.Model] = max(p.peak[row.Model], p.inflight[row.Model])
+	p.sent[row.N]++
+	p.at[row.N] = p.now()
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.inflight[row.Model]--
+		p.mu.Unlock()
+	}()
+	select {
+	case <-time.After(p.delay):
+	case <-ctx.Done():
+		return provider.Result{ErrCode: provider.CodeRequestCancelled, ErrMessage: "cut short"}
+	}
+	return provider.Result{StatusCode: 200, Model: row.Model,
+		Body: json.RawMessage(`{"id":"chatcmpl-1","usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)}
+}
+
+// lockedQueue is a fakeQueue safe for concurrent runs.
+type lockedQueue struct {
+	mu   sync.Mutex
+	sent []msg.Message
+}
+
+func (q *lockedQueue) Send(_ context.Context, _ string, v any, _ time.Duration) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.sent = append(q.sent, v.(msg.Message))
+	return nil
+}
+
+func (q *lockedQueue) SendBatch(ctx context.Context, name string, vs []any, d time.Duration) error {
+	for _, v := range vs {
+		_ = q.Send(ctx, name, v, d)
+	}
+	return nil
+}
+
+func (q *lockedQueue) ExtendVisibility(context.Context, string, string, time.Duration) error {
+	return nil
+}
+
+// chunkSpec is one claimed chunk of a test batch: its model, rows and slots.
+type chunkSpec struct {
+	model string
+	rows  int
+	slots int
+}
+
+// runsFixture builds an engine over one batch whose chunks are specs,
+// each claimed by run "run<i>", rows numbered across the batch.
+func runsFixture(t *testing.T, p *peakProvider, specs ...chunkSpec) (*Engine, *runsTable) {
+	t.Helper()
+	var input strings.Builder
+	exp := time.Now().Add(time.Hour).Unix()
+	b := batch.Batch{ID: "batch_r", Tenant: "t", Endpoint: "/v1/chat/completions", Status: batch.InProgress,
+		ChunksTotal: len(specs), ExpiresAt: &exp}
+	table := &runsTable{chunks: map[int]batch.Chunk{}}
+	row := 0
+	for i, s := range specs {
+		start := int64(input.Len())
+		for range s.rows {
+			fmt.Fprintf(&input, `{"custom_id":"r%d","method":"POST","url":"/v1/chat/completions","body":{"model":%q,"n":%d}}`+"\n", row, s.model, row)
+			row++
+		}
+		table.chunks[i] = batch.Chunk{Batch: b.ID, Tenant: "t", Index: i, Start: start, End: int64(input.Len()),
+			FirstRow: row - s.rows, Rows: s.rows, Model: s.model, State: batch.ChunkClaimed, Run: fmt.Sprintf("run%d", i),
+			Lease: time.Now().Add(time.Hour).UnixMilli(), Slots: s.slots, NextSame: -1}
+	}
+	b.Input = []batch.Object{{Key: "in", Size: int64(input.Len())}}
+	table.b = b
+	e := &Engine{Store: table, Blobs: &execBucket{input: []byte(input.String())}, Queue: &lockedQueue{},
+		Set: resources.Define("t"), Provider: p, Log: slog.New(slog.DiscardHandler)}
+	return e, table
+}
+
+// delivery is chunk i's work message as SQS delivers it.
+func workDelivery(t *testing.T, c batch.Chunk, id string) queue.Delivery {
+	t.Helper()
+	m, err := json.Marshal(msg.Message{Type: msg.Chunk, Tenant: c.Tenant, Batch: c.Batch, Chunk: c.Index, Run: c.Run, Attempt: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return queue.Delivery{ID: id, Body: string(m), ReceiveCount: 1}
+}
+
+// TestExecuteSlotsPerModel: a chunk of model x holding 4 slots and one of
+// model y holding 1, run in one invocation, never have more requests of a
+// model in flight than that model's chunks hold (docs/design.md
+// "Scheduling", per-model slots). Before, both chunks' slots went into one
+// pool and each model peaked at 5.
+func TestExecuteSlotsPerModel(t *testing.T) {
+	t.Parallel()
+	p := newPeakProvider(5 * time.Millisecond)
+	e, table := runsFixture(t, p, chunkSpec{"x", 24, 4}, chunkSpec{"y", 12, 1})
+
+	failed, err := e.Execute(context.Background(), []queue.Delivery{
+		workDelivery(t, table.chunks[0], "d0"), workDelivery(t, table.chunks[1], "d1")})
+
+	if err != nil || len(failed) > 0 {
+		t.Fatalf("Execute: failed %v, err %v", failed, err)
+	}
+	if len(table.commits) != 2 {
+		t.Fatalf("%d commits, want 2", len(table.commits))
+	}
+	if p.peak["x"] > 4 || p.peak["y"] > 1 {
+		t.Fatalf("peak in flight x %d (holds 4), y %d (holds 1)", p.peak["x"], p.peak["y"])
+	}
+	if p.peak["x"] < 2 {
+		t.Errorf("peak in flight x %d: its 4 slots were not used", p.peak["x"])
+	}
+}
