@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -26,8 +27,63 @@ type runsTable struct {
 	b       batch.Batch
 	chunks  map[int]batch.Chunk
 	commits []store.Commit
-	// renew, if set, answers RenewLease before the table does.
+	// renew, if set, answers RenewLease and RenewExec before the table
+	// does.
 	renew func(chunk int, until time.Time) error
+	exec  map[int]string    // the execution fence, by chunk
+	until map[int]time.Time // and when its claim ends
+	now   func() time.Time
+}
+
+func (f *runsTable) TakeFence(_ context.Context, _ string, i int, run, exec string, now, until time.Time) (batch.Chunk, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.chunks[i]
+	if c.State != batch.ChunkClaimed || c.Run != run || (f.exec[i] != "" && f.exec[i] != exec && !f.until[i].Before(now)) {
+		return batch.Chunk{}, store.ErrFenced
+	}
+	f.exec[i], f.until[i], c.Lease = exec, until, until.UnixMilli()
+	f.chunks[i] = c
+	return c, nil
+}
+
+func (f *runsTable) RenewExec(_ context.Context, _ string, i int, run, exec string, until time.Time) error {
+	if f.renew != nil {
+		if err := f.renew(i, until); err != nil {
+			return err
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.chunks[i]
+	if c.State != batch.ChunkClaimed || c.Run != run || f.exec[i] != exec {
+		return store.ErrLeaseLost
+	}
+	f.until[i], c.Lease = until, until.UnixMilli()
+	f.chunks[i] = c
+	return nil
+}
+
+func (f *runsTable) HandOver(_ context.Context, _ string, i int, run, exec string, until time.Time) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.chunks[i]
+	if c.State != batch.ChunkClaimed || c.Run != run || (f.exec[i] != "" && f.exec[i] != exec) {
+		return store.ErrLeaseLost
+	}
+	delete(f.exec, i)
+	c.Lease = until.UnixMilli()
+	f.chunks[i] = c
+	return nil
+}
+
+func (f *runsTable) ReleaseFence(_ context.Context, _ string, i int, exec string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.exec[i] == exec {
+		delete(f.exec, i)
+	}
+	return nil
 }
 
 func (f *runsTable) GetBatch(context.Context, string, string) (batch.Batch, error) {
@@ -120,6 +176,12 @@ func (p *peakProvider) Do(ctx context.Context, _ string, body json.RawMessage, _
 		Body: json.RawMessage(`{"id":"chatcmpl-1","usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)}
 }
 
+// runsBucket is an execBucket where a run that lost its commit deletes
+// its parts.
+type runsBucket struct{ execBucket }
+
+func (f *runsBucket) Delete(context.Context, ...string) error { return nil }
+
 // lockedQueue is a fakeQueue safe for concurrent runs.
 type lockedQueue struct {
 	mu   sync.Mutex
@@ -159,7 +221,7 @@ func runsFixture(t *testing.T, p *peakProvider, specs ...chunkSpec) (*Engine, *r
 	exp := time.Now().Add(time.Hour).Unix()
 	b := batch.Batch{ID: "batch_r", Tenant: "t", Endpoint: "/v1/chat/completions", Status: batch.InProgress,
 		ChunksTotal: len(specs), ExpiresAt: &exp}
-	table := &runsTable{chunks: map[int]batch.Chunk{}}
+	table := &runsTable{chunks: map[int]batch.Chunk{}, exec: map[int]string{}, until: map[int]time.Time{}}
 	row := 0
 	for i, s := range specs {
 		start := int64(input.Len())
@@ -173,8 +235,8 @@ func runsFixture(t *testing.T, p *peakProvider, specs ...chunkSpec) (*Engine, *r
 	}
 	b.Input = []batch.Object{{Key: "in", Size: int64(input.Len())}}
 	table.b = b
-	e := &Engine{Store: table, Blobs: &execBucket{input: []byte(input.String())}, Queue: &lockedQueue{},
-		Set: resources.Define("t"), Provider: p, Log: slog.New(slog.DiscardHandler)}
+	e := &Engine{Store: table, Blobs: &runsBucket{execBucket: execBucket{input: []byte(input.String())}}, Queue: &lockedQueue{},
+		Set: resources.Define("t"), Provider: p, Log: slog.New(slog.DiscardHandler), Now: p.now}
 	return e, table
 }
 
@@ -212,5 +274,136 @@ func TestExecuteSlotsPerModel(t *testing.T) {
 	}
 	if p.peak["x"] < 2 {
 		t.Errorf("peak in flight x %d: its 4 slots were not used", p.peak["x"])
+	}
+}
+
+// TestExecuteStopsAtItsLease: a run whose lease renewals all fail (a
+// throttle, not a lost lease) sends no row at or after its lease's expiry
+// less the skew margin, and cuts the requests it has in flight then
+// (docs/design.md "Scheduling", lease rule). The engine's clock is 10
+// minutes off the machine's: the rule reads the engine's. Before, a
+// throttled renewal was only logged and the run sent its rows on, past
+// its lease, into a takeover's.
+func TestExecuteStopsAtItsLease(t *testing.T) {
+	t.Parallel()
+	p := newPeakProvider(20 * time.Millisecond)
+	p.now = func() time.Time { return time.Now().Add(10 * time.Minute) }
+	e, table := runsFixture(t, p, chunkSpec{"x", 100, 1})
+	e.Lease = time.Second
+	start := e.now()
+	c := table.chunks[0]
+	c.Lease = start.Add(e.Lease).UnixMilli()
+	table.chunks[0] = c
+	table.renew = func(int, time.Time) error { return errors.New("ThrottlingException: rate exceeded") }
+
+	_, err := e.Execute(context.Background(), []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// The lease the run last held is its first: taken when it started.
+	stop := time.UnixMilli(table.chunks[0].Lease).Add(-e.skew())
+	if len(p.sent) == 0 || len(p.sent) == 100 {
+		t.Fatalf("%d of 100 rows sent: want the run to start and to stop at its lease", len(p.sent))
+	}
+	for n, at := range p.at {
+		// The fake stamps a row a moment after the engine's last look at
+		// its clock.
+		if at.After(stop.Add(time.Millisecond)) {
+			t.Errorf("row %d sent at %v, %v after the run's stop (its lease less the margin)", n, at.Format("15:04:05.000"), at.Sub(stop))
+		}
+	}
+	if p.inflight["x"] != 0 {
+		t.Errorf("%d requests still in flight after Execute", p.inflight["x"])
+	}
+}
+
+// The fence of the tables of one chunk and one execution (execTable,
+// runTable) is always free.
+
+func (f *execTable) TakeFence(context.Context, string, int, string, string, time.Time, time.Time) (batch.Chunk, error) {
+	return f.c, nil
+}
+func (f *execTable) RenewExec(context.Context, string, int, string, string, time.Time) error {
+	return nil
+}
+func (f *execTable) HandOver(context.Context, string, int, string, string, time.Time) error {
+	return nil
+}
+func (f *execTable) ReleaseFence(context.Context, string, int, string) error { return nil }
+
+func (f *runTable) TakeFence(context.Context, string, int, string, string, time.Time, time.Time) (batch.Chunk, error) {
+	return f.c, nil
+}
+func (f *runTable) RenewExec(context.Context, string, int, string, string, time.Time) error {
+	return nil
+}
+func (f *runTable) HandOver(context.Context, string, int, string, string, time.Time) error {
+	return nil
+}
+func (f *runTable) ReleaseFence(context.Context, string, int, string) error { return nil }
+
+// TestExecuteOneExecutionPerRun: the same run's work message delivered
+// twice, in one invocation or in two at once, runs once: every row is sent
+// upstream once, the chunk commits once, and the duplicate is dropped as a
+// success without spending anything (docs/design.md "Scheduling", fence).
+// Before, both executions ran every row (the provider paid twice, the
+// model given twice the chunk's slots) and one commit won.
+func TestExecuteOneExecutionPerRun(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		execute func(e *Engine, d queue.Delivery) [][]string
+	}{
+		{"both copies in one invocation", func(e *Engine, d queue.Delivery) [][]string {
+			dup := d
+			dup.ID = "dup"
+			failed, err := e.Execute(context.Background(), []queue.Delivery{d, dup})
+			if err != nil {
+				t.Error(err)
+			}
+			return [][]string{failed}
+		}},
+		{"two invocations at once", func(e *Engine, d queue.Delivery) [][]string {
+			failed := make([][]string, 2)
+			var wg sync.WaitGroup
+			for i := range failed {
+				wg.Go(func() {
+					var err error
+					if failed[i], err = e.Execute(context.Background(), []queue.Delivery{d}); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+			wg.Wait()
+			return failed
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := newPeakProvider(5 * time.Millisecond)
+			e, table := runsFixture(t, p, chunkSpec{"x", 20, 2})
+
+			for _, f := range tt.execute(e, workDelivery(t, table.chunks[0], "d0")) {
+				if len(f) > 0 {
+					t.Errorf("failed deliveries %v: a duplicate is dropped as a success", f)
+				}
+			}
+
+			for n := range 20 {
+				if p.sent[n] != 1 {
+					t.Errorf("row %d sent %d times, want once", n, p.sent[n])
+				}
+			}
+			if len(table.commits) != 1 {
+				t.Errorf("%d commits, want 1", len(table.commits))
+			}
+			if p.peak["x"] > 2 {
+				t.Errorf("peak in flight %d on a chunk of 2 slots", p.peak["x"])
+			}
+		})
 	}
 }

@@ -1,0 +1,129 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/local/emulator"
+	"github.com/relaybatch/relay/internal/resources"
+)
+
+// fenceStore is a Store on a table of its own on an emulator started for
+// t (internal/local/emulator).
+func fenceStore(t *testing.T) *Store {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: needs the emulator (moto_server)")
+	}
+	ctx := context.Background()
+	ep, stop, err := emulator.Start(ctx)
+	if err != nil {
+		t.Fatalf("emulator: %v", err)
+	}
+	t.Cleanup(stop)
+	cfg, err := emulator.Config(ctx, ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := dynamodb.NewFromConfig(cfg)
+	def := resources.Define(fmt.Sprintf("fence%d", time.Now().UnixNano())).Table
+	in := &dynamodb.CreateTableInput{
+		TableName: &def.Name, BillingMode: types.BillingModePayPerRequest,
+		KeySchema: []types.KeySchemaElement{
+			{AttributeName: &def.PartitionKey, KeyType: types.KeyTypeHash},
+			{AttributeName: &def.SortKey, KeyType: types.KeyTypeRange},
+		},
+	}
+	attrs := map[string]bool{def.PartitionKey: true, def.SortKey: true}
+	for _, ix := range def.Indexes {
+		attrs[ix.PartitionKey], attrs[ix.SortKey] = true, true
+		in.GlobalSecondaryIndexes = append(in.GlobalSecondaryIndexes, types.GlobalSecondaryIndex{
+			IndexName: aws.String(ix.Name),
+			KeySchema: []types.KeySchemaElement{
+				{AttributeName: aws.String(ix.PartitionKey), KeyType: types.KeyTypeHash},
+				{AttributeName: aws.String(ix.SortKey), KeyType: types.KeyTypeRange},
+			},
+			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll},
+		})
+	}
+	for a := range attrs {
+		in.AttributeDefinitions = append(in.AttributeDefinitions, types.AttributeDefinition{
+			AttributeName: aws.String(a), AttributeType: types.ScalarAttributeTypeS})
+	}
+	if _, err := db.CreateTable(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	return New(db, def.Name)
+}
+
+// TestFenceConditions: the execution fence on a chunk item, against the
+// emulator (docs/design.md "Scheduling", fence). One execution of a run
+// holds it at a time; another takes it only once the holder's claim ended
+// or was handed over or released; renewals and hand-overs of an execution
+// that lost it fail; a run that is no longer the chunk's takes nothing.
+func TestFenceConditions(t *testing.T) {
+	s := fenceStore(t)
+	ctx := context.Background()
+	now := time.Now()
+	later := now.Add(time.Minute)
+	for i := range 5 {
+		c := batch.Chunk{Batch: "batch_f", Tenant: "t", Index: i, Rows: 1, Model: "m", State: batch.ChunkPending, NextSame: -1}
+		if err := s.PutChunks(ctx, []batch.Chunk{c}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.ClaimAlone(ctx, c, "run1", later); err != nil {
+			t.Fatal(err)
+		}
+	}
+	take := func(chunk int, run, exec string, at time.Time) error {
+		_, err := s.TakeFence(ctx, "batch_f", chunk, run, exec, at, at.Add(time.Minute))
+		return err
+	}
+	steps := []struct {
+		name string
+		do   func() error
+		want error
+	}{
+		{"a first execution takes the fence", func() error { return take(0, "run1", "a", now) }, nil},
+		{"it takes it again (its own)", func() error { return take(0, "run1", "a", now) }, nil},
+		{"a second execution is fenced out", func() error { return take(0, "run1", "b", now) }, ErrFenced},
+		{"the holder renews", func() error { return s.RenewExec(ctx, "batch_f", 0, "run1", "a", now.Add(2*time.Minute)) }, nil},
+		{"the other cannot renew", func() error { return s.RenewExec(ctx, "batch_f", 0, "run1", "b", now.Add(2*time.Minute)) }, ErrLeaseLost},
+		{"fenced until the renewed claim ends", func() error { return take(0, "run1", "b", now.Add(90*time.Second)) }, ErrFenced},
+		{"taken once it ended", func() error { return take(0, "run1", "b", now.Add(3*time.Minute)) }, nil},
+		{"the old holder cannot renew", func() error { return s.RenewExec(ctx, "batch_f", 0, "run1", "a", later) }, ErrLeaseLost},
+		{"the old holder cannot hand over", func() error { return s.HandOver(ctx, "batch_f", 0, "run1", "a", later) }, ErrLeaseLost},
+		{"the holder hands over", func() error { return s.HandOver(ctx, "batch_f", 0, "run1", "b", later) }, nil},
+		{"the next delivery takes it at once", func() error { return take(0, "run1", "c", now) }, nil},
+		{"a release by another is a no-op", func() error { return s.ReleaseFence(ctx, "batch_f", 0, "a") }, nil},
+		{"still fenced", func() error { return take(0, "run1", "d", now) }, ErrFenced},
+		{"the holder releases", func() error { return s.ReleaseFence(ctx, "batch_f", 0, "c") }, nil},
+		{"taken after the release", func() error { return take(0, "run1", "d", now) }, nil},
+		{"another run takes nothing", func() error { return take(1, "run2", "e", now) }, ErrFenced},
+		{"a never-fenced run renews nothing", func() error { return s.RenewExec(ctx, "batch_f", 2, "run1", "e", later) }, ErrLeaseLost},
+	}
+	for _, st := range steps {
+		if err := st.do(); !errors.Is(err, st.want) || (st.want == nil && err != nil) {
+			t.Fatalf("%s: got %v, want %v", st.name, err, st.want)
+		}
+	}
+	c, err := s.GetChunk(ctx, "batch_f", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := now.Add(time.Minute).UnixMilli(); c.Lease != want {
+		t.Errorf("lease %d after the last take, want %d: the fence and the lease move together", c.Lease, want)
+	}
+	// A done chunk is no run's: its fence cannot be taken.
+	done, err := s.TakeFence(ctx, "batch_f", 3, "run1", "f", now, later)
+	if err != nil || done.Run != "run1" || done.State != batch.ChunkClaimed {
+		t.Fatalf("take chunk 3: %+v, %v", done, err)
+	}
+}
