@@ -51,8 +51,10 @@ type chunkRun struct {
 }
 
 // Execute is the executor function's SQS handler: the rows of all its
-// chunks share one pool of their slots (docs/design.md "Scheduling", rows
-// stream), and each chunk commits and is reported on its own.
+// chunks share one pool of their slots, one account per model
+// (docs/design.md "Scheduling", rows stream, per-model slots), each run
+// executes only while it holds its fence and its lease (fence, lease
+// rule), and each chunk commits and is reported on its own.
 func (e *Engine) Execute(ctx context.Context, ds []queue.Delivery) ([]string, error) {
 	var failed []string
 	var runs []*chunkRun
@@ -212,7 +214,7 @@ func (e *Engine) runChunks(ctx context.Context, runs []*chunkRun) {
 			close(r.done)
 			continue
 		}
-		r.ctx, r.cancel = context.WithCancel(runCtx)
+		r.ctx, r.cancel = context.WithCancel(withExec(runCtx, r.exec))
 		defer r.cancel()
 		keepers.Go(func() { e.keepLease(r) })
 		if statuses[r.b.ID] == nil {
