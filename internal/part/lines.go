@@ -35,10 +35,13 @@ type Lines struct {
 	err   error
 }
 
-// span is where a row's line (with its line break) is.
+// span is where a row's line (with its line break) is, and what the row
+// added to the part (Cut takes it out again).
 type span struct {
 	off, n int64
 	letter byte
+	row    Part // its counts, tokens and usage by model
+	uoff   int  // its usage event in the builder's usage, if any
 }
 
 // NewLines returns the Lines of rows rows, the first of them row firstRow
@@ -62,10 +65,11 @@ func LinesOf(b batch.Batch, firstRow int, outs []Outcome, now time.Time) *Lines 
 func (l *Lines) Set(i int, o Outcome) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.err != nil || l.spans[i].n > 0 {
+	if l.err != nil || i >= len(l.spans) || l.spans[i].n > 0 {
 		return
 	}
-	line, letter := l.w.render(LineID(l.b.ID, l.first+i), o)
+	rw := builder{b: l.w.b, now: l.w.now, p: Part{ByModel: map[string]ModelUsage{}}}
+	line, letter := rw.render(LineID(l.b.ID, l.first+i), o)
 	line = append(line, '\n')
 	if l.file == nil && l.mem.Len()+len(line) > SpillAt {
 		sweepOnce.Do(func() { removeStale(os.TempDir(), time.Now()) })
@@ -83,8 +87,63 @@ func (l *Lines) Set(i int, o Outcome) {
 	default:
 		l.mem.Write(line)
 	}
-	l.spans[i] = span{off: l.size, n: int64(len(line)), letter: letter}
+	rw.p.Usage = rw.usage.Bytes()
+	l.spans[i] = span{off: l.size, n: int64(len(line)), letter: letter, row: rw.p}
 	l.size += int64(len(line))
+	l.w.usage.Write(rw.p.Usage)
+	addPart(&l.w.p, rw.p)
+}
+
+// Answered is how many rows from the first are set, up to the first row
+// that is not.
+func (l *Lines) Answered() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, s := range l.spans {
+		if s.n == 0 {
+			return i
+		}
+	}
+	return len(l.spans)
+}
+
+// Cut keeps rows before n only, as if no later row had been set: the
+// part is then theirs, with their counts and usage alone (a run that
+// stops commits the rows it answered from the first, docs/design.md
+// "Scheduling", split).
+func (l *Lines) Cut(n int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.spans = l.spans[:min(n, len(l.spans))]
+	p := Part{ByModel: map[string]ModelUsage{}}
+	var usage bytes.Buffer
+	for _, s := range l.spans {
+		addPart(&p, s.row)
+		usage.Write(s.row.Usage)
+	}
+	l.w.p, l.w.usage = p, usage
+}
+
+// addPart adds row's counts, tokens and usage by model to p.
+func addPart(p *Part, row Part) {
+	p.Completed += row.Completed
+	p.Failed += row.Failed
+	p.Expired += row.Expired
+	p.Cancelled += row.Cancelled
+	t := &p.Tokens
+	t.InputTokens += row.Tokens.InputTokens
+	t.OutputTokens += row.Tokens.OutputTokens
+	t.TotalTokens += row.Tokens.TotalTokens
+	t.CachedTokens += row.Tokens.CachedTokens
+	t.ReasoningTokens += row.Tokens.ReasoningTokens
+	for m, u := range row.ByModel {
+		agg := p.ByModel[m]
+		agg.Requests += u.Requests
+		agg.Input += u.Input
+		agg.Output += u.Output
+		agg.Total += u.Total
+		p.ByModel[m] = agg
+	}
 }
 
 // spoolPattern names the temporary files of Lines.
