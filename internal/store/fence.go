@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -119,6 +121,54 @@ func (s *Store) ReleaseFence(ctx context.Context, batchID string, chunk int, exe
 	}
 	if err != nil {
 		return fmt.Errorf("release the fence of chunk %d of %s: %w", chunk, batchID, err)
+	}
+	return nil
+}
+
+// CommitSplit commits the rows a run answered before it stopped for want
+// of time or lease, and records the rest as a new chunk that holds the
+// slots next (docs/design.md "Scheduling", split), in one transaction: c's
+// chunk done with its (fewer) rows and range, the batch's counts and one
+// chunk more (conditional on rest.Index being its chunk count), the usage,
+// and rest put claimed by run restRun until lease for c's slots and shard.
+// Errors as CommitChunk's: ErrChunkDone (not this run's), ErrRaced (the
+// batch has another chunk count: read it again and number rest anew).
+func (s *Store) CommitSplit(ctx context.Context, tenant string, c Commit, rest batch.Chunk, restRun string, lease time.Time) error {
+	ch := c.Chunk
+	// CommitChunk's items, for a commit that is never the last and whose
+	// slots stay with rest: given back by no item.
+	c.Next, c.Last, c.Chunk.Slots = nil, false, 0
+	tx := s.commitItems(tenant, c)
+	cu := tx[0].Update
+	cu.UpdateExpression = aws.String(strings.Replace(*cu.UpdateExpression, " REMOVE ", ", #rows = :rows, #end = :end REMOVE ", 1))
+	cu.ExpressionAttributeNames["#rows"], cu.ExpressionAttributeNames["#end"] = "rows", "end"
+	cu.ExpressionAttributeValues[":rows"], cu.ExpressionAttributeValues[":end"] = avN(ch.Rows), avN64(ch.End)
+	bu := tx[1].Update
+	bu.UpdateExpression = aws.String(strings.Replace(*bu.UpdateExpression, "ADD ", "ADD chunks_total :one, ", 1))
+	bu.ConditionExpression = aws.String("chunks_total = :total")
+	delete(bu.ExpressionAttributeValues, ":lastbutone")
+	bu.ExpressionAttributeValues[":total"] = avN(rest.Index)
+
+	rest.State, rest.Run, rest.Lease, rest.Attempts = batch.ChunkClaimed, restRun, lease.UnixMilli(), 1
+	rest.Slots, rest.Shard = ch.Slots, ch.Shard
+	it, err := chunkItem(rest)
+	if err != nil {
+		return fmt.Errorf("split chunk %d of %s: %w", ch.Index, ch.Batch, err)
+	}
+	it["gsi3pk"], it["gsi3sk"] = leaseAttrs(rest.Batch, rest.Index, lease)
+	tx = append(tx, types.TransactWriteItem{Put: &types.Put{TableName: &s.Table, Item: it,
+		ConditionExpression: aws.String("attribute_not_exists(pk)")}})
+
+	token := tokenOf("split", ch.Batch, strconv.Itoa(ch.Index), ch.Run, ch.Attempt, strconv.Itoa(rest.Index), restRun)
+	err = s.transact(ctx, token, tx)
+	if failed, ok := conditionFailed(err); ok {
+		if failed == 0 {
+			return ErrChunkDone
+		}
+		return ErrRaced
+	}
+	if err != nil {
+		return fmt.Errorf("split chunk %d of %s: %w", ch.Index, ch.Batch, err)
 	}
 	return nil
 }

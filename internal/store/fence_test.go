@@ -127,3 +127,79 @@ func TestFenceConditions(t *testing.T) {
 		t.Fatalf("take chunk 3: %+v, %v", got, err)
 	}
 }
+
+// TestCommitSplit: a run that stopped commits its answered rows and puts
+// the rest as a new chunk claimed for its slots, in one transaction
+// against the emulator: the chunk is done with its fewer rows, the batch
+// counts one chunk more, and a split numbered from a stale chunk count is
+// refused (ErrRaced) without effect.
+func TestCommitSplit(t *testing.T) {
+	s := fenceStore(t)
+	ctx := context.Background()
+	lease := time.Now().Add(time.Minute)
+	b := batch.Batch{ID: "batch_s", Tenant: "t", Status: batch.InProgress, ChunksTotal: 2, Started: true}
+	if _, _, err := s.CreateBatch(ctx, b, IdemKey{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		c := batch.Chunk{Batch: b.ID, Tenant: "t", Index: i, Start: int64(100 * i), End: int64(100*i + 100), FirstRow: 10 * i, Rows: 10,
+			Model: "m", State: batch.ChunkPending, NextSame: -1}
+		if err := s.PutChunks(ctx, []batch.Chunk{c}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.ClaimAlone(ctx, c, fmt.Sprint("run", i), lease); err != nil {
+			t.Fatal(err)
+		}
+	}
+	split := func(chunk, index int) error {
+		c, err := s.GetChunk(ctx, b.ID, chunk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Attempt, c.Pattern, c.Rows, c.End = "att", "oooe", 4, c.Start+40
+		rest := batch.Chunk{Batch: b.ID, Tenant: "t", Index: index, Start: c.End, End: c.Start + 100, FirstRow: c.FirstRow + 4, Rows: 6,
+			Model: "m", NextSame: -1}
+		return s.CommitSplit(ctx, "t", Commit{Chunk: c, Completed: 3, Failed: 1, Day: "2026-12-01",
+			UsageByModel: map[string]UsageAgg{"m": {Requests: 4}}}, rest, fmt.Sprint("split", index), lease)
+	}
+	if err := split(0, 2); err != nil {
+		t.Fatalf("split chunk 0: %v", err)
+	}
+	if err := split(1, 2); !errors.Is(err, ErrRaced) {
+		t.Fatalf("split of chunk 1 numbered from a stale count: %v, want ErrRaced", err)
+	}
+	if err := split(0, 3); !errors.Is(err, ErrChunkDone) {
+		t.Fatalf("chunk 0 split again: %v, want ErrChunkDone", err)
+	}
+	if err := split(1, 3); err != nil {
+		t.Fatalf("split chunk 1: %v", err)
+	}
+	got, err := s.GetBatch(ctx, "t", b.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ChunksTotal != 4 || got.ChunksDone != 2 || got.RequestCounts.Completed != 6 || got.RequestCounts.Failed != 2 {
+		t.Errorf("batch: %d of %d chunks done, counts %+v; want 2 of 4, 6 completed, 2 failed", got.ChunksDone, got.ChunksTotal, got.RequestCounts)
+	}
+	done, err := s.GetChunk(ctx, b.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done.State != batch.ChunkDone || done.Rows != 4 || done.End != 40 || done.Pattern != "oooe" {
+		t.Errorf("chunk 0 %+v: want done with 4 rows up to byte 40", done)
+	}
+	rest, err := s.GetChunk(ctx, b.ID, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rest.State != batch.ChunkClaimed || rest.Run != "split2" || rest.FirstRow != 4 || rest.Rows != 6 || rest.Start != 40 || rest.Lease != lease.UnixMilli() {
+		t.Errorf("chunk 2 %+v: want rows 4-9 claimed by split2", rest)
+	}
+	expired, err := s.ExpiredLeases(ctx, lease.Add(time.Second), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(expired) != 2 {
+		t.Errorf("%d chunks in the lease index past the lease, want the 2 rests", len(expired))
+	}
+}
