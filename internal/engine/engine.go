@@ -52,6 +52,7 @@ type Store interface {
 	RenewExec(ctx context.Context, batchID string, chunk int, run, exec string, until time.Time) error
 	HandOver(ctx context.Context, batchID string, chunk int, run, exec string, until time.Time) error
 	ReleaseFence(ctx context.Context, batchID string, chunk int, exec string) error
+	CommitSplit(ctx context.Context, tenant string, c store.Commit, rest batch.Chunk, run string, lease time.Time) error
 	CommitChunk(ctx context.Context, tenant string, c store.Commit) error
 	PutDeadLetters(ctx context.Context, batchID string, dls []batch.DeadLetter) error
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/relaybatch/relay/internal/backoff"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/fanout"
@@ -369,12 +370,91 @@ func (e *Engine) finishRun(ctx context.Context, p *fanout.Pool, r *chunkRun) {
 	p.Finish(r.c.Model, r.c.Slots)
 	defer p.Leave(r.c.Model, r.c.Slots)
 	if r.ctx.Err() != nil {
-		r.err = fmt.Errorf("chunk %d of %s: %w", r.c.Index, r.c.Batch, ErrStop)
-		r.lines.Close()
-		return
+		r.err = e.commitAnswered(ctx, r)
+	} else {
+		_, r.err = e.commitRows(ctx, r.b, r.c, r.lines, 0)
 	}
-	_, r.err = e.commitRows(ctx, r.b, r.c, r.lines, 0)
 	r.ended = r.err == nil
+}
+
+// commitAnswered commits the rows a run that stopped for want of time or
+// lease answered from its first, and leaves the others to a new chunk that
+// holds its slots next (docs/design.md "Scheduling", split). ErrStop when
+// it answered none or lost its chunk: its message's next delivery runs it.
+func (e *Engine) commitAnswered(ctx context.Context, r *chunkRun) error {
+	defer r.lines.Close()
+	stop := fmt.Errorf("chunk %d of %s: %w", r.c.Index, r.c.Batch, ErrStop)
+	k := r.lines.Answered()
+	switch {
+	case k == 0 || r.c.Slots == 0 || ctx.Err() != nil:
+		return stop
+	case k == len(r.reqs):
+		_, err := e.commitRows(ctx, r.b, r.c, r.lines, 0)
+		return err
+	}
+	data, err := e.Blobs.ReadRange(ctx, r.b.Input, r.c.Start, r.c.End)
+	if err != nil {
+		return fmt.Errorf("split chunk %d of %s: %w", r.c.Index, r.c.Batch, err)
+	}
+	r.lines.Cut(k)
+	done, _ := plan.Remainder(r.c, data, k, 0)
+	done.Attempt = ids.Secret(6)
+	parts, cm, err := part.Commit(done, r.lines, 0, e.now())
+	if err != nil {
+		return err
+	}
+	written, err := part.Write(ctx, e.Blobs, cm, parts)
+	if err != nil {
+		return err
+	}
+	if e.BeforeCommit != nil {
+		if err := e.BeforeCommit(cm.Chunk); err != nil {
+			return err
+		}
+	}
+	won, err := e.commitSplit(ctx, r.b, r.c, cm, data, k)
+	if err == nil && !won {
+		e.Log.InfoContext(ctx, "split chunk no longer this run's; its part discarded", "batch_id", done.Batch, "chunk", done.Index, "run", done.Run)
+		err = errors.Join(stop, e.Blobs.Delete(ctx, written...))
+	}
+	return err
+}
+
+// commitSplit records the split of chunk c after its first k rows
+// (store.CommitSplit, cm their commit), numbering the rest from the
+// batch's chunk count, read again when another split took the
+// number, and sends the rest's work message. false: the chunk is no
+// longer this run's (or an earlier try took effect: the rest's lease then
+// runs out and the tick sends it).
+func (e *Engine) commitSplit(ctx context.Context, b batch.Batch, c batch.Chunk, cm store.Commit, data []byte, k int) (bool, error) {
+	run, lease := newRun(), e.now().Add(e.lease())
+	var lastErr error
+	for try := 0; try < commitTries; try++ {
+		_, rest := plan.Remainder(c, data, k, b.ChunksTotal)
+		err := e.Store.CommitSplit(ctx, b.Tenant, cm, rest, run, lease)
+		switch {
+		case err == nil:
+			e.Log.InfoContext(ctx, "chunk split: answered rows committed, the rest claimed for its slots", "batch_id", b.ID,
+				"chunk", cm.Chunk.Index, "rows", k, "rest", rest.Index, "run", run)
+			next := batch.Next{Tenant: b.Tenant, Batch: b.ID, Chunk: rest.Index, Run: run, Attempt: 1}
+			if err := e.send(ctx, resources.Work, msg.ForChunk(next)); err != nil {
+				e.Log.WarnContext(ctx, "send split chunk", "batch_id", b.ID, "chunk", rest.Index, "err", err)
+			}
+			return true, nil
+		case errors.Is(err, store.ErrChunkDone):
+			return false, nil
+		case errors.Is(err, store.ErrRaced):
+			if b, err = e.Store.GetBatch(ctx, b.Tenant, b.ID); err != nil {
+				return false, err
+			}
+		case ctx.Err() != nil:
+			return false, ctx.Err()
+		default:
+			lastErr = err
+			_ = backoff.Sleep(ctx, time.Duration(50*(try+1))*time.Millisecond)
+		}
+	}
+	return false, lastErr
 }
 
 // rows are the run's rows as fanout.Send sends them, each answer going into

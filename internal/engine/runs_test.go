@@ -132,6 +132,26 @@ func (f *runsTable) CommitChunk(_ context.Context, _ string, cm store.Commit) er
 	return nil
 }
 
+func (f *runsTable) CommitSplit(_ context.Context, _ string, cm store.Commit, rest batch.Chunk, run string, lease time.Time) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.chunks[cm.Chunk.Index]
+	if c.State != batch.ChunkClaimed || c.Run != cm.Chunk.Run {
+		return store.ErrChunkDone
+	}
+	if rest.Index != f.b.ChunksTotal {
+		return store.ErrRaced
+	}
+	done := cm.Chunk
+	done.State = batch.ChunkDone
+	f.chunks[done.Index] = done
+	rest.State, rest.Run, rest.Lease, rest.Slots, rest.Shard, rest.Attempts = batch.ChunkClaimed, run, lease.UnixMilli(), c.Slots, c.Shard, 1
+	f.chunks[rest.Index] = rest
+	f.b.ChunksTotal++
+	f.commits = append(f.commits, cm)
+	return nil
+}
+
 // peakProvider answers every row after delay, recording per model the
 // peak of its requests in flight and per row (custom "n") how often it was
 // sent and when.
@@ -405,5 +425,54 @@ func TestExecuteOneExecutionPerRun(t *testing.T) {
 				t.Errorf("peak in flight %d on a chunk of 2 slots", p.peak["x"])
 			}
 		})
+	}
+}
+
+// TestExecuteCommitsWhatItAnswered: a chunk whose rows outlast the
+// invocation commits the rows it answered from the first, and its other
+// rows become a new chunk, claimed for its slots, whose run (the next
+// invocation) answers them: every row is answered and committed exactly
+// once (docs/design.md "Scheduling", split). Before, the run committed
+// nothing and threw its answered rows away, on every attempt.
+func TestExecuteCommitsWhatItAnswered(t *testing.T) {
+	t.Parallel()
+	p := newPeakProvider(20 * time.Millisecond)
+	e, table := runsFixture(t, p, chunkSpec{"x", 40, 2})
+	q := e.Queue.(*lockedQueue)
+	// An invocation whose rows must stop after about 200 ms.
+	ctx, cancel := context.WithTimeout(context.Background(), 2200*time.Millisecond)
+	defer cancel()
+
+	failed, err := e.Execute(ctx, []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+
+	if err != nil || len(failed) > 0 {
+		t.Fatalf("first invocation: failed %v, err %v", failed, err)
+	}
+	if len(table.commits) != 1 || len(q.sent) != 1 {
+		t.Fatalf("%d commits and %d messages after the first invocation, want 1 and 1 (the rest's)", len(table.commits), len(q.sent))
+	}
+	first := table.commits[0]
+	if first.Chunk.Rows == 0 || first.Chunk.Rows == 40 || first.Completed != int64(first.Chunk.Rows) {
+		t.Fatalf("first commit: %d rows, %d completed; want some of the 40, all completed", first.Chunk.Rows, first.Completed)
+	}
+	rest := table.chunks[1]
+	if rest.State != batch.ChunkClaimed || rest.FirstRow != first.Chunk.Rows || rest.Rows != 40-first.Chunk.Rows || rest.Slots != 2 {
+		t.Fatalf("rest %+v: want rows %d-39 claimed for 2 slots", rest, first.Chunk.Rows)
+	}
+	m, _ := json.Marshal(q.sent[0])
+	failed, err = e.Execute(context.Background(), []queue.Delivery{{ID: "d1", Body: string(m), ReceiveCount: 1}})
+
+	if err != nil || len(failed) > 0 {
+		t.Fatalf("second invocation: failed %v, err %v", failed, err)
+	}
+	if len(table.commits) != 2 {
+		t.Fatalf("%d commits, want 2", len(table.commits))
+	}
+	second := table.commits[1]
+	if second.Chunk.Index != 1 || second.Chunk.FirstRow+second.Chunk.Rows != 40 || first.Completed+second.Completed != 40 {
+		t.Errorf("commits %+v and %+v: want rows 0-39 completed once", first.Chunk, second.Chunk)
+	}
+	if got := first.UsageByModel["x"].Requests + second.UsageByModel["x"].Requests; got != 40 {
+		t.Errorf("%d requests in the usage, want 40 (one per row)", got)
 	}
 }
