@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -194,6 +195,17 @@ func TestCommitSplit(t *testing.T) {
 	}
 	if rest.State != batch.ChunkClaimed || rest.Run != "split2" || rest.FirstRow != 4 || rest.Rows != 6 || rest.Start != 40 || rest.Lease != lease.UnixMilli() {
 		t.Errorf("chunk 2 %+v: want rows 4-9 claimed by split2", rest)
+	}
+	cs, err := s.Chunks(ctx, b.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []int
+	for _, c := range cs {
+		order = append(order, c.Index)
+	}
+	if !slices.Equal(order, []int{0, 2, 1, 3}) {
+		t.Errorf("chunks listed as %v, want input order 0, 2, 1, 3", order)
 	}
 	expired, err := s.ExpiredLeases(ctx, lease.Add(time.Second), 10)
 	if err != nil {
