@@ -32,7 +32,6 @@ type runsTable struct {
 	renew func(chunk int, until time.Time) error
 	exec  map[int]string    // the execution fence, by chunk
 	until map[int]time.Time // and when its claim ends
-	now   func() time.Time
 }
 
 func (f *runsTable) TakeFence(_ context.Context, _ string, i int, run, exec string, now, until time.Time) (batch.Chunk, error) {
