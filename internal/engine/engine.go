@@ -47,6 +47,13 @@ type Store interface {
 	Takeover(ctx context.Context, c batch.Chunk, run string, lease time.Time) (batch.Chunk, error)
 	RenewLease(ctx context.Context, batchID string, chunk int, run string, until time.Time) error
 	ReportProgress(ctx context.Context, c batch.Chunk, done batch.Counts) (batch.Counts, error)
+	// The execution fence (docs/design.md "Scheduling", fence;
+	// internal/store/fence.go).
+	TakeFence(ctx context.Context, batchID string, chunk int, run, exec string, now, until time.Time) (batch.Chunk, error)
+	RenewExec(ctx context.Context, batchID string, chunk int, run, exec string, until time.Time) error
+	HandOver(ctx context.Context, batchID string, chunk int, run, exec string, until time.Time) error
+	ReleaseFence(ctx context.Context, batchID string, chunk int, exec string) error
+	CommitSplit(ctx context.Context, tenant string, c store.Commit, rest batch.Chunk, run string, lease time.Time) error
 	CommitChunk(ctx context.Context, tenant string, c store.Commit) error
 	PutDeadLetters(ctx context.Context, batchID string, dls []batch.DeadLetter) error
 }

@@ -9,9 +9,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/relaybatch/relay/internal/backoff"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/fanout"
+	"github.com/relaybatch/relay/internal/ids"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/part"
@@ -33,7 +35,15 @@ type chunkRun struct {
 	refused  string      // Governor.Admit's code (why: reason): the rows do not run
 	reason   string
 	status   *atomic.Value
-	// ctx ends when the invocation must stop or the run lost its lease.
+	// exec is this execution's id on the chunk's fence, once taken
+	// (docs/design.md "Scheduling", fence); ended says the fence needs no
+	// release: the run committed, or handed over to its next delivery.
+	exec  string
+	ended bool
+	// lease is the run's last renewed lease expiry (unix milliseconds).
+	lease atomic.Int64
+	// ctx ends when the invocation must stop or the run's lease ends
+	// (keepLease).
 	ctx    context.Context
 	cancel context.CancelFunc
 	left   atomic.Int32 // rows not finished
@@ -46,8 +56,10 @@ type chunkRun struct {
 }
 
 // Execute is the executor function's SQS handler: the rows of all its
-// chunks share one pool of their slots (docs/design.md "Scheduling", rows
-// stream), and each chunk commits and is reported on its own.
+// chunks share one pool of their slots, one account per model
+// (docs/design.md "Scheduling", rows stream, per-model slots), each run
+// executes only while it holds its fence and its lease (fence, lease
+// rule), and each chunk commits and is reported on its own.
 func (e *Engine) Execute(ctx context.Context, ds []queue.Delivery) ([]string, error) {
 	var failed []string
 	var runs []*chunkRun
@@ -94,6 +106,7 @@ func (e *Engine) Execute(ctx context.Context, ds []queue.Delivery) ([]string, er
 		}
 		failed = append(failed, r.delivery.ID)
 	}
+	e.releaseFences(ctx, runs)
 	native.Wait()
 	for _, id := range nativeFailed {
 		if id != "" {
@@ -116,17 +129,52 @@ func (e *Engine) retrySoon(ctx context.Context, r *chunkRun) bool {
 	}
 	m := r.msg
 	m.Retries++
-	return e.SendAgain(ctx, m, time.Duration(m.Retries)*time.Second) == nil
+	r.ended = e.SendAgain(withExec(ctx, r.exec), m, time.Duration(m.Retries)*time.Second) == nil
+	return r.ended
+}
+
+// releaseFences releases the fence of every execution that took one and
+// ended without a commit or a hand-over, so the run's next delivery (SQS
+// delivering the failed message again) can take it at once.
+func (e *Engine) releaseFences(ctx context.Context, runs []*chunkRun) {
+	for _, r := range runs {
+		if r.exec == "" || r.ended {
+			continue
+		}
+		if err := e.Store.ReleaseFence(ctx, r.msg.Batch, r.msg.Chunk, r.exec); err != nil {
+			e.Log.WarnContext(ctx, "release the execution fence", "batch_id", r.msg.Batch, "chunk", r.msg.Chunk, "run", r.msg.Run, "err", err)
+		}
+	}
+}
+
+// execKey is the context key of the execution a SendAgain ends.
+type execKey struct{}
+
+// withExec is ctx naming execution exec, whose fence SendAgain hands over.
+func withExec(ctx context.Context, exec string) context.Context {
+	if exec == "" {
+		return ctx
+	}
+	return context.WithValue(ctx, execKey{}, exec)
 }
 
 // SendAgain sends a run's work message again after delay (rounded up to
 // whole seconds, so it never comes back early), its lease moved past the
 // delay first so the tick does not give the chunk to another run
 // meanwhile. The executor's quick retries use it, and internal/wfhost to
-// go on with a workflow record in a later invocation.
+// go on with a workflow record in a later invocation. Called within an
+// execution (ctx from withExec), it hands the execution's fence over in
+// the same write, so the message's next delivery can take it.
 func (e *Engine) SendAgain(ctx context.Context, m msg.Message, delay time.Duration) error {
 	delay = queue.Delay(max(delay, 0))
-	if err := e.Store.RenewLease(ctx, m.Batch, m.Chunk, m.Run, e.now().Add(delay+e.lease())); err != nil {
+	until := e.now().Add(delay + e.lease())
+	var err error
+	if exec, ok := ctx.Value(execKey{}).(string); ok {
+		err = e.Store.HandOver(ctx, m.Batch, m.Chunk, m.Run, exec, until)
+	} else {
+		err = e.Store.RenewLease(ctx, m.Batch, m.Chunk, m.Run, until)
+	}
+	if err != nil {
 		return err
 	}
 	return e.Queue.Send(ctx, resources.Work, m, delay)
@@ -162,7 +210,8 @@ func (e *Engine) runChunks(ctx context.Context, runs []*chunkRun) {
 	statuses := map[string]*atomic.Value{}
 	batches := map[string]batch.Batch{} // chunks of one batch share its read
 	var pooled []*chunkRun
-	var wg sync.WaitGroup
+	var wg, keepers sync.WaitGroup
+	defer keepers.Wait()
 	for _, r := range runs {
 		ok, err := e.load(ctx, r, batches)
 		if err != nil || !ok {
@@ -170,8 +219,9 @@ func (e *Engine) runChunks(ctx context.Context, runs []*chunkRun) {
 			close(r.done)
 			continue
 		}
-		r.ctx, r.cancel = context.WithCancel(runCtx)
+		r.ctx, r.cancel = context.WithCancel(withExec(runCtx, r.exec))
 		defer r.cancel()
+		keepers.Go(func() { e.keepLease(r) })
 		if statuses[r.b.ID] == nil {
 			statuses[r.b.ID] = &atomic.Value{}
 			statuses[r.b.ID].Store(r.b.Status)
@@ -180,7 +230,7 @@ func (e *Engine) runChunks(ctx context.Context, runs []*chunkRun) {
 		if isWorkflowChunk(r.c, r.reqs) && r.refused == "" {
 			wg.Go(func() {
 				defer close(r.done)
-				r.err = e.runRecord(ctx, r)
+				r.err = e.runRecord(withExec(ctx, r.exec), r)
 			})
 			continue
 		}
@@ -197,8 +247,9 @@ func (e *Engine) runChunks(ctx context.Context, runs []*chunkRun) {
 }
 
 // load reads a run's batch (once per invocation, through batches) and
-// chunk and its rows; false means the message is stale (its chunk is done,
-// or no longer this run's) and is dropped.
+// chunk and its rows, taking the run's execution fence; false means the
+// message is stale (its chunk is done, or no longer this run's) or a
+// duplicate (another execution runs it), and is dropped.
 func (e *Engine) load(ctx context.Context, r *chunkRun, batches map[string]batch.Batch) (bool, error) {
 	m := r.msg
 	b, ok := batches[m.Tenant+"/"+m.Batch]
@@ -222,15 +273,9 @@ func (e *Engine) load(ctx context.Context, r *chunkRun, batches map[string]batch
 	case c.State != batch.ChunkClaimed || c.Run != m.Run:
 		e.Log.InfoContext(ctx, "stale work message dropped", "batch_id", c.Batch, "chunk", c.Index, "run", m.Run, "current_run", c.Run)
 		return false, nil
-	case time.UnixMilli(c.Lease).Sub(e.now()) < e.lease()/2:
-		// The message waited in the queue for much of its lease: renew it
-		// before running, or the tick would give the chunk to another run.
-		switch err := e.Store.RenewLease(ctx, c.Batch, c.Index, c.Run, e.now().Add(e.lease())); {
-		case errors.Is(err, store.ErrLeaseLost):
-			return false, nil
-		case err != nil:
-			return false, err
-		}
+	}
+	if ok, err := e.takeFence(ctx, r, &c); err != nil || !ok {
+		return false, err
 	}
 	if b.ChunksTotal == 0 {
 		// Claimed in the moment between the plan's ready entries and its
@@ -239,7 +284,9 @@ func (e *Engine) load(ctx context.Context, r *chunkRun, batches map[string]batch
 	}
 	reqs, err := plan.ReadChunk(ctx, e.Blobs, b, c)
 	if errors.Is(err, blob.ErrChanged) {
-		return false, e.inputChanged(ctx, b, c)
+		err = e.inputChanged(ctx, b, c)
+		r.ended = err == nil
+		return false, err
 	}
 	if err == nil && e.Govern != nil {
 		r.refused, r.reason, err = e.Govern.Admit(ctx, b, c)
@@ -249,6 +296,26 @@ func (e *Engine) load(ctx context.Context, r *chunkRun, batches map[string]batch
 	}
 	r.b, r.c, r.reqs, r.lines = b, c, reqs, part.NewLines(b, c, e.now())
 	r.left.Store(int32(len(reqs)))
+	return true, nil
+}
+
+// takeFence makes r the one live execution of its run, and moves the
+// run's lease to a full lease from now with it (docs/design.md
+// "Scheduling", fence); false when another live execution of the run has
+// it, or the chunk is no longer the run's: the delivery is dropped without
+// running a row or spending an attempt.
+func (e *Engine) takeFence(ctx context.Context, r *chunkRun, c *batch.Chunk) (bool, error) {
+	exec := ids.Secret(8)
+	fc, err := e.Store.TakeFence(ctx, c.Batch, c.Index, c.Run, exec, e.now(), e.now().Add(e.lease()))
+	switch {
+	case errors.Is(err, store.ErrFenced):
+		e.Log.InfoContext(ctx, "duplicate work message dropped: another execution runs it", "batch_id", c.Batch, "chunk", c.Index, "run", c.Run)
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	r.exec, c.Lease = exec, fc.Lease
+	r.lease.Store(fc.Lease)
 	return true, nil
 }
 
@@ -268,22 +335,35 @@ func (r *chunkRun) draining(now time.Time) bool {
 	return r.status.Load().(batch.Status).Stopping() || r.b.PastExpiry(now) || r.refused != ""
 }
 
-// runPool runs the rows of runs, in order, within the slots the runs hold,
-// committing each run once its rows are done.
+// runPool runs the rows of runs within the slots the runs hold, each
+// model's runs in order on its own account of the pool (docs/design.md
+// "Scheduling", per-model slots), committing each run once its rows are
+// done.
 func (e *Engine) runPool(ctx context.Context, runs []*chunkRun) {
 	p := fanout.NewPool()
+	byModel := map[string][]*chunkRun{}
+	var models []string
 	for _, r := range runs {
-		p.Hold(r.c.Slots)
-	}
-	var rows, commits sync.WaitGroup
-	for _, r := range runs {
-		rowDone := func() {
-			if r.left.Add(-1) == 0 {
-				commits.Go(func() { e.finishRun(ctx, p, r) })
-			}
+		p.Hold(r.c.Model, r.c.Slots)
+		if byModel[r.c.Model] == nil {
+			models = append(models, r.c.Model)
 		}
-		fanout.Send(p, &rows, r.rows(e, rowDone))
+		byModel[r.c.Model] = append(byModel[r.c.Model], r)
 	}
+	var senders, rows, commits sync.WaitGroup
+	for _, model := range models {
+		senders.Go(func() {
+			for _, r := range byModel[model] {
+				rowDone := func() {
+					if r.left.Add(-1) == 0 {
+						commits.Go(func() { e.finishRun(ctx, p, r) })
+					}
+				}
+				fanout.Send(p, &rows, r.rows(e, rowDone))
+			}
+		})
+	}
+	senders.Wait()
 	rows.Wait()
 	commits.Wait()
 }
@@ -291,17 +371,108 @@ func (e *Engine) runPool(ctx context.Context, runs []*chunkRun) {
 // finishRun commits a run whose rows are done, then hands its slots on.
 func (e *Engine) finishRun(ctx context.Context, p *fanout.Pool, r *chunkRun) {
 	defer close(r.done)
-	p.Finish(r.c.Slots)
-	defer p.Leave(r.c.Slots)
+	p.Finish(r.c.Model, r.c.Slots)
+	defer p.Leave(r.c.Model, r.c.Slots)
 	r.progress.Lock()
 	r.committing = true
 	r.progress.Unlock()
 	if r.ctx.Err() != nil {
-		r.err = fmt.Errorf("chunk %d of %s: %w", r.c.Index, r.c.Batch, ErrStop)
-		r.lines.Close()
-		return
+		r.err = e.commitAnswered(ctx, r)
+	} else {
+		_, r.err = e.commitRows(ctx, r.b, r.c, r.lines, 0)
 	}
-	_, r.err = e.commitRows(ctx, r.b, r.c, r.lines, 0)
+	r.ended = r.err == nil
+}
+
+// commitAnswered commits the rows a run that stopped for want of time or
+// lease answered from its first, and leaves the others to a new chunk that
+// holds its slots next (docs/design.md "Scheduling", split). ErrStop when
+// it answered none or lost its chunk: its message's next delivery runs it.
+func (e *Engine) commitAnswered(ctx context.Context, r *chunkRun) error {
+	defer r.lines.Close()
+	stop := fmt.Errorf("chunk %d of %s: %w", r.c.Index, r.c.Batch, ErrStop)
+	answered := r.lines.Answered()
+	k := 0
+	for _, a := range answered {
+		if a {
+			k++
+		}
+	}
+	switch {
+	case k == 0 || r.c.Slots == 0 || ctx.Err() != nil:
+		return stop
+	case k == len(r.reqs):
+		_, err := e.commitRows(ctx, r.b, r.c, r.lines, 0)
+		return err
+	}
+	data, err := e.Blobs.ReadRange(ctx, r.b.Input, r.c.Start, r.c.End)
+	if err != nil {
+		return fmt.Errorf("split chunk %d of %s: %w", r.c.Index, r.c.Batch, err)
+	}
+	rows, err := plan.RowSpans(r.c, data)
+	if err != nil {
+		return fmt.Errorf("split chunk %d of %s: %w", r.c.Index, r.c.Batch, err)
+	}
+	r.lines.Keep(answered)
+	done, rest := plan.Split(r.c, rows, answered)
+	rest.NextSame = -1
+	done.Attempt = ids.Secret(6)
+	parts, cm, err := part.Commit(done, r.lines, 0, e.now())
+	if err != nil {
+		return err
+	}
+	written, err := part.Write(ctx, e.Blobs, cm, parts)
+	if err != nil {
+		return err
+	}
+	if e.BeforeCommit != nil {
+		if err := e.BeforeCommit(cm.Chunk); err != nil {
+			return err
+		}
+	}
+	won, err := e.commitSplit(ctx, r.b, cm, rest)
+	if err == nil && !won {
+		e.Log.InfoContext(ctx, "split chunk no longer this run's; its part discarded", "batch_id", done.Batch, "chunk", done.Index, "run", done.Run)
+		err = errors.Join(stop, e.Blobs.Delete(ctx, written...))
+	}
+	return err
+}
+
+// commitSplit records the split of a chunk into its answered rows (cm
+// their commit) and the rest (store.CommitSplit), numbering the rest from the
+// batch's chunk count, read again when another split took the
+// number, and sends the rest's work message. false: the chunk is no
+// longer this run's (or an earlier try took effect: the rest's lease then
+// runs out and the tick sends it).
+func (e *Engine) commitSplit(ctx context.Context, b batch.Batch, cm store.Commit, rest batch.Chunk) (bool, error) {
+	run, lease := newRun(), e.now().Add(e.lease())
+	var lastErr error
+	for try := 0; try < commitTries; try++ {
+		rest.Index = b.ChunksTotal
+		err := e.Store.CommitSplit(ctx, b.Tenant, cm, rest, run, lease)
+		switch {
+		case err == nil:
+			e.Log.InfoContext(ctx, "chunk split: answered rows committed, the rest claimed for its slots", "batch_id", b.ID,
+				"chunk", cm.Chunk.Index, "rows", cm.Chunk.Rows, "rest", rest.Index, "run", run)
+			next := batch.Next{Tenant: b.Tenant, Batch: b.ID, Chunk: rest.Index, Run: run, Attempt: 1}
+			if err := e.send(ctx, resources.Work, msg.ForChunk(next)); err != nil {
+				e.Log.WarnContext(ctx, "send split chunk", "batch_id", b.ID, "chunk", rest.Index, "err", err)
+			}
+			return true, nil
+		case errors.Is(err, store.ErrChunkDone):
+			return false, nil
+		case errors.Is(err, store.ErrRaced):
+			if b, err = e.Store.GetBatch(ctx, b.Tenant, b.ID); err != nil {
+				return false, err
+			}
+		case ctx.Err() != nil:
+			return false, ctx.Err()
+		default:
+			lastErr = err
+			_ = backoff.Sleep(ctx, time.Duration(50*(try+1))*time.Millisecond)
+		}
+	}
+	return false, lastErr
 }
 
 // rows are the run's rows as fanout.Send sends them, each answer going into
@@ -313,8 +484,13 @@ func (r *chunkRun) rows(e *Engine, rowDone func()) fanout.Rows {
 	}
 	endpoint, fallback := r.b.Endpoint, r.b.Fallback()
 	return fanout.Rows{
-		Ctx: r.ctx, Bodies: bodies,
+		Model: r.c.Model, Ctx: r.ctx, Bodies: bodies,
 		Send: func(ctx context.Context, body json.RawMessage) provider.Result {
+			if !r.inLease(e) {
+				// keepLease's timer may fire late: the clock decides.
+				r.cancel()
+				return provider.Result{ErrCode: provider.CodeRequestCancelled, ErrMessage: "the run's lease ended"}
+			}
 			return e.Provider.Do(ctx, endpoint, body, fallback)
 		},
 		Settle: func(i int) bool {
@@ -335,7 +511,9 @@ func (r *chunkRun) rows(e *Engine, rowDone func()) fanout.Rows {
 			return true
 		},
 		Done: func(i int, res provider.Result, sent bool) {
-			if sent { // else out of time or lease: the run is not committed
+			// A row stopped for want of time or lease, or cut short in
+			// flight, has no answer: it runs again.
+			if sent && (res.OK() || r.ctx.Err() == nil) {
 				r.lines.Set(i, part.Outcome{CustomID: r.reqs[i].CustomID, Result: res})
 			}
 			rowDone()
@@ -347,13 +525,12 @@ func (r *chunkRun) rows(e *Engine, rowDone func()) fanout.Rows {
 // notice a cancel: a cached read, never one per row.
 const statusRefresh = 3 * time.Second
 
-// heartbeat keeps the runs going while they run: it renews their chunks'
-// leases (a run whose lease was taken over stops), keeps their messages
-// invisible, and refreshes their batches' statuses.
+// heartbeat keeps the runs going while they run: it keeps their messages
+// invisible and refreshes their batches' statuses (keepLease renews each
+// run's lease).
 func (e *Engine) heartbeat(ctx context.Context, runs []*chunkRun) {
 	vis := e.Set.Queue(resources.Work).VisibilityTimeout
-	leaseT, visT, statusT := time.NewTicker(e.lease()/3), time.NewTicker(vis/3), time.NewTicker(statusRefresh)
-	defer leaseT.Stop()
+	visT, statusT := time.NewTicker(vis/3), time.NewTicker(statusRefresh)
 	defer visT.Stop()
 	defer statusT.Stop()
 	warn := func(what string, r *chunkRun, err error) {
@@ -365,14 +542,6 @@ func (e *Engine) heartbeat(ctx context.Context, runs []*chunkRun) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-leaseT.C:
-			for _, r := range running(runs) {
-				err := e.Store.RenewLease(ctx, r.c.Batch, r.c.Index, r.c.Run, e.now().Add(e.lease()))
-				if errors.Is(err, store.ErrLeaseLost) {
-					r.cancel() // another run has the chunk: this one stops
-				}
-				warn("renew lease", r, err)
-			}
 		case <-visT.C:
 			for _, r := range runs {
 				if !isClosed(r.done) {
@@ -432,5 +601,59 @@ func isClosed(ch chan struct{}) bool {
 		return true
 	default:
 		return false
+	}
+}
+
+// leaseSkew is how long before its lease's expiry a run stops starting
+// rows and cuts its requests in flight, unless a renewal succeeded
+// meanwhile (docs/design.md "Scheduling", lease rule): a takeover needs the
+// lease ended by the tick's clock, so an executor whose clock is up to
+// leaseSkew off never runs beside the run that took over.
+const leaseSkew = 5 * time.Second
+
+// skew is leaseSkew, at most a quarter of a (short, test) lease.
+func (e *Engine) skew() time.Duration { return min(leaseSkew, e.lease()/4) }
+
+// inLease reports whether r may still start a row by its lease (keepLease).
+func (r *chunkRun) inLease(e *Engine) bool {
+	return e.now().Before(time.UnixMilli(r.lease.Load()).Add(-e.skew()))
+}
+
+// keepLease renews r's lease and fence every third of a lease while r
+// runs, sooner again after a renewal failed, and ends r.ctx at the last
+// renewed expiry less the skew margin unless a renewal succeeded meanwhile,
+// or at once when the chunk is no longer the run's (docs/design.md
+// "Scheduling", lease rule).
+func (e *Engine) keepLease(r *chunkRun) {
+	stopAt := func() time.Duration { return time.UnixMilli(r.lease.Load()).Add(-e.skew()).Sub(e.now()) }
+	stop := time.AfterFunc(stopAt(), r.cancel)
+	defer stop.Stop()
+	every, retry := e.lease()/3, e.lease()/20
+	wait := every
+	for {
+		t := time.NewTimer(wait)
+		select {
+		case <-r.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		until := e.now().Add(e.lease())
+		err := e.Store.RenewExec(r.ctx, r.c.Batch, r.c.Index, r.c.Run, r.exec, until)
+		switch {
+		case err == nil:
+			r.lease.Store(until.UnixMilli())
+			stop.Reset(stopAt())
+			wait = every
+		case errors.Is(err, store.ErrLeaseLost):
+			r.cancel() // another run has the chunk: this one stops
+			return
+		default:
+			if r.ctx.Err() == nil {
+				e.Log.WarnContext(r.ctx, "renew lease; retrying", "batch_id", r.c.Batch, "chunk", r.c.Index, "run", r.c.Run,
+					"lease", time.UnixMilli(r.lease.Load()), "err", err)
+			}
+			wait = retry
+		}
 	}
 }

@@ -15,6 +15,8 @@ import (
 
 // Rows is one chunk's rows as Send sends them.
 type Rows struct {
+	// Model names the account of the Pool the rows take their slots from.
+	Model string
 	// Ctx is the run's: a row still waiting for a slot when it ends is
 	// never sent, and the requests in flight are cut short.
 	Ctx    context.Context
@@ -35,18 +37,19 @@ type Rows struct {
 // wg holding one of p's slots while it is in flight. It returns once every
 // row was sent or answered without a request; wg.Wait waits for the
 // answers of the others. Several chunks' rows may share one pool: rows of
-// the next chunk start as soon as this one's tail leaves slots free.
+// the next chunk of the same model start as soon as this one's tail leaves
+// slots free.
 func Send(p *Pool, wg *sync.WaitGroup, f Rows) {
 	for i, body := range f.Bodies {
 		if f.Settle != nil && f.Settle(i) {
 			continue
 		}
-		if !p.Acquire(f.Ctx) {
+		if !p.Acquire(f.Ctx, f.Model) {
 			f.Done(i, provider.Result{}, false)
 			continue
 		}
 		wg.Go(func() {
-			defer p.Release()
+			defer p.Release(f.Model)
 			f.Done(i, f.Send(f.Ctx, body), true)
 		})
 	}
@@ -56,38 +59,57 @@ func Send(p *Pool, wg *sync.WaitGroup, f Rows) {
 // them in flight, and returns once Done has every answer.
 func SendAll(slots int, f Rows) {
 	p := NewPool()
-	p.Hold(max(slots, 1))
+	p.Hold(f.Model, max(slots, 1))
 	var wg sync.WaitGroup
 	Send(p, &wg, f)
 	wg.Wait()
 }
 
-// Pool admits rows against the slots of the chunks an invocation holds. A
-// chunk whose rows are done is finishing: its slots take no new row, and
-// it hands them on only once the rows still in flight fit in the slots of
-// the chunks that stay, so the invocation never has more requests in
-// flight than the slots it holds, not even for an instant.
+// Pool admits rows against the slots of the chunks an invocation holds,
+// one account per model (docs/design.md "Scheduling", per-model slots): a
+// row of model m takes only a slot a chunk of m holds. A chunk whose rows
+// are done is finishing: its slots take no new row, and it hands them on
+// only once the rows of its model still in flight fit in the slots of the
+// model's chunks that stay, so no model ever has more requests in flight
+// than the slots its chunks hold, not even for an instant.
 type Pool struct {
-	mu                        sync.Mutex
-	cond                      *sync.Cond
-	held, finishing, inflight int
+	mu       sync.Mutex
+	cond     *sync.Cond
+	accounts map[string]*account
 }
 
+// account is one model's slots in a Pool.
+type account struct{ held, finishing, inflight int }
+
+// free is how many more rows the account admits.
+func (a *account) free() int { return a.held - a.finishing - a.inflight }
+
 func NewPool() *Pool {
-	p := &Pool{}
+	p := &Pool{accounts: map[string]*account{}}
 	p.cond = sync.NewCond(&p.mu)
 	return p
 }
 
-// Hold adds a chunk's slots.
-func (p *Pool) Hold(slots int) {
+// of is model's account; p.mu is held.
+func (p *Pool) of(model string) *account {
+	a := p.accounts[model]
+	if a == nil {
+		a = &account{}
+		p.accounts[model] = a
+	}
+	return a
+}
+
+// Hold adds a chunk's slots to its model's account.
+func (p *Pool) Hold(model string, slots int) {
 	p.mu.Lock()
-	p.held += slots
+	p.of(model).held += slots
+	p.cond.Broadcast()
 	p.mu.Unlock()
 }
 
-// Acquire waits for a free slot; false when ctx ended first.
-func (p *Pool) Acquire(ctx context.Context) bool {
+// Acquire waits for a free slot of model; false when ctx ended first.
+func (p *Pool) Acquire(ctx context.Context, model string) bool {
 	stop := context.AfterFunc(ctx, func() {
 		p.mu.Lock()
 		p.cond.Broadcast()
@@ -96,39 +118,43 @@ func (p *Pool) Acquire(ctx context.Context) bool {
 	defer stop()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for p.inflight >= p.held-p.finishing && ctx.Err() == nil {
+	a := p.of(model)
+	for a.free() <= 0 && ctx.Err() == nil {
 		p.cond.Wait()
 	}
 	if ctx.Err() != nil {
 		return false
 	}
-	p.inflight++
+	a.inflight++
 	return true
 }
 
-// Release frees the slot of a row that was answered.
-func (p *Pool) Release() {
+// Release frees the slot of a row of model that was answered.
+func (p *Pool) Release(model string) {
 	p.mu.Lock()
-	p.inflight--
+	p.of(model).inflight--
 	p.cond.Broadcast()
 	p.mu.Unlock()
 }
 
-// Finish marks a chunk's rows done and waits until its slots are free.
-func (p *Pool) Finish(slots int) {
+// Finish marks a chunk's rows done and waits until its slots are free:
+// its model's rows in flight fit in the slots of the model's other chunks.
+func (p *Pool) Finish(model string, slots int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.finishing += slots
-	for p.inflight > p.held-p.finishing {
+	a := p.of(model)
+	a.finishing += slots
+	for a.inflight > a.held-a.finishing {
 		p.cond.Wait()
 	}
 }
 
 // Leave drops a finished chunk's slots (handed on or given back).
-func (p *Pool) Leave(slots int) {
+func (p *Pool) Leave(model string, slots int) {
 	p.mu.Lock()
-	p.held -= slots
-	p.finishing -= slots
+	a := p.of(model)
+	a.held -= slots
+	a.finishing -= slots
 	p.cond.Broadcast()
 	p.mu.Unlock()
 }

@@ -15,7 +15,7 @@ import (
 func TestFanOutStaysWithinTheSlotsHeld(t *testing.T) {
 	t.Parallel()
 	p := NewPool()
-	p.Hold(3)
+	p.Hold("", 3)
 	var inflight, peak atomic.Int32
 	bodies := make([]json.RawMessage, 20)
 	for i := range bodies {
@@ -68,7 +68,7 @@ func TestFanOutStaysWithinTheSlotsHeld(t *testing.T) {
 func TestFanOutStopsRowsWaitingWhenItsContextEnds(t *testing.T) {
 	t.Parallel()
 	p := NewPool()
-	p.Hold(1)
+	p.Hold("", 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	var sent, stopped atomic.Int32
 	var wg sync.WaitGroup
@@ -97,7 +97,7 @@ func TestSlotPoolNeverExceedsHeldSlots(t *testing.T) {
 	p := NewPool()
 	slots := []int{3, 5, 2}
 	for _, s := range slots {
-		p.Hold(s)
+		p.Hold("", s)
 	}
 	var inflight, peak, held atomic.Int64
 	held.Store(10)
@@ -120,7 +120,7 @@ func TestSlotPoolNeverExceedsHeldSlots(t *testing.T) {
 		left := atomic.Int64{}
 		left.Store(int64(n))
 		for r := 0; r < n; r++ {
-			if !p.Acquire(context.Background()) {
+			if !p.Acquire(context.Background(), "") {
 				t.Fatal("acquire failed")
 			}
 			inflight.Add(1)
@@ -128,15 +128,15 @@ func TestSlotPoolNeverExceedsHeldSlots(t *testing.T) {
 			wg.Go(func() {
 				time.Sleep(time.Duration(1+r%3) * time.Millisecond)
 				inflight.Add(-1)
-				p.Release()
+				p.Release("")
 				if left.Add(-1) == 0 {
 					commits.Go(func() {
-						p.Finish(slots[ci])
+						p.Finish("", slots[ci])
 						// Handing the slots on: what is in flight must fit
 						// in the slots that stay.
 						held.Add(-int64(slots[ci]))
 						check()
-						p.Leave(slots[ci])
+						p.Leave("", slots[ci])
 					})
 				}
 			})
@@ -152,15 +152,100 @@ func TestSlotPoolNeverExceedsHeldSlots(t *testing.T) {
 func TestSlotPoolAcquireStopsWithContext(t *testing.T) {
 	t.Parallel()
 	p := NewPool()
-	p.Hold(1)
-	if !p.Acquire(context.Background()) {
+	p.Hold("", 1)
+	if !p.Acquire(context.Background(), "") {
 		t.Fatal("first acquire failed")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	got := make(chan bool)
-	go func() { got <- p.Acquire(ctx) }()
+	go func() { got <- p.Acquire(ctx, "") }()
 	cancel()
 	if <-got {
 		t.Fatal("acquire succeeded with no slot free and its context done")
+	}
+}
+
+// TestSlotPoolAccountsPerModel: chunks of several models in one pool; each
+// model's rows in flight stay within the slots its own chunks hold, while
+// its chunks finish and hand their slots on, and a model with slots to
+// spare lends none to another.
+func TestSlotPoolAccountsPerModel(t *testing.T) {
+	t.Parallel()
+	type chunk struct {
+		model       string
+		slots, rows int
+	}
+	tests := []struct {
+		name   string
+		chunks []chunk
+	}{
+		{"one model", []chunk{{"x", 3, 9}}},
+		{"a wide and a narrow model", []chunk{{"x", 4, 24}, {"y", 1, 12}}},
+		{"two chunks of one model beside another", []chunk{{"x", 2, 8}, {"y", 3, 5}, {"x", 1, 6}}},
+		{"three models", []chunk{{"x", 5, 10}, {"y", 1, 3}, {"z", 2, 20}, {"y", 2, 4}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := NewPool()
+			var mu sync.Mutex
+			held, inflight, peak := map[string]int{}, map[string]int{}, map[string]int{}
+			for _, c := range tt.chunks {
+				p.Hold(c.model, c.slots)
+				held[c.model] += c.slots
+			}
+			var rows, commits, senders sync.WaitGroup
+			byModel := map[string][]chunk{}
+			for _, c := range tt.chunks {
+				byModel[c.model] = append(byModel[c.model], c)
+			}
+			for model, cs := range byModel {
+				senders.Go(func() {
+					for _, c := range cs {
+						var left atomic.Int64
+						left.Store(int64(c.rows))
+						Send(p, &rows, Rows{
+							Model: model, Ctx: context.Background(), Bodies: make([]json.RawMessage, c.rows),
+							Send: func(context.Context, json.RawMessage) provider.Result {
+								mu.Lock()
+								inflight[model]++
+								peak[model] = max(peak[model], inflight[model])
+								if inflight[model] > held[model] {
+									t.Errorf("model %s: %d in flight with %d slots held", model, inflight[model], held[model])
+								}
+								mu.Unlock()
+								time.Sleep(time.Millisecond)
+								mu.Lock()
+								inflight[model]--
+								mu.Unlock()
+								return provider.Result{}
+							},
+							Done: func(int, provider.Result, bool) {
+								if left.Add(-1) == 0 {
+									commits.Go(func() {
+										p.Finish(model, c.slots)
+										mu.Lock()
+										held[model] -= c.slots
+										if inflight[model] > held[model] {
+											t.Errorf("model %s: %d in flight as a chunk hands on its slots, %d stay", model, inflight[model], held[model])
+										}
+										mu.Unlock()
+										p.Leave(model, c.slots)
+									})
+								}
+							},
+						})
+					}
+				})
+			}
+			senders.Wait()
+			rows.Wait()
+			commits.Wait()
+			for model, cs := range byModel {
+				if peak[model] == 0 {
+					t.Errorf("model %s (%d chunks) sent no row", model, len(cs))
+				}
+			}
+		})
 	}
 }

@@ -35,10 +35,13 @@ type Lines struct {
 	err   error
 }
 
-// span is where a row's line (with its line break) is.
+// span is where a row's line (with its line break) is, and what the row
+// added to the part (Cut takes it out again).
 type span struct {
 	off, n int64
 	letter byte
+	row    Part // its counts, tokens and usage by model
+	uoff   int  // its usage event in the builder's usage, if any
 }
 
 // NewLines returns the Lines of chunk c's rows of batch b, each line's id
@@ -64,10 +67,11 @@ func LinesOf(b batch.Batch, c batch.Chunk, outs []Outcome, now time.Time) *Lines
 func (l *Lines) Set(i int, o Outcome) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.err != nil || l.spans[i].n > 0 {
+	if l.err != nil || i >= len(l.spans) || l.spans[i].n > 0 {
 		return
 	}
-	line, letter := l.w.render(LineID(l.b.ID, l.c.Row(i)), o)
+	rw := builder{b: l.w.b, now: l.w.now, p: Part{ByModel: map[string]ModelUsage{}}}
+	line, letter := rw.render(LineID(l.b.ID, l.c.Row(i)), o)
 	line = append(line, '\n')
 	if l.file == nil && l.mem.Len()+len(line) > SpillAt {
 		sweepOnce.Do(func() { removeStale(os.TempDir(), time.Now()) })
@@ -85,8 +89,64 @@ func (l *Lines) Set(i int, o Outcome) {
 	default:
 		l.mem.Write(line)
 	}
-	l.spans[i] = span{off: l.size, n: int64(len(line)), letter: letter}
+	rw.p.Usage = rw.usage.Bytes()
+	l.spans[i] = span{off: l.size, n: int64(len(line)), letter: letter, row: rw.p}
 	l.size += int64(len(line))
+	l.w.usage.Write(rw.p.Usage)
+	addPart(&l.w.p, rw.p)
+}
+
+// Answered says which rows are set.
+func (l *Lines) Answered() []bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	set := make([]bool, len(l.spans))
+	for i, s := range l.spans {
+		set[i] = s.n > 0
+	}
+	return set
+}
+
+// Keep keeps the rows answered says, in order, as if no other row had
+// been set: the part is then theirs, with their counts and usage alone (a
+// run that stops commits the rows it answered, docs/design.md
+// "Scheduling", split).
+func (l *Lines) Keep(answered []bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	kept := l.spans[:0]
+	p := Part{ByModel: map[string]ModelUsage{}}
+	var usage bytes.Buffer
+	for i, s := range l.spans {
+		if i < len(answered) && answered[i] {
+			kept = append(kept, s)
+			addPart(&p, s.row)
+			usage.Write(s.row.Usage)
+		}
+	}
+	l.spans, l.w.p, l.w.usage = kept, p, usage
+}
+
+// addPart adds row's counts, tokens and usage by model to p.
+func addPart(p *Part, row Part) {
+	p.Completed += row.Completed
+	p.Failed += row.Failed
+	p.Expired += row.Expired
+	p.Cancelled += row.Cancelled
+	t := &p.Tokens
+	t.InputTokens += row.Tokens.InputTokens
+	t.OutputTokens += row.Tokens.OutputTokens
+	t.TotalTokens += row.Tokens.TotalTokens
+	t.CachedTokens += row.Tokens.CachedTokens
+	t.ReasoningTokens += row.Tokens.ReasoningTokens
+	for m, u := range row.ByModel {
+		agg := p.ByModel[m]
+		agg.Requests += u.Requests
+		agg.Input += u.Input
+		agg.Output += u.Output
+		agg.Total += u.Total
+		p.ByModel[m] = agg
+	}
 }
 
 // spoolPattern names the temporary files of Lines.

@@ -1,9 +1,11 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -286,7 +288,9 @@ func (s *Store) GetChunk(ctx context.Context, batchID string, i int) (batch.Chun
 	return c, notFound(err, ErrBatchNotFound)
 }
 
-// Chunks lists a batch's chunks in order.
+// Chunks lists a batch's chunks in input order: by first row, so the rest
+// of a split chunk (numbered after the batch's chunks, docs/design.md
+// "Scheduling", split) comes where its rows are.
 func (s *Store) Chunks(ctx context.Context, batchID string) ([]batch.Chunk, error) {
 	var cs []batch.Chunk
 	_, err := s.page(ctx, chunksPK(batchID), "CHUNK#", "", true, 1<<30, nil, func(it item) error {
@@ -297,6 +301,7 @@ func (s *Store) Chunks(ctx context.Context, batchID string) ([]batch.Chunk, erro
 		cs = append(cs, c)
 		return nil
 	})
+	slices.SortStableFunc(cs, func(a, b batch.Chunk) int { return cmp.Compare(a.FirstRow, b.FirstRow) })
 	return cs, err
 }
 

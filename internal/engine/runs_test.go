@@ -1,0 +1,492 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/msg"
+	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/queue"
+	"github.com/relaybatch/relay/internal/resources"
+	"github.com/relaybatch/relay/internal/store"
+)
+
+// runsTable is a hand-written Store of one batch's chunks, safe for the
+// concurrent runs of an invocation (or of two).
+type runsTable struct {
+	Store
+	mu      sync.Mutex
+	b       batch.Batch
+	chunks  map[int]batch.Chunk
+	commits []store.Commit
+	// renew, if set, answers RenewLease and RenewExec before the table
+	// does.
+	renew func(chunk int, until time.Time) error
+	exec  map[int]string    // the execution fence, by chunk
+	until map[int]time.Time // and when its claim ends
+}
+
+func (f *runsTable) TakeFence(_ context.Context, _ string, i int, run, exec string, now, until time.Time) (batch.Chunk, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.chunks[i]
+	if c.State != batch.ChunkClaimed || c.Run != run || (f.exec[i] != "" && f.exec[i] != exec && !f.until[i].Before(now)) {
+		return batch.Chunk{}, store.ErrFenced
+	}
+	f.exec[i], f.until[i], c.Lease = exec, until, until.UnixMilli()
+	f.chunks[i] = c
+	return c, nil
+}
+
+func (f *runsTable) RenewExec(_ context.Context, _ string, i int, run, exec string, until time.Time) error {
+	if f.renew != nil {
+		if err := f.renew(i, until); err != nil {
+			return err
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.chunks[i]
+	if c.State != batch.ChunkClaimed || c.Run != run || f.exec[i] != exec {
+		return store.ErrLeaseLost
+	}
+	f.until[i], c.Lease = until, until.UnixMilli()
+	f.chunks[i] = c
+	return nil
+}
+
+func (f *runsTable) HandOver(_ context.Context, _ string, i int, run, exec string, until time.Time) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.chunks[i]
+	if c.State != batch.ChunkClaimed || c.Run != run || (f.exec[i] != "" && f.exec[i] != exec) {
+		return store.ErrLeaseLost
+	}
+	delete(f.exec, i)
+	c.Lease = until.UnixMilli()
+	f.chunks[i] = c
+	return nil
+}
+
+func (f *runsTable) ReleaseFence(_ context.Context, _ string, i int, exec string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.exec[i] == exec {
+		delete(f.exec, i)
+	}
+	return nil
+}
+
+func (f *runsTable) ReportProgress(_ context.Context, c batch.Chunk, done batch.Counts) (batch.Counts, error) {
+	return batch.Counts{Completed: max(done.Completed, c.ReportedCompleted), Failed: max(done.Failed, c.ReportedFailed)}, nil
+}
+
+func (f *runsTable) GetBatch(context.Context, string, string) (batch.Batch, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.b, nil
+}
+
+func (f *runsTable) GetChunk(_ context.Context, _ string, i int) (batch.Chunk, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.chunks[i], nil
+}
+
+func (f *runsTable) ReadyHead(context.Context, string) (store.Ready, bool, error) {
+	return store.Ready{}, false, nil
+}
+
+func (f *runsTable) RenewLease(_ context.Context, _ string, i int, run string, until time.Time) error {
+	if f.renew != nil {
+		if err := f.renew(i, until); err != nil {
+			return err
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.chunks[i]
+	if c.State != batch.ChunkClaimed || c.Run != run {
+		return store.ErrLeaseLost
+	}
+	c.Lease = until.UnixMilli()
+	f.chunks[i] = c
+	return nil
+}
+
+func (f *runsTable) CommitChunk(_ context.Context, _ string, cm store.Commit) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.chunks[cm.Chunk.Index]
+	if c.State != batch.ChunkClaimed || c.Run != cm.Chunk.Run {
+		return store.ErrChunkDone
+	}
+	c.State, c.Attempt = batch.ChunkDone, cm.Chunk.Attempt
+	f.chunks[c.Index] = c
+	f.commits = append(f.commits, cm)
+	return nil
+}
+
+func (f *runsTable) CommitSplit(_ context.Context, _ string, cm store.Commit, rest batch.Chunk, run string, lease time.Time) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.chunks[cm.Chunk.Index]
+	if c.State != batch.ChunkClaimed || c.Run != cm.Chunk.Run {
+		return store.ErrChunkDone
+	}
+	if rest.Index != f.b.ChunksTotal {
+		return store.ErrRaced
+	}
+	done := cm.Chunk
+	done.State = batch.ChunkDone
+	f.chunks[done.Index] = done
+	rest.State, rest.Run, rest.Lease, rest.Slots, rest.Shard, rest.Attempts = batch.ChunkClaimed, run, lease.UnixMilli(), c.Slots, c.Shard, 1
+	f.chunks[rest.Index] = rest
+	f.b.ChunksTotal++
+	f.commits = append(f.commits, cm)
+	return nil
+}
+
+// peakProvider answers every row after delay, recording per model the
+// peak of its requests in flight and per row (custom "n") how often it was
+// sent and when.
+type peakProvider struct {
+	mu       sync.Mutex
+	delay    time.Duration
+	inflight map[string]int
+	peak     map[string]int
+	sent     map[int]int
+	at       map[int]time.Time
+	now      func() time.Time
+}
+
+func newPeakProvider(delay time.Duration) *peakProvider {
+	return &peakProvider{delay: delay, inflight: map[string]int{}, peak: map[string]int{}, sent: map[int]int{},
+		at: map[int]time.Time{}, now: time.Now}
+}
+
+func (p *peakProvider) Do(ctx context.Context, _ string, body json.RawMessage, _ string) provider.Result {
+	var row struct {
+		Model string `json:"model"`
+		N     int    `json:"n"`
+	}
+	_ = json.Unmarshal(body, &row)
+	p.mu.Lock()
+	p.inflight[row.Model]++
+	p.peak[row.Model] = max(p.peak[row.Model], p.inflight[row.Model])
+	p.sent[row.N]++
+	p.at[row.N] = p.now()
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.inflight[row.Model]--
+		p.mu.Unlock()
+	}()
+	select {
+	case <-time.After(p.delay):
+	case <-ctx.Done():
+		return provider.Result{ErrCode: provider.CodeRequestCancelled, ErrMessage: "cut short"}
+	}
+	return provider.Result{StatusCode: 200, Model: row.Model,
+		Body: json.RawMessage(`{"id":"chatcmpl-1","usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)}
+}
+
+// runsBucket is an execBucket where a run that lost its commit deletes
+// its parts.
+type runsBucket struct{ execBucket }
+
+func (f *runsBucket) Delete(context.Context, ...string) error { return nil }
+
+// lockedQueue is a fakeQueue safe for concurrent runs.
+type lockedQueue struct {
+	mu   sync.Mutex
+	sent []msg.Message
+}
+
+func (q *lockedQueue) Send(_ context.Context, _ string, v any, _ time.Duration) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.sent = append(q.sent, v.(msg.Message))
+	return nil
+}
+
+func (q *lockedQueue) SendBatch(ctx context.Context, name string, vs []any, d time.Duration) error {
+	for _, v := range vs {
+		_ = q.Send(ctx, name, v, d)
+	}
+	return nil
+}
+
+func (q *lockedQueue) ExtendVisibility(context.Context, string, string, time.Duration) error {
+	return nil
+}
+
+// chunkSpec is one claimed chunk of a test batch: its model, rows and slots.
+type chunkSpec struct {
+	model string
+	rows  int
+	slots int
+}
+
+// runsFixture builds an engine over one batch whose chunks are specs,
+// each claimed by run "run<i>", rows numbered across the batch.
+func runsFixture(t *testing.T, p *peakProvider, specs ...chunkSpec) (*Engine, *runsTable) {
+	t.Helper()
+	var input strings.Builder
+	exp := time.Now().Add(time.Hour).Unix()
+	b := batch.Batch{ID: "batch_r", Tenant: "t", Endpoint: "/v1/chat/completions", Status: batch.InProgress,
+		ChunksTotal: len(specs), ExpiresAt: &exp}
+	table := &runsTable{chunks: map[int]batch.Chunk{}, exec: map[int]string{}, until: map[int]time.Time{}}
+	row := 0
+	for i, s := range specs {
+		start := int64(input.Len())
+		for range s.rows {
+			fmt.Fprintf(&input, `{"custom_id":"r%d","method":"POST","url":"/v1/chat/completions","body":{"model":%q,"n":%d}}`+"\n", row, s.model, row)
+			row++
+		}
+		table.chunks[i] = batch.Chunk{Batch: b.ID, Tenant: "t", Index: i, Start: start, End: int64(input.Len()),
+			FirstRow: row - s.rows, Rows: s.rows, Model: s.model, State: batch.ChunkClaimed, Run: fmt.Sprintf("run%d", i),
+			Lease: time.Now().Add(time.Hour).UnixMilli(), Slots: s.slots, NextSame: -1}
+	}
+	b.Input = []batch.Object{{Key: "in", Size: int64(input.Len())}}
+	table.b = b
+	e := &Engine{Store: table, Blobs: &runsBucket{execBucket: execBucket{input: []byte(input.String())}}, Queue: &lockedQueue{},
+		Set: resources.Define("t"), Provider: p, Log: slog.New(slog.DiscardHandler), Now: p.now}
+	return e, table
+}
+
+// delivery is chunk i's work message as SQS delivers it.
+func workDelivery(t *testing.T, c batch.Chunk, id string) queue.Delivery {
+	t.Helper()
+	m, err := json.Marshal(msg.Message{Type: msg.Chunk, Tenant: c.Tenant, Batch: c.Batch, Chunk: c.Index, Run: c.Run, Attempt: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return queue.Delivery{ID: id, Body: string(m), ReceiveCount: 1}
+}
+
+// TestExecuteSlotsPerModel: a chunk of model x holding 4 slots and one of
+// model y holding 1, run in one invocation, never have more requests of a
+// model in flight than that model's chunks hold (docs/design.md
+// "Scheduling", per-model slots). Before, both chunks' slots went into one
+// pool and each model peaked at 5.
+func TestExecuteSlotsPerModel(t *testing.T) {
+	t.Parallel()
+	p := newPeakProvider(5 * time.Millisecond)
+	e, table := runsFixture(t, p, chunkSpec{"x", 24, 4}, chunkSpec{"y", 12, 1})
+
+	failed, err := e.Execute(context.Background(), []queue.Delivery{
+		workDelivery(t, table.chunks[0], "d0"), workDelivery(t, table.chunks[1], "d1")})
+
+	if err != nil || len(failed) > 0 {
+		t.Fatalf("Execute: failed %v, err %v", failed, err)
+	}
+	if len(table.commits) != 2 {
+		t.Fatalf("%d commits, want 2", len(table.commits))
+	}
+	if p.peak["x"] > 4 || p.peak["y"] > 1 {
+		t.Fatalf("peak in flight x %d (holds 4), y %d (holds 1)", p.peak["x"], p.peak["y"])
+	}
+	if p.peak["x"] < 2 {
+		t.Errorf("peak in flight x %d: its 4 slots were not used", p.peak["x"])
+	}
+}
+
+// TestExecuteStopsAtItsLease: a run whose lease renewals all fail (a
+// throttle, not a lost lease) sends no row at or after its lease's expiry
+// less the skew margin, and cuts the requests it has in flight then
+// (docs/design.md "Scheduling", lease rule). The engine's clock is 10
+// minutes off the machine's: the rule reads the engine's. Before, a
+// throttled renewal was only logged and the run sent its rows on, past
+// its lease, into a takeover's.
+func TestExecuteStopsAtItsLease(t *testing.T) {
+	t.Parallel()
+	p := newPeakProvider(20 * time.Millisecond)
+	p.now = func() time.Time { return time.Now().Add(10 * time.Minute) }
+	e, table := runsFixture(t, p, chunkSpec{"x", 100, 1})
+	e.Lease = time.Second
+	start := e.now()
+	c := table.chunks[0]
+	c.Lease = start.Add(e.Lease).UnixMilli()
+	table.chunks[0] = c
+	table.renew = func(int, time.Time) error { return errors.New("ThrottlingException: rate exceeded") }
+
+	_, err := e.Execute(context.Background(), []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// The lease the run last held is its first: taken when it started.
+	stop := time.UnixMilli(table.chunks[0].Lease).Add(-e.skew())
+	if len(p.sent) == 0 || len(p.sent) == 100 {
+		t.Fatalf("%d of 100 rows sent: want the run to start and to stop at its lease", len(p.sent))
+	}
+	for n, at := range p.at {
+		// The fake stamps a row a moment after the engine's last look at
+		// its clock.
+		if at.After(stop.Add(time.Millisecond)) {
+			t.Errorf("row %d sent at %v, %v after the run's stop (its lease less the margin)", n, at.Format("15:04:05.000"), at.Sub(stop))
+		}
+	}
+	if p.inflight["x"] != 0 {
+		t.Errorf("%d requests still in flight after Execute", p.inflight["x"])
+	}
+}
+
+// The fence of the tables of one chunk and one execution (execTable,
+// runTable) is always free.
+
+func (f *execTable) TakeFence(context.Context, string, int, string, string, time.Time, time.Time) (batch.Chunk, error) {
+	return f.c, nil
+}
+func (f *execTable) RenewExec(context.Context, string, int, string, string, time.Time) error {
+	return nil
+}
+func (f *execTable) HandOver(context.Context, string, int, string, string, time.Time) error {
+	return nil
+}
+func (f *execTable) ReleaseFence(context.Context, string, int, string) error { return nil }
+
+func (f *runTable) TakeFence(context.Context, string, int, string, string, time.Time, time.Time) (batch.Chunk, error) {
+	return f.c, nil
+}
+func (f *runTable) RenewExec(context.Context, string, int, string, string, time.Time) error {
+	return nil
+}
+func (f *runTable) HandOver(context.Context, string, int, string, string, time.Time) error {
+	return nil
+}
+func (f *runTable) ReleaseFence(context.Context, string, int, string) error { return nil }
+
+// TestExecuteOneExecutionPerRun: the same run's work message delivered
+// twice, in one invocation or in two at once, runs once: every row is sent
+// upstream once, the chunk commits once, and the duplicate is dropped as a
+// success without spending anything (docs/design.md "Scheduling", fence).
+// Before, both executions ran every row (the provider paid twice, the
+// model given twice the chunk's slots) and one commit won.
+func TestExecuteOneExecutionPerRun(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		execute func(e *Engine, d queue.Delivery) [][]string
+	}{
+		{"both copies in one invocation", func(e *Engine, d queue.Delivery) [][]string {
+			dup := d
+			dup.ID = "dup"
+			failed, err := e.Execute(context.Background(), []queue.Delivery{d, dup})
+			if err != nil {
+				t.Error(err)
+			}
+			return [][]string{failed}
+		}},
+		{"two invocations at once", func(e *Engine, d queue.Delivery) [][]string {
+			failed := make([][]string, 2)
+			var wg sync.WaitGroup
+			for i := range failed {
+				wg.Go(func() {
+					var err error
+					if failed[i], err = e.Execute(context.Background(), []queue.Delivery{d}); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+			wg.Wait()
+			return failed
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := newPeakProvider(5 * time.Millisecond)
+			e, table := runsFixture(t, p, chunkSpec{"x", 20, 2})
+
+			for _, f := range tt.execute(e, workDelivery(t, table.chunks[0], "d0")) {
+				if len(f) > 0 {
+					t.Errorf("failed deliveries %v: a duplicate is dropped as a success", f)
+				}
+			}
+
+			for n := range 20 {
+				if p.sent[n] != 1 {
+					t.Errorf("row %d sent %d times, want once", n, p.sent[n])
+				}
+			}
+			if len(table.commits) != 1 {
+				t.Errorf("%d commits, want 1", len(table.commits))
+			}
+			if p.peak["x"] > 2 {
+				t.Errorf("peak in flight %d on a chunk of 2 slots", p.peak["x"])
+			}
+		})
+	}
+}
+
+// TestExecuteCommitsWhatItAnswered: a chunk whose rows outlast the
+// invocation commits the rows it answered from the first, and its other
+// rows become a new chunk, claimed for its slots, whose run (the next
+// invocation) answers them: every row is answered and committed exactly
+// once (docs/design.md "Scheduling", split). Before, the run committed
+// nothing and threw its answered rows away, on every attempt.
+func TestExecuteCommitsWhatItAnswered(t *testing.T) {
+	t.Parallel()
+	p := newPeakProvider(20 * time.Millisecond)
+	e, table := runsFixture(t, p, chunkSpec{"x", 40, 2})
+	q := e.Queue.(*lockedQueue)
+	// An invocation whose rows must stop after about 200 ms.
+	ctx, cancel := context.WithTimeout(context.Background(), 2200*time.Millisecond)
+	defer cancel()
+
+	failed, err := e.Execute(ctx, []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+
+	if err != nil || len(failed) > 0 {
+		t.Fatalf("first invocation: failed %v, err %v", failed, err)
+	}
+	if len(table.commits) != 1 || len(q.sent) != 1 {
+		t.Fatalf("%d commits and %d messages after the first invocation, want 1 and 1 (the rest's)", len(table.commits), len(q.sent))
+	}
+	first := table.commits[0]
+	if first.Chunk.Rows == 0 || first.Chunk.Rows == 40 || first.Completed != int64(first.Chunk.Rows) {
+		t.Fatalf("first commit: %d rows, %d completed; want some of the 40, all completed", first.Chunk.Rows, first.Completed)
+	}
+	rest := table.chunks[1]
+	if rest.State != batch.ChunkClaimed || rest.Rows != 40-first.Chunk.Rows || rest.Slots != 2 {
+		t.Fatalf("rest %+v: want the other %d rows claimed for 2 slots", rest, 40-first.Chunk.Rows)
+	}
+	m, _ := json.Marshal(q.sent[0])
+	failed, err = e.Execute(context.Background(), []queue.Delivery{{ID: "d1", Body: string(m), ReceiveCount: 1}})
+
+	if err != nil || len(failed) > 0 {
+		t.Fatalf("second invocation: failed %v, err %v", failed, err)
+	}
+	if len(table.commits) != 2 {
+		t.Fatalf("%d commits, want 2", len(table.commits))
+	}
+	second := table.commits[1]
+	rows := map[int]int{}
+	for _, c := range []batch.Chunk{first.Chunk, second.Chunk} {
+		for i := range c.Rows {
+			rows[c.Row(i)]++
+		}
+	}
+	for r := range 40 {
+		if rows[r] != 1 {
+			t.Errorf("row %d committed %d times, want once", r, rows[r])
+		}
+	}
+	if second.Chunk.Index != 1 || first.Completed+second.Completed != 40 {
+		t.Errorf("commits %+v and %+v: want rows 0-39 completed once", first.Chunk, second.Chunk)
+	}
+	if got := first.UsageByModel["x"].Requests + second.UsageByModel["x"].Requests; got != 40 {
+		t.Errorf("%d requests in the usage, want 40 (one per row)", got)
+	}
+}

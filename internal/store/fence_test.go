@@ -1,0 +1,217 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/local/emulator"
+	"github.com/relaybatch/relay/internal/resources"
+)
+
+// fenceStore is a Store on a table of its own on an emulator started for
+// t (internal/local/emulator).
+func fenceStore(t *testing.T) *Store {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: needs the emulator (moto_server)")
+	}
+	ctx := context.Background()
+	ep, stop, err := emulator.Start(ctx)
+	if err != nil {
+		t.Fatalf("emulator: %v", err)
+	}
+	t.Cleanup(stop)
+	cfg, err := emulator.Config(ctx, ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := dynamodb.NewFromConfig(cfg)
+	def := resources.Define(fmt.Sprintf("fence%d", time.Now().UnixNano())).Table
+	in := &dynamodb.CreateTableInput{
+		TableName: &def.Name, BillingMode: types.BillingModePayPerRequest,
+		KeySchema: []types.KeySchemaElement{
+			{AttributeName: &def.PartitionKey, KeyType: types.KeyTypeHash},
+			{AttributeName: &def.SortKey, KeyType: types.KeyTypeRange},
+		},
+	}
+	attrs := map[string]bool{def.PartitionKey: true, def.SortKey: true}
+	for _, ix := range def.Indexes {
+		attrs[ix.PartitionKey], attrs[ix.SortKey] = true, true
+		in.GlobalSecondaryIndexes = append(in.GlobalSecondaryIndexes, types.GlobalSecondaryIndex{
+			IndexName: aws.String(ix.Name),
+			KeySchema: []types.KeySchemaElement{
+				{AttributeName: aws.String(ix.PartitionKey), KeyType: types.KeyTypeHash},
+				{AttributeName: aws.String(ix.SortKey), KeyType: types.KeyTypeRange},
+			},
+			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll},
+		})
+	}
+	for a := range attrs {
+		in.AttributeDefinitions = append(in.AttributeDefinitions, types.AttributeDefinition{
+			AttributeName: aws.String(a), AttributeType: types.ScalarAttributeTypeS})
+	}
+	if _, err := db.CreateTable(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	return New(db, def.Name)
+}
+
+// TestFenceConditions: the execution fence on a chunk item, against the
+// emulator (docs/design.md "Scheduling", fence). One execution of a run
+// holds it at a time; another takes it only once the holder's claim ended
+// or was handed over or released; renewals and hand-overs of an execution
+// that lost it fail; a run that is no longer the chunk's takes nothing.
+func TestFenceConditions(t *testing.T) {
+	s := fenceStore(t)
+	ctx := context.Background()
+	now := time.Now()
+	later := now.Add(time.Minute)
+	for i := range 5 {
+		c := batch.Chunk{Batch: "batch_f", Tenant: "t", Index: i, Rows: 1, Model: "m", State: batch.ChunkPending, NextSame: -1}
+		if err := s.PutChunks(ctx, []batch.Chunk{c}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.ClaimAlone(ctx, c, "run1", later); err != nil {
+			t.Fatal(err)
+		}
+	}
+	take := func(chunk int, run, exec string, at time.Time) error {
+		_, err := s.TakeFence(ctx, "batch_f", chunk, run, exec, at, at.Add(time.Minute))
+		return err
+	}
+	steps := []struct {
+		name string
+		do   func() error
+		want error
+	}{
+		{"a first execution takes the fence", func() error { return take(0, "run1", "a", now) }, nil},
+		{"it takes it again (its own)", func() error { return take(0, "run1", "a", now) }, nil},
+		{"a second execution is fenced out", func() error { return take(0, "run1", "b", now) }, ErrFenced},
+		{"the holder renews", func() error { return s.RenewExec(ctx, "batch_f", 0, "run1", "a", now.Add(2*time.Minute)) }, nil},
+		{"the other cannot renew", func() error { return s.RenewExec(ctx, "batch_f", 0, "run1", "b", now.Add(2*time.Minute)) }, ErrLeaseLost},
+		{"fenced until the renewed claim ends", func() error { return take(0, "run1", "b", now.Add(90*time.Second)) }, ErrFenced},
+		{"taken once it ended", func() error { return take(0, "run1", "b", now.Add(3*time.Minute)) }, nil},
+		{"the old holder cannot renew", func() error { return s.RenewExec(ctx, "batch_f", 0, "run1", "a", later) }, ErrLeaseLost},
+		{"the old holder cannot hand over", func() error { return s.HandOver(ctx, "batch_f", 0, "run1", "a", later) }, ErrLeaseLost},
+		{"the holder hands over", func() error { return s.HandOver(ctx, "batch_f", 0, "run1", "b", later) }, nil},
+		{"the next delivery takes it at once", func() error { return take(0, "run1", "c", now) }, nil},
+		{"a release by another is a no-op", func() error { return s.ReleaseFence(ctx, "batch_f", 0, "a") }, nil},
+		{"still fenced", func() error { return take(0, "run1", "d", now) }, ErrFenced},
+		{"the holder releases", func() error { return s.ReleaseFence(ctx, "batch_f", 0, "c") }, nil},
+		{"taken after the release", func() error { return take(0, "run1", "d", now) }, nil},
+		{"another run takes nothing", func() error { return take(1, "run2", "e", now) }, ErrFenced},
+		{"a never-fenced run renews nothing", func() error { return s.RenewExec(ctx, "batch_f", 2, "run1", "e", later) }, ErrLeaseLost},
+	}
+	for _, st := range steps {
+		if err := st.do(); !errors.Is(err, st.want) || (st.want == nil && err != nil) {
+			t.Fatalf("%s: got %v, want %v", st.name, err, st.want)
+		}
+	}
+	c, err := s.GetChunk(ctx, "batch_f", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := now.Add(time.Minute).UnixMilli(); c.Lease != want {
+		t.Errorf("lease %d after the last take, want %d: the fence and the lease move together", c.Lease, want)
+	}
+	// The fence comes back with the chunk as it now is.
+	got, err := s.TakeFence(ctx, "batch_f", 3, "run1", "f", now, later)
+	if err != nil || got.Run != "run1" || got.State != batch.ChunkClaimed || got.Lease != later.UnixMilli() {
+		t.Fatalf("take chunk 3: %+v, %v", got, err)
+	}
+}
+
+// TestCommitSplit: a run that stopped commits its answered rows and puts
+// the rest as a new chunk claimed for its slots, in one transaction
+// against the emulator: the chunk is done with its fewer rows, the batch
+// counts one chunk more, and a split numbered from a stale chunk count is
+// refused (ErrRaced) without effect.
+func TestCommitSplit(t *testing.T) {
+	s := fenceStore(t)
+	ctx := context.Background()
+	lease := time.Now().Add(time.Minute)
+	b := batch.Batch{ID: "batch_s", Tenant: "t", Status: batch.InProgress, ChunksTotal: 2, Started: true}
+	if _, _, err := s.CreateBatch(ctx, b, IdemKey{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		c := batch.Chunk{Batch: b.ID, Tenant: "t", Index: i, Start: int64(100 * i), End: int64(100*i + 100), FirstRow: 10 * i, Rows: 10,
+			Model: "m", State: batch.ChunkPending, NextSame: -1}
+		if err := s.PutChunks(ctx, []batch.Chunk{c}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.ClaimAlone(ctx, c, fmt.Sprint("run", i), lease); err != nil {
+			t.Fatal(err)
+		}
+	}
+	split := func(chunk, index int) error {
+		c, err := s.GetChunk(ctx, b.ID, chunk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Attempt, c.Pattern, c.Rows, c.End = "att", "oooe", 4, c.Start+40
+		rest := batch.Chunk{Batch: b.ID, Tenant: "t", Index: index, Start: c.End, End: c.Start + 100, FirstRow: c.FirstRow + 4, Rows: 6,
+			Model: "m", NextSame: -1}
+		return s.CommitSplit(ctx, "t", Commit{Chunk: c, Completed: 3, Failed: 1, Day: "2026-12-01",
+			UsageByModel: map[string]UsageAgg{"m": {Requests: 4}}}, rest, fmt.Sprint("split", index), lease)
+	}
+	if err := split(0, 2); err != nil {
+		t.Fatalf("split chunk 0: %v", err)
+	}
+	if err := split(1, 2); !errors.Is(err, ErrRaced) {
+		t.Fatalf("split of chunk 1 numbered from a stale count: %v, want ErrRaced", err)
+	}
+	if err := split(0, 3); !errors.Is(err, ErrChunkDone) {
+		t.Fatalf("chunk 0 split again: %v, want ErrChunkDone", err)
+	}
+	if err := split(1, 3); err != nil {
+		t.Fatalf("split chunk 1: %v", err)
+	}
+	got, err := s.GetBatch(ctx, "t", b.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ChunksTotal != 4 || got.ChunksDone != 2 || got.RequestCounts.Completed != 6 || got.RequestCounts.Failed != 2 {
+		t.Errorf("batch: %d of %d chunks done, counts %+v; want 2 of 4, 6 completed, 2 failed", got.ChunksDone, got.ChunksTotal, got.RequestCounts)
+	}
+	done, err := s.GetChunk(ctx, b.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done.State != batch.ChunkDone || done.Rows != 4 || done.End != 40 || done.Pattern != "oooe" {
+		t.Errorf("chunk 0 %+v: want done with 4 rows up to byte 40", done)
+	}
+	rest, err := s.GetChunk(ctx, b.ID, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rest.State != batch.ChunkClaimed || rest.Run != "split2" || rest.FirstRow != 4 || rest.Rows != 6 || rest.Start != 40 || rest.Lease != lease.UnixMilli() {
+		t.Errorf("chunk 2 %+v: want rows 4-9 claimed by split2", rest)
+	}
+	cs, err := s.Chunks(ctx, b.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []int
+	for _, c := range cs {
+		order = append(order, c.Index)
+	}
+	if !slices.Equal(order, []int{0, 2, 1, 3}) {
+		t.Errorf("chunks listed as %v, want input order 0, 2, 1, 3", order)
+	}
+	expired, err := s.ExpiredLeases(ctx, lease.Add(time.Second), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(expired) != 2 {
+		t.Errorf("%d chunks in the lease index past the lease, want the 2 rests", len(expired))
+	}
+}
