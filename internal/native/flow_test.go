@@ -138,7 +138,10 @@ func (f *fakes) CommitRows(_ context.Context, _ batch.Batch, c batch.Chunk, outs
 	f.commits[c.Index] = outs
 	return nil
 }
-func (f *fakes) TakeSlots(context.Context, batch.Chunk) (int, error) { return 2, nil }
+func (f *fakes) TakeSlots(_ context.Context, c batch.Chunk) (batch.Chunk, error) {
+	c.Slots = 2
+	return c, nil
+}
 
 type testKey struct{}
 

@@ -69,7 +69,7 @@ type Queue interface {
 // Engine commits chunks and lends them its models' slots (*engine.Engine).
 type Engine interface {
 	CommitRows(ctx context.Context, b batch.Batch, c batch.Chunk, outs []part.Outcome) error
-	TakeSlots(ctx context.Context, c batch.Chunk) (int, error)
+	TakeSlots(ctx context.Context, c batch.Chunk) (batch.Chunk, error)
 }
 
 var (
