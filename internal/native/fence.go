@@ -21,9 +21,9 @@ import (
 // group with the step, itself and an expiry (Group.Step, StepUntil: a
 // conditional write, as every UpdateGroup), renews the mark while it runs
 // and clears it when it ends; another delivery of the same step that finds
-// the mark live backs off: its message is sent again for after the mark's
-// expiry, without spending a receive, and by then it finds the step done
-// (and dies out as any stale step) or its holder dead (and runs it).
+// the mark live backs off: its message is sent again for a little later,
+// without spending a receive, until it finds the step done (and dies out
+// as any stale step) or the mark expired, its holder dead (and runs it).
 const (
 	// stepFence is how long a mark lasts unrenewed: a crashed holder
 	// blocks its step that long.
@@ -145,10 +145,11 @@ func (s *Service) releaseFence(ctx context.Context, m msg.Message, holder string
 	}
 }
 
-// backOff sends m again for after the fence another delivery holds ends:
-// the step is that delivery's meanwhile, and this one spends no receive.
+// backOff sends m again for later, a first poll's delay at most (its
+// holder may be about to end) and no later than the fence ends: the step
+// is the other delivery's meanwhile, and this one spends no receive.
 func (s *Service) backOff(ctx context.Context, m msg.Message, busy busyError) error {
-	delay := min(max(busy.Until.Sub(s.now())+time.Second, s.pollDelay(0)), 15*time.Minute)
+	delay := max(min(s.pollDelay(0), busy.Until.Sub(s.now())+time.Second), time.Second)
 	s.Log.InfoContext(ctx, "native step already running; backing off", "batch_id", m.Batch, "group", m.Chunk, "type", m.Type, "delay", delay)
 	return s.Queue.Send(ctx, resources.Work, m, delay)
 }

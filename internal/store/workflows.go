@@ -185,9 +185,9 @@ func (s *Store) SetChunkSlots(ctx context.Context, c batch.Chunk, to, quota int)
 		{Update: &types.Update{
 			TableName:                &s.Table,
 			Key:                      key(chunksPK(c.Batch), chunkSK(c.Index)),
-			UpdateExpression:         aws.String("SET slots = :to, shard = :shard"),
+			UpdateExpression:         aws.String("SET slots = :to, #shard = :shard"),
 			ConditionExpression:      aws.String("#st = :claimed AND slots = :from AND #run = :run"),
-			ExpressionAttributeNames: map[string]string{"#st": "state", "#run": "run"},
+			ExpressionAttributeNames: map[string]string{"#st": "state", "#run": "run", "#shard": "shard"},
 			ExpressionAttributeValues: item{":to": avN(to), ":from": avN(c.Slots), ":run": avS(c.Run), ":shard": avN(c.Shard),
 				":claimed": avS(string(batch.ChunkClaimed))},
 		}},
