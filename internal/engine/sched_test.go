@@ -424,3 +424,44 @@ func TestTickSurvivesABadItem(t *testing.T) {
 		t.Errorf("sent %v, want %v", got, want)
 	}
 }
+
+// drainTable is a hand-written Store of a batch's chunks for drain; the
+// claims of the chunks in fail fail.
+type drainTable struct {
+	Store
+	chunks  []batch.Chunk
+	fail    map[int]bool
+	claimed []int
+}
+
+func (f *drainTable) Chunks(context.Context, string) ([]batch.Chunk, error) { return f.chunks, nil }
+
+func (f *drainTable) ClaimAlone(_ context.Context, c batch.Chunk, _ string, _ time.Time) error {
+	if f.fail[c.Index] {
+		return errInjected
+	}
+	f.claimed = append(f.claimed, c.Index)
+	return nil
+}
+
+// A drain whose claim of one chunk fails still claims the others and sends
+// their messages; the failed one is left to the next drain.
+func TestDrainSurvivesABadChunk(t *testing.T) {
+	t.Parallel()
+	f := &drainTable{fail: map[int]bool{0: true}}
+	for i := range 3 {
+		f.chunks = append(f.chunks, batch.Chunk{Batch: "b", Index: i, State: batch.ChunkPending})
+	}
+	q := &fakeQueue{}
+	e := &Engine{Store: f, Queue: q, Log: slog.New(slog.DiscardHandler)}
+	if err := e.drain(context.Background(), batch.Batch{ID: "b", Tenant: "t"}); !errors.Is(err, errInjected) {
+		t.Errorf("drain error: got %v, want the injected one", err)
+	}
+	var sent []int
+	for _, m := range q.sent {
+		sent = append(sent, m.Chunk)
+	}
+	if !slices.Equal(f.claimed, []int{1, 2}) || !slices.Equal(sent, []int{1, 2}) {
+		t.Fatalf("claimed %v, sent %v; want chunks 1 and 2 both", f.claimed, sent)
+	}
+}
