@@ -32,6 +32,11 @@ type Group struct {
 	// CancelSent is set once the provider batch was asked to cancel (the
 	// batch's cancel, or its window close to its end).
 	CancelSent bool `dynamodbav:"cancel_sent"`
+	// Step fences the group's current step (docs/design.md "Native
+	// batches"): "<type>#<number>#<holder>" of the delivery running it,
+	// StepUntil when its fence ends unless renewed (unix milliseconds).
+	Step      string `dynamodbav:"step,omitempty"`
+	StepUntil int64  `dynamodbav:"step_until,omitempty"`
 }
 
 // GroupState is a Group's state.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
@@ -94,11 +95,46 @@ func (s *Service) createCounted(ctx context.Context, b batch.Batch, idem store.I
 	if err != nil {
 		return batch.Batch{}, false, err
 	}
-	saved, created, err := s.Store.CreateBatch(ctx, b, idem)
-	if err != nil || !created || saved.ID != b.ID {
-		if _, rerr := s.Store.ReleaseInflight(ctx, b.Tenant, b.ID); rerr != nil {
-			s.Engine.Log.ErrorContext(ctx, "give back in-flight slot of a batch not recorded", "tenant", b.Tenant, "batch_id", b.ID, "err", rerr)
+	return recordHolding(ctx, s.Store, s.Engine.Log, b, idem)
+}
+
+// holdingStore is what recording a batch that holds a slot needs of the
+// table (internal/store).
+type holdingStore interface {
+	CreateBatch(ctx context.Context, b batch.Batch, k store.IdemKey) (batch.Batch, bool, error)
+	GetBatch(ctx context.Context, tenant, id string) (batch.Batch, error)
+	ReleaseInflight(ctx context.Context, tenant, batchID string) (bool, error)
+}
+
+// recordHolding records b, which holds an in-flight slot, and gives the
+// slot back if b was not recorded. A write whose call failed may have taken
+// effect (docs/design.md "Conflicts and ambiguous writes"): b is read back,
+// and then it is recorded (its slot kept, the create answered with it) if
+// it exists; its slot goes back only if it does not. When even that is
+// unknown the slot stays: a marker of a batch never recorded is released
+// by the next create at the limit (repairInflight).
+func recordHolding(ctx context.Context, st holdingStore, log *slog.Logger, b batch.Batch, idem store.IdemKey) (batch.Batch, bool, error) {
+	saved, created, err := st.CreateBatch(ctx, b, idem)
+	switch {
+	case err == nil && created:
+		return saved, true, nil
+	case err == nil && saved.ID == b.ID:
+		return saved, true, nil // an earlier try of this very write took effect
+	case err == nil || errors.Is(err, store.ErrIdemKeyReused):
+		// Another batch under the key; nothing of b's was written.
+	default:
+		got, gerr := st.GetBatch(ctx, b.Tenant, b.ID)
+		if gerr == nil {
+			log.WarnContext(ctx, "batch recorded although its write failed", "tenant", b.Tenant, "batch_id", b.ID, "err", err)
+			return got, true, nil
 		}
+		if !errors.Is(gerr, store.ErrBatchNotFound) {
+			log.ErrorContext(ctx, "read back a batch whose write failed; its in-flight slot stays", "tenant", b.Tenant, "batch_id", b.ID, "err", gerr)
+			return saved, created, err
+		}
+	}
+	if _, rerr := st.ReleaseInflight(ctx, b.Tenant, b.ID); rerr != nil {
+		log.ErrorContext(ctx, "give back in-flight slot of a batch not recorded", "tenant", b.Tenant, "batch_id", b.ID, "err", rerr)
 	}
 	return saved, created, err
 }

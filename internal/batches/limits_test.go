@@ -3,6 +3,7 @@ package batches
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -77,5 +78,89 @@ func TestInflightOff(t *testing.T) {
 		if err := on.ReleaseInflight(ctx, b); err != nil {
 			t.Fatalf("release, %s batch: %v", b.Status, err)
 		}
+	}
+}
+
+// holdingTable is a hand-written holdingStore: CreateBatch writes the
+// batch then fails with err when after is set (a write that took effect
+// although its call failed), or fails unwritten with err otherwise.
+type holdingTable struct {
+	batches  map[string]batch.Batch
+	err      error
+	after    bool
+	first    string // CreateBatch finds the key's first batch, of this id
+	getErr   error
+	released []string
+}
+
+func (f *holdingTable) CreateBatch(_ context.Context, b batch.Batch, _ store.IdemKey) (batch.Batch, bool, error) {
+	if f.first != "" {
+		return batch.Batch{ID: f.first, Tenant: b.Tenant}, false, nil
+	}
+	if f.err == nil || f.after {
+		f.batches[b.ID] = b
+	}
+	if f.err != nil {
+		return b, false, f.err
+	}
+	return b, true, nil
+}
+
+func (f *holdingTable) GetBatch(_ context.Context, _, id string) (batch.Batch, error) {
+	if f.getErr != nil {
+		return batch.Batch{}, f.getErr
+	}
+	b, ok := f.batches[id]
+	if !ok {
+		return b, store.ErrBatchNotFound
+	}
+	return b, nil
+}
+
+func (f *holdingTable) ReleaseInflight(_ context.Context, _, id string) (bool, error) {
+	f.released = append(f.released, id)
+	return true, nil
+}
+
+// A create whose batch write fails gives its in-flight slot back only if
+// the batch does not exist: a write that took effect although its call
+// failed (docs/design.md "Conflicts and ambiguous writes") is the batch's,
+// and keeps its slot while it runs.
+func TestRecordHoldingReleasesOnlyAnUnrecordedBatch(t *testing.T) {
+	t.Parallel()
+	timeout := errors.New("request timed out")
+	tests := []struct {
+		name        string
+		err         error
+		after       bool
+		first       string
+		getErr      error
+		wantCreated bool
+		wantErr     bool
+		wantRelease bool
+	}{
+		{"recorded", nil, false, "", nil, true, false, false},
+		{"failed before the write", timeout, false, "", nil, false, true, true},
+		{"failed after the write took effect", timeout, true, "", nil, true, false, false},
+		{"failed, and the read back failed too", timeout, false, "", timeout, false, true, false},
+		{"the key's first batch is another", nil, false, "batch_0", nil, false, false, true},
+		{"the key's first batch is this one (an earlier try took effect)", nil, false, "batch_1", nil, true, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := &holdingTable{batches: map[string]batch.Batch{}, err: tt.err, after: tt.after, first: tt.first, getErr: tt.getErr}
+			b := batch.Batch{ID: "batch_1", Tenant: "t", Status: batch.Validating}
+			saved, created, err := recordHolding(context.Background(), f, slog.New(slog.DiscardHandler), b, store.IdemKey{})
+			if (err != nil) != tt.wantErr || created != tt.wantCreated {
+				t.Fatalf("got created %v, err %v; want created %v, an error %v", created, err, tt.wantCreated, tt.wantErr)
+			}
+			if created && saved.ID != b.ID {
+				t.Errorf("got batch %q, want %q", saved.ID, b.ID)
+			}
+			if got := len(f.released) > 0; got != tt.wantRelease {
+				t.Errorf("slot released: got %v, want %v", got, tt.wantRelease)
+			}
+		})
 	}
 }

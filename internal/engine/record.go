@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/jsonl"
@@ -54,18 +55,40 @@ func (e *Engine) CommitRows(ctx context.Context, b batch.Batch, c batch.Chunk, o
 	return err
 }
 
-// TakeSlots has claimed chunk c, holding none, take as many of its model's
-// slots as a chunk claims from the capacity shard it claimed them from,
-// and returns how many: internal/wfhost calls it when a record that waited
-// resumes. The store's errors are SetChunkSlots's (store.ErrNoCapacity:
-// the model is full).
-func (e *Engine) TakeSlots(ctx context.Context, c batch.Chunk) (int, error) {
-	quota := e.shardQuota(c)
-	want := min(e.limits().Slots, quota)
-	if err := e.Store.SetChunkSlots(ctx, c, want, quota); err != nil {
-		return 0, err
+// TakeSlots has claimed chunk c, holding none, take up to as many of its
+// model's slots as a chunk claims, from the first capacity shard with room
+// (the one it claimed from first, then the others), and returns c holding
+// them, with their shard: internal/wfhost calls it when a record that
+// waited resumes, internal/native for an import's rescue rows. Trying
+// every shard, and taking what a shard has left, keeps such a chunk from
+// starving behind continuations that hold one shard's slots. The store's
+// errors are SetChunkSlots's (store.ErrNoCapacity: the model is full).
+func (e *Engine) TakeSlots(ctx context.Context, c batch.Chunk) (batch.Chunk, error) {
+	m, _ := e.Models.Lookup(c.Model)
+	quotas := store.Quotas(m.MaxConcurrency)
+	free, err := e.Store.FreeSlots(ctx, c.Model, quotas)
+	if err != nil {
+		return c, err
 	}
-	return want, nil
+	first := min(c.Shard, len(quotas)-1)
+	for i := range quotas {
+		k := (first + i) % len(quotas)
+		if free[k] <= 0 {
+			continue
+		}
+		nc := c
+		nc.Shard = k
+		want := min(e.limits().Slots, free[k])
+		switch err := e.Store.SetChunkSlots(ctx, nc, want, quotas[k]); {
+		case errors.Is(err, store.ErrNoCapacity):
+			continue // taken by others meanwhile
+		case err != nil:
+			return c, err
+		}
+		nc.Slots = want
+		return nc, nil
+	}
+	return c, store.ErrNoCapacity
 }
 
 // ReturnSlots gives claimed chunk c's slots back to its model's shard, the

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
@@ -113,13 +114,15 @@ func (e *Engine) start(ctx context.Context, model string) error {
 }
 
 // drain claims every unclaimed chunk of a cancelled or expired batch
-// without capacity: their runs only write error lines.
+// without capacity: their runs only write error lines. A chunk whose claim
+// fails is left to the next drain; the others' messages are sent anyway.
 func (e *Engine) drain(ctx context.Context, b batch.Batch) error {
 	chunks, err := e.Store.Chunks(ctx, b.ID)
 	if err != nil {
 		return err
 	}
 	var msgs []any
+	var errs []error
 	for _, c := range chunks {
 		if c.State != batch.ChunkPending {
 			continue
@@ -129,11 +132,12 @@ func (e *Engine) drain(ctx context.Context, b batch.Batch) error {
 		case errors.Is(err, store.ErrRaced):
 			continue
 		case err != nil:
-			return err
+			errs = append(errs, fmt.Errorf("drain chunk %d: %w", c.Index, err))
+			continue
 		}
 		msgs = append(msgs, msg.ForChunk(batch.Next{Tenant: b.Tenant, Batch: b.ID, Chunk: c.Index, Run: run, Attempt: 1}))
 	}
-	return e.Queue.SendBatch(ctx, resources.Work, msgs, 0)
+	return errors.Join(append(errs, e.Queue.SendBatch(ctx, resources.Work, msgs, 0))...)
 }
 
 // tickLimit bounds the leases and due batches one tick handles; the next
@@ -141,46 +145,55 @@ func (e *Engine) drain(ctx context.Context, b batch.Batch) error {
 const tickLimit = 100
 
 // Tick is the dispatcher's periodic sweep (docs/design.md "Tick"): it
-// must read no idle batch.
+// must read no idle batch. Each unit of its work (a lease's takeover, a
+// due batch, a model's start, a send) fails alone: it is logged with its
+// ids and the tick goes on; the errors come back joined, once everything
+// else was done.
 func (e *Engine) Tick(ctx context.Context) error {
 	now := e.now()
-	if err := e.takeOver(ctx, now); err != nil {
-		return err
-	}
+	errs := []error{e.takeOver(ctx, now)}
 	refs, err := e.Store.DueBatches(ctx, now, tickLimit)
 	if err != nil {
-		return err
+		e.Log.ErrorContext(ctx, "tick: due batches", "err", err)
+		errs = append(errs, err)
 	}
 	for _, r := range refs {
 		if err := e.due(ctx, r.Tenant, r.ID, now); err != nil {
-			return err
+			e.Log.ErrorContext(ctx, "tick: due batch", "batch_id", r.ID, "tenant", r.Tenant, "err", err)
+			errs = append(errs, fmt.Errorf("due batch %s: %w", r.ID, err))
 		}
 	}
 	for _, m := range e.Models.Names() {
 		if err := e.start(ctx, m); err != nil {
-			return err
+			e.Log.ErrorContext(ctx, "tick: start model", "model", m, "err", err)
+			errs = append(errs, fmt.Errorf("start model %s: %w", m, err))
 		}
 	}
 	e.publishOldest(ctx, now)
-	return nil
+	return errors.Join(errs...)
 }
 
 // takeOver gives each chunk whose lease expired (its run died, or its work
 // message was lost) to a new run and sends its message; a chunk out of
-// attempts goes to the dead-letter path instead.
+// attempts goes to the dead-letter path instead. A takeover that fails is
+// logged and left to the next tick; the others go on.
 func (e *Engine) takeOver(ctx context.Context, now time.Time) error {
 	expired, err := e.Store.ExpiredLeases(ctx, now, tickLimit)
 	if err != nil {
+		e.Log.ErrorContext(ctx, "tick: expired leases", "err", err)
 		return err
 	}
 	var work, dead []any
+	var errs []error
 	for _, c := range expired {
 		nc, err := e.Store.Takeover(ctx, c, newRun(), now.Add(e.lease()))
 		if errors.Is(err, store.ErrRaced) {
 			continue // renewed or committed meanwhile
 		}
 		if err != nil {
-			return err
+			e.Log.ErrorContext(ctx, "tick: take over chunk", "batch_id", c.Batch, "chunk", c.Index, "run", c.Run, "err", err)
+			errs = append(errs, fmt.Errorf("take over chunk %d of %s: %w", c.Index, c.Batch, err))
+			continue
 		}
 		m := msg.ForChunk(batch.Next{Tenant: nc.Tenant, Batch: nc.Batch, Chunk: nc.Index, Run: nc.Run, Attempt: nc.Attempts})
 		if nc.Attempts > resources.WorkMaxReceiveCount {
@@ -192,10 +205,17 @@ func (e *Engine) takeOver(ctx context.Context, now time.Time) error {
 		e.Log.InfoContext(ctx, "lease expired; chunk taken over", "batch_id", nc.Batch, "chunk", nc.Index, "attempt", nc.Attempts)
 		work = append(work, m)
 	}
-	if err := e.Queue.SendBatch(ctx, resources.Work, work, 0); err != nil {
-		return err
+	// A message lost here is sent again when the new lease ends.
+	for _, q := range []struct {
+		name string
+		ms   []any
+	}{{resources.Work, work}, {resources.Work + "-dlq", dead}} {
+		if err := e.Queue.SendBatch(ctx, q.name, q.ms, 0); err != nil {
+			e.Log.ErrorContext(ctx, "tick: send taken-over chunks", "queue", q.name, "n", len(q.ms), "err", err)
+			errs = append(errs, err)
+		}
 	}
-	return e.Queue.SendBatch(ctx, resources.Work+"-dlq", dead, 0)
+	return errors.Join(errs...)
 }
 
 // due does what a due batch needs (see batch.Batch.Due) and has the tick

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -310,5 +311,157 @@ func TestStartClaimsInOrderWithinCapacity(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// fakeTick is a hand-written Store for a whole tick: fakePool's claims,
+// expired leases, due batches, and the failures a test names.
+type fakeTick struct {
+	*fakePool
+	expired      []batch.Chunk
+	takenOver    []int
+	due          []store.ActiveRef
+	batches      map[string]batch.Batch
+	rechecked    []string
+	failTakeover map[int]bool    // by chunk index
+	failGet      map[string]bool // by batch id
+	failFree     map[string]bool // by model
+}
+
+var errInjected = errors.New("injected")
+
+func (f *fakeTick) ExpiredLeases(context.Context, time.Time, int) ([]batch.Chunk, error) {
+	return f.expired, nil
+}
+
+func (f *fakeTick) Takeover(_ context.Context, c batch.Chunk, run string, _ time.Time) (batch.Chunk, error) {
+	if f.failTakeover[c.Index] {
+		return c, errInjected
+	}
+	f.takenOver = append(f.takenOver, c.Index)
+	c.Run, c.Attempts = run, c.Attempts+1
+	return c, nil
+}
+
+func (f *fakeTick) DueBatches(context.Context, time.Time, int) ([]store.ActiveRef, error) {
+	return f.due, nil
+}
+
+func (f *fakeTick) GetBatch(_ context.Context, _, id string) (batch.Batch, error) {
+	if f.failGet[id] {
+		return batch.Batch{}, errInjected
+	}
+	return f.batches[id], nil
+}
+
+func (f *fakeTick) UpdateBatch(_ context.Context, _, id string, fn func(*batch.Batch) error) (batch.Batch, error) {
+	b := f.batches[id]
+	if err := fn(&b); err != nil {
+		return b, err
+	}
+	f.batches[id] = b
+	f.rechecked = append(f.rechecked, id)
+	return b, nil
+}
+
+func (f *fakeTick) FreeSlots(ctx context.Context, model string, quotas []int) ([]int, error) {
+	if f.failFree[model] {
+		return nil, errInjected
+	}
+	return f.fakePool.FreeSlots(ctx, model, quotas)
+}
+
+func (f *fakeTick) OldestActive(context.Context) (batch.Batch, bool, error) {
+	return batch.Batch{}, false, nil
+}
+
+// A tick survives a bad item (docs/design.md "Tick"): a takeover, a due
+// batch or a model that fails is logged and skipped; every other lease is
+// taken over, every other due batch handled, every other model started.
+func TestTickSurvivesABadItem(t *testing.T) {
+	t.Parallel()
+	models, err := config.ParseModels([]byte("models:\n" +
+		"  - {name: a, provider: openai, base_url: http://x/v1, api_key_env: K, max_concurrency: 64}\n" +
+		"  - {name: b, provider: openai, base_url: http://x/v1, api_key_env: K, max_concurrency: 64}\n" +
+		"  - {name: c, provider: openai, base_url: http://x/v1, api_key_env: K, max_concurrency: 64}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := map[string][]store.Ready{
+		"a": {{Model: "a", Tenant: "t", Batch: "ra", Total: 1}},
+		"b": {{Model: "b", Tenant: "t", Batch: "rb", Total: 1}},
+		"c": {{Model: "c", Tenant: "t", Batch: "rc", Total: 1}},
+	}
+	f := &fakeTick{
+		fakePool: &fakePool{fakeSched: &fakeSched{ready: ready}, inflight: []int{0}},
+		expired:  []batch.Chunk{{Batch: "x", Index: 0, Attempts: 1}, {Batch: "x", Index: 1, Attempts: 1}, {Batch: "x", Index: 2, Attempts: 1}},
+		due:      []store.ActiveRef{{Tenant: "t", ID: "bad"}, {Tenant: "t", ID: "plan"}, {Tenant: "t", ID: "fin"}},
+		batches: map[string]batch.Batch{
+			"plan": {Tenant: "t", ID: "plan", Status: batch.Validating},
+			"fin":  {Tenant: "t", ID: "fin", Status: batch.InProgress, Started: true, ChunksTotal: 2, ChunksDone: 2},
+		},
+		failTakeover: map[int]bool{0: true},
+		failGet:      map[string]bool{"bad": true},
+		failFree:     map[string]bool{"a": true},
+	}
+	q := &fakeQueue{}
+	e := &Engine{Store: f, Queue: q, Models: models, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return time.Unix(1000, 0) }}
+	if err := e.Tick(context.Background()); !errors.Is(err, errInjected) {
+		t.Errorf("tick error: got %v, want the injected errors joined", err)
+	}
+	if !slices.Equal(f.takenOver, []int{1, 2}) {
+		t.Errorf("taken over: got %v, want chunks 1 and 2", f.takenOver)
+	}
+	if !slices.Equal(f.rechecked, []string{"plan", "fin"}) {
+		t.Errorf("due batches handled: got %v, want plan and fin", f.rechecked)
+	}
+	var got []string
+	for _, m := range q.sent {
+		got = append(got, fmt.Sprintf("%s:%s/%d", m.Type, m.Batch, m.Chunk))
+	}
+	want := []string{"chunk:x/1", "chunk:x/2", "plan:plan/0", "finalize:fin/0", "chunk:rb/0", "chunk:rc/0"}
+	if !slices.Equal(got, want) {
+		t.Errorf("sent %v, want %v", got, want)
+	}
+}
+
+// drainTable is a hand-written Store of a batch's chunks for drain; the
+// claims of the chunks in fail fail.
+type drainTable struct {
+	Store
+	chunks  []batch.Chunk
+	fail    map[int]bool
+	claimed []int
+}
+
+func (f *drainTable) Chunks(context.Context, string) ([]batch.Chunk, error) { return f.chunks, nil }
+
+func (f *drainTable) ClaimAlone(_ context.Context, c batch.Chunk, _ string, _ time.Time) error {
+	if f.fail[c.Index] {
+		return errInjected
+	}
+	f.claimed = append(f.claimed, c.Index)
+	return nil
+}
+
+// A drain whose claim of one chunk fails still claims the others and sends
+// their messages; the failed one is left to the next drain.
+func TestDrainSurvivesABadChunk(t *testing.T) {
+	t.Parallel()
+	f := &drainTable{fail: map[int]bool{0: true}}
+	for i := range 3 {
+		f.chunks = append(f.chunks, batch.Chunk{Batch: "b", Index: i, State: batch.ChunkPending})
+	}
+	q := &fakeQueue{}
+	e := &Engine{Store: f, Queue: q, Log: slog.New(slog.DiscardHandler)}
+	if err := e.drain(context.Background(), batch.Batch{ID: "b", Tenant: "t"}); !errors.Is(err, errInjected) {
+		t.Errorf("drain error: got %v, want the injected one", err)
+	}
+	var sent []int
+	for _, m := range q.sent {
+		sent = append(sent, m.Chunk)
+	}
+	if !slices.Equal(f.claimed, []int{1, 2}) || !slices.Equal(sent, []int{1, 2}) {
+		t.Fatalf("claimed %v, sent %v; want chunks 1 and 2 both", f.claimed, sent)
 	}
 }

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,6 +34,11 @@ type fakes struct {
 	groups  map[int]batch.Group
 	sent    []msg.Message
 	commits map[int][]part.Outcome
+	// commitCalls counts CommitRows by chunk; onCommit, if set, runs
+	// first (outside the lock); sendErr, if set, fails the next SendBatch.
+	commitCalls map[int]int
+	onCommit    func(batch.Chunk)
+	sendErr     error
 }
 
 func (f *fakes) GetBatch(context.Context, string, string) (batch.Batch, error) { return f.b, nil }
@@ -106,20 +114,34 @@ func (f *fakes) Send(_ context.Context, _ string, v any, _ time.Duration) error 
 	return nil
 }
 func (f *fakes) SendBatch(ctx context.Context, name string, vs []any, d time.Duration) error {
+	f.mu.Lock()
+	err := f.sendErr
+	f.sendErr = nil
+	f.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	for _, v := range vs {
 		_ = f.Send(ctx, name, v, d)
 	}
 	return nil
 }
 func (f *fakes) CommitRows(_ context.Context, _ batch.Batch, c batch.Chunk, outs []part.Outcome) error {
+	if f.onCommit != nil {
+		f.onCommit(c)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.commitCalls[c.Index]++
 	c.State = batch.ChunkDone
 	f.chunks[c.Index] = c
 	f.commits[c.Index] = outs
 	return nil
 }
-func (f *fakes) TakeSlots(context.Context, batch.Chunk) (int, error) { return 2, nil }
+func (f *fakes) TakeSlots(_ context.Context, c batch.Chunk) (batch.Chunk, error) {
+	c.Slots = 2
+	return c, nil
+}
 
 type testKey struct{}
 
@@ -148,7 +170,7 @@ func newFlow(t *testing.T, rows int, bodyExtra string) (*Service, *fakes, *mocku
 	exp := time.Now().Add(24 * time.Hour).Unix()
 	f := &fakes{b: batch.Batch{ID: "batch_flow", Tenant: "t", Endpoint: "/v1/chat/completions", Status: batch.InProgress,
 		CreatedAt: time.Now().Unix(), ExpiresAt: &exp},
-		chunks: map[int]batch.Chunk{}, groups: map[int]batch.Group{}, commits: map[int][]part.Outcome{}}
+		chunks: map[int]batch.Chunk{}, groups: map[int]batch.Group{}, commits: map[int][]part.Outcome{}, commitCalls: map[int]int{}}
 	var in bytes.Buffer
 	for i := range rows {
 		if i%3 == 0 {
@@ -252,5 +274,122 @@ func TestFlowDeliversEachRowOnce(t *testing.T) {
 	st := mock.Stats()
 	if rows != 10 || st.BatchRows["nat"] != 9 || st.Requests != 1 || st.BatchesCreated != 2 {
 		t.Fatalf("%d rows committed; mock ran %v in %d provider batches and %d directly; want 10, 9 in 2, 1", rows, st.BatchRows, st.BatchesCreated, st.Requests)
+	}
+}
+
+// Two deliveries of one poll at the same time (SQS may deliver a message
+// twice at once): while the first imports the provider batch, the second
+// backs off (its poll sent again for later) without reading results,
+// running a row or committing; every chunk commits once and the row the
+// provider did not answer runs directly once.
+func TestFlowDuplicatePollImportsOnce(t *testing.T) {
+	t.Parallel()
+	s, f, mock := newFlow(t, 6, "")
+	ctx := context.Background()
+	if _, err := s.Start(ctx, f.b, []store.Ready{{Model: "nat", Batch: f.b.ID}}); err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	f.onCommit = func(batch.Chunk) {
+		if first.CompareAndSwap(false, true) {
+			close(entered)
+			<-release
+		}
+	}
+	duplicated := false
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		msgs := f.take()
+		if len(msgs) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still sending %+v", msgs)
+		}
+		time.Sleep(20 * time.Millisecond)
+		for _, m := range msgs {
+			done := make(chan error, 1)
+			go func() { done <- s.Handle(ctx, m, false) }()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("%s: %v", m.Type, err)
+				}
+			case <-entered:
+				// m's import is under way: its duplicate arrives now.
+				if err := s.Handle(ctx, m, false); err != nil {
+					t.Fatalf("duplicate %s: %v", m.Type, err)
+				}
+				if n := f.commitCalls[0] + f.commitCalls[1]; n != 0 {
+					t.Errorf("the duplicate committed %d chunks while the first delivery imported", n)
+				}
+				close(release)
+				if err := <-done; err != nil {
+					t.Fatalf("%s: %v", m.Type, err)
+				}
+				duplicated, entered = true, nil
+			}
+		}
+	}
+	if !duplicated {
+		t.Fatal("no import ran")
+	}
+	for i := range len(f.chunks) {
+		if f.commitCalls[i] != 1 {
+			t.Errorf("chunk %d committed %d times, want once", i, f.commitCalls[i])
+		}
+	}
+	if st := mock.Stats(); st.Requests != 1 {
+		t.Errorf("rows run directly: %d, want 1 (the row the provider batch expired)", st.Requests)
+	}
+	if g := f.groups[0]; g.State != batch.GroupEnded {
+		t.Errorf("group: %+v, want ended", g)
+	}
+}
+
+// A dead group whose chunks' dead messages could not be sent is not
+// ended: the dead-letter step's retry claims them again and sends them
+// (docs/design.md "Native batches", "Dead groups"), rather than leaving
+// them to expire with the window.
+func TestDeadGroupRetriedUntilItsChunksAreSent(t *testing.T) {
+	t.Parallel()
+	s, f, _ := newFlow(t, 6, "")
+	ctx := context.Background()
+	if _, err := s.Start(ctx, f.b, []store.Ready{{Model: "nat", Batch: f.b.ID}}); err != nil {
+		t.Fatal(err)
+	}
+	submit := f.take()
+	if len(submit) != 1 || submit[0].Type != msg.NativeSubmit {
+		t.Fatalf("sent %+v, want one submit", submit)
+	}
+	if err := s.Handle(ctx, submit[0], false); err != nil {
+		t.Fatal(err)
+	}
+	poll := f.take()
+	if len(poll) != 1 || poll[0].Type != msg.NativePoll {
+		t.Fatalf("sent %+v, want one poll", poll)
+	}
+	// The poll ran out of receives; its dead-letter step fails to send.
+	f.sendErr = errors.New("throttled")
+	if err := s.Handle(ctx, poll[0], true); err == nil {
+		t.Fatal("dead step: got no error, want the failed send's")
+	}
+	if g := f.groups[0]; g.State == batch.GroupEnded {
+		t.Fatalf("group ended before its chunks' dead messages were sent: %+v", g)
+	}
+	if err := s.Handle(ctx, poll[0], true); err != nil {
+		t.Fatal(err)
+	}
+	var dead []int
+	for _, m := range f.take() {
+		if m.Type == msg.Dead {
+			dead = append(dead, m.Chunk)
+		}
+	}
+	if !slices.Equal(dead, []int{0, 1}) {
+		t.Errorf("dead messages for chunks %v, want 0 and 1", dead)
+	}
+	if g := f.groups[0]; g.State != batch.GroupEnded {
+		t.Errorf("group: %+v, want ended", g)
 	}
 }

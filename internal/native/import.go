@@ -128,11 +128,11 @@ func (s *Service) runDirect(ctx context.Context, b batch.Batch, c batch.Chunk, b
 		return c, nil
 	}
 	if c.Slots == 0 {
-		n, err := s.Engine.TakeSlots(ctx, c)
+		held, err := s.Engine.TakeSlots(ctx, c)
 		if err != nil {
 			return c, fmt.Errorf("slots for the direct rows of chunk %d of %s: %w", c.Index, c.Batch, err)
 		}
-		c.Slots = n
+		c = held // its slots and their shard, for the commit to hand on
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()

@@ -69,7 +69,7 @@ type Queue interface {
 // Engine commits chunks and lends them its models' slots (*engine.Engine).
 type Engine interface {
 	CommitRows(ctx context.Context, b batch.Batch, c batch.Chunk, outs []part.Outcome) error
-	TakeSlots(ctx context.Context, c batch.Chunk) (int, error)
+	TakeSlots(ctx context.Context, c batch.Chunk) (batch.Chunk, error)
 }
 
 var (
@@ -156,16 +156,21 @@ func tag(batchID string, group int) string {
 }
 
 // Handle runs a native batch's step (engine.Delegate): dead is a message
-// out of receives, from the work DLQ.
+// out of receives, from the work DLQ. A step runs under its group's fence
+// (fence.go): a second delivery of it while it runs backs off.
 func (s *Service) Handle(ctx context.Context, m msg.Message, dead bool) error {
 	var err error
 	switch {
 	case dead:
-		err = s.dead(ctx, m)
+		err = s.fenced(ctx, m, s.dead) // busy: the DLQ delivers it again
 	case m.Type == msg.NativeSubmit:
-		err = s.submit(ctx, m)
+		err = s.fenced(ctx, m, s.submit)
 	case m.Type == msg.NativePoll:
-		err = s.poll(ctx, m)
+		err = s.fenced(ctx, m, s.poll)
+	}
+	var busy busyError
+	if !dead && errors.As(err, &busy) {
+		return s.backOff(ctx, m, busy)
 	}
 	if err != nil {
 		s.Log.ErrorContext(ctx, "native batch step failed", "type", m.Type, "batch_id", m.Batch, "group", m.Chunk, "dead", dead, "err", err)

@@ -286,7 +286,10 @@ func (s *Service) moveGroup(ctx context.Context, g batch.Group, n int, fn func(*
 // dead closes a group whose step ran out of receives: its provider batch
 // is cancelled, and its chunks go to the dead-letter path as any chunk
 // out of attempts (the engine's DeadLetter commits their dead_letter
-// lines and items).
+// lines and items). The group is ended only once its chunks are claimed
+// and their dead messages sent: until then it stays current, so a retry of
+// this step (an error anywhere) claims them again, under the same run,
+// and sends them again; the engine's dead-letter commit counts each once.
 func (s *Service) dead(ctx context.Context, m msg.Message) error {
 	b, g, ok, err := s.load(ctx, m)
 	if err != nil || !ok || b.Status.Terminal() || !current(g, m) {
@@ -295,7 +298,7 @@ func (s *Service) dead(ctx context.Context, m msg.Message) error {
 	up, err := s.upstream(ctx, g.Model)
 	if err != nil {
 		s.Log.WarnContext(ctx, "dead group's provider batch left running: no provider key here", "batch_id", b.ID, "group", g.Index, "err", err)
-	} else if g.State != batch.GroupEnded {
+	} else {
 		// Best effort: the group's rows are dead-lettered whatever the
 		// provider says.
 		if g.ProviderID != "" {
@@ -307,27 +310,40 @@ func (s *Service) dead(ctx context.Context, m msg.Message) error {
 			s.Log.WarnContext(ctx, "cancel provider batch of a dead group", "batch_id", b.ID, "group", g.Index, "err", err)
 		}
 	}
+	dead, err := s.claimDead(ctx, b, g)
+	if err != nil {
+		return err
+	}
+	if err := s.Queue.SendBatch(ctx, resources.Work+"-dlq", dead, 0); err != nil {
+		return fmt.Errorf("send dead messages of group %d of %s: %w", g.Index, b.ID, err)
+	}
 	if _, err := s.Store.UpdateGroup(ctx, b.ID, g.Index, func(g *batch.Group) error {
 		g.State = batch.GroupEnded
 		return nil
 	}); err != nil {
 		return err
 	}
+	s.Log.WarnContext(ctx, "native group dead-lettered", "batch_id", b.ID, "group", g.Index, "chunks", len(dead))
+	return nil
+}
+
+// claimDead claims group g's chunks not done yet for its dead-letter run
+// (the same run on every try) and returns their dead messages.
+func (s *Service) claimDead(ctx context.Context, b batch.Batch, g batch.Group) ([]any, error) {
 	var dead []any
 	run := "dead-" + tag(b.ID, g.Index)
 	for _, i := range g.Chunks {
 		c, err := s.Store.GetChunk(ctx, b.ID, i)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if c.State == batch.ChunkDone {
 			continue
 		}
 		if c, err = s.claim(ctx, c, run); err != nil {
-			return err
+			return nil, fmt.Errorf("claim chunk %d of dead group %d of %s: %w", i, g.Index, b.ID, err)
 		}
 		dead = append(dead, msg.Message{Type: msg.Dead, Tenant: b.Tenant, Batch: b.ID, Chunk: c.Index, Run: c.Run, Attempt: c.Attempts})
 	}
-	s.Log.WarnContext(ctx, "native group dead-lettered", "batch_id", b.ID, "group", g.Index, "chunks", len(dead))
-	return s.Queue.SendBatch(ctx, resources.Work+"-dlq", dead, 0)
+	return dead, nil
 }

@@ -162,8 +162,10 @@ func (s *Store) DeleteWorkflow(ctx context.Context, batchID string, row int) err
 // SetChunkSlots changes how much of its model's capacity a claimed chunk
 // holds, in one transaction with its capacity shard (of quota slots): a
 // waiting workflow record gives its slots back (to = 0) and takes them
-// again when it resumes. It fails with ErrNoCapacity when the shard has no
-// room, and ErrChunkDone when the chunk is no longer the run's with c.Slots.
+// again when it resumes. The shard is c.Shard, recorded on the chunk: a
+// chunk holding none may take slots from any shard (Engine.TakeSlots). It
+// fails with ErrNoCapacity when the shard has no room, and ErrChunkDone
+// when the chunk is no longer the run's with c.Slots.
 func (s *Store) SetChunkSlots(ctx context.Context, c batch.Chunk, to, quota int) error {
 	delta := to - c.Slots
 	if delta == 0 {
@@ -183,10 +185,10 @@ func (s *Store) SetChunkSlots(ctx context.Context, c batch.Chunk, to, quota int)
 		{Update: &types.Update{
 			TableName:                &s.Table,
 			Key:                      key(chunksPK(c.Batch), chunkSK(c.Index)),
-			UpdateExpression:         aws.String("SET slots = :to"),
+			UpdateExpression:         aws.String("SET slots = :to, #shard = :shard"),
 			ConditionExpression:      aws.String("#st = :claimed AND slots = :from AND #run = :run"),
-			ExpressionAttributeNames: map[string]string{"#st": "state", "#run": "run"},
-			ExpressionAttributeValues: item{":to": avN(to), ":from": avN(c.Slots), ":run": avS(c.Run),
+			ExpressionAttributeNames: map[string]string{"#st": "state", "#run": "run", "#shard": "shard"},
+			ExpressionAttributeValues: item{":to": avN(to), ":from": avN(c.Slots), ":run": avS(c.Run), ":shard": avN(c.Shard),
 				":claimed": avS(string(batch.ChunkClaimed))},
 		}},
 		{Update: capUpdate},

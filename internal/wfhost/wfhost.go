@@ -171,7 +171,7 @@ func (h *recordHost) TakeSlots(ctx context.Context) (bool, error) {
 	if c.Slots > 0 {
 		return true, nil
 	}
-	switch n, err := h.e.TakeSlots(ctx, c); {
+	switch held, err := h.e.TakeSlots(ctx, c); {
 	case errors.Is(err, store.ErrNoCapacity):
 		return false, nil
 	case errors.Is(err, store.ErrChunkDone):
@@ -189,7 +189,7 @@ func (h *recordHost) TakeSlots(ctx context.Context) (bool, error) {
 	case err != nil:
 		return false, err
 	default:
-		h.c.Slots = n
+		h.c = held // its slots and their shard, maybe another than before
 		return true, nil
 	}
 }
