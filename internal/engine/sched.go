@@ -175,7 +175,7 @@ func (e *Engine) takeOver(ctx context.Context, now time.Time) error {
 	}
 	var work, dead []any
 	for _, c := range expired {
-		nc, err := e.Store.Takeover(ctx, c, newRun(), now.Add(e.lease()))
+		nc, err := e.Store.Takeover(ctx, c, newRun(), now, now.Add(e.lease()))
 		if errors.Is(err, store.ErrRaced) {
 			continue // renewed or committed meanwhile
 		}
