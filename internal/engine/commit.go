@@ -52,7 +52,7 @@ func (e *Engine) commit(ctx context.Context, b batch.Batch, cm store.Commit, wri
 	var lastErr error
 	for try := 0; try < commitTries; try++ {
 		if !picked && c.Slots > 0 {
-			next, err := pick(ctx, e.Store, c.Model, c.Slots, c.Shard, e.now().Add(e.lease()))
+			next, err := pick(ctx, e.Store, c.Model, c.Slots, c.Shard, e.now().Add(e.lease()), &c)
 			if err != nil {
 				return false, err
 			}
