@@ -21,3 +21,12 @@ func PlanLeaseUntil(ctx context.Context, now time.Time) int64 {
 	}
 	return until.Add(time.Second - 1).Unix()
 }
+
+// PlanSkew is the clock skew between dispatchers a plan lease allows for.
+const PlanSkew = 5 * time.Second
+
+// PlanWriteBy is when a plan attempt whose lease ends at lease (unix
+// seconds) stops writing: PlanSkew before the lease ends, so the next
+// attempt, which may start once the lease ended on its own clock, never
+// overlaps its writes (docs/design.md "Scheduling", plans are fenced).
+func PlanWriteBy(lease int64) time.Time { return time.Unix(lease, 0).Add(-PlanSkew) }

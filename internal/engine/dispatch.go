@@ -129,14 +129,32 @@ func (e *Engine) planInput(ctx context.Context, b batch.Batch) error {
 
 // recordPlan records a batch's chunks, then its input and chunk count
 // (validating → in_progress), and starts it. A second attempt that finds
-// the plan recorded stops.
+// the plan recorded stops; so does a late attempt whose chunks another
+// attempt's claims took (store.ErrPlanned), and one whose batch ended
+// meanwhile (the tick expired it): a plan never records onto a terminal
+// batch.
 func (e *Engine) recordPlan(ctx context.Context, b batch.Batch, in plan.Input) error {
+	log := e.Log.With("batch_id", b.ID, "tenant", b.Tenant)
 	entries := plan.LinkChunks(in.Chunks, b.Priority)
-	if err := e.Store.PutChunks(ctx, in.Chunks); err != nil {
+	if err := e.planMayWrite(b); err != nil {
+		return err
+	}
+	if cur, err := e.Store.GetBatch(ctx, b.Tenant, b.ID); err != nil || cur.Status.Terminal() {
+		return gone(err)
+	}
+	err := e.Store.PutChunks(ctx, in.Chunks)
+	if errors.Is(err, store.ErrPlanned) {
+		log.WarnContext(ctx, "late plan stopped: the batch's chunks are claimed already")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := e.planMayWrite(b); err != nil {
 		return err
 	}
 	planned, err := e.Store.UpdateBatch(ctx, b.Tenant, b.ID, func(b *batch.Batch) error {
-		if b.ChunksTotal > 0 {
+		if b.ChunksTotal > 0 || b.Status.Terminal() {
 			return errSkip
 		}
 		b.Input, b.ChunksTotal, b.RequestCounts.Total = in.Objects, len(in.Chunks), int64(in.Result.Rows)
@@ -155,8 +173,19 @@ func (e *Engine) recordPlan(ctx context.Context, b batch.Batch, in plan.Input) e
 	if err != nil {
 		return err
 	}
-	e.Log.With("batch_id", b.ID, "tenant", b.Tenant).InfoContext(ctx, "batch planned", "rows", in.Result.Rows, "chunks", len(in.Chunks))
+	log.InfoContext(ctx, "batch planned", "rows", in.Result.Rows, "chunks", len(in.Chunks))
 	return e.startPlanned(ctx, planned, entries)
+}
+
+// planMayWrite is nil while plan attempt b (whose batch it read when it
+// took its lease) may still write: until batch.PlanWriteBy, a skew margin
+// before its lease ends (docs/design.md "Scheduling", plans are fenced).
+// After, ErrStop: the plan message comes back.
+func (e *Engine) planMayWrite(b batch.Batch) error {
+	if e.now().Before(batch.PlanWriteBy(b.PlanLease)) {
+		return nil
+	}
+	return fmt.Errorf("plan of %s: its lease ends within the skew margin: %w", b.ID, ErrStop)
 }
 
 // startPlanned puts a planned batch's chunks in the ready index (or, once
@@ -171,6 +200,9 @@ func (e *Engine) startPlanned(ctx context.Context, b batch.Batch, entries []stor
 			return err
 		}
 	} else {
+		if err := e.planMayWrite(b); err != nil {
+			return err
+		}
 		rest := entries
 		if e.Native != nil {
 			var err error
