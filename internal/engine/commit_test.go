@@ -65,3 +65,42 @@ func TestCommitOutcomeSettledByTheChunk(t *testing.T) {
 		})
 	}
 }
+
+// selfTable is a Store with a ready index that records the commit.
+type selfTable struct {
+	Store
+	*fakeSched
+	cm store.Commit
+}
+
+func (f *selfTable) ReadyHead(ctx context.Context, m string) (store.Ready, bool, error) {
+	return f.fakeSched.ReadyHead(ctx, m)
+}
+func (f *selfTable) DeleteReady(ctx context.Context, r store.Ready) error {
+	return f.fakeSched.DeleteReady(ctx, r)
+}
+func (f *selfTable) GetChunk(ctx context.Context, id string, i int) (batch.Chunk, error) {
+	return f.fakeSched.GetChunk(ctx, id, i)
+}
+func (f *selfTable) CommitChunk(_ context.Context, _ string, cm store.Commit) error {
+	f.cm = cm
+	return nil
+}
+
+// The commit of chunk 0, after a plan that ran again put an entry at
+// chunk 0 back, claims chunk 1 as its continuation, not itself.
+func TestCommitNeverContinuesWithItself(t *testing.T) {
+	t.Parallel()
+	stale := store.Ready{Model: "m", Batch: "x", Seq: 0, Next: 0, Total: 3}
+	moved := store.Ready{Model: "m", Batch: "x", Seq: 1, Next: 1, Total: 3}
+	f := &selfTable{fakeSched: &fakeSched{ready: map[string][]store.Ready{"m": {moved, stale}}}}
+	e := &Engine{Store: f, Queue: &fakeQueue{}, Log: slog.New(slog.DiscardHandler)}
+	c := batch.Chunk{Batch: "x", Tenant: "t", Index: 0, State: batch.ChunkClaimed, Run: "run0", Slots: 2, Model: "m"}
+	ok, err := e.commit(context.Background(), batch.Batch{ID: "x", Tenant: "t", ChunksTotal: 3}, store.Commit{Chunk: c}, nil)
+	if !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if n := f.cm.Next; n == nil || n.Entry.Batch != "x" || n.Entry.Next != 1 {
+		t.Fatalf("continuation %+v, want chunk 1 of x", n)
+	}
+}
