@@ -79,7 +79,7 @@ func TestPlanNeverRecordsOntoTerminalBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := &planTable{b: expired}
-	if err := planEngine(t, f, now).recordPlan(context.Background(), planning, input(planning.ID, 2)); err != nil {
+	if err := planEngine(t, f, now).recordPlan(context.Background(), planning, input(planning.ID, 2), batch.PlanWriteBy(now, planning.PlanLease)); err != nil {
 		t.Fatal(err)
 	}
 	if f.chunkPuts != 0 || f.readyPut != 0 || f.b.ChunksTotal != 0 || f.b.Status != batch.Expired || f.b.Started {
@@ -93,9 +93,11 @@ func TestPlanNeverRecordsOntoTerminalBatch(t *testing.T) {
 func TestPlanStopsWritingBeforeItsLeaseEnds(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1_000_000, 0)
-	b := batch.Batch{ID: "batch_p", Tenant: "t", Status: batch.Validating, PlanLease: now.Add(batch.PlanSkew - time.Second).Unix()}
+	b := batch.Batch{ID: "batch_p", Tenant: "t", Status: batch.Validating, PlanLease: now.Add(time.Minute).Unix()}
 	f := &planTable{b: b}
-	err := planEngine(t, f, now).recordPlan(context.Background(), b, input(b.ID, 2))
+	writeBy := batch.PlanWriteBy(now.Add(-time.Second), b.PlanLease)
+	now = now.Add(time.Minute - batch.PlanSkew + time.Second) // within the margin
+	err := planEngine(t, f, now).recordPlan(context.Background(), b, input(b.ID, 2), writeBy)
 	if !errors.Is(err, ErrStop) {
 		t.Fatalf("recordPlan past its write time: %v, want ErrStop", err)
 	}
@@ -111,7 +113,7 @@ func TestLatePlanStops(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
 	b := batch.Batch{ID: "batch_p", Tenant: "t", Status: batch.Validating, PlanLease: now.Unix() + 60}
 	f := &planTable{b: b, putChunks: fmt.Errorf("write chunks: %w", store.ErrPlanned)}
-	if err := planEngine(t, f, now).recordPlan(context.Background(), b, input(b.ID, 2)); err != nil {
+	if err := planEngine(t, f, now).recordPlan(context.Background(), b, input(b.ID, 2), batch.PlanWriteBy(now, b.PlanLease)); err != nil {
 		t.Fatal(err)
 	}
 	if f.readyPut != 0 || f.b.ChunksTotal != 0 {
