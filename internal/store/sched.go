@@ -417,10 +417,10 @@ func (s *Store) commitItems(tenant string, c Commit) []types.TransactWriteItem {
 // by this run. Errors: ErrChunkDone (not this run's: a duplicate, or taken
 // over), ErrLast (it is the batch's last chunk: commit again with Last),
 // ErrRaced (Next was taken meanwhile: pick again), ErrCommitUnknown (the
-// token was used by a request that differs: read the chunk). A conflict with another
-// transaction is retried, never reported; a retry of a commit that took
-// effect although its call failed is recognised by the caller from the
-// chunk's run (see Engine.commit).
+// token was used by a request that differs: read the chunk). A conflict
+// with another transaction is retried, never reported; a retry of a commit
+// that took effect although its call failed is recognised by the caller
+// from the chunk's run (see Engine.commit).
 func (s *Store) CommitChunk(ctx context.Context, tenant string, c Commit) error {
 	ch := c.Chunk
 	tx := s.commitItems(tenant, c)
