@@ -50,7 +50,7 @@ func slowRows(prefix, model string, n int, d time.Duration) []row {
 	return rows
 }
 
-func getBatch(t *testing.T, c openai.Client, id string) *openai.Batch {
+func fetchBatch(t *testing.T, c openai.Client, id string) *openai.Batch {
 	t.Helper()
 	b, err := c.Batches.Get(context.Background(), id)
 	if err != nil {
@@ -71,7 +71,7 @@ func TestFairEqualBatchesProgressTogether(t *testing.T) {
 	ids := []string{createBatch(t, c, a.ID).ID, createBatch(t, c, b.ID).ID}
 	deadline := time.Now().Add(3 * time.Minute)
 	for time.Now().Before(deadline) {
-		x, y := getBatch(t, c, ids[0]), getBatch(t, c, ids[1])
+		x, y := fetchBatch(t, c, ids[0]), fetchBatch(t, c, ids[1])
 		if terminal[x.Status] || terminal[y.Status] {
 			first, other := x, y
 			if !terminal[x.Status] {
@@ -106,7 +106,7 @@ func TestFairPriorityOvertakesWithinAChunk(t *testing.T) {
 	waitRunning(t, c, low.ID)
 	high := createBatch(t, c, short.ID, option.WithJSONSet("priority", 10))
 	h := waitBatch(t, c, high.ID)
-	l := getBatch(t, c, low.ID)
+	l := fetchBatch(t, c, low.ID)
 	t.Logf("the priority-10 batch ended (%s) with %d of 800 rows of the other left", h.Status, 800-done(l))
 	if h.Status != "completed" || 800-done(l) < 200 {
 		t.Fatalf("the priority-10 batch ended %s with %d of the 800 rows left; want completed with at least 200 left", h.Status, 800-done(l))
@@ -124,7 +124,7 @@ func TestFairCountsMoveWhileRunning(t *testing.T) {
 	id := createBatch(t, c, f.ID).ID
 	var seen []int64
 	for {
-		b := getBatch(t, c, id)
+		b := fetchBatch(t, c, id)
 		n := done(b)
 		if len(seen) > 0 && n < seen[len(seen)-1] {
 			t.Fatalf("counts went backwards: %v then %d", seen, n)
@@ -197,7 +197,7 @@ func TestFairCountsMoveWithinAChunk(t *testing.T) {
 	id := createBatch(t, c, f.ID).ID
 	var seen []int64
 	for {
-		b := getBatch(t, c, id)
+		b := fetchBatch(t, c, id)
 		if n := done(b); len(seen) == 0 || seen[len(seen)-1] != n {
 			if len(seen) > 0 && n < seen[len(seen)-1] {
 				t.Fatalf("counts went backwards: %v then %d", seen, n)

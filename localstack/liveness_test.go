@@ -160,9 +160,14 @@ func TestLivenessPlanStartFailsOnce(t *testing.T) {
 	// throttled once: the plan message comes back in seconds and starts
 	// them. It used to keep the plan's two-minute lease, so the retry was
 	// dropped and the batch waited for the tick to plan it again.
-	planFaultedOnce(t, 7, awsfault.Rule{Service: "DynamoDB", Operation: "PutItem", Kind: awsfault.Throttle, Times: 1,
+	// (PutReady: a check that the chunk is pending, and the entry's put.)
+	planFaultedOnce(t, 7, awsfault.Rule{Service: "DynamoDB", Operation: "TransactWriteItems", Kind: awsfault.Throttle, Times: 1,
 		Match: func(_ context.Context, v any) bool {
-			pk, ok := v.(*dynamodb.PutItemInput).Item["pk"].(*types.AttributeValueMemberS)
+			items := v.(*dynamodb.TransactWriteItemsInput).TransactItems
+			if len(items) != 2 || items[0].ConditionCheck == nil || items[1].Put == nil {
+				return false
+			}
+			pk, ok := items[1].Put.Item["pk"].(*types.AttributeValueMemberS)
 			return ok && strings.HasPrefix(pk.Value, "READY#")
 		}})
 }

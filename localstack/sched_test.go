@@ -305,28 +305,44 @@ func TestSchedTransientErrorsSpendNoAttempt(t *testing.T) {
 }
 
 // A plan that runs again puts its batch's ready entry again: it must not
-// step back the entry a claim moved on under the same key (the chunk it
-// points to would lose its only entry once the stale one is dropped), and
-// an entry is deleted only while it points where its reader saw it.
+// step back the entry a claim moved on (to chunk 1, one turn later, as a
+// real claim does), nor point an entry at the claimed chunk 0 (whose
+// commit would then pick its own chunk); and an entry is deleted only
+// while it points where its reader saw it.
 func TestSchedReadyEntryNotSteppedBack(t *testing.T) {
 	t.Parallel()
 	rt := runtime(t)
 	ctx := context.Background()
 	st := rt.App.Store
-	moved := store.Ready{Model: "solo-model", Tenant: "acme", Batch: "batch_x", Next: 1, Total: 3}
-	if err := st.PutReady(ctx, moved); err != nil {
+	var chunks []batch.Chunk
+	for i := range 3 {
+		chunks = append(chunks, batch.Chunk{Batch: "batch_x", Tenant: "acme", Index: i, Model: "solo-model", State: batch.ChunkPending, Rows: 1, NextSame: -1})
+	}
+	if err := st.PutChunks(ctx, chunks); err != nil {
 		t.Fatal(err)
 	}
-	again := moved
-	again.Next = 0 // what the plan's second attempt writes
-	if err := st.PutReady(ctx, again); err != nil {
+	first := store.Ready{Model: "solo-model", Tenant: "acme", Batch: "batch_x", Next: 0, Total: 3}
+	if err := st.PutReady(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	claim := store.Claim{Entry: first, After: 1, Run: "run0", Slots: 1, Lease: time.Now().Add(time.Minute)}
+	if err := st.ClaimFromPool(ctx, claim, 8); err != nil {
+		t.Fatal(err)
+	}
+	moved, ok, err := st.ReadyHead(ctx, "solo-model")
+	if err != nil || !ok || moved.Next != 1 || moved.Seq != first.Seq+1 {
+		t.Fatalf("head after the claim: %+v %v %v, want chunk 1 one turn later", moved, ok, err)
+	}
+	if err := st.PutReady(ctx, first); err != nil { // what the plan's second attempt writes
 		t.Fatal(err)
 	}
 	head, ok, err := st.ReadyHead(ctx, "solo-model")
-	if err != nil || !ok || head.Next != 1 {
-		t.Fatalf("head after the plan's second put: %+v %v %v, want it still at chunk 1", head, ok, err)
+	if err != nil || !ok || head.SK() != moved.SK() || head.Next != 1 {
+		t.Fatalf("head after the plan's second put: %+v %v %v, want still %+v", head, ok, err, moved)
 	}
-	if err := st.DeleteReady(ctx, again); err != nil {
+	stale := moved
+	stale.Next = 0 // as a reader saw it before a claim stepped it
+	if err := st.DeleteReady(ctx, stale); err != nil {
 		t.Fatal(err)
 	}
 	if head, ok, _ := st.ReadyHead(ctx, "solo-model"); !ok || head.Next != 1 {

@@ -21,3 +21,17 @@ func PlanLeaseUntil(ctx context.Context, now time.Time) int64 {
 	}
 	return until.Add(time.Second - 1).Unix()
 }
+
+// PlanSkew is the clock skew between dispatchers a plan lease allows for.
+const PlanSkew = 5 * time.Second
+
+// PlanWriteBy is when a plan attempt that took at taken a lease ending at
+// lease (unix seconds) stops writing: PlanSkew before the lease ends, so
+// the next attempt, which may start once the lease ended on its own
+// clock, never overlaps its writes (docs/design.md "Scheduling", plans are
+// fenced). A lease shorter than twice PlanSkew (an invocation of a few
+// seconds, in tests) keeps its first half for writes.
+func PlanWriteBy(taken time.Time, lease int64) time.Time {
+	end := time.Unix(lease, 0)
+	return end.Add(-min(PlanSkew, end.Sub(taken)/2))
+}

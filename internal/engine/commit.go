@@ -37,13 +37,22 @@ func (e *Engine) commitRows(ctx context.Context, b batch.Batch, c batch.Chunk, r
 }
 
 // commitTries bounds a commit's retries after errors that may be
-// transient (a throttle, a timeout whose write may have taken effect).
-const commitTries = 8
+// transient (a throttle, a timeout whose write may have taken effect),
+// commitBackoff their waits: about ten seconds in all, so a throttle
+// passes rather than the chunk's rows running again.
+const (
+	commitTries   = 8
+	commitBackoff = 100 * time.Millisecond
+)
 
 // commit commits a chunk, claiming the chunk its model owes next for the
 // same slots, then does what follows (afterCommit). A retry repeats the
 // same transaction with the same token (docs/design.md "Conflicts and
-// ambiguous writes"); lostCommit settles one that finds the chunk done.
+// ambiguous writes"). A commit whose outcome is unknown (an error that
+// may have followed its effect, store.ErrCommitUnknown) is settled by
+// the chunk before any retry (settle), as lostCommit settles one that
+// finds the chunk done: a commit that took effect is never reported as
+// failed, which would run the chunk's rows again.
 func (e *Engine) commit(ctx context.Context, b batch.Batch, cm store.Commit, written []string) (bool, error) {
 	c := cm.Chunk
 	cm.ChunksTotal = b.ChunksTotal
@@ -52,7 +61,7 @@ func (e *Engine) commit(ctx context.Context, b batch.Batch, cm store.Commit, wri
 	var lastErr error
 	for try := 0; try < commitTries; try++ {
 		if !picked && c.Slots > 0 {
-			next, err := pick(ctx, e.Store, c.Model, c.Slots, c.Shard, e.now().Add(e.lease()))
+			next, err := pick(ctx, e.Store, c.Model, c.Slots, c.Shard, e.now().Add(e.lease()), &c)
 			if err != nil {
 				return false, err
 			}
@@ -76,12 +85,28 @@ func (e *Engine) commit(ctx context.Context, b batch.Batch, cm store.Commit, wri
 		case ctx.Err() != nil:
 			return false, ctx.Err()
 		default:
+			if ours, done, err := e.settle(ctx, b, cm, written); done {
+				return ours, err
+			}
 			lastErr = err
-			e.Log.WarnContext(ctx, "commit failed; retrying", "batch_id", c.Batch, "chunk", c.Index, "err", err)
-			_ = backoff.Sleep(ctx, time.Duration(50*(try+1))*time.Millisecond)
+			e.Log.WarnContext(ctx, "commit failed; retrying", "batch_id", c.Batch, "chunk", c.Index, "run", c.Run, "err", err)
+			_ = backoff.Sleep(ctx, backoff.Upper(backoff.Exponential(try+1, commitBackoff, 50*commitBackoff)))
 		}
 	}
 	return false, lastErr
+}
+
+// settle reads the chunk after a commit that failed with an error: done
+// says the chunk is no longer this run's to commit (lostCommit then says
+// whether the commit that took effect was ours); otherwise the commit did
+// not take effect yet, or the chunk could not be read, and it is retried.
+func (e *Engine) settle(ctx context.Context, b batch.Batch, cm store.Commit, written []string) (ours, done bool, err error) {
+	c, err := e.Store.GetChunk(ctx, cm.Chunk.Batch, cm.Chunk.Index)
+	if err != nil || (c.State == batch.ChunkClaimed && c.Run == cm.Chunk.Run) {
+		return false, false, nil
+	}
+	ours, err = e.settleLost(ctx, b, cm, written, c)
+	return ours, true, err
 }
 
 // lostCommit handles a commit that found its chunk no longer claimed by
@@ -91,6 +116,11 @@ func (e *Engine) lostCommit(ctx context.Context, b batch.Batch, cm store.Commit,
 	if err != nil {
 		return false, err
 	}
+	return e.settleLost(ctx, b, cm, written, c)
+}
+
+// settleLost is lostCommit once the chunk c is read.
+func (e *Engine) settleLost(ctx context.Context, b batch.Batch, cm store.Commit, written []string, c batch.Chunk) (bool, error) {
 	if c.State == batch.ChunkDone && c.Attempt == cm.Chunk.Attempt {
 		// Ours took effect although its call failed: do what follows it.
 		last := cm.Last

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/files"
@@ -41,16 +42,18 @@ func (e *Engine) Dispatch(ctx context.Context, ds []queue.Delivery) ([]string, e
 // fails the batch with line-numbered errors and no upstream call
 // ("Liveness").
 func (e *Engine) Plan(ctx context.Context, tenant, id string) error {
+	taken := e.now()
 	b, ok, err := e.takePlanLease(ctx, tenant, id)
 	if err != nil || !ok {
 		return err
 	}
+	writeBy := batch.PlanWriteBy(taken, b.PlanLease)
 	if b.ChunksTotal > 0 {
 		// Planned by an attempt that stopped before its chunks were in the
 		// ready index.
-		err = e.restart(ctx, b)
+		err = e.restart(ctx, b, writeBy)
 	} else {
-		err = e.planInput(ctx, b)
+		err = e.planInput(ctx, b, writeBy)
 		var bad plan.Invalid
 		if errors.As(err, &bad) {
 			e.Log.With("batch_id", b.ID, "tenant", b.Tenant).InfoContext(ctx, "batch input invalid", "errors", len(bad))
@@ -67,12 +70,12 @@ func (e *Engine) Plan(ctx context.Context, tenant, id string) error {
 }
 
 // restart starts a batch whose chunks an earlier attempt recorded.
-func (e *Engine) restart(ctx context.Context, b batch.Batch) error {
+func (e *Engine) restart(ctx context.Context, b batch.Batch, writeBy time.Time) error {
 	chunks, err := e.Store.Chunks(ctx, b.ID)
 	if err != nil {
 		return err
 	}
-	return e.startPlanned(ctx, b, plan.ReadyEntries(chunks, b.Priority))
+	return e.startPlanned(ctx, b, plan.ReadyEntries(chunks, b.Priority), writeBy)
 }
 
 // takePlanLease takes a batch's plan lease for this attempt; false when
@@ -100,7 +103,7 @@ func (e *Engine) takePlanLease(ctx context.Context, tenant, id string) (batch.Ba
 // planInput plans a batch not planned yet: it scans its input into chunks
 // (internal/plan), records them and the input's objects, and starts the
 // batch. An input that cannot be planned is a plan.Invalid error.
-func (e *Engine) planInput(ctx context.Context, b batch.Batch) error {
+func (e *Engine) planInput(ctx context.Context, b batch.Batch, writeBy time.Time) error {
 	f, err := e.Store.GetFile(ctx, b.Tenant, b.InputFileID)
 	if errors.Is(err, files.ErrNotFound) && b.RetryOf != nil && e.RetryInput != nil {
 		f, err = e.RetryInput(ctx, b)
@@ -128,19 +131,37 @@ func (e *Engine) planInput(ctx context.Context, b batch.Batch) error {
 	if err != nil {
 		return err
 	}
-	return e.recordPlan(ctx, b, in)
+	return e.recordPlan(ctx, b, in, writeBy)
 }
 
 // recordPlan records a batch's chunks, then its input and chunk count
 // (validating → in_progress), and starts it. A second attempt that finds
-// the plan recorded stops.
-func (e *Engine) recordPlan(ctx context.Context, b batch.Batch, in plan.Input) error {
+// the plan recorded stops; so does a late attempt whose chunks another
+// attempt's claims took (store.ErrPlanned), and one whose batch ended
+// meanwhile (the tick expired it): a plan never records onto a terminal
+// batch.
+func (e *Engine) recordPlan(ctx context.Context, b batch.Batch, in plan.Input, writeBy time.Time) error {
+	log := e.Log.With("batch_id", b.ID, "tenant", b.Tenant)
 	entries := plan.LinkChunks(in.Chunks, b.Priority)
-	if err := e.Store.PutChunks(ctx, in.Chunks); err != nil {
+	if err := e.planMayWrite(b, writeBy); err != nil {
+		return err
+	}
+	if cur, err := e.Store.GetBatch(ctx, b.Tenant, b.ID); err != nil || cur.Status.Terminal() {
+		return gone(err)
+	}
+	err := e.Store.PutChunks(ctx, in.Chunks)
+	if errors.Is(err, store.ErrPlanned) {
+		log.WarnContext(ctx, "late plan stopped: the batch's chunks are claimed already")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := e.planMayWrite(b, writeBy); err != nil {
 		return err
 	}
 	planned, err := e.Store.UpdateBatch(ctx, b.Tenant, b.ID, func(b *batch.Batch) error {
-		if b.ChunksTotal > 0 {
+		if b.ChunksTotal > 0 || b.Status.Terminal() {
 			return errSkip
 		}
 		b.Input, b.ChunksTotal, b.RequestCounts.Total = in.Objects, len(in.Chunks), int64(in.Result.Rows)
@@ -159,8 +180,19 @@ func (e *Engine) recordPlan(ctx context.Context, b batch.Batch, in plan.Input) e
 	if err != nil {
 		return err
 	}
-	e.Log.With("batch_id", b.ID, "tenant", b.Tenant).InfoContext(ctx, "batch planned", "rows", in.Result.Rows, "chunks", len(in.Chunks))
-	return e.startPlanned(ctx, planned, entries)
+	log.InfoContext(ctx, "batch planned", "rows", in.Result.Rows, "chunks", len(in.Chunks))
+	return e.startPlanned(ctx, planned, entries, writeBy)
+}
+
+// planMayWrite is nil while the plan attempt of b may still write: until
+// writeBy (batch.PlanWriteBy), a skew margin before its lease ends
+// (docs/design.md "Scheduling", plans are fenced). After, ErrStop: the
+// plan message comes back.
+func (e *Engine) planMayWrite(b batch.Batch, writeBy time.Time) error {
+	if e.now().Before(writeBy) {
+		return nil
+	}
+	return fmt.Errorf("plan of %s: its lease ends within the skew margin: %w", b.ID, ErrStop)
 }
 
 // startPlanned puts a planned batch's chunks in the ready index (or, once
@@ -169,12 +201,15 @@ func (e *Engine) recordPlan(ctx context.Context, b batch.Batch, in plan.Input) e
 // does not point to yet. Until Started is recorded the tick sends the plan
 // again, which comes back here; a second ready entry of a batch is
 // harmless (it finds its chunk claimed and is dropped).
-func (e *Engine) startPlanned(ctx context.Context, b batch.Batch, entries []store.Ready) error {
+func (e *Engine) startPlanned(ctx context.Context, b batch.Batch, entries []store.Ready, writeBy time.Time) error {
 	if b.Status == batch.Cancelling {
 		if err := e.drain(ctx, b); err != nil {
 			return err
 		}
 	} else {
+		if err := e.planMayWrite(b, writeBy); err != nil {
+			return err
+		}
 		rest := entries
 		if e.Native != nil {
 			var err error

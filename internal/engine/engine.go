@@ -44,7 +44,7 @@ type Store interface {
 	ClaimAlone(ctx context.Context, c batch.Chunk, run string, lease time.Time) error
 	SetChunkSlots(ctx context.Context, c batch.Chunk, to, quota int) error
 	ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]batch.Chunk, error)
-	Takeover(ctx context.Context, c batch.Chunk, run string, lease time.Time) (batch.Chunk, error)
+	Takeover(ctx context.Context, c batch.Chunk, run string, now, lease time.Time) (batch.Chunk, error)
 	RenewLease(ctx context.Context, batchID string, chunk int, run string, until time.Time) error
 	ReportProgress(ctx context.Context, c batch.Chunk, done batch.Counts) (batch.Counts, error)
 	// The execution fence (docs/design.md "Scheduling", fence;

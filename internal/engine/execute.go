@@ -51,8 +51,8 @@ type chunkRun struct {
 	// (reportProgress) until the run commits (committing).
 	progress   sync.Mutex
 	committing bool
-	err    error
-	done   chan struct{} // closed once the run committed or failed
+	err        error
+	done       chan struct{} // closed once the run committed or failed
 }
 
 // Execute is the executor function's SQS handler: the rows of all its

@@ -38,6 +38,9 @@ func (f *execTable) GetChunk(context.Context, string, int) (batch.Chunk, error) 
 func (f *execTable) RenewLease(context.Context, string, int, string, time.Time) error {
 	return nil
 }
+func (f *execTable) ReportProgress(_ context.Context, c batch.Chunk, done batch.Counts) (batch.Counts, error) {
+	return done, nil
+}
 func (f *execTable) ReadyHead(context.Context, string) (store.Ready, bool, error) {
 	return store.Ready{}, false, nil
 }

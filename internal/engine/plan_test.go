@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/config"
@@ -68,7 +69,7 @@ func TestPlanMixedModels(t *testing.T) {
 	table := &planTable{file: files.File{ID: "file-1", Filename: "in.jsonl", Objects: []string{"files/t/file-1/000000"}}}
 	e := &Engine{Store: table, Blobs: &planBucket{input: sb.String()}, Models: models, Log: slog.New(slog.DiscardHandler)}
 	b := batch.Batch{ID: "batch_1", Tenant: "t", Endpoint: "/v1/chat/completions", InputFileID: "file-1", Status: batch.Validating}
-	if err := e.planInput(context.Background(), b); !errors.Is(err, errPlanned) {
+	if err := e.planInput(context.Background(), b, time.Now().Add(time.Minute)); !errors.Is(err, errPlanned) {
 		t.Fatalf("plan: %v", err)
 	}
 	rows := map[string]int{}
@@ -99,7 +100,7 @@ func TestPlanChunkRowsBySlots(t *testing.T) {
 	table := &planTable{file: files.File{ID: "file-1", Filename: "in.jsonl", Objects: []string{"files/t/file-1/000000"}}}
 	e := &Engine{Store: table, Blobs: &planBucket{input: sb.String()}, Models: models, Log: slog.New(slog.DiscardHandler)}
 	b := batch.Batch{ID: "batch_1", Tenant: "t", Endpoint: "/v1/chat/completions", InputFileID: "file-1", Status: batch.Validating}
-	if err := e.planInput(context.Background(), b); !errors.Is(err, errPlanned) {
+	if err := e.planInput(context.Background(), b, time.Now().Add(time.Minute)); !errors.Is(err, errPlanned) {
 		t.Fatalf("plan: %v", err)
 	}
 	var got []int

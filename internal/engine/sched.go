@@ -30,24 +30,49 @@ type SchedStore interface {
 func newRun() string { return ids.Secret(9) }
 
 // pick returns the claim of the chunk model owes next for slots of shard,
-// or nil when no chunk of model waits.
-func pick(ctx context.Context, s SchedStore, model string, slots, shard int, lease time.Time) (*store.Claim, error) {
-	r, ok, err := s.ReadyHead(ctx, model)
-	if err != nil || !ok {
-		return nil, err
+// or nil when no chunk of model waits. self is the committing chunk that
+// picks its continuation (nil for none): an entry at it, or at a chunk
+// read as taken, is stale (a plan that ran again put it; docs/design.md
+// "Scheduling") and is dropped, and the next one picked, up to maxPicks.
+func pick(ctx context.Context, s SchedStore, model string, slots, shard int, lease time.Time, self *batch.Chunk) (*store.Claim, error) {
+	for range maxPicks {
+		r, ok, err := s.ReadyHead(ctx, model)
+		if err != nil || !ok {
+			return nil, err
+		}
+		after, open, err := following(ctx, s, r, self)
+		if err != nil {
+			return nil, err
+		}
+		if open {
+			return &store.Claim{Entry: r, After: after, Run: newRun(), Slots: slots, Shard: shard, Lease: lease}, nil
+		}
+		if err := s.DeleteReady(ctx, r); err != nil {
+			return nil, err
+		}
 	}
-	after := -1
+	return nil, nil
+}
+
+// following returns the chunk entry r steps to after its own (-1: none),
+// and whether r's chunk may be claimed: it is not self, and, when read (a
+// mixed-model batch's, for its NextSame), it is pending. A chunk taken but
+// not read fails its claim's condition instead (raced).
+func following(ctx context.Context, s SchedStore, r store.Ready, self *batch.Chunk) (int, bool, error) {
+	if self != nil && r.Batch == self.Batch && r.Next == self.Index {
+		return 0, false, nil
+	}
 	switch {
 	case r.Mixed:
 		c, err := s.GetChunk(ctx, r.Batch, r.Next)
 		if err != nil {
-			return nil, err
+			return 0, false, err
 		}
-		after = c.NextSame
+		return c.NextSame, c.State == batch.ChunkPending, nil
 	case r.Next+1 < r.Total:
-		after = r.Next + 1
+		return r.Next + 1, true, nil
 	}
-	return &store.Claim{Entry: r, After: after, Run: newRun(), Slots: slots, Shard: shard, Lease: lease}, nil
+	return -1, true, nil
 }
 
 // raced handles a claim of c that failed with store.ErrRaced: when the
@@ -90,7 +115,7 @@ func (e *Engine) start(ctx context.Context, model string) error {
 			shard++
 			continue
 		}
-		c, err := pick(ctx, e.Store, model, min(e.limits().Slots, free[shard]), shard, e.now().Add(e.lease()))
+		c, err := pick(ctx, e.Store, model, min(e.limits().Slots, free[shard]), shard, e.now().Add(e.lease()), nil)
 		if err != nil || c == nil {
 			return err
 		}
@@ -186,7 +211,7 @@ func (e *Engine) takeOver(ctx context.Context, now time.Time) error {
 	var work, dead []any
 	var errs []error
 	for _, c := range expired {
-		nc, err := e.Store.Takeover(ctx, c, newRun(), now.Add(e.lease()))
+		nc, err := e.Store.Takeover(ctx, c, newRun(), now, now.Add(e.lease()))
 		if errors.Is(err, store.ErrRaced) {
 			continue // renewed or committed meanwhile
 		}

@@ -79,7 +79,7 @@ func TestPick(t *testing.T) {
 		{
 			name:      "mixed-model batch steps through its model's chunks",
 			ready:     []store.Ready{{Model: "m", Batch: "x", Next: 1, Total: 6, Mixed: true}},
-			chunks:    map[int]batch.Chunk{1: {Index: 1, NextSame: 4}},
+			chunks:    map[int]batch.Chunk{1: {Index: 1, NextSame: 4, State: batch.ChunkPending}},
 			wantBatch: "x", wantNext: 1, wantAfter: 4, wantGets: 1,
 		},
 	}
@@ -87,7 +87,7 @@ func TestPick(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			f := &fakeSched{ready: map[string][]store.Ready{"m": tt.ready}, chunks: tt.chunks}
-			c, err := pick(context.Background(), f, "m", 8, 0, lease)
+			c, err := pick(context.Background(), f, "m", 8, 0, lease, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -334,7 +334,7 @@ func (f *fakeTick) ExpiredLeases(context.Context, time.Time, int) ([]batch.Chunk
 	return f.expired, nil
 }
 
-func (f *fakeTick) Takeover(_ context.Context, c batch.Chunk, run string, _ time.Time) (batch.Chunk, error) {
+func (f *fakeTick) Takeover(_ context.Context, c batch.Chunk, run string, _, _ time.Time) (batch.Chunk, error) {
 	if f.failTakeover[c.Index] {
 		return c, errInjected
 	}

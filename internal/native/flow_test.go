@@ -74,7 +74,7 @@ func (f *fakes) ClaimAlone(_ context.Context, c batch.Chunk, run string, _ time.
 	f.chunks[c.Index] = c
 	return nil
 }
-func (f *fakes) Takeover(_ context.Context, c batch.Chunk, run string, _ time.Time) (batch.Chunk, error) {
+func (f *fakes) Takeover(_ context.Context, c batch.Chunk, run string, _, _ time.Time) (batch.Chunk, error) {
 	c.Run = run
 	f.chunks[c.Index] = c
 	return c, nil

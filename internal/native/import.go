@@ -113,7 +113,9 @@ func (s *Service) claim(ctx context.Context, c batch.Chunk, run string) (batch.C
 	case c.Run == run:
 		return c, s.Store.RenewLease(ctx, c.Batch, c.Index, run, lease)
 	}
-	return s.Store.Takeover(ctx, c, run, lease)
+	// Whatever runs it now (a drain's run, a live lease): any lease
+	// ending before the new one.
+	return s.Store.Takeover(ctx, c, run, lease, lease)
 }
 
 // runDirect runs rows direct of chunk c (claimed, no slots) on their model

@@ -48,7 +48,7 @@ type Store interface {
 	Chunks(ctx context.Context, batchID string) ([]batch.Chunk, error)
 	GetChunk(ctx context.Context, batchID string, i int) (batch.Chunk, error)
 	ClaimAlone(ctx context.Context, c batch.Chunk, run string, lease time.Time) error
-	Takeover(ctx context.Context, c batch.Chunk, run string, lease time.Time) (batch.Chunk, error)
+	Takeover(ctx context.Context, c batch.Chunk, run string, endedBy, lease time.Time) (batch.Chunk, error)
 	RenewLease(ctx context.Context, batchID string, chunk int, run string, until time.Time) error
 	PutGroups(ctx context.Context, gs []batch.Group) error
 	Group(ctx context.Context, batchID string, i int) (batch.Group, error)

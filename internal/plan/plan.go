@@ -118,21 +118,25 @@ func LinkChunks(chunks []batch.Chunk, priority int) []store.Ready {
 	return ReadyEntries(chunks, priority)
 }
 
-// ReadyEntries are a batch's ready entries, one per model, each at the
-// model's first chunk.
+// ReadyEntries are a batch's ready entries, one per model with a chunk
+// left to claim, each at the model's first chunk not taken by a claim
+// (docs/design.md "Scheduling"): a plan that runs again after claims
+// took some of its chunks must not point an entry at one of them, or a
+// commit of that chunk would pick its own chunk as its continuation.
 func ReadyEntries(chunks []batch.Chunk, priority int) []store.Ready {
-	first := map[string]int{}
-	for i, c := range chunks {
-		if _, ok := first[c.Model]; !ok {
-			first[c.Model] = i
-		}
+	models := map[string]bool{}
+	for _, c := range chunks {
+		models[c.Model] = true
 	}
 	var entries []store.Ready
-	for i, c := range chunks {
-		if first[c.Model] == i {
-			entries = append(entries, store.Ready{Model: c.Model, Tenant: c.Tenant, Batch: c.Batch, Priority: priority,
-				Next: c.Index, Total: len(chunks), Mixed: len(first) > 1})
+	for _, c := range chunks {
+		taken := c.State == batch.ChunkClaimed || c.State == batch.ChunkDone
+		if taken || !models[c.Model] {
+			continue
 		}
+		models[c.Model] = false // the model's first chunk not taken
+		entries = append(entries, store.Ready{Model: c.Model, Tenant: c.Tenant, Batch: c.Batch, Priority: priority,
+			Next: c.Index, Total: len(chunks), Mixed: len(models) > 1})
 	}
 	return entries
 }

@@ -253,28 +253,35 @@ func chunkItem(c batch.Chunk) (item, error) {
 	return it, nil
 }
 
-// PutChunks writes planned chunks (BatchWriteItem, 25 at a time).
+// planTxItems bounds one transaction of PutChunks (DynamoDB's limit).
+const planTxItems = 100
+
+// PutChunks writes planned chunks, each only where it is absent or still
+// pending: a late plan (docs/design.md "Scheduling", plans are fenced)
+// never resets a chunk that was claimed or is done. It writes them in
+// transactions of up to 100, so a late plan that finds any chunk taken
+// writes none of that group and gets ErrPlanned.
 func (s *Store) PutChunks(ctx context.Context, cs []batch.Chunk) error {
 	for len(cs) > 0 {
-		n := min(len(cs), 25)
-		reqs := make([]types.WriteRequest, n)
+		n := min(len(cs), planTxItems)
+		tx := make([]types.TransactWriteItem, n)
 		for i, c := range cs[:n] {
 			it, err := chunkItem(c)
 			if err != nil {
 				return err
 			}
-			reqs[i] = types.WriteRequest{PutRequest: &types.PutRequest{Item: it}}
+			tx[i] = types.TransactWriteItem{Put: &types.Put{TableName: &s.Table, Item: it,
+				ConditionExpression:       aws.String("attribute_not_exists(pk) OR #st = :pending"),
+				ExpressionAttributeNames:  map[string]string{"#st": "state"},
+				ExpressionAttributeValues: item{":pending": avS(string(batch.ChunkPending))},
+			}}
 		}
-		pending := map[string][]types.WriteRequest{s.Table: reqs}
-		for attempt := 0; len(pending[s.Table]) > 0; attempt++ {
-			out, err := s.DB.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: pending})
-			if err != nil {
-				return fmt.Errorf("write chunks: %w", err)
-			}
-			pending = out.UnprocessedItems
-			if attempt > 0 {
-				time.Sleep(time.Duration(attempt) * 50 * time.Millisecond)
-			}
+		err := s.transact(ctx, "", tx)
+		if _, ok := conditionFailed(err); ok {
+			return fmt.Errorf("write chunks of %s: %w", cs[0].Batch, ErrPlanned)
+		}
+		if err != nil {
+			return fmt.Errorf("write chunks of %s: %w", cs[0].Batch, err)
 		}
 		cs = cs[n:]
 	}

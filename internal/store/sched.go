@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -41,6 +43,13 @@ var (
 	// ErrLast means a commit said it was not its batch's last chunk, and
 	// it is: commit again as the last.
 	ErrLast = errors.New("store: the batch's last chunk")
+	// ErrPlanned means a plan's chunks were not written: the batch's
+	// chunks were claimed already, by the claims of another plan.
+	ErrPlanned = errors.New("store: the batch's chunks are claimed already")
+	// ErrCommitUnknown means DynamoDB refused a commit's retry as another
+	// request under the same token: whether the first took effect is
+	// only known from the chunk (see Engine.commit).
+	ErrCommitUnknown = errors.New("store: commit outcome unknown")
 )
 
 // capShardSlots bounds one capacity item's slots, so the writes on one
@@ -120,10 +129,10 @@ func (s *Store) ReadyHead(ctx context.Context, model string) (Ready, bool, error
 	return r, true, nil
 }
 
-// PutReady adds a batch's entry to its model's ready index. It joins the
-// turn of its priority where it stands (the sequence of the entry at the
-// head of that priority), so a new batch neither waits for nor starves the
-// others.
+// PutReady adds a batch's entry to its model's ready index, while the
+// chunk it points at is pending. It joins the turn of its priority where
+// it stands (the sequence of the entry at the head of that priority), so a
+// new batch neither waits for nor starves the others.
 func (s *Store) PutReady(ctx context.Context, r Ready) error {
 	prefix := readyPrefix(r.Priority)
 	out, err := s.DB.Query(ctx, &dynamodb.QueryInput{
@@ -144,13 +153,22 @@ func (s *Store) PutReady(ctx context.Context, r Ready) error {
 			r.Seq = head.Seq
 		}
 	}
-	// Never over an entry of the same key: a plan that runs again must not
-	// step back an entry its batch's claims moved on (its chunk would then
-	// have no entry left once the stale one is dropped).
-	_, err = s.DB.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.Table, Item: readyItem(r),
-		ConditionExpression: aws.String("attribute_not_exists(pk)")})
-	var cf *types.ConditionalCheckFailedException
-	if err != nil && !errors.As(err, &cf) {
+	// Only at a pending chunk: a plan that runs again after a claim took
+	// the chunk must not point an entry at it (a commit of that chunk would
+	// pick its own chunk). Never over an entry of the same key: a plan
+	// that runs again must not step back an entry its batch's claims moved
+	// on (its chunk would then have no entry left once the stale one is
+	// dropped). Either way nothing is written, and that is no error.
+	err = s.transact(ctx, "", []types.TransactWriteItem{
+		{ConditionCheck: &types.ConditionCheck{
+			TableName: &s.Table, Key: key(chunksPK(r.Batch), chunkSK(r.Next)),
+			ConditionExpression:       aws.String("#st = :pending"),
+			ExpressionAttributeNames:  map[string]string{"#st": "state"},
+			ExpressionAttributeValues: item{":pending": avS(string(batch.ChunkPending))},
+		}},
+		{Put: &types.Put{TableName: &s.Table, Item: readyItem(r), ConditionExpression: aws.String("attribute_not_exists(pk)")}},
+	})
+	if _, ok := conditionFailed(err); err != nil && !ok {
 		return fmt.Errorf("put ready entry of %s for %s: %w", r.Batch, r.Model, err)
 	}
 	return nil
@@ -323,7 +341,9 @@ type UsageAgg struct {
 
 // commitItems are CommitChunk's writes, in the order its errors rely on:
 // the chunk (its condition failing is ErrChunkDone), the batch (ErrLast),
-// each model's daily usage, then the claim of Next or the slots given back.
+// each model's daily usage (by model name), then the claim of Next or the
+// slots given back. The same commit always gives the same items in the
+// same order.
 func (s *Store) commitItems(tenant string, c Commit) []types.TransactWriteItem {
 	ch := c.Chunk
 	var next types.AttributeValue = &types.AttributeValueMemberNULL{Value: true}
@@ -369,7 +389,9 @@ func (s *Store) commitItems(tenant string, c Commit) []types.TransactWriteItem {
 		bu.ExpressionAttributeValues[":lastbutone"] = avN(c.ChunksTotal - 1)
 	}
 	tx = append(tx, types.TransactWriteItem{Update: bu})
-	for model, u := range c.UsageByModel {
+	// Sorted: a retry under the same token must be the same request.
+	for _, model := range slices.Sorted(maps.Keys(c.UsageByModel)) {
+		u := c.UsageByModel[model]
 		tx = append(tx, types.TransactWriteItem{Update: &types.Update{
 			TableName: &s.Table, Key: key(usagePK(tenant), usageSK(c.Day, model)),
 			UpdateExpression:         aws.String("SET #d = :day, model = :m ADD requests :r, input_tokens :i, output_tokens :o, total_tokens :t"),
@@ -396,10 +418,11 @@ func (s *Store) commitItems(tenant string, c Commit) []types.TransactWriteItem {
 // the pool, all in one transaction conditional on the chunk being claimed
 // by this run. Errors: ErrChunkDone (not this run's: a duplicate, or taken
 // over), ErrLast (it is the batch's last chunk: commit again with Last),
-// ErrRaced (Next was taken meanwhile: pick again). A conflict with another
-// transaction is retried, never reported; a retry of a commit that took
-// effect although its call failed is recognised by the caller from the
-// chunk's run (see Engine.commit).
+// ErrRaced (Next was taken meanwhile: pick again), ErrCommitUnknown (the
+// token was used by a request that differs: read the chunk). A conflict
+// with another transaction is retried, never reported; a retry of a commit
+// that took effect although its call failed is recognised by the caller
+// from the chunk's run (see Engine.commit).
 func (s *Store) CommitChunk(ctx context.Context, tenant string, c Commit) error {
 	ch := c.Chunk
 	tx := s.commitItems(tenant, c)
@@ -407,6 +430,10 @@ func (s *Store) CommitChunk(ctx context.Context, tenant string, c Commit) error 
 	// DynamoDB; it names the run and everything the commit decided.
 	token := tokenOf("commit", ch.Batch, strconv.Itoa(ch.Index), ch.Run, ch.Attempt, strconv.FormatBool(c.Last), fmt.Sprint(c.Next))
 	err := s.transact(ctx, token, tx)
+	var mismatch *types.IdempotentParameterMismatchException
+	if errors.As(err, &mismatch) {
+		return fmt.Errorf("commit chunk %d of %s: %w: %w", ch.Index, ch.Batch, ErrCommitUnknown, err)
+	}
 	if failed, ok := conditionFailed(err); ok {
 		switch {
 		case failed == 0:
@@ -509,17 +536,19 @@ func (s *Store) RenewLease(ctx context.Context, batchID string, chunk int, run s
 	return nil
 }
 
-// Takeover gives a claimed chunk whose lease expired to a new run, counting
-// an attempt, and returns the chunk as it now is.
-func (s *Store) Takeover(ctx context.Context, c batch.Chunk, run string, lease time.Time) (batch.Chunk, error) {
+// Takeover gives a claimed chunk whose lease ended before now to a new
+// run, counting an attempt, and returns the chunk as it now is. The lease
+// is checked on the chunk itself: the by-lease index that listed it is
+// eventually consistent, and a renewal since makes the takeover ErrRaced.
+func (s *Store) Takeover(ctx context.Context, c batch.Chunk, run string, now, lease time.Time) (batch.Chunk, error) {
 	lpk, lsk := leaseAttrs(c.Batch, c.Index, lease)
 	out, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &s.Table, Key: key(chunksPK(c.Batch), chunkSK(c.Index)),
 		UpdateExpression:         aws.String("SET #run = :new, lease = :lease, gsi3pk = :lpk, gsi3sk = :lsk ADD attempts :one"),
-		ConditionExpression:      aws.String("#st = :claimed AND #run = :old"),
+		ConditionExpression:      aws.String("#st = :claimed AND #run = :old AND lease < :now"),
 		ExpressionAttributeNames: map[string]string{"#st": "state", "#run": "run"},
 		ExpressionAttributeValues: item{":claimed": avS(string(batch.ChunkClaimed)), ":old": avS(c.Run), ":new": avS(run),
-			":lease": avN64(lease.UnixMilli()), ":lpk": lpk, ":lsk": lsk, ":one": avN(1)},
+			":now": avN64(now.UnixMilli()), ":lease": avN64(lease.UnixMilli()), ":lpk": lpk, ":lsk": lsk, ":one": avN(1)},
 		ReturnValues: types.ReturnValueAllNew,
 	})
 	var cf *types.ConditionalCheckFailedException

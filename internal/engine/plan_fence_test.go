@@ -1,0 +1,124 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/jsonl"
+	"github.com/relaybatch/relay/internal/plan"
+	"github.com/relaybatch/relay/internal/store"
+)
+
+// fencedPlanTable is a hand-written Store of one batch for recordPlan: it counts
+// the plan's writes; putChunks, if set, answers PutChunks.
+type fencedPlanTable struct {
+	Store
+	b                   batch.Batch
+	chunkPuts, readyPut int
+	putChunks           error
+}
+
+func (f *fencedPlanTable) GetBatch(context.Context, string, string) (batch.Batch, error) {
+	return f.b, nil
+}
+
+func (f *fencedPlanTable) UpdateBatch(_ context.Context, _, _ string, fn func(*batch.Batch) error) (batch.Batch, error) {
+	nb := f.b
+	if err := fn(&nb); err != nil {
+		return f.b, err
+	}
+	f.b = nb
+	return nb, nil
+}
+
+func (f *fencedPlanTable) PutChunks(context.Context, []batch.Chunk) error {
+	f.chunkPuts++
+	return f.putChunks
+}
+
+func (f *fencedPlanTable) PutReady(context.Context, store.Ready) error {
+	f.readyPut++
+	return nil
+}
+
+func (f *fencedPlanTable) FreeSlots(_ context.Context, _ string, quotas []int) ([]int, error) {
+	return make([]int, len(quotas)), nil // no room: no claims
+}
+
+func fencedPlanEngine(t *testing.T, f *fencedPlanTable, now time.Time) *Engine {
+	t.Helper()
+	models, err := config.ParseModels([]byte("models:\n  - {name: m, provider: openai, base_url: http://x/v1, api_key_env: K, max_concurrency: 4}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Engine{Store: f, Queue: &fakeQueue{}, Models: models, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }}
+}
+
+// input is a plan's result: n pending chunks of model m.
+func input(id string, n int) plan.Input {
+	in := plan.Input{Result: jsonl.Result{Rows: n}}
+	for i := range n {
+		in.Chunks = append(in.Chunks, batch.Chunk{Batch: id, Tenant: "t", Index: i, Rows: 1, Model: "m", State: batch.ChunkPending})
+	}
+	return in
+}
+
+// A plan that finishes after the tick expired its batch (its window ended
+// while the plan read the input) records nothing onto the expired batch
+// and starts no claim (docs/design.md "Scheduling", plans are fenced).
+func TestPlanNeverRecordsOntoTerminalBatch(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_000_000, 0)
+	planning := batch.Batch{ID: "batch_p", Tenant: "t", Status: batch.Validating, PlanLease: now.Unix() + 60}
+	expired := planning
+	if err := expired.To(batch.Expired, now); err != nil {
+		t.Fatal(err)
+	}
+	f := &fencedPlanTable{b: expired}
+	if err := fencedPlanEngine(t, f, now).recordPlan(context.Background(), planning, input(planning.ID, 2), batch.PlanWriteBy(now, planning.PlanLease)); err != nil {
+		t.Fatal(err)
+	}
+	if f.chunkPuts != 0 || f.readyPut != 0 || f.b.ChunksTotal != 0 || f.b.Status != batch.Expired || f.b.Started {
+		t.Fatalf("after the plan: %d chunk writes, %d ready entries, batch %s with %d chunks, started %v; want nothing recorded",
+			f.chunkPuts, f.readyPut, f.b.Status, f.b.ChunksTotal, f.b.Started)
+	}
+}
+
+// A plan attempt stops writing a skew margin before its lease ends: a
+// second attempt may take the lease then, on a clock a little ahead.
+func TestPlanStopsWritingBeforeItsLeaseEnds(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_000_000, 0)
+	b := batch.Batch{ID: "batch_p", Tenant: "t", Status: batch.Validating, PlanLease: now.Add(time.Minute).Unix()}
+	f := &fencedPlanTable{b: b}
+	writeBy := batch.PlanWriteBy(now.Add(-time.Second), b.PlanLease)
+	now = now.Add(time.Minute - batch.PlanSkew + time.Second) // within the margin
+	err := fencedPlanEngine(t, f, now).recordPlan(context.Background(), b, input(b.ID, 2), writeBy)
+	if !errors.Is(err, ErrStop) {
+		t.Fatalf("recordPlan past its write time: %v, want ErrStop", err)
+	}
+	if f.chunkPuts != 0 || f.readyPut != 0 || f.b.ChunksTotal != 0 {
+		t.Fatalf("%d chunk writes, %d ready entries, %d chunks recorded; want none", f.chunkPuts, f.readyPut, f.b.ChunksTotal)
+	}
+}
+
+// A late plan whose chunks were claimed already (another attempt planned
+// and started the batch) stops without recording anything.
+func TestLatePlanStops(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_000_000, 0)
+	b := batch.Batch{ID: "batch_p", Tenant: "t", Status: batch.Validating, PlanLease: now.Unix() + 60}
+	f := &fencedPlanTable{b: b, putChunks: fmt.Errorf("write chunks: %w", store.ErrPlanned)}
+	if err := fencedPlanEngine(t, f, now).recordPlan(context.Background(), b, input(b.ID, 2), batch.PlanWriteBy(now, b.PlanLease)); err != nil {
+		t.Fatal(err)
+	}
+	if f.readyPut != 0 || f.b.ChunksTotal != 0 {
+		t.Fatalf("%d ready entries, %d chunks recorded after ErrPlanned; want none", f.readyPut, f.b.ChunksTotal)
+	}
+}

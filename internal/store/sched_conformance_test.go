@@ -1,0 +1,391 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/relaybatch/relay/internal/batch"
+)
+
+// The conformance suite of the scheduling methods (docs/design.md
+// "Scheduling"): each promise of their conditions and transactions,
+// against the emulator, each test on a table of its own.
+
+const tenant = "acme"
+
+// schedTable is a table holding batches of chunks of model "m".
+type schedTable struct {
+	*Store
+	t   *testing.T
+	ctx context.Context
+}
+
+func newSchedTable(t *testing.T) schedTable {
+	t.Helper()
+	return schedTable{Store: emulatorStore(t), t: t, ctx: context.Background()}
+}
+
+// addBatch records an in-progress batch of n pending chunks of model m,
+// its chunks and its ready entry at chunk 0.
+func (s schedTable) addBatch(id string, priority, n int) Ready {
+	s.t.Helper()
+	exp := time.Now().Add(time.Hour).Unix()
+	b := batch.Batch{ID: id, Tenant: tenant, Status: batch.InProgress, Endpoint: "/v1/chat/completions",
+		CreatedAt: time.Now().Unix(), ExpiresAt: &exp, ChunksTotal: n, Priority: priority, Started: true}
+	if _, _, err := s.CreateBatch(s.ctx, b, IdemKey{}); err != nil {
+		s.t.Fatal(err)
+	}
+	if err := s.PutChunks(s.ctx, pendingChunks(id, n)); err != nil {
+		s.t.Fatal(err)
+	}
+	r := Ready{Model: "m", Tenant: tenant, Batch: id, Priority: priority, Total: n}
+	if err := s.PutReady(s.ctx, r); err != nil {
+		s.t.Fatal(err)
+	}
+	return s.head()
+}
+
+func pendingChunks(id string, n int) []batch.Chunk {
+	cs := make([]batch.Chunk, n)
+	for i := range cs {
+		cs[i] = batch.Chunk{Batch: id, Tenant: tenant, Index: i, Rows: 5, Model: "m", State: batch.ChunkPending, NextSame: -1}
+	}
+	return cs
+}
+
+func (s schedTable) head() Ready {
+	s.t.Helper()
+	r, ok, err := s.ReadyHead(s.ctx, "m")
+	if err != nil || !ok {
+		s.t.Fatalf("ready head: %+v %v %v", r, ok, err)
+	}
+	return r
+}
+
+func (s schedTable) chunk(id string, i int) batch.Chunk {
+	s.t.Helper()
+	c, err := s.GetChunk(s.ctx, id, i)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return c
+}
+
+func (s schedTable) inflight() int {
+	s.t.Helper()
+	n, err := s.InFlight(s.ctx, "m")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return n
+}
+
+// claimOf is the claim of r's chunk for run with slots, the entry moving
+// to the next chunk (none after the last).
+func claimOf(r Ready, run string, slots int, lease time.Time) Claim {
+	after := r.Next + 1
+	if after >= r.Total {
+		after = -1
+	}
+	return Claim{Entry: r, After: after, Run: run, Slots: slots, Lease: lease}
+}
+
+func (s schedTable) claim(r Ready, run string, slots int, lease time.Time) batch.Chunk {
+	s.t.Helper()
+	if err := s.ClaimFromPool(s.ctx, claimOf(r, run, slots, lease), 4); err != nil {
+		s.t.Fatalf("claim chunk %d of %s: %v", r.Next, r.Batch, err)
+	}
+	return s.chunk(r.Batch, r.Next)
+}
+
+// commitOf is a commit of claimed chunk c: 5 completed rows, usage of two
+// models.
+func commitOf(c batch.Chunk, attempt string) Commit {
+	c.Attempt, c.Pattern = attempt, "ooooo"
+	return Commit{Chunk: c, Completed: 5, Day: "2026-12-01", ChunksTotal: 3,
+		UsageByModel: map[string]UsageAgg{"m": {Requests: 4}, "m-fallback": {Requests: 1}, "m-third": {Requests: 1}}}
+}
+
+func wantErr(t *testing.T, what string, got, want error) {
+	t.Helper()
+	if !errors.Is(got, want) {
+		t.Fatalf("%s: got %v, want %v", what, got, want)
+	}
+}
+
+func TestSchedConformanceReadyOrder(t *testing.T) {
+	t.Parallel()
+	s := newSchedTable(t)
+	lease := time.Now().Add(time.Minute)
+	a := s.addBatch("batch_a", 0, 3)
+	s.addBatch("batch_b", 0, 3)
+	// b joined the turn where it stood: a first by id, then they take turns.
+	var order []string
+	for range 4 {
+		h := s.head()
+		s.claim(h, "run-"+h.Batch, 1, lease)
+		order = append(order, h.Batch)
+	}
+	if want := []string{"batch_a", "batch_b", "batch_a", "batch_b"}; !reflect.DeepEqual(order, want) {
+		t.Fatalf("claims in order %v, want %v", order, want)
+	}
+	if a.Seq != 0 {
+		t.Fatalf("first entry at seq %d, want 0", a.Seq)
+	}
+	// A higher priority goes first, whatever the turns.
+	if hi := s.addBatch("batch_hi", 5, 1); hi.Batch != "batch_hi" {
+		t.Fatalf("head %+v, want the priority-5 batch", hi)
+	}
+}
+
+func TestSchedConformanceClaimFromPool(t *testing.T) {
+	t.Parallel()
+	s := newSchedTable(t)
+	lease := time.Now().Add(time.Minute).Truncate(time.Millisecond)
+	a := s.addBatch("batch_a", 0, 3)
+	c := s.claim(a, "run-a", 3, lease)
+	if c.State != batch.ChunkClaimed || c.Run != "run-a" || c.Slots != 3 || c.Attempts != 1 || c.Lease != lease.UnixMilli() {
+		t.Fatalf("claimed chunk %+v", c)
+	}
+	if h := s.head(); h.Batch != "batch_a" || h.Next != 1 || h.Seq != a.Seq+1 {
+		t.Fatalf("entry after the claim %+v, want chunk 1 one turn later", h)
+	}
+	if n := s.inflight(); n != 3 {
+		t.Fatalf("in flight %d, want 3", n)
+	}
+	b := s.addBatch("batch_b", 7, 1)
+	wantErr(t, "claim past the quota", s.ClaimFromPool(s.ctx, claimOf(b, "run-b", 2, lease), 4), ErrNoCapacity)
+	if s.chunk("batch_b", 0).State != batch.ChunkPending || s.head().SK() != b.SK() {
+		t.Fatal("a claim without capacity changed the chunk or its entry")
+	}
+	wantErr(t, "claim of a stale entry", s.ClaimFromPool(s.ctx, claimOf(a, "run-x", 1, lease), 4), ErrRaced)
+	// An entry at a chunk that is not pending (written directly: PutReady
+	// writes none).
+	stale := Ready{Model: "m", Tenant: tenant, Batch: "batch_a", Seq: 50, Next: 0, Total: 3}
+	if _, err := s.DB.PutItem(s.ctx, &dynamodb.PutItemInput{TableName: &s.Table, Item: readyItem(stale)}); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, "claim of a chunk not pending", s.ClaimFromPool(s.ctx, claimOf(stale, "run-y", 1, lease), 4), ErrRaced)
+	if n := s.inflight(); n != 3 {
+		t.Fatalf("in flight %d after the failed claims, want 3", n)
+	}
+	if free, err := s.FreeSlots(s.ctx, "m", []int{4}); err != nil || free[0] != 1 {
+		t.Fatalf("free slots %v %v, want [1]", free, err)
+	}
+}
+
+func TestSchedConformanceClaimAlone(t *testing.T) {
+	t.Parallel()
+	s := newSchedTable(t)
+	s.addBatch("batch_a", 0, 1)
+	lease := time.Now().Add(time.Minute)
+	if err := s.ClaimAlone(s.ctx, s.chunk("batch_a", 0), "drain", lease); err != nil {
+		t.Fatal(err)
+	}
+	if c := s.chunk("batch_a", 0); c.State != batch.ChunkClaimed || c.Run != "drain" || c.Slots != 0 || c.Attempts != 1 {
+		t.Fatalf("chunk claimed alone: %+v", c)
+	}
+	wantErr(t, "second claim", s.ClaimAlone(s.ctx, s.chunk("batch_a", 0), "drain2", lease), ErrRaced)
+	if n := s.inflight(); n != 0 {
+		t.Fatalf("a claim alone took %d slots", n)
+	}
+}
+
+func TestSchedConformanceCommitChunk(t *testing.T) {
+	t.Parallel()
+	s := newSchedTable(t)
+	lease := time.Now().Add(time.Minute)
+	c0 := s.claim(s.addBatch("batch_a", 0, 3), "run-0", 2, lease)
+
+	other := commitOf(c0, "att-0")
+	other.Chunk.Run = "run-other"
+	wantErr(t, "commit by another run", s.CommitChunk(s.ctx, tenant, other), ErrChunkDone)
+
+	cm := commitOf(c0, "att-0")
+	staleNext := claimOf(Ready{Model: "m", Tenant: tenant, Batch: "batch_a", Next: 1, Total: 3}, "run-1", 2, lease)
+	cm.Next = &staleNext
+	wantErr(t, "commit whose continuation moved", s.CommitChunk(s.ctx, tenant, cm), ErrRaced)
+	if c := s.chunk("batch_a", 0); c.State != batch.ChunkClaimed {
+		t.Fatalf("a raced commit changed its chunk: %+v", c)
+	}
+
+	next := claimOf(s.head(), "run-1", 2, lease)
+	cm.Next = &next
+	if err := s.CommitChunk(s.ctx, tenant, cm); err != nil {
+		t.Fatal(err)
+	}
+	// The same commit again (a retry after an ambiguous error) under the
+	// same token is a no-op: DynamoDB answers it with success, the
+	// emulator (which keeps no tokens) with ErrChunkDone, which the engine
+	// settles by reading the chunk (Engine.lostCommit). Either way it
+	// adds nothing.
+	if err := s.CommitChunk(s.ctx, tenant, cm); err != nil && !errors.Is(err, ErrChunkDone) {
+		t.Fatalf("retried commit: %v", err)
+	}
+	if c := s.chunk("batch_a", 0); c.State != batch.ChunkDone || c.Attempt != "att-0" || c.Next == nil || c.Next.Run != "run-1" {
+		t.Fatalf("committed chunk %+v", c)
+	}
+	c1 := s.chunk("batch_a", 1)
+	if c1.State != batch.ChunkClaimed || c1.Run != "run-1" || c1.Slots != 2 {
+		t.Fatalf("continuation %+v, want claimed by run-1 with the 2 slots", c1)
+	}
+	if n := s.inflight(); n != 2 {
+		t.Fatalf("in flight %d after a continuation, want 2 (handed on)", n)
+	}
+	b, err := s.GetBatch(s.ctx, tenant, "batch_a")
+	if err != nil || b.ChunksDone != 1 || b.RequestCounts.Completed != 5 {
+		t.Fatalf("batch after one commit (and its retry): done %d completed %d %v, want 1 and 5", b.ChunksDone, b.RequestCounts.Completed, err)
+	}
+
+	// Chunk 1 commits without a continuation: its slots go back.
+	if err := s.CommitChunk(s.ctx, tenant, commitOf(c1, "att-1")); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.inflight(); n != 0 {
+		t.Fatalf("in flight %d, want 0 (slots given back)", n)
+	}
+	c2 := s.claim(s.head(), "run-2", 1, lease)
+	wantErr(t, "the last chunk committed as not last", s.CommitChunk(s.ctx, tenant, commitOf(c2, "att-2")), ErrLast)
+	last := commitOf(c2, "att-2")
+	last.Last, last.FinalizeDue = true, time.Now()
+	if err := s.CommitChunk(s.ctx, tenant, last); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, "a commit of a done chunk", s.CommitChunk(s.ctx, tenant, commitOf(c2, "att-3")), ErrChunkDone)
+	if b, _ := s.GetBatch(s.ctx, tenant, "batch_a"); b.ChunksDone != 3 || b.FinalizeDue == 0 {
+		t.Fatalf("batch after its last chunk: done %d, finalize due %d", b.ChunksDone, b.FinalizeDue)
+	}
+	if n := s.inflight(); n != 0 {
+		t.Fatalf("in flight %d at the end, want 0", n)
+	}
+}
+
+func TestSchedConformanceRenewLease(t *testing.T) {
+	t.Parallel()
+	s := newSchedTable(t)
+	c := s.claim(s.addBatch("batch_a", 0, 1), "run-a", 1, time.Now().Add(time.Minute))
+	until := time.Now().Add(3 * time.Minute).Truncate(time.Millisecond)
+	if err := s.RenewLease(s.ctx, c.Batch, 0, "run-a", until); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.chunk(c.Batch, 0).Lease; got != until.UnixMilli() {
+		t.Fatalf("lease %d, want %d", got, until.UnixMilli())
+	}
+	wantErr(t, "renewal by another run", s.RenewLease(s.ctx, c.Batch, 0, "run-b", until), ErrLeaseLost)
+	last := commitOf(c, "att")
+	last.Last = true
+	if err := s.CommitChunk(s.ctx, tenant, last); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, "renewal of a done chunk", s.RenewLease(s.ctx, c.Batch, 0, "run-a", until), ErrLeaseLost)
+}
+
+func TestSchedConformanceExpiredLeasesAndTakeover(t *testing.T) {
+	t.Parallel()
+	s := newSchedTable(t)
+	now := time.Now()
+	h := s.addBatch("batch_a", 0, 3)
+	s.claim(h, "run-0", 1, now.Add(-time.Second))
+	s.claim(s.head(), "run-1", 1, now.Add(time.Minute))
+	expired, err := s.ExpiredLeases(s.ctx, now, 10)
+	if err != nil || len(expired) != 1 || expired[0].Index != 0 || expired[0].Run != "run-0" {
+		t.Fatalf("expired leases %+v %v, want chunk 0 only", expired, err)
+	}
+	nc, err := s.Takeover(s.ctx, expired[0], "run-0b", now, now.Add(time.Minute))
+	if err != nil || nc.Run != "run-0b" || nc.Attempts != 2 || nc.State != batch.ChunkClaimed {
+		t.Fatalf("takeover: %+v %v", nc, err)
+	}
+	_, err = s.Takeover(s.ctx, expired[0], "run-0c", now, now.Add(time.Minute))
+	wantErr(t, "takeover from a run that no longer holds it", err, ErrRaced)
+	if expired, _ := s.ExpiredLeases(s.ctx, now, 10); len(expired) != 0 {
+		t.Fatalf("expired after the takeover: %+v", expired)
+	}
+}
+
+// The by-lease index is eventually consistent: a chunk read there as
+// expired may have been renewed since. Its takeover must fail.
+func TestSchedTakeoverOfRenewedLeaseFails(t *testing.T) {
+	t.Parallel()
+	s := newSchedTable(t)
+	now := time.Now()
+	s.claim(s.addBatch("batch_a", 0, 1), "run-0", 1, now.Add(-time.Second))
+	expired, err := s.ExpiredLeases(s.ctx, now, 10)
+	if err != nil || len(expired) != 1 {
+		t.Fatalf("expired leases %+v %v", expired, err)
+	}
+	if err := s.RenewLease(s.ctx, "batch_a", 0, "run-0", now.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Takeover(s.ctx, expired[0], "run-1", now, now.Add(time.Minute))
+	wantErr(t, "takeover of a renewed lease", err, ErrRaced)
+	if c := s.chunk("batch_a", 0); c.Run != "run-0" || c.Attempts != 1 {
+		t.Fatalf("chunk after the refused takeover: %+v", c)
+	}
+}
+
+// A late plan (one whose lease ran out while it wrote) must not reset a
+// chunk that the plan of record's claims moved on.
+func TestSchedPutChunksKeepsClaimedAndDone(t *testing.T) {
+	t.Parallel()
+	s := newSchedTable(t)
+	lease := time.Now().Add(time.Minute)
+	c0 := s.claim(s.addBatch("batch_a", 0, 3), "run-0", 1, lease)
+	if err := s.CommitChunk(s.ctx, tenant, commitOf(c0, "att-0")); err != nil {
+		t.Fatal(err)
+	}
+	s.claim(s.head(), "run-1", 1, lease)
+	err := s.PutChunks(s.ctx, pendingChunks("batch_a", 3))
+	wantErr(t, "a late plan's chunks", err, ErrPlanned)
+	if c := s.chunk("batch_a", 0); c.State != batch.ChunkDone {
+		t.Fatalf("done chunk after a late plan: %+v", c)
+	}
+	if c := s.chunk("batch_a", 1); c.State != batch.ChunkClaimed || c.Run != "run-1" {
+		t.Fatalf("claimed chunk after a late plan: %+v", c)
+	}
+	// Over pending chunks (a plan attempt that wrote them and stopped) the
+	// same plan is written again.
+	if err := s.PutChunks(s.ctx, pendingChunks("batch_b", 2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutChunks(s.ctx, pendingChunks("batch_b", 2)); err != nil {
+		t.Fatalf("the same plan again over pending chunks: %v", err)
+	}
+}
+
+// A plan that runs again after its first chunk was claimed (the claim moved
+// the entry to chunk 1, one turn later) must not put an entry at chunk 0
+// back: a commit of chunk 0 would then claim its own chunk.
+func TestSchedReadyEntryOnlyAtPendingChunk(t *testing.T) {
+	t.Parallel()
+	s := newSchedTable(t)
+	h := s.addBatch("batch_a", 0, 3)
+	s.claim(h, "run-0", 1, time.Now().Add(time.Minute))
+	moved := s.head()
+	if moved.Next != 1 || moved.Seq != h.Seq+1 {
+		t.Fatalf("entry after the claim %+v", moved)
+	}
+	if err := s.PutReady(s.ctx, h); err != nil { // what the plan's second attempt wrote
+		t.Fatal(err)
+	}
+	if got := s.head(); got.SK() != moved.SK() || got.Next != 1 {
+		t.Fatalf("head after the plan's second put: %+v, want still %+v", got, moved)
+	}
+}
+
+// commitItems are the same request every time for the same commit: a
+// retry under the same ClientRequestToken must be byte-for-byte the same.
+func TestCommitItemsDeterministic(t *testing.T) {
+	t.Parallel()
+	s := &Store{Table: "t"}
+	c := batch.Chunk{Batch: "b", Index: 0, Run: "r", Slots: 2, Model: "m"}
+	first := s.commitItems(tenant, commitOf(c, "att"))
+	for range 20 {
+		if again := s.commitItems(tenant, commitOf(c, "att")); !reflect.DeepEqual(again, first) {
+			t.Fatal("commitItems built the same commit's items in another order")
+		}
+	}
+}
