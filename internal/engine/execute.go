@@ -37,6 +37,7 @@ type chunkRun struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	left   atomic.Int32 // rows not finished
+	lease  atomic.Int64 // unix ms, as last written: sent upstream (provider.WithRun)
 	err    error
 	done   chan struct{} // closed once the run committed or failed
 }
@@ -221,12 +222,14 @@ func (e *Engine) load(ctx context.Context, r *chunkRun, batches map[string]batch
 	case time.UnixMilli(c.Lease).Sub(e.now()) < e.lease()/2:
 		// The message waited in the queue for much of its lease: renew it
 		// before running, or the tick would give the chunk to another run.
-		switch err := e.Store.RenewLease(ctx, c.Batch, c.Index, c.Run, e.now().Add(e.lease())); {
+		until := e.now().Add(e.lease())
+		switch err := e.Store.RenewLease(ctx, c.Batch, c.Index, c.Run, until); {
 		case errors.Is(err, store.ErrLeaseLost):
 			return false, nil
 		case err != nil:
 			return false, err
 		}
+		c.Lease = until.UnixMilli()
 	}
 	if b.ChunksTotal == 0 {
 		// Claimed in the moment between the plan's ready entries and its
@@ -245,6 +248,7 @@ func (e *Engine) load(ctx context.Context, r *chunkRun, batches map[string]batch
 	}
 	r.b, r.c, r.reqs, r.lines = b, c, reqs, part.NewLines(b, c.FirstRow, len(reqs), e.now())
 	r.left.Store(int32(len(reqs)))
+	r.lease.Store(c.Lease)
 	return true, nil
 }
 
@@ -308,7 +312,7 @@ func (r *chunkRun) rows(e *Engine, rowDone func()) fanout.Rows {
 	return fanout.Rows{
 		Ctx: r.ctx, Bodies: bodies,
 		Send: func(ctx context.Context, body json.RawMessage) provider.Result {
-			return e.Provider.Do(ctx, endpoint, body, fallback)
+			return e.Provider.Do(provider.WithRun(ctx, r.c.Run, func() time.Time { return time.UnixMilli(r.lease.Load()) }), endpoint, body, fallback)
 		},
 		Settle: func(i int) bool {
 			// Row boundary: a cancel or the end of the window stops new rows.
@@ -360,7 +364,11 @@ func (e *Engine) heartbeat(ctx context.Context, runs []*chunkRun) {
 			return
 		case <-leaseT.C:
 			for _, r := range running(runs) {
-				err := e.Store.RenewLease(ctx, r.c.Batch, r.c.Index, r.c.Run, e.now().Add(e.lease()))
+				until := e.now().Add(e.lease())
+				err := e.Store.RenewLease(ctx, r.c.Batch, r.c.Index, r.c.Run, until)
+				if err == nil {
+					r.lease.Store(until.UnixMilli())
+				}
 				if errors.Is(err, store.ErrLeaseLost) {
 					r.cancel() // another run has the chunk: this one stops
 				}
