@@ -587,8 +587,12 @@ func TestChaos(t *testing.T) {
 	}
 	fmt.Fprintf(w, "  shortened for the run: queue visibility/function timeout %s; lease %v, tick %v, webhook retries every %v for %v\n",
 		strings.Join(shortened, ", "), chaosLease, time.Second, chaosWebhookBackoff, chaosWebhookRetryFor)
-	fmt.Fprintf(w, "  all terminal after %.1f s; restart at %.1f s with %d rows done and %d of %d batches unfinished; %d cancels; work queue drained: %v\n\n",
-		elapsed.Seconds(), restartAt.Seconds(), rowsAtRestart, openAtRestart, nTenants*perTenant, cancels.Load(), drained)
+	var rowsDone int64 // as last polled: below totalRows when the budget ran out
+	for i := range progress {
+		rowsDone += progress[i].Load()
+	}
+	fmt.Fprintf(w, "  all terminal after %.1f s (%d of %d rows done, as last polled); restart at %.1f s with %d rows done and %d of %d batches unfinished; %d cancels; work queue drained: %v\n\n",
+		elapsed.Seconds(), rowsDone, totalRows, restartAt.Seconds(), rowsAtRestart, openAtRestart, nTenants*perTenant, cancels.Load(), drained)
 	total := faultTable(t, w, ch.faults, sdk)
 	fmt.Fprintf(w, "\n  %d faults injected; besides, %d invocations ran on a skewed clock (up to %v off), %d rows slower than an invocation\n\n",
 		total, ch.skews, ch.maxSkewSeen, slowRows.Load())
