@@ -11,7 +11,14 @@ package localstack
 // must be terminal with every row in exactly one file, counts and usage
 // matching the rows, no part file left behind, no capacity or lease held,
 // every webhook delivered or recorded failed, and no tenant seeing
-// another's batches or files. The randomness is seeded (CHAOS_SEED,
+// another's batches or files. While it runs, rows of three models of
+// different capacities are mixed in every batch, work is delivered to two
+// executor invocations at once, each engine invocation runs on a clock
+// skewed by up to ±2 s, lease renewals are throttled and a few rows outlast
+// an invocation; the mock records every request, and the run must keep
+// each model within its max_concurrency, send no row by two runs at once
+// and start none after its run's lease (chaos_invariants_test.go).
+// The randomness is seeded (CHAOS_SEED,
 // printed); goroutine scheduling still varies, so a seed reproduces the
 // fault rates and the burst plan, not the exact interleaving.
 
@@ -57,12 +64,17 @@ import (
 	"github.com/relaybatch/relay/internal/resources"
 )
 
-// chaosModels: a short per-request timeout so a latency burst turns into
-// timeouts, and a fallback for rows whose retries run out.
+// chaosModels: three models of different capacities that the batches mix
+// (chaosMix), a short per-request timeout so a latency burst turns into
+// timeouts, and a fallback for rows whose retries run out. chaos-medium's
+// timeout is longer than an executor invocation (chaosExecTimeout), so
+// its slow rows (slowRow) outlast the invocation that runs them.
 const chaosModels = `
 models:
-  - {name: gpt-4o-mini, provider: openai, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, fallback: gpt-4o-mini-backup, max_concurrency: 24, timeout: 2s}
-  - {name: gpt-4o-mini-backup, provider: openai, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, upstream_model: backup-upstream, max_concurrency: 8, timeout: 2s}
+  - {name: gpt-4o-mini, provider: openai, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, fallback: gpt-4o-mini-backup, max_concurrency: 12, timeout: 2s}
+  - {name: chaos-medium, provider: openai, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, upstream_model: medium-upstream, fallback: gpt-4o-mini-backup, max_concurrency: 6, timeout: 15s}
+  - {name: chaos-small, provider: openai, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, upstream_model: small-upstream, max_concurrency: 3, timeout: 2s}
+  - {name: gpt-4o-mini-backup, provider: openai, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, upstream_model: backup-upstream, max_concurrency: 4, timeout: 2s}
 `
 
 // Fault probabilities per invocation (or per commit, for crashBeforeCommit).
@@ -75,6 +87,8 @@ const (
 	pDuplicateDispatch = 0.10
 	pDropFinalize      = 0.25
 	pDuplicateFinalize = 0.30
+	pDuplicateInvoke   = 0.08 // a batch of work messages to two executor invocations at once
+	pThrottleRenewal   = 0.30 // of the lease renewals
 )
 
 // Fault kinds, in the order the summary prints them.
@@ -93,6 +107,8 @@ const (
 	fault500Burst     = "provider 500 burst"
 	faultTimeoutBurst = "provider timeout burst"
 	faultRestart      = "runtime restarted"
+	faultDupInvoke    = "work batch to two invocations at once"
+	faultRenewal      = "lease renewal throttled"
 )
 
 // The queues' visibility timeouts and their functions' timeouts: long
@@ -109,12 +125,13 @@ var chaosQueues = []struct {
 	{resources.Webhook, 10 * time.Second, 5 * time.Second},
 }
 
-// chaosExecTimeout is the executor's timeout, the bound of a duplicate run.
+// chaosExecTimeout is the executor's timeout, the bound of a duplicate run;
+// short (10 s, deployed 15 minutes) so that slow rows outlast invocations.
 var chaosExecTimeout = chaosQueues[0].timeout
 
 var faultOrder = []string{faultKill, faultBeforeCommit, faultDropWork, faultDropDispatch, faultDropFinalize,
 	faultDupRun, faultDupWork, faultDupDispatch, faultDupFinalize, faultRedeliverDup,
-	fault429Burst, fault500Burst, faultTimeoutBurst, faultRestart}
+	fault429Burst, fault500Burst, faultTimeoutBurst, faultRestart, faultDupInvoke, faultRenewal}
 
 // chaos is the fault injector shared by both runtimes of the run.
 type chaos struct {
@@ -132,6 +149,10 @@ type chaos struct {
 	// deadLettering is the chunks the deadletter function is closing: a
 	// crash there would wait out the DLQ's 2-minute visibility.
 	deadLettering map[string]bool
+	// skews counts the invocations given a skewed clock, and maxSkewSeen
+	// is the largest skew given.
+	skews       int
+	maxSkewSeen time.Duration
 }
 
 func (c *chaos) roll(p float64) bool {
@@ -230,7 +251,9 @@ func (c *chaos) duplicateRun(rt *localrun.Runtime, m msg.Message) {
 	c.spawned.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), chaosExecTimeout)
 		defer cancel()
-		if failed, _ := rt.App.Engine.Execute(ctx, workDelivery(m)); len(failed) > 0 {
+		e := *rt.App.Engine
+		e.Now = c.skewedClock("executor")
+		if failed, _ := e.Execute(ctx, workDelivery(m)); len(failed) > 0 {
 			c.count(faultRedeliverDup)
 			_ = c.rt.Load().App.Queue.Send(context.Background(), resources.Work, m, 0)
 		}
@@ -255,7 +278,7 @@ func (c *chaos) beforeCommit(ch batch.Chunk) error {
 // bursts makes the provider fail in bursts until ctx ends: a calm spell,
 // then 429s, 500s or answers slower than the model's timeout.
 func (c *chaos) bursts(ctx context.Context, mock *mockup.Server, seed int64) {
-	calm := mockup.Options{Seed: seed}
+	calm := mockup.Options{Seed: seed, Record: true}
 	for {
 		select {
 		case <-ctx.Done():
@@ -316,7 +339,7 @@ func TestChaos(t *testing.T) {
 	if os.Getenv("RELAY_TEST_KEY") == "" {
 		t.Setenv("RELAY_TEST_KEY", "sk-relay-chaos")
 	}
-	mock := mockup.New(mockup.Options{Seed: seed})
+	mock := mockup.New(mockup.Options{Seed: seed, Record: true})
 	ml, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -345,8 +368,12 @@ func TestChaos(t *testing.T) {
 	opts := localrun.Options{
 		Env:    config.Env{Prefix: prefix, Table: prefix, Bucket: prefix + "-data", ChunkRows: 10, S3PathStyle: true},
 		Models: models, AWS: awsCfg, Addr: freeAddr(t), TickEvery: time.Second, Log: logger,
-		OnInvoke:       ch.onInvoke,
-		SchedulerClock: clock.Now, SchedulerRefresh: 500 * time.Millisecond,
+		OnInvoke: ch.onInvoke,
+		// Work delivered to two invocations at once, and every engine
+		// invocation on a clock of its own, off by up to ±2 s.
+		DuplicateInvoke: func(fn string, ev events.SQSEvent) bool { return ch.duplicateInvoke(fn, ev) },
+		InvocationClock: ch.skewedClock,
+		SchedulerClock:  clock.Now, SchedulerRefresh: 500 * time.Millisecond,
 		Wire: func(a *app.App) {
 			a.Engine.BeforeCommit = ch.beforeCommit
 			a.Engine.Lease = chaosLease // a killed run's chunk moves on in seconds
@@ -359,7 +386,7 @@ func TestChaos(t *testing.T) {
 	for _, q := range chaosQueues {
 		queueTimes(&opts, q.key, q.visibility, q.timeout)
 	}
-	sdk := sdkFaults(uint64(seed))
+	sdk := sdkFaults(uint64(seed), ch.throttleRenewal)
 	withAPIOption(sdk.APIOption)(&opts)
 	rt, err := localrun.Start(ctx, opts)
 	if err != nil {
@@ -390,12 +417,20 @@ func TestChaos(t *testing.T) {
 		progress  = make([]atomic.Int64, nTenants*perTenant) // rows done per batch, as last polled
 		submitted atomic.Int64
 		cancels   atomic.Int64
+		slowRows  atomic.Int64
 	)
 	fail := func(format string, args ...any) {
 		mu.Lock()
 		failures = append(failures, fmt.Sprintf(format, args...))
 		mu.Unlock()
 	}
+	// The emulator's memory grows with many tiny chunks: stop the run
+	// clearly before it takes the machine's.
+	var rss rssWatch
+	go rss.run(runCtx, emulatorPort(), rssLimitMB(), func(mb int64) {
+		fail("the emulator's RSS reached %d MB (CHAOS_MAX_EMULATOR_RSS_MB=%d): run stopped", mb, rssLimitMB())
+		cancel()
+	})
 	// await polls a batch until it is terminal, keeping its rows done in prog.
 	await := func(c openai.Client, id string, prog *atomic.Int64) (*openai.Batch, error) {
 		for {
@@ -420,10 +455,16 @@ func TestChaos(t *testing.T) {
 	for ti, tr := range tenants {
 		for j := range perTenant {
 			rows := make([]chatRow, nRows)
+			models := ch.mixedModels(nRows)
 			tr.ids[j] = make([]string, nRows)
 			for k := range rows {
 				id := fmt.Sprintf("t%d-b%d-r%03d", ti, j, k)
-				rows[k] = chatRow{id: id, content: fmt.Sprintf("[[mock:sleep=%dms]] chaos %s", 10+ch.intn(50), id)}
+				sleep := fmt.Sprintf("[[mock:sleep=%dms]]", 10+ch.intn(50))
+				if j == 0 && ti%2 == 1 && k == nRows/2 { // two batches hold a row slower than an invocation
+					sleep, models[k] = slowRow, "chaos-medium"
+					slowRows.Add(1)
+				}
+				rows[k] = chatRow{id: id, content: fmt.Sprintf("%s chaos %s", sleep, id)}
 				tr.ids[j][k] = id
 			}
 			cancelled := j == 1 && ti%2 == 0
@@ -433,7 +474,7 @@ func TestChaos(t *testing.T) {
 				var f *openai.FileObject
 				var err error
 				for try := 0; try < 5; try++ { // the API may be restarting
-					if b, f, err = submit(runCtx, tr.client, lat, rows, "gpt-4o-mini", (ti+j)%2 == 1, option.WithJSONSet("webhook_url", hooks.URL)); statusOf(err) != -1 {
+					if b, f, err = submitMixed(runCtx, tr.client, lat, rows, models, (ti+j)%2 == 1, option.WithJSONSet("webhook_url", hooks.URL)); statusOf(err) != -1 {
 						break
 					}
 					time.Sleep(time.Second)
@@ -546,10 +587,20 @@ func TestChaos(t *testing.T) {
 	}
 	fmt.Fprintf(w, "  shortened for the run: queue visibility/function timeout %s; lease %v, tick %v, webhook retries every %v for %v\n",
 		strings.Join(shortened, ", "), chaosLease, time.Second, chaosWebhookBackoff, chaosWebhookRetryFor)
-	fmt.Fprintf(w, "  all terminal after %.1f s; restart at %.1f s with %d rows done and %d of %d batches unfinished; %d cancels; work queue drained: %v\n\n",
-		elapsed.Seconds(), restartAt.Seconds(), rowsAtRestart, openAtRestart, nTenants*perTenant, cancels.Load(), drained)
+	var rowsDone int64 // as last polled: below totalRows when the budget ran out
+	for i := range progress {
+		rowsDone += progress[i].Load()
+	}
+	fmt.Fprintf(w, "  all terminal after %.1f s (%d of %d rows done, as last polled); restart at %.1f s with %d rows done and %d of %d batches unfinished; %d cancels; work queue drained: %v\n\n",
+		elapsed.Seconds(), rowsDone, totalRows, restartAt.Seconds(), rowsAtRestart, openAtRestart, nTenants*perTenant, cancels.Load(), drained)
 	total := faultTable(t, w, ch.faults, sdk)
-	fmt.Fprintf(w, "\n  %d faults injected\n\n", total)
+	fmt.Fprintf(w, "\n  %d faults injected; besides, %d invocations ran on a skewed clock (up to %v off), %d rows slower than an invocation\n\n",
+		total, ch.skews, ch.maxSkewSeen, slowRows.Load())
+	inv := checkInvariants(mock, models)
+	inv.emulatorPeakM = rss.peak()
+	inv.report(t, w)
+	fmt.Fprintf(w, "\n  README (seed | rows | faults | peak/cap %v | rows sent twice at once | sends after lease):\n  %s\n\n",
+		modelNames(models), inv.readmeRow(seed, int64(totalRows+len(extra.ids[0])+len(extra.ids[1])), total))
 	if t.Failed() {
 		t.FailNow()
 	}
@@ -735,7 +786,7 @@ func workflowBatch(ctx context.Context, tr *tenantRun, callback, hook string) (s
 func createTemplate(ctx context.Context, baseURL string, tr *tenantRun, hook string) (string, error) {
 	var reqs []map[string]any
 	for i := range 20 {
-		r := chatRow{id: fmt.Sprintf("tpl-r%02d", i), content: "[[mock:sleep=20ms]] from the template"}
+		r := chatRow{id: fmt.Sprintf("tpl-r%02d", i), content: fmt.Sprintf("[[mock:sleep=20ms]] row %d from the template", i)}
 		tr.ids[1] = append(tr.ids[1], r.id)
 		reqs = append(reqs, r.request("gpt-4o-mini"))
 	}
@@ -882,12 +933,18 @@ func sumValues(m map[string]int) int {
 // throttles as if the SDK's retries ran out; lost sends; and functions
 // that die between two calls. Rules are tried in order, so a call gets at
 // most one fault.
-func sdkFaults(seed uint64) *awsfault.Injector {
+func sdkFaults(seed uint64, renewal func(expr string) bool) *awsfault.Injector {
 	inInvocation := func(ctx context.Context, _ any) bool {
 		lc, ok := lambdacontext.FromContext(ctx)
 		return ok && lc.AwsRequestID != ""
 	}
 	in := awsfault.New(seed)
+	// Throttled lease renewals, first, so that no other rule takes them
+	// (renewal rolls its own dice and counts what it throttles).
+	isRenewal := awsfault.UpdateExpression(renewal)
+	in.Add(awsfault.Rule{Service: "DynamoDB", Operation: "UpdateItem", Kind: awsfault.Throttle, Match: func(ctx context.Context, input any) bool {
+		return inInvocation(ctx, input) && isRenewal(ctx, input)
+	}})
 	for _, r := range []awsfault.Rule{
 		{Service: "DynamoDB", Operation: "TransactWriteItems", Kind: awsfault.Conflict, Prob: 0.60},
 		{Service: "DynamoDB", Operation: "TransactWriteItems", Kind: awsfault.After, Prob: 0.12},

@@ -255,3 +255,13 @@ func (e *Error) Error() string {
 }
 
 func ptr(s string) *string { return &s }
+
+// UpdateExpression is a Rule.Match for DynamoDB UpdateItem calls whose
+// update expression f accepts: chaos runs throttle the lease renewals
+// among all updates by what they set.
+func UpdateExpression(f func(expr string) bool) func(context.Context, any) bool {
+	return func(_ context.Context, input any) bool {
+		in, ok := input.(*dynamodb.UpdateItemInput)
+		return ok && in.UpdateExpression != nil && f(*in.UpdateExpression)
+	}
+}

@@ -116,3 +116,29 @@ func TestThrottleAndDie(t *testing.T) {
 		t.Fatalf("another invocation's call: %v", err)
 	}
 }
+
+// UpdateExpression narrows a rule to the updates it names: a renewal that
+// sets the lease fails, the takeover that also sets the run does not, nor
+// does a GetItem.
+func TestUpdateExpression(t *testing.T) {
+	t.Parallel()
+	in, h := New(1), &stubHTTP{}
+	in.Add(Rule{Service: "DynamoDB", Kind: Throttle, Match: UpdateExpression(func(expr string) bool {
+		return strings.Contains(expr, "lease =") && !strings.Contains(expr, "#run =")
+	})})
+	c := client(in, h)
+	key := map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "x"}}
+	update := func(expr string) error {
+		_, err := c.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{TableName: aws.String("t"), Key: key, UpdateExpression: aws.String(expr)})
+		return err
+	}
+	if err := update("SET lease = :lease, gsi3pk = :lpk"); err == nil || !strings.Contains(err.Error(), "ProvisionedThroughputExceeded") {
+		t.Errorf("renewal: err %v, want an injected throttle", err)
+	}
+	if err := update("SET #run = :new, lease = :lease"); err != nil {
+		t.Errorf("takeover: %v, want no fault", err)
+	}
+	if _, err := c.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: aws.String("t"), Key: key}); err != nil {
+		t.Errorf("GetItem: %v, want no fault", err)
+	}
+}

@@ -491,7 +491,7 @@ func (r *chunkRun) rows(e *Engine, rowDone func()) fanout.Rows {
 				r.cancel()
 				return provider.Result{ErrCode: provider.CodeRequestCancelled, ErrMessage: "the run's lease ended"}
 			}
-			return e.Provider.Do(ctx, endpoint, body, fallback)
+			return e.Provider.Do(provider.WithRun(ctx, r.c.Run, func() time.Time { return time.UnixMilli(r.lease.Load()) }), endpoint, body, fallback)
 		},
 		Settle: func(i int) bool {
 			// Row boundary: a cancel or the end of the window stops new rows.

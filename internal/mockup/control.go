@@ -14,6 +14,9 @@ func (s *Server) controlRoutes() *http.ServeMux {
 	mux.HandleFunc("GET /mock/stats", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.Stats())
 	})
+	mux.HandleFunc("GET /mock/requests", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"data": s.Requests()})
+	})
 	mux.HandleFunc("GET /mock/options", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.options())
 	})
@@ -43,6 +46,7 @@ type optionsJSON struct {
 	Seed          int64   `json:"seed"`
 	Region        string  `json:"region"`
 	BatchDelay    string  `json:"batch_delay"`
+	Record        bool    `json:"record"`
 }
 
 // MarshalJSON writes the wire form described on the package.
@@ -55,6 +59,7 @@ func (o Options) MarshalJSON() ([]byte, error) {
 		Seed:          o.Seed,
 		Region:        o.Region,
 		BatchDelay:    o.BatchDelay.String(),
+		Record:        o.Record,
 	})
 }
 
@@ -70,6 +75,7 @@ func (o *Options) UnmarshalJSON(b []byte) error {
 		Seed:          o.Seed,
 		Region:        o.Region,
 		BatchDelay:    o.BatchDelay.String(),
+		Record:        o.Record,
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -82,7 +88,7 @@ func (o *Options) UnmarshalJSON(b []byte) error {
 	if err := errors.Join(err1, err2, err3, checkRate("error_rate", j.ErrorRate), checkRate("rate_limit_rate", j.RateLimitRate)); err != nil {
 		return err
 	}
-	*o = Options{Latency: latency, ErrorRate: j.ErrorRate, RateLimitRate: j.RateLimitRate, RetryAfter: retryAfter, Seed: j.Seed, Region: j.Region, BatchDelay: batchDelay}
+	*o = Options{Latency: latency, ErrorRate: j.ErrorRate, RateLimitRate: j.RateLimitRate, RetryAfter: retryAfter, Seed: j.Seed, Region: j.Region, BatchDelay: batchDelay, Record: j.Record}
 	return nil
 }
 

@@ -111,12 +111,26 @@
 // # Control endpoints
 //
 //	GET  /mock/stats    {"requests":N,"by_model":{…},"by_path":{…},"by_status":{"200":N,…},"peak_in_flight":{"model":N,…}}
+//	GET  /mock/requests {"data":[{"key","model","run","lease_until","start","end","status"},…]} while "record" is on
 //	GET  /mock/options  the current options
 //	POST /mock/options  merge the given fields into the options; answers the result
 //	POST /mock/reset    zero the stats and the fail=N/429x=N counters, re-seed the RNG (204)
 //
+// peak_in_flight is, per model as the body names it (the upstream name),
+// the most requests in flight at once since the last reset, from arrival
+// until the answer is written or the client is seen gone: capacity checks
+// compare it with max_concurrency.
+//
+// With "record" on (Options.Record; Server.Requests in Go), every model
+// request is kept until the next reset: its row key (the first 16 hex
+// digits of the sha256 of its messages, input and prompt, the row of
+// fail=N), model, start and end, status, and the X-Relay-Run and
+// X-Relay-Lease-Until (unix ms) headers relay's executor sends with the
+// rows of a chunk run. `make chaos` reads them to check that no row is
+// sent by two runs at once and none after its run's lease.
+//
 // Options travel as {"latency":"250ms","error_rate":0.1,"rate_limit_rate":0.05,
-// "retry_after":"1.5s","seed":7,"batch_delay":"1s"}. Durations are Go duration strings, never
+// "retry_after":"1.5s","seed":7,"batch_delay":"1s","record":false}. Durations are Go duration strings, never
 // bare numbers, because a number would leave the unit to guess. Fields left
 // out keep their value, so a chaos script can turn one knob at a time;
 // unknown fields and out-of-range values are a 400.

@@ -25,6 +25,10 @@ type Options struct {
 	// BatchDelay is how long a provider batch (OpenAI Batch, Anthropic
 	// Message Batches) runs before it ends; 0 means 1s.
 	BatchDelay time.Duration
+	// Record keeps every model request (Requests, GET /mock/requests)
+	// until the next Reset; off by default, so a long make dev keeps
+	// nothing.
+	Record bool
 }
 
 // normalized makes any Options usable: SetOptions has no error to return,
@@ -80,6 +84,8 @@ type Server struct {
 	rows map[[32]byte]int
 	// inFlight counts requests per model being served now.
 	inFlight map[string]int64
+	// requests are the requests recorded (Options.Record).
+	requests []Request
 
 	// batches are the provider batches and files (batchapi.go).
 	batches *batchAPI
@@ -134,6 +140,7 @@ func (s *Server) Reset() {
 	defer s.mu.Unlock()
 	s.stats = newStats()
 	s.rows = map[[32]byte]int{}
+	s.requests = nil
 	s.rng = newRNG(s.opts.Seed)
 }
 

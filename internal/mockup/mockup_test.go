@@ -853,7 +853,7 @@ func TestOptionsEndpoint(t *testing.T) {
 	m, srv := newServer(t, mockup.Options{Seed: 7})
 
 	r := send(t, srv.URL, http.MethodPost, "/mock/options", `{"rate_limit_rate":1,"retry_after":"1.5s"}`, nil)
-	want := `{"latency":"0s","error_rate":0,"rate_limit_rate":1,"retry_after":"1.5s","seed":7,"region":"us-east-1","batch_delay":"0s"}`
+	want := `{"latency":"0s","error_rate":0,"rate_limit_rate":1,"retry_after":"1.5s","seed":7,"region":"us-east-1","batch_delay":"0s","record":false}`
 	if r.status != 200 || strings.TrimSpace(string(r.body)) != want {
 		t.Errorf("POST /mock/options: got %d %s, want 200 %s", r.status, r.body, want)
 	}

@@ -139,11 +139,13 @@ func (s *Server) serveModel(w http.ResponseWriter, r *http.Request) {
 	if pathModel != "" {
 		req.model = pathModel
 	}
+	rec := newRecord(r, req)
 	opts := s.arrive(r.URL.Path, req.model)
 	defer s.leave(req.model)
 
 	out := s.answer(r, rt, known, req, readErr, opts)
 	s.answered(out.status)
+	s.record(rec, out.status, opts)
 	if out.status == statusClientGone {
 		return
 	}

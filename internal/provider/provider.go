@@ -374,6 +374,7 @@ func (c *Client) send(ctx context.Context, m config.Model, ad adapter, endpoint 
 	if err != nil {
 		return attempt{err: fmt.Errorf("build request for model %q: %w", m.Name, err)}
 	}
+	setRunHeaders(ctx, req.Header)
 	if err := ad.authenticate(callCtx, req, m, key); err != nil {
 		return attempt{err: err, unauthenticated: true}
 	}

@@ -91,6 +91,11 @@ type Poller struct {
 	// AfterInvoke, if set, is called after each invocation with how long
 	// the handler ran (benchmarks turn that into GB-seconds).
 	AfterInvoke func(elapsed time.Duration)
+	// Duplicate, if set and true for a batch, also hands the batch to a
+	// second invocation at the same time, as SQS's at-least-once delivery
+	// may give one message to two consumers: each has its own request id
+	// and deadline and deletes what it finished (chaos runs).
+	Duplicate func(ev events.SQSEvent) bool
 }
 
 // Run polls until ctx is done, then waits for in-flight invocations to
@@ -296,6 +301,18 @@ func (r *run) invoke(ctx context.Context, msgs []types.Message) {
 			return
 		}
 	}
+	var dup sync.WaitGroup
+	if r.Duplicate != nil && r.Duplicate(ev) {
+		dup.Go(func() { r.finish(ctx, NewRequestID(), ev, msgs) })
+	}
+	r.finish(ctx, requestID, ev, msgs)
+	dup.Wait()
+}
+
+// finish is an invocation once OnInvoke let it run: call the handler, then
+// delete what succeeded.
+func (r *run) finish(ctx context.Context, requestID string, ev events.SQSEvent, msgs []types.Message) {
+	log := r.log.With("request_id", requestID, "messages", len(msgs))
 	began := time.Now()
 	resp, err := r.call(ctx, requestID, ev)
 	if r.AfterInvoke != nil {

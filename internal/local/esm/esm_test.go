@@ -583,3 +583,49 @@ func TestRefusesMisconfiguration(t *testing.T) {
 		})
 	}
 }
+
+// Duplicate hands one batch to two invocations at once: both run (each
+// waits until the other has started), with their own request ids, and
+// the message is deleted.
+func TestDuplicateDelivery(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t, 5*time.Second)
+	send(t, q.url, "twice")
+	var (
+		both    = make(chan string, 2)
+		seen    sync.WaitGroup
+		started = make(chan struct{})
+	)
+	seen.Add(2)
+	go func() { seen.Wait(); close(started) }()
+	start(t, &esm.Poller{Client: client, QueueURL: q.url, FunctionTimeout: 5 * time.Second,
+		Duplicate: func(ev events.SQSEvent) bool { return ev.Records[0].Body == "twice" },
+		Handler: func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+			lc, _ := lambdacontext.FromContext(ctx)
+			both <- lc.AwsRequestID
+			seen.Done()
+			select { // returns only once the other invocation is running too
+			case <-started:
+				return events.SQSEventResponse{}, nil
+			case <-ctx.Done():
+				return events.SQSEventResponse{}, ctx.Err()
+			}
+		}})
+	ids := map[string]bool{}
+	for range 2 {
+		select {
+		case id := <-both:
+			ids[id] = true
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d invocation(s) of the duplicated batch started, want 2 at once", len(ids))
+		}
+	}
+	if len(ids) != 2 {
+		t.Errorf("the two invocations shared a request id: %v", ids)
+	}
+	eventually(t, "the message deleted", func() bool {
+		out, err := client.GetQueueAttributes(t.Context(), &sqs.GetQueueAttributesInput{QueueUrl: aws.String(q.url),
+			AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible}})
+		return err == nil && out.Attributes["ApproximateNumberOfMessages"] == "0" && out.Attributes["ApproximateNumberOfMessagesNotVisible"] == "0"
+	})
+}

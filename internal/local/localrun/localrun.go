@@ -78,6 +78,15 @@ type Options struct {
 	// Wire, if set, adjusts the wired app before anything runs (tests
 	// shorten the webhook retry schedule).
 	Wire func(*app.App)
+	// DuplicateInvoke, if set and true for a batch of a queue-fed function,
+	// also hands the batch to a second invocation at the same time
+	// (esm.Poller.Duplicate): chaos runs deliver work twice at once.
+	DuplicateInvoke func(function string, ev events.SQSEvent) bool
+	// InvocationClock, if set, gives each invocation of a function the
+	// engine runs (dispatcher, executor, deadletter, finalizer) the clock
+	// it returns as the engine's Now: chaos runs skew each invocation's
+	// clock by a few seconds, as the clocks of Lambda hosts differ.
+	InvocationClock func(function string) func() time.Time
 	// Existing runs on resources that exist already, such as a stack that
 	// make deploy-emulator deployed (Env and Tune from
 	// internal/local/deployed), instead of creating them: Start only checks
@@ -203,6 +212,13 @@ func (rt *Runtime) startPollers(ctx context.Context, o Options) error {
 		"finalizer":  e.Finalize,
 		"webhook":    rt.App.Webhooks.Deliver,
 	}
+	if o.InvocationClock != nil {
+		for name := range handlers {
+			if name != "webhook" {
+				handlers[name] = skewed(e, name, o.InvocationClock)
+			}
+		}
+	}
 	for _, f := range rt.App.Resources.Functions {
 		h, ok := handlers[f.Name]
 		if !ok || f.Queue == "" {
@@ -227,6 +243,9 @@ func (rt *Runtime) startPollers(ctx context.Context, o Options) error {
 		if o.AfterInvoke != nil {
 			p.AfterInvoke = func(d time.Duration) { o.AfterInvoke(name, d) }
 		}
+		if o.DuplicateInvoke != nil {
+			p.Duplicate = func(ev events.SQSEvent) bool { return o.DuplicateInvoke(name, ev) }
+		}
 		rt.wg.Add(1)
 		go func() {
 			defer rt.wg.Done()
@@ -236,6 +255,25 @@ func (rt *Runtime) startPollers(ctx context.Context, o Options) error {
 		}()
 	}
 	return nil
+}
+
+// skewed is the engine handler of function run on a copy of e whose Now
+// is clock(function), drawn anew for each invocation.
+func skewed(e *engine.Engine, function string, clock func(string) func() time.Time) queue.Handler {
+	return func(ctx context.Context, ds []queue.Delivery) ([]string, error) {
+		inv := *e
+		inv.Now = clock(function)
+		switch function {
+		case "dispatcher":
+			return inv.Dispatch(ctx, ds)
+		case "executor":
+			return inv.Execute(ctx, ds)
+		case "deadletter":
+			return inv.DeadLetter(ctx, ds)
+		default:
+			return inv.Finalize(ctx, ds)
+		}
+	}
 }
 
 // tick sends the dispatcher's periodic sweep, as the deployed 1-minute
