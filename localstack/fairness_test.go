@@ -27,12 +27,13 @@ models:
   - {name: mix-3, provider: openai, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, max_concurrency: 3, timeout: 30s}
 `
 
-// shippedRuntime is a runtime at the shipped defaults (no test chunk size)
-// with fairModels.
+// shippedRuntime is a runtime at the shipped defaults (no test chunk
+// size, the deployed tick) with fairModels.
 func shippedRuntime(t *testing.T) *localrun.Runtime {
 	t.Helper()
 	return runtime(t, func(o *localrun.Options) {
-		o.Env.ChunkRows = 0 // the shipped default
+		o.Env.ChunkRows = 0       // the shipped default
+		o.TickEvery = time.Minute // as deployed and as make dev runs
 		models, err := config.ParseModels([]byte(replaceMock(fairModels, o.MockAddr)))
 		if err != nil {
 			t.Fatal(err)

@@ -51,6 +51,7 @@ type chunkRun struct {
 	// (reportProgress) until the run commits (committing).
 	progress   sync.Mutex
 	committing bool
+	loaded     time.Time // a run younger than statusRefresh reports nothing
 	err        error
 	done       chan struct{} // closed once the run committed or failed
 }
@@ -294,7 +295,7 @@ func (e *Engine) load(ctx context.Context, r *chunkRun, batches map[string]batch
 	if err != nil {
 		return false, err
 	}
-	r.b, r.c, r.reqs, r.lines = b, c, reqs, part.NewLines(b, c, e.now())
+	r.b, r.c, r.reqs, r.lines, r.loaded = b, c, reqs, part.NewLines(b, c, e.now()), e.now()
 	r.left.Store(int32(len(reqs)))
 	return true, nil
 }
@@ -569,12 +570,13 @@ func (e *Engine) heartbeat(ctx context.Context, runs []*chunkRun) {
 
 // reportProgress adds the rows run r has done since its last report to
 // its batch's progress (docs/design.md "Progress"): one write per running
-// chunk every statusRefresh at most, never one per row.
+// chunk every statusRefresh at most, never one per row, and none for a
+// chunk that commits within statusRefresh of its start.
 func (e *Engine) reportProgress(ctx context.Context, r *chunkRun) error {
 	r.progress.Lock()
 	defer r.progress.Unlock()
-	if r.committing {
-		return nil
+	if r.committing || e.now().Sub(r.loaded) < statusRefresh {
+		return nil // a chunk that ends within seconds shows at its commit
 	}
 	to, err := e.Store.ReportProgress(ctx, r.c, r.lines.Tally())
 	if err != nil {
