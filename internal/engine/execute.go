@@ -450,6 +450,14 @@ func (e *Engine) commitSplit(ctx context.Context, b batch.Batch, cm store.Commit
 	for try := 0; try < commitTries; try++ {
 		rest.Index = b.ChunksTotal
 		err := e.Store.CommitSplit(ctx, b.Tenant, cm, rest, run, lease)
+		if err != nil && !errors.Is(err, store.ErrRaced) {
+			// An earlier try may have taken effect although its call
+			// failed: the chunk then holds this commit's attempt
+			// (docs/design.md "Conflicts and ambiguous writes").
+			if c, gerr := e.Store.GetChunk(ctx, cm.Chunk.Batch, cm.Chunk.Index); gerr == nil && c.State == batch.ChunkDone && c.Attempt == cm.Chunk.Attempt {
+				err = nil
+			}
+		}
 		switch {
 		case err == nil:
 			e.Log.InfoContext(ctx, "chunk split: answered rows committed, the rest claimed for its slots", "batch_id", b.ID,
