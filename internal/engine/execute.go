@@ -586,6 +586,13 @@ func (e *Engine) reportProgress(ctx context.Context, r *chunkRun) error {
 	}
 	to, err := e.Store.ReportProgress(ctx, r.c, r.lines.Tally())
 	if err != nil {
+		// A report that took effect although its call failed, or one
+		// another execution of the run made, moved the chunk's counts:
+		// read them, or every later report fails its condition and the
+		// commit takes too little out of the batch's progress.
+		if c, gerr := e.Store.GetChunk(ctx, r.c.Batch, r.c.Index); gerr == nil && c.State == batch.ChunkClaimed && c.Run == r.c.Run {
+			r.c.ReportedCompleted, r.c.ReportedFailed = c.ReportedCompleted, c.ReportedFailed
+		}
 		return err
 	}
 	r.c.ReportedCompleted, r.c.ReportedFailed = to.Completed, to.Failed
