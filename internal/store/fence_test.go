@@ -256,3 +256,38 @@ func TestCommitSplitKeepsTheAnsweredRows(t *testing.T) {
 		t.Errorf("done chunk's rows %v (row 1 is input row %d), want %v", got.Runs(), got.Row(1), done.Spans)
 	}
 }
+
+// TestTakeoverClearsTheFence: the first execution of the run a takeover
+// made takes the fence even when its clock is a few seconds behind the
+// tick's (docs/design.md "Fault model": clock skew), since the old run's
+// fence is no claim on the new run. Before, the old run's exec_until (its
+// lease, which the tick's clock saw ended) still fenced the new run out on
+// the executor's clock: its delivery was dropped as a duplicate, and the
+// chunk waited another lease and spent another attempt.
+func TestTakeoverClearsTheFence(t *testing.T) {
+	s := fenceStore(t)
+	ctx := context.Background()
+	now := time.Now()
+	c := batch.Chunk{Batch: "batch_t", Tenant: "t", Index: 0, Rows: 1, Model: "m", State: batch.ChunkPending, NextSame: -1}
+	if err := s.PutChunks(ctx, []batch.Chunk{c}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ClaimAlone(ctx, c, "run1", now); err != nil {
+		t.Fatal(err)
+	}
+	lease := now.Add(time.Minute)
+	if _, err := s.TakeFence(ctx, c.Batch, 0, "run1", "a", now, lease); err != nil {
+		t.Fatal(err)
+	}
+	// The execution died; the tick, its clock past the lease, takes over.
+	c.Run = "run1"
+	tick := lease.Add(time.Second)
+	if _, err := s.Takeover(ctx, c, "run2", tick, tick.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	// The new run's execution, its clock 2 s behind the tick's.
+	exec := tick.Add(-2 * time.Second)
+	if _, err := s.TakeFence(ctx, c.Batch, 0, "run2", "b", exec, exec.Add(time.Minute)); err != nil {
+		t.Fatalf("the new run's first execution: %v, want the fence", err)
+	}
+}
