@@ -312,6 +312,9 @@ func (e *Engine) takeFence(ctx context.Context, r *chunkRun, c *batch.Chunk) (bo
 		e.Log.InfoContext(ctx, "duplicate work message dropped: another execution runs it", "batch_id", c.Batch, "chunk", c.Index, "run", c.Run)
 		return false, nil
 	case err != nil:
+		// The fence may be taken although the call failed: the run's
+		// hand-over or release removes it under this execution's id.
+		r.exec = exec
 		return false, err
 	}
 	r.exec, c.Lease = exec, fc.Lease
