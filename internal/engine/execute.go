@@ -51,8 +51,11 @@ type chunkRun struct {
 	// (reportProgress) until the run commits (committing).
 	progress   sync.Mutex
 	committing bool
-	err        error
-	done       chan struct{} // closed once the run committed or failed
+	// reportUnknown says a report failed and the chunk's counts could not
+	// be read after it: the commit reads them first.
+	reportUnknown bool
+	err           error
+	done          chan struct{} // closed once the run committed or failed
 }
 
 // Execute is the executor function's SQS handler: the rows of all its
@@ -378,6 +381,9 @@ func (e *Engine) finishRun(ctx context.Context, p *fanout.Pool, r *chunkRun) {
 	defer p.Leave(r.c.Model, r.c.Slots)
 	r.progress.Lock()
 	r.committing = true
+	if r.reportUnknown {
+		e.readReported(ctx, r)
+	}
 	r.progress.Unlock()
 	if r.ctx.Err() != nil {
 		r.err = e.commitAnswered(ctx, r)
@@ -593,13 +599,24 @@ func (e *Engine) reportProgress(ctx context.Context, r *chunkRun) error {
 		// another execution of the run made, moved the chunk's counts:
 		// read them, or every later report fails its condition and the
 		// commit takes too little out of the batch's progress.
-		if c, gerr := e.Store.GetChunk(ctx, r.c.Batch, r.c.Index); gerr == nil && c.State == batch.ChunkClaimed && c.Run == r.c.Run {
-			r.c.ReportedCompleted, r.c.ReportedFailed = c.ReportedCompleted, c.ReportedFailed
-		}
+		r.reportUnknown = !e.readReported(ctx, r)
 		return err
 	}
 	r.c.ReportedCompleted, r.c.ReportedFailed = to.Completed, to.Failed
 	return nil
+}
+
+// readReported sets r's reported counts to the chunk's, while the chunk
+// is still the run's; false when it could not be read. r.progress is held.
+func (e *Engine) readReported(ctx context.Context, r *chunkRun) bool {
+	c, err := e.Store.GetChunk(ctx, r.c.Batch, r.c.Index)
+	if err != nil {
+		return false
+	}
+	if c.State == batch.ChunkClaimed && c.Run == r.c.Run {
+		r.c.ReportedCompleted, r.c.ReportedFailed = c.ReportedCompleted, c.ReportedFailed
+	}
+	return true
 }
 
 // running are the runs that loaded and have not ended.

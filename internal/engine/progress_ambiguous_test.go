@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -20,6 +21,19 @@ type progressTable struct {
 	*runsTable
 	progress int64
 	reports  int
+	// failRead fails the chunk's next read after the failed report.
+	failRead bool
+}
+
+func (f *progressTable) GetChunk(ctx context.Context, b string, i int) (batch.Chunk, error) {
+	f.mu.Lock()
+	fail := f.failRead && f.reports == 1
+	f.failRead = f.failRead && !fail
+	f.mu.Unlock()
+	if fail {
+		return batch.Chunk{}, errors.New("RequestCanceled: the invocation's context ended")
+	}
+	return f.runsTable.GetChunk(ctx, b, i)
 }
 
 func (f *progressTable) ReportProgress(_ context.Context, c batch.Chunk, done batch.Counts) (batch.Counts, error) {
@@ -60,9 +74,21 @@ func (f *progressTable) CommitChunk(ctx context.Context, tenant string, cm store
 // stayed above zero for good, its counts past its rows.
 func TestProgressReportThatTookEffectAlthoughItFailed(t *testing.T) {
 	t.Parallel()
+	for _, failRead := range []bool{false, true} {
+		t.Run(fmt.Sprintf("read after it fails: %v", failRead), func(t *testing.T) {
+			t.Parallel()
+			testProgressReportTookEffect(t, failRead)
+		})
+	}
+}
+
+// testProgressReportTookEffect: failRead also fails the read of the chunk
+// that follows the failed report (its context ended with the invocation's
+// run time): the commit reads the chunk's counts itself.
+func testProgressReportTookEffect(t *testing.T, failRead bool) {
 	p := newPeakProvider(20 * time.Millisecond)
 	e, table := runsFixture(t, p, chunkSpec{"x", 200, 1}) // about 4 s: past a report (statusRefresh)
-	pt := &progressTable{runsTable: table}
+	pt := &progressTable{runsTable: table, failRead: failRead}
 	e.Store = pt
 
 	failed, err := e.Execute(context.Background(), []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
