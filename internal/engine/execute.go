@@ -52,8 +52,11 @@ type chunkRun struct {
 	progress   sync.Mutex
 	committing bool
 	loaded     time.Time // a run younger than statusRefresh reports nothing
-	err        error
-	done       chan struct{} // closed once the run committed or failed
+	// reportUnknown says a report failed and the chunk's counts could not
+	// be read after it: the commit reads them first.
+	reportUnknown bool
+	err           error
+	done          chan struct{} // closed once the run committed or failed
 }
 
 // Execute is the executor function's SQS handler: the rows of all its
@@ -313,6 +316,9 @@ func (e *Engine) takeFence(ctx context.Context, r *chunkRun, c *batch.Chunk) (bo
 		e.Log.InfoContext(ctx, "duplicate work message dropped: another execution runs it", "batch_id", c.Batch, "chunk", c.Index, "run", c.Run)
 		return false, nil
 	case err != nil:
+		// The fence may be taken although the call failed: the run's
+		// hand-over or release removes it under this execution's id.
+		r.exec = exec
 		return false, err
 	}
 	r.exec, c.Lease = exec, fc.Lease
@@ -376,6 +382,9 @@ func (e *Engine) finishRun(ctx context.Context, p *fanout.Pool, r *chunkRun) {
 	defer p.Leave(r.c.Model, r.c.Slots)
 	r.progress.Lock()
 	r.committing = true
+	if r.reportUnknown {
+		e.readReported(ctx, r)
+	}
 	r.progress.Unlock()
 	if r.ctx.Err() != nil {
 		r.err = e.commitAnswered(ctx, r)
@@ -451,6 +460,14 @@ func (e *Engine) commitSplit(ctx context.Context, b batch.Batch, cm store.Commit
 	for try := 0; try < commitTries; try++ {
 		rest.Index = b.ChunksTotal
 		err := e.Store.CommitSplit(ctx, b.Tenant, cm, rest, run, lease)
+		if err != nil && !errors.Is(err, store.ErrRaced) {
+			// An earlier try may have taken effect although its call
+			// failed: the chunk then holds this commit's attempt
+			// (docs/design.md "Conflicts and ambiguous writes").
+			if c, gerr := e.Store.GetChunk(ctx, cm.Chunk.Batch, cm.Chunk.Index); gerr == nil && c.State == batch.ChunkDone && c.Attempt == cm.Chunk.Attempt {
+				err = nil
+			}
+		}
 		switch {
 		case err == nil:
 			e.Log.InfoContext(ctx, "chunk split: answered rows committed, the rest claimed for its slots", "batch_id", b.ID,
@@ -580,10 +597,28 @@ func (e *Engine) reportProgress(ctx context.Context, r *chunkRun) error {
 	}
 	to, err := e.Store.ReportProgress(ctx, r.c, r.lines.Tally())
 	if err != nil {
+		// A report that took effect although its call failed, or one
+		// another execution of the run made, moved the chunk's counts:
+		// read them, or every later report fails its condition and the
+		// commit takes too little out of the batch's progress.
+		r.reportUnknown = !e.readReported(ctx, r)
 		return err
 	}
 	r.c.ReportedCompleted, r.c.ReportedFailed = to.Completed, to.Failed
 	return nil
+}
+
+// readReported sets r's reported counts to the chunk's, while the chunk
+// is still the run's; false when it could not be read. r.progress is held.
+func (e *Engine) readReported(ctx context.Context, r *chunkRun) bool {
+	c, err := e.Store.GetChunk(ctx, r.c.Batch, r.c.Index)
+	if err != nil {
+		return false
+	}
+	if c.State == batch.ChunkClaimed && c.Run == r.c.Run {
+		r.c.ReportedCompleted, r.c.ReportedFailed = c.ReportedCompleted, c.ReportedFailed
+	}
+	return true
 }
 
 // running are the runs that loaded and have not ended.

@@ -211,9 +211,17 @@ func (e *Engine) takeOver(ctx context.Context, now time.Time) error {
 	var work, dead []any
 	var errs []error
 	for _, c := range expired {
-		nc, err := e.Store.Takeover(ctx, c, newRun(), now, now.Add(e.lease()))
+		run := newRun()
+		nc, err := e.Store.Takeover(ctx, c, run, now, now.Add(e.lease()))
 		if errors.Is(err, store.ErrRaced) {
 			continue // renewed or committed meanwhile
+		}
+		if err != nil {
+			// It may have taken effect although its call failed: then its
+			// run needs its message, or it waits a lease and an attempt.
+			if rc, gerr := e.Store.GetChunk(ctx, c.Batch, c.Index); gerr == nil && rc.State == batch.ChunkClaimed && rc.Run == run {
+				nc, err = rc, nil
+			}
 		}
 		if err != nil {
 			e.Log.ErrorContext(ctx, "tick: take over chunk", "batch_id", c.Batch, "chunk", c.Index, "run", c.Run, "err", err)

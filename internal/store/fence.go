@@ -139,10 +139,22 @@ func (s *Store) CommitSplit(ctx context.Context, tenant string, c Commit, rest b
 	// slots stay with rest: given back by no item.
 	c.Next, c.Last, c.Chunk.Slots = nil, false, 0
 	tx := s.commitItems(tenant, c)
+	// The done chunk's rows as plan.Split cut them: its spans, first row
+	// and range, not only its count (the answered rows need not be a prefix).
 	cu := tx[0].Update
-	cu.UpdateExpression = aws.String(strings.Replace(*cu.UpdateExpression, " REMOVE ", ", #rows = :rows, #end = :end REMOVE ", 1))
-	cu.ExpressionAttributeNames["#rows"], cu.ExpressionAttributeNames["#end"] = "rows", "end"
+	set, remove := ", #rows = :rows, #start = :start, #end = :end, first_row = :fr", " REMOVE spans, "
 	cu.ExpressionAttributeValues[":rows"], cu.ExpressionAttributeValues[":end"] = avN(ch.Rows), avN64(ch.End)
+	cu.ExpressionAttributeValues[":start"], cu.ExpressionAttributeValues[":fr"] = avN64(ch.Start), avN(ch.FirstRow)
+	if len(ch.Spans) > 0 {
+		spans, err := attributevalue.Marshal(ch.Spans)
+		if err != nil {
+			return fmt.Errorf("split chunk %d of %s: %w", ch.Index, ch.Batch, err)
+		}
+		set, remove = set+", spans = :spans", " REMOVE "
+		cu.ExpressionAttributeValues[":spans"] = spans
+	}
+	cu.UpdateExpression = aws.String(strings.Replace(*cu.UpdateExpression, " REMOVE ", set+remove, 1))
+	cu.ExpressionAttributeNames["#rows"], cu.ExpressionAttributeNames["#start"], cu.ExpressionAttributeNames["#end"] = "rows", "start", "end"
 	bu := tx[1].Update
 	bu.UpdateExpression = aws.String(strings.Replace(*bu.UpdateExpression, "ADD ", "ADD chunks_total :one, ", 1))
 	bu.ConditionExpression = aws.String("chunks_total = :total")

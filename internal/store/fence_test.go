@@ -215,3 +215,79 @@ func TestCommitSplit(t *testing.T) {
 		t.Errorf("%d chunks in the lease index past the lease, want the 2 rests", len(expired))
 	}
 }
+
+// TestCommitSplitKeepsTheAnsweredRows: a split whose answered rows are not
+// a prefix of the chunk (row 1 of 0-3 still in flight when the run
+// stopped) records the done chunk's rows as plan.Split cut them: its
+// spans, first row and range, so its lines map to the rows they answer
+// (output order, line ids, a retry's input of its failed rows).
+func TestCommitSplitKeepsTheAnsweredRows(t *testing.T) {
+	s := fenceStore(t)
+	ctx := context.Background()
+	lease := time.Now().Add(time.Minute)
+	b := batch.Batch{ID: "batch_k", Tenant: "t", Status: batch.InProgress, ChunksTotal: 1, Started: true}
+	if _, _, err := s.CreateBatch(ctx, b, IdemKey{}); err != nil {
+		t.Fatal(err)
+	}
+	c := batch.Chunk{Batch: b.ID, Tenant: "t", Index: 0, Start: 0, End: 40, FirstRow: 0, Rows: 4, Model: "m", State: batch.ChunkPending, NextSame: -1}
+	if err := s.PutChunks(ctx, []batch.Chunk{c}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ClaimAlone(ctx, c, "run0", lease); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.GetChunk(ctx, b.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Rows 0, 2 and 3 answered; row 1 goes to the rest.
+	done := c
+	done.Attempt, done.Pattern, done.Rows = "att", "ooo", 3
+	done.Spans = []batch.Span{{Start: 0, End: 10, Row: 0, Rows: 1}, {Start: 20, End: 40, Row: 2, Rows: 2}}
+	rest := batch.Chunk{Batch: b.ID, Tenant: "t", Index: 1, Start: 10, End: 20, FirstRow: 1, Rows: 1, Model: "m", NextSame: -1}
+	if err := s.CommitSplit(ctx, "t", Commit{Chunk: done, Completed: 3, Day: "2026-12-01"}, rest, "split1", lease); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetChunk(ctx, b.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Rows != 3 || !slices.Equal(got.Runs(), done.Spans) || got.Row(1) != 2 {
+		t.Errorf("done chunk's rows %v (row 1 is input row %d), want %v", got.Runs(), got.Row(1), done.Spans)
+	}
+}
+
+// TestTakeoverClearsTheFence: the first execution of the run a takeover
+// made takes the fence even when its clock is a few seconds behind the
+// tick's (docs/design.md "Fault model": clock skew), since the old run's
+// fence is no claim on the new run. Before, the old run's exec_until (its
+// lease, which the tick's clock saw ended) still fenced the new run out on
+// the executor's clock: its delivery was dropped as a duplicate, and the
+// chunk waited another lease and spent another attempt.
+func TestTakeoverClearsTheFence(t *testing.T) {
+	s := fenceStore(t)
+	ctx := context.Background()
+	now := time.Now()
+	c := batch.Chunk{Batch: "batch_t", Tenant: "t", Index: 0, Rows: 1, Model: "m", State: batch.ChunkPending, NextSame: -1}
+	if err := s.PutChunks(ctx, []batch.Chunk{c}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ClaimAlone(ctx, c, "run1", now); err != nil {
+		t.Fatal(err)
+	}
+	lease := now.Add(time.Minute)
+	if _, err := s.TakeFence(ctx, c.Batch, 0, "run1", "a", now, lease); err != nil {
+		t.Fatal(err)
+	}
+	// The execution died; the tick, its clock past the lease, takes over.
+	c.Run = "run1"
+	tick := lease.Add(time.Second)
+	if _, err := s.Takeover(ctx, c, "run2", tick, tick.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	// The new run's execution, its clock 2 s behind the tick's.
+	exec := tick.Add(-2 * time.Second)
+	if _, err := s.TakeFence(ctx, c.Batch, 0, "run2", "b", exec, exec.Add(time.Minute)); err != nil {
+		t.Fatalf("the new run's first execution: %v, want the fence", err)
+	}
+}

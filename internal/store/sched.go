@@ -544,9 +544,11 @@ func (s *Store) Takeover(ctx context.Context, c batch.Chunk, run string, now, le
 	lpk, lsk := leaseAttrs(c.Batch, c.Index, lease)
 	out, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &s.Table, Key: key(chunksPK(c.Batch), chunkSK(c.Index)),
-		UpdateExpression:         aws.String("SET #run = :new, lease = :lease, gsi3pk = :lpk, gsi3sk = :lsk ADD attempts :one"),
+		// The old run's fence goes: it is no claim on the new run, whose
+		// executor's clock may not see it ended yet.
+		UpdateExpression:         aws.String("SET #run = :new, lease = :lease, gsi3pk = :lpk, gsi3sk = :lsk ADD attempts :one REMOVE #exec, exec_until"),
 		ConditionExpression:      aws.String("#st = :claimed AND #run = :old AND lease < :now"),
-		ExpressionAttributeNames: map[string]string{"#st": "state", "#run": "run"},
+		ExpressionAttributeNames: map[string]string{"#st": "state", "#run": "run", "#exec": "exec"},
 		ExpressionAttributeValues: item{":claimed": avS(string(batch.ChunkClaimed)), ":old": avS(c.Run), ":new": avS(run),
 			":now": avN64(now.UnixMilli()), ":lease": avN64(lease.UnixMilli()), ":lpk": lpk, ":lsk": lsk, ":one": avN(1)},
 		ReturnValues: types.ReturnValueAllNew,

@@ -1,0 +1,105 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/queue"
+	"github.com/relaybatch/relay/internal/store"
+)
+
+// progressTable is a runsTable that keeps reported counts as
+// store.ReportProgress and CommitChunk do: on the chunk, conditional on
+// the run and the counts the run last knew, their sum in progress, which a
+// commit takes the chunk's reported counts out of. Its first report takes
+// effect and then fails (an AWS call that timed out after its write).
+type progressTable struct {
+	*runsTable
+	progress int64
+	reports  int
+	// failRead fails the chunk's next read after the failed report.
+	failRead bool
+}
+
+func (f *progressTable) GetChunk(ctx context.Context, b string, i int) (batch.Chunk, error) {
+	f.mu.Lock()
+	fail := f.failRead && f.reports == 1
+	f.failRead = f.failRead && !fail
+	f.mu.Unlock()
+	if fail {
+		return batch.Chunk{}, errors.New("RequestCanceled: the invocation's context ended")
+	}
+	return f.runsTable.GetChunk(ctx, b, i)
+}
+
+func (f *progressTable) ReportProgress(_ context.Context, c batch.Chunk, done batch.Counts) (batch.Counts, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cur := f.chunks[c.Index]
+	to := batch.Counts{Completed: max(done.Completed, c.ReportedCompleted), Failed: max(done.Failed, c.ReportedFailed)}
+	if to.Completed == c.ReportedCompleted && to.Failed == c.ReportedFailed {
+		return to, nil
+	}
+	if cur.State != batch.ChunkClaimed || cur.Run != c.Run || cur.ReportedCompleted != c.ReportedCompleted || cur.ReportedFailed != c.ReportedFailed {
+		return batch.Counts{}, store.ErrLeaseLost
+	}
+	f.progress += to.Completed - cur.ReportedCompleted + to.Failed - cur.ReportedFailed
+	cur.ReportedCompleted, cur.ReportedFailed = to.Completed, to.Failed
+	f.chunks[c.Index] = cur
+	if f.reports++; f.reports == 1 {
+		return batch.Counts{}, errors.New("RequestTimeout: the report took effect")
+	}
+	return to, nil
+}
+
+func (f *progressTable) CommitChunk(ctx context.Context, tenant string, cm store.Commit) error {
+	err := f.runsTable.CommitChunk(ctx, tenant, cm)
+	if err == nil {
+		f.mu.Lock()
+		f.progress -= cm.Chunk.ReportedCompleted + cm.Chunk.ReportedFailed
+		f.mu.Unlock()
+	}
+	return err
+}
+
+// TestProgressReportThatTookEffectAlthoughItFailed: a progress report that
+// took effect although its call failed is still taken out of the batch's
+// progress by the chunk's commit (docs/design.md "Progress"). Before, the
+// run kept the counts it knew before the report, every later report failed
+// its condition, and the commit took out too little: the batch's progress
+// stayed above zero for good, its counts past its rows.
+func TestProgressReportThatTookEffectAlthoughItFailed(t *testing.T) {
+	t.Parallel()
+	for _, failRead := range []bool{false, true} {
+		t.Run(fmt.Sprintf("read after it fails: %v", failRead), func(t *testing.T) {
+			t.Parallel()
+			testProgressReportTookEffect(t, failRead)
+		})
+	}
+}
+
+// testProgressReportTookEffect: failRead also fails the read of the chunk
+// that follows the failed report (its context ended with the invocation's
+// run time): the commit reads the chunk's counts itself.
+func testProgressReportTookEffect(t *testing.T, failRead bool) {
+	p := newPeakProvider(20 * time.Millisecond)
+	e, table := runsFixture(t, p, chunkSpec{"x", 200, 1}) // about 4 s: past a report (statusRefresh)
+	pt := &progressTable{runsTable: table, failRead: failRead}
+	e.Store = pt
+
+	failed, err := e.Execute(context.Background(), []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+
+	if err != nil || len(failed) > 0 {
+		t.Fatalf("Execute: failed %v, err %v", failed, err)
+	}
+	if pt.reports == 0 || len(table.commits) != 1 {
+		t.Fatalf("%d reports, %d commits: want a report before the commit", pt.reports, len(table.commits))
+	}
+	if pt.progress != 0 {
+		t.Errorf("batch progress %d after the chunk's commit, want 0", pt.progress)
+	}
+}

@@ -1,0 +1,82 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/queue"
+	"github.com/relaybatch/relay/internal/store"
+)
+
+// afterSplitTable is a runsTable whose first CommitSplit takes effect and
+// then fails, as an AWS call that timed out after its write (docs/design.md
+// "Fault model").
+type afterSplitTable struct {
+	*runsTable
+	once sync.Once
+}
+
+func (f *afterSplitTable) CommitSplit(ctx context.Context, tenant string, cm store.Commit, rest batch.Chunk, run string, lease time.Time) error {
+	err := f.runsTable.CommitSplit(ctx, tenant, cm, rest, run, lease)
+	f.once.Do(func() {
+		if err == nil {
+			err = errors.New("RequestTimeout: the split took effect")
+		}
+	})
+	return err
+}
+
+// deletesBucket is a runsBucket that records the keys deleted.
+type deletesBucket struct {
+	runsBucket
+	mu      sync.Mutex
+	deleted []string
+}
+
+func (f *deletesBucket) Delete(_ context.Context, keys ...string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.deleted = append(f.deleted, keys...)
+	return nil
+}
+
+// TestSplitThatTookEffectAlthoughItFailed: a split whose CommitSplit took
+// effect although its call failed keeps the parts its done chunk points
+// to, and sends the rest's work message. Before, the retry found the
+// chunk done (ErrChunkDone), took it for another run's commit and deleted
+// the committed parts: the answered rows were lost.
+func TestSplitThatTookEffectAlthoughItFailed(t *testing.T) {
+	t.Parallel()
+	p := newPeakProvider(20 * time.Millisecond)
+	e, table := runsFixture(t, p, chunkSpec{"x", 40, 2})
+	bucket := &deletesBucket{runsBucket: runsBucket{execBucket: execBucket{input: e.Blobs.(*runsBucket).input}}}
+	e.Blobs = bucket
+	e.Store = &afterSplitTable{runsTable: table}
+	q := e.Queue.(*lockedQueue)
+	ctx, cancel := context.WithTimeout(context.Background(), 2200*time.Millisecond)
+	defer cancel()
+
+	_, err := e.Execute(ctx, []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := table.chunks[0]
+	if done.State != batch.ChunkDone || table.chunks[1].State != batch.ChunkClaimed {
+		t.Fatalf("chunk 0 %s, rest %s: want the split recorded", done.State, table.chunks[1].State)
+	}
+	for _, k := range bucket.deleted {
+		for _, kind := range []string{"out", "err", "usage"} {
+			if k == done.Parts(kind) {
+				t.Errorf("committed part %s deleted: the answered rows are lost", k)
+			}
+		}
+	}
+	if len(q.sent) != 1 || q.sent[0].Chunk != 1 || q.sent[0].Run != table.chunks[1].Run {
+		t.Errorf("messages sent %+v, want the rest's (chunk 1, run %s)", q.sent, table.chunks[1].Run)
+	}
+}
