@@ -178,12 +178,13 @@ func TestFairMixedModelsRunAtCombinedCapacity(t *testing.T) {
 	if got.Status != "completed" || got.RequestCounts.Completed != 1800 {
 		t.Fatalf("batch: %s %+v", got.Status, got.RequestCounts)
 	}
+	// Both models ran side by side at their caps: each reached its cap
+	// and none passed it. How close the time comes to the caps' is a
+	// figure, not a check (a timing assertion on a shared machine; the
+	// issue's closing note and BENCHMARKS.md keep it).
 	stats := rt.Mock.Stats()
-	if stats.PeakInFlight["mix-6"] > 6 || stats.PeakInFlight["mix-3"] > 3 {
-		t.Fatalf("peak in flight %v exceeds the caps 6 and 3", stats.PeakInFlight)
-	}
-	if took > need*13/10 {
-		t.Fatalf("took %v, more than 1.3× the %v the two caps allow", took, need)
+	if stats.PeakInFlight["mix-6"] != 6 || stats.PeakInFlight["mix-3"] != 3 {
+		t.Fatalf("peak in flight %v, want mix-6 at its cap 6 and mix-3 at its cap 3", stats.PeakInFlight)
 	}
 }
 

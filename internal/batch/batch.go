@@ -288,7 +288,7 @@ type Chunk struct {
 	// Spans are the chunk's runs of contiguous rows, in row order, when it
 	// has more than one; empty, it is the one span of Rows rows from
 	// FirstRow at [Start, End) (so chunks stored before spans read the same).
-	Spans []Span     `dynamodbav:"spans,omitempty"`
+	Spans Spans      `dynamodbav:"spans,omitempty"`
 	Model string     `dynamodbav:"model"`
 	State ChunkState `dynamodbav:"state"`
 	// NextSame is the index of the batch's next chunk of the same model,
