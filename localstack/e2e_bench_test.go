@@ -1125,21 +1125,31 @@ func logMixTimeline(t *testing.T, reqs []mockup.Request, start time.Time) {
 	}
 }
 
-// logMixChunks logs each batch's chunks per model: their rows and attempts.
+// logMixChunks logs each batch's chunks per model: their rows, attempts and
+// states, and each model's ready-index head: a model with pending chunks
+// and no head waits for the tick.
 func logMixChunks(t *testing.T, rt *benchRuntime, ids []string) {
 	t.Helper()
+	for _, m := range mixModels {
+		r, ok, err := rt.App.Store.ReadyHead(context.Background(), m.name)
+		t.Logf("mixed %s ready head: %v %+v %v", m.name, ok, r, err)
+	}
 	for _, id := range ids {
 		chunks, err := rt.App.Store.Chunks(context.Background(), id)
 		if err != nil {
 			t.Logf("chunks of %s: %v", id, err)
 			continue
 		}
-		type tally struct{ chunks, rows, attempts int }
+		type tally struct {
+			chunks, rows, attempts int
+			states                 map[string]int
+		}
 		per := map[string]*tally{}
 		for _, ch := range chunks {
 			if per[ch.Model] == nil {
-				per[ch.Model] = &tally{}
+				per[ch.Model] = &tally{states: map[string]int{}}
 			}
+			per[ch.Model].states[string(ch.State)]++
 			per[ch.Model].chunks++
 			per[ch.Model].rows += ch.Rows
 			per[ch.Model].attempts += ch.Attempts
@@ -1147,7 +1157,7 @@ func logMixChunks(t *testing.T, rt *benchRuntime, ids []string) {
 		var parts []string
 		for _, m := range mixModels {
 			if c := per[m.name]; c != nil {
-				parts = append(parts, fmt.Sprintf("%s %d chunks %d rows %d attempts", m.name, c.chunks, c.rows, c.attempts))
+				parts = append(parts, fmt.Sprintf("%s %d chunks %d rows %d attempts %v", m.name, c.chunks, c.rows, c.attempts, c.states))
 			}
 		}
 		t.Logf("mixed batch %s: %s", id, strings.Join(parts, "; "))
