@@ -265,20 +265,8 @@ func (e *Engine) load(ctx context.Context, r *chunkRun, batches map[string]batch
 		}
 		batches[m.Tenant+"/"+m.Batch] = b
 	}
-	c, err := e.Store.GetChunk(ctx, m.Batch, m.Chunk)
-	if err != nil {
-		return false, gone(err)
-	}
-	switch {
-	case c.State == batch.ChunkDone:
-		// A duplicate, or the message of a run that died: remove what runs
-		// that did not commit wrote.
-		return false, e.sweepParts(ctx, c)
-	case c.State != batch.ChunkClaimed || c.Run != m.Run:
-		e.Log.InfoContext(ctx, "stale work message dropped", "batch_id", c.Batch, "chunk", c.Index, "run", m.Run, "current_run", c.Run)
-		return false, nil
-	}
-	if ok, err := e.takeFence(ctx, r, &c); err != nil || !ok {
+	c, ok, err := e.takeFence(ctx, r)
+	if err != nil || !ok {
 		return false, err
 	}
 	if b.ChunksTotal == 0 {
@@ -305,25 +293,46 @@ func (e *Engine) load(ctx context.Context, r *chunkRun, batches map[string]batch
 
 // takeFence makes r the one live execution of its run, and moves the
 // run's lease to a full lease from now with it (docs/design.md
-// "Scheduling", fence); false when another live execution of the run has
-// it, or the chunk is no longer the run's: the delivery is dropped without
-// running a row or spending an attempt.
-func (e *Engine) takeFence(ctx context.Context, r *chunkRun, c *batch.Chunk) (bool, error) {
-	exec := ids.Secret(8)
-	fc, err := e.Store.TakeFence(ctx, c.Batch, c.Index, c.Run, exec, e.now(), e.now().Add(e.lease()))
+// "Scheduling", fence); it returns the chunk as it now is. false when
+// another live execution of the run has it, or the chunk is no longer the
+// run's (fenceRefused): the delivery is dropped without running a row or
+// spending an attempt.
+func (e *Engine) takeFence(ctx context.Context, r *chunkRun) (batch.Chunk, bool, error) {
+	m, exec := r.msg, ids.Secret(8)
+	c, err := e.Store.TakeFence(ctx, m.Batch, m.Chunk, m.Run, exec, e.now(), e.now().Add(e.lease()))
 	switch {
 	case errors.Is(err, store.ErrFenced):
-		e.Log.InfoContext(ctx, "duplicate work message dropped: another execution runs it", "batch_id", c.Batch, "chunk", c.Index, "run", c.Run)
-		return false, nil
+		return c, false, e.fenceRefused(ctx, m)
 	case err != nil:
 		// The fence may be taken although the call failed: the run's
 		// hand-over or release removes it under this execution's id.
 		r.exec = exec
-		return false, err
+		return c, false, gone(err)
 	}
-	r.exec, c.Lease = exec, fc.Lease
-	r.lease.Store(fc.Lease)
-	return true, nil
+	r.exec = exec
+	r.lease.Store(c.Lease)
+	return c, true, nil
+}
+
+// fenceRefused handles a delivery whose fence was refused: the chunk is
+// done (a duplicate, or the message of a run that died: remove what runs
+// that did not commit wrote), no longer this run's (stale), or run by
+// another live execution (a duplicate delivery). Each is dropped. Taking
+// the fence first and reading the chunk only when it is refused keeps a
+// run's start at one request.
+func (e *Engine) fenceRefused(ctx context.Context, m msg.Message) error {
+	c, err := e.Store.GetChunk(ctx, m.Batch, m.Chunk)
+	switch {
+	case err != nil:
+		return gone(err)
+	case c.State == batch.ChunkDone:
+		return e.sweepParts(ctx, c)
+	case c.State != batch.ChunkClaimed || c.Run != m.Run:
+		e.Log.InfoContext(ctx, "stale work message dropped", "batch_id", c.Batch, "chunk", c.Index, "run", m.Run, "current_run", c.Run)
+	default:
+		e.Log.InfoContext(ctx, "duplicate work message dropped: another execution runs it", "batch_id", c.Batch, "chunk", c.Index, "run", m.Run)
+	}
+	return nil
 }
 
 // inputChanged ends chunk c, whose input object was replaced after the
