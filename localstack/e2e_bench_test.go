@@ -79,17 +79,24 @@ import (
 // BENCHMARKS.md names as its source.
 const benchCommand = "go test -tags bench -run '^TestEndToEndBenchmark$' -count=1 -v -timeout 12m ./localstack"
 
-// benchModels: the measured model at the mock, busy-model, whose one
+// benchModels: the measured model at the mock, and busy-model, whose one
 // slot the run with waiting batches holds at an upstream that does not
-// answer, and the mixed-models run's four (mixModels).
+// answer.
 const benchModels = `
 models:
   - {name: gpt-4o-mini, provider: openai, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, max_concurrency: 64}
+  - {name: busy-model, provider: openai, base_url: http://BUSY/v1, api_key_env: RELAY_TEST_KEY, max_concurrency: 1}
+`
+
+// mixBenchModels are the mixed-models run's four (mixModels), on a runtime
+// of their own: the local runtime's executor pollers follow the models'
+// capacities, and more pollers would change what the other runs count.
+const mixBenchModels = `
+models:
   - {name: mix-64, provider: openai, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, max_concurrency: 64}
   - {name: mix-32, provider: openai, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, max_concurrency: 32}
   - {name: mix-16, provider: openai, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, max_concurrency: 16}
   - {name: mix-8, provider: openai, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, max_concurrency: 8}
-  - {name: busy-model, provider: openai, base_url: http://BUSY/v1, api_key_env: RELAY_TEST_KEY, max_concurrency: 1}
 `
 
 const (
@@ -126,18 +133,20 @@ func TestEndToEndBenchmark(t *testing.T) {
 	r := benchReport{rows: rows, waiting: waiting, budget: budget, load: loadAverage()}
 
 	// The baseline and the run without waiting batches, against one mock.
-	rt := startBench(t, busy.addr())
+	rt := startBench(t, busy.addr(), benchModels)
 	r.gbPerSecond = float64(resources.Define(rt.prefix).Function("executor").Memory) / 1024
 	r.baseline, r.basePeak = baseline(t, rt, bodiesOf(t, data), benchConcurrency)
 	t.Logf("baseline: %d calls in %.1f s", rows, r.baseline.Seconds())
 	r.plain = runBatch(t, rt, "bench", data, time.Now().Add(benchFirstLimit))
 	t.Logf("service: %s in %.1f s", r.plain.outcome(), r.plain.wall.Seconds())
-	r.mix = runMixed(t, rt, envInt(t, "BENCH_MIX_ROWS", mixRowsDefault, 1), time.Now().Add(benchMixLimit))
 	rt.Close()
+	rtMix := startBench(t, busy.addr(), mixBenchModels)
+	r.mix = runMixed(t, rtMix, envInt(t, "BENCH_MIX_ROWS", mixRowsDefault, 1), time.Now().Add(benchMixLimit))
+	rtMix.Close()
 
 	// The run with waiting batches: a fresh runtime, so the first run's
 	// leftovers cost nothing here, and the setup before counting.
-	rt2 := startBench(t, busy.addr())
+	rt2 := startBench(t, busy.addr(), benchModels)
 	// The held row must end before rt2 closes, which waits for running
 	// invocations; cleanups run last registered first.
 	t.Cleanup(busy.release)
@@ -236,10 +245,10 @@ func (d *deliveries) snapshot() (map[string]time.Time, map[int]int) {
 	return maps.Clone(d.first), maps.Clone(d.shared)
 }
 
-func startBench(t *testing.T, busyAddr string) *benchRuntime {
+func startBench(t *testing.T, busyAddr, modelsYAML string) *benchRuntime {
 	t.Helper()
 	mockAddr := freeAddr(t)
-	models, err := config.ParseModels([]byte(strings.NewReplacer("MOCK", mockAddr, "BUSY", busyAddr).Replace(benchModels)))
+	models, err := config.ParseModels([]byte(strings.NewReplacer("MOCK", mockAddr, "BUSY", busyAddr).Replace(modelsYAML)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1134,7 +1143,7 @@ func (r *mixReport) markdown() string {
 	w("## Mixed models: capacities 64, 32, 16 and 8 in batches that mix them")
 	w("")
 	w("%d batches of %d rows, created at once with the official client (after their files' uploads, which are not measured), "+
-		"on the runtime of the run above once its batch ended. Each batch interleaves four models at the mock, `mix-64`, `mix-32`, "+
+		"on a runtime of their own (the local runtime's executor pollers follow the models' capacities: the four would change what the other runs count). Each batch interleaves four models at the mock, `mix-64`, `mix-32`, "+
 		"`mix-16` and `mix-8` (provider openai, `max_concurrency` 64, 32, 16 and 8; %d ms per call), in rounds of 8, 4, 2 and 1 "+
 		"rows: each model's rows in proportion to its capacity, so that at its cap each takes the same time.",
 		mixBatches, r.batchRows, benchLatency.Milliseconds())
