@@ -678,7 +678,10 @@ func TestChaos(t *testing.T) {
 // minutes: a killed run's chunk moves on in seconds, and a webhook that
 // keeps failing is recorded failed within the run.
 const (
-	chaosLease           = 3 * time.Second
+	// chaosLease is long enough that the executor's skew margin (5 s, at
+	// most half a lease: docs/design.md "Scheduling", lease rule) covers
+	// the 4 s two invocations' clocks may differ by (±2 s each).
+	chaosLease           = 10 * time.Second
 	chaosWebhookBackoff  = 500 * time.Millisecond
 	chaosWebhookRetryFor = 15 * time.Second
 )

@@ -657,8 +657,8 @@ func isClosed(ch chan struct{}) bool {
 // leaseSkew off never runs beside the run that took over.
 const leaseSkew = 5 * time.Second
 
-// skew is leaseSkew, at most a quarter of a (short, test) lease.
-func (e *Engine) skew() time.Duration { return min(leaseSkew, e.lease()/4) }
+// skew is leaseSkew, at most half a (short, test) lease.
+func (e *Engine) skew() time.Duration { return min(leaseSkew, e.lease()/2) }
 
 // inLease reports whether r may still start a row by its lease (keepLease).
 func (r *chunkRun) inLease(e *Engine) bool {
