@@ -59,23 +59,8 @@ func (s *Store) TakeFence(ctx context.Context, batchID string, chunk int, run, e
 // RenewExec moves a claimed chunk's lease and its fence to until, if run
 // still holds the chunk and exec the fence; ErrLeaseLost otherwise.
 func (s *Store) RenewExec(ctx context.Context, batchID string, chunk int, run, exec string, until time.Time) error {
-	lpk, lsk := leaseAttrs(batchID, chunk, until)
-	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: &s.Table, Key: key(chunksPK(batchID), chunkSK(chunk)),
-		UpdateExpression:         aws.String("SET lease = :lease, exec_until = :lease, gsi3pk = :lpk, gsi3sk = :lsk"),
-		ConditionExpression:      aws.String("#st = :claimed AND #run = :run AND #exec = :me"),
-		ExpressionAttributeNames: map[string]string{"#st": "state", "#run": "run", "#exec": "exec"},
-		ExpressionAttributeValues: item{":claimed": avS(string(batch.ChunkClaimed)), ":run": avS(run), ":me": avS(exec),
-			":lease": avN64(until.UnixMilli()), ":lpk": lpk, ":lsk": lsk},
-	})
-	var cf *types.ConditionalCheckFailedException
-	if errors.As(err, &cf) {
-		return ErrLeaseLost
-	}
-	if err != nil {
-		return fmt.Errorf("renew lease of chunk %d of %s: %w", chunk, batchID, err)
-	}
-	return nil
+	return s.moveLease(ctx, batchID, chunk, run, until, leaseMove{what: "renew lease", exec: exec,
+		set: ", exec_until = :lease", cond: " AND #exec = :me"})
 }
 
 // HandOver ends execution exec of run without a commit, so the run's next
@@ -84,23 +69,8 @@ func (s *Store) RenewExec(ctx context.Context, batchID string, chunk int, run, e
 // ErrLeaseLost when the chunk is no longer the run's; a fence held by
 // another execution is left as it is.
 func (s *Store) HandOver(ctx context.Context, batchID string, chunk int, run, exec string, until time.Time) error {
-	lpk, lsk := leaseAttrs(batchID, chunk, until)
-	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: &s.Table, Key: key(chunksPK(batchID), chunkSK(chunk)),
-		UpdateExpression:         aws.String("SET lease = :lease, gsi3pk = :lpk, gsi3sk = :lsk REMOVE #exec, exec_until"),
-		ConditionExpression:      aws.String("#st = :claimed AND #run = :run AND (attribute_not_exists(#exec) OR #exec = :me)"),
-		ExpressionAttributeNames: map[string]string{"#st": "state", "#run": "run", "#exec": "exec"},
-		ExpressionAttributeValues: item{":claimed": avS(string(batch.ChunkClaimed)), ":run": avS(run), ":me": avS(exec),
-			":lease": avN64(until.UnixMilli()), ":lpk": lpk, ":lsk": lsk},
-	})
-	var cf *types.ConditionalCheckFailedException
-	if errors.As(err, &cf) {
-		return ErrLeaseLost
-	}
-	if err != nil {
-		return fmt.Errorf("hand over chunk %d of %s: %w", chunk, batchID, err)
-	}
-	return nil
+	return s.moveLease(ctx, batchID, chunk, run, until, leaseMove{what: "hand over", exec: exec,
+		set: " REMOVE #exec, exec_until", cond: " AND (attribute_not_exists(#exec) OR #exec = :me)"})
 }
 
 // ReleaseFence removes exec's fence from a chunk, if it holds it, and

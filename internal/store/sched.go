@@ -518,20 +518,39 @@ var ErrLeaseLost = errors.New("store: lease lost")
 
 // RenewLease moves a claimed chunk's lease to until, if run still holds it.
 func (s *Store) RenewLease(ctx context.Context, batchID string, chunk int, run string, until time.Time) error {
+	return s.moveLease(ctx, batchID, chunk, run, until, leaseMove{what: "renew lease"})
+}
+
+// leaseMove is what a lease move adds to the plain one (RenewLease): the
+// fence's part of the update and of the condition, for execution exec.
+type leaseMove struct {
+	what      string // the operation, for errors
+	exec      string // "": the fence is not involved
+	set, cond string // appended to the update and to the condition
+}
+
+// moveLease moves the lease of chunk, claimed by run, to until, with m's
+// additions; ErrLeaseLost when the condition fails.
+func (s *Store) moveLease(ctx context.Context, batchID string, chunk int, run string, until time.Time, m leaseMove) error {
 	lpk, lsk := leaseAttrs(batchID, chunk, until)
+	names := map[string]string{"#st": "state", "#run": "run"}
+	vals := item{":claimed": avS(string(batch.ChunkClaimed)), ":run": avS(run), ":lease": avN64(until.UnixMilli()), ":lpk": lpk, ":lsk": lsk}
+	if m.exec != "" {
+		names["#exec"], vals[":me"] = "exec", avS(m.exec)
+	}
 	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &s.Table, Key: key(chunksPK(batchID), chunkSK(chunk)),
-		UpdateExpression:          aws.String("SET lease = :lease, gsi3pk = :lpk, gsi3sk = :lsk"),
-		ConditionExpression:       aws.String("#st = :claimed AND #run = :run"),
-		ExpressionAttributeNames:  map[string]string{"#st": "state", "#run": "run"},
-		ExpressionAttributeValues: item{":claimed": avS(string(batch.ChunkClaimed)), ":run": avS(run), ":lease": avN64(until.UnixMilli()), ":lpk": lpk, ":lsk": lsk},
+		UpdateExpression:          aws.String("SET lease = :lease, gsi3pk = :lpk, gsi3sk = :lsk" + m.set),
+		ConditionExpression:       aws.String("#st = :claimed AND #run = :run" + m.cond),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: vals,
 	})
 	var cf *types.ConditionalCheckFailedException
 	if errors.As(err, &cf) {
 		return ErrLeaseLost
 	}
 	if err != nil {
-		return fmt.Errorf("renew lease of chunk %d of %s: %w", chunk, batchID, err)
+		return fmt.Errorf("%s of chunk %d of %s: %w", m.what, chunk, batchID, err)
 	}
 	return nil
 }
