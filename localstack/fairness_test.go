@@ -60,6 +60,30 @@ func fetchBatch(t *testing.T, c openai.Client, id string) *openai.Batch {
 	return b
 }
 
+// countsUntilDone gets batch id every poll until it is terminal, failing
+// if its finished rows ever go back or it does not complete all rows, and
+// returns each count of finished rows it saw, in order.
+func countsUntilDone(t *testing.T, c openai.Client, id string, rows int64, poll time.Duration) []int64 {
+	t.Helper()
+	var seen []int64
+	for {
+		b := fetchBatch(t, c, id)
+		if n := done(b); len(seen) == 0 || seen[len(seen)-1] != n {
+			if len(seen) > 0 && n < seen[len(seen)-1] {
+				t.Fatalf("counts went backwards: %v then %d", seen, n)
+			}
+			seen = append(seen, n)
+		}
+		if terminal[b.Status] {
+			if b.Status != "completed" || b.RequestCounts.Completed != rows {
+				t.Fatalf("batch %s: %s %+v", id, b.Status, b.RequestCounts)
+			}
+			return seen
+		}
+		time.Sleep(poll)
+	}
+}
+
 // done is a batch's finished rows.
 func done(b *openai.Batch) int64 { return b.RequestCounts.Completed + b.RequestCounts.Failed }
 
@@ -123,24 +147,7 @@ func TestFairCountsMoveWhileRunning(t *testing.T) {
 	c, _ := client(t, rt, "counts")
 	f := upload(t, c, "c.jsonl", jsonlRows(slowRows("c", "small-8", 400, 60*time.Millisecond)))
 	id := createBatch(t, c, f.ID).ID
-	var seen []int64
-	for {
-		b := fetchBatch(t, c, id)
-		n := done(b)
-		if len(seen) > 0 && n < seen[len(seen)-1] {
-			t.Fatalf("counts went backwards: %v then %d", seen, n)
-		}
-		if len(seen) == 0 || seen[len(seen)-1] != n {
-			seen = append(seen, n)
-		}
-		if terminal[b.Status] {
-			if b.Status != "completed" || b.RequestCounts.Completed != 400 {
-				t.Fatalf("batch %s: %s %+v", id, b.Status, b.RequestCounts)
-			}
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	seen := countsUntilDone(t, c, id, 400, 100*time.Millisecond)
 	t.Logf("counts seen: %v", seen)
 	between := 0
 	for _, n := range seen {
@@ -197,23 +204,7 @@ func TestFairCountsMoveWithinAChunk(t *testing.T) {
 	c, _ := client(t, rt, "within")
 	f := upload(t, c, "w.jsonl", jsonlRows(slowRows("w", "small-8", 64, time.Second)))
 	id := createBatch(t, c, f.ID).ID
-	var seen []int64
-	for {
-		b := fetchBatch(t, c, id)
-		if n := done(b); len(seen) == 0 || seen[len(seen)-1] != n {
-			if len(seen) > 0 && n < seen[len(seen)-1] {
-				t.Fatalf("counts went backwards: %v then %d", seen, n)
-			}
-			seen = append(seen, n)
-		}
-		if terminal[b.Status] {
-			if b.Status != "completed" || b.RequestCounts.Completed != 64 {
-				t.Fatalf("batch %s: %s %+v", id, b.Status, b.RequestCounts)
-			}
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	seen := countsUntilDone(t, c, id, 64, 200*time.Millisecond)
 	t.Logf("counts seen: %v", seen)
 	if len(seen) < 3 {
 		t.Fatalf("counts seen %v: want values between 0 and 64 while the one chunk ran", seen)
