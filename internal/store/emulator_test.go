@@ -9,9 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/relaybatch/relay/internal/local/emulator"
 	"github.com/relaybatch/relay/internal/resources"
 )
@@ -58,42 +56,8 @@ func emulatorStore(t *testing.T) *Store {
 		t.Fatalf("emulator: %v", emu.err)
 	}
 	def := resources.Define(fmt.Sprintf("st%d-%d", time.Now().UnixNano(), emu.n.Add(1))).Table
-	if err := createTable(ctx, emu.db, def); err != nil {
+	if err := emulator.CreateTable(ctx, emu.db, def); err != nil {
 		t.Fatal(err)
 	}
 	return New(emu.db, def.Name)
-}
-
-// createTable creates t with its indexes (what internal/local/localrun's
-// bootstrap does, without TTL, which no test here needs).
-func createTable(ctx context.Context, db *dynamodb.Client, t resources.Table) error {
-	in := &dynamodb.CreateTableInput{
-		TableName:   &t.Name,
-		BillingMode: types.BillingModePayPerRequest,
-		KeySchema: []types.KeySchemaElement{
-			{AttributeName: &t.PartitionKey, KeyType: types.KeyTypeHash},
-			{AttributeName: &t.SortKey, KeyType: types.KeyTypeRange},
-		},
-	}
-	attrs := []string{t.PartitionKey, t.SortKey}
-	for _, ix := range t.Indexes {
-		attrs = append(attrs, ix.PartitionKey, ix.SortKey)
-		in.GlobalSecondaryIndexes = append(in.GlobalSecondaryIndexes, types.GlobalSecondaryIndex{
-			IndexName: aws.String(ix.Name),
-			KeySchema: []types.KeySchemaElement{
-				{AttributeName: aws.String(ix.PartitionKey), KeyType: types.KeyTypeHash},
-				{AttributeName: aws.String(ix.SortKey), KeyType: types.KeyTypeRange},
-			},
-			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll},
-		})
-	}
-	for _, a := range attrs {
-		in.AttributeDefinitions = append(in.AttributeDefinitions, types.AttributeDefinition{
-			AttributeName: aws.String(a), AttributeType: types.ScalarAttributeTypeS,
-		})
-	}
-	if _, err := db.CreateTable(ctx, in); err != nil {
-		return fmt.Errorf("create table %s: %w", t.Name, err)
-	}
-	return nil
 }

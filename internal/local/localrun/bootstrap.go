@@ -10,7 +10,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/aws-sdk-go-v2/service/scheduler"
@@ -18,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/local/emulator"
 	"github.com/relaybatch/relay/internal/resources"
 )
 
@@ -49,7 +49,7 @@ func Check(ctx context.Context, cfg aws.Config, env config.Env, set resources.Se
 // Bootstrap creates the resources of set on the endpoint in cfg, from the
 // same definitions the CDK stack uses. It is idempotent: what exists is kept.
 func Bootstrap(ctx context.Context, cfg aws.Config, set resources.Set) error {
-	if err := createTable(ctx, dynamodb.NewFromConfig(cfg), set.Table); err != nil {
+	if err := emulator.CreateTable(ctx, dynamodb.NewFromConfig(cfg), set.Table); err != nil {
 		return err
 	}
 	if err := createBucket(ctx, s3.NewFromConfig(cfg, func(o *s3.Options) { o.UsePathStyle = true }), set.Bucket); err != nil {
@@ -81,53 +81,6 @@ func createScheduleGroup(ctx context.Context, sch *scheduler.Client, name string
 	var conflict *schtypes.ConflictException
 	if err != nil && !errors.As(err, &conflict) {
 		return fmt.Errorf("create schedule group %s: %w", name, err)
-	}
-	return nil
-}
-
-func createTable(ctx context.Context, db *dynamodb.Client, t resources.Table) error {
-	attrs := map[string]bool{t.PartitionKey: true, t.SortKey: true}
-	in := &dynamodb.CreateTableInput{
-		TableName:   &t.Name,
-		BillingMode: ddbtypes.BillingModePayPerRequest,
-		KeySchema: []ddbtypes.KeySchemaElement{
-			{AttributeName: &t.PartitionKey, KeyType: ddbtypes.KeyTypeHash},
-			{AttributeName: &t.SortKey, KeyType: ddbtypes.KeyTypeRange},
-		},
-	}
-	for _, ix := range t.Indexes {
-		attrs[ix.PartitionKey], attrs[ix.SortKey] = true, true
-		in.GlobalSecondaryIndexes = append(in.GlobalSecondaryIndexes, ddbtypes.GlobalSecondaryIndex{
-			IndexName: aws.String(ix.Name),
-			KeySchema: []ddbtypes.KeySchemaElement{
-				{AttributeName: aws.String(ix.PartitionKey), KeyType: ddbtypes.KeyTypeHash},
-				{AttributeName: aws.String(ix.SortKey), KeyType: ddbtypes.KeyTypeRange},
-			},
-			Projection: &ddbtypes.Projection{ProjectionType: ddbtypes.ProjectionTypeAll},
-		})
-	}
-	for a := range attrs {
-		in.AttributeDefinitions = append(in.AttributeDefinitions, ddbtypes.AttributeDefinition{
-			AttributeName: aws.String(a), AttributeType: ddbtypes.ScalarAttributeTypeS,
-		})
-	}
-	_, err := db.CreateTable(ctx, in)
-	var inUse *ddbtypes.ResourceInUseException
-	if errors.As(err, &inUse) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("create table %s: %w", t.Name, err)
-	}
-	if err := dynamodb.NewTableExistsWaiter(db).Wait(ctx, &dynamodb.DescribeTableInput{TableName: &t.Name}, 30*time.Second); err != nil {
-		return fmt.Errorf("wait for table %s: %w", t.Name, err)
-	}
-	_, err = db.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
-		TableName:               &t.Name,
-		TimeToLiveSpecification: &ddbtypes.TimeToLiveSpecification{AttributeName: &t.TTLAttribute, Enabled: aws.Bool(true)},
-	})
-	if err != nil {
-		return fmt.Errorf("enable TTL on %s: %w", t.Name, err)
 	}
 	return nil
 }
