@@ -52,7 +52,7 @@ func (f *planBucket) Head(context.Context, string) (int64, string, error) {
 
 // A batch whose rows alternate two models (1,200 of a model of capacity 6,
 // 600 of one of capacity 3, interleaved) is planned into chunks of each
-// model's own size (16 round trips of its slots: 96 and 48 rows), not a
+// model's own size (24 round trips of its slots: 144 and 72 rows), not a
 // chunk at every change of model.
 func TestPlanMixedModels(t *testing.T) {
 	t.Parallel()
@@ -79,17 +79,17 @@ func TestPlanMixedModels(t *testing.T) {
 	rows := map[string]int{}
 	for _, c := range table.chunks {
 		rows[c.Model] += c.Rows
-		if limit := map[string]int{"six": 96, "three": 48}[c.Model]; c.Rows > limit {
+		if limit := map[string]int{"six": 144, "three": 72}[c.Model]; c.Rows > limit {
 			t.Errorf("chunk %d of %s: %d rows, over %d", c.Index, c.Model, c.Rows, limit)
 		}
 	}
-	if want := (1200+95)/96 + (600+47)/48; len(table.chunks) != want || rows["six"] != 1200 || rows["three"] != 600 {
+	if want := (1200+143)/144 + (600+71)/72; len(table.chunks) != want || rows["six"] != 1200 || rows["three"] != 600 {
 		t.Fatalf("%d chunks holding %v rows, want %d holding 1200 and 600", len(table.chunks), rows, want)
 	}
 }
 
-// A model's chunks hold 16 round trips of its slots: 400 rows on a model
-// of capacity 8 make chunks of 128 rows, so two such batches share its
+// A model's chunks hold 24 round trips of its slots: 400 rows on a model
+// of capacity 8 make chunks of 192 rows, so two such batches share its
 // slots from their first rows (docs/design.md "Chunk size").
 func TestPlanChunkRowsBySlots(t *testing.T) {
 	t.Parallel()
@@ -111,7 +111,7 @@ func TestPlanChunkRowsBySlots(t *testing.T) {
 	for _, c := range table.chunks {
 		got = append(got, c.Rows)
 	}
-	if want := []int{128, 128, 128, 16}; fmt.Sprint(got) != fmt.Sprint(want) {
+	if want := []int{192, 192, 16}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("rows per chunk %v, want %v", got, want)
 	}
 }

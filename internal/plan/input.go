@@ -55,7 +55,7 @@ func (l Limits) OrDefaults() Limits {
 // one chunk's run time even on a model of few slots, while a model of 32
 // slots or more keeps chunks of 512 rows and the AWS requests per 1,000
 // rows stay about 22 (docs/design.md "Chunk size").
-const RoundTrips = 16
+const RoundTrips = 24
 
 // RowsFor is the row limit of a chunk of a model of max_concurrency
 // capacity (l with its defaults): RoundTrips rounds of the slots its claim

@@ -378,15 +378,17 @@ func TestRowsFor(t *testing.T) {
 		capacity int
 		want     int
 	}{
-		{Limits{}, 8, 128},
-		{Limits{}, 6, 96},
-		{Limits{}, 1, 16},
+		{Limits{}, 8, 192},
+		{Limits{}, 6, 144},
+		{Limits{}, 1, 24},
+		{Limits{}, 21, 504},
+		{Limits{}, 22, 512},
 		{Limits{}, 32, 512},
 		{Limits{}, 64, 512},
 		{Limits{}, 10_000, 512},
 		{Limits{}, 0, 512},
 		{Limits{Rows: 100}, 8, 100},
-		{Limits{Slots: 4}, 64, 64},
+		{Limits{Slots: 4}, 64, 96},
 		{Limits{Rows: 1}, 8, 1},
 	} {
 		if got := tt.lim.OrDefaults().RowsFor(tt.capacity); got != tt.want {
