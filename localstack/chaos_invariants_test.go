@@ -108,10 +108,11 @@ func (c *chaos) duplicateInvoke(fn string, _ any) bool {
 }
 
 // throttleRenewal decides whether a lease renewal is throttled: an
-// UpdateItem of an invocation that sets the lease and not the run (a
-// takeover sets both).
+// UpdateItem of an invocation that moves the lease and sets neither the
+// run (a takeover) nor the fence (a run's start, TakeFence, whose
+// throttles are the general rule's).
 func (c *chaos) throttleRenewal(expr string) bool {
-	if !strings.Contains(expr, "lease = ") || strings.Contains(expr, "#run = ") || !c.roll(pThrottleRenewal) {
+	if !strings.HasPrefix(expr, "SET lease = ") || strings.Contains(expr, "#run = ") || !c.roll(pThrottleRenewal) {
 		return false
 	}
 	c.count(faultRenewal)

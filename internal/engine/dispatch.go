@@ -29,7 +29,14 @@ func (e *Engine) Dispatch(ctx context.Context, ds []queue.Delivery) ([]string, e
 			}
 			return e.drain(ctx, b)
 		case msg.Tick:
-			return e.Tick(ctx)
+			// Not given back to the queue when a unit failed: each is
+			// logged, and the next tick does it (docs/design.md
+			// "Scheduling", tick); a tick delivered again would repeat
+			// every unit, and pile up behind the ticks that follow.
+			if err := e.Tick(ctx); err != nil {
+				e.Log.WarnContext(ctx, "tick incomplete; the next tick does the rest", "err", err)
+			}
+			return nil
 		}
 		e.Log.WarnContext(ctx, "unknown dispatch message dropped", "type", m.Type)
 		return nil

@@ -291,15 +291,37 @@ func (e *Engine) load(ctx context.Context, r *chunkRun, batches map[string]batch
 	return true, nil
 }
 
+// fenceTries bounds a run's tries to take its fence, fenceBackoff their
+// waits.
+const (
+	fenceTries   = 4
+	fenceBackoff = 100 * time.Millisecond
+)
+
 // takeFence makes r the one live execution of its run, and moves the
 // run's lease to a full lease from now with it (docs/design.md
 // "Scheduling", fence); it returns the chunk as it now is. false when
 // another live execution of the run has it, or the chunk is no longer the
 // run's (fenceRefused): the delivery is dropped without running a row or
 // spending an attempt.
+//
+// A try that failed may have taken effect; the next one, under the same
+// execution id, takes the fence again (the condition accepts its own id),
+// so a throttle or a timeout costs a few hundred milliseconds, not the
+// run's delivery.
 func (e *Engine) takeFence(ctx context.Context, r *chunkRun) (batch.Chunk, bool, error) {
 	m, exec := r.msg, ids.Secret(8)
-	c, err := e.Store.TakeFence(ctx, m.Batch, m.Chunk, m.Run, exec, e.now(), e.now().Add(e.lease()))
+	var c batch.Chunk
+	var err error
+	for try := range fenceTries {
+		if try > 0 && backoff.Sleep(ctx, backoff.Upper(backoff.Exponential(try, fenceBackoff, 4*fenceBackoff))) != nil {
+			break
+		}
+		c, err = e.Store.TakeFence(ctx, m.Batch, m.Chunk, m.Run, exec, e.now(), e.now().Add(e.lease()))
+		if err == nil || errors.Is(err, store.ErrFenced) {
+			break
+		}
+	}
 	switch {
 	case errors.Is(err, store.ErrFenced):
 		return c, false, e.fenceRefused(ctx, m)
