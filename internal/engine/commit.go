@@ -24,7 +24,17 @@ func (e *Engine) commitRows(ctx context.Context, b batch.Batch, c batch.Chunk, r
 	if err != nil {
 		return false, err
 	}
+	// The commit's continuation is read while the parts are written: the
+	// two are independent, and a hand-over is as long as its requests in
+	// a row (docs/design.md "Chunk size").
+	picked := make(chan pickResult, 1)
+	go func() {
+		var r pickResult
+		r.next, r.err = e.pickNext(ctx, cm.Chunk)
+		picked <- r
+	}()
 	written, err := part.Write(ctx, e.Blobs, cm, parts)
+	first := <-picked
 	if err != nil {
 		return false, err
 	}
@@ -33,7 +43,22 @@ func (e *Engine) commitRows(ctx context.Context, b batch.Batch, c batch.Chunk, r
 			return false, err
 		}
 	}
-	return e.commit(ctx, b, cm, written)
+	return e.commit(ctx, b, cm, written, &first)
+}
+
+// pickResult is a commit's continuation as pickNext read it.
+type pickResult struct {
+	next *store.Claim
+	err  error
+}
+
+// pickNext picks the chunk c's model owes next for c's slots: none for a
+// chunk that holds none.
+func (e *Engine) pickNext(ctx context.Context, c batch.Chunk) (*store.Claim, error) {
+	if c.Slots == 0 {
+		return nil, nil
+	}
+	return pick(ctx, e.Store, c.Model, c.Slots, c.Shard, e.now().Add(e.lease()), &c)
 }
 
 // commitTries bounds a commit's retries after errors that may be
@@ -53,15 +78,21 @@ const (
 // the chunk before any retry (settle), as lostCommit settles one that
 // finds the chunk done: a commit that took effect is never reported as
 // failed, which would run the chunk's rows again.
-func (e *Engine) commit(ctx context.Context, b batch.Batch, cm store.Commit, written []string) (bool, error) {
+//
+// first, if given, is the continuation read already (commitRows reads it
+// while the parts are written).
+func (e *Engine) commit(ctx context.Context, b batch.Batch, cm store.Commit, written []string, first *pickResult) (bool, error) {
 	c := cm.Chunk
 	cm.ChunksTotal = b.ChunksTotal
 	cm.FinalizeDue = e.now().Add(batch.Grace)
 	picked := false
 	var lastErr error
 	for try := 0; try < commitTries; try++ {
-		if !picked && c.Slots > 0 {
-			next, err := pick(ctx, e.Store, c.Model, c.Slots, c.Shard, e.now().Add(e.lease()), &c)
+		if !picked {
+			next, err := e.pickNext(ctx, c)
+			if first != nil {
+				next, err, first = first.next, first.err, nil
+			}
 			if err != nil {
 				return false, err
 			}

@@ -58,7 +58,7 @@ func TestCommitOutcomeSettledByTheChunk(t *testing.T) {
 			cm.Chunk.Attempt = "att1"
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			ok, err := e.commit(ctx, b, cm, nil)
+			ok, err := e.commit(ctx, b, cm, nil, nil)
 			if !ok || err != nil {
 				t.Fatalf("commit after %d calls: %v %v, want it settled as ours", f.calls, ok, err)
 			}
@@ -96,7 +96,7 @@ func TestCommitNeverContinuesWithItself(t *testing.T) {
 	f := &selfTable{fakeSched: &fakeSched{ready: map[string][]store.Ready{"m": {moved, stale}}}}
 	e := &Engine{Store: f, Queue: &fakeQueue{}, Log: slog.New(slog.DiscardHandler)}
 	c := batch.Chunk{Batch: "x", Tenant: "t", Index: 0, State: batch.ChunkClaimed, Run: "run0", Slots: 2, Model: "m"}
-	ok, err := e.commit(context.Background(), batch.Batch{ID: "x", Tenant: "t", ChunksTotal: 3}, store.Commit{Chunk: c}, nil)
+	ok, err := e.commit(context.Background(), batch.Batch{ID: "x", Tenant: "t", ChunksTotal: 3}, store.Commit{Chunk: c}, nil, nil)
 	if !ok || err != nil {
 		t.Fatal(ok, err)
 	}

@@ -256,19 +256,29 @@ func (e *Engine) runChunks(ctx context.Context, runs []*chunkRun) {
 // duplicate (another execution runs it), and is dropped.
 func (e *Engine) load(ctx context.Context, r *chunkRun, batches map[string]batch.Batch) (bool, error) {
 	m := r.msg
-	b, ok := batches[m.Tenant+"/"+m.Batch]
-	if !ok {
-		var err error
-		b, err = e.Store.GetBatch(ctx, m.Tenant, m.Batch)
-		if err != nil {
-			return false, gone(err)
-		}
-		batches[m.Tenant+"/"+m.Batch] = b
+	b, cached := batches[m.Tenant+"/"+m.Batch]
+	read := make(chan error, 1)
+	if !cached {
+		// Read beside the fence's take: a run's start is as long as its
+		// requests in a row (docs/design.md "Chunk size").
+		go func() {
+			var err error
+			b, err = e.Store.GetBatch(ctx, m.Tenant, m.Batch)
+			read <- err
+		}()
+	} else {
+		read <- nil
 	}
 	c, ok, err := e.takeFence(ctx, r)
+	rerr := <-read
 	if err != nil || !ok {
 		return false, err
 	}
+	if rerr != nil {
+		// The fence is released with the run's end.
+		return false, gone(rerr)
+	}
+	batches[m.Tenant+"/"+m.Batch] = b
 	if b.ChunksTotal == 0 {
 		// Claimed in the moment between the plan's ready entries and its
 		// record of the input: the next run will find it.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"sync"
 	"testing"
 
 	"github.com/relaybatch/relay/internal/batch"
@@ -16,6 +17,7 @@ import (
 
 // fakeNative records the steps the engine hands it.
 type fakeNative struct {
+	mu      sync.Mutex // Execute hands steps over side by side
 	handled []msg.Message
 	dead    []bool
 	fail    bool
@@ -26,6 +28,8 @@ func (f *fakeNative) Start(_ context.Context, _ batch.Batch, entries []store.Rea
 }
 
 func (f *fakeNative) Handle(_ context.Context, m msg.Message, dead bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.handled, f.dead = append(f.handled, m), append(f.dead, dead)
 	if f.fail {
 		return errors.New("provider down")

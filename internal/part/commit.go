@@ -2,7 +2,9 @@ package part
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
@@ -67,19 +69,31 @@ func KeptUntil(b batch.Batch, partsExpiry time.Duration) int64 {
 }
 
 // Write writes a commit's part objects, those with bytes, under its chunk's
-// keys (batch.Chunk.Parts) with their expiry class (Kept), and returns the
-// keys written.
+// keys (batch.Chunk.Parts) with their expiry class (Kept), side by side,
+// and returns the keys written (those that were, when one failed).
 func Write(ctx context.Context, p blob.Putter, cm store.Commit, objs map[string]Object) ([]string, error) {
-	var written []string
+	var (
+		mu      sync.Mutex
+		wg      sync.WaitGroup
+		written []string
+		errs    []error
+	)
 	for _, kind := range []string{"out", "err", "usage"} {
 		if objs[kind].Size == 0 {
 			continue
 		}
 		k := cm.Chunk.Parts(kind)
-		if err := p.PutTagged(ctx, k, objs[kind].Body, objs[kind].Size, objs[kind].Tag); err != nil {
-			return written, fmt.Errorf("write part %s: %w", k, err)
-		}
-		written = append(written, k)
+		wg.Go(func() {
+			err := p.PutTagged(ctx, k, objs[kind].Body, objs[kind].Size, objs[kind].Tag)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("write part %s: %w", k, err))
+				return
+			}
+			written = append(written, k)
+		})
 	}
-	return written, nil
+	wg.Wait()
+	return written, errors.Join(errs...)
 }
