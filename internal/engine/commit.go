@@ -173,12 +173,25 @@ func (e *Engine) settleLost(ctx context.Context, b batch.Batch, cm store.Commit,
 	return false, e.Blobs.Delete(ctx, written...)
 }
 
-// afterCommit sends the claimed chunk's work message and, after the last
-// chunk, the finalize message. A lost send costs time, not work: the
-// claimed chunk's lease runs out and the tick re-sends it; the finalize is
-// due on the batch and the tick sends it.
+// continuationKey is the context key of the function that may run a
+// claimed chunk in the committing invocation (withContinuation).
+type continuationKey struct{}
+
+// withContinuation is ctx under which afterCommit offers the chunk a commit
+// claimed to run, which reports whether it takes it; otherwise its work
+// message is sent.
+func withContinuation(ctx context.Context, run func(*store.Claim) bool) context.Context {
+	return context.WithValue(ctx, continuationKey{}, run)
+}
+
+// afterCommit hands the claimed chunk on (to the invocation's continuation
+// when ctx offers one that takes it, else as its work message) and, after
+// the last chunk, sends the finalize message. A lost send costs time, not
+// work: the claimed chunk's lease runs out and the tick re-sends it; the
+// finalize is due on the batch and the tick sends it.
 func (e *Engine) afterCommit(ctx context.Context, b batch.Batch, next *store.Claim, last bool) {
-	if next != nil {
+	run, _ := ctx.Value(continuationKey{}).(func(*store.Claim) bool)
+	if next != nil && (run == nil || !run(next)) {
 		if err := e.send(ctx, resources.Work, msg.ForChunk(next.Next())); err != nil {
 			e.Log.WarnContext(ctx, "send claimed chunk", "batch_id", next.Entry.Batch, "chunk", next.Entry.Next, "err", err)
 		}

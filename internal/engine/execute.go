@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -98,15 +99,15 @@ func (e *Engine) Execute(ctx context.Context, ds []queue.Delivery) ([]string, er
 			}
 		}
 	}
-	e.runChunks(ctx, runs)
+	runs = e.runChunks(ctx, runs)
 	for _, r := range runs {
 		if r.err == nil {
 			continue
 		}
 		e.Log.ErrorContext(ctx, "chunk failed", "batch_id", r.msg.Batch, "chunk", r.msg.Chunk, "run", r.msg.Run,
 			"receive_count", r.delivery.ReceiveCount, "err", r.err)
-		if e.retrySoon(ctx, r) {
-			continue
+		if e.retrySoon(ctx, r) || r.delivery.ID == "" {
+			continue // a continuation without a message is left to its lease
 		}
 		failed = append(failed, r.delivery.ID)
 	}
@@ -200,8 +201,11 @@ func aloneFirst(runs []*chunkRun) (now, later []*chunkRun) {
 	return runs, nil
 }
 
-// runChunks loads, runs and commits runs; each ends with r.err set or nil.
-func (e *Engine) runChunks(ctx context.Context, runs []*chunkRun) {
+// runChunks loads, runs and commits runs, and the continuations their
+// commits claim while the invocation has time (docs/design.md
+// "Scheduling", continuations); it returns them all, each ended with r.err
+// set or nil.
+func (e *Engine) runChunks(ctx context.Context, runs []*chunkRun) []*chunkRun {
 	// Stop early enough to leave a chunk cleanly for its next run.
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -211,64 +215,156 @@ func (e *Engine) runChunks(ctx context.Context, runs []*chunkRun) {
 		runCtx, c2 = context.WithDeadline(runCtx, dl.Add(-margin))
 		defer c2()
 	}
-	statuses := map[string]*atomic.Value{}
-	batches := map[string]batch.Batch{} // chunks of one batch share its read
-	var pooled []*chunkRun
-	var wg, keepers sync.WaitGroup
-	defer keepers.Wait()
+	in := &invocation{e: e, ctx: ctx, runCtx: runCtx, pool: fanout.NewPool(),
+		batches: map[string]batch.Batch{}, statuses: map[string]*atomic.Value{}, sending: map[string]chan struct{}{}}
 	for _, r := range runs {
-		ok, err := e.load(ctx, r, batches)
-		if err != nil || !ok {
-			r.err = err
-			close(r.done)
-			continue
-		}
-		r.ctx, r.cancel = context.WithCancel(withExec(runCtx, r.exec))
-		defer r.cancel()
-		keepers.Go(func() { e.keepLease(r) })
-		if statuses[r.b.ID] == nil {
-			statuses[r.b.ID] = &atomic.Value{}
-			statuses[r.b.ID].Store(r.b.Status)
-		}
-		r.status = statuses[r.b.ID]
-		if isWorkflowChunk(r.c, r.reqs) && r.refused == "" {
-			wg.Go(func() {
-				defer close(r.done)
-				r.err = e.runRecord(withExec(ctx, r.exec), r)
-			})
-			continue
-		}
-		if r.c.Slots == 0 && !r.draining(e.now()) {
-			r.err = fmt.Errorf("chunk %d of %s holds no slots", r.c.Index, r.c.Batch)
-			close(r.done)
-			continue
-		}
-		pooled = append(pooled, r)
+		in.add(r)
+		in.start(r)
 	}
-	go e.heartbeat(runCtx, runs)
-	e.runPool(ctx, pooled)
-	wg.Wait()
+	go e.heartbeat(runCtx, in)
+	in.work.Wait()
+	all := in.all()
+	for _, r := range all {
+		if r.cancel != nil {
+			r.cancel()
+		}
+	}
+	in.keepers.Wait()
+	return all
+}
+
+// invocation is one Execute call's runs: those its deliveries named and
+// the continuations their commits claimed. The rows of all of them share
+// one pool of their slots, one account per model (docs/design.md
+// "Scheduling", per-model slots); each model's runs send their rows in
+// the order they started.
+type invocation struct {
+	e       *Engine
+	ctx     context.Context // the handler's
+	runCtx  context.Context // ends early enough to leave a chunk cleanly
+	pool    *fanout.Pool
+	work    sync.WaitGroup // loads, rows, commits and records
+	keepers sync.WaitGroup // keepLease of each run
+
+	mu       sync.Mutex
+	runs     []*chunkRun
+	batches  map[string]batch.Batch   // chunks of one batch share its read
+	statuses map[string]*atomic.Value // and its status
+	sending  map[string]chan struct{} // per model: closed once the rows of its last run are all sent
+}
+
+func (in *invocation) add(r *chunkRun) {
+	in.mu.Lock()
+	in.runs = append(in.runs, r)
+	in.mu.Unlock()
+}
+
+func (in *invocation) all() []*chunkRun {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return slices.Clone(in.runs)
+}
+
+// start loads run r and sets it going: a workflow record on its own, a
+// chunk's rows on the pool after the model's runs started before it.
+func (in *invocation) start(r *chunkRun) {
+	e := in.e
+	ok, err := e.load(in.ctx, r, in.batch)
+	if err != nil || !ok {
+		r.err = err
+		close(r.done)
+		return
+	}
+	r.ctx, r.cancel = context.WithCancel(withExec(in.runCtx, r.exec))
+	in.keepers.Go(func() { e.keepLease(r) })
+	in.mu.Lock()
+	if in.statuses[r.b.ID] == nil {
+		in.statuses[r.b.ID] = &atomic.Value{}
+		in.statuses[r.b.ID].Store(r.b.Status)
+	}
+	r.status = in.statuses[r.b.ID]
+	in.mu.Unlock()
+	if isWorkflowChunk(r.c, r.reqs) && r.refused == "" {
+		in.work.Go(func() {
+			defer close(r.done)
+			r.err = e.runRecord(withExec(in.ctx, r.exec), r)
+		})
+		return
+	}
+	if r.c.Slots == 0 && !r.draining(e.now()) {
+		r.err = fmt.Errorf("chunk %d of %s holds no slots", r.c.Index, r.c.Batch)
+		close(r.done)
+		return
+	}
+	in.pool.Hold(r.c.Model, r.c.Slots)
+	in.mu.Lock()
+	before, sent := in.sending[r.c.Model], make(chan struct{})
+	in.sending[r.c.Model] = sent
+	in.mu.Unlock()
+	in.work.Go(func() {
+		defer close(sent)
+		if before != nil {
+			<-before
+		}
+		rowDone := func() {
+			if r.left.Add(-1) == 0 {
+				in.work.Go(func() { e.finishRun(withContinuation(in.ctx, in.continueWith), in.pool, r) })
+			}
+		}
+		fanout.Send(in.pool, &in.work, r.rows(e, rowDone))
+	})
+}
+
+// batch is the batch of a run's message, read once per invocation.
+func (in *invocation) batch(ctx context.Context, tenant, id string) (batch.Batch, error) {
+	in.mu.Lock()
+	b, ok := in.batches[tenant+"/"+id]
+	in.mu.Unlock()
+	if ok {
+		return b, nil
+	}
+	b, err := in.e.Store.GetBatch(ctx, tenant, id)
+	if err == nil {
+		in.mu.Lock()
+		in.batches[tenant+"/"+id] = b
+		in.mu.Unlock()
+	}
+	return b, err
+}
+
+// continueWith runs the chunk a commit claimed in this invocation, instead
+// of sending its work message, while the invocation has at least half a
+// lease left (docs/design.md "Scheduling", continuations): the hand-over
+// is the commit and the next run's load, without a message's send,
+// receive and invocation. Nothing is lost if the invocation dies: the
+// claimed chunk's lease ends and the tick takes it over, as after a lost
+// send.
+func (in *invocation) continueWith(next *store.Claim) bool {
+	dl, ok := in.runCtx.Deadline()
+	if in.runCtx.Err() != nil || (ok && time.Until(dl) < in.e.lease()/2) {
+		return false
+	}
+	r := &chunkRun{msg: msg.ForChunk(next.Next()), done: make(chan struct{})}
+	in.add(r)
+	in.work.Go(func() { in.start(r) })
+	return true
 }
 
 // load reads a run's batch (once per invocation, through batches) and
 // chunk and its rows, taking the run's execution fence; false means the
 // message is stale (its chunk is done, or no longer this run's) or a
 // duplicate (another execution runs it), and is dropped.
-func (e *Engine) load(ctx context.Context, r *chunkRun, batches map[string]batch.Batch) (bool, error) {
+func (e *Engine) load(ctx context.Context, r *chunkRun, readBatch func(ctx context.Context, tenant, id string) (batch.Batch, error)) (bool, error) {
 	m := r.msg
-	b, cached := batches[m.Tenant+"/"+m.Batch]
+	// The batch is read beside the fence's take: a run's start is as long
+	// as its requests in a row (docs/design.md "Chunk size").
+	var b batch.Batch
 	read := make(chan error, 1)
-	if !cached {
-		// Read beside the fence's take: a run's start is as long as its
-		// requests in a row (docs/design.md "Chunk size").
-		go func() {
-			var err error
-			b, err = e.Store.GetBatch(ctx, m.Tenant, m.Batch)
-			read <- err
-		}()
-	} else {
-		read <- nil
-	}
+	go func() {
+		var err error
+		b, err = readBatch(ctx, m.Tenant, m.Batch)
+		read <- err
+	}()
 	c, ok, err := e.takeFence(ctx, r)
 	rerr := <-read
 	if err != nil || !ok {
@@ -278,7 +374,6 @@ func (e *Engine) load(ctx context.Context, r *chunkRun, batches map[string]batch
 		// The fence is released with the run's end.
 		return false, gone(rerr)
 	}
-	batches[m.Tenant+"/"+m.Batch] = b
 	if b.ChunksTotal == 0 {
 		// Claimed in the moment between the plan's ready entries and its
 		// record of the input: the next run will find it.
@@ -381,39 +476,6 @@ func (e *Engine) inputChanged(ctx context.Context, b batch.Batch, c batch.Chunk)
 // draining reports whether the run's rows only get error lines now.
 func (r *chunkRun) draining(now time.Time) bool {
 	return r.status.Load().(batch.Status).Stopping() || r.b.PastExpiry(now) || r.refused != ""
-}
-
-// runPool runs the rows of runs within the slots the runs hold, each
-// model's runs in order on its own account of the pool (docs/design.md
-// "Scheduling", per-model slots), committing each run once its rows are
-// done.
-func (e *Engine) runPool(ctx context.Context, runs []*chunkRun) {
-	p := fanout.NewPool()
-	byModel := map[string][]*chunkRun{}
-	var models []string
-	for _, r := range runs {
-		p.Hold(r.c.Model, r.c.Slots)
-		if byModel[r.c.Model] == nil {
-			models = append(models, r.c.Model)
-		}
-		byModel[r.c.Model] = append(byModel[r.c.Model], r)
-	}
-	var senders, rows, commits sync.WaitGroup
-	for _, model := range models {
-		senders.Go(func() {
-			for _, r := range byModel[model] {
-				rowDone := func() {
-					if r.left.Add(-1) == 0 {
-						commits.Go(func() { e.finishRun(ctx, p, r) })
-					}
-				}
-				fanout.Send(p, &rows, r.rows(e, rowDone))
-			}
-		})
-	}
-	senders.Wait()
-	rows.Wait()
-	commits.Wait()
 }
 
 // finishRun commits a run whose rows are done, then hands its slots on.
@@ -587,7 +649,7 @@ const statusRefresh = 3 * time.Second
 // heartbeat keeps the runs going while they run: it keeps their messages
 // invisible and refreshes their batches' statuses (keepLease renews each
 // run's lease).
-func (e *Engine) heartbeat(ctx context.Context, runs []*chunkRun) {
+func (e *Engine) heartbeat(ctx context.Context, in *invocation) {
 	vis := e.Set.Queue(resources.Work).VisibilityTimeout
 	visT, statusT := time.NewTicker(vis/3), time.NewTicker(statusRefresh)
 	defer visT.Stop()
@@ -602,14 +664,16 @@ func (e *Engine) heartbeat(ctx context.Context, runs []*chunkRun) {
 		case <-ctx.Done():
 			return
 		case <-visT.C:
-			for _, r := range runs {
-				if !isClosed(r.done) {
+			for _, r := range in.all() {
+				// A continuation has no message of its own.
+				if r.delivery.ReceiptHandle != "" && !isClosed(r.done) {
 					warn("extend visibility", r, e.Queue.ExtendVisibility(ctx, resources.Work, r.delivery.ReceiptHandle, vis))
 				}
 			}
 		case <-statusT.C:
+			runs := running(in.all())
 			fresh := map[*atomic.Value]bool{} // runs of one batch share its status
-			for _, r := range running(runs) {
+			for _, r := range runs {
 				if !fresh[r.status] {
 					fresh[r.status] = true
 					b, err := e.Store.GetBatch(ctx, r.b.Tenant, r.b.ID)
@@ -619,7 +683,7 @@ func (e *Engine) heartbeat(ctx context.Context, runs []*chunkRun) {
 					warn("refresh batch status", r, err)
 				}
 			}
-			for _, r := range running(runs) {
+			for _, r := range runs {
 				warn("report progress", r, e.reportProgress(ctx, r))
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -32,6 +33,7 @@ type runsTable struct {
 	renew func(chunk int, until time.Time) error
 	exec  map[int]string    // the execution fence, by chunk
 	until map[int]time.Time // and when its claim ends
+	ready []store.Ready     // the ready index, head first; a commit's Next claims its head
 }
 
 func (f *runsTable) TakeFence(_ context.Context, _ string, i int, run, exec string, now, until time.Time) (batch.Chunk, error) {
@@ -101,7 +103,14 @@ func (f *runsTable) GetChunk(_ context.Context, _ string, i int) (batch.Chunk, e
 	return f.chunks[i], nil
 }
 
-func (f *runsTable) ReadyHead(context.Context, string) (store.Ready, bool, error) {
+func (f *runsTable) ReadyHead(_ context.Context, model string) (store.Ready, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, r := range f.ready {
+		if r.Model == model {
+			return r, true, nil
+		}
+	}
 	return store.Ready{}, false, nil
 }
 
@@ -128,6 +137,15 @@ func (f *runsTable) CommitChunk(_ context.Context, _ string, cm store.Commit) er
 	c := f.chunks[cm.Chunk.Index]
 	if c.State != batch.ChunkClaimed || c.Run != cm.Chunk.Run {
 		return store.ErrChunkDone
+	}
+	if n := cm.Next; n != nil {
+		if len(f.ready) == 0 || f.ready[0] != n.Entry || f.chunks[n.Entry.Next].State != batch.ChunkPending {
+			return store.ErrRaced
+		}
+		f.ready = f.ready[1:]
+		nc := f.chunks[n.Entry.Next]
+		nc.State, nc.Run, nc.Slots, nc.Lease, nc.Attempts = batch.ChunkClaimed, n.Run, n.Slots, n.Lease.UnixMilli(), 1
+		f.chunks[nc.Index] = nc
 	}
 	c.State, c.Attempt = batch.ChunkDone, cm.Chunk.Attempt
 	f.chunks[c.Index] = c
@@ -488,5 +506,67 @@ func TestExecuteCommitsWhatItAnswered(t *testing.T) {
 	}
 	if got := first.UsageByModel["x"].Requests + second.UsageByModel["x"].Requests; got != 40 {
 		t.Errorf("%d requests in the usage, want 40 (one per row)", got)
+	}
+}
+
+// continuationFixture is a batch of two chunks of model x: chunk 0 claimed
+// for 2 slots, chunk 1 pending with its ready entry, so chunk 0's commit
+// claims it.
+func continuationFixture(t *testing.T) (*Engine, *runsTable, *peakProvider) {
+	p := newPeakProvider(time.Millisecond)
+	e, table := runsFixture(t, p, chunkSpec{"x", 8, 2}, chunkSpec{"x", 8, 0})
+	c1 := table.chunks[1]
+	c1.State, c1.Run, c1.Lease = batch.ChunkPending, "", 0
+	table.chunks[1] = c1
+	table.ready = []store.Ready{{Model: "x", Tenant: "t", Batch: table.b.ID, Next: 1, Total: 2}}
+	return e, table, p
+}
+
+// TestCommitContinuesInTheInvocation: the chunk a commit claims runs in
+// the committing invocation, on the slots it was claimed for, without a
+// work message (docs/design.md "Scheduling", continuations).
+func TestCommitContinuesInTheInvocation(t *testing.T) {
+	t.Parallel()
+	e, table, p := continuationFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	failed, err := e.Execute(ctx, []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+
+	if err != nil || len(failed) > 0 {
+		t.Fatalf("Execute: failed %v, err %v", failed, err)
+	}
+	if len(table.commits) != 2 || table.chunks[1].State != batch.ChunkDone {
+		t.Fatalf("%d commits, chunk 1 %s: want the claimed chunk run and committed in the invocation", len(table.commits), table.chunks[1].State)
+	}
+	for _, m := range e.Queue.(*lockedQueue).sent {
+		if m.Type == msg.Chunk {
+			t.Errorf("work message sent: %+v", m)
+		}
+	}
+	if p.peak["x"] > 2 {
+		t.Errorf("peak in flight %d, over the 2 slots the chunks hold", p.peak["x"])
+	}
+}
+
+// TestCommitSendsTheContinuationNearTheDeadline: with less than half a
+// lease left, the claimed chunk goes to its work message instead.
+func TestCommitSendsTheContinuationNearTheDeadline(t *testing.T) {
+	t.Parallel()
+	e, table, _ := continuationFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), e.lease()/2)
+	defer cancel()
+
+	if failed, err := e.Execute(ctx, []queue.Delivery{workDelivery(t, table.chunks[0], "d0")}); err != nil || len(failed) > 0 {
+		t.Fatalf("Execute: failed %v, err %v", failed, err)
+	}
+	var sent []int
+	for _, m := range e.Queue.(*lockedQueue).sent {
+		if m.Type == msg.Chunk {
+			sent = append(sent, m.Chunk)
+		}
+	}
+	if len(table.commits) != 1 || table.chunks[1].State != batch.ChunkClaimed || !slices.Equal(sent, []int{1}) {
+		t.Fatalf("%d commits, chunk 1 %s, chunk messages sent %v: want chunk 1 claimed and its message sent", len(table.commits), table.chunks[1].State, sent)
 	}
 }
