@@ -653,7 +653,7 @@ func errorTypeOfCode(code string) string {
 	switch code {
 	case provider.CodeModelNotFound:
 		status = http.StatusNotFound
-	case provider.CodeCrossShapeDispatch, provider.CodeInvalidRequest:
+	case provider.CodeCrossShapeDispatch, provider.CodeInvalidRequest, provider.CodeModelNotAllowed:
 		status = http.StatusBadRequest
 	case provider.CodeRequestTimeout:
 		status = http.StatusGatewayTimeout

@@ -120,7 +120,7 @@ func TestMessageRows(t *testing.T) {
 				if body.Model != "claude-haiku-4-5" || !strings.Contains(body.Relay[provider.RefusedKey], tt.refused[i]) {
 					t.Errorf("row %d: got body %s, want a refused row saying %q", i, r.Body, tt.refused[i])
 				}
-				res := (&provider.Client{Models: s.Batches.Engine.Models}).Do(t.Context(), endpoint.Messages, r.Body, "")
+				res := (&provider.Client{Models: s.Batches.Engine.Models}).Do(t.Context(), endpoint.Messages, r.Body, provider.Route{})
 				if got := MessageResultOf(part.Line{CustomID: r.CustomID, Error: &part.LineError{Code: res.ErrCode, Message: res.ErrMessage}}); got.Result.Type != "errored" ||
 					got.Result.Error.Error.Type != "invalid_request_error" || !strings.Contains(got.Result.Error.Error.Message, tt.refused[i]) {
 					t.Errorf("row %d: got result %+v, want errored invalid_request_error", i, got.Result.Error)
@@ -166,6 +166,10 @@ func TestMessageResultOf(t *testing.T) {
 			`{"custom_id":"a","result":{"type":"errored","error":{"type":"error","error":{"type":"timeout_error","message":"request_timeout: slow"},"request_id":null}}}`},
 		{"model not found", part.Line{CustomID: "a", Error: &part.LineError{Code: "model_not_found", Message: "no"}},
 			`{"custom_id":"a","result":{"type":"errored","error":{"type":"error","error":{"type":"not_found_error","message":"model_not_found: no"},"request_id":null}}}`},
+		// A retry's row of a model the retrying key may not use: as the
+		// same row refused at create.
+		{"model not allowed", part.Line{CustomID: "a", Error: &part.LineError{Code: "model_not_allowed", Message: "no"}},
+			`{"custom_id":"a","result":{"type":"errored","error":{"type":"error","error":{"type":"invalid_request_error","message":"model_not_allowed: no"},"request_id":null}}}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -285,7 +289,7 @@ func TestMessageRowsAllowList(t *testing.T) {
 	if string(reqs[0].Body) != string(`{"model":"claude-haiku-4-5","max_tokens":1}`) {
 		t.Fatalf("allowed request's body %s", reqs[0].Body)
 	}
-	res := (&provider.Client{Models: s.Batches.Engine.Models}).Do(t.Context(), endpoint.Messages, reqs[1].Body, "")
+	res := (&provider.Client{Models: s.Batches.Engine.Models}).Do(t.Context(), endpoint.Messages, reqs[1].Body, provider.Route{})
 	if res.ErrCode != provider.CodeInvalidRequest || !strings.Contains(res.ErrMessage, "model_not_allowed") {
 		t.Fatalf("request b: %s %q, want refused unsent with model_not_allowed", res.ErrCode, res.ErrMessage)
 	}

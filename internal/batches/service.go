@@ -194,10 +194,11 @@ type createOptions struct {
 // checkOptions validates the rest of a create that needs nothing stored,
 // in CreateShaped's order after the in-flight check: schedule and
 // schedule_timezone, output_expires_after, webhook_url (with checkURL),
-// fallback_model (one of models, taking the endpoint's requests), and the
-// input: input_file_id or inline requests, not both, and one of them
-// unless a template is made by CreateShaped with a shape (shaped).
-func checkOptions(req CreateRequest, shaped bool, checkURL func(string) error, models *config.Models) (createOptions, error) {
+// fallback_model (one of models, taking the endpoint's requests, that the
+// creating key may use: mayUse), and the input: input_file_id or inline
+// requests, not both, and one of them unless a template is made by
+// CreateShaped with a shape (shaped).
+func checkOptions(req CreateRequest, shaped bool, checkURL func(string) error, models *config.Models, mayUse func(model string) bool) (createOptions, error) {
 	var o createOptions
 	var err error
 	switch {
@@ -230,6 +231,11 @@ func checkOptions(req CreateRequest, shaped bool, checkURL func(string) error, m
 		}
 		if shape, _ := provider.ShapeOf(req.Endpoint); shape != m.Shape {
 			return o, errs.Invalidf("fallback_model", "fallback_model %q takes %s requests, not %s", req.FallbackModel, m.Shape, req.Endpoint)
+		}
+		if mayUse != nil && !mayUse(req.FallbackModel) {
+			// Its rows would fall back onto it, outside the key's
+			// allow-list (docs/api.md "Budgets, revocation and allow-lists").
+			return o, errs.E(errs.Invalid, jsonl.CodeModelNotAllowed, "fallback_model", "fallback_model %q is not a model this API key may use", req.FallbackModel)
 		}
 	}
 	switch {
@@ -295,7 +301,7 @@ func (s *Service) CreateShaped(ctx context.Context, p auth.Principal, req Create
 	if err := s.checkInflight(ctx, p.Tenant, req); err != nil {
 		return batch.Batch{}, err
 	}
-	opts, err := checkOptions(req, shape != nil, s.checkWebhookURL, s.Engine.Models)
+	opts, err := checkOptions(req, shape != nil, s.checkWebhookURL, s.Engine.Models, p.MayUse)
 	if err != nil {
 		return batch.Batch{}, err
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/files"
@@ -73,7 +74,8 @@ func TestCreateValidation(t *testing.T) {
 		mod    func(*CreateRequest) // what JSON cannot carry
 		param  string               // the field refused; "" accepts
 		msg    string
-		code   string // the refusal's code, when the case checks it
+		code   string   // the refusal's code, when the case checks it
+		key    []string // the creating key's allow-list (none: every model)
 	}{
 		// endpoint
 		{name: "chat completions", body: base},
@@ -152,6 +154,9 @@ func TestCreateValidation(t *testing.T) {
 		{name: "fallback of another shape", body: base + `,"fallback_model":"claude"`, param: "fallback_model", msg: "takes anthropic requests"},
 		{name: "Message Batch fallback", body: `"endpoint":"/v1/messages","input_file_id":"f","fallback_model":"claude"`, eps: []string{"/v1/messages"}, shaped: true},
 		{name: "Message Batch fallback of OpenAI shape", body: `"endpoint":"/v1/messages","input_file_id":"f","fallback_model":"gpt-4o"`, eps: []string{"/v1/messages"}, shaped: true, param: "fallback_model"},
+		{name: "fallback the key may use", body: base + `,"fallback_model":"gpt-4o-mini"`, key: []string{"gpt-4o", "gpt-4o-mini"}},
+		{name: "fallback the key may not use", body: base + `,"fallback_model":"gpt-4o-mini"`, key: []string{"gpt-4o"}, param: "fallback_model",
+			msg: `fallback_model "gpt-4o-mini" is not a model this API key may use`, code: "model_not_allowed"},
 
 		// the input
 		{name: "inline requests", body: `"endpoint":"/v1/chat/completions","requests":[{"body":{"model":"gpt-4o"}}]`},
@@ -200,7 +205,7 @@ func TestCreateValidation(t *testing.T) {
 			// checkOptions.
 			_, err := checkCreate(req, eps)
 			if err == nil {
-				_, err = checkOptions(req, tt.shaped, CheckWebhookURL, models)
+				_, err = checkOptions(req, tt.shaped, CheckWebhookURL, models, auth.Principal{Models: tt.key}.MayUse)
 			}
 			wantInvalid(t, err, tt.param, tt.msg)
 			if tt.code != "" && err.(*errs.Error).Code != tt.code {
@@ -229,7 +234,7 @@ func TestCreateValidationResults(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &req); err != nil {
 		t.Fatal(err)
 	}
-	o, err := checkOptions(req, false, CheckWebhookURL, models)
+	o, err := checkOptions(req, false, CheckWebhookURL, models, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +247,7 @@ func TestCreateValidationResults(t *testing.T) {
 	// The URL is checked with the policy given, not a fixed one.
 	var checked string
 	req = CreateRequest{Endpoint: "/v1/chat/completions", InputFileID: "f", WebhookURL: "http://localhost:9000/hook"}
-	if _, err := checkOptions(req, false, func(u string) error { checked = u; return nil }, models); err != nil || checked != req.WebhookURL {
+	if _, err := checkOptions(req, false, func(u string) error { checked = u; return nil }, models, nil); err != nil || checked != req.WebhookURL {
 		t.Errorf("webhook policy: checked %q, %v", checked, err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -75,16 +76,18 @@ type Queue interface {
 
 // Provider calls the models (internal/provider).
 type Provider interface {
-	Do(ctx context.Context, endpoint string, body json.RawMessage, fallback string) provider.Result
+	Do(ctx context.Context, endpoint string, body json.RawMessage, route provider.Route) provider.Result
 }
 
 // Governor is what a tenant's budget and a batch's key allow (docs/design.md
 // "Governance"): Start when a batch is planned (the models its rows may name,
 // nil all; a plan.Invalid error fails it), Admit when a chunk's run starts
-// (a code ends its rows unrun with that error line). internal/govern has it.
+// (a code ends its rows unrun with that error line), Allowed when rows run
+// (the models they may run and fall back on, nil all). internal/govern has it.
 type Governor interface {
 	Start(ctx context.Context, b batch.Batch) (allowed func(model string) bool, err error)
 	Admit(ctx context.Context, b batch.Batch, c batch.Chunk) (code, message string, err error)
+	Allowed(ctx context.Context, b batch.Batch) (func(model string) bool, error)
 }
 
 // Delegate runs the chunks of batch: native models on their provider's
@@ -161,6 +164,23 @@ func (e *Engine) lease() time.Duration { return cmp.Or(max(e.Lease, 0), time.Min
 
 func (e *Engine) send(ctx context.Context, queueKey string, m msg.Message) error {
 	return e.Queue.Send(ctx, queueKey, m, 0)
+}
+
+// Route is what batch b's rows may run on (provider.Route): b's
+// fallback_model, and the models b's key may use, the fallbacks included
+// (docs/api.md "Budgets, revocation and allow-lists"). The executor,
+// internal/wfhost and internal/native's direct rows all take it from here.
+func (e *Engine) Route(ctx context.Context, b batch.Batch) (provider.Route, error) {
+	r := provider.Route{Fallback: b.Fallback()}
+	if e.Govern == nil {
+		return r, nil
+	}
+	allowed, err := e.Govern.Allowed(ctx, b)
+	if err != nil {
+		return r, fmt.Errorf("allow-list of batch %s: %w", b.ID, err)
+	}
+	r.Allowed = allowed
+	return r, nil
 }
 
 // failedID is id when err is not nil.

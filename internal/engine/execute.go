@@ -35,6 +35,7 @@ type chunkRun struct {
 	lines    *part.Lines // the rows' lines, set as they end
 	refused  string      // Governor.Admit's code (why: reason): the rows do not run
 	reason   string
+	route    provider.Route // what the rows may run and fall back on
 	status   *atomic.Value
 	// exec is this execution's id on the chunk's fence, once taken
 	// (docs/design.md "Scheduling", fence); ended says the fence needs no
@@ -388,6 +389,9 @@ func (e *Engine) load(ctx context.Context, r *chunkRun, readBatch func(ctx conte
 	if err == nil && e.Govern != nil {
 		r.refused, r.reason, err = e.Govern.Admit(ctx, b, c)
 	}
+	if err == nil {
+		r.route, err = e.Route(ctx, b)
+	}
 	if err != nil {
 		return false, err
 	}
@@ -603,7 +607,7 @@ func (r *chunkRun) rows(e *Engine, rowDone func()) fanout.Rows {
 	for i, q := range r.reqs {
 		bodies[i] = q.Body
 	}
-	endpoint, fallback := r.b.Endpoint, r.b.Fallback()
+	endpoint, route := r.b.Endpoint, r.route
 	return fanout.Rows{
 		Model: r.c.Model, Ctx: r.ctx, Bodies: bodies,
 		Send: func(ctx context.Context, body json.RawMessage) provider.Result {
@@ -612,7 +616,7 @@ func (r *chunkRun) rows(e *Engine, rowDone func()) fanout.Rows {
 				r.cancel()
 				return provider.Result{ErrCode: provider.CodeRequestCancelled, ErrMessage: "the run's lease ended"}
 			}
-			return e.Provider.Do(provider.WithRun(ctx, r.c.Run, func() time.Time { return time.UnixMilli(r.lease.Load()) }), endpoint, body, fallback)
+			return e.Provider.Do(provider.WithRun(ctx, r.c.Run, func() time.Time { return time.UnixMilli(r.lease.Load()) }), endpoint, body, route)
 		},
 		Settle: func(i int) bool {
 			// Row boundary: a cancel or the end of the window stops new rows.

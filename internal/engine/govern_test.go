@@ -66,19 +66,64 @@ func (f *rowsBucket) Put(_ context.Context, key string, r io.Reader, _ int64) er
 	return nil
 }
 
-type countingProvider struct{ calls atomic.Int32 }
+// countingProvider answers every row, counting them and keeping the
+// last route it was given.
+type countingProvider struct {
+	calls atomic.Int32
+	mu    sync.Mutex
+	route provider.Route
+}
 
-func (p *countingProvider) Do(context.Context, string, json.RawMessage, string) provider.Result {
+func (p *countingProvider) Do(_ context.Context, _ string, _ json.RawMessage, route provider.Route) provider.Result {
 	p.calls.Add(1)
+	p.mu.Lock()
+	p.route = route
+	p.mu.Unlock()
 	return provider.Result{StatusCode: 200, Body: json.RawMessage(`{"ok":true}`), Model: "m"}
 }
 
-// fakeGovernor refuses every chunk with code (none when "").
-type fakeGovernor struct{ code string }
+// fakeGovernor refuses every chunk with code (none when ""); allowed is
+// its allow-list (nil: every model).
+type fakeGovernor struct {
+	code    string
+	allowed func(string) bool
+}
 
 func (g fakeGovernor) Start(context.Context, batch.Batch) (func(string) bool, error) { return nil, nil }
 func (g fakeGovernor) Admit(context.Context, batch.Batch, batch.Chunk) (string, string, error) {
 	return g.code, "refused by the test", nil
+}
+func (g fakeGovernor) Allowed(context.Context, batch.Batch) (func(string) bool, error) {
+	return g.allowed, nil
+}
+
+// The rows of a run go to the provider with the batch's fallback and its
+// key's allow-list (provider.Route), so that a row never falls back to a
+// model its key may not use (docs/api.md "Budgets, revocation and
+// allow-lists").
+func TestExecuteRoutesRowsInsideTheAllowList(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_000_000, 0)
+	fb := "fb"
+	b := batch.Batch{ID: "batch_g", Tenant: "t", KeyID: "k1", Status: batch.InProgress, Endpoint: "/v1/chat/completions",
+		ChunksTotal: 1, Input: []batch.Object{{Key: "in"}}, FallbackModel: &fb}
+	c := batch.Chunk{Tenant: "t", Batch: "batch_g", Model: "m", State: batch.ChunkClaimed, Run: "r1", Slots: 1, Rows: 1,
+		Lease: now.Add(time.Hour).UnixMilli()}
+	rows := `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m"}}` + "\n"
+	up := &countingProvider{}
+	e := &Engine{Store: &runTable{b: b, c: c}, Blobs: &rowsBucket{rows: rows, parts: map[string]string{}}, Queue: &fakeQueue{}, Provider: up,
+		Govern: fakeGovernor{allowed: func(m string) bool { return m == "m" }},
+		Log:    slog.New(slog.DiscardHandler), Now: func() time.Time { return now }, Set: resources.Define("t")}
+	body, _ := json.Marshal(msg.Message{Type: msg.Chunk, Tenant: "t", Batch: "batch_g", Run: "r1", Attempt: 1})
+	if failed, err := e.Execute(context.Background(), []queue.Delivery{{ID: "d1", Body: string(body), ReceiveCount: 1}}); err != nil || len(failed) != 0 {
+		t.Fatalf("Execute: %v, failed %v", err, failed)
+	}
+	if up.calls.Load() != 1 {
+		t.Fatalf("provider called %d times, want 1", up.calls.Load())
+	}
+	if got := up.route; got.Fallback != "fb" || got.Allows("fb") || !got.Allows("m") {
+		t.Fatalf("route: fallback %q, allows fb %v, m %v; want fb, false, true", got.Fallback, got.Allows("fb"), got.Allows("m"))
+	}
 }
 
 // A chunk the Governor refuses when its run starts commits an error line
@@ -97,7 +142,7 @@ func TestExecuteSettlesRefusedChunks(t *testing.T) {
 			rows := `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m"}}` + "\n" +
 				`{"custom_id":"b","method":"POST","url":"/v1/chat/completions","body":{"model":"m"}}` + "\n"
 			table, bucket, up := &runTable{b: b, c: c}, &rowsBucket{rows: rows, parts: map[string]string{}}, &countingProvider{}
-			e := &Engine{Store: table, Blobs: bucket, Queue: &fakeQueue{}, Provider: up, Govern: fakeGovernor{code},
+			e := &Engine{Store: table, Blobs: bucket, Queue: &fakeQueue{}, Provider: up, Govern: fakeGovernor{code: code},
 				Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }, Set: resources.Define("t")}
 			body, _ := json.Marshal(msg.Message{Type: msg.Chunk, Tenant: "t", Batch: "batch_g", Run: "r1", Attempt: 1})
 			failed, err := e.Execute(context.Background(), []queue.Delivery{{ID: "d1", Body: string(body), ReceiveCount: 1}})

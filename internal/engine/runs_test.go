@@ -191,7 +191,7 @@ func newPeakProvider(delay time.Duration) *peakProvider {
 		at: map[int]time.Time{}, now: time.Now}
 }
 
-func (p *peakProvider) Do(ctx context.Context, _ string, body json.RawMessage, _ string) provider.Result {
+func (p *peakProvider) Do(ctx context.Context, _ string, body json.RawMessage, _ provider.Route) provider.Result {
 	var row struct {
 		Model string `json:"model"`
 		N     int    `json:"n"`

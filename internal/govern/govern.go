@@ -80,9 +80,16 @@ func (g *Checker) Start(ctx context.Context, b batch.Batch) (allowed func(string
 	}
 	if b.Endpoint == endpoint.Messages {
 		// Message batch requests were checked at create: one the key may
-		// not use is already an errored row (internal/anthropic).
+		// not use is already an errored row (internal/anthropic). A retry's
+		// rows are checked against its key as they run (Allowed).
 		return nil, nil
 	}
+	return g.Allowed(ctx, b)
+}
+
+// Allowed says which models batch b's key may use (nil: every one): its
+// rows run, and fall back, only on those (provider.Route).
+func (g *Checker) Allowed(ctx context.Context, b batch.Batch) (func(model string) bool, error) {
 	k, err := g.key(ctx, b.KeyID)
 	if err != nil || len(k.Models) == 0 {
 		return nil, err

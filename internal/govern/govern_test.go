@@ -173,3 +173,36 @@ func TestView(t *testing.T) {
 		t.Fatalf("view %+v", v)
 	}
 }
+
+// Allowed is the batch's key's allow-list whatever the endpoint: a message
+// batch's rows were checked at create against the key that created it, so
+// Start lets them through, but a retry of it by another key of the tenant
+// runs (and falls back) only on what that key may use.
+func TestAllowedIsTheBatchKeys(t *testing.T) {
+	t.Parallel()
+	f := &fakeStore{keys: map[string]auth.Key{
+		"k1":  {ID: "k1", Tenant: "acme", Models: []string{"priced"}},
+		"all": {ID: "all", Tenant: "acme"},
+	}}
+	g := &Checker{Store: f, Models: models(t)}
+	ctx := context.Background()
+	for _, tt := range []struct {
+		name     string
+		b        batch.Batch
+		wantFree bool
+	}{
+		{"a chat batch", batch.Batch{Tenant: "acme", KeyID: "k1", Endpoint: "/v1/chat/completions"}, false},
+		{"a message batch's retry", batch.Batch{Tenant: "acme", KeyID: "k1", Endpoint: "/v1/messages"}, false},
+		{"a key without a list", batch.Batch{Tenant: "acme", KeyID: "all", Endpoint: "/v1/messages"}, true},
+		{"a batch without a key", batch.Batch{Tenant: "acme", Endpoint: "/v1/chat/completions"}, true},
+	} {
+		allowed, err := g.Allowed(ctx, tt.b)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		mayUse := func(m string) bool { return allowed == nil || allowed(m) }
+		if !mayUse("priced") || mayUse("free") != tt.wantFree {
+			t.Errorf("%s: priced %v, free %v; want true, %v", tt.name, mayUse("priced"), mayUse("free"), tt.wantFree)
+		}
+	}
+}

@@ -39,6 +39,8 @@ type fakes struct {
 	commitCalls map[int]int
 	onCommit    func(batch.Chunk)
 	sendErr     error
+	// allowed is the batch's key's allow-list (nil: every model).
+	allowed func(string) bool
 }
 
 func (f *fakes) GetBatch(context.Context, string, string) (batch.Batch, error) { return f.b, nil }
@@ -143,6 +145,10 @@ func (f *fakes) TakeSlots(_ context.Context, c batch.Chunk) (batch.Chunk, error)
 	return c, nil
 }
 
+func (f *fakes) Route(_ context.Context, b batch.Batch) (provider.Route, error) {
+	return provider.Route{Fallback: b.Fallback(), Allowed: f.allowed}, nil
+}
+
 type testKey struct{}
 
 func (testKey) Key(context.Context, string) (string, error) { return "sk-test", nil }
@@ -232,6 +238,33 @@ func TestFlowAllRefused(t *testing.T) {
 	}
 	if st := mock.Stats(); st.BatchesCreated != 0 || st.Requests != 0 || len(f.commits) != 2 {
 		t.Fatalf("%d commits; mock: %d provider batches, %d requests; want 2, 0, 0", len(f.commits), st.BatchesCreated, st.Requests)
+	}
+}
+
+// The rows of a group whose model the batch's key may not use (a message
+// batch retried by another key of the tenant) never reach the provider:
+// no provider batch is created, and each row, run directly, fails
+// model_not_allowed unsent (docs/api.md "Budgets, revocation and
+// allow-lists").
+func TestFlowModelOutsideTheAllowList(t *testing.T) {
+	t.Parallel()
+	s, f, mock := newFlow(t, 4, "")
+	f.allowed = func(m string) bool { return m != "nat" }
+	if _, err := s.Start(context.Background(), f.b, []store.Ready{{Model: "nat", Batch: f.b.ID}}); err != nil {
+		t.Fatal(err)
+	}
+	deliver(t, s, f)
+	rows := 0
+	for i := range len(f.chunks) {
+		for j, o := range f.commits[i] {
+			rows++
+			if o.Result.ErrCode != provider.CodeModelNotAllowed {
+				t.Fatalf("chunk %d row %d: got %+v, want %s", i, j, o.Result, provider.CodeModelNotAllowed)
+			}
+		}
+	}
+	if st := mock.Stats(); st.BatchesCreated != 0 || st.Requests != 0 || rows != 4 {
+		t.Fatalf("%d rows committed; mock: %d provider batches, %d requests; want 4, 0, 0", rows, st.BatchesCreated, st.Requests)
 	}
 }
 

@@ -129,6 +129,10 @@ func (s *Service) runDirect(ctx context.Context, b batch.Batch, c batch.Chunk, b
 		}
 		return c, nil
 	}
+	route, err := s.Engine.Route(ctx, b)
+	if err != nil {
+		return c, err
+	}
 	if c.Slots == 0 {
 		held, err := s.Engine.TakeSlots(ctx, c)
 		if err != nil {
@@ -149,7 +153,7 @@ func (s *Service) runDirect(ctx context.Context, b batch.Batch, c batch.Chunk, b
 				outs[i].Expire()
 				return
 			}
-			outs[i].Result = s.Provider.Do(runCtx, b.Endpoint, bodies[i], b.Fallback())
+			outs[i].Result = s.Provider.Do(runCtx, b.Endpoint, bodies[i], route)
 		})
 	}
 	wg.Wait()

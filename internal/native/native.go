@@ -70,6 +70,7 @@ type Queue interface {
 type Engine interface {
 	CommitRows(ctx context.Context, b batch.Batch, c batch.Chunk, outs []part.Outcome) error
 	TakeSlots(ctx context.Context, c batch.Chunk) (batch.Chunk, error)
+	Route(ctx context.Context, b batch.Batch) (provider.Route, error)
 }
 
 var (

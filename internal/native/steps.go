@@ -56,12 +56,20 @@ func (s *Service) submit(ctx context.Context, m msg.Message) error {
 			return err
 		}
 	}
+	route, err := s.Engine.Route(ctx, b)
+	if err != nil {
+		return err
+	}
+	// A group's rows all name its model; a key that may not use it (a
+	// message batch retried by another key) sends none of them, and each
+	// gets its model_not_allowed line on a direct run.
+	allowed := route.Allows(g.Model)
 	sent, read := 0, false
 	id, err := up.create(ctx, tag(g.Batch, g.Index), b.Endpoint, func(emit func(string, []byte) error) error {
 		err := s.eachRow(ctx, b, g, func(row int, q jsonl.Request) error {
 			body, ok := s.upstreamBody(g.Model, q.Body)
-			if !ok {
-				return nil // refused at create: it gets its error line on a direct run
+			if !ok || !allowed {
+				return nil // refused at create or by the allow-list: it gets its error line on a direct run
 			}
 			sent++
 			return emit(customID(tag(g.Batch, g.Index), row), body)

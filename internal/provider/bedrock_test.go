@@ -80,7 +80,7 @@ func TestBedrock(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			c := bedrockClient(t, srv.URL, &sleeps{})
-			got := c.Do(context.Background(), tt.endpoint, tt.body, "")
+			got := c.Do(context.Background(), tt.endpoint, tt.body, Route{})
 			if got.StatusCode != tt.wantStatus || got.Attempts != tt.wantAttempts || got.Usage != tt.wantUsage || !strings.Contains(string(got.Body), tt.wantBody) {
 				t.Errorf("got %d after %d attempts, usage %+v, body %s (%s %s);\nwant %d after %d, usage %+v, body with %s",
 					got.StatusCode, got.Attempts, got.Usage, got.Body, got.ErrCode, got.ErrMessage, tt.wantStatus, tt.wantAttempts, tt.wantUsage, tt.wantBody)
@@ -105,7 +105,7 @@ func TestBedrockWithoutCredentials(t *testing.T) {
 	t.Cleanup(srv.Close)
 	c := bedrockClient(t, srv.URL, &sleeps{})
 	c.Credentials = nil
-	got := c.Do(context.Background(), "/v1/messages", row(claudeRow, "hi"), "")
+	got := c.Do(context.Background(), "/v1/messages", row(claudeRow, "hi"), Route{})
 	if got.ErrCode != CodeAPIKeyUnavailable || got.Attempts != 1 {
 		t.Errorf("got %q %q after %d attempts, want %s after 1", got.ErrCode, got.ErrMessage, got.Attempts, CodeAPIKeyUnavailable)
 	}
@@ -124,7 +124,7 @@ func TestBedrockUsageFromHeaders(t *testing.T) {
 		w.Write([]byte(`{"id":"msg_1","type":"message","content":[]}`))
 	}))
 	t.Cleanup(srv.Close)
-	got := bedrockClient(t, srv.URL, &sleeps{}).Do(context.Background(), "/v1/messages", row(claudeRow, "hi"), "")
+	got := bedrockClient(t, srv.URL, &sleeps{}).Do(context.Background(), "/v1/messages", row(claudeRow, "hi"), Route{})
 	if want := (Usage{InputTokens: 11, OutputTokens: 7, TotalTokens: 18}); got.Usage != want || got.RequestID != "bedrock-req" {
 		t.Errorf("got usage %+v, request id %q; want %+v, bedrock-req", got.Usage, got.RequestID, want)
 	}

@@ -43,6 +43,9 @@ const (
 	CodeConnectionError    = "connection_error"
 	CodeInvalidRequest     = "invalid_request"
 	CodeAPIKeyUnavailable  = "api_key_unavailable"
+	// CodeModelNotAllowed is a row of a model its batch's key may not use
+	// (Route.Allowed), which is never sent.
+	CodeModelNotAllowed = "model_not_allowed"
 	// CodeResponseTooLarge is an upstream answer over Client.MaxResponseBytes:
 	// the row fails on its first such answer, never retried (the upstream
 	// would spend the tokens again) and never falling back.
@@ -180,18 +183,36 @@ func NewHTTPClient() *http.Client {
 	return &http.Client{Transport: t}
 }
 
+// Route is what a batch's row may run on: its own model and, when retries
+// there are spent on a transient failure, a fallback: the model's own (the
+// models file), else Fallback, the batch's fallback_model. Allowed, if set,
+// is the batch's API key's allow-list (docs/api.md "Budgets, revocation and
+// allow-lists"): a row of another model fails unsent, and a fallback
+// outside it is never tried.
+type Route struct {
+	Fallback string
+	Allowed  func(model string) bool
+}
+
+// Allows reports whether the route's key may use model.
+func (r Route) Allows(model string) bool { return r.Allowed == nil || r.Allowed(model) }
+
 // Do runs one row against its model and, when retries there are spent on a
-// transient failure, against a fallback: the model's own, else the batch's
-// fallback. body is the row's body, with "model".
-func (c *Client) Do(ctx context.Context, endpoint string, body json.RawMessage, fallback string) Result {
+// transient failure, against a fallback (Route). body is the row's body,
+// with "model".
+func (c *Client) Do(ctx context.Context, endpoint string, body json.RawMessage, route Route) Result {
 	model, res, ok := c.route(endpoint, body)
 	if !ok {
 		return res
 	}
+	if !route.Allows(model.Name) {
+		return Result{Model: model.Name, RequestID: newRequestID(), ErrCode: CodeModelNotAllowed,
+			ErrMessage: fmt.Sprintf("model %q is not one the batch's API key may use", model.Name)}
+	}
 	var attempts int
 	res, exhausted := c.onModel(ctx, model, endpoint, body, &attempts)
 	if exhausted {
-		if fb, ok := c.fallbackFor(model, fallback); ok {
+		if fb, ok := c.fallbackFor(model, route); ok {
 			res, _ = c.onModel(ctx, fb, endpoint, body, &attempts)
 			res.Fallback = true
 		}
@@ -246,10 +267,11 @@ func (c *Client) route(endpoint string, body []byte) (config.Model, Result, bool
 
 // fallbackFor picks the first usable fallback: the model's own, then the
 // batch's. A fallback of another shape could not take the same body, and
-// the model itself would only repeat the failure, so both are skipped.
-func (c *Client) fallbackFor(m config.Model, batchFallback string) (config.Model, bool) {
-	for _, name := range []string{m.Fallback, batchFallback} {
-		if name == "" || name == m.Name {
+// the model itself would only repeat the failure, so both are skipped; so
+// is one the route's key may not use.
+func (c *Client) fallbackFor(m config.Model, route Route) (config.Model, bool) {
+	for _, name := range []string{m.Fallback, route.Fallback} {
+		if name == "" || name == m.Name || !route.Allows(name) {
 			continue
 		}
 		fb, ok := c.Models.Lookup(name)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -469,7 +470,7 @@ func TestDo(t *testing.T) {
 			var s sleeps
 			c := newClient(t, up.URL, &s)
 
-			got := c.Do(context.Background(), tt.endpoint, json.RawMessage(tt.body), tt.fallback)
+			got := c.Do(context.Background(), tt.endpoint, json.RawMessage(tt.body), Route{Fallback: tt.fallback})
 
 			checkResult(t, got, tt.want)
 			seen := up.requests()
@@ -516,6 +517,82 @@ func checkResult(t *testing.T, got, want Result) {
 	}
 }
 
+// A row runs, and falls back, only on models its key may use
+// (Route.Allowed): a fallback outside the allow-list, the model's own or
+// the batch's, is never called, and a row of a model outside it fails
+// model_not_allowed unsent (a message batch retried by another key).
+func TestDoInsideAllowList(t *testing.T) {
+	t.Parallel()
+	only := func(models ...string) func(string) bool {
+		return func(m string) bool { return slices.Contains(models, m) }
+	}
+	tests := []struct {
+		name     string
+		body     string
+		route    Route
+		steps    []step
+		want     Result
+		upstream []string // body.model of each upstream call
+	}{
+		{
+			name:     "the batch's fallback outside the allow-list",
+			body:     `{"model":"solo"}`,
+			route:    Route{Fallback: "chat-backup", Allowed: only("solo")},
+			steps:    times(4, answer(500, serverErr)),
+			want:     Result{StatusCode: 500, Model: "solo", Attempts: 4},
+			upstream: []string{"solo", "solo", "solo", "solo"},
+		},
+		{
+			name:     "the model's own fallback outside the allow-list",
+			body:     `{"model":"chat"}`,
+			route:    Route{Allowed: only("chat")},
+			steps:    times(4, answer(500, serverErr)),
+			want:     Result{StatusCode: 500, Model: "chat", Attempts: 4},
+			upstream: []string{"chat-upstream", "chat-upstream", "chat-upstream", "chat-upstream"},
+		},
+		{
+			name:     "the model's own fallback refused, the batch's allowed",
+			body:     `{"model":"chat"}`,
+			route:    Route{Fallback: "solo", Allowed: only("chat", "solo")},
+			steps:    append(times(4, answer(500, serverErr)), answer(200, chatOK)),
+			want:     Result{StatusCode: 200, Model: "solo", Fallback: true, Attempts: 5},
+			upstream: []string{"chat-upstream", "chat-upstream", "chat-upstream", "chat-upstream", "solo"},
+		},
+		{
+			name:     "a fallback inside the allow-list",
+			body:     `{"model":"solo"}`,
+			route:    Route{Fallback: "chat-backup", Allowed: only("solo", "chat-backup")},
+			steps:    append(times(4, answer(500, serverErr)), answer(200, chatOK)),
+			want:     Result{StatusCode: 200, Model: "chat-backup", Fallback: true, Attempts: 5},
+			upstream: []string{"solo", "solo", "solo", "solo", "backup-upstream"},
+		},
+		{
+			name:  "a row of a model outside the allow-list",
+			body:  `{"model":"chat"}`,
+			route: Route{Allowed: only("solo")},
+			want:  Result{ErrCode: "model_not_allowed", Model: "chat"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			up := newUpstream(t, tt.steps...)
+			c := newClient(t, up.URL, &sleeps{})
+
+			got := c.Do(context.Background(), "/v1/chat/completions", json.RawMessage(tt.body), tt.route)
+
+			checkResult(t, got, tt.want)
+			var models []string
+			for _, r := range up.requests() {
+				models = append(models, upstreamModel(t, r))
+			}
+			if fmt.Sprint(models) != fmt.Sprint(tt.upstream) {
+				t.Errorf("upstream body.model = %v, want %v", models, tt.upstream)
+			}
+		})
+	}
+}
+
 func TestDoConnectionError(t *testing.T) {
 	t.Parallel()
 	// A port that was listening and no longer is refuses connections.
@@ -528,7 +605,7 @@ func TestDoConnectionError(t *testing.T) {
 	var s sleeps
 	c := newClient(t, "http://"+addr, &s)
 
-	got := c.Do(context.Background(), "/v1/chat/completions", json.RawMessage(`{"model":"solo"}`), "")
+	got := c.Do(context.Background(), "/v1/chat/completions", json.RawMessage(`{"model":"solo"}`), Route{})
 
 	checkResult(t, got, Result{ErrCode: CodeConnectionError, Model: "solo", Attempts: 4})
 	if n := len(s.all()); n != 3 {
@@ -546,7 +623,7 @@ func TestDoStops(t *testing.T) {
 		s := sleeps{then: cancel}
 		c := newClient(t, up.URL, &s)
 
-		got := c.Do(ctx, "/v1/chat/completions", json.RawMessage(`{"model":"chat"}`), "")
+		got := c.Do(ctx, "/v1/chat/completions", json.RawMessage(`{"model":"chat"}`), Route{})
 
 		checkResult(t, got, Result{StatusCode: 500, Model: "chat", Attempts: 1})
 	})
@@ -561,7 +638,7 @@ func TestDoStops(t *testing.T) {
 		var s sleeps
 		c := newClient(t, up.URL, &s)
 
-		got := c.Do(ctx, "/v1/chat/completions", json.RawMessage(`{"model":"chat"}`), "")
+		got := c.Do(ctx, "/v1/chat/completions", json.RawMessage(`{"model":"chat"}`), Route{})
 
 		checkResult(t, got, Result{ErrCode: CodeRequestCancelled, Model: "chat", Attempts: 1})
 		if n := len(s.all()); n != 0 {
@@ -576,7 +653,7 @@ func TestDoStops(t *testing.T) {
 		var s sleeps
 		c := newClient(t, up.URL, &s)
 
-		got := c.Do(ctx, "/v1/chat/completions", json.RawMessage(`{"model":"chat"}`), "")
+		got := c.Do(ctx, "/v1/chat/completions", json.RawMessage(`{"model":"chat"}`), Route{})
 
 		checkResult(t, got, Result{ErrCode: CodeRequestCancelled, Model: "chat"})
 	})
@@ -588,7 +665,7 @@ func TestDoStops(t *testing.T) {
 		var s sleeps
 		c := newClient(t, up.URL, &s)
 
-		got := c.Do(ctx, "/v1/chat/completions", json.RawMessage(`{"model":"chat"}`), "")
+		got := c.Do(ctx, "/v1/chat/completions", json.RawMessage(`{"model":"chat"}`), Route{})
 
 		// No fallback either: the deadline, not the model, ran out.
 		checkResult(t, got, Result{StatusCode: 429, Model: "chat", Attempts: 1})
@@ -627,7 +704,7 @@ func TestDoConcurrent(t *testing.T) {
 	for i := range rows {
 		wg.Go(func() {
 			body := fmt.Sprintf(`{"model":"chat","row":"r%d"}`, i)
-			results[i] = c.Do(context.Background(), "/v1/chat/completions", json.RawMessage(body), "")
+			results[i] = c.Do(context.Background(), "/v1/chat/completions", json.RawMessage(body), Route{})
 		})
 	}
 	wg.Wait()
@@ -725,7 +802,7 @@ func TestDoResponseTooLarge(t *testing.T) {
 			c := newClient(t, u.URL, &s)
 			c.MaxResponseBytes = limit
 
-			got := c.Do(context.Background(), "/v1/chat/completions", json.RawMessage(`{"model":"chat"}`), "")
+			got := c.Do(context.Background(), "/v1/chat/completions", json.RawMessage(`{"model":"chat"}`), Route{})
 
 			checkResult(t, got, tt.want)
 			if n := len(u.requests()); n != 1 {

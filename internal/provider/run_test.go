@@ -20,10 +20,10 @@ func TestRunHeaders(t *testing.T) {
 	lease.Store(1_700_000_000_000)
 	leaseUntil := func() time.Time { return time.UnixMilli(lease.Add(1000)) } // renewed before each attempt
 	ctx := WithRun(context.Background(), "run-7", leaseUntil)
-	if got := c.Do(ctx, "/v1/chat/completions", json.RawMessage(`{"model":"chat"}`), ""); got.StatusCode != 200 {
+	if got := c.Do(ctx, "/v1/chat/completions", json.RawMessage(`{"model":"chat"}`), Route{}); got.StatusCode != 200 {
 		t.Fatalf("row: status %d %s", got.StatusCode, got.ErrMessage)
 	}
-	c.Do(context.Background(), "/v1/chat/completions", json.RawMessage(`{"model":"chat"}`), "")
+	c.Do(context.Background(), "/v1/chat/completions", json.RawMessage(`{"model":"chat"}`), Route{})
 
 	seen := u.requests()
 	want := [][2]string{{"run-7", "1700000001000"}, {"run-7", "1700000002000"}, {"", ""}}

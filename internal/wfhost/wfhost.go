@@ -90,6 +90,9 @@ func (r *Runner) Run(ctx, runCtx context.Context, b batch.Batch, c batch.Chunk, 
 		return h.commit(ctx, part.Outcome{CustomID: req.CustomID, Code: invalid.Code, Message: invalid.Message})
 	}
 	defer h.release(ctx)
+	if h.route, err = e.Route(ctx, b); err != nil {
+		return err
+	}
 	d := &workflow.Driver{
 		Spec: spec, WorkflowID: b.ID + ":" + req.CustomID, RecordID: req.CustomID, Model: c.Model,
 		Call: (&workflow.Caller{HTTP: wc.HTTP, Backoff: r.Backoff}).Call,
@@ -112,6 +115,7 @@ type recordHost struct {
 	customID string
 	status   func() batch.Status
 	log      *slog.Logger
+	route    provider.Route // what the record's steps run and fall back on
 	// owner and until are the record's lease while this run holds it.
 	owner string
 	until time.Time
@@ -210,11 +214,11 @@ func (h *recordHost) ReturnSlots(ctx context.Context) error {
 // (internal/fanout), within the slots the record's chunk holds.
 func (h *recordHost) Exec(ctx context.Context, bodies []json.RawMessage) []provider.Result {
 	res := make([]provider.Result, len(bodies))
-	ep, fallback := h.b.Endpoint, h.b.Fallback()
+	ep, route := h.b.Endpoint, h.route
 	fanout.SendAll(h.c.Slots, fanout.Rows{
 		Ctx: ctx, Bodies: bodies,
 		Send: func(ctx context.Context, body json.RawMessage) provider.Result {
-			return h.e.Provider.Do(ctx, ep, body, fallback)
+			return h.e.Provider.Do(ctx, ep, body, route)
 		},
 		Done: func(i int, r provider.Result, sent bool) {
 			if !sent {
