@@ -145,7 +145,13 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 			e = errs.E(errs.TooLarge, "request_too_large", "", "the request body is larger than %d bytes, the most %s %s takes: send files over 4 MiB with the Uploads API (parts of at most 4 MiB)", mbe.Limit, r.Method, r.URL.Path)
 		} else {
 			rid := requestID(r)
-			a.Log.ErrorContext(r.Context(), "request failed", "request_id", rid, "method", r.Method, "path", r.URL.Path, "err", err)
+			log := a.Log
+			// internal/apigw keeps the X-Request-Id a client sent apart,
+			// capped and cleaned: the request's id is the service's.
+			if client := r.Header.Get("X-Client-Request-Id"); client != "" {
+				log = log.With("client_request_id", client)
+			}
+			log.ErrorContext(r.Context(), "request failed", "request_id", rid, "method", r.Method, "path", r.URL.Path, "err", err)
 			e = &errs.Error{Kind: errs.Internal, Message: "internal error (request id " + rid + ")"}
 		}
 	}

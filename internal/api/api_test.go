@@ -1,9 +1,12 @@
 package api
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/relaybatch/relay/internal/errs"
@@ -34,6 +37,35 @@ func TestRefusalsTheSDKsRetry(t *testing.T) {
 			a.fail(w, httptest.NewRequest("POST", "/v1/batches", nil), tt.err)
 			if got := w.Header().Get("X-Should-Retry") != "false"; got != tt.retry {
 				t.Errorf("status %d, X-Should-Retry %q: retried %v, want %v", w.Code, w.Header().Get("X-Should-Retry"), got, tt.retry)
+			}
+		})
+	}
+}
+
+// An internal error names the service's request id in its body and its
+// log line; the id a client sent, which internal/apigw moves to
+// X-Client-Request-Id, is only the log's client_request_id.
+func TestFailKeepsTheClientRequestIDApart(t *testing.T) {
+	t.Parallel()
+	for _, path := range []string{"/v1/batches", "/v1/messages/batches"} {
+		t.Run(path, func(t *testing.T) {
+			t.Parallel()
+			var logs bytes.Buffer
+			a := &API{Log: slog.New(slog.NewJSONHandler(&logs, nil))}
+			r := httptest.NewRequest("POST", path, nil)
+			r.Header.Set("X-Request-Id", "req-service")
+			r.Header.Set("X-Client-Request-Id", "client-1")
+			w := httptest.NewRecorder()
+			a.fail(w, r, errors.New("boom"))
+			if body := w.Body.String(); !strings.Contains(body, "req-service") || strings.Contains(body, "client-1") {
+				t.Errorf("body %s, want the service's request id only", body)
+			}
+			var line map[string]any
+			if err := json.Unmarshal(logs.Bytes(), &line); err != nil {
+				t.Fatalf("log %q: %v", logs.String(), err)
+			}
+			if line["request_id"] != "req-service" || line["client_request_id"] != "client-1" {
+				t.Errorf("log request_id %v, client_request_id %v; want req-service, client-1", line["request_id"], line["client_request_id"])
 			}
 		})
 	}

@@ -106,8 +106,17 @@ func Request(ctx context.Context, ev events.APIGatewayProxyRequest) (*http.Reque
 	r.Host = r.Header.Get("Host")
 	r.Header.Del("Host")
 	r.RemoteAddr = ev.RequestContext.Identity.SourceIP
-	if r.Header.Get("X-Request-Id") == "" && ev.RequestContext.RequestID != "" {
+	// The request id is API Gateway's, never the client's: it goes into
+	// logs and 500 bodies (SECURITY.md "Errors and logs"). A client's own
+	// X-Request-Id is kept apart, cleaned, for the logs to name.
+	client := clientRequestID(r.Header.Get("X-Request-Id"))
+	r.Header.Del("X-Request-Id")
+	r.Header.Del(ClientRequestIDHeader)
+	if ev.RequestContext.RequestID != "" {
 		r.Header.Set("X-Request-Id", ev.RequestContext.RequestID)
+	}
+	if client != "" {
+		r.Header.Set(ClientRequestIDHeader, client)
 	}
 	// The stage ("/prod") is in the client's path but not in ev.Path;
 	// handlers that build absolute URLs need it.
@@ -115,6 +124,26 @@ func Request(ctx context.Context, ev events.APIGatewayProxyRequest) (*http.Reque
 		r.Header.Set("X-Forwarded-Prefix", prefix)
 	}
 	return r, nil
+}
+
+// ClientRequestIDHeader carries, on the request a handler gets, the
+// X-Request-Id a client sent (clientRequestID): the handler may log it
+// as client_request_id, never as the request's id.
+const ClientRequestIDHeader = "X-Client-Request-Id"
+
+// maxClientRequestID bounds the client's id in a log line.
+const maxClientRequestID = 128
+
+// clientRequestID is id cut to maxClientRequestID bytes, every byte other
+// than a letter, digit, '.', '_' or '-' replaced by '_'.
+func clientRequestID(id string) string {
+	b := []byte(id[:min(len(id), maxClientRequestID)])
+	for i, c := range b {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
 }
 
 // eventQuery prefers the multi-value map: the single-value one keeps only the
@@ -295,6 +324,7 @@ func logPanic(ctx context.Context, r *http.Request, p any) {
 		"method", r.Method,
 		"path", r.URL.Path,
 		"request_id", r.Header.Get("X-Request-Id"),
+		"client_request_id", r.Header.Get(ClientRequestIDHeader),
 		"stack", string(debug.Stack()))
 }
 

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -108,7 +109,33 @@ func TestRequest(t *testing.T) {
 			},
 			wantURL:   "/v1/files?limit=2&q=a+b%26c",
 			wantQuery: url.Values{"limit": {"2"}, "q": {"a b&c"}},
-			wantHdr:   http.Header{"X-Tag": {"b"}, "X-Request-Id": {"from-client"}},
+			// The request id is the service's; the client's is kept apart.
+			wantHdr: http.Header{"X-Tag": {"b"}, "X-Request-Id": {"req-2"}, "X-Client-Request-Id": {"from-client"}},
+		},
+		{
+			name: "a client's request id is capped and sanitized, never the request's",
+			ev: events.APIGatewayProxyRequest{
+				HTTPMethod: "GET",
+				Path:       "/v1/files",
+				Headers: map[string]string{"X-Request-Id": "evil\n{\"level\":\"ERROR\"} " + strings.Repeat("x", 300),
+					"X-Client-Request-Id": "forged"},
+				RequestContext: events.APIGatewayProxyRequestContext{RequestID: "req-3"},
+			},
+			wantURL:   "/v1/files",
+			wantQuery: url.Values{},
+			wantHdr:   http.Header{"X-Request-Id": {"req-3"}, "X-Client-Request-Id": {"evil___level___ERROR___" + strings.Repeat("x", 105)}},
+		},
+		{
+			name: "a client's forged X-Client-Request-Id alone is dropped",
+			ev: events.APIGatewayProxyRequest{
+				HTTPMethod:     "GET",
+				Path:           "/v1/files",
+				Headers:        map[string]string{"X-Client-Request-Id": "forged"},
+				RequestContext: events.APIGatewayProxyRequestContext{RequestID: "req-4"},
+			},
+			wantURL:   "/v1/files",
+			wantQuery: url.Values{},
+			wantHdr:   http.Header{"X-Request-Id": {"req-4"}},
 		},
 		{
 			name: "base64 body",
@@ -407,6 +434,7 @@ func TestHandlerPanic(t *testing.T) {
 			})
 			ev := events.APIGatewayProxyRequest{
 				HTTPMethod: "GET", Path: tt.path,
+				Headers:        map[string]string{"X-Request-Id": "from-client"},
 				RequestContext: events.APIGatewayProxyRequestContext{RequestID: "req-panic"},
 			}
 			out, err := Handler(h)(t.Context(), ev)
