@@ -147,8 +147,18 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 func (a *App) API() http.Handler {
 	return (&api.API{Auth: auth.Authenticator{Store: a.Store, UnknownKeyHint: a.UnknownKeyHint}, Files: a.Files, Batches: a.Batches, Log: a.Log,
 		Limiter: api.NewRateLimiter(a.Store, a.Env.RateLimit, a.Log), Budgets: a.Govern,
-		// A local emulator's presigned upload URLs are on its own origin.
-		Panel: panel.Handler(aws.ToString(a.AWS.BaseEndpoint))}).Handler()
+		Panel: panel.Handler(a.uploadOrigin())}).Handler()
+}
+
+// uploadOrigin is the origin of the bucket's presigned uploads, the only
+// one the panel's page may send to; "" when it cannot be known, which
+// leaves the panel unable to upload rather than open to every bucket.
+func (a *App) uploadOrigin() string {
+	o, err := a.Blobs.UploadOrigin(context.Background())
+	if err != nil {
+		a.Log.Warn("panel: the bucket's upload origin is unknown; the panel cannot upload", "err", err)
+	}
+	return o
 }
 
 // Start loads the app and runs the handler that pick returns as the Lambda

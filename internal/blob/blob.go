@@ -200,6 +200,22 @@ func (s *Store) PresignPut(ctx context.Context, key string, size int64, ttl time
 	return req.URL, nil
 }
 
+// UploadOrigin is the scheme://host[:port] that PresignPut's URLs name:
+// the bucket's own endpoint (virtual-hosted in AWS, an emulator's with
+// path-style), which the panel's Content-Security-Policy allows and no
+// other (internal/panel). Presigning signs locally: no request is sent.
+func (s *Store) UploadOrigin(ctx context.Context) (string, error) {
+	raw, err := s.PresignPut(ctx, "origin", 0, time.Minute)
+	if err != nil {
+		return "", err
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("presigned URL of %s: %w", s.Bucket, err)
+	}
+	return u.Scheme + "://" + u.Host, nil
+}
+
 // Concat reads objects one after another as one stream, opening each only
 // when the previous one is done, so memory stays constant whatever the size.
 func (s *Store) Concat(ctx context.Context, keys []string) io.ReadCloser {

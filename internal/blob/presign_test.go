@@ -60,3 +60,29 @@ func TestPresignPutIsOneShortLivedObject(t *testing.T) {
 		}
 	}
 }
+
+// UploadOrigin is the one origin presigned PUTs go to, which the panel's
+// Content-Security-Policy allows (internal/panel): the deployment's bucket
+// in AWS (virtual-hosted), an emulator's endpoint with path-style.
+func TestUploadOrigin(t *testing.T) {
+	t.Parallel()
+	creds := credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", "")
+	tests := []struct {
+		name string
+		opts s3.Options
+		want string
+	}{
+		{"AWS", s3.Options{Region: "eu-west-1", Credentials: creds}, "https://relay-data.s3.eu-west-1.amazonaws.com"},
+		{"emulator", s3.Options{Region: "us-east-1", Credentials: creds, BaseEndpoint: aws.String("http://127.0.0.1:4566"), UsePathStyle: true},
+			"http://127.0.0.1:4566"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := New(s3.New(tt.opts), "relay-data").UploadOrigin(context.Background())
+			if err != nil || got != tt.want {
+				t.Errorf("UploadOrigin = %q, %v; want %q", got, err, tt.want)
+			}
+		})
+	}
+}

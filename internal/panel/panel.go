@@ -21,10 +21,6 @@ import (
 //go:embed static
 var static embed.FS
 
-// s3Origins is where presigned uploads go in AWS: virtual-hosted and
-// path-style S3 endpoints of every region are subdomains of amazonaws.com.
-const s3Origins = "https://*.amazonaws.com"
-
 // contentTypes is explicit so the answer does not depend on the host's MIME
 // tables.
 var contentTypes = map[string]string{
@@ -41,10 +37,10 @@ type asset struct {
 }
 
 // Handler serves index.html at "/" and the other embedded files at
-// "/panel/<name>". uploadEndpoints are extra S3 endpoints the page may PUT
-// presigned uploads to, as URLs or origins (the local runtime passes its
-// AWS_ENDPOINT_URL, the SDK's BaseEndpoint); empty ones are ignored.
-// S3 in AWS is always allowed.
+// "/panel/<name>". uploadEndpoints are where the page may PUT presigned
+// uploads, as URLs or origins: the deployment's bucket, as its presigned
+// URLs name it (internal/app, blob.Store.UploadOrigin); empty ones, and
+// wildcards, are ignored.
 func Handler(uploadEndpoints ...string) http.Handler {
 	assets := load()
 	csp := policy(uploadEndpoints)
@@ -106,10 +102,12 @@ func load() map[string]asset {
 // policy is the Content-Security-Policy: everything from this origin only,
 // no inline script or style, no plugins, no framing, no form posts (the key
 // form is handled in script; if the script failed to load, the browser must
-// not submit the key in a URL). connect-src adds the S3 origins that
-// presigned uploads go to, since the PUT leaves this origin.
+// not submit the key in a URL). connect-src adds the origin of the bucket
+// that presigned uploads go to, since the PUT leaves this origin, and no
+// other: with any bucket of amazonaws.com allowed, a script injected into
+// the page could send what it reads to a bucket of its own (SECURITY.md).
 func policy(uploadEndpoints []string) string {
-	connect := []string{"'self'", s3Origins}
+	connect := []string{"'self'"}
 	for _, e := range uploadEndpoints {
 		if o := origin(e); o != "" {
 			connect = append(connect, o)
@@ -135,7 +133,7 @@ func origin(endpoint string) string {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return ""
 	}
-	if strings.ContainsAny(u.Host, " ;,'") {
+	if strings.ContainsAny(u.Host, " ;,'*") {
 		return ""
 	}
 	return u.Scheme + "://" + u.Host
