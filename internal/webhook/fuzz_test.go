@@ -43,7 +43,7 @@ func FuzzCheckURL(f *testing.F) {
 // FuzzControl: the dialer refuses every address it cannot check, and every
 // address it lets through is public.
 func FuzzControl(f *testing.F) {
-	for _, s := range []string{"93.184.216.34:443", "127.0.0.1:443", "[::1]:443", "[::ffff:192.168.0.1]:80", "[2002:a00:1::]:443", "10.0.0.1", "x:1"} {
+	for _, s := range []string{"93.184.216.34:443", "127.0.0.1:443", "[::1]:443", "[::ffff:192.168.0.1]:80", "[2002:a00:1::]:443", "[::7f00:1]:443", "[::ffff:0:7f00:1]:443", "10.0.0.1", "x:1"} {
 		f.Add("tcp4", s)
 		f.Add("tcp6", s)
 	}

@@ -97,7 +97,12 @@ var (
 	// service addresses), benchmarking (lab networks, often inside clouds),
 	// the reserved class E, IPv6 local-use NAT64 (RFC 8215: it reaches
 	// whatever IPv4 the local network maps it to), Teredo (a tunnel to an
-	// IPv4 address the prefix hides) and the deprecated site-local fec0::/10.
+	// IPv4 address the prefix hides), the deprecated site-local fec0::/10,
+	// and the two other IPv6 forms of an IPv4 address: the deprecated
+	// IPv4-compatible ::/96 (RFC 4291: ::7f00:1 is 127.0.0.1 to a stack that
+	// still maps it) and SIIT's IPv4-translated ::ffff:0:0:0/96 (RFC 2765:
+	// ::ffff:0:7f00:1), refused outright since no public receiver uses them
+	// (::1 and :: are in ::/96 but caught first, as loopback and unspecified).
 	reserved = []netip.Prefix{
 		netip.MustParsePrefix("192.0.0.0/24"),
 		netip.MustParsePrefix("198.18.0.0/15"),
@@ -105,6 +110,8 @@ var (
 		netip.MustParsePrefix("64:ff9b:1::/48"),
 		netip.MustParsePrefix("2001::/32"),
 		netip.MustParsePrefix("fec0::/10"),
+		netip.MustParsePrefix("::/96"),
+		netip.MustParsePrefix("::ffff:0:0:0/96"),
 	}
 	// IPv6 prefixes that carry an IPv4 address in their low 32 bits and
 	// reach it through a gateway, so 64:ff9b::a00:1 means 10.0.0.1.

@@ -38,6 +38,8 @@ func TestCheckURL(t *testing.T) {
 		{"literal benchmarking", deployed, "https://198.18.0.1/", "reserved"},
 		{"literal Teredo", deployed, "https://[2001::c0a8:101]/", "reserved"},
 		{"literal site-local", deployed, "https://[fec0::1]/", "reserved"},
+		{"literal IPv4-compatible loopback", deployed, "https://[::7f00:1]/", "reserved"},
+		{"literal SIIT metadata", deployed, "https://[::ffff:0:a9fe:a9fe]/", "reserved"},
 		{"literal public", deployed, "https://93.184.216.34/", ""},
 		{"literal loopback locally", local, "http://127.0.0.1:8080/", ""},
 	} {
@@ -121,6 +123,16 @@ func TestControl(t *testing.T) {
 		{"tcp6", "[2001::1]:443", "reserved"},
 		{"tcp6", "[fec0::1]:443", "reserved"}, // site-local
 		{"tcp6", "[feff::1]:443", "reserved"},
+		// The deprecated IPv4-compatible ::/96 and SIIT's IPv4-translated
+		// ::ffff:0:0:0/96 embed an IPv4 address a host may still route to:
+		// refused whatever it is, public ones too.
+		{"tcp6", "[::7f00:1]:443", "reserved"},
+		{"tcp6", "[::a9fe:a9fe]:80", "reserved"},
+		{"tcp6", "[::5db8:d822]:443", "reserved"},
+		{"tcp6", "[::0.0.0.2]:443", "reserved"},
+		{"tcp6", "[::ffff:0:7f00:1]:443", "reserved"},
+		{"tcp6", "[::ffff:0:a00:1]:443", "reserved"},
+		{"tcp6", "[::ffff:0:5db8:d822]:443", "reserved"},
 		{"tcp4", "not-an-address:443", "unparseable"},
 		{"udp4", "93.184.216.34:53", "non-TCP"},
 	} {
