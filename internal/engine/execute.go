@@ -219,7 +219,6 @@ func (e *Engine) runChunks(ctx context.Context, runs []*chunkRun) []*chunkRun {
 	in := &invocation{e: e, ctx: ctx, runCtx: runCtx, pool: fanout.NewPool(),
 		batches: map[string]batch.Batch{}, statuses: map[string]*atomic.Value{}, sending: map[string]chan struct{}{}}
 	for _, r := range runs {
-		in.add(r)
 		in.start(r)
 	}
 	go e.heartbeat(runCtx, in)
@@ -267,8 +266,10 @@ func (in *invocation) all() []*chunkRun {
 }
 
 // start loads run r and sets it going: a workflow record on its own, a
-// chunk's rows on the pool after the model's runs started before it.
+// chunk's rows on the pool after the model's runs started before it. r
+// joins the invocation's runs (which the heartbeat reads) once loaded.
 func (in *invocation) start(r *chunkRun) {
+	defer in.add(r)
 	e := in.e
 	ok, err := e.load(in.ctx, r, in.batch)
 	if err != nil || !ok {
@@ -346,7 +347,6 @@ func (in *invocation) continueWith(next *store.Claim) bool {
 		return false
 	}
 	r := &chunkRun{msg: msg.ForChunk(next.Next()), done: make(chan struct{})}
-	in.add(r)
 	in.work.Go(func() { in.start(r) })
 	return true
 }
