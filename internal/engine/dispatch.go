@@ -143,10 +143,11 @@ func (e *Engine) planInput(ctx context.Context, b batch.Batch, writeBy time.Time
 
 // recordPlan records a batch's chunks, then its input and chunk count
 // (validating → in_progress), and starts it. A second attempt that finds
-// the plan recorded stops; so does a late attempt whose chunks another
-// attempt's claims took (store.ErrPlanned), and one whose batch ended
-// meanwhile (the tick expired it): a plan never records onto a terminal
-// batch.
+// the plan recorded stops, and so does one whose batch ended meanwhile (the
+// tick expired it): a plan never records onto a terminal batch. One whose
+// chunks an earlier attempt wrote, some of them taken since (a cancel's
+// drain claims them before the plan is recorded), records the plan: the
+// runs of those chunks wait for it.
 func (e *Engine) recordPlan(ctx context.Context, b batch.Batch, in plan.Input, writeBy time.Time) error {
 	log := e.Log.With("batch_id", b.ID, "tenant", b.Tenant)
 	entries := plan.LinkChunks(in.Chunks, b.Priority)
@@ -156,12 +157,9 @@ func (e *Engine) recordPlan(ctx context.Context, b batch.Batch, in plan.Input, w
 	if cur, err := e.Store.GetBatch(ctx, b.Tenant, b.ID); err != nil || cur.Status.Terminal() {
 		return gone(err)
 	}
-	err := e.Store.PutChunks(ctx, in.Chunks)
-	if errors.Is(err, store.ErrPlanned) {
-		log.WarnContext(ctx, "late plan stopped: the batch's chunks are claimed already")
-		return nil
-	}
-	if err != nil {
+	// Chunks taken since an earlier attempt wrote them are kept as they
+	// are; the batch's record below says whether the plan is recorded.
+	if err := e.Store.PutChunks(ctx, in.Chunks); err != nil {
 		return err
 	}
 	if err := e.planMayWrite(b, writeBy); err != nil {

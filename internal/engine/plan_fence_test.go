@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -41,6 +40,10 @@ func (f *fencedPlanTable) PutChunks(context.Context, []batch.Chunk) error {
 	f.chunkPuts++
 	return f.putChunks
 }
+
+// Chunks are the batch's chunks as a cancelling batch's drain reads them:
+// all claimed already (by the drain that ran before the plan was recorded).
+func (f *fencedPlanTable) Chunks(context.Context, string) ([]batch.Chunk, error) { return nil, nil }
 
 func (f *fencedPlanTable) PutReady(context.Context, store.Ready) error {
 	f.readyPut++
@@ -108,17 +111,27 @@ func TestPlanStopsWritingBeforeItsLeaseEnds(t *testing.T) {
 	}
 }
 
-// A late plan whose chunks were claimed already (another attempt planned
-// and started the batch) stops without recording anything.
-func TestLatePlanStops(t *testing.T) {
+// A plan attempt whose chunks an earlier attempt wrote, and a cancel's
+// drain claimed before the plan was recorded, records the plan: the
+// drained chunks' runs wait for the batch's chunk count (before, the
+// attempt stopped at the claimed chunks and the batch never ended). One
+// that finds the plan recorded records nothing more.
+func TestLatePlanRecordsWhatIsMissing(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1_000_000, 0)
-	b := batch.Batch{ID: "batch_p", Tenant: "t", Status: batch.Validating, PlanLease: now.Unix() + 60}
-	f := &fencedPlanTable{b: b, putChunks: fmt.Errorf("write chunks: %w", store.ErrPlanned)}
+	b := batch.Batch{ID: "batch_p", Tenant: "t", Status: batch.Cancelling, PlanLease: now.Unix() + 60}
+	f := &fencedPlanTable{b: b}
 	if err := fencedPlanEngine(t, f, now).recordPlan(context.Background(), b, input(b.ID, 2), batch.PlanWriteBy(now, b.PlanLease)); err != nil {
 		t.Fatal(err)
 	}
-	if f.readyPut != 0 || f.b.ChunksTotal != 0 {
-		t.Fatalf("%d ready entries, %d chunks recorded after ErrPlanned; want none", f.readyPut, f.b.ChunksTotal)
+	if f.chunkPuts != 1 || f.b.ChunksTotal != 2 || f.b.RequestCounts.Total != 2 {
+		t.Fatalf("%d chunk writes, batch %+v: want the plan recorded", f.chunkPuts, f.b)
+	}
+	recorded := f.b
+	if err := fencedPlanEngine(t, f, now).recordPlan(context.Background(), b, input(b.ID, 2), batch.PlanWriteBy(now, b.PlanLease)); err != nil {
+		t.Fatal(err)
+	}
+	if f.readyPut != 0 || f.b.ChunksTotal != recorded.ChunksTotal {
+		t.Fatalf("%d ready entries, batch %+v after a second attempt: want nothing more", f.readyPut, f.b)
 	}
 }

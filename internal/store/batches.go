@@ -259,31 +259,59 @@ const planTxItems = 100
 // PutChunks writes planned chunks, each only where it is absent or still
 // pending: a late plan (docs/design.md "Scheduling", plans are fenced)
 // never resets a chunk that was claimed or is done. It writes them in
-// transactions of up to 100, so a late plan that finds any chunk taken
-// writes none of that group and gets ErrPlanned.
+// transactions of up to 100; a group in which some chunk is taken (an
+// earlier attempt of the same plan wrote it, and a claim or a cancel's
+// drain took it since) is written again item by item, skipping the taken
+// ones, so the chunks the earlier attempt did not write are written all
+// the same.
 func (s *Store) PutChunks(ctx context.Context, cs []batch.Chunk) error {
 	for len(cs) > 0 {
 		n := min(len(cs), planTxItems)
 		tx := make([]types.TransactWriteItem, n)
 		for i, c := range cs[:n] {
-			it, err := chunkItem(c)
+			put, err := s.chunkPut(c)
 			if err != nil {
 				return err
 			}
-			tx[i] = types.TransactWriteItem{Put: &types.Put{TableName: &s.Table, Item: it,
-				ConditionExpression:       aws.String("attribute_not_exists(pk) OR #st = :pending"),
-				ExpressionAttributeNames:  map[string]string{"#st": "state"},
-				ExpressionAttributeValues: item{":pending": avS(string(batch.ChunkPending))},
-			}}
+			tx[i] = types.TransactWriteItem{Put: put}
 		}
 		err := s.transact(ctx, "", tx)
 		if _, ok := conditionFailed(err); ok {
-			return fmt.Errorf("write chunks of %s: %w", cs[0].Batch, ErrPlanned)
+			err = s.putChunksAlone(ctx, tx)
 		}
 		if err != nil {
 			return fmt.Errorf("write chunks of %s: %w", cs[0].Batch, err)
 		}
 		cs = cs[n:]
+	}
+	return nil
+}
+
+// chunkPut is the put of a planned chunk c, where it is absent or pending.
+func (s *Store) chunkPut(c batch.Chunk) (*types.Put, error) {
+	it, err := chunkItem(c)
+	if err != nil {
+		return nil, err
+	}
+	return &types.Put{TableName: &s.Table, Item: it,
+		ConditionExpression:       aws.String("attribute_not_exists(pk) OR #st = :pending"),
+		ExpressionAttributeNames:  map[string]string{"#st": "state"},
+		ExpressionAttributeValues: item{":pending": avS(string(batch.ChunkPending))},
+	}, nil
+}
+
+// putChunksAlone writes a group's puts one by one, skipping those whose
+// chunk is taken.
+func (s *Store) putChunksAlone(ctx context.Context, tx []types.TransactWriteItem) error {
+	for _, w := range tx {
+		p := w.Put
+		_, err := s.DB.PutItem(ctx, &dynamodb.PutItemInput{TableName: p.TableName, Item: p.Item,
+			ConditionExpression: p.ConditionExpression, ExpressionAttributeNames: p.ExpressionAttributeNames,
+			ExpressionAttributeValues: p.ExpressionAttributeValues})
+		var cf *types.ConditionalCheckFailedException
+		if err != nil && !errors.As(err, &cf) {
+			return err
+		}
 	}
 	return nil
 }
