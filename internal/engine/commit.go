@@ -38,6 +38,10 @@ func (e *Engine) commitRows(ctx context.Context, b batch.Batch, c batch.Chunk, r
 	if err != nil {
 		return false, err
 	}
+	if first.next != nil {
+		// The claim's lease counts from now, not from the pick.
+		first.next.Lease = e.now().Add(e.lease())
+	}
 	if e.BeforeCommit != nil {
 		if err := e.BeforeCommit(cm.Chunk); err != nil {
 			return false, err
@@ -94,7 +98,11 @@ func (e *Engine) commit(ctx context.Context, b batch.Batch, cm store.Commit, wri
 				next, err, first = first.next, first.err, nil
 			}
 			if err != nil {
-				return false, err
+				// The commit goes on without a continuation: its slots go
+				// back to the model and the tick claims from there. Failing
+				// the commit would run the chunk's answered rows again.
+				e.Log.WarnContext(ctx, "pick the continuation; the slots go back to the model", "batch_id", c.Batch, "chunk", c.Index, "err", err)
+				next = nil
 			}
 			cm.Next = next
 		}
@@ -108,7 +116,7 @@ func (e *Engine) commit(ctx context.Context, b batch.Batch, cm store.Commit, wri
 			cm.Last = true
 		case errors.Is(err, store.ErrRaced):
 			if err := raced(ctx, e.Store, cm.Next); err != nil {
-				return false, err
+				e.Log.WarnContext(ctx, "step past a raced ready entry", "batch_id", c.Batch, "chunk", c.Index, "err", err)
 			}
 			picked = false
 		case errors.Is(err, store.ErrChunkDone):

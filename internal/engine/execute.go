@@ -48,7 +48,11 @@ type chunkRun struct {
 	// (keepLease).
 	ctx    context.Context
 	cancel context.CancelFunc
-	left   atomic.Int32 // rows not finished
+	// stop ends the run before its lease ends or when the chunk is no
+	// longer its own, and with it its model's other runs in the
+	// invocation (invocation.stopModel).
+	stop func()
+	left atomic.Int32 // rows not finished
 	// progress guards r.c's reported counts, which the heartbeat moves
 	// (reportProgress) until the run commits (committing).
 	progress   sync.Mutex
@@ -107,10 +111,15 @@ func (e *Engine) Execute(ctx context.Context, ds []queue.Delivery) ([]string, er
 		}
 		e.Log.ErrorContext(ctx, "chunk failed", "batch_id", r.msg.Batch, "chunk", r.msg.Chunk, "run", r.msg.Run,
 			"receive_count", r.delivery.ReceiveCount, "err", r.err)
-		if e.retrySoon(ctx, r) || r.delivery.ID == "" {
-			continue // a continuation without a message is left to its lease
+		switch {
+		case e.retrySoon(ctx, r):
+		case r.delivery.ID == "":
+			// A continuation has no message to fail: it gets one, with
+			// its fence handed over, or waits for its lease to end.
+			r.ended = e.SendAgain(withExec(ctx, r.exec), r.msg, 0) == nil
+		default:
+			failed = append(failed, r.delivery.ID)
 		}
-		failed = append(failed, r.delivery.ID)
 	}
 	e.releaseFences(ctx, runs)
 	native.Wait()
@@ -186,6 +195,10 @@ func (e *Engine) SendAgain(ctx context.Context, m msg.Message, delay time.Durati
 	return e.Queue.Send(ctx, resources.Work, m, delay)
 }
 
+// suspect reports whether run r is past its first delivery or attempt: it
+// may be a poison chunk.
+func suspect(r *chunkRun) bool { return r.delivery.ReceiveCount > 1 || r.msg.Attempt > 1 }
+
 // aloneFirst splits the messages of an invocation into those to run now
 // and those to give back: the first one delivered before, or of a chunk
 // past its first attempt, runs alone (docs/design.md "Scheduling", poison
@@ -195,7 +208,7 @@ func aloneFirst(runs []*chunkRun) (now, later []*chunkRun) {
 		return runs, nil
 	}
 	for i, r := range runs {
-		if r.delivery.ReceiveCount > 1 || r.msg.Attempt > 1 {
+		if suspect(r) {
 			return []*chunkRun{r}, append(append([]*chunkRun{}, runs[:i]...), runs[i+1:]...)
 		}
 	}
@@ -217,8 +230,10 @@ func (e *Engine) runChunks(ctx context.Context, runs []*chunkRun) []*chunkRun {
 		defer c2()
 	}
 	in := &invocation{e: e, ctx: ctx, runCtx: runCtx, pool: fanout.NewPool(),
-		batches: map[string]batch.Batch{}, statuses: map[string]*atomic.Value{}, sending: map[string]chan struct{}{}}
+		batches: map[string]cachedBatch{}, statuses: map[string]*atomic.Value{}, sending: map[string]chan struct{}{},
+		stopped: map[string]bool{}}
 	for _, r := range runs {
+		in.suspect = in.suspect || suspect(r)
 		in.start(r)
 	}
 	go e.heartbeat(runCtx, in)
@@ -248,9 +263,17 @@ type invocation struct {
 
 	mu       sync.Mutex
 	runs     []*chunkRun
-	batches  map[string]batch.Batch   // chunks of one batch share its read
+	batches  map[string]cachedBatch   // runs of one batch share its read, for statusRefresh
 	statuses map[string]*atomic.Value // and its status
 	sending  map[string]chan struct{} // per model: closed once the rows of its last run are all sent
+	stopped  map[string]bool          // models stopped by a run's lease (stopModel)
+	suspect  bool                     // a run past its first delivery or attempt runs here (aloneFirst)
+}
+
+// cachedBatch is a batch as read for the invocation's runs.
+type cachedBatch struct {
+	b    batch.Batch
+	read time.Time
 }
 
 func (in *invocation) add(r *chunkRun) {
@@ -278,8 +301,15 @@ func (in *invocation) start(r *chunkRun) {
 		return
 	}
 	r.ctx, r.cancel = context.WithCancel(withExec(in.runCtx, r.exec))
+	r.stop = func() {
+		r.cancel()
+		in.stopModel(r.c.Model)
+	}
 	in.keepers.Go(func() { e.keepLease(r) })
 	in.mu.Lock()
+	if in.stopped[r.c.Model] {
+		r.cancel() // it would run on a stopped run's slots
+	}
 	if in.statuses[r.b.ID] == nil {
 		in.statuses[r.b.ID] = &atomic.Value{}
 		in.statuses[r.b.ID].Store(r.b.Status)
@@ -317,21 +347,43 @@ func (in *invocation) start(r *chunkRun) {
 	})
 }
 
-// batch is the batch of a run's message, read once per invocation.
+// batch is the batch of a run's message, read once per statusRefresh in
+// an invocation: a chain of continuations reads it afresh (its chunk count
+// grows with splits).
 func (in *invocation) batch(ctx context.Context, tenant, id string) (batch.Batch, error) {
+	e := in.e
 	in.mu.Lock()
-	b, ok := in.batches[tenant+"/"+id]
+	c, ok := in.batches[tenant+"/"+id]
 	in.mu.Unlock()
-	if ok {
-		return b, nil
+	if ok && e.now().Sub(c.read) < statusRefresh {
+		return c.b, nil
 	}
-	b, err := in.e.Store.GetBatch(ctx, tenant, id)
+	b, err := e.Store.GetBatch(ctx, tenant, id)
 	if err == nil {
 		in.mu.Lock()
-		in.batches[tenant+"/"+id] = b
+		in.batches[tenant+"/"+id] = cachedBatch{b, e.now()}
 		in.mu.Unlock()
 	}
 	return b, err
+}
+
+// stopModel ends every run of model in the invocation, and those that
+// start after: a run stopped by its lease (or that lost its chunk) hands its
+// slots to the run that takes the chunk over, in another invocation, while
+// rows of its model's other runs here may be in flight on them (the pool
+// keeps one account per model). Cutting them keeps max_concurrency
+// (docs/design.md "Scheduling", lease rule); each commits what it
+// answered (split).
+func (in *invocation) stopModel(model string) {
+	in.mu.Lock()
+	in.stopped[model] = true
+	runs := slices.Clone(in.runs)
+	in.mu.Unlock()
+	for _, r := range runs {
+		if r.cancel != nil && r.c.Model == model {
+			r.cancel()
+		}
+	}
 }
 
 // continueWith runs the chunk a commit claimed in this invocation, instead
@@ -344,6 +396,14 @@ func (in *invocation) batch(ctx context.Context, tenant, id string) (batch.Batch
 func (in *invocation) continueWith(next *store.Claim) bool {
 	dl, ok := in.runCtx.Deadline()
 	if in.runCtx.Err() != nil || (ok && time.Until(dl) < in.e.lease()/2) {
+		return false
+	}
+	in.mu.Lock()
+	alone := in.suspect || in.stopped[next.Entry.Model]
+	in.mu.Unlock()
+	if alone {
+		// A suspect's crash would cost the continuation an attempt; a
+		// stopped model's slots may be in use upstream still.
 		return false
 	}
 	r := &chunkRun{msg: msg.ForChunk(next.Next()), done: make(chan struct{})}
@@ -613,7 +673,7 @@ func (r *chunkRun) rows(e *Engine, rowDone func()) fanout.Rows {
 		Send: func(ctx context.Context, body json.RawMessage) provider.Result {
 			if !r.inLease(e) {
 				// keepLease's timer may fire late: the clock decides.
-				r.cancel()
+				r.stop()
 				return provider.Result{ErrCode: provider.CodeRequestCancelled, ErrMessage: "the run's lease ended"}
 			}
 			return e.Provider.Do(provider.WithRun(ctx, r.c.Run, func() time.Time { return time.UnixMilli(r.lease.Load()) }), endpoint, body, route)
@@ -772,7 +832,7 @@ func (r *chunkRun) inLease(e *Engine) bool {
 // "Scheduling", lease rule).
 func (e *Engine) keepLease(r *chunkRun) {
 	stopAt := func() time.Duration { return time.UnixMilli(r.lease.Load()).Add(-e.skew()).Sub(e.now()) }
-	stop := time.AfterFunc(stopAt(), r.cancel)
+	stop := time.AfterFunc(stopAt(), r.stop)
 	defer stop.Stop()
 	every, retry := e.lease()/3, e.lease()/20
 	wait := every
@@ -792,7 +852,7 @@ func (e *Engine) keepLease(r *chunkRun) {
 			stop.Reset(stopAt())
 			wait = every
 		case errors.Is(err, store.ErrLeaseLost):
-			r.cancel() // another run has the chunk: this one stops
+			r.stop() // another run has the chunk: this one stops
 			return
 		default:
 			if r.ctx.Err() == nil {

@@ -1,0 +1,193 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/msg"
+	"github.com/relaybatch/relay/internal/queue"
+	"github.com/relaybatch/relay/internal/store"
+)
+
+// TestStoppedRunStopsItsModel: two chunks of model x, 2 slots each (the
+// model's whole max_concurrency of 4), run in one invocation. Chunk 0's
+// lease renewals are throttled, so it stops at its lease less the skew;
+// the tick takes it over and a second invocation runs it on the same 2
+// slots. Chunk 1's rows, which may be in flight on chunk 0's slots (one
+// account per model), stop with it (invocation.stopModel). Before, they
+// went on: 6 requests of x in flight against a max_concurrency of 4.
+func TestStoppedRunStopsItsModel(t *testing.T) {
+	p := newPeakProvider(900 * time.Millisecond)
+	e, table := runsFixture(t, p, chunkSpec{"x", 6, 2}, chunkSpec{"x", 8, 2})
+	e.Lease = time.Second // skew 0.5 s
+	var takenOver atomic.Bool
+	table.renew = func(i int, _ time.Time) error {
+		if i == 0 && !takenOver.Load() {
+			return errors.New("ThrottlingException: rate exceeded")
+		}
+		return nil
+	}
+	d0, d1 := workDelivery(t, table.chunks[0], "d0"), workDelivery(t, table.chunks[1], "d1")
+
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if _, err := e.Execute(context.Background(), []queue.Delivery{d0, d1}); err != nil {
+			t.Error(err)
+		}
+	})
+	// The tick: once chunk 0's lease ended (by the table's view of it), a
+	// new run takes it over and its message is delivered to another
+	// invocation.
+	deadline := time.Now().Add(10 * time.Second)
+	fenced := false
+	for {
+		time.Sleep(10 * time.Millisecond)
+		table.mu.Lock()
+		c := table.chunks[0]
+		fenced = fenced || table.exec[0] != ""
+		expired := fenced && c.State == batch.ChunkClaimed && c.Run == "run0" && time.UnixMilli(c.Lease).Before(e.now())
+		if expired {
+			c.Run, c.Lease, c.Attempts = "run0b", e.now().Add(e.lease()).UnixMilli(), c.Attempts+1
+			table.chunks[0] = c
+			delete(table.exec, 0)
+			takenOver.Store(true)
+		}
+		table.mu.Unlock()
+		if expired {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("chunk 0's lease never ended")
+		}
+	}
+	p.mu.Lock()
+	atTakeover := p.inflight["x"]
+	p.mu.Unlock()
+	wg.Go(func() {
+		if _, err := e.Execute(context.Background(), []queue.Delivery{workDelivery(t, table.chunks[0], "d0b")}); err != nil {
+			t.Error(err)
+		}
+	})
+	wg.Wait()
+
+	t.Logf("requests of x in flight at the takeover: %d; peak %d", atTakeover, p.peak["x"])
+	if p.peak["x"] > 4 {
+		t.Errorf("model x peaked at %d requests in flight; its chunks hold 4 slots (max_concurrency)", p.peak["x"])
+	}
+}
+
+// headThrottle is a runsTable whose ready index Query is throttled the
+// first fails times.
+type headThrottle struct {
+	*runsTable
+	fails atomic.Int32
+}
+
+func (f *headThrottle) ReadyHead(ctx context.Context, model string) (store.Ready, bool, error) {
+	if f.fails.Add(-1) >= 0 {
+		return store.Ready{}, false, errors.New("ThrottlingException: rate exceeded")
+	}
+	return f.runsTable.ReadyHead(ctx, model)
+}
+
+// TestPickFailureCommitsWithoutContinuation: a throttled ready-index
+// Query (the commit's pick of its continuation) does not fail the commit:
+// it commits without a continuation, the slots going back to the model.
+// Before, the run failed and its answered rows ran upstream again.
+func TestPickFailureCommitsWithoutContinuation(t *testing.T) {
+	e, table, p := continuationFixture(t)
+	ft := &headThrottle{runsTable: table}
+	ft.fails.Store(1)
+	e.Store = ft
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	failed, err := e.Execute(ctx, []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+
+	if err != nil || len(failed) > 0 {
+		t.Fatalf("Execute: failed %v, err %v", failed, err)
+	}
+	var again []msg.Message
+	for _, m := range e.Queue.(*lockedQueue).sent {
+		if m.Type == msg.Chunk && m.Chunk == 0 {
+			again = append(again, m)
+		}
+	}
+	if table.chunks[0].State != batch.ChunkDone || len(again) > 0 {
+		t.Errorf("chunk 0 %s after one throttled ReadyHead, its message sent again %d times: its %d answered rows run upstream again",
+			table.chunks[0].State, len(again), len(p.sent))
+	}
+}
+
+// slowFence is a runsTable whose fence take of chunk slow waits wait.
+type slowFence struct {
+	*runsTable
+	slow int
+	wait time.Duration
+}
+
+func (f *slowFence) TakeFence(ctx context.Context, b string, i int, run, exec string, now, until time.Time) (batch.Chunk, error) {
+	if i == f.slow {
+		time.Sleep(f.wait)
+	}
+	return f.runsTable.TakeFence(ctx, b, i, run, exec, now, until)
+}
+
+// TestContinuationLoadBesideHeartbeat: a continuation still loading when
+// the heartbeat's status tick (statusRefresh) reads the invocation's runs.
+// Run with -race: the heartbeat read r.ctx while start wrote it, until a
+// run joined the invocation's runs only once loaded.
+func TestContinuationLoadBesideHeartbeat(t *testing.T) {
+	e, table, _ := continuationFixture(t)
+	e.Store = &slowFence{runsTable: table, slow: 1, wait: statusRefresh + 500*time.Millisecond}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	failed, err := e.Execute(ctx, []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+
+	if err != nil || len(failed) > 0 || len(table.commits) != 2 {
+		t.Fatalf("Execute: failed %v, err %v, %d commits", failed, err, len(table.commits))
+	}
+}
+
+// TestContinuationThatRanNothingIsSent: chunk 0 and chunk 1 of model x run
+// in one invocation; chunk 0's commit claims chunk 2, which the invocation
+// takes as its continuation. Its rows queue behind chunk 1's until the
+// invocation must stop, so it runs none; it goes to a work message, its
+// fence handed over. Before, it had no message and waited for its lease
+// to end and a takeover, which spent one of its attempts.
+func TestContinuationThatRanNothingIsSent(t *testing.T) {
+	p := newPeakProvider(200 * time.Millisecond)
+	e, table := runsFixture(t, p, chunkSpec{"x", 2, 2}, chunkSpec{"x", 40, 2}, chunkSpec{"x", 4, 0})
+	e.Lease = time.Second
+	c2 := table.chunks[2]
+	c2.State, c2.Run, c2.Lease = batch.ChunkPending, "", 0
+	table.chunks[2] = c2
+	table.ready = []store.Ready{{Model: "x", Tenant: "t", Batch: table.b.ID, Next: 2, Total: 3}}
+	// runCtx ends 2 s before the deadline: about 1.2 s of rows.
+	ctx, cancel := context.WithTimeout(context.Background(), 3200*time.Millisecond)
+	defer cancel()
+
+	if _, err := e.Execute(ctx, []queue.Delivery{workDelivery(t, table.chunks[0], "d0"), workDelivery(t, table.chunks[1], "d1")}); err != nil {
+		t.Fatal(err)
+	}
+
+	c2 = table.chunks[2]
+	sent := false
+	for _, m := range e.Queue.(*lockedQueue).sent {
+		sent = sent || (m.Type == msg.Chunk && m.Chunk == 2)
+	}
+	ran := 0
+	for n := 42; n < 46; n++ {
+		ran += p.sent[n]
+	}
+	t.Logf("chunk 2: %s, run %q, %d of its rows sent, message sent %v", c2.State, c2.Run, ran, sent)
+	if c2.State == batch.ChunkClaimed && !sent {
+		t.Errorf("chunk 2 claimed, %d rows run, no work message: left to its lease's end and a takeover (an attempt)", ran)
+	}
+}
