@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
+
+	"github.com/relaybatch/relay/internal/backoff"
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/blob"
@@ -82,9 +85,9 @@ func Write(ctx context.Context, p blob.Putter, cm store.Commit, objs map[string]
 		if objs[kind].Size == 0 {
 			continue
 		}
-		k := cm.Chunk.Parts(kind)
+		k, o := cm.Chunk.Parts(kind), objs[kind]
 		wg.Go(func() {
-			err := p.PutTagged(ctx, k, objs[kind].Body, objs[kind].Size, objs[kind].Tag)
+			err := put(ctx, p, k, o)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -96,4 +99,32 @@ func Write(ctx context.Context, p blob.Putter, cm store.Commit, objs map[string]
 	}
 	wg.Wait()
 	return written, errors.Join(errs...)
+}
+
+// putTries bounds the tries of one part object's put, putBackoff their
+// waits: a part holds the answers of rows already paid for, so a throttle
+// or a timeout (the put may have taken effect; it is written again whole
+// under the same key) is outlasted rather than the rows run again.
+const (
+	putTries   = 5
+	putBackoff = 100 * time.Millisecond
+)
+
+// put writes part object o under key k, trying again after an error.
+func put(ctx context.Context, p blob.Putter, k string, o Object) error {
+	var err error
+	for try := range putTries {
+		if try > 0 {
+			if werr := backoff.Sleep(ctx, backoff.Upper(backoff.Exponential(try, putBackoff, 10*putBackoff))); werr != nil {
+				return err
+			}
+			if _, serr := o.Body.Seek(0, io.SeekStart); serr != nil {
+				return serr
+			}
+		}
+		if err = p.PutTagged(ctx, k, o.Body, o.Size, o.Tag); err == nil {
+			return nil
+		}
+	}
+	return err
 }

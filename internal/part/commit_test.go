@@ -1,7 +1,11 @@
 package part
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"io"
+	"sync"
 	"testing"
 	"time"
 
@@ -72,5 +76,62 @@ func TestKept(t *testing.T) {
 				t.Fatalf("KeptUntil = %d (tag %q), want %d (%q)", got, tag, tt.until, tt.tag)
 			}
 		})
+	}
+}
+
+// afterPutter is a blob.Putter whose first put of each key reads the whole
+// body, keeps it, and fails all the same (a timeout after the write).
+type afterPutter struct {
+	mu     sync.Mutex
+	failed map[string]bool
+	got    map[string]string
+}
+
+func (p *afterPutter) PutTagged(_ context.Context, key string, r io.Reader, _ int64, _ string) error {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.got[key] = string(b)
+	if !p.failed[key] {
+		p.failed[key] = true
+		return errors.New("RequestTimeout: the put took effect")
+	}
+	return nil
+}
+
+// A part's put that fails is tried again, its body whole from the start:
+// the part holds answers already paid for, and failing the commit would
+// run its rows upstream again.
+func TestWriteTriesAgain(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	b := batch.Batch{ID: "batch_x", Tenant: "t"}
+	c := batch.Chunk{Batch: "batch_x", Tenant: "t", Index: 3, Run: "r", Attempt: "a1"}
+	outs := []Outcome{
+		{CustomID: "a", Result: provider.Result{StatusCode: 200, Body: json.RawMessage(`{"ok":true}`), Model: "m"}},
+		{CustomID: "d", Result: provider.Result{ErrCode: "request_timeout", ErrMessage: "slow"}},
+	}
+	objs, cm, err := Commit(c, LinesOf(b, c, outs, now), 0, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := readObjects(t, objs)
+	for _, o := range objs {
+		if _, err := o.Body.Seek(0, io.SeekStart); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := &afterPutter{failed: map[string]bool{}, got: map[string]string{}}
+	written, err := Write(context.Background(), p, cm, objs)
+	if err != nil || len(written) != len(want) {
+		t.Fatalf("Write: %v, wrote %v; want every part written on its second try", err, written)
+	}
+	for kind, body := range want {
+		if got := p.got[cm.Chunk.Parts(kind)]; got != string(body) {
+			t.Errorf("%s part: %q, want %q", kind, got, body)
+		}
 	}
 }
