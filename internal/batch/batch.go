@@ -425,7 +425,7 @@ func FinalStatus(b *Batch) Status {
 	switch {
 	case b.CancellingAt != nil:
 		return Cancelled
-	case slices.ContainsFunc(b.ErrorList, func(e jsonl.LineError) bool { return e.Code == CodeInputChanged }):
+	case slices.ContainsFunc(b.ErrorList, func(e jsonl.LineError) bool { return e.Code == CodeInputChanged || e.Code == CodeInputMissing }):
 		return Failed
 	case b.ExpiredRows > 0:
 		return Expired
@@ -442,6 +442,17 @@ const CodeInputChanged = "input_file_changed"
 func InputChanged(fileID string) jsonl.LineError {
 	return jsonl.LineError{Code: CodeInputChanged, Message: fmt.Sprintf(
 		"input file %s changed after it was uploaded and validated: upload it again as a new file", fileID)}
+}
+
+// CodeInputMissing is the error of a batch whose input object is gone, and
+// of each row of it that was not run.
+const CodeInputMissing = "input_file_missing"
+
+// InputMissing is the batch error recorded when the input object of file
+// fileID is gone before all its rows ran.
+func InputMissing(fileID string) jsonl.LineError {
+	return jsonl.LineError{Code: CodeInputMissing, Message: fmt.Sprintf(
+		"input file %s is gone: its rows that had not run were not run", fileID)}
 }
 
 // AddError is an update (UpdateBatch's fn) that records e in the batch's

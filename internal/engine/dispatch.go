@@ -116,7 +116,7 @@ func (e *Engine) planInput(ctx context.Context, b batch.Batch, writeBy time.Time
 		f, err = e.RetryInput(ctx, b)
 	}
 	if errors.Is(err, files.ErrNotFound) {
-		return plan.Invalid{{Code: "input_file_missing", Message: fmt.Sprintf("input file %s is gone", b.InputFileID)}}
+		return plan.Invalid{{Code: batch.CodeInputMissing, Message: fmt.Sprintf("input file %s is gone", b.InputFileID)}}
 	}
 	if err != nil {
 		return fmt.Errorf("read input file of %s: %w", b.ID, err)

@@ -441,8 +441,8 @@ func (e *Engine) load(ctx context.Context, r *chunkRun, readBatch func(ctx conte
 		return false, fmt.Errorf("chunk %d of %s: the batch's plan is not recorded yet", c.Index, c.Batch)
 	}
 	reqs, err := plan.ReadChunk(ctx, e.Blobs, b, c)
-	if errors.Is(err, blob.ErrChanged) {
-		err = e.inputChanged(ctx, b, c)
+	if errors.Is(err, blob.ErrChanged) || errors.Is(err, blob.ErrNotFound) {
+		err = e.inputGone(ctx, b, c, errors.Is(err, blob.ErrNotFound))
 		r.ended = err == nil
 		return false, err
 	}
@@ -526,14 +526,19 @@ func (e *Engine) fenceRefused(ctx context.Context, m msg.Message) error {
 	return nil
 }
 
-// inputChanged ends chunk c, whose input object was replaced after the
-// plan, with an input_file_changed line per row, and records the error
-// that fails the batch (SECURITY.md "Presigned URLs").
-func (e *Engine) inputChanged(ctx context.Context, b batch.Batch, c batch.Chunk) error {
-	if _, err := e.Store.UpdateBatch(ctx, b.Tenant, b.ID, batch.AddError(batch.InputChanged(b.InputFileID))); err != nil {
+// inputGone ends chunk c, whose input object was replaced after the plan
+// or deleted, with an error line per row, giving its slots on, and records
+// the error that fails the batch (SECURITY.md "Presigned URLs").
+func (e *Engine) inputGone(ctx context.Context, b batch.Batch, c batch.Chunk, deleted bool) error {
+	why, lines := batch.InputChanged(b.InputFileID), part.InputChanged(b, c, e.now())
+	if deleted {
+		why, lines = batch.InputMissing(b.InputFileID), part.InputMissing(b, c, e.now())
+	}
+	if _, err := e.Store.UpdateBatch(ctx, b.Tenant, b.ID, batch.AddError(why)); err != nil {
+		lines.Close()
 		return err
 	}
-	_, err := e.commitRows(ctx, b, c, part.InputChanged(b, c, e.now()), 0)
+	_, err := e.commitRows(ctx, b, c, lines, 0)
 	return err
 }
 

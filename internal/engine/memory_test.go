@@ -194,42 +194,52 @@ func (f *changedTable) CommitChunk(_ context.Context, _ string, cm store.Commit)
 	return nil
 }
 
-// changedBucket answers every read as S3 answers If-Match on a replaced
-// object.
-type changedBucket struct{ execBucket }
+// changedBucket answers every read with err: blob.ErrChanged as S3
+// answers If-Match on a replaced object, blob.ErrNotFound for a deleted one.
+type changedBucket struct {
+	execBucket
+	err error
+}
 
 func (f *changedBucket) ReadRange(context.Context, []batch.Object, int64, int64) ([]byte, error) {
-	return nil, fmt.Errorf("get in: %w", blob.ErrChanged)
+	return nil, fmt.Errorf("get in: %w", f.err)
 }
 
 // TestExecuteInputChanged: a chunk whose pinned input object was replaced
-// after the plan (a 412 to the executor's If-Match) runs nothing, commits
-// an input_file_changed line per row, and records the error that ends the
-// batch failed.
+// after the plan (a 412 to the executor's If-Match), or deleted, runs
+// nothing, commits an error line per row (giving its slots back), and
+// records the error that ends the batch failed. Before, a deleted object
+// failed the run on every delivery, its slots held through every retry
+// and takeover until its rows dead-lettered.
 func TestExecuteInputChanged(t *testing.T) {
 	t.Parallel()
-	exp := time.Now().Add(time.Hour).Unix()
-	b := batch.Batch{ID: "batch_c", Tenant: "t", Endpoint: "/v1/chat/completions", Status: batch.InProgress, ChunksTotal: 1,
-		ExpiresAt: &exp, InputFileID: "file-x", Input: []batch.Object{{Key: "in", Size: 10, ETag: `"abc"`}}}
-	c := batch.Chunk{Batch: b.ID, Tenant: "t", Rows: 3, End: 10, State: batch.ChunkClaimed, Run: "run1",
-		Lease: time.Now().Add(time.Hour).UnixMilli(), Slots: 2, Model: "m"}
-	table := &changedTable{execTable: execTable{b: b, c: c}}
-	e := &Engine{Store: table, Blobs: &changedBucket{}, Queue: &fakeQueue{}, Set: resources.Define("t"),
-		Provider: nil, Log: slog.New(slog.DiscardHandler)}
-	m, _ := json.Marshal(msg.Message{Type: msg.Chunk, Tenant: "t", Batch: b.ID, Run: "run1"})
+	for _, tt := range []struct {
+		err  error
+		code string
+	}{{blob.ErrChanged, batch.CodeInputChanged}, {blob.ErrNotFound, batch.CodeInputMissing}} {
+		exp := time.Now().Add(time.Hour).Unix()
+		b := batch.Batch{ID: "batch_c", Tenant: "t", Endpoint: "/v1/chat/completions", Status: batch.InProgress, ChunksTotal: 1,
+			ExpiresAt: &exp, InputFileID: "file-x", Input: []batch.Object{{Key: "in", Size: 10, ETag: `"abc"`}}}
+		c := batch.Chunk{Batch: b.ID, Tenant: "t", Rows: 3, End: 10, State: batch.ChunkClaimed, Run: "run1",
+			Lease: time.Now().Add(time.Hour).UnixMilli(), Slots: 2, Model: "m"}
+		table := &changedTable{execTable: execTable{b: b, c: c}}
+		e := &Engine{Store: table, Blobs: &changedBucket{err: tt.err}, Queue: &fakeQueue{}, Set: resources.Define("t"),
+			Provider: nil, Log: slog.New(slog.DiscardHandler)}
+		m, _ := json.Marshal(msg.Message{Type: msg.Chunk, Tenant: "t", Batch: b.ID, Run: "run1"})
 
-	failed, err := e.Execute(context.Background(), []queue.Delivery{{ID: "d", Body: string(m), ReceiveCount: 1}})
+		failed, err := e.Execute(context.Background(), []queue.Delivery{{ID: "d", Body: string(m), ReceiveCount: 1}})
 
-	if err != nil || len(failed) > 0 {
-		t.Fatalf("Execute: failed %v, err %v", failed, err)
-	}
-	if table.cm.Failed != 3 || table.cm.Completed != 0 || table.cm.Chunk.Pattern != "eee" {
-		t.Fatalf("commit %+v, want 3 failed rows", table.cm)
-	}
-	if len(table.b.ErrorList) != 1 || table.b.ErrorList[0].Code != batch.CodeInputChanged {
-		t.Fatalf("batch errors %+v, want input_file_changed", table.b.ErrorList)
-	}
-	if got := batch.FinalStatus(&table.b); got != batch.Failed {
-		t.Fatalf("final status %s, want failed", got)
+		if err != nil || len(failed) > 0 {
+			t.Fatalf("%s: Execute: failed %v, err %v", tt.code, failed, err)
+		}
+		if table.cm.Failed != 3 || table.cm.Completed != 0 || table.cm.Chunk.Pattern != "eee" || table.cm.Chunk.Slots != 2 {
+			t.Fatalf("%s: commit %+v, want 3 failed rows and the chunk's 2 slots handed on", tt.code, table.cm)
+		}
+		if len(table.b.ErrorList) != 1 || table.b.ErrorList[0].Code != tt.code {
+			t.Fatalf("batch errors %+v, want %s", table.b.ErrorList, tt.code)
+		}
+		if got := batch.FinalStatus(&table.b); got != batch.Failed {
+			t.Fatalf("%s: final status %s, want failed", tt.code, got)
+		}
 	}
 }

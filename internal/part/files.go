@@ -89,9 +89,20 @@ const DeadLetterMessage = "the request's chunk failed on every attempt (executor
 // its custom id unknown (the range is not read), and the batch ends failed
 // (batch.FinalStatus).
 func InputChanged(b batch.Batch, c batch.Chunk, now time.Time) *Lines {
+	return notRun(b, c, now, batch.CodeInputChanged, "the batch's input file changed after it was validated; this request was not run")
+}
+
+// InputMissing is chunk c's lines when its input object is gone: an
+// input_file_missing error line per row.
+func InputMissing(b batch.Batch, c batch.Chunk, now time.Time) *Lines {
+	return notRun(b, c, now, batch.CodeInputMissing, "the batch's input file is gone; this request was not run")
+}
+
+// notRun is chunk c's lines, each row's an error line of code.
+func notRun(b batch.Batch, c batch.Chunk, now time.Time, code, message string) *Lines {
 	l := NewLines(b, c, now)
 	for i := range c.Rows {
-		l.Set(i, Outcome{Code: batch.CodeInputChanged, Message: "the batch's input file changed after it was validated; this request was not run"})
+		l.Set(i, Outcome{Code: code, Message: message})
 	}
 	return l
 }
