@@ -141,6 +141,9 @@ type Result struct {
 	Attempts   int             // upstream attempts made, all models
 	ErrCode    string          // one of the Code… constants, when there was no HTTP answer
 	ErrMessage string
+	// FallbackTo names the fallback a row of a Route.Defer run is owed:
+	// its model's attempts failed transiently and nothing was sent there.
+	FallbackTo string
 }
 
 // OK reports a 2xx answer.
@@ -189,9 +192,19 @@ func NewHTTPClient() *http.Client {
 // is the batch's API key's allow-list (docs/api.md "Budgets, revocation and
 // allow-lists"): a row of another model fails unsent, and a fallback
 // outside it is never tried.
+//
+// A chunk's run defers the fallback (Defer): the row comes back failed with
+// Result.FallbackTo, and runs later in a chunk of the fallback model, on
+// that model's capacity, with On set to it (docs/design.md "Scheduling",
+// fallback rows).
 type Route struct {
 	Fallback string
 	Allowed  func(model string) bool
+	// Defer names the fallback in the Result instead of calling it.
+	Defer bool
+	// On runs the row on this model, as its fallback: the row's own model
+	// failed already, and a fallback has no fallback.
+	On string
 }
 
 // Allows reports whether the route's key may use model.
@@ -210,15 +223,47 @@ func (c *Client) Do(ctx context.Context, endpoint string, body json.RawMessage, 
 			ErrMessage: fmt.Sprintf("model %q is not one the batch's API key may use", model.Name)}
 	}
 	var attempts int
+	if route.On != "" {
+		fb, res, ok := c.fallbackOn(model, route)
+		if !ok {
+			return res
+		}
+		res, _ = c.onModel(ctx, fb, endpoint, body, &attempts)
+		res.Fallback, res.Attempts = true, attempts
+		return res
+	}
 	res, exhausted := c.onModel(ctx, model, endpoint, body, &attempts)
 	if exhausted {
-		if fb, ok := c.fallbackFor(model, route); ok {
+		if fb, ok := c.fallbackFor(model, route); ok && route.Defer {
+			res.FallbackTo = fb.Name
+		} else if ok {
 			res, _ = c.onModel(ctx, fb, endpoint, body, &attempts)
 			res.Fallback = true
 		}
 	}
 	res.Attempts = attempts
 	return res
+}
+
+// fallbackOn is the model route.On names, for a row of model m; when it
+// may not take the row, the returned Result says why.
+func (c *Client) fallbackOn(m config.Model, route Route) (config.Model, Result, bool) {
+	fail := func(code, format string, args ...any) (config.Model, Result, bool) {
+		res := errResult(code, fmt.Sprintf(format, args...))
+		res.Model = route.On
+		return config.Model{}, res, false
+	}
+	fb, ok := c.Models.Lookup(route.On)
+	switch {
+	case !ok:
+		res := errResult(CodeModelNotFound, fmt.Sprintf("the fallback model %q does not exist", route.On))
+		return config.Model{}, res, false
+	case fb.Shape != m.Shape:
+		return fail(CodeCrossShapeDispatch, "the fallback model %q is an %s model, the row's %q an %s one", fb.Name, fb.Shape, m.Name, m.Shape)
+	case !route.Allows(fb.Name):
+		return fail(CodeModelNotAllowed, "model %q is not one the batch's API key may use", fb.Name)
+	}
+	return fb, Result{}, true
 }
 
 // route finds the row's model and checks the endpoint fits its shape; when

@@ -811,3 +811,170 @@ func TestDoResponseTooLarge(t *testing.T) {
 		})
 	}
 }
+
+// A chunk's run defers a row's fallback (Route.Defer): when its model's
+// attempts are spent on transient failures and a usable fallback exists,
+// the row comes back failed, naming the fallback (FallbackTo), and nothing
+// is sent to the fallback, which runs it later as a chunk of its own under
+// its own capacity (docs/design.md "Scheduling", fallback rows).
+func TestDoDefer(t *testing.T) {
+	t.Parallel()
+	only := func(models ...string) func(string) bool {
+		return func(m string) bool { return slices.Contains(models, m) }
+	}
+	tests := []struct {
+		name     string
+		body     string
+		route    Route
+		steps    []step
+		want     Result
+		to       string   // FallbackTo
+		upstream []string // body.model of each upstream call
+	}{
+		{
+			name:     "the model's own fallback",
+			body:     `{"model":"chat"}`,
+			route:    Route{Defer: true},
+			steps:    times(4, answer(500, serverErr)),
+			want:     Result{StatusCode: 500, Model: "chat", Attempts: 4},
+			to:       "chat-backup",
+			upstream: []string{"chat-upstream", "chat-upstream", "chat-upstream", "chat-upstream"},
+		},
+		{
+			name:     "the batch's fallback",
+			body:     `{"model":"solo"}`,
+			route:    Route{Defer: true, Fallback: "chat-backup"},
+			steps:    times(4, answer(429, rateLimit)),
+			want:     Result{StatusCode: 429, Model: "solo", Attempts: 4},
+			to:       "chat-backup",
+			upstream: []string{"solo", "solo", "solo", "solo"},
+		},
+		{
+			name:     "no usable fallback",
+			body:     `{"model":"solo"}`,
+			route:    Route{Defer: true, Fallback: "claude"},
+			steps:    times(4, answer(500, serverErr)),
+			want:     Result{StatusCode: 500, Model: "solo", Attempts: 4},
+			upstream: []string{"solo", "solo", "solo", "solo"},
+		},
+		{
+			name:     "a fallback outside the allow-list",
+			body:     `{"model":"chat"}`,
+			route:    Route{Defer: true, Allowed: only("chat")},
+			steps:    times(4, answer(500, serverErr)),
+			want:     Result{StatusCode: 500, Model: "chat", Attempts: 4},
+			upstream: []string{"chat-upstream", "chat-upstream", "chat-upstream", "chat-upstream"},
+		},
+		{
+			name:     "a permanent failure never falls back",
+			body:     `{"model":"chat"}`,
+			route:    Route{Defer: true},
+			steps:    []step{answer(400, `{"error":{"message":"bad"}}`)},
+			want:     Result{StatusCode: 400, Model: "chat", Attempts: 1},
+			upstream: []string{"chat-upstream"},
+		},
+		{
+			name:     "an answer after a retry",
+			body:     `{"model":"chat"}`,
+			route:    Route{Defer: true},
+			steps:    []step{answer(500, serverErr), answer(200, chatOK)},
+			want:     Result{StatusCode: 200, Model: "chat", Attempts: 2},
+			upstream: []string{"chat-upstream", "chat-upstream"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			up := newUpstream(t, tt.steps...)
+			c := newClient(t, up.URL, &sleeps{})
+
+			got := c.Do(context.Background(), "/v1/chat/completions", json.RawMessage(tt.body), tt.route)
+
+			checkResult(t, got, tt.want)
+			if got.FallbackTo != tt.to {
+				t.Errorf("FallbackTo = %q, want %q", got.FallbackTo, tt.to)
+			}
+			var models []string
+			for _, r := range up.requests() {
+				models = append(models, upstreamModel(t, r))
+			}
+			if fmt.Sprint(models) != fmt.Sprint(tt.upstream) {
+				t.Errorf("upstream body.model = %v, want %v", models, tt.upstream)
+			}
+		})
+	}
+}
+
+// A row of a fallback chunk runs on the chunk's model (Route.On), not its
+// body's, which failed already: as a fallback, with no fallback of its
+// own, and only on a model its key may use and of its shape.
+func TestDoOn(t *testing.T) {
+	t.Parallel()
+	only := func(models ...string) func(string) bool {
+		return func(m string) bool { return slices.Contains(models, m) }
+	}
+	tests := []struct {
+		name     string
+		body     string
+		route    Route
+		steps    []step
+		want     Result
+		upstream []string // body.model of each upstream call
+	}{
+		{
+			name:     "the fallback answers",
+			body:     `{"model":"chat"}`,
+			route:    Route{On: "chat-backup"},
+			steps:    []step{answer(200, chatOK)},
+			want:     Result{StatusCode: 200, Model: "chat-backup", Fallback: true, Attempts: 1},
+			upstream: []string{"backup-upstream"},
+		},
+		{
+			name:     "no fallback of the fallback",
+			body:     `{"model":"chat"}`,
+			route:    Route{On: "chat-backup", Fallback: "solo", Defer: true},
+			steps:    times(4, answer(503, serverErr)),
+			want:     Result{StatusCode: 503, Model: "chat-backup", Fallback: true, Attempts: 4},
+			upstream: []string{"backup-upstream", "backup-upstream", "backup-upstream", "backup-upstream"},
+		},
+		{
+			name:  "a fallback outside the allow-list",
+			body:  `{"model":"chat"}`,
+			route: Route{On: "chat-backup", Allowed: only("chat")},
+			want:  Result{ErrCode: CodeModelNotAllowed, Model: "chat-backup"},
+		},
+		{
+			name:  "a fallback of another shape",
+			body:  `{"model":"chat"}`,
+			route: Route{On: "claude"},
+			want:  Result{ErrCode: CodeCrossShapeDispatch, Model: "claude"},
+		},
+		{
+			name:  "a fallback not configured",
+			body:  `{"model":"chat"}`,
+			route: Route{On: "gone"},
+			want:  Result{ErrCode: CodeModelNotFound},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			up := newUpstream(t, tt.steps...)
+			c := newClient(t, up.URL, &sleeps{})
+
+			got := c.Do(context.Background(), "/v1/chat/completions", json.RawMessage(tt.body), tt.route)
+
+			checkResult(t, got, tt.want)
+			if got.FallbackTo != "" {
+				t.Errorf("FallbackTo = %q, want none", got.FallbackTo)
+			}
+			var models []string
+			for _, r := range up.requests() {
+				models = append(models, upstreamModel(t, r))
+			}
+			if fmt.Sprint(models) != fmt.Sprint(tt.upstream) {
+				t.Errorf("upstream body.model = %v, want %v", models, tt.upstream)
+			}
+		})
+	}
+}
