@@ -294,6 +294,10 @@ type Chunk struct {
 	// NextSame is the index of the batch's next chunk of the same model,
 	// -1 when none: a model's ready entry steps through them.
 	NextSame int `dynamodbav:"next_same"`
+	// Fallback says the chunk's rows failed on their own model and run on
+	// Model as their fallback: a chunk of the fallback's rows, run on its
+	// capacity (docs/design.md "Scheduling", fallback rows).
+	Fallback bool `dynamodbav:"fallback,omitempty"`
 
 	// Set while claimed.
 	Run      string `dynamodbav:"run"`

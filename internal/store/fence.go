@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -107,29 +106,12 @@ func (s *Store) CommitSplit(ctx context.Context, tenant string, c Commit, rest b
 	ch := c.Chunk
 	// CommitChunk's items, for a commit that is never the last and whose
 	// slots stay with rest: given back by no item.
-	c.Next, c.Last, c.Chunk.Slots = nil, false, 0
+	c.Next, c.Last, c.Fallback, c.Chunk.Slots = nil, false, nil, 0
 	tx := s.commitItems(tenant, c)
-	// The done chunk's rows as plan.Split cut them: its spans, first row
-	// and range, not only its count (the answered rows need not be a prefix).
-	cu := tx[0].Update
-	set, remove := ", #rows = :rows, #start = :start, #end = :end, first_row = :fr", " REMOVE spans, "
-	cu.ExpressionAttributeValues[":rows"], cu.ExpressionAttributeValues[":end"] = avN(ch.Rows), avN64(ch.End)
-	cu.ExpressionAttributeValues[":start"], cu.ExpressionAttributeValues[":fr"] = avN64(ch.Start), avN(ch.FirstRow)
-	if len(ch.Spans) > 0 {
-		spans, err := attributevalue.Marshal(ch.Spans)
-		if err != nil {
-			return fmt.Errorf("split chunk %d of %s: %w", ch.Index, ch.Batch, err)
-		}
-		set, remove = set+", spans = :spans", " REMOVE "
-		cu.ExpressionAttributeValues[":spans"] = spans
-	}
-	cu.UpdateExpression = aws.String(strings.Replace(*cu.UpdateExpression, " REMOVE ", set+remove, 1))
-	cu.ExpressionAttributeNames["#rows"], cu.ExpressionAttributeNames["#start"], cu.ExpressionAttributeNames["#end"] = "rows", "start", "end"
-	bu := tx[1].Update
-	bu.UpdateExpression = aws.String(strings.Replace(*bu.UpdateExpression, "ADD ", "ADD chunks_total :one, ", 1))
-	bu.ConditionExpression = aws.String("chunks_total = :total")
-	delete(bu.ExpressionAttributeValues, ":lastbutone")
-	bu.ExpressionAttributeValues[":total"] = avN(rest.Index)
+	// The done chunk's rows as plan.Split cut them.
+	cutRows(tx.items[0].Update, ch)
+	addChunk(tx.items[1].Update, rest.Index)
+	tx.fails[1] = ErrRaced
 
 	rest.State, rest.Run, rest.Lease, rest.Attempts = batch.ChunkClaimed, restRun, lease.UnixMilli(), 1
 	rest.Slots, rest.Shard = ch.Slots, ch.Shard
@@ -138,16 +120,13 @@ func (s *Store) CommitSplit(ctx context.Context, tenant string, c Commit, rest b
 		return fmt.Errorf("split chunk %d of %s: %w", ch.Index, ch.Batch, err)
 	}
 	it["gsi3pk"], it["gsi3sk"] = leaseAttrs(rest.Batch, rest.Index, lease)
-	tx = append(tx, types.TransactWriteItem{Put: &types.Put{TableName: &s.Table, Item: it,
+	tx.add(ErrRaced, types.TransactWriteItem{Put: &types.Put{TableName: &s.Table, Item: it,
 		ConditionExpression: aws.String("attribute_not_exists(pk)")}})
 
 	token := tokenOf("split", ch.Batch, strconv.Itoa(ch.Index), ch.Run, ch.Attempt, strconv.Itoa(rest.Index), restRun)
-	err = s.transact(ctx, token, tx)
-	if failed, ok := conditionFailed(err); ok {
-		if failed == 0 {
-			return ErrChunkDone
-		}
-		return ErrRaced
+	err = s.transact(ctx, token, tx.items)
+	if failed, ok := tx.failed(err); ok {
+		return failed
 	}
 	if err != nil {
 		return fmt.Errorf("split chunk %d of %s: %w", ch.Index, ch.Batch, err)

@@ -588,7 +588,7 @@ func TestCommitItems(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			tx := s.commitItems("acme", tt.c)
+			tx := s.commitItems("acme", tt.c).items
 			if got := txKeys(tx); !slices.Equal(got, tt.want) {
 				t.Fatalf("items:\n%q\nwant\n%q", got, tt.want)
 			}

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -46,6 +47,11 @@ var (
 	// ErrPlanned means a plan's chunks were not written: the batch's
 	// chunks were claimed already, by the claims of another plan.
 	ErrPlanned = errors.New("store: the batch's chunks are claimed already")
+	// ErrRenumber means a commit that adds a chunk (Commit.Fallback)
+	// numbered it from a chunk count the batch no longer has, or put its
+	// ready entry at a key another entry holds: read the batch again and
+	// number the chunk (and its entry's sequence) anew.
+	ErrRenumber = errors.New("store: the new chunk's number or ready entry is taken")
 	// ErrCommitUnknown means DynamoDB refused a commit's retry as another
 	// request under the same token: whether the first took effect is
 	// only known from the chunk (see Engine.commit).
@@ -332,6 +338,20 @@ type Commit struct {
 	FinalizeDue time.Time
 	// Next claims the chunk the slots go on to; nil gives them back.
 	Next *Claim
+	// Fallback, if set, is a new chunk of the rows of Chunk owed their
+	// fallback (docs/design.md "Scheduling", fallback rows): Chunk is then
+	// cut to its other rows (plan.Split), and the commit is never its
+	// batch's last.
+	Fallback *FallbackChunk
+}
+
+// FallbackChunk is a chunk a commit adds, pending, with its ready entry.
+type FallbackChunk struct {
+	// Chunk's Index is the batch's chunk count, the commit's condition.
+	Chunk batch.Chunk
+	// Ready is the chunk's entry in its model's index: Next its index,
+	// Total one more, so its claim removes it (engine's following).
+	Ready Ready
 }
 
 // UsageAgg is one model's usage in a chunk.
@@ -339,30 +359,59 @@ type UsageAgg struct {
 	Requests, Input, Output, Total int64
 }
 
-// commitItems are CommitChunk's writes, in the order its errors rely on:
-// the chunk (its condition failing is ErrChunkDone), the batch (ErrLast),
-// each model's daily usage (by model name), then the claim of Next or the
-// slots given back. The same commit always gives the same items in the
-// same order.
-func (s *Store) commitItems(tenant string, c Commit) []types.TransactWriteItem {
+// txItems are a transaction's items, each with the error its condition
+// failing means (nil: it has none), so a cancellation maps to an error by
+// the item, never by a position counted elsewhere.
+type txItems struct {
+	items []types.TransactWriteItem
+	fails []error
+}
+
+func (t *txItems) add(fail error, items ...types.TransactWriteItem) {
+	for _, it := range items {
+		t.items = append(t.items, it)
+		t.fails = append(t.fails, fail)
+	}
+}
+
+// failed is the error of the first item whose condition failed, when err
+// is a cancellation for that reason.
+func (t txItems) failed(err error) (error, bool) {
+	i, ok := conditionFailed(err)
+	if !ok || i >= len(t.fails) || t.fails[i] == nil {
+		return nil, false
+	}
+	return t.fails[i], true
+}
+
+// commitItems are CommitChunk's writes: the chunk (its condition failing
+// is ErrChunkDone), the batch (ErrLast; ErrRenumber when the commit adds
+// a chunk), each model's daily usage (by model name), the claim of Next
+// (ErrRaced) or the slots given back, then the fallback chunk and its
+// ready entry (ErrRenumber). The same commit always gives the same items
+// in the same order.
+func (s *Store) commitItems(tenant string, c Commit) txItems {
 	ch := c.Chunk
 	var next types.AttributeValue = &types.AttributeValueMemberNULL{Value: true}
 	if c.Next != nil {
 		next, _ = attributevalue.Marshal(c.Next.Next())
 	}
-	tx := []types.TransactWriteItem{
-		{Update: &types.Update{
-			TableName: &s.Table,
-			Key:       key(chunksPK(ch.Batch), chunkSK(ch.Index)),
-			UpdateExpression: aws.String("SET #st = :done, pattern = :p, out_bytes = :o, err_bytes = :e, attempt = :a, #next = :next, dead = :dead " +
-				"REMOVE gsi3pk, gsi3sk"),
-			ConditionExpression:      aws.String("#st = :claimed AND #run = :run"),
-			ExpressionAttributeNames: map[string]string{"#st": "state", "#run": "run", "#next": "next"},
-			ExpressionAttributeValues: item{":done": avS(string(batch.ChunkDone)), ":claimed": avS(string(batch.ChunkClaimed)),
-				":run": avS(ch.Run), ":p": avS(ch.Pattern), ":a": avS(ch.Attempt), ":next": next, ":dead": &types.AttributeValueMemberBOOL{Value: ch.Dead},
-				":o": avN64(ch.OutBytes), ":e": avN64(ch.ErrBytes)},
-		}},
+	var tx txItems
+	cu := &types.Update{
+		TableName: &s.Table,
+		Key:       key(chunksPK(ch.Batch), chunkSK(ch.Index)),
+		UpdateExpression: aws.String("SET #st = :done, pattern = :p, out_bytes = :o, err_bytes = :e, attempt = :a, #next = :next, dead = :dead " +
+			"REMOVE gsi3pk, gsi3sk"),
+		ConditionExpression:      aws.String("#st = :claimed AND #run = :run"),
+		ExpressionAttributeNames: map[string]string{"#st": "state", "#run": "run", "#next": "next"},
+		ExpressionAttributeValues: item{":done": avS(string(batch.ChunkDone)), ":claimed": avS(string(batch.ChunkClaimed)),
+			":run": avS(ch.Run), ":p": avS(ch.Pattern), ":a": avS(ch.Attempt), ":next": next, ":dead": &types.AttributeValueMemberBOOL{Value: ch.Dead},
+			":o": avN64(ch.OutBytes), ":e": avN64(ch.ErrBytes)},
 	}
+	if c.Fallback != nil {
+		cutRows(cu, ch)
+	}
+	tx.add(ErrChunkDone, types.TransactWriteItem{Update: cu})
 	bu := &types.Update{
 		TableName: &s.Table,
 		Key:       key(batchPK(tenant), batchSK(ch.Batch)),
@@ -377,22 +426,28 @@ func (s *Store) commitItems(tenant string, c Commit) []types.TransactWriteItem {
 			// The chunk's rows now count in counts: out of progress.
 			":pc": avN64(-ch.ReportedCompleted), ":pf": avN64(-ch.ReportedFailed)},
 	}
-	if c.Last {
+	batchFails := ErrLast
+	switch {
+	case c.Fallback != nil:
+		// One chunk done, one more to do: never the last.
+		addChunk(bu, c.Fallback.Chunk.Index)
+		batchFails = ErrRenumber
+	case c.Last:
 		// The tick finalizes the batch if the finalize message is lost.
 		due := c.FinalizeDue.Unix()
 		*bu.UpdateExpression = "SET finalize_due = :fd, gsi4pk = :dpk, gsi4sk = :dsk, " + (*bu.UpdateExpression)[len("SET "):]
 		bu.ExpressionAttributeValues[":fd"] = avN64(due)
 		bu.ExpressionAttributeValues[":dpk"] = avS(duePK)
 		bu.ExpressionAttributeValues[":dsk"] = avS(dueSK(due, tenant, ch.Batch))
-	} else {
+	default:
 		bu.ConditionExpression = aws.String("chunks_done < :lastbutone")
 		bu.ExpressionAttributeValues[":lastbutone"] = avN(c.ChunksTotal - 1)
 	}
-	tx = append(tx, types.TransactWriteItem{Update: bu})
+	tx.add(batchFails, types.TransactWriteItem{Update: bu})
 	// Sorted: a retry under the same token must be the same request.
 	for _, model := range slices.Sorted(maps.Keys(c.UsageByModel)) {
 		u := c.UsageByModel[model]
-		tx = append(tx, types.TransactWriteItem{Update: &types.Update{
+		tx.add(nil, types.TransactWriteItem{Update: &types.Update{
 			TableName: &s.Table, Key: key(usagePK(tenant), usageSK(c.Day, model)),
 			UpdateExpression:         aws.String("SET #d = :day, model = :m ADD requests :r, input_tokens :i, output_tokens :o, total_tokens :t"),
 			ExpressionAttributeNames: map[string]string{"#d": "day"},
@@ -402,15 +457,46 @@ func (s *Store) commitItems(tenant string, c Commit) []types.TransactWriteItem {
 	}
 	switch {
 	case c.Next != nil:
-		tx = append(tx, s.claimItems(*c.Next)...)
+		tx.add(ErrRaced, s.claimItems(*c.Next)...)
 	case ch.Slots > 0:
-		tx = append(tx, types.TransactWriteItem{Update: &types.Update{
+		tx.add(nil, types.TransactWriteItem{Update: &types.Update{
 			TableName: &s.Table, Key: capShardKey(ch.Model, ch.Shard),
 			UpdateExpression:          aws.String("ADD inflight :n"),
 			ExpressionAttributeValues: item{":n": avN(-ch.Slots)},
 		}})
 	}
+	if fb := c.Fallback; fb != nil {
+		it, _ := chunkItem(fb.Chunk) // plain fields and spans: cannot fail
+		tx.add(ErrRenumber,
+			types.TransactWriteItem{Put: &types.Put{TableName: &s.Table, Item: it, ConditionExpression: aws.String("attribute_not_exists(pk)")}},
+			types.TransactWriteItem{Put: &types.Put{TableName: &s.Table, Item: readyItem(fb.Ready), ConditionExpression: aws.String("attribute_not_exists(pk)")}})
+	}
 	return tx
+}
+
+// cutRows makes a chunk's commit update cu record the rows ch holds now,
+// fewer than planned: its spans, first row and range, not only its count
+// (they need not be a prefix; plan.Split cut them).
+func cutRows(cu *types.Update, ch batch.Chunk) {
+	set, remove := ", #rows = :rows, #start = :start, #end = :end, first_row = :fr", " REMOVE spans, "
+	cu.ExpressionAttributeValues[":rows"], cu.ExpressionAttributeValues[":end"] = avN(ch.Rows), avN64(ch.End)
+	cu.ExpressionAttributeValues[":start"], cu.ExpressionAttributeValues[":fr"] = avN64(ch.Start), avN(ch.FirstRow)
+	if len(ch.Spans) > 0 {
+		spans, _ := attributevalue.Marshal(ch.Spans) // a string: cannot fail
+		set, remove = set+", spans = :spans", " REMOVE "
+		cu.ExpressionAttributeValues[":spans"] = spans
+	}
+	cu.UpdateExpression = aws.String(strings.Replace(*cu.UpdateExpression, " REMOVE ", set+remove, 1))
+	cu.ExpressionAttributeNames["#rows"], cu.ExpressionAttributeNames["#start"], cu.ExpressionAttributeNames["#end"] = "rows", "start", "end"
+}
+
+// addChunk makes a commit's batch update bu count one chunk more, on
+// condition that the batch has total, the new chunk's index.
+func addChunk(bu *types.Update, total int) {
+	bu.UpdateExpression = aws.String(strings.Replace(*bu.UpdateExpression, "ADD ", "ADD chunks_total :one, ", 1))
+	bu.ConditionExpression = aws.String("chunks_total = :total")
+	delete(bu.ExpressionAttributeValues, ":lastbutone")
+	bu.ExpressionAttributeValues[":total"] = avN(total)
 }
 
 // CommitChunk marks a chunk done and adds its counts to the batch, adds its
@@ -418,36 +504,45 @@ func (s *Store) commitItems(tenant string, c Commit) []types.TransactWriteItem {
 // the pool, all in one transaction conditional on the chunk being claimed
 // by this run. Errors: ErrChunkDone (not this run's: a duplicate, or taken
 // over), ErrLast (it is the batch's last chunk: commit again with Last),
-// ErrRaced (Next was taken meanwhile: pick again), ErrCommitUnknown (the
+// ErrRaced (Next was taken meanwhile: pick again), ErrRenumber (the
+// fallback chunk's number or entry is taken), ErrCommitUnknown (the
 // token was used by a request that differs: read the chunk). A conflict
 // with another transaction is retried, never reported; a retry of a commit
 // that took effect although its call failed is recognised by the caller
 // from the chunk's run (see Engine.commit).
 func (s *Store) CommitChunk(ctx context.Context, tenant string, c Commit) error {
 	ch := c.Chunk
+	if fb := c.Fallback; fb != nil && c.Next != nil && c.Next.Entry.Batch == ch.Batch && c.Next.Entry.Next == fb.Chunk.Index {
+		// The chunk numbered so exists (a transaction may not name an
+		// item twice): the count it was numbered from is stale.
+		return ErrRenumber
+	}
 	tx := s.commitItems(tenant, c)
 	// The token makes a retry of a commit that took effect a no-op on
-	// DynamoDB; it names the run and everything the commit decided.
-	token := tokenOf("commit", ch.Batch, strconv.Itoa(ch.Index), ch.Run, ch.Attempt, strconv.FormatBool(c.Last), fmt.Sprint(c.Next))
-	err := s.transact(ctx, token, tx)
+	// DynamoDB; it names the run and everything the commit decided (a
+	// fallback chunk numbered anew after ErrRenumber is another request).
+	token := tokenOf("commit", ch.Batch, strconv.Itoa(ch.Index), ch.Run, ch.Attempt, strconv.FormatBool(c.Last), fmt.Sprint(c.Next), fallbackKey(c.Fallback))
+	err := s.transact(ctx, token, tx.items)
 	var mismatch *types.IdempotentParameterMismatchException
 	if errors.As(err, &mismatch) {
 		return fmt.Errorf("commit chunk %d of %s: %w: %w", ch.Index, ch.Batch, ErrCommitUnknown, err)
 	}
-	if failed, ok := conditionFailed(err); ok {
-		switch {
-		case failed == 0:
-			return ErrChunkDone
-		case failed == 1:
-			return ErrLast
-		default:
-			return ErrRaced
-		}
+	if failed, ok := tx.failed(err); ok {
+		return failed
 	}
 	if err != nil {
 		return fmt.Errorf("commit chunk %d of %s: %w", ch.Index, ch.Batch, err)
 	}
 	return nil
+}
+
+// fallbackKey names a commit's fallback chunk for its token: its number and
+// its entry's.
+func fallbackKey(fb *FallbackChunk) string {
+	if fb == nil {
+		return ""
+	}
+	return fmt.Sprintf("%d:%s:%s", fb.Chunk.Index, fb.Ready.Model, fb.Ready.SK())
 }
 
 // tokenOf is a ClientRequestToken (at most 36 characters) for the parts.

@@ -390,10 +390,100 @@ func TestCommitItemsDeterministic(t *testing.T) {
 	t.Parallel()
 	s := &Store{Table: "t"}
 	c := batch.Chunk{Batch: "b", Index: 0, Run: "r", Slots: 2, Model: "m"}
-	first := s.commitItems(tenant, commitOf(c, "att"))
+	cm := commitOf(c, "att")
+	cm.Fallback = fallbackOf("b", 3, 0)
+	first := s.commitItems(tenant, cm)
 	for range 20 {
-		if again := s.commitItems(tenant, commitOf(c, "att")); !reflect.DeepEqual(again, first) {
+		again := commitOf(c, "att")
+		again.Fallback = fallbackOf("b", 3, 0)
+		if again := s.commitItems(tenant, again); !reflect.DeepEqual(again, first) {
 			t.Fatal("commitItems built the same commit's items in another order")
 		}
+	}
+}
+
+// fallbackOf is the chunk of a batch's rows 2 and 4 (of chunk 0's five,
+// rows a line of 5 bytes each) owed fallback model "f", at index i, and
+// its ready entry at seq.
+func fallbackOf(id string, i int, seq int64) *FallbackChunk {
+	c := batch.Chunk{Batch: id, Tenant: tenant, Index: i, Model: "f", State: batch.ChunkPending, Fallback: true, NextSame: -1,
+		Start: 10, End: 25, FirstRow: 2, Rows: 2, Spans: batch.Spans{{Start: 10, End: 15, Row: 2, Rows: 1}, {Start: 20, End: 25, Row: 4, Rows: 1}}}
+	return &FallbackChunk{Chunk: c, Ready: Ready{Model: "f", Tenant: tenant, Batch: id, Seq: seq, Next: i, Total: i + 1}}
+}
+
+// TestSchedConformanceCommitWithFallback: a commit whose chunk's rows 2
+// and 4 are owed a fallback commits the chunk with its other rows only,
+// hands its slots on, and adds a pending chunk of the fallback model with
+// those rows and its ready entry, numbered from the batch's chunk count
+// (docs/design.md "Scheduling", fallback rows); a stale count, or an entry
+// key taken, fails it whole.
+func TestSchedConformanceCommitWithFallback(t *testing.T) {
+	t.Parallel()
+	s := newSchedTable(t)
+	lease := time.Now().Add(time.Minute)
+	c0 := s.claim(s.addBatch("batch_f", 0, 2), "run-0", 2, lease)
+
+	cm := commitOf(c0, "att-0")
+	cm.Completed = 3
+	cm.Chunk.Pattern, cm.Chunk.Rows, cm.Chunk.Start, cm.Chunk.End, cm.Chunk.FirstRow = "ooo", 3, 0, 20, 0
+	cm.Chunk.Spans = batch.Spans{{Start: 0, End: 10, Row: 0, Rows: 2}, {Start: 15, End: 20, Row: 3, Rows: 1}}
+	cm.Fallback = fallbackOf("batch_f", 1, 0)
+	wantErr(t, "commit with a fallback chunk at a stale count", s.CommitChunk(s.ctx, tenant, cm), ErrRenumber)
+	next := claimOf(s.head(), "run-1", 2, lease)
+	cm.Next = &next
+	wantErr(t, "commit with a fallback chunk at its continuation's number", s.CommitChunk(s.ctx, tenant, cm), ErrRenumber)
+	if c := s.chunk("batch_f", 0); c.State != batch.ChunkClaimed {
+		t.Fatalf("a stale commit changed its chunk: %+v", c)
+	}
+
+	cm.Fallback = fallbackOf("batch_f", 2, 0)
+	if err := s.CommitChunk(s.ctx, tenant, cm); err != nil {
+		t.Fatal(err)
+	}
+	if c := s.chunk("batch_f", 0); c.State != batch.ChunkDone || c.Rows != 3 || c.End != 20 || len(c.Spans) != 2 || c.Spans[1].Row != 3 {
+		t.Fatalf("committed chunk %+v, want done with rows 0, 1 and 3", c)
+	}
+	if c1 := s.chunk("batch_f", 1); c1.State != batch.ChunkClaimed || c1.Run != "run-1" || c1.Slots != 2 {
+		t.Fatalf("continuation %+v, want claimed by run-1 with the 2 slots", c1)
+	}
+	fb := s.chunk("batch_f", 2)
+	if fb.State != batch.ChunkPending || fb.Model != "f" || !fb.Fallback || fb.Rows != 2 || fb.Row(1) != 4 || fb.NextSame != -1 {
+		t.Fatalf("fallback chunk %+v, want pending of f with rows 2 and 4", fb)
+	}
+	b, err := s.GetBatch(s.ctx, tenant, "batch_f")
+	if err != nil || b.ChunksTotal != 3 || b.ChunksDone != 1 || b.RequestCounts.Completed != 3 {
+		t.Fatalf("batch: total %d done %d completed %d %v, want 3, 1, 3", b.ChunksTotal, b.ChunksDone, b.RequestCounts.Completed, err)
+	}
+	if n := s.inflight(); n != 2 {
+		t.Fatalf("in flight %d, want 2 (handed on)", n)
+	}
+
+	// Chunk 1's rows are owed f too: an entry of the same key is refused,
+	// another goes beside the first.
+	c1 := s.chunk("batch_f", 1)
+	cm1 := commitOf(c1, "att-1")
+	cm1.Fallback = fallbackOf("batch_f", 3, 0)
+	wantErr(t, "commit with a fallback entry taken", s.CommitChunk(s.ctx, tenant, cm1), ErrRenumber)
+	cm1.Fallback = fallbackOf("batch_f", 3, 1)
+	if err := s.CommitChunk(s.ctx, tenant, cm1); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.inflight(); n != 0 {
+		t.Fatalf("in flight %d, want 0 (slots given back)", n)
+	}
+
+	// Each fallback chunk is claimed once from f's ready index, which
+	// then holds nothing.
+	for _, want := range []int{2, 3} {
+		r, ok, err := s.ReadyHead(s.ctx, "f")
+		if err != nil || !ok || r.Next != want {
+			t.Fatalf("ready head of f: %+v %v %v, want chunk %d", r, ok, err, want)
+		}
+		if err := s.ClaimFromPool(s.ctx, claimOf(r, "run-f", 1, lease), 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r, ok, err := s.ReadyHead(s.ctx, "f"); ok || err != nil {
+		t.Fatalf("ready head of f after its claims: %+v %v", r, err)
 	}
 }
