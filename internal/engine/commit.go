@@ -18,11 +18,25 @@ import (
 // commitRows writes a run's part under keys of its own and commits the
 // chunk. It reports whether this run's commit is the one that took effect.
 func (e *Engine) commitRows(ctx context.Context, b batch.Batch, c batch.Chunk, rows *part.Lines, deadLetters int64) (bool, error) {
+	return e.commitWith(ctx, b, c, rows, deadLetters, nil)
+}
+
+// commitWith is commitRows adding fallback, if not nil, as a new chunk of
+// rows c no longer holds (docs/design.md "Scheduling", fallback rows).
+func (e *Engine) commitWith(ctx context.Context, b batch.Batch, c batch.Chunk, rows *part.Lines, deadLetters int64, fallback *batch.Chunk) (bool, error) {
 	defer rows.Close()
 	c.Attempt = ids.Secret(6)
 	parts, cm, err := part.Commit(c, rows, deadLetters, e.now())
 	if err != nil {
 		return false, err
+	}
+	if fallback != nil {
+		seq, err := e.Store.JoinSeq(ctx, fallback.Model, b.Priority)
+		if err != nil {
+			return false, err
+		}
+		cm.Fallback = &store.FallbackChunk{Chunk: *fallback,
+			Ready: store.Ready{Model: fallback.Model, Tenant: b.Tenant, Batch: b.ID, Priority: b.Priority, Seq: seq}}
 	}
 	// The commit's continuation is read while the parts are written: the
 	// two are independent, and a hand-over is as long as its requests in
@@ -92,6 +106,11 @@ func (e *Engine) commit(ctx context.Context, b batch.Batch, cm store.Commit, wri
 	picked := false
 	var lastErr error
 	for try := 0; try < commitTries; try++ {
+		if fb := cm.Fallback; fb != nil {
+			// Numbered from the batch's chunks; its claim removes its entry.
+			fb.Chunk.Index = b.ChunksTotal
+			fb.Ready.Next, fb.Ready.Total = b.ChunksTotal, b.ChunksTotal+1
+		}
 		if !picked {
 			next, err := e.pickNext(ctx, c)
 			if first != nil {
@@ -119,6 +138,13 @@ func (e *Engine) commit(ctx context.Context, b batch.Batch, cm store.Commit, wri
 				e.Log.WarnContext(ctx, "step past a raced ready entry", "batch_id", c.Batch, "chunk", c.Index, "err", err)
 			}
 			picked = false
+		case errors.Is(err, store.ErrRenumber):
+			// Another commit added a chunk, or holds the entry's key.
+			if b, err = e.Store.GetBatch(ctx, b.Tenant, b.ID); err != nil {
+				return false, err
+			}
+			cm.ChunksTotal = b.ChunksTotal
+			cm.Fallback.Ready.Seq++
 		case errors.Is(err, store.ErrChunkDone):
 			return e.lostCommit(ctx, b, cm, written)
 		case ctx.Err() != nil:

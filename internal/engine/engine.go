@@ -40,6 +40,7 @@ type Store interface {
 	Chunks(ctx context.Context, batchID string) ([]batch.Chunk, error)
 	PutChunks(ctx context.Context, cs []batch.Chunk) error
 	PutReady(ctx context.Context, r store.Ready) error
+	JoinSeq(ctx context.Context, model string, priority int) (int64, error)
 	FreeSlots(ctx context.Context, model string, quotas []int) ([]int, error)
 	ClaimFromPool(ctx context.Context, c store.Claim, quota int) error
 	ClaimAlone(ctx context.Context, c batch.Chunk, run string, lease time.Time) error

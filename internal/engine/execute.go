@@ -53,6 +53,12 @@ type chunkRun struct {
 	// invocation (invocation.stopModel).
 	stop func()
 	left atomic.Int32 // rows not finished
+	// deferred are the rows owed their fallback, fallbackTo the model:
+	// one, as a chunk's rows share their model (docs/design.md
+	// "Scheduling", fallback rows).
+	deferMu    sync.Mutex
+	deferred   []bool
+	fallbackTo string
 	// progress guards r.c's reported counts, which the heartbeat moves
 	// (reportProgress) until the run commits (committing).
 	progress   sync.Mutex
@@ -558,12 +564,54 @@ func (e *Engine) finishRun(ctx context.Context, p *fanout.Pool, r *chunkRun) {
 		e.readReported(ctx, r)
 	}
 	r.progress.Unlock()
-	if r.ctx.Err() != nil {
+	switch {
+	case r.ctx.Err() != nil:
 		r.err = e.commitAnswered(ctx, r)
-	} else {
+	case r.owed() != "":
+		r.err = e.commitDeferred(ctx, r)
+	default:
 		_, r.err = e.commitRows(ctx, r.b, r.c, r.lines, 0)
 	}
 	r.ended = r.err == nil
+}
+
+// deferRow records that row i is owed its fallback, model to.
+func (r *chunkRun) deferRow(i int, to string) {
+	r.deferMu.Lock()
+	defer r.deferMu.Unlock()
+	if r.deferred == nil {
+		r.deferred = make([]bool, len(r.reqs))
+	}
+	r.deferred[i], r.fallbackTo = true, to
+}
+
+// owed is the fallback the run's deferred rows are owed, "" for none.
+func (r *chunkRun) owed() string {
+	r.deferMu.Lock()
+	defer r.deferMu.Unlock()
+	return r.fallbackTo
+}
+
+// commitDeferred commits the rows a run answered and adds those owed
+// their fallback as a pending chunk of the fallback model, which runs them
+// on its own capacity (docs/design.md "Scheduling", fallback rows). Every
+// row of a run that was not stopped has its line or is owed a fallback.
+func (e *Engine) commitDeferred(ctx context.Context, r *chunkRun) error {
+	defer r.lines.Close()
+	data, err := e.Blobs.ReadRange(ctx, r.b.Input, r.c.Start, r.c.End)
+	if err != nil {
+		return fmt.Errorf("fallback rows of chunk %d of %s: %w", r.c.Index, r.c.Batch, err)
+	}
+	rows, err := plan.RowSpans(r.c, data)
+	if err != nil {
+		return fmt.Errorf("fallback rows of chunk %d of %s: %w", r.c.Index, r.c.Batch, err)
+	}
+	answered := r.lines.Answered()
+	r.lines.Keep(answered)
+	done, rest := plan.Split(r.c, rows, answered)
+	rest.Model, rest.Fallback = r.owed(), true
+	_, err = e.commitWith(ctx, r.b, done, r.lines, 0, &rest)
+	return err
 }
 
 // commitAnswered commits the rows a run that stopped for want of time or
@@ -673,6 +721,13 @@ func (r *chunkRun) rows(e *Engine, rowDone func()) fanout.Rows {
 		bodies[i] = q.Body
 	}
 	endpoint, route := r.b.Endpoint, r.route
+	// A row's fallback runs on the fallback's capacity, in a chunk of its
+	// own (docs/design.md "Scheduling", fallback rows).
+	if r.c.Fallback {
+		route.On = r.c.Model
+	} else {
+		route.Defer = true
+	}
 	return fanout.Rows{
 		Model: r.c.Model, Ctx: r.ctx, Bodies: bodies,
 		Send: func(ctx context.Context, body json.RawMessage) provider.Result {
@@ -702,8 +757,11 @@ func (r *chunkRun) rows(e *Engine, rowDone func()) fanout.Rows {
 		},
 		Done: func(i int, res provider.Result, sent bool) {
 			// A row stopped for want of time or lease, or cut short in
-			// flight, has no answer: it runs again.
-			if sent && (res.OK() || r.ctx.Err() == nil) {
+			// flight, has no answer: it runs again. One owed its fallback
+			// has none either: it runs in the fallback's chunk.
+			if sent && res.FallbackTo != "" {
+				r.deferRow(i, res.FallbackTo)
+			} else if sent && (res.OK() || r.ctx.Err() == nil) {
 				r.lines.Set(i, part.Outcome{CustomID: r.reqs[i].CustomID, Result: res})
 			}
 			rowDone()

@@ -147,11 +147,23 @@ func (f *runsTable) CommitChunk(_ context.Context, _ string, cm store.Commit) er
 		nc.State, nc.Run, nc.Slots, nc.Lease, nc.Attempts = batch.ChunkClaimed, n.Run, n.Slots, n.Lease.UnixMilli(), 1
 		f.chunks[nc.Index] = nc
 	}
+	if fb := cm.Fallback; fb != nil {
+		if fb.Chunk.Index != f.b.ChunksTotal || slices.ContainsFunc(f.ready, func(r store.Ready) bool { return r.SK() == fb.Ready.SK() && r.Model == fb.Ready.Model }) {
+			return store.ErrRenumber
+		}
+		f.chunks[fb.Chunk.Index] = fb.Chunk
+		f.ready = append(f.ready, fb.Ready)
+		f.b.ChunksTotal++
+		// The committed chunk holds its other rows only.
+		c.Rows, c.Spans, c.Start, c.End, c.FirstRow = cm.Chunk.Rows, cm.Chunk.Spans, cm.Chunk.Start, cm.Chunk.End, cm.Chunk.FirstRow
+	}
 	c.State, c.Attempt = batch.ChunkDone, cm.Chunk.Attempt
 	f.chunks[c.Index] = c
 	f.commits = append(f.commits, cm)
 	return nil
 }
+
+func (f *runsTable) JoinSeq(context.Context, string, int) (int64, error) { return 0, nil }
 
 func (f *runsTable) CommitSplit(_ context.Context, _ string, cm store.Commit, rest batch.Chunk, run string, lease time.Time) error {
 	f.mu.Lock()

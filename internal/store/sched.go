@@ -135,29 +135,52 @@ func (s *Store) ReadyHead(ctx context.Context, model string) (Ready, bool, error
 	return r, true, nil
 }
 
-// PutReady adds a batch's entry to its model's ready index, while the
-// chunk it points at is pending. It joins the turn of its priority where
-// it stands (the sequence of the entry at the head of that priority), so a
-// new batch neither waits for nor starves the others.
-func (s *Store) PutReady(ctx context.Context, r Ready) error {
-	prefix := readyPrefix(r.Priority)
+// JoinSeq is the sequence a new entry of priority joins model's ready
+// index at: that of the head of its priority (0 when it has none), so it
+// neither waits for the batches there nor starves them.
+func (s *Store) JoinSeq(ctx context.Context, model string, priority int) (int64, error) {
+	head, ok, err := s.priorityHead(ctx, model, priority)
+	if err != nil || !ok {
+		return 0, err
+	}
+	return head.Seq, nil
+}
+
+// priorityHead is the entry at the head of model's entries of priority.
+func (s *Store) priorityHead(ctx context.Context, model string, priority int) (Ready, bool, error) {
 	out, err := s.DB.Query(ctx, &dynamodb.QueryInput{
 		TableName:              &s.Table,
 		KeyConditionExpression: aws.String("pk = :pk AND begins_with(sk, :p)"),
 		ExpressionAttributeValues: item{
-			":pk": avS(readyPK(r.Model)), ":p": avS(prefix),
+			":pk": avS(readyPK(model)), ":p": avS(readyPrefix(priority)),
 		},
 		ConsistentRead: aws.Bool(true),
 		Limit:          aws.Int32(1),
 	})
 	if err != nil {
-		return fmt.Errorf("ready index of %s: %w", r.Model, err)
+		return Ready{}, false, fmt.Errorf("ready index of %s: %w", model, err)
 	}
-	if len(out.Items) > 0 {
-		var head Ready
-		if err := attributevalue.UnmarshalMap(out.Items[0], &head); err == nil && head.Batch != r.Batch {
-			r.Seq = head.Seq
-		}
+	if len(out.Items) == 0 {
+		return Ready{}, false, nil
+	}
+	var head Ready
+	if err := attributevalue.UnmarshalMap(out.Items[0], &head); err != nil {
+		return Ready{}, false, fmt.Errorf("ready index of %s: %w", model, err)
+	}
+	return head, true, nil
+}
+
+// PutReady adds a batch's entry to its model's ready index, while the
+// chunk it points at is pending. It joins the turn of its priority where
+// it stands (JoinSeq), so a new batch neither waits for nor starves the
+// others.
+func (s *Store) PutReady(ctx context.Context, r Ready) error {
+	head, ok, err := s.priorityHead(ctx, r.Model, r.Priority)
+	if err != nil {
+		return err
+	}
+	if ok && head.Batch != r.Batch {
+		r.Seq = head.Seq
 	}
 	// Only at a pending chunk: a plan that runs again after a claim took
 	// the chunk must not point an entry at it (a commit of that chunk would

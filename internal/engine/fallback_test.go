@@ -1,0 +1,144 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/queue"
+)
+
+// fallbackProvider is model x, whose odd rows (custom "n") fail
+// transiently on every attempt, with fallback y, which answers: it plays
+// provider.Client's routing (Route.Defer, Route.On) and records the
+// requests each model got.
+type fallbackProvider struct {
+	mu      sync.Mutex
+	sent    map[string][]int // rows by the model they were sent to
+	failAll bool             // every row of x fails, not only odd ones
+}
+
+func (p *fallbackProvider) Do(_ context.Context, _ string, body json.RawMessage, route provider.Route) provider.Result {
+	var row struct {
+		Model string `json:"model"`
+		N     int    `json:"n"`
+	}
+	_ = json.Unmarshal(body, &row)
+	record := func(model string) {
+		p.mu.Lock()
+		p.sent[model] = append(p.sent[model], row.N)
+		p.mu.Unlock()
+	}
+	ok := func(model string, fallback bool) provider.Result {
+		return provider.Result{StatusCode: 200, Model: model, Fallback: fallback,
+			Body: json.RawMessage(`{"id":"chatcmpl-1","usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)}
+	}
+	if route.On != "" {
+		record(route.On)
+		return ok(route.On, true)
+	}
+	record(row.Model)
+	switch {
+	case row.Model != "x" || (row.N%2 == 0 && !p.failAll):
+		return ok(row.Model, false)
+	case route.Defer:
+		return provider.Result{StatusCode: 503, Model: "x", FallbackTo: "y", Body: json.RawMessage(`{"error":{"message":"overloaded"}}`)}
+	}
+	record("y")
+	return ok("y", true)
+}
+
+// TestFallbackRowsRunAsAChunkOfTheFallback: the rows of a chunk of x that
+// fail transiently on x are not sent to their fallback y by x's run, which
+// holds none of y's capacity: its commit adds them as a pending chunk of
+// y with a ready entry for y, and that chunk's run, on y's slots, sends
+// them to y and commits their lines (docs/design.md "Scheduling", fallback
+// rows). Before, x's run sent them to y on x's slots, so y's
+// max_concurrency could be passed by the fallbacks of other models.
+func TestFallbackRowsRunAsAChunkOfTheFallback(t *testing.T) {
+	t.Parallel()
+	e, table := runsFixture(t, newPeakProvider(0), chunkSpec{"x", 6, 2})
+	p := &fallbackProvider{sent: map[string][]int{}}
+	e.Provider = p
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	failed, err := e.Execute(ctx, []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+
+	if err != nil || len(failed) > 0 {
+		t.Fatalf("x's run: failed %v, err %v", failed, err)
+	}
+	if got := p.sent["y"]; len(got) > 0 {
+		t.Fatalf("x's run sent rows %v to y, whose slots it does not hold", got)
+	}
+	if len(table.commits) != 1 {
+		t.Fatalf("%d commits after x's run, want 1", len(table.commits))
+	}
+	first := table.commits[0]
+	if first.Chunk.Rows != 3 || first.Completed != 3 || first.Failed != 0 || first.Chunk.Row(1) != 2 {
+		t.Errorf("x's commit: %d rows (%+v), %d completed, %d failed; want rows 0, 2, 4 completed", first.Chunk.Rows, first.Chunk.Runs(), first.Completed, first.Failed)
+	}
+	fb := table.chunks[1]
+	if table.b.ChunksTotal != 2 || fb.State != batch.ChunkPending || fb.Model != "y" || !fb.Fallback || fb.Rows != 3 ||
+		fb.Row(0) != 1 || fb.Row(1) != 3 || fb.Row(2) != 5 {
+		t.Fatalf("chunks %d, chunk 1 %+v: want a pending fallback chunk of y with rows 1, 3, 5", table.b.ChunksTotal, fb)
+	}
+	head, ok, _ := table.ReadyHead(ctx, "y")
+	if !ok || head.Next != 1 || head.Total != 2 || head.Batch != table.b.ID {
+		t.Fatalf("ready entry of y %+v (%v), want one at chunk 1, removed by its claim", head, ok)
+	}
+
+	// y's capacity claims it.
+	table.mu.Lock()
+	table.ready = nil
+	fb.State, fb.Run, fb.Slots, fb.Lease, fb.Attempts = batch.ChunkClaimed, "run-y", 1, time.Now().Add(time.Hour).UnixMilli(), 1
+	table.chunks[1] = fb
+	table.mu.Unlock()
+	failed, err = e.Execute(ctx, []queue.Delivery{workDelivery(t, fb, "d1")})
+
+	if err != nil || len(failed) > 0 {
+		t.Fatalf("y's run: failed %v, err %v", failed, err)
+	}
+	if got := p.sent["y"]; len(got) != 3 {
+		t.Errorf("y got rows %v, want 1, 3, 5 once each", got)
+	}
+	if len(table.commits) != 2 {
+		t.Fatalf("%d commits, want 2", len(table.commits))
+	}
+	second := table.commits[1]
+	if second.Chunk.Index != 1 || second.Completed != 3 || second.Fallback != nil || second.UsageByModel["y"].Requests != 3 {
+		t.Errorf("y's commit: chunk %d, %d completed, fallback %v, usage %v; want chunk 1, 3 rows answered by y",
+			second.Chunk.Index, second.Completed, second.Fallback, second.UsageByModel)
+	}
+	if table.chunks[1].State != batch.ChunkDone {
+		t.Errorf("chunk 1 %s, want done", table.chunks[1].State)
+	}
+}
+
+// TestFallbackOfEveryRow: a chunk none of whose rows x answered commits
+// with none, and all of them go to the chunk of y.
+func TestFallbackOfEveryRow(t *testing.T) {
+	t.Parallel()
+	e, table := runsFixture(t, newPeakProvider(0), chunkSpec{"x", 4, 2})
+	p := &fallbackProvider{sent: map[string][]int{}, failAll: true}
+	e.Provider = p
+
+	failed, err := e.Execute(context.Background(), []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+
+	if err != nil || len(failed) > 0 {
+		t.Fatalf("x's run: failed %v, err %v", failed, err)
+	}
+	if len(table.commits) != 1 || len(p.sent["y"]) > 0 {
+		t.Fatalf("%d commits, rows %v sent to y: want 1 commit, none sent", len(table.commits), p.sent["y"])
+	}
+	if c := table.commits[0]; c.Chunk.Rows != 0 || c.Chunk.Pattern != "" || c.Completed+c.Failed != 0 {
+		t.Errorf("x's commit: %d rows, pattern %q, %d counted; want none", c.Chunk.Rows, c.Chunk.Pattern, c.Completed+c.Failed)
+	}
+	if fb := table.chunks[1]; fb.Model != "y" || !fb.Fallback || fb.Rows != 4 || fb.FirstRow != 0 || fb.State != batch.ChunkPending {
+		t.Errorf("chunk 1 %+v: want the 4 rows pending on y", fb)
+	}
+}
