@@ -17,6 +17,7 @@ import (
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/anthropics/anthropic-sdk-go/v2/packages/pagination"
 	"github.com/openai/openai-go/v3"
+	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/local/localrun"
 )
@@ -604,6 +605,65 @@ func TestModelsListedToBothSDKs(t *testing.T) {
 	}
 	if !slices.Equal(got, want) || apage.HasMore || apage.FirstID != want[0] || apage.LastID != want[len(want)-1] {
 		t.Fatalf("Anthropic SDK lists %v (has_more %v, first %s, last %s), want %v", got, apage.HasMore, apage.FirstID, apage.LastID, want)
+	}
+}
+
+// GET /v1/models/{id} answers each official SDK's Models.Get for a
+// configured model, and 404 in the caller's error shape for a model not
+// configured or outside the key's allow-list (docs/api.md "Overview").
+func TestModelRetrievedByBothSDKs(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	ctx := context.Background()
+	oc, _ := client(t, rt, "acme")
+	m, err := oc.Models.Get(ctx, "gpt-4o-mini")
+	if err != nil {
+		t.Fatalf("OpenAI Models.Get: %v", err)
+	}
+	if m.ID != "gpt-4o-mini" || m.Object != "model" || m.Created == 0 || m.OwnedBy != "relay" {
+		t.Errorf("OpenAI model %s", m.RawJSON())
+	}
+	ac, _ := anthropicClient(t, rt, "acme")
+	am, err := ac.Models.Get(ctx, "claude-haiku-4-5", anthropic.ModelGetParams{})
+	if err != nil {
+		t.Fatalf("Anthropic Models.Get: %v", err)
+	}
+	if am.ID != "claude-haiku-4-5" || am.Type != "model" || am.DisplayName == "" || am.CreatedAt.IsZero() {
+		t.Errorf("Anthropic model %s", am.RawJSON())
+	}
+
+	limited, _, err := auth.Create(ctx, rt.App.Store, "acme", nil, []string{"gpt-4o-mini"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, key, model string }{
+		{"unknown", mustKey(t, rt, "acme"), "gpt-nope"},
+		{"not allowed", limited, "gpt-4o-mini-backup"},
+	} {
+		oc := clientWithKey(rt, tc.key)
+		_, err := oc.Models.Get(ctx, tc.model)
+		var oerr *openai.Error
+		if !errors.As(err, &oerr) || oerr.StatusCode != http.StatusNotFound || oerr.Type != "invalid_request_error" || oerr.Code != "model_not_found" {
+			t.Errorf("%s: OpenAI Models.Get(%s) = %v, want 404 model_not_found", tc.name, tc.model, err)
+		}
+		c := anthropic.NewClient(aoption.WithBaseURL(rt.URL), aoption.WithAPIKey(tc.key), aoption.WithMaxRetries(0))
+		_, err = c.Models.Get(ctx, tc.model, anthropic.ModelGetParams{})
+		var aerr *anthropic.Error
+		if !errors.As(err, &aerr) || aerr.StatusCode != http.StatusNotFound {
+			t.Errorf("%s: Anthropic Models.Get(%s) = %v, want 404", tc.name, tc.model, err)
+			continue
+		}
+		if typ, _ := anthropicError(t, []byte(aerr.RawJSON())); typ != "not_found_error" {
+			t.Errorf("%s: Anthropic error type %s, want not_found_error", tc.name, typ)
+		}
+	}
+	// Any error of the models routes reaches an Anthropic caller in its
+	// shape, a missing key too.
+	for _, path := range []string{"/v1/models", "/v1/models/gpt-4o-mini"} {
+		status, body := anthropicDo(t, rt, "", http.MethodGet, path, nil)
+		if typ, _ := anthropicError(t, body); status != http.StatusUnauthorized || typ != "authentication_error" {
+			t.Errorf("GET %s without a key: %d %s, want 401 authentication_error", path, status, typ)
+		}
 	}
 }
 

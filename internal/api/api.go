@@ -60,7 +60,9 @@ func (a *API) Handler() http.Handler {
 	mux.Handle("POST /v1/uploads/{id}/complete", files(a.completeUpload))
 	mux.Handle("POST /v1/uploads/{id}/cancel", files(a.cancelUpload))
 	a.batchRoutes(mux)
-	mux.Handle("GET /v1/models", a.scoped(auth.ScopeBatches)(a.listModels(time.Now())))
+	started := time.Now()
+	mux.Handle("GET /v1/models", a.scoped(auth.ScopeBatches)(a.listModels(started)))
+	mux.Handle("GET /v1/models/{id...}", a.scoped(auth.ScopeBatches)(a.getModel(started)))
 	anthropic.Routes(mux, &anthropic.Service{Batches: a.Batches}, a.scoped(auth.ScopeBatches), unmarshal, maxJSON)
 	if a.Panel != nil {
 		mux.Handle("GET /{$}", a.Panel)
@@ -162,7 +164,7 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("X-Should-Retry", "false")
 	}
 	status := statusOf[e.Kind]
-	if strings.HasPrefix(r.URL.Path, "/v1/messages") {
+	if anthropicShaped(r) {
 		body := map[string]any{"type": "error", "error": map[string]any{"type": wire.ErrorType(status), "message": e.Message}}
 		if id := r.Header.Get("X-Request-Id"); id != "" {
 			body["request_id"] = id // Anthropic's error bodies carry it

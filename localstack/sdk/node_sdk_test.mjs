@@ -143,6 +143,16 @@ async function models() {
   const aids = [];
   for await (const m of anthropic.models.list()) aids.push(m.id);
   assert.deepEqual(aids, ids);
+
+  step = 'models.retrieve';
+  const m = await openai.models.retrieve('gpt-4o-mini');
+  assert.deepEqual([m.id, m.object], ['gpt-4o-mini', 'model']);
+  await assert.rejects(openai.models.retrieve('gpt-nope'),
+    (e) => e instanceof OpenAI.NotFoundError && e.code === 'model_not_found');
+  const am = await anthropic.models.retrieve('claude-haiku-4-5');
+  assert.deepEqual([am.id, am.type], ['claude-haiku-4-5', 'model']);
+  await assert.rejects(anthropic.models.retrieve('claude-nope'),
+    (e) => e instanceof Anthropic.NotFoundError && e.error?.error?.type === 'not_found_error');
 }
 
 const msgRequest = (id, text) => ({
