@@ -15,6 +15,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/openai/openai-go/v3"
 	"github.com/relaybatch/relay/internal/app"
+	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/local/localrun"
 )
 
@@ -74,6 +75,87 @@ func TestMoreBatchEndpoints(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A /v1/moderations row without model runs on the models file's
+// moderation_model, as OpenAI's moderations API takes a default model; with
+// none configured, such a row is refused on its line (an input file) or
+// with a 400 naming it (inline requests), saying what to configure
+// (docs/api.md "Batches").
+func TestModerationsWithoutModel(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rows := func(bodies ...map[string]any) ([]byte, []string) {
+		var in bytes.Buffer
+		var ids []string
+		for i, body := range bodies {
+			id := fmt.Sprintf("m%d", i)
+			ids = append(ids, id)
+			line, _ := json.Marshal(map[string]any{"custom_id": id, "method": "POST", "url": "/v1/moderations", "body": body})
+			in.Write(append(line, '\n'))
+		}
+		return in.Bytes(), ids
+	}
+	create := func(c openai.Client, fileID string) *openai.Batch {
+		b, err := c.Batches.New(ctx, openai.BatchNewParams{
+			InputFileID: fileID, Endpoint: openai.BatchNewParamsEndpointV1Moderations, CompletionWindow: openai.BatchNewParamsCompletionWindow24h,
+		})
+		if err != nil {
+			t.Fatalf("create: %v", err)
+		}
+		return waitBatch(t, c, b.ID)
+	}
+
+	t.Run("default configured", func(t *testing.T) {
+		t.Parallel()
+		rt := runtime(t, func(o *localrun.Options) {
+			ms, err := config.ParseModels([]byte("moderation_model: omni-moderation-latest\n" + replaceMock(testModels+
+				"  - {name: omni-moderation-latest, provider: openai, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, upstream_model: omni-moderation-2024-09-26}\n", o.MockAddr)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			o.Models = ms
+		})
+		c, _ := client(t, rt, "acme")
+		in, ids := rows(map[string]any{"input": "is this fine"}, map[string]any{"model": nil, "input": "and this"},
+			map[string]any{"model": "gpt-4o-mini", "input": "named"})
+		b := create(c, upload(t, c, "mod.jsonl", in).ID)
+		if b.Status != "completed" {
+			t.Fatalf("batch %s (%s), want completed", b.Status, b.Errors.RawJSON())
+		}
+		out, errs := checkInvariant(t, c, b, ids)
+		if len(errs) != 0 {
+			t.Fatalf("error lines: %v", errs)
+		}
+		for id, want := range map[string]string{"m0": "omni-moderation-2024-09-26", "m1": "omni-moderation-2024-09-26", "m2": "gpt-4o-mini"} {
+			var m openai.ModerationNewResponse
+			if err := json.Unmarshal(out[id].Response.Body, &m); err != nil || m.Model != want || len(m.Results) != 1 {
+				t.Errorf("row %s answered %s (%v), want a moderation by %s", id, out[id].Response.Body, err, want)
+			}
+		}
+	})
+
+	t.Run("none configured", func(t *testing.T) {
+		t.Parallel()
+		rt := runtime(t)
+		c, key := client(t, rt, "acme")
+		in, _ := rows(map[string]any{"model": "gpt-4o-mini", "input": "named"}, map[string]any{"input": "is this fine"})
+		b := create(c, upload(t, c, "mod.jsonl", in).ID)
+		if b.Status != "failed" || len(b.Errors.Data) != 1 {
+			t.Fatalf("batch %s, errors %s; want failed on one line", b.Status, b.Errors.RawJSON())
+		}
+		if e := b.Errors.Data[0]; e.Code != "missing_model" || e.Line != 2 || e.Param != "body.model" || !strings.Contains(e.Message, "moderation_model") {
+			t.Errorf("error %+v, want missing_model on line 2 naming moderation_model", e)
+		}
+		status, body := rawDo(t, rt, key, "POST", "/v1/batches", strings.NewReader(
+			`{"endpoint":"/v1/moderations","completion_window":"24h","requests":[{"body":{"model":"gpt-4o-mini","input":"a"}},{"body":{"input":"b"}}]}`))
+		var e struct {
+			Error struct{ Param, Code, Message string }
+		}
+		if json.Unmarshal(body, &e); status != 400 || e.Error.Param != "requests[1].body.model" || !strings.Contains(e.Error.Message, "moderation_model") {
+			t.Errorf("inline create: %d %s, want 400 on requests[1].body.model naming moderation_model", status, body)
+		}
+	})
 }
 
 // A request naming a model that is not configured, or streaming, does not

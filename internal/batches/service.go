@@ -400,9 +400,10 @@ func inlineJSONL(rows []json.RawMessage, endpoint string) ([]byte, error) {
 // checkInline validates inline rows (inlineJSONL's JSONL) as the batch's
 // run would, so a broken row is a 400 of the create naming requests[<index>]
 // rather than a batch that fails with an error about a "line".
-func checkInline(data []byte, endpoint string, models *config.Models) error {
+func checkInline(data []byte, path string, models *config.Models) error {
 	known := func(m string) bool { _, ok := models.Lookup(m); return ok }
-	res, err := jsonl.Scan(bytes.NewReader(data), jsonl.Options{Format: jsonl.JSONL, Endpoint: endpoint, KnownModel: known}, nil)
+	res, err := jsonl.Scan(bytes.NewReader(data), jsonl.Options{Format: jsonl.JSONL, Endpoint: path, KnownModel: known,
+		DefaultModel: endpoint.DefaultModel(models, path)}, nil)
 	if err != nil {
 		return fmt.Errorf("check inline requests: %w", err)
 	}

@@ -92,7 +92,11 @@ func (m Model) Upstream() string {
 // Models is the parsed models file.
 type Models struct {
 	Models []Model `yaml:"models"`
-	byName map[string]Model
+	// ModerationModel, if set, is the model a /v1/moderations row without
+	// body.model runs on, as OpenAI's moderations API defaults it
+	// (docs/api.md "Batches"; internal/endpoint.DefaultModel reads it).
+	ModerationModel string `yaml:"moderation_model"`
+	byName          map[string]Model
 }
 
 // Lookup returns the model clients call name.
@@ -174,6 +178,16 @@ func ParseModels(data []byte) (*Models, error) {
 		}
 		if fb.Name == m.Name {
 			return nil, fmt.Errorf("models[%d].fallback: a model cannot fall back to itself", i)
+		}
+	}
+	if name := ms.ModerationModel; name != "" {
+		// Only OpenAI serves /v1/moderations (internal/endpoint).
+		m, ok := ms.byName[name]
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("moderation_model: %q is not a configured model", name)
+		case m.Provider != OpenAI:
+			return nil, fmt.Errorf("moderation_model: %q has provider %s; only openai models serve /v1/moderations", name, m.Provider)
 		}
 	}
 	return &ms, nil

@@ -34,6 +34,11 @@ func TestParseModels(t *testing.T) {
 		{"bad batch", "models:\n- {name: a, provider: openai, base_url: http://x/v1, batch: half}\n", "models[0].batch"},
 		{"native bedrock", "models:\n- {name: a, provider: bedrock, base_url: http://x, batch: native}\n", "provider \"bedrock\" has none yet"},
 		{"openai with a query", "models:\n- {name: a, provider: openai, base_url: http://x/v1?a=b}\n", "query"},
+		// The model /v1/moderations rows without body.model get
+		// (docs/api.md "Batches"): a configured OpenAI model.
+		{"moderation model", "moderation_model: m\nmodels:\n- {name: m, provider: openai, base_url: http://x/v1}\n", ""},
+		{"unknown moderation model", "moderation_model: b\nmodels:\n- {name: a, provider: openai, base_url: http://x/v1}\n", "moderation_model: \"b\" is not a configured model"},
+		{"anthropic moderation model", "moderation_model: a\nmodels:\n- {name: a, provider: anthropic, base_url: http://x}\n", "moderation_model: \"a\" has provider anthropic"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -50,6 +50,21 @@ var (
 // Chat is the chat completions endpoint, the one workflow steps call.
 const Chat = "/v1/chat/completions"
 
+// Moderations is the endpoint whose rows may leave out body.model
+// (DefaultModel).
+const Moderations = "/v1/moderations"
+
+// DefaultModel is the model a row of the endpoint at path gets when its
+// body names none: the models file's moderation_model for /v1/moderations,
+// as OpenAI's moderations API defaults it; "" for every other endpoint, or
+// when none is configured (docs/api.md "Batches").
+func DefaultModel(ms *config.Models, path string) string {
+	if path == Moderations {
+		return ms.ModerationModel
+	}
+	return ""
+}
+
 // Messages is the endpoint of Anthropic Message Batches (docs/api.md
 // "Anthropic Message Batches"): their input has Anthropic's limits, and
 // internal/anthropic writes it as the url of their rows.
@@ -64,7 +79,7 @@ var All = []Endpoint{
 	{Path: "/v1/embeddings", Shape: config.OpenAI, Usage: PromptCompletion, OpenAIBatch: true, Upstreams: openAIOnly},
 	{Path: "/v1/responses", Shape: config.OpenAI, Usage: InputOutput, OpenAIBatch: true, Upstreams: openAIOnly},
 	{Path: "/v1/completions", Shape: config.OpenAI, Usage: PromptCompletion, OpenAIBatch: true, Upstreams: openAIOnly},
-	{Path: "/v1/moderations", Shape: config.OpenAI, Usage: NoUsage, OpenAIBatch: true, Upstreams: openAIOnly},
+	{Path: Moderations, Shape: config.OpenAI, Usage: NoUsage, OpenAIBatch: true, Upstreams: openAIOnly},
 	{Path: "/v1/images/generations", Shape: config.OpenAI, Usage: InputOutput, OpenAIBatch: true, Upstreams: openAIOnly},
 	{Path: Messages, Shape: config.Anthropic, Usage: AnthropicUsage, Upstreams: withBedrock(config.Anthropic)},
 }

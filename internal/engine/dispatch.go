@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/endpoint"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/msg"
@@ -131,10 +132,14 @@ func (e *Engine) planInput(ctx context.Context, b batch.Batch, writeBy time.Time
 		m, _ := e.Models.Lookup(model)
 		return m.MaxConcurrency
 	}
-	in, err := plan.Scan(ctx, e.Blobs, b, f, e.limits(), capacity, func(m string) bool {
-		_, ok := e.Models.Lookup(m)
-		return ok
-	}, allowed)
+	in, err := plan.Scan(ctx, e.Blobs, b, f, e.limits(), capacity, plan.Models{
+		Known: func(m string) bool {
+			_, ok := e.Models.Lookup(m)
+			return ok
+		},
+		Allowed: allowed,
+		Default: endpoint.DefaultModel(e.Models, b.Endpoint),
+	})
 	if err != nil {
 		return err
 	}

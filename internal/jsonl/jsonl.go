@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -85,6 +86,9 @@ type Options struct {
 	// knows no model: validation fails closed rather than passing rows the
 	// executor could not route.
 	KnownModel func(string) bool
+	// DefaultModel, if set, is the model a row whose body.model is absent
+	// or null gets (endpoint.DefaultModel), checked as a model it named.
+	DefaultModel string
 	// AllowedModel, if set, reports whether the batch's key may use a
 	// configured model (docs/api.md "Budgets, revocation and allow-lists"); nil allows all.
 	AllowedModel func(string) bool
@@ -422,20 +426,25 @@ func (s *scanner) checkLine(l line) (Row, *LineError) {
 	}
 	body := splitBody(req.body)
 	m, isString := stringValue(body.model)
+	shown := clip(body.model)
 	switch {
+	case isNull(body.model) && s.opts.DefaultModel != "":
+		m, shown = []byte(s.opts.DefaultModel), strconv.Quote(s.opts.DefaultModel)
+	case isNull(body.model) && s.opts.Endpoint == endpoint.Moderations:
+		return Row{}, problem(n, CodeMissingModel, "body.model", "body.model is missing, and no default moderation model is configured (moderation_model in the models file)")
 	case isNull(body.model):
 		return Row{}, problem(n, CodeMissingModel, "body.model", "body.model is missing")
 	case !isString:
-		return Row{}, problem(n, CodeInvalidModel, "body.model", "body.model must be a string, not %s", clip(body.model))
+		return Row{}, problem(n, CodeInvalidModel, "body.model", "body.model must be a string, not %s", shown)
 	case len(m) == 0:
 		return Row{}, problem(n, CodeMissingModel, "body.model", "body.model is empty")
 	}
 	model, known := s.knownModel(m)
 	if !known {
-		return Row{}, problem(n, CodeModelNotFound, "body.model", "model %s is not a configured model (GET /v1/models lists them)", clip(body.model))
+		return Row{}, problem(n, CodeModelNotFound, "body.model", "model %s is not a configured model (GET /v1/models lists them)", shown)
 	}
 	if !s.lastAllowed {
-		return Row{}, problem(n, CodeModelNotAllowed, "body.model", "model %s is not one this API key may use", clip(body.model))
+		return Row{}, problem(n, CodeModelNotAllowed, "body.model", "model %s is not one this API key may use", shown)
 	}
 	if string(body.stream) == "true" {
 		return Row{}, problem(n, CodeStreamUnsupported, "body.stream", "body.stream: true is not supported in a batch")

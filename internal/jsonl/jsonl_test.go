@@ -592,3 +592,45 @@ func TestScanAllowedModels(t *testing.T) {
 		t.Fatalf("CSV: got %s", errorCodes(res.Errors))
 	}
 }
+
+// A row without body.model gets the endpoint's default model when one is
+// configured (a /v1/moderations row, docs/api.md "Batches"), checked as a
+// model it named would be; without one it is missing_model, saying how to
+// configure it.
+func TestScanDefaultModel(t *testing.T) {
+	t.Parallel()
+	const mod = `"url":"/v1/moderations"`
+	noModel := obj(`"custom_id":"b"`, post, mod, `"body":{"input":"hi"}`)
+	nullModel := obj(`"custom_id":"b"`, post, mod, `"body":{"model":null,"input":"hi"}`)
+	tests := []struct {
+		name         string
+		line         string
+		defaultModel string
+		allowed      func(string) bool
+		wantErr      string // code:param:text in the message; "" for a valid row of defaultModel
+	}{
+		{"absent", noModel, "omni", nil, ""},
+		{"null", nullModel, "omni", nil, ""},
+		{"empty stays empty", obj(`"custom_id":"b"`, post, mod, `"body":{"model":"","input":"hi"}`), "omni", nil, "missing_model:body.model:empty"},
+		{"default not allowed", noModel, "omni", func(m string) bool { return m != "omni" }, `model_not_allowed:body.model:"omni"`},
+		{"no default", noModel, "", nil, "missing_model:body.model:moderation_model"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			o := Options{Format: JSONL, Endpoint: "/v1/moderations", DefaultModel: tt.defaultModel,
+				KnownModel: func(m string) bool { return m == "omni" }, AllowedModel: tt.allowed}
+			res, rows := scanAll(t, tt.line+"\n", o)
+			if tt.wantErr == "" {
+				if len(res.Errors) != 0 || len(rows) != 1 || rows[0].Model != "omni" || res.Model != "omni" {
+					t.Fatalf("got errors %v, rows %+v, Model %q; want one row of omni", res.Errors, rows, res.Model)
+				}
+				return
+			}
+			want := strings.SplitN(tt.wantErr, ":", 3)
+			if len(res.Errors) != 1 || res.Errors[0].Code != want[0] || res.Errors[0].Param != want[1] || !strings.Contains(res.Errors[0].Message, want[2]) {
+				t.Fatalf("got errors %+v, want %s", res.Errors, tt.wantErr)
+			}
+		})
+	}
+}

@@ -78,13 +78,21 @@ type Input struct {
 	Objects []batch.Object
 }
 
-// Scan reads batch b's input file f once, checking every row (known says
-// whether a model is configured, allowed, if set, whether b's key may use
-// it) and cutting the valid ones into chunks within lim, a model's rows
-// sized to its capacity (its max_concurrency: Limits.RowsFor). An input
-// that cannot be planned is an Invalid error; any other error is the
-// bucket's, worth another try.
-func Scan(ctx context.Context, blobs Blobs, b batch.Batch, f files.File, lim Limits, capacity func(model string) int, known, allowed func(string) bool) (Input, error) {
+// Models is what Scan checks each row's model against.
+type Models struct {
+	Known   func(string) bool // whether a model is configured
+	Allowed func(string) bool // if set, whether the batch's key may use it
+	// Default is the model a row naming none gets (endpoint.DefaultModel;
+	// "": such a row is invalid).
+	Default string
+}
+
+// Scan reads batch b's input file f once, checking every row's model
+// against models, and cutting the valid ones into chunks within lim, a
+// model's rows sized to its capacity (its max_concurrency:
+// Limits.RowsFor). An input that cannot be planned is an Invalid error; any
+// other error is the bucket's, worth another try.
+func Scan(ctx context.Context, blobs Blobs, b batch.Batch, f files.File, lim Limits, capacity func(model string) int, models Models) (Input, error) {
 	if len(f.Objects) > maxInputObjects {
 		return Input{}, Invalid{{Code: "too_many_parts", Message: fmt.Sprintf(
 			"input file %s is made of %d uploaded parts; at most %d can be planned: upload it in fewer, larger parts", f.ID, len(f.Objects), maxInputObjects)}}
@@ -93,7 +101,7 @@ func Scan(ctx context.Context, blobs Blobs, b batch.Batch, f files.File, lim Lim
 	if err != nil {
 		return Input{}, Invalid{{Code: "invalid_file_format", Message: err.Error()}}
 	}
-	opts := jsonl.Options{Format: format, Endpoint: b.Endpoint, Model: b.CSVModel, KnownModel: known, AllowedModel: allowed}
+	opts := jsonl.Options{Format: format, Endpoint: b.Endpoint, Model: b.CSVModel, KnownModel: models.Known, AllowedModel: models.Allowed, DefaultModel: models.Default}
 	if b.Endpoint == endpoint.Messages {
 		// Anthropic's Message Batches limits (docs/api.md "Anthropic Message Batches").
 		opts.MaxRows, opts.MaxBytes = 100_000, 256*1000*1000

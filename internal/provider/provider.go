@@ -268,7 +268,7 @@ func (c *Client) fallbackOn(m config.Model, route Route) (config.Model, Result, 
 
 // route finds the row's model and checks the endpoint fits its shape; when
 // it does not, the returned Result says why.
-func (c *Client) route(endpoint string, body []byte) (config.Model, Result, bool) {
+func (c *Client) route(path string, body []byte) (config.Model, Result, bool) {
 	fail := func(code, format string, args ...any) (config.Model, Result, bool) {
 		return config.Model{}, errResult(code, fmt.Sprintf(format, args...)), false
 	}
@@ -285,12 +285,17 @@ func (c *Client) route(endpoint string, body []byte) (config.Model, Result, bool
 		return fail(CodeInvalidRequest, "the request body has a %v", err)
 	}
 	name := gjson.GetBytes(body, "model")
+	if def := endpoint.DefaultModel(c.Models, path); name.Type == gjson.Null && def != "" {
+		// Validation let it through for the default (docs/api.md
+		// "Batches"); onModel writes the model's upstream name in.
+		name = gjson.Result{Type: gjson.String, Str: def}
+	}
 	if name.Type != gjson.String || name.Str == "" {
 		return fail(CodeInvalidRequest, "the request body must name a model")
 	}
-	shape, ok := ShapeOf(endpoint)
+	shape, ok := ShapeOf(path)
 	if !ok {
-		return fail(CodeInvalidRequest, "endpoint %s is not supported", endpoint)
+		return fail(CodeInvalidRequest, "endpoint %s is not supported", path)
 	}
 	m, ok := c.Models.Lookup(name.Str)
 	if !ok {
@@ -301,9 +306,9 @@ func (c *Client) route(endpoint string, body []byte) (config.Model, Result, bool
 	case m.Shape != shape:
 		// Translating between shapes would silently change what the
 		// client asked for (docs/api.md "Batches"), so the row fails instead.
-		why = fmt.Sprintf("endpoint %s takes %s requests but model %q is an %s model", endpoint, shape, m.Name, m.Shape)
-	case !served(m, endpoint):
-		why = fmt.Sprintf("endpoint %s is not served by %s, the provider of model %q", endpoint, m.Provider, m.Name)
+		why = fmt.Sprintf("endpoint %s takes %s requests but model %q is an %s model", path, shape, m.Name, m.Shape)
+	case !served(m, path):
+		why = fmt.Sprintf("endpoint %s is not served by %s, the provider of model %q", path, m.Provider, m.Name)
 	default:
 		return m, Result{}, true
 	}

@@ -86,6 +86,7 @@ func (u *upstream) requests() []request {
 func testModels(t *testing.T, baseURL string) *config.Models {
 	t.Helper()
 	ms, err := config.ParseModels([]byte(strings.ReplaceAll(`
+moderation_model: chat
 models:
   - name: chat
     provider: openai
@@ -581,6 +582,44 @@ func TestDoInsideAllowList(t *testing.T) {
 
 			got := c.Do(context.Background(), "/v1/chat/completions", json.RawMessage(tt.body), tt.route)
 
+			checkResult(t, got, tt.want)
+			var models []string
+			for _, r := range up.requests() {
+				models = append(models, upstreamModel(t, r))
+			}
+			if fmt.Sprint(models) != fmt.Sprint(tt.upstream) {
+				t.Errorf("upstream body.model = %v, want %v", models, tt.upstream)
+			}
+		})
+	}
+}
+
+// A /v1/moderations row without model goes to the configured moderation
+// model (docs/api.md "Batches"), under the model's upstream name and
+// within the allow-list; other endpoints have no default.
+func TestDoDefaultModel(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, endpoint, body string
+		route                Route
+		want                 Result
+		upstream             []string
+	}{
+		{"moderations without model", "/v1/moderations", `{"input":"hi"}`, Route{},
+			Result{StatusCode: 200, Model: "chat", Attempts: 1}, []string{"chat-upstream"}},
+		{"moderations with null model", "/v1/moderations", `{"model":null,"input":"hi"}`, Route{},
+			Result{StatusCode: 200, Model: "chat", Attempts: 1}, []string{"chat-upstream"}},
+		{"the default outside the allow-list", "/v1/moderations", `{"input":"hi"}`, Route{Allowed: func(m string) bool { return m != "chat" }},
+			Result{ErrCode: CodeModelNotAllowed, Model: "chat"}, nil},
+		{"chat without model", "/v1/chat/completions", `{"messages":[]}`, Route{},
+			Result{ErrCode: CodeInvalidRequest}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			up := newUpstream(t, answer(200, `{"id":"modr-1","results":[]}`))
+			c := newClient(t, up.URL, &sleeps{})
+			got := c.Do(context.Background(), tt.endpoint, json.RawMessage(tt.body), tt.route)
 			checkResult(t, got, tt.want)
 			var models []string
 			for _, r := range up.requests() {
