@@ -437,6 +437,21 @@ func TestAnthropicBatchBadRequests(t *testing.T) {
 		})
 	}
 
+	// Through the SDK, which sends max_tokens even when it is 0: refused as
+	// Anthropic refuses it in a batch, naming the request.
+	t.Run("max_tokens 0", func(t *testing.T) {
+		zero := msgRequest("z", "claude-haiku-4-5", "hi")
+		zero.Params.MaxTokens = 0
+		_, err := c.Messages.Batches.New(ctx, anthropic.MessageBatchNewParams{Requests: []anthropic.MessageBatchNewParamsRequest{msgRequest("a", "claude-haiku-4-5", "hi"), zero}})
+		var aerr *anthropic.Error
+		if !errors.As(err, &aerr) || aerr.StatusCode != 400 {
+			t.Fatalf("create with max_tokens 0: %v, want a 400", err)
+		}
+		if typ, msg := anthropicError(t, []byte(aerr.RawJSON())); typ != "invalid_request_error" || !strings.Contains(msg, "requests.1.params.max_tokens") {
+			t.Fatalf("got %s %q, want invalid_request_error naming requests.1.params.max_tokens", typ, msg)
+		}
+	})
+
 	t.Run("too large", func(t *testing.T) {
 		big := `{"requests":[` + req("a", `{"model":"claude-haiku-4-5","max_tokens":1,"messages":[{"role":"user","content":"`+strings.Repeat("x", 4<<20+100<<10)+`"}]}`) + `]}`
 		status, body := anthropicDo(t, rt, key, "POST", "/v1/messages/batches", strings.NewReader(big))
@@ -663,6 +678,32 @@ func TestModelRetrievedByBothSDKs(t *testing.T) {
 		status, body := anthropicDo(t, rt, "", http.MethodGet, path, nil)
 		if typ, _ := anthropicError(t, body); status != http.StatusUnauthorized || typ != "authentication_error" {
 			t.Errorf("GET %s without a key: %d %s, want 401 authentication_error", path, status, typ)
+		}
+	}
+}
+
+// An object that does not exist is 404 with code null, as OpenAI answers
+// it (docs/api.md "Errors").
+func TestNotFoundCodeIsNull(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	ctx := context.Background()
+	oc, _ := client(t, rt, "acme")
+	_, ferr := oc.Files.Get(ctx, "file-nope")
+	_, berr := oc.Batches.Get(ctx, "batch_nope")
+	for what, err := range map[string]error{"file": ferr, "batch": berr} {
+		var oerr *openai.Error
+		if !errors.As(err, &oerr) || oerr.StatusCode != http.StatusNotFound {
+			t.Fatalf("%s: %v, want a 404", what, err)
+		}
+		var body struct {
+			Error map[string]json.RawMessage `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(oerr.RawJSON()), &body.Error); err != nil {
+			t.Fatal(err)
+		}
+		if code, ok := body.Error["code"]; !ok || string(code) != "null" || oerr.Type != "invalid_request_error" {
+			t.Errorf("%s: error %s, want type invalid_request_error and code null", what, oerr.RawJSON())
 		}
 	}
 }

@@ -185,6 +185,13 @@ func (s *Service) messageRows(requests []json.RawMessage, mayUse func(model stri
 		if v, ok := params["model"]; !ok || json.Unmarshal(v, &model) != nil || model == "" {
 			return nil, invalid(".params.model", "a model name is required")
 		}
+		// Anthropic refuses a batch request of max_tokens below 1 at
+		// create (docs/api.md "Anthropic Message Batches"); any other
+		// value is the upstream's to judge.
+		var maxTokens float64
+		if v, ok := params["max_tokens"]; ok && json.Unmarshal(v, &maxTokens) == nil && maxTokens < 1 {
+			return nil, invalid(".params.max_tokens", "must be at least 1, not %s", bytes.TrimSpace(v))
+		}
 		body := r["params"]
 		if _, ok := s.Batches.Engine.Models.Lookup(model); !ok {
 			body = refusedRow(lastModel, fmt.Sprintf("params.model: %q is not a configured model (configured: %s)", model, strings.Join(s.Batches.Engine.Models.Names(), ", ")))

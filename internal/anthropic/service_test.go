@@ -59,6 +59,11 @@ func TestMessageRows(t *testing.T) {
 		{"params null", []string{req("a", `null`)}, "requests.0.params: an object", nil},
 		{"no model", []string{req("a", `{"max_tokens":1}`)}, "requests.0.params.model: a model name is required", nil},
 		{"model not a string", []string{req("a", `{"model":5}`)}, "requests.0.params.model: a model name is required", nil},
+		// Anthropic refuses max_tokens below 1 in a batch (docs/api.md
+		// "Anthropic Message Batches").
+		{"max_tokens 0", []string{req("a", good), req("b", `{"model":"claude-haiku-4-5","max_tokens":0}`)}, "requests.1.params.max_tokens: must be at least 1", nil},
+		{"max_tokens negative", []string{req("a", `{"model":"claude-haiku-4-5","max_tokens":-3}`)}, "requests.0.params.max_tokens: must be at least 1", nil},
+		{"max_tokens 1", []string{req("a", `{"model":"claude-haiku-4-5","max_tokens":1}`)}, "", nil},
 		// Anthropic accepts these and answers the request errored.
 		{"unknown model", []string{req("a", `{"model":"claude-9"}`), req("b", good)}, "", []string{`params.model: "claude-9" is not a configured model`, ""}},
 		{"stream", []string{req("a", good), req("b", `{"model":"gpt-4o-mini","stream":true}`)}, "", []string{"", "params.stream: streaming is not supported"}},

@@ -61,9 +61,10 @@ func Missingf(param, format string, args ...any) *Error {
 	return E(Invalid, CodeMissing, param, format, args...)
 }
 
-// NotFoundf is a 404; other tenants' objects get it too.
+// NotFoundf is a 404; other tenants' objects get it too. It has no code:
+// OpenAI answers a missing object with code null (docs/api.md "Errors").
 func NotFoundf(format string, args ...any) *Error {
-	return E(NotFound, "not_found", "", format, args...)
+	return E(NotFound, "", "", format, args...)
 }
 
 // KindOf returns the Kind of err, Internal when it is not an *Error.
