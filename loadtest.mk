@@ -25,4 +25,4 @@ loadtest:
 
 ## chaos: crashes, lost and duplicated messages, provider faults, a restart, faults at every AWS call (≤ 10 minutes)
 chaos:
-	$(call run-with-emulator,go test -tags chaos -run '^TestChaos$$' -count=1 -v -timeout 15m ./localstack,$(CHAOS_EMULATOR_PORT))
+	$(call run-with-emulator,go test -tags chaos -run '^TestChaos$$' -count=1 -v -timeout 25m ./localstack,$(CHAOS_EMULATOR_PORT))

@@ -312,7 +312,7 @@ func TestChaos(t *testing.T) {
 		nTenants  = 4
 		perTenant = 3
 		nRows     = 100
-		budget    = 480 * time.Second // submit to all terminal
+		budget    = 900 * time.Second // submit to all terminal: ~90 takeovers of a 10 s lease in a run
 	)
 	seed := time.Now().UnixNano()
 	if v := os.Getenv("CHAOS_SEED"); v != "" {

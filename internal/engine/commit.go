@@ -130,6 +130,9 @@ func (e *Engine) commit(ctx context.Context, b batch.Batch, cm store.Commit, wri
 		switch {
 		case err == nil:
 			e.afterCommit(ctx, b, cm.Next, cm.Last)
+			if cm.Fallback != nil {
+				e.startFallback(ctx, cm.Fallback.Chunk.Model)
+			}
 			return true, nil
 		case errors.Is(err, store.ErrLast):
 			cm.Last = true
@@ -246,4 +249,16 @@ func (e *Engine) afterCommit(ctx context.Context, b batch.Batch, next *store.Cla
 func (e *Engine) sweepParts(ctx context.Context, c batch.Chunk) error {
 	keep := map[string]bool{c.Parts("out"): true, c.Parts("err"): true, c.Parts("usage"): true}
 	return blob.DeleteExcept(ctx, e.Blobs, batch.ChunkPartsPrefix(c.Tenant, c.Batch, c.Index), keep)
+}
+
+// startFallback claims from the free capacity of model, whose chunk of
+// fallback rows a commit added: an idle fallback model would otherwise
+// wait for the tick (a minute as deployed). A failure is left to the tick.
+func (e *Engine) startFallback(ctx context.Context, model string) {
+	if e.Models == nil {
+		return
+	}
+	if err := e.start(ctx, model); err != nil {
+		e.Log.WarnContext(ctx, "claim for fallback rows; the tick claims them", "model", model, "err", err)
+	}
 }

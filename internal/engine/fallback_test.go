@@ -3,11 +3,13 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/queue"
 )
@@ -140,5 +142,48 @@ func TestFallbackOfEveryRow(t *testing.T) {
 	}
 	if fb := table.chunks[1]; fb.Model != "y" || !fb.Fallback || fb.Rows != 4 || fb.FirstRow != 0 || fb.State != batch.ChunkPending {
 		t.Errorf("chunk 1 %+v: want the 4 rows pending on y", fb)
+	}
+}
+
+// freeSlotsTable is a runsTable that records the models whose free
+// capacity was asked for, and has none.
+type freeSlotsTable struct {
+	*runsTable
+	mu    sync.Mutex
+	asked []string
+}
+
+func (f *freeSlotsTable) FreeSlots(_ context.Context, model string, quotas []int) ([]int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asked = append(f.asked, model)
+	return make([]int, len(quotas)), nil
+}
+
+// TestFallbackChunkClaimedAtOnce: the commit that adds a chunk of fallback
+// rows claims from the fallback model's free capacity, as a plan does for
+// its first chunks; an idle fallback model would otherwise leave them to
+// the tick, a minute away as deployed.
+func TestFallbackChunkClaimedAtOnce(t *testing.T) {
+	t.Parallel()
+	e, table := runsFixture(t, newPeakProvider(0), chunkSpec{"x", 6, 2})
+	e.Provider = &fallbackProvider{sent: map[string][]int{}}
+	models, err := config.ParseModels([]byte("models:\n" +
+		"  - {name: x, provider: openai, base_url: http://m/v1, api_key_env: K, max_concurrency: 2, fallback: y}\n" +
+		"  - {name: y, provider: openai, base_url: http://m/v1, api_key_env: K, max_concurrency: 2}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Models = models
+	ft := &freeSlotsTable{runsTable: table}
+	e.Store = ft
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	if failed, err := e.Execute(ctx, []queue.Delivery{workDelivery(t, table.chunks[0], "d0")}); err != nil || len(failed) > 0 {
+		t.Fatalf("x's run: failed %v, err %v", failed, err)
+	}
+	if table.b.ChunksTotal != 2 || !slices.Contains(ft.asked, "y") {
+		t.Fatalf("chunks %d, free capacity asked of %v: want the fallback chunk added and y's capacity asked", table.b.ChunksTotal, ft.asked)
 	}
 }
