@@ -184,6 +184,22 @@ func (e *Engine) Route(ctx context.Context, b batch.Batch) (provider.Route, erro
 	return r, nil
 }
 
+// Admit is whether batch b's chunk c may still spend (Governor.Admit): a
+// code and why when its key was disabled or its tenant's budget is spent,
+// "" otherwise or when nothing governs. The executor asks it as a chunk's
+// run starts, internal/native before each step that spends (docs/design.md
+// "Governance").
+func (e *Engine) Admit(ctx context.Context, b batch.Batch, c batch.Chunk) (code, message string, err error) {
+	if e.Govern == nil {
+		return "", "", nil
+	}
+	code, message, err = e.Govern.Admit(ctx, b, c)
+	if err != nil {
+		return "", "", fmt.Errorf("admit chunk %d of %s: %w", c.Index, b.ID, err)
+	}
+	return code, message, nil
+}
+
 // failedID is id when err is not nil.
 func failedID(id string, err error) string {
 	if err != nil {

@@ -452,8 +452,8 @@ func (e *Engine) load(ctx context.Context, r *chunkRun, readBatch func(ctx conte
 		r.ended = err == nil
 		return false, err
 	}
-	if err == nil && e.Govern != nil {
-		r.refused, r.reason, err = e.Govern.Admit(ctx, b, c)
+	if err == nil {
+		r.refused, r.reason, err = e.Admit(ctx, b, c)
 	}
 	if err == nil {
 		r.route, err = e.Route(ctx, b)
