@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -15,8 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/govern"
 	"github.com/relaybatch/relay/internal/mockup"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/part"
@@ -41,6 +44,9 @@ type fakes struct {
 	sendErr     error
 	// allowed is the batch's key's allow-list (nil: every model).
 	allowed func(string) bool
+	// gov, if set, answers Admit as the engine's Governor does; nil
+	// admits every chunk.
+	gov *govern.Checker
 }
 
 func (f *fakes) GetBatch(context.Context, string, string) (batch.Batch, error) { return f.b, nil }
@@ -149,6 +155,65 @@ func (f *fakes) Route(_ context.Context, b batch.Batch) (provider.Route, error) 
 	return provider.Route{Fallback: b.Fallback(), Allowed: f.allowed}, nil
 }
 
+func (f *fakes) Admit(ctx context.Context, b batch.Batch, c batch.Chunk) (string, string, error) {
+	if f.gov == nil {
+		return "", "", nil
+	}
+	return f.gov.Admit(ctx, b, c)
+}
+
+// tenantState is a govern.Store of the batch's key, enabled until
+// disabled, and its tenant's budget and spend.
+type tenantState struct {
+	mu       sync.Mutex
+	disabled bool
+	budget   store.Budget
+	spent    int64
+}
+
+func (g *tenantState) KeyByID(_ context.Context, id string) (auth.Key, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return auth.Key{ID: id, Tenant: "t", Disabled: g.disabled}, nil
+}
+
+func (g *tenantState) GetBudget(context.Context, string) (store.Budget, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.budget, nil
+}
+
+func (g *tenantState) Usage(context.Context, string, string, string) ([]store.UsageRow, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return []store.UsageRow{{Model: "nat", TotalTokens: g.spent}}, nil
+}
+
+// governed puts f's batch under a real govern.Checker on state, whose
+// reads are never cached: a change is seen at the next step.
+func governed(f *fakes) *tenantState {
+	state := &tenantState{}
+	f.b.KeyID = "key1"
+	f.gov = &govern.Checker{Store: state, TTL: time.Nanosecond}
+	return state
+}
+
+// refusals are the two ways a tenant's native work is stopped once
+// started, and the code each gives the rows (docs/design.md
+// "Governance"): refuse applies it.
+var refusals = []struct {
+	name   string
+	refuse func(*tenantState)
+	code   string
+}{
+	{"disabled key", func(g *tenantState) { g.mu.Lock(); g.disabled = true; g.mu.Unlock() }, govern.CodeCredentialRevoked},
+	{"spent budget", func(g *tenantState) {
+		g.mu.Lock()
+		g.budget, g.spent = store.Budget{MonthlyTokens: 100}, 100
+		g.mu.Unlock()
+	}, govern.CodeBudgetExceeded},
+}
+
 type testKey struct{}
 
 func (testKey) Key(context.Context, string) (string, error) { return "sk-test", nil }
@@ -166,7 +231,13 @@ func (f *fakes) take() []msg.Message {
 // chat rows in chunks of 3 on native model "nat".
 func newFlow(t *testing.T, rows int, bodyExtra string) (*Service, *fakes, *mockup.Server) {
 	t.Helper()
-	mock := mockup.New(mockup.Options{BatchDelay: 10 * time.Millisecond})
+	return newFlowOn(t, mockup.Options{BatchDelay: 10 * time.Millisecond}, rows, bodyExtra)
+}
+
+// newFlowOn is newFlow on a mock provider of options opts.
+func newFlowOn(t *testing.T, opts mockup.Options, rows int, bodyExtra string) (*Service, *fakes, *mockup.Server) {
+	t.Helper()
+	mock := mockup.New(opts)
 	srv := httptest.NewServer(mock)
 	t.Cleanup(srv.Close)
 	models, err := config.ParseModels(fmt.Appendf(nil, "models:\n- {name: nat, provider: openai, base_url: %s/v1, api_key_env: NATIVE_TEST_KEY, batch: native}\n", srv.URL))
@@ -424,5 +495,150 @@ func TestDeadGroupRetriedUntilItsChunksAreSent(t *testing.T) {
 	}
 	if g := f.groups[0]; g.State != batch.GroupEnded {
 		t.Errorf("group: %+v, want ended", g)
+	}
+}
+
+// outcomes counts f's committed rows by what they got: a refusal's code,
+// "ok" for an answer, else the answer's error code.
+func outcomes(f *fakes) map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	got := map[string]int{}
+	for _, outs := range f.commits {
+		for _, o := range outs {
+			switch {
+			case o.Code != "":
+				got[o.Code]++
+			case o.Result.OK():
+				got["ok"]++
+			default:
+				got[o.Result.ErrCode]++
+			}
+		}
+	}
+	return got
+}
+
+// handleSent delivers the messages sent so far once each, and no more.
+func handleSent(t *testing.T, s *Service, f *fakes) {
+	t.Helper()
+	for _, m := range f.take() {
+		if err := s.Handle(context.Background(), m, false); err != nil {
+			t.Fatalf("%s: %v", m.Type, err)
+		}
+	}
+}
+
+// waitEnded waits until group g's provider batch has ended.
+func waitEnded(t *testing.T, s *Service, g batch.Group) {
+	t.Helper()
+	ctx := context.Background()
+	up, err := s.upstream(ctx, g.Model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		r, err := up.get(ctx, g.ProviderID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.ended {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("provider batch %s of group %d never ended", g.ProviderID, g.Index)
+		}
+	}
+}
+
+// A tenant stopped after its batch was planned (its key disabled, or its
+// budget spent by its other batches) creates no provider batch: no row
+// reaches the provider, and each gets the line direct work gets when its
+// run is refused (docs/design.md "Native batches", "Governance").
+func TestFlowRefusedAtSubmit(t *testing.T) {
+	t.Parallel()
+	for _, tc := range refusals {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, f, mock := newFlow(t, 4, "")
+			tc.refuse(governed(f))
+			if _, err := s.Start(context.Background(), f.b, []store.Ready{{Model: "nat", Batch: f.b.ID}}); err != nil {
+				t.Fatal(err)
+			}
+			deliver(t, s, f)
+			if got, want := outcomes(f), map[string]int{tc.code: 4}; !maps.Equal(got, want) {
+				t.Errorf("rows: got %v, want %v", got, want)
+			}
+			if st := mock.Stats(); st.BatchesCreated != 0 || st.Requests != 0 {
+				t.Errorf("mock: %d provider batches, %d requests; want none", st.BatchesCreated, st.Requests)
+			}
+			if g := f.groups[0]; g.State != batch.GroupEnded {
+				t.Errorf("group: %+v, want ended", g)
+			}
+		})
+	}
+}
+
+// An import whose provider batch left a row unanswered (row 4 expires in
+// it) after the tenant was stopped records the answers already paid for
+// and runs nothing new: the unanswered row gets the refusal's line.
+func TestFlowImportRefusesRescueRows(t *testing.T) {
+	t.Parallel()
+	for _, tc := range refusals {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, f, mock := newFlow(t, 6, "")
+			state := governed(f)
+			if _, err := s.Start(context.Background(), f.b, []store.Ready{{Model: "nat", Batch: f.b.ID}}); err != nil {
+				t.Fatal(err)
+			}
+			handleSent(t, s, f) // the submit
+			waitEnded(t, s, f.groups[0])
+			tc.refuse(state)
+			deliver(t, s, f)
+			if got, want := outcomes(f), map[string]int{"ok": 5, tc.code: 1}; !maps.Equal(got, want) {
+				t.Errorf("rows: got %v, want %v", got, want)
+			}
+			if o := f.commits[1][1]; o.Code != tc.code {
+				t.Errorf("row 4: got code %q (answer %d %q), want %s", o.Code, o.Result.StatusCode, o.Result.ErrCode, tc.code)
+			}
+			if st := mock.Stats(); st.Requests != 0 || st.BatchRows["nat"] != 5 {
+				t.Errorf("mock: %d rows run directly, %d in the provider batch; want 0, 5", st.Requests, st.BatchRows["nat"])
+			}
+		})
+	}
+}
+
+// A group whose provider batch is running when the tenant is stopped has
+// it cancelled at its next poll; once it has ended, the rows it did not
+// answer (here all: the provider ran none before the cancel) get the
+// refusal's line, none run directly.
+func TestFlowRefusedWhileRunningCancels(t *testing.T) {
+	t.Parallel()
+	for _, tc := range refusals {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, f, mock := newFlowOn(t, mockup.Options{BatchDelay: time.Hour}, 6, "")
+			state := governed(f)
+			if _, err := s.Start(context.Background(), f.b, []store.Ready{{Model: "nat", Batch: f.b.ID}}); err != nil {
+				t.Fatal(err)
+			}
+			handleSent(t, s, f) // the submit
+			if g := f.groups[0]; g.State != batch.GroupSubmitted {
+				t.Fatalf("group after the submit: %+v, want submitted", g)
+			}
+			tc.refuse(state)
+			deliver(t, s, f)
+			if got, want := outcomes(f), map[string]int{tc.code: 6}; !maps.Equal(got, want) {
+				t.Errorf("rows: got %v, want %v", got, want)
+			}
+			st := mock.Stats()
+			if st.BatchCancels != 1 || st.Requests != 0 || st.BatchRows["nat"] != 0 {
+				t.Errorf("mock: %d cancels, %d rows run directly, %d in the provider batch; want 1, 0, 0", st.BatchCancels, st.Requests, st.BatchRows["nat"])
+			}
+			if g := f.groups[0]; g.State != batch.GroupEnded || !g.CancelSent {
+				t.Errorf("group: %+v, want ended, its provider batch cancelled", g)
+			}
+		})
 	}
 }

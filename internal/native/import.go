@@ -121,11 +121,23 @@ func (s *Service) claim(ctx context.Context, c batch.Chunk, run string) (batch.C
 // runDirect runs rows direct of chunk c (claimed, no slots) on their model
 // with fallback (engine.Provider), within slots it takes of the model's
 // capacity, keeping c's lease meanwhile; it returns c holding them, for
-// the commit to hand on. Rows past the batch's window get batch_expired.
+// the commit to hand on. Rows past the batch's window get batch_expired;
+// rows of a chunk the engine no longer admits (a key disabled, a budget
+// spent) get its refusal's line, as an executor's run gives them.
 func (s *Service) runDirect(ctx context.Context, b batch.Batch, c batch.Chunk, bodies [][]byte, outs []part.Outcome, direct []int) (batch.Chunk, error) {
 	if b.PastExpiry(s.now()) {
 		for _, i := range direct {
 			outs[i].Expire()
+		}
+		return c, nil
+	}
+	code, why, err := s.Engine.Admit(ctx, b, c)
+	if err != nil {
+		return c, err
+	}
+	if code != "" {
+		for _, i := range direct {
+			outs[i].Code, outs[i].Message = code, why
 		}
 		return c, nil
 	}

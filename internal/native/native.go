@@ -10,7 +10,11 @@
 // writes (engine.CommitRows), so output and error files, counts, usage and
 // webhooks are a direct batch's. Rows the provider batch did not answer
 // for good (expired, cancelled, failed transiently) run directly, with
-// fallback, within the model's capacity: a hybrid batch.
+// fallback, within the model's capacity: a hybrid batch. Each step that
+// spends asks the engine first (Engine.Admit, as an executor's run does):
+// a tenant stopped since the plan (a key disabled, a budget spent) creates
+// no provider batch, has a running one cancelled at its next poll, and
+// gets the refusal's line on each row its provider batch did not answer.
 //
 // A retried submit never leaves two provider batches running for a group:
 // the group records that it is submitting before the provider batch is
@@ -66,11 +70,13 @@ type Queue interface {
 	SendBatch(ctx context.Context, name string, vs []any, delay time.Duration) error
 }
 
-// Engine commits chunks and lends them its models' slots (*engine.Engine).
+// Engine commits chunks, lends them its models' slots and says what their
+// rows may still spend and run on (*engine.Engine).
 type Engine interface {
 	CommitRows(ctx context.Context, b batch.Batch, c batch.Chunk, outs []part.Outcome) error
 	TakeSlots(ctx context.Context, c batch.Chunk) (batch.Chunk, error)
 	Route(ctx context.Context, b batch.Batch) (provider.Route, error)
+	Admit(ctx context.Context, b batch.Batch, c batch.Chunk) (code, message string, err error)
 }
 
 var (

@@ -19,8 +19,9 @@ import (
 )
 
 // submit creates a group's provider batch: recorded as submitting first,
-// orphans of earlier attempts cancelled, then created and recorded, and
-// the first poll sent. A duplicate or retry of a group already submitted
+// orphans of earlier attempts cancelled, the engine asked whether the
+// group may still spend (if not, none is created), then created and
+// recorded, and the first poll sent. A duplicate or retry of a group already submitted
 // only sends its current poll again (a poll of a stale number is dropped).
 func (s *Service) submit(ctx context.Context, m msg.Message) error {
 	b, g, ok, err := s.load(ctx, m)
@@ -55,6 +56,16 @@ func (s *Service) submit(ctx context.Context, m msg.Message) error {
 		if err := s.cancelOrphans(ctx, up, g); err != nil {
 			return err
 		}
+	}
+	// A tenant stopped since the plan (a key disabled, a budget spent)
+	// creates no provider batch: the group goes on as one with no row for
+	// the provider, and its import gives the rows the refusal's lines.
+	code, err := s.admitGroup(ctx, b, g)
+	if err != nil {
+		return err
+	}
+	if code != "" {
+		return s.record(ctx, up, g, noProvider)
 	}
 	route, err := s.Engine.Route(ctx, b)
 	if err != nil {
@@ -106,7 +117,7 @@ func (s *Service) record(ctx context.Context, up upstream, g batch.Group, id str
 	})
 	if errors.Is(err, errSkip) {
 		s.Log.WarnContext(ctx, "another submit of the group won; provider batch cancelled", "batch_id", g.Batch, "group", g.Index, "provider_batch", id)
-		return up.cancel(ctx, id)
+		return s.cancel(ctx, up, id)
 	}
 	if err != nil {
 		return err
@@ -220,14 +231,51 @@ func (s *Service) poll(ctx context.Context, m msg.Message) error {
 		}
 		return s.setGroup(ctx, g, m.Attempt, func(g *batch.Group) { g.State = batch.GroupEnded })
 	}
-	cancel := !g.CancelSent && s.closeToEnd(b)
-	if cancel {
-		if err := up.cancel(ctx, g.ProviderID); err != nil {
+	cancel := false
+	if !g.CancelSent {
+		why, err := s.cancelWhy(ctx, b, g)
+		if err != nil {
 			return err
 		}
-		s.Log.WarnContext(ctx, "provider batch cancelled near the end of the window; its unfinished rows run directly", "batch_id", b.ID, "group", g.Index)
+		if cancel = why != ""; cancel {
+			if err := up.cancel(ctx, g.ProviderID); err != nil {
+				return err
+			}
+			s.Log.WarnContext(ctx, "running provider batch cancelled", "batch_id", b.ID, "group", g.Index, "provider_batch", g.ProviderID, "why", why)
+		}
 	}
 	return s.nextPoll(ctx, g, m.Attempt, cancel)
+}
+
+// cancelWhy says why group g's provider batch, still running, is to be
+// cancelled now, or "" to let it run: the batch's window is close to its
+// end (its unfinished rows run directly), or its tenant was stopped (they
+// get the refusal's lines at the import, the answers it has already made
+// kept).
+func (s *Service) cancelWhy(ctx context.Context, b batch.Batch, g batch.Group) (string, error) {
+	if s.closeToEnd(b) {
+		return "the window is close to its end; the unfinished rows run directly", nil
+	}
+	code, err := s.admitGroup(ctx, b, g)
+	if code != "" {
+		return code + "; the unfinished rows are refused", nil
+	}
+	return "", err
+}
+
+// admitGroup asks the engine whether group g's rows may still spend
+// (engine.Governor's Admit, with the group's first chunk: a provider batch
+// takes all its chunks or none); the refusal's code, or "".
+func (s *Service) admitGroup(ctx context.Context, b batch.Batch, g batch.Group) (string, error) {
+	c, err := s.Store.GetChunk(ctx, b.ID, g.Chunks[0])
+	if err != nil {
+		return "", err
+	}
+	code, why, err := s.Engine.Admit(ctx, b, c)
+	if code != "" {
+		s.Log.WarnContext(ctx, "native group refused", "batch_id", b.ID, "group", g.Index, "code", code, "why", why)
+	}
+	return code, err
 }
 
 // nextPoll moves g from poll n to n+1, then sends poll n+1: in that
