@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/relaybatch/relay/internal/backoff"
@@ -33,10 +34,14 @@ func (e *Engine) commitWith(ctx context.Context, b batch.Batch, c batch.Chunk, r
 	if fallback != nil {
 		seq, err := e.Store.JoinSeq(ctx, fallback.Model, b.Priority)
 		if err != nil {
-			return false, err
+			// Its place in F's turn only: the entry's key is its own
+			// (store.Ready.Fallback), and failing the commit would run
+			// the answered rows again.
+			e.Log.WarnContext(ctx, "join the fallback's turn; the rows go first", "batch_id", b.ID, "model", fallback.Model, "err", err)
+			seq = 0
 		}
 		cm.Fallback = &store.FallbackChunk{Chunk: *fallback,
-			Ready: store.Ready{Model: fallback.Model, Tenant: b.Tenant, Batch: b.ID, Priority: b.Priority, Seq: seq}}
+			Ready: store.Ready{Model: fallback.Model, Tenant: b.Tenant, Batch: b.ID, Priority: b.Priority, Seq: seq, Fallback: true}}
 	}
 	// The commit's continuation is read while the parts are written: the
 	// two are independent, and a hand-over is as long as its requests in
@@ -135,19 +140,22 @@ func (e *Engine) commit(ctx context.Context, b batch.Batch, cm store.Commit, wri
 			}
 			return true, nil
 		case errors.Is(err, store.ErrLast):
-			cm.Last = true
+			cm.Last, lastErr = true, err
 		case errors.Is(err, store.ErrRaced):
-			if err := raced(ctx, e.Store, cm.Next); err != nil {
-				e.Log.WarnContext(ctx, "step past a raced ready entry", "batch_id", c.Batch, "chunk", c.Index, "err", err)
+			if rerr := raced(ctx, e.Store, cm.Next); rerr != nil {
+				e.Log.WarnContext(ctx, "step past a raced ready entry", "batch_id", c.Batch, "chunk", c.Index, "err", rerr)
 			}
-			picked = false
+			picked, lastErr = false, err
 		case errors.Is(err, store.ErrRenumber):
-			// Another commit added a chunk, or holds the entry's key.
-			if b, err = e.Store.GetBatch(ctx, b.Tenant, b.ID); err != nil {
-				return false, err
+			// Another commit added a chunk meanwhile: number it anew.
+			lastErr = err
+			if nb, gerr := e.Store.GetBatch(ctx, b.Tenant, b.ID); gerr == nil {
+				b = nb
+			} else {
+				lastErr = gerr
+				_ = backoff.Sleep(ctx, backoff.Upper(backoff.Exponential(try+1, commitBackoff, 50*commitBackoff)))
 			}
 			cm.ChunksTotal = b.ChunksTotal
-			cm.Fallback.Ready.Seq++
 		case errors.Is(err, store.ErrChunkDone):
 			return e.lostCommit(ctx, b, cm, written)
 		case ctx.Err() != nil:
@@ -161,7 +169,9 @@ func (e *Engine) commit(ctx context.Context, b batch.Batch, cm store.Commit, wri
 			_ = backoff.Sleep(ctx, backoff.Upper(backoff.Exponential(try+1, commitBackoff, 50*commitBackoff)))
 		}
 	}
-	return false, lastErr
+	// Out of tries: an error, never (false, nil), which would leave the
+	// chunk claimed with nothing to run it but its lease's end.
+	return false, fmt.Errorf("commit chunk %d of %s: out of tries: %w", c.Index, c.Batch, lastErr)
 }
 
 // settle reads the chunk after a commit that failed with an error: done
@@ -201,9 +211,12 @@ func (e *Engine) settleLost(ctx context.Context, b batch.Batch, cm store.Commit,
 		}
 		var next *store.Claim
 		if c.Next != nil {
-			next = &store.Claim{Entry: store.Ready{Tenant: c.Next.Tenant, Batch: c.Next.Batch, Next: c.Next.Chunk}, Run: c.Next.Run}
+			next = &store.Claim{Entry: store.Ready{Model: c.Model, Tenant: c.Next.Tenant, Batch: c.Next.Batch, Next: c.Next.Chunk}, Run: c.Next.Run}
 		}
 		e.afterCommit(ctx, b, next, last)
+		if cm.Fallback != nil {
+			e.startFallback(ctx, cm.Fallback.Chunk.Model)
+		}
 		return true, nil
 	}
 	e.Log.InfoContext(ctx, "chunk committed by another run; this run's part discarded", "batch_id", c.Batch, "chunk", c.Index, "run", cm.Chunk.Run)

@@ -43,8 +43,9 @@ func RowSpans(c batch.Chunk, data []byte) ([]batch.Span, error) {
 
 // Split cuts chunk c, whose rows are rows (RowSpans), by answered (a flag
 // per row): done is c with only its answered rows, to commit; rest holds
-// the others as a pending chunk of their own, to run later (its Index and
-// NextSame are the caller's to set). Either has 0 rows when no row is
+// the others as a pending chunk of their own, of c's model and kind (a
+// fallback chunk's rest runs on the fallback too), to run later (its Index
+// and NextSame are the caller's to set). Either has 0 rows when no row is
 // on its side.
 func Split(c batch.Chunk, rows []batch.Span, answered []bool) (done, rest batch.Chunk) {
 	var doneRows, restRows []batch.Span
@@ -56,7 +57,7 @@ func Split(c batch.Chunk, rows []batch.Span, answered []bool) (done, rest batch.
 		}
 	}
 	done = withRows(c, doneRows)
-	rest = withRows(batch.Chunk{Batch: c.Batch, Tenant: c.Tenant, Model: c.Model, State: batch.ChunkPending, NextSame: -1}, restRows)
+	rest = withRows(batch.Chunk{Batch: c.Batch, Tenant: c.Tenant, Model: c.Model, Fallback: c.Fallback, State: batch.ChunkPending, NextSame: -1}, restRows)
 	return done, rest
 }
 

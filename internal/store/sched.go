@@ -99,6 +99,10 @@ type Ready struct {
 	// Next is then read from Next's NextSame, not Next+1.
 	Mixed bool `dynamodbav:"mixed"`
 	Total int  `dynamodbav:"total"`
+	// Fallback marks the entry of one chunk of fallback rows
+	// (Commit.Fallback): its key is its own, so the claims that move the
+	// batch's entry of the model on never write over it.
+	Fallback bool `dynamodbav:"fallback,omitempty"`
 }
 
 func readyPK(model string) string { return "READY#" + model }
@@ -107,7 +111,11 @@ func readyPK(model string) string { return "READY#" + model }
 // the fewest chunks of this model (its sequence), so equal priorities take
 // turns.
 func (r Ready) SK() string {
-	return readyPrefix(r.Priority) + fmt.Sprintf("%012d#%s", r.Seq, r.Batch)
+	sk := readyPrefix(r.Priority) + fmt.Sprintf("%012d#%s", r.Seq, r.Batch)
+	if r.Fallback {
+		sk += fmt.Sprintf("#f%09d", r.Next)
+	}
+	return sk
 }
 
 // readyPrefix begins the sort key of every entry of priority p.

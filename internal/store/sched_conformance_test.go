@@ -408,7 +408,7 @@ func TestCommitItemsDeterministic(t *testing.T) {
 func fallbackOf(id string, i int, seq int64) *FallbackChunk {
 	c := batch.Chunk{Batch: id, Tenant: tenant, Index: i, Model: "f", State: batch.ChunkPending, Fallback: true, NextSame: -1,
 		Start: 10, End: 25, FirstRow: 2, Rows: 2, Spans: batch.Spans{{Start: 10, End: 15, Row: 2, Rows: 1}, {Start: 20, End: 25, Row: 4, Rows: 1}}}
-	return &FallbackChunk{Chunk: c, Ready: Ready{Model: "f", Tenant: tenant, Batch: id, Seq: seq, Next: i, Total: i + 1}}
+	return &FallbackChunk{Chunk: c, Ready: Ready{Model: "f", Tenant: tenant, Batch: id, Seq: seq, Next: i, Total: i + 1, Fallback: true}}
 }
 
 // TestSchedConformanceCommitWithFallback: a commit whose chunk's rows 2
@@ -458,13 +458,11 @@ func TestSchedConformanceCommitWithFallback(t *testing.T) {
 		t.Fatalf("in flight %d, want 2 (handed on)", n)
 	}
 
-	// Chunk 1's rows are owed f too: an entry of the same key is refused,
-	// another goes beside the first.
+	// Chunk 1's rows are owed f too: its entry goes beside the first, at
+	// the same turn (a fallback entry's key names its chunk).
 	c1 := s.chunk("batch_f", 1)
 	cm1 := commitOf(c1, "att-1")
 	cm1.Fallback = fallbackOf("batch_f", 3, 0)
-	wantErr(t, "commit with a fallback entry taken", s.CommitChunk(s.ctx, tenant, cm1), ErrRenumber)
-	cm1.Fallback = fallbackOf("batch_f", 3, 1)
 	if err := s.CommitChunk(s.ctx, tenant, cm1); err != nil {
 		t.Fatal(err)
 	}
