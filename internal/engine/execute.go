@@ -417,8 +417,8 @@ func (in *invocation) continueWith(next *store.Claim) bool {
 	return true
 }
 
-// load reads a run's batch (once per invocation, through batches) and
-// chunk and its rows, taking the run's execution fence; false means the
+// load reads a run's batch (through readBatch, which the invocation's runs
+// share) and chunk and its rows, taking the run's execution fence; false means the
 // message is stale (its chunk is done, or no longer this run's) or a
 // duplicate (another execution runs it), and is dropped.
 func (e *Engine) load(ctx context.Context, r *chunkRun, readBatch func(ctx context.Context, tenant, id string) (batch.Batch, error)) (bool, error) {
