@@ -202,6 +202,15 @@ func TestFaultPoisonChunk(t *testing.T) {
 			}
 			return nil
 		}
+		// The crash is injected per delivered message: chunk 2 must not
+		// run as chunk 1's continuation, which has none.
+		wire := o.Wire
+		o.Wire = func(a *app.App) {
+			if wire != nil {
+				wire(a)
+			}
+			a.Engine.NoContinuations = true
+		}
 	})
 	c, key := client(t, rt, "acme")
 	rows := nRows(40, "poison")

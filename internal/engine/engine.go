@@ -133,6 +133,11 @@ type Engine struct {
 	// before it commits; an error there is a crash at the worst moment
 	// (docs/design.md "Fault model").
 	BeforeCommit func(batch.Chunk) error
+	// NoContinuations sends every claimed chunk as its work message instead
+	// of running it in the committing invocation (docs/design.md
+	// "Scheduling", continuation): for tests whose faults are injected per
+	// delivered message, which a continuation never is.
+	NoContinuations bool
 	// RunWorkflow drives the workflow record req, the one row of chunk c
 	// (docs/api.md "Workflow records"), from its checkpoint until it
 	// commits its line (CommitRecord), waits or hands over (SendAgain).

@@ -401,7 +401,7 @@ func (in *invocation) stopModel(model string) {
 // send.
 func (in *invocation) continueWith(next *store.Claim) bool {
 	dl, ok := in.runCtx.Deadline()
-	if in.runCtx.Err() != nil || (ok && time.Until(dl) < in.e.lease()/2) {
+	if in.e.NoContinuations || in.runCtx.Err() != nil || (ok && time.Until(dl) < in.e.lease()/2) {
 		return false
 	}
 	in.mu.Lock()
