@@ -191,3 +191,34 @@ func TestContinuationThatRanNothingIsSent(t *testing.T) {
 		t.Errorf("chunk 2 claimed, %d rows run, no work message: left to its lease's end and a takeover (an attempt)", ran)
 	}
 }
+
+// TestCommittedRunDoesNotStopItsModel: chunk 0 of model x commits while
+// chunk 1 of x runs on in the same invocation. Chunk 0's lease renewals
+// after its commit find it done (ErrLeaseLost): that ends chunk 0's lease
+// keeping, and nothing else. Before, it stopped every run of x in the
+// invocation (invocation.stopModel, meant for a run that lost its chunk
+// while running): chunk 1 was cut, split, and its rows in flight sent
+// again.
+func TestCommittedRunDoesNotStopItsModel(t *testing.T) {
+	t.Parallel()
+	p := newPeakProvider(50 * time.Millisecond)
+	e, table := runsFixture(t, p, chunkSpec{"x", 2, 2}, chunkSpec{"x", 40, 2})
+	e.Lease = 300 * time.Millisecond // renewals every 100 ms
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	failed, err := e.Execute(ctx, []queue.Delivery{workDelivery(t, table.chunks[0], "d0"), workDelivery(t, table.chunks[1], "d1")})
+
+	if err != nil || len(failed) > 0 {
+		t.Fatalf("Execute: failed %v, err %v", failed, err)
+	}
+	if len(table.commits) != 2 || table.b.ChunksTotal != 2 || table.chunks[1].State != batch.ChunkDone || table.chunks[1].Rows != 40 {
+		t.Fatalf("%d commits, %d chunks, chunk 1 %s with %d rows: want both chunks committed whole, no split",
+			len(table.commits), table.b.ChunksTotal, table.chunks[1].State, table.chunks[1].Rows)
+	}
+	for n, k := range p.sent {
+		if k != 1 {
+			t.Errorf("row %d sent %d times", n, k)
+		}
+	}
+}

@@ -309,7 +309,15 @@ func (in *invocation) start(r *chunkRun) {
 	r.ctx, r.cancel = context.WithCancel(withExec(in.runCtx, r.exec))
 	r.stop = func() {
 		r.cancel()
-		in.stopModel(r.c.Model)
+		r.progress.Lock()
+		committing := r.committing
+		r.progress.Unlock()
+		if !committing {
+			// A committing run's rows are done and its slots out of
+			// the pool's use (Pool.Finish): nothing of the model's
+			// runs here is on them.
+			in.stopModel(r.c.Model)
+		}
 	}
 	in.keepers.Go(func() { e.keepLease(r) })
 	in.mu.Lock()
@@ -573,6 +581,9 @@ func (e *Engine) finishRun(ctx context.Context, p *fanout.Pool, r *chunkRun) {
 		_, r.err = e.commitRows(ctx, r.b, r.c, r.lines, 0)
 	}
 	r.ended = r.err == nil
+	// Its lease is kept no longer: a renewal would find the chunk done,
+	// which is no reason to stop the model's other runs.
+	r.cancel()
 }
 
 // deferRow records that row i is owed its fallback, model to.
@@ -915,7 +926,7 @@ func (e *Engine) keepLease(r *chunkRun) {
 			stop.Reset(stopAt())
 			wait = every
 		case errors.Is(err, store.ErrLeaseLost):
-			r.stop() // another run has the chunk: this one stops
+			r.stop() // another run has the chunk, or its own commit did
 			return
 		default:
 			if r.ctx.Err() == nil {
