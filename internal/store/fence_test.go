@@ -8,61 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/relaybatch/relay/internal/batch"
-	"github.com/relaybatch/relay/internal/local/emulator"
-	"github.com/relaybatch/relay/internal/resources"
 )
-
-// fenceStore is a Store on a table of its own on an emulator started for
-// t (internal/local/emulator).
-func fenceStore(t *testing.T) *Store {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("-short: needs the emulator (moto_server)")
-	}
-	ctx := context.Background()
-	ep, stop, err := emulator.Start(ctx)
-	if err != nil {
-		t.Fatalf("emulator: %v", err)
-	}
-	t.Cleanup(stop)
-	cfg, err := emulator.Config(ctx, ep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := dynamodb.NewFromConfig(cfg)
-	def := resources.Define(fmt.Sprintf("fence%d", time.Now().UnixNano())).Table
-	in := &dynamodb.CreateTableInput{
-		TableName: &def.Name, BillingMode: types.BillingModePayPerRequest,
-		KeySchema: []types.KeySchemaElement{
-			{AttributeName: &def.PartitionKey, KeyType: types.KeyTypeHash},
-			{AttributeName: &def.SortKey, KeyType: types.KeyTypeRange},
-		},
-	}
-	attrs := map[string]bool{def.PartitionKey: true, def.SortKey: true}
-	for _, ix := range def.Indexes {
-		attrs[ix.PartitionKey], attrs[ix.SortKey] = true, true
-		in.GlobalSecondaryIndexes = append(in.GlobalSecondaryIndexes, types.GlobalSecondaryIndex{
-			IndexName: aws.String(ix.Name),
-			KeySchema: []types.KeySchemaElement{
-				{AttributeName: aws.String(ix.PartitionKey), KeyType: types.KeyTypeHash},
-				{AttributeName: aws.String(ix.SortKey), KeyType: types.KeyTypeRange},
-			},
-			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll},
-		})
-	}
-	for a := range attrs {
-		in.AttributeDefinitions = append(in.AttributeDefinitions, types.AttributeDefinition{
-			AttributeName: aws.String(a), AttributeType: types.ScalarAttributeTypeS})
-	}
-	if _, err := db.CreateTable(ctx, in); err != nil {
-		t.Fatal(err)
-	}
-	return New(db, def.Name)
-}
 
 // TestFenceConditions: the execution fence on a chunk item, against the
 // emulator (docs/design.md "Scheduling", fence). One execution of a run
@@ -70,7 +17,7 @@ func fenceStore(t *testing.T) *Store {
 // or was handed over or released; renewals and hand-overs of an execution
 // that lost it fail; a run that is no longer the chunk's takes nothing.
 func TestFenceConditions(t *testing.T) {
-	s := fenceStore(t)
+	s := emulatorStore(t)
 	ctx := context.Background()
 	now := time.Now()
 	later := now.Add(time.Minute)
@@ -135,7 +82,7 @@ func TestFenceConditions(t *testing.T) {
 // counts one chunk more, and a split numbered from a stale chunk count is
 // refused (ErrRaced) without effect.
 func TestCommitSplit(t *testing.T) {
-	s := fenceStore(t)
+	s := emulatorStore(t)
 	ctx := context.Background()
 	lease := time.Now().Add(time.Minute)
 	b := batch.Batch{ID: "batch_s", Tenant: "t", Status: batch.InProgress, ChunksTotal: 2, Started: true}
@@ -222,7 +169,7 @@ func TestCommitSplit(t *testing.T) {
 // spans, first row and range, so its lines map to the rows they answer
 // (output order, line ids, a retry's input of its failed rows).
 func TestCommitSplitKeepsTheAnsweredRows(t *testing.T) {
-	s := fenceStore(t)
+	s := emulatorStore(t)
 	ctx := context.Background()
 	lease := time.Now().Add(time.Minute)
 	b := batch.Batch{ID: "batch_k", Tenant: "t", Status: batch.InProgress, ChunksTotal: 1, Started: true}
@@ -265,7 +212,7 @@ func TestCommitSplitKeepsTheAnsweredRows(t *testing.T) {
 // the executor's clock: its delivery was dropped as a duplicate, and the
 // chunk waited another lease and spent another attempt.
 func TestTakeoverClearsTheFence(t *testing.T) {
-	s := fenceStore(t)
+	s := emulatorStore(t)
 	ctx := context.Background()
 	now := time.Now()
 	c := batch.Chunk{Batch: "batch_t", Tenant: "t", Index: 0, Rows: 1, Model: "m", State: batch.ChunkPending, NextSame: -1}
