@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaybatch/relay/internal/batch"
-	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/queue"
@@ -200,16 +198,7 @@ func (f *ambiguousTable) CommitChunk(ctx context.Context, tenant string, cm stor
 // does (startFallback). Before, the fallback chunk waited for the tick.
 func TestSettledFallbackCommitStartsTheFallback(t *testing.T) {
 	t.Parallel()
-	e, table := runsFixture(t, newPeakProvider(0), chunkSpec{"x", 6, 2})
-	e.Provider = &fallbackProvider{sent: map[string][]int{}}
-	models, err := config.ParseModels([]byte("models:\n" +
-		"  - {name: x, provider: openai, base_url: http://m/v1, api_key_env: K, max_concurrency: 2, fallback: y}\n" +
-		"  - {name: y, provider: openai, base_url: http://m/v1, api_key_env: K, max_concurrency: 2}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.Models = models
-	ft := &freeSlotsTable{runsTable: table}
+	e, table, ft := fallbackStartFixture(t)
 	e.Store = &ambiguousTable{freeSlotsTable: ft}
 
 	if failed, err := e.Execute(context.Background(), []queue.Delivery{workDelivery(t, table.chunks[0], "d0")}); err != nil || len(failed) > 0 {
@@ -220,5 +209,4 @@ func TestSettledFallbackCommitStartsTheFallback(t *testing.T) {
 	if table.b.ChunksTotal != 2 || !slices.Contains(ft.asked, "y") {
 		t.Fatalf("chunks %d, free capacity asked of %v: want the fallback chunk added and y's capacity asked", table.b.ChunksTotal, ft.asked)
 	}
-	_ = batch.ChunkDone
 }

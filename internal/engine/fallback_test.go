@@ -160,12 +160,11 @@ func (f *freeSlotsTable) FreeSlots(_ context.Context, model string, quotas []int
 	return make([]int, len(quotas)), nil
 }
 
-// TestFallbackChunkClaimedAtOnce: the commit that adds a chunk of fallback
-// rows claims from the fallback model's free capacity, as a plan does for
-// its first chunks; an idle fallback model would otherwise leave them to
-// the tick, a minute away as deployed.
-func TestFallbackChunkClaimedAtOnce(t *testing.T) {
-	t.Parallel()
+// fallbackStartFixture is an engine over one chunk of model x (6 rows, 2
+// slots) whose odd rows fall back to y, both configured (so the engine
+// can start y), on a table that records the free capacity asked for.
+func fallbackStartFixture(t *testing.T) (*Engine, *runsTable, *freeSlotsTable) {
+	t.Helper()
 	e, table := runsFixture(t, newPeakProvider(0), chunkSpec{"x", 6, 2})
 	e.Provider = &fallbackProvider{sent: map[string][]int{}}
 	models, err := config.ParseModels([]byte("models:\n" +
@@ -175,7 +174,16 @@ func TestFallbackChunkClaimedAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.Models = models
-	ft := &freeSlotsTable{runsTable: table}
+	return e, table, &freeSlotsTable{runsTable: table}
+}
+
+// TestFallbackChunkClaimedAtOnce: the commit that adds a chunk of fallback
+// rows claims from the fallback model's free capacity, as a plan does for
+// its first chunks; an idle fallback model would otherwise leave them to
+// the tick, a minute away as deployed.
+func TestFallbackChunkClaimedAtOnce(t *testing.T) {
+	t.Parallel()
+	e, table, ft := fallbackStartFixture(t)
 	e.Store = ft
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
