@@ -134,10 +134,7 @@ func (e *Engine) commit(ctx context.Context, b batch.Batch, cm store.Commit, wri
 		err := e.Store.CommitChunk(ctx, b.Tenant, cm)
 		switch {
 		case err == nil:
-			e.afterCommit(ctx, b, cm.Next, cm.Last)
-			if cm.Fallback != nil {
-				e.startFallback(ctx, cm.Fallback.Chunk.Model)
-			}
+			e.afterCommit(ctx, b, cm.Next, cm.Last, cm.Fallback)
 			return true, nil
 		case errors.Is(err, store.ErrLast):
 			cm.Last, lastErr = true, err
@@ -213,10 +210,7 @@ func (e *Engine) settleLost(ctx context.Context, b batch.Batch, cm store.Commit,
 		if c.Next != nil {
 			next = &store.Claim{Entry: store.Ready{Model: c.Model, Tenant: c.Next.Tenant, Batch: c.Next.Batch, Next: c.Next.Chunk}, Run: c.Next.Run}
 		}
-		e.afterCommit(ctx, b, next, last)
-		if cm.Fallback != nil {
-			e.startFallback(ctx, cm.Fallback.Chunk.Model)
-		}
+		e.afterCommit(ctx, b, next, last, cm.Fallback)
 		return true, nil
 	}
 	e.Log.InfoContext(ctx, "chunk committed by another run; this run's part discarded", "batch_id", c.Batch, "chunk", c.Index, "run", cm.Chunk.Run)
@@ -235,16 +229,20 @@ func withContinuation(ctx context.Context, run func(*store.Claim) bool) context.
 }
 
 // afterCommit hands the claimed chunk on (to the invocation's continuation
-// when ctx offers one that takes it, else as its work message) and, after
+// when ctx offers one that takes it, else as its work message), claims
+// for a chunk of fallback rows the commit added (startFallback) and, after
 // the last chunk, sends the finalize message. A lost send costs time, not
 // work: the claimed chunk's lease runs out and the tick re-sends it; the
 // finalize is due on the batch and the tick sends it.
-func (e *Engine) afterCommit(ctx context.Context, b batch.Batch, next *store.Claim, last bool) {
+func (e *Engine) afterCommit(ctx context.Context, b batch.Batch, next *store.Claim, last bool, fallback *store.FallbackChunk) {
 	run, _ := ctx.Value(continuationKey{}).(func(*store.Claim) bool)
 	if next != nil && (run == nil || !run(next)) {
 		if err := e.send(ctx, resources.Work, msg.ForChunk(next.Next())); err != nil {
 			e.Log.WarnContext(ctx, "send claimed chunk", "batch_id", next.Entry.Batch, "chunk", next.Entry.Next, "err", err)
 		}
+	}
+	if fallback != nil {
+		e.startFallback(ctx, fallback.Chunk.Model)
 	}
 	if last {
 		if err := e.send(ctx, resources.Finalize, msg.Message{Type: msg.Finalize, Tenant: b.Tenant, Batch: b.ID}); err != nil {
