@@ -609,20 +609,30 @@ func (r *chunkRun) owed() string {
 // row of a run that was not stopped has its line or is owed a fallback.
 func (e *Engine) commitDeferred(ctx context.Context, r *chunkRun) error {
 	defer r.lines.Close()
-	data, err := e.Blobs.ReadRange(ctx, r.b.Input, r.c.Start, r.c.End)
+	done, rest, err := e.splitAnswered(ctx, r, r.lines.Answered())
 	if err != nil {
-		return fmt.Errorf("fallback rows of chunk %d of %s: %w", r.c.Index, r.c.Batch, err)
+		return fmt.Errorf("fallback rows: %w", err)
 	}
-	rows, err := plan.RowSpans(r.c, data)
-	if err != nil {
-		return fmt.Errorf("fallback rows of chunk %d of %s: %w", r.c.Index, r.c.Batch, err)
-	}
-	answered := r.lines.Answered()
-	r.lines.Keep(answered)
-	done, rest := plan.Split(r.c, rows, answered)
 	rest.Model, rest.Fallback = r.owed(), true
 	_, err = e.commitWith(ctx, r.b, done, r.lines, 0, &rest)
 	return err
+}
+
+// splitAnswered cuts run r's chunk into its answered rows (done, whose
+// lines r keeps) and the others (rest, a pending chunk of r's model), by
+// the row spans of its input range (plan.Split).
+func (e *Engine) splitAnswered(ctx context.Context, r *chunkRun, answered []bool) (done, rest batch.Chunk, err error) {
+	data, err := e.Blobs.ReadRange(ctx, r.b.Input, r.c.Start, r.c.End)
+	if err != nil {
+		return done, rest, fmt.Errorf("split chunk %d of %s: %w", r.c.Index, r.c.Batch, err)
+	}
+	rows, err := plan.RowSpans(r.c, data)
+	if err != nil {
+		return done, rest, fmt.Errorf("split chunk %d of %s: %w", r.c.Index, r.c.Batch, err)
+	}
+	r.lines.Keep(answered)
+	done, rest = plan.Split(r.c, rows, answered)
+	return done, rest, nil
 }
 
 // commitAnswered commits the rows a run that stopped for want of time or
@@ -646,17 +656,10 @@ func (e *Engine) commitAnswered(ctx context.Context, r *chunkRun) error {
 		_, err := e.commitRows(ctx, r.b, r.c, r.lines, 0)
 		return err
 	}
-	data, err := e.Blobs.ReadRange(ctx, r.b.Input, r.c.Start, r.c.End)
+	done, rest, err := e.splitAnswered(ctx, r, answered)
 	if err != nil {
-		return fmt.Errorf("split chunk %d of %s: %w", r.c.Index, r.c.Batch, err)
+		return err
 	}
-	rows, err := plan.RowSpans(r.c, data)
-	if err != nil {
-		return fmt.Errorf("split chunk %d of %s: %w", r.c.Index, r.c.Batch, err)
-	}
-	r.lines.Keep(answered)
-	done, rest := plan.Split(r.c, rows, answered)
-	rest.NextSame = -1
 	done.Attempt = ids.Secret(6)
 	parts, cm, err := part.Commit(done, r.lines, 0, e.now())
 	if err != nil {
