@@ -47,11 +47,7 @@ func (e *Engine) commitWith(ctx context.Context, b batch.Batch, c batch.Chunk, r
 	// two are independent, and a hand-over is as long as its requests in
 	// a row (docs/design.md "Chunk size").
 	picked := make(chan pickResult, 1)
-	go func() {
-		var r pickResult
-		r.next, r.err = e.pickNext(ctx, cm.Chunk)
-		picked <- r
-	}()
+	go func() { picked <- e.pickNext(ctx, cm.Chunk) }()
 	written, err := part.Write(ctx, e.Blobs, cm, parts)
 	first := <-picked
 	if err != nil {
@@ -69,19 +65,28 @@ func (e *Engine) commitWith(ctx context.Context, b batch.Batch, c batch.Chunk, r
 	return e.commit(ctx, b, cm, written, &first)
 }
 
-// pickResult is a commit's continuation as pickNext read it.
+// pickResult is a commit's continuation as pickNext read it, and its load
+// when the invocation will run it.
 type pickResult struct {
 	next *store.Claim
+	pre  *preload
 	err  error
 }
 
 // pickNext picks the chunk c's model owes next for c's slots: none for a
-// chunk that holds none.
-func (e *Engine) pickNext(ctx context.Context, c batch.Chunk) (*store.Claim, error) {
+// chunk that holds none. When ctx's invocation would run it
+// (invocation.wants), the claim takes its fence for the invocation and
+// its load begins (docs/design.md "Scheduling", continuations).
+func (e *Engine) pickNext(ctx context.Context, c batch.Chunk) pickResult {
 	if c.Slots == 0 {
-		return nil, nil
+		return pickResult{}
 	}
-	return pick(ctx, e.Store, c.Model, c.Slots, c.Shard, e.now().Add(e.lease()), &c)
+	next, err := pick(ctx, e.Store, c.Model, c.Slots, c.Shard, e.now().Add(e.lease()), &c)
+	if in, ok := ctx.Value(continuationKey{}).(*invocation); ok && next != nil && in.wants(next.Entry.Model) {
+		next.Exec = ids.Secret(8)
+		return pickResult{next: next, pre: in.preload(next)}
+	}
+	return pickResult{next: next, err: err}
 }
 
 // commitTries bounds a commit's retries after errors that may be
@@ -109,6 +114,7 @@ func (e *Engine) commit(ctx context.Context, b batch.Batch, cm store.Commit, wri
 	cm.ChunksTotal = b.ChunksTotal
 	cm.FinalizeDue = e.now().Add(batch.Grace)
 	picked := false
+	var pre *preload
 	var lastErr error
 	for try := 0; try < commitTries; try++ {
 		if fb := cm.Fallback; fb != nil {
@@ -117,10 +123,14 @@ func (e *Engine) commit(ctx context.Context, b batch.Batch, cm store.Commit, wri
 			fb.Ready.Next, fb.Ready.Total = b.ChunksTotal, b.ChunksTotal+1
 		}
 		if !picked {
-			next, err := e.pickNext(ctx, c)
+			var p pickResult
 			if first != nil {
-				next, err, first = first.next, first.err, nil
+				p, first = *first, nil
+			} else {
+				p = e.pickNext(ctx, c)
 			}
+			next, err := p.next, p.err
+			pre = p.pre
 			if err != nil {
 				// The commit goes on without a continuation: its slots go
 				// back to the model and the tick claims from there. Failing
@@ -134,7 +144,7 @@ func (e *Engine) commit(ctx context.Context, b batch.Batch, cm store.Commit, wri
 		err := e.Store.CommitChunk(ctx, b.Tenant, cm)
 		switch {
 		case err == nil:
-			e.afterCommit(ctx, b, cm.Next, cm.Last, cm.Fallback)
+			e.afterCommit(ctx, b, cm.Next, pre, cm.Last, cm.Fallback)
 			return true, nil
 		case errors.Is(err, store.ErrLast):
 			cm.Last, lastErr = true, err
@@ -207,37 +217,52 @@ func (e *Engine) settleLost(ctx context.Context, b batch.Batch, cm store.Commit,
 			last = nb.ChunksDone >= nb.ChunksTotal && !nb.Status.Terminal()
 		}
 		var next *store.Claim
-		if c.Next != nil {
+		switch {
+		case c.Next != nil && cm.Next != nil && c.Next.Run == cm.Next.Run:
+			// The claim as made: with the fence it may have taken.
+			next = cm.Next
+		case c.Next != nil:
 			next = &store.Claim{Entry: store.Ready{Model: c.Model, Tenant: c.Next.Tenant, Batch: c.Next.Batch, Next: c.Next.Chunk}, Run: c.Next.Run}
 		}
-		e.afterCommit(ctx, b, next, last, cm.Fallback)
+		e.afterCommit(ctx, b, next, nil, last, cm.Fallback)
 		return true, nil
 	}
 	e.Log.InfoContext(ctx, "chunk committed by another run; this run's part discarded", "batch_id", c.Batch, "chunk", c.Index, "run", cm.Chunk.Run)
 	return false, e.Blobs.Delete(ctx, written...)
 }
 
-// continuationKey is the context key of the function that may run a
-// claimed chunk in the committing invocation (withContinuation).
+// continuationKey is the context key of the invocation that may run a
+// claimed chunk as the committing run's continuation (withContinuation).
 type continuationKey struct{}
 
-// withContinuation is ctx under which afterCommit offers the chunk a commit
-// claimed to run, which reports whether it takes it; otherwise its work
-// message is sent.
-func withContinuation(ctx context.Context, run func(*store.Claim) bool) context.Context {
-	return context.WithValue(ctx, continuationKey{}, run)
+// withContinuation is ctx under which a commit's claim is offered to
+// invocation in: its fence taken for it and its load begun when it will
+// run it (pickNext), and run by it or sent as its work message
+// (afterCommit).
+func withContinuation(ctx context.Context, in *invocation) context.Context {
+	return context.WithValue(ctx, continuationKey{}, in)
 }
 
 // afterCommit hands the claimed chunk on (to the invocation's continuation
-// when ctx offers one that takes it, else as its work message), claims
-// for a chunk of fallback rows the commit added (startFallback) and, after
-// the last chunk, sends the finalize message. A lost send costs time, not
-// work: the claimed chunk's lease runs out and the tick re-sends it; the
-// finalize is due on the batch and the tick sends it.
-func (e *Engine) afterCommit(ctx context.Context, b batch.Batch, next *store.Claim, last bool, fallback *store.FallbackChunk) {
-	run, _ := ctx.Value(continuationKey{}).(func(*store.Claim) bool)
-	if next != nil && (run == nil || !run(next)) {
-		if err := e.send(ctx, resources.Work, msg.ForChunk(next.Next())); err != nil {
+// when ctx offers one that takes it, with its load pre, else as its work
+// message), claims for a chunk of fallback rows the commit added
+// (startFallback) and, after the last chunk, sends the finalize message. A
+// lost send costs time, not work: the claimed chunk's lease runs out and
+// the tick re-sends it; the finalize is due on the batch and the tick
+// sends it.
+func (e *Engine) afterCommit(ctx context.Context, b batch.Batch, next *store.Claim, pre *preload, last bool, fallback *store.FallbackChunk) {
+	in, _ := ctx.Value(continuationKey{}).(*invocation)
+	if next != nil && (in == nil || !in.continueWith(next, pre)) {
+		m := msg.ForChunk(next.Next())
+		var err error
+		if next.Exec != "" {
+			// The claim took the fence for a continuation that will not
+			// run: it goes with the message (SendAgain hands it over).
+			err = e.SendAgain(withExec(ctx, next.Exec), m, 0)
+		} else {
+			err = e.send(ctx, resources.Work, m)
+		}
+		if err != nil {
 			e.Log.WarnContext(ctx, "send claimed chunk", "batch_id", next.Entry.Batch, "chunk", next.Entry.Next, "err", err)
 		}
 	}

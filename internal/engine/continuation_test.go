@@ -124,18 +124,26 @@ func TestPickFailureCommitsWithoutContinuation(t *testing.T) {
 	}
 }
 
-// slowFence is a runsTable whose fence take of chunk slow waits wait.
-type slowFence struct {
+// slowLoad is a runsTable whose fence take and read of chunk slow (a
+// run's load, or a continuation's) wait wait.
+type slowLoad struct {
 	*runsTable
 	slow int
 	wait time.Duration
 }
 
-func (f *slowFence) TakeFence(ctx context.Context, b string, i int, run, exec string, now, until time.Time) (batch.Chunk, error) {
+func (f *slowLoad) TakeFence(ctx context.Context, b string, i int, run, exec string, now, until time.Time) (batch.Chunk, error) {
 	if i == f.slow {
 		time.Sleep(f.wait)
 	}
 	return f.runsTable.TakeFence(ctx, b, i, run, exec, now, until)
+}
+
+func (f *slowLoad) GetChunk(ctx context.Context, b string, i int) (batch.Chunk, error) {
+	if i == f.slow {
+		time.Sleep(f.wait)
+	}
+	return f.runsTable.GetChunk(ctx, b, i)
 }
 
 // TestContinuationLoadBesideHeartbeat: a continuation still loading when
@@ -144,7 +152,7 @@ func (f *slowFence) TakeFence(ctx context.Context, b string, i int, run, exec st
 // run joined the invocation's runs only once loaded.
 func TestContinuationLoadBesideHeartbeat(t *testing.T) {
 	e, table, _ := continuationFixture(t)
-	e.Store = &slowFence{runsTable: table, slow: 1, wait: statusRefresh + 500*time.Millisecond}
+	e.Store = &slowLoad{runsTable: table, slow: 1, wait: statusRefresh + 500*time.Millisecond}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
@@ -220,5 +228,96 @@ func TestCommittedRunDoesNotStopItsModel(t *testing.T) {
 		if k != 1 {
 			t.Errorf("row %d sent %d times", n, k)
 		}
+	}
+}
+
+// fenceCount is a runsTable counting fence takes by chunk.
+type fenceCount struct {
+	*runsTable
+	takes sync.Map // chunk → *atomic.Int32
+}
+
+func (f *fenceCount) TakeFence(ctx context.Context, b string, i int, run, exec string, now, until time.Time) (batch.Chunk, error) {
+	n, _ := f.takes.LoadOrStore(i, &atomic.Int32{})
+	n.(*atomic.Int32).Add(1)
+	return f.runsTable.TakeFence(ctx, b, i, run, exec, now, until)
+}
+
+func (f *fenceCount) of(i int) int32 {
+	n, ok := f.takes.Load(i)
+	if !ok {
+		return 0
+	}
+	return n.(*atomic.Int32).Load()
+}
+
+// TestContinuationStartsOnItsClaimsFence: the commit that claims the
+// invocation's continuation takes the claimed run's fence in the same
+// transaction, and the continuation's chunk and rows are read beside the
+// commit, so the hand-over is the commit alone (docs/design.md
+// "Scheduling", continuations). Before, the continuation took its fence
+// and read its rows after the commit: three requests in a row between
+// two chunks of a model.
+func TestContinuationStartsOnItsClaimsFence(t *testing.T) {
+	t.Parallel()
+	e, table, _ := continuationFixture(t)
+	ft := &fenceCount{runsTable: table}
+	e.Store = ft
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	failed, err := e.Execute(ctx, []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+
+	if err != nil || len(failed) > 0 || len(table.commits) != 2 || table.chunks[1].State != batch.ChunkDone {
+		t.Fatalf("Execute: failed %v, err %v, %d commits, chunk 1 %s", failed, err, len(table.commits), table.chunks[1].State)
+	}
+	if n := table.commits[0].Next; n == nil || n.Exec == "" {
+		t.Errorf("chunk 0's commit claimed %+v: no fence for the continuation", n)
+	}
+	if n := ft.of(1); n != 0 {
+		t.Errorf("the continuation took its fence %d times after the commit that claimed it", n)
+	}
+}
+
+// TestRefusedContinuationHandsItsFenceToTheMessage: a commit claims chunk
+// 1 for the invocation (its fence taken with the claim), but the
+// invocation no longer runs it when the commit lands (here: less than
+// half a lease left by then). Its work message is sent with the fence
+// handed over, so its delivery runs at once. Without the hand-over every
+// delivery would be fenced out until the claim's lease ended.
+func TestRefusedContinuationHandsItsFenceToTheMessage(t *testing.T) {
+	t.Parallel()
+	e, table, _ := continuationFixture(t)
+	e.Lease = 2 * time.Second
+	start := time.Now()
+	// The invocation stops running rows 2 s before its deadline, and
+	// starts no continuation with less than a second (half a lease) left:
+	// at 1.5 s.
+	ctx, cancel := context.WithDeadline(context.Background(), start.Add(4500*time.Millisecond))
+	defer cancel()
+	e.BeforeCommit = func(c batch.Chunk) error {
+		if c.Index == 0 {
+			time.Sleep(time.Until(start.Add(1600 * time.Millisecond)))
+		}
+		return nil
+	}
+
+	failed, err := e.Execute(ctx, []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+
+	if err != nil || len(failed) > 0 || table.chunks[0].State != batch.ChunkDone {
+		t.Fatalf("Execute: failed %v, err %v, chunk 0 %s", failed, err, table.chunks[0].State)
+	}
+	if n := table.commits[0].Next; n == nil || n.Exec == "" {
+		t.Fatalf("chunk 0's commit claimed %+v: no fence for a continuation (picked at %v)", n, time.Since(start))
+	}
+	sent := false
+	for _, m := range e.Queue.(*lockedQueue).sent {
+		sent = sent || (m.Type == msg.Chunk && m.Chunk == 1 && m.Run == table.chunks[1].Run)
+	}
+	if c1 := table.chunks[1]; !sent || c1.State != batch.ChunkClaimed {
+		t.Fatalf("chunk 1 %s, its message sent: %v", c1.State, sent)
+	}
+	if _, err := table.TakeFence(ctx, table.b.ID, 1, table.chunks[1].Run, "its-delivery", time.Now(), time.Now().Add(time.Minute)); err != nil {
+		t.Errorf("the message's delivery takes the fence: %v (the claim's fence was not handed over)", err)
 	}
 }

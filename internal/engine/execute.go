@@ -42,6 +42,10 @@ type chunkRun struct {
 	// release: the run committed, or handed over to its next delivery.
 	exec  string
 	ended bool
+	// claim is a continuation's claim, which took its fence (exec), and
+	// pre its load begun beside the commit (invocation.preload).
+	claim *store.Claim
+	pre   *preload
 	// lease is the run's last renewed lease expiry (unix milliseconds).
 	lease atomic.Int64
 	// ctx ends when the invocation must stop or the run's lease ends
@@ -354,7 +358,7 @@ func (in *invocation) start(r *chunkRun) {
 		}
 		rowDone := func() {
 			if r.left.Add(-1) == 0 {
-				in.work.Go(func() { e.finishRun(withContinuation(in.ctx, in.continueWith), in.pool, r) })
+				in.work.Go(func() { e.finishRun(withContinuation(in.ctx, in), in.pool, r) })
 			}
 		}
 		fanout.Send(in.pool, &in.work, r.rows(e, rowDone))
@@ -400,29 +404,94 @@ func (in *invocation) stopModel(model string) {
 	}
 }
 
-// continueWith runs the chunk a commit claimed in this invocation, instead
-// of sending its work message, while the invocation has at least half a
-// lease left (docs/design.md "Scheduling", continuations): the hand-over
-// is the commit and the next run's load, without a message's send,
-// receive and invocation. Nothing is lost if the invocation dies: the
-// claimed chunk's lease ends and the tick takes it over, as after a lost
-// send.
-func (in *invocation) continueWith(next *store.Claim) bool {
+// wants reports whether a chunk of model claimed now would run in this
+// invocation as a continuation (continueWith), which the invocation then
+// starts loading before its claim commits (preload).
+func (in *invocation) wants(model string) bool {
 	dl, ok := in.runCtx.Deadline()
 	if in.e.NoContinuations || in.runCtx.Err() != nil || (ok && time.Until(dl) < in.e.lease()/2) {
 		return false
 	}
 	in.mu.Lock()
-	alone := in.suspect || in.stopped[next.Entry.Model]
-	in.mu.Unlock()
-	if alone {
-		// A suspect's crash would cost the continuation an attempt; a
-		// stopped model's slots may be in use upstream still.
+	defer in.mu.Unlock()
+	// A suspect's crash would cost the continuation an attempt; a stopped
+	// model's slots may be in use upstream still.
+	return !in.suspect && !in.stopped[model]
+}
+
+// continueWith runs the chunk a commit claimed in this invocation, instead
+// of sending its work message, while the invocation has at least half a
+// lease left (docs/design.md "Scheduling", continuations): the hand-over
+// is the commit alone when the claim took the run's fence for this
+// invocation (store.Claim.Exec) and its load began beside the commit
+// (pre), without a message's send, receive and invocation. Nothing is lost
+// if the invocation dies: the claimed chunk's lease ends and the tick
+// takes it over, as after a lost send.
+func (in *invocation) continueWith(next *store.Claim, pre *preload) bool {
+	if !in.wants(next.Entry.Model) {
 		return false
 	}
-	r := &chunkRun{msg: msg.ForChunk(next.Next()), done: make(chan struct{})}
+	r := &chunkRun{msg: msg.ForChunk(next.Next()), done: make(chan struct{}), exec: next.Exec}
+	if next.Exec != "" {
+		r.claim, r.pre = next, pre
+	}
 	in.work.Go(func() { in.start(r) })
 	return true
+}
+
+// preload is a continuation's load, begun while the commit that claims
+// its chunk is written: the chunk as read before the claim, its batch and
+// its rows. A pending chunk's rows and range never change; the claim sets
+// the rest (preload.claimed).
+type preload struct {
+	done chan struct{}
+	b    batch.Batch
+	c    batch.Chunk
+	reqs []jsonl.Request
+	err  error
+}
+
+// preload begins reading the chunk next claims, its batch and its rows.
+func (in *invocation) preload(next *store.Claim) *preload {
+	p := &preload{done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		e := in.e
+		p.c, p.err = e.Store.GetChunk(in.ctx, next.Entry.Batch, next.Entry.Next)
+		// Read before the claim (pending) or after it (claimed by its run).
+		mine := p.c.State == batch.ChunkPending || (p.c.State == batch.ChunkClaimed && p.c.Run == next.Run)
+		if p.err == nil && (!mine || p.c.Model != next.Entry.Model) {
+			p.err = fmt.Errorf("chunk %d of %s is %s, of %s", p.c.Index, p.c.Batch, p.c.State, p.c.Model)
+		}
+		if p.err == nil {
+			p.b, p.err = in.batch(in.ctx, next.Entry.Tenant, next.Entry.Batch)
+		}
+		if p.err == nil && p.b.ChunksTotal == 0 {
+			p.err = fmt.Errorf("chunk %d of %s: the batch's plan is not recorded yet", p.c.Index, p.c.Batch)
+		}
+		if p.err == nil {
+			p.reqs, p.err = plan.ReadChunk(in.ctx, e.Blobs, p.b, p.c)
+		}
+	}()
+	return p
+}
+
+// claimed is the preloaded chunk as claim c made it (read before the
+// claim, or after it): nil when the preload failed.
+func (p *preload) claimed(c *store.Claim) *batch.Chunk {
+	if p == nil {
+		return nil
+	}
+	<-p.done
+	if p.err != nil {
+		return nil
+	}
+	ch := p.c
+	if ch.State == batch.ChunkClaimed {
+		return &ch
+	}
+	ch.State, ch.Run, ch.Lease, ch.Slots, ch.Shard, ch.Attempts = batch.ChunkClaimed, c.Run, c.Lease.UnixMilli(), c.Slots, c.Shard, ch.Attempts+1
+	return &ch
 }
 
 // load reads a run's batch (through readBatch, which the invocation's runs
@@ -430,6 +499,12 @@ func (in *invocation) continueWith(next *store.Claim) bool {
 // message is stale (its chunk is done, or no longer this run's) or a
 // duplicate (another execution runs it), and is dropped.
 func (e *Engine) load(ctx context.Context, r *chunkRun, readBatch func(ctx context.Context, tenant, id string) (batch.Batch, error)) (bool, error) {
+	if c := r.pre.claimed(r.claim); c != nil {
+		// A continuation whose claim took its fence, loaded beside the
+		// commit.
+		r.lease.Store(c.Lease)
+		return e.admit(ctx, r, r.pre.b, *c, r.pre.reqs)
+	}
 	m := r.msg
 	// The batch is read beside the fence's take: a run's start is as long
 	// as its requests in a row (docs/design.md "Chunk size").
@@ -460,9 +535,17 @@ func (e *Engine) load(ctx context.Context, r *chunkRun, readBatch func(ctx conte
 		r.ended = err == nil
 		return false, err
 	}
-	if err == nil {
-		r.refused, r.reason, err = e.Admit(ctx, b, c)
+	if err != nil {
+		return false, err
 	}
+	return e.admit(ctx, r, b, c, reqs)
+}
+
+// admit finishes a run's load once its fence is taken and its rows read:
+// what the governor and the route allow.
+func (e *Engine) admit(ctx context.Context, r *chunkRun, b batch.Batch, c batch.Chunk, reqs []jsonl.Request) (bool, error) {
+	var err error
+	r.refused, r.reason, err = e.Admit(ctx, b, c)
 	if err == nil {
 		r.route, err = e.Route(ctx, b)
 	}
@@ -493,7 +576,10 @@ const (
 // so a throttle or a timeout costs a few hundred milliseconds, not the
 // run's delivery.
 func (e *Engine) takeFence(ctx context.Context, r *chunkRun) (batch.Chunk, bool, error) {
-	m, exec := r.msg, ids.Secret(8)
+	m, exec := r.msg, r.exec
+	if exec == "" {
+		exec = ids.Secret(8)
+	}
 	var c batch.Chunk
 	var err error
 	for try := range fenceTries {

@@ -146,6 +146,9 @@ func (f *runsTable) CommitChunk(_ context.Context, _ string, cm store.Commit) er
 		nc := f.chunks[n.Entry.Next]
 		nc.State, nc.Run, nc.Slots, nc.Lease, nc.Attempts = batch.ChunkClaimed, n.Run, n.Slots, n.Lease.UnixMilli(), 1
 		f.chunks[nc.Index] = nc
+		if n.Exec != "" {
+			f.exec[nc.Index], f.until[nc.Index] = n.Exec, n.Lease
+		}
 	}
 	if fb := cm.Fallback; fb != nil {
 		if fb.Chunk.Index != f.b.ChunksTotal || slices.ContainsFunc(f.ready, func(r store.Ready) bool { return r.SK() == fb.Ready.SK() && r.Model == fb.Ready.Model }) {

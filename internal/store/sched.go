@@ -244,6 +244,10 @@ type Claim struct {
 	Slots int
 	Shard int
 	Lease time.Time
+	// Exec, if set, is the execution that runs the claimed chunk: the
+	// claim takes the run's fence for it (docs/design.md "Scheduling",
+	// continuations), so it starts without a fence take of its own.
+	Exec string
 }
 
 // Next is the work message of the claimed chunk.
@@ -285,6 +289,11 @@ func (s *Store) claimItems(c Claim) []types.TransactWriteItem {
 			TableName: &s.Table, Key: key(readyPK(c.Entry.Model), c.Entry.SK()),
 			ConditionExpression: aws.String("attribute_exists(pk)"),
 		}},
+	}
+	if c.Exec != "" {
+		u := items[0].Update
+		u.UpdateExpression = aws.String(strings.Replace(*u.UpdateExpression, " ADD ", ", #exec = :exec, exec_until = :lease ADD ", 1))
+		u.ExpressionAttributeNames["#exec"], u.ExpressionAttributeValues[":exec"] = "exec", avS(c.Exec)
 	}
 	if c.After >= 0 {
 		next := c.Entry

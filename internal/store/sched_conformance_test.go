@@ -485,3 +485,36 @@ func TestSchedConformanceCommitWithFallback(t *testing.T) {
 		t.Fatalf("ready head of f after its claims: %+v %v", r, err)
 	}
 }
+
+// TestSchedConformanceCommitTakesTheContinuationsFence: a commit whose
+// continuation names its execution (Claim.Exec) takes the claimed run's
+// fence with the claim: another execution of the run is fenced out until
+// the lease ends, the named one takes it as its own and renews it
+// (docs/design.md "Scheduling", continuations).
+func TestSchedConformanceCommitTakesTheContinuationsFence(t *testing.T) {
+	t.Parallel()
+	s := newSchedTable(t)
+	now := time.Now()
+	lease := now.Add(time.Minute)
+	c0 := s.claim(s.addBatch("batch_x", 0, 2), "run-0", 2, lease)
+	cm := commitOf(c0, "att-0")
+	cm.ChunksTotal = 2
+	next := claimOf(s.head(), "run-1", 2, lease)
+	next.Exec = "exec-cont"
+	cm.Next = &next
+	if err := s.CommitChunk(s.ctx, tenant, cm); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.TakeFence(s.ctx, "batch_x", 1, "run-1", "exec-other", now, lease)
+	wantErr(t, "a delivery of the claimed run while its continuation holds the fence", err, ErrFenced)
+	c1, err := s.TakeFence(s.ctx, "batch_x", 1, "run-1", "exec-cont", now, lease)
+	if err != nil || c1.Run != "run-1" || c1.State != batch.ChunkClaimed || c1.Attempts != 1 {
+		t.Fatalf("the continuation's own take: %+v, %v", c1, err)
+	}
+	if err := s.RenewExec(s.ctx, "batch_x", 1, "run-1", "exec-cont", lease.Add(time.Minute)); err != nil {
+		t.Fatalf("the continuation renews: %v", err)
+	}
+	if _, err := s.TakeFence(s.ctx, "batch_x", 1, "run-1", "exec-other", lease.Add(2*time.Minute+time.Second), lease.Add(3*time.Minute)); err != nil {
+		t.Fatalf("taken once the continuation's lease ended: %v", err)
+	}
+}
