@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/relaybatch/relay/internal/auth"
@@ -500,5 +501,63 @@ func TestExpiryTagsTheBytes(t *testing.T) {
 	out, err := rt.App.Store.GetFile(ctx, "acme", b.OutputFileID)
 	if err != nil || out.ExpiresAt == nil || *out.ExpiresAt > b.CreatedAt+2*24*3600 {
 		t.Errorf("output file expires at %v, after its parts may be gone (%d)", out.ExpiresAt, b.CreatedAt+2*24*3600)
+	}
+}
+
+// TestInputDeletedWhileItsBatchRuns: an input file deleted one second after
+// its batch's create, a common storage-saving habit, is answered as
+// deleted and is gone for the API at once; the batch reads it on and
+// completes with every row; its bytes go when the batch ends (docs/api.md
+// "Files", deleting an input). Before, the batch failed with
+// input_file_missing for the rows that had not run.
+func TestInputDeletedWhileItsBatchRuns(t *testing.T) {
+	t.Parallel()
+	rt := shippedRuntime(t)
+	ctx := context.Background()
+	c, _ := client(t, rt, "acme")
+	// 400 rows of 100 ms on 8 slots: about 5 s, in chunks of 192 rows.
+	f := upload(t, c, "in.jsonl", jsonlRows(slowRows("d", "small-8", 400, 100*time.Millisecond)))
+	rec, err := rt.App.Store.GetFile(ctx, "acme", f.ID)
+	if err != nil || len(rec.Objects) == 0 {
+		t.Fatalf("file record: %+v, %v", rec, err)
+	}
+	b := createBatch(t, c, f.ID)
+	time.Sleep(time.Second)
+
+	del, err := c.Files.Delete(ctx, f.ID)
+	if err != nil || !del.Deleted || del.ID != f.ID {
+		t.Fatalf("delete: got %+v, %v", del, err)
+	}
+	if _, err := c.Files.Get(ctx, f.ID); apiStatus(t, err) != http.StatusNotFound {
+		t.Fatalf("get after delete: got %v, want 404", err)
+	}
+	if b2, err := c.Batches.New(ctx, openai.BatchNewParams{InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions,
+		CompletionWindow: openai.BatchNewParamsCompletionWindow24h}); apiStatus(t, err) != http.StatusBadRequest {
+		t.Fatalf("a new batch of the deleted file: %+v, %v; want 400", b2, err)
+	}
+	done := waitBatch(t, c, b.ID)
+	if done.Status != "completed" || done.RequestCounts.Completed != 400 || done.RequestCounts.Total != 400 {
+		t.Fatalf("batch whose input was deleted while it ran: %s %+v, want completed with 400 rows", done.Status, done.RequestCounts)
+	}
+	ids := map[string]bool{}
+	for line := range strings.Lines(string(content(t, c, done.OutputFileID))) {
+		var l struct {
+			CustomID string `json:"custom_id"`
+		}
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatal(err)
+		}
+		ids[l.CustomID] = true
+	}
+	if len(ids) != 400 {
+		t.Fatalf("%d distinct rows in the output, want 400", len(ids))
+	}
+	for _, key := range rec.Objects {
+		if _, err := rt.App.Blobs.Size(ctx, key); err == nil {
+			t.Errorf("object %s of the deleted file outlived its last batch", key)
+		}
+	}
+	if _, err := rt.App.Store.GetFile(ctx, "acme", f.ID); err == nil {
+		t.Error("the deleted file's record outlived its last batch")
 	}
 }

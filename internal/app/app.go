@@ -126,6 +126,9 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 		if err := a.Batches.ReleaseInflight(ctx, b); err != nil {
 			return err
 		}
+		if err := a.Batches.ReleaseInput(ctx, b); err != nil {
+			return err
+		}
 		return a.Webhooks.Enqueue(ctx, b)
 	}
 	a.Workflows = &wfhost.Runner{Engine: a.Engine, Store: a.Store, Blobs: a.Blobs, Client: hooks}

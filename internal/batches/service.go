@@ -355,9 +355,28 @@ func (s *Service) CreateShaped(ctx context.Context, p auth.Principal, req Create
 	return s.record(ctx, b, idem)
 }
 
-// record stores a new batch and queues its planning.
+// record stores a new batch and queues its planning. The batch holds its
+// input file first (files.Service.Hold), so the file's bytes outlive a
+// delete until the batch ends (ReleaseInput); a retry's input is written
+// by its plan (RetryInput) and holds nothing.
 func (s *Service) record(ctx context.Context, b batch.Batch, idem store.IdemKey) (batch.Batch, error) {
+	holds := b.RetryOf == nil
+	if holds {
+		if err := s.Files.Hold(ctx, b.Tenant, b.InputFileID, b.ID); err != nil {
+			if errors.Is(err, files.ErrNotFound) {
+				return batch.Batch{}, errs.Invalidf("input_file_id", "no such file: %s", b.InputFileID)
+			}
+			return batch.Batch{}, fmt.Errorf("hold input file %s: %w", b.InputFileID, err)
+		}
+	}
 	saved, created, err := s.createCounted(ctx, b, idem)
+	if holds && (err != nil || saved.ID != b.ID) {
+		// Not recorded, or a repeated Idempotency-Key's first batch,
+		// which holds the file itself.
+		if rerr := s.Files.Release(ctx, b.Tenant, b.InputFileID, b.ID); rerr != nil {
+			s.Engine.Log.WarnContext(ctx, "release the input file of a batch not recorded", "batch_id", b.ID, "err", rerr)
+		}
+	}
 	if err != nil {
 		return batch.Batch{}, keyReused(err)
 	}
@@ -367,6 +386,17 @@ func (s *Service) record(ctx context.Context, b batch.Batch, idem store.IdemKey)
 		}
 	}
 	return saved.Out(), nil
+}
+
+// ReleaseInput ends terminal batch b's hold on its input file (record),
+// removing the file if it was deleted meanwhile and b was its last
+// reader. app.New hangs it off the engine's OnTerminal; a second call is
+// a no-op.
+func (s *Service) ReleaseInput(ctx context.Context, b batch.Batch) error {
+	if b.InputFileID == "" || b.RetryOf != nil {
+		return nil
+	}
+	return s.Files.Release(ctx, b.Tenant, b.InputFileID, b.ID)
 }
 
 // inlineFile stores inline rows (inlineJSONL) as a JSONL input file.

@@ -107,7 +107,7 @@ func (s *Service) cancelTemplate(ctx context.Context, tenant, id string, why ...
 	// to queue it is logged, not returned, since a retried cancel finds
 	// nothing left to do.
 	// A template holds no in-flight slot (createCounted): its OnTerminal
-	// only queues the webhook.
+	// gives back its hold on its input file and queues the webhook.
 	if onTerminal := s.Engine.OnTerminal; onTerminal != nil {
 		if err := onTerminal(ctx, b); err != nil {
 			s.Engine.Log.ErrorContext(ctx, "queue webhook of cancelled template", "batch_id", id, "tenant", tenant, "err", err)

@@ -75,6 +75,12 @@ type File struct {
 	// ETag is a presigned upload's object's ETag when it was first seen
 	// landed: what was validated, which batches pin (batch.Object).
 	ETag string `json:"-" dynamodbav:"etag,omitempty"`
+	// Readers are the unfinished batches that read the file (Hold); a
+	// file deleted while it has any is Deleted: gone for the API, its
+	// objects kept until the last of them ends (Release; docs/api.md
+	// "Files", deleting an input).
+	Readers []string `json:"-" dynamodbav:"readers,omitempty"`
+	Deleted bool     `json:"-" dynamodbav:"deleted,omitempty"`
 }
 
 // Upload is an OpenAI Upload object.
@@ -337,6 +343,9 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (File, error) {
 		// removes the bytes.
 		return File{}, errs.NotFoundf("no such file: %s (it expired)", id)
 	}
+	if f.Deleted {
+		return File{}, errs.NotFoundf("no such file: %s", id)
+	}
 	if f.Status == StatusUploaded {
 		f, err = s.settle(ctx, f)
 		if err != nil {
@@ -409,7 +418,7 @@ func (s *Service) List(ctx context.Context, tenant string, p Page) ([]File, bool
 // pageOf sorts files by created_at (then id) in p's order, leaves out the
 // expired ones and returns the p.Limit after p.After.
 func pageOf(all []File, p Page, now time.Time) ([]File, bool, error) {
-	fs := slices.DeleteFunc(all, func(f File) bool { return f.expired(now) })
+	fs := slices.DeleteFunc(all, func(f File) bool { return f.expired(now) || f.Deleted })
 	slices.SortFunc(fs, func(a, b File) int {
 		c := cmp.Or(cmp.Compare(a.CreatedAt, b.CreatedAt), cmp.Compare(a.ID, b.ID))
 		if p.Order == "desc" {
@@ -469,26 +478,90 @@ func (s *Service) Content(ctx context.Context, tenant, id string) (File, io.Read
 	return f, s.Blobs.Concat(ctx, full.Objects), nil
 }
 
-// Delete removes a file and its objects.
+// Delete removes a file and its objects. A file that unfinished batches
+// read (Hold) is gone for the API at once, as at OpenAI, and its objects
+// stay until the last of them ends (Release).
 func (s *Service) Delete(ctx context.Context, tenant, id string) error {
 	if !ids.Valid("file-", id) {
 		return errs.NotFoundf("no such file: %s", id)
 	}
-	f, err := s.Store.GetFile(ctx, tenant, id)
+	f, err := s.Store.UpdateFile(ctx, tenant, id, func(f *File) error {
+		if f.Deleted {
+			return ErrNotFound
+		}
+		f.Deleted = true
+		return nil
+	})
 	if errors.Is(err, ErrNotFound) {
+		if f.Deleted && len(f.Readers) == 0 {
+			// A purge cut short: finish it.
+			_ = s.purge(ctx, f)
+		}
 		return errs.NotFoundf("no such file: %s", id)
 	}
 	if err != nil {
 		return err
 	}
-	if err := s.Store.DeleteFile(ctx, tenant, id); err != nil {
+	if len(f.Readers) > 0 {
+		return nil
+	}
+	return s.purge(ctx, f)
+}
+
+// purge removes a deleted file's objects, then its record. Every object
+// of a file sits under its tenant's prefix (inputs under files/<tenant>/,
+// outputs under parts/<tenant>/), so this never reaches another tenant's
+// data.
+func (s *Service) purge(ctx context.Context, f File) error {
+	if err := s.Blobs.Delete(ctx, f.Objects...); err != nil {
 		return err
 	}
-	// Every object of a file sits under its tenant's prefix (inputs under
-	// files/<tenant>/, outputs under parts/<tenant>/), so this never
-	// reaches another tenant's data.
-	return s.Blobs.Delete(ctx, f.Objects...)
+	return s.Store.DeleteFile(ctx, f.Tenant, f.ID)
 }
+
+// Hold records batch batchID as a reader of file id, whose objects then
+// outlive a delete until Release: ErrNotFound when the file is gone, or
+// deleted with no reader left (its purge is under way). A deleted file
+// that other batches still read takes more: a template's runs read the
+// template's file (the API refuses a deleted file before this, in Get).
+func (s *Service) Hold(ctx context.Context, tenant, id, batchID string) error {
+	_, err := s.Store.UpdateFile(ctx, tenant, id, func(f *File) error {
+		if f.Deleted && len(f.Readers) == 0 {
+			return ErrNotFound
+		}
+		if !slices.Contains(f.Readers, batchID) {
+			f.Readers = append(f.Readers, batchID)
+		}
+		return nil
+	})
+	return err
+}
+
+// Release ends batch batchID's hold on file id, once the batch is
+// terminal; the last release of a deleted file removes it. Releasing
+// twice, or a file gone already, is a no-op.
+func (s *Service) Release(ctx context.Context, tenant, id, batchID string) error {
+	f, err := s.Store.UpdateFile(ctx, tenant, id, func(f *File) error {
+		if !slices.Contains(f.Readers, batchID) {
+			return errUnchanged
+		}
+		f.Readers = slices.DeleteFunc(f.Readers, func(r string) bool { return r == batchID })
+		return nil
+	})
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return nil
+	case err != nil && !errors.Is(err, errUnchanged):
+		return fmt.Errorf("release file %s of batch %s: %w", id, batchID, err)
+	case f.Deleted && len(f.Readers) == 0:
+		// The last reader ended (or a purge was cut short).
+		return s.purge(ctx, f)
+	}
+	return nil
+}
+
+// errUnchanged ends an UpdateFile that has nothing to write.
+var errUnchanged = errors.New("files: unchanged")
 
 func (f File) out() File {
 	f.Object = "file"
