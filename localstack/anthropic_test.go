@@ -734,3 +734,47 @@ func TestRequestIDsReachBothSDKs(t *testing.T) {
 		t.Fatalf("OpenAI SDK error %v: want a 404 with x-request-id", err)
 	}
 }
+
+// TestMessageResultsSurviveFileDeletes: a cleanup script that deletes every
+// file GET /v1/files lists (with the OpenAI SDK) does not cut a message
+// batch's results short: the files that back them are gone for the Files
+// API, and their parts stay until the message batch is deleted
+// (docs/api.md "Message Batches"). Before, the results answered 200 and
+// then ended mid-stream.
+func TestMessageResultsSurviveFileDeletes(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	ctx := context.Background()
+	ac, _ := anthropicClient(t, rt, "acme")
+	oc, _ := client(t, rt, "acme")
+	ids := []string{"ok-1", "ok-2", "bad-1"}
+	b := newMessageBatch(t, ac, msgRequest(ids[0], "claude-haiku-4-5", "hello"), msgRequest(ids[1], "claude-haiku-4-5", "hi"),
+		msgRequest(ids[2], "claude-haiku-4-5", "[[mock:400]] no"))
+	b = waitEnded(t, ac, b.ID)
+
+	deleted := 0
+	iter := oc.Files.ListAutoPaging(ctx, openai.FileListParams{})
+	for iter.Next() {
+		if _, err := oc.Files.Delete(ctx, iter.Current().ID); err != nil {
+			t.Fatalf("delete %s: %v", iter.Current().ID, err)
+		}
+		deleted++
+	}
+	if iter.Err() != nil || deleted == 0 {
+		t.Fatalf("listed and deleted %d files: %v", deleted, iter.Err())
+	}
+	if page, err := oc.Files.List(ctx, openai.FileListParams{}); err != nil || len(page.Data) != 0 {
+		t.Fatalf("files after the cleanup: %v, %v", page, err)
+	}
+	got := messageResults(t, ac, b, ids)
+	if got["bad-1"].Result.Type != "errored" || got["ok-1"].Result.Type != "succeeded" {
+		t.Fatalf("results after the cleanup: %+v", got)
+	}
+	if _, err := ac.Messages.Batches.Delete(ctx, b.ID, anthropic.MessageBatchDeleteParams{}); err != nil {
+		t.Fatalf("delete the message batch: %v", err)
+	}
+	parts, err := rt.App.Blobs.List(ctx, batch.PartsPrefix("acme", b.ID))
+	if err != nil || len(parts) != 0 {
+		t.Fatalf("parts after the message batch's delete: %v, %v", parts, err)
+	}
+}

@@ -291,3 +291,28 @@ func TestResultsExpireWithTheOutput(t *testing.T) {
 		t.Fatalf("results after the output expired: %d %s, want 404", status, body)
 	}
 }
+
+// TestResultsGoWithEitherFile: /results interleaves the output and the
+// error file's lines, so a batch whose error file was deleted answers 404,
+// never a 200 cut short (docs/api.md "Output and error files"). Before,
+// only the output file was checked.
+func TestResultsGoWithEitherFile(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	c, key := client(t, rt, "acme")
+	ctx := context.Background()
+	rows := append(nRows(2, "x"), row{id: "bad", content: "[[mock:400]] no"})
+	b := waitBatch(t, c, createBatch(t, c, upload(t, c, "in.jsonl", jsonlRows(rows)).ID).ID)
+	if b.OutputFileID == "" || b.ErrorFileID == "" {
+		t.Fatalf("want an output and an error file: %+v", b)
+	}
+	if status, body := rawDo(t, rt, key, "GET", "/v1/batches/"+b.ID+"/results", nil); status != 200 || bytes.Count(body, []byte("\n")) != 3 {
+		t.Fatalf("results: %d %s", status, body)
+	}
+	if _, err := c.Files.Delete(ctx, b.ErrorFileID); err != nil {
+		t.Fatal(err)
+	}
+	if status, body := rawDo(t, rt, key, "GET", "/v1/batches/"+b.ID+"/results", nil); status != 404 || !strings.Contains(string(body), "deleted") {
+		t.Fatalf("results after the error file was deleted: %d %s, want 404", status, body)
+	}
+}

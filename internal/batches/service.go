@@ -581,28 +581,27 @@ func (s *Service) StartResults(ctx context.Context, tenant, id string, partial b
 	return s.resultsKept(ctx, b)
 }
 
-// resultsKept refuses the results of a batch whose output file expired
-// (or its error file, when it has no output file): they live as long as
-// those files, whose bytes are then deleted (docs/api.md "Output and error
-// files").
+// resultsKept refuses the results of a batch whose output or error file
+// was deleted or expired: they live as long as those files, whose bytes
+// are then deleted (docs/api.md "Output and error files").
 func (s *Service) resultsKept(ctx context.Context, b batch.Batch) error {
-	id := b.OutputFileID
-	if id == nil {
-		id = b.ErrorFileID
-	}
-	if id == nil {
-		return nil
-	}
-	f, err := s.Store.GetFile(ctx, b.Tenant, *id)
-	if errors.Is(err, files.ErrNotFound) {
-		return errs.NotFoundf("the results of batch %s were deleted with its output file", b.ID)
-	}
-	if err != nil {
-		return err
-	}
-	if f.ExpiresAt != nil && s.now().Unix() >= *f.ExpiresAt {
-		return errs.NotFoundf("the results of batch %s expired at %s with its output file (output_expires_after)", b.ID,
-			time.Unix(*f.ExpiresAt, 0).UTC().Format(time.RFC3339))
+	for _, id := range []*string{b.OutputFileID, b.ErrorFileID} {
+		if id == nil {
+			continue
+		}
+		// Results interleave both files' parts: one deleted or expired
+		// would cut them short.
+		f, err := s.Store.GetFile(ctx, b.Tenant, *id)
+		if errors.Is(err, files.ErrNotFound) || (err == nil && f.Deleted) {
+			return errs.NotFoundf("the results of batch %s were deleted with its file %s", b.ID, *id)
+		}
+		if err != nil {
+			return err
+		}
+		if f.ExpiresAt != nil && s.now().Unix() >= *f.ExpiresAt {
+			return errs.NotFoundf("the results of batch %s expired at %s with its output file (output_expires_after)", b.ID,
+				time.Unix(*f.ExpiresAt, 0).UTC().Format(time.RFC3339))
+		}
 	}
 	return nil
 }

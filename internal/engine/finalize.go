@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/endpoint"
 	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/part"
@@ -126,6 +127,13 @@ func (e *Engine) FinalizeBatch(ctx context.Context, tenant, id string) error {
 	}
 	var ids [2]string // output, error
 	for i, f := range parts.Records(b, e.now(), e.Set.PartsExpiry) {
+		if f != nil && b.Endpoint == endpoint.Messages {
+			// A message batch's results read these files' parts until the
+			// batch is deleted: a delete through the Files API hides them
+			// and keeps the parts (files.Service.Hold; docs/api.md
+			// "Message Batches").
+			f.Readers = []string{b.ID}
+		}
 		if f != nil {
 			if err := e.Store.PutFileOverwrite(ctx, *f); err != nil {
 				return err
