@@ -490,8 +490,9 @@ func processingStatus(b batch.Batch) string {
 }
 
 // messageBatchOf builds the object from the batch and its count of
-// cancelled rows, at now: failed rows split into canceled, expired (both
-// counted exactly) and errored (the rest).
+// cancelled rows, at now: once it ended, failed rows split into canceled,
+// expired (both counted exactly) and errored (the rest); before, every
+// request is processing (docs/api.md "Anthropic Message Batches").
 func messageBatchOf(b batch.Batch, canceled int64, now time.Time) wire.MessageBatch {
 	n := b.RequestCounts
 	m := wire.MessageBatch{
@@ -511,7 +512,9 @@ func messageBatchOf(b batch.Batch, canceled int64, now time.Time) wire.MessageBa
 			m.RequestCounts.Errored += rest
 		}
 	} else {
-		m.RequestCounts.Processing = max(n.Total-n.Completed-n.Failed, 0)
+		// As Anthropic reports them: succeeded, errored, canceled and
+		// expired stay 0 until processing of the whole batch has ended.
+		m.RequestCounts = wire.MessageRequestCounts{Processing: n.Total}
 	}
 	return m
 }
