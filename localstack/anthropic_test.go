@@ -20,6 +20,7 @@ import (
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/local/localrun"
+	"github.com/relaybatch/relay/internal/mockup"
 )
 
 // anthropicClient is an official Anthropic client for tenant on rt.
@@ -784,5 +785,44 @@ func TestMessageResultsSurviveFileDeletes(t *testing.T) {
 	parts, err := rt.App.Blobs.List(ctx, batch.PartsPrefix("acme", b.ID))
 	if err != nil || len(parts) != 0 {
 		t.Fatalf("parts after the message batch's delete: %v, %v", parts, err)
+	}
+}
+
+// TestMessageBatchBetasReachUpstream: a message batch created with
+// betas (the anthropic-beta header, as client.beta.messages.batches.create
+// sends it) and a user profile id sends both with each of its rows
+// upstream; the mock records them (docs/api.md "Anthropic Message
+// Batches"). Before, both were dropped at create.
+func TestMessageBatchBetasReachUpstream(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	rt.Mock.SetOptions(mockup.Options{Record: true})
+	ctx := context.Background()
+	c, _ := anthropicClient(t, rt, "acme")
+	var reqs []anthropic.BetaMessageBatchNewParamsRequest
+	for _, id := range []string{"b-1", "b-2", "b-3"} {
+		reqs = append(reqs, anthropic.BetaMessageBatchNewParamsRequest{CustomID: id, Params: anthropic.BetaMessageBatchNewParamsRequestParams{
+			Model: anthropic.Model("claude-haiku-4-5"), MaxTokens: 64,
+			Messages: []anthropic.BetaMessageParam{anthropic.NewBetaUserMessage(anthropic.NewBetaTextBlock("hello " + id))},
+		}})
+	}
+	b, err := c.Beta.Messages.Batches.New(ctx, anthropic.BetaMessageBatchNewParams{Requests: reqs, UserProfileID: anthropic.String("up_123"),
+		Betas: []anthropic.AnthropicBeta{anthropic.AnthropicBetaContext1m2025_08_07, "output-128k-2025-02-19"}})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	waitEnded(t, c, b.ID)
+	got := 0
+	for _, r := range rt.Mock.Requests() {
+		if r.Model != "claude-haiku-4-5" {
+			continue
+		}
+		got++
+		if r.Beta != "context-1m-2025-08-07,output-128k-2025-02-19" || r.UserProfile != "up_123" {
+			t.Errorf("a row reached the upstream with anthropic-beta %q and anthropic-user-profile-id %q", r.Beta, r.UserProfile)
+		}
+	}
+	if got != 3 {
+		t.Fatalf("%d rows at the upstream, want 3", got)
 	}
 }

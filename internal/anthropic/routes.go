@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/batches"
 	"github.com/relaybatch/relay/internal/errs"
+	"github.com/relaybatch/relay/internal/provider"
 )
 
 // Handler is a route's handler as internal/api runs it: it writes the
@@ -89,11 +91,27 @@ func (rt *routes) createMessageBatch(w http.ResponseWriter, r *http.Request, p a
 		return err
 	}
 	idem := batches.NewIdemKey(r.Method+" "+r.URL.Path, r.Header.Get("Idempotency-Key"), body)
-	m, err := rt.s.CreateMessageBatch(r.Context(), p, reqs, idem)
+	m, err := rt.s.CreateMessageBatch(r.Context(), p, reqs, idem, upstreamHeaders(r.Header))
 	if err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, withResultsURL(r, m))
+}
+
+// upstreamHeaders are the create's headers its rows carry upstream: the
+// betas of anthropic-beta (comma-separated, in one header or several, as
+// the SDKs send them) and anthropic-user-profile-id.
+func upstreamHeaders(h http.Header) provider.Anthropic {
+	var a provider.Anthropic
+	for _, v := range h.Values("anthropic-beta") {
+		for b := range strings.SplitSeq(v, ",") {
+			if b = strings.TrimSpace(b); b != "" && !slices.Contains(a.Betas, b) {
+				a.Betas = append(a.Betas, b)
+			}
+		}
+	}
+	a.UserProfile = strings.TrimSpace(h.Get("anthropic-user-profile-id"))
+	return a
 }
 
 // messageBatchList is Anthropic's page of a list.

@@ -64,7 +64,7 @@ type Service struct {
 // the upstream's to judge: a row naming a model of another shape comes
 // back errored with cross_shape_dispatch, an upstream 400 comes back
 // errored with its error.
-func (s *Service) CreateMessageBatch(ctx context.Context, p auth.Principal, requests []json.RawMessage, idem store.IdemKey) (wire.MessageBatch, error) {
+func (s *Service) CreateMessageBatch(ctx context.Context, p auth.Principal, requests []json.RawMessage, idem store.IdemKey, up provider.Anthropic) (wire.MessageBatch, error) {
 	// A repeat writes nothing: its key is checked before the input is.
 	first, ok, err := s.Batches.Repeat(ctx, p.Tenant, idem)
 	if ok && err == nil {
@@ -92,6 +92,7 @@ func (s *Service) CreateMessageBatch(ctx context.Context, p auth.Principal, requ
 		b.ID = id
 		// Known now; planning sets the same number again.
 		b.RequestCounts.Total = int64(len(requests))
+		b.AnthropicBetas, b.UserProfileID = up.Betas, up.UserProfile
 	})
 	if s.unreferenced(ctx, p.Tenant, id, b, err) {
 		s.deleteFile(ctx, f)

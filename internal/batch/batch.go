@@ -145,6 +145,11 @@ type Batch struct {
 
 	Tenant string `json:"-" dynamodbav:"tenant"`
 	KeyID  string `json:"-" dynamodbav:"key_id"`
+	// AnthropicBetas and UserProfileID are a message batch create's
+	// anthropic-beta and anthropic-user-profile-id headers, sent with each
+	// of its rows upstream (docs/api.md "Anthropic Message Batches").
+	AnthropicBetas []string `json:"-" dynamodbav:"anthropic_betas,omitempty"`
+	UserProfileID  string   `json:"-" dynamodbav:"user_profile_id,omitempty"`
 	// CSVModel is the model of every row of a CSV input.
 	CSVModel    string            `json:"-" dynamodbav:"csv_model"`
 	ErrorList   []jsonl.LineError `json:"-" dynamodbav:"errors"`

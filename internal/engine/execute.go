@@ -836,6 +836,7 @@ func (r *chunkRun) rows(e *Engine, rowDone func()) fanout.Rows {
 				r.stop()
 				return provider.Result{ErrCode: provider.CodeRequestCancelled, ErrMessage: "the run's lease ended"}
 			}
+			ctx = provider.WithAnthropic(ctx, provider.Anthropic{Betas: r.b.AnthropicBetas, UserProfile: r.b.UserProfileID})
 			return e.Provider.Do(provider.WithRun(ctx, r.c.Run, func() time.Time { return time.UnixMilli(r.lease.Load()) }), endpoint, body, route)
 		},
 		Settle: func(i int) bool {

@@ -124,9 +124,10 @@
 // With "record" on (Options.Record; Server.Requests in Go), every model
 // request is kept until the next reset: its row key (the first 16 hex
 // digits of the sha256 of its messages, input and prompt, the row of
-// fail=N), model, start and end, status, and the X-Relay-Run and
+// fail=N), model, start and end, status, the X-Relay-Run and
 // X-Relay-Lease-Until (unix ms) headers relay's executor sends with the
-// rows of a chunk run. `make chaos` reads them to check that no row is
+// rows of a chunk run, and the anthropic-beta and anthropic-user-profile-id
+// headers of a message batch's rows. `make chaos` reads them to check that no row is
 // sent by two runs at once and none after its run's lease.
 //
 // Options travel as {"latency":"250ms","error_rate":0.1,"rate_limit_rate":0.05,

@@ -29,6 +29,10 @@ type Request struct {
 	// headers, when sent (LeaseUntil 0 when absent or not a number).
 	Run        string `json:"run,omitempty"`
 	LeaseUntil int64  `json:"lease_until,omitempty"`
+	// Beta and UserProfile are the anthropic-beta and
+	// anthropic-user-profile-id headers, when sent.
+	Beta        string `json:"beta,omitempty"`
+	UserProfile string `json:"user_profile,omitempty"`
 	// Start is when the body was read, End when the answer was written
 	// or the client was seen gone (Status 499).
 	Start  time.Time `json:"start"`
@@ -44,7 +48,8 @@ func newRecord(r *http.Request, req *request) Request {
 		key = hex.EncodeToString(k[:8])
 	}
 	lease, _ := strconv.ParseInt(r.Header.Get(HeaderLeaseUntil), 10, 64)
-	return Request{Key: key, Model: req.model, Run: r.Header.Get(HeaderRun), LeaseUntil: lease, Start: time.Now()}
+	return Request{Key: key, Model: req.model, Run: r.Header.Get(HeaderRun), LeaseUntil: lease, Start: time.Now(),
+		Beta: r.Header.Get("anthropic-beta"), UserProfile: r.Header.Get("anthropic-user-profile-id")}
 }
 
 // record keeps a request that ended with status, if recording is on.

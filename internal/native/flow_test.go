@@ -533,7 +533,7 @@ func handleSent(t *testing.T, s *Service, f *fakes) {
 func waitEnded(t *testing.T, s *Service, g batch.Group) {
 	t.Helper()
 	ctx := context.Background()
-	up, err := s.upstream(ctx, g.Model)
+	up, err := s.upstream(ctx, batch.Batch{}, g.Model)
 	if err != nil {
 		t.Fatal(err)
 	}

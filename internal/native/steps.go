@@ -31,7 +31,7 @@ func (s *Service) submit(ctx context.Context, m msg.Message) error {
 	if g.State == batch.GroupSubmitted {
 		return s.sendPoll(ctx, g, g.Polls)
 	}
-	up, err := s.upstream(ctx, g.Model)
+	up, err := s.upstream(ctx, b, g.Model)
 	if err != nil {
 		return err
 	}
@@ -201,7 +201,7 @@ func (s *Service) poll(ctx context.Context, m msg.Message) error {
 	if err != nil || !ok || g.State != batch.GroupSubmitted || g.Polls != m.Attempt {
 		return err
 	}
-	up, err := s.upstream(ctx, g.Model)
+	up, err := s.upstream(ctx, b, g.Model)
 	if err != nil {
 		return err
 	}
@@ -351,7 +351,7 @@ func (s *Service) dead(ctx context.Context, m msg.Message) error {
 	if err != nil || !ok || b.Status.Terminal() || !current(g, m) {
 		return err
 	}
-	up, err := s.upstream(ctx, g.Model)
+	up, err := s.upstream(ctx, b, g.Model)
 	if err != nil {
 		s.Log.WarnContext(ctx, "dead group's provider batch left running: no provider key here", "batch_id", b.ID, "group", g.Index, "err", err)
 	} else {

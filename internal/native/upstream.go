@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/provider"
 )
@@ -54,7 +55,10 @@ type client struct {
 	auth  func(h http.Header)
 }
 
-func (s *Service) upstream(ctx context.Context, model string) (upstream, error) {
+// upstream is the provider batch API of model for batch b's groups: a
+// message batch's betas and user profile go with each of its calls
+// (docs/api.md "Anthropic Message Batches").
+func (s *Service) upstream(ctx context.Context, b batch.Batch, model string) (upstream, error) {
 	m, ok := s.Models.Lookup(model)
 	if !ok {
 		return nil, fmt.Errorf("model %q is not configured", model)
@@ -69,9 +73,11 @@ func (s *Service) upstream(ctx context.Context, model string) (upstream, error) 
 	}
 	c := client{http: hc, base: strings.TrimSuffix(m.BaseURL, "/"), model: m}
 	if m.Provider == config.Anthropic {
+		extra := provider.Anthropic{Betas: b.AnthropicBetas, UserProfile: b.UserProfileID}
 		c.auth = func(h http.Header) {
 			h.Set("anthropic-version", "2023-06-01")
 			h.Set("x-api-key", key)
+			extra.SetHeaders(h)
 		}
 		return anthropicBatches{c}, nil
 	}

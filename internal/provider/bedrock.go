@@ -55,6 +55,10 @@ func (bedrock) request(ctx context.Context, m config.Model, ep string, payload [
 	if err == nil {
 		body, err = sjson.SetBytes(body, "anthropic_version", bedrockAnthropicVersion)
 	}
+	if betas := AnthropicOf(ctx).Betas; err == nil && len(betas) > 0 {
+		// Bedrock takes a batch's betas in the body.
+		body, err = sjson.SetBytes(body, "anthropic_beta", betas)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -150,3 +150,29 @@ func TestBedrockInvokeBody(t *testing.T) {
 	}
 	var _ aws.CredentialsProvider = credentials.StaticCredentialsProvider{}
 }
+
+// TestAnthropicBetasUpstream: a message batch's betas go to Anthropic's API
+// as its anthropic-beta header (with the user profile's header) and to
+// Bedrock as anthropic_beta in the body, as each takes them.
+func TestAnthropicBetasUpstream(t *testing.T) {
+	t.Parallel()
+	ctx := WithAnthropic(context.Background(), Anthropic{Betas: []string{"a-1", "b-2"}, UserProfile: "up_1"})
+	m, _ := bedrockClient(t, "http://x", &sleeps{}).Models.Lookup("claude")
+	req, err := bedrock{}.request(ctx, m, "/v1/messages", []byte(`{"model":"anthropic.x","max_tokens":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := req.GetBody()
+	var buf strings.Builder
+	_, _ = io.Copy(&buf, b)
+	if got := gjson.Get(buf.String(), "anthropic_beta").Raw; got != `["a-1","b-2"]` {
+		t.Errorf("bedrock body's anthropic_beta %s, want [\"a-1\",\"b-2\"]", got)
+	}
+	req, err = anthropicAPI{}.request(ctx, config.Model{BaseURL: "http://x"}, "/v1/messages", []byte(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.Header.Get("anthropic-beta") != "a-1,b-2" || req.Header.Get("anthropic-user-profile-id") != "up_1" {
+		t.Errorf("anthropic headers %v", req.Header)
+	}
+}
