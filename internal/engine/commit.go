@@ -210,11 +210,14 @@ func (e *Engine) settleLost(ctx context.Context, b batch.Batch, cm store.Commit,
 		// Ours took effect although its call failed: do what follows it.
 		last := cm.Last
 		if !last {
+			// A failed read still hands the claim on: the claimed chunk
+			// would otherwise wait for its lease's end. A finalize it
+			// misses is due on the batch for the tick.
 			nb, err := e.Store.GetBatch(ctx, b.Tenant, b.ID)
 			if err != nil {
-				return true, err
+				e.Log.WarnContext(ctx, "read the batch after a commit that took effect", "batch_id", b.ID, "chunk", c.Index, "err", err)
 			}
-			last = nb.ChunksDone >= nb.ChunksTotal && !nb.Status.Terminal()
+			last = err == nil && nb.ChunksDone >= nb.ChunksTotal && !nb.Status.Terminal()
 		}
 		var next *store.Claim
 		switch {

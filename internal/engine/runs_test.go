@@ -161,6 +161,10 @@ func (f *runsTable) CommitChunk(_ context.Context, _ string, cm store.Commit) er
 		c.Rows, c.Spans, c.Start, c.End, c.FirstRow = cm.Chunk.Rows, cm.Chunk.Spans, cm.Chunk.Start, cm.Chunk.End, cm.Chunk.FirstRow
 	}
 	c.State, c.Attempt = batch.ChunkDone, cm.Chunk.Attempt
+	if cm.Next != nil {
+		next := cm.Next.Next()
+		c.Next = &next
+	}
 	f.chunks[c.Index] = c
 	f.commits = append(f.commits, cm)
 	return nil

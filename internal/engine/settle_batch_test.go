@@ -1,0 +1,77 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/queue"
+	"github.com/relaybatch/relay/internal/store"
+)
+
+// settleFaults is a runsTable whose first commit of chunk 0 takes effect
+// and then fails, as an AWS call that timed out after its write, and whose
+// batch reads fail once that commit is in (a throttle).
+type settleFaults struct {
+	*runsTable
+	once     sync.Once
+	armed    atomic.Bool
+	getFails atomic.Int32
+}
+
+func (f *settleFaults) CommitChunk(ctx context.Context, tenant string, cm store.Commit) error {
+	err := f.runsTable.CommitChunk(ctx, tenant, cm)
+	if cm.Chunk.Index == 0 && err == nil {
+		f.once.Do(func() {
+			f.armed.Store(true)
+			err = errors.New("RequestTimeout: the commit took effect")
+		})
+	}
+	return err
+}
+
+func (f *settleFaults) GetBatch(ctx context.Context, tenant, id string) (batch.Batch, error) {
+	if f.armed.Load() && f.getFails.Add(-1) >= 0 {
+		return batch.Batch{}, errors.New("ThrottlingException: rate exceeded")
+	}
+	return f.runsTable.GetBatch(ctx, tenant, id)
+}
+
+// TestAmbiguousCommitHandsItsClaimOnWithoutTheBatch: chunk 0's commit,
+// which claims chunk 1 for its slots (the claim taking chunk 1's fence for
+// the invocation), takes effect although its call failed; the batch read
+// that follows (is it the batch's last chunk?) is throttled. The claimed
+// chunk still runs (or gets its message), and the committed run is not
+// reported as failed. Before, settleLost returned the read's error before
+// it handed the claim on: chunk 1 stayed claimed with its fence, run by
+// nothing and with no message until its lease ended (a takeover, an
+// attempt), and chunk 0's delivery failed although it had committed.
+func TestAmbiguousCommitHandsItsClaimOnWithoutTheBatch(t *testing.T) {
+	t.Parallel()
+	e, table, _ := continuationFixture(t)
+	ft := &settleFaults{runsTable: table}
+	ft.getFails.Store(1)
+	e.Store = ft
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	failed, err := e.Execute(ctx, []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := false
+	for _, m := range workMessages(e.Queue.(*lockedQueue)) {
+		sent = sent || (m.Chunk == 1 && m.Run == table.chunks[1].Run)
+	}
+	if c1 := table.chunks[1]; c1.State != batch.ChunkDone && !sent {
+		t.Errorf("chunk 1 %s (run %q), no message: claimed by the commit and left to its lease's end", c1.State, c1.Run)
+	}
+	if len(failed) > 0 {
+		t.Errorf("failed deliveries %v: chunk 0's commit took effect", failed)
+	}
+}
