@@ -499,9 +499,12 @@ func (p *preload) claimed(c *store.Claim) *batch.Chunk {
 // message is stale (its chunk is done, or no longer this run's) or a
 // duplicate (another execution runs it), and is dropped.
 func (e *Engine) load(ctx context.Context, r *chunkRun, readBatch func(ctx context.Context, tenant, id string) (batch.Batch, error)) (bool, error) {
-	if c := r.pre.claimed(r.claim); c != nil {
+	if c := r.pre.claimed(r.claim); c != nil && time.UnixMilli(c.Lease).Sub(e.now()) >= e.lease()-e.lease()/3 {
 		// A continuation whose claim took its fence, loaded beside the
-		// commit.
+		// commit. A claim's lease counts from before its commit: one
+		// older than a third of a lease (a slow commit) is moved by a
+		// fence take, or the run would stop before its first renewal
+		// (keepLease).
 		r.lease.Store(c.Lease)
 		return e.admit(ctx, r, r.pre.b, *c, r.pre.reqs)
 	}
@@ -999,7 +1002,9 @@ func (e *Engine) keepLease(r *chunkRun) {
 	stop := time.AfterFunc(stopAt(), r.stop)
 	defer stop.Stop()
 	every, retry := e.lease()/3, e.lease()/20
-	wait := every
+	// The first renewal comes a third of a lease after the lease was set,
+	// not after the run's start: a continuation starts on its claim's.
+	wait := min(every, max(0, time.UnixMilli(r.lease.Load()).Sub(e.now())-(e.lease()-every)))
 	for {
 		t := time.NewTimer(wait)
 		select {

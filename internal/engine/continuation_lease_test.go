@@ -1,0 +1,59 @@
+package engine
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/queue"
+	"github.com/relaybatch/relay/internal/store"
+)
+
+// slowCommit is a runsTable whose commits of chunk slow take wait (a
+// throttled commit retried, a slow network) before they take effect.
+type slowCommit struct {
+	*runsTable
+	slow int
+	wait time.Duration
+}
+
+func (f *slowCommit) CommitChunk(ctx context.Context, tenant string, cm store.Commit) error {
+	if cm.Chunk.Index == f.slow {
+		time.Sleep(f.wait)
+	}
+	return f.runsTable.CommitChunk(ctx, tenant, cm)
+}
+
+// TestSlowCommitsContinuationKeepsItsLease: chunk 0's commit claims chunk
+// 1 for the invocation with a lease counted from before the commit, and
+// the commit takes a quarter of that lease, or most of it, to land. The
+// continuation renews its lease before it must stop (lease rule), so it
+// runs all its rows and commits in the invocation. Before, it started on
+// the claim's lease as it was, and its first renewal came a third of a
+// lease after its start, too late: it stopped after a few rows (a split,
+// and every run of its model in the invocation stopped with it), or at
+// once and went back to the queue.
+func TestSlowCommitsContinuationKeepsItsLease(t *testing.T) {
+	t.Parallel()
+	for _, wait := range []time.Duration{250 * time.Millisecond, 700 * time.Millisecond} {
+		t.Run(wait.String(), func(t *testing.T) {
+			t.Parallel()
+			e, table, p := continuationFixture(t)
+			p.delay = 150 * time.Millisecond
+			e.Lease = time.Second // skew 0.5 s, renewals every 333 ms
+			e.Store = &slowCommit{runsTable: table, slow: 0, wait: wait}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+
+			failed, err := e.Execute(ctx, []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+
+			if err != nil || len(failed) > 0 {
+				t.Fatalf("Execute: failed %v, err %v", failed, err)
+			}
+			if c1, ms := table.chunks[1], workMessages(e.Queue.(*lockedQueue)); c1.State != batch.ChunkDone || c1.Rows != 8 || len(ms) > 0 {
+				t.Errorf("chunk 1 %s with %d of its 8 rows, work messages %v: want it run whole and committed as the continuation", c1.State, c1.Rows, ms)
+			}
+		})
+	}
+}
