@@ -190,14 +190,27 @@ func withExec(ctx context.Context, exec string) context.Context {
 // go on with a workflow record in a later invocation. Called within an
 // execution (ctx from withExec), it hands the execution's fence over in
 // the same write, so the message's next delivery can take it.
+//
+// A move that failed may have taken effect, and the message is all that
+// runs the chunk before its lease ends: it is tried again (fenceTries),
+// which the same move's condition accepts, as takeFence does.
 func (e *Engine) SendAgain(ctx context.Context, m msg.Message, delay time.Duration) error {
 	delay = queue.Delay(max(delay, 0))
 	until := e.now().Add(delay + e.lease())
+	exec, fenced := ctx.Value(execKey{}).(string)
 	var err error
-	if exec, ok := ctx.Value(execKey{}).(string); ok {
-		err = e.Store.HandOver(ctx, m.Batch, m.Chunk, m.Run, exec, until)
-	} else {
-		err = e.Store.RenewLease(ctx, m.Batch, m.Chunk, m.Run, until)
+	for try := range fenceTries {
+		if try > 0 && backoff.Sleep(ctx, backoff.Upper(backoff.Exponential(try, fenceBackoff, 4*fenceBackoff))) != nil {
+			break
+		}
+		if fenced {
+			err = e.Store.HandOver(ctx, m.Batch, m.Chunk, m.Run, exec, until)
+		} else {
+			err = e.Store.RenewLease(ctx, m.Batch, m.Chunk, m.Run, until)
+		}
+		if err == nil || errors.Is(err, store.ErrLeaseLost) {
+			break
+		}
 	}
 	if err != nil {
 		return err

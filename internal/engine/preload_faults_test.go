@@ -72,7 +72,7 @@ func TestContinuationPreloadFails(t *testing.T) {
 			ft := &preloadFaults{runsTable: table}
 			ft.getFails.Store(tt.getFails)
 			e.Store = ft
-			bucket := &goneAfter{runsBucket: *e.Blobs.(*runsBucket)}
+			bucket := &goneAfter{runsBucket: runsBucket{execBucket: execBucket{input: e.Blobs.(*runsBucket).input}}}
 			bucket.reads.Store(tt.rangeOK)
 			e.Blobs = bucket
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
