@@ -315,12 +315,12 @@ func (in *invocation) all() []*chunkRun {
 // chunk's rows on the pool after the model's runs started before it. r
 // joins the invocation's runs (which the heartbeat reads) once loaded.
 func (in *invocation) start(r *chunkRun) {
-	defer in.add(r)
 	e := in.e
 	ok, err := e.load(in.ctx, r, in.batch)
 	if err != nil || !ok {
 		r.err = err
 		close(r.done)
+		in.add(r)
 		return
 	}
 	r.ctx, r.cancel = context.WithCancel(withExec(in.runCtx, r.exec))
@@ -338,6 +338,9 @@ func (in *invocation) start(r *chunkRun) {
 	}
 	in.keepers.Go(func() { e.keepLease(r) })
 	in.mu.Lock()
+	// It joins the runs a stop of its model cuts in the step that checks
+	// for one: a stop in between would miss it (stopModel).
+	in.runs = append(in.runs, r)
 	if in.stopped[r.c.Model] {
 		r.cancel() // it would run on a stopped run's slots
 	}
