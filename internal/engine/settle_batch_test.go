@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -73,5 +74,58 @@ func TestAmbiguousCommitHandsItsClaimOnWithoutTheBatch(t *testing.T) {
 	}
 	if len(failed) > 0 {
 		t.Errorf("failed deliveries %v: chunk 0's commit took effect", failed)
+	}
+}
+
+// chunkReadFails is a settleFaults whose reads of chunk 0 fail the first
+// fails times once its ambiguous commit is in.
+type chunkReadFails struct {
+	*settleFaults
+	fails atomic.Int32
+}
+
+func (f *chunkReadFails) GetChunk(ctx context.Context, b string, i int) (batch.Chunk, error) {
+	if i == 0 && f.armed.Load() && f.fails.Add(-1) >= 0 {
+		return batch.Chunk{}, errors.New("ThrottlingException: rate exceeded")
+	}
+	return f.runsTable.GetChunk(ctx, b, i)
+}
+
+// TestAmbiguousCommitStartsItsContinuationOnce: chunk 0's commit, whose
+// claim of chunk 1 takes chunk 1's fence for the invocation, takes effect
+// although its call failed. Settled by the chunk at once (settle), or by a
+// retry that finds the chunk done when that read failed (lostCommit), the
+// claim as made runs once, under its fence: chunk 1's rows are each sent
+// once, it commits once, and no work message is sent (docs/design.md
+// "Conflicts and ambiguous writes").
+func TestAmbiguousCommitStartsItsContinuationOnce(t *testing.T) {
+	t.Parallel()
+	for _, readFails := range []int32{0, 1} {
+		t.Run(fmt.Sprintf("%d chunk reads failed", readFails), func(t *testing.T) {
+			t.Parallel()
+			e, table, p := continuationFixture(t)
+			ft := &chunkReadFails{settleFaults: &settleFaults{runsTable: table}}
+			ft.fails.Store(readFails)
+			e.Store = ft
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+
+			failed, err := e.Execute(ctx, []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+
+			if err != nil || len(failed) > 0 {
+				t.Fatalf("Execute: failed %v, err %v", failed, err)
+			}
+			if len(table.commits) != 2 || table.chunks[1].State != batch.ChunkDone {
+				t.Fatalf("%d commits, chunk 1 %s: want chunk 1 run and committed once as the continuation", len(table.commits), table.chunks[1].State)
+			}
+			for n := range 16 {
+				if p.sent[n] != 1 {
+					t.Errorf("row %d sent %d times, want once", n, p.sent[n])
+				}
+			}
+			if ms := workMessages(e.Queue.(*lockedQueue)); len(ms) > 0 {
+				t.Errorf("work messages %v: the continuation ran in the invocation", ms)
+			}
+		})
 	}
 }
