@@ -1,0 +1,72 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/queue"
+	"github.com/relaybatch/relay/internal/store"
+)
+
+// claimedMeanwhile is a runsTable where another invocation's claim takes
+// the head of the ready index just before chunk 0's first commit: the
+// entry the commit picked moved on, and the chunk the continuation's
+// preload read pending is the other run's.
+type claimedMeanwhile struct {
+	*runsTable
+	once sync.Once
+}
+
+func (f *claimedMeanwhile) CommitChunk(ctx context.Context, tenant string, cm store.Commit) error {
+	if cm.Chunk.Index == 0 {
+		f.once.Do(func() {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			r := f.ready[0]
+			c := f.chunks[r.Next]
+			c.State, c.Run, c.Slots, c.Lease, c.Attempts = batch.ChunkClaimed, "other", 2, time.Now().Add(time.Hour).UnixMilli(), 1
+			f.chunks[r.Next] = c
+			r.Next, r.Seq = r.Next+1, r.Seq+1
+			f.ready[0] = r
+		})
+	}
+	return f.runsTable.CommitChunk(ctx, tenant, cm)
+}
+
+// TestContinuationPreloadOfARacedClaim: chunk 0's commit picks chunk 1 as
+// its continuation and starts reading it, but another invocation claims
+// chunk 1 before the commit lands (ErrRaced). The commit claims chunk 2
+// instead, and the continuation runs chunk 2's rows, once: none of chunk
+// 1's, which are the other run's (docs/design.md "Scheduling",
+// continuations, fence).
+func TestContinuationPreloadOfARacedClaim(t *testing.T) {
+	t.Parallel()
+	p := newPeakProvider(time.Millisecond)
+	e, table := runsFixture(t, p, chunkSpec{"x", 4, 2}, chunkSpec{"x", 4, 0}, chunkSpec{"x", 4, 0})
+	for i := 1; i <= 2; i++ {
+		c := table.chunks[i]
+		c.State, c.Run, c.Lease = batch.ChunkPending, "", 0
+		table.chunks[i] = c
+	}
+	table.ready = []store.Ready{{Model: "x", Tenant: "t", Batch: table.b.ID, Next: 1, Total: 3}}
+	e.Store = &claimedMeanwhile{runsTable: table}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	failed, err := e.Execute(ctx, []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+
+	if err != nil || len(failed) > 0 {
+		t.Fatalf("Execute: failed %v, err %v", failed, err)
+	}
+	if c1, c2 := table.chunks[1], table.chunks[2]; c1.State != batch.ChunkClaimed || c1.Run != "other" || c2.State != batch.ChunkDone {
+		t.Fatalf("chunk 1 %s by %q, chunk 2 %s: want chunk 1 left to the other run, chunk 2 run as the continuation", c1.State, c1.Run, c2.State)
+	}
+	for n := 4; n < 12; n++ {
+		if want := map[bool]int{true: 0, false: 1}[n < 8]; p.sent[n] != want {
+			t.Errorf("row %d (chunk %d) sent %d times, want %d", n, n/4, p.sent[n], want)
+		}
+	}
+}
