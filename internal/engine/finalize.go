@@ -69,13 +69,14 @@ func (e *Engine) DeadLetter(ctx context.Context, ds []queue.Delivery) ([]string,
 }
 
 // customIDs returns the custom ids of a chunk's rows when its range still
-// parses; a poison range that does not, or an input object replaced since
-// the plan (it never parses again), is reported by row number. A range
-// that cannot be read now (a throttle) is an error: the message comes back.
+// parses; a poison range that does not, or an input object replaced or
+// deleted since the plan (it never reads again), is reported by row
+// number. A range that cannot be read now (a throttle) is an error: the
+// message comes back.
 func (e *Engine) customIDs(ctx context.Context, b batch.Batch, c batch.Chunk) ([]string, error) {
 	reqs, err := plan.ReadChunk(ctx, e.Blobs, b, c)
 	var poison plan.BadRange
-	if errors.As(err, &poison) || errors.Is(err, blob.ErrChanged) {
+	if errors.As(err, &poison) || errors.Is(err, blob.ErrChanged) || errors.Is(err, blob.ErrNotFound) {
 		return make([]string, c.Rows), nil
 	}
 	ids := make([]string, len(reqs))

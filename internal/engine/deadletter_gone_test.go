@@ -1,0 +1,61 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/msg"
+	"github.com/relaybatch/relay/internal/queue"
+	"github.com/relaybatch/relay/internal/resources"
+)
+
+// deadTable is a runsTable that records dead-letter items.
+type deadTable struct {
+	*runsTable
+	dmu  sync.Mutex
+	dead []batch.DeadLetter
+}
+
+func (f *deadTable) PutDeadLetters(_ context.Context, _ string, dls []batch.DeadLetter) error {
+	f.dmu.Lock()
+	defer f.dmu.Unlock()
+	f.dead = append(f.dead, dls...)
+	return nil
+}
+
+// TestDeadLetterOfADeletedInput: a chunk out of attempts whose input was
+// deleted meanwhile is closed by the dead-letter function all the same,
+// its rows named by number (docs/design.md "Message types", dead). Before,
+// reading its custom ids failed (blob.ErrNotFound was not taken for a
+// range that never reads again, as a replaced object is): the dead message
+// came back, the chunk's lease ended, the tick took it over into a new
+// dead message, and so on: the chunk never closed, its batch never ended
+// and its slots were held for good.
+func TestDeadLetterOfADeletedInput(t *testing.T) {
+	t.Parallel()
+	e, table := runsFixture(t, newPeakProvider(0), chunkSpec{"x", 3, 2})
+	c := table.chunks[0]
+	c.Attempts = resources.WorkMaxReceiveCount + 1
+	table.chunks[0] = c
+	ft := &deadTable{runsTable: table}
+	e.Store = ft
+	e.Blobs = &goneAfter{runsBucket: runsBucket{execBucket: execBucket{input: e.Blobs.(*runsBucket).input}}}
+	m := msg.ForChunk(batch.Next{Tenant: c.Tenant, Batch: c.Batch, Chunk: c.Index, Run: c.Run, Attempt: c.Attempts})
+	m.Type = msg.Dead
+	body, _ := json.Marshal(m)
+
+	failed, err := e.DeadLetter(context.Background(), []queue.Delivery{{ID: "dl", Body: string(body), ReceiveCount: 1}})
+
+	if err != nil || len(failed) > 0 {
+		t.Fatalf("DeadLetter: failed %v, err %v: want the chunk closed", failed, err)
+	}
+	if got := table.chunks[0]; got.State != batch.ChunkDone || len(table.commits) != 1 || table.commits[0].DeadLetters != 3 {
+		t.Fatalf("chunk %s, %d commits: want it committed with 3 dead letters", got.State, len(table.commits))
+	}
+	if len(ft.dead) != 3 || ft.dead[2].Row != 2 {
+		t.Errorf("dead-letter items %+v, want rows 0-2 by number", ft.dead)
+	}
+}
