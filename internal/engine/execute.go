@@ -254,9 +254,8 @@ func (e *Engine) runChunks(ctx context.Context, runs []*chunkRun) []*chunkRun {
 	}
 	in := &invocation{e: e, ctx: ctx, runCtx: runCtx, pool: fanout.NewPool(),
 		batches: map[string]cachedBatch{}, statuses: map[string]*atomic.Value{}, sending: map[string]chan struct{}{},
-		stopped: map[string]bool{}}
+		stopped: map[string]bool{}, suspect: slices.ContainsFunc(runs, suspect)}
 	for _, r := range runs {
-		in.suspect = in.suspect || suspect(r)
 		in.start(r)
 	}
 	go e.heartbeat(runCtx, in)
