@@ -316,3 +316,30 @@ func TestResultsGoWithEitherFile(t *testing.T) {
 		t.Fatalf("results after the error file was deleted: %d %s, want 404", status, body)
 	}
 }
+
+// TestOutputExpiresFromItsCreation: output_expires_after of 30 days (the
+// most OpenAI takes) is counted from the output file's own creation, as
+// OpenAI anchors it, for a batch that ran a while; before, the file never
+// outlived the batch's creation + 30 days (docs/api.md "Output and error
+// files").
+func TestOutputExpiresFromItsCreation(t *testing.T) {
+	t.Parallel()
+	rt := shippedRuntime(t)
+	c, _ := client(t, rt, "acme")
+	ctx := context.Background()
+	f := upload(t, c, "in.jsonl", jsonlRows(slowRows("e", "small-8", 2, 2*time.Second)))
+	const month = 30 * 24 * 3600
+	b, err := c.Batches.New(ctx, openai.BatchNewParams{InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions,
+		CompletionWindow: openai.BatchNewParamsCompletionWindow24h, OutputExpiresAfter: openai.BatchNewParamsOutputExpiresAfter{Seconds: month}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = waitBatch(t, c, b.ID)
+	out, err := c.Files.Get(ctx, b.OutputFileID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.CreatedAt <= b.CreatedAt || out.ExpiresAt != out.CreatedAt+month {
+		t.Fatalf("output file created %d (batch %d), expires %d: want its created_at + %d", out.CreatedAt, b.CreatedAt, out.ExpiresAt, month)
+	}
+}

@@ -437,7 +437,7 @@ func (s *Service) DeleteMessageBatch(ctx context.Context, tenant, id string) err
 
 // ResultsKept is how long after a message batch ended its results are
 // served, as at Anthropic; then it is archived. The bucket removes result
-// parts 30 days after they were written (docs/design.md "Data
+// parts 32 days after they were written (docs/design.md "Data
 // layout"), and a message batch writes them within its 24-hour window, so
 // results are refused before they could be cut short.
 const ResultsKept = 29 * 24 * time.Hour

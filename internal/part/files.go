@@ -55,16 +55,21 @@ func OutputFile(batchID, kind string) (id, filename string) {
 	return "file-" + suffix + "-" + idKind, "batch_" + suffix + "_" + kind + ".jsonl"
 }
 
+// OutputTTL is how long an output or error file lives from its creation
+// when its batch sets no output_expires_after.
+const OutputTTL = 30 * 24 * time.Hour
+
 // Records are the records of batch b's output and error files made of
 // p's parts, nil for one without lines (OutputFile names them). Made at
-// now, they expire before their parts can (KeptUntil), or sooner by the
-// batch's output_expires_after counted from now (docs/api.md "Output and
-// error files").
+// now, they expire the batch's output_expires_after (or OutputTTL) from
+// now, as OpenAI anchors it, and never after their parts can go
+// (KeptUntil; docs/api.md "Output and error files").
 func (p Files) Records(b batch.Batch, now time.Time, partsExpiry time.Duration) [2]*files.File {
-	exp := KeptUntil(b, partsExpiry) // never outlive the parts
+	ttl := int64(OutputTTL / time.Second)
 	if b.OutputExpiresAfter != nil {
-		exp = min(exp, now.Unix()+*b.OutputExpiresAfter)
+		ttl = *b.OutputExpiresAfter
 	}
+	exp := min(KeptUntil(b, partsExpiry), now.Unix()+ttl)
 	var out [2]*files.File
 	for i, kind := range []string{"output", "error"} {
 		keys, size := p.Out, p.OutBytes

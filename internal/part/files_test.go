@@ -51,21 +51,25 @@ func TestRecordsExpireWithPartsOrSooner(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1_000_000, 0)
 	p := Files{Out: []string{"a.out"}, OutBytes: 7}
-	hour := int64(3600)
+	hour, month := int64(3600), int64(30*24*3600)
 	tests := []struct {
 		name  string
 		after *int64
 		want  int64
+		parts time.Duration
 	}{
-		// Parts go 30 days after they were written, at the batch's creation
-		// at the earliest (KeptUntil).
-		{"with its parts", nil, now.Unix() - 7200 + 30*24*3600},
-		{"output_expires_after", &hour, now.Unix() + hour},
+		// 30 days from the file's creation; parts that go sooner (written
+		// as early as the batch's creation: KeptUntil) bound it.
+		{"30 days", nil, now.Unix() + 30*24*3600, 32 * 24 * time.Hour},
+		{"with its parts", nil, now.Unix() - 7200 + 30*24*3600, 30 * 24 * time.Hour},
+		{"output_expires_after", &hour, now.Unix() + hour, 32 * 24 * time.Hour},
+		{"30 days of output_expires_after", &month, now.Unix() + month, 32 * 24 * time.Hour},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			rs := p.Records(batch.Batch{ID: "batch_abc", Tenant: "t", CreatedAt: now.Unix() - 7200, OutputExpiresAfter: tt.after}, now, 30*24*time.Hour)
+			exp := now.Unix() + 86400 - 7200
+			rs := p.Records(batch.Batch{ID: "batch_abc", Tenant: "t", CreatedAt: now.Unix() - 7200, ExpiresAt: &exp, OutputExpiresAfter: tt.after}, now, tt.parts)
 			out, errs := rs[0], rs[1]
 			if errs != nil || out == nil {
 				t.Fatalf("got %+v, %+v; want an output file only", out, errs)

@@ -135,7 +135,11 @@ func Define(prefix string) Set {
 			{Name: "webhook", Timeout: 30 * time.Second, Memory: 256, Queue: prefix + "-" + Webhook, BatchSize: 10},
 			{Name: "scheduler", Timeout: time.Minute, Memory: 256},
 		},
-		PartsExpiry: 30 * 24 * time.Hour,
+		// 30 days of an output file's life (output_expires_after at most,
+		// or the default) from its creation, which comes up to a batch's
+		// 24-hour window and the finalize's hour after its parts were
+		// written: 32 days (docs/design.md "Data layout").
+		PartsExpiry: 32 * 24 * time.Hour,
 	}
 }
 
