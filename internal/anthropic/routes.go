@@ -182,7 +182,7 @@ func (rt *routes) messageBatchResults(w http.ResponseWriter, r *http.Request, p 
 	w.WriteHeader(http.StatusOK)
 	if err := write(w); err != nil {
 		// The status is out: only breaking the stream tells the client.
-		rt.s.Batches.Engine.Log.ErrorContext(r.Context(), "stream message batch results", "batch_id", id, "err", err)
+		rt.s.Batches.Log.ErrorContext(r.Context(), "stream message batch results", "batch_id", id, "err", err)
 		panic(http.ErrAbortHandler)
 	}
 	return nil

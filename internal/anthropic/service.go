@@ -194,8 +194,8 @@ func (s *Service) messageRows(requests []json.RawMessage, mayUse func(model stri
 			return nil, invalid(".params.max_tokens", "must be at least 1, not %s", bytes.TrimSpace(v))
 		}
 		body := r["params"]
-		if _, ok := s.Batches.Engine.Models.Lookup(model); !ok {
-			body = refusedRow(lastModel, fmt.Sprintf("params.model: %q is not a configured model (configured: %s)", model, strings.Join(s.Batches.Engine.Models.Names(), ", ")))
+		if _, ok := s.Batches.Models.Lookup(model); !ok {
+			body = refusedRow(lastModel, fmt.Sprintf("params.model: %q is not a configured model (configured: %s)", model, strings.Join(s.Batches.Models.Names(), ", ")))
 		} else if !mayUse(model) {
 			body = refusedRow(lastModel, fmt.Sprintf("params.model: %q is not a model this API key may use (model_not_allowed)", model))
 		} else if v, ok := params["stream"]; ok && string(bytes.TrimSpace(v)) == "true" {
@@ -222,7 +222,7 @@ func refusedRow(model, message string) json.RawMessage {
 // defaultModel is the chunk of refused rows before any good one: the first
 // configured model of Anthropic's shape, else the first model.
 func (s *Service) defaultModel() string {
-	ms := s.Batches.Engine.Models
+	ms := s.Batches.Models
 	for _, name := range ms.Names() {
 		if m, _ := ms.Lookup(name); m.Shape == config.Anthropic {
 			return name
@@ -236,10 +236,10 @@ func (s *Service) defaultModel() string {
 func (s *Service) deleteFile(ctx context.Context, f files.File) {
 	bs := s.Batches
 	if err := bs.Blobs.Delete(ctx, f.Objects...); err != nil {
-		bs.Engine.Log.WarnContext(ctx, "delete file objects", "file_id", f.ID, "tenant", f.Tenant, "err", err)
+		bs.Log.WarnContext(ctx, "delete file objects", "file_id", f.ID, "tenant", f.Tenant, "err", err)
 	}
 	if err := bs.Store.DeleteFile(ctx, f.Tenant, f.ID); err != nil {
-		bs.Engine.Log.WarnContext(ctx, "delete file", "file_id", f.ID, "tenant", f.Tenant, "err", err)
+		bs.Log.WarnContext(ctx, "delete file", "file_id", f.ID, "tenant", f.Tenant, "err", err)
 	}
 }
 
@@ -431,7 +431,7 @@ func (s *Service) DeleteMessageBatch(ctx context.Context, tenant, id string) err
 	if err := bs.Store.DeleteBatch(ctx, tenant, id); err != nil {
 		return fmt.Errorf("delete message batch %s: %w", id, err)
 	}
-	bs.Engine.Log.InfoContext(ctx, "message batch deleted", "batch_id", id, "tenant", tenant)
+	bs.Log.InfoContext(ctx, "message batch deleted", "batch_id", id, "tenant", tenant)
 	return nil
 }
 
@@ -443,7 +443,7 @@ func (s *Service) DeleteMessageBatch(ctx context.Context, tenant, id string) err
 const ResultsKept = 29 * 24 * time.Hour
 
 func (s *Service) now() time.Time {
-	if now := s.Batches.Engine.Now; now != nil {
+	if now := s.Batches.Now; now != nil {
 		return now()
 	}
 	return time.Now()

@@ -11,7 +11,6 @@ import (
 	"github.com/relaybatch/relay/internal/batches"
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/endpoint"
-	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/part"
@@ -28,7 +27,7 @@ models:
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Service{Batches: &batches.Service{Engine: &engine.Engine{Models: models}}}
+	return &Service{Batches: &batches.Service{Models: models}}
 }
 
 func TestMessageRows(t *testing.T) {
@@ -89,7 +88,7 @@ func TestMessageRows(t *testing.T) {
 			}
 			// The rows are what planning validates and the executor reads.
 			res, err := jsonl.Scan(strings.NewReader(string(data)), jsonl.Options{Endpoint: endpoint.Messages, KnownModel: func(m string) bool {
-				_, ok := s.Batches.Engine.Models.Lookup(m)
+				_, ok := s.Batches.Models.Lookup(m)
 				return ok
 			}}, nil)
 			if err != nil || len(res.Errors) > 0 || res.Rows != len(raws) {
@@ -125,7 +124,7 @@ func TestMessageRows(t *testing.T) {
 				if body.Model != "claude-haiku-4-5" || !strings.Contains(body.Relay[provider.RefusedKey], tt.refused[i]) {
 					t.Errorf("row %d: got body %s, want a refused row saying %q", i, r.Body, tt.refused[i])
 				}
-				res := (&provider.Client{Models: s.Batches.Engine.Models}).Do(t.Context(), endpoint.Messages, r.Body, provider.Route{})
+				res := (&provider.Client{Models: s.Batches.Models}).Do(t.Context(), endpoint.Messages, r.Body, provider.Route{})
 				if got := MessageResultOf(part.Line{CustomID: r.CustomID, Error: &part.LineError{Code: res.ErrCode, Message: res.ErrMessage}}); got.Result.Type != "errored" ||
 					got.Result.Error.Error.Type != "invalid_request_error" || !strings.Contains(got.Result.Error.Error.Message, tt.refused[i]) {
 					t.Errorf("row %d: got result %+v, want errored invalid_request_error", i, got.Result.Error)
@@ -294,7 +293,7 @@ func TestMessageRowsAllowList(t *testing.T) {
 	if string(reqs[0].Body) != string(`{"model":"claude-haiku-4-5","max_tokens":1}`) {
 		t.Fatalf("allowed request's body %s", reqs[0].Body)
 	}
-	res := (&provider.Client{Models: s.Batches.Engine.Models}).Do(t.Context(), endpoint.Messages, reqs[1].Body, provider.Route{})
+	res := (&provider.Client{Models: s.Batches.Models}).Do(t.Context(), endpoint.Messages, reqs[1].Body, provider.Route{})
 	if res.ErrCode != provider.CodeInvalidRequest || !strings.Contains(res.ErrMessage, "model_not_allowed") {
 		t.Fatalf("request b: %s %q, want refused unsent with model_not_allowed", res.ErrCode, res.ErrMessage)
 	}

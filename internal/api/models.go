@@ -44,7 +44,7 @@ func fromAnthropic(r *http.Request) bool {
 // listModels answers GET /v1/models with the configured models, in file order.
 func (a *API) listModels(since time.Time) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, _ auth.Principal) error {
-		names := a.Batches.Engine.Models.Names()
+		names := a.Batches.Models.Names()
 		data := make([]any, len(names))
 		for i, n := range names {
 			data[i] = modelObject(r, n, since)
@@ -66,7 +66,7 @@ func (a *API) listModels(since time.Time) handlerFunc {
 func (a *API) getModel(since time.Time) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
 		id := r.PathValue("id")
-		if _, ok := a.Batches.Engine.Models.Lookup(id); !ok || !p.MayUse(id) {
+		if _, ok := a.Batches.Models.Lookup(id); !ok || !p.MayUse(id) {
 			return errs.E(errs.NotFound, "model_not_found", "", "The model %q does not exist or you do not have access to it.", errs.Clip([]byte(id)))
 		}
 		return writeJSON(w, http.StatusOK, modelObject(r, id, since))

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -21,7 +22,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/relaybatch/relay/internal/api"
 	"github.com/relaybatch/relay/internal/auth"
-	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/batches"
 	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/config"
@@ -55,12 +55,12 @@ type App struct {
 	Blobs     *blob.Store
 	Files     *files.Service
 	Queue     *queue.Sender
-	Engine    *engine.Engine  // workflow records run on it through internal/wfhost (RunWorkflow)
-	Native    *native.Service // batch: native models' rows, on their provider's batch API (Engine.Native)
-	Workflows *wfhost.Runner
+	Engine    *engine.Engine
+	Native    *native.Service   // batch: native models' rows, on their provider's batch API (Engine.Native)
+	Workflows *wfhost.Runner    // workflow records (Engine.Workflow)
 	Govern    *govern.Checker   // budgets, revoked keys and allow-lists: the engine's Governor, GET /v1/usage's budget
-	Batches   *batches.Service  // the batches of the API and cron templates, on Engine
-	Webhooks  *delivery.Service // completion webhooks: the engine's OnTerminal, the webhook function
+	Batches   *batches.Service  // the batches of the API and cron templates: the engine's Lifecycle
+	Webhooks  *delivery.Service // completion webhooks: queued by Batches.Terminal, sent by the webhook function
 	Log       *slog.Logger
 	// UnknownKeyHint ends the API's message for an unknown key
 	// (auth.Authenticator).
@@ -82,13 +82,14 @@ func Load(ctx context.Context) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load AWS config: %w", err)
 	}
-	return New(env, models, cfg, slog.New(slog.NewJSONHandler(os.Stderr, nil))), nil
+	return New(env, models, cfg, slog.New(slog.NewJSONHandler(os.Stderr, nil)))
 }
 
 // New builds the app from parsed configuration. Its logger is log with
 // LambdaLogHandler: lines logged with an invocation's ctx carry its request
-// id.
-func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger) *App {
+// id. The services are built in the order they depend on each other
+// (docs/design.md "Wiring"); the engine last, from every part it needs.
+func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger) (*App, error) {
 	log = slog.New(LambdaLogHandler(cmp.Or(log, slog.Default()).Handler()))
 	a := &App{Env: env, Models: models, AWS: cfg, Log: log}
 	a.Resources = resources.Define(env.Prefix)
@@ -99,6 +100,7 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 		o.DisableLogOutputChecksumValidationSkipped = true
 	})
 	a.SQS = sqs.NewFromConfig(cfg)
+	a.Scheduler = scheduler.NewFromConfig(cfg)
 	a.Store = store.New(a.DB, env.Table)
 	a.Blobs = blob.New(a.S3, env.Bucket)
 	a.Files = &files.Service{Store: a.Store, Blobs: a.Blobs}
@@ -108,42 +110,49 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	// Bedrock models are signed for with the function's own role.
 	upstream := &provider.Client{HTTP: provider.NewHTTPClient(), Models: models, Keys: keys, Credentials: cfg.Credentials,
 		MaxResponseBytes: env.MaxResponseBytes}
-	a.Engine = &engine.Engine{
-		Store: a.Store, Blobs: a.Blobs, Queue: a.Queue, Models: models, Set: a.Resources, Log: log,
-		Chunks: plan.Limits{Rows: env.ChunkRows}, Lease: env.Lease, Provider: upstream,
-	}
 	a.Govern = &govern.Checker{Store: a.Store, Models: models}
-	a.Engine.Govern = a.Govern
-	a.Native = &native.Service{Store: a.Store, Blobs: a.Blobs, Queue: a.Queue, Engine: a.Engine, Provider: upstream,
-		Models: models, Keys: keys, HTTP: upstream.HTTP, Log: log}
-	a.Engine.Native = a.Native
-	a.Scheduler = scheduler.NewFromConfig(cfg)
 	// One client, so one policy, for the check at create, workflow
 	// callbacks and every delivery.
 	hooks := webhook.NewClient(webhook.Policy{AllowPrivate: env.AllowPrivateWebhooks, AllowHTTP: env.AllowHTTPWebhooks})
 	a.Webhooks = &delivery.Service{Store: a.Store, Queue: a.Queue, Log: log, Client: hooks}
-	a.Engine.OnTerminal = func(ctx context.Context, b batch.Batch) error {
-		if err := a.Batches.ReleaseInflight(ctx, b); err != nil {
-			return err
-		}
-		if err := a.Batches.ReleaseInput(ctx, b); err != nil {
-			return err
-		}
-		return a.Webhooks.Enqueue(ctx, b)
-	}
-	a.Workflows = &wfhost.Runner{Engine: a.Engine, Store: a.Store, Blobs: a.Blobs, Client: hooks}
-	a.Engine.RunWorkflow = a.Workflows.Run
-	a.Engine.RetryInput = func(ctx context.Context, b batch.Batch) (files.File, error) { return a.Batches.RetryInput(ctx, b) }
 	a.Batches = &batches.Service{
-		Engine: a.Engine, Store: a.Store, Blobs: a.Blobs, Queue: a.Queue, Files: a.Files, Webhooks: hooks.Policy,
+		Models: models, Log: log, Now: time.Now,
+		Store: a.Store, Blobs: a.Blobs, Queue: a.Queue, Files: a.Files, Webhooks: hooks.Policy,
 		MaxInflight: env.MaxInflight,
 		Schedules: &schedule.Manager{
 			API: a.Scheduler, Group: cmp.Or(env.ScheduleGroup, a.Resources.ScheduleGroup),
 			TargetARN: env.SchedulerFunctionARN, RoleARN: env.SchedulerRoleARN,
 		},
-		WithWebhookDeliveries: a.Webhooks.WithDeliveries,
+		Deliveries: a.Webhooks,
 	}
-	return a
+	// Workflow records and native steps commit through the engine that
+	// hands them their chunks: engine.New builds them on itself (the two
+	// methods below), so each is built once, complete, with its engine.
+	e, err := engine.New(engine.Deps{
+		Store: a.Store, Blobs: a.Blobs, Queue: a.Queue, Provider: upstream, Models: models, Set: a.Resources, Log: log,
+		Now: time.Now, Govern: a.Govern, Lifecycle: a.Batches,
+		Workflow: func(e *engine.Engine) engine.Workflow { return a.workflows(e, hooks) },
+		Native:   func(e *engine.Engine) engine.Delegate { return a.native(e, upstream, keys) },
+		Chunks:   plan.Limits{Rows: env.ChunkRows}, Lease: env.Lease,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("build the engine: %w", err)
+	}
+	a.Engine = e
+	return a, nil
+}
+
+// workflows builds the workflow records' runner on e (engine.Deps.Workflow).
+func (a *App) workflows(e *engine.Engine, hooks *webhook.Client) engine.Workflow {
+	a.Workflows = &wfhost.Runner{Engine: e, Store: a.Store, Blobs: a.Blobs, Client: hooks}
+	return a.Workflows
+}
+
+// native builds the native models' service on e (engine.Deps.Native).
+func (a *App) native(e *engine.Engine, upstream *provider.Client, keys provider.KeySource) engine.Delegate {
+	a.Native = &native.Service{Store: a.Store, Blobs: a.Blobs, Queue: a.Queue, Engine: e, Provider: upstream,
+		Models: a.Models, Keys: keys, HTTP: upstream.HTTP, Log: a.Log}
+	return a.Native
 }
 
 // API is the HTTP handler of the api function.

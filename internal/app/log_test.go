@@ -98,7 +98,10 @@ func TestLambdaLogHandlerLevelsAndWrapping(t *testing.T) {
 func TestNewLogsRequestID(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer
-	a := New(config.Env{Prefix: "relay"}, &config.Models{}, aws.Config{Region: "us-east-1"}, slog.New(slog.NewJSONHandler(&buf, nil)))
+	a, err := New(config.Env{Prefix: "relay"}, &config.Models{}, aws.Config{Region: "us-east-1"}, slog.New(slog.NewJSONHandler(&buf, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for name, log := range map[string]*slog.Logger{"App.Log": a.Log, "Engine.Log": a.Engine.Log, "Webhooks.Log": a.Webhooks.Log} {
 		m, _ := logLine(t, &buf, func() { log.InfoContext(invocation("req-9", testARN), "hello") })
 		if m["request_id"] != "req-9" {

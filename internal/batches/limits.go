@@ -18,8 +18,8 @@ import (
 // A counter per tenant, T#<tenant>/INFLIGHT, goes up when a batch is
 // recorded (conditional on being under the limit, so concurrent creates on
 // any number of API instances never overshoot) and down when the batch
-// becomes terminal (ReleaseInflight, which app.New hangs off the engine's
-// OnTerminal). Each
+// becomes terminal (ReleaseInflight, in Terminal, the engine's
+// Lifecycle). Each
 // counted batch has a marker item next to the counter; the decrement
 // deletes the marker in the same transaction, conditional on it existing,
 // so however often a terminal state is reported (finalize redeliveries
@@ -95,7 +95,7 @@ func (s *Service) createCounted(ctx context.Context, b batch.Batch, idem store.I
 	if err != nil {
 		return batch.Batch{}, false, err
 	}
-	return recordHolding(ctx, s.Store, s.Engine.Log, b, idem)
+	return recordHolding(ctx, s.Store, s.Log, b, idem)
 }
 
 // holdingStore is what recording a batch that holds a slot needs of the
@@ -163,7 +163,7 @@ func (s *Service) repairInflight(ctx context.Context, tenant string) (int, error
 		}
 		if ok {
 			freed++
-			s.Engine.Log.WarnContext(ctx, "released a left-behind in-flight slot", "tenant", tenant, "batch_id", m.Batch)
+			s.Log.WarnContext(ctx, "released a left-behind in-flight slot", "tenant", tenant, "batch_id", m.Batch)
 		}
 	}
 	return freed, nil
@@ -177,6 +177,19 @@ func leftBehind(m store.InflightMarker, b batch.Batch, found bool, now time.Time
 		return b.Status.Terminal()
 	}
 	return now.Sub(time.Unix(m.CreatedAt, 0)) > inflightGrace
+}
+
+// Terminal follows batch b's terminal state, perhaps reported more than
+// once (engine.Lifecycle): its in-flight slot back, its hold on its input
+// file ended (ReleaseInput), then its webhook queued.
+func (s *Service) Terminal(ctx context.Context, b batch.Batch) error {
+	if err := s.ReleaseInflight(ctx, b); err != nil {
+		return err
+	}
+	if err := s.ReleaseInput(ctx, b); err != nil {
+		return err
+	}
+	return s.Deliveries.Enqueue(ctx, b)
 }
 
 // ReleaseInflight gives back terminal batch b's in-flight slot, if it holds

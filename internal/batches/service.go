@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -26,7 +27,6 @@ import (
 	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/endpoint"
-	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/ids"
@@ -45,7 +45,11 @@ import (
 // its routes, internal/anthropic creates and reads Message Batches with it,
 // and the scheduler function is its Fire.
 type Service struct {
-	Engine *engine.Engine
+	Models *config.Models
+	Log    *slog.Logger
+	// Now is the clock, the engine's (app.New), so the times recorded here
+	// agree with the engine's.
+	Now func() time.Time
 	// Store, Blobs and Queue are the table, the bucket and the queues the
 	// engine runs on.
 	Store *store.Store
@@ -62,16 +66,20 @@ type Service struct {
 	// Schedules creates and deletes the schedules of cron templates
 	// (templates.go); nil refuses templates.
 	Schedules *schedule.Manager
-	// WithWebhookDeliveries, if set, adds the webhook_deliveries summary to
-	// the batch Get returns.
-	WithWebhookDeliveries func(ctx context.Context, b batch.Batch) batch.Batch
+	// Deliveries queues a terminal batch's webhook (Terminal) and adds the
+	// webhook_deliveries summary to the batch Get returns.
+	Deliveries Deliveries
 }
 
-// now is the engine's clock (tests move it), so the times recorded here
-// agree with the engine's.
+// Deliveries are a batch's completion webhooks (internal/webhook/delivery).
+type Deliveries interface {
+	Enqueue(ctx context.Context, b batch.Batch) error
+	WithDeliveries(ctx context.Context, b batch.Batch) batch.Batch
+}
+
 func (s *Service) now() time.Time {
-	if s.Engine.Now != nil {
-		return s.Engine.Now()
+	if s.Now != nil {
+		return s.Now()
 	}
 	return time.Now()
 }
@@ -301,7 +309,7 @@ func (s *Service) CreateShaped(ctx context.Context, p auth.Principal, req Create
 	if err := s.checkInflight(ctx, p.Tenant, req); err != nil {
 		return batch.Batch{}, err
 	}
-	opts, err := checkOptions(req, shape != nil, s.checkWebhookURL, s.Engine.Models, p.MayUse)
+	opts, err := checkOptions(req, shape != nil, s.checkWebhookURL, s.Models, p.MayUse)
 	if err != nil {
 		return batch.Batch{}, err
 	}
@@ -341,8 +349,8 @@ func (s *Service) CreateShaped(ctx context.Context, p auth.Principal, req Create
 		b.InputFileID = f.ID
 	}
 	if req.Model != "" {
-		if _, ok := s.Engine.Models.Lookup(req.Model); !ok {
-			return batch.Batch{}, errs.Invalidf("model", "model %q is not a configured model (configured: %s)", req.Model, strings.Join(s.Engine.Models.Names(), ", "))
+		if _, ok := s.Models.Lookup(req.Model); !ok {
+			return batch.Batch{}, errs.Invalidf("model", "model %q is not a configured model (configured: %s)", req.Model, strings.Join(s.Models.Names(), ", "))
 		}
 		b.CSVModel = req.Model
 	}
@@ -374,7 +382,7 @@ func (s *Service) record(ctx context.Context, b batch.Batch, idem store.IdemKey)
 		// Not recorded, or a repeated Idempotency-Key's first batch,
 		// which holds the file itself.
 		if rerr := s.Files.Release(ctx, b.Tenant, b.InputFileID, b.ID); rerr != nil {
-			s.Engine.Log.WarnContext(ctx, "release the input file of a batch not recorded", "batch_id", b.ID, "err", rerr)
+			s.Log.WarnContext(ctx, "release the input file of a batch not recorded", "batch_id", b.ID, "err", rerr)
 		}
 	}
 	if err != nil {
@@ -492,9 +500,7 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (batch.Batch, erro
 		return batch.Batch{}, err
 	}
 	out := b.Out()
-	if s.WithWebhookDeliveries != nil {
-		out = s.WithWebhookDeliveries(ctx, out)
-	}
+	out = s.Deliveries.WithDeliveries(ctx, out)
 	return out, nil
 }
 

@@ -65,7 +65,7 @@ func (s *Service) createTemplate(ctx context.Context, b batch.Batch, spec schedu
 		if _, cerr := s.Store.UpdateBatch(ctx, b.Tenant, saved.ID, func(t *batch.Batch) error {
 			return t.To(batch.Cancelled, s.now())
 		}); cerr != nil {
-			s.Engine.Log.ErrorContext(ctx, "cancel template without a schedule", "batch_id", saved.ID, "tenant", b.Tenant, "err", cerr)
+			s.Log.ErrorContext(ctx, "cancel template without a schedule", "batch_id", saved.ID, "tenant", b.Tenant, "err", cerr)
 		}
 		return batch.Batch{}, fmt.Errorf("create template %s: %w", saved.ID, err)
 	}
@@ -101,17 +101,15 @@ func (s *Service) cancelTemplate(ctx context.Context, tenant, id string, why ...
 	// returned: the cancel itself is done.
 	exp := s.now().Add(files.DefaultTTL).Unix()
 	if err := s.Files.SetExpiresAt(ctx, tenant, b.InputFileID, &exp); err != nil && !errors.Is(err, files.ErrNotFound) {
-		s.Engine.Log.ErrorContext(ctx, "expire input of cancelled template", "batch_id", id, "tenant", tenant, "err", err)
+		s.Log.ErrorContext(ctx, "expire input of cancelled template", "batch_id", id, "tenant", tenant, "err", err)
 	}
 	// The template is cancelled whatever happens to its webhook; a failure
 	// to queue it is logged, not returned, since a retried cancel finds
 	// nothing left to do.
-	// A template holds no in-flight slot (createCounted): its OnTerminal
+	// A template holds no in-flight slot (createCounted): its Terminal
 	// gives back its hold on its input file and queues the webhook.
-	if onTerminal := s.Engine.OnTerminal; onTerminal != nil {
-		if err := onTerminal(ctx, b); err != nil {
-			s.Engine.Log.ErrorContext(ctx, "queue webhook of cancelled template", "batch_id", id, "tenant", tenant, "err", err)
-		}
+	if err := s.Terminal(ctx, b); err != nil {
+		s.Log.ErrorContext(ctx, "queue webhook of cancelled template", "batch_id", id, "tenant", tenant, "err", err)
 	}
 	return s.Get(ctx, tenant, id)
 }
@@ -123,7 +121,7 @@ func (s *Service) cancelTemplate(ctx context.Context, tenant, id string, why ...
 func (s *Service) Fire(ctx context.Context, input json.RawMessage) error {
 	_, err := s.FireTemplate(ctx, input)
 	if errs.Is(err, errs.Invalid) || errs.Is(err, errs.NotFound) {
-		s.Engine.Log.ErrorContext(ctx, "schedule firing dropped", "err", err)
+		s.Log.ErrorContext(ctx, "schedule firing dropped", "err", err)
 		return nil
 	}
 	return err
@@ -146,7 +144,7 @@ func (s *Service) FireTemplate(ctx context.Context, input []byte) (batch.Batch, 
 	if err != nil {
 		return batch.Batch{}, errs.Invalidf("scheduled_time", "%v", err)
 	}
-	log := s.Engine.Log.With("template_id", in.TemplateID, "tenant", in.Tenant, "scheduled_time", at)
+	log := s.Log.With("template_id", in.TemplateID, "tenant", in.Tenant, "scheduled_time", at)
 	tpl, err := s.Store.GetBatch(ctx, in.Tenant, in.TemplateID)
 	if err != nil && !errors.Is(err, store.ErrBatchNotFound) {
 		return batch.Batch{}, err

@@ -27,7 +27,7 @@ func (e *Engine) commitRows(ctx context.Context, b batch.Batch, c batch.Chunk, r
 func (e *Engine) commitWith(ctx context.Context, b batch.Batch, c batch.Chunk, rows *part.Lines, deadLetters int64, fallback *batch.Chunk) (bool, error) {
 	defer rows.Close()
 	c.Attempt = ids.Secret(6)
-	parts, cm, err := part.Commit(c, rows, deadLetters, e.now())
+	parts, cm, err := part.Commit(c, rows, deadLetters, e.Now())
 	if err != nil {
 		return false, err
 	}
@@ -55,7 +55,7 @@ func (e *Engine) commitWith(ctx context.Context, b batch.Batch, c batch.Chunk, r
 	}
 	if first.next != nil {
 		// The claim's lease counts from now, not from the pick.
-		first.next.Lease = e.now().Add(e.lease())
+		first.next.Lease = e.Now().Add(e.lease())
 	}
 	if e.BeforeCommit != nil {
 		if err := e.BeforeCommit(cm.Chunk); err != nil {
@@ -81,7 +81,7 @@ func (e *Engine) pickNext(ctx context.Context, c batch.Chunk) pickResult {
 	if c.Slots == 0 {
 		return pickResult{}
 	}
-	next, err := pick(ctx, e.Store, c.Model, c.Slots, c.Shard, e.now().Add(e.lease()), &c)
+	next, err := pick(ctx, e.Store, c.Model, c.Slots, c.Shard, e.Now().Add(e.lease()), &c)
 	if in, ok := ctx.Value(continuationKey{}).(*invocation); ok && next != nil && in.wants(next.Entry.Model) {
 		next.Exec = ids.Secret(8)
 		return pickResult{next: next, pre: in.preload(next)}
@@ -112,7 +112,7 @@ const (
 func (e *Engine) commit(ctx context.Context, b batch.Batch, cm store.Commit, written []string, first *pickResult) (bool, error) {
 	c := cm.Chunk
 	cm.ChunksTotal = b.ChunksTotal
-	cm.FinalizeDue = e.now().Add(batch.Grace)
+	cm.FinalizeDue = e.Now().Add(batch.Grace)
 	picked := false
 	var pre *preload
 	var lastErr error

@@ -53,7 +53,7 @@ func TestCommitOutcomeSettledByTheChunk(t *testing.T) {
 			b := batch.Batch{ID: "batch_c", Tenant: "t", ChunksTotal: 2}
 			c := batch.Chunk{Batch: b.ID, Tenant: "t", Rows: 1, State: batch.ChunkClaimed, Run: "run1", Model: "m"}
 			f := &commitTable{b: b, c: c, errs: tt.errs}
-			e := &Engine{Store: f, Queue: &fakeQueue{}, Log: slog.New(slog.DiscardHandler)}
+			e := testEngine(&Engine{Store: f, Queue: &fakeQueue{}, Log: slog.New(slog.DiscardHandler)})
 			cm := store.Commit{Chunk: c, Completed: 1}
 			cm.Chunk.Attempt = "att1"
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -94,7 +94,7 @@ func TestCommitNeverContinuesWithItself(t *testing.T) {
 	stale := store.Ready{Model: "m", Batch: "x", Seq: 0, Next: 0, Total: 3}
 	moved := store.Ready{Model: "m", Batch: "x", Seq: 1, Next: 1, Total: 3}
 	f := &selfTable{fakeSched: &fakeSched{ready: map[string][]store.Ready{"m": {moved, stale}}}}
-	e := &Engine{Store: f, Queue: &fakeQueue{}, Log: slog.New(slog.DiscardHandler)}
+	e := testEngine(&Engine{Store: f, Queue: &fakeQueue{}, Log: slog.New(slog.DiscardHandler)})
 	c := batch.Chunk{Batch: "x", Tenant: "t", Index: 0, State: batch.ChunkClaimed, Run: "run0", Slots: 2, Model: "m"}
 	ok, err := e.commit(context.Background(), batch.Batch{ID: "x", Tenant: "t", ChunksTotal: 3}, store.Commit{Chunk: c}, nil, nil)
 	if !ok || err != nil {

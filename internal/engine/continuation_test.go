@@ -50,9 +50,9 @@ func TestStoppedRunStopsItsModel(t *testing.T) {
 		table.mu.Lock()
 		c := table.chunks[0]
 		fenced = fenced || table.exec[0] != ""
-		expired := fenced && c.State == batch.ChunkClaimed && c.Run == "run0" && time.UnixMilli(c.Lease).Before(e.now())
+		expired := fenced && c.State == batch.ChunkClaimed && c.Run == "run0" && time.UnixMilli(c.Lease).Before(e.Now())
 		if expired {
-			c.Run, c.Lease, c.Attempts = "run0b", e.now().Add(e.lease()).UnixMilli(), c.Attempts+1
+			c.Run, c.Lease, c.Attempts = "run0b", e.Now().Add(e.lease()).UnixMilli(), c.Attempts+1
 			table.chunks[0] = c
 			delete(table.exec, 0)
 			takenOver.Store(true)

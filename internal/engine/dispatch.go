@@ -50,7 +50,7 @@ func (e *Engine) Dispatch(ctx context.Context, ds []queue.Delivery) ([]string, e
 // fails the batch with line-numbered errors and no upstream call
 // ("Liveness").
 func (e *Engine) Plan(ctx context.Context, tenant, id string) error {
-	taken := e.now()
+	taken := e.Now()
 	b, ok, err := e.takePlanLease(ctx, tenant, id)
 	if err != nil || !ok {
 		return err
@@ -91,7 +91,7 @@ func (e *Engine) restart(ctx context.Context, b batch.Batch, writeBy time.Time) 
 // lease still runs). The tick re-sends the plan while the batch is due
 // (docs/design.md "Tick").
 func (e *Engine) takePlanLease(ctx context.Context, tenant, id string) (batch.Batch, bool, error) {
-	now := e.now()
+	now := e.Now()
 	b, err := e.Store.UpdateBatch(ctx, tenant, id, func(b *batch.Batch) error {
 		if b.Started || b.Status.Terminal() || now.Unix() < b.PlanLease {
 			return errSkip
@@ -113,8 +113,8 @@ func (e *Engine) takePlanLease(ctx context.Context, tenant, id string) (batch.Ba
 // batch. An input that cannot be planned is a plan.Invalid error.
 func (e *Engine) planInput(ctx context.Context, b batch.Batch, writeBy time.Time) error {
 	f, err := e.Store.GetFile(ctx, b.Tenant, b.InputFileID)
-	if errors.Is(err, files.ErrNotFound) && b.RetryOf != nil && e.RetryInput != nil {
-		f, err = e.RetryInput(ctx, b)
+	if errors.Is(err, files.ErrNotFound) && b.RetryOf != nil {
+		f, err = e.Lifecycle.RetryInput(ctx, b)
 	}
 	if errors.Is(err, files.ErrNotFound) {
 		return plan.Invalid{{Code: batch.CodeInputMissing, Message: fmt.Sprintf("input file %s is gone", b.InputFileID)}}
@@ -122,11 +122,9 @@ func (e *Engine) planInput(ctx context.Context, b batch.Batch, writeBy time.Time
 	if err != nil {
 		return fmt.Errorf("read input file of %s: %w", b.ID, err)
 	}
-	var allowed func(string) bool
-	if e.Govern != nil {
-		if allowed, err = e.Govern.Start(ctx, b); err != nil {
-			return err
-		}
+	allowed, err := e.Govern.Start(ctx, b)
+	if err != nil {
+		return err
 	}
 	capacity := func(model string) int {
 		m, _ := e.Models.Lookup(model)
@@ -180,7 +178,7 @@ func (e *Engine) recordPlan(ctx context.Context, b batch.Batch, in plan.Input, w
 			b.Model = &m
 		}
 		if b.Status == batch.Validating {
-			return b.To(batch.InProgress, e.now())
+			return b.To(batch.InProgress, e.Now())
 		}
 		return nil
 	})
@@ -199,7 +197,7 @@ func (e *Engine) recordPlan(ctx context.Context, b batch.Batch, in plan.Input, w
 // (docs/design.md "Scheduling", plans are fenced). After, ErrStop: the
 // plan message comes back.
 func (e *Engine) planMayWrite(b batch.Batch, writeBy time.Time) error {
-	if e.now().Before(writeBy) {
+	if e.Now().Before(writeBy) {
 		return nil
 	}
 	return fmt.Errorf("plan of %s: its lease ends within the skew margin: %w", b.ID, ErrStop)
@@ -220,12 +218,9 @@ func (e *Engine) startPlanned(ctx context.Context, b batch.Batch, entries []stor
 		if err := e.planMayWrite(b, writeBy); err != nil {
 			return err
 		}
-		rest := entries
-		if e.Native != nil {
-			var err error
-			if rest, err = e.Native.Start(ctx, b, entries); err != nil {
-				return err
-			}
+		rest, err := e.Native.Start(ctx, b, entries)
+		if err != nil {
+			return err
 		}
 		for _, r := range rest {
 			if err := e.Store.PutReady(ctx, r); err != nil {
@@ -274,7 +269,7 @@ func (e *Engine) failValidation(ctx context.Context, b batch.Batch, lineErrs []j
 			return errSkip // then only the terminal event may be missing
 		}
 		b.ErrorList = lineErrs
-		return b.To(batch.InvalidInputStatus(b.Status), e.now())
+		return b.To(batch.InvalidInputStatus(b.Status), e.Now())
 	})
 	if err != nil && !errors.Is(err, errSkip) {
 		return err
@@ -282,11 +277,8 @@ func (e *Engine) failValidation(ctx context.Context, b batch.Batch, lineErrs []j
 	return e.terminal(ctx, nb)
 }
 
-// terminal does what follows a batch's terminal state: the OnTerminal hook,
+// terminal does what follows a batch's terminal state (Lifecycle.Terminal),
 // which may run more than once.
 func (e *Engine) terminal(ctx context.Context, b batch.Batch) error {
-	if e.OnTerminal == nil {
-		return nil
-	}
-	return e.OnTerminal(ctx, b)
+	return e.Lifecycle.Terminal(ctx, b)
 }

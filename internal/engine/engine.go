@@ -108,16 +108,108 @@ var (
 	_ Provider = (*provider.Client)(nil)
 )
 
-// Engine holds what the workers share; an option left zero takes its
-// default.
-type Engine struct {
+// Workflow runs workflow records (docs/api.md "Workflow records";
+// internal/wfhost): Run drives the record req, the one row of chunk c, from
+// its checkpoint until it commits its line (CommitRecord), waits or hands
+// over (SendAgain). runCtx ends before the invocation does; status is the
+// batch's, kept fresh.
+type Workflow interface {
+	Run(ctx, runCtx context.Context, b batch.Batch, c batch.Chunk, req jsonl.Request, status func() batch.Status) error
+}
+
+// Lifecycle is what the batches' service (internal/batches) does beside
+// the engine: Terminal follows a batch's terminal state, perhaps more than
+// once (its in-flight slot back, its webhook queued); RetryInput writes and
+// records the input file of a retry batch when its plan finds it missing,
+// since POST /retry answers before it exists.
+type Lifecycle interface {
+	Terminal(ctx context.Context, b batch.Batch) error
+	RetryInput(ctx context.Context, b batch.Batch) (files.File, error)
+}
+
+// Deps are what New builds an engine from (docs/design.md "Wiring"). Every
+// part is required but the options at the end; New names a missing one.
+type Deps struct {
 	Store    Store
 	Blobs    Blobs
 	Queue    Queue
-	Models   *config.Models
 	Provider Provider
+	Models   *config.Models
 	Set      resources.Set
 	Log      *slog.Logger
+	// Now is the clock, one for every service (app.New).
+	Now func() time.Time
+	// Govern governs batches by budget and key (internal/govern).
+	Govern Governor
+	// Lifecycle is told of terminal batches and writes retry inputs
+	// (internal/batches).
+	Lifecycle Lifecycle
+	// Workflow and Native run on the engine they serve: a workflow record
+	// and a native step commit, take slots and ask what they may spend
+	// through it, and the engine hands them their chunks. The cycle is
+	// closed inside New, which builds them from the engine it is building,
+	// so no hook is assigned after New returns and none is ever nil.
+	Workflow func(*Engine) Workflow
+	Native   func(*Engine) Delegate
+
+	// Options: a zero one takes its default.
+	Chunks plan.Limits
+	Lease  time.Duration
+}
+
+// New builds an engine from d, refusing one without a required part.
+func New(d Deps) (*Engine, error) {
+	if err := d.check(); err != nil {
+		return nil, err
+	}
+	e := &Engine{
+		Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Provider: d.Provider, Models: d.Models, Set: d.Set, Log: d.Log,
+		Now: d.Now, Govern: d.Govern, Lifecycle: d.Lifecycle, Chunks: d.Chunks, Lease: d.Lease,
+	}
+	if e.Workflow = d.Workflow(e); e.Workflow == nil {
+		return nil, errors.New("engine: Deps.Workflow built no workflow runner")
+	}
+	if e.Native = d.Native(e); e.Native == nil {
+		return nil, errors.New("engine: Deps.Native built no native delegate")
+	}
+	return e, nil
+}
+
+// check names the first required part d lacks.
+func (d Deps) check() error {
+	for _, p := range []struct {
+		name    string
+		missing bool
+	}{
+		{"Store", d.Store == nil}, {"Blobs", d.Blobs == nil}, {"Queue", d.Queue == nil},
+		{"Provider", d.Provider == nil}, {"Models", d.Models == nil}, {"Log", d.Log == nil},
+		{"Now", d.Now == nil}, {"Govern", d.Govern == nil}, {"Lifecycle", d.Lifecycle == nil},
+		{"Workflow", d.Workflow == nil}, {"Native", d.Native == nil},
+	} {
+		if p.missing {
+			return fmt.Errorf("engine: Deps.%s is missing", p.name)
+		}
+	}
+	return nil
+}
+
+// Engine holds what the workers share. New builds it from Deps with every
+// part set; the package's tests build literals of the parts they use
+// (testEngine fills the rest).
+type Engine struct {
+	Store     Store
+	Blobs     Blobs
+	Queue     Queue
+	Models    *config.Models
+	Provider  Provider
+	Set       resources.Set
+	Log       *slog.Logger
+	Now       func() time.Time
+	Govern    Governor
+	Lifecycle Lifecycle
+	Workflow  Workflow
+	// Native runs the chunks it Takes instead of the executors.
+	Native Delegate
 
 	// Chunks bound a chunk's rows, bytes and slots (plan.Limits; zero
 	// fields take its defaults).
@@ -125,43 +217,15 @@ type Engine struct {
 	// Lease is how long a claimed chunk stays its run's without a
 	// heartbeat (default a minute); the tick takes over expired ones.
 	Lease time.Duration
-	// OnTerminal, if set, is called once a batch reaches a terminal state,
-	// perhaps more than once: app.New gives back the batch's in-flight slot
-	// (internal/batches) and queues its webhook there.
-	OnTerminal func(ctx context.Context, b batch.Batch) error
 	// BeforeCommit, if set, runs after a chunk's parts are written and
 	// before it commits; an error there is a crash at the worst moment
-	// (docs/design.md "Fault model").
+	// (docs/design.md "Fault model"). Fault tests set it on a built engine.
 	BeforeCommit func(batch.Chunk) error
 	// NoContinuations sends every claimed chunk as its work message instead
 	// of running it in the committing invocation (docs/design.md
 	// "Scheduling", continuation): for tests whose faults are injected per
 	// delivered message, which a continuation never is.
 	NoContinuations bool
-	// RunWorkflow drives the workflow record req, the one row of chunk c
-	// (docs/api.md "Workflow records"), from its checkpoint until it
-	// commits its line (CommitRecord), waits or hands over (SendAgain).
-	// runCtx ends before the invocation does; status is the batch's,
-	// kept fresh. app.New sets it (internal/wfhost); nil refuses workflow
-	// records with an invalid_workflow line (runRecord).
-	RunWorkflow func(ctx, runCtx context.Context, b batch.Batch, c batch.Chunk, req jsonl.Request, status func() batch.Status) error
-	// Govern, if set, governs batches by budget and key; app.New sets it.
-	Govern Governor
-	// Native, if set, runs the chunks it Takes instead of the executors.
-	Native Delegate
-	// RetryInput writes and records the input file of a retry batch
-	// (internal/batches) when its plan finds it missing: POST /retry
-	// answers before it exists. nil leaves it missing.
-	RetryInput func(ctx context.Context, b batch.Batch) (files.File, error)
-	// Now is the clock; nil is time.Now.
-	Now func() time.Time
-}
-
-func (e *Engine) now() time.Time {
-	if e.Now != nil {
-		return e.Now()
-	}
-	return time.Now()
 }
 
 func (e *Engine) limits() plan.Limits { return e.Chunks.OrDefaults() }
@@ -178,9 +242,6 @@ func (e *Engine) send(ctx context.Context, queueKey string, m msg.Message) error
 // internal/wfhost and internal/native's direct rows all take it from here.
 func (e *Engine) Route(ctx context.Context, b batch.Batch) (provider.Route, error) {
 	r := provider.Route{Fallback: b.Fallback()}
-	if e.Govern == nil {
-		return r, nil
-	}
 	allowed, err := e.Govern.Allowed(ctx, b)
 	if err != nil {
 		return r, fmt.Errorf("allow-list of batch %s: %w", b.ID, err)
@@ -191,13 +252,10 @@ func (e *Engine) Route(ctx context.Context, b batch.Batch) (provider.Route, erro
 
 // Admit is whether batch b's chunk c may still spend (Governor.Admit): a
 // code and why when its key was disabled or its tenant's budget is spent,
-// "" otherwise or when nothing governs. The executor asks it as a chunk's
+// "" otherwise. The executor asks it as a chunk's
 // run starts, internal/native before each step that spends (docs/design.md
 // "Governance").
 func (e *Engine) Admit(ctx context.Context, b batch.Batch, c batch.Chunk) (code, message string, err error) {
-	if e.Govern == nil {
-		return "", "", nil
-	}
 	code, message, err = e.Govern.Admit(ctx, b, c)
 	if err != nil {
 		return "", "", fmt.Errorf("admit chunk %d of %s: %w", c.Index, b.ID, err)

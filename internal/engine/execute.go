@@ -88,7 +88,7 @@ func (e *Engine) Execute(ctx context.Context, ds []queue.Delivery) ([]string, er
 	for i, d := range ds {
 		var m msg.Message
 		err := json.Unmarshal([]byte(d.Body), &m)
-		if e.Native != nil && msg.IsNative(m.Type) {
+		if msg.IsNative(m.Type) {
 			native.Go(func() { nativeFailed[i] = failedID(d.ID, e.Native.Handle(ctx, m, false)) })
 			continue
 		}
@@ -196,7 +196,7 @@ func withExec(ctx context.Context, exec string) context.Context {
 // which the same move's condition accepts, as takeFence does.
 func (e *Engine) SendAgain(ctx context.Context, m msg.Message, delay time.Duration) error {
 	delay = queue.Delay(max(delay, 0))
-	until := e.now().Add(delay + e.lease())
+	until := e.Now().Add(delay + e.lease())
 	exec, fenced := ctx.Value(execKey{}).(string)
 	var err error
 	for try := range fenceTries {
@@ -356,7 +356,7 @@ func (in *invocation) start(r *chunkRun) {
 		})
 		return
 	}
-	if r.c.Slots == 0 && !r.draining(e.now()) {
+	if r.c.Slots == 0 && !r.draining(e.Now()) {
 		r.err = fmt.Errorf("chunk %d of %s holds no slots", r.c.Index, r.c.Batch)
 		close(r.done)
 		return
@@ -388,13 +388,13 @@ func (in *invocation) batch(ctx context.Context, tenant, id string) (batch.Batch
 	in.mu.Lock()
 	c, ok := in.batches[tenant+"/"+id]
 	in.mu.Unlock()
-	if ok && e.now().Sub(c.read) < statusRefresh {
+	if ok && e.Now().Sub(c.read) < statusRefresh {
 		return c.b, nil
 	}
 	b, err := e.Store.GetBatch(ctx, tenant, id)
 	if err == nil {
 		in.mu.Lock()
-		in.batches[tenant+"/"+id] = cachedBatch{b, e.now()}
+		in.batches[tenant+"/"+id] = cachedBatch{b, e.Now()}
 		in.mu.Unlock()
 	}
 	return b, err
@@ -514,7 +514,7 @@ func (p *preload) claimed(c *store.Claim) *batch.Chunk {
 // message is stale (its chunk is done, or no longer this run's) or a
 // duplicate (another execution runs it), and is dropped.
 func (e *Engine) load(ctx context.Context, r *chunkRun, readBatch func(ctx context.Context, tenant, id string) (batch.Batch, error)) (bool, error) {
-	if c := r.pre.claimed(r.claim); c != nil && time.UnixMilli(c.Lease).Sub(e.now()) >= e.lease()-e.lease()/3 {
+	if c := r.pre.claimed(r.claim); c != nil && time.UnixMilli(c.Lease).Sub(e.Now()) >= e.lease()-e.lease()/3 {
 		// A continuation whose claim took its fence, loaded beside the
 		// commit. A claim's lease counts from before its commit: one
 		// older than a third of a lease (a slow commit) is moved by a
@@ -570,7 +570,7 @@ func (e *Engine) admit(ctx context.Context, r *chunkRun, b batch.Batch, c batch.
 	if err != nil {
 		return false, err
 	}
-	r.b, r.c, r.reqs, r.lines, r.loaded = b, c, reqs, part.NewLines(b, c, e.now()), e.now()
+	r.b, r.c, r.reqs, r.lines, r.loaded = b, c, reqs, part.NewLines(b, c, e.Now()), e.Now()
 	r.left.Store(int32(len(reqs)))
 	return true, nil
 }
@@ -604,7 +604,7 @@ func (e *Engine) takeFence(ctx context.Context, r *chunkRun) (batch.Chunk, bool,
 		if try > 0 && backoff.Sleep(ctx, backoff.Upper(backoff.Exponential(try, fenceBackoff, 4*fenceBackoff))) != nil {
 			break
 		}
-		c, err = e.Store.TakeFence(ctx, m.Batch, m.Chunk, m.Run, exec, e.now(), e.now().Add(e.lease()))
+		c, err = e.Store.TakeFence(ctx, m.Batch, m.Chunk, m.Run, exec, e.Now(), e.Now().Add(e.lease()))
 		if err == nil || errors.Is(err, store.ErrFenced) {
 			break
 		}
@@ -648,9 +648,9 @@ func (e *Engine) fenceRefused(ctx context.Context, m msg.Message) error {
 // or deleted, with an error line per row, giving its slots on, and records
 // the error that fails the batch (SECURITY.md "Presigned URLs").
 func (e *Engine) inputGone(ctx context.Context, b batch.Batch, c batch.Chunk, deleted bool) error {
-	why, lines := batch.InputChanged(b.InputFileID), part.InputChanged(b, c, e.now())
+	why, lines := batch.InputChanged(b.InputFileID), part.InputChanged(b, c, e.Now())
 	if deleted {
-		why, lines = batch.InputMissing(b.InputFileID), part.InputMissing(b, c, e.now())
+		why, lines = batch.InputMissing(b.InputFileID), part.InputMissing(b, c, e.Now())
 	}
 	if _, err := e.Store.UpdateBatch(ctx, b.Tenant, b.ID, batch.AddError(why)); err != nil {
 		lines.Close()
@@ -765,7 +765,7 @@ func (e *Engine) commitAnswered(ctx context.Context, r *chunkRun) error {
 		return err
 	}
 	done.Attempt = ids.Secret(6)
-	parts, cm, err := part.Commit(done, r.lines, 0, e.now())
+	parts, cm, err := part.Commit(done, r.lines, 0, e.Now())
 	if err != nil {
 		return err
 	}
@@ -793,7 +793,7 @@ func (e *Engine) commitAnswered(ctx context.Context, r *chunkRun) error {
 // longer this run's (or an earlier try took effect: the rest's lease then
 // runs out and the tick sends it).
 func (e *Engine) commitSplit(ctx context.Context, b batch.Batch, cm store.Commit, rest batch.Chunk) (bool, error) {
-	run, lease := newRun(), e.now().Add(e.lease())
+	run, lease := newRun(), e.Now().Add(e.lease())
 	var lastErr error
 	for try := 0; try < commitTries; try++ {
 		rest.Index = b.ChunksTotal
@@ -863,7 +863,7 @@ func (r *chunkRun) rows(e *Engine, rowDone func()) fanout.Rows {
 			switch {
 			case r.status.Load().(batch.Status).Stopping():
 				o.Cancel()
-			case r.b.PastExpiry(e.now()):
+			case r.b.PastExpiry(e.Now()):
 				o.Expire()
 			case r.refused != "":
 				o.Code, o.Message = r.refused, r.reason
@@ -943,7 +943,7 @@ func (e *Engine) heartbeat(ctx context.Context, in *invocation) {
 func (e *Engine) reportProgress(ctx context.Context, r *chunkRun) error {
 	r.progress.Lock()
 	defer r.progress.Unlock()
-	if r.committing || e.now().Sub(r.loaded) < statusRefresh {
+	if r.committing || e.Now().Sub(r.loaded) < statusRefresh {
 		return nil // a chunk that ends within seconds shows at its commit
 	}
 	to, err := e.Store.ReportProgress(ctx, r.c, r.lines.Tally())
@@ -1004,7 +1004,7 @@ func (e *Engine) skew() time.Duration { return min(leaseSkew, e.lease()/2) }
 
 // inLease reports whether r may still start a row by its lease (keepLease).
 func (r *chunkRun) inLease(e *Engine) bool {
-	return e.now().Before(time.UnixMilli(r.lease.Load()).Add(-e.skew()))
+	return e.Now().Before(time.UnixMilli(r.lease.Load()).Add(-e.skew()))
 }
 
 // keepLease renews r's lease and fence every third of a lease while r
@@ -1013,13 +1013,13 @@ func (r *chunkRun) inLease(e *Engine) bool {
 // or at once when the chunk is no longer the run's (docs/design.md
 // "Scheduling", lease rule).
 func (e *Engine) keepLease(r *chunkRun) {
-	stopAt := func() time.Duration { return time.UnixMilli(r.lease.Load()).Add(-e.skew()).Sub(e.now()) }
+	stopAt := func() time.Duration { return time.UnixMilli(r.lease.Load()).Add(-e.skew()).Sub(e.Now()) }
 	stop := time.AfterFunc(stopAt(), r.stop)
 	defer stop.Stop()
 	every, retry := e.lease()/3, e.lease()/20
 	// The first renewal comes a third of a lease after the lease was set,
 	// not after the run's start: a continuation starts on its claim's.
-	wait := min(every, max(0, time.UnixMilli(r.lease.Load()).Sub(e.now())-(e.lease()-every)))
+	wait := min(every, max(0, time.UnixMilli(r.lease.Load()).Sub(e.Now())-(e.lease()-every)))
 	for {
 		t := time.NewTimer(wait)
 		select {
@@ -1028,7 +1028,7 @@ func (e *Engine) keepLease(r *chunkRun) {
 			return
 		case <-t.C:
 		}
-		until := e.now().Add(e.lease())
+		until := e.Now().Add(e.lease())
 		err := e.Store.RenewExec(r.ctx, r.c.Batch, r.c.Index, r.c.Run, r.exec, until)
 		switch {
 		case err == nil:

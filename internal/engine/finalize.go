@@ -20,7 +20,7 @@ import (
 // commits first never leaves phantom dead letters.
 func (e *Engine) DeadLetter(ctx context.Context, ds []queue.Delivery) ([]string, error) {
 	return msg.Each(ctx, e.Log, ds, func(ctx context.Context, m msg.Message) error {
-		if e.Native != nil && msg.IsNative(m.Type) {
+		if msg.IsNative(m.Type) {
 			return e.Native.Handle(ctx, m, true)
 		}
 		b, err := e.Store.GetBatch(ctx, m.Tenant, m.Batch)
@@ -59,7 +59,7 @@ func (e *Engine) DeadLetter(ctx context.Context, ds []queue.Delivery) ([]string,
 			outs[i] = part.Outcome{CustomID: ids[i], Code: part.CodeDeadLetter, Message: part.DeadLetterMessage}
 		}
 		c.Dead = true
-		ours, err := e.commitRows(ctx, b, c, part.LinesOf(b, c, outs, e.now()), int64(len(outs)))
+		ours, err := e.commitRows(ctx, b, c, part.LinesOf(b, c, outs, e.Now()), int64(len(outs)))
 		if err != nil || !ours {
 			return err
 		}
@@ -122,12 +122,12 @@ func (e *Engine) FinalizeBatch(ctx context.Context, tenant, id string) error {
 		if b.Status == batch.Finalizing || b.Status.Terminal() {
 			return errSkip
 		}
-		return b.To(batch.Finalizing, e.now())
+		return b.To(batch.Finalizing, e.Now())
 	}); err != nil && !errors.Is(err, errSkip) {
 		return err
 	}
 	var ids [2]string // output, error
-	for i, f := range parts.Records(b, e.now(), e.Set.PartsExpiry) {
+	for i, f := range parts.Records(b, e.Now(), e.Set.PartsExpiry) {
 		if f != nil && b.Endpoint == endpoint.Messages {
 			// A message batch's results read these files' parts until the
 			// batch is deleted: a delete through the Files API hides them
@@ -164,7 +164,7 @@ func (e *Engine) endBatch(ctx context.Context, tenant, id, outID, errID string) 
 		if errID != "" {
 			b.ErrorFileID = &errID
 		}
-		return b.To(batch.FinalStatus(b), e.now())
+		return b.To(batch.FinalStatus(b), e.Now())
 	})
 	if errors.Is(err, errSkip) {
 		return nil

@@ -69,7 +69,7 @@ func (f *fakeBucket) Put(context.Context, string, io.Reader, int64) error {
 
 // FinalizeBatch records the output and error files made of the committed
 // parts, removes the parts no commit points to, ends the batch and runs
-// OnTerminal; the output file expires output_expires_after from when it is
+// Lifecycle.Terminal; the output file expires output_expires_after from when it is
 // written, not from the batch's creation.
 func TestFinalizeBatch(t *testing.T) {
 	t.Parallel()
@@ -84,8 +84,8 @@ func TestFinalizeBatch(t *testing.T) {
 	bucket := &fakeBucket{keys: []string{chunks[0].Parts("out"), chunks[1].Parts("out"), chunks[1].Parts("err"), stray}}
 	table := &fakeTable{b: b, chunks: chunks, files: map[string]files.File{}}
 	var ended []batch.Status
-	e := &Engine{Store: table, Blobs: bucket, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }, Set: resources.Set{PartsExpiry: 30 * 24 * time.Hour},
-		OnTerminal: func(_ context.Context, b batch.Batch) error { ended = append(ended, b.Status); return nil }}
+	e := testEngine(&Engine{Store: table, Blobs: bucket, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }, Set: resources.Set{PartsExpiry: 30 * 24 * time.Hour},
+		Lifecycle: lifecycleFunc(func(_ context.Context, b batch.Batch) error { ended = append(ended, b.Status); return nil })})
 	if err := e.FinalizeBatch(context.Background(), "t", "batch_x"); err != nil {
 		t.Fatal(err)
 	}
@@ -103,10 +103,10 @@ func TestFinalizeBatch(t *testing.T) {
 		t.Fatalf("parts left: %v", bucket.keys)
 	}
 	if table.b.Status != batch.Completed || *table.b.OutputFileID != "file-x-output" || *table.b.ErrorFileID != "file-x-errors" || !slices.Equal(ended, []batch.Status{batch.Completed}) {
-		t.Fatalf("batch %+v, OnTerminal saw %v", table.b, ended)
+		t.Fatalf("batch %+v, Terminal saw %v", table.b, ended)
 	}
-	// A second finalize message finds the batch ended: only OnTerminal again.
+	// A second finalize message finds the batch ended: only Terminal again.
 	if err := e.FinalizeBatch(context.Background(), "t", "batch_x"); err != nil || len(ended) != 2 {
-		t.Fatalf("second finalize: %v, OnTerminal %v", err, ended)
+		t.Fatalf("second finalize: %v, Terminal %v", err, ended)
 	}
 }

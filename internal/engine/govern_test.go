@@ -111,9 +111,9 @@ func TestExecuteRoutesRowsInsideTheAllowList(t *testing.T) {
 		Lease: now.Add(time.Hour).UnixMilli()}
 	rows := `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m"}}` + "\n"
 	up := &countingProvider{}
-	e := &Engine{Store: &runTable{b: b, c: c}, Blobs: &rowsBucket{rows: rows, parts: map[string]string{}}, Queue: &fakeQueue{}, Provider: up,
+	e := testEngine(&Engine{Store: &runTable{b: b, c: c}, Blobs: &rowsBucket{rows: rows, parts: map[string]string{}}, Queue: &fakeQueue{}, Provider: up,
 		Govern: fakeGovernor{allowed: func(m string) bool { return m == "m" }},
-		Log:    slog.New(slog.DiscardHandler), Now: func() time.Time { return now }, Set: resources.Define("t")}
+		Log:    slog.New(slog.DiscardHandler), Now: func() time.Time { return now }, Set: resources.Define("t")})
 	body, _ := json.Marshal(msg.Message{Type: msg.Chunk, Tenant: "t", Batch: "batch_g", Run: "r1", Attempt: 1})
 	if failed, err := e.Execute(context.Background(), []queue.Delivery{{ID: "d1", Body: string(body), ReceiveCount: 1}}); err != nil || len(failed) != 0 {
 		t.Fatalf("Execute: %v, failed %v", err, failed)
@@ -142,8 +142,8 @@ func TestExecuteSettlesRefusedChunks(t *testing.T) {
 			rows := `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m"}}` + "\n" +
 				`{"custom_id":"b","method":"POST","url":"/v1/chat/completions","body":{"model":"m"}}` + "\n"
 			table, bucket, up := &runTable{b: b, c: c}, &rowsBucket{rows: rows, parts: map[string]string{}}, &countingProvider{}
-			e := &Engine{Store: table, Blobs: bucket, Queue: &fakeQueue{}, Provider: up, Govern: fakeGovernor{code: code},
-				Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }, Set: resources.Define("t")}
+			e := testEngine(&Engine{Store: table, Blobs: bucket, Queue: &fakeQueue{}, Provider: up, Govern: fakeGovernor{code: code},
+				Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }, Set: resources.Define("t")})
 			body, _ := json.Marshal(msg.Message{Type: msg.Chunk, Tenant: "t", Batch: "batch_g", Run: "r1", Attempt: 1})
 			failed, err := e.Execute(context.Background(), []queue.Delivery{{ID: "d1", Body: string(body), ReceiveCount: 1}})
 			if err != nil || len(failed) != 0 {

@@ -128,9 +128,9 @@ func executeRows(tb testing.TB, rows, answer, slots int) uint64 {
 	c := batch.Chunk{Batch: b.ID, Tenant: "t", Rows: rows, End: int64(input.Len()), State: batch.ChunkClaimed, Run: "run1",
 		Lease: time.Now().Add(time.Hour).UnixMilli(), Slots: slots, Model: "m"}
 	table, bucket := &execTable{b: b, c: c}, &execBucket{input: []byte(input.String())}
-	e := &Engine{Store: table, Blobs: bucket, Queue: &fakeQueue{}, Models: models, Set: resources.Define("t"),
+	e := testEngine(&Engine{Store: table, Blobs: bucket, Queue: &fakeQueue{}, Models: models, Set: resources.Define("t"),
 		Provider: &provider.Client{HTTP: provider.NewHTTPClient(), Models: models, Keys: provider.EnvKeys{}},
-		Log:      slog.New(slog.DiscardHandler)}
+		Log:      slog.New(slog.DiscardHandler)})
 	m, _ := json.Marshal(msg.Message{Type: msg.Chunk, Tenant: "t", Batch: b.ID, Run: "run1"})
 	var failed []string
 	peak := heapPeak(func() {
@@ -223,8 +223,8 @@ func TestExecuteInputChanged(t *testing.T) {
 		c := batch.Chunk{Batch: b.ID, Tenant: "t", Rows: 3, End: 10, State: batch.ChunkClaimed, Run: "run1",
 			Lease: time.Now().Add(time.Hour).UnixMilli(), Slots: 2, Model: "m"}
 		table := &changedTable{execTable: execTable{b: b, c: c}}
-		e := &Engine{Store: table, Blobs: &changedBucket{err: tt.err}, Queue: &fakeQueue{}, Set: resources.Define("t"),
-			Provider: nil, Log: slog.New(slog.DiscardHandler)}
+		e := testEngine(&Engine{Store: table, Blobs: &changedBucket{err: tt.err}, Queue: &fakeQueue{}, Set: resources.Define("t"),
+			Provider: nil, Log: slog.New(slog.DiscardHandler)})
 		m, _ := json.Marshal(msg.Message{Type: msg.Chunk, Tenant: "t", Batch: b.ID, Run: "run1"})
 
 		failed, err := e.Execute(context.Background(), []queue.Delivery{{ID: "d", Body: string(m), ReceiveCount: 1}})

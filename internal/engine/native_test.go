@@ -52,7 +52,7 @@ func TestNativeStepsGoToTheDelegate(t *testing.T) {
 	t.Parallel()
 	for _, fail := range []bool{false, true} {
 		n := &fakeNative{fail: fail}
-		e := &Engine{Native: n, Set: resources.Define("t"), Log: slog.New(slog.DiscardHandler)}
+		e := testEngine(&Engine{Native: n, Set: resources.Define("t"), Log: slog.New(slog.DiscardHandler)})
 		submit := msg.Message{Type: msg.NativeSubmit, Tenant: "t", Batch: "b", Chunk: 2}
 		poll := msg.Message{Type: msg.NativePoll, Tenant: "t", Batch: "b", Chunk: 2, Attempt: 5}
 		failed, _ := e.Execute(context.Background(), []queue.Delivery{delivery(t, "1", submit), delivery(t, "2", poll)})

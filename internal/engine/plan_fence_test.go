@@ -60,7 +60,7 @@ func fencedPlanEngine(t *testing.T, f *fencedPlanTable, now time.Time) *Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Engine{Store: f, Queue: &fakeQueue{}, Models: models, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }}
+	return testEngine(&Engine{Store: f, Queue: &fakeQueue{}, Models: models, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }})
 }
 
 // input is a plan's result: n pending chunks of model m.

@@ -71,7 +71,7 @@ func TestPlanMixedModels(t *testing.T) {
 		fmt.Fprintf(&sb, `{"custom_id":"r%d","method":"POST","url":"/v1/chat/completions","body":{"model":%q,"messages":[]}}`+"\n", i, m)
 	}
 	table := &planTable{file: files.File{ID: "file-1", Filename: "in.jsonl", Objects: []string{"files/t/file-1/000000"}}}
-	e := &Engine{Store: table, Blobs: &planBucket{input: sb.String()}, Models: models, Log: slog.New(slog.DiscardHandler)}
+	e := testEngine(&Engine{Store: table, Blobs: &planBucket{input: sb.String()}, Models: models, Log: slog.New(slog.DiscardHandler)})
 	b := batch.Batch{ID: "batch_1", Tenant: "t", Endpoint: "/v1/chat/completions", InputFileID: "file-1", Status: batch.Validating}
 	if err := e.planInput(context.Background(), b, time.Now().Add(time.Minute)); !errors.Is(err, errPlanned) {
 		t.Fatalf("plan: %v", err)
@@ -102,7 +102,7 @@ func TestPlanChunkRowsBySlots(t *testing.T) {
 		fmt.Fprintf(&sb, `{"custom_id":"r%d","method":"POST","url":"/v1/chat/completions","body":{"model":"eight","messages":[]}}`+"\n", i)
 	}
 	table := &planTable{file: files.File{ID: "file-1", Filename: "in.jsonl", Objects: []string{"files/t/file-1/000000"}}}
-	e := &Engine{Store: table, Blobs: &planBucket{input: sb.String()}, Models: models, Log: slog.New(slog.DiscardHandler)}
+	e := testEngine(&Engine{Store: table, Blobs: &planBucket{input: sb.String()}, Models: models, Log: slog.New(slog.DiscardHandler)})
 	b := batch.Batch{ID: "batch_1", Tenant: "t", Endpoint: "/v1/chat/completions", InputFileID: "file-1", Status: batch.Validating}
 	if err := e.planInput(context.Background(), b, time.Now().Add(time.Minute)); !errors.Is(err, errPlanned) {
 		t.Fatalf("plan: %v", err)

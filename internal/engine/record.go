@@ -12,8 +12,8 @@ import (
 )
 
 // Workflow records (docs/api.md "Workflow records"). Plan gives each one a
-// chunk of its own; the executor hands such a chunk to Engine.RunWorkflow
-// (internal/wfhost, set by app.New) instead of its row pool, and the
+// chunk of its own; the executor hands such a chunk to Engine.Workflow
+// (internal/wfhost) instead of its row pool, and the
 // record's line goes through the normal commit when it ends
 // (CommitRecord). What else the adapter uses of the engine: its chunk's
 // slots (TakeSlots, ReturnSlots), the re-send of its work message
@@ -24,16 +24,10 @@ func isWorkflowChunk(c batch.Chunk, reqs []jsonl.Request) bool {
 	return c.Rows == 1 && len(reqs) == 1 && workflow.InBody(reqs[0].Body)
 }
 
-// runRecord runs the workflow record of r's chunk through RunWorkflow.
-// Without one the record is refused with the error of a record that
-// cannot run here (invalid_workflow, as in a batch of another endpoint).
+// runRecord runs the workflow record of r's chunk on Workflow.
 func (e *Engine) runRecord(ctx context.Context, r *chunkRun) error {
 	status := func() batch.Status { return r.status.Load().(batch.Status) }
-	if e.RunWorkflow == nil {
-		return e.CommitRecord(ctx, r.b, r.c, status(), part.Outcome{CustomID: r.reqs[0].CustomID,
-			Code: workflow.CodeInvalid, Message: "workflow records are not supported by this executor"})
-	}
-	return e.RunWorkflow(ctx, r.ctx, r.b, r.c, r.reqs[0], status)
+	return e.Workflow.Run(ctx, r.ctx, r.b, r.c, r.reqs[0], status)
 }
 
 // CommitRecord commits c, a workflow record's own chunk, with the record's
@@ -43,7 +37,7 @@ func (e *Engine) runRecord(ctx context.Context, r *chunkRun) error {
 // batch_expired line past the window) or cancelled (a batch_cancelled line
 // once the batch is cancelling), never for the code a callback chose.
 func (e *Engine) CommitRecord(ctx context.Context, b batch.Batch, c batch.Chunk, status batch.Status, o part.Outcome) error {
-	o.Expired = o.Code == part.CodeExpired && b.PastExpiry(e.now())
+	o.Expired = o.Code == part.CodeExpired && b.PastExpiry(e.Now())
 	o.Cancelled = o.Code == part.CodeCancelled && status.Stopping()
 	return e.CommitRows(ctx, b, c, []part.Outcome{o})
 }
@@ -51,7 +45,7 @@ func (e *Engine) CommitRecord(ctx context.Context, b batch.Batch, c batch.Chunk,
 // CommitRows commits claimed chunk c with its rows' outcomes, as a run of
 // it would: internal/native imports a provider batch's results so.
 func (e *Engine) CommitRows(ctx context.Context, b batch.Batch, c batch.Chunk, outs []part.Outcome) error {
-	_, err := e.commitRows(ctx, b, c, part.LinesOf(b, c, outs, e.now()), 0)
+	_, err := e.commitRows(ctx, b, c, part.LinesOf(b, c, outs, e.Now()), 0)
 	return err
 }
 

@@ -295,8 +295,8 @@ func runsFixture(t *testing.T, p *peakProvider, specs ...chunkSpec) (*Engine, *r
 	}
 	b.Input = []batch.Object{{Key: "in", Size: int64(input.Len())}}
 	table.b = b
-	e := &Engine{Store: table, Blobs: &runsBucket{execBucket: execBucket{input: []byte(input.String())}}, Queue: &lockedQueue{},
-		Set: resources.Define("t"), Provider: p, Log: slog.New(slog.DiscardHandler), Now: p.now}
+	e := testEngine(&Engine{Store: table, Blobs: &runsBucket{execBucket: execBucket{input: []byte(input.String())}}, Queue: &lockedQueue{},
+		Set: resources.Define("t"), Provider: p, Log: slog.New(slog.DiscardHandler), Now: p.now})
 	return e, table
 }
 
@@ -350,7 +350,7 @@ func TestExecuteStopsAtItsLease(t *testing.T) {
 	p.now = func() time.Time { return time.Now().Add(10 * time.Minute) }
 	e, table := runsFixture(t, p, chunkSpec{"x", 100, 1})
 	e.Lease = time.Second
-	start := e.now()
+	start := e.Now()
 	c := table.chunks[0]
 	c.Lease = start.Add(e.Lease).UnixMilli()
 	table.chunks[0] = c

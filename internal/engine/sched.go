@@ -115,7 +115,7 @@ func (e *Engine) start(ctx context.Context, model string) error {
 			shard++
 			continue
 		}
-		c, err := pick(ctx, e.Store, model, min(e.limits().Slots, free[shard]), shard, e.now().Add(e.lease()), nil)
+		c, err := pick(ctx, e.Store, model, min(e.limits().Slots, free[shard]), shard, e.Now().Add(e.lease()), nil)
 		if err != nil || c == nil {
 			return err
 		}
@@ -153,7 +153,7 @@ func (e *Engine) drain(ctx context.Context, b batch.Batch) error {
 			continue
 		}
 		run := newRun()
-		switch err := e.Store.ClaimAlone(ctx, c, run, e.now().Add(e.lease())); {
+		switch err := e.Store.ClaimAlone(ctx, c, run, e.Now().Add(e.lease())); {
 		case errors.Is(err, store.ErrRaced):
 			continue
 		case err != nil:
@@ -175,7 +175,7 @@ const tickLimit = 100
 // ids and the tick goes on; the errors come back joined, once everything
 // else was done.
 func (e *Engine) Tick(ctx context.Context) error {
-	now := e.now()
+	now := e.Now()
 	errs := []error{e.takeOver(ctx, now)}
 	refs, err := e.Store.DueBatches(ctx, now, tickLimit)
 	if err != nil {
@@ -287,7 +287,7 @@ func (e *Engine) expireUnplanned(ctx context.Context, b batch.Batch) error {
 			return errSkip
 		}
 		b.ErrorList = []jsonl.LineError{{Code: part.CodeExpired, Message: "the batch's completion window ended before its input could be planned"}}
-		return b.To(batch.Expired, e.now())
+		return b.To(batch.Expired, e.Now())
 	})
 	if errors.Is(err, errSkip) || errors.Is(err, store.ErrBatchNotFound) {
 		return nil

@@ -292,7 +292,7 @@ func TestStartClaimsInOrderWithinCapacity(t *testing.T) {
 			}
 			f := &fakePool{fakeSched: &fakeSched{ready: map[string][]store.Ready{"m": tt.ready}}, inflight: tt.inflight, full: tt.full}
 			q := &fakeQueue{}
-			e := &Engine{Store: f, Queue: q, Models: models, Log: slog.New(slog.DiscardHandler)}
+			e := testEngine(&Engine{Store: f, Queue: q, Models: models, Log: slog.New(slog.DiscardHandler)})
 			if err := e.start(context.Background(), "m"); err != nil {
 				t.Fatal(err)
 			}
@@ -406,7 +406,7 @@ func TestTickSurvivesABadItem(t *testing.T) {
 		failFree:     map[string]bool{"a": true},
 	}
 	q := &fakeQueue{}
-	e := &Engine{Store: f, Queue: q, Models: models, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return time.Unix(1000, 0) }}
+	e := testEngine(&Engine{Store: f, Queue: q, Models: models, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return time.Unix(1000, 0) }})
 	if err := e.Tick(context.Background()); !errors.Is(err, errInjected) {
 		t.Errorf("tick error: got %v, want the injected errors joined", err)
 	}
@@ -461,7 +461,7 @@ func TestDrainSurvivesABadChunk(t *testing.T) {
 		f.chunks = append(f.chunks, batch.Chunk{Batch: "b", Index: i, State: batch.ChunkPending})
 	}
 	q := &fakeQueue{}
-	e := &Engine{Store: f, Queue: q, Log: slog.New(slog.DiscardHandler)}
+	e := testEngine(&Engine{Store: f, Queue: q, Log: slog.New(slog.DiscardHandler)})
 	if err := e.drain(context.Background(), batch.Batch{ID: "b", Tenant: "t"}); !errors.Is(err, errInjected) {
 		t.Errorf("drain error: got %v, want the injected one", err)
 	}

@@ -37,7 +37,7 @@ func TestTakeSlotsTriesEveryShard(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := &slotsTable{fakePool: &fakePool{fakeSched: &fakeSched{}, inflight: []int{1000, 1000, 990}}}
-	e := &Engine{Store: f, Models: models, Log: slog.New(slog.DiscardHandler)}
+	e := testEngine(&Engine{Store: f, Models: models, Log: slog.New(slog.DiscardHandler)})
 	c, err := e.TakeSlots(context.Background(), batch.Chunk{Batch: "b", Index: 3, Model: "m", State: batch.ChunkClaimed, Run: "r"})
 	if err != nil {
 		t.Fatalf("take slots: %v (shard 2 has 10 free)", err)

@@ -41,9 +41,9 @@ func TestTakeoverThatTookEffectAlthoughItFailed(t *testing.T) {
 	t.Parallel()
 	f := &afterTakeoverTable{c: batch.Chunk{Tenant: "t", Batch: "b", Index: 3, State: batch.ChunkClaimed, Run: "old", Attempts: 1}}
 	q := &fakeQueue{}
-	e := &Engine{Store: f, Queue: q, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return time.Unix(1000, 0) }}
+	e := testEngine(&Engine{Store: f, Queue: q, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return time.Unix(1000, 0) }})
 
-	_ = e.takeOver(context.Background(), e.now())
+	_ = e.takeOver(context.Background(), e.Now())
 
 	if len(q.sent) != 1 || q.sent[0].Type != msg.Chunk || q.sent[0].Run != f.c.Run || q.sent[0].Chunk != 3 {
 		t.Fatalf("sent %+v, want chunk 3's message for its new run %s", q.sent, f.c.Run)

@@ -1,6 +1,6 @@
 // Package wfhost runs workflow records (docs/api.md "Workflow records") on
-// the engine: it is the engine's executor's Engine.RunWorkflow, which
-// app.New sets to Runner.Run. Plan gives each record a chunk of its own,
+// the engine: Runner is the engine's Workflow (engine.Deps.Workflow), built
+// on the engine it serves. Plan gives each record a chunk of its own,
 // so the record is what the chunk's all-or-nothing commit covers: its line
 // and counters go through the normal commit when it ends
 // (engine.CommitRecord), and the accounting invariant holds as for any
@@ -74,7 +74,7 @@ type Runner struct {
 }
 
 // Run drives the workflow record req of chunk c from its checkpoint: it
-// is engine.Engine.RunWorkflow. runCtx ends before the invocation does;
+// is engine.Workflow. runCtx ends before the invocation does;
 // status is the batch's, kept fresh.
 func (r *Runner) Run(ctx, runCtx context.Context, b batch.Batch, c batch.Chunk, req jsonl.Request, status func() batch.Status) error {
 	e := r.Engine

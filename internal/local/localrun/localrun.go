@@ -116,7 +116,10 @@ func Start(ctx context.Context, o Options) (*Runtime, error) {
 	if !o.StrictWebhooks {
 		o.Env.AllowPrivateWebhooks, o.Env.AllowHTTPWebhooks = true, true
 	}
-	a := app.New(o.Env, o.Models, o.AWS, o.Log)
+	a, err := app.New(o.Env, o.Models, o.AWS, o.Log)
+	if err != nil {
+		return nil, err
+	}
 	if o.Tune != nil {
 		o.Tune(&a.Resources)
 		a.Engine.Set = a.Resources

@@ -91,7 +91,7 @@ type message struct {
 // first.
 var errDuplicate = errors.New("delivery: attempt already recorded")
 
-// Enqueue is the engine's OnTerminal: it queues the completion event of a
+// Enqueue is what batches.Service.Terminal queues a webhook with: it queues the completion event of a
 // terminal batch that has a webhook_url.
 func (s *Service) Enqueue(ctx context.Context, b batch.Batch) error {
 	if b.WebhookURL == nil || *b.WebhookURL == "" {
