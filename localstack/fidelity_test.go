@@ -196,7 +196,7 @@ func TestAnthropicResultsArchived(t *testing.T) {
 	var skip atomic.Int64 // how far the service's clock is ahead
 	rt := runtime(t, func(o *localrun.Options) {
 		o.Wire = func(a *app.App) {
-			a.Engine.Now = func() time.Time { return time.Now().Add(time.Duration(skip.Load())) }
+			a.SetClock(func() time.Time { return time.Now().Add(time.Duration(skip.Load())) })
 		}
 	})
 	c, key := anthropicClient(t, rt, "acme")
@@ -273,8 +273,7 @@ func TestFilesListAndExpiry(t *testing.T) {
 	var skip atomic.Int64
 	rt := runtime(t, func(o *localrun.Options) {
 		o.Wire = func(a *app.App) {
-			a.Files.Now = func() time.Time { return time.Now().Add(time.Duration(skip.Load())) }
-			a.Engine.Now = a.Files.Now
+			a.SetClock(func() time.Time { return time.Now().Add(time.Duration(skip.Load())) })
 		}
 	})
 	c, key := client(t, rt, "acme")

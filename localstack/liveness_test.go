@@ -63,7 +63,7 @@ func TestLivenessUnplannableBatchExpires(t *testing.T) {
 	in := awsfault.New(5)
 	rt := runtime(t, withAPIOption(in.APIOption), func(o *localrun.Options) {
 		o.Wire = func(a *app.App) {
-			a.Engine.Now = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+			a.SetClock(func() time.Time { return time.Now().Add(time.Duration(offset.Load())) })
 		}
 	})
 	c, _ := client(t, rt, "acme")

@@ -442,17 +442,10 @@ func (s *Service) DeleteMessageBatch(ctx context.Context, tenant, id string) err
 // results are refused before they could be cut short.
 const ResultsKept = 29 * 24 * time.Hour
 
-func (s *Service) now() time.Time {
-	if now := s.Batches.Now; now != nil {
-		return now()
-	}
-	return time.Now()
-}
-
 // view is the Message Batch view of b now. Cancelled rows are counted at
 // each chunk's commit, so the object never reads a part.
 func (s *Service) view(b batch.Batch) wire.MessageBatch {
-	return messageBatchOf(b, b.CancelledRows, s.now())
+	return messageBatchOf(b, b.CancelledRows, s.Batches.Now())
 }
 
 // endedAt is when a terminal batch ended; nil while it runs.
@@ -540,7 +533,7 @@ func (s *Service) MessageResults(ctx context.Context, tenant, id string) (func(i
 	if !b.Status.Terminal() {
 		return nil, errs.E(errs.Invalid, "batch_not_ended", "", "message batch %s is %s: its results are available once processing_status is ended", id, processingStatus(b))
 	}
-	if at := archivedAt(b, s.now()); at != nil {
+	if at := archivedAt(b, s.Batches.Now()); at != nil {
 		return nil, errs.E(errs.NotFound, "batch_archived", "", "message batch %s was archived at %s: results are kept %d days after a batch ends", id, rfc3339(*at), int(ResultsKept/(24*time.Hour)))
 	}
 	return func(w io.Writer) error {

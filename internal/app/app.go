@@ -103,20 +103,22 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	a.Scheduler = scheduler.NewFromConfig(cfg)
 	a.Store = store.New(a.DB, env.Table)
 	a.Blobs = blob.New(a.S3, env.Bucket)
-	a.Files = &files.Service{Store: a.Store, Blobs: a.Blobs}
+	// One clock for every service (SetClock moves it in tests).
+	now := time.Now
+	a.Files = &files.Service{Store: a.Store, Blobs: a.Blobs, Now: now}
 	a.Queue = &queue.Sender{SQS: a.SQS, Prefix: env.Prefix}
 	// Keys from the environment first (local runs), then Secrets Manager (AWS).
 	keys := provider.ChainKeys{provider.EnvKeys{}, &provider.SecretsKeys{Client: secretsmanager.NewFromConfig(cfg), Prefix: env.SecretPrefix}}
 	// Bedrock models are signed for with the function's own role.
 	upstream := &provider.Client{HTTP: provider.NewHTTPClient(), Models: models, Keys: keys, Credentials: cfg.Credentials,
 		MaxResponseBytes: env.MaxResponseBytes}
-	a.Govern = &govern.Checker{Store: a.Store, Models: models}
+	a.Govern = &govern.Checker{Store: a.Store, Models: models, Now: now}
 	// One client, so one policy, for the check at create, workflow
 	// callbacks and every delivery.
 	hooks := webhook.NewClient(webhook.Policy{AllowPrivate: env.AllowPrivateWebhooks, AllowHTTP: env.AllowHTTPWebhooks})
 	a.Webhooks = &delivery.Service{Store: a.Store, Queue: a.Queue, Log: log, Client: hooks}
 	a.Batches = &batches.Service{
-		Models: models, Log: log, Now: time.Now,
+		Models: models, Log: log, Now: now,
 		Store: a.Store, Blobs: a.Blobs, Queue: a.Queue, Files: a.Files, Webhooks: hooks.Policy,
 		MaxInflight: env.MaxInflight,
 		Schedules: &schedule.Manager{
@@ -130,7 +132,7 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	// methods below), so each is built once, complete, with its engine.
 	e, err := engine.New(engine.Deps{
 		Store: a.Store, Blobs: a.Blobs, Queue: a.Queue, Provider: upstream, Models: models, Set: a.Resources, Log: log,
-		Now: time.Now, Govern: a.Govern, Lifecycle: a.Batches,
+		Now: now, Govern: a.Govern, Lifecycle: a.Batches,
 		Workflow: func(e *engine.Engine) engine.Workflow { return a.workflows(e, hooks) },
 		Native:   func(e *engine.Engine) engine.Delegate { return a.native(e, upstream, keys) },
 		Chunks:   plan.Limits{Rows: env.ChunkRows}, Lease: env.Lease,
@@ -142,16 +144,22 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	return a, nil
 }
 
+// SetClock sets the clock of every service that reads one: tests move time
+// with it, the engine's, the batches' and the files' together.
+func (a *App) SetClock(now func() time.Time) {
+	a.Engine.Now, a.Batches.Now, a.Files.Now, a.Govern.Now, a.Native.Now, a.Workflows.Now = now, now, now, now, now, now
+}
+
 // workflows builds the workflow records' runner on e (engine.Deps.Workflow).
 func (a *App) workflows(e *engine.Engine, hooks *webhook.Client) engine.Workflow {
-	a.Workflows = &wfhost.Runner{Engine: e, Store: a.Store, Blobs: a.Blobs, Client: hooks}
+	a.Workflows = &wfhost.Runner{Engine: e, Store: a.Store, Blobs: a.Blobs, Now: e.Now, Client: hooks}
 	return a.Workflows
 }
 
 // native builds the native models' service on e (engine.Deps.Native).
 func (a *App) native(e *engine.Engine, upstream *provider.Client, keys provider.KeySource) engine.Delegate {
 	a.Native = &native.Service{Store: a.Store, Blobs: a.Blobs, Queue: a.Queue, Engine: e, Provider: upstream,
-		Models: a.Models, Keys: keys, HTTP: upstream.HTTP, Log: a.Log}
+		Models: a.Models, Keys: keys, HTTP: upstream.HTTP, Log: a.Log, Now: e.Now}
 	return a.Native
 }
 

@@ -77,10 +77,10 @@ func (s *Service) createCounted(ctx context.Context, b batch.Batch, idem store.I
 	if s.MaxInflight <= 0 || b.Status == batch.Scheduled {
 		return s.Store.CreateBatch(ctx, b, idem)
 	}
-	err := s.Store.ReserveInflight(ctx, b.Tenant, b.ID, s.MaxInflight, s.now())
+	err := s.Store.ReserveInflight(ctx, b.Tenant, b.ID, s.MaxInflight, s.Now())
 	if errors.Is(err, store.ErrInflightLimit) {
 		if freed, rerr := s.repairInflight(ctx, b.Tenant); rerr == nil && freed > 0 {
-			err = s.Store.ReserveInflight(ctx, b.Tenant, b.ID, s.MaxInflight, s.now())
+			err = s.Store.ReserveInflight(ctx, b.Tenant, b.ID, s.MaxInflight, s.Now())
 		}
 	}
 	if errors.Is(err, store.ErrInflightLimit) {
@@ -148,7 +148,7 @@ func (s *Service) repairInflight(ctx context.Context, tenant string) (int, error
 		return 0, err
 	}
 	freed := 0
-	now := s.now()
+	now := s.Now()
 	for _, m := range ms {
 		b, err := s.Store.GetBatch(ctx, tenant, m.Batch)
 		if err != nil && !errors.Is(err, store.ErrBatchNotFound) {

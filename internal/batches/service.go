@@ -47,8 +47,8 @@ import (
 type Service struct {
 	Models *config.Models
 	Log    *slog.Logger
-	// Now is the clock, the engine's (app.New), so the times recorded here
-	// agree with the engine's.
+	// Now is the clock (required), the engine's, so the times recorded
+	// here agree with the engine's.
 	Now func() time.Time
 	// Store, Blobs and Queue are the table, the bucket and the queues the
 	// engine runs on.
@@ -75,13 +75,6 @@ type Service struct {
 type Deliveries interface {
 	Enqueue(ctx context.Context, b batch.Batch) error
 	WithDeliveries(ctx context.Context, b batch.Batch) batch.Batch
-}
-
-func (s *Service) now() time.Time {
-	if s.Now != nil {
-		return s.Now()
-	}
-	return time.Now()
 }
 
 // errSkip ends a store update that finds nothing to do.
@@ -314,7 +307,7 @@ func (s *Service) CreateShaped(ctx context.Context, p auth.Principal, req Create
 		return batch.Batch{}, err
 	}
 	spec := opts.spec
-	now := s.now()
+	now := s.Now()
 	b := batch.Batch{
 		ID: ids.New("batch_"), Endpoint: req.Endpoint, CompletionWindow: req.CompletionWindow, Status: batch.Validating,
 		CreatedAt: now.Unix(), Metadata: req.Metadata, Priority: req.Priority, Tenant: p.Tenant, KeyID: p.KeyID,
@@ -466,8 +459,8 @@ func checkInline(data []byte, path string, models *config.Models) error {
 func (s *Service) WriteInputFile(ctx context.Context, tenant, filename string, data []byte) (files.File, error) {
 	id := ids.New("file-")
 	// It expires as an uploaded file does by default (docs/api.md "Files").
-	exp := s.now().Add(files.DefaultTTL).Unix()
-	f := files.File{ID: id, Bytes: int64(len(data)), CreatedAt: s.now().Unix(), Filename: filename,
+	exp := s.Now().Add(files.DefaultTTL).Unix()
+	f := files.File{ID: id, Bytes: int64(len(data)), CreatedAt: s.Now().Unix(), Filename: filename,
 		Purpose: files.PurposeBatch, Status: files.StatusProcessed, Tenant: tenant, ExpiresAt: &exp}
 	w := blob.NewObjectWriter(ctx, s.Blobs, fmt.Sprintf("files/%s/%s/", tenant, id))
 	w.Tag = files.ExpiryTag(f)
@@ -543,7 +536,7 @@ func (s *Service) Cancel(ctx context.Context, tenant, id string) (batch.Batch, e
 		case b.Status == batch.Finalizing:
 			return errs.E(errs.Conflict, "batch_not_cancellable", "", "batch %s is finalizing: every request has run", b.ID)
 		}
-		return b.To(batch.Cancelling, s.now())
+		return b.To(batch.Cancelling, s.Now())
 	})
 	if errors.Is(err, errSkip) {
 		return s.Get(ctx, tenant, id)
@@ -604,7 +597,7 @@ func (s *Service) resultsKept(ctx context.Context, b batch.Batch) error {
 		if err != nil {
 			return err
 		}
-		if f.ExpiresAt != nil && s.now().Unix() >= *f.ExpiresAt {
+		if f.ExpiresAt != nil && s.Now().Unix() >= *f.ExpiresAt {
 			return errs.NotFoundf("the results of batch %s expired at %s with its output file (output_expires_after)", b.ID,
 				time.Unix(*f.ExpiresAt, 0).UTC().Format(time.RFC3339))
 		}
@@ -710,7 +703,7 @@ func (s *Service) Retry(ctx context.Context, p auth.Principal, id string, idem s
 	if !slices.ContainsFunc(chunks, func(c batch.Chunk) bool { return strings.Contains(c.Pattern, "e") }) {
 		return batch.Batch{}, errs.E(errs.Invalid, "nothing_to_retry", "", "batch %s has no failed, expired or cancelled rows", id)
 	}
-	now := s.now()
+	now := s.Now()
 	window, _ := ParseWindow(b.CompletionWindow)
 	exp := now.Add(window).Unix()
 	nb := batch.Batch{

@@ -63,7 +63,7 @@ func (s *Service) createTemplate(ctx context.Context, b batch.Batch, spec schedu
 	// Creating it again (a retried create) returns the existing schedule.
 	if _, err := s.Schedules.Create(ctx, b.Tenant, saved.ID, spec); err != nil {
 		if _, cerr := s.Store.UpdateBatch(ctx, b.Tenant, saved.ID, func(t *batch.Batch) error {
-			return t.To(batch.Cancelled, s.now())
+			return t.To(batch.Cancelled, s.Now())
 		}); cerr != nil {
 			s.Log.ErrorContext(ctx, "cancel template without a schedule", "batch_id", saved.ID, "tenant", b.Tenant, "err", cerr)
 		}
@@ -88,7 +88,7 @@ func (s *Service) cancelTemplate(ctx context.Context, tenant, id string, why ...
 			return errSkip
 		}
 		b.ErrorList = append(b.ErrorList, why...)
-		return b.To(batch.Cancelled, s.now())
+		return b.To(batch.Cancelled, s.Now())
 	})
 	if errors.Is(err, errSkip) {
 		return s.Get(ctx, tenant, id)
@@ -99,7 +99,7 @@ func (s *Service) cancelTemplate(ctx context.Context, tenant, id string, why ...
 	// Its input, kept while it was scheduled, expires as an upload's would.
 	// A failure leaves a file that never expires, which is logged, not
 	// returned: the cancel itself is done.
-	exp := s.now().Add(files.DefaultTTL).Unix()
+	exp := s.Now().Add(files.DefaultTTL).Unix()
 	if err := s.Files.SetExpiresAt(ctx, tenant, b.InputFileID, &exp); err != nil && !errors.Is(err, files.ErrNotFound) {
 		s.Log.ErrorContext(ctx, "expire input of cancelled template", "batch_id", id, "tenant", tenant, "err", err)
 	}
@@ -166,7 +166,7 @@ func (s *Service) FireTemplate(ctx context.Context, input []byte) (batch.Batch, 
 		log.WarnContext(ctx, "template stopped: its key may no longer run it", "key_id", tpl.KeyID, "reason", why)
 		return s.cancelTemplate(ctx, tpl.Tenant, tpl.ID, jsonl.LineError{Code: CodeKeyDisabled, Message: why})
 	}
-	now := s.now()
+	now := s.Now()
 	window, err := ParseWindow(tpl.CompletionWindow)
 	if err != nil {
 		return batch.Batch{}, err

@@ -157,14 +157,8 @@ type Blobs interface {
 type Service struct {
 	Store Store
 	Blobs Blobs
-	Now   func() time.Time
-}
-
-func (s *Service) now() time.Time {
-	if s.Now != nil {
-		return s.Now()
-	}
-	return time.Now()
+	// Now is the clock (required; app.New gives every service the same).
+	Now func() time.Time
 }
 
 // objectKey is where part n of a file lives: under the tenant, so every
@@ -264,7 +258,7 @@ func (s *Service) newFile(tenant, filename, purpose string, size, expiresAfter i
 	if err := checkInputName(filename); err != nil {
 		return File{}, err
 	}
-	now := s.now()
+	now := s.Now()
 	exp, err := expiry(now, expiresAfter)
 	if err != nil {
 		return File{}, err
@@ -338,7 +332,7 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (File, error) {
 	if err != nil {
 		return File{}, err
 	}
-	if f.expired(s.now()) {
+	if f.expired(s.Now()) {
 		// Expired files are gone, as at OpenAI; the bucket's lifecycle
 		// removes the bytes.
 		return File{}, errs.NotFoundf("no such file: %s (it expired)", id)
@@ -412,7 +406,7 @@ func (s *Service) List(ctx context.Context, tenant string, p Page) ([]File, bool
 	if err != nil {
 		return nil, false, err
 	}
-	return pageOf(all, p, s.now())
+	return pageOf(all, p, s.Now())
 }
 
 // pageOf sorts files by created_at (then id) in p's order, leaves out the

@@ -94,7 +94,7 @@ func (s *putStore) PutFile(_ context.Context, f File) error { s.put = f; return 
 func TestPresignScopedToOneObject(t *testing.T) {
 	t.Parallel()
 	b, st := &presignBlobs{}, &putStore{}
-	s := &Service{Store: st, Blobs: b}
+	s := &Service{Store: st, Blobs: b, Now: time.Now}
 	f, err := s.Presign(context.Background(), "acme", "big.jsonl", PurposeBatch, 123_456, 0)
 	if err != nil {
 		t.Fatal(err)

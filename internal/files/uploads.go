@@ -43,7 +43,7 @@ func (s *Service) CreateUpload(ctx context.Context, tenant, filename, purpose, m
 	if mimeType == "" {
 		return Upload{}, errs.Missingf("mime_type", "mime_type is required (e.g. application/jsonl or text/csv)")
 	}
-	now := s.now()
+	now := s.Now()
 	if _, err := expiry(now, expiresAfter); err != nil {
 		return Upload{}, err
 	}
@@ -86,7 +86,7 @@ func (s *Service) pendingUpload(ctx context.Context, tenant, id string) (Upload,
 	if err != nil {
 		return Upload{}, err
 	}
-	if u.Status == UploadPending && s.now().Unix() > u.ExpiresAt {
+	if u.Status == UploadPending && s.Now().Unix() > u.ExpiresAt {
 		u.Status = UploadExpired
 	}
 	if u.Status != UploadPending {
@@ -114,7 +114,7 @@ func (s *Service) AddPart(ctx context.Context, tenant, uploadID string, size int
 	if _, err := s.Store.UpdateUpload(ctx, tenant, u.ID, func(cur *Upload) error { return cur.addPart(size) }); err != nil {
 		return Part{}, err
 	}
-	p := Part{ID: ids.New("part_"), Object: "upload.part", CreatedAt: s.now().Unix(), UploadID: u.ID}
+	p := Part{ID: ids.New("part_"), Object: "upload.part", CreatedAt: s.Now().Unix(), UploadID: u.ID}
 	// A part lives a day unless Complete gives it its file's class: the
 	// parts of an abandoned upload are deleted within two days.
 	if err := s.Blobs.PutTagged(ctx, uploadPartKey(tenant, u.ID, p.ID), body, size, PendingPartTag); err != nil {
@@ -162,7 +162,7 @@ func (s *Service) Complete(ctx context.Context, tenant, uploadID string, partIDs
 			return Upload{}, err
 		}
 	}
-	now := s.now()
+	now := s.Now()
 	exp, _ := expiry(now, u.FileExpiresAfter)
 	f := File{
 		ID: ids.New("file-"), Bytes: total, CreatedAt: u.CreatedAt, Filename: u.Filename,

@@ -22,7 +22,7 @@ type Status struct {
 // Report reads tenant's budget (cached) and, when it sets a limit, this
 // month's spend (always fresh: one Query of the tenant's aggregates).
 func (g *Checker) Report(ctx context.Context, tenant string) (Status, error) {
-	now := g.now().UTC()
+	now := g.Now().UTC()
 	st := Status{Month: now.Format("2006-01")}
 	b, err := read(g, &g.budgets, tenant, func() (store.Budget, error) { return g.Store.GetBudget(ctx, tenant) })
 	if err != nil || !b.Limited() {

@@ -47,7 +47,7 @@ type Checker struct {
 	Models *config.Models // the prices of budgets in USD
 	// TTL is how long a read key or budget is used (default DefaultTTL).
 	TTL time.Duration
-	// Now is the clock; nil is time.Now.
+	// Now is the clock (required; app.New gives every service the same).
 	Now func() time.Time
 
 	mu      sync.Mutex
@@ -58,13 +58,6 @@ type Checker struct {
 type cached[T any] struct {
 	v  T
 	at time.Time
-}
-
-func (g *Checker) now() time.Time {
-	if g.Now != nil {
-		return g.Now()
-	}
-	return time.Now()
 }
 
 // Start is asked when batch b is planned: a tenant already over its budget
@@ -143,7 +136,7 @@ func (g *Checker) key(ctx context.Context, id string) (auth.Key, error) {
 // read returns m[id] while it is younger than the TTL, else fetch's answer,
 // which it keeps.
 func read[T any](g *Checker, m *map[string]cached[T], id string, fetch func() (T, error)) (T, error) {
-	now := g.now()
+	now := g.Now()
 	ttl := g.TTL
 	if ttl <= 0 {
 		ttl = DefaultTTL

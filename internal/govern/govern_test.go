@@ -147,7 +147,7 @@ func TestCheckBudgets(t *testing.T) {
 func TestStartAllowList(t *testing.T) {
 	t.Parallel()
 	st := &fakeStore{keys: map[string]auth.Key{"k1": {ID: "k1", Models: []string{"priced"}}, "k2": {ID: "k2"}}}
-	g := &Checker{Store: st}
+	g := &Checker{Store: st, Now: time.Now}
 	allowed, err := g.Start(context.Background(), bt)
 	if err != nil || allowed == nil || !allowed("priced") || allowed("free") {
 		t.Fatalf("k1 (priced only): allowed nil: %v, err %v", allowed == nil, err)
@@ -184,7 +184,7 @@ func TestAllowedIsTheBatchKeys(t *testing.T) {
 		"k1":  {ID: "k1", Tenant: "acme", Models: []string{"priced"}},
 		"all": {ID: "all", Tenant: "acme"},
 	}}
-	g := &Checker{Store: f, Models: models(t)}
+	g := &Checker{Store: f, Models: models(t), Now: time.Now}
 	ctx := context.Background()
 	for _, tt := range []struct {
 		name     string

@@ -79,7 +79,7 @@ func (s *Service) fenced(ctx context.Context, m msg.Message, step func(context.C
 // takeFence marks m's group as running m's step for holder and returns
 // the mark's expiry.
 func (s *Service) takeFence(ctx context.Context, m msg.Message, holder string) (time.Time, error) {
-	now := s.now()
+	now := s.Now()
 	until := now.Add(stepFence)
 	_, err := s.Store.UpdateGroup(ctx, m.Batch, m.Chunk, func(g *batch.Group) error {
 		if !current(*g, m) {
@@ -106,7 +106,7 @@ func (s *Service) keepFence(ctx context.Context, stop context.CancelCauseFunc, m
 			return
 		case <-t.C:
 		}
-		next := s.now().Add(stepFence)
+		next := s.Now().Add(stepFence)
 		_, err := s.Store.UpdateGroup(ctx, m.Batch, m.Chunk, func(g *batch.Group) error {
 			if g.Step != holder {
 				return errFenceLost
@@ -122,7 +122,7 @@ func (s *Service) keepFence(ctx context.Context, stop context.CancelCauseFunc, m
 			return
 		case ctx.Err() == nil:
 			s.Log.WarnContext(ctx, "renew the fence of a native step", "batch_id", m.Batch, "group", m.Chunk, "type", m.Type, "err", err)
-			if s.now().After(until.Add(-fenceSkew)) {
+			if s.Now().After(until.Add(-fenceSkew)) {
 				stop(errFenceLost)
 				return
 			}
@@ -149,7 +149,7 @@ func (s *Service) releaseFence(ctx context.Context, m msg.Message, holder string
 // holder may be about to end) and no later than the fence ends: the step
 // is the other delivery's meanwhile, and this one spends no receive.
 func (s *Service) backOff(ctx context.Context, m msg.Message, busy busyError) error {
-	delay := max(min(s.pollDelay(0), busy.Until.Sub(s.now())+time.Second), time.Second)
+	delay := max(min(s.pollDelay(0), busy.Until.Sub(s.Now())+time.Second), time.Second)
 	s.Log.InfoContext(ctx, "native step already running; backing off", "batch_id", m.Batch, "group", m.Chunk, "type", m.Type, "delay", delay)
 	return s.Queue.Send(ctx, resources.Work, m, delay)
 }

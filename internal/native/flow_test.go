@@ -194,7 +194,7 @@ func (g *tenantState) Usage(context.Context, string, string, string) ([]store.Us
 func governed(f *fakes) *tenantState {
 	state := &tenantState{}
 	f.b.KeyID = "key1"
-	f.gov = &govern.Checker{Store: state, TTL: time.Nanosecond}
+	f.gov = &govern.Checker{Store: state, TTL: time.Nanosecond, Now: time.Now}
 	return state
 }
 
@@ -263,7 +263,7 @@ func newFlowOn(t *testing.T, opts mockup.Options, rows int, bodyExtra string) (*
 		f.chunks[i/3] = c
 	}
 	f.input = in.Bytes()
-	s := &Service{Store: f, Blobs: f, Queue: f, Engine: f, Models: models, Keys: testKey{},
+	s := &Service{Store: f, Blobs: f, Queue: f, Engine: f, Models: models, Keys: testKey{}, Now: time.Now,
 		Provider: &provider.Client{Models: models, Keys: testKey{}}, Log: slog.New(slog.DiscardHandler),
 		Limits: map[config.Provider]Limit{config.OpenAI: {Rows: 6, Bytes: 1 << 20}}, PollMin: time.Millisecond}
 	return s, f, mock

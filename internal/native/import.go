@@ -98,7 +98,7 @@ func (s *Service) importChunk(ctx context.Context, b batch.Batch, c batch.Chunk,
 // claim makes chunk c run's: claimed alone (no slots) when pending, taken
 // over when another run has it (a drain, a takeover, a dead import).
 func (s *Service) claim(ctx context.Context, c batch.Chunk, run string) (batch.Chunk, error) {
-	lease := s.now().Add(s.lease())
+	lease := s.Now().Add(s.lease())
 	switch {
 	case c.State == batch.ChunkPending:
 		err := s.Store.ClaimAlone(ctx, c, run, lease)
@@ -125,7 +125,7 @@ func (s *Service) claim(ctx context.Context, c batch.Chunk, run string) (batch.C
 // rows of a chunk the engine no longer admits (a key disabled, a budget
 // spent) get its refusal's line, as an executor's run gives them.
 func (s *Service) runDirect(ctx context.Context, b batch.Batch, c batch.Chunk, bodies [][]byte, outs []part.Outcome, direct []int) (batch.Chunk, error) {
-	if b.PastExpiry(s.now()) {
+	if b.PastExpiry(s.Now()) {
 		for _, i := range direct {
 			outs[i].Expire()
 		}
@@ -161,7 +161,7 @@ func (s *Service) runDirect(ctx context.Context, b batch.Batch, c batch.Chunk, b
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			if b.PastExpiry(s.now()) {
+			if b.PastExpiry(s.Now()) {
 				outs[i].Expire()
 				return
 			}
@@ -181,7 +181,7 @@ func (s *Service) keepLease(ctx context.Context, c batch.Chunk) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := s.Store.RenewLease(ctx, c.Batch, c.Index, c.Run, s.now().Add(s.lease())); err != nil && ctx.Err() == nil {
+			if err := s.Store.RenewLease(ctx, c.Batch, c.Index, c.Run, s.Now().Add(s.lease())); err != nil && ctx.Err() == nil {
 				s.Log.WarnContext(ctx, "renew lease of an imported chunk", "batch_id", c.Batch, "chunk", c.Index, "err", err)
 			}
 		}

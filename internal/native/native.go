@@ -128,15 +128,8 @@ type Service struct {
 	// before it is recorded; an error there is a crash at the worst
 	// moment (docs/design.md "Fault model").
 	AfterCreate func(g batch.Group, providerID string) error
-	// Now is the clock; nil is time.Now.
+	// Now is the clock (required), the engine's.
 	Now func() time.Time
-}
-
-func (s *Service) now() time.Time {
-	if s.Now != nil {
-		return s.Now()
-	}
-	return time.Now()
 }
 
 func (s *Service) lease() time.Duration {
@@ -236,5 +229,5 @@ func (s *Service) closeToEnd(b batch.Batch) bool {
 	if s.RescueBefore != nil {
 		before = s.RescueBefore(window)
 	}
-	return s.now().After(time.Unix(*b.ExpiresAt, 0).Add(-before))
+	return s.Now().After(time.Unix(*b.ExpiresAt, 0).Add(-before))
 }

@@ -35,7 +35,7 @@ func (s *Service) submit(ctx context.Context, m msg.Message) error {
 	if err != nil {
 		return err
 	}
-	now := s.now()
+	now := s.Now()
 	g, err = s.Store.UpdateGroup(ctx, b.ID, g.Index, func(g *batch.Group) error {
 		if g.State != batch.GroupPending && g.State != batch.GroupSubmitting {
 			return errSkip

@@ -63,6 +63,8 @@ type Runner struct {
 	Engine *engine.Engine
 	Store  *store.Store
 	Blobs  *blob.Store
+	// Now is the clock (required), the engine's.
+	Now func() time.Time
 	// Client makes the callbacks; nil means webhook.NewClient(webhook.Policy{}).
 	Client *webhook.Client
 	// Backoff is the wait after n failed attempts of a callback event; nil
@@ -96,7 +98,7 @@ func (r *Runner) Run(ctx, runCtx context.Context, b batch.Batch, c batch.Chunk, 
 	d := &workflow.Driver{
 		Spec: spec, WorkflowID: b.ID + ":" + req.CustomID, RecordID: req.CustomID, Model: c.Model,
 		Call: (&workflow.Caller{HTTP: wc.HTTP, Backoff: r.Backoff}).Call,
-		Host: h, Log: h.log, Now: e.Now,
+		Host: h, Log: h.log, Now: r.Now,
 	}
 	err = d.Drive(ctx, runCtx)
 	if errors.Is(err, workflow.ErrOutOfTime) {
@@ -123,23 +125,16 @@ type recordHost struct {
 
 var _ workflow.Host = (*recordHost)(nil)
 
-func (h *recordHost) now() time.Time {
-	if h.e.Now != nil {
-		return h.e.Now()
-	}
-	return time.Now()
-}
-
 // Load takes the record's lease and reads its checkpoint, with results
 // that were too big for the item.
 func (h *recordHost) Load(ctx context.Context) (workflow.State, error) {
 	e := h.e
 	owner := ids.Secret(9)
-	until := h.now().Add(e.Set.Queue(resources.Work).VisibilityTimeout)
+	until := h.r.Now().Add(e.Set.Queue(resources.Work).VisibilityTimeout)
 	if dl, ok := ctx.Deadline(); ok {
 		until = dl // the lease dies with the invocation, before its message can come back
 	}
-	cp, err := h.r.Store.AcquireWorkflow(ctx, h.b.ID, h.c.FirstRow, owner, h.now(), until)
+	cp, err := h.r.Store.AcquireWorkflow(ctx, h.b.ID, h.c.FirstRow, owner, h.r.Now(), until)
 	var busy *store.WorkflowBusyError
 	if errors.As(err, &busy) {
 		return workflow.State{}, &workflow.BusyError{Until: busy.Until}
@@ -262,7 +257,7 @@ func (h *recordHost) Stop() *workflow.Error {
 	switch {
 	case h.status().Stopping():
 		return &workflow.Error{Code: part.CodeCancelled, Message: "the batch was cancelled before this workflow record finished"}
-	case h.b.PastExpiry(h.now()):
+	case h.b.PastExpiry(h.r.Now()):
 		return &workflow.Error{Code: part.CodeExpired, Message: "the batch's completion window ended before this workflow record finished"}
 	}
 	return nil

@@ -80,15 +80,8 @@ type Driver struct {
 	// Call delivers an event and returns the answer (Caller.Call).
 	Call func(ctx context.Context, spec Spec, ev Event) (Answer, error)
 	Host Host
-	Log  *slog.Logger // nil: no logs
-	Now  func() time.Time
-}
-
-func (d *Driver) now() time.Time {
-	if d.Now != nil {
-		return d.Now()
-	}
-	return time.Now()
+	Log  *slog.Logger     // nil: no logs
+	Now  func() time.Time // the clock (required)
 }
 
 func (d *Driver) log() *slog.Logger {
@@ -111,7 +104,7 @@ func (d *Driver) Drive(ctx, runCtx context.Context) error {
 		// look again once its lease runs out (if it commits first, this
 		// message finds the chunk done).
 		d.log().InfoContext(ctx, "workflow record busy; retrying later", "until", busy.Until)
-		return d.Host.Requeue(ctx, busy.Until.Sub(d.now())+time.Second)
+		return d.Host.Requeue(ctx, busy.Until.Sub(d.Now())+time.Second)
 	}
 	if err != nil {
 		return err
@@ -135,7 +128,7 @@ func (d *Driver) Drive(ctx, runCtx context.Context) error {
 // its model's slots held. Otherwise it reports false, with the run's
 // result: the record was handed over, or has nothing left to do.
 func (d *Driver) ready(ctx context.Context, st State) (bool, error) {
-	if w := time.UnixMilli(st.WaitUntil).Sub(d.now()); st.WaitUntil > 0 && w > 0 {
+	if w := time.UnixMilli(st.WaitUntil).Sub(d.Now()); st.WaitUntil > 0 && w > 0 {
 		return false, d.Host.Requeue(ctx, w) // delivered early: wait on, still holding nothing
 	}
 	switch held, err := d.Host.TakeSlots(ctx); {
@@ -190,7 +183,7 @@ func (d *Driver) end(ctx context.Context, o Outcome) error {
 		if err := d.Host.ReturnSlots(ctx); err != nil {
 			return fmt.Errorf("workflow %s: give back capacity: %w", d.WorkflowID, err)
 		}
-		return d.Host.Requeue(ctx, o.Until.Sub(d.now()))
+		return d.Host.Requeue(ctx, o.Until.Sub(d.Now()))
 	case Yielded:
 		return d.Host.Requeue(ctx, 0)
 	}

@@ -90,18 +90,11 @@ type Runner struct {
 	// Yield reports whether the invocation should hand the record over
 	// rather than start another event; nil means never.
 	Yield func() bool
-	Now   func() time.Time
+	Now   func() time.Time // the clock (required)
 
 	// Saved counts the checkpoints this run wrote: a run cut short after
 	// one made progress, which the next invocation keeps.
 	Saved int
-}
-
-func (r *Runner) now() time.Time {
-	if r.Now != nil {
-		return r.Now()
-	}
-	return time.Now()
 }
 
 // Run drives the record from st until it completes, fails, waits or
@@ -157,7 +150,7 @@ func (r *Runner) halt(st State, sent bool) *Outcome {
 		o := failed(errorf(CodeBudgetExceeded, "the record used %d tokens, over its max_tokens of %d", st.Usage.TotalTokens, r.Spec.MaxTokens), "", st)
 		return &o
 	}
-	if until := time.UnixMilli(st.WaitUntil); st.WaitUntil > 0 && r.now().Before(until) {
+	if until := time.UnixMilli(st.WaitUntil); st.WaitUntil > 0 && r.Now().Before(until) {
 		return &Outcome{Kind: Waiting, Until: until, State: st}
 	}
 	if sent && r.Yield != nil && r.Yield() {
@@ -191,7 +184,7 @@ func (r *Runner) answer(ctx context.Context, st State, ev Event, a Answer) (next
 	next = State{Step: st.Step + 1, Requests: st.Requests, Usage: st.Usage, Fallback: st.Fallback}
 	switch a.State {
 	case StateWait:
-		next.WaitUntil = r.now().Add(a.Wait).UnixMilli()
+		next.WaitUntil = r.Now().Add(a.Wait).UnixMilli()
 	case StateContinue:
 		if n := st.Requests + len(a.Requests); n > r.Spec.MaxRequests {
 			o := failed(errorf(CodeBudgetExceeded, "step %d asks for %d requests, %d in all; max_requests is %d", next.Step, len(a.Requests), n, r.Spec.MaxRequests), ev.EventID, st)

@@ -47,7 +47,7 @@ type Firer struct {
 	Group string
 	// Refresh defaults to DefaultRefresh.
 	Refresh time.Duration
-	// Now is the clock schedules are evaluated against; time.Now by default.
+	// Now is the clock schedules are evaluated against (required).
 	// Refresh and waiting use real time, so a test can move Now forward and
 	// see firings within one Refresh.
 	Now func() time.Time
@@ -92,13 +92,13 @@ func (f *Firer) Run(ctx context.Context) error {
 	refresh := cmp.Or(f.Refresh, DefaultRefresh)
 	log := cmp.Or(f.Logger, slog.Default()).With("schedule_group", f.Group)
 	// Just before the start, so a time exactly at the start fires.
-	f.lastLoad = cmp.Or(f.Since, f.now()).Add(-time.Nanosecond)
+	f.lastLoad = cmp.Or(f.Since, f.Now()).Add(-time.Nanosecond)
 	f.schedules = map[string]*tracked{}
 	f.lastFired = map[string]time.Time{}
 	for {
 		// Read the clock before the schedules: anything deleted before a time
 		// became due is then gone from the view that fires it.
-		now := f.now()
+		now := f.Now()
 		if err := f.load(ctx, now, log); err != nil && ctx.Err() == nil {
 			log.Error("read schedules", "err", err)
 		}
@@ -107,7 +107,7 @@ func (f *Firer) Run(ctx context.Context) error {
 		wait := refresh
 		for _, t := range f.schedules {
 			if t.enabled && !t.next.IsZero() {
-				wait = min(wait, max(t.next.Sub(f.now()), 0))
+				wait = min(wait, max(t.next.Sub(f.Now()), 0))
 			}
 		}
 		timer := time.NewTimer(wait)
@@ -118,13 +118,6 @@ func (f *Firer) Run(ctx context.Context) error {
 		case <-timer.C:
 		}
 	}
-}
-
-func (f *Firer) now() time.Time {
-	if f.Now != nil {
-		return f.Now()
-	}
-	return time.Now()
 }
 
 // load replaces the view of the group's schedules, keeping the next firing

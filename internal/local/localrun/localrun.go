@@ -186,7 +186,7 @@ func (rt *Runtime) startFirer(ctx context.Context, o Options) {
 		now = o.SchedulerClock
 	}
 	f := &firer.Firer{
-		API: rt.App.Scheduler, Group: s.Schedules.Group, Refresh: o.SchedulerRefresh, Now: o.SchedulerClock, Logger: o.Log,
+		API: rt.App.Scheduler, Group: s.Schedules.Group, Refresh: o.SchedulerRefresh, Now: now, Logger: o.Log,
 		// From the start of the runtime, not of the goroutine: a time that
 		// comes due once Start has returned fires.
 		Since: now(),
