@@ -152,7 +152,8 @@ func (a *App) SetClock(now func() time.Time) {
 
 // workflows builds the workflow records' runner on e (engine.Deps.Workflow).
 func (a *App) workflows(e *engine.Engine, hooks *webhook.Client) engine.Workflow {
-	a.Workflows = &wfhost.Runner{Engine: e, Store: a.Store, Blobs: a.Blobs, Now: e.Now, Client: hooks}
+	a.Workflows = &wfhost.Runner{Engine: e, Store: a.Store, Blobs: a.Blobs, Provider: e.Provider, Log: a.Log, Set: a.Resources,
+		Now: e.Now, Client: hooks}
 	return a.Workflows
 }
 

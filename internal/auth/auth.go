@@ -118,8 +118,14 @@ func Create(ctx context.Context, s Store, tenant string, scopes, models []string
 	return raw, k, nil
 }
 
+// Secrets keeps the tenants' webhook signing secrets (Store's
+// WebhookSecret).
+type Secrets interface {
+	WebhookSecret(ctx context.Context, tenant string, fresh func() string) (string, error)
+}
+
 // WebhookSecret returns tenant's Standard Webhooks secret (whsec_…).
-func WebhookSecret(ctx context.Context, s Store, tenant string) (string, error) {
+func WebhookSecret(ctx context.Context, s Secrets, tenant string) (string, error) {
 	if !ValidTenant(tenant) {
 		return "", fmt.Errorf("tenant %q: use 1-64 letters, digits, '-' or '_'", tenant)
 	}

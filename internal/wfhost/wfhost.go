@@ -57,12 +57,51 @@ const inlineResults = 300 << 10
 // defaultClient makes the callbacks of a Runner without a Client.
 var defaultClient = webhook.NewClient(webhook.Policy{})
 
+// Engine is what a record's run uses of the engine that hands it its chunk
+// (*engine.Engine): what the record may run on, its chunk's slots, the
+// re-send of its work message and the commit of its line.
+type Engine interface {
+	Route(ctx context.Context, b batch.Batch) (provider.Route, error)
+	TakeSlots(ctx context.Context, c batch.Chunk) (batch.Chunk, error)
+	ReturnSlots(ctx context.Context, c batch.Chunk) error
+	SendAgain(ctx context.Context, m msg.Message, delay time.Duration) error
+	CommitRecord(ctx context.Context, b batch.Batch, c batch.Chunk, status batch.Status, o part.Outcome) error
+}
+
+// Store holds the records' checkpoints (internal/store).
+type Store interface {
+	AcquireWorkflow(ctx context.Context, batchID string, row int, owner string, now, until time.Time) (store.WorkflowCheckpoint, error)
+	SaveWorkflow(ctx context.Context, batchID string, row int, owner string, cp store.WorkflowCheckpoint, until time.Time) error
+	ReleaseWorkflow(ctx context.Context, batchID string, row int, owner string) error
+	DeleteWorkflow(ctx context.Context, batchID string, row int) error
+	GetChunk(ctx context.Context, batchID string, i int) (batch.Chunk, error)
+}
+
+// Blobs holds the results too big for a checkpoint (internal/blob).
+type Blobs interface {
+	Put(ctx context.Context, key string, r io.Reader, size int64) error
+	Get(ctx context.Context, key string) (io.ReadCloser, error)
+}
+
+var (
+	_ Engine          = (*engine.Engine)(nil)
+	_ Store           = (*store.Store)(nil)
+	_ Blobs           = (*blob.Store)(nil)
+	_ engine.Workflow = (*Runner)(nil)
+)
+
 // Runner runs the workflow records of Engine's executor; its checkpoints
 // are items of Store, and the results too big for them objects of Blobs.
+// Every field is required but the options after Now.
 type Runner struct {
-	Engine *engine.Engine
-	Store  *store.Store
-	Blobs  *blob.Store
+	Engine   Engine
+	Store    Store
+	Blobs    Blobs
+	Provider engine.Provider // the steps' requests, the engine's
+	Log      *slog.Logger
+	// Set is the deployment's resources: a record's lease outside an
+	// invocation with a deadline is the work queue's visibility timeout.
+	Set resources.Set
 	// Now is the clock (required), the engine's.
 	Now func() time.Time
 	// Client makes the callbacks; nil means webhook.NewClient(webhook.Policy{}).
@@ -79,20 +118,19 @@ type Runner struct {
 // is engine.Workflow. runCtx ends before the invocation does;
 // status is the batch's, kept fresh.
 func (r *Runner) Run(ctx, runCtx context.Context, b batch.Batch, c batch.Chunk, req jsonl.Request, status func() batch.Status) error {
-	e := r.Engine
 	wc := cmp.Or(r.Client, defaultClient)
 	spec, err := workflow.ParseSpec(req.Body, wc.Policy)
 	if err == nil && b.Endpoint != endpoint.Chat {
 		err = &workflow.Error{Code: workflow.CodeInvalid, Message: fmt.Sprintf("workflow records are %s rows, not %s", endpoint.Chat, b.Endpoint)}
 	}
-	h := &recordHost{r: r, e: e, b: b, c: c, customID: req.CustomID, status: status,
-		log: e.Log.With("batch_id", b.ID, "chunk", c.Index, "custom_id", req.CustomID)}
+	h := &recordHost{r: r, e: r.Engine, b: b, c: c, customID: req.CustomID, status: status,
+		log: r.Log.With("batch_id", b.ID, "chunk", c.Index, "custom_id", req.CustomID)}
 	var invalid *workflow.Error
 	if errors.As(err, &invalid) {
 		return h.commit(ctx, part.Outcome{CustomID: req.CustomID, Code: invalid.Code, Message: invalid.Message})
 	}
 	defer h.release(ctx)
-	if h.route, err = e.Route(ctx, b); err != nil {
+	if h.route, err = r.Engine.Route(ctx, b); err != nil {
 		return err
 	}
 	d := &workflow.Driver{
@@ -111,7 +149,7 @@ func (r *Runner) Run(ctx, runCtx context.Context, b batch.Batch, c batch.Chunk, 
 // recordHost is the engine's side of one run of a workflow record.
 type recordHost struct {
 	r        *Runner
-	e        *engine.Engine
+	e        Engine
 	b        batch.Batch
 	c        batch.Chunk // its Slots are what the record holds
 	customID string
@@ -128,9 +166,8 @@ var _ workflow.Host = (*recordHost)(nil)
 // Load takes the record's lease and reads its checkpoint, with results
 // that were too big for the item.
 func (h *recordHost) Load(ctx context.Context) (workflow.State, error) {
-	e := h.e
 	owner := ids.Secret(9)
-	until := h.r.Now().Add(e.Set.Queue(resources.Work).VisibilityTimeout)
+	until := h.r.Now().Add(h.r.Set.Queue(resources.Work).VisibilityTimeout)
 	if dl, ok := ctx.Deadline(); ok {
 		until = dl // the lease dies with the invocation, before its message can come back
 	}
@@ -213,7 +250,7 @@ func (h *recordHost) Exec(ctx context.Context, bodies []json.RawMessage) []provi
 	fanout.SendAll(h.c.Slots, fanout.Rows{
 		Ctx: ctx, Bodies: bodies,
 		Send: func(ctx context.Context, body json.RawMessage) provider.Result {
-			return h.e.Provider.Do(ctx, ep, body, route)
+			return h.r.Provider.Do(ctx, ep, body, route)
 		},
 		Done: func(i int, r provider.Result, sent bool) {
 			if !sent {

@@ -122,7 +122,7 @@ func Start(ctx context.Context, o Options) (*Runtime, error) {
 	}
 	if o.Tune != nil {
 		o.Tune(&a.Resources)
-		a.Engine.Set = a.Resources
+		a.Engine.Set, a.Workflows.Set = a.Resources, a.Resources
 	}
 	// Schedules live in the group bootstrapped below and are fired by this
 	// process, so their target only has to be well-formed.

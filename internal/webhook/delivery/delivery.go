@@ -35,8 +35,8 @@ import (
 // Service delivers completion webhooks. The zero options deliver with the
 // deployment policy and the schedule of docs/api.md "Webhooks".
 type Service struct {
-	Store *store.Store
-	Queue *queue.Sender
+	Store Store
+	Queue Queue
 	Log   *slog.Logger
 
 	// Client makes the attempts; nil means webhook.NewClient(webhook.Policy{}).
@@ -50,6 +50,24 @@ type Service struct {
 	// means webhook.GiveUp's 24 hours.
 	RetryFor time.Duration
 }
+
+// Store holds the batches' delivery records and the tenants' signing
+// secrets (internal/store).
+type Store interface {
+	auth.Secrets
+	GetWebhookDeliveries(ctx context.Context, batchID string) (store.WebhookDeliveries, error)
+	UpdateWebhookDeliveries(ctx context.Context, batchID string, fn func(*store.WebhookDeliveries) error) (store.WebhookDeliveries, error)
+}
+
+// Queue sends the attempts' messages (internal/queue).
+type Queue interface {
+	Send(ctx context.Context, name string, v any, delay time.Duration) error
+}
+
+var (
+	_ Store = (*store.Store)(nil)
+	_ Queue = (*queue.Sender)(nil)
+)
 
 var defaultClient = webhook.NewClient(webhook.Policy{})
 

@@ -1,11 +1,22 @@
 package delivery
 
 import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/ids"
+	"github.com/relaybatch/relay/internal/queue"
+	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/store"
 	"github.com/relaybatch/relay/internal/webhook"
 )
@@ -56,5 +67,92 @@ func TestDeliveriesSummaryCountsDroppedAttempts(t *testing.T) {
 	}
 	if s := (store.WebhookDeliveries{}).Summary(); s.Status != webhook.StatusPending || s.Attempts != 0 {
 		t.Errorf("summary before any attempt = %+v, want pending", s)
+	}
+}
+
+// memTable is the delivery records and secrets of an in-memory table.
+type memTable struct {
+	mu      sync.Mutex
+	records map[string]store.WebhookDeliveries
+}
+
+func (m *memTable) GetWebhookDeliveries(_ context.Context, batchID string) (store.WebhookDeliveries, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.records[batchID], nil
+}
+
+func (m *memTable) UpdateWebhookDeliveries(_ context.Context, batchID string, fn func(*store.WebhookDeliveries) error) (store.WebhookDeliveries, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d := m.records[batchID]
+	if err := fn(&d); err != nil {
+		return store.WebhookDeliveries{}, err
+	}
+	if m.records == nil {
+		m.records = map[string]store.WebhookDeliveries{}
+	}
+	m.records[batchID] = d
+	return d, nil
+}
+
+func (m *memTable) WebhookSecret(context.Context, string, func() string) (string, error) {
+	return "whsec_" + base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef")), nil
+}
+
+// memQueue keeps what was sent.
+type memQueue struct {
+	mu   sync.Mutex
+	sent []message
+}
+
+func (q *memQueue) Send(_ context.Context, name string, v any, _ time.Duration) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if name != resources.Webhook {
+		return errors.New("sent to " + name)
+	}
+	q.sent = append(q.sent, v.(message))
+	return nil
+}
+
+// A batch with a webhook_url queues its first attempt; an attempt the
+// receiver refuses is recorded and the next one queued; the same message
+// again (a duplicate delivery) makes no second attempt.
+func TestAttemptRecordedAndNextQueued(t *testing.T) {
+	t.Parallel()
+	var posts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		posts.Add(1)
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	defer srv.Close()
+	table, q := &memTable{}, &memQueue{}
+	s := &Service{Store: table, Queue: q, Log: slog.New(slog.DiscardHandler),
+		Client: webhook.NewClient(webhook.Policy{AllowPrivate: true, AllowHTTP: true}), Backoff: func(int) time.Duration { return time.Minute }}
+	url := srv.URL
+	ctx := context.Background()
+	if err := s.Enqueue(ctx, batch.Batch{ID: "batch_1", Tenant: "t", Status: batch.Completed}); err != nil || len(q.sent) != 0 {
+		t.Fatalf("batch without webhook_url: %v, sent %+v", err, q.sent)
+	}
+	if err := s.Enqueue(ctx, batch.Batch{ID: "batch_1", Tenant: "t", Status: batch.Completed, WebhookURL: &url}); err != nil || len(q.sent) != 1 {
+		t.Fatalf("enqueue: %v, sent %+v", err, q.sent)
+	}
+	first := q.sent[0]
+	body, err := json.Marshal(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if failed, err := s.Deliver(ctx, []queue.Delivery{{ID: "m1", Body: string(body), ReceiveCount: 1}}); err != nil || len(failed) != 0 {
+			t.Fatalf("deliver: %v, failed %v", err, failed)
+		}
+	}
+	d := table.records["batch_1"]
+	if posts.Load() != 1 || d.Count != 1 || d.Delivered || d.GaveUp || len(d.Attempts) != 1 || d.Attempts[0].StatusCode != 500 {
+		t.Fatalf("%d posts, record %+v; want one failed attempt", posts.Load(), d)
+	}
+	if len(q.sent) != 2 || q.sent[1].Attempt != 2 || q.sent[1].Event.ID != first.Event.ID || q.sent[1].NotBefore == 0 {
+		t.Fatalf("sent %+v; want attempt 2 of the same event, not before its backoff", q.sent)
 	}
 }
