@@ -52,9 +52,9 @@ type Service struct {
 	Now func() time.Time
 	// Store, Blobs and Queue are the table, the bucket and the queues the
 	// engine runs on.
-	Store *store.Store
-	Blobs *blob.Store
-	Queue *queue.Sender
+	Store Store
+	Blobs Blobs
+	Queue Queue
 	// MaxInflight caps each tenant's batches that have not ended
 	// (RELAY_MAX_INFLIGHT_BATCHES, limits.go); 0 is no cap.
 	MaxInflight int
@@ -62,7 +62,7 @@ type Service struct {
 	// deliveries' (app.New gives both the same client).
 	Webhooks webhook.Policy
 	// Files reads the input file a create names and stores inline requests.
-	Files *files.Service
+	Files Files
 	// Schedules creates and deletes the schedules of cron templates
 	// (templates.go); nil refuses templates.
 	Schedules *schedule.Manager
@@ -76,6 +76,60 @@ type Deliveries interface {
 	Enqueue(ctx context.Context, b batch.Batch) error
 	WithDeliveries(ctx context.Context, b batch.Batch) batch.Batch
 }
+
+// Store is what the service needs of the table (internal/store), and what
+// internal/anthropic reads and deletes through it.
+type Store interface {
+	holdingStore
+	UpdateBatch(ctx context.Context, tenant, id string, fn func(*batch.Batch) error) (batch.Batch, error)
+	ListBatches(ctx context.Context, tenant, after string, limit int, templateID string) ([]batch.Batch, bool, error)
+	IdempotentBatch(ctx context.Context, tenant, idemKey string) (store.Idem, error)
+	Chunks(ctx context.Context, batchID string) ([]batch.Chunk, error)
+	DeadLetters(ctx context.Context, batchID string, after int, limit int) ([]batch.DeadLetter, bool, error)
+	GetFile(ctx context.Context, tenant, id string) (files.File, error)
+	PutFile(ctx context.Context, f files.File) error
+	PutFileOverwrite(ctx context.Context, f files.File) error
+	Inflight(ctx context.Context, tenant string) (int, error)
+	InflightMarkers(ctx context.Context, tenant string) ([]store.InflightMarker, error)
+	ReserveInflight(ctx context.Context, tenant, batchID string, max int, now time.Time) error
+	KeyByID(ctx context.Context, id string) (auth.Key, error)
+	Usage(ctx context.Context, tenant, from, to string) ([]store.UsageRow, error)
+	// internal/anthropic's delete of a Message Batch.
+	DeleteBatch(ctx context.Context, tenant, id string) error
+	DeleteFile(ctx context.Context, tenant, id string) error
+}
+
+// Blobs is what the service, and internal/anthropic through it, needs of
+// the bucket (internal/blob): the inputs it writes (retries, inline
+// requests) and the parts and files it reads and deletes.
+type Blobs interface {
+	blob.Putter
+	Get(ctx context.Context, key string) (io.ReadCloser, error)
+	ReadRange(ctx context.Context, objs []batch.Object, start, end int64) ([]byte, error)
+	Concat(ctx context.Context, keys []string) io.ReadCloser
+	List(ctx context.Context, prefix string) ([]string, error)
+	Delete(ctx context.Context, keys ...string) error
+}
+
+// Queue sends to the dispatcher (internal/queue).
+type Queue interface {
+	Send(ctx context.Context, name string, v any, delay time.Duration) error
+}
+
+// Files is the Files API the service records and reads files with
+// (internal/files).
+type Files interface {
+	Create(ctx context.Context, tenant, filename, purpose string, size int64, expiresAfter int64, body io.Reader) (files.File, error)
+	Get(ctx context.Context, tenant, id string) (files.File, error)
+	SetExpiresAt(ctx context.Context, tenant, id string, at *int64) error
+}
+
+var (
+	_ Store = (*store.Store)(nil)
+	_ Blobs = (*blob.Store)(nil)
+	_ Queue = (*queue.Sender)(nil)
+	_ Files = (*files.Service)(nil)
+)
 
 // errSkip ends a store update that finds nothing to do.
 var errSkip = errors.New("batches: nothing to do")

@@ -109,8 +109,8 @@ type message struct {
 // first.
 var errDuplicate = errors.New("delivery: attempt already recorded")
 
-// Enqueue is what batches.Service.Terminal queues a webhook with: it queues the completion event of a
-// terminal batch that has a webhook_url.
+// Enqueue queues the completion event of a terminal batch that has a
+// webhook_url (batches.Service.Terminal calls it).
 func (s *Service) Enqueue(ctx context.Context, b batch.Batch) error {
 	if b.WebhookURL == nil || *b.WebhookURL == "" {
 		return nil
