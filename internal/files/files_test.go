@@ -9,18 +9,6 @@ import (
 	"github.com/relaybatch/relay/internal/errs"
 )
 
-type getStore struct {
-	Store
-	f File
-}
-
-func (s *getStore) GetFile(_ context.Context, tenant, id string) (File, error) {
-	if tenant != s.f.Tenant || id != s.f.ID {
-		return File{}, ErrNotFound
-	}
-	return s.f, nil
-}
-
 // A file past its expires_at is gone, like at OpenAI; one without an
 // expiry or before it is served.
 func TestExpiredFileIsNotFound(t *testing.T) {
@@ -39,7 +27,8 @@ func TestExpiredFileIsNotFound(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			st := &getStore{f: File{ID: "file-abc", Tenant: "acme", Status: StatusProcessed, ExpiresAt: tt.expires}}
+			st := newMemStore()
+			st.files["acme/file-abc"] = File{ID: "file-abc", Tenant: "acme", Status: StatusProcessed, ExpiresAt: tt.expires}
 			s := &Service{Store: st, Now: func() time.Time { return now }}
 			_, err := s.Get(context.Background(), "acme", "file-abc")
 			if tt.found && err != nil {

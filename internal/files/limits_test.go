@@ -68,43 +68,24 @@ func FuzzCleanFilename(f *testing.F) {
 	})
 }
 
-// presignBlobs records what is presigned; the rest of Blobs is unused.
-type presignBlobs struct {
-	Blobs
-	key  string
-	size int64
-	ttl  time.Duration
-}
-
-func (b *presignBlobs) PresignPut(_ context.Context, key string, size int64, ttl time.Duration) (string, error) {
-	b.key, b.size, b.ttl = key, size, ttl
-	return "https://s3.example.test/bucket/" + key, nil
-}
-
-type putStore struct {
-	Store
-	put File
-}
-
-func (s *putStore) PutFile(_ context.Context, f File) error { s.put = f; return nil }
-
 // The presigned upload of a file is for the one object under its tenant's
 // prefix that the file record points at, at the announced size, for 15
 // minutes.
 func TestPresignScopedToOneObject(t *testing.T) {
 	t.Parallel()
-	b, st := &presignBlobs{}, &putStore{}
+	b, st := newMemBlobs(), newMemStore()
 	s := &Service{Store: st, Blobs: b, Now: time.Now}
 	f, err := s.Presign(context.Background(), "acme", "big.jsonl", PurposeBatch, 123_456, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := "files/acme/" + f.ID + "/000000"
-	if b.key != want || b.size != 123_456 || b.ttl != 15*time.Minute || b.ttl > PresignTTL {
-		t.Fatalf("presigned %q (%d bytes, %s); want %q, 123456 bytes, 15m", b.key, b.size, b.ttl, want)
+	if len(b.presigned) != 1 || b.presigned[0] != (presigned{want, 123_456, 15 * time.Minute}) || 15*time.Minute > PresignTTL {
+		t.Fatalf("presigned %+v; want %q, 123456 bytes, 15m", b.presigned, want)
 	}
-	if len(st.put.Objects) != 1 || st.put.Objects[0] != want || st.put.Tenant != "acme" || f.UploadURL == "" {
-		t.Fatalf("recorded %+v; want the one object %q of tenant acme", st.put, want)
+	put := st.files["acme/"+f.ID]
+	if len(put.Objects) != 1 || put.Objects[0] != want || put.Tenant != "acme" || f.UploadURL == "" {
+		t.Fatalf("recorded %+v; want the one object %q of tenant acme", put, want)
 	}
 	for _, name := range []string{"../x.jsonl", "a/b.jsonl"} {
 		if _, err := s.Presign(context.Background(), "acme", name, PurposeBatch, 10, 0); !errs.Is(err, errs.Invalid) {

@@ -3,7 +3,6 @@ package files
 import (
 	"context"
 	stderrors "errors"
-	"io"
 	"strings"
 	"sync"
 	"testing"
@@ -11,47 +10,6 @@ import (
 
 	"github.com/relaybatch/relay/internal/errs"
 )
-
-// uploadStore is a hand-written Store of one pending Upload.
-type uploadStore struct {
-	Store
-	mu sync.Mutex
-	u  Upload
-}
-
-func (s *uploadStore) GetUpload(context.Context, string, string) (Upload, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.u, nil
-}
-
-func (s *uploadStore) UpdateUpload(_ context.Context, _, _ string, fn func(*Upload) error) (Upload, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	u := s.u
-	if err := fn(&u); err != nil {
-		return s.u, err
-	}
-	s.u = u
-	return u, nil
-}
-
-// partBlobs stores parts by counting them.
-type partBlobs struct {
-	Blobs
-	mu    sync.Mutex
-	parts int
-	bytes int64
-}
-
-func (b *partBlobs) PutTagged(_ context.Context, _ string, r io.Reader, _ int64, _ string) error {
-	n, err := io.Copy(io.Discard, r)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.parts++
-	b.bytes += n
-	return err
-}
 
 // TestAddPartCaps: an Upload takes at most MaxUploadParts parts and
 // MaxUploadBytes times the bytes it announced, however many parts are sent
@@ -72,8 +30,8 @@ func TestAddPartCaps(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			st := &uploadStore{u: Upload{ID: "upload_abc", Tenant: "acme", Bytes: tt.bytes, Status: UploadPending, ExpiresAt: now.Add(time.Hour).Unix()}}
-			bl := &partBlobs{}
+			st, bl := newMemStore(), newMemBlobs()
+			st.uploads["acme/upload_abc"] = Upload{ID: "upload_abc", Tenant: "acme", Bytes: tt.bytes, Status: UploadPending, ExpiresAt: now.Add(time.Hour).Unix()}
 			s := &Service{Store: st, Blobs: bl, Now: func() time.Time { return now }}
 			var wg sync.WaitGroup
 			refusals := make(chan error, tt.sent)
@@ -87,8 +45,8 @@ func TestAddPartCaps(t *testing.T) {
 			}
 			wg.Wait()
 			close(refusals)
-			if bl.parts != tt.stored {
-				t.Errorf("%d parts stored, want %d", bl.parts, tt.stored)
+			if parts, _ := bl.bytesStored(); parts != tt.stored {
+				t.Errorf("%d parts stored, want %d", parts, tt.stored)
 			}
 			refused := 0
 			for err := range refusals {
@@ -101,8 +59,8 @@ func TestAddPartCaps(t *testing.T) {
 			if refused != tt.sent-tt.stored {
 				t.Errorf("%d refused, want %d", refused, tt.sent-tt.stored)
 			}
-			if st.u.Parts != tt.stored {
-				t.Errorf("upload counts %d parts, want %d", st.u.Parts, tt.stored)
+			if u := st.uploads["acme/upload_abc"]; u.Parts != tt.stored {
+				t.Errorf("upload counts %d parts, want %d", u.Parts, tt.stored)
 			}
 		})
 	}
