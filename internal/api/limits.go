@@ -26,7 +26,7 @@ type RateLimiter struct {
 	Counter   RequestCounter
 	PerSecond int
 	Log       *slog.Logger
-	Now       func() time.Time
+	Now       func() time.Time // the clock (required)
 }
 
 // NewRateLimiter limits each key to perSecond requests per second; a
@@ -35,7 +35,7 @@ func NewRateLimiter(c RequestCounter, perSecond int, log *slog.Logger) *RateLimi
 	if perSecond <= 0 {
 		return nil
 	}
-	return &RateLimiter{Counter: c, PerSecond: perSecond, Log: log}
+	return &RateLimiter{Counter: c, PerSecond: perSecond, Log: log, Now: time.Now}
 }
 
 // Allow counts one request of keyID and refuses it (429, Retry-After) when
@@ -46,11 +46,7 @@ func (l *RateLimiter) Allow(ctx context.Context, keyID string) error {
 	if l == nil {
 		return nil
 	}
-	now := time.Now
-	if l.Now != nil {
-		now = l.Now
-	}
-	n, err := l.Counter.CountRequest(ctx, keyID, now().Unix())
+	n, err := l.Counter.CountRequest(ctx, keyID, l.Now().Unix())
 	if err != nil {
 		if l.Log != nil {
 			l.Log.WarnContext(ctx, "rate limit not checked", "key_id", keyID, "err", err)

@@ -63,7 +63,7 @@ func TestRateLimiterAllow(t *testing.T) {
 	}
 
 	// A counter that cannot count lets requests through.
-	down := &RateLimiter{Counter: &fakeCounter{err: errors.New("dynamodb down")}, PerSecond: 1, Log: slog.New(slog.DiscardHandler)}
+	down := &RateLimiter{Counter: &fakeCounter{err: errors.New("dynamodb down")}, PerSecond: 1, Log: slog.New(slog.DiscardHandler), Now: time.Now}
 	for range 3 {
 		if err := down.Allow(ctx, "key-a"); err != nil {
 			t.Fatalf("counter down: got %v, want allowed", err)
