@@ -62,7 +62,9 @@ func (*releaseTable) InflightMarkers(context.Context, string) ([]store.InflightM
 func (*releaseTable) ReserveInflight(context.Context, string, string, int, time.Time) error {
 	return errNotInFake
 }
-func (*releaseTable) KeyByID(context.Context, string) (auth.Key, error) { return auth.Key{}, errNotInFake }
+func (*releaseTable) KeyByID(context.Context, string) (auth.Key, error) {
+	return auth.Key{}, errNotInFake
+}
 func (*releaseTable) Usage(context.Context, string, string, string) ([]store.UsageRow, error) {
 	return nil, errNotInFake
 }
