@@ -122,6 +122,10 @@ type Files interface {
 	Create(ctx context.Context, tenant, filename, purpose string, size int64, expiresAfter int64, body io.Reader) (files.File, error)
 	Get(ctx context.Context, tenant, id string) (files.File, error)
 	SetExpiresAt(ctx context.Context, tenant, id string, at *int64) error
+	// Hold and Release keep a file's bytes while a batch reads it
+	// (docs/api.md "Files", deleting an input).
+	Hold(ctx context.Context, tenant, id, batchID string) error
+	Release(ctx context.Context, tenant, id, batchID string) error
 }
 
 var (
