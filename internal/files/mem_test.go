@@ -65,8 +65,10 @@ func (s *memStore) UpdateFile(_ context.Context, tenant, id string, fn func(*Fil
 	if !ok {
 		return File{}, ErrNotFound
 	}
+	f.Readers = slices.Clone(f.Readers)
 	if err := fn(&f); err != nil {
-		return File{}, err
+		// As the table's: the record as read, with fn's error.
+		return s.files[tenant+"/"+id], err
 	}
 	s.files[tenant+"/"+id] = f
 	return f, nil
