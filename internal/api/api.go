@@ -90,7 +90,7 @@ func (a *API) scoped(scope string) func(handlerFunc) http.Handler {
 				a.fail(w, r, err)
 				return
 			}
-			if err := h(w, r.WithContext(auth.With(r.Context(), p)), p); err != nil {
+			if err := h(w, r, p); err != nil {
 				a.fail(w, r, err)
 			}
 		})

@@ -182,16 +182,3 @@ func (a Authenticator) Authenticate(ctx context.Context, raw, scope string) (Pri
 	}
 	return p, nil
 }
-
-type principalKey struct{}
-
-// With returns ctx carrying p.
-func With(ctx context.Context, p Principal) context.Context {
-	return context.WithValue(ctx, principalKey{}, p)
-}
-
-// From returns the principal in ctx.
-func From(ctx context.Context) (Principal, bool) {
-	p, ok := ctx.Value(principalKey{}).(Principal)
-	return p, ok
-}

@@ -13,7 +13,8 @@ import (
 	"github.com/relaybatch/relay/internal/provider"
 )
 
-// Commit's lines are Build's; here, what the commit takes from them.
+// Commit's lines are those of TestLinesOf; here, what the commit takes
+// from them.
 func TestCommit(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 12, 1, 23, 30, 0, 0, time.FixedZone("x", -2*3600))
@@ -30,13 +31,13 @@ func TestCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Build(b, c, outs, now)
+	_, want := build(t, b, c, outs, now)
 	parts := readObjects(t, objs)
-	if string(parts["out"]) != string(want.Out) || string(parts["err"]) != string(want.Err) || string(parts["usage"]) != string(want.Usage) {
-		t.Fatalf("parts differ from Build's: got %q", parts)
+	if string(parts["out"]) != string(want["out"]) || string(parts["err"]) != string(want["err"]) || string(parts["usage"]) != string(want["usage"]) {
+		t.Fatalf("parts differ from the lines': got %q", parts)
 	}
 	ch := cm.Chunk
-	if ch.Pattern != "oeee" || ch.OutBytes != int64(len(want.Out)) || ch.ErrBytes != int64(len(want.Err)) || ch.Run != "r" || ch.Index != 3 {
+	if ch.Pattern != "oeee" || ch.OutBytes != int64(len(want["out"])) || ch.ErrBytes != int64(len(want["err"])) || ch.Run != "r" || ch.Index != 3 {
 		t.Fatalf("chunk %+v", ch)
 	}
 	if cm.Completed != 1 || cm.Failed != 3 || cm.Expired != 1 || cm.Cancelled != 1 || cm.DeadLetters != 2 {

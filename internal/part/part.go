@@ -95,14 +95,13 @@ func (o *Outcome) Cancel() {
 
 // Part is a chunk's part and the counts its commit adds.
 type Part struct {
-	// Out, Err and Usage are the .out, .err and .usage objects
-	// (batch.Chunk.Parts): a line per row, and a usage event per row
-	// that used upstream tokens.
-	Out, Err, Usage []byte
-	// Pattern has a letter per row: 'o' for a line in Out (a 2xx answer),
-	// 'e' for one in Err.
+	// Usage is the .usage object (batch.Chunk.Parts): a usage event per
+	// row that used upstream tokens.
+	Usage []byte
+	// Pattern has a letter per row: 'o' for a line in .out (a 2xx answer),
+	// 'e' for one in .err.
 	Pattern            string
-	Completed, Failed  int64 // rows in Out, in Err
+	Completed, Failed  int64 // rows in .out, in .err
 	Expired, Cancelled int64 // rows of Outcome.Expired, Outcome.Cancelled
 	Tokens             batch.Usage
 	// ByModel is the requests and tokens of each model that answered.
@@ -120,37 +119,13 @@ func LineID(batchID string, row int) string {
 	return "batch_req_" + hex.EncodeToString(sum[:12])
 }
 
-// Build turns the outcomes of chunk c's rows of batch b into its part;
-// usage events carry now.
-func Build(b batch.Batch, c batch.Chunk, outs []Outcome, now time.Time) Part {
-	w := &builder{b: b, now: now, p: Part{ByModel: map[string]ModelUsage{}}}
-	pattern := make([]byte, len(outs))
-	for i, o := range outs {
-		pattern[i] = w.add(LineID(b.ID, c.Row(i)), o)
-	}
-	w.p.Out, w.p.Err, w.p.Usage, w.p.Pattern = w.out.Bytes(), w.err.Bytes(), w.usage.Bytes(), string(pattern)
-	return w.p
-}
-
-// builder is a part being built.
+// builder renders rows' lines, counting them into p and writing their
+// usage events to usage.
 type builder struct {
-	b               batch.Batch
-	now             time.Time
-	out, err, usage bytes.Buffer
-	p               Part
-}
-
-// add writes a row's line, counting it, and returns its letter in the
-// chunk's pattern.
-func (w *builder) add(id string, o Outcome) byte {
-	line, letter := w.render(id, o)
-	buf := &w.out
-	if letter == 'e' {
-		buf = &w.err
-	}
-	buf.Write(line)
-	buf.WriteByte('\n')
-	return letter
+	b     batch.Batch
+	now   time.Time
+	usage bytes.Buffer
+	p     Part
 }
 
 // render returns a row's line and its letter ('o' for the output file, 'e'

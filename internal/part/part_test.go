@@ -10,7 +10,20 @@ import (
 	"github.com/relaybatch/relay/internal/provider"
 )
 
-func TestBuild(t *testing.T) {
+// build is the part of outs, the outcomes of chunk c's rows of batch b, set
+// in order, and its objects by kind.
+func build(t *testing.T, b batch.Batch, c batch.Chunk, outs []Outcome, now time.Time) (Part, map[string][]byte) {
+	t.Helper()
+	l := LinesOf(b, c, outs, now)
+	defer l.Close()
+	objs, p, err := l.part()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, readObjects(t, objs)
+}
+
+func TestLinesOf(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	b := batch.Batch{ID: "batch_x", Tenant: "t", KeyID: "k"}
@@ -27,14 +40,14 @@ func TestBuild(t *testing.T) {
 		{CustomID: "d", Result: provider.Result{ErrCode: "request_timeout", ErrMessage: "slow"}},
 		ok("e", 5),
 	}
-	p := Build(b, batch.Chunk{FirstRow: 30}, outs, now)
+	p, objs := build(t, b, batch.Chunk{FirstRow: 30}, outs, now)
 	if p.Pattern != "oeeeeeo" || p.Completed != 2 || p.Failed != 5 || p.Expired != 1 || p.Cancelled != 1 {
 		t.Fatalf("pattern %q completed %d failed %d expired %d cancelled %d", p.Pattern, p.Completed, p.Failed, p.Expired, p.Cancelled)
 	}
 	if p.Tokens.InputTokens != 15 || p.Tokens.CachedTokens != 7 || p.Tokens.ReasoningTokens != 2 || p.ByModel["m"].Requests != 3 || p.ByModel["m"].Input != 15 {
 		t.Fatalf("tokens %+v by model %+v", p.Tokens, p.ByModel)
 	}
-	lines := bytes.Split(bytes.TrimSpace(p.Err), []byte("\n"))
+	lines := bytes.Split(bytes.TrimSpace(objs["err"]), []byte("\n"))
 	if len(lines) != 5 {
 		t.Fatalf("error lines: got %d", len(lines))
 	}
@@ -58,23 +71,23 @@ func TestBuild(t *testing.T) {
 	}
 }
 
-func TestBuildBodyNotJSON(t *testing.T) {
+func TestLinesOfBodyNotJSON(t *testing.T) {
 	t.Parallel()
 	outs := []Outcome{{CustomID: "x", Result: provider.Result{StatusCode: 200, Body: json.RawMessage(`{"cut`), Model: "m"}}}
-	p := Build(batch.Batch{ID: "batch_x"}, batch.Chunk{}, outs, time.Now())
+	p, objs := build(t, batch.Batch{ID: "batch_x"}, batch.Chunk{}, outs, time.Now())
 	var l Line
-	if err := json.Unmarshal(bytes.TrimSpace(p.Err), &l); err != nil || l.Error == nil || l.Error.Code != CodeNotJSON {
-		t.Fatalf("error part %q: %v", p.Err, err)
+	if err := json.Unmarshal(bytes.TrimSpace(objs["err"]), &l); err != nil || l.Error == nil || l.Error.Code != CodeNotJSON {
+		t.Fatalf("error part %q: %v", objs["err"], err)
 	}
-	if p.Failed != 1 || p.Completed != 0 || len(p.Out) != 0 || p.Pattern != "e" {
+	if p.Failed != 1 || p.Completed != 0 || len(objs["out"]) != 0 || p.Pattern != "e" {
 		t.Fatalf("part %+v", p)
 	}
 }
 
-func TestBuildNoRows(t *testing.T) {
+func TestLinesOfNoRows(t *testing.T) {
 	t.Parallel()
-	p := Build(batch.Batch{ID: "batch_x"}, batch.Chunk{}, nil, time.Now())
-	if p.Pattern != "" || len(p.Out)+len(p.Err)+len(p.Usage) != 0 || p.Completed+p.Failed != 0 {
+	p, objs := build(t, batch.Batch{ID: "batch_x"}, batch.Chunk{}, nil, time.Now())
+	if p.Pattern != "" || len(objs["out"])+len(objs["err"])+len(objs["usage"]) != 0 || p.Completed+p.Failed != 0 {
 		t.Fatalf("part %+v", p)
 	}
 }

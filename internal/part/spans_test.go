@@ -64,9 +64,6 @@ func TestLinesOfSpreadRows(t *testing.T) {
 		!slices.Equal(errRows, []int{1, 9}) || !slices.Equal(errIDs, []string{"request-1", "request-9"}) || cm.Chunk.Pattern != "oeoeo" {
 		t.Fatalf("output rows %v %v, error rows %v %v, pattern %q", outRows, outIDs, errRows, errIDs, cm.Chunk.Pattern)
 	}
-	if want := Build(b, spread, outs, now); !bytes.Equal(got["out"], want.Out) || !bytes.Equal(got["err"], want.Err) {
-		t.Fatalf("Lines and Build differ:\n%s\n%s", got["err"], want.Err)
-	}
 }
 
 // Dead letters and input_file_changed lines of such a chunk name its rows
