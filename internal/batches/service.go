@@ -213,10 +213,6 @@ func checkEndpoint(ep string, allowed []string) error {
 	return errs.E(errs.Invalid, "invalid_endpoint", "endpoint", "endpoint %q is not supported: use one of %s", ep, strings.Join(allowed, ", "))
 }
 
-// CheckWebhookURL validates a webhook URL with the deployment policy's
-// zero value: https to public addresses only.
-var CheckWebhookURL = webhook.Policy{}.CheckURL
-
 // checkWebhookURL checks webhook_url at create with the delivery policy,
 // so a URL accepted at create is one the deliveries may use.
 func (s *Service) checkWebhookURL(raw string) error {

@@ -77,20 +77,6 @@ func (s *Store) SetExpiry(ctx context.Context, tag string, keys ...string) error
 	return nil
 }
 
-// Expiry returns an object's expiry class tag ("" for none).
-func (s *Store) Expiry(ctx context.Context, key string) (string, error) {
-	out, err := s.S3.GetObjectTagging(ctx, &s3.GetObjectTaggingInput{Bucket: &s.Bucket, Key: &key})
-	if err != nil {
-		return "", fmt.Errorf("tags of %s: %w", key, err)
-	}
-	for _, t := range out.TagSet {
-		if aws.ToString(t.Key) == resources.ExpiryTag {
-			return aws.ToString(t.Value), nil
-		}
-	}
-	return "", nil
-}
-
 // Size returns an object's size, ErrNotFound if it does not exist.
 func (s *Store) Size(ctx context.Context, key string) (int64, error) {
 	size, _, err := s.Head(ctx, key)

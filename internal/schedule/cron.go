@@ -1,7 +1,7 @@
 // Package schedule owns recurring batches' timing on EventBridge Scheduler:
 // it validates a template's 5-field cron and timezone, translates them to
-// Scheduler's 6-field cron, creates and deletes the schedules (and one-time
-// at() schedules), and parses the expressions it reads back (ParseExpression)
+// Scheduler's 6-field cron, creates and deletes the schedules, and parses
+// the expressions it reads back (ParseExpression)
 // for the local firer (internal/local/firer), which fires the schedules the
 // emulator stores but never fires.
 package schedule

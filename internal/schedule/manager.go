@@ -115,36 +115,13 @@ func (m *Manager) Create(ctx context.Context, tenant, templateID string, s Spec)
 	return aws.ToString(out.ScheduleArn), nil
 }
 
-// Delete removes the schedule of templateID (or of a OneTime name); one
-// that does not exist is already deleted.
+// Delete removes the schedule of templateID; one that does not exist is
+// already deleted.
 func (m *Manager) Delete(ctx context.Context, templateID string) error {
 	name := ScheduleName(templateID)
 	_, err := m.API.DeleteSchedule(ctx, &scheduler.DeleteScheduleInput{Name: aws.String(name), GroupName: GroupName(m.Group)})
 	if err != nil && !IsNotFound(err) {
 		return fmt.Errorf("delete schedule %s: %w", name, err)
-	}
-	return nil
-}
-
-// OneTime creates an at() schedule that invokes the target once at at with
-// input as its payload (ScheduledTimePlaceholder in it is substituted), and
-// deletes itself afterwards. Creating it again is a no-op. Scheduler fires
-// within the minute of at.
-func (m *Manager) OneTime(ctx context.Context, name string, at time.Time, input []byte) error {
-	sname := ScheduleName(name)
-	_, err := m.API.CreateSchedule(ctx, &scheduler.CreateScheduleInput{
-		Name:                       aws.String(sname),
-		GroupName:                  GroupName(m.Group),
-		ScheduleExpression:         aws.String("at(" + at.UTC().Format(atLayout) + ")"),
-		ScheduleExpressionTimezone: aws.String("UTC"),
-		FlexibleTimeWindow:         &types.FlexibleTimeWindow{Mode: types.FlexibleTimeWindowModeOff},
-		Target:                     m.target(input),
-		ActionAfterCompletion:      types.ActionAfterCompletionDelete,
-		State:                      types.ScheduleStateEnabled,
-	})
-	var conflict *types.ConflictException
-	if err != nil && !errors.As(err, &conflict) {
-		return fmt.Errorf("create one-time schedule %s: %w", sname, err)
 	}
 	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/scheduler"
@@ -114,31 +113,6 @@ func TestDelete(t *testing.T) {
 	}
 	if err := m.Delete(t.Context(), "batch_tpl3"); err != nil {
 		t.Errorf("Delete of a deleted schedule: %v, want nil", err)
-	}
-}
-
-func TestOneTime(t *testing.T) {
-	t.Parallel()
-	m := newManager(t)
-	at := time.Date(2030, time.June, 1, 12, 30, 15, 0, time.FixedZone("CEST", 2*3600))
-	input := []byte(`{"batch_id":"batch_1"}`)
-	if err := m.OneTime(t.Context(), "expire-batch_1", at, input); err != nil {
-		t.Fatalf("OneTime: %v", err)
-	}
-	if err := m.OneTime(t.Context(), "expire-batch_1", at, input); err != nil {
-		t.Fatalf("OneTime again: %v, want nil", err)
-	}
-	got := getSchedule(t, m, "expire-batch_1")
-	for _, c := range []struct{ field, got, want string }{
-		{"ScheduleExpression", aws.ToString(got.ScheduleExpression), "at(2030-06-01T10:30:15)"},
-		{"ScheduleExpressionTimezone", aws.ToString(got.ScheduleExpressionTimezone), "UTC"},
-		{"FlexibleTimeWindow.Mode", string(got.FlexibleTimeWindow.Mode), "OFF"},
-		{"ActionAfterCompletion", string(got.ActionAfterCompletion), "DELETE"},
-		{"Target.Input", aws.ToString(got.Target.Input), string(input)},
-	} {
-		if c.got != c.want {
-			t.Errorf("%s = %q, want %q", c.field, c.got, c.want)
-		}
 	}
 }
 

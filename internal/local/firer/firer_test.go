@@ -100,7 +100,20 @@ func TestFirer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.OneTime(ctx, "expire-batch_1", t0.Add(2*time.Minute), []byte(`{"at":"<aws.scheduler.scheduled-time>"}`)); err != nil {
+	// A one-time at() schedule, as Scheduler takes it: at in UTC, deleted
+	// after it fires.
+	_, err = client.CreateSchedule(ctx, &scheduler.CreateScheduleInput{
+		Name:                       aws.String("expire-batch_1"),
+		GroupName:                  aws.String(m.Group),
+		ScheduleExpression:         aws.String("at(" + t0.Add(2*time.Minute).UTC().Format("2006-01-02T15:04:05") + ")"),
+		ScheduleExpressionTimezone: aws.String("UTC"),
+		FlexibleTimeWindow:         &types.FlexibleTimeWindow{Mode: types.FlexibleTimeWindowModeOff},
+		Target: &types.Target{Arn: aws.String(m.TargetARN), RoleArn: aws.String(m.RoleARN),
+			Input: aws.String(`{"at":"<aws.scheduler.scheduled-time>"}`)},
+		ActionAfterCompletion: types.ActionAfterCompletionDelete,
+		State:                 types.ScheduleStateEnabled,
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 
