@@ -315,7 +315,7 @@ type Chunk struct {
 	// run writes parts under its own keys, so two runs of one chunk (a
 	// duplicate delivery) never mix their lines.
 	Attempt  string `dynamodbav:"attempt"`
-	Pattern  string `dynamodbav:"pattern"` // one byte per row: 'o' output file, 'e' error file
+	Pattern  string `dynamodbav:"pattern"` // one byte per row, the file its line is in (part.KindOut, part.KindErr)
 	OutBytes int64  `dynamodbav:"out_bytes"`
 	ErrBytes int64  `dynamodbav:"err_bytes"`
 	// Next is the chunk the commit claimed for the same slots, so a run

@@ -8,7 +8,6 @@
 package batches
 
 import (
-	"bufio"
 	"bytes"
 	"cmp"
 	"context"
@@ -32,6 +31,7 @@ import (
 	"github.com/relaybatch/relay/internal/ids"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/msg"
+	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/plan"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/queue"
@@ -660,14 +660,15 @@ func (s *Service) resultsKept(ctx context.Context, b batch.Batch) error {
 }
 
 // EachLine calls fn with every line of the done chunks in input order,
-// with the line's index in its chunk and its kind ('o' output, 'e' error).
-// Results uses it, and internal/anthropic to write a Message Batch's
-// results. It streams: a chunk's parts are read line by line, so memory
-// is a line (at most an upstream answer's cap, internal/provider) and two
-// read buffers per chunk open at once, whatever the parts' sizes
-// (docs/design.md "Memory"); a batch whose chunks hold rows of several
-// models, interleaved (docs/design.md "Chunks"), has about one chunk of
-// each model open at a time. fn must not keep line.
+// with the line's index in its chunk and its kind (part.KindOut,
+// part.KindErr); part.Read reads them. Results uses it, and
+// internal/anthropic to write a Message Batch's results. It streams: a
+// chunk's parts are read line by line, so memory is a line (at most an
+// upstream answer's cap, internal/provider) and two read buffers per chunk
+// open at once, whatever the parts' sizes (docs/design.md "Memory"); a
+// batch whose chunks hold rows of several models, interleaved
+// (docs/design.md "Chunks"), has about one chunk of each model open at a
+// time. fn must not keep line.
 func (s *Service) EachLine(ctx context.Context, chunks []batch.Chunk, fn func(c batch.Chunk, i int, kind byte, line []byte) error) error {
 	get := func(key string) (io.ReadCloser, error) { return s.Blobs.Get(ctx, key) }
 	var done []batch.Chunk
@@ -676,49 +677,7 @@ func (s *Service) EachLine(ctx context.Context, chunks []batch.Chunk, fn func(c 
 			done = append(done, c)
 		}
 	}
-	return linesInOrder(done, get, fn)
-}
-
-// chunkLines calls fn with the lines of one done chunk, interleaving its
-// output and error parts by its pattern.
-func chunkLines(c batch.Chunk, get func(key string) (io.ReadCloser, error), fn func(c batch.Chunk, i int, kind byte, line []byte) error) error {
-	return linesInOrder([]batch.Chunk{c}, get, fn)
-}
-
-// lineReader reads a part line by line, reusing its buffer.
-type lineReader struct {
-	rc   io.ReadCloser
-	r    *bufio.Reader
-	line []byte
-}
-
-// next returns the next line with its newline, valid until the next call.
-func (l *lineReader) next() ([]byte, error) {
-	if l.r == nil {
-		return nil, errors.New("part shorter than its pattern")
-	}
-	l.line = l.line[:0]
-	for {
-		frag, err := l.r.ReadSlice('\n')
-		l.line = append(l.line, frag...)
-		switch {
-		case err == nil:
-			return l.line, nil
-		case errors.Is(err, bufio.ErrBufferFull):
-			continue
-		case errors.Is(err, io.EOF):
-			return nil, errors.New("part shorter than its pattern")
-		default:
-			return nil, err
-		}
-	}
-}
-
-func (l *lineReader) close() {
-	if l.rc != nil {
-		l.rc.Close()
-		l.rc = nil
-	}
+	return part.Read(done, get, fn)
 }
 
 // DeadLetters lists the rows that exhausted their retries.
@@ -754,7 +713,7 @@ func (s *Service) Retry(ctx context.Context, p auth.Principal, id string, idem s
 	if err != nil {
 		return batch.Batch{}, err
 	}
-	if !slices.ContainsFunc(chunks, func(c batch.Chunk) bool { return strings.Contains(c.Pattern, "e") }) {
+	if !slices.ContainsFunc(chunks, part.HasErrors) {
 		return batch.Batch{}, errs.E(errs.Invalid, "nothing_to_retry", "", "batch %s has no failed, expired or cancelled rows", id)
 	}
 	now := s.Now()
@@ -790,7 +749,7 @@ func (s *Service) RetryInput(ctx context.Context, nb batch.Batch) (files.File, e
 	w := blob.NewObjectWriter(ctx, s.Blobs, fmt.Sprintf("files/%s/%s/", nb.Tenant, nb.InputFileID))
 	w.Tag = files.ExpiryTag(f)
 	for _, c := range chunks {
-		if !strings.Contains(c.Pattern, "e") {
+		if !part.HasErrors(c) {
 			continue
 		}
 		reqs, err := plan.ReadChunk(ctx, s.Blobs, src, c)
@@ -820,7 +779,7 @@ func (s *Service) RetryInput(ctx context.Context, nb batch.Batch) (files.File, e
 // pattern puts in the error file.
 func writeFailedRows(w io.Writer, c batch.Chunk, reqs []jsonl.Request) error {
 	for i, r := range reqs {
-		if i >= len(c.Pattern) || c.Pattern[i] != 'e' {
+		if !part.InErr(c, i) {
 			continue
 		}
 		line, err := json.Marshal(r)

@@ -218,7 +218,7 @@ func (l *Lines) part() (map[string]Object, Part, error) {
 			return nil, Part{}, errors.New("part: a row's line is missing")
 		}
 		pattern[i] = s.letter
-		if s.letter == 'o' {
+		if s.letter == KindOut {
 			out.add(s)
 		} else {
 			errs.add(s)

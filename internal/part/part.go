@@ -2,7 +2,8 @@
 // one run of its rows, the pattern that says which file each row went to,
 // and the counts its commit adds (docs/design.md "A row's journey", steps
 // 6 and 7). internal/engine writes the part to S3 (Write) and commits
-// it, and readers of output and error files decode its Line.
+// it; Read reads the lines of done chunks back in input order, and readers
+// of output and error files decode its Line.
 package part
 
 import (
@@ -98,8 +99,8 @@ type Part struct {
 	// Usage is the .usage object (batch.Chunk.Parts): a usage event per
 	// row that used upstream tokens.
 	Usage []byte
-	// Pattern has a letter per row: 'o' for a line in .out (a 2xx answer),
-	// 'e' for one in .err.
+	// Pattern has a letter per row: KindOut for a line in .out (a 2xx
+	// answer), KindErr for one in .err.
 	Pattern            string
 	Completed, Failed  int64 // rows in .out, in .err
 	Expired, Cancelled int64 // rows of Outcome.Expired, Outcome.Cancelled
@@ -128,8 +129,8 @@ type builder struct {
 	p     Part
 }
 
-// render returns a row's line and its letter ('o' for the output file, 'e'
-// for the error file), counting the row.
+// render returns a row's line and its letter (KindOut for the output file,
+// KindErr for the error file), counting the row.
 func (w *builder) render(id string, o Outcome) ([]byte, byte) {
 	l := w.line(id, o)
 	line, err := json.Marshal(l)
@@ -141,10 +142,10 @@ func (w *builder) render(id string, o Outcome) ([]byte, byte) {
 	}
 	if l.Response != nil && l.Response.StatusCode >= 200 && l.Response.StatusCode < 300 {
 		w.p.Completed++
-		return line, 'o'
+		return line, KindOut
 	}
 	w.p.Failed++
-	return line, 'e'
+	return line, KindErr
 }
 
 // line is a row's line; it counts the row's usage, and the rows the engine

@@ -1,19 +1,41 @@
-package batches
+package part
 
 import (
 	"bufio"
 	"container/heap"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/relaybatch/relay/internal/batch"
 )
 
-// linesInOrder calls fn with the lines of done chunks in input row order:
-// each chunk's lines are in its row order (batch.Chunk.Row), and chunks of
-// several models interleave, so it merges them, a chunk's parts opened
-// when its first row comes and closed after its last.
-func linesInOrder(chunks []batch.Chunk, get func(key string) (io.ReadCloser, error), fn func(c batch.Chunk, i int, kind byte, line []byte) error) error {
+// The letters of a chunk's pattern (batch.Chunk.Pattern): where each row's
+// line is, in the chunk's .out part or its .err part.
+const (
+	KindOut byte = 'o' // a 2xx answer: a line of the output file
+	KindErr byte = 'e' // any other: a line of the error file
+)
+
+// HasErrors says whether done chunk c has lines in the error file.
+func HasErrors(c batch.Chunk) bool {
+	return strings.IndexByte(c.Pattern, KindErr) >= 0
+}
+
+// InErr says whether row i of done chunk c has its line in the error file.
+func InErr(c batch.Chunk, i int) bool {
+	return i < len(c.Pattern) && c.Pattern[i] == KindErr
+}
+
+// Read calls fn with the lines of done chunks in input row order, with the
+// line's index in its chunk and its kind (KindOut, KindErr): each chunk's
+// lines are in its row order (batch.Chunk.Row), read from its .out and .err
+// parts as its pattern says, and chunks of several models interleave, so it
+// merges them, a chunk's parts opened when its first row comes and closed
+// after its last. It streams: memory is a line and two read buffers per
+// open chunk (docs/design.md "Memory"). fn must not keep line.
+func Read(chunks []batch.Chunk, get func(key string) (io.ReadCloser, error), fn func(c batch.Chunk, i int, kind byte, line []byte) error) error {
 	var h cursors
 	for _, c := range chunks {
 		if len(c.Pattern) > 0 {
@@ -95,7 +117,7 @@ func (k *cursor) open(get func(key string) (io.ReadCloser, error)) error {
 func (k *cursor) next() (byte, []byte, error) {
 	kind := k.c.Pattern[k.i]
 	src := k.out
-	if kind == 'e' {
+	if kind == KindErr {
 		src = k.errp
 	}
 	line, err := src.next()
@@ -130,4 +152,40 @@ func (h *cursors) Pop() any {
 	k := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return k
+}
+
+// lineReader reads a part line by line, reusing its buffer.
+type lineReader struct {
+	rc   io.ReadCloser
+	r    *bufio.Reader
+	line []byte
+}
+
+// next returns the next line with its newline, valid until the next call.
+func (l *lineReader) next() ([]byte, error) {
+	if l.r == nil {
+		return nil, errors.New("part shorter than its pattern")
+	}
+	l.line = l.line[:0]
+	for {
+		frag, err := l.r.ReadSlice('\n')
+		l.line = append(l.line, frag...)
+		switch {
+		case err == nil:
+			return l.line, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF):
+			return nil, errors.New("part shorter than its pattern")
+		default:
+			return nil, err
+		}
+	}
+}
+
+func (l *lineReader) close() {
+	if l.rc != nil {
+		l.rc.Close()
+		l.rc = nil
+	}
 }
