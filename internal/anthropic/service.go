@@ -616,7 +616,7 @@ func erroredResult(customID, typ, message string, requestID *string) wire.Messag
 // a message that starts with the code.
 func MessageResultOf(l part.Line) wire.MessageResult {
 	switch {
-	case l.Response != nil && l.Response.StatusCode >= 200 && l.Response.StatusCode < 300:
+	case l.Succeeded():
 		return wire.MessageResult{CustomID: l.CustomID, Result: wire.MessageOutcome{Type: "succeeded", Message: l.Response.Body}}
 	case l.Response != nil:
 		typ, msg := upstreamError(l.Response.StatusCode, l.Response.Body)

@@ -28,6 +28,12 @@ type Line struct {
 	Fallback bool          `json:"fallback,omitempty"`
 }
 
+// Succeeded says whether l is a 2xx answer, a line of the output file
+// (KindOut); any other line is one of the error file.
+func (l Line) Succeeded() bool {
+	return l.Response != nil && l.Response.StatusCode >= 200 && l.Response.StatusCode < 300
+}
+
 // LineResponse is the upstream's HTTP answer.
 type LineResponse struct {
 	StatusCode int             `json:"status_code"`
@@ -140,7 +146,7 @@ func (w *builder) render(id string, o Outcome) ([]byte, byte) {
 		l = Line{ID: l.ID, CustomID: l.CustomID, Error: &LineError{Code: CodeNotJSON, Message: "the upstream's answer is not valid JSON"}}
 		line, _ = json.Marshal(l)
 	}
-	if l.Response != nil && l.Response.StatusCode >= 200 && l.Response.StatusCode < 300 {
+	if l.Succeeded() {
 		w.p.Completed++
 		return line, KindOut
 	}
