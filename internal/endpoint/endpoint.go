@@ -6,6 +6,7 @@
 package endpoint
 
 import (
+	"net/http"
 	"slices"
 
 	"github.com/relaybatch/relay/internal/config"
@@ -102,4 +103,17 @@ func Paths(keep func(Endpoint) bool) []string {
 		}
 	}
 	return out
+}
+
+// OpenAIErrorType is the type of an OpenAI error body for an HTTP status,
+// as OpenAI's API sends it: the provider gives it to an error it translates
+// into OpenAI's shape (a Bedrock answer), and internal/mockup answers with it.
+func OpenAIErrorType(status int) string {
+	switch {
+	case status == http.StatusTooManyRequests:
+		return "requests"
+	case status >= 500:
+		return "server_error"
+	}
+	return "invalid_request_error"
 }

@@ -27,3 +27,12 @@ func TestRegistry(t *testing.T) {
 		t.Fatal("Paths(nil) must list every endpoint")
 	}
 }
+
+func TestOpenAIErrorType(t *testing.T) {
+	t.Parallel()
+	for status, want := range map[int]string{400: "invalid_request_error", 404: "invalid_request_error", 429: "requests", 500: "server_error", 503: "server_error"} {
+		if got := OpenAIErrorType(status); got != want {
+			t.Errorf("OpenAIErrorType(%d) = %q, want %q", status, got, want)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/relaybatch/relay/internal/anthropic/wire"
+	"github.com/relaybatch/relay/internal/endpoint"
 )
 
 // errorBody is the one place an error becomes a body, in the shape the
@@ -26,17 +27,7 @@ func errorBody(sh shape, status int, message, param string) object {
 	if status == http.StatusTooManyRequests {
 		code = "rate_limit_exceeded"
 	}
-	return object{"error": object{"message": message, "type": openAIErrorType(status), "param": p, "code": code}}
-}
-
-func openAIErrorType(status int) string {
-	switch {
-	case status == http.StatusTooManyRequests:
-		return "requests"
-	case status >= 500:
-		return "server_error"
-	}
-	return "invalid_request_error"
+	return object{"error": object{"message": message, "type": endpoint.OpenAIErrorType(status), "param": p, "code": code}}
 }
 
 func statusMessage(status int) string {

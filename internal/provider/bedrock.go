@@ -22,6 +22,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/anthropic/wire"
 	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/endpoint"
 )
 
 // bedrock is Amazon Bedrock's runtime (README "Amazon Bedrock"). Rows keep
@@ -125,7 +126,7 @@ func (bedrock) classify(m config.Model, _ string, status int, header http.Header
 	if typ != "" {
 		code = typ
 	}
-	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": openAIErrorType(status), "param": nil, "code": code}})
+	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": endpoint.OpenAIErrorType(status), "param": nil, "code": code}})
 	return b, transient
 }
 
@@ -151,16 +152,6 @@ func firstString(body []byte, paths ...string) string {
 		}
 	}
 	return ""
-}
-
-func openAIErrorType(status int) string {
-	switch {
-	case status == http.StatusTooManyRequests:
-		return "requests"
-	case status >= 500:
-		return "server_error"
-	}
-	return "invalid_request_error"
 }
 
 // usage reads the body's usage; an answer without one (a model whose body
