@@ -248,12 +248,19 @@ func (a *batchAPI) runBatch(id string, data []byte) {
 	}
 }
 
-func (a *batchAPI) getBatch(w http.ResponseWriter, r *http.Request) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+func (a *batchAPI) openAIBatch(w http.ResponseWriter, r *http.Request) (*batch.Batch, bool) {
 	b, ok := a.oai[r.PathValue("id")]
 	if !ok {
 		notFound(w, shapeOpenAI, "batch")
+	}
+	return b, ok
+}
+
+func (a *batchAPI) getBatch(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	b, ok := a.openAIBatch(w, r)
+	if !ok {
 		return
 	}
 	out := b.Out()
@@ -266,9 +273,8 @@ func (a *batchAPI) getBatch(w http.ResponseWriter, r *http.Request) {
 func (a *batchAPI) cancelBatch(w http.ResponseWriter, r *http.Request) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	b, ok := a.oai[r.PathValue("id")]
+	b, ok := a.openAIBatch(w, r)
 	if !ok {
-		notFound(w, shapeOpenAI, "batch")
 		return
 	}
 	a.s.countBatch(true)
@@ -306,36 +312,40 @@ func customIDs(jsonl []byte) []string {
 	return ids
 }
 
-// page lists ids newest first after the id `after` (exclusive).
-func (a *batchAPI) page(ids []string, after string, limit int) ([]string, bool) {
-	ids = slices.Clone(ids)
-	slices.Reverse(ids)
-	if i := slices.Index(ids, after); after != "" && i >= 0 {
-		ids = ids[i+1:]
+// listed is a page of byID's batches (one API's), newest first: at most
+// limit (20 by default, 100 at most) after the id in query parameter
+// afterParam (exclusive), and whether more follow.
+func listed[T any](order []string, byID map[string]T, r *http.Request, afterParam string) (ids []string, page []T, more bool) {
+	for _, id := range slices.Backward(order) {
+		if _, ok := byID[id]; ok {
+			ids = append(ids, id)
+		}
 	}
+	if after := r.URL.Query().Get(afterParam); after != "" {
+		if i := slices.Index(ids, after); i >= 0 {
+			ids = ids[i+1:]
+		}
+	}
+	limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
 	if limit <= 0 || limit > 100 {
 		limit = 20
 	}
 	if len(ids) > limit {
-		return ids[:limit], true
+		ids, more = ids[:limit], true
 	}
-	return ids, false
+	for _, id := range ids {
+		page = append(page, byID[id])
+	}
+	return ids, page, more
 }
 
 func (a *batchAPI) listBatches(w http.ResponseWriter, r *http.Request) {
-	limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	var own []string
-	for _, id := range a.order {
-		if _, ok := a.oai[id]; ok {
-			own = append(own, id)
-		}
-	}
-	ids, more := a.page(own, r.URL.Query().Get("after"), limit)
-	data := make([]batch.Batch, len(ids))
-	for i, id := range ids {
-		data[i] = a.oai[id].Out()
+	_, page, more := listed(a.order, a.oai, r, "after")
+	data := make([]batch.Batch, len(page))
+	for i, b := range page {
+		data[i] = b.Out()
 	}
 	writeJSON(w, http.StatusOK, object{"object": "list", "data": data, "has_more": more})
 }

@@ -933,3 +933,71 @@ func TestEveryEndpointAnswered(t *testing.T) {
 		})
 	}
 }
+
+// The mock's batch listings, OpenAI's and Anthropic's, each list their
+// own batches only, newest first, a page of limit after a cursor, as the
+// SDKs read them.
+func TestBatchListings(t *testing.T) {
+	t.Parallel()
+	_, srv := newServer(t, mockup.Options{BatchDelay: time.Hour})
+	ctx := t.Context()
+	oc, ac := openAIClient(srv.URL), anthropicClient(srv.URL)
+	row := `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[]}}` + "\n"
+	var oai, anth []string
+	for range 3 {
+		f, err := oc.Files.New(ctx, openai.FileNewParams{File: openai.File(strings.NewReader(row), "in.jsonl", "application/jsonl"), Purpose: openai.FilePurposeBatch})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := oc.Batches.New(ctx, openai.BatchNewParams{InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: openai.BatchNewParamsCompletionWindow24h})
+		if err != nil {
+			t.Fatal(err)
+		}
+		oai = append(oai, b.ID)
+		mb, err := ac.Messages.Batches.New(ctx, anthropic.MessageBatchNewParams{Requests: []anthropic.MessageBatchNewParamsRequest{{CustomID: "a",
+			Params: anthropic.MessageBatchNewParamsRequestParams{Model: "claude", MaxTokens: 1, Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		anth = append(anth, mb.ID)
+	}
+
+	page, err := oc.Batches.List(ctx, openai.BatchListParams{Limit: openai.Int(2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := batchIDs(page.Data, func(b openai.Batch) string { return b.ID }); !slices.Equal(got, []string{oai[2], oai[1]}) || !page.HasMore {
+		t.Errorf("first page of /v1/batches: %v (has_more %v), want %v and more", got, page.HasMore, []string{oai[2], oai[1]})
+	}
+	page, err = oc.Batches.List(ctx, openai.BatchListParams{Limit: openai.Int(2), After: openai.String(oai[1])})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := batchIDs(page.Data, func(b openai.Batch) string { return b.ID }); !slices.Equal(got, oai[:1]) || page.HasMore {
+		t.Errorf("/v1/batches after %s: %v (has_more %v), want %v and no more", oai[1], got, page.HasMore, oai[:1])
+	}
+
+	mpage, err := ac.Messages.Batches.List(ctx, anthropic.MessageBatchListParams{Limit: anthropic.Int(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := batchIDs(mpage.Data, func(b anthropic.MessageBatch) string { return b.ID }); !slices.Equal(got, anth[2:]) || !mpage.HasMore ||
+		mpage.FirstID != anth[2] || mpage.LastID != anth[2] {
+		t.Errorf("first page of /v1/messages/batches: %v (has_more %v, first %q, last %q), want %v and more", got, mpage.HasMore, mpage.FirstID, mpage.LastID, anth[2:])
+	}
+	mpage, err = ac.Messages.Batches.List(ctx, anthropic.MessageBatchListParams{AfterID: anthropic.String(anth[2])})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := batchIDs(mpage.Data, func(b anthropic.MessageBatch) string { return b.ID }); !slices.Equal(got, []string{anth[1], anth[0]}) || mpage.HasMore {
+		t.Errorf("/v1/messages/batches after %s: %v (has_more %v), want %v and no more", anth[2], got, mpage.HasMore, []string{anth[1], anth[0]})
+	}
+}
+
+func batchIDs[T any](data []T, id func(T) string) []string {
+	var ids []string
+	for _, d := range data {
+		ids = append(ids, id(d))
+	}
+	return ids
+}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/relaybatch/relay/internal/anthropic/wire"
@@ -127,19 +126,12 @@ func (a *batchAPI) messageResults(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *batchAPI) listMessageBatches(w http.ResponseWriter, r *http.Request) {
-	limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	var own []string
-	for _, id := range a.order {
-		if _, ok := a.anth[id]; ok {
-			own = append(own, id)
-		}
-	}
-	ids, more := a.page(own, r.URL.Query().Get("after_id"), limit)
-	data := make([]wire.MessageBatch, len(ids))
-	for i, id := range ids {
-		data[i] = *a.anth[id]
+	ids, page, more := listed(a.order, a.anth, r, "after_id")
+	data := make([]wire.MessageBatch, len(page))
+	for i, mb := range page {
+		data[i] = *mb
 	}
 	var first, last *string
 	if len(ids) > 0 {
