@@ -13,6 +13,10 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/shared"
 )
 
 // exitBatchUnsuccessful is the exit code of batch submit --wait and batch
@@ -20,36 +24,24 @@ import (
 // and of batch results when the batch failed (so it has no results).
 const exitBatchUnsuccessful = 3
 
-// apiBatch is the part of the API's Batch object the CLI reads.
-type apiBatch struct {
-	ID               string `json:"id"`
-	Status           string `json:"status"`
-	Endpoint         string `json:"endpoint"`
-	Model            string `json:"model"`
-	InputFileID      string `json:"input_file_id"`
-	OutputFileID     string `json:"output_file_id"`
-	ErrorFileID      string `json:"error_file_id"`
-	CompletionWindow string `json:"completion_window"`
-	CreatedAt        int64  `json:"created_at"`
-	CompletedAt      int64  `json:"completed_at"`
-	FailedAt         int64  `json:"failed_at"`
-	ExpiredAt        int64  `json:"expired_at"`
-	CancelledAt      int64  `json:"cancelled_at"`
-	RequestCounts    struct {
-		Total     int `json:"total"`
-		Completed int `json:"completed"`
-		Failed    int `json:"failed"`
-	} `json:"request_counts"`
-	Errors *struct {
-		Data []struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-			Line    int    `json:"line"`
-		} `json:"data"`
-	} `json:"errors"`
-	Priority        int    `json:"priority"`
-	RetryOf         string `json:"retry_of"`
-	DeadLetterCount int    `json:"dead_letter_count"`
+// apiBatch is the API's Batch object as openai-go reads it, with Relay's
+// extension fields (docs/api.md "Extensions").
+type apiBatch struct{ openai.Batch }
+
+// priority, retryOf and deadLetters are Relay's extension fields.
+func (b apiBatch) priority() (n int) {
+	extra(b.JSON.ExtraFields, "priority", &n)
+	return n
+}
+
+func (b apiBatch) retryOf() (id string) {
+	extra(b.JSON.ExtraFields, "retry_of", &id)
+	return id
+}
+
+func (b apiBatch) deadLetters() (n int) {
+	extra(b.JSON.ExtraFields, "dead_letter_count", &n)
+	return n
 }
 
 func (b apiBatch) terminal() bool {
@@ -60,12 +52,12 @@ func (b apiBatch) terminal() bool {
 	return false
 }
 
-func (b apiBatch) done() int { return b.RequestCounts.Completed + b.RequestCounts.Failed }
+func (b apiBatch) done() int { return int(b.RequestCounts.Completed + b.RequestCounts.Failed) }
 
 func (b apiBatch) progress(rate float64) progress {
 	return progress{
-		Label: b.ID, Status: b.Status, Done: b.done(), Total: b.RequestCounts.Total,
-		Failed: b.RequestCounts.Failed, Rate: rate,
+		Label: b.ID, Status: string(b.Status), Done: b.done(), Total: int(b.RequestCounts.Total),
+		Failed: int(b.RequestCounts.Failed), Rate: rate,
 	}
 }
 
@@ -75,7 +67,7 @@ func (b apiBatch) endedAt() int64 {
 
 // firstError describes the first validation error of a failed batch.
 func (b apiBatch) firstError() string {
-	if b.Errors == nil || len(b.Errors.Data) == 0 {
+	if len(b.Errors.Data) == 0 {
 		return "no error details"
 	}
 	e := b.Errors.Data[0]
@@ -94,7 +86,7 @@ func (b apiBatch) firstError() string {
 
 // printBatchErrors lists the errors of a failed batch, one a line.
 func printBatchErrors(w io.Writer, b apiBatch) {
-	if b.Errors == nil || len(b.Errors.Data) == 0 {
+	if len(b.Errors.Data) == 0 {
 		fmt.Fprintf(w, "batch %s failed without error details (relay batch status %s --json shows the batch)\n", b.ID, b.ID)
 		return
 	}
@@ -205,27 +197,19 @@ func (m metadataFlag) Set(v string) error {
 	return nil
 }
 
-type createBatchRequest struct {
-	InputFileID      string            `json:"input_file_id"`
-	Endpoint         string            `json:"endpoint"`
-	CompletionWindow string            `json:"completion_window"`
-	Metadata         map[string]string `json:"metadata,omitempty"`
-	Priority         int               `json:"priority,omitempty"`
-	WebhookURL       string            `json:"webhook_url,omitempty"`
-	Model            string            `json:"model,omitempty"`
-}
-
 func (c *cli) batchSubmit(ctx context.Context, args []string) error {
 	fs := newFlagSet("batch submit", "FILE... [flags]")
 	var cf connFlags
 	cf.register(fs)
-	req := createBatchRequest{Metadata: metadataFlag{}}
-	fs.StringVar(&req.Model, "model", "", "the model of every row: sets (overrides) body.model of every JSONL row; required for CSV files")
-	fs.StringVar(&req.Endpoint, "endpoint", "/v1/chat/completions", "the endpoint of every row")
-	fs.IntVar(&req.Priority, "priority", 0, "higher priority batches run first")
-	fs.StringVar(&req.WebhookURL, "webhook-url", "", "URL that gets a POST when the batch ends")
-	fs.Var(metadataFlag(req.Metadata), "metadata", "key=value to attach to the batch (repeatable)")
-	fs.StringVar(&req.CompletionWindow, "completion-window", "24h", "how long the batch may run, 1h to 24h")
+	var endpoint, window, model, webhookURL string
+	var priority int
+	metadata := metadataFlag{}
+	fs.StringVar(&model, "model", "", "the model of every row: sets (overrides) body.model of every JSONL row; required for CSV files")
+	fs.StringVar(&endpoint, "endpoint", "/v1/chat/completions", "the endpoint of every row")
+	fs.IntVar(&priority, "priority", 0, "higher priority batches run first")
+	fs.StringVar(&webhookURL, "webhook-url", "", "URL that gets a POST when the batch ends")
+	fs.Var(metadata, "metadata", "key=value to attach to the batch (repeatable)")
+	fs.StringVar(&window, "completion-window", "24h", "how long the batch may run, 1h to 24h")
 	wait := fs.Bool("wait", false, "wait until every batch ends, showing progress on stderr")
 	asJSON := fs.Bool("json", false, "print the API's Batch JSON (the final one with --wait)")
 	paths, err := c.parseArgs(fs, args)
@@ -236,7 +220,7 @@ func (c *cli) batchSubmit(ctx context.Context, args []string) error {
 		return usageErr("batch submit: give at least one FILE (.jsonl or .csv)")
 	}
 	for _, p := range paths {
-		if strings.EqualFold(filepath.Ext(p), ".csv") && req.Model == "" {
+		if strings.EqualFold(filepath.Ext(p), ".csv") && model == "" {
 			return usageErr("batch submit: %s is CSV: pass --model M, the model every row uses", p)
 		}
 	}
@@ -245,22 +229,33 @@ func (c *cli) batchSubmit(ctx context.Context, args []string) error {
 		return err
 	}
 
+	params := openai.BatchNewParams{Endpoint: openai.BatchNewParamsEndpoint(endpoint), CompletionWindow: openai.BatchNewParamsCompletionWindow(window)}
+	if len(metadata) > 0 {
+		params.Metadata = shared.Metadata(metadata)
+	}
+	// Relay's extensions of the create (docs/api.md "Extensions").
+	ext := map[string]any{}
+	for k, v := range map[string]any{"priority": priority, "webhook_url": webhookURL, "model": model} {
+		if v != 0 && v != "" {
+			ext[k] = v
+		}
+	}
+	params.SetExtraFields(ext)
 	var ids []string
 	for _, p := range paths {
-		f, err := c.uploadInput(ctx, cl, p, req.Model)
+		f, err := c.uploadInput(ctx, cl, p, model)
 		if err != nil {
 			return err
 		}
-		req.InputFileID = f.ID
-		var b apiBatch
-		raw, err := cl.call(ctx, http.MethodPost, "/batches", req, &b)
+		params.InputFileID = f.ID
+		b, err := cl.oai.Batches.New(ctx, params)
 		if err != nil {
 			return fmt.Errorf("create a batch of %s (file %s): %w", p, f.ID, err)
 		}
 		ids = append(ids, b.ID)
 		switch {
 		case *asJSON && !*wait:
-			printJSON(c.stdout, raw)
+			printJSON(c.stdout, b.RawJSON())
 		case !*asJSON:
 			fmt.Fprintln(c.stdout, b.ID)
 		}
@@ -273,15 +268,15 @@ func (c *cli) batchSubmit(ctx context.Context, args []string) error {
 
 // uploadInput uploads the input file at path as batch submit sends it:
 // with model set on every row (prepareInput).
-func (c *cli) uploadInput(ctx context.Context, cl *apiClient, path, model string) (apiFile, error) {
+func (c *cli) uploadInput(ctx context.Context, cl *apiClient, path, model string) (*openai.FileObject, error) {
 	up, cleanup, err := prepareInput(path, model)
 	if err != nil {
-		return apiFile{}, fmt.Errorf("upload %s: %w", path, err)
+		return nil, fmt.Errorf("upload %s: %w", path, err)
 	}
 	defer cleanup()
-	f, _, err := cl.upload(ctx, up)
+	f, err := cl.upload(ctx, up)
 	if err != nil {
-		return apiFile{}, fmt.Errorf("upload %s: %w", path, err)
+		return nil, fmt.Errorf("upload %s: %w", path, err)
 	}
 	return f, nil
 }
@@ -327,9 +322,9 @@ const maxPollFailures = 12
 
 // waitBatches polls the batches until every one has ended, reporting
 // progress on stderr, and returns their final states and JSON.
-func (c *cli) waitBatches(ctx context.Context, cl *apiClient, ids []string) ([]apiBatch, [][]byte, error) {
+func (c *cli) waitBatches(ctx context.Context, cl *apiClient, ids []string) ([]apiBatch, []string, error) {
 	bs := make([]apiBatch, len(ids))
-	raws := make([][]byte, len(ids))
+	raws := make([]string, len(ids))
 	for i, id := range ids {
 		bs[i].ID = id
 	}
@@ -342,8 +337,7 @@ func (c *cli) waitBatches(ctx context.Context, cl *apiClient, ids []string) ([]a
 			if bs[i].terminal() {
 				continue
 			}
-			var b apiBatch
-			raw, err := cl.call(ctx, http.MethodGet, "/batches/"+url.PathEscape(ids[i]), nil, &b)
+			got, err := cl.oai.Batches.Get(ctx, ids[i])
 			switch {
 			case ctx.Err() != nil:
 				return nil, nil, stoppedWaiting(ids)
@@ -356,8 +350,8 @@ func (c *cli) waitBatches(ctx context.Context, cl *apiClient, ids []string) ([]a
 				return nil, nil, fmt.Errorf("get batch %s: %w", ids[i], batchHint(err))
 			}
 			failures = 0
-			bs[i], raws[i] = b, raw
-			if !b.terminal() {
+			bs[i], raws[i] = apiBatch{*got}, got.RawJSON()
+			if !bs[i].terminal() {
 				running++
 			}
 		}
@@ -395,22 +389,26 @@ func (c *cli) batchOne(ctx context.Context, sub string, args []string) error {
 	if err != nil {
 		return err
 	}
-	id := url.PathEscape(pos[0])
-	method, path, what := http.MethodGet, "/batches/"+id, "get batch"
+	var got *openai.Batch
+	what := "get batch"
 	switch sub {
+	case "status":
+		got, err = cl.oai.Batches.Get(ctx, pos[0])
 	case "cancel":
-		method, path, what = http.MethodPost, "/batches/"+id+"/cancel", "cancel batch"
+		what = "cancel batch"
+		got, err = cl.oai.Batches.Cancel(ctx, pos[0])
 	case "retry":
-		method, path, what = http.MethodPost, "/batches/"+id+"/retry", "retry the failed rows of batch"
+		// POST /v1/batches/{id}/retry is Relay's (docs/api.md "Extensions").
+		what = "retry the failed rows of batch"
+		err = cl.oai.Post(ctx, "batches/"+url.PathEscape(pos[0])+"/retry", nil, &got)
 	}
-	var b apiBatch
-	raw, err := cl.call(ctx, method, path, nil, &b)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", what, pos[0], batchHint(err))
 	}
+	b := apiBatch{*got}
 	switch {
 	case *asJSON:
-		return printJSON(c.stdout, raw)
+		return printJSON(c.stdout, b.RawJSON())
 	case sub == "status":
 		return printBatch(c.stdout, b)
 	case sub == "cancel":
@@ -430,19 +428,19 @@ func printBatch(w io.Writer, b apiBatch) error {
 	}
 	n := b.RequestCounts
 	row("id", b.ID)
-	row("status", b.Status)
+	row("status", string(b.Status))
 	row("rows", fmt.Sprintf("%d/%d done, %d failed", b.done(), n.Total, n.Failed))
 	row("endpoint", b.Endpoint)
 	row("model", b.Model)
-	if b.Priority != 0 {
-		row("priority", strconv.Itoa(b.Priority))
+	if p := b.priority(); p != 0 {
+		row("priority", strconv.Itoa(p))
 	}
 	row("input file", b.InputFileID)
 	row("output file", b.OutputFileID)
 	row("error file", b.ErrorFileID)
-	row("retry of", b.RetryOf)
-	if b.DeadLetterCount > 0 {
-		row("dead letters", strconv.Itoa(b.DeadLetterCount))
+	row("retry of", b.retryOf())
+	if n := b.deadLetters(); n > 0 {
+		row("dead letters", strconv.Itoa(n))
 	}
 	row("created", unixTime(b.CreatedAt))
 	row("ended", unixTime(b.endedAt()))
@@ -473,31 +471,24 @@ func (c *cli) batchList(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	q := url.Values{}
+	q := openai.BatchListParams{}
 	if *limit > 0 {
-		q.Set("limit", strconv.Itoa(*limit))
+		q.Limit = openai.Int(int64(*limit))
 	}
 	if *after != "" {
-		q.Set("after", *after)
+		q.After = openai.String(*after)
 	}
-	path := "/batches"
-	if len(q) > 0 {
-		path += "?" + q.Encode()
-	}
-	var l struct {
-		Data    []apiBatch `json:"data"`
-		HasMore bool       `json:"has_more"`
-	}
-	raw, err := cl.call(ctx, http.MethodGet, path, nil, &l)
+	l, err := cl.oai.Batches.List(ctx, q)
 	if err != nil {
 		return fmt.Errorf("list batches: %w", err)
 	}
 	if *asJSON {
-		return printJSON(c.stdout, raw)
+		return printJSON(c.stdout, l.RawJSON())
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATUS\tROWS\tFAILED\tMODEL\tCREATED")
-	for _, b := range l.Data {
+	for _, ob := range l.Data {
+		b := apiBatch{ob}
 		rows := fmt.Sprintf("%d/%d", b.done(), b.RequestCounts.Total)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", b.ID, b.Status, rows, b.RequestCounts.Failed, b.Model, unixTime(b.CreatedAt))
 	}
@@ -533,22 +524,26 @@ func (c *cli) batchResults(ctx context.Context, args []string) error {
 	id := pos[0]
 	// A failed batch answers /results with nothing at all: its errors are
 	// in the Batch object.
-	var b apiBatch
-	if _, err := cl.call(ctx, http.MethodGet, "/batches/"+url.PathEscape(id), nil, &b); err != nil {
+	got, err := cl.oai.Batches.Get(ctx, id)
+	if err != nil {
 		return fmt.Errorf("get batch %s: %w", id, batchHint(err))
 	}
+	b := apiBatch{*got}
 	if b.Status == "failed" {
 		printBatchErrors(c.stderr, b)
 		return exitError{exitBatchUnsuccessful, fmt.Errorf("batch %s failed, so it has no results: fix the input and submit it again", id)}
 	}
-	path := "/batches/" + url.PathEscape(id) + "/results"
+	// GET /v1/batches/{id}/results is Relay's (docs/api.md "Extensions"),
+	// streamed as it comes.
+	var opts []option.RequestOption
 	if *partial {
-		path += "?partial=true"
+		opts = append(opts, option.WithQuery("partial", "true"))
 	}
-	resp, err := cl.send(ctx, http.MethodGet, path, nil, "")
+	var resp *http.Response
+	err = cl.oai.Get(ctx, "batches/"+url.PathEscape(id)+"/results", nil, &resp, opts...)
 	var ae *apiError
 	if errors.As(err, &ae) && ae.Status == http.StatusConflict {
-		status := cmp.Or(b.Status, "running")
+		status := cmp.Or(string(b.Status), "running")
 		return fmt.Errorf("batch %s is still %s: wait for it or pass --partial", id, status)
 	}
 	if err != nil {

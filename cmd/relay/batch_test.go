@@ -382,3 +382,50 @@ func TestBatchResultsFailed(t *testing.T) {
 		t.Errorf("batch results --help (exit %d) does not document exit code 3:\n%s", code, stdout)
 	}
 }
+
+// TestBatchExtensionFields: status prints Relay's extension fields of a
+// Batch (priority, retry_of, dead_letter_count), which an OpenAI client
+// keeps beside the fields it knows; list says how to get the next page.
+func TestBatchExtensionFields(t *testing.T) {
+	t.Parallel()
+	const b = `{"id":"batch_r","object":"batch","status":"completed","endpoint":"/v1/chat/completions","model":"gpt-4o-mini",
+		"input_file_id":"file-1","output_file_id":"file-o","error_file_id":null,"completion_window":"24h","created_at":1700000000,
+		"completed_at":1700000100,"request_counts":{"total":10,"completed":8,"failed":2},
+		"priority":3,"retry_of":"batch_a","dead_letter_count":2}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/v1/batches/batch_r":
+			io.WriteString(w, b)
+		case "/v1/batches":
+			io.WriteString(w, `{"object":"list","data":[`+b+`],"first_id":"batch_r","last_id":"batch_r","has_more":true}`)
+		default:
+			apiErr(w, http.StatusNotFound, "no route "+r.URL.Path)
+		}
+	}))
+	defer srv.Close()
+	env := map[string]string{"RELAY_URL": srv.URL, "RELAY_API_KEY": testKey}
+	stdout, _, err := runCLI(t, env, "batch", "status", "batch_r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"status        completed\n", "rows          10/10 done, 2 failed\n", "model         gpt-4o-mini\n",
+		"priority      3\n", "output file   file-o\n", "retry of      batch_a\n", "dead letters  2\n", "ended         2023-11-14T22:15:00Z\n"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("status does not say %q:\n%s", want, stdout)
+		}
+	}
+	if strings.Contains(stdout, "error file") {
+		t.Errorf("status shows a null error file:\n%s", stdout)
+	}
+	stdout, stderr, err := runCLI(t, env, "batch", "list", "--limit", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "batch_r  completed  10/10  2       gpt-4o-mini  2023-11-14T22:13:20Z\n"; !strings.HasSuffix(stdout, want) {
+		t.Errorf("list:\n%s\nwant a row %q", stdout, want)
+	}
+	if stderr != "more: relay batch list --after batch_r\n" {
+		t.Errorf("list stderr = %q, want the next page's command", stderr)
+	}
+}

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -15,11 +13,17 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/respjson"
 )
 
 // The client commands (relay batch …, relay files …) talk to the public API
-// like any other client: this file holds what they share — where the API is
-// and which key to use, the HTTP calls, and errors that say what to do.
+// through the official openai-go client, Relay's extensions (retry, results,
+// presigned uploads, extra fields) through its generic calls: this file holds
+// what they share — where the API is and which key to use, the client, and
+// errors that say what to do.
 
 const (
 	defaultAPIURL = "http://127.0.0.1:8080/v1"
@@ -168,10 +172,14 @@ func normalizeBaseURL(raw string) (string, error) {
 	return u.String(), nil
 }
 
-// apiClient calls the public API with a key.
+// apiClient is the OpenAI SDK's client on the public API. Its middleware
+// (answers) turns an answer that is not 2xx into an *apiError and a request
+// that got none into a *netError, before the SDK reads them, so every
+// command reports errors alike. Presigned PUTs go to the object store, not
+// the API: they take http, the plain client beneath the SDK's.
 type apiClient struct {
 	base string
-	key  string
+	oai  openai.Client
 	http *http.Client
 }
 
@@ -184,7 +192,33 @@ func (c *cli) connect(cf connFlags) (*apiClient, error) {
 	// A body can take long to send or to stream back, but a server that
 	// says nothing for minutes after a request is not going to.
 	t.ResponseHeaderTimeout = 2 * time.Minute
-	return &apiClient{base: cfg.baseURL, key: cfg.key, http: &http.Client{Transport: t}}, nil
+	cl := &apiClient{base: cfg.baseURL, http: &http.Client{Transport: t}}
+	// No retries: waiting polls again by itself (maxPollFailures), and any
+	// other command says what failed at once.
+	cl.oai = openai.NewClient(option.WithBaseURL(cfg.baseURL+"/"), option.WithAPIKey(cfg.key),
+		option.WithHTTPClient(cl.http), option.WithMaxRetries(0), option.WithMiddleware(cl.answers))
+	return cl, nil
+}
+
+// answers passes on a 2xx answer and turns anything else into the error
+// the CLI reports: a *netError for no answer, an *apiError for another.
+func (c *apiClient) answers(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+	resp, err := next(req)
+	if err != nil {
+		if ctxErr := req.Context().Err(); ctxErr != nil {
+			return nil, ctxErr
+		}
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, &netError{base: c.base, err: err}
+	}
+	if resp.StatusCode/100 == 2 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	return nil, c.errorOf(resp)
 }
 
 // apiError is an error answer of the API: its message, and what to do.
@@ -238,35 +272,6 @@ func withHint(err error, status int, hint string) error {
 	return err
 }
 
-// send makes one API request and returns a 2xx response, whose body the
-// caller closes; any other answer becomes an *apiError.
-func (c *apiClient) send(ctx context.Context, method, path string, body io.Reader, contentType string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.key)
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, &netError{base: c.base, err: err}
-	}
-	if resp.StatusCode/100 == 2 {
-		return resp, nil
-	}
-	defer resp.Body.Close()
-	return nil, c.errorOf(resp)
-}
-
 func (c *apiClient) errorOf(resp *http.Response) *apiError {
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var body struct {
@@ -310,39 +315,20 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// call sends in as JSON (none when nil), decodes the answer into out (when
-// not nil) and returns the answer's bytes unchanged for --json.
-func (c *apiClient) call(ctx context.Context, method, path string, in, out any) ([]byte, error) {
-	var body io.Reader
-	contentType := ""
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return nil, err
-		}
-		body, contentType = bytes.NewReader(b), "application/json"
-	}
-	resp, err := c.send(ctx, method, path, body, contentType)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, &netError{base: c.base, err: err}
-	}
-	if out != nil {
-		if err := json.Unmarshal(raw, out); err != nil {
-			return nil, fmt.Errorf("the API answered %s %s with something other than the expected JSON: %w", method, path, err)
-		}
-	}
-	return raw, nil
+// printJSON writes an API answer as it came, one value per line.
+func printJSON(w io.Writer, raw string) error {
+	_, err := fmt.Fprintln(w, strings.TrimSpace(raw))
+	return err
 }
 
-// printJSON writes an API answer as it came, one value per line.
-func printJSON(w io.Writer, raw []byte) error {
-	_, err := fmt.Fprintf(w, "%s\n", bytes.TrimSpace(raw))
-	return err
+// extra decodes field name into v: one of the Relay extensions, which
+// openai-go keeps as an object's extra fields (and marks not Valid, as
+// fields it does not know); v is left as it is when the field is missing,
+// null or of another type.
+func extra(fields map[string]respjson.Field, name string, v any) {
+	if raw := fields[name].Raw(); raw != "" {
+		_ = json.Unmarshal([]byte(raw), v)
+	}
 }
 
 // save streams r to the file out (through a temporary file, so a broken

@@ -1,37 +1,23 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"mime/multipart"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/openai/openai-go/v3"
 )
 
 // maxRequestData is the most file data one API request may carry (docs/api.md "Files"):
 // smaller files go in one multipart request, bigger ones in pieces.
 const maxRequestData = 4 << 20
-
-// apiFile is the part of the API's File object the CLI reads.
-type apiFile struct {
-	ID            string `json:"id"`
-	Bytes         int64  `json:"bytes"`
-	CreatedAt     int64  `json:"created_at"`
-	Filename      string `json:"filename"`
-	Purpose       string `json:"purpose"`
-	Status        string `json:"status"`
-	StatusDetails string `json:"status_details"`
-	UploadURL     string `json:"upload_url"`
-}
 
 // filesCommands are the commands of relay files.
 var filesCommands = []string{"upload", "list", "get", "delete", "content"}
@@ -78,12 +64,12 @@ func (c *cli) files(ctx context.Context, args []string) error {
 	switch sub {
 	case "upload":
 		for _, p := range pos {
-			f, raw, err := cl.upload(ctx, p)
+			f, err := cl.upload(ctx, p)
 			if err != nil {
 				return fmt.Errorf("upload %s: %w", p, err)
 			}
 			if *asJSON {
-				printJSON(c.stdout, raw)
+				printJSON(c.stdout, f.RawJSON())
 			} else {
 				fmt.Fprintln(c.stdout, f.ID)
 			}
@@ -92,27 +78,26 @@ func (c *cli) files(ctx context.Context, args []string) error {
 	case "list":
 		return c.listFiles(ctx, cl, *asJSON)
 	case "get":
-		var f apiFile
-		raw, err := cl.call(ctx, http.MethodGet, "/files/"+url.PathEscape(pos[0]), nil, &f)
+		f, err := cl.oai.Files.Get(ctx, pos[0])
 		if err != nil {
 			return fmt.Errorf("get file %s: %w", pos[0], fileHint(err))
 		}
 		if *asJSON {
-			return printJSON(c.stdout, raw)
+			return printJSON(c.stdout, f.RawJSON())
 		}
-		return printFile(c.stdout, f)
+		return printFile(c.stdout, *f)
 	case "delete":
-		raw, err := cl.call(ctx, http.MethodDelete, "/files/"+url.PathEscape(pos[0]), nil, nil)
+		d, err := cl.oai.Files.Delete(ctx, pos[0])
 		if err != nil {
 			return fmt.Errorf("delete file %s: %w", pos[0], fileHint(err))
 		}
 		if *asJSON {
-			return printJSON(c.stdout, raw)
+			return printJSON(c.stdout, d.RawJSON())
 		}
 		fmt.Fprintln(c.stdout, "deleted", pos[0])
 		return nil
 	default: // content
-		resp, err := cl.send(ctx, http.MethodGet, "/files/"+url.PathEscape(pos[0])+"/content", nil, "")
+		resp, err := cl.oai.Files.Content(ctx, pos[0])
 		if err != nil {
 			return fmt.Errorf("get content of file %s: %w", pos[0], fileHint(err))
 		}
@@ -126,15 +111,12 @@ func fileHint(err error) error {
 }
 
 func (c *cli) listFiles(ctx context.Context, cl *apiClient, asJSON bool) error {
-	var l struct {
-		Data []apiFile `json:"data"`
-	}
-	raw, err := cl.call(ctx, http.MethodGet, "/files", nil, &l)
+	l, err := cl.oai.Files.List(ctx, openai.FileListParams{})
 	if err != nil {
 		return fmt.Errorf("list files: %w", err)
 	}
 	if asJSON {
-		return printJSON(c.stdout, raw)
+		return printJSON(c.stdout, l.RawJSON())
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tFILENAME\tBYTES\tSTATUS\tPURPOSE\tCREATED")
@@ -144,13 +126,13 @@ func (c *cli) listFiles(ctx context.Context, cl *apiClient, asJSON bool) error {
 	return tw.Flush()
 }
 
-func printFile(w io.Writer, f apiFile) error {
+func printFile(w io.Writer, f openai.FileObject) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "id\t%s\n", f.ID)
 	fmt.Fprintf(tw, "filename\t%s\n", f.Filename)
 	fmt.Fprintf(tw, "bytes\t%d\n", f.Bytes)
 	fmt.Fprintf(tw, "purpose\t%s\n", f.Purpose)
-	status := f.Status
+	status := string(f.Status)
 	if f.StatusDetails != "" {
 		status += ": " + f.StatusDetails
 	}
@@ -163,112 +145,76 @@ func printFile(w io.Writer, f apiFile) error {
 var errNoPresign = errors.New("presigned uploads are not available")
 
 // upload stores the local file at path as a batch input File, by the
-// cheapest route its size allows, and returns the File and its JSON.
-func (c *apiClient) upload(ctx context.Context, path string) (apiFile, []byte, error) {
+// cheapest route its size allows.
+func (c *apiClient) upload(ctx context.Context, path string) (*openai.FileObject, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return apiFile{}, nil, err
+		return nil, err
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return apiFile{}, nil, err
+		return nil, err
 	}
+	name := filepath.Base(path)
 	switch {
 	case st.IsDir():
-		return apiFile{}, nil, fmt.Errorf("%s is a directory", path)
+		return nil, fmt.Errorf("%s is a directory", path)
 	case st.Size() == 0:
-		return apiFile{}, nil, fmt.Errorf("%s is empty: nothing to upload", path)
+		return nil, fmt.Errorf("%s is empty: nothing to upload", path)
 	case st.Size() <= maxRequestData:
-		return c.uploadOne(ctx, filepath.Base(path), f)
+		return checkFile(c.oai.Files.New(ctx, openai.FileNewParams{File: openai.File(f, name, mimeType(name)), Purpose: openai.FilePurposeBatch}))
 	}
-	file, raw, err := c.uploadPresigned(ctx, filepath.Base(path), f, st.Size())
+	file, err := c.uploadPresigned(ctx, name, f, st.Size())
 	if errors.Is(err, errNoPresign) {
-		return c.uploadParts(ctx, filepath.Base(path), f, st.Size())
+		return c.uploadParts(ctx, name, f, st.Size())
 	}
-	return file, raw, err
+	return file, err
 }
 
-// uploadOne sends a small file in one multipart request.
-func (c *apiClient) uploadOne(ctx context.Context, name string, r io.Reader) (apiFile, []byte, error) {
-	body, contentType, err := multipartBody(map[string]string{"purpose": "batch"}, "file", name, r)
-	if err != nil {
-		return apiFile{}, nil, err
+// checkFile refuses an answer that is not a File.
+func checkFile(f *openai.FileObject, err error) (*openai.FileObject, error) {
+	if err == nil && f.ID == "" {
+		err = fmt.Errorf("the API answered with something other than a File: %s", truncate(f.RawJSON(), 200))
 	}
-	resp, err := c.send(ctx, http.MethodPost, "/files", body, contentType)
-	if err != nil {
-		return apiFile{}, nil, err
-	}
-	defer resp.Body.Close()
-	return decodeFile(resp.Body)
-}
-
-func decodeFile(r io.Reader) (apiFile, []byte, error) {
-	raw, err := io.ReadAll(r)
-	if err != nil {
-		return apiFile{}, nil, err
-	}
-	var f apiFile
-	if err := json.Unmarshal(raw, &f); err != nil || f.ID == "" {
-		return apiFile{}, nil, fmt.Errorf("the API answered with something other than a File: %s", truncate(string(raw), 200))
-	}
-	return f, raw, nil
-}
-
-func multipartBody(fields map[string]string, fileField, filename string, r io.Reader) (*bytes.Buffer, string, error) {
-	var buf bytes.Buffer
-	mw := multipart.NewWriter(&buf)
-	for k, v := range fields {
-		if err := mw.WriteField(k, v); err != nil {
-			return nil, "", err
-		}
-	}
-	part, err := mw.CreateFormFile(fileField, filename)
-	if err != nil {
-		return nil, "", err
-	}
-	if _, err := io.Copy(part, r); err != nil {
-		return nil, "", err
-	}
-	if err := mw.Close(); err != nil {
-		return nil, "", err
-	}
-	return &buf, mw.FormDataContentType(), nil
+	return f, err
 }
 
 // uploadPresigned asks for a presigned URL (an extension, docs/api.md "Files"), PUTs
 // the bytes straight to the object store and checks the File is processed.
 // It returns errNoPresign when the server refuses the JSON create.
-func (c *apiClient) uploadPresigned(ctx context.Context, name string, f *os.File, size int64) (apiFile, []byte, error) {
-	var created apiFile
-	_, err := c.call(ctx, http.MethodPost, "/files", map[string]any{"filename": name, "purpose": "batch", "bytes": size}, &created)
+func (c *apiClient) uploadPresigned(ctx context.Context, name string, f *os.File, size int64) (*openai.FileObject, error) {
+	var created openai.FileObject
+	err := c.oai.Post(ctx, "files", map[string]any{"filename": name, "purpose": "batch", "bytes": size}, &created)
 	var ae *apiError
 	if errors.As(err, &ae) && presignUnsupported(ae.Status) {
-		return apiFile{}, nil, fmt.Errorf("%w: %v", errNoPresign, err)
+		return nil, fmt.Errorf("%w: %v", errNoPresign, err)
 	}
 	if err != nil {
-		return apiFile{}, nil, err
+		return nil, err
 	}
-	if created.UploadURL == "" {
-		return apiFile{}, nil, errNoPresign
+	var uploadURL string
+	extra(created.JSON.ExtraFields, "upload_url", &uploadURL)
+	if uploadURL == "" {
+		return nil, errNoPresign
 	}
 
 	// The URL carries its own signature: no key, and only the header it
 	// signs, which makes the PUT create the object once and never replace it.
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, created.UploadURL, io.NewSectionReader(f, 0, size))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, uploadURL, io.NewSectionReader(f, 0, size))
 	if err != nil {
-		return apiFile{}, nil, fmt.Errorf("presigned upload URL of %s: %w", created.ID, err)
+		return nil, fmt.Errorf("presigned upload URL of %s: %w", created.ID, err)
 	}
 	req.ContentLength = size
 	req.Header.Set("If-None-Match", "*")
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return apiFile{}, nil, fmt.Errorf("PUT to the presigned upload URL of %s: %w", created.ID, err)
+		return nil, fmt.Errorf("PUT to the presigned upload URL of %s: %w", created.ID, err)
 	}
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 	resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
-		return apiFile{}, nil, fmt.Errorf("PUT to the presigned upload URL of %s: HTTP %d: %s\n  the URL is valid for 15 minutes: try again",
+		return nil, fmt.Errorf("PUT to the presigned upload URL of %s: HTTP %d: %s\n  the URL is valid for 15 minutes: try again",
 			created.ID, resp.StatusCode, truncate(strings.TrimSpace(string(msg)), 300))
 	}
 	return c.awaitProcessed(ctx, created.ID)
@@ -285,25 +231,24 @@ func presignUnsupported(status int) bool {
 }
 
 // awaitProcessed reads the File until the server has seen its object land.
-func (c *apiClient) awaitProcessed(ctx context.Context, id string) (apiFile, []byte, error) {
+func (c *apiClient) awaitProcessed(ctx context.Context, id string) (*openai.FileObject, error) {
 	for wait := 100 * time.Millisecond; ; wait *= 2 {
-		var f apiFile
-		raw, err := c.call(ctx, http.MethodGet, "/files/"+url.PathEscape(id), nil, &f)
+		f, err := c.oai.Files.Get(ctx, id)
 		if err != nil {
-			return apiFile{}, nil, fmt.Errorf("check file %s: %w", id, err)
+			return nil, fmt.Errorf("check file %s: %w", id, err)
 		}
 		switch f.Status {
 		case "processed":
-			return f, raw, nil
+			return f, nil
 		case "error":
-			return apiFile{}, nil, fmt.Errorf("file %s: the upload failed: %s", id, f.StatusDetails)
+			return nil, fmt.Errorf("file %s: the upload failed: %s", id, f.StatusDetails)
 		}
 		if wait > 3*time.Second {
-			return apiFile{}, nil, fmt.Errorf("file %s is still %s after its bytes were PUT: check `relay files get %s` later", id, f.Status, id)
+			return nil, fmt.Errorf("file %s is still %s after its bytes were PUT: check `relay files get %s` later", id, f.Status, id)
 		}
 		select {
 		case <-ctx.Done():
-			return apiFile{}, nil, ctx.Err()
+			return nil, ctx.Err()
 		case <-time.After(wait):
 		}
 	}
@@ -311,62 +256,48 @@ func (c *apiClient) awaitProcessed(ctx context.Context, id string) (apiFile, []b
 
 // uploadParts sends a big file through the Uploads API in parts of at most
 // 4 MiB, cancelling the Upload if a step fails.
-func (c *apiClient) uploadParts(ctx context.Context, name string, f *os.File, size int64) (apiFile, []byte, error) {
-	var up struct {
-		ID        string `json:"id"`
-		PartLimit int64  `json:"part_size_limit"`
+func (c *apiClient) uploadParts(ctx context.Context, name string, f *os.File, size int64) (*openai.FileObject, error) {
+	up, err := c.oai.Uploads.New(ctx, openai.UploadNewParams{Filename: name, Purpose: openai.FilePurposeBatch, Bytes: size, MimeType: mimeType(name)})
+	if err != nil {
+		return nil, fmt.Errorf("create upload: %w", err)
 	}
-	create := map[string]any{"filename": name, "purpose": "batch", "bytes": size, "mime_type": mimeType(name)}
-	if _, err := c.call(ctx, http.MethodPost, "/uploads", create, &up); err != nil {
-		return apiFile{}, nil, fmt.Errorf("create upload: %w", err)
-	}
-	file, raw, err := c.sendParts(ctx, up.ID, min(up.PartLimit, maxRequestData), name, f, size)
+	var partLimit int64 // part_size_limit, an extension (docs/api.md "Files")
+	extra(up.JSON.ExtraFields, "part_size_limit", &partLimit)
+	file, err := c.sendParts(ctx, up.ID, min(partLimit, maxRequestData), name, f, size)
 	if err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		_, _ = c.call(cctx, http.MethodPost, "/uploads/"+url.PathEscape(up.ID)+"/cancel", nil, nil)
-		return apiFile{}, nil, err
+		_, _ = c.oai.Uploads.Cancel(cctx, up.ID)
+		return nil, err
 	}
-	return file, raw, nil
+	return file, nil
 }
 
-func (c *apiClient) sendParts(ctx context.Context, uploadID string, partSize int64, name string, f *os.File, size int64) (apiFile, []byte, error) {
+func (c *apiClient) sendParts(ctx context.Context, uploadID string, partSize int64, name string, f *os.File, size int64) (*openai.FileObject, error) {
 	if partSize <= 0 {
 		partSize = maxRequestData
 	}
 	var partIDs []string
 	for off := int64(0); off < size; off += partSize {
 		n := min(partSize, size-off)
-		body, contentType, err := multipartBody(nil, "data", name, io.NewSectionReader(f, off, n))
+		part, err := c.oai.Uploads.Parts.New(ctx, uploadID, openai.UploadPartNewParams{Data: openai.File(io.NewSectionReader(f, off, n), name, "application/octet-stream")})
 		if err != nil {
-			return apiFile{}, nil, fmt.Errorf("read %s: %w", name, err)
+			return nil, fmt.Errorf("upload part %d of %s: %w", len(partIDs)+1, uploadID, err)
 		}
-		resp, err := c.send(ctx, http.MethodPost, "/uploads/"+url.PathEscape(uploadID)+"/parts", body, contentType)
-		if err != nil {
-			return apiFile{}, nil, fmt.Errorf("upload part %d of %s: %w", len(partIDs)+1, uploadID, err)
-		}
-		var part struct {
-			ID string `json:"id"`
-		}
-		err = json.NewDecoder(resp.Body).Decode(&part)
-		resp.Body.Close()
-		if err != nil || part.ID == "" {
-			return apiFile{}, nil, fmt.Errorf("upload part %d of %s: the answer has no part id", len(partIDs)+1, uploadID)
+		if part.ID == "" {
+			return nil, fmt.Errorf("upload part %d of %s: the answer has no part id", len(partIDs)+1, uploadID)
 		}
 		partIDs = append(partIDs, part.ID)
 	}
-	var done struct {
-		Status string          `json:"status"`
-		File   json.RawMessage `json:"file"`
-	}
-	if _, err := c.call(ctx, http.MethodPost, "/uploads/"+url.PathEscape(uploadID)+"/complete", map[string]any{"part_ids": partIDs}, &done); err != nil {
-		return apiFile{}, nil, fmt.Errorf("complete upload %s: %w", uploadID, err)
-	}
-	file, raw, err := decodeFile(bytes.NewReader(done.File))
+	done, err := c.oai.Uploads.Complete(ctx, uploadID, openai.UploadCompleteParams{PartIDs: partIDs})
 	if err != nil {
-		return apiFile{}, nil, fmt.Errorf("complete upload %s (status %s): %w", uploadID, done.Status, err)
+		return nil, fmt.Errorf("complete upload %s: %w", uploadID, err)
 	}
-	return file, raw, nil
+	file, err := checkFile(&done.File, nil)
+	if err != nil {
+		return nil, fmt.Errorf("complete upload %s (status %s): %w", uploadID, done.Status, err)
+	}
+	return file, nil
 }
 
 func mimeType(name string) string {

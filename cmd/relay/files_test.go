@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/openai/openai-go/v3"
 )
 
 func TestFilesUpload(t *testing.T) {
@@ -53,7 +55,7 @@ func TestFilesUpload(t *testing.T) {
 			for i, l := range lines {
 				id := l
 				if tt.json {
-					var got apiFile
+					var got openai.FileObject
 					if err := json.Unmarshal([]byte(l), &got); err != nil || got.Status != "processed" {
 						t.Errorf("line %q: want a processed File object (%v)", l, err)
 					}

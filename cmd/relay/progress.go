@@ -183,10 +183,10 @@ func (r *progressReporter) update(bs []apiBatch) {
 		}
 		rate := m.observe(t, b.done())
 		last, seen := r.last[b.ID]
-		if seen && last.status == b.Status && (last.done == b.done() || t.Sub(last.at) < r.every) {
+		if seen && last.status == string(b.Status) && (last.done == b.done() || t.Sub(last.at) < r.every) {
 			continue
 		}
-		r.last[b.ID] = plainMark{at: t, status: b.Status, done: b.done()}
+		r.last[b.ID] = plainMark{at: t, status: string(b.Status), done: b.done()}
 		fmt.Fprintln(r.w, progressLine(b.progress(rate), false))
 	}
 }
@@ -210,11 +210,11 @@ func (r *progressReporter) drawBar(t time.Time, bs []apiBatch) {
 			continue
 		}
 		p.Done += b.done()
-		p.Total += b.RequestCounts.Total
-		p.Failed += b.RequestCounts.Failed
+		p.Total += int(b.RequestCounts.Total)
+		p.Failed += int(b.RequestCounts.Failed)
 		if !b.terminal() {
 			running++
-			p.Status = b.Status
+			p.Status = string(b.Status)
 		}
 	}
 	p.Rate = r.total.observe(t, p.Done)

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/openai/openai-go/v3"
 )
 
 func TestProgressLine(t *testing.T) {
@@ -111,8 +113,8 @@ func TestProgressReporter(t *testing.T) {
 	t.Parallel()
 	batch := func(id, status string, total, completed, failed int) apiBatch {
 		var b apiBatch
-		b.ID, b.Status = id, status
-		b.RequestCounts.Total, b.RequestCounts.Completed, b.RequestCounts.Failed = total, completed, failed
+		b.ID, b.Status = id, openai.BatchStatus(status)
+		b.RequestCounts.Total, b.RequestCounts.Completed, b.RequestCounts.Failed = int64(total), int64(completed), int64(failed)
 		return b
 	}
 	steps := [][]apiBatch{
