@@ -51,13 +51,13 @@ func newBatchAPI(s *Server) *batchAPI {
 	a.mux.HandleFunc("GET /v1/files/{id}/content", a.auth(shapeOpenAI, a.fileContent))
 	a.mux.HandleFunc("POST /v1/batches", a.auth(shapeOpenAI, a.createBatch))
 	a.mux.HandleFunc("GET /v1/batches", a.auth(shapeOpenAI, a.listBatches))
-	a.mux.HandleFunc("GET /v1/batches/{id}", a.auth(shapeOpenAI, a.getBatch))
-	a.mux.HandleFunc("POST /v1/batches/{id}/cancel", a.auth(shapeOpenAI, a.cancelBatch))
+	a.mux.HandleFunc("GET /v1/batches/{id}", a.auth(shapeOpenAI, withBatch(a, a.oai, shapeOpenAI, "batch", a.getBatch)))
+	a.mux.HandleFunc("POST /v1/batches/{id}/cancel", a.auth(shapeOpenAI, withBatch(a, a.oai, shapeOpenAI, "batch", a.cancelBatch)))
 	a.mux.HandleFunc("POST /v1/messages/batches", a.auth(shapeAnthropic, a.createMessageBatch))
 	a.mux.HandleFunc("GET /v1/messages/batches", a.auth(shapeAnthropic, a.listMessageBatches))
-	a.mux.HandleFunc("GET /v1/messages/batches/{id}", a.auth(shapeAnthropic, a.getMessageBatch))
-	a.mux.HandleFunc("POST /v1/messages/batches/{id}/cancel", a.auth(shapeAnthropic, a.cancelMessageBatch))
-	a.mux.HandleFunc("GET /v1/messages/batches/{id}/results", a.auth(shapeAnthropic, a.messageResults))
+	a.mux.HandleFunc("GET /v1/messages/batches/{id}", a.auth(shapeAnthropic, withBatch(a, a.anth, shapeAnthropic, "message batch", a.getMessageBatch)))
+	a.mux.HandleFunc("POST /v1/messages/batches/{id}/cancel", a.auth(shapeAnthropic, withBatch(a, a.anth, shapeAnthropic, "message batch", a.cancelMessageBatch)))
+	a.mux.HandleFunc("GET /v1/messages/batches/{id}/results", a.auth(shapeAnthropic, withBatch(a, a.anth, shapeAnthropic, "message batch", a.messageResults)))
 	return a
 }
 
@@ -95,6 +95,21 @@ func (a *batchAPI) delay() time.Duration {
 
 func notFound(w http.ResponseWriter, sh shape, what string) {
 	writeJSON(w, http.StatusNotFound, errorBody(sh, http.StatusNotFound, what+" not found", ""))
+}
+
+// withBatch runs h on the batch of byID (one API's batches) the path's id
+// names, under the lock, or answers 404 in that API's shape.
+func withBatch[T any](a *batchAPI, byID map[string]T, sh shape, what string, h func(http.ResponseWriter, *http.Request, T)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		b, ok := byID[r.PathValue("id")]
+		if !ok {
+			notFound(w, sh, what)
+			return
+		}
+		h(w, r, b)
+	}
 }
 
 // uploadFile reads the multipart upload as it streams in.
@@ -248,21 +263,7 @@ func (a *batchAPI) runBatch(id string, data []byte) {
 	}
 }
 
-func (a *batchAPI) openAIBatch(w http.ResponseWriter, r *http.Request) (*batch.Batch, bool) {
-	b, ok := a.oai[r.PathValue("id")]
-	if !ok {
-		notFound(w, shapeOpenAI, "batch")
-	}
-	return b, ok
-}
-
-func (a *batchAPI) getBatch(w http.ResponseWriter, r *http.Request) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	b, ok := a.openAIBatch(w, r)
-	if !ok {
-		return
-	}
+func (a *batchAPI) getBatch(w http.ResponseWriter, _ *http.Request, b *batch.Batch) {
 	out := b.Out()
 	if out.Status == batch.Finalizing {
 		out.Status = batch.InProgress
@@ -270,13 +271,7 @@ func (a *batchAPI) getBatch(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (a *batchAPI) cancelBatch(w http.ResponseWriter, r *http.Request) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	b, ok := a.openAIBatch(w, r)
-	if !ok {
-		return
-	}
+func (a *batchAPI) cancelBatch(w http.ResponseWriter, _ *http.Request, b *batch.Batch) {
 	a.s.countBatch(true)
 	if b.Status == batch.InProgress || b.Status == batch.Finalizing {
 		now := time.Now().Unix()

@@ -992,6 +992,23 @@ func TestBatchListings(t *testing.T) {
 	if got := batchIDs(mpage.Data, func(b anthropic.MessageBatch) string { return b.ID }); !slices.Equal(got, []string{anth[1], anth[0]}) || mpage.HasMore {
 		t.Errorf("/v1/messages/batches after %s: %v (has_more %v), want %v and no more", anth[2], got, mpage.HasMore, []string{anth[1], anth[0]})
 	}
+
+	// Each API reads and cancels its own batches only, a 404 in its shape
+	// for another.
+	if b, err := oc.Batches.Get(ctx, oai[0]); err != nil || b.Status != openai.BatchStatusInProgress {
+		t.Errorf("get %s: %+v, %v", oai[0], b, err)
+	}
+	var oerr *openai.Error
+	if _, err := oc.Batches.Cancel(ctx, anth[0]); !errors.As(err, &oerr) || oerr.StatusCode != http.StatusNotFound || oerr.Message != "batch not found" {
+		t.Errorf("cancel of a message batch on /v1/batches: %v, want a 404", err)
+	}
+	if mb, err := ac.Messages.Batches.Cancel(ctx, anth[0], anthropic.MessageBatchCancelParams{}); err != nil || mb.ProcessingStatus != anthropic.MessageBatchProcessingStatusCanceling {
+		t.Errorf("cancel %s: %+v, %v", anth[0], mb, err)
+	}
+	var aerr *anthropic.Error
+	if _, err := ac.Messages.Batches.Get(ctx, oai[0], anthropic.MessageBatchGetParams{}); !errors.As(err, &aerr) || aerr.StatusCode != http.StatusNotFound || !strings.Contains(aerr.RawJSON(), "message batch not found") {
+		t.Errorf("get of an OpenAI batch on /v1/messages/batches: %v, want a 404", err)
+	}
 }
 
 func batchIDs[T any](data []T, id func(T) string) []string {

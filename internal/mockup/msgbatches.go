@@ -79,29 +79,11 @@ func (a *batchAPI) messageOutcome(params json.RawMessage, canceled bool, counts 
 		Error: wire.ErrorObject{Type: wire.ErrorType(status), Message: msg}}}
 }
 
-func (a *batchAPI) messageBatch(w http.ResponseWriter, r *http.Request) (*wire.MessageBatch, bool) {
-	mb, ok := a.anth[r.PathValue("id")]
-	if !ok {
-		notFound(w, shapeAnthropic, "message batch")
-	}
-	return mb, ok
+func (a *batchAPI) getMessageBatch(w http.ResponseWriter, _ *http.Request, mb *wire.MessageBatch) {
+	writeJSON(w, http.StatusOK, mb)
 }
 
-func (a *batchAPI) getMessageBatch(w http.ResponseWriter, r *http.Request) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if mb, ok := a.messageBatch(w, r); ok {
-		writeJSON(w, http.StatusOK, mb)
-	}
-}
-
-func (a *batchAPI) cancelMessageBatch(w http.ResponseWriter, r *http.Request) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	mb, ok := a.messageBatch(w, r)
-	if !ok {
-		return
-	}
+func (a *batchAPI) cancelMessageBatch(w http.ResponseWriter, _ *http.Request, mb *wire.MessageBatch) {
 	a.s.countBatch(true)
 	if mb.ProcessingStatus == wire.ProcessingInProgress {
 		now := rfc3339(time.Now())
@@ -110,13 +92,7 @@ func (a *batchAPI) cancelMessageBatch(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, mb)
 }
 
-func (a *batchAPI) messageResults(w http.ResponseWriter, r *http.Request) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	mb, ok := a.messageBatch(w, r)
-	if !ok {
-		return
-	}
+func (a *batchAPI) messageResults(w http.ResponseWriter, _ *http.Request, mb *wire.MessageBatch) {
 	if !mb.Ended() {
 		writeJSON(w, http.StatusBadRequest, errorBody(shapeAnthropic, http.StatusBadRequest, "the message batch has not ended", ""))
 		return
