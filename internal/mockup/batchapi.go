@@ -307,10 +307,10 @@ func customIDs(jsonl []byte) []string {
 	return ids
 }
 
-// listed is a page of byID's batches (one API's), newest first: at most
-// limit (20 by default, 100 at most) after the id in query parameter
-// afterParam (exclusive), and whether more follow.
-func listed[T any](order []string, byID map[string]T, r *http.Request, afterParam string) (ids []string, page []T, more bool) {
+// listed is a page of byID's batches (one API's), newest first, each as
+// out makes it: at most limit (20 by default, 100 at most) after the id in
+// query parameter afterParam (exclusive), and whether more follow.
+func listed[T, O any](order []string, byID map[string]T, r *http.Request, afterParam string, out func(T) O) (ids []string, page []O, more bool) {
 	for _, id := range slices.Backward(order) {
 		if _, ok := byID[id]; ok {
 			ids = append(ids, id)
@@ -328,8 +328,9 @@ func listed[T any](order []string, byID map[string]T, r *http.Request, afterPara
 	if len(ids) > limit {
 		ids, more = ids[:limit], true
 	}
-	for _, id := range ids {
-		page = append(page, byID[id])
+	page = make([]O, len(ids))
+	for i, id := range ids {
+		page[i] = out(byID[id])
 	}
 	return ids, page, more
 }
@@ -337,11 +338,7 @@ func listed[T any](order []string, byID map[string]T, r *http.Request, afterPara
 func (a *batchAPI) listBatches(w http.ResponseWriter, r *http.Request) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	_, page, more := listed(a.order, a.oai, r, "after")
-	data := make([]batch.Batch, len(page))
-	for i, b := range page {
-		data[i] = b.Out()
-	}
+	_, data, more := listed(a.order, a.oai, r, "after", (*batch.Batch).Out)
 	writeJSON(w, http.StatusOK, object{"object": "list", "data": data, "has_more": more})
 }
 

@@ -943,6 +943,9 @@ func TestBatchListings(t *testing.T) {
 	ctx := t.Context()
 	oc, ac := openAIClient(srv.URL), anthropicClient(srv.URL)
 	row := `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[]}}` + "\n"
+	if empty, err := oc.Batches.List(ctx, openai.BatchListParams{}); err != nil || !strings.Contains(empty.RawJSON(), `"data":[]`) {
+		t.Errorf("list with no batches: %v %v, want an empty data list", empty, err)
+	}
 	var oai, anth []string
 	for range 3 {
 		f, err := oc.Files.New(ctx, openai.FileNewParams{File: openai.File(strings.NewReader(row), "in.jsonl", "application/jsonl"), Purpose: openai.FilePurposeBatch})

@@ -104,11 +104,7 @@ func (a *batchAPI) messageResults(w http.ResponseWriter, _ *http.Request, mb *wi
 func (a *batchAPI) listMessageBatches(w http.ResponseWriter, r *http.Request) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	ids, page, more := listed(a.order, a.anth, r, "after_id")
-	data := make([]wire.MessageBatch, len(page))
-	for i, mb := range page {
-		data[i] = *mb
-	}
+	ids, data, more := listed(a.order, a.anth, r, "after_id", func(mb *wire.MessageBatch) wire.MessageBatch { return *mb })
 	var first, last *string
 	if len(ids) > 0 {
 		first, last = &ids[0], &ids[len(ids)-1]
