@@ -49,25 +49,9 @@ type optionsJSON struct {
 	Record        bool    `json:"record"`
 }
 
-// MarshalJSON writes the wire form described on the package.
-func (o Options) MarshalJSON() ([]byte, error) {
-	return json.Marshal(optionsJSON{
-		Latency:       o.Latency.String(),
-		ErrorRate:     o.ErrorRate,
-		RateLimitRate: o.RateLimitRate,
-		RetryAfter:    o.RetryAfter.String(),
-		Seed:          o.Seed,
-		Region:        o.Region,
-		BatchDelay:    o.BatchDelay.String(),
-		Record:        o.Record,
-	})
-}
-
-// UnmarshalJSON reads the wire form. Fields left out keep the value o
-// already has, and anything malformed is an error rather than clamped,
-// because over HTTP the caller can be told.
-func (o *Options) UnmarshalJSON(b []byte) error {
-	j := optionsJSON{
+// wire is o in the wire form described on the package.
+func (o Options) wire() optionsJSON {
+	return optionsJSON{
 		Latency:       o.Latency.String(),
 		ErrorRate:     o.ErrorRate,
 		RateLimitRate: o.RateLimitRate,
@@ -77,6 +61,18 @@ func (o *Options) UnmarshalJSON(b []byte) error {
 		BatchDelay:    o.BatchDelay.String(),
 		Record:        o.Record,
 	}
+}
+
+// MarshalJSON writes the wire form.
+func (o Options) MarshalJSON() ([]byte, error) {
+	return json.Marshal(o.wire())
+}
+
+// UnmarshalJSON reads the wire form. Fields left out keep the value o
+// already has, and anything malformed is an error rather than clamped,
+// because over HTTP the caller can be told.
+func (o *Options) UnmarshalJSON(b []byte) error {
+	j := o.wire()
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&j); err != nil {
