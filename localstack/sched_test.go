@@ -19,6 +19,7 @@ import (
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/local/localrun"
 	"github.com/relaybatch/relay/internal/msg"
+	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/store"
 )
 
@@ -181,16 +182,16 @@ func TestSchedCostIndependentOfActiveBatches(t *testing.T) {
 	// 300 other batches wait on a model whose capacity is taken: planned,
 	// with chunks and a ready entry each, and due long after this test.
 	const others = 300
-	quota := store.Quotas(8)[0]
+	quota := sched.Quotas(8)[0]
 	holder := batch.Chunk{Batch: "batch_holder", Tenant: "other", Model: "storm-ratelimited", State: batch.ChunkPending, Rows: 1, NextSame: -1}
 	if err := st.PutChunks(ctx, []batch.Chunk{holder}); err != nil {
 		t.Fatal(err)
 	}
-	entry := store.Ready{Model: "storm-ratelimited", Batch: holder.Batch, Tenant: "other", Total: 1}
+	entry := sched.Ready{Model: "storm-ratelimited", Batch: holder.Batch, Tenant: "other", Total: 1}
 	if err := st.PutReady(ctx, entry); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.ClaimFromPool(ctx, store.Claim{Entry: entry, After: -1, Run: "holder", Slots: quota, Lease: time.Now().Add(time.Hour)}, quota); err != nil {
+	if err := st.ClaimFromPool(ctx, sched.Claim{Entry: entry, After: -1, Run: "holder", Slots: quota, Lease: time.Now().Add(time.Hour)}, quota); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -211,7 +212,7 @@ func TestSchedCostIndependentOfActiveBatches(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			if err := st.PutReady(ctx, store.Ready{Model: "storm-ratelimited", Tenant: "other", Batch: b.ID, Total: 1}); err != nil {
+			if err := st.PutReady(ctx, sched.Ready{Model: "storm-ratelimited", Tenant: "other", Batch: b.ID, Total: 1}); err != nil {
 				t.Error(err)
 			}
 		})
@@ -321,11 +322,11 @@ func TestSchedReadyEntryNotSteppedBack(t *testing.T) {
 	if err := st.PutChunks(ctx, chunks); err != nil {
 		t.Fatal(err)
 	}
-	first := store.Ready{Model: "solo-model", Tenant: "acme", Batch: "batch_x", Next: 0, Total: 3}
+	first := sched.Ready{Model: "solo-model", Tenant: "acme", Batch: "batch_x", Next: 0, Total: 3}
 	if err := st.PutReady(ctx, first); err != nil {
 		t.Fatal(err)
 	}
-	claim := store.Claim{Entry: first, After: 1, Run: "run0", Slots: 1, Lease: time.Now().Add(time.Minute)}
+	claim := sched.Claim{Entry: first, After: 1, Run: "run0", Slots: 1, Lease: time.Now().Add(time.Minute)}
 	if err := st.ClaimFromPool(ctx, claim, 8); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/resources"
+	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/store"
 )
 
@@ -35,13 +36,13 @@ func (e *Engine) commitWith(ctx context.Context, b batch.Batch, c batch.Chunk, r
 		seq, err := e.Store.JoinSeq(ctx, fallback.Model, b.Priority)
 		if err != nil {
 			// Its place in F's turn only: the entry's key is its own
-			// (store.Ready.Fallback), and failing the commit would run
+			// (sched.Ready.Fallback), and failing the commit would run
 			// the answered rows again.
 			e.Log.WarnContext(ctx, "join the fallback's turn; the rows go first", "batch_id", b.ID, "model", fallback.Model, "err", err)
 			seq = 0
 		}
-		cm.Fallback = &store.FallbackChunk{Chunk: *fallback,
-			Ready: store.Ready{Model: fallback.Model, Tenant: b.Tenant, Batch: b.ID, Priority: b.Priority, Seq: seq, Fallback: true}}
+		cm.Fallback = &sched.FallbackChunk{Chunk: *fallback,
+			Ready: sched.Ready{Model: fallback.Model, Tenant: b.Tenant, Batch: b.ID, Priority: b.Priority, Seq: seq, Fallback: true}}
 	}
 	// The commit's continuation is read while the parts are written: the
 	// two are independent, and a hand-over is as long as its requests in
@@ -68,7 +69,7 @@ func (e *Engine) commitWith(ctx context.Context, b batch.Batch, c batch.Chunk, r
 // pickResult is a commit's continuation as pickNext read it, and its load
 // when the invocation will run it.
 type pickResult struct {
-	next *store.Claim
+	next *sched.Claim
 	pre  *preload
 	err  error
 }
@@ -109,7 +110,7 @@ const (
 //
 // first, if given, is the continuation read already (commitRows reads it
 // while the parts are written).
-func (e *Engine) commit(ctx context.Context, b batch.Batch, cm store.Commit, written []string, first *pickResult) (bool, error) {
+func (e *Engine) commit(ctx context.Context, b batch.Batch, cm sched.Commit, written []string, first *pickResult) (bool, error) {
 	c := cm.Chunk
 	cm.ChunksTotal = b.ChunksTotal
 	cm.FinalizeDue = e.Now().Add(batch.Grace)
@@ -185,7 +186,7 @@ func (e *Engine) commit(ctx context.Context, b batch.Batch, cm store.Commit, wri
 // says the chunk is no longer this run's to commit (lostCommit then says
 // whether the commit that took effect was ours); otherwise the commit did
 // not take effect yet, or the chunk could not be read, and it is retried.
-func (e *Engine) settle(ctx context.Context, b batch.Batch, cm store.Commit, written []string) (ours, done bool, err error) {
+func (e *Engine) settle(ctx context.Context, b batch.Batch, cm sched.Commit, written []string) (ours, done bool, err error) {
 	c, err := e.Store.GetChunk(ctx, cm.Chunk.Batch, cm.Chunk.Index)
 	if err != nil || (c.State == batch.ChunkClaimed && c.Run == cm.Chunk.Run) {
 		return false, false, nil
@@ -196,7 +197,7 @@ func (e *Engine) settle(ctx context.Context, b batch.Batch, cm store.Commit, wri
 
 // lostCommit handles a commit that found its chunk no longer claimed by
 // this run: either its own earlier call took effect, or another run's did.
-func (e *Engine) lostCommit(ctx context.Context, b batch.Batch, cm store.Commit, written []string) (bool, error) {
+func (e *Engine) lostCommit(ctx context.Context, b batch.Batch, cm sched.Commit, written []string) (bool, error) {
 	c, err := e.Store.GetChunk(ctx, cm.Chunk.Batch, cm.Chunk.Index)
 	if err != nil {
 		return false, err
@@ -205,7 +206,7 @@ func (e *Engine) lostCommit(ctx context.Context, b batch.Batch, cm store.Commit,
 }
 
 // settleLost is lostCommit once the chunk c is read.
-func (e *Engine) settleLost(ctx context.Context, b batch.Batch, cm store.Commit, written []string, c batch.Chunk) (bool, error) {
+func (e *Engine) settleLost(ctx context.Context, b batch.Batch, cm sched.Commit, written []string, c batch.Chunk) (bool, error) {
 	if c.State == batch.ChunkDone && c.Attempt == cm.Chunk.Attempt {
 		// Ours took effect although its call failed: do what follows it.
 		last := cm.Last
@@ -219,13 +220,13 @@ func (e *Engine) settleLost(ctx context.Context, b batch.Batch, cm store.Commit,
 			}
 			last = err == nil && nb.ChunksDone >= nb.ChunksTotal && !nb.Status.Terminal()
 		}
-		var next *store.Claim
+		var next *sched.Claim
 		switch {
 		case c.Next != nil && cm.Next != nil && c.Next.Run == cm.Next.Run:
 			// The claim as made: with the fence it may have taken.
 			next = cm.Next
 		case c.Next != nil:
-			next = &store.Claim{Entry: store.Ready{Model: c.Model, Tenant: c.Next.Tenant, Batch: c.Next.Batch, Next: c.Next.Chunk}, Run: c.Next.Run}
+			next = &sched.Claim{Entry: sched.Ready{Model: c.Model, Tenant: c.Next.Tenant, Batch: c.Next.Batch, Next: c.Next.Chunk}, Run: c.Next.Run}
 		}
 		e.afterCommit(ctx, b, next, nil, last, cm.Fallback)
 		return true, nil
@@ -253,7 +254,7 @@ func withContinuation(ctx context.Context, in *invocation) context.Context {
 // lost send costs time, not work: the claimed chunk's lease runs out and
 // the tick re-sends it; the finalize is due on the batch and the tick
 // sends it.
-func (e *Engine) afterCommit(ctx context.Context, b batch.Batch, next *store.Claim, pre *preload, last bool, fallback *store.FallbackChunk) {
+func (e *Engine) afterCommit(ctx context.Context, b batch.Batch, next *sched.Claim, pre *preload, last bool, fallback *sched.FallbackChunk) {
 	in, _ := ctx.Value(continuationKey{}).(*invocation)
 	if next != nil && (in == nil || !in.continueWith(next, pre)) {
 		m := msg.ForChunk(next.Next())

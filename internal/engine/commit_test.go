@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/store"
 )
 
@@ -26,7 +27,7 @@ type commitTable struct {
 func (f *commitTable) GetBatch(context.Context, string, string) (batch.Batch, error) { return f.b, nil }
 func (f *commitTable) GetChunk(context.Context, string, int) (batch.Chunk, error)    { return f.c, nil }
 
-func (f *commitTable) CommitChunk(_ context.Context, _ string, cm store.Commit) error {
+func (f *commitTable) CommitChunk(_ context.Context, _ string, cm sched.Commit) error {
 	f.calls++
 	if f.calls == 1 {
 		f.c.State, f.c.Attempt = batch.ChunkDone, cm.Chunk.Attempt
@@ -54,7 +55,7 @@ func TestCommitOutcomeSettledByTheChunk(t *testing.T) {
 			c := batch.Chunk{Batch: b.ID, Tenant: "t", Rows: 1, State: batch.ChunkClaimed, Run: "run1", Model: "m"}
 			f := &commitTable{b: b, c: c, errs: tt.errs}
 			e := testEngine(&Engine{Store: f, Queue: &fakeQueue{}, Log: slog.New(slog.DiscardHandler)})
-			cm := store.Commit{Chunk: c, Completed: 1}
+			cm := sched.Commit{Chunk: c, Completed: 1}
 			cm.Chunk.Attempt = "att1"
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -70,19 +71,19 @@ func TestCommitOutcomeSettledByTheChunk(t *testing.T) {
 type selfTable struct {
 	Store
 	*fakeSched
-	cm store.Commit
+	cm sched.Commit
 }
 
-func (f *selfTable) ReadyHead(ctx context.Context, m string) (store.Ready, bool, error) {
+func (f *selfTable) ReadyHead(ctx context.Context, m string) (sched.Ready, bool, error) {
 	return f.fakeSched.ReadyHead(ctx, m)
 }
-func (f *selfTable) DeleteReady(ctx context.Context, r store.Ready) error {
+func (f *selfTable) DeleteReady(ctx context.Context, r sched.Ready) error {
 	return f.fakeSched.DeleteReady(ctx, r)
 }
 func (f *selfTable) GetChunk(ctx context.Context, id string, i int) (batch.Chunk, error) {
 	return f.fakeSched.GetChunk(ctx, id, i)
 }
-func (f *selfTable) CommitChunk(_ context.Context, _ string, cm store.Commit) error {
+func (f *selfTable) CommitChunk(_ context.Context, _ string, cm sched.Commit) error {
 	f.cm = cm
 	return nil
 }
@@ -91,12 +92,12 @@ func (f *selfTable) CommitChunk(_ context.Context, _ string, cm store.Commit) er
 // chunk 0 back, claims chunk 1 as its continuation, not itself.
 func TestCommitNeverContinuesWithItself(t *testing.T) {
 	t.Parallel()
-	stale := store.Ready{Model: "m", Batch: "x", Seq: 0, Next: 0, Total: 3}
-	moved := store.Ready{Model: "m", Batch: "x", Seq: 1, Next: 1, Total: 3}
-	f := &selfTable{fakeSched: &fakeSched{ready: map[string][]store.Ready{"m": {moved, stale}}}}
+	stale := sched.Ready{Model: "m", Batch: "x", Seq: 0, Next: 0, Total: 3}
+	moved := sched.Ready{Model: "m", Batch: "x", Seq: 1, Next: 1, Total: 3}
+	f := &selfTable{fakeSched: &fakeSched{ready: map[string][]sched.Ready{"m": {moved, stale}}}}
 	e := testEngine(&Engine{Store: f, Queue: &fakeQueue{}, Log: slog.New(slog.DiscardHandler)})
 	c := batch.Chunk{Batch: "x", Tenant: "t", Index: 0, State: batch.ChunkClaimed, Run: "run0", Slots: 2, Model: "m"}
-	ok, err := e.commit(context.Background(), batch.Batch{ID: "x", Tenant: "t", ChunksTotal: 3}, store.Commit{Chunk: c}, nil, nil)
+	ok, err := e.commit(context.Background(), batch.Batch{ID: "x", Tenant: "t", ChunksTotal: 3}, sched.Commit{Chunk: c}, nil, nil)
 	if !ok || err != nil {
 		t.Fatal(ok, err)
 	}

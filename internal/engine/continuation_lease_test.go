@@ -7,7 +7,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/queue"
-	"github.com/relaybatch/relay/internal/store"
+	"github.com/relaybatch/relay/internal/sched"
 )
 
 // slowCommit is a runsTable whose commits of chunk slow take wait (a
@@ -18,7 +18,7 @@ type slowCommit struct {
 	wait time.Duration
 }
 
-func (f *slowCommit) CommitChunk(ctx context.Context, tenant string, cm store.Commit) error {
+func (f *slowCommit) CommitChunk(ctx context.Context, tenant string, cm sched.Commit) error {
 	if cm.Chunk.Index == f.slow {
 		time.Sleep(f.wait)
 	}

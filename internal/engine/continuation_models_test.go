@@ -7,7 +7,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/queue"
-	"github.com/relaybatch/relay/internal/store"
+	"github.com/relaybatch/relay/internal/sched"
 )
 
 // TestContinuationsOfTwoModelsKeepTheirSlots: an invocation runs a chunk
@@ -28,7 +28,7 @@ func TestContinuationsOfTwoModelsKeepTheirSlots(t *testing.T) {
 		c.State, c.Run, c.Lease = batch.ChunkPending, "", 0
 		table.chunks[i] = c
 	}
-	table.ready = []store.Ready{
+	table.ready = []sched.Ready{
 		{Model: "x", Tenant: "t", Batch: table.b.ID, Next: 2, Mixed: true, Total: 6},
 		{Model: "y", Tenant: "t", Batch: table.b.ID, Next: 3, Mixed: true, Total: 6},
 	}
@@ -66,7 +66,7 @@ func TestContinuationsOfTwoModelsKeepTheirSlots(t *testing.T) {
 // stepping a mixed entry to its chunk's NextSame.
 type readyByModel struct{ *runsTable }
 
-func (f *readyByModel) CommitChunk(ctx context.Context, tenant string, cm store.Commit) error {
+func (f *readyByModel) CommitChunk(ctx context.Context, tenant string, cm sched.Commit) error {
 	f.mu.Lock()
 	if n := cm.Next; n != nil {
 		// Put the committing model's entry first for runsTable's claim,

@@ -11,7 +11,7 @@ import (
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/queue"
-	"github.com/relaybatch/relay/internal/store"
+	"github.com/relaybatch/relay/internal/sched"
 )
 
 // TestStoppedRunStopsItsModel: two chunks of model x, 2 slots each (the
@@ -88,9 +88,9 @@ type headThrottle struct {
 	fails atomic.Int32
 }
 
-func (f *headThrottle) ReadyHead(ctx context.Context, model string) (store.Ready, bool, error) {
+func (f *headThrottle) ReadyHead(ctx context.Context, model string) (sched.Ready, bool, error) {
 	if f.fails.Add(-1) >= 0 {
-		return store.Ready{}, false, errors.New("ThrottlingException: rate exceeded")
+		return sched.Ready{}, false, errors.New("ThrottlingException: rate exceeded")
 	}
 	return f.runsTable.ReadyHead(ctx, model)
 }
@@ -176,7 +176,7 @@ func TestContinuationThatRanNothingIsSent(t *testing.T) {
 	c2 := table.chunks[2]
 	c2.State, c2.Run, c2.Lease = batch.ChunkPending, "", 0
 	table.chunks[2] = c2
-	table.ready = []store.Ready{{Model: "x", Tenant: "t", Batch: table.b.ID, Next: 2, Total: 3}}
+	table.ready = []sched.Ready{{Model: "x", Tenant: "t", Batch: table.b.ID, Next: 2, Total: 3}}
 	// runCtx ends 2 s before the deadline: about 1.2 s of rows.
 	ctx, cancel := context.WithTimeout(context.Background(), 3200*time.Millisecond)
 	defer cancel()

@@ -13,7 +13,7 @@ import (
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/msg"
-	"github.com/relaybatch/relay/internal/store"
+	"github.com/relaybatch/relay/internal/sched"
 )
 
 // testEngine is e with the parts its test leaves out set to explicit
@@ -73,7 +73,7 @@ func (noWorkflows) Run(_, _ context.Context, b batch.Batch, c batch.Chunk, _ jso
 // noNative runs every chunk on the executors and has no steps to handle.
 type noNative struct{}
 
-func (noNative) Start(_ context.Context, _ batch.Batch, entries []store.Ready) ([]store.Ready, error) {
+func (noNative) Start(_ context.Context, _ batch.Batch, entries []sched.Ready) ([]sched.Ready, error) {
 	return entries, nil
 }
 

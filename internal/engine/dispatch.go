@@ -13,6 +13,7 @@ import (
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/plan"
 	"github.com/relaybatch/relay/internal/queue"
+	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/store"
 )
 
@@ -209,7 +210,7 @@ func (e *Engine) planMayWrite(b batch.Batch, writeBy time.Time) error {
 // does not point to yet. Until Started is recorded the tick sends the plan
 // again, which comes back here; a second ready entry of a batch is
 // harmless (it finds its chunk claimed and is dropped).
-func (e *Engine) startPlanned(ctx context.Context, b batch.Batch, entries []store.Ready, writeBy time.Time) error {
+func (e *Engine) startPlanned(ctx context.Context, b batch.Batch, entries []sched.Ready, writeBy time.Time) error {
 	if b.Status == batch.Cancelling {
 		if err := e.drain(ctx, b); err != nil {
 			return err

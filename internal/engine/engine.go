@@ -24,6 +24,7 @@ import (
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
+	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/store"
 )
 
@@ -39,10 +40,10 @@ type Store interface {
 	PutFileOverwrite(ctx context.Context, f files.File) error
 	Chunks(ctx context.Context, batchID string) ([]batch.Chunk, error)
 	PutChunks(ctx context.Context, cs []batch.Chunk) error
-	PutReady(ctx context.Context, r store.Ready) error
+	PutReady(ctx context.Context, r sched.Ready) error
 	JoinSeq(ctx context.Context, model string, priority int) (int64, error)
 	FreeSlots(ctx context.Context, model string, quotas []int) ([]int, error)
-	ClaimFromPool(ctx context.Context, c store.Claim, quota int) error
+	ClaimFromPool(ctx context.Context, c sched.Claim, quota int) error
 	ClaimAlone(ctx context.Context, c batch.Chunk, run string, lease time.Time) error
 	SetChunkSlots(ctx context.Context, c batch.Chunk, to, quota int) error
 	ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]batch.Chunk, error)
@@ -55,8 +56,8 @@ type Store interface {
 	RenewExec(ctx context.Context, batchID string, chunk int, run, exec string, until time.Time) error
 	HandOver(ctx context.Context, batchID string, chunk int, run, exec string, until time.Time) error
 	ReleaseFence(ctx context.Context, batchID string, chunk int, exec string) error
-	CommitSplit(ctx context.Context, tenant string, c store.Commit, rest batch.Chunk, run string, lease time.Time) error
-	CommitChunk(ctx context.Context, tenant string, c store.Commit) error
+	CommitSplit(ctx context.Context, tenant string, c sched.Commit, rest batch.Chunk, run string, lease time.Time) error
+	CommitChunk(ctx context.Context, tenant string, c sched.Commit) error
 	PutDeadLetters(ctx context.Context, batchID string, dls []batch.DeadLetter) error
 }
 
@@ -97,7 +98,7 @@ type Governor interface {
 // rest; Handle runs the work messages of their steps (msg.IsNative; dead:
 // from the work DLQ) and logs its errors.
 type Delegate interface {
-	Start(ctx context.Context, b batch.Batch, entries []store.Ready) ([]store.Ready, error)
+	Start(ctx context.Context, b batch.Batch, entries []sched.Ready) ([]sched.Ready, error)
 	Handle(ctx context.Context, m msg.Message, dead bool) error
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
+	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/store"
 )
 
@@ -44,7 +45,7 @@ type chunkRun struct {
 	ended bool
 	// claim is a continuation's claim, which took its fence (exec), and
 	// pre its load begun beside the commit (invocation.preload).
-	claim *store.Claim
+	claim *sched.Claim
 	pre   *preload
 	// lease is the run's last renewed lease expiry (unix milliseconds).
 	lease atomic.Int64
@@ -438,11 +439,11 @@ func (in *invocation) wants(model string) bool {
 // of sending its work message, while the invocation has at least half a
 // lease left (docs/design.md "Scheduling", continuations): the hand-over
 // is the commit alone when the claim took the run's fence for this
-// invocation (store.Claim.Exec) and its load began beside the commit
+// invocation (sched.Claim.Exec) and its load began beside the commit
 // (pre), without a message's send, receive and invocation. Nothing is lost
 // if the invocation dies: the claimed chunk's lease ends and the tick
 // takes it over, as after a lost send.
-func (in *invocation) continueWith(next *store.Claim, pre *preload) bool {
+func (in *invocation) continueWith(next *sched.Claim, pre *preload) bool {
 	if !in.wants(next.Entry.Model) {
 		return false
 	}
@@ -467,7 +468,7 @@ type preload struct {
 }
 
 // preload begins reading the chunk next claims, its batch and its rows.
-func (in *invocation) preload(next *store.Claim) *preload {
+func (in *invocation) preload(next *sched.Claim) *preload {
 	p := &preload{done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
@@ -493,7 +494,7 @@ func (in *invocation) preload(next *store.Claim) *preload {
 
 // claimed is the preloaded chunk as claim c made it (read before the
 // claim, or after it): nil when the preload failed.
-func (p *preload) claimed(c *store.Claim) *batch.Chunk {
+func (p *preload) claimed(c *sched.Claim) *batch.Chunk {
 	if p == nil {
 		return nil
 	}
@@ -792,7 +793,7 @@ func (e *Engine) commitAnswered(ctx context.Context, r *chunkRun) error {
 // number, and sends the rest's work message. false: the chunk is no
 // longer this run's (or an earlier try took effect: the rest's lease then
 // runs out and the tick sends it).
-func (e *Engine) commitSplit(ctx context.Context, b batch.Batch, cm store.Commit, rest batch.Chunk) (bool, error) {
+func (e *Engine) commitSplit(ctx context.Context, b batch.Batch, cm sched.Commit, rest batch.Chunk) (bool, error) {
 	run, lease := newRun(), e.Now().Add(e.lease())
 	var lastErr error
 	for try := 0; try < commitTries; try++ {

@@ -12,6 +12,7 @@ import (
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/queue"
+	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/store"
 )
 
@@ -93,7 +94,7 @@ type renumberTable struct {
 	renumbers int
 }
 
-func (f *renumberTable) CommitChunk(ctx context.Context, tenant string, cm store.Commit) error {
+func (f *renumberTable) CommitChunk(ctx context.Context, tenant string, cm sched.Commit) error {
 	f.mu.Lock()
 	if cm.Fallback != nil && f.renumbers > 0 {
 		f.renumbers--
@@ -182,7 +183,7 @@ type ambiguousTable struct {
 	once sync.Once
 }
 
-func (f *ambiguousTable) CommitChunk(ctx context.Context, tenant string, cm store.Commit) error {
+func (f *ambiguousTable) CommitChunk(ctx context.Context, tenant string, cm sched.Commit) error {
 	err := f.runsTable.CommitChunk(ctx, tenant, cm)
 	fail := false
 	f.once.Do(func() { fail = err == nil })

@@ -17,7 +17,7 @@ import (
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
-	"github.com/relaybatch/relay/internal/store"
+	"github.com/relaybatch/relay/internal/sched"
 )
 
 // runTable is a hand-written Store of one batch with one claimed chunk
@@ -26,16 +26,16 @@ type runTable struct {
 	Store
 	b      batch.Batch
 	c      batch.Chunk
-	commit store.Commit
+	commit sched.Commit
 }
 
 func (f *runTable) GetBatch(context.Context, string, string) (batch.Batch, error) { return f.b, nil }
 func (f *runTable) GetChunk(context.Context, string, int) (batch.Chunk, error)    { return f.c, nil }
-func (f *runTable) ReadyHead(context.Context, string) (store.Ready, bool, error) {
-	return store.Ready{}, false, nil
+func (f *runTable) ReadyHead(context.Context, string) (sched.Ready, bool, error) {
+	return sched.Ready{}, false, nil
 }
 func (f *runTable) RenewLease(context.Context, string, int, string, time.Time) error { return nil }
-func (f *runTable) CommitChunk(_ context.Context, _ string, c store.Commit) error {
+func (f *runTable) CommitChunk(_ context.Context, _ string, c sched.Commit) error {
 	f.commit = c
 	return nil
 }

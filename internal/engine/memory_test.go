@@ -22,7 +22,7 @@ import (
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
-	"github.com/relaybatch/relay/internal/store"
+	"github.com/relaybatch/relay/internal/sched"
 )
 
 // execTable is a hand-written Store of one claimed chunk.
@@ -41,10 +41,10 @@ func (f *execTable) RenewLease(context.Context, string, int, string, time.Time) 
 func (f *execTable) ReportProgress(_ context.Context, c batch.Chunk, done batch.Counts) (batch.Counts, error) {
 	return done, nil
 }
-func (f *execTable) ReadyHead(context.Context, string) (store.Ready, bool, error) {
-	return store.Ready{}, false, nil
+func (f *execTable) ReadyHead(context.Context, string) (sched.Ready, bool, error) {
+	return sched.Ready{}, false, nil
 }
-func (f *execTable) CommitChunk(_ context.Context, _ string, cm store.Commit) error {
+func (f *execTable) CommitChunk(_ context.Context, _ string, cm sched.Commit) error {
 	if cm.Completed != int64(f.c.Rows) {
 		return fmt.Errorf("commit of %d completed rows, want %d", cm.Completed, f.c.Rows)
 	}
@@ -179,7 +179,7 @@ func BenchmarkExecuteHeap(b *testing.B) {
 // changedTable records the batch updates and the commit of one chunk.
 type changedTable struct {
 	execTable
-	cm store.Commit
+	cm sched.Commit
 }
 
 func (f *changedTable) UpdateBatch(_ context.Context, _, _ string, fn func(*batch.Batch) error) (batch.Batch, error) {
@@ -189,7 +189,7 @@ func (f *changedTable) UpdateBatch(_ context.Context, _, _ string, fn func(*batc
 	return f.b, nil
 }
 
-func (f *changedTable) CommitChunk(_ context.Context, _ string, cm store.Commit) error {
+func (f *changedTable) CommitChunk(_ context.Context, _ string, cm sched.Commit) error {
 	f.cm = cm
 	return nil
 }

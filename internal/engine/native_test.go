@@ -12,7 +12,7 @@ import (
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
-	"github.com/relaybatch/relay/internal/store"
+	"github.com/relaybatch/relay/internal/sched"
 )
 
 // fakeNative records the steps the engine hands it.
@@ -23,7 +23,7 @@ type fakeNative struct {
 	fail    bool
 }
 
-func (f *fakeNative) Start(_ context.Context, _ batch.Batch, entries []store.Ready) ([]store.Ready, error) {
+func (f *fakeNative) Start(_ context.Context, _ batch.Batch, entries []sched.Ready) ([]sched.Ready, error) {
 	return entries[1:], nil
 }
 

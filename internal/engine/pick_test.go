@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
-	"github.com/relaybatch/relay/internal/store"
+	"github.com/relaybatch/relay/internal/sched"
 )
 
 // A plan that ran again after chunk 0 was claimed put an entry at chunk 0
@@ -15,9 +15,9 @@ import (
 // refused forever), nor any chunk a claim took. The stale entry goes.
 func TestPickNeverItsOwnChunk(t *testing.T) {
 	t.Parallel()
-	stale := store.Ready{Model: "m", Batch: "x", Seq: 0, Next: 0, Total: 3}
-	moved := store.Ready{Model: "m", Batch: "x", Seq: 1, Next: 1, Total: 3}
-	f := &fakeSched{ready: map[string][]store.Ready{"m": {moved, stale}}}
+	stale := sched.Ready{Model: "m", Batch: "x", Seq: 0, Next: 0, Total: 3}
+	moved := sched.Ready{Model: "m", Batch: "x", Seq: 1, Next: 1, Total: 3}
+	f := &fakeSched{ready: map[string][]sched.Ready{"m": {moved, stale}}}
 	self := batch.Chunk{Batch: "x", Index: 0, State: batch.ChunkClaimed}
 	c, err := pick(context.Background(), f, "m", 4, 0, time.Unix(1000, 0), &self)
 	if err != nil {
@@ -35,9 +35,9 @@ func TestPickNeverItsOwnChunk(t *testing.T) {
 // turns out taken is dropped, and the next entry picked.
 func TestPickDropsEntryAtTakenChunk(t *testing.T) {
 	t.Parallel()
-	taken := store.Ready{Model: "m", Batch: "x", Seq: 0, Next: 1, Total: 4, Mixed: true}
-	other := store.Ready{Model: "m", Batch: "y", Seq: 3, Next: 0, Total: 1}
-	f := &fakeSched{ready: map[string][]store.Ready{"m": {taken, other}},
+	taken := sched.Ready{Model: "m", Batch: "x", Seq: 0, Next: 1, Total: 4, Mixed: true}
+	other := sched.Ready{Model: "m", Batch: "y", Seq: 3, Next: 0, Total: 1}
+	f := &fakeSched{ready: map[string][]sched.Ready{"m": {taken, other}},
 		chunks: map[int]batch.Chunk{1: {Batch: "x", Index: 1, State: batch.ChunkDone, NextSame: 3}}}
 	c, err := pick(context.Background(), f, "m", 4, 0, time.Unix(1000, 0), nil)
 	if err != nil {
@@ -55,9 +55,9 @@ func TestPickDropsEntryAtTakenChunk(t *testing.T) {
 // drops, with no claim.
 func TestPickBounded(t *testing.T) {
 	t.Parallel()
-	f := &fakeSched{ready: map[string][]store.Ready{}, chunks: map[int]batch.Chunk{0: {Batch: "x", State: batch.ChunkDone}}}
+	f := &fakeSched{ready: map[string][]sched.Ready{}, chunks: map[int]batch.Chunk{0: {Batch: "x", State: batch.ChunkDone}}}
 	for i := range maxPicks + 5 {
-		f.ready["m"] = append(f.ready["m"], store.Ready{Model: "m", Batch: "x", Seq: int64(i), Total: 2, Mixed: true})
+		f.ready["m"] = append(f.ready["m"], sched.Ready{Model: "m", Batch: "x", Seq: int64(i), Total: 2, Mixed: true})
 	}
 	c, err := pick(context.Background(), f, "m", 4, 0, time.Unix(1000, 0), nil)
 	if err != nil || c != nil {

@@ -11,7 +11,7 @@ import (
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/plan"
-	"github.com/relaybatch/relay/internal/store"
+	"github.com/relaybatch/relay/internal/sched"
 )
 
 // fencedPlanTable is a hand-written Store of one batch for recordPlan: it counts
@@ -45,7 +45,7 @@ func (f *fencedPlanTable) PutChunks(context.Context, []batch.Chunk) error {
 // all claimed already (by the drain that ran before the plan was recorded).
 func (f *fencedPlanTable) Chunks(context.Context, string) ([]batch.Chunk, error) { return nil, nil }
 
-func (f *fencedPlanTable) PutReady(context.Context, store.Ready) error {
+func (f *fencedPlanTable) PutReady(context.Context, sched.Ready) error {
 	f.readyPut++
 	return nil
 }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/queue"
-	"github.com/relaybatch/relay/internal/store"
+	"github.com/relaybatch/relay/internal/sched"
 )
 
 // claimedMeanwhile is a runsTable where another invocation's claim takes
@@ -20,7 +20,7 @@ type claimedMeanwhile struct {
 	once sync.Once
 }
 
-func (f *claimedMeanwhile) CommitChunk(ctx context.Context, tenant string, cm store.Commit) error {
+func (f *claimedMeanwhile) CommitChunk(ctx context.Context, tenant string, cm sched.Commit) error {
 	if cm.Chunk.Index == 0 {
 		f.once.Do(func() {
 			f.mu.Lock()
@@ -51,7 +51,7 @@ func TestContinuationPreloadOfARacedClaim(t *testing.T) {
 		c.State, c.Run, c.Lease = batch.ChunkPending, "", 0
 		table.chunks[i] = c
 	}
-	table.ready = []store.Ready{{Model: "x", Tenant: "t", Batch: table.b.ID, Next: 1, Total: 3}}
+	table.ready = []sched.Ready{{Model: "x", Tenant: "t", Batch: table.b.ID, Next: 1, Total: 3}}
 	e.Store = &claimedMeanwhile{runsTable: table}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

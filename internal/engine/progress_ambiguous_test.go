@@ -9,6 +9,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/queue"
+	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/store"
 )
 
@@ -56,7 +57,7 @@ func (f *progressTable) ReportProgress(_ context.Context, c batch.Chunk, done ba
 	return to, nil
 }
 
-func (f *progressTable) CommitChunk(ctx context.Context, tenant string, cm store.Commit) error {
+func (f *progressTable) CommitChunk(ctx context.Context, tenant string, cm sched.Commit) error {
 	err := f.runsTable.CommitChunk(ctx, tenant, cm)
 	if err == nil {
 		f.mu.Lock()

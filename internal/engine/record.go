@@ -7,6 +7,7 @@ import (
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/part"
+	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/store"
 	"github.com/relaybatch/relay/internal/workflow"
 )
@@ -59,7 +60,7 @@ func (e *Engine) CommitRows(ctx context.Context, b batch.Batch, c batch.Chunk, o
 // errors are SetChunkSlots's (store.ErrNoCapacity: the model is full).
 func (e *Engine) TakeSlots(ctx context.Context, c batch.Chunk) (batch.Chunk, error) {
 	m, _ := e.Models.Lookup(c.Model)
-	quotas := store.Quotas(m.MaxConcurrency)
+	quotas := sched.Quotas(m.MaxConcurrency)
 	free, err := e.Store.FreeSlots(ctx, c.Model, quotas)
 	if err != nil {
 		return c, err
@@ -94,6 +95,6 @@ func (e *Engine) ReturnSlots(ctx context.Context, c batch.Chunk) error {
 // shardQuota is the quota of the capacity shard c's slots come from.
 func (e *Engine) shardQuota(c batch.Chunk) int {
 	m, _ := e.Models.Lookup(c.Model)
-	q := store.Quotas(m.MaxConcurrency)
+	q := sched.Quotas(m.MaxConcurrency)
 	return q[min(c.Shard, len(q)-1)]
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
+	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/store"
 )
 
@@ -27,13 +28,13 @@ type runsTable struct {
 	mu      sync.Mutex
 	b       batch.Batch
 	chunks  map[int]batch.Chunk
-	commits []store.Commit
+	commits []sched.Commit
 	// renew, if set, answers RenewLease and RenewExec before the table
 	// does.
 	renew func(chunk int, until time.Time) error
 	exec  map[int]string    // the execution fence, by chunk
 	until map[int]time.Time // and when its claim ends
-	ready []store.Ready     // the ready index, head first; a commit's Next claims its head
+	ready []sched.Ready     // the ready index, head first; a commit's Next claims its head
 }
 
 func (f *runsTable) TakeFence(_ context.Context, _ string, i int, run, exec string, now, until time.Time) (batch.Chunk, error) {
@@ -103,7 +104,7 @@ func (f *runsTable) GetChunk(_ context.Context, _ string, i int) (batch.Chunk, e
 	return f.chunks[i], nil
 }
 
-func (f *runsTable) ReadyHead(_ context.Context, model string) (store.Ready, bool, error) {
+func (f *runsTable) ReadyHead(_ context.Context, model string) (sched.Ready, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, r := range f.ready {
@@ -111,7 +112,7 @@ func (f *runsTable) ReadyHead(_ context.Context, model string) (store.Ready, boo
 			return r, true, nil
 		}
 	}
-	return store.Ready{}, false, nil
+	return sched.Ready{}, false, nil
 }
 
 func (f *runsTable) RenewLease(_ context.Context, _ string, i int, run string, until time.Time) error {
@@ -131,7 +132,7 @@ func (f *runsTable) RenewLease(_ context.Context, _ string, i int, run string, u
 	return nil
 }
 
-func (f *runsTable) CommitChunk(_ context.Context, _ string, cm store.Commit) error {
+func (f *runsTable) CommitChunk(_ context.Context, _ string, cm sched.Commit) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c := f.chunks[cm.Chunk.Index]
@@ -151,7 +152,7 @@ func (f *runsTable) CommitChunk(_ context.Context, _ string, cm store.Commit) er
 		}
 	}
 	if fb := cm.Fallback; fb != nil {
-		if fb.Chunk.Index != f.b.ChunksTotal || slices.ContainsFunc(f.ready, func(r store.Ready) bool { return r.SK() == fb.Ready.SK() && r.Model == fb.Ready.Model }) {
+		if fb.Chunk.Index != f.b.ChunksTotal || slices.ContainsFunc(f.ready, func(r sched.Ready) bool { return r.SK() == fb.Ready.SK() && r.Model == fb.Ready.Model }) {
 			return store.ErrRenumber
 		}
 		f.chunks[fb.Chunk.Index] = fb.Chunk
@@ -172,7 +173,7 @@ func (f *runsTable) CommitChunk(_ context.Context, _ string, cm store.Commit) er
 
 func (f *runsTable) JoinSeq(context.Context, string, int) (int64, error) { return 0, nil }
 
-func (f *runsTable) CommitSplit(_ context.Context, _ string, cm store.Commit, rest batch.Chunk, run string, lease time.Time) error {
+func (f *runsTable) CommitSplit(_ context.Context, _ string, cm sched.Commit, rest batch.Chunk, run string, lease time.Time) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c := f.chunks[cm.Chunk.Index]
@@ -537,7 +538,7 @@ func continuationFixture(t *testing.T) (*Engine, *runsTable, *peakProvider) {
 	c1 := table.chunks[1]
 	c1.State, c1.Run, c1.Lease = batch.ChunkPending, "", 0
 	table.chunks[1] = c1
-	table.ready = []store.Ready{{Model: "x", Tenant: "t", Batch: table.b.ID, Next: 1, Total: 2}}
+	table.ready = []sched.Ready{{Model: "x", Tenant: "t", Batch: table.b.ID, Next: 1, Total: 2}}
 	return e, table, p
 }
 

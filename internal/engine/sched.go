@@ -12,6 +12,7 @@ import (
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/resources"
+	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/store"
 )
 
@@ -22,8 +23,8 @@ import (
 // SchedStore is what picking the next chunk needs of the table (part of
 // Store).
 type SchedStore interface {
-	ReadyHead(ctx context.Context, model string) (store.Ready, bool, error)
-	DeleteReady(ctx context.Context, r store.Ready) error
+	ReadyHead(ctx context.Context, model string) (sched.Ready, bool, error)
+	DeleteReady(ctx context.Context, r sched.Ready) error
 	GetChunk(ctx context.Context, batchID string, i int) (batch.Chunk, error)
 }
 
@@ -34,7 +35,7 @@ func newRun() string { return ids.Secret(9) }
 // picks its continuation (nil for none): an entry at it, or at a chunk
 // read as taken, is stale (a plan that ran again put it; docs/design.md
 // "Scheduling") and is dropped, and the next one picked, up to maxPicks.
-func pick(ctx context.Context, s SchedStore, model string, slots, shard int, lease time.Time, self *batch.Chunk) (*store.Claim, error) {
+func pick(ctx context.Context, s SchedStore, model string, slots, shard int, lease time.Time, self *batch.Chunk) (*sched.Claim, error) {
 	for range maxPicks {
 		r, ok, err := s.ReadyHead(ctx, model)
 		if err != nil || !ok {
@@ -45,7 +46,7 @@ func pick(ctx context.Context, s SchedStore, model string, slots, shard int, lea
 			return nil, err
 		}
 		if open {
-			return &store.Claim{Entry: r, After: after, Run: newRun(), Slots: slots, Shard: shard, Lease: lease}, nil
+			return &sched.Claim{Entry: r, After: after, Run: newRun(), Slots: slots, Shard: shard, Lease: lease}, nil
 		}
 		if err := s.DeleteReady(ctx, r); err != nil {
 			return nil, err
@@ -58,7 +59,7 @@ func pick(ctx context.Context, s SchedStore, model string, slots, shard int, lea
 // and whether r's chunk may be claimed: it is not self, and, when read (a
 // mixed-model batch's, for its NextSame), it is pending. A chunk taken but
 // not read fails its claim's condition instead (raced).
-func following(ctx context.Context, s SchedStore, r store.Ready, self *batch.Chunk) (int, bool, error) {
+func following(ctx context.Context, s SchedStore, r sched.Ready, self *batch.Chunk) (int, bool, error) {
 	if self != nil && r.Batch == self.Batch && r.Next == self.Index {
 		return 0, false, nil
 	}
@@ -78,7 +79,7 @@ func following(ctx context.Context, s SchedStore, r store.Ready, self *batch.Chu
 // raced handles a claim of c that failed with store.ErrRaced: when the
 // entry is still the head, its chunk was not pending (a drain claimed it),
 // so the entry is stale and goes.
-func raced(ctx context.Context, s SchedStore, c *store.Claim) error {
+func raced(ctx context.Context, s SchedStore, c *sched.Claim) error {
 	r, ok, err := s.ReadyHead(ctx, c.Entry.Model)
 	if err != nil || !ok || r.SK() != c.Entry.SK() || r.Next != c.Entry.Next {
 		return err // it moved on: another claim stepped it
@@ -96,7 +97,7 @@ func (e *Engine) start(ctx context.Context, model string) error {
 	if !ok {
 		return nil
 	}
-	quotas := store.Quotas(m.MaxConcurrency)
+	quotas := sched.Quotas(m.MaxConcurrency)
 	free, err := e.Store.FreeSlots(ctx, model, quotas)
 	if err != nil {
 		return err

@@ -14,20 +14,21 @@ import (
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/queue"
+	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/store"
 )
 
 // fakeSched is a hand-written SchedStore: a ready index per model and chunks.
 type fakeSched struct {
-	ready  map[string][]store.Ready
+	ready  map[string][]sched.Ready
 	chunks map[int]batch.Chunk
 	gets   int
 }
 
-func (f *fakeSched) ReadyHead(_ context.Context, model string) (store.Ready, bool, error) {
+func (f *fakeSched) ReadyHead(_ context.Context, model string) (sched.Ready, bool, error) {
 	rs := f.ready[model]
 	if len(rs) == 0 {
-		return store.Ready{}, false, nil
+		return sched.Ready{}, false, nil
 	}
 	head := rs[0]
 	for _, r := range rs[1:] {
@@ -38,7 +39,7 @@ func (f *fakeSched) ReadyHead(_ context.Context, model string) (store.Ready, boo
 	return head, true, nil
 }
 
-func (f *fakeSched) DeleteReady(_ context.Context, r store.Ready) error {
+func (f *fakeSched) DeleteReady(_ context.Context, r sched.Ready) error {
 	rs := f.ready[r.Model]
 	for i := range rs {
 		if rs[i].SK() == r.SK() {
@@ -59,7 +60,7 @@ func TestPick(t *testing.T) {
 	lease := time.Unix(1000, 0)
 	tests := []struct {
 		name      string
-		ready     []store.Ready
+		ready     []sched.Ready
 		chunks    map[int]batch.Chunk
 		wantBatch string
 		wantNext  int
@@ -69,17 +70,17 @@ func TestPick(t *testing.T) {
 		{name: "nothing waits"},
 		{
 			name:      "higher priority first",
-			ready:     []store.Ready{{Model: "m", Batch: "low", Priority: 0, Next: 0, Total: 5}, {Model: "m", Batch: "high", Priority: 5, Seq: 9, Next: 3, Total: 5}},
+			ready:     []sched.Ready{{Model: "m", Batch: "low", Priority: 0, Next: 0, Total: 5}, {Model: "m", Batch: "high", Priority: 5, Seq: 9, Next: 3, Total: 5}},
 			wantBatch: "high", wantNext: 3, wantAfter: 4,
 		},
 		{
 			name:      "equal priority: the batch that has had fewest",
-			ready:     []store.Ready{{Model: "m", Batch: "a", Seq: 7, Next: 7, Total: 20}, {Model: "m", Batch: "b", Seq: 2, Next: 2, Total: 3}},
+			ready:     []sched.Ready{{Model: "m", Batch: "a", Seq: 7, Next: 7, Total: 20}, {Model: "m", Batch: "b", Seq: 2, Next: 2, Total: 3}},
 			wantBatch: "b", wantNext: 2, wantAfter: -1,
 		},
 		{
 			name:      "mixed-model batch steps through its model's chunks",
-			ready:     []store.Ready{{Model: "m", Batch: "x", Next: 1, Total: 6, Mixed: true}},
+			ready:     []sched.Ready{{Model: "m", Batch: "x", Next: 1, Total: 6, Mixed: true}},
 			chunks:    map[int]batch.Chunk{1: {Index: 1, NextSame: 4, State: batch.ChunkPending}},
 			wantBatch: "x", wantNext: 1, wantAfter: 4, wantGets: 1,
 		},
@@ -87,7 +88,7 @@ func TestPick(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			f := &fakeSched{ready: map[string][]store.Ready{"m": tt.ready}, chunks: tt.chunks}
+			f := &fakeSched{ready: map[string][]sched.Ready{"m": tt.ready}, chunks: tt.chunks}
 			c, err := pick(context.Background(), f, "m", 8, 0, lease, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -110,28 +111,28 @@ func TestPick(t *testing.T) {
 
 func TestRacedDropsStaleEntry(t *testing.T) {
 	t.Parallel()
-	stale := store.Ready{Model: "m", Batch: "drained", Next: 2, Total: 5}
-	f := &fakeSched{ready: map[string][]store.Ready{"m": {stale, {Model: "m", Batch: "other", Seq: 1, Total: 1}}}}
+	stale := sched.Ready{Model: "m", Batch: "drained", Next: 2, Total: 5}
+	f := &fakeSched{ready: map[string][]sched.Ready{"m": {stale, {Model: "m", Batch: "other", Seq: 1, Total: 1}}}}
 	// The entry is still the head after the claim failed: its chunk was
 	// claimed by a drain, so the entry goes.
-	if err := raced(context.Background(), f, &store.Claim{Entry: stale}); err != nil {
+	if err := raced(context.Background(), f, &sched.Claim{Entry: stale}); err != nil {
 		t.Fatal(err)
 	}
 	if h, _, _ := f.ReadyHead(context.Background(), "m"); h.Batch != "other" {
 		t.Fatalf("head after raced: got %s, want other", h.Batch)
 	}
 	// An entry that moved on (another claimer stepped it) stays.
-	moved := store.Ready{Model: "m", Batch: "other", Seq: 0, Total: 1}
-	if err := raced(context.Background(), f, &store.Claim{Entry: moved}); err != nil {
+	moved := sched.Ready{Model: "m", Batch: "other", Seq: 0, Total: 1}
+	if err := raced(context.Background(), f, &sched.Claim{Entry: moved}); err != nil {
 		t.Fatal(err)
 	}
 	if len(f.ready["m"]) != 1 {
 		t.Fatalf("the moved entry was deleted: %+v", f.ready["m"])
 	}
 	// Same key, but it points at a later chunk now: it stays too.
-	stepped := store.Ready{Model: "m", Batch: "other", Seq: 1, Total: 1, Next: 0}
+	stepped := sched.Ready{Model: "m", Batch: "other", Seq: 1, Total: 1, Next: 0}
 	f.ready["m"][0].Next = 1
-	if err := raced(context.Background(), f, &store.Claim{Entry: stepped}); err != nil {
+	if err := raced(context.Background(), f, &sched.Claim{Entry: stepped}); err != nil {
 		t.Fatal(err)
 	}
 	if len(f.ready["m"]) != 1 {
@@ -179,17 +180,17 @@ type fakePool struct {
 	Store
 	*fakeSched
 	inflight []int
-	claims   []store.Claim
+	claims   []sched.Claim
 	// full makes the next claims on a shard find it full, as when others
 	// took its slots after FreeSlots read them.
 	full map[int]int
 }
 
-func (f *fakePool) ReadyHead(ctx context.Context, model string) (store.Ready, bool, error) {
+func (f *fakePool) ReadyHead(ctx context.Context, model string) (sched.Ready, bool, error) {
 	return f.fakeSched.ReadyHead(ctx, model)
 }
 
-func (f *fakePool) DeleteReady(ctx context.Context, r store.Ready) error {
+func (f *fakePool) DeleteReady(ctx context.Context, r sched.Ready) error {
 	return f.fakeSched.DeleteReady(ctx, r)
 }
 
@@ -205,7 +206,7 @@ func (f *fakePool) FreeSlots(_ context.Context, _ string, quotas []int) ([]int, 
 	return free, nil
 }
 
-func (f *fakePool) ClaimFromPool(_ context.Context, c store.Claim, quota int) error {
+func (f *fakePool) ClaimFromPool(_ context.Context, c sched.Claim, quota int) error {
 	if f.full[c.Shard] > 0 {
 		f.full[c.Shard]--
 		return store.ErrNoCapacity
@@ -253,34 +254,34 @@ func (q *fakeQueue) ExtendVisibility(context.Context, string, string, time.Durat
 // found full moves it to the next; every claim's work message is sent.
 func TestStartClaimsInOrderWithinCapacity(t *testing.T) {
 	t.Parallel()
-	entry := func(b string, prio, total int) store.Ready {
-		return store.Ready{Model: "m", Tenant: "t", Batch: b, Priority: prio, Total: total}
+	entry := func(b string, prio, total int) sched.Ready {
+		return sched.Ready{Model: "m", Tenant: "t", Batch: b, Priority: prio, Total: total}
 	}
 	tests := []struct {
 		name     string
 		maxConc  int
 		inflight []int
 		full     map[int]int
-		ready    []store.Ready
+		ready    []sched.Ready
 		want     []string // batch/chunk:slots@shard, in claim order
 	}{
 		{"higher priority first", 128, []int{0}, nil,
-			[]store.Ready{entry("a", 0, 3), entry("b", 5, 2)},
+			[]sched.Ready{entry("a", 0, 3), entry("b", 5, 2)},
 			[]string{"b/0:32@0", "b/1:32@0", "a/0:32@0", "a/1:32@0"}},
 		{"equal priorities take turns", 128, []int{0}, nil,
-			[]store.Ready{entry("a", 0, 3), entry("b", 0, 3)},
+			[]sched.Ready{entry("a", 0, 3), entry("b", 0, 3)},
 			[]string{"a/0:32@0", "b/0:32@0", "a/1:32@0", "b/1:32@0"}},
 		{"the last claim takes what is free", 40, []int{0}, nil,
-			[]store.Ready{entry("a", 0, 5)},
+			[]sched.Ready{entry("a", 0, 5)},
 			[]string{"a/0:32@0", "a/1:8@0"}},
 		{"slots already in flight count", 64, []int{60}, nil,
-			[]store.Ready{entry("a", 0, 5)},
+			[]sched.Ready{entry("a", 0, 5)},
 			[]string{"a/0:4@0"}},
 		{"chunks run out first", 128, []int{0}, nil,
-			[]store.Ready{entry("a", 0, 1)},
+			[]sched.Ready{entry("a", 0, 1)},
 			[]string{"a/0:32@0"}},
 		{"a shard found full moves on to the next", 2000, []int{0, 990}, map[int]int{0: 1},
-			[]store.Ready{entry("a", 0, 5)},
+			[]sched.Ready{entry("a", 0, 5)},
 			[]string{"a/0:10@1"}},
 	}
 	for _, tt := range tests {
@@ -290,7 +291,7 @@ func TestStartClaimsInOrderWithinCapacity(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			f := &fakePool{fakeSched: &fakeSched{ready: map[string][]store.Ready{"m": tt.ready}}, inflight: tt.inflight, full: tt.full}
+			f := &fakePool{fakeSched: &fakeSched{ready: map[string][]sched.Ready{"m": tt.ready}}, inflight: tt.inflight, full: tt.full}
 			q := &fakeQueue{}
 			e := testEngine(&Engine{Store: f, Queue: q, Models: models, Log: slog.New(slog.DiscardHandler)})
 			if err := e.start(context.Background(), "m"); err != nil {
@@ -388,7 +389,7 @@ func TestTickSurvivesABadItem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ready := map[string][]store.Ready{
+	ready := map[string][]sched.Ready{
 		"a": {{Model: "a", Tenant: "t", Batch: "ra", Total: 1}},
 		"b": {{Model: "b", Tenant: "t", Batch: "rb", Total: 1}},
 		"c": {{Model: "c", Tenant: "t", Batch: "rc", Total: 1}},

@@ -11,7 +11,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/queue"
-	"github.com/relaybatch/relay/internal/store"
+	"github.com/relaybatch/relay/internal/sched"
 )
 
 // settleFaults is a runsTable whose first commit of chunk 0 takes effect
@@ -24,7 +24,7 @@ type settleFaults struct {
 	getFails atomic.Int32
 }
 
-func (f *settleFaults) CommitChunk(ctx context.Context, tenant string, cm store.Commit) error {
+func (f *settleFaults) CommitChunk(ctx context.Context, tenant string, cm sched.Commit) error {
 	err := f.runsTable.CommitChunk(ctx, tenant, cm)
 	if cm.Chunk.Index == 0 && err == nil {
 		f.once.Do(func() {

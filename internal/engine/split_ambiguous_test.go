@@ -9,7 +9,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/queue"
-	"github.com/relaybatch/relay/internal/store"
+	"github.com/relaybatch/relay/internal/sched"
 )
 
 // afterSplitTable is a runsTable whose first CommitSplit takes effect and
@@ -20,7 +20,7 @@ type afterSplitTable struct {
 	once sync.Once
 }
 
-func (f *afterSplitTable) CommitSplit(ctx context.Context, tenant string, cm store.Commit, rest batch.Chunk, run string, lease time.Time) error {
+func (f *afterSplitTable) CommitSplit(ctx context.Context, tenant string, cm sched.Commit, rest batch.Chunk, run string, lease time.Time) error {
 	err := f.runsTable.CommitSplit(ctx, tenant, cm, rest, run, lease)
 	f.once.Do(func() {
 		if err == nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/store"
 )
 
@@ -296,7 +297,7 @@ func deliver(t *testing.T, s *Service, f *fakes) {
 func TestFlowAllRefused(t *testing.T) {
 	t.Parallel()
 	s, f, mock := newFlow(t, 4, `,"relay":{"refused":"no"}`)
-	if _, err := s.Start(context.Background(), f.b, []store.Ready{{Model: "nat", Batch: f.b.ID}}); err != nil {
+	if _, err := s.Start(context.Background(), f.b, []sched.Ready{{Model: "nat", Batch: f.b.ID}}); err != nil {
 		t.Fatal(err)
 	}
 	deliver(t, s, f)
@@ -321,7 +322,7 @@ func TestFlowModelOutsideTheAllowList(t *testing.T) {
 	t.Parallel()
 	s, f, mock := newFlow(t, 4, "")
 	f.allowed = func(m string) bool { return m != "nat" }
-	if _, err := s.Start(context.Background(), f.b, []store.Ready{{Model: "nat", Batch: f.b.ID}}); err != nil {
+	if _, err := s.Start(context.Background(), f.b, []sched.Ready{{Model: "nat", Batch: f.b.ID}}); err != nil {
 		t.Fatal(err)
 	}
 	deliver(t, s, f)
@@ -346,7 +347,7 @@ func TestFlowDeliversEachRowOnce(t *testing.T) {
 	t.Parallel()
 	s, f, mock := newFlow(t, 10, "")
 	ctx := context.Background()
-	rest, err := s.Start(ctx, f.b, []store.Ready{{Model: "nat", Batch: f.b.ID}, {Model: "direct", Batch: f.b.ID}})
+	rest, err := s.Start(ctx, f.b, []sched.Ready{{Model: "nat", Batch: f.b.ID}, {Model: "direct", Batch: f.b.ID}})
 	if err != nil || len(rest) != 1 || rest[0].Model != "direct" {
 		t.Fatalf("Start: got %+v, %v; want the direct model's entry back", rest, err)
 	}
@@ -390,7 +391,7 @@ func TestFlowDuplicatePollImportsOnce(t *testing.T) {
 	t.Parallel()
 	s, f, mock := newFlow(t, 6, "")
 	ctx := context.Background()
-	if _, err := s.Start(ctx, f.b, []store.Ready{{Model: "nat", Batch: f.b.ID}}); err != nil {
+	if _, err := s.Start(ctx, f.b, []sched.Ready{{Model: "nat", Batch: f.b.ID}}); err != nil {
 		t.Fatal(err)
 	}
 	entered, release := make(chan struct{}), make(chan struct{})
@@ -459,7 +460,7 @@ func TestDeadGroupRetriedUntilItsChunksAreSent(t *testing.T) {
 	t.Parallel()
 	s, f, _ := newFlow(t, 6, "")
 	ctx := context.Background()
-	if _, err := s.Start(ctx, f.b, []store.Ready{{Model: "nat", Batch: f.b.ID}}); err != nil {
+	if _, err := s.Start(ctx, f.b, []sched.Ready{{Model: "nat", Batch: f.b.ID}}); err != nil {
 		t.Fatal(err)
 	}
 	submit := f.take()
@@ -562,7 +563,7 @@ func TestFlowRefusedAtSubmit(t *testing.T) {
 			t.Parallel()
 			s, f, mock := newFlow(t, 4, "")
 			tc.refuse(governed(f))
-			if _, err := s.Start(context.Background(), f.b, []store.Ready{{Model: "nat", Batch: f.b.ID}}); err != nil {
+			if _, err := s.Start(context.Background(), f.b, []sched.Ready{{Model: "nat", Batch: f.b.ID}}); err != nil {
 				t.Fatal(err)
 			}
 			deliver(t, s, f)
@@ -589,7 +590,7 @@ func TestFlowImportRefusesRescueRows(t *testing.T) {
 			t.Parallel()
 			s, f, mock := newFlow(t, 6, "")
 			state := governed(f)
-			if _, err := s.Start(context.Background(), f.b, []store.Ready{{Model: "nat", Batch: f.b.ID}}); err != nil {
+			if _, err := s.Start(context.Background(), f.b, []sched.Ready{{Model: "nat", Batch: f.b.ID}}); err != nil {
 				t.Fatal(err)
 			}
 			handleSent(t, s, f) // the submit
@@ -620,7 +621,7 @@ func TestFlowRefusedWhileRunningCancels(t *testing.T) {
 			t.Parallel()
 			s, f, mock := newFlowOn(t, mockup.Options{BatchDelay: time.Hour}, 6, "")
 			state := governed(f)
-			if _, err := s.Start(context.Background(), f.b, []store.Ready{{Model: "nat", Batch: f.b.ID}}); err != nil {
+			if _, err := s.Start(context.Background(), f.b, []sched.Ready{{Model: "nat", Batch: f.b.ID}}); err != nil {
 				t.Fatal(err)
 			}
 			handleSent(t, s, f) // the submit

@@ -10,7 +10,7 @@ import (
 	"github.com/relaybatch/relay/internal/endpoint"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/resources"
-	"github.com/relaybatch/relay/internal/store"
+	"github.com/relaybatch/relay/internal/sched"
 )
 
 // takes reports whether b's rows of model go to the provider's batch API.
@@ -31,8 +31,8 @@ func (s *Service) takes(b batch.Batch, model string) bool {
 // submit, and returns the ready entries of the other models. It may run
 // again for the same batch (a plan retried): the groups are the same and
 // a submit of a group under way changes nothing.
-func (s *Service) Start(ctx context.Context, b batch.Batch, entries []store.Ready) ([]store.Ready, error) {
-	var rest []store.Ready
+func (s *Service) Start(ctx context.Context, b batch.Batch, entries []sched.Ready) ([]sched.Ready, error) {
+	var rest []sched.Ready
 	taken := map[string]bool{}
 	for _, r := range entries {
 		if s.takes(b, r.Model) {

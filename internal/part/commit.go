@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"sync"
 	"time"
 
@@ -13,24 +14,21 @@ import (
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/resources"
-	"github.com/relaybatch/relay/internal/store"
+	"github.com/relaybatch/relay/internal/sched"
 )
 
 // Commit is the part of chunk c from its rows' lines, once every row is
 // set, and the commit that records it: the chunk's pattern and part sizes,
 // the rows' counts, and their usage under the UTC day of now. It returns
 // the part's objects by kind ("out", "err", "usage"; batch.Chunk.Parts).
-func Commit(c batch.Chunk, rows *Lines, deadLetters int64, now time.Time) (map[string]Object, store.Commit, error) {
+func Commit(c batch.Chunk, rows *Lines, deadLetters int64, now time.Time) (map[string]Object, sched.Commit, error) {
 	objs, p, err := rows.part()
 	if err != nil {
-		return nil, store.Commit{}, err
+		return nil, sched.Commit{}, err
 	}
 	c.Pattern, c.OutBytes, c.ErrBytes = p.Pattern, objs["out"].Size, objs["err"].Size
-	cm := store.Commit{Chunk: c, Completed: p.Completed, Failed: p.Failed, Expired: p.Expired, Cancelled: p.Cancelled,
-		DeadLetters: deadLetters, Usage: p.Tokens, UsageByModel: map[string]store.UsageAgg{}, Day: now.UTC().Format("2006-01-02")}
-	for m, u := range p.ByModel {
-		cm.UsageByModel[m] = store.UsageAgg(u)
-	}
+	cm := sched.Commit{Chunk: c, Completed: p.Completed, Failed: p.Failed, Expired: p.Expired, Cancelled: p.Cancelled,
+		DeadLetters: deadLetters, Usage: p.Tokens, UsageByModel: maps.Clone(p.ByModel), Day: now.UTC().Format("2006-01-02")}
 	_, tag := Kept(rows.b, 0)
 	for k, o := range objs {
 		o.Tag = tag
@@ -74,7 +72,7 @@ func KeptUntil(b batch.Batch, partsExpiry time.Duration) int64 {
 // Write writes a commit's part objects, those with bytes, under its chunk's
 // keys (batch.Chunk.Parts) with their expiry class (Kept), side by side,
 // and returns the keys written (those that were, when one failed).
-func Write(ctx context.Context, p blob.Putter, cm store.Commit, objs map[string]Object) ([]string, error) {
+func Write(ctx context.Context, p blob.Putter, cm sched.Commit, objs map[string]Object) ([]string, error) {
 	var (
 		mu      sync.Mutex
 		wg      sync.WaitGroup

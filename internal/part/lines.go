@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/sched"
 )
 
 // SpillAt is how many bytes of lines a Lines keeps in memory before it
@@ -47,7 +48,7 @@ type span struct {
 // NewLines returns the Lines of chunk c's rows of batch b, each line's id
 // that of its input row (c.Row); usage events carry now.
 func NewLines(b batch.Batch, c batch.Chunk, now time.Time) *Lines {
-	return &Lines{b: b, c: c, w: builder{b: b, now: now, p: Part{ByModel: map[string]ModelUsage{}}}, spans: make([]span, c.Rows)}
+	return &Lines{b: b, c: c, w: builder{b: b, now: now, p: Part{ByModel: map[string]sched.UsageAgg{}}}, spans: make([]span, c.Rows)}
 }
 
 // LinesOf returns the Lines of outs, the outcomes of chunk c's rows of
@@ -70,7 +71,7 @@ func (l *Lines) Set(i int, o Outcome) {
 	if l.err != nil || i >= len(l.spans) || l.spans[i].n > 0 {
 		return
 	}
-	rw := builder{b: l.w.b, now: l.w.now, p: Part{ByModel: map[string]ModelUsage{}}}
+	rw := builder{b: l.w.b, now: l.w.now, p: Part{ByModel: map[string]sched.UsageAgg{}}}
 	line, letter := rw.render(LineID(l.b.ID, l.c.Row(i)), o)
 	line = append(line, '\n')
 	if l.file == nil && l.mem.Len()+len(line) > SpillAt {
@@ -115,7 +116,7 @@ func (l *Lines) Keep(answered []bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	kept := l.spans[:0]
-	p := Part{ByModel: map[string]ModelUsage{}}
+	p := Part{ByModel: map[string]sched.UsageAgg{}}
 	var usage bytes.Buffer
 	for i, s := range l.spans {
 		if i < len(answered) && answered[i] {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/sched"
 )
 
 // Line is one line of an output or error file, as OpenAI writes them
@@ -112,12 +113,7 @@ type Part struct {
 	Expired, Cancelled int64 // rows of Outcome.Expired, Outcome.Cancelled
 	Tokens             batch.Usage
 	// ByModel is the requests and tokens of each model that answered.
-	ByModel map[string]ModelUsage
-}
-
-// ModelUsage is one model's requests and tokens in a part.
-type ModelUsage struct {
-	Requests, Input, Output, Total int64
+	ByModel map[string]sched.UsageAgg
 }
 
 // LineID is the stable id of row row's line in batch batchID.

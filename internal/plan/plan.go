@@ -9,7 +9,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/jsonl"
-	"github.com/relaybatch/relay/internal/store"
+	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/workflow"
 )
 
@@ -105,7 +105,7 @@ func SplitInput(input io.Reader, opts jsonl.Options, k *Chunker, norm io.Writer)
 // LinkChunks sets each chunk's NextSame (the batch's next chunk of the
 // same model) and returns the batch's ready entries, one per
 // model, each at the model's first chunk.
-func LinkChunks(chunks []batch.Chunk, priority int) []store.Ready {
+func LinkChunks(chunks []batch.Chunk, priority int) []sched.Ready {
 	last := map[string]int{}
 	for i := len(chunks) - 1; i >= 0; i-- {
 		c := &chunks[i]
@@ -123,19 +123,19 @@ func LinkChunks(chunks []batch.Chunk, priority int) []store.Ready {
 // (docs/design.md "Scheduling"): a plan that runs again after claims
 // took some of its chunks must not point an entry at one of them, or a
 // commit of that chunk would pick its own chunk as its continuation.
-func ReadyEntries(chunks []batch.Chunk, priority int) []store.Ready {
+func ReadyEntries(chunks []batch.Chunk, priority int) []sched.Ready {
 	models := map[string]bool{}
 	for _, c := range chunks {
 		models[c.Model] = true
 	}
-	var entries []store.Ready
+	var entries []sched.Ready
 	for _, c := range chunks {
 		taken := c.State == batch.ChunkClaimed || c.State == batch.ChunkDone
 		if taken || !models[c.Model] {
 			continue
 		}
 		models[c.Model] = false // the model's first chunk not taken
-		entries = append(entries, store.Ready{Model: c.Model, Tenant: c.Tenant, Batch: c.Batch, Priority: priority,
+		entries = append(entries, sched.Ready{Model: c.Model, Tenant: c.Tenant, Batch: c.Batch, Priority: priority,
 			Next: c.Index, Total: len(chunks), Mixed: len(models) > 1})
 	}
 	return entries

@@ -20,12 +20,7 @@ import (
 // ErrBatchNotFound is returned for a missing batch.
 var ErrBatchNotFound = errors.New("store: batch not found")
 
-const (
-	activePK = "ACTIVE"
-	// priorityBase turns priorities (-maxPriority…maxPriority) into sort
-	// keys that put the highest first.
-	priorityBase = 1_000_000
-)
+const activePK = "ACTIVE"
 
 func batchPK(tenant string) string { return tenantPK(tenant) }
 func batchSK(id string) string     { return "BATCH#" + id }

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/sched"
 )
 
 // The execution fence (docs/design.md "Scheduling", fence): a claimed
@@ -102,7 +103,7 @@ func (s *Store) ReleaseFence(ctx context.Context, batchID string, chunk int, exe
 // and rest put claimed by run restRun until lease for c's slots and shard.
 // Errors as CommitChunk's: ErrChunkDone (not this run's), ErrRaced (the
 // batch has another chunk count: read it again and number rest anew).
-func (s *Store) CommitSplit(ctx context.Context, tenant string, c Commit, rest batch.Chunk, restRun string, lease time.Time) error {
+func (s *Store) CommitSplit(ctx context.Context, tenant string, c sched.Commit, rest batch.Chunk, restRun string, lease time.Time) error {
 	ch := c.Chunk
 	// CommitChunk's items, for a commit that is never the last and whose
 	// slots stay with rest: given back by no item.

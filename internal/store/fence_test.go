@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/sched"
 )
 
 // TestFenceConditions: the execution fence on a chunk item, against the
@@ -107,8 +108,8 @@ func TestCommitSplit(t *testing.T) {
 		c.Attempt, c.Pattern, c.Rows, c.End = "att", "oooe", 4, c.Start+40
 		rest := batch.Chunk{Batch: b.ID, Tenant: "t", Index: index, Start: c.End, End: c.Start + 100, FirstRow: c.FirstRow + 4, Rows: 6,
 			Model: "m", NextSame: -1}
-		return s.CommitSplit(ctx, "t", Commit{Chunk: c, Completed: 3, Failed: 1, Day: "2026-12-01",
-			UsageByModel: map[string]UsageAgg{"m": {Requests: 4}}}, rest, fmt.Sprint("split", index), lease)
+		return s.CommitSplit(ctx, "t", sched.Commit{Chunk: c, Completed: 3, Failed: 1, Day: "2026-12-01",
+			UsageByModel: map[string]sched.UsageAgg{"m": {Requests: 4}}}, rest, fmt.Sprint("split", index), lease)
 	}
 	if err := split(0, 2); err != nil {
 		t.Fatalf("split chunk 0: %v", err)
@@ -192,7 +193,7 @@ func TestCommitSplitKeepsTheAnsweredRows(t *testing.T) {
 	done.Attempt, done.Pattern, done.Rows = "att", "ooo", 3
 	done.Spans = []batch.Span{{Start: 0, End: 10, Row: 0, Rows: 1}, {Start: 20, End: 40, Row: 2, Rows: 2}}
 	rest := batch.Chunk{Batch: b.ID, Tenant: "t", Index: 1, Start: 10, End: 20, FirstRow: 1, Rows: 1, Model: "m", NextSame: -1}
-	if err := s.CommitSplit(ctx, "t", Commit{Chunk: done, Completed: 3, Day: "2026-12-01"}, rest, "split1", lease); err != nil {
+	if err := s.CommitSplit(ctx, "t", sched.Commit{Chunk: done, Completed: 3, Day: "2026-12-01"}, rest, "split1", lease); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.GetChunk(ctx, b.ID, 0)

@@ -13,6 +13,7 @@ import (
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/jsonl"
+	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/webhook"
 )
 
@@ -67,10 +68,10 @@ func TestKeyFormats(t *testing.T) {
 		{"usage partition", usagePK("acme"), "USAGE#acme"},
 		{"usage sort key", usageSK("2024-05-01", "gpt-4o"), "2024-05-01#gpt-4o"},
 		{"ready partition", readyPK("gpt-4o"), "READY#gpt-4o"},
-		{"ready entry, priority 0", Ready{Batch: "batch_1", Seq: 2}.SK(), "1000000#000000000002#batch_1"},
-		{"ready entry, priority 1000", Ready{Batch: "batch_1", Priority: 1000, Seq: 2}.SK(), "0999000#000000000002#batch_1"},
-		{"ready entry, priority -1000", Ready{Batch: "batch_1", Priority: -1000}.SK(), "1001000#000000000000#batch_1"},
-		{"ready prefix", readyPrefix(5), "0999995#"},
+		{"ready entry, priority 0", sched.Ready{Batch: "batch_1", Seq: 2}.SK(), "1000000#000000000002#batch_1"},
+		{"ready entry, priority 1000", sched.Ready{Batch: "batch_1", Priority: 1000, Seq: 2}.SK(), "0999000#000000000002#batch_1"},
+		{"ready entry, priority -1000", sched.Ready{Batch: "batch_1", Priority: -1000}.SK(), "1001000#000000000000#batch_1"},
+		{"ready prefix", sched.ReadyPrefix(5), "0999995#"},
 		{"capacity partition", str(capKey["pk"]), "MODEL#gpt-4o"},
 		{"capacity shard", str(capKey["sk"]), "CAP#007"},
 		{"due sort key", dueSK(1_700_000_000, "acme", "batch_1"), "1700000000#batch_1#acme"},
@@ -109,9 +110,9 @@ func TestSortKeysFollowNumbers(t *testing.T) {
 			return str(batchIndexes(&batch.Batch{ID: "z", Status: batch.InProgress, CreatedAt: int64(n)})["gsi1sk"])
 		},
 		"lease":      func(n int) string { return leaseAt(1_700_000_000_000 + int64(n)) },
-		"ready turn": func(n int) string { return Ready{Batch: "z", Seq: int64(n)}.SK() },
+		"ready turn": func(n int) string { return sched.Ready{Batch: "z", Seq: int64(n)}.SK() },
 		// Higher priorities come first.
-		"ready priority": func(n int) string { return Ready{Batch: "a", Priority: 1000 - n}.SK() },
+		"ready priority": func(n int) string { return sched.Ready{Batch: "a", Priority: 1000 - n}.SK() },
 	}
 	for name, sk := range keys {
 		var got []string
@@ -126,22 +127,8 @@ func TestSortKeysFollowNumbers(t *testing.T) {
 		}
 	}
 	// A batch's id never moves it in the index: the number comes first.
-	if !(dueSK(99, "t", "zzzz") < dueSK(100, "t", "aaaa") && Ready{Batch: "zzz", Seq: 1}.SK() < Ready{Batch: "aaa", Seq: 2}.SK()) {
+	if !(dueSK(99, "t", "zzzz") < dueSK(100, "t", "aaaa") && sched.Ready{Batch: "zzz", Seq: 1}.SK() < sched.Ready{Batch: "aaa", Seq: 2}.SK()) {
 		t.Error("a batch id outweighs the number before it")
-	}
-}
-
-// PutReady finds the head of a priority's turn with begins_with
-// readyPrefix: every entry of that priority, and only those, starts with it.
-func TestReadyPrefix(t *testing.T) {
-	t.Parallel()
-	for _, p := range []int{-1000, -1, 0, 1, 5, 999, 1000} {
-		for _, q := range []int{-1000, -1, 0, 1, 5, 999, 1000} {
-			sk := Ready{Batch: "batch_1", Priority: q, Seq: 42}.SK()
-			if got := strings.HasPrefix(sk, readyPrefix(p)); got != (p == q) {
-				t.Errorf("entry of priority %d (%s) under prefix of %d: %v", q, sk, p, got)
-			}
-		}
 	}
 }
 
@@ -365,7 +352,7 @@ func TestRecordItems(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ready := Ready{Model: "gpt-4o", Tenant: "acme", Batch: "batch_1", Priority: 3, Seq: 17, Next: 4, Mixed: true, Total: 9}
+	ready := sched.Ready{Model: "gpt-4o", Tenant: "acme", Batch: "batch_1", Priority: 3, Seq: 17, Next: 4, Mixed: true, Total: 9}
 	readyIt := readyItem(ready)
 	wh := WebhookDeliveries{Batch: "batch_1", EventID: "evt_1", Count: 3, FirstAttempt: time.Unix(1_700_000_000, 0).UTC(), GaveUp: true,
 		Attempts: []webhook.Attempt{{N: 1, At: 1, StatusCode: 500, DurationMS: 30}, {N: 2, At: 2, Error: "timeout", Permanent: true}}}
@@ -496,26 +483,26 @@ func txKeys(tx []types.TransactWriteItem) []string {
 func TestPoolClaimItems(t *testing.T) {
 	t.Parallel()
 	s := &Store{Table: "relay"}
-	entry := Ready{Model: "gpt-4o", Tenant: "acme", Batch: "batch_1", Priority: 0, Seq: 4, Next: 2, Total: 5}
+	entry := sched.Ready{Model: "gpt-4o", Tenant: "acme", Batch: "batch_1", Priority: 0, Seq: 4, Next: 2, Total: 5}
 	lease := time.UnixMilli(1_700_000_060_000)
 	moved := entry
 	moved.Next, moved.Seq = 3, 5
 	tests := []struct {
 		name  string
-		c     Claim
+		c     sched.Claim
 		quota int
 		want  []string
 	}{
 		{
-			name: "slots from shard 1, the entry moves on", c: Claim{Entry: entry, After: 3, Run: "run_1", Slots: 8, Shard: 1, Lease: lease}, quota: 100,
+			name: "slots from shard 1, the entry moves on", c: sched.Claim{Entry: entry, After: 3, Run: "run_1", Slots: 8, Shard: 1, Lease: lease}, quota: 100,
 			want: []string{"update MODEL#gpt-4o/CAP#001", "update B#batch_1/CHUNK#000002", "delete READY#gpt-4o/" + entry.SK(), "put READY#gpt-4o/" + moved.SK()},
 		},
 		{
-			name: "the batch's last chunk of the model: the entry goes", c: Claim{Entry: entry, After: -1, Run: "run_1", Slots: 8, Lease: lease}, quota: 100,
+			name: "the batch's last chunk of the model: the entry goes", c: sched.Claim{Entry: entry, After: -1, Run: "run_1", Slots: 8, Lease: lease}, quota: 100,
 			want: []string{"update MODEL#gpt-4o/CAP#000", "update B#batch_1/CHUNK#000002", "delete READY#gpt-4o/" + entry.SK()},
 		},
 		{
-			name: "no slots: no capacity item", c: Claim{Entry: entry, After: 3, Run: "run_1", Lease: lease}, quota: 100,
+			name: "no slots: no capacity item", c: sched.Claim{Entry: entry, After: 3, Run: "run_1", Lease: lease}, quota: 100,
 			want: []string{"update B#batch_1/CHUNK#000002", "delete READY#gpt-4o/" + entry.SK(), "put READY#gpt-4o/" + moved.SK()},
 		},
 	}
@@ -542,7 +529,7 @@ func TestPoolClaimItems(t *testing.T) {
 				t.Errorf("chunk claim: %s %v", *cu.ConditionExpression, v)
 			}
 			if len(tx) == 3 {
-				var r Ready
+				var r sched.Ready
 				if _, err := fromItem(tx[2].Put.Item, &r); err != nil || r != moved {
 					t.Errorf("moved entry: got %+v, %v; want %+v", r, err, moved)
 				}
@@ -557,31 +544,31 @@ func TestCommitItems(t *testing.T) {
 	chunk := batch.Chunk{Batch: "batch_1", Tenant: "acme", Index: 2, Model: "gpt-4o", Run: "run_1", Attempt: "run_1",
 		Pattern: "oe", OutBytes: 10, ErrBytes: 20, Slots: 8, Shard: 1}
 	due := time.Unix(1_700_000_020, 0)
-	next := &Claim{Entry: Ready{Model: "gpt-4o", Tenant: "acme", Batch: "batch_1", Seq: 1, Next: 3, Total: 5}, After: -1, Run: "run_1", Slots: 8, Shard: 1, Lease: due}
+	next := &sched.Claim{Entry: sched.Ready{Model: "gpt-4o", Tenant: "acme", Batch: "batch_1", Seq: 1, Next: 3, Total: 5}, After: -1, Run: "run_1", Slots: 8, Shard: 1, Lease: due}
 	tests := []struct {
 		name string
-		c    Commit
+		c    sched.Commit
 		want []string
 	}{
 		{
 			name: "not the last: the slots go back to the shard",
-			c:    Commit{Chunk: chunk, Completed: 1, Failed: 1, ChunksTotal: 5},
+			c:    sched.Commit{Chunk: chunk, Completed: 1, Failed: 1, ChunksTotal: 5},
 			want: []string{"update B#batch_1/CHUNK#000002", "update T#acme/BATCH#batch_1", "update MODEL#gpt-4o/CAP#001"},
 		},
 		{
 			name: "the last, with usage of one model",
-			c: Commit{Chunk: chunk, Completed: 2, ChunksTotal: 5, Last: true, FinalizeDue: due, Day: "2024-05-01",
-				UsageByModel: map[string]UsageAgg{"gpt-4o": {Requests: 2, Input: 10, Output: 5, Total: 15}}},
+			c: sched.Commit{Chunk: chunk, Completed: 2, ChunksTotal: 5, Last: true, FinalizeDue: due, Day: "2024-05-01",
+				UsageByModel: map[string]sched.UsageAgg{"gpt-4o": {Requests: 2, Input: 10, Output: 5, Total: 15}}},
 			want: []string{"update B#batch_1/CHUNK#000002", "update T#acme/BATCH#batch_1", "update USAGE#acme/2024-05-01#gpt-4o", "update MODEL#gpt-4o/CAP#001"},
 		},
 		{
 			name: "slots handed on to the next chunk",
-			c:    Commit{Chunk: chunk, ChunksTotal: 5, Next: next},
+			c:    sched.Commit{Chunk: chunk, ChunksTotal: 5, Next: next},
 			want: []string{"update B#batch_1/CHUNK#000002", "update T#acme/BATCH#batch_1", "update B#batch_1/CHUNK#000003", "delete READY#gpt-4o/" + next.Entry.SK()},
 		},
 		{
 			name: "a chunk that held no slots",
-			c:    Commit{Chunk: batch.Chunk{Batch: "batch_1", Index: 0, Run: "r"}, ChunksTotal: 1, Last: true, FinalizeDue: due},
+			c:    sched.Commit{Chunk: batch.Chunk{Batch: "batch_1", Index: 0, Run: "r"}, ChunksTotal: 1, Last: true, FinalizeDue: due},
 			want: []string{"update B#batch_1/CHUNK#000000", "update T#acme/BATCH#batch_1"},
 		},
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/relaybatch/relay/internal/backoff"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/resources"
+	"github.com/relaybatch/relay/internal/sched"
 )
 
 // The scheduling items (docs/design.md "Scheduling"):
@@ -58,26 +59,8 @@ var (
 	ErrCommitUnknown = errors.New("store: commit outcome unknown")
 )
 
-// capShardSlots bounds one capacity item's slots, so the writes on one
-// item stay far below what DynamoDB sustains on a single item
-// (docs/design.md "Hot items").
-const capShardSlots = 1000
-
 // leaseShards spreads the sparse lease index over this many partitions.
 const leaseShards = 4
-
-// Quotas splits slots (a model's max_concurrency) into capacity shards of at most capShardSlots,
-// as evenly as possible; their sum is slots, so max_concurrency stays exact.
-func Quotas(slots int) []int {
-	q := make([]int, max((slots+capShardSlots-1)/capShardSlots, 1))
-	for i := range q {
-		q[i] = slots / len(q)
-		if i < slots%len(q) {
-			q[i]++
-		}
-	}
-	return q
-}
 
 func capPK(model string) string { return "MODEL#" + model }
 
@@ -86,43 +69,10 @@ func capShardKey(model string, shard int) item {
 	return key(capPK(model), fmt.Sprintf("CAP#%03d", shard))
 }
 
-// Ready is one entry of a model's ready index: a batch with chunks of the
-// model left to claim, Next the first of them.
-type Ready struct {
-	Model    string `dynamodbav:"model"`
-	Tenant   string `dynamodbav:"tenant"`
-	Batch    string `dynamodbav:"batch"`
-	Priority int    `dynamodbav:"priority"`
-	Seq      int64  `dynamodbav:"seq"`
-	Next     int    `dynamodbav:"next"`
-	// Mixed says the batch has chunks of other models too: the chunk after
-	// Next is then read from Next's NextSame, not Next+1.
-	Mixed bool `dynamodbav:"mixed"`
-	Total int  `dynamodbav:"total"`
-	// Fallback marks the entry of one chunk of fallback rows
-	// (Commit.Fallback): its key is its own, so the claims that move the
-	// batch's entry of the model on never write over it.
-	Fallback bool `dynamodbav:"fallback,omitempty"`
-}
-
 func readyPK(model string) string { return "READY#" + model }
 
-// SK orders entries: highest priority first, then the batch that has had
-// the fewest chunks of this model (its sequence), so equal priorities take
-// turns.
-func (r Ready) SK() string {
-	sk := readyPrefix(r.Priority) + fmt.Sprintf("%012d#%s", r.Seq, r.Batch)
-	if r.Fallback {
-		sk += fmt.Sprintf("#f%09d", r.Next)
-	}
-	return sk
-}
-
-// readyPrefix begins the sort key of every entry of priority p.
-func readyPrefix(p int) string { return fmt.Sprintf("%07d#", priorityBase-p) }
-
 // ReadyHead returns the entry of model owed the next chunk.
-func (s *Store) ReadyHead(ctx context.Context, model string) (Ready, bool, error) {
+func (s *Store) ReadyHead(ctx context.Context, model string) (sched.Ready, bool, error) {
 	out, err := s.DB.Query(ctx, &dynamodb.QueryInput{
 		TableName:                 &s.Table,
 		KeyConditionExpression:    aws.String("pk = :pk"),
@@ -131,14 +81,14 @@ func (s *Store) ReadyHead(ctx context.Context, model string) (Ready, bool, error
 		Limit:                     aws.Int32(1),
 	})
 	if err != nil {
-		return Ready{}, false, fmt.Errorf("ready head of %s: %w", model, err)
+		return sched.Ready{}, false, fmt.Errorf("ready head of %s: %w", model, err)
 	}
 	if len(out.Items) == 0 {
-		return Ready{}, false, nil
+		return sched.Ready{}, false, nil
 	}
-	var r Ready
+	var r sched.Ready
 	if err := attributevalue.UnmarshalMap(out.Items[0], &r); err != nil {
-		return Ready{}, false, fmt.Errorf("ready head of %s: %w", model, err)
+		return sched.Ready{}, false, fmt.Errorf("ready head of %s: %w", model, err)
 	}
 	return r, true, nil
 }
@@ -155,25 +105,25 @@ func (s *Store) JoinSeq(ctx context.Context, model string, priority int) (int64,
 }
 
 // priorityHead is the entry at the head of model's entries of priority.
-func (s *Store) priorityHead(ctx context.Context, model string, priority int) (Ready, bool, error) {
+func (s *Store) priorityHead(ctx context.Context, model string, priority int) (sched.Ready, bool, error) {
 	out, err := s.DB.Query(ctx, &dynamodb.QueryInput{
 		TableName:              &s.Table,
 		KeyConditionExpression: aws.String("pk = :pk AND begins_with(sk, :p)"),
 		ExpressionAttributeValues: item{
-			":pk": avS(readyPK(model)), ":p": avS(readyPrefix(priority)),
+			":pk": avS(readyPK(model)), ":p": avS(sched.ReadyPrefix(priority)),
 		},
 		ConsistentRead: aws.Bool(true),
 		Limit:          aws.Int32(1),
 	})
 	if err != nil {
-		return Ready{}, false, fmt.Errorf("ready index of %s: %w", model, err)
+		return sched.Ready{}, false, fmt.Errorf("ready index of %s: %w", model, err)
 	}
 	if len(out.Items) == 0 {
-		return Ready{}, false, nil
+		return sched.Ready{}, false, nil
 	}
-	var head Ready
+	var head sched.Ready
 	if err := attributevalue.UnmarshalMap(out.Items[0], &head); err != nil {
-		return Ready{}, false, fmt.Errorf("ready index of %s: %w", model, err)
+		return sched.Ready{}, false, fmt.Errorf("ready index of %s: %w", model, err)
 	}
 	return head, true, nil
 }
@@ -182,7 +132,7 @@ func (s *Store) priorityHead(ctx context.Context, model string, priority int) (R
 // chunk it points at is pending. It joins the turn of its priority where
 // it stands (JoinSeq), so a new batch neither waits for nor starves the
 // others.
-func (s *Store) PutReady(ctx context.Context, r Ready) error {
+func (s *Store) PutReady(ctx context.Context, r sched.Ready) error {
 	head, ok, err := s.priorityHead(ctx, r.Model, r.Priority)
 	if err != nil {
 		return err
@@ -214,7 +164,7 @@ func (s *Store) PutReady(ctx context.Context, r Ready) error {
 // DeleteReady removes an entry (one whose chunks turned out to be claimed).
 // It deletes the entry only while it still points at r.Next: one that
 // moved on since it was read stays.
-func (s *Store) DeleteReady(ctx context.Context, r Ready) error {
+func (s *Store) DeleteReady(ctx context.Context, r sched.Ready) error {
 	_, err := s.DB.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.Table, Key: key(readyPK(r.Model), r.SK()),
 		ConditionExpression:       aws.String("#next = :next"),
 		ExpressionAttributeNames:  map[string]string{"#next": "next"},
@@ -227,32 +177,12 @@ func (s *Store) DeleteReady(ctx context.Context, r Ready) error {
 	return nil
 }
 
-func readyItem(r Ready) item {
+func readyItem(r sched.Ready) item {
 	it, _ := attributevalue.MarshalMap(r) // plain fields: cannot fail
 	for k, v := range key(readyPK(r.Model), r.SK()) {
 		it[k] = v
 	}
 	return it
-}
-
-// Claim takes chunk Entry.Next for a run.
-type Claim struct {
-	Entry Ready
-	// After is the entry's chunk after Next; -1 removes the entry.
-	After int
-	Run   string
-	Slots int
-	Shard int
-	Lease time.Time
-	// Exec, if set, is the execution that runs the claimed chunk: the
-	// claim takes the run's fence for it (docs/design.md "Scheduling",
-	// continuations), so it starts without a fence take of its own.
-	Exec string
-}
-
-// Next is the work message of the claimed chunk.
-func (c Claim) Next() batch.Next {
-	return batch.Next{Tenant: c.Entry.Tenant, Batch: c.Entry.Batch, Chunk: c.Entry.Next, Run: c.Run, Attempt: 1}
 }
 
 func leasePK(shard int) string { return fmt.Sprintf("LEASE#%d", shard) }
@@ -271,7 +201,7 @@ func leaseAttrs(batchID string, chunk int, lease time.Time) (pk, sk types.Attrib
 }
 
 // claimItems are a claim's writes: the chunk, and the ready entry moved on.
-func (s *Store) claimItems(c Claim) []types.TransactWriteItem {
+func (s *Store) claimItems(c sched.Claim) []types.TransactWriteItem {
 	lpk, lsk := leaseAttrs(c.Entry.Batch, c.Entry.Next, c.Lease)
 	items := []types.TransactWriteItem{
 		{Update: &types.Update{
@@ -306,7 +236,7 @@ func (s *Store) claimItems(c Claim) []types.TransactWriteItem {
 // poolClaimItems are ClaimFromPool's writes: the slots taken from the
 // capacity shard (first, when there are any: ClaimFromPool tells a full
 // shard by its index), then the claim's.
-func (s *Store) poolClaimItems(c Claim, quota int) []types.TransactWriteItem {
+func (s *Store) poolClaimItems(c sched.Claim, quota int) []types.TransactWriteItem {
 	items := []types.TransactWriteItem{{Update: &types.Update{
 		TableName: &s.Table, Key: capShardKey(c.Entry.Model, c.Shard),
 		UpdateExpression:          aws.String("ADD inflight :n"),
@@ -322,7 +252,7 @@ func (s *Store) poolClaimItems(c Claim, quota int) []types.TransactWriteItem {
 // ClaimFromPool claims a chunk with slots taken from a capacity shard of
 // quota slots: ErrNoCapacity when the shard is full, ErrRaced when the
 // entry moved meanwhile.
-func (s *Store) ClaimFromPool(ctx context.Context, c Claim, quota int) error {
+func (s *Store) ClaimFromPool(ctx context.Context, c sched.Claim, quota int) error {
 	err := s.transact(ctx, "", s.poolClaimItems(c, quota))
 	if failed, ok := conditionFailed(err); ok {
 		if c.Slots > 0 && failed == 0 {
@@ -359,46 +289,6 @@ func (s *Store) ClaimAlone(ctx context.Context, c batch.Chunk, run string, lease
 	return nil
 }
 
-// Commit is what a finished chunk adds to its batch, and where its slots go.
-type Commit struct {
-	Chunk       batch.Chunk // with Run, Attempt, Pattern, OutBytes, ErrBytes set
-	Completed   int64
-	Failed      int64
-	Expired     int64 // rows that got batch_expired
-	Cancelled   int64 // rows that got batch_cancelled
-	DeadLetters int64
-	Usage       batch.Usage
-	// UsageByModel aggregates per model for the tenant's daily usage.
-	UsageByModel map[string]UsageAgg
-	Day          string // YYYY-MM-DD (UTC) the usage is recorded under
-	// ChunksTotal is the batch's; Last says this commit is its last chunk's
-	// (then FinalizeDue is recorded for the tick).
-	ChunksTotal int
-	Last        bool
-	FinalizeDue time.Time
-	// Next claims the chunk the slots go on to; nil gives them back.
-	Next *Claim
-	// Fallback, if set, is a new chunk of the rows of Chunk owed their
-	// fallback (docs/design.md "Scheduling", fallback rows): Chunk is then
-	// cut to its other rows (plan.Split), and the commit is never its
-	// batch's last.
-	Fallback *FallbackChunk
-}
-
-// FallbackChunk is a chunk a commit adds, pending, with its ready entry.
-type FallbackChunk struct {
-	// Chunk's Index is the batch's chunk count, the commit's condition.
-	Chunk batch.Chunk
-	// Ready is the chunk's entry in its model's index: Next its index,
-	// Total one more, so its claim removes it (engine's following).
-	Ready Ready
-}
-
-// UsageAgg is one model's usage in a chunk.
-type UsageAgg struct {
-	Requests, Input, Output, Total int64
-}
-
 // txItems are a transaction's items, each with the error its condition
 // failing means (nil: it has none), so a cancellation maps to an error by
 // the item, never by a position counted elsewhere.
@@ -430,7 +320,7 @@ func (t txItems) failed(err error) (error, bool) {
 // (ErrRaced) or the slots given back, then the fallback chunk and its
 // ready entry (ErrRenumber). The same commit always gives the same items
 // in the same order.
-func (s *Store) commitItems(tenant string, c Commit) txItems {
+func (s *Store) commitItems(tenant string, c sched.Commit) txItems {
 	ch := c.Chunk
 	var next types.AttributeValue = &types.AttributeValueMemberNULL{Value: true}
 	if c.Next != nil {
@@ -550,7 +440,7 @@ func addChunk(bu *types.Update, total int) {
 // with another transaction is retried, never reported; a retry of a commit
 // that took effect although its call failed is recognised by the caller
 // from the chunk's run (see Engine.commit).
-func (s *Store) CommitChunk(ctx context.Context, tenant string, c Commit) error {
+func (s *Store) CommitChunk(ctx context.Context, tenant string, c sched.Commit) error {
 	ch := c.Chunk
 	if fb := c.Fallback; fb != nil && c.Next != nil && c.Next.Entry.Batch == ch.Batch && c.Next.Entry.Next == fb.Chunk.Index {
 		// The chunk numbered so exists (a transaction may not name an
@@ -578,7 +468,7 @@ func (s *Store) CommitChunk(ctx context.Context, tenant string, c Commit) error 
 
 // fallbackKey names a commit's fallback chunk for its token: its number and
 // its entry's.
-func fallbackKey(fb *FallbackChunk) string {
+func fallbackKey(fb *sched.FallbackChunk) string {
 	if fb == nil {
 		return ""
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/sched"
 )
 
 // The conformance suite of the scheduling methods (docs/design.md
@@ -31,7 +32,7 @@ func newSchedTable(t *testing.T) schedTable {
 
 // addBatch records an in-progress batch of n pending chunks of model m,
 // its chunks and its ready entry at chunk 0.
-func (s schedTable) addBatch(id string, priority, n int) Ready {
+func (s schedTable) addBatch(id string, priority, n int) sched.Ready {
 	s.t.Helper()
 	exp := time.Now().Add(time.Hour).Unix()
 	b := batch.Batch{ID: id, Tenant: tenant, Status: batch.InProgress, Endpoint: "/v1/chat/completions",
@@ -42,7 +43,7 @@ func (s schedTable) addBatch(id string, priority, n int) Ready {
 	if err := s.PutChunks(s.ctx, pendingChunks(id, n)); err != nil {
 		s.t.Fatal(err)
 	}
-	r := Ready{Model: "m", Tenant: tenant, Batch: id, Priority: priority, Total: n}
+	r := sched.Ready{Model: "m", Tenant: tenant, Batch: id, Priority: priority, Total: n}
 	if err := s.PutReady(s.ctx, r); err != nil {
 		s.t.Fatal(err)
 	}
@@ -57,7 +58,7 @@ func pendingChunks(id string, n int) []batch.Chunk {
 	return cs
 }
 
-func (s schedTable) head() Ready {
+func (s schedTable) head() sched.Ready {
 	s.t.Helper()
 	r, ok, err := s.ReadyHead(s.ctx, "m")
 	if err != nil || !ok {
@@ -86,15 +87,15 @@ func (s schedTable) inflight() int {
 
 // claimOf is the claim of r's chunk for run with slots, the entry moving
 // to the next chunk (none after the last).
-func claimOf(r Ready, run string, slots int, lease time.Time) Claim {
+func claimOf(r sched.Ready, run string, slots int, lease time.Time) sched.Claim {
 	after := r.Next + 1
 	if after >= r.Total {
 		after = -1
 	}
-	return Claim{Entry: r, After: after, Run: run, Slots: slots, Lease: lease}
+	return sched.Claim{Entry: r, After: after, Run: run, Slots: slots, Lease: lease}
 }
 
-func (s schedTable) claim(r Ready, run string, slots int, lease time.Time) batch.Chunk {
+func (s schedTable) claim(r sched.Ready, run string, slots int, lease time.Time) batch.Chunk {
 	s.t.Helper()
 	if err := s.ClaimFromPool(s.ctx, claimOf(r, run, slots, lease), 4); err != nil {
 		s.t.Fatalf("claim chunk %d of %s: %v", r.Next, r.Batch, err)
@@ -104,10 +105,10 @@ func (s schedTable) claim(r Ready, run string, slots int, lease time.Time) batch
 
 // commitOf is a commit of claimed chunk c: 5 completed rows, usage of two
 // models.
-func commitOf(c batch.Chunk, attempt string) Commit {
+func commitOf(c batch.Chunk, attempt string) sched.Commit {
 	c.Attempt, c.Pattern = attempt, "ooooo"
-	return Commit{Chunk: c, Completed: 5, Day: "2026-12-01", ChunksTotal: 3,
-		UsageByModel: map[string]UsageAgg{"m": {Requests: 4}, "m-fallback": {Requests: 1}, "m-third": {Requests: 1}}}
+	return sched.Commit{Chunk: c, Completed: 5, Day: "2026-12-01", ChunksTotal: 3,
+		UsageByModel: map[string]sched.UsageAgg{"m": {Requests: 4}, "m-fallback": {Requests: 1}, "m-third": {Requests: 1}}}
 }
 
 func wantErr(t *testing.T, what string, got, want error) {
@@ -165,7 +166,7 @@ func TestSchedConformanceClaimFromPool(t *testing.T) {
 	wantErr(t, "claim of a stale entry", s.ClaimFromPool(s.ctx, claimOf(a, "run-x", 1, lease), 4), ErrRaced)
 	// An entry at a chunk that is not pending (written directly: PutReady
 	// writes none).
-	stale := Ready{Model: "m", Tenant: tenant, Batch: "batch_a", Seq: 50, Next: 0, Total: 3}
+	stale := sched.Ready{Model: "m", Tenant: tenant, Batch: "batch_a", Seq: 50, Next: 0, Total: 3}
 	if _, err := s.DB.PutItem(s.ctx, &dynamodb.PutItemInput{TableName: &s.Table, Item: readyItem(stale)}); err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +207,7 @@ func TestSchedConformanceCommitChunk(t *testing.T) {
 	wantErr(t, "commit by another run", s.CommitChunk(s.ctx, tenant, other), ErrChunkDone)
 
 	cm := commitOf(c0, "att-0")
-	staleNext := claimOf(Ready{Model: "m", Tenant: tenant, Batch: "batch_a", Next: 1, Total: 3}, "run-1", 2, lease)
+	staleNext := claimOf(sched.Ready{Model: "m", Tenant: tenant, Batch: "batch_a", Next: 1, Total: 3}, "run-1", 2, lease)
 	cm.Next = &staleNext
 	wantErr(t, "commit whose continuation moved", s.CommitChunk(s.ctx, tenant, cm), ErrRaced)
 	if c := s.chunk("batch_a", 0); c.State != batch.ChunkClaimed {
@@ -405,10 +406,10 @@ func TestCommitItemsDeterministic(t *testing.T) {
 // fallbackOf is the chunk of a batch's rows 2 and 4 (of chunk 0's five,
 // rows a line of 5 bytes each) owed fallback model "f", at index i, and
 // its ready entry at seq.
-func fallbackOf(id string, i int, seq int64) *FallbackChunk {
+func fallbackOf(id string, i int, seq int64) *sched.FallbackChunk {
 	c := batch.Chunk{Batch: id, Tenant: tenant, Index: i, Model: "f", State: batch.ChunkPending, Fallback: true, NextSame: -1,
 		Start: 10, End: 25, FirstRow: 2, Rows: 2, Spans: batch.Spans{{Start: 10, End: 15, Row: 2, Rows: 1}, {Start: 20, End: 25, Row: 4, Rows: 1}}}
-	return &FallbackChunk{Chunk: c, Ready: Ready{Model: "f", Tenant: tenant, Batch: id, Seq: seq, Next: i, Total: i + 1, Fallback: true}}
+	return &sched.FallbackChunk{Chunk: c, Ready: sched.Ready{Model: "f", Tenant: tenant, Batch: id, Seq: seq, Next: i, Total: i + 1, Fallback: true}}
 }
 
 // TestSchedConformanceCommitWithFallback: a commit whose chunk's rows 2

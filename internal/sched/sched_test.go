@@ -1,7 +1,8 @@
-package store
+package sched
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -38,5 +39,19 @@ func TestReadyOrder(t *testing.T) {
 	early, late := Ready{Batch: "y", Seq: 9}, Ready{Batch: "b", Seq: 10}
 	if !(hi.SK() < lo.SK() && lo.SK() < neg.SK() && early.SK() < late.SK()) {
 		t.Fatalf("order: %s %s %s %s %s", hi.SK(), lo.SK(), neg.SK(), early.SK(), late.SK())
+	}
+}
+
+// store.PutReady finds the head of a priority's turn with begins_with
+// ReadyPrefix: every entry of that priority, and only those, starts with it.
+func TestReadyPrefix(t *testing.T) {
+	t.Parallel()
+	for _, p := range []int{-1000, -1, 0, 1, 5, 999, 1000} {
+		for _, q := range []int{-1000, -1, 0, 1, 5, 999, 1000} {
+			sk := Ready{Batch: "batch_1", Priority: q, Seq: 42}.SK()
+			if got := strings.HasPrefix(sk, ReadyPrefix(p)); got != (p == q) {
+				t.Errorf("entry of priority %d (%s) under prefix of %d: %v", q, sk, p, got)
+			}
+		}
 	}
 }
