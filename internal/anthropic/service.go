@@ -31,6 +31,7 @@ import (
 	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/ids"
+	"github.com/relaybatch/relay/internal/inference"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/provider"
@@ -655,11 +656,11 @@ func upstreamError(status int, body []byte) (typ, message string) {
 func errorTypeOfCode(code string) string {
 	status := http.StatusInternalServerError // dead_letter, connection_error, api_key_unavailable, …
 	switch code {
-	case provider.CodeModelNotFound:
+	case inference.CodeModelNotFound:
 		status = http.StatusNotFound
-	case provider.CodeCrossShapeDispatch, provider.CodeInvalidRequest, provider.CodeModelNotAllowed:
+	case inference.CodeCrossShapeDispatch, inference.CodeInvalidRequest, inference.CodeModelNotAllowed:
 		status = http.StatusBadRequest
-	case provider.CodeRequestTimeout:
+	case inference.CodeRequestTimeout:
 		status = http.StatusGatewayTimeout
 	}
 	return wire.ErrorType(status)

@@ -12,6 +12,7 @@ import (
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/endpoint"
 	"github.com/relaybatch/relay/internal/errs"
+	"github.com/relaybatch/relay/internal/inference"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/provider"
@@ -294,7 +295,7 @@ func TestMessageRowsAllowList(t *testing.T) {
 		t.Fatalf("allowed request's body %s", reqs[0].Body)
 	}
 	res := (&provider.Client{Models: s.Batches.Models}).Do(t.Context(), endpoint.Messages, reqs[1].Body, provider.Route{})
-	if res.ErrCode != provider.CodeInvalidRequest || !strings.Contains(res.ErrMessage, "model_not_allowed") {
+	if res.ErrCode != inference.CodeInvalidRequest || !strings.Contains(res.ErrMessage, "model_not_allowed") {
 		t.Fatalf("request b: %s %q, want refused unsent with model_not_allowed", res.ErrCode, res.ErrMessage)
 	}
 }

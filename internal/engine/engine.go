@@ -18,6 +18,7 @@ import (
 	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/files"
+	"github.com/relaybatch/relay/internal/inference"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/plan"
@@ -78,7 +79,7 @@ type Queue interface {
 
 // Provider calls the models (internal/provider).
 type Provider interface {
-	Do(ctx context.Context, endpoint string, body json.RawMessage, route provider.Route) provider.Result
+	Do(ctx context.Context, endpoint string, body json.RawMessage, route provider.Route) inference.Result
 }
 
 // Governor is what a tenant's budget and a batch's key allow (docs/design.md

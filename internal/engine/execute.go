@@ -15,6 +15,7 @@ import (
 	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/fanout"
 	"github.com/relaybatch/relay/internal/ids"
+	"github.com/relaybatch/relay/internal/inference"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/part"
@@ -849,11 +850,11 @@ func (r *chunkRun) rows(e *Engine, rowDone func()) fanout.Rows {
 	}
 	return fanout.Rows{
 		Model: r.c.Model, Ctx: r.ctx, Bodies: bodies,
-		Send: func(ctx context.Context, body json.RawMessage) provider.Result {
+		Send: func(ctx context.Context, body json.RawMessage) inference.Result {
 			if !r.inLease(e) {
 				// keepLease's timer may fire late: the clock decides.
 				r.stop()
-				return provider.Result{ErrCode: provider.CodeRequestCancelled, ErrMessage: "the run's lease ended"}
+				return inference.Result{ErrCode: inference.CodeRequestCancelled, ErrMessage: "the run's lease ended"}
 			}
 			ctx = provider.WithAnthropic(ctx, provider.Anthropic{Betas: r.b.AnthropicBetas, UserProfile: r.b.UserProfileID})
 			return e.Provider.Do(provider.WithRun(ctx, r.c.Run, func() time.Time { return time.UnixMilli(r.lease.Load()) }), endpoint, body, route)
@@ -875,7 +876,7 @@ func (r *chunkRun) rows(e *Engine, rowDone func()) fanout.Rows {
 			rowDone()
 			return true
 		},
-		Done: func(i int, res provider.Result, sent bool) {
+		Done: func(i int, res inference.Result, sent bool) {
 			// A row stopped for want of time or lease, or cut short in
 			// flight, has no answer: it runs again. One owed its fallback
 			// has none either: it runs in the fallback's chunk.

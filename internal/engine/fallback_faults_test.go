@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybatch/relay/internal/inference"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/queue"
@@ -22,11 +23,11 @@ type slowProvider struct {
 	delay time.Duration
 }
 
-func (s slowProvider) Do(ctx context.Context, ep string, body json.RawMessage, route provider.Route) provider.Result {
+func (s slowProvider) Do(ctx context.Context, ep string, body json.RawMessage, route provider.Route) inference.Result {
 	select {
 	case <-time.After(s.delay):
 	case <-ctx.Done():
-		return provider.Result{ErrCode: provider.CodeRequestCancelled, ErrMessage: "cut short"}
+		return inference.Result{ErrCode: inference.CodeRequestCancelled, ErrMessage: "cut short"}
 	}
 	return s.p.Do(ctx, ep, body, route)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/inference"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/queue"
 )
@@ -24,7 +25,7 @@ type fallbackProvider struct {
 	failAll bool             // every row of x fails, not only odd ones
 }
 
-func (p *fallbackProvider) Do(_ context.Context, _ string, body json.RawMessage, route provider.Route) provider.Result {
+func (p *fallbackProvider) Do(_ context.Context, _ string, body json.RawMessage, route provider.Route) inference.Result {
 	var row struct {
 		Model string `json:"model"`
 		N     int    `json:"n"`
@@ -35,8 +36,8 @@ func (p *fallbackProvider) Do(_ context.Context, _ string, body json.RawMessage,
 		p.sent[model] = append(p.sent[model], row.N)
 		p.mu.Unlock()
 	}
-	ok := func(model string, fallback bool) provider.Result {
-		return provider.Result{StatusCode: 200, Model: model, Fallback: fallback,
+	ok := func(model string, fallback bool) inference.Result {
+		return inference.Result{StatusCode: 200, Model: model, Fallback: fallback,
 			Body: json.RawMessage(`{"id":"chatcmpl-1","usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)}
 	}
 	if route.On != "" {
@@ -48,7 +49,7 @@ func (p *fallbackProvider) Do(_ context.Context, _ string, body json.RawMessage,
 	case row.Model != "x" || (row.N%2 == 0 && !p.failAll):
 		return ok(row.Model, false)
 	case route.Defer:
-		return provider.Result{StatusCode: 503, Model: "x", FallbackTo: "y", Body: json.RawMessage(`{"error":{"message":"overloaded"}}`)}
+		return inference.Result{StatusCode: 503, Model: "x", FallbackTo: "y", Body: json.RawMessage(`{"error":{"message":"overloaded"}}`)}
 	}
 	record("y")
 	return ok("y", true)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/inference"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/queue"
@@ -74,12 +75,12 @@ type countingProvider struct {
 	route provider.Route
 }
 
-func (p *countingProvider) Do(_ context.Context, _ string, _ json.RawMessage, route provider.Route) provider.Result {
+func (p *countingProvider) Do(_ context.Context, _ string, _ json.RawMessage, route provider.Route) inference.Result {
 	p.calls.Add(1)
 	p.mu.Lock()
 	p.route = route
 	p.mu.Unlock()
-	return provider.Result{StatusCode: 200, Body: json.RawMessage(`{"ok":true}`), Model: "m"}
+	return inference.Result{StatusCode: 200, Body: json.RawMessage(`{"ok":true}`), Model: "m"}
 }
 
 // fakeGovernor refuses every chunk with code (none when ""); allowed is

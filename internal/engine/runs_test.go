@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/inference"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/queue"
@@ -211,7 +212,7 @@ func newPeakProvider(delay time.Duration) *peakProvider {
 		at: map[int]time.Time{}, now: time.Now}
 }
 
-func (p *peakProvider) Do(ctx context.Context, _ string, body json.RawMessage, _ provider.Route) provider.Result {
+func (p *peakProvider) Do(ctx context.Context, _ string, body json.RawMessage, _ provider.Route) inference.Result {
 	var row struct {
 		Model string `json:"model"`
 		N     int    `json:"n"`
@@ -231,9 +232,9 @@ func (p *peakProvider) Do(ctx context.Context, _ string, body json.RawMessage, _
 	select {
 	case <-time.After(p.delay):
 	case <-ctx.Done():
-		return provider.Result{ErrCode: provider.CodeRequestCancelled, ErrMessage: "cut short"}
+		return inference.Result{ErrCode: inference.CodeRequestCancelled, ErrMessage: "cut short"}
 	}
-	return provider.Result{StatusCode: 200, Model: row.Model,
+	return inference.Result{StatusCode: 200, Model: row.Model,
 		Body: json.RawMessage(`{"id":"chatcmpl-1","usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)}
 }
 

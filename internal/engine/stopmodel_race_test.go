@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/fanout"
+	"github.com/relaybatch/relay/internal/inference"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/provider"
 )
@@ -37,11 +38,11 @@ type afterStop struct {
 	late    atomic.Int32
 }
 
-func (f *afterStop) Do(ctx context.Context, _ string, _ json.RawMessage, _ provider.Route) provider.Result {
+func (f *afterStop) Do(ctx context.Context, _ string, _ json.RawMessage, _ provider.Route) inference.Result {
 	if f.stopped.Load() && ctx.Err() == nil {
 		f.late.Add(1)
 	}
-	return provider.Result{StatusCode: 200, Body: json.RawMessage(`{"id":"chatcmpl-1"}`)}
+	return inference.Result{StatusCode: 200, Body: json.RawMessage(`{"id":"chatcmpl-1"}`)}
 }
 
 // TestRunStartingBesideStopModelIsStopped: a run of model x whose start

@@ -10,7 +10,7 @@ import (
 	"encoding/json"
 	"sync"
 
-	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/inference"
 )
 
 // Rows is one chunk's rows as Send sends them.
@@ -22,7 +22,7 @@ type Rows struct {
 	Ctx    context.Context
 	Bodies []json.RawMessage
 	// Send sends one row's body upstream (the provider's Do).
-	Send func(ctx context.Context, body json.RawMessage) provider.Result
+	Send func(ctx context.Context, body json.RawMessage) inference.Result
 	// Settle, if set, may answer row i without a request before it waits
 	// for a slot (a cancel, the end of the window); it reports whether it
 	// did.
@@ -30,7 +30,7 @@ type Rows struct {
 	// Done gets the answer of every row Settle did not answer: in the
 	// row's goroutine, before its slot is freed. sent is false (and res
 	// empty) for a row Ctx stopped before it got a slot.
-	Done func(i int, res provider.Result, sent bool)
+	Done func(i int, res inference.Result, sent bool)
 }
 
 // Send sends rows to the provider in order, each request in a goroutine of
@@ -45,7 +45,7 @@ func Send(p *Pool, wg *sync.WaitGroup, f Rows) {
 			continue
 		}
 		if !p.Acquire(f.Ctx, f.Model) {
-			f.Done(i, provider.Result{}, false)
+			f.Done(i, inference.Result{}, false)
 			continue
 		}
 		wg.Go(func() {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/inference"
 )
 
 func TestFanOutStaysWithinTheSlotsHeld(t *testing.T) {
@@ -25,7 +25,7 @@ func TestFanOutStaysWithinTheSlotsHeld(t *testing.T) {
 	var wg sync.WaitGroup
 	Send(p, &wg, Rows{
 		Ctx: context.Background(), Bodies: bodies,
-		Send: func(_ context.Context, body json.RawMessage) provider.Result {
+		Send: func(_ context.Context, body json.RawMessage) inference.Result {
 			n := inflight.Add(1)
 			for {
 				old := peak.Load()
@@ -35,7 +35,7 @@ func TestFanOutStaysWithinTheSlotsHeld(t *testing.T) {
 			}
 			time.Sleep(2 * time.Millisecond)
 			inflight.Add(-1)
-			return provider.Result{StatusCode: 200, Body: body}
+			return inference.Result{StatusCode: 200, Body: body}
 		},
 		Settle: func(i int) bool {
 			if i%5 == 4 {
@@ -44,7 +44,7 @@ func TestFanOutStaysWithinTheSlotsHeld(t *testing.T) {
 			}
 			return false
 		},
-		Done: func(i int, r provider.Result, sent bool) {
+		Done: func(i int, r inference.Result, sent bool) {
 			if sent {
 				res[i] = string(r.Body)
 			}
@@ -74,11 +74,11 @@ func TestFanOutStopsRowsWaitingWhenItsContextEnds(t *testing.T) {
 	var wg sync.WaitGroup
 	Send(p, &wg, Rows{
 		Ctx: ctx, Bodies: make([]json.RawMessage, 5),
-		Send: func(context.Context, json.RawMessage) provider.Result {
+		Send: func(context.Context, json.RawMessage) inference.Result {
 			cancel() // the run loses its lease while its first row is in flight
-			return provider.Result{}
+			return inference.Result{}
 		},
-		Done: func(_ int, _ provider.Result, ok bool) {
+		Done: func(_ int, _ inference.Result, ok bool) {
 			if ok {
 				sent.Add(1)
 			} else {
@@ -206,7 +206,7 @@ func TestSlotPoolAccountsPerModel(t *testing.T) {
 						left.Store(int64(c.rows))
 						Send(p, &rows, Rows{
 							Model: model, Ctx: context.Background(), Bodies: make([]json.RawMessage, c.rows),
-							Send: func(context.Context, json.RawMessage) provider.Result {
+							Send: func(context.Context, json.RawMessage) inference.Result {
 								mu.Lock()
 								inflight[model]++
 								peak[model] = max(peak[model], inflight[model])
@@ -218,9 +218,9 @@ func TestSlotPoolAccountsPerModel(t *testing.T) {
 								mu.Lock()
 								inflight[model]--
 								mu.Unlock()
-								return provider.Result{}
+								return inference.Result{}
 							},
-							Done: func(int, provider.Result, bool) {
+							Done: func(int, inference.Result, bool) {
 								if left.Add(-1) == 0 {
 									commits.Go(func() {
 										p.Finish(model, c.slots)

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/anthropic/wire"
-	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/inference"
 )
 
 // anthropicBatches is Anthropic's Message Batches API (wire objects:
@@ -147,7 +147,7 @@ func (a anthropicBatches) results(ctx context.Context, r remote, fn func(string,
 		if err := json.Unmarshal(line, &mr); err != nil {
 			return fmt.Errorf("result of %s: %w", r.id, err)
 		}
-		res := provider.Result{Model: a.model.Name, Attempts: 1, RequestID: "req_" + r.id + "_" + mr.CustomID}
+		res := inference.Result{Model: a.model.Name, Attempts: 1, RequestID: "req_" + r.id + "_" + mr.CustomID}
 		switch o := mr.Result; {
 		case o.Type == "succeeded":
 			res.StatusCode, res.Body = http.StatusOK, o.Message

@@ -20,6 +20,7 @@ import (
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/govern"
+	"github.com/relaybatch/relay/internal/inference"
 	"github.com/relaybatch/relay/internal/mockup"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/part"
@@ -303,8 +304,8 @@ func TestFlowAllRefused(t *testing.T) {
 	deliver(t, s, f)
 	for i := range len(f.chunks) {
 		for j, o := range f.commits[i] {
-			if o.Result.ErrCode != provider.CodeInvalidRequest {
-				t.Fatalf("chunk %d row %d: got %+v, want %s", i, j, o.Result, provider.CodeInvalidRequest)
+			if o.Result.ErrCode != inference.CodeInvalidRequest {
+				t.Fatalf("chunk %d row %d: got %+v, want %s", i, j, o.Result, inference.CodeInvalidRequest)
 			}
 		}
 	}
@@ -330,8 +331,8 @@ func TestFlowModelOutsideTheAllowList(t *testing.T) {
 	for i := range len(f.chunks) {
 		for j, o := range f.commits[i] {
 			rows++
-			if o.Result.ErrCode != provider.CodeModelNotAllowed {
-				t.Fatalf("chunk %d row %d: got %+v, want %s", i, j, o.Result, provider.CodeModelNotAllowed)
+			if o.Result.ErrCode != inference.CodeModelNotAllowed {
+				t.Fatalf("chunk %d row %d: got %+v, want %s", i, j, o.Result, inference.CodeModelNotAllowed)
 			}
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/inference"
 	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/plan"
 	"github.com/relaybatch/relay/internal/provider"
@@ -24,7 +25,7 @@ func timeUnix(sec int64) time.Time { return time.Unix(sec, 0) }
 // (the run derives from the provider batch) until it does.
 func (s *Service) importGroup(ctx context.Context, b batch.Batch, g batch.Group, up upstream, r remote) error {
 	t := tag(g.Batch, g.Index)
-	results := map[int]provider.Result{}
+	results := map[int]inference.Result{}
 	var err error
 	if r.id != noProvider {
 		err = up.results(ctx, r, func(id string, rr rowResult) {
@@ -62,7 +63,7 @@ func (s *Service) importGroup(ctx context.Context, b batch.Batch, g batch.Group,
 
 // importChunk claims chunk c for run, runs the rows results lacks and
 // commits the chunk.
-func (s *Service) importChunk(ctx context.Context, b batch.Batch, c batch.Chunk, run string, results map[int]provider.Result) error {
+func (s *Service) importChunk(ctx context.Context, b batch.Batch, c batch.Chunk, run string, results map[int]inference.Result) error {
 	c, err := s.claim(ctx, c, run)
 	if err != nil {
 		return err

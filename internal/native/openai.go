@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/inference"
 	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/provider"
 )
@@ -145,7 +146,7 @@ func (o openAIBatches) rowResult(l part.Line) rowResult {
 	if l.Response == nil || provider.Transient(l.Response.StatusCode, nil) {
 		return rowResult{rescue: true}
 	}
-	return rowResult{res: provider.Result{StatusCode: l.Response.StatusCode, Body: l.Response.Body, RequestID: l.Response.RequestID,
+	return rowResult{res: inference.Result{StatusCode: l.Response.StatusCode, Body: l.Response.Body, RequestID: l.Response.RequestID,
 		Model: o.model.Name, Attempts: 1}}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/inference"
 	"github.com/relaybatch/relay/internal/provider"
 )
 
@@ -43,7 +44,7 @@ type remote struct {
 // or rescue (expired, cancelled, a transient failure, no line at all):
 // the row runs directly.
 type rowResult struct {
-	res    provider.Result
+	res    inference.Result
 	rescue bool
 }
 

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
-	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/inference"
 )
 
 // Commit's lines are those of TestLinesOf; here, what the commit takes
@@ -21,11 +21,11 @@ func TestCommit(t *testing.T) {
 	b := batch.Batch{ID: "batch_x", Tenant: "t", KeyID: "k"}
 	c := batch.Chunk{Batch: "batch_x", Tenant: "t", Index: 3, FirstRow: 30, Slots: 8, Run: "r"}
 	outs := []Outcome{
-		{CustomID: "a", Result: provider.Result{StatusCode: 200, Body: json.RawMessage(`{"ok":true}`), Model: "m",
-			Usage: provider.Usage{InputTokens: 10, OutputTokens: 1, TotalTokens: 11}}},
+		{CustomID: "a", Result: inference.Result{StatusCode: 200, Body: json.RawMessage(`{"ok":true}`), Model: "m",
+			Usage: inference.Usage{InputTokens: 10, OutputTokens: 1, TotalTokens: 11}}},
 		{CustomID: "c", Code: CodeExpired, Message: "late", Expired: true},
 		{CustomID: "g", Code: CodeCancelled, Message: "cancelled", Cancelled: true},
-		{CustomID: "d", Result: provider.Result{ErrCode: "request_timeout", ErrMessage: "slow"}},
+		{CustomID: "d", Result: inference.Result{ErrCode: "request_timeout", ErrMessage: "slow"}},
 	}
 	objs, cm, err := Commit(c, LinesOf(b, c, outs, now), 2, now)
 	if err != nil {
@@ -112,8 +112,8 @@ func TestWriteTriesAgain(t *testing.T) {
 	b := batch.Batch{ID: "batch_x", Tenant: "t"}
 	c := batch.Chunk{Batch: "batch_x", Tenant: "t", Index: 3, Run: "r", Attempt: "a1"}
 	outs := []Outcome{
-		{CustomID: "a", Result: provider.Result{StatusCode: 200, Body: json.RawMessage(`{"ok":true}`), Model: "m"}},
-		{CustomID: "d", Result: provider.Result{ErrCode: "request_timeout", ErrMessage: "slow"}},
+		{CustomID: "a", Result: inference.Result{StatusCode: 200, Body: json.RawMessage(`{"ok":true}`), Model: "m"}},
+		{CustomID: "d", Result: inference.Result{ErrCode: "request_timeout", ErrMessage: "slow"}},
 	}
 	objs, cm, err := Commit(c, LinesOf(b, c, outs, now), 0, now)
 	if err != nil {

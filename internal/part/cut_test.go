@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
-	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/inference"
 )
 
 // TestLinesKeep: rows set out of order, the run stopped with rows 3, 5
@@ -19,9 +19,9 @@ func TestLinesKeep(t *testing.T) {
 	b := batch.Batch{ID: "batch_x", Tenant: "t"}
 	outs := make([]Outcome, 8)
 	for i := range outs {
-		outs[i] = Outcome{CustomID: fmt.Sprint("r", i), Result: provider.Result{StatusCode: []int{200, 400}[i%2],
+		outs[i] = Outcome{CustomID: fmt.Sprint("r", i), Result: inference.Result{StatusCode: []int{200, 400}[i%2],
 			Body: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)), Model: []string{"m", "n"}[i%3%2],
-			Usage: provider.Usage{InputTokens: int64(i + 1), TotalTokens: int64(i + 1)}}}
+			Usage: inference.Usage{InputTokens: int64(i + 1), TotalTokens: int64(i + 1)}}}
 	}
 	l := NewLines(b, batch.Chunk{Batch: b.ID, FirstRow: 10, Rows: len(outs)}, now)
 	for _, i := range []int{1, 0, 4, 2, 6} { // 3, 5 and 7 never answered

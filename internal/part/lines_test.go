@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
-	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/inference"
 )
 
 func readObjects(t *testing.T, objs map[string]Object) map[string][]byte {
@@ -44,8 +44,8 @@ func TestLinesAnyOrder(t *testing.T) {
 			for i := range outs {
 				body := json.RawMessage(fmt.Sprintf(`{"i":%d,"pad":%q}`, i, strings.Repeat("x", size)))
 				status := []int{200, 400, 200, 500}[i%4]
-				outs[i] = Outcome{CustomID: fmt.Sprint("r", i), Result: provider.Result{StatusCode: status, Body: body, Model: "m",
-					Usage: provider.Usage{InputTokens: 1, TotalTokens: 1}}}
+				outs[i] = Outcome{CustomID: fmt.Sprint("r", i), Result: inference.Result{StatusCode: status, Body: body, Model: "m",
+					Usage: inference.Usage{InputTokens: 1, TotalTokens: 1}}}
 			}
 			outs[5] = Outcome{CustomID: "r5", Code: CodeExpired, Message: "late", Expired: true}
 			l := NewLines(b, batch.Chunk{FirstRow: 100, Rows: len(outs)}, now)

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
-	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/inference"
 	"github.com/relaybatch/relay/internal/sched"
 )
 
@@ -79,7 +79,7 @@ const (
 // Outcome is one row's result.
 type Outcome struct {
 	CustomID string
-	Result   provider.Result
+	Result   inference.Result
 	// Code and Message are set when the row got no HTTP answer.
 	Code, Message string
 	// Expired and Cancelled are set by the engine only, for a row its
@@ -165,7 +165,7 @@ func (w *builder) line(id string, o Outcome) Line {
 		}
 		// A workflow record that failed after running requests used
 		// upstream tokens all the same.
-		if o.Result.Model != "" && o.Result.Usage != (provider.Usage{}) {
+		if o.Result.Model != "" && o.Result.Usage != (inference.Usage{}) {
 			w.addUsage(o)
 		}
 	case o.Result.ErrCode != "":

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
-	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/inference"
 )
 
 // build is the part of outs, the outcomes of chunk c's rows of batch b, set
@@ -28,16 +28,16 @@ func TestLinesOf(t *testing.T) {
 	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	b := batch.Batch{ID: "batch_x", Tenant: "t", KeyID: "k"}
 	ok := func(id string, tokens int64) Outcome {
-		return Outcome{CustomID: id, Result: provider.Result{StatusCode: 200, Body: json.RawMessage(`{"ok":true}`), Model: "m",
-			Usage: provider.Usage{InputTokens: tokens, OutputTokens: 1, TotalTokens: tokens + 1, CachedTokens: tokens / 2, ReasoningTokens: 1}}}
+		return Outcome{CustomID: id, Result: inference.Result{StatusCode: 200, Body: json.RawMessage(`{"ok":true}`), Model: "m",
+			Usage: inference.Usage{InputTokens: tokens, OutputTokens: 1, TotalTokens: tokens + 1, CachedTokens: tokens / 2, ReasoningTokens: 1}}}
 	}
 	outs := []Outcome{
 		ok("a", 10),
-		{CustomID: "b", Result: provider.Result{StatusCode: 400, Body: json.RawMessage(`{"error":{}}`), Model: "m"}},
+		{CustomID: "b", Result: inference.Result{StatusCode: 400, Body: json.RawMessage(`{"error":{}}`), Model: "m"}},
 		{CustomID: "c", Code: "batch_expired", Message: "late", Expired: true},
 		{CustomID: "f", Code: "batch_expired", Message: "a callback's own code"},
 		{CustomID: "g", Code: "batch_cancelled", Message: "cancelled", Cancelled: true},
-		{CustomID: "d", Result: provider.Result{ErrCode: "request_timeout", ErrMessage: "slow"}},
+		{CustomID: "d", Result: inference.Result{ErrCode: "request_timeout", ErrMessage: "slow"}},
 		ok("e", 5),
 	}
 	p, objs := build(t, b, batch.Chunk{FirstRow: 30}, outs, now)
@@ -73,7 +73,7 @@ func TestLinesOf(t *testing.T) {
 
 func TestLinesOfBodyNotJSON(t *testing.T) {
 	t.Parallel()
-	outs := []Outcome{{CustomID: "x", Result: provider.Result{StatusCode: 200, Body: json.RawMessage(`{"cut`), Model: "m"}}}
+	outs := []Outcome{{CustomID: "x", Result: inference.Result{StatusCode: 200, Body: json.RawMessage(`{"cut`), Model: "m"}}}
 	p, objs := build(t, batch.Batch{ID: "batch_x"}, batch.Chunk{}, outs, time.Now())
 	var l Line
 	if err := json.Unmarshal(bytes.TrimSpace(objs["err"]), &l); err != nil || l.Error == nil || l.Error.Code != CodeNotJSON {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
-	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/inference"
 )
 
 // spread is a chunk whose five rows sit apart in the input (other models'
@@ -49,7 +49,7 @@ func TestLinesOfSpreadRows(t *testing.T) {
 	for i, row := range spreadRows {
 		o := Outcome{CustomID: fmt.Sprintf("request-%d", row), Code: CodeExpired, Message: "late"}
 		if i%2 == 0 {
-			o = Outcome{CustomID: fmt.Sprintf("request-%d", row), Result: provider.Result{StatusCode: 200, Body: json.RawMessage(`{}`), Model: "m"}}
+			o = Outcome{CustomID: fmt.Sprintf("request-%d", row), Result: inference.Result{StatusCode: 200, Body: json.RawMessage(`{}`), Model: "m"}}
 		}
 		outs = append(outs, o)
 	}

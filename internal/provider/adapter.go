@@ -6,6 +6,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/endpoint"
+	"github.com/relaybatch/relay/internal/inference"
 )
 
 // adapter is one kind of upstream (a model's provider). The Client owns
@@ -23,7 +24,7 @@ type adapter interface {
 	// and whether the failure it reports is worth retrying.
 	classify(m config.Model, ep string, status int, header http.Header, body []byte) (out []byte, transient bool)
 	// usage reads the token usage of an answer's (classified) body.
-	usage(ep string, header http.Header, body []byte) Usage
+	usage(ep string, header http.Header, body []byte) inference.Usage
 }
 
 // adapterFor is the adapter of m's provider.

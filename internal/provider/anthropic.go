@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/inference"
 )
 
 // anthropicAPI is Anthropic's API: a base URL without /v1
@@ -67,4 +68,6 @@ func (anthropicAPI) classify(_ config.Model, _ string, status int, _ http.Header
 	return body, Transient(status, nil)
 }
 
-func (anthropicAPI) usage(ep string, _ http.Header, body []byte) Usage { return UsageOf(ep, body) }
+func (anthropicAPI) usage(ep string, _ http.Header, body []byte) inference.Usage {
+	return UsageOf(ep, body)
+}

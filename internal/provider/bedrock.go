@@ -23,6 +23,7 @@ import (
 	"github.com/relaybatch/relay/internal/anthropic/wire"
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/endpoint"
+	"github.com/relaybatch/relay/internal/inference"
 )
 
 // bedrock is Amazon Bedrock's runtime (README "Amazon Bedrock"). Rows keep
@@ -156,12 +157,12 @@ func firstString(body []byte, paths ...string) string {
 
 // usage reads the body's usage; an answer without one (a model whose body
 // has none) is counted from Bedrock's token count headers.
-func (bedrock) usage(ep string, header http.Header, body []byte) Usage {
+func (bedrock) usage(ep string, header http.Header, body []byte) inference.Usage {
 	u := UsageOf(ep, body)
 	if u.InputTokens != 0 || u.OutputTokens != 0 {
 		return u
 	}
 	in, _ := strconv.ParseInt(header.Get("X-Amzn-Bedrock-Input-Token-Count"), 10, 64)
 	out, _ := strconv.ParseInt(header.Get("X-Amzn-Bedrock-Output-Token-Count"), 10, 64)
-	return Usage{InputTokens: in, OutputTokens: out, TotalTokens: in + out}
+	return inference.Usage{InputTokens: in, OutputTokens: out, TotalTokens: in + out}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/inference"
 	"github.com/relaybatch/relay/internal/mockup"
 )
 
@@ -62,19 +63,19 @@ func TestBedrock(t *testing.T) {
 		body           json.RawMessage
 		wantStatus     int
 		wantAttempts   int
-		wantUsage      Usage
+		wantUsage      inference.Usage
 		wantBody       string // a substring
 	}{
-		{"claude", "/v1/messages", row(claudeRow, "two words"), 200, 1, Usage{InputTokens: 3, OutputTokens: 3, TotalTokens: 6}, `"model":"anthropic.claude-haiku-4-5-20251001-v1:0"`},
-		{"claude with an API key", "/v1/messages", json.RawMessage(strings.Replace(string(row(claudeRow, "key")), `"claude"`, `"claude-key"`, 1)), 200, 1, Usage{InputTokens: 2, OutputTokens: 2, TotalTokens: 4}, `"type":"message"`},
-		{"chat", "/v1/chat/completions", row(chatRow, "two words"), 200, 1, Usage{InputTokens: 3, OutputTokens: 3, TotalTokens: 6, CachedTokens: 1, ReasoningTokens: 1}, `"model":"openai.gpt-oss-120b-1:0"`},
-		{"throttled, retried", "/v1/messages", row(claudeRow, "[[mock:429x=2]] claude"), 200, 3, Usage{InputTokens: 3, OutputTokens: 3, TotalTokens: 6}, `"type":"message"`},
-		{"unavailable, retried", "/v1/chat/completions", row(chatRow, "[[mock:fail=1]] chat"), 200, 2, Usage{InputTokens: 3, OutputTokens: 3, TotalTokens: 6, CachedTokens: 1, ReasoningTokens: 1}, `"chat.completion"`},
-		{"validation is the row's 400", "/v1/messages", row(claudeRow, "[[mock:400]]"), 400, 1, Usage{}, `"message":"ValidationException: `},
-		{"access denied names the permission", "/v1/messages", row(claudeRow, "[[mock:403]]"), 403, 1, Usage{}, `bedrock:InvokeModel on arn:aws:bedrock:us-east-1::foundation-model/anthropic.claude-haiku-4-5-20251001-v1:0`},
-		{"chat error in OpenAI's shape", "/v1/chat/completions", row(chatRow, "[[mock:400]]"), 400, 1, Usage{}, `"code":"ValidationException"`},
-		{"signed for another region", "/v1/messages", json.RawMessage(strings.Replace(string(row(claudeRow, "eu")), `"claude"`, `"claude-eu"`, 1)), 403, 1, Usage{}, `InvalidSignatureException: Credential should be scoped to a valid region`},
-		{"embeddings are not served", "/v1/embeddings", json.RawMessage(`{"model":"gpt-oss","input":"x"}`), 0, 0, Usage{}, ""},
+		{"claude", "/v1/messages", row(claudeRow, "two words"), 200, 1, inference.Usage{InputTokens: 3, OutputTokens: 3, TotalTokens: 6}, `"model":"anthropic.claude-haiku-4-5-20251001-v1:0"`},
+		{"claude with an API key", "/v1/messages", json.RawMessage(strings.Replace(string(row(claudeRow, "key")), `"claude"`, `"claude-key"`, 1)), 200, 1, inference.Usage{InputTokens: 2, OutputTokens: 2, TotalTokens: 4}, `"type":"message"`},
+		{"chat", "/v1/chat/completions", row(chatRow, "two words"), 200, 1, inference.Usage{InputTokens: 3, OutputTokens: 3, TotalTokens: 6, CachedTokens: 1, ReasoningTokens: 1}, `"model":"openai.gpt-oss-120b-1:0"`},
+		{"throttled, retried", "/v1/messages", row(claudeRow, "[[mock:429x=2]] claude"), 200, 3, inference.Usage{InputTokens: 3, OutputTokens: 3, TotalTokens: 6}, `"type":"message"`},
+		{"unavailable, retried", "/v1/chat/completions", row(chatRow, "[[mock:fail=1]] chat"), 200, 2, inference.Usage{InputTokens: 3, OutputTokens: 3, TotalTokens: 6, CachedTokens: 1, ReasoningTokens: 1}, `"chat.completion"`},
+		{"validation is the row's 400", "/v1/messages", row(claudeRow, "[[mock:400]]"), 400, 1, inference.Usage{}, `"message":"ValidationException: `},
+		{"access denied names the permission", "/v1/messages", row(claudeRow, "[[mock:403]]"), 403, 1, inference.Usage{}, `bedrock:InvokeModel on arn:aws:bedrock:us-east-1::foundation-model/anthropic.claude-haiku-4-5-20251001-v1:0`},
+		{"chat error in OpenAI's shape", "/v1/chat/completions", row(chatRow, "[[mock:400]]"), 400, 1, inference.Usage{}, `"code":"ValidationException"`},
+		{"signed for another region", "/v1/messages", json.RawMessage(strings.Replace(string(row(claudeRow, "eu")), `"claude"`, `"claude-eu"`, 1)), 403, 1, inference.Usage{}, `InvalidSignatureException: Credential should be scoped to a valid region`},
+		{"embeddings are not served", "/v1/embeddings", json.RawMessage(`{"model":"gpt-oss","input":"x"}`), 0, 0, inference.Usage{}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -88,8 +89,8 @@ func TestBedrock(t *testing.T) {
 			if tt.endpoint == "/v1/messages" && got.StatusCode >= 400 && gjson.GetBytes(got.Body, "type").Str != "error" {
 				t.Errorf("got %s, want an error in Anthropic's shape", got.Body)
 			}
-			if tt.wantStatus == 0 && got.ErrCode != CodeCrossShapeDispatch {
-				t.Errorf("got code %q, want %s", got.ErrCode, CodeCrossShapeDispatch)
+			if tt.wantStatus == 0 && got.ErrCode != inference.CodeCrossShapeDispatch {
+				t.Errorf("got code %q, want %s", got.ErrCode, inference.CodeCrossShapeDispatch)
 			}
 		})
 	}
@@ -106,8 +107,8 @@ func TestBedrockWithoutCredentials(t *testing.T) {
 	c := bedrockClient(t, srv.URL, &sleeps{})
 	c.Credentials = nil
 	got := c.Do(context.Background(), "/v1/messages", row(claudeRow, "hi"), Route{})
-	if got.ErrCode != CodeAPIKeyUnavailable || got.Attempts != 1 {
-		t.Errorf("got %q %q after %d attempts, want %s after 1", got.ErrCode, got.ErrMessage, got.Attempts, CodeAPIKeyUnavailable)
+	if got.ErrCode != inference.CodeAPIKeyUnavailable || got.Attempts != 1 {
+		t.Errorf("got %q %q after %d attempts, want %s after 1", got.ErrCode, got.ErrMessage, got.Attempts, inference.CodeAPIKeyUnavailable)
 	}
 }
 
@@ -125,7 +126,7 @@ func TestBedrockUsageFromHeaders(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	got := bedrockClient(t, srv.URL, &sleeps{}).Do(context.Background(), "/v1/messages", row(claudeRow, "hi"), Route{})
-	if want := (Usage{InputTokens: 11, OutputTokens: 7, TotalTokens: 18}); got.Usage != want || got.RequestID != "bedrock-req" {
+	if want := (inference.Usage{InputTokens: 11, OutputTokens: 7, TotalTokens: 18}); got.Usage != want || got.RequestID != "bedrock-req" {
 		t.Errorf("got usage %+v, request id %q; want %+v, bedrock-req", got.Usage, got.RequestID, want)
 	}
 	if want := "/model/anthropic.claude-haiku-4-5-20251001-v1%3A0/invoke"; path != want {

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/inference"
 )
 
 // openAIAPI is OpenAI's API and any upstream that copies it: a base URL
@@ -31,7 +32,9 @@ func (openAIAPI) classify(_ config.Model, _ string, status int, _ http.Header, b
 	return body, Transient(status, nil)
 }
 
-func (openAIAPI) usage(ep string, _ http.Header, body []byte) Usage { return UsageOf(ep, body) }
+func (openAIAPI) usage(ep string, _ http.Header, body []byte) inference.Usage {
+	return UsageOf(ep, body)
+}
 
 // jsonRequest is a POST of a JSON payload to url.
 func jsonRequest(ctx context.Context, url string, payload []byte) (*http.Request, error) {

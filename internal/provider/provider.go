@@ -29,27 +29,9 @@ import (
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/endpoint"
 	"github.com/relaybatch/relay/internal/ijson"
+	"github.com/relaybatch/relay/internal/inference"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
-)
-
-// Error codes of a Result that got no HTTP answer. They become the code of
-// the row's error line.
-const (
-	CodeModelNotFound      = "model_not_found"
-	CodeCrossShapeDispatch = "cross_shape_dispatch"
-	CodeRequestTimeout     = "request_timeout"
-	CodeRequestCancelled   = "request_cancelled"
-	CodeConnectionError    = "connection_error"
-	CodeInvalidRequest     = "invalid_request"
-	CodeAPIKeyUnavailable  = "api_key_unavailable"
-	// CodeModelNotAllowed is a row of a model its batch's key may not use
-	// (Route.Allowed), which is never sent.
-	CodeModelNotAllowed = "model_not_allowed"
-	// CodeResponseTooLarge is an upstream answer over Client.MaxResponseBytes:
-	// the row fails on its first such answer, never retried (the upstream
-	// would spend the tokens again) and never falling back.
-	CodeResponseTooLarge = "response_too_large"
 )
 
 // DefaultMaxResponseBytes bounds an upstream answer's body when
@@ -78,23 +60,12 @@ func ShapeOf(path string) (config.Provider, bool) {
 	return e.Shape, ok
 }
 
-// Usage is the token usage of one row. CachedTokens (part of InputTokens)
-// and ReasoningTokens (part of OutputTokens) are what the batch object
-// reports as usage.input_tokens_details and output_tokens_details.
-type Usage struct {
-	InputTokens     int64 `json:"input_tokens"`
-	OutputTokens    int64 `json:"output_tokens"`
-	TotalTokens     int64 `json:"total_tokens"`
-	CachedTokens    int64 `json:"cached_tokens"`
-	ReasoningTokens int64 `json:"reasoning_tokens"`
-}
-
 // UsageOf reads the token usage from an upstream body answering endpoint.
 // A body without usage (an error body, say) gives zeros.
-func UsageOf(path string, body []byte) Usage {
+func UsageOf(path string, body []byte) inference.Usage {
 	u := gjson.GetBytes(body, "usage")
 	if !u.IsObject() {
-		return Usage{}
+		return inference.Usage{}
 	}
 	e, ok := endpoint.Lookup(path)
 	if !ok {
@@ -103,7 +74,7 @@ func UsageOf(path string, body []byte) Usage {
 	var in, out, cached, reasoning int64
 	switch e.Usage {
 	case endpoint.NoUsage:
-		return Usage{}
+		return inference.Usage{}
 	case endpoint.PromptCompletion:
 		in, out = u.Get("prompt_tokens").Int(), u.Get("completion_tokens").Int()
 		cached = u.Get("prompt_tokens_details.cached_tokens").Int()
@@ -125,29 +96,8 @@ func UsageOf(path string, body []byte) Usage {
 	if total == 0 {
 		total = in + out
 	}
-	return Usage{InputTokens: in, OutputTokens: out, TotalTokens: total, CachedTokens: cached, ReasoningTokens: reasoning}
+	return inference.Usage{InputTokens: in, OutputTokens: out, TotalTokens: total, CachedTokens: cached, ReasoningTokens: reasoning}
 }
-
-// Result of one row. Exactly one of (StatusCode != 0) or (ErrCode != "")
-// holds: an upstream answer, whatever its status, is reported as it came;
-// ErrCode is only for rows that got no HTTP answer.
-type Result struct {
-	StatusCode int             // the last upstream answer: 2xx, or the final non-2xx
-	Body       json.RawMessage // that answer's body, compact JSON
-	RequestID  string          // upstream x-request-id / request-id, else a generated req_…
-	Usage      Usage           // parsed from Body
-	Model      string          // the configured model name that served the final attempt
-	Fallback   bool            // the fallback model served it
-	Attempts   int             // upstream attempts made, all models
-	ErrCode    string          // one of the Code… constants, when there was no HTTP answer
-	ErrMessage string
-	// FallbackTo names the fallback a row of a Route.Defer run is owed:
-	// its model's attempts failed transiently and nothing was sent there.
-	FallbackTo string
-}
-
-// OK reports a 2xx answer.
-func (r Result) OK() bool { return r.StatusCode >= 200 && r.StatusCode < 300 }
 
 // Client calls upstreams for rows, each through its provider's adapter
 // (adapter.go). Its zero fields take defaults: a shared HTTP client, keys
@@ -213,13 +163,13 @@ func (r Route) Allows(model string) bool { return r.Allowed == nil || r.Allowed(
 // Do runs one row against its model and, when retries there are spent on a
 // transient failure, against a fallback (Route). body is the row's body,
 // with "model".
-func (c *Client) Do(ctx context.Context, endpoint string, body json.RawMessage, route Route) Result {
+func (c *Client) Do(ctx context.Context, endpoint string, body json.RawMessage, route Route) inference.Result {
 	model, res, ok := c.route(endpoint, body)
 	if !ok {
 		return res
 	}
 	if !route.Allows(model.Name) {
-		return Result{Model: model.Name, RequestID: newRequestID(), ErrCode: CodeModelNotAllowed,
+		return inference.Result{Model: model.Name, RequestID: newRequestID(), ErrCode: inference.CodeModelNotAllowed,
 			ErrMessage: fmt.Sprintf("model %q is not one the batch's API key may use", model.Name)}
 	}
 	var attempts int
@@ -247,8 +197,8 @@ func (c *Client) Do(ctx context.Context, endpoint string, body json.RawMessage, 
 
 // fallbackOn is the model route.On names, for a row of model m; when it
 // may not take the row, the returned Result says why.
-func (c *Client) fallbackOn(m config.Model, route Route) (config.Model, Result, bool) {
-	fail := func(code, format string, args ...any) (config.Model, Result, bool) {
+func (c *Client) fallbackOn(m config.Model, route Route) (config.Model, inference.Result, bool) {
+	fail := func(code, format string, args ...any) (config.Model, inference.Result, bool) {
 		res := errResult(code, fmt.Sprintf(format, args...))
 		res.Model = route.On
 		return config.Model{}, res, false
@@ -256,33 +206,33 @@ func (c *Client) fallbackOn(m config.Model, route Route) (config.Model, Result, 
 	fb, ok := c.Models.Lookup(route.On)
 	switch {
 	case !ok:
-		res := errResult(CodeModelNotFound, fmt.Sprintf("the fallback model %q does not exist", route.On))
+		res := errResult(inference.CodeModelNotFound, fmt.Sprintf("the fallback model %q does not exist", route.On))
 		return config.Model{}, res, false
 	case fb.Shape != m.Shape:
-		return fail(CodeCrossShapeDispatch, "the fallback model %q is an %s model, the row's %q an %s one", fb.Name, fb.Shape, m.Name, m.Shape)
+		return fail(inference.CodeCrossShapeDispatch, "the fallback model %q is an %s model, the row's %q an %s one", fb.Name, fb.Shape, m.Name, m.Shape)
 	case !route.Allows(fb.Name):
-		return fail(CodeModelNotAllowed, "model %q is not one the batch's API key may use", fb.Name)
+		return fail(inference.CodeModelNotAllowed, "model %q is not one the batch's API key may use", fb.Name)
 	}
-	return fb, Result{}, true
+	return fb, inference.Result{}, true
 }
 
 // route finds the row's model and checks the endpoint fits its shape; when
 // it does not, the returned Result says why.
-func (c *Client) route(path string, body []byte) (config.Model, Result, bool) {
-	fail := func(code, format string, args ...any) (config.Model, Result, bool) {
+func (c *Client) route(path string, body []byte) (config.Model, inference.Result, bool) {
+	fail := func(code, format string, args ...any) (config.Model, inference.Result, bool) {
 		return config.Model{}, errResult(code, fmt.Sprintf(format, args...)), false
 	}
 	if !gjson.ValidBytes(body) || !gjson.ParseBytes(body).IsObject() {
-		return fail(CodeInvalidRequest, "the request body must be a JSON object")
+		return fail(inference.CodeInvalidRequest, "the request body must be a JSON object")
 	}
 	if why := gjson.GetBytes(body, "relay."+RefusedKey); why.Type == gjson.String {
-		return fail(CodeInvalidRequest, "%s", why.Str)
+		return fail(inference.CodeInvalidRequest, "%s", why.Str)
 	}
 	// Validation refused such bodies; this keeps one that was never
 	// validated (a replaced input object) from running a model other than
 	// the one routed.
 	if err := ijson.Check(body); err != nil {
-		return fail(CodeInvalidRequest, "the request body has a %v", err)
+		return fail(inference.CodeInvalidRequest, "the request body has a %v", err)
 	}
 	name := gjson.GetBytes(body, "model")
 	if def := endpoint.DefaultModel(c.Models, path); name.Type == gjson.Null && def != "" {
@@ -291,15 +241,15 @@ func (c *Client) route(path string, body []byte) (config.Model, Result, bool) {
 		name = gjson.Result{Type: gjson.String, Str: def}
 	}
 	if name.Type != gjson.String || name.Str == "" {
-		return fail(CodeInvalidRequest, "the request body must name a model")
+		return fail(inference.CodeInvalidRequest, "the request body must name a model")
 	}
 	shape, ok := ShapeOf(path)
 	if !ok {
-		return fail(CodeInvalidRequest, "endpoint %s is not supported", path)
+		return fail(inference.CodeInvalidRequest, "endpoint %s is not supported", path)
 	}
 	m, ok := c.Models.Lookup(name.Str)
 	if !ok {
-		return fail(CodeModelNotFound, "the model %q does not exist", name.Str)
+		return fail(inference.CodeModelNotFound, "the model %q does not exist", name.Str)
 	}
 	var why string
 	switch {
@@ -310,9 +260,9 @@ func (c *Client) route(path string, body []byte) (config.Model, Result, bool) {
 	case !served(m, path):
 		why = fmt.Sprintf("endpoint %s is not served by %s, the provider of model %q", path, m.Provider, m.Name)
 	default:
-		return m, Result{}, true
+		return m, inference.Result{}, true
 	}
-	return config.Model{}, Result{Model: m.Name, RequestID: newRequestID(), ErrCode: CodeCrossShapeDispatch, ErrMessage: why}, false
+	return config.Model{}, inference.Result{Model: m.Name, RequestID: newRequestID(), ErrCode: inference.CodeCrossShapeDispatch, ErrMessage: why}, false
 }
 
 // fallbackFor picks the first usable fallback: the model's own, then the
@@ -336,14 +286,14 @@ func (c *Client) fallbackFor(m config.Model, route Route) (config.Model, bool) {
 // attempt failed transiently, which is the only case worth a fallback: a
 // permanent answer would be the same elsewhere, and a done ctx leaves no
 // time for one.
-func (c *Client) onModel(ctx context.Context, m config.Model, endpoint string, body []byte, attempts *int) (res Result, exhausted bool) {
+func (c *Client) onModel(ctx context.Context, m config.Model, endpoint string, body []byte, attempts *int) (res inference.Result, exhausted bool) {
 	payload, err := sjson.SetBytes(body, "model", m.Upstream())
 	if err != nil {
-		return errResult(CodeInvalidRequest, fmt.Sprintf("set model: %v", err)), false
+		return errResult(inference.CodeInvalidRequest, fmt.Sprintf("set model: %v", err)), false
 	}
 	key, err := c.keys().Key(ctx, m.APIKeyEnv)
 	if err != nil {
-		res = errResult(CodeAPIKeyUnavailable, fmt.Sprintf("api key for model %q: %v", m.Name, err))
+		res = errResult(inference.CodeAPIKeyUnavailable, fmt.Sprintf("api key for model %q: %v", m.Name, err))
 		res.Model = m.Name
 		return res, false
 	}
@@ -351,7 +301,7 @@ func (c *Client) onModel(ctx context.Context, m config.Model, endpoint string, b
 	p := c.Policy.withDefaults()
 	// answer is the last HTTP answer on this model: when time runs out it
 	// says more than the timeout that cut the last attempt short.
-	var answer *Result
+	var answer *inference.Result
 	for n := 1; ; n++ {
 		if ctx.Err() != nil {
 			return stopped(answer, m.Name, ctx.Err()), false
@@ -359,7 +309,7 @@ func (c *Client) onModel(ctx context.Context, m config.Model, endpoint string, b
 		*attempts++
 		a := c.send(ctx, m, ad, endpoint, payload, key)
 		if a.unauthenticated {
-			res = errResult(CodeAPIKeyUnavailable, fmt.Sprintf("credentials for model %q: %v", m.Name, a.err))
+			res = errResult(inference.CodeAPIKeyUnavailable, fmt.Sprintf("credentials for model %q: %v", m.Name, a.err))
 			res.Model = m.Name
 			return res, false
 		}
@@ -393,13 +343,13 @@ func (c *Client) onModel(ctx context.Context, m config.Model, endpoint string, b
 
 // stopped is the Result of a row whose context ended: the last HTTP answer
 // if there was one, else a code saying why it stopped.
-func stopped(answer *Result, model string, cause error) Result {
+func stopped(answer *inference.Result, model string, cause error) inference.Result {
 	if answer != nil {
 		return *answer
 	}
-	code := CodeRequestTimeout
+	code := inference.CodeRequestTimeout
 	if errors.Is(cause, context.Canceled) {
-		code = CodeRequestCancelled
+		code = inference.CodeRequestCancelled
 	}
 	res := errResult(code, fmt.Sprintf("model %q: stopped before the upstream answered: %v", model, cause))
 	res.Model = model
@@ -426,7 +376,7 @@ type attempt struct {
 	status    int
 	header    http.Header
 	body      []byte
-	usage     Usage
+	usage     inference.Usage
 	transient bool // worth another attempt
 	err       error
 	timedOut  bool // the per-call timeout, not the caller, ended it
@@ -475,19 +425,19 @@ func (c *Client) send(ctx context.Context, m config.Model, ad adapter, endpoint 
 	return attempt{err: err, timedOut: timedOut, transient: Transient(0, err)}
 }
 
-func (a attempt) result(m config.Model) Result {
+func (a attempt) result(m config.Model) inference.Result {
 	if a.err != nil {
-		code := CodeConnectionError
+		code := inference.CodeConnectionError
 		msg := fmt.Sprintf("model %q: %v", m.Name, a.err)
 		switch {
 		case a.timedOut:
-			code = CodeRequestTimeout
+			code = inference.CodeRequestTimeout
 		case errors.Is(a.err, errTooLarge):
-			code = CodeResponseTooLarge
+			code = inference.CodeResponseTooLarge
 		}
-		return Result{Model: m.Name, RequestID: newRequestID(), ErrCode: code, ErrMessage: msg}
+		return inference.Result{Model: m.Name, RequestID: newRequestID(), ErrCode: code, ErrMessage: msg}
 	}
-	return Result{
+	return inference.Result{
 		StatusCode: a.status,
 		Body:       a.body,
 		RequestID:  requestID(a.header),
@@ -532,6 +482,6 @@ func requestID(h http.Header) string {
 
 func newRequestID() string { return "req_" + strings.ToLower(rand.Text()) }
 
-func errResult(code, msg string) Result {
-	return Result{RequestID: newRequestID(), ErrCode: code, ErrMessage: msg}
+func errResult(code, msg string) inference.Result {
+	return inference.Result{RequestID: newRequestID(), ErrCode: code, ErrMessage: msg}
 }

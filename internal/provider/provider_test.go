@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/inference"
 )
 
 // request is what the fake upstream saw.
@@ -182,23 +183,23 @@ func TestDo(t *testing.T) {
 		body     string
 		fallback string
 		steps    []step
-		want     Result // compared on StatusCode, ErrCode, Model, Fallback, Attempts
+		want     inference.Result // compared on StatusCode, ErrCode, Model, Fallback, Attempts
 		// upstream lists body.model of each upstream call, in order.
 		upstream []string
-		check    func(t *testing.T, got Result, seen []request, slept []time.Duration)
+		check    func(t *testing.T, got inference.Result, seen []request, slept []time.Duration)
 	}{
 		{
 			name:     "success",
 			endpoint: "/v1/chat/completions",
 			body:     `{"model":"chat","messages":[{"role":"user","content":"hi"}]}`,
 			steps:    []step{answer(200, chatOK, "x-request-id", "req_upstream")},
-			want:     Result{StatusCode: 200, Model: "chat", Attempts: 1},
+			want:     inference.Result{StatusCode: 200, Model: "chat", Attempts: 1},
 			upstream: []string{"chat-upstream"},
-			check: func(t *testing.T, got Result, seen []request, _ []time.Duration) {
+			check: func(t *testing.T, got inference.Result, seen []request, _ []time.Duration) {
 				if got.RequestID != "req_upstream" {
 					t.Errorf("RequestID = %q, want req_upstream", got.RequestID)
 				}
-				if want := (Usage{InputTokens: 7, OutputTokens: 3, TotalTokens: 10}); got.Usage != want {
+				if want := (inference.Usage{InputTokens: 7, OutputTokens: 3, TotalTokens: 10}); got.Usage != want {
 					t.Errorf("Usage = %+v, want %+v", got.Usage, want)
 				}
 				if string(got.Body) != chatOK {
@@ -221,9 +222,9 @@ func TestDo(t *testing.T) {
 			endpoint: "/v1/chat/completions",
 			body:     `{"temperature": 1.0, "model":"solo" ,"messages":[{"content":"\u00e9"}],"n":1}`,
 			steps:    []step{answer(200, chatOK)},
-			want:     Result{StatusCode: 200, Model: "solo", Attempts: 1},
+			want:     inference.Result{StatusCode: 200, Model: "solo", Attempts: 1},
 			upstream: []string{"solo"},
-			check: func(t *testing.T, got Result, seen []request, _ []time.Duration) {
+			check: func(t *testing.T, got inference.Result, seen []request, _ []time.Duration) {
 				// solo has no rename; the same body must arrive untouched.
 				if want := `{"temperature": 1.0, "model":"solo" ,"messages":[{"content":"\u00e9"}],"n":1}`; seen[0].Body != want {
 					t.Errorf("upstream body = %s, want %s", seen[0].Body, want)
@@ -238,8 +239,8 @@ func TestDo(t *testing.T) {
 			endpoint: "/v1/chat/completions",
 			body:     `{"temperature": 1.0, "model":"chat" ,"n":1}`,
 			steps:    []step{answer(200, chatOK)},
-			want:     Result{StatusCode: 200, Model: "chat", Attempts: 1},
-			check: func(t *testing.T, _ Result, seen []request, _ []time.Duration) {
+			want:     inference.Result{StatusCode: 200, Model: "chat", Attempts: 1},
+			check: func(t *testing.T, _ inference.Result, seen []request, _ []time.Duration) {
 				if want := `{"temperature": 1.0, "model":"chat-upstream" ,"n":1}`; seen[0].Body != want {
 					t.Errorf("upstream body = %s, want %s", seen[0].Body, want)
 				}
@@ -251,9 +252,9 @@ func TestDo(t *testing.T) {
 			body:     `{"model":"claude","max_tokens":10,"messages":[]}`,
 			steps: []step{answer(200, `{"id":"msg_1","usage":{"input_tokens":5,"output_tokens":2}}`,
 				"request-id", "req_ant")},
-			want:     Result{StatusCode: 200, Model: "claude", Attempts: 1},
+			want:     inference.Result{StatusCode: 200, Model: "claude", Attempts: 1},
 			upstream: []string{"claude-upstream"},
-			check: func(t *testing.T, got Result, seen []request, _ []time.Duration) {
+			check: func(t *testing.T, got inference.Result, seen []request, _ []time.Duration) {
 				h := seen[0].Header
 				for k, want := range map[string]string{
 					"x-api-key":         "ant-test",
@@ -271,7 +272,7 @@ func TestDo(t *testing.T) {
 				if got.RequestID != "req_ant" {
 					t.Errorf("RequestID = %q, want req_ant", got.RequestID)
 				}
-				if want := (Usage{InputTokens: 5, OutputTokens: 2, TotalTokens: 7}); got.Usage != want {
+				if want := (inference.Usage{InputTokens: 5, OutputTokens: 2, TotalTokens: 7}); got.Usage != want {
 					t.Errorf("Usage = %+v, want %+v", got.Usage, want)
 				}
 			},
@@ -281,8 +282,8 @@ func TestDo(t *testing.T) {
 			endpoint: "/v1/chat/completions",
 			body:     `{"model":"solo"}`,
 			steps:    []step{answer(429, rateLimit, "Retry-After", "7"), answer(200, chatOK)},
-			want:     Result{StatusCode: 200, Model: "solo", Attempts: 2},
-			check: func(t *testing.T, _ Result, _ []request, slept []time.Duration) {
+			want:     inference.Result{StatusCode: 200, Model: "solo", Attempts: 2},
+			check: func(t *testing.T, _ inference.Result, _ []request, slept []time.Duration) {
 				if len(slept) != 1 || slept[0] < 7*time.Second {
 					t.Errorf("slept %v, want one sleep ≥ 7s", slept)
 				}
@@ -293,8 +294,8 @@ func TestDo(t *testing.T) {
 			endpoint: "/v1/chat/completions",
 			body:     `{"model":"solo"}`,
 			steps:    []step{answer(429, rateLimit, "retry-after-ms", "40000"), answer(200, chatOK)},
-			want:     Result{StatusCode: 200, Model: "solo", Attempts: 2},
-			check: func(t *testing.T, _ Result, _ []request, slept []time.Duration) {
+			want:     inference.Result{StatusCode: 200, Model: "solo", Attempts: 2},
+			check: func(t *testing.T, _ inference.Result, _ []request, slept []time.Duration) {
 				// Larger than MaxDelay: the upstream's wait beats the backoff cap.
 				if len(slept) != 1 || slept[0] < 40*time.Second {
 					t.Errorf("slept %v, want one sleep ≥ 40s", slept)
@@ -306,8 +307,8 @@ func TestDo(t *testing.T) {
 			endpoint: "/v1/chat/completions",
 			body:     `{"model":"solo"}`,
 			steps:    []step{answer(503, serverErr, "Retry-After", retryAt), answer(200, chatOK)},
-			want:     Result{StatusCode: 200, Model: "solo", Attempts: 2},
-			check: func(t *testing.T, _ Result, _ []request, slept []time.Duration) {
+			want:     inference.Result{StatusCode: 200, Model: "solo", Attempts: 2},
+			check: func(t *testing.T, _ inference.Result, _ []request, slept []time.Duration) {
 				// The date has second precision and time passes while the test
 				// runs, so only a loose lower bound is meaningful.
 				if len(slept) != 1 || slept[0] < 50*time.Second || slept[0] > 60*time.Second {
@@ -320,9 +321,9 @@ func TestDo(t *testing.T) {
 			endpoint: "/v1/chat/completions",
 			body:     `{"model":"chat"}`,
 			steps:    append(times(4, answer(500, serverErr)), answer(200, chatOK)),
-			want:     Result{StatusCode: 200, Model: "chat-backup", Fallback: true, Attempts: 5},
+			want:     inference.Result{StatusCode: 200, Model: "chat-backup", Fallback: true, Attempts: 5},
 			upstream: []string{"chat-upstream", "chat-upstream", "chat-upstream", "chat-upstream", "backup-upstream"},
-			check: func(t *testing.T, _ Result, _ []request, slept []time.Duration) {
+			check: func(t *testing.T, _ inference.Result, _ []request, slept []time.Duration) {
 				// Three backoffs on the model; none between models.
 				if len(slept) != 3 {
 					t.Fatalf("slept %v, want 3 sleeps", slept)
@@ -340,7 +341,7 @@ func TestDo(t *testing.T) {
 			body:     `{"model":"solo"}`,
 			fallback: "chat-backup",
 			steps:    append(times(4, answer(502, "<html>bad gateway</html>")), answer(200, chatOK)),
-			want:     Result{StatusCode: 200, Model: "chat-backup", Fallback: true, Attempts: 5},
+			want:     inference.Result{StatusCode: 200, Model: "chat-backup", Fallback: true, Attempts: 5},
 			upstream: []string{"solo", "solo", "solo", "solo", "backup-upstream"},
 		},
 		{
@@ -349,8 +350,8 @@ func TestDo(t *testing.T) {
 			body:     `{"model":"solo"}`,
 			fallback: "claude",
 			steps:    times(4, answer(502, "<html>bad gateway</html>")),
-			want:     Result{StatusCode: 502, Model: "solo", Attempts: 4},
-			check: func(t *testing.T, got Result, _ []request, _ []time.Duration) {
+			want:     inference.Result{StatusCode: 502, Model: "solo", Attempts: 4},
+			check: func(t *testing.T, got inference.Result, _ []request, _ []time.Duration) {
 				// A non-JSON body is wrapped so the output line stays JSON.
 				if want := `{"error":{"message":"<html>bad gateway</html>"}}`; string(got.Body) != want {
 					t.Errorf("Body = %s, want %s", got.Body, want)
@@ -363,15 +364,15 @@ func TestDo(t *testing.T) {
 			body:     `{"model":"solo"}`,
 			fallback: "solo",
 			steps:    times(4, answer(500, serverErr)),
-			want:     Result{StatusCode: 500, Model: "solo", Attempts: 4},
+			want:     inference.Result{StatusCode: 500, Model: "solo", Attempts: 4},
 		},
 		{
 			name:     "permanent 400 is not retried and does not fall back",
 			endpoint: "/v1/chat/completions",
 			body:     `{"model":"chat"}`,
 			steps:    []step{answer(400, `{"error":{"message":"bad field","type":"invalid_request_error"}}`)},
-			want:     Result{StatusCode: 400, Model: "chat", Attempts: 1},
-			check: func(t *testing.T, got Result, _ []request, slept []time.Duration) {
+			want:     inference.Result{StatusCode: 400, Model: "chat", Attempts: 1},
+			check: func(t *testing.T, got inference.Result, _ []request, slept []time.Duration) {
 				if len(slept) != 0 {
 					t.Errorf("slept %v, want no sleep", slept)
 				}
@@ -385,12 +386,12 @@ func TestDo(t *testing.T) {
 			endpoint: "/v1/embeddings",
 			body:     `{"model":"solo","input":"x"}`,
 			steps:    []step{answer(200, "{\n  \"object\": \"list\",\n  \"usage\": {\"prompt_tokens\": 4, \"total_tokens\": 4}\n}\n")},
-			want:     Result{StatusCode: 200, Model: "solo", Attempts: 1},
-			check: func(t *testing.T, got Result, seen []request, _ []time.Duration) {
+			want:     inference.Result{StatusCode: 200, Model: "solo", Attempts: 1},
+			check: func(t *testing.T, got inference.Result, seen []request, _ []time.Duration) {
 				if want := `{"object":"list","usage":{"prompt_tokens":4,"total_tokens":4}}`; string(got.Body) != want {
 					t.Errorf("Body = %s, want %s", got.Body, want)
 				}
-				if want := (Usage{InputTokens: 4, TotalTokens: 4}); got.Usage != want {
+				if want := (inference.Usage{InputTokens: 4, TotalTokens: 4}); got.Usage != want {
 					t.Errorf("Usage = %+v, want %+v", got.Usage, want)
 				}
 				if p := seen[0].Path; p != "/v1/embeddings" {
@@ -402,14 +403,14 @@ func TestDo(t *testing.T) {
 			name:     "model_not_found makes no call",
 			endpoint: "/v1/chat/completions",
 			body:     `{"model":"nope"}`,
-			want:     Result{ErrCode: CodeModelNotFound},
+			want:     inference.Result{ErrCode: inference.CodeModelNotFound},
 		},
 		{
 			name:     "cross_shape_dispatch makes no call",
 			endpoint: "/v1/chat/completions",
 			body:     `{"model":"claude"}`,
-			want:     Result{ErrCode: CodeCrossShapeDispatch, Model: "claude"},
-			check: func(t *testing.T, got Result, _ []request, _ []time.Duration) {
+			want:     inference.Result{ErrCode: inference.CodeCrossShapeDispatch, Model: "claude"},
+			check: func(t *testing.T, got inference.Result, _ []request, _ []time.Duration) {
 				for _, s := range []string{"/v1/chat/completions", "anthropic"} {
 					if !strings.Contains(got.ErrMessage, s) {
 						t.Errorf("ErrMessage = %q, want it to name %q", got.ErrMessage, s)
@@ -421,19 +422,19 @@ func TestDo(t *testing.T) {
 			name:     "cross_shape_dispatch the other way",
 			endpoint: "/v1/messages",
 			body:     `{"model":"chat"}`,
-			want:     Result{ErrCode: CodeCrossShapeDispatch, Model: "chat"},
+			want:     inference.Result{ErrCode: inference.CodeCrossShapeDispatch, Model: "chat"},
 		},
 		{
 			name:     "body not an object",
 			endpoint: "/v1/chat/completions",
 			body:     `["model","chat"]`,
-			want:     Result{ErrCode: CodeInvalidRequest},
+			want:     inference.Result{ErrCode: inference.CodeInvalidRequest},
 		},
 		{
 			name:     "model not a string",
 			endpoint: "/v1/chat/completions",
 			body:     `{"model":3}`,
-			want:     Result{ErrCode: CodeInvalidRequest},
+			want:     inference.Result{ErrCode: inference.CodeInvalidRequest},
 		},
 		{
 			// Routed on the first model, run upstream on the last: a body
@@ -441,27 +442,27 @@ func TestDo(t *testing.T) {
 			name:     "duplicate model",
 			endpoint: "/v1/chat/completions",
 			body:     `{"model":"chat","messages":[],"model":"slow"}`,
-			want:     Result{ErrCode: CodeInvalidRequest},
+			want:     inference.Result{ErrCode: inference.CodeInvalidRequest},
 		},
 		{
 			name:     "unsupported endpoint",
 			endpoint: "/v1/images/edits",
 			body:     `{"model":"chat"}`,
-			want:     Result{ErrCode: CodeInvalidRequest},
+			want:     inference.Result{ErrCode: inference.CodeInvalidRequest},
 		},
 		{
 			name:     "per-call timeout on every attempt",
 			endpoint: "/v1/chat/completions",
 			body:     `{"model":"slow"}`,
 			steps:    times(4, hang),
-			want:     Result{ErrCode: CodeRequestTimeout, Model: "slow", Attempts: 4},
+			want:     inference.Result{ErrCode: inference.CodeRequestTimeout, Model: "slow", Attempts: 4},
 		},
 		{
 			name:     "a timeout then an answer",
 			endpoint: "/v1/chat/completions",
 			body:     `{"model":"slow"}`,
 			steps:    []step{hang, answer(200, chatOK)},
-			want:     Result{StatusCode: 200, Model: "slow", Attempts: 2},
+			want:     inference.Result{StatusCode: 200, Model: "slow", Attempts: 2},
 		},
 	}
 	for _, tt := range tests {
@@ -496,7 +497,7 @@ func TestDo(t *testing.T) {
 
 // checkResult compares what identifies an outcome and the invariant that a
 // Result is either an answer or an error code.
-func checkResult(t *testing.T, got, want Result) {
+func checkResult(t *testing.T, got, want inference.Result) {
 	t.Helper()
 	if got.StatusCode != want.StatusCode || got.ErrCode != want.ErrCode || got.Model != want.Model ||
 		got.Fallback != want.Fallback || got.Attempts != want.Attempts {
@@ -532,7 +533,7 @@ func TestDoInsideAllowList(t *testing.T) {
 		body     string
 		route    Route
 		steps    []step
-		want     Result
+		want     inference.Result
 		upstream []string // body.model of each upstream call
 	}{
 		{
@@ -540,7 +541,7 @@ func TestDoInsideAllowList(t *testing.T) {
 			body:     `{"model":"solo"}`,
 			route:    Route{Fallback: "chat-backup", Allowed: only("solo")},
 			steps:    times(4, answer(500, serverErr)),
-			want:     Result{StatusCode: 500, Model: "solo", Attempts: 4},
+			want:     inference.Result{StatusCode: 500, Model: "solo", Attempts: 4},
 			upstream: []string{"solo", "solo", "solo", "solo"},
 		},
 		{
@@ -548,7 +549,7 @@ func TestDoInsideAllowList(t *testing.T) {
 			body:     `{"model":"chat"}`,
 			route:    Route{Allowed: only("chat")},
 			steps:    times(4, answer(500, serverErr)),
-			want:     Result{StatusCode: 500, Model: "chat", Attempts: 4},
+			want:     inference.Result{StatusCode: 500, Model: "chat", Attempts: 4},
 			upstream: []string{"chat-upstream", "chat-upstream", "chat-upstream", "chat-upstream"},
 		},
 		{
@@ -556,7 +557,7 @@ func TestDoInsideAllowList(t *testing.T) {
 			body:     `{"model":"chat"}`,
 			route:    Route{Fallback: "solo", Allowed: only("chat", "solo")},
 			steps:    append(times(4, answer(500, serverErr)), answer(200, chatOK)),
-			want:     Result{StatusCode: 200, Model: "solo", Fallback: true, Attempts: 5},
+			want:     inference.Result{StatusCode: 200, Model: "solo", Fallback: true, Attempts: 5},
 			upstream: []string{"chat-upstream", "chat-upstream", "chat-upstream", "chat-upstream", "solo"},
 		},
 		{
@@ -564,14 +565,14 @@ func TestDoInsideAllowList(t *testing.T) {
 			body:     `{"model":"solo"}`,
 			route:    Route{Fallback: "chat-backup", Allowed: only("solo", "chat-backup")},
 			steps:    append(times(4, answer(500, serverErr)), answer(200, chatOK)),
-			want:     Result{StatusCode: 200, Model: "chat-backup", Fallback: true, Attempts: 5},
+			want:     inference.Result{StatusCode: 200, Model: "chat-backup", Fallback: true, Attempts: 5},
 			upstream: []string{"solo", "solo", "solo", "solo", "backup-upstream"},
 		},
 		{
 			name:  "a row of a model outside the allow-list",
 			body:  `{"model":"chat"}`,
 			route: Route{Allowed: only("solo")},
-			want:  Result{ErrCode: "model_not_allowed", Model: "chat"},
+			want:  inference.Result{ErrCode: "model_not_allowed", Model: "chat"},
 		},
 	}
 	for _, tt := range tests {
@@ -602,17 +603,17 @@ func TestDoDefaultModel(t *testing.T) {
 	tests := []struct {
 		name, endpoint, body string
 		route                Route
-		want                 Result
+		want                 inference.Result
 		upstream             []string
 	}{
 		{"moderations without model", "/v1/moderations", `{"input":"hi"}`, Route{},
-			Result{StatusCode: 200, Model: "chat", Attempts: 1}, []string{"chat-upstream"}},
+			inference.Result{StatusCode: 200, Model: "chat", Attempts: 1}, []string{"chat-upstream"}},
 		{"moderations with null model", "/v1/moderations", `{"model":null,"input":"hi"}`, Route{},
-			Result{StatusCode: 200, Model: "chat", Attempts: 1}, []string{"chat-upstream"}},
+			inference.Result{StatusCode: 200, Model: "chat", Attempts: 1}, []string{"chat-upstream"}},
 		{"the default outside the allow-list", "/v1/moderations", `{"input":"hi"}`, Route{Allowed: func(m string) bool { return m != "chat" }},
-			Result{ErrCode: CodeModelNotAllowed, Model: "chat"}, nil},
+			inference.Result{ErrCode: inference.CodeModelNotAllowed, Model: "chat"}, nil},
 		{"chat without model", "/v1/chat/completions", `{"messages":[]}`, Route{},
-			Result{ErrCode: CodeInvalidRequest}, nil},
+			inference.Result{ErrCode: inference.CodeInvalidRequest}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -646,7 +647,7 @@ func TestDoConnectionError(t *testing.T) {
 
 	got := c.Do(context.Background(), "/v1/chat/completions", json.RawMessage(`{"model":"solo"}`), Route{})
 
-	checkResult(t, got, Result{ErrCode: CodeConnectionError, Model: "solo", Attempts: 4})
+	checkResult(t, got, inference.Result{ErrCode: inference.CodeConnectionError, Model: "solo", Attempts: 4})
 	if n := len(s.all()); n != 3 {
 		t.Errorf("slept %d times, want 3", n)
 	}
@@ -664,7 +665,7 @@ func TestDoStops(t *testing.T) {
 
 		got := c.Do(ctx, "/v1/chat/completions", json.RawMessage(`{"model":"chat"}`), Route{})
 
-		checkResult(t, got, Result{StatusCode: 500, Model: "chat", Attempts: 1})
+		checkResult(t, got, inference.Result{StatusCode: 500, Model: "chat", Attempts: 1})
 	})
 	t.Run("cancel during a call", func(t *testing.T) {
 		t.Parallel()
@@ -679,7 +680,7 @@ func TestDoStops(t *testing.T) {
 
 		got := c.Do(ctx, "/v1/chat/completions", json.RawMessage(`{"model":"chat"}`), Route{})
 
-		checkResult(t, got, Result{ErrCode: CodeRequestCancelled, Model: "chat", Attempts: 1})
+		checkResult(t, got, inference.Result{ErrCode: inference.CodeRequestCancelled, Model: "chat", Attempts: 1})
 		if n := len(s.all()); n != 0 {
 			t.Errorf("slept %d times, want 0", n)
 		}
@@ -694,7 +695,7 @@ func TestDoStops(t *testing.T) {
 
 		got := c.Do(ctx, "/v1/chat/completions", json.RawMessage(`{"model":"chat"}`), Route{})
 
-		checkResult(t, got, Result{ErrCode: CodeRequestCancelled, Model: "chat"})
+		checkResult(t, got, inference.Result{ErrCode: inference.CodeRequestCancelled, Model: "chat"})
 	})
 	t.Run("Retry-After past the deadline returns the answer at once", func(t *testing.T) {
 		t.Parallel()
@@ -707,7 +708,7 @@ func TestDoStops(t *testing.T) {
 		got := c.Do(ctx, "/v1/chat/completions", json.RawMessage(`{"model":"chat"}`), Route{})
 
 		// No fallback either: the deadline, not the model, ran out.
-		checkResult(t, got, Result{StatusCode: 429, Model: "chat", Attempts: 1})
+		checkResult(t, got, inference.Result{StatusCode: 429, Model: "chat", Attempts: 1})
 		if n := len(s.all()); n != 0 {
 			t.Errorf("slept %d times, want 0", n)
 		}
@@ -738,7 +739,7 @@ func TestDoConcurrent(t *testing.T) {
 	c := newClient(t, srv.URL, &s)
 
 	const rows = 64
-	results := make([]Result, rows)
+	results := make([]inference.Result, rows)
 	var wg sync.WaitGroup
 	for i := range rows {
 		wg.Go(func() {
@@ -784,27 +785,27 @@ func TestUsageOf(t *testing.T) {
 		name     string
 		endpoint string
 		body     string
-		want     Usage
+		want     inference.Usage
 	}{
 		{"chat", "/v1/chat/completions",
-			`{"usage":{"prompt_tokens":11,"completion_tokens":5,"total_tokens":16}}`, Usage{11, 5, 16, 0, 0}},
+			`{"usage":{"prompt_tokens":11,"completion_tokens":5,"total_tokens":16}}`, inference.Usage{InputTokens: 11, OutputTokens: 5, TotalTokens: 16, CachedTokens: 0, ReasoningTokens: 0}},
 		{"chat with details", "/v1/chat/completions",
-			`{"usage":{"prompt_tokens":11,"completion_tokens":5,"total_tokens":16,"prompt_tokens_details":{"cached_tokens":8},"completion_tokens_details":{"reasoning_tokens":3}}}`, Usage{11, 5, 16, 8, 3}},
+			`{"usage":{"prompt_tokens":11,"completion_tokens":5,"total_tokens":16,"prompt_tokens_details":{"cached_tokens":8},"completion_tokens_details":{"reasoning_tokens":3}}}`, inference.Usage{InputTokens: 11, OutputTokens: 5, TotalTokens: 16, CachedTokens: 8, ReasoningTokens: 3}},
 		{"completions without total", "/v1/completions",
-			`{"usage":{"prompt_tokens":3,"completion_tokens":4}}`, Usage{3, 4, 7, 0, 0}},
+			`{"usage":{"prompt_tokens":3,"completion_tokens":4}}`, inference.Usage{InputTokens: 3, OutputTokens: 4, TotalTokens: 7, CachedTokens: 0, ReasoningTokens: 0}},
 		{"embeddings", "/v1/embeddings",
-			`{"usage":{"prompt_tokens":8,"total_tokens":8}}`, Usage{8, 0, 8, 0, 0}},
+			`{"usage":{"prompt_tokens":8,"total_tokens":8}}`, inference.Usage{InputTokens: 8, OutputTokens: 0, TotalTokens: 8, CachedTokens: 0, ReasoningTokens: 0}},
 		{"responses", "/v1/responses",
-			`{"usage":{"input_tokens":20,"output_tokens":9,"total_tokens":29,"input_tokens_details":{"cached_tokens":4},"output_tokens_details":{"reasoning_tokens":2}}}`, Usage{20, 9, 29, 4, 2}},
+			`{"usage":{"input_tokens":20,"output_tokens":9,"total_tokens":29,"input_tokens_details":{"cached_tokens":4},"output_tokens_details":{"reasoning_tokens":2}}}`, inference.Usage{InputTokens: 20, OutputTokens: 9, TotalTokens: 29, CachedTokens: 4, ReasoningTokens: 2}},
 		{"anthropic", "/v1/messages",
-			`{"usage":{"input_tokens":12,"output_tokens":6}}`, Usage{12, 6, 18, 0, 0}},
+			`{"usage":{"input_tokens":12,"output_tokens":6}}`, inference.Usage{InputTokens: 12, OutputTokens: 6, TotalTokens: 18, CachedTokens: 0, ReasoningTokens: 0}},
 		{"anthropic with cache", "/v1/messages",
-			`{"usage":{"input_tokens":2,"cache_creation_input_tokens":10,"cache_read_input_tokens":30,"output_tokens":6}}`, Usage{42, 6, 48, 30, 0}},
+			`{"usage":{"input_tokens":2,"cache_creation_input_tokens":10,"cache_read_input_tokens":30,"output_tokens":6}}`, inference.Usage{InputTokens: 42, OutputTokens: 6, TotalTokens: 48, CachedTokens: 30, ReasoningTokens: 0}},
 		{"images", "/v1/images/generations",
-			`{"usage":{"input_tokens":7,"output_tokens":272,"total_tokens":279,"input_tokens_details":{"text_tokens":7}}}`, Usage{7, 272, 279, 0, 0}},
-		{"moderations", "/v1/moderations", `{"id":"modr-1","results":[]}`, Usage{}},
-		{"error body", "/v1/chat/completions", `{"error":{"message":"x"}}`, Usage{}},
-		{"not JSON", "/v1/messages", `oops`, Usage{}},
+			`{"usage":{"input_tokens":7,"output_tokens":272,"total_tokens":279,"input_tokens_details":{"text_tokens":7}}}`, inference.Usage{InputTokens: 7, OutputTokens: 272, TotalTokens: 279, CachedTokens: 0, ReasoningTokens: 0}},
+		{"moderations", "/v1/moderations", `{"id":"modr-1","results":[]}`, inference.Usage{}},
+		{"error body", "/v1/chat/completions", `{"error":{"message":"x"}}`, inference.Usage{}},
+		{"not JSON", "/v1/messages", `oops`, inference.Usage{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -827,11 +828,11 @@ func TestDoResponseTooLarge(t *testing.T) {
 	tests := []struct {
 		name   string
 		answer step
-		want   Result
+		want   inference.Result
 	}{
-		{"2xx over the cap", answer(200, pad(limit+1)), Result{ErrCode: CodeResponseTooLarge, Model: "chat", Attempts: 1}},
-		{"5xx over the cap", answer(500, pad(limit+1)), Result{ErrCode: CodeResponseTooLarge, Model: "chat", Attempts: 1}},
-		{"at the cap", answer(200, pad(limit)), Result{StatusCode: 200, Model: "chat", Attempts: 1}},
+		{"2xx over the cap", answer(200, pad(limit+1)), inference.Result{ErrCode: inference.CodeResponseTooLarge, Model: "chat", Attempts: 1}},
+		{"5xx over the cap", answer(500, pad(limit+1)), inference.Result{ErrCode: inference.CodeResponseTooLarge, Model: "chat", Attempts: 1}},
+		{"at the cap", answer(200, pad(limit)), inference.Result{StatusCode: 200, Model: "chat", Attempts: 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -866,7 +867,7 @@ func TestDoDefer(t *testing.T) {
 		body     string
 		route    Route
 		steps    []step
-		want     Result
+		want     inference.Result
 		to       string   // FallbackTo
 		upstream []string // body.model of each upstream call
 	}{
@@ -875,7 +876,7 @@ func TestDoDefer(t *testing.T) {
 			body:     `{"model":"chat"}`,
 			route:    Route{Defer: true},
 			steps:    times(4, answer(500, serverErr)),
-			want:     Result{StatusCode: 500, Model: "chat", Attempts: 4},
+			want:     inference.Result{StatusCode: 500, Model: "chat", Attempts: 4},
 			to:       "chat-backup",
 			upstream: []string{"chat-upstream", "chat-upstream", "chat-upstream", "chat-upstream"},
 		},
@@ -884,7 +885,7 @@ func TestDoDefer(t *testing.T) {
 			body:     `{"model":"solo"}`,
 			route:    Route{Defer: true, Fallback: "chat-backup"},
 			steps:    times(4, answer(429, rateLimit)),
-			want:     Result{StatusCode: 429, Model: "solo", Attempts: 4},
+			want:     inference.Result{StatusCode: 429, Model: "solo", Attempts: 4},
 			to:       "chat-backup",
 			upstream: []string{"solo", "solo", "solo", "solo"},
 		},
@@ -893,7 +894,7 @@ func TestDoDefer(t *testing.T) {
 			body:     `{"model":"solo"}`,
 			route:    Route{Defer: true, Fallback: "claude"},
 			steps:    times(4, answer(500, serverErr)),
-			want:     Result{StatusCode: 500, Model: "solo", Attempts: 4},
+			want:     inference.Result{StatusCode: 500, Model: "solo", Attempts: 4},
 			upstream: []string{"solo", "solo", "solo", "solo"},
 		},
 		{
@@ -901,7 +902,7 @@ func TestDoDefer(t *testing.T) {
 			body:     `{"model":"chat"}`,
 			route:    Route{Defer: true, Allowed: only("chat")},
 			steps:    times(4, answer(500, serverErr)),
-			want:     Result{StatusCode: 500, Model: "chat", Attempts: 4},
+			want:     inference.Result{StatusCode: 500, Model: "chat", Attempts: 4},
 			upstream: []string{"chat-upstream", "chat-upstream", "chat-upstream", "chat-upstream"},
 		},
 		{
@@ -909,7 +910,7 @@ func TestDoDefer(t *testing.T) {
 			body:     `{"model":"chat"}`,
 			route:    Route{Defer: true},
 			steps:    []step{answer(400, `{"error":{"message":"bad"}}`)},
-			want:     Result{StatusCode: 400, Model: "chat", Attempts: 1},
+			want:     inference.Result{StatusCode: 400, Model: "chat", Attempts: 1},
 			upstream: []string{"chat-upstream"},
 		},
 		{
@@ -917,7 +918,7 @@ func TestDoDefer(t *testing.T) {
 			body:     `{"model":"chat"}`,
 			route:    Route{Defer: true},
 			steps:    []step{answer(500, serverErr), answer(200, chatOK)},
-			want:     Result{StatusCode: 200, Model: "chat", Attempts: 2},
+			want:     inference.Result{StatusCode: 200, Model: "chat", Attempts: 2},
 			upstream: []string{"chat-upstream", "chat-upstream"},
 		},
 	}
@@ -957,7 +958,7 @@ func TestDoOn(t *testing.T) {
 		body     string
 		route    Route
 		steps    []step
-		want     Result
+		want     inference.Result
 		upstream []string // body.model of each upstream call
 	}{
 		{
@@ -965,7 +966,7 @@ func TestDoOn(t *testing.T) {
 			body:     `{"model":"chat"}`,
 			route:    Route{On: "chat-backup"},
 			steps:    []step{answer(200, chatOK)},
-			want:     Result{StatusCode: 200, Model: "chat-backup", Fallback: true, Attempts: 1},
+			want:     inference.Result{StatusCode: 200, Model: "chat-backup", Fallback: true, Attempts: 1},
 			upstream: []string{"backup-upstream"},
 		},
 		{
@@ -973,26 +974,26 @@ func TestDoOn(t *testing.T) {
 			body:     `{"model":"chat"}`,
 			route:    Route{On: "chat-backup", Fallback: "solo", Defer: true},
 			steps:    times(4, answer(503, serverErr)),
-			want:     Result{StatusCode: 503, Model: "chat-backup", Fallback: true, Attempts: 4},
+			want:     inference.Result{StatusCode: 503, Model: "chat-backup", Fallback: true, Attempts: 4},
 			upstream: []string{"backup-upstream", "backup-upstream", "backup-upstream", "backup-upstream"},
 		},
 		{
 			name:  "a fallback outside the allow-list",
 			body:  `{"model":"chat"}`,
 			route: Route{On: "chat-backup", Allowed: only("chat")},
-			want:  Result{ErrCode: CodeModelNotAllowed, Model: "chat-backup"},
+			want:  inference.Result{ErrCode: inference.CodeModelNotAllowed, Model: "chat-backup"},
 		},
 		{
 			name:  "a fallback of another shape",
 			body:  `{"model":"chat"}`,
 			route: Route{On: "claude"},
-			want:  Result{ErrCode: CodeCrossShapeDispatch, Model: "claude"},
+			want:  inference.Result{ErrCode: inference.CodeCrossShapeDispatch, Model: "claude"},
 		},
 		{
 			name:  "a fallback not configured",
 			body:  `{"model":"chat"}`,
 			route: Route{On: "gone"},
-			want:  Result{ErrCode: CodeModelNotFound},
+			want:  inference.Result{ErrCode: inference.CodeModelNotFound},
 		},
 	}
 	for _, tt := range tests {

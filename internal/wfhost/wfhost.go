@@ -39,6 +39,7 @@ import (
 	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/fanout"
 	"github.com/relaybatch/relay/internal/ids"
+	"github.com/relaybatch/relay/internal/inference"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/part"
@@ -244,18 +245,18 @@ func (h *recordHost) ReturnSlots(ctx context.Context) error {
 
 // Exec runs a step's requests through the one row fan-out
 // (internal/fanout), within the slots the record's chunk holds.
-func (h *recordHost) Exec(ctx context.Context, bodies []json.RawMessage) []provider.Result {
-	res := make([]provider.Result, len(bodies))
+func (h *recordHost) Exec(ctx context.Context, bodies []json.RawMessage) []inference.Result {
+	res := make([]inference.Result, len(bodies))
 	ep, route := h.b.Endpoint, h.route
 	fanout.SendAll(h.c.Slots, fanout.Rows{
 		Ctx: ctx, Bodies: bodies,
-		Send: func(ctx context.Context, body json.RawMessage) provider.Result {
+		Send: func(ctx context.Context, body json.RawMessage) inference.Result {
 			return h.r.Provider.Do(ctx, ep, body, route)
 		},
-		Done: func(i int, r provider.Result, sent bool) {
+		Done: func(i int, r inference.Result, sent bool) {
 			if !sent {
 				// ctx ended: the step is cut short and none of it is kept.
-				r = provider.Result{ErrCode: provider.CodeRequestCancelled, ErrMessage: "stopped before the request was sent"}
+				r = inference.Result{ErrCode: inference.CodeRequestCancelled, ErrMessage: "stopped before the request was sent"}
 			}
 			res[i] = r
 		},
@@ -314,9 +315,9 @@ func (h *recordHost) Requeue(ctx context.Context, delay time.Duration) error {
 // with the usage of every request it ran.
 func (h *recordHost) Finish(ctx context.Context, o workflow.Outcome) error {
 	u := o.State.Usage
-	l := part.Outcome{CustomID: h.customID, Result: provider.Result{
+	l := part.Outcome{CustomID: h.customID, Result: inference.Result{
 		Model: h.c.Model, Fallback: o.State.Fallback,
-		Usage: provider.Usage{InputTokens: u.PromptTokens, OutputTokens: u.CompletionTokens, TotalTokens: u.TotalTokens},
+		Usage: inference.Usage{InputTokens: u.PromptTokens, OutputTokens: u.CompletionTokens, TotalTokens: u.TotalTokens},
 	}}
 	if o.Kind == workflow.Completed {
 		l.Result.StatusCode, l.Result.Body, l.Result.RequestID = 200, o.Output, o.EventID

@@ -8,7 +8,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/inference"
 )
 
 // Host is the engine's side of one run of a record (docs/api.md "Workflow
@@ -28,7 +28,7 @@ type Host interface {
 	ReturnSlots(ctx context.Context) error
 	// Exec runs a step's admitted request bodies concurrently within the
 	// slots the record holds and returns their answers in order.
-	Exec(ctx context.Context, bodies []json.RawMessage) []provider.Result
+	Exec(ctx context.Context, bodies []json.RawMessage) []inference.Result
 	// Save checkpoints the record after a step.
 	Save(ctx context.Context, st State) error
 	// Stop, checked before every event, fails the record when its batch

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/inference"
 )
 
 // fakeHost is the engine's side of a record in memory: a checkpoint that
@@ -50,14 +50,14 @@ func (h *fakeHost) ReturnSlots(context.Context) error {
 	return nil
 }
 
-func (h *fakeHost) Exec(_ context.Context, bodies []json.RawMessage) []provider.Result {
-	res := make([]provider.Result, len(bodies))
+func (h *fakeHost) Exec(_ context.Context, bodies []json.RawMessage) []inference.Result {
+	res := make([]inference.Result, len(bodies))
 	for i, b := range bodies {
 		h.mu.Lock()
 		h.upstream = append(h.upstream, string(b))
 		h.mu.Unlock()
-		res[i] = provider.Result{StatusCode: 200, Body: json.RawMessage(fmt.Sprintf(`{"echo":%s}`, b)),
-			Usage: provider.Usage{InputTokens: 10, OutputTokens: 5, TotalTokens: 15}, Model: "m"}
+		res[i] = inference.Result{StatusCode: 200, Body: json.RawMessage(fmt.Sprintf(`{"echo":%s}`, b)),
+			Usage: inference.Usage{InputTokens: 10, OutputTokens: 5, TotalTokens: 15}, Model: "m"}
 	}
 	return res
 }

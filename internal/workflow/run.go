@@ -8,7 +8,7 @@ import (
 
 	"github.com/tidwall/sjson"
 
-	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/inference"
 )
 
 // State is a record's checkpoint, saved after every step: what the next
@@ -81,7 +81,7 @@ type Runner struct {
 	Call func(ctx context.Context, spec Spec, ev Event) (Answer, error)
 	// Exec runs a step's admitted request bodies concurrently within the
 	// model's capacity and returns their answers in order.
-	Exec func(ctx context.Context, bodies []json.RawMessage) []provider.Result
+	Exec func(ctx context.Context, bodies []json.RawMessage) []inference.Result
 	// Save checkpoints the state after a step.
 	Save func(ctx context.Context, st State) error
 	// Stop, checked before every event, fails the record when the batch

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/inference"
 )
 
 // fakeRecord is the engine's side of a Runner, in memory: a scripted
@@ -36,14 +36,14 @@ func (f *fakeRecord) runner(spec Spec) *Runner {
 			f.mu.Unlock()
 			return ParseAnswer([]byte(f.script(ev)))
 		},
-		Exec: func(_ context.Context, bodies []json.RawMessage) []provider.Result {
-			res := make([]provider.Result, len(bodies))
+		Exec: func(_ context.Context, bodies []json.RawMessage) []inference.Result {
+			res := make([]inference.Result, len(bodies))
 			for i, b := range bodies {
 				f.mu.Lock()
 				f.upstream = append(f.upstream, string(b))
 				f.mu.Unlock()
-				res[i] = provider.Result{StatusCode: 200, Body: json.RawMessage(fmt.Sprintf(`{"echo":%s}`, b)),
-					Usage: provider.Usage{InputTokens: 10, OutputTokens: 5, TotalTokens: 15}, Model: "m"}
+				res[i] = inference.Result{StatusCode: 200, Body: json.RawMessage(fmt.Sprintf(`{"echo":%s}`, b)),
+					Usage: inference.Usage{InputTokens: 10, OutputTokens: 5, TotalTokens: 15}, Model: "m"}
 			}
 			return res
 		},
@@ -258,9 +258,9 @@ func TestRunStopsYieldsAndKeepsCutSteps(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		f := &fakeRecord{script: func(Event) string { return cont("a") }}
 		r := f.runner(Spec{})
-		r.Exec = func(context.Context, []json.RawMessage) []provider.Result {
+		r.Exec = func(context.Context, []json.RawMessage) []inference.Result {
 			cancel()
-			return []provider.Result{{ErrCode: provider.CodeRequestCancelled}}
+			return []inference.Result{{ErrCode: inference.CodeRequestCancelled}}
 		}
 		_, err := r.Run(ctx, State{})
 		if !errors.Is(err, context.Canceled) || r.Saved != 0 || len(f.saved) != 0 {

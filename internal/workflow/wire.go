@@ -15,7 +15,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/relaybatch/relay/internal/ijson"
-	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/inference"
 )
 
 // Event kinds.
@@ -276,7 +276,7 @@ func Admit(q Request, model string) (json.RawMessage, *Result) {
 
 // resultOf is a provider answer as the callback sees it. A request that got
 // no HTTP answer is given the status a gateway would have answered.
-func resultOf(q Request, r provider.Result) Result {
+func resultOf(q Request, r inference.Result) Result {
 	res := Result{ID: q.ID, CustomID: q.CustomID, StatusCode: r.StatusCode, Body: r.Body,
 		Usage: ResultUsage{InputTokens: r.Usage.InputTokens, OutputTokens: r.Usage.OutputTokens}}
 	if r.ErrCode == "" {
@@ -284,13 +284,13 @@ func resultOf(q Request, r provider.Result) Result {
 	}
 	status := http.StatusBadGateway
 	switch r.ErrCode {
-	case provider.CodeRequestTimeout:
+	case inference.CodeRequestTimeout:
 		status = http.StatusGatewayTimeout
-	case provider.CodeInvalidRequest, provider.CodeCrossShapeDispatch:
+	case inference.CodeInvalidRequest, inference.CodeCrossShapeDispatch:
 		status = http.StatusBadRequest
-	case provider.CodeModelNotFound:
+	case inference.CodeModelNotFound:
 		status = http.StatusNotFound
-	case provider.CodeAPIKeyUnavailable:
+	case inference.CodeAPIKeyUnavailable:
 		status = http.StatusInternalServerError
 	}
 	res.StatusCode = status

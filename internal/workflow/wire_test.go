@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/inference"
 )
 
 func TestParseAnswer(t *testing.T) {
@@ -134,7 +134,7 @@ func TestEventWireShape(t *testing.T) {
 func TestResultOf(t *testing.T) {
 	t.Parallel()
 	q := Request{ID: "i", CustomID: "c"}
-	ok := resultOf(q, provider.Result{StatusCode: 200, Body: json.RawMessage(`{"x":1}`), Usage: provider.Usage{InputTokens: 3, OutputTokens: 4, TotalTokens: 7}})
+	ok := resultOf(q, inference.Result{StatusCode: 200, Body: json.RawMessage(`{"x":1}`), Usage: inference.Usage{InputTokens: 3, OutputTokens: 4, TotalTokens: 7}})
 	if ok.StatusCode != 200 || string(ok.Body) != `{"x":1}` || ok.Usage != (ResultUsage{3, 4}) {
 		t.Errorf("answer: got %+v", ok)
 	}
@@ -142,13 +142,13 @@ func TestResultOf(t *testing.T) {
 		code string
 		want int
 	}{
-		{provider.CodeRequestTimeout, 504},
-		{provider.CodeConnectionError, 502},
-		{provider.CodeInvalidRequest, 400},
-		{provider.CodeAPIKeyUnavailable, 500},
+		{inference.CodeRequestTimeout, 504},
+		{inference.CodeConnectionError, 502},
+		{inference.CodeInvalidRequest, 400},
+		{inference.CodeAPIKeyUnavailable, 500},
 	}
 	for _, tt := range tests {
-		r := resultOf(q, provider.Result{ErrCode: tt.code, ErrMessage: "m"})
+		r := resultOf(q, inference.Result{ErrCode: tt.code, ErrMessage: "m"})
 		if r.StatusCode != tt.want || !strings.Contains(string(r.Body), tt.code) {
 			t.Errorf("%s: got %d %s, want %d", tt.code, r.StatusCode, r.Body, tt.want)
 		}
