@@ -516,7 +516,7 @@ func (s *Service) WriteInputFile(ctx context.Context, tenant, filename string, d
 	exp := s.Now().Add(files.DefaultTTL).Unix()
 	f := files.File{ID: id, Bytes: int64(len(data)), CreatedAt: s.Now().Unix(), Filename: filename,
 		Purpose: files.PurposeBatch, Status: files.StatusProcessed, Tenant: tenant, ExpiresAt: &exp}
-	w := blob.NewObjectWriter(ctx, s.Blobs, fmt.Sprintf("files/%s/%s/", tenant, id))
+	w := batch.NewObjectWriter(ctx, s.Blobs, fmt.Sprintf("files/%s/%s/", tenant, id))
 	w.Tag = files.ExpiryTag(f)
 	if _, err := w.Write(data); err != nil {
 		return files.File{}, fmt.Errorf("write file %s: %w", id, err)
@@ -746,7 +746,7 @@ func (s *Service) RetryInput(ctx context.Context, nb batch.Batch) (files.File, e
 	exp := nb.CreatedAt + int64(files.DefaultTTL/time.Second)
 	f := files.File{ID: nb.InputFileID, CreatedAt: nb.CreatedAt, Filename: "retry-" + src.ID + ".jsonl", Purpose: files.PurposeBatch,
 		Status: files.StatusProcessed, ExpiresAt: &exp, Tenant: nb.Tenant}
-	w := blob.NewObjectWriter(ctx, s.Blobs, fmt.Sprintf("files/%s/%s/", nb.Tenant, nb.InputFileID))
+	w := batch.NewObjectWriter(ctx, s.Blobs, fmt.Sprintf("files/%s/%s/", nb.Tenant, nb.InputFileID))
 	w.Tag = files.ExpiryTag(f)
 	for _, c := range chunks {
 		if !part.HasErrors(c) {

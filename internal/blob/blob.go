@@ -1,7 +1,7 @@
 // Package blob is the S3 adapter. It stores objects and reads a file as the
 // ordered concatenation of its objects (docs/design.md "Data layout"): uploads in parts and
 // outputs made of chunk parts are never copied to be joined. A byte range of
-// such a file reads with ranged GETs (ReadRange), and ObjectWriter writes one.
+// such a file reads with ranged GETs (ReadRange), and batch.ObjectWriter writes one.
 package blob
 
 import (

@@ -12,7 +12,6 @@ import (
 	"github.com/relaybatch/relay/internal/backoff"
 
 	"github.com/relaybatch/relay/internal/batch"
-	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/sched"
 )
@@ -72,7 +71,7 @@ func KeptUntil(b batch.Batch, partsExpiry time.Duration) int64 {
 // Write writes a commit's part objects, those with bytes, under its chunk's
 // keys (batch.Chunk.Parts) with their expiry class (Kept), side by side,
 // and returns the keys written (those that were, when one failed).
-func Write(ctx context.Context, p blob.Putter, cm sched.Commit, objs map[string]Object) ([]string, error) {
+func Write(ctx context.Context, p batch.Putter, cm sched.Commit, objs map[string]Object) ([]string, error) {
 	var (
 		mu      sync.Mutex
 		wg      sync.WaitGroup
@@ -109,7 +108,7 @@ const (
 )
 
 // put writes part object o under key k, trying again after an error.
-func put(ctx context.Context, p blob.Putter, k string, o Object) error {
+func put(ctx context.Context, p batch.Putter, k string, o Object) error {
 	var err error
 	for try := range putTries {
 		if try > 0 {

@@ -80,7 +80,7 @@ func TestKept(t *testing.T) {
 	}
 }
 
-// afterPutter is a blob.Putter whose first put of each key reads the whole
+// afterPutter is a batch.Putter whose first put of each key reads the whole
 // body, keeps it, and fails all the same (a timeout after the write).
 type afterPutter struct {
 	mu     sync.Mutex

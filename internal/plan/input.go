@@ -7,7 +7,6 @@ import (
 	"io"
 
 	"github.com/relaybatch/relay/internal/batch"
-	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/endpoint"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/jsonl"
@@ -16,7 +15,7 @@ import (
 // Blobs is what reading a batch's input needs of the bucket
 // (internal/blob).
 type Blobs interface {
-	blob.Putter
+	batch.Putter
 	Concat(ctx context.Context, keys []string) io.ReadCloser
 	Head(ctx context.Context, key string) (size int64, etag string, err error)
 }
@@ -108,10 +107,10 @@ func Scan(ctx context.Context, blobs Blobs, b batch.Batch, f files.File, lim Lim
 	}
 	rc := blobs.Concat(ctx, f.Objects)
 	defer func() { _ = rc.Close() }()
-	var norm *blob.ObjectWriter
+	var norm *batch.ObjectWriter
 	var normW io.Writer
 	if format == jsonl.CSV {
-		norm = blob.NewObjectWriter(ctx, blobs, fmt.Sprintf("files/%s/%s/normalized/", b.Tenant, b.InputFileID+"-"+b.ID))
+		norm = batch.NewObjectWriter(ctx, blobs, fmt.Sprintf("files/%s/%s/normalized/", b.Tenant, b.InputFileID+"-"+b.ID))
 		norm.Tag = files.ExpiryTag(f) // it lives as long as the input it stands for
 		normW = norm
 	}
