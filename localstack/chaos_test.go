@@ -60,7 +60,6 @@ import (
 	"github.com/relaybatch/relay/internal/local/localrun"
 	"github.com/relaybatch/relay/internal/mockup"
 	"github.com/relaybatch/relay/internal/msg"
-	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
 )
 
@@ -262,9 +261,9 @@ func (c *chaos) duplicateRun(rt *localrun.Runtime, m msg.Message) {
 
 // workDelivery is an invocation's deliveries: the work message m alone,
 // received for the first time.
-func workDelivery(m msg.Message) []queue.Delivery {
+func workDelivery(m msg.Message) []msg.Delivery {
 	body, _ := json.Marshal(m)
-	return []queue.Delivery{{ID: "chaos-" + m.Run, Body: string(body), ReceiveCount: 1}}
+	return []msg.Delivery{{ID: "chaos-" + m.Run, Body: string(body), ReceiveCount: 1}}
 }
 
 // beforeCommit crashes an executor after it wrote the chunk's parts.

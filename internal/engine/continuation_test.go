@@ -10,7 +10,6 @@ import (
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/msg"
-	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/sched"
 )
 
@@ -36,7 +35,7 @@ func TestStoppedRunStopsItsModel(t *testing.T) {
 
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		if _, err := e.Execute(context.Background(), []queue.Delivery{d0, d1}); err != nil {
+		if _, err := e.Execute(context.Background(), []msg.Delivery{d0, d1}); err != nil {
 			t.Error(err)
 		}
 	})
@@ -69,7 +68,7 @@ func TestStoppedRunStopsItsModel(t *testing.T) {
 	atTakeover := p.inflight["x"]
 	p.mu.Unlock()
 	wg.Go(func() {
-		if _, err := e.Execute(context.Background(), []queue.Delivery{workDelivery(t, table.chunks[0], "d0b")}); err != nil {
+		if _, err := e.Execute(context.Background(), []msg.Delivery{workDelivery(t, table.chunks[0], "d0b")}); err != nil {
 			t.Error(err)
 		}
 	})
@@ -107,7 +106,7 @@ func TestPickFailureCommitsWithoutContinuation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	failed, err := e.Execute(ctx, []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+	failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
 
 	if err != nil || len(failed) > 0 {
 		t.Fatalf("Execute: failed %v, err %v", failed, err)
@@ -156,7 +155,7 @@ func TestContinuationLoadBesideHeartbeat(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	failed, err := e.Execute(ctx, []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+	failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
 
 	if err != nil || len(failed) > 0 || len(table.commits) != 2 {
 		t.Fatalf("Execute: failed %v, err %v, %d commits", failed, err, len(table.commits))
@@ -181,7 +180,7 @@ func TestContinuationThatRanNothingIsSent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3200*time.Millisecond)
 	defer cancel()
 
-	if _, err := e.Execute(ctx, []queue.Delivery{workDelivery(t, table.chunks[0], "d0"), workDelivery(t, table.chunks[1], "d1")}); err != nil {
+	if _, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0"), workDelivery(t, table.chunks[1], "d1")}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -215,7 +214,7 @@ func TestCommittedRunDoesNotStopItsModel(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	failed, err := e.Execute(ctx, []queue.Delivery{workDelivery(t, table.chunks[0], "d0"), workDelivery(t, table.chunks[1], "d1")})
+	failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0"), workDelivery(t, table.chunks[1], "d1")})
 
 	if err != nil || len(failed) > 0 {
 		t.Fatalf("Execute: failed %v, err %v", failed, err)
@@ -266,7 +265,7 @@ func TestContinuationStartsOnItsClaimsFence(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	failed, err := e.Execute(ctx, []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+	failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
 
 	if err != nil || len(failed) > 0 || len(table.commits) != 2 || table.chunks[1].State != batch.ChunkDone {
 		t.Fatalf("Execute: failed %v, err %v, %d commits, chunk 1 %s", failed, err, len(table.commits), table.chunks[1].State)
@@ -302,7 +301,7 @@ func TestRefusedContinuationHandsItsFenceToTheMessage(t *testing.T) {
 		return nil
 	}
 
-	failed, err := e.Execute(ctx, []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+	failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
 
 	if err != nil || len(failed) > 0 || table.chunks[0].State != batch.ChunkDone {
 		t.Fatalf("Execute: failed %v, err %v, chunk 0 %s", failed, err, table.chunks[0].State)

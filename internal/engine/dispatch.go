@@ -12,14 +12,13 @@ import (
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/plan"
-	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/store"
 )
 
 // Dispatch is the dispatcher function's SQS handler: plans, drains of
 // cancelled batches and the periodic tick. Each message is idempotent.
-func (e *Engine) Dispatch(ctx context.Context, ds []queue.Delivery) ([]string, error) {
+func (e *Engine) Dispatch(ctx context.Context, ds []msg.Delivery) ([]string, error) {
 	return msg.Each(ctx, e.Log, ds, func(ctx context.Context, m msg.Message) error {
 		switch m.Type {
 		case msg.Plan:

@@ -29,7 +29,7 @@ import (
 
 // chunkRun is one work message being executed.
 type chunkRun struct {
-	delivery queue.Delivery
+	delivery msg.Delivery
 	msg      msg.Message
 	b        batch.Batch
 	c        batch.Chunk
@@ -82,7 +82,7 @@ type chunkRun struct {
 // (docs/design.md "Scheduling", rows stream, per-model slots), each run
 // executes only while it holds its fence and its lease (fence, lease
 // rule), and each chunk commits and is reported on its own.
-func (e *Engine) Execute(ctx context.Context, ds []queue.Delivery) ([]string, error) {
+func (e *Engine) Execute(ctx context.Context, ds []msg.Delivery) ([]string, error) {
 	var failed []string
 	var runs []*chunkRun
 	var native sync.WaitGroup // a native batch's steps run beside the chunks

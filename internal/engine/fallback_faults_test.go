@@ -12,7 +12,6 @@ import (
 	"github.com/relaybatch/relay/internal/inference"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/provider"
-	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/store"
 )
@@ -61,7 +60,7 @@ func TestSplitOfFallbackChunkStaysFallback(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2200*time.Millisecond)
 	defer cancel()
 
-	if failed, err := e.Execute(ctx, []queue.Delivery{workDelivery(t, table.chunks[0], "d0")}); err != nil || len(failed) > 0 {
+	if failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0")}); err != nil || len(failed) > 0 {
 		t.Fatalf("first invocation: failed %v, err %v", failed, err)
 	}
 	if len(table.commits) != 1 {
@@ -76,7 +75,7 @@ func TestSplitOfFallbackChunkStaysFallback(t *testing.T) {
 		t.Fatalf("work messages %v, want the rest's", ms)
 	}
 	body, _ := json.Marshal(ms[0])
-	if failed, err := e.Execute(context.Background(), []queue.Delivery{{ID: "d1", Body: string(body), ReceiveCount: 1}}); err != nil || len(failed) > 0 {
+	if failed, err := e.Execute(context.Background(), []msg.Delivery{{ID: "d1", Body: string(body), ReceiveCount: 1}}); err != nil || len(failed) > 0 {
 		t.Fatalf("rest's invocation: failed %v, err %v", failed, err)
 	}
 	fp.mu.Lock()
@@ -121,7 +120,7 @@ func TestCommitOutOfTriesIsAnError(t *testing.T) {
 	e.Store = &renumberTable{runsTable: table, renumbers: commitTries}
 	q := e.Queue.(*lockedQueue)
 
-	failed, err := e.Execute(context.Background(), []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+	failed, err := e.Execute(context.Background(), []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
 
 	if err != nil {
 		t.Fatal(err)
@@ -160,13 +159,13 @@ func TestJoinSeqFailureCommitsAllTheSame(t *testing.T) {
 	e.Store = &joinSeqTable{runsTable: table, fails: 1}
 	q := e.Queue.(*lockedQueue)
 
-	if failed, err := e.Execute(context.Background(), []queue.Delivery{workDelivery(t, table.chunks[0], "d0")}); err != nil || len(failed) > 0 {
+	if failed, err := e.Execute(context.Background(), []msg.Delivery{workDelivery(t, table.chunks[0], "d0")}); err != nil || len(failed) > 0 {
 		t.Fatalf("failed %v, err %v", failed, err)
 	}
 	// Its message's next delivery, if it was sent again.
 	for _, m := range workMessages(q) {
 		body, _ := json.Marshal(m)
-		if _, err := e.Execute(context.Background(), []queue.Delivery{{ID: "d1", Body: string(body), ReceiveCount: 1}}); err != nil {
+		if _, err := e.Execute(context.Background(), []msg.Delivery{{ID: "d1", Body: string(body), ReceiveCount: 1}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -203,7 +202,7 @@ func TestSettledFallbackCommitStartsTheFallback(t *testing.T) {
 	e, table, ft := fallbackStartFixture(t)
 	e.Store = &ambiguousTable{freeSlotsTable: ft}
 
-	if failed, err := e.Execute(context.Background(), []queue.Delivery{workDelivery(t, table.chunks[0], "d0")}); err != nil || len(failed) > 0 {
+	if failed, err := e.Execute(context.Background(), []msg.Delivery{workDelivery(t, table.chunks[0], "d0")}); err != nil || len(failed) > 0 {
 		t.Fatalf("failed %v, err %v", failed, err)
 	}
 	ft.mu.Lock()

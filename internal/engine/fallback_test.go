@@ -11,8 +11,8 @@ import (
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/inference"
+	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/provider"
-	"github.com/relaybatch/relay/internal/queue"
 )
 
 // fallbackProvider is model x, whose odd rows (custom "n") fail
@@ -70,7 +70,7 @@ func TestFallbackRowsRunAsAChunkOfTheFallback(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	failed, err := e.Execute(ctx, []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+	failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
 
 	if err != nil || len(failed) > 0 {
 		t.Fatalf("x's run: failed %v, err %v", failed, err)
@@ -101,7 +101,7 @@ func TestFallbackRowsRunAsAChunkOfTheFallback(t *testing.T) {
 	fb.State, fb.Run, fb.Slots, fb.Lease, fb.Attempts = batch.ChunkClaimed, "run-y", 1, time.Now().Add(time.Hour).UnixMilli(), 1
 	table.chunks[1] = fb
 	table.mu.Unlock()
-	failed, err = e.Execute(ctx, []queue.Delivery{workDelivery(t, fb, "d1")})
+	failed, err = e.Execute(ctx, []msg.Delivery{workDelivery(t, fb, "d1")})
 
 	if err != nil || len(failed) > 0 {
 		t.Fatalf("y's run: failed %v, err %v", failed, err)
@@ -130,7 +130,7 @@ func TestFallbackOfEveryRow(t *testing.T) {
 	p := &fallbackProvider{sent: map[string][]int{}, failAll: true}
 	e.Provider = p
 
-	failed, err := e.Execute(context.Background(), []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+	failed, err := e.Execute(context.Background(), []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
 
 	if err != nil || len(failed) > 0 {
 		t.Fatalf("x's run: failed %v, err %v", failed, err)
@@ -189,7 +189,7 @@ func TestFallbackChunkClaimedAtOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	if failed, err := e.Execute(ctx, []queue.Delivery{workDelivery(t, table.chunks[0], "d0")}); err != nil || len(failed) > 0 {
+	if failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0")}); err != nil || len(failed) > 0 {
 		t.Fatalf("x's run: failed %v, err %v", failed, err)
 	}
 	if table.b.ChunksTotal != 2 || !slices.Contains(ft.asked, "y") {

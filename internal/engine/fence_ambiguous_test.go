@@ -10,7 +10,6 @@ import (
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/msg"
-	"github.com/relaybatch/relay/internal/queue"
 )
 
 // afterFenceTable is a runsTable whose first fails TakeFence calls take
@@ -44,7 +43,7 @@ func TestFenceTakenAlthoughItFailed(t *testing.T) {
 	e.Store = &afterFenceTable{runsTable: table, fails: 1}
 	q := e.Queue.(*lockedQueue)
 
-	failed, err := e.Execute(context.Background(), []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+	failed, err := e.Execute(context.Background(), []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
 
 	if err != nil || len(failed) > 0 || len(table.commits) != 1 || table.chunks[0].State != batch.ChunkDone {
 		t.Fatalf("failed %v, err %v, %d commits, chunk %s: want the run to take its fence again, run and commit",
@@ -67,13 +66,13 @@ func TestFenceNeverTakenGoesBack(t *testing.T) {
 	e.Store = &afterFenceTable{runsTable: table, fails: fenceTries}
 	q := e.Queue.(*lockedQueue)
 
-	failed, err := e.Execute(context.Background(), []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+	failed, err := e.Execute(context.Background(), []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
 
 	if err != nil || len(failed) > 0 || len(q.sent) != 1 {
 		t.Fatalf("first delivery: failed %v, err %v, %d sent: want the run sent again", failed, err, len(q.sent))
 	}
 	m, _ := json.Marshal(q.sent[0])
-	if _, err := e.Execute(context.Background(), []queue.Delivery{{ID: "d1", Body: string(m), ReceiveCount: 1}}); err != nil {
+	if _, err := e.Execute(context.Background(), []msg.Delivery{{ID: "d1", Body: string(m), ReceiveCount: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	if len(table.commits) != 1 || table.chunks[0].State != batch.ChunkDone {

@@ -10,7 +10,6 @@ import (
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/plan"
-	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
 )
 
@@ -18,7 +17,7 @@ import (
 // (docs/design.md "Message types", dead). Its rows join the batch's
 // dead-letter list only once its commit took effect, so a late run that
 // commits first never leaves phantom dead letters.
-func (e *Engine) DeadLetter(ctx context.Context, ds []queue.Delivery) ([]string, error) {
+func (e *Engine) DeadLetter(ctx context.Context, ds []msg.Delivery) ([]string, error) {
 	return msg.Each(ctx, e.Log, ds, func(ctx context.Context, m msg.Message) error {
 		if msg.IsNative(m.Type) {
 			return e.Native.Handle(ctx, m, true)
@@ -87,7 +86,7 @@ func (e *Engine) customIDs(ctx context.Context, b batch.Batch, c batch.Chunk) ([
 }
 
 // Finalize is the finalizer function's handler.
-func (e *Engine) Finalize(ctx context.Context, ds []queue.Delivery) ([]string, error) {
+func (e *Engine) Finalize(ctx context.Context, ds []msg.Delivery) ([]string, error) {
 	return msg.Each(ctx, e.Log, ds, func(ctx context.Context, m msg.Message) error {
 		return e.FinalizeBatch(ctx, m.Tenant, m.Batch)
 	})

@@ -16,7 +16,6 @@ import (
 	"github.com/relaybatch/relay/internal/inference"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/provider"
-	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/sched"
 )
@@ -116,7 +115,7 @@ func TestExecuteRoutesRowsInsideTheAllowList(t *testing.T) {
 		Govern: fakeGovernor{allowed: func(m string) bool { return m == "m" }},
 		Log:    slog.New(slog.DiscardHandler), Now: func() time.Time { return now }, Set: resources.Define("t")})
 	body, _ := json.Marshal(msg.Message{Type: msg.Chunk, Tenant: "t", Batch: "batch_g", Run: "r1", Attempt: 1})
-	if failed, err := e.Execute(context.Background(), []queue.Delivery{{ID: "d1", Body: string(body), ReceiveCount: 1}}); err != nil || len(failed) != 0 {
+	if failed, err := e.Execute(context.Background(), []msg.Delivery{{ID: "d1", Body: string(body), ReceiveCount: 1}}); err != nil || len(failed) != 0 {
 		t.Fatalf("Execute: %v, failed %v", err, failed)
 	}
 	if up.calls.Load() != 1 {
@@ -146,7 +145,7 @@ func TestExecuteSettlesRefusedChunks(t *testing.T) {
 			e := testEngine(&Engine{Store: table, Blobs: bucket, Queue: &fakeQueue{}, Provider: up, Govern: fakeGovernor{code: code},
 				Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }, Set: resources.Define("t")})
 			body, _ := json.Marshal(msg.Message{Type: msg.Chunk, Tenant: "t", Batch: "batch_g", Run: "r1", Attempt: 1})
-			failed, err := e.Execute(context.Background(), []queue.Delivery{{ID: "d1", Body: string(body), ReceiveCount: 1}})
+			failed, err := e.Execute(context.Background(), []msg.Delivery{{ID: "d1", Body: string(body), ReceiveCount: 1}})
 			if err != nil || len(failed) != 0 {
 				t.Fatalf("Execute: %v, failed %v", err, failed)
 			}

@@ -20,7 +20,6 @@ import (
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/provider"
-	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/sched"
 )
@@ -134,7 +133,7 @@ func executeRows(tb testing.TB, rows, answer, slots int) uint64 {
 	m, _ := json.Marshal(msg.Message{Type: msg.Chunk, Tenant: "t", Batch: b.ID, Run: "run1"})
 	var failed []string
 	peak := heapPeak(func() {
-		failed, err = e.Execute(context.Background(), []queue.Delivery{{ID: "d", Body: string(m), ReceiveCount: 1}})
+		failed, err = e.Execute(context.Background(), []msg.Delivery{{ID: "d", Body: string(m), ReceiveCount: 1}})
 	})
 	if err != nil || len(failed) > 0 || table.committed.Load() != 1 {
 		tb.Fatalf("Execute: failed %v, err %v, commits %d", failed, err, table.committed.Load())
@@ -227,7 +226,7 @@ func TestExecuteInputChanged(t *testing.T) {
 			Provider: nil, Log: slog.New(slog.DiscardHandler)})
 		m, _ := json.Marshal(msg.Message{Type: msg.Chunk, Tenant: "t", Batch: b.ID, Run: "run1"})
 
-		failed, err := e.Execute(context.Background(), []queue.Delivery{{ID: "d", Body: string(m), ReceiveCount: 1}})
+		failed, err := e.Execute(context.Background(), []msg.Delivery{{ID: "d", Body: string(m), ReceiveCount: 1}})
 
 		if err != nil || len(failed) > 0 {
 			t.Fatalf("%s: Execute: failed %v, err %v", tt.code, failed, err)

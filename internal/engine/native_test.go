@@ -10,7 +10,6 @@ import (
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/msg"
-	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/sched"
 )
@@ -37,13 +36,13 @@ func (f *fakeNative) Handle(_ context.Context, m msg.Message, dead bool) error {
 	return nil
 }
 
-func delivery(t *testing.T, id string, m msg.Message) queue.Delivery {
+func delivery(t *testing.T, id string, m msg.Message) msg.Delivery {
 	t.Helper()
 	b, err := json.Marshal(m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return queue.Delivery{ID: id, Body: string(b)}
+	return msg.Delivery{ID: id, Body: string(b)}
 }
 
 // Native batches' steps go to the Native delegate, from the work queue and
@@ -55,8 +54,8 @@ func TestNativeStepsGoToTheDelegate(t *testing.T) {
 		e := testEngine(&Engine{Native: n, Set: resources.Define("t"), Log: slog.New(slog.DiscardHandler)})
 		submit := msg.Message{Type: msg.NativeSubmit, Tenant: "t", Batch: "b", Chunk: 2}
 		poll := msg.Message{Type: msg.NativePoll, Tenant: "t", Batch: "b", Chunk: 2, Attempt: 5}
-		failed, _ := e.Execute(context.Background(), []queue.Delivery{delivery(t, "1", submit), delivery(t, "2", poll)})
-		dlqFailed, _ := e.DeadLetter(context.Background(), []queue.Delivery{delivery(t, "3", poll)})
+		failed, _ := e.Execute(context.Background(), []msg.Delivery{delivery(t, "1", submit), delivery(t, "2", poll)})
+		dlqFailed, _ := e.DeadLetter(context.Background(), []msg.Delivery{delivery(t, "3", poll)})
 		// The work queue's two steps run side by side, in either order.
 		byWork := map[msg.Message]bool{}
 		for i := range min(2, len(n.handled)) {

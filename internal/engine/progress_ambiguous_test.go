@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
-	"github.com/relaybatch/relay/internal/queue"
+	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/store"
 )
@@ -92,7 +92,7 @@ func testProgressReportTookEffect(t *testing.T, failRead bool) {
 	pt := &progressTable{runsTable: table, failRead: failRead}
 	e.Store = pt
 
-	failed, err := e.Execute(context.Background(), []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+	failed, err := e.Execute(context.Background(), []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
 
 	if err != nil || len(failed) > 0 {
 		t.Fatalf("Execute: failed %v, err %v", failed, err)

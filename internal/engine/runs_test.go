@@ -16,7 +16,6 @@ import (
 	"github.com/relaybatch/relay/internal/inference"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/provider"
-	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/store"
@@ -303,13 +302,13 @@ func runsFixture(t *testing.T, p *peakProvider, specs ...chunkSpec) (*Engine, *r
 }
 
 // delivery is chunk i's work message as SQS delivers it.
-func workDelivery(t *testing.T, c batch.Chunk, id string) queue.Delivery {
+func workDelivery(t *testing.T, c batch.Chunk, id string) msg.Delivery {
 	t.Helper()
 	m, err := json.Marshal(msg.Message{Type: msg.Chunk, Tenant: c.Tenant, Batch: c.Batch, Chunk: c.Index, Run: c.Run, Attempt: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return queue.Delivery{ID: id, Body: string(m), ReceiveCount: 1}
+	return msg.Delivery{ID: id, Body: string(m), ReceiveCount: 1}
 }
 
 // TestExecuteSlotsPerModel: a chunk of model x holding 4 slots and one of
@@ -322,7 +321,7 @@ func TestExecuteSlotsPerModel(t *testing.T) {
 	p := newPeakProvider(5 * time.Millisecond)
 	e, table := runsFixture(t, p, chunkSpec{"x", 24, 4}, chunkSpec{"y", 12, 1})
 
-	failed, err := e.Execute(context.Background(), []queue.Delivery{
+	failed, err := e.Execute(context.Background(), []msg.Delivery{
 		workDelivery(t, table.chunks[0], "d0"), workDelivery(t, table.chunks[1], "d1")})
 
 	if err != nil || len(failed) > 0 {
@@ -358,7 +357,7 @@ func TestExecuteStopsAtItsLease(t *testing.T) {
 	table.chunks[0] = c
 	table.renew = func(int, time.Time) error { return errors.New("ThrottlingException: rate exceeded") }
 
-	_, err := e.Execute(context.Background(), []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+	_, err := e.Execute(context.Background(), []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
 
 	if err != nil {
 		t.Fatal(err)
@@ -417,24 +416,24 @@ func TestExecuteOneExecutionPerRun(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name    string
-		execute func(e *Engine, d queue.Delivery) [][]string
+		execute func(e *Engine, d msg.Delivery) [][]string
 	}{
-		{"both copies in one invocation", func(e *Engine, d queue.Delivery) [][]string {
+		{"both copies in one invocation", func(e *Engine, d msg.Delivery) [][]string {
 			dup := d
 			dup.ID = "dup"
-			failed, err := e.Execute(context.Background(), []queue.Delivery{d, dup})
+			failed, err := e.Execute(context.Background(), []msg.Delivery{d, dup})
 			if err != nil {
 				t.Error(err)
 			}
 			return [][]string{failed}
 		}},
-		{"two invocations at once", func(e *Engine, d queue.Delivery) [][]string {
+		{"two invocations at once", func(e *Engine, d msg.Delivery) [][]string {
 			failed := make([][]string, 2)
 			var wg sync.WaitGroup
 			for i := range failed {
 				wg.Go(func() {
 					var err error
-					if failed[i], err = e.Execute(context.Background(), []queue.Delivery{d}); err != nil {
+					if failed[i], err = e.Execute(context.Background(), []msg.Delivery{d}); err != nil {
 						t.Error(err)
 					}
 				})
@@ -485,7 +484,7 @@ func TestExecuteCommitsWhatItAnswered(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2200*time.Millisecond)
 	defer cancel()
 
-	failed, err := e.Execute(ctx, []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+	failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
 
 	if err != nil || len(failed) > 0 {
 		t.Fatalf("first invocation: failed %v, err %v", failed, err)
@@ -502,7 +501,7 @@ func TestExecuteCommitsWhatItAnswered(t *testing.T) {
 		t.Fatalf("rest %+v: want the other %d rows claimed for 2 slots", rest, 40-first.Chunk.Rows)
 	}
 	m, _ := json.Marshal(q.sent[0])
-	failed, err = e.Execute(context.Background(), []queue.Delivery{{ID: "d1", Body: string(m), ReceiveCount: 1}})
+	failed, err = e.Execute(context.Background(), []msg.Delivery{{ID: "d1", Body: string(m), ReceiveCount: 1}})
 
 	if err != nil || len(failed) > 0 {
 		t.Fatalf("second invocation: failed %v, err %v", failed, err)
@@ -552,7 +551,7 @@ func TestCommitContinuesInTheInvocation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	failed, err := e.Execute(ctx, []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+	failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
 
 	if err != nil || len(failed) > 0 {
 		t.Fatalf("Execute: failed %v, err %v", failed, err)
@@ -578,7 +577,7 @@ func TestCommitSendsTheContinuationNearTheDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), e.lease()/2)
 	defer cancel()
 
-	if failed, err := e.Execute(ctx, []queue.Delivery{workDelivery(t, table.chunks[0], "d0")}); err != nil || len(failed) > 0 {
+	if failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0")}); err != nil || len(failed) > 0 {
 		t.Fatalf("Execute: failed %v, err %v", failed, err)
 	}
 	var sent []int

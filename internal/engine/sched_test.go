@@ -13,7 +13,6 @@ import (
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/msg"
-	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/store"
 )
@@ -143,7 +142,7 @@ func TestRacedDropsStaleEntry(t *testing.T) {
 func TestAloneFirst(t *testing.T) {
 	t.Parallel()
 	run := func(id string, receives, attempt int) *chunkRun {
-		return &chunkRun{delivery: queue.Delivery{ID: id, ReceiveCount: receives}, msg: msg.Message{Attempt: attempt}}
+		return &chunkRun{delivery: msg.Delivery{ID: id, ReceiveCount: receives}, msg: msg.Message{Attempt: attempt}}
 	}
 	ids := func(rs []*chunkRun) (s string) {
 		for _, r := range rs {
@@ -429,7 +428,7 @@ func TestTickSurvivesABadItem(t *testing.T) {
 	// would repeat every unit of it, and the next tick does the ones that
 	// failed (docs/design.md "Scheduling", tick).
 	body, _ := json.Marshal(msg.Message{Type: msg.Tick})
-	if failed, err := e.Dispatch(context.Background(), []queue.Delivery{{ID: "tick", Body: string(body)}}); err != nil || len(failed) > 0 {
+	if failed, err := e.Dispatch(context.Background(), []msg.Delivery{{ID: "tick", Body: string(body)}}); err != nil || len(failed) > 0 {
 		t.Errorf("dispatch of a tick whose units failed: failed %v, err %v; want it done", failed, err)
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
-	"github.com/relaybatch/relay/internal/queue"
+	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/sched"
 )
 
@@ -60,7 +60,7 @@ func TestSplitThatTookEffectAlthoughItFailed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2200*time.Millisecond)
 	defer cancel()
 
-	_, err := e.Execute(ctx, []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+	_, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
 
 	if err != nil {
 		t.Fatal(err)

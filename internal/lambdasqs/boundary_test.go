@@ -13,7 +13,7 @@ import (
 // eventsUsers are the trees under internal/ that may import
 // aws-lambda-go/events: this adapter, the API Gateway adapter, and the
 // local emulation (internal/local) of API Gateway and Lambda's event
-// sources. The domain takes queue.Delivery, so it never needs the events
+// sources. The domain takes msg.Delivery, so it never needs the events
 // package.
 var eventsUsers = []string{"lambdasqs", "apigw", "local"}
 
@@ -40,7 +40,7 @@ func TestOnlyAdaptersImportEvents(t *testing.T) {
 		}
 		for _, imp := range f.Imports {
 			if p, _ := strconv.Unquote(imp.Path.Value); p == "github.com/aws/aws-lambda-go/events" {
-				t.Errorf("internal/%s imports %s: take []queue.Delivery, adapted by internal/lambdasqs", filepath.ToSlash(path[len(root)+1:]), p)
+				t.Errorf("internal/%s imports %s: take []msg.Delivery, adapted by internal/lambdasqs", filepath.ToSlash(path[len(root)+1:]), p)
 			}
 		}
 		return nil

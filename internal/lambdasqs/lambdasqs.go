@@ -1,6 +1,6 @@
 // Package lambdasqs is the one adapter between Lambda's SQS events
 // (aws-lambda-go/events) and the queue handlers of the engine and the
-// webhook service, which take []queue.Delivery and return the IDs of those
+// webhook service, which take []msg.Delivery and return the IDs of those
 // that failed. The functions' main packages and the local runtime wrap
 // their handlers with Handler; nothing else needs the events package.
 package lambdasqs
@@ -10,7 +10,8 @@ import (
 	"strconv"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/relaybatch/relay/internal/queue"
+
+	"github.com/relaybatch/relay/internal/msg"
 )
 
 // receiveCountAttr is the record attribute that counts receives.
@@ -19,7 +20,7 @@ const receiveCountAttr = "ApproximateReceiveCount"
 // Handler adapts h to an SQS-triggered Lambda handler with
 // ReportBatchItemFailures: the IDs h returns become the response's batch
 // item failures, and h's error fails the whole batch.
-func Handler(h queue.Handler) func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
+func Handler(h msg.Handler) func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
 	return func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 		failed, err := h(ctx, Deliveries(ev))
 		if err != nil {
@@ -30,10 +31,10 @@ func Handler(h queue.Handler) func(context.Context, events.SQSEvent) (events.SQS
 }
 
 // Deliveries are the records of ev, in order.
-func Deliveries(ev events.SQSEvent) []queue.Delivery {
-	ds := make([]queue.Delivery, len(ev.Records))
+func Deliveries(ev events.SQSEvent) []msg.Delivery {
+	ds := make([]msg.Delivery, len(ev.Records))
 	for i, r := range ev.Records {
-		ds[i] = queue.Delivery{
+		ds[i] = msg.Delivery{
 			ID:            r.MessageId,
 			Body:          r.Body,
 			ReceiptHandle: r.ReceiptHandle,

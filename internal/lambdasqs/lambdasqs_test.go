@@ -9,7 +9,8 @@ import (
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/relaybatch/relay/internal/queue"
+
+	"github.com/relaybatch/relay/internal/msg"
 )
 
 func record(id, count string) events.SQSMessage {
@@ -45,7 +46,7 @@ func TestReceiveCount(t *testing.T) {
 func TestDeliveries(t *testing.T) {
 	t.Parallel()
 	ev := events.SQSEvent{Records: []events.SQSMessage{record("a", "1"), record("b", "3"), record("c", "-")}}
-	want := []queue.Delivery{
+	want := []msg.Delivery{
 		{ID: "a", Body: `{"id":"a"}`, ReceiptHandle: "rh-a", ReceiveCount: 1},
 		{ID: "b", Body: `{"id":"b"}`, ReceiptHandle: "rh-b", ReceiveCount: 3},
 		{ID: "c", Body: `{"id":"c"}`, ReceiptHandle: "rh-c", ReceiveCount: 1},
@@ -97,8 +98,8 @@ func TestHandler(t *testing.T) {
 
 	// Fails the deliveries seen more than once: the response must name
 	// exactly their messages.
-	var seen []queue.Delivery
-	h := Handler(func(_ context.Context, ds []queue.Delivery) ([]string, error) {
+	var seen []msg.Delivery
+	h := Handler(func(_ context.Context, ds []msg.Delivery) ([]string, error) {
 		seen = ds
 		var failed []string
 		for _, d := range ds {
@@ -121,14 +122,14 @@ func TestHandler(t *testing.T) {
 	}
 
 	// All succeeded: no failure listed (Lambda deletes the whole batch).
-	ok := Handler(func(context.Context, []queue.Delivery) ([]string, error) { return nil, nil })
+	ok := Handler(func(context.Context, []msg.Delivery) ([]string, error) { return nil, nil })
 	if resp, err := ok(t.Context(), ev); err != nil || len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("all succeeded: got %+v, %v", resp, err)
 	}
 
 	// An error fails the whole batch, as a Lambda error does.
 	boom := errors.New("boom")
-	bad := Handler(func(context.Context, []queue.Delivery) ([]string, error) { return []string{"m1"}, boom })
+	bad := Handler(func(context.Context, []msg.Delivery) ([]string, error) { return []string{"m1"}, boom })
 	if resp, err := bad(t.Context(), ev); !errors.Is(err, boom) || len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("handler error: got %+v, %v", resp, err)
 	}

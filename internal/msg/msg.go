@@ -9,7 +9,6 @@ import (
 	"log/slog"
 
 	"github.com/relaybatch/relay/internal/batch"
-	"github.com/relaybatch/relay/internal/queue"
 )
 
 // Message is one queue message.
@@ -53,7 +52,7 @@ func ForChunk(n batch.Next) Message {
 // failed (a partial batch failure), so SQS redelivers only those (and,
 // after maxReceiveCount, moves them to the DLQ). A delivery that is not a
 // Message is logged and dropped: retrying it cannot help.
-func Each(ctx context.Context, log *slog.Logger, ds []queue.Delivery, fn func(context.Context, Message) error) ([]string, error) {
+func Each(ctx context.Context, log *slog.Logger, ds []Delivery, fn func(context.Context, Message) error) ([]string, error) {
 	var failed []string
 	for _, d := range ds {
 		var m Message

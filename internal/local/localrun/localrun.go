@@ -34,7 +34,6 @@ import (
 	"github.com/relaybatch/relay/internal/local/gateway"
 	"github.com/relaybatch/relay/internal/mockup"
 	"github.com/relaybatch/relay/internal/msg"
-	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
 )
 
@@ -208,7 +207,7 @@ func (rt *Runtime) startFirer(ctx context.Context, o Options) {
 // function's batch size, timeout and concurrency.
 func (rt *Runtime) startPollers(ctx context.Context, o Options) error {
 	e := rt.App.Engine
-	handlers := map[string]queue.Handler{
+	handlers := map[string]msg.Handler{
 		"dispatcher": e.Dispatch,
 		"executor":   e.Execute,
 		"deadletter": e.DeadLetter,
@@ -262,8 +261,8 @@ func (rt *Runtime) startPollers(ctx context.Context, o Options) error {
 
 // skewed is the engine handler of function run on a copy of e whose Now
 // is clock(function), drawn anew for each invocation.
-func skewed(e *engine.Engine, function string, clock func(string) func() time.Time) queue.Handler {
-	return func(ctx context.Context, ds []queue.Delivery) ([]string, error) {
+func skewed(e *engine.Engine, function string, clock func(string) func() time.Time) msg.Handler {
+	return func(ctx context.Context, ds []msg.Delivery) ([]string, error) {
 		inv := *e
 		inv.Now = clock(function)
 		switch function {

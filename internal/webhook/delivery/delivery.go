@@ -26,6 +26,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/store"
@@ -143,7 +144,7 @@ func eventID(batchID string, status batch.Status) string {
 // Deliver is the webhook function's SQS handler. A batch's messages are
 // attempted concurrently: each may take the whole per-attempt timeout, and
 // ten in a row would outlast the function.
-func (s *Service) Deliver(ctx context.Context, ds []queue.Delivery) ([]string, error) {
+func (s *Service) Deliver(ctx context.Context, ds []msg.Delivery) ([]string, error) {
 	var (
 		failed []string
 		mu     sync.Mutex
