@@ -25,6 +25,7 @@ import (
 	"github.com/relaybatch/relay/internal/batches"
 	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/egress"
 	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/govern"
@@ -115,7 +116,7 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	a.Govern = &govern.Checker{Store: a.Store, Models: models, Now: now}
 	// One client, so one policy, for the check at create, workflow
 	// callbacks and every delivery.
-	hooks := webhook.NewClient(webhook.Policy{AllowPrivate: env.AllowPrivateWebhooks, AllowHTTP: env.AllowHTTPWebhooks})
+	hooks := webhook.NewClient(egress.Policy{AllowPrivate: env.AllowPrivateWebhooks, AllowHTTP: env.AllowHTTPWebhooks})
 	a.Webhooks = &delivery.Service{Store: a.Store, Queue: a.Queue, Log: log, Client: hooks}
 	a.Batches = &batches.Service{
 		Models: models, Log: log, Now: now,

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/jsonl"
-	"github.com/relaybatch/relay/internal/webhook"
 )
 
 // Status is a batch's state.
@@ -141,7 +140,7 @@ type Batch struct {
 	Execution string `json:"execution" dynamodbav:"execution"`
 	// WebhookDeliveries summarizes the completion webhook's attempts; it is
 	// read from the delivery record, never stored on the batch.
-	WebhookDeliveries *webhook.Summary `json:"webhook_deliveries,omitempty" dynamodbav:"-"`
+	WebhookDeliveries *WebhookSummary `json:"webhook_deliveries,omitempty" dynamodbav:"-"`
 
 	Tenant string `json:"-" dynamodbav:"tenant"`
 	KeyID  string `json:"-" dynamodbav:"key_id"`

@@ -25,6 +25,7 @@ import (
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/egress"
 	"github.com/relaybatch/relay/internal/endpoint"
 	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/files"
@@ -38,7 +39,6 @@ import (
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/schedule"
 	"github.com/relaybatch/relay/internal/store"
-	"github.com/relaybatch/relay/internal/webhook"
 )
 
 // Service runs the batches of the API on the engine: internal/api serves
@@ -60,7 +60,7 @@ type Service struct {
 	MaxInflight int
 	// Webhooks is the policy webhook_url is checked against at create: the
 	// deliveries' (app.New gives both the same client).
-	Webhooks webhook.Policy
+	Webhooks egress.Policy
 	// Files reads the input file a create names and stores inline requests.
 	Files Files
 	// Schedules creates and deletes the schedules of cron templates
@@ -103,7 +103,7 @@ type Store interface {
 // the bucket (internal/blob): the inputs it writes (retries, inline
 // requests) and the parts and files it reads and deletes.
 type Blobs interface {
-	blob.Putter
+	batch.Putter
 	Get(ctx context.Context, key string) (io.ReadCloser, error)
 	ReadRange(ctx context.Context, objs []batch.Object, start, end int64) ([]byte, error)
 	Concat(ctx context.Context, keys []string) io.ReadCloser

@@ -9,10 +9,10 @@ import (
 
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/egress"
 	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/jsonl"
-	"github.com/relaybatch/relay/internal/webhook"
 )
 
 // The rules of POST /v1/batches that need nothing stored (checkCreate,
@@ -206,7 +206,7 @@ func TestCreateValidation(t *testing.T) {
 			// checkOptions.
 			_, err := checkCreate(req, eps)
 			if err == nil {
-				_, err = checkOptions(req, tt.shaped, webhook.Policy{}.CheckURL, models, auth.Principal{Models: tt.key}.MayUse)
+				_, err = checkOptions(req, tt.shaped, egress.Policy{}.CheckURL, models, auth.Principal{Models: tt.key}.MayUse)
 			}
 			wantInvalid(t, err, tt.param, tt.msg)
 			if tt.code != "" && err.(*errs.Error).Code != tt.code {
@@ -235,7 +235,7 @@ func TestCreateValidationResults(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &req); err != nil {
 		t.Fatal(err)
 	}
-	o, err := checkOptions(req, false, webhook.Policy{}.CheckURL, models, nil)
+	o, err := checkOptions(req, false, egress.Policy{}.CheckURL, models, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

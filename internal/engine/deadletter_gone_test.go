@@ -8,7 +8,6 @@ import (
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/msg"
-	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
 )
 
@@ -47,7 +46,7 @@ func TestDeadLetterOfADeletedInput(t *testing.T) {
 	m.Type = msg.Dead
 	body, _ := json.Marshal(m)
 
-	failed, err := e.DeadLetter(context.Background(), []queue.Delivery{{ID: "dl", Body: string(body), ReceiveCount: 1}})
+	failed, err := e.DeadLetter(context.Background(), []msg.Delivery{{ID: "dl", Body: string(body), ReceiveCount: 1}})
 
 	if err != nil || len(failed) > 0 {
 		t.Fatalf("DeadLetter: failed %v, err %v: want the chunk closed", failed, err)

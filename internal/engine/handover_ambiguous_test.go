@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
-	"github.com/relaybatch/relay/internal/queue"
+	"github.com/relaybatch/relay/internal/msg"
 )
 
 // afterHandOver is a runsTable whose first HandOver takes effect and then
@@ -51,7 +51,7 @@ func TestHandOverThatTookEffectSendsTheMessage(t *testing.T) {
 		return nil
 	}
 
-	failed, err := e.Execute(ctx, []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+	failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
 
 	if err != nil || len(failed) > 0 || table.chunks[0].State != batch.ChunkDone {
 		t.Fatalf("Execute: failed %v, err %v, chunk 0 %s", failed, err, table.chunks[0].State)

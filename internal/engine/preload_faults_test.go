@@ -9,7 +9,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/blob"
-	"github.com/relaybatch/relay/internal/queue"
+	"github.com/relaybatch/relay/internal/msg"
 )
 
 // preloadFaults is a runsTable whose reads of chunk 1 (a continuation's
@@ -78,7 +78,7 @@ func TestContinuationPreloadFails(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 
-			failed, err := e.Execute(ctx, []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+			failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
 
 			if err != nil || len(failed) > 0 {
 				t.Fatalf("Execute: failed %v, err %v", failed, err)

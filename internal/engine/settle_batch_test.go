@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
-	"github.com/relaybatch/relay/internal/queue"
+	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/sched"
 )
 
@@ -60,7 +60,7 @@ func TestAmbiguousCommitHandsItsClaimOnWithoutTheBatch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	failed, err := e.Execute(ctx, []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+	failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
 
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +110,7 @@ func TestAmbiguousCommitStartsItsContinuationOnce(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 
-			failed, err := e.Execute(ctx, []queue.Delivery{workDelivery(t, table.chunks[0], "d0")})
+			failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
 
 			if err != nil || len(failed) > 0 {
 				t.Fatalf("Execute: failed %v, err %v", failed, err)

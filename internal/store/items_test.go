@@ -224,7 +224,7 @@ func TestBatchItem(t *testing.T) {
 	shown := b
 	shown.Object = "batch"
 	shown.Errors = &batch.Errors{Object: "list", Data: b.ErrorList}
-	shown.WebhookDeliveries = &webhook.Summary{Status: "delivered", Attempts: 1}
+	shown.WebhookDeliveries = &batch.WebhookSummary{Status: "delivered", Attempts: 1}
 	it, err := batchItem(shown)
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/webhook"
 )
 
@@ -31,7 +32,7 @@ type WebhookDeliveries struct {
 }
 
 // Summary is the webhook_deliveries field of the batch.
-func (d WebhookDeliveries) Summary() webhook.Summary {
+func (d WebhookDeliveries) Summary() batch.WebhookSummary {
 	s := webhook.Summarize(d.Attempts, d.GaveUp)
 	s.Attempts = max(d.Count, len(d.Attempts))
 	return s

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+
+	"github.com/relaybatch/relay/internal/egress"
 )
 
 // Per-attempt limits.
@@ -23,7 +25,7 @@ const (
 // Client delivers events. Build it with NewClient: the transport it makes
 // is what enforces the Policy on every connection.
 type Client struct {
-	Policy Policy
+	Policy egress.Policy
 	// HTTP is built by NewClient. Replacing it drops the address check and
 	// the no-redirect rule.
 	HTTP *http.Client
@@ -36,7 +38,7 @@ type Client struct {
 }
 
 // NewClient returns a Client enforcing p.
-func NewClient(p Policy) *Client {
+func NewClient(p egress.Policy) *Client {
 	c := &Client{Policy: p}
 	c.HTTP = &http.Client{
 		Transport: &http.Transport{
@@ -61,7 +63,7 @@ func NewClient(p Policy) *Client {
 // dial reads the Client's fields at dial time, so a Policy or Resolver set
 // after NewClient still applies.
 func (c *Client) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	d := net.Dialer{Resolver: c.Resolver, Control: c.Policy.control}
+	d := net.Dialer{Resolver: c.Resolver, Control: c.Policy.Control}
 	return d.DialContext(ctx, network, addr)
 }
 
@@ -128,7 +130,7 @@ func (c *Client) Deliver(ctx context.Context, target, secret string, ev Event, a
 
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
-		var refused *RefusedError
+		var refused *egress.RefusedError
 		switch {
 		case errors.As(err, &refused):
 			return finish(sendError(err), true)

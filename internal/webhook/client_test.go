@@ -22,6 +22,8 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+
+	"github.com/relaybatch/relay/internal/egress"
 )
 
 // newSecret makes a tenant secret the way auth.WebhookSecret does.
@@ -155,7 +157,7 @@ func TestDeliverVerifiesWithOpenAISDK(t *testing.T) {
 	rcv := newReceiver(t, nil)
 	ev := newEvent(t, "batch_abc123")
 
-	a := NewClient(Policy{AllowPrivate: true, AllowHTTP: true}).Deliver(t.Context(), rcv.URL+"/hook", secret, ev, 1)
+	a := NewClient(egress.Policy{AllowPrivate: true, AllowHTTP: true}).Deliver(t.Context(), rcv.URL+"/hook", secret, ev, 1)
 	if !a.Delivered() || a.StatusCode != http.StatusNoContent || a.N != 1 || a.At == 0 {
 		t.Fatalf("attempt = %+v, want attempt 1 delivered with 204", a)
 	}
@@ -217,7 +219,7 @@ func TestDeliverRetriesKeepTheEventID(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusOK)
 	})
-	c := NewClient(Policy{AllowPrivate: true, AllowHTTP: true})
+	c := NewClient(egress.Policy{AllowPrivate: true, AllowHTTP: true})
 	secret := newSecret(t)
 	ev := newEvent(t, "batch_retry")
 
@@ -257,12 +259,12 @@ func TestDeliverFailures(t *testing.T) {
 	t.Parallel()
 	// The resolver cases below dial what a fake DNS answers; make sure the
 	// check refuses 10.0.0.1 before any case could send it a packet.
-	if (Policy{}).control("tcp4", "10.0.0.1:443", nil) == nil {
+	if (egress.Policy{}).Control("tcp4", "10.0.0.1:443", nil) == nil {
 		t.Fatal("control allows 10.0.0.1; not running tests that would dial it")
 	}
 
-	local := Policy{AllowPrivate: true, AllowHTTP: true}
-	deployedHTTP := Policy{AllowHTTP: true} // http only so httptest can stand in for a public receiver
+	local := egress.Policy{AllowPrivate: true, AllowHTTP: true}
+	deployedHTTP := egress.Policy{AllowHTTP: true} // http only so httptest can stand in for a public receiver
 
 	type result struct {
 		delivered bool
@@ -273,7 +275,7 @@ func TestDeliverFailures(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		name      string
-		policy    Policy
+		policy    egress.Policy
 		handle    http.HandlerFunc
 		host      string     // a name for resolve; "" dials the receiver's 127.0.0.1 URL
 		resolve   netip.Addr // what host resolves to
@@ -340,7 +342,7 @@ func TestDeliverFailures(t *testing.T) {
 		},
 		{
 			name:   "http in a deployment",
-			policy: Policy{AllowPrivate: true},
+			policy: egress.Policy{AllowPrivate: true},
 			want:   result{errHas: []string{"https"}, permanent: true},
 		},
 		{

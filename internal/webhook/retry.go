@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/backoff"
+	"github.com/relaybatch/relay/internal/batch"
 )
 
 // The retry schedule (docs/api.md "Webhooks"): waits double from firstWait up to maxWait,
@@ -29,26 +30,17 @@ func GiveUp(first, now time.Time) bool {
 	return now.Sub(first) >= retryFor
 }
 
-// Delivery statuses of a Summary.
+// Delivery statuses of a batch.WebhookSummary.
 const (
 	StatusPending   = "pending"   // not attempted yet, or failing and still retried
 	StatusDelivered = "delivered" // a receiver answered 2xx
 	StatusFailed    = "failed"    // given up
 )
 
-// Summary is the webhook_deliveries field of a batch.
-type Summary struct {
-	Status         string  `json:"status"`
-	Attempts       int     `json:"attempts"`
-	LastAttemptAt  *int64  `json:"last_attempt_at"`
-	LastStatusCode *int    `json:"last_status_code"`
-	LastError      *string `json:"last_error"`
-}
-
 // Summarize describes attempts, in the order they were made; gaveUp is the
 // caller's decision to stop (GiveUp, or a Permanent attempt).
-func Summarize(attempts []Attempt, gaveUp bool) Summary {
-	s := Summary{Status: StatusPending, Attempts: len(attempts)}
+func Summarize(attempts []Attempt, gaveUp bool) batch.WebhookSummary {
+	s := batch.WebhookSummary{Status: StatusPending, Attempts: len(attempts)}
 	if len(attempts) == 0 {
 		if gaveUp {
 			s.Status = StatusFailed

@@ -1,7 +1,8 @@
 // Package webhook owns completion webhooks (docs/api.md "Webhooks"): the event a batch's
-// terminal state produces, its Standard Webhooks signature, the URL and
-// address policy that keeps deliveries off private networks (SSRF), one
-// HTTP delivery attempt, and the retry schedule with its summary.
+// terminal state produces, its Standard Webhooks signature, one HTTP
+// delivery attempt under the address policy that keeps deliveries off
+// private networks (internal/egress, SSRF), and the retry schedule with its
+// summary (batch.WebhookSummary).
 //
 // It holds no state: the caller keeps the Event (so every retry carries the
 // same webhook-id, which receivers dedupe on), the list of Attempts, and

@@ -35,6 +35,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/blob"
+	"github.com/relaybatch/relay/internal/egress"
 	"github.com/relaybatch/relay/internal/endpoint"
 	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/fanout"
@@ -56,7 +57,7 @@ import (
 const inlineResults = 300 << 10
 
 // defaultClient makes the callbacks of a Runner without a Client.
-var defaultClient = webhook.NewClient(webhook.Policy{})
+var defaultClient = webhook.NewClient(egress.Policy{})
 
 // Engine is what a record's run uses of the engine that hands it its chunk
 // (*engine.Engine): what the record may run on, its chunk's slots, the
@@ -105,7 +106,7 @@ type Runner struct {
 	Set resources.Set
 	// Now is the clock (required), the engine's.
 	Now func() time.Time
-	// Client makes the callbacks; nil means webhook.NewClient(webhook.Policy{}).
+	// Client makes the callbacks; nil means webhook.NewClient(egress.Policy{}).
 	Client *webhook.Client
 	// Backoff is the wait after n failed attempts of a callback event; nil
 	// means workflow.Backoff (1 s, 2 s, 4 s). Tests shorten it.

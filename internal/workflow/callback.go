@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/backoff"
-	"github.com/relaybatch/relay/internal/webhook"
+	"github.com/relaybatch/relay/internal/egress"
 )
 
 // MaxAnswer bounds a callback's answer: a completed output becomes a line of
@@ -113,7 +113,7 @@ func (c *Caller) attempt(ctx context.Context, spec Spec, ev Event) (Answer, time
 	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
-		var refused *webhook.RefusedError
+		var refused *egress.RefusedError
 		switch {
 		case errors.As(err, &refused):
 			// The address policy: no retry can change where the name points now.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybatch/relay/internal/egress"
 	"github.com/relaybatch/relay/internal/webhook"
 )
 
@@ -68,7 +69,7 @@ func (s *callbackServer) seen() []Event {
 }
 
 func localCaller() *Caller {
-	return &Caller{HTTP: webhook.NewClient(webhook.Policy{AllowPrivate: true, AllowHTTP: true}).HTTP, Backoff: func(int) time.Duration { return time.Millisecond }}
+	return &Caller{HTTP: webhook.NewClient(egress.Policy{AllowPrivate: true, AllowHTTP: true}).HTTP, Backoff: func(int) time.Duration { return time.Millisecond }}
 }
 
 func TestCallerRetriesAndFailures(t *testing.T) {
@@ -122,7 +123,7 @@ func TestCallerRefusedAddress(t *testing.T) {
 	t.Parallel()
 	srv := newCallbackServer(t, reply{200, `{"state":"completed","output":{}}`, 0})
 	// The deployment's policy refuses loopback at dial time: no retry helps.
-	c := &Caller{HTTP: webhook.NewClient(webhook.Policy{AllowHTTP: true}).HTTP}
+	c := &Caller{HTTP: webhook.NewClient(egress.Policy{AllowHTTP: true}).HTTP}
 	_, err := c.Call(context.Background(), Spec{URL: srv.URL, CallbackTimeout: time.Second}, Event{EventID: "e", Event: EventStart})
 	var e *Error
 	if !errors.As(err, &e) || e.Code != CodeCallbackUnreachable {

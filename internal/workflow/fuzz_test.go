@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/relaybatch/relay/internal/egress"
 	"github.com/relaybatch/relay/internal/jsonl"
-	"github.com/relaybatch/relay/internal/webhook"
 )
 
 // The callback is a server the tenant names: its answers are hostile input.
@@ -73,7 +73,7 @@ func FuzzParseSpec(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		s, err := ParseSpec(body, webhook.Policy{})
+		s, err := ParseSpec(body, egress.Policy{})
 		if err != nil {
 			var e *Error
 			if !errors.As(err, &e) || e.Code != CodeInvalid {
@@ -81,7 +81,7 @@ func FuzzParseSpec(f *testing.F) {
 			}
 			return
 		}
-		if (webhook.Policy{}).CheckURL(s.URL) != nil {
+		if (egress.Policy{}).CheckURL(s.URL) != nil {
 			t.Fatalf("ParseSpec(%q) accepted url %q", body, s.URL)
 		}
 		if u, err := url.Parse(s.URL); err != nil || u.User != nil {

@@ -20,9 +20,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaybatch/relay/internal/egress"
 	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/jsonl"
-	"github.com/relaybatch/relay/internal/webhook"
 	"github.com/tidwall/gjson"
 )
 
@@ -114,7 +114,7 @@ func InRow(row []byte) bool {
 // body. The callback URL must be http(s) and pass policy, the same rules as
 // webhook URLs (the dialer checks the address again on every connection).
 // A problem is an *Error with code invalid_workflow.
-func ParseSpec(body []byte, policy webhook.Policy) (Spec, error) {
+func ParseSpec(body []byte, policy egress.Policy) (Spec, error) {
 	relay := gjson.GetBytes(body, "relay")
 	if !relay.IsObject() {
 		return Spec{}, errorf(CodeInvalid, "relay must be an object")
@@ -186,7 +186,7 @@ func (s *Spec) set(name string, raw json.RawMessage) *Error {
 	return err
 }
 
-func checkURL(raw string, policy webhook.Policy) *Error {
+func checkURL(raw string, policy egress.Policy) *Error {
 	if raw == "" {
 		return errorf(CodeInvalid, "relay.workflow.url is required")
 	}

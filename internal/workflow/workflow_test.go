@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaybatch/relay/internal/webhook"
+	"github.com/relaybatch/relay/internal/egress"
 )
 
 func TestInBodyAndInRow(t *testing.T) {
@@ -38,7 +38,7 @@ func TestInBodyAndInRow(t *testing.T) {
 
 func TestParseSpec(t *testing.T) {
 	t.Parallel()
-	local := webhook.Policy{AllowPrivate: true, AllowHTTP: true}
+	local := egress.Policy{AllowPrivate: true, AllowHTTP: true}
 	body := func(wf string) []byte { return []byte(`{"model":"m","relay":{"workflow":` + wf + `}}`) }
 
 	s, err := ParseSpec(body(`{"url":"http://127.0.0.1:9/cb"}`), local)
@@ -52,7 +52,7 @@ func TestParseSpec(t *testing.T) {
 	}
 
 	s, err = ParseSpec(body(`{"url":"https://cb.example.com/x","authorization":"Bearer t","context":{"a": [1, 2]},
-		"max_steps":3,"max_requests":5,"max_tokens":100,"callback_timeout_ms":1500}`), webhook.Policy{})
+		"max_steps":3,"max_requests":5,"max_tokens":100,"callback_timeout_ms":1500}`), egress.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestParseSpec(t *testing.T) {
 
 	bad := []struct {
 		name, body string
-		policy     webhook.Policy
+		policy     egress.Policy
 		wantIn     string
 	}{
 		{"relay not an object", `{"model":"m","relay":[1]}`, local, "relay must be an object"},
@@ -74,9 +74,9 @@ func TestParseSpec(t *testing.T) {
 		{"ftp", string(body(`{"url":"ftp://x/y"}`)), local, "http(s)"},
 		{"credentials", string(body(`{"url":"https://u:p@x.example/y"}`)), local, "credentials"},
 		{"no host", string(body(`{"url":"https:///y"}`)), local, "no host"},
-		{"http in a deployment", string(body(`{"url":"http://cb.example.com/"}`)), webhook.Policy{}, "relay.workflow.url must use https"},
-		{"private address in a deployment", string(body(`{"url":"https://10.0.0.1/"}`)), webhook.Policy{}, "private address"},
-		{"loopback in a deployment", string(body(`{"url":"https://127.0.0.1/"}`)), webhook.Policy{}, "loopback"},
+		{"http in a deployment", string(body(`{"url":"http://cb.example.com/"}`)), egress.Policy{}, "relay.workflow.url must use https"},
+		{"private address in a deployment", string(body(`{"url":"https://10.0.0.1/"}`)), egress.Policy{}, "private address"},
+		{"loopback in a deployment", string(body(`{"url":"https://127.0.0.1/"}`)), egress.Policy{}, "loopback"},
 		{"unknown field", string(body(`{"url":"https://x.example","max_step":3}`)), local, `no field "max_step"`},
 		{"unknown null field", string(body(`{"url":"https://x.example","max_step":null}`)), local, `no field "max_step"`},
 		{"max_steps zero", string(body(`{"url":"https://x.example","max_steps":0}`)), local, "max_steps must be an integer from 1"},

@@ -26,6 +26,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/egress"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
@@ -40,7 +41,7 @@ type Service struct {
 	Queue Queue
 	Log   *slog.Logger
 
-	// Client makes the attempts; nil means webhook.NewClient(webhook.Policy{}).
+	// Client makes the attempts; nil means webhook.NewClient(egress.Policy{}).
 	// The engine checks webhook_url at create against the same client's
 	// Policy (app.New gives both the same one).
 	Client *webhook.Client
@@ -70,7 +71,7 @@ var (
 	_ Queue = (*queue.Sender)(nil)
 )
 
-var defaultClient = webhook.NewClient(webhook.Policy{})
+var defaultClient = webhook.NewClient(egress.Policy{})
 
 func (s *Service) client() *webhook.Client {
 	if s.Client != nil {

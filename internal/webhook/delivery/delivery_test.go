@@ -14,8 +14,9 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/egress"
 	"github.com/relaybatch/relay/internal/ids"
-	"github.com/relaybatch/relay/internal/queue"
+	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/store"
 	"github.com/relaybatch/relay/internal/webhook"
@@ -45,7 +46,7 @@ func TestDefaults(t *testing.T) {
 	if d := s.backoff(1); d < 2500*time.Millisecond || d > 5*time.Second {
 		t.Errorf("default first backoff %s, want webhook.Backoff's 2.5–5 s", d)
 	}
-	if s.client().Policy != (webhook.Policy{}) {
+	if s.client().Policy != (egress.Policy{}) {
 		t.Error("default client does not use the deployment policy")
 	}
 	s = Service{RetryFor: time.Second, Backoff: func(int) time.Duration { return 0 }}
@@ -129,7 +130,7 @@ func TestAttemptRecordedAndNextQueued(t *testing.T) {
 	defer srv.Close()
 	table, q := &memTable{}, &memQueue{}
 	s := &Service{Store: table, Queue: q, Log: slog.New(slog.DiscardHandler),
-		Client: webhook.NewClient(webhook.Policy{AllowPrivate: true, AllowHTTP: true}), Backoff: func(int) time.Duration { return time.Minute }}
+		Client: webhook.NewClient(egress.Policy{AllowPrivate: true, AllowHTTP: true}), Backoff: func(int) time.Duration { return time.Minute }}
 	url := srv.URL
 	ctx := context.Background()
 	if err := s.Enqueue(ctx, batch.Batch{ID: "batch_1", Tenant: "t", Status: batch.Completed}); err != nil || len(q.sent) != 0 {
@@ -144,7 +145,7 @@ func TestAttemptRecordedAndNextQueued(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 {
-		if failed, err := s.Deliver(ctx, []queue.Delivery{{ID: "m1", Body: string(body), ReceiveCount: 1}}); err != nil || len(failed) != 0 {
+		if failed, err := s.Deliver(ctx, []msg.Delivery{{ID: "m1", Body: string(body), ReceiveCount: 1}}); err != nil || len(failed) != 0 {
 			t.Fatalf("deliver: %v, failed %v", err, failed)
 		}
 	}

@@ -1,4 +1,4 @@
-package webhook
+package egress
 
 import (
 	"net/netip"
@@ -49,7 +49,7 @@ func FuzzControl(f *testing.F) {
 	}
 	f.Add("udp", "93.184.216.34:53")
 	f.Fuzz(func(t *testing.T, network, address string) {
-		if err := (Policy{}).control(network, address, nil); err != nil {
+		if err := (Policy{}).Control(network, address, nil); err != nil {
 			return
 		}
 		ap, err := netip.ParseAddrPort(address)

@@ -1,4 +1,4 @@
-package webhook
+package egress
 
 import (
 	"errors"
@@ -138,20 +138,20 @@ func TestControl(t *testing.T) {
 	} {
 		t.Run(tt.network+" "+tt.addr, func(t *testing.T) {
 			t.Parallel()
-			err := Policy{}.control(tt.network, tt.addr, nil)
+			err := Policy{}.Control(tt.network, tt.addr, nil)
 			if tt.want == "" {
 				if err != nil {
-					t.Fatalf("control(%s) = %v, want allowed", tt.addr, err)
+					t.Fatalf("Control(%s) = %v, want allowed", tt.addr, err)
 				}
 				return
 			}
 			var refused *RefusedError
 			if !errors.As(err, &refused) || !strings.Contains(refused.Reason, tt.want) || refused.Addr != tt.addr {
-				t.Fatalf("control(%s) = %v, want refused as %s, naming the address", tt.addr, err, tt.want)
+				t.Fatalf("Control(%s) = %v, want refused as %s, naming the address", tt.addr, err, tt.want)
 			}
 			if tt.network == "tcp4" || tt.network == "tcp6" {
-				if err := (Policy{AllowPrivate: true}).control(tt.network, tt.addr, nil); err != nil && refused.Reason != "unparseable" {
-					t.Errorf("with AllowPrivate, control(%s) = %v, want allowed", tt.addr, err)
+				if err := (Policy{AllowPrivate: true}).Control(tt.network, tt.addr, nil); err != nil && refused.Reason != "unparseable" {
+					t.Errorf("with AllowPrivate, Control(%s) = %v, want allowed", tt.addr, err)
 				}
 			}
 		})

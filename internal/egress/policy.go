@@ -1,4 +1,9 @@
-package webhook
+// Package egress decides where the service may send a request to a URL a
+// client gave it: completion webhooks (internal/webhook) and workflow
+// callbacks (internal/workflow). CheckURL refuses a URL when it is given;
+// Control refuses an address at dial time, after DNS (docs/api.md
+// "Webhooks", SECURITY.md).
+package egress
 
 import (
 	"fmt"
@@ -69,10 +74,10 @@ func (e *RefusedError) Error() string {
 	return fmt.Sprintf("refused: %s address; webhooks only go to public addresses", e.Reason)
 }
 
-// control is the net.Dialer Control hook. It sees the address about to be
+// Control is the net.Dialer Control hook. It sees the address about to be
 // connected, after DNS, so a name that resolved to a public address at
 // create time and to a private one now (DNS rebinding) is still refused.
-func (p Policy) control(network, address string, _ syscall.RawConn) error {
+func (p Policy) Control(network, address string, _ syscall.RawConn) error {
 	if network != "tcp4" && network != "tcp6" {
 		return &RefusedError{Addr: address, Reason: "non-TCP (" + network + ")"}
 	}
