@@ -29,6 +29,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/relaybatch/relay/internal/api"
+	"github.com/relaybatch/relay/internal/apikey"
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/local/localrun"
 	"github.com/relaybatch/relay/internal/store"
@@ -732,11 +733,11 @@ func TestAbuseKeyNeverLogged(t *testing.T) {
 		}
 	}
 	out := logs.String()
-	if !strings.Contains(out, "request failed") || !strings.Contains(out, "get key "+auth.Hash(key)[:12]) {
+	if !strings.Contains(out, "request failed") || !strings.Contains(out, "get key "+apikey.Hash(key)[:12]) {
 		t.Fatalf("the internal error was not logged with the key id; logs:\n%s", out)
 	}
 	for _, k := range keys {
-		if strings.Contains(out, k) || strings.Contains(out, auth.Hash(k)) || strings.Contains(out, strings.TrimPrefix(k, "rb-")) {
+		if strings.Contains(out, k) || strings.Contains(out, apikey.Hash(k)) || strings.Contains(out, strings.TrimPrefix(k, "rb-")) {
 			t.Errorf("the logs hold key %q or its hash", k[:6]+"…")
 		}
 	}
@@ -767,7 +768,7 @@ func TestAbuseStorageKeysCarryTenant(t *testing.T) {
 	for _, tenant := range tenants {
 		c, key := client(t, rt, tenant)
 		mu.Lock()
-		keyIDs[auth.Hash(key)[:12]] = tenant
+		keyIDs[apikey.Hash(key)[:12]] = tenant
 		mu.Unlock()
 		wg.Go(func() {
 			f := upload(t, c, "in.jsonl", jsonlRows(append(nRows(2, "ok"), row{id: "bad", content: "[[mock:400]]"})))

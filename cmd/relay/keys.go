@@ -15,6 +15,7 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/relaybatch/relay/internal/apikey"
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/local/emulator"
@@ -126,7 +127,7 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		return tw.Flush()
 	case "disable":
-		if err := s.DisableKey(ctx, pos[0]); errors.Is(err, auth.ErrNoKey) {
+		if err := s.DisableKey(ctx, pos[0]); errors.Is(err, apikey.ErrNoKey) {
 			return fmt.Errorf("keys disable: no key %q (see relay keys list)", pos[0])
 		} else if err != nil {
 			return err

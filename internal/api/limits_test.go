@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybatch/relay/internal/apikey"
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/errs"
 )
@@ -76,25 +77,25 @@ func TestRateLimiterAllow(t *testing.T) {
 }
 
 // keyStore is an auth.Store holding keys in memory.
-type keyStore struct{ keys map[string]auth.Key }
+type keyStore struct{ keys map[string]apikey.Key }
 
-func (s keyStore) GetKey(_ context.Context, hash string) (auth.Key, error) {
+func (s keyStore) GetKey(_ context.Context, hash string) (apikey.Key, error) {
 	k, ok := s.keys[hash]
 	if !ok {
-		return auth.Key{}, auth.ErrNoKey
+		return apikey.Key{}, apikey.ErrNoKey
 	}
 	return k, nil
 }
-func (keyStore) PutKey(context.Context, auth.Key) error       { return nil }
-func (keyStore) ListKeys(context.Context) ([]auth.Key, error) { return nil, nil }
-func (keyStore) DisableKey(context.Context, string) error     { return nil }
+func (keyStore) PutKey(context.Context, apikey.Key) error       { return nil }
+func (keyStore) ListKeys(context.Context) ([]apikey.Key, error) { return nil, nil }
+func (keyStore) DisableKey(context.Context, string) error       { return nil }
 func (keyStore) WebhookSecret(context.Context, string, func() string) (string, error) {
 	return "", nil
 }
 
 func newKeyStore(raw, tenant string) keyStore {
-	h := auth.Hash(raw)
-	return keyStore{keys: map[string]auth.Key{h: {Hash: h, ID: h[:12], Tenant: tenant, Scopes: auth.AllScopes}}}
+	h := apikey.Hash(raw)
+	return keyStore{keys: map[string]apikey.Key{h: {Hash: h, ID: h[:12], Tenant: tenant, Scopes: auth.AllScopes}}}
 }
 
 // A key over its limit gets 429 with Retry-After, in OpenAI's shape on the

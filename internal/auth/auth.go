@@ -6,10 +6,8 @@ package auth
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -17,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaybatch/relay/internal/apikey"
 	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/ids"
 )
@@ -31,24 +30,6 @@ const (
 // AllScopes is what a key gets when none are named.
 var AllScopes = []string{ScopeFiles, ScopeBatches}
 
-// Key is a stored API key (never the key itself).
-type Key struct {
-	Hash      string   `dynamodbav:"hash"`
-	ID        string   `dynamodbav:"key_id"` // short public id: first 12 hex of the hash
-	Tenant    string   `dynamodbav:"tenant"`
-	Scopes    []string `dynamodbav:"scopes,stringset"`
-	Disabled  bool     `dynamodbav:"disabled"`
-	CreatedAt int64    `dynamodbav:"created_at"`
-	// Models, if any, are the only models the key's batches may name
-	// (docs/api.md "Budgets, revocation and allow-lists"); none allows every model.
-	Models []string `dynamodbav:"models,omitempty,stringset"`
-}
-
-// MayUse reports whether the key may use model.
-func (k Key) MayUse(model string) bool {
-	return len(k.Models) == 0 || slices.Contains(k.Models, model)
-}
-
 // Principal is an authenticated caller.
 type Principal struct {
 	Tenant string
@@ -59,7 +40,7 @@ type Principal struct {
 
 // MayUse reports whether the principal's key may use model.
 func (p Principal) MayUse(model string) bool {
-	return Key{Models: p.Models}.MayUse(model)
+	return apikey.Key{Models: p.Models}.MayUse(model)
 }
 
 // Can reports whether the principal holds scope (admin holds all).
@@ -67,24 +48,15 @@ func (p Principal) Can(scope string) bool {
 	return slices.Contains(p.Scopes, scope) || slices.Contains(p.Scopes, ScopeAdmin)
 }
 
-// ErrNoKey is returned by a Store for an unknown key.
-var ErrNoKey = errors.New("auth: no such key")
-
 // Store persists keys and tenant secrets.
 type Store interface {
-	GetKey(ctx context.Context, hash string) (Key, error)
-	PutKey(ctx context.Context, k Key) error
-	ListKeys(ctx context.Context) ([]Key, error)
+	GetKey(ctx context.Context, hash string) (apikey.Key, error)
+	PutKey(ctx context.Context, k apikey.Key) error
+	ListKeys(ctx context.Context) ([]apikey.Key, error)
 	DisableKey(ctx context.Context, id string) error
 	// WebhookSecret returns the tenant's signing secret, creating it with
 	// fresh if it does not exist yet.
 	WebhookSecret(ctx context.Context, tenant string, fresh func() string) (string, error)
-}
-
-// Hash is the stored form of a key.
-func Hash(raw string) string {
-	sum := sha256.Sum256([]byte(raw))
-	return hex.EncodeToString(sum[:])
 }
 
 // ValidTenant reports whether name can be a tenant: it goes into keys of
@@ -94,26 +66,26 @@ func ValidTenant(name string) bool {
 }
 
 // Create makes a new key for tenant and returns it with its record.
-func Create(ctx context.Context, s Store, tenant string, scopes, models []string) (string, Key, error) {
+func Create(ctx context.Context, s Store, tenant string, scopes, models []string) (string, apikey.Key, error) {
 	if !ValidTenant(tenant) {
-		return "", Key{}, fmt.Errorf("tenant %q: use 1-64 letters, digits, '-' or '_'", tenant)
+		return "", apikey.Key{}, fmt.Errorf("tenant %q: use 1-64 letters, digits, '-' or '_'", tenant)
 	}
 	if len(scopes) == 0 {
 		scopes = AllScopes
 	}
 	for _, sc := range scopes {
 		if sc != ScopeFiles && sc != ScopeBatches && sc != ScopeAdmin {
-			return "", Key{}, fmt.Errorf("scope %q: use files, batches or admin", sc)
+			return "", apikey.Key{}, fmt.Errorf("scope %q: use files, batches or admin", sc)
 		}
 	}
 	raw := "rb-" + ids.Secret(32)
-	h := Hash(raw)
-	k := Key{Hash: h, ID: h[:12], Tenant: tenant, Scopes: slices.Compact(slices.Sorted(slices.Values(scopes))), CreatedAt: time.Now().Unix()}
+	h := apikey.Hash(raw)
+	k := apikey.Key{Hash: h, ID: h[:12], Tenant: tenant, Scopes: slices.Compact(slices.Sorted(slices.Values(scopes))), CreatedAt: time.Now().Unix()}
 	if len(models) > 0 {
 		k.Models = slices.Compact(slices.Sorted(slices.Values(models)))
 	}
 	if err := s.PutKey(ctx, k); err != nil {
-		return "", Key{}, fmt.Errorf("store key: %w", err)
+		return "", apikey.Key{}, fmt.Errorf("store key: %w", err)
 	}
 	return raw, k, nil
 }
@@ -161,9 +133,9 @@ func (a Authenticator) Authenticate(ctx context.Context, raw, scope string) (Pri
 	if raw == "" {
 		return Principal{}, errs.E(errs.Unauthenticated, "missing_api_key", "", "no API key: send Authorization: Bearer <key> or x-api-key: <key>")
 	}
-	h := Hash(raw)
+	h := apikey.Hash(raw)
 	k, err := a.Store.GetKey(ctx, h)
-	if errors.Is(err, ErrNoKey) || (err == nil && subtle.ConstantTimeCompare([]byte(k.Hash), []byte(h)) != 1) {
+	if errors.Is(err, apikey.ErrNoKey) || (err == nil && subtle.ConstantTimeCompare([]byte(k.Hash), []byte(h)) != 1) {
 		msg := "incorrect API key provided"
 		if a.UnknownKeyHint != "" {
 			msg += ": " + a.UnknownKeyHint

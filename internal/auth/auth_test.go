@@ -8,38 +8,39 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/relaybatch/relay/internal/apikey"
 	"github.com/relaybatch/relay/internal/errs"
 )
 
 // memStore is a Store in memory that remembers everything it was given.
 type memStore struct {
-	keys map[string]Key
-	puts []Key
+	keys map[string]apikey.Key
+	puts []apikey.Key
 	err  error
 }
 
-func (s *memStore) GetKey(_ context.Context, hash string) (Key, error) {
+func (s *memStore) GetKey(_ context.Context, hash string) (apikey.Key, error) {
 	if s.err != nil {
-		return Key{}, s.err
+		return apikey.Key{}, s.err
 	}
 	k, ok := s.keys[hash]
 	if !ok {
-		return Key{}, ErrNoKey
+		return apikey.Key{}, apikey.ErrNoKey
 	}
 	return k, nil
 }
 
-func (s *memStore) PutKey(_ context.Context, k Key) error {
+func (s *memStore) PutKey(_ context.Context, k apikey.Key) error {
 	if s.keys == nil {
-		s.keys = map[string]Key{}
+		s.keys = map[string]apikey.Key{}
 	}
 	s.keys[k.Hash] = k
 	s.puts = append(s.puts, k)
 	return nil
 }
 
-func (s *memStore) ListKeys(context.Context) ([]Key, error)  { return nil, nil }
-func (s *memStore) DisableKey(context.Context, string) error { return nil }
+func (s *memStore) ListKeys(context.Context) ([]apikey.Key, error) { return nil, nil }
+func (s *memStore) DisableKey(context.Context, string) error       { return nil }
 func (s *memStore) WebhookSecret(_ context.Context, _ string, fresh func() string) (string, error) {
 	return fresh(), nil
 }
@@ -64,7 +65,7 @@ func TestCreateStoresOnlyTheHash(t *testing.T) {
 			t.Fatalf("key %q made twice", raw)
 		}
 		seen[raw] = true
-		if k.Hash != Hash(raw) || len(k.Hash) != 64 || k.ID != k.Hash[:12] {
+		if k.Hash != apikey.Hash(raw) || len(k.Hash) != 64 || k.ID != k.Hash[:12] {
 			t.Fatalf("record %+v: want the SHA-256 of the key and its first 12 hex digits as id", k)
 		}
 	}
@@ -105,14 +106,14 @@ func TestAuthenticate(t *testing.T) {
 		{"no key", "", ScopeFiles, errs.Unauthenticated, ""},
 		{"unknown key", "rb-" + strings.Repeat("A", 43), ScopeFiles, errs.Unauthenticated, ""},
 		{"a key one character off", full[:len(full)-1] + "_", ScopeFiles, errs.Unauthenticated, ""},
-		{"the hash instead of the key", Hash(full), ScopeFiles, errs.Unauthenticated, ""},
+		{"the hash instead of the key", apikey.Hash(full), ScopeFiles, errs.Unauthenticated, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			p, err := Authenticator{Store: s}.Authenticate(ctx, tt.raw, tt.scope)
 			if tt.kind == 0 {
-				if err != nil || p.Tenant != tt.tenant || p.KeyID != Hash(tt.raw)[:12] {
+				if err != nil || p.Tenant != tt.tenant || p.KeyID != apikey.Hash(tt.raw)[:12] {
 					t.Fatalf("got %+v, %v; want tenant %s", p, err, tt.tenant)
 				}
 				return

@@ -6,7 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 
-	"github.com/relaybatch/relay/internal/auth"
+	"github.com/relaybatch/relay/internal/apikey"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/store"
@@ -28,7 +28,7 @@ func NewIdemKey(route, header string, body []byte) store.IdemKey {
 		return store.IdemKey{}
 	}
 	sum := sha256.Sum256(body)
-	return store.IdemKey{Key: auth.Hash(route + "\x00" + header), Body: hex.EncodeToString(sum[:])}
+	return store.IdemKey{Key: apikey.Hash(route + "\x00" + header), Body: hex.EncodeToString(sum[:])}
 }
 
 // errKeyReused is the answer to a key sent again with another body: a 422,

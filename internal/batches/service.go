@@ -21,6 +21,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/relaybatch/relay/internal/apikey"
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/blob"
@@ -92,7 +93,7 @@ type Store interface {
 	Inflight(ctx context.Context, tenant string) (int, error)
 	InflightMarkers(ctx context.Context, tenant string) ([]store.InflightMarker, error)
 	ReserveInflight(ctx context.Context, tenant, batchID string, max int, now time.Time) error
-	KeyByID(ctx context.Context, id string) (auth.Key, error)
+	KeyByID(ctx context.Context, id string) (apikey.Key, error)
 	Usage(ctx context.Context, tenant, from, to string) ([]store.UsageRow, error)
 	// internal/anthropic's delete of a Message Batch.
 	DeleteBatch(ctx context.Context, tenant, id string) error

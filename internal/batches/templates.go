@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/relaybatch/relay/internal/apikey"
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/errs"
@@ -159,7 +160,7 @@ func (s *Service) FireTemplate(ctx context.Context, input []byte) (batch.Batch, 
 		return batch.Batch{}, errs.NotFoundf("template %s is not scheduled", in.TemplateID)
 	}
 	k, err := s.Store.KeyByID(ctx, tpl.KeyID)
-	if err != nil && !errors.Is(err, auth.ErrNoKey) {
+	if err != nil && !errors.Is(err, apikey.ErrNoKey) {
 		return batch.Batch{}, fmt.Errorf("check the key of template %s: %w", tpl.ID, err)
 	}
 	if why := keyRefusal(tpl, k, err == nil); why != "" {
@@ -180,7 +181,7 @@ func (s *Service) FireTemplate(ctx context.Context, input []byte) (batch.Batch, 
 	}
 	// The input is not re-validated here: a file deleted since the template
 	// was made fails the run in planning (input_file_missing), visibly.
-	saved, err := s.record(ctx, run, store.IdemKey{Key: auth.Hash(runKey(tpl.ID, at))})
+	saved, err := s.record(ctx, run, store.IdemKey{Key: apikey.Hash(runKey(tpl.ID, at))})
 	if err != nil {
 		return batch.Batch{}, fmt.Errorf("record run of template %s at %s: %w", tpl.ID, in.ScheduledTime, err)
 	}
@@ -199,7 +200,7 @@ const CodeKeyDisabled = "api_key_disabled"
 // template spends as its key would, so it runs only while a request with
 // that key would be let in: the key exists, is not disabled, belongs to the
 // template's tenant and holds the batches scope.
-func keyRefusal(tpl batch.Batch, k auth.Key, found bool) string {
+func keyRefusal(tpl batch.Batch, k apikey.Key, found bool) string {
 	stop := func(why string) string {
 		return fmt.Sprintf("the API key %s that created this template %s: the template no longer runs; create it again with an active key", tpl.KeyID, why)
 	}

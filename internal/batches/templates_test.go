@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybatch/relay/internal/apikey"
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/batch"
 )
@@ -29,19 +30,19 @@ func TestRunKey(t *testing.T) {
 func TestKeyRefusal(t *testing.T) {
 	t.Parallel()
 	tpl := batch.Batch{ID: "batch_t", Tenant: "acme", KeyID: "0123456789ab"}
-	active := auth.Key{ID: "0123456789ab", Tenant: "acme", Scopes: []string{auth.ScopeBatches}}
+	active := apikey.Key{ID: "0123456789ab", Tenant: "acme", Scopes: []string{auth.ScopeBatches}}
 	for _, tt := range []struct {
 		name  string
-		key   func(k *auth.Key)
+		key   func(k *apikey.Key)
 		found bool
 		want  string // a word of the reason, "" when the template may run
 	}{
-		{"active", func(*auth.Key) {}, true, ""},
-		{"admin", func(k *auth.Key) { k.Scopes = []string{auth.ScopeAdmin} }, true, ""},
-		{"disabled", func(k *auth.Key) { k.Disabled = true }, true, "is disabled"},
-		{"gone", func(*auth.Key) {}, false, "no longer exists"},
-		{"other tenant", func(k *auth.Key) { k.Tenant = "globex" }, true, "another tenant"},
-		{"files only", func(k *auth.Key) { k.Scopes = []string{auth.ScopeFiles} }, true, "batches scope"},
+		{"active", func(*apikey.Key) {}, true, ""},
+		{"admin", func(k *apikey.Key) { k.Scopes = []string{auth.ScopeAdmin} }, true, ""},
+		{"disabled", func(k *apikey.Key) { k.Disabled = true }, true, "is disabled"},
+		{"gone", func(*apikey.Key) {}, false, "no longer exists"},
+		{"other tenant", func(k *apikey.Key) { k.Tenant = "globex" }, true, "another tenant"},
+		{"files only", func(k *apikey.Key) { k.Scopes = []string{auth.ScopeFiles} }, true, "batches scope"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

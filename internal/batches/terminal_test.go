@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaybatch/relay/internal/auth"
+	"github.com/relaybatch/relay/internal/apikey"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/store"
@@ -62,8 +62,8 @@ func (*releaseTable) InflightMarkers(context.Context, string) ([]store.InflightM
 func (*releaseTable) ReserveInflight(context.Context, string, string, int, time.Time) error {
 	return errNotInFake
 }
-func (*releaseTable) KeyByID(context.Context, string) (auth.Key, error) {
-	return auth.Key{}, errNotInFake
+func (*releaseTable) KeyByID(context.Context, string) (apikey.Key, error) {
+	return apikey.Key{}, errNotInFake
 }
 func (*releaseTable) Usage(context.Context, string, string, string) ([]store.UsageRow, error) {
 	return nil, errNotInFake

@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/relaybatch/relay/internal/auth"
+	"github.com/relaybatch/relay/internal/apikey"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/endpoint"
@@ -34,7 +34,7 @@ const DefaultTTL = 30 * time.Second
 
 // Store is what the checks read of the table (internal/store).
 type Store interface {
-	KeyByID(ctx context.Context, id string) (auth.Key, error)
+	KeyByID(ctx context.Context, id string) (apikey.Key, error)
 	GetBudget(ctx context.Context, tenant string) (store.Budget, error)
 	Usage(ctx context.Context, tenant, from, to string) ([]store.UsageRow, error)
 }
@@ -51,7 +51,7 @@ type Checker struct {
 	Now func() time.Time
 
 	mu      sync.Mutex
-	keys    map[string]cached[auth.Key]
+	keys    map[string]cached[apikey.Key]
 	budgets map[string]cached[store.Budget]
 }
 
@@ -112,22 +112,22 @@ func (g *Checker) Admit(ctx context.Context, b batch.Batch, c batch.Chunk) (code
 // Revoked reports whether the key keyID, read as k (the zero Key when it is
 // gone), may no longer run its batches' rows. A batch recorded without a
 // key is never revoked.
-func Revoked(keyID string, k auth.Key) bool {
+func Revoked(keyID string, k apikey.Key) bool {
 	return keyID != "" && (k.ID == "" || k.Disabled)
 }
 
 // key reads key id through the cache; a missing key is the zero Key.
-func (g *Checker) key(ctx context.Context, id string) (auth.Key, error) {
+func (g *Checker) key(ctx context.Context, id string) (apikey.Key, error) {
 	if id == "" {
-		return auth.Key{}, nil
+		return apikey.Key{}, nil
 	}
-	return read(g, &g.keys, id, func() (auth.Key, error) {
+	return read(g, &g.keys, id, func() (apikey.Key, error) {
 		k, err := g.Store.KeyByID(ctx, id)
-		if errors.Is(err, auth.ErrNoKey) {
-			return auth.Key{}, nil
+		if errors.Is(err, apikey.ErrNoKey) {
+			return apikey.Key{}, nil
 		}
 		if err != nil {
-			return auth.Key{}, fmt.Errorf("read key %s: %w", id, err)
+			return apikey.Key{}, fmt.Errorf("read key %s: %w", id, err)
 		}
 		return k, nil
 	})

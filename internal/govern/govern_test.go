@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaybatch/relay/internal/auth"
+	"github.com/relaybatch/relay/internal/apikey"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/plan"
@@ -15,7 +15,7 @@ import (
 
 // fakeStore is a hand-written Store that counts its reads.
 type fakeStore struct {
-	keys                  map[string]auth.Key
+	keys                  map[string]apikey.Key
 	budget                store.Budget
 	usage                 []store.UsageRow
 	keyReads, budgetReads int
@@ -23,11 +23,11 @@ type fakeStore struct {
 	usageFrom, usageTo    string
 }
 
-func (f *fakeStore) KeyByID(_ context.Context, id string) (auth.Key, error) {
+func (f *fakeStore) KeyByID(_ context.Context, id string) (apikey.Key, error) {
 	f.keyReads++
 	k, ok := f.keys[id]
 	if !ok {
-		return k, auth.ErrNoKey
+		return k, apikey.ErrNoKey
 	}
 	return k, nil
 }
@@ -68,7 +68,7 @@ var bt = batch.Batch{ID: "batch_1", Tenant: "acme", KeyID: "k1"}
 // not one per chunk.
 func TestAdmitRevokedKeyAfterTheCache(t *testing.T) {
 	t.Parallel()
-	st := &fakeStore{keys: map[string]auth.Key{"k1": {ID: "k1", Tenant: "acme"}}}
+	st := &fakeStore{keys: map[string]apikey.Key{"k1": {ID: "k1", Tenant: "acme"}}}
 	clk := &clock{time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
 	g := &Checker{Store: st, Now: clk.now}
 	ctx := context.Background()
@@ -83,7 +83,7 @@ func TestAdmitRevokedKeyAfterTheCache(t *testing.T) {
 	if got := admit(); got != "" {
 		t.Fatalf("active key: %q", got)
 	}
-	st.keys["k1"] = auth.Key{ID: "k1", Tenant: "acme", Disabled: true}
+	st.keys["k1"] = apikey.Key{ID: "k1", Tenant: "acme", Disabled: true}
 	clk.t = clk.t.Add(29 * time.Second)
 	if got := admit(); got != "" || st.keyReads != 1 {
 		t.Fatalf("within the TTL: %q after %d key reads, want admitted on the cached read", got, st.keyReads)
@@ -126,7 +126,7 @@ func TestCheckBudgets(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			st := &fakeStore{budget: tt.budget, usage: usage, keys: map[string]auth.Key{"k1": {ID: "k1"}}}
+			st := &fakeStore{budget: tt.budget, usage: usage, keys: map[string]apikey.Key{"k1": {ID: "k1"}}}
 			g := &Checker{Store: st, Models: models(t), Now: func() time.Time { return time.Date(2026, 12, 9, 0, 0, 0, 0, time.UTC) }}
 			code, why, err := g.Admit(context.Background(), bt, batch.Chunk{})
 			if err != nil || code != tt.want {
@@ -146,7 +146,7 @@ func TestCheckBudgets(t *testing.T) {
 
 func TestStartAllowList(t *testing.T) {
 	t.Parallel()
-	st := &fakeStore{keys: map[string]auth.Key{"k1": {ID: "k1", Models: []string{"priced"}}, "k2": {ID: "k2"}}}
+	st := &fakeStore{keys: map[string]apikey.Key{"k1": {ID: "k1", Models: []string{"priced"}}, "k2": {ID: "k2"}}}
 	g := &Checker{Store: st, Now: time.Now}
 	allowed, err := g.Start(context.Background(), bt)
 	if err != nil || allowed == nil || !allowed("priced") || allowed("free") {
@@ -180,7 +180,7 @@ func TestView(t *testing.T) {
 // runs (and falls back) only on what that key may use.
 func TestAllowedIsTheBatchKeys(t *testing.T) {
 	t.Parallel()
-	f := &fakeStore{keys: map[string]auth.Key{
+	f := &fakeStore{keys: map[string]apikey.Key{
 		"k1":  {ID: "k1", Tenant: "acme", Models: []string{"priced"}},
 		"all": {ID: "all", Tenant: "acme"},
 	}}

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaybatch/relay/internal/auth"
+	"github.com/relaybatch/relay/internal/apikey"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/govern"
@@ -173,10 +173,10 @@ type tenantState struct {
 	spent    int64
 }
 
-func (g *tenantState) KeyByID(_ context.Context, id string) (auth.Key, error) {
+func (g *tenantState) KeyByID(_ context.Context, id string) (apikey.Key, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return auth.Key{ID: id, Tenant: "t", Disabled: g.disabled}, nil
+	return apikey.Key{ID: id, Tenant: "t", Disabled: g.disabled}, nil
 }
 
 func (g *tenantState) GetBudget(context.Context, string) (store.Budget, error) {

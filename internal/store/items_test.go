@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/relaybatch/relay/internal/auth"
+	"github.com/relaybatch/relay/internal/apikey"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/jsonl"
@@ -347,7 +347,7 @@ func TestRecordItems(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := auth.Key{Hash: "9f86d081884c7d65", ID: "9f86d081884c", Tenant: "acme", Scopes: []string{"batches", "files"}, CreatedAt: 5}
+	k := apikey.Key{Hash: "9f86d081884c7d65", ID: "9f86d081884c", Tenant: "acme", Scopes: []string{"batches", "files"}, CreatedAt: 5}
 	mainIt, idxIt, err := keyItems(k)
 	if err != nil {
 		t.Fatal(err)

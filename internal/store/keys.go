@@ -9,10 +9,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/relaybatch/relay/internal/auth"
+	"github.com/relaybatch/relay/internal/apikey"
 )
-
-var _ auth.Store = (*Store)(nil)
 
 // Keys live at KEY#<sha256>/KEY for lookup, with an index entry under the
 // KEYS partition (sk = key id) so they can be listed without a scan.
@@ -20,14 +18,14 @@ const keysPK = "KEYS"
 
 // GetKey implements auth.Store. Its errors name the key by its public id,
 // never by the hash the table is keyed on, since errors end up in logs.
-func (s *Store) GetKey(ctx context.Context, hash string) (auth.Key, error) {
-	var k auth.Key
+func (s *Store) GetKey(ctx context.Context, hash string) (apikey.Key, error) {
+	var k apikey.Key
 	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.Table, Key: key(keyPK(hash), "KEY"), ConsistentRead: aws.Bool(true)})
 	if err != nil {
 		return k, fmt.Errorf("get key %s: %w", hash[:min(12, len(hash))], err)
 	}
 	if out.Item == nil {
-		return k, auth.ErrNoKey
+		return k, apikey.ErrNoKey
 	}
 	if err := attributevalue.UnmarshalMap(out.Item, &k); err != nil {
 		return k, fmt.Errorf("unmarshal key %s: %w", hash[:min(12, len(hash))], err)
@@ -39,7 +37,7 @@ func keyPK(hash string) string { return "KEY#" + hash }
 
 // keyItems are a key's two items: main at KEY#<hash>/KEY, which GetKey
 // reads, and idx at KEYS/<key id>, which ListKeys lists.
-func keyItems(k auth.Key) (main, idx item, err error) {
+func keyItems(k apikey.Key) (main, idx item, err error) {
 	it, err := attributevalue.MarshalMap(k)
 	if err != nil {
 		return nil, nil, fmt.Errorf("marshal key: %w", err)
@@ -58,7 +56,7 @@ func keyItems(k auth.Key) (main, idx item, err error) {
 }
 
 // PutKey implements auth.Store.
-func (s *Store) PutKey(ctx context.Context, k auth.Key) error {
+func (s *Store) PutKey(ctx context.Context, k apikey.Key) error {
 	main, idx, err := keyItems(k)
 	if err != nil {
 		return err
@@ -74,10 +72,10 @@ func (s *Store) PutKey(ctx context.Context, k auth.Key) error {
 }
 
 // ListKeys implements auth.Store.
-func (s *Store) ListKeys(ctx context.Context) ([]auth.Key, error) {
-	var ks []auth.Key
+func (s *Store) ListKeys(ctx context.Context) ([]apikey.Key, error) {
+	var ks []apikey.Key
 	_, err := s.page(ctx, keysPK, "", "", true, 1<<30, nil, func(it item) error {
-		var k auth.Key
+		var k apikey.Key
 		if err := attributevalue.UnmarshalMap(it, &k); err != nil {
 			return err
 		}
@@ -87,16 +85,16 @@ func (s *Store) ListKeys(ctx context.Context) ([]auth.Key, error) {
 	return ks, err
 }
 
-// KeyByID returns the key whose public id is id, auth.ErrNoKey when there
+// KeyByID returns the key whose public id is id, apikey.ErrNoKey when there
 // is none: templates check the key that created them at every firing.
-func (s *Store) KeyByID(ctx context.Context, id string) (auth.Key, error) {
-	var k auth.Key
+func (s *Store) KeyByID(ctx context.Context, id string) (apikey.Key, error) {
+	var k apikey.Key
 	if id == "" {
-		return k, auth.ErrNoKey
+		return k, apikey.ErrNoKey
 	}
 	if _, err := s.get(ctx, keysPK, id, &k); err != nil {
 		if errors.Is(err, errMissing) {
-			return k, auth.ErrNoKey
+			return k, apikey.ErrNoKey
 		}
 		return k, err
 	}
@@ -106,7 +104,7 @@ func (s *Store) KeyByID(ctx context.Context, id string) (auth.Key, error) {
 // DisableKey implements auth.Store; id is the key id or the key itself.
 func (s *Store) DisableKey(ctx context.Context, id string) error {
 	if len(id) > 12 {
-		id = auth.Hash(id)[:12]
+		id = apikey.Hash(id)[:12]
 	}
 	k, err := s.KeyByID(ctx, id)
 	if err != nil {
