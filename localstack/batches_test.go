@@ -14,7 +14,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
-	"github.com/relaybatch/relay/internal/files"
+	"github.com/relaybatch/relay/internal/file"
 	"github.com/relaybatch/relay/internal/local/localrun"
 )
 
@@ -284,7 +284,7 @@ func TestResultsExpireWithTheOutput(t *testing.T) {
 		t.Fatalf("results before the expiry: %d %s", status, body)
 	}
 	past := time.Now().Add(-time.Second).Unix()
-	if _, err := rt.App.Store.UpdateFile(ctx, "acme", b.OutputFileID, func(f *files.File) error { f.ExpiresAt = &past; return nil }); err != nil {
+	if _, err := rt.App.Store.UpdateFile(ctx, "acme", b.OutputFileID, func(f *file.File) error { f.ExpiresAt = &past; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if status, body := rawDo(t, rt, key, "GET", "/v1/batches/"+b.ID+"/results", nil); status != 404 || !strings.Contains(string(body), "expired") {

@@ -29,7 +29,7 @@ import (
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/endpoint"
 	"github.com/relaybatch/relay/internal/errs"
-	"github.com/relaybatch/relay/internal/files"
+	"github.com/relaybatch/relay/internal/file"
 	"github.com/relaybatch/relay/internal/ids"
 	"github.com/relaybatch/relay/internal/inference"
 	"github.com/relaybatch/relay/internal/jsonl"
@@ -234,7 +234,7 @@ func (s *Service) defaultModel() string {
 
 // deleteFile removes the input file CreateMessageBatch wrote; a failure
 // only leaves an orphan behind, so it is logged, not returned.
-func (s *Service) deleteFile(ctx context.Context, f files.File) {
+func (s *Service) deleteFile(ctx context.Context, f file.File) {
 	bs := s.Batches
 	if err := bs.Blobs.Delete(ctx, f.Objects...); err != nil {
 		bs.Log.WarnContext(ctx, "delete file objects", "file_id", f.ID, "tenant", f.Tenant, "err", err)
@@ -415,7 +415,7 @@ func (s *Service) DeleteMessageBatch(ctx context.Context, tenant, id string) err
 			continue
 		}
 		f, err := bs.Store.GetFile(ctx, tenant, *fid)
-		if errors.Is(err, files.ErrNotFound) {
+		if errors.Is(err, file.ErrNotFound) {
 			continue
 		}
 		if err != nil {
@@ -575,7 +575,7 @@ func (s *Service) MessageResults(ctx context.Context, tenant, id string) (func(i
 // rows were planned (its input failed validation) as errored.
 func (s *Service) unplannedResults(ctx context.Context, b batch.Batch, write func(wire.MessageResult) error) error {
 	f, err := s.Batches.Store.GetFile(ctx, b.Tenant, b.InputFileID)
-	if errors.Is(err, files.ErrNotFound) {
+	if errors.Is(err, file.ErrNotFound) {
 		return nil // nothing left to name the requests by
 	}
 	if err != nil {

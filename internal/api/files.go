@@ -12,6 +12,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/errs"
+	"github.com/relaybatch/relay/internal/file"
 	"github.com/relaybatch/relay/internal/files"
 )
 
@@ -176,7 +177,7 @@ func (a *API) createFile(w http.ResponseWriter, r *http.Request, p auth.Principa
 
 func (a *API) listFiles(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
 	q := r.URL.Query()
-	page := files.Page{After: q.Get("after"), Order: q.Get("order"), Filter: q.Get("purpose")}
+	page := file.Page{After: q.Get("after"), Order: q.Get("order"), Filter: q.Get("purpose")}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 10000 {
@@ -188,7 +189,7 @@ func (a *API) listFiles(w http.ResponseWriter, r *http.Request, p auth.Principal
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, newList(fs, more, func(f files.File) string { return f.ID }))
+	return writeJSON(w, http.StatusOK, newList(fs, more, func(f file.File) string { return f.ID }))
 }
 
 func (a *API) getFile(w http.ResponseWriter, r *http.Request, p auth.Principal) error {

@@ -29,6 +29,7 @@ import (
 	"github.com/relaybatch/relay/internal/egress"
 	"github.com/relaybatch/relay/internal/endpoint"
 	"github.com/relaybatch/relay/internal/errs"
+	"github.com/relaybatch/relay/internal/file"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/ids"
 	"github.com/relaybatch/relay/internal/jsonl"
@@ -87,9 +88,9 @@ type Store interface {
 	IdempotentBatch(ctx context.Context, tenant, idemKey string) (store.Idem, error)
 	Chunks(ctx context.Context, batchID string) ([]batch.Chunk, error)
 	DeadLetters(ctx context.Context, batchID string, after int, limit int) ([]batch.DeadLetter, bool, error)
-	GetFile(ctx context.Context, tenant, id string) (files.File, error)
-	PutFile(ctx context.Context, f files.File) error
-	PutFileOverwrite(ctx context.Context, f files.File) error
+	GetFile(ctx context.Context, tenant, id string) (file.File, error)
+	PutFile(ctx context.Context, f file.File) error
+	PutFileOverwrite(ctx context.Context, f file.File) error
 	Inflight(ctx context.Context, tenant string) (int, error)
 	InflightMarkers(ctx context.Context, tenant string) ([]store.InflightMarker, error)
 	ReserveInflight(ctx context.Context, tenant, batchID string, max int, now time.Time) error
@@ -120,8 +121,8 @@ type Queue interface {
 // Files is the Files API the service records and reads files with
 // (internal/files).
 type Files interface {
-	Create(ctx context.Context, tenant, filename, purpose string, size int64, expiresAfter int64, body io.Reader) (files.File, error)
-	Get(ctx context.Context, tenant, id string) (files.File, error)
+	Create(ctx context.Context, tenant, filename, purpose string, size int64, expiresAfter int64, body io.Reader) (file.File, error)
+	Get(ctx context.Context, tenant, id string) (file.File, error)
 	SetExpiresAt(ctx context.Context, tenant, id string, at *int64) error
 	// Hold and Release keep a file's bytes while a batch reads it
 	// (docs/api.md "Files", deleting an input).
@@ -315,7 +316,7 @@ func checkOptions(req CreateRequest, shaped bool, checkURL func(string) error, m
 
 // checkInputFile validates the input file a create names: a processed
 // batch file, and a CSV one needs the create's model and the chat endpoint.
-func checkInputFile(f files.File, req CreateRequest) error {
+func checkInputFile(f file.File, req CreateRequest) error {
 	if f.Purpose != files.PurposeBatch {
 		return errs.Invalidf("input_file_id", "file %s has purpose %q, a batch needs purpose \"batch\"", f.ID, f.Purpose)
 	}
@@ -419,7 +420,7 @@ func (s *Service) record(ctx context.Context, b batch.Batch, idem store.IdemKey)
 	holds := b.RetryOf == nil
 	if holds {
 		if err := s.Files.Hold(ctx, b.Tenant, b.InputFileID, b.ID); err != nil {
-			if errors.Is(err, files.ErrNotFound) {
+			if errors.Is(err, file.ErrNotFound) {
 				return batch.Batch{}, errs.Invalidf("input_file_id", "no such file: %s", b.InputFileID)
 			}
 			return batch.Batch{}, fmt.Errorf("hold input file %s: %w", b.InputFileID, err)
@@ -456,7 +457,7 @@ func (s *Service) ReleaseInput(ctx context.Context, b batch.Batch) error {
 }
 
 // inlineFile stores inline rows (inlineJSONL) as a JSONL input file.
-func (s *Service) inlineFile(ctx context.Context, tenant string, data []byte) (files.File, error) {
+func (s *Service) inlineFile(ctx context.Context, tenant string, data []byte) (file.File, error) {
 	return s.Files.Create(ctx, tenant, "requests.jsonl", files.PurposeBatch, int64(len(data)), 0, bytes.NewReader(data))
 }
 
@@ -511,26 +512,26 @@ func checkInline(data []byte, path string, models *config.Models) error {
 // It writes past files.Service, whose 4 MiB limit is on what a client
 // sends: internal/anthropic stores a Message Batch's requests with it, and
 // the rows of a 4 MiB create body take a little more.
-func (s *Service) WriteInputFile(ctx context.Context, tenant, filename string, data []byte) (files.File, error) {
+func (s *Service) WriteInputFile(ctx context.Context, tenant, filename string, data []byte) (file.File, error) {
 	id := ids.New("file-")
 	// It expires as an uploaded file does by default (docs/api.md "Files").
 	exp := s.Now().Add(files.DefaultTTL).Unix()
-	f := files.File{ID: id, Bytes: int64(len(data)), CreatedAt: s.Now().Unix(), Filename: filename,
+	f := file.File{ID: id, Bytes: int64(len(data)), CreatedAt: s.Now().Unix(), Filename: filename,
 		Purpose: files.PurposeBatch, Status: files.StatusProcessed, Tenant: tenant, ExpiresAt: &exp}
 	w := batch.NewObjectWriter(ctx, s.Blobs, fmt.Sprintf("files/%s/%s/", tenant, id))
 	w.Tag = files.ExpiryTag(f)
 	if _, err := w.Write(data); err != nil {
-		return files.File{}, fmt.Errorf("write file %s: %w", id, err)
+		return file.File{}, fmt.Errorf("write file %s: %w", id, err)
 	}
 	objs, err := w.Close()
 	if err != nil {
-		return files.File{}, fmt.Errorf("write file %s: %w", id, err)
+		return file.File{}, fmt.Errorf("write file %s: %w", id, err)
 	}
 	for _, o := range objs {
 		f.Objects = append(f.Objects, o.Key)
 	}
 	if err := s.Store.PutFile(ctx, f); err != nil {
-		return files.File{}, fmt.Errorf("record file %s: %w", id, err)
+		return file.File{}, fmt.Errorf("record file %s: %w", id, err)
 	}
 	return f, nil
 }
@@ -646,7 +647,7 @@ func (s *Service) resultsKept(ctx context.Context, b batch.Batch) error {
 		// Results interleave both files' parts: one deleted or expired
 		// would cut them short.
 		f, err := s.Store.GetFile(ctx, b.Tenant, *id)
-		if errors.Is(err, files.ErrNotFound) || (err == nil && f.Deleted) {
+		if errors.Is(err, file.ErrNotFound) || (err == nil && f.Deleted) {
 			return errs.NotFoundf("the results of batch %s were deleted with its file %s", b.ID, *id)
 		}
 		if err != nil {
@@ -735,17 +736,17 @@ func (s *Service) Retry(ctx context.Context, p auth.Principal, id string, idem s
 // calls it when it finds a retry's input missing. Memory is a chunk's
 // range and an 8 MiB object buffer (docs/design.md "Memory"). A source whose
 // input is gone fails the retry with input_file_missing.
-func (s *Service) RetryInput(ctx context.Context, nb batch.Batch) (files.File, error) {
+func (s *Service) RetryInput(ctx context.Context, nb batch.Batch) (file.File, error) {
 	src, err := s.Store.GetBatch(ctx, nb.Tenant, *nb.RetryOf)
 	if err != nil {
-		return files.File{}, fmt.Errorf("retry %s of %s: %w", nb.ID, *nb.RetryOf, err)
+		return file.File{}, fmt.Errorf("retry %s of %s: %w", nb.ID, *nb.RetryOf, err)
 	}
 	chunks, err := s.Store.Chunks(ctx, src.ID)
 	if err != nil {
-		return files.File{}, err
+		return file.File{}, err
 	}
 	exp := nb.CreatedAt + int64(files.DefaultTTL/time.Second)
-	f := files.File{ID: nb.InputFileID, CreatedAt: nb.CreatedAt, Filename: "retry-" + src.ID + ".jsonl", Purpose: files.PurposeBatch,
+	f := file.File{ID: nb.InputFileID, CreatedAt: nb.CreatedAt, Filename: "retry-" + src.ID + ".jsonl", Purpose: files.PurposeBatch,
 		Status: files.StatusProcessed, ExpiresAt: &exp, Tenant: nb.Tenant}
 	w := batch.NewObjectWriter(ctx, s.Blobs, fmt.Sprintf("files/%s/%s/", nb.Tenant, nb.InputFileID))
 	w.Tag = files.ExpiryTag(f)
@@ -755,19 +756,19 @@ func (s *Service) RetryInput(ctx context.Context, nb batch.Batch) (files.File, e
 		}
 		reqs, err := plan.ReadChunk(ctx, s.Blobs, src, c)
 		if errors.Is(err, blob.ErrNotFound) || errors.Is(err, blob.ErrChanged) {
-			return files.File{}, plan.Invalid{{Code: "input_file_missing", Message: fmt.Sprintf(
+			return file.File{}, plan.Invalid{{Code: "input_file_missing", Message: fmt.Sprintf(
 				"the input of batch %s is gone (it expired): its failed rows cannot be read again", src.ID)}}
 		}
 		if err != nil {
-			return files.File{}, err
+			return file.File{}, err
 		}
 		if err := writeFailedRows(w, c, reqs); err != nil {
-			return files.File{}, fmt.Errorf("retry of %s: %w", src.ID, err)
+			return file.File{}, fmt.Errorf("retry of %s: %w", src.ID, err)
 		}
 	}
 	objs, err := w.Close()
 	if err != nil {
-		return files.File{}, err
+		return file.File{}, err
 	}
 	for _, o := range objs {
 		f.Objects = append(f.Objects, o.Key)

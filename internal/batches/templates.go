@@ -11,6 +11,7 @@ import (
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/errs"
+	"github.com/relaybatch/relay/internal/file"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/ids"
 	"github.com/relaybatch/relay/internal/jsonl"
@@ -101,7 +102,7 @@ func (s *Service) cancelTemplate(ctx context.Context, tenant, id string, why ...
 	// A failure leaves a file that never expires, which is logged, not
 	// returned: the cancel itself is done.
 	exp := s.Now().Add(files.DefaultTTL).Unix()
-	if err := s.Files.SetExpiresAt(ctx, tenant, b.InputFileID, &exp); err != nil && !errors.Is(err, files.ErrNotFound) {
+	if err := s.Files.SetExpiresAt(ctx, tenant, b.InputFileID, &exp); err != nil && !errors.Is(err, file.ErrNotFound) {
 		s.Log.ErrorContext(ctx, "expire input of cancelled template", "batch_id", id, "tenant", tenant, "err", err)
 	}
 	// The template is cancelled whatever happens to its webhook; a failure

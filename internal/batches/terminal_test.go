@@ -9,7 +9,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/apikey"
 	"github.com/relaybatch/relay/internal/batch"
-	"github.com/relaybatch/relay/internal/files"
+	"github.com/relaybatch/relay/internal/file"
 	"github.com/relaybatch/relay/internal/store"
 )
 
@@ -50,12 +50,12 @@ func (*releaseTable) Chunks(context.Context, string) ([]batch.Chunk, error) { re
 func (*releaseTable) DeadLetters(context.Context, string, int, int) ([]batch.DeadLetter, bool, error) {
 	return nil, false, errNotInFake
 }
-func (*releaseTable) GetFile(context.Context, string, string) (files.File, error) {
-	return files.File{}, errNotInFake
+func (*releaseTable) GetFile(context.Context, string, string) (file.File, error) {
+	return file.File{}, errNotInFake
 }
-func (*releaseTable) PutFile(context.Context, files.File) error          { return errNotInFake }
-func (*releaseTable) PutFileOverwrite(context.Context, files.File) error { return errNotInFake }
-func (*releaseTable) Inflight(context.Context, string) (int, error)      { return 0, errNotInFake }
+func (*releaseTable) PutFile(context.Context, file.File) error          { return errNotInFake }
+func (*releaseTable) PutFileOverwrite(context.Context, file.File) error { return errNotInFake }
+func (*releaseTable) Inflight(context.Context, string) (int, error)     { return 0, errNotInFake }
 func (*releaseTable) InflightMarkers(context.Context, string) ([]store.InflightMarker, error) {
 	return nil, errNotInFake
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/egress"
 	"github.com/relaybatch/relay/internal/errs"
+	"github.com/relaybatch/relay/internal/file"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/jsonl"
 )
@@ -287,30 +288,30 @@ func TestInlineJSONL(t *testing.T) {
 
 func TestCheckInputFile(t *testing.T) {
 	t.Parallel()
-	file := func(name, purpose, status string) files.File {
-		return files.File{ID: "file-1", Filename: name, Purpose: purpose, Status: status}
+	fileOf := func(name, purpose, status string) file.File {
+		return file.File{ID: "file-1", Filename: name, Purpose: purpose, Status: status}
 	}
 	ok := files.StatusProcessed
 	tests := []struct {
 		name     string
-		f        files.File
+		f        file.File
 		endpoint string
 		model    string
 		param    string
 		msg      string
 	}{
-		{"a processed JSONL batch file", file("in.jsonl", files.PurposeBatch, ok), "/v1/chat/completions", "", "", ""},
-		{"JSONL for embeddings", file("in.jsonl", files.PurposeBatch, ok), "/v1/embeddings", "", "", ""},
-		{"an output file", file("out.jsonl", files.PurposeBatchOutput, ok), "/v1/chat/completions", "", "input_file_id", `purpose "batch_output"`},
-		{"an upload not done", file("in.jsonl", files.PurposeBatch, files.StatusUploaded), "/v1/chat/completions", "", "input_file_id", "wait until"},
-		{"an upload that failed", file("in.jsonl", files.PurposeBatch, files.StatusError), "/v1/chat/completions", "", "input_file_id", ""},
-		{"CSV with its model", file("prompts.csv", files.PurposeBatch, ok), "/v1/chat/completions", "gpt-4o", "", ""},
-		{"CSV by its extension in capitals", file("PROMPTS.CSV", files.PurposeBatch, ok), "/v1/chat/completions", "", "model", ""},
-		{"CSV without a model", file("prompts.csv", files.PurposeBatch, ok), "/v1/chat/completions", "", "model", "needs model"},
-		{"CSV for embeddings", file("prompts.csv", files.PurposeBatch, ok), "/v1/embeddings", "gpt-4o", "endpoint", "chat completions"},
+		{"a processed JSONL batch file", fileOf("in.jsonl", files.PurposeBatch, ok), "/v1/chat/completions", "", "", ""},
+		{"JSONL for embeddings", fileOf("in.jsonl", files.PurposeBatch, ok), "/v1/embeddings", "", "", ""},
+		{"an output file", fileOf("out.jsonl", files.PurposeBatchOutput, ok), "/v1/chat/completions", "", "input_file_id", `purpose "batch_output"`},
+		{"an upload not done", fileOf("in.jsonl", files.PurposeBatch, files.StatusUploaded), "/v1/chat/completions", "", "input_file_id", "wait until"},
+		{"an upload that failed", fileOf("in.jsonl", files.PurposeBatch, files.StatusError), "/v1/chat/completions", "", "input_file_id", ""},
+		{"CSV with its model", fileOf("prompts.csv", files.PurposeBatch, ok), "/v1/chat/completions", "gpt-4o", "", ""},
+		{"CSV by its extension in capitals", fileOf("PROMPTS.CSV", files.PurposeBatch, ok), "/v1/chat/completions", "", "model", ""},
+		{"CSV without a model", fileOf("prompts.csv", files.PurposeBatch, ok), "/v1/chat/completions", "", "model", "needs model"},
+		{"CSV for embeddings", fileOf("prompts.csv", files.PurposeBatch, ok), "/v1/embeddings", "gpt-4o", "endpoint", "chat completions"},
 		// Other extensions pass here: planning fails the batch with
 		// invalid_file_format.
-		{"a .txt file", file("in.txt", files.PurposeBatch, ok), "/v1/chat/completions", "", "", ""},
+		{"a .txt file", fileOf("in.txt", files.PurposeBatch, ok), "/v1/chat/completions", "", "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

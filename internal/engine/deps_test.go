@@ -10,7 +10,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/config"
-	"github.com/relaybatch/relay/internal/files"
+	"github.com/relaybatch/relay/internal/file"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/sched"
@@ -59,8 +59,8 @@ func (f lifecycleFunc) Terminal(ctx context.Context, b batch.Batch) error {
 	return f(ctx, b)
 }
 
-func (lifecycleFunc) RetryInput(context.Context, batch.Batch) (files.File, error) {
-	return files.File{}, files.ErrNotFound
+func (lifecycleFunc) RetryInput(context.Context, batch.Batch) (file.File, error) {
+	return file.File{}, file.ErrNotFound
 }
 
 // noWorkflows fails a workflow record: the tests that run one give theirs.

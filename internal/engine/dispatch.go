@@ -8,7 +8,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/endpoint"
-	"github.com/relaybatch/relay/internal/files"
+	"github.com/relaybatch/relay/internal/file"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/plan"
@@ -113,10 +113,10 @@ func (e *Engine) takePlanLease(ctx context.Context, tenant, id string) (batch.Ba
 // batch. An input that cannot be planned is a plan.Invalid error.
 func (e *Engine) planInput(ctx context.Context, b batch.Batch, writeBy time.Time) error {
 	f, err := e.Store.GetFile(ctx, b.Tenant, b.InputFileID)
-	if errors.Is(err, files.ErrNotFound) && b.RetryOf != nil {
+	if errors.Is(err, file.ErrNotFound) && b.RetryOf != nil {
 		f, err = e.Lifecycle.RetryInput(ctx, b)
 	}
-	if errors.Is(err, files.ErrNotFound) {
+	if errors.Is(err, file.ErrNotFound) {
 		return plan.Invalid{{Code: batch.CodeInputMissing, Message: fmt.Sprintf("input file %s is gone", b.InputFileID)}}
 	}
 	if err != nil {

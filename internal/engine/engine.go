@@ -17,7 +17,7 @@ import (
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/config"
-	"github.com/relaybatch/relay/internal/files"
+	"github.com/relaybatch/relay/internal/file"
 	"github.com/relaybatch/relay/internal/inference"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/msg"
@@ -37,8 +37,8 @@ type Store interface {
 	DueBatches(ctx context.Context, now time.Time, limit int) ([]store.ActiveRef, error)
 	OldestActive(ctx context.Context) (batch.Batch, bool, error)
 	ReleaseInflight(ctx context.Context, tenant, batchID string) (bool, error)
-	GetFile(ctx context.Context, tenant, id string) (files.File, error)
-	PutFileOverwrite(ctx context.Context, f files.File) error
+	GetFile(ctx context.Context, tenant, id string) (file.File, error)
+	PutFileOverwrite(ctx context.Context, f file.File) error
 	Chunks(ctx context.Context, batchID string) ([]batch.Chunk, error)
 	PutChunks(ctx context.Context, cs []batch.Chunk) error
 	PutReady(ctx context.Context, r sched.Ready) error
@@ -126,7 +126,7 @@ type Workflow interface {
 // since POST /retry answers before it exists.
 type Lifecycle interface {
 	Terminal(ctx context.Context, b batch.Batch) error
-	RetryInput(ctx context.Context, b batch.Batch) (files.File, error)
+	RetryInput(ctx context.Context, b batch.Batch) (file.File, error)
 }
 
 // Deps are what New builds an engine from (docs/design.md "Wiring"). Every

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
-	"github.com/relaybatch/relay/internal/files"
+	"github.com/relaybatch/relay/internal/file"
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/store"
 )
@@ -21,7 +21,7 @@ type fakeTable struct {
 	Store
 	b      batch.Batch
 	chunks []batch.Chunk
-	files  map[string]files.File
+	files  map[string]file.File
 }
 
 func (f *fakeTable) GetBatch(_ context.Context, tenant, id string) (batch.Batch, error) {
@@ -45,7 +45,7 @@ func (f *fakeTable) UpdateBatch(ctx context.Context, tenant, id string, fn func(
 
 func (f *fakeTable) Chunks(context.Context, string) ([]batch.Chunk, error) { return f.chunks, nil }
 
-func (f *fakeTable) PutFileOverwrite(_ context.Context, file files.File) error {
+func (f *fakeTable) PutFileOverwrite(_ context.Context, file file.File) error {
 	f.files[file.ID] = file
 	return nil
 }
@@ -82,7 +82,7 @@ func TestFinalizeBatch(t *testing.T) {
 	}
 	stray := batch.PartKey("t", "batch_x", 1, "lost", "out")
 	bucket := &fakeBucket{keys: []string{chunks[0].Parts("out"), chunks[1].Parts("out"), chunks[1].Parts("err"), stray}}
-	table := &fakeTable{b: b, chunks: chunks, files: map[string]files.File{}}
+	table := &fakeTable{b: b, chunks: chunks, files: map[string]file.File{}}
 	var ended []batch.Status
 	e := testEngine(&Engine{Store: table, Blobs: bucket, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }, Set: resources.Set{PartsExpiry: 30 * 24 * time.Hour},
 		Lifecycle: lifecycleFunc(func(_ context.Context, b batch.Batch) error { ended = append(ended, b.Status); return nil })})

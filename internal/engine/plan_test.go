@@ -12,14 +12,14 @@ import (
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/config"
-	"github.com/relaybatch/relay/internal/files"
+	"github.com/relaybatch/relay/internal/file"
 )
 
 // planTable is a hand-written Store holding one input file; it keeps the
 // chunks a plan records and stops it there.
 type planTable struct {
 	Store
-	file   files.File
+	file   file.File
 	chunks []batch.Chunk
 }
 
@@ -29,7 +29,7 @@ func (f *planTable) GetBatch(_ context.Context, tenant, id string) (batch.Batch,
 	return batch.Batch{ID: id, Tenant: tenant, Status: batch.Validating}, nil
 }
 
-func (f *planTable) GetFile(context.Context, string, string) (files.File, error) { return f.file, nil }
+func (f *planTable) GetFile(context.Context, string, string) (file.File, error) { return f.file, nil }
 
 func (f *planTable) PutChunks(_ context.Context, cs []batch.Chunk) error {
 	f.chunks = append(f.chunks, cs...)
@@ -70,7 +70,7 @@ func TestPlanMixedModels(t *testing.T) {
 		}
 		fmt.Fprintf(&sb, `{"custom_id":"r%d","method":"POST","url":"/v1/chat/completions","body":{"model":%q,"messages":[]}}`+"\n", i, m)
 	}
-	table := &planTable{file: files.File{ID: "file-1", Filename: "in.jsonl", Objects: []string{"files/t/file-1/000000"}}}
+	table := &planTable{file: file.File{ID: "file-1", Filename: "in.jsonl", Objects: []string{"files/t/file-1/000000"}}}
 	e := testEngine(&Engine{Store: table, Blobs: &planBucket{input: sb.String()}, Models: models, Log: slog.New(slog.DiscardHandler)})
 	b := batch.Batch{ID: "batch_1", Tenant: "t", Endpoint: "/v1/chat/completions", InputFileID: "file-1", Status: batch.Validating}
 	if err := e.planInput(context.Background(), b, time.Now().Add(time.Minute)); !errors.Is(err, errPlanned) {
@@ -101,7 +101,7 @@ func TestPlanChunkRowsBySlots(t *testing.T) {
 	for i := range 400 {
 		fmt.Fprintf(&sb, `{"custom_id":"r%d","method":"POST","url":"/v1/chat/completions","body":{"model":"eight","messages":[]}}`+"\n", i)
 	}
-	table := &planTable{file: files.File{ID: "file-1", Filename: "in.jsonl", Objects: []string{"files/t/file-1/000000"}}}
+	table := &planTable{file: file.File{ID: "file-1", Filename: "in.jsonl", Objects: []string{"files/t/file-1/000000"}}}
 	e := testEngine(&Engine{Store: table, Blobs: &planBucket{input: sb.String()}, Models: models, Log: slog.New(slog.DiscardHandler)})
 	b := batch.Batch{ID: "batch_1", Tenant: "t", Endpoint: "/v1/chat/completions", InputFileID: "file-1", Status: batch.Validating}
 	if err := e.planInput(context.Background(), b, time.Now().Add(time.Minute)); !errors.Is(err, errPlanned) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/errs"
+	"github.com/relaybatch/relay/internal/file"
 )
 
 // TestDeleteWhileBatchesRead: a file two unfinished batches read is gone
@@ -21,7 +22,7 @@ func TestDeleteWhileBatchesRead(t *testing.T) {
 	s := &Service{Store: st, Blobs: objs, Now: time.Now}
 	for id, key := range map[string]string{"file-a1": "files/t/in", "file-b1": "files/t/other"} {
 		objs.objects[key] = []byte("{}\n")
-		st.files["t/"+id] = File{ID: id, Tenant: "t", Status: StatusProcessed, Objects: []string{key}}
+		st.files["t/"+id] = file.File{ID: id, Tenant: "t", Status: StatusProcessed, Objects: []string{key}}
 	}
 	has := func(key string) bool { _, err := objs.object(key); return err == nil }
 	for _, b := range []string{"batch_1", "batch_2"} {
@@ -36,7 +37,7 @@ func TestDeleteWhileBatchesRead(t *testing.T) {
 	if _, err := s.Get(ctx, "t", "file-a1"); !errs.Is(err, errs.NotFound) {
 		t.Fatalf("get after delete: %v, want 404", err)
 	}
-	if fs, _, _ := s.List(ctx, "t", Page{}); slices.ContainsFunc(fs, func(f File) bool { return f.ID == "file-a1" }) {
+	if fs, _, _ := s.List(ctx, "t", file.Page{}); slices.ContainsFunc(fs, func(f file.File) bool { return f.ID == "file-a1" }) {
 		t.Fatal("a deleted file is listed")
 	}
 	if err := s.Delete(ctx, "t", "file-a1"); !errs.Is(err, errs.NotFound) {

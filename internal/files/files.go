@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/relaybatch/relay/internal/errs"
+	"github.com/relaybatch/relay/internal/file"
 	"github.com/relaybatch/relay/internal/ids"
 	"github.com/relaybatch/relay/internal/resources"
 )
@@ -56,57 +57,6 @@ const (
 	PurposeBatchOutput = "batch_output"
 )
 
-// File is an OpenAI File object plus where its bytes live.
-type File struct {
-	ID            string  `json:"id" dynamodbav:"id"`
-	Object        string  `json:"object" dynamodbav:"-"`
-	Bytes         int64   `json:"bytes" dynamodbav:"bytes"`
-	CreatedAt     int64   `json:"created_at" dynamodbav:"created_at"`
-	Filename      string  `json:"filename" dynamodbav:"filename"`
-	Purpose       string  `json:"purpose" dynamodbav:"purpose"`
-	Status        string  `json:"status" dynamodbav:"status"`
-	StatusDetails *string `json:"status_details" dynamodbav:"status_details"`
-	ExpiresAt     *int64  `json:"expires_at" dynamodbav:"expires_at"`
-	// UploadURL is set only in the response that creates a presigned upload.
-	UploadURL string `json:"upload_url,omitempty" dynamodbav:"-"`
-
-	Tenant  string   `json:"-" dynamodbav:"tenant"`
-	Objects []string `json:"-" dynamodbav:"objects"` // S3 keys, read in order
-	// ETag is a presigned upload's object's ETag when it was first seen
-	// landed: what was validated, which batches pin (batch.Object).
-	ETag string `json:"-" dynamodbav:"etag,omitempty"`
-	// Readers are the unfinished batches that read the file (Hold); a
-	// file deleted while it has any is Deleted: gone for the API, its
-	// objects kept until the last of them ends (Release; docs/api.md
-	// "Files", deleting an input).
-	Readers []string `json:"-" dynamodbav:"readers,omitempty"`
-	Deleted bool     `json:"-" dynamodbav:"deleted,omitempty"`
-}
-
-// Upload is an OpenAI Upload object.
-type Upload struct {
-	ID        string `json:"id" dynamodbav:"id"`
-	Object    string `json:"object" dynamodbav:"-"`
-	Bytes     int64  `json:"bytes" dynamodbav:"bytes"`
-	CreatedAt int64  `json:"created_at" dynamodbav:"created_at"`
-	Filename  string `json:"filename" dynamodbav:"filename"`
-	Purpose   string `json:"purpose" dynamodbav:"purpose"`
-	MimeType  string `json:"-" dynamodbav:"mime_type"`
-	Status    string `json:"status" dynamodbav:"status"` // pending|completed|cancelled|expired
-	ExpiresAt int64  `json:"expires_at" dynamodbav:"expires_at"`
-	File      *File  `json:"file" dynamodbav:"-"`
-	FileID    string `json:"-" dynamodbav:"file_id"`
-	// FileExpiresAfter is the expires_after of the file it will become, in seconds.
-	FileExpiresAfter int64 `json:"-" dynamodbav:"file_expires_after"`
-	// Parts and PartBytes count the parts added (or being added) and their
-	// bytes, bounded by MaxUploadParts and MaxUploadBytes.
-	Parts     int   `json:"-" dynamodbav:"parts"`
-	PartBytes int64 `json:"-" dynamodbav:"part_bytes"`
-	// PartLimit tells clients how big a part may be (extension).
-	PartLimit int64  `json:"part_size_limit" dynamodbav:"-"`
-	Tenant    string `json:"-" dynamodbav:"tenant"`
-}
-
 // Part is an OpenAI Upload Part object.
 type Part struct {
 	ID        string `json:"id"`
@@ -115,29 +65,18 @@ type Part struct {
 	UploadID  string `json:"upload_id"`
 }
 
-// Page is one page of a list.
-type Page struct {
-	Limit  int
-	After  string // an id: list what comes after it
-	Order  string // "desc" (default) or "asc"
-	Filter string // purpose
-}
-
-// ErrNotFound is what a Store returns for a missing record.
-var ErrNotFound = errors.New("files: not found")
-
 // Store persists File and Upload records, always scoped by tenant.
 type Store interface {
-	PutFile(ctx context.Context, f File) error
-	GetFile(ctx context.Context, tenant, id string) (File, error)
-	ListFiles(ctx context.Context, tenant string, p Page) ([]File, bool, error)
+	PutFile(ctx context.Context, f file.File) error
+	GetFile(ctx context.Context, tenant, id string) (file.File, error)
+	ListFiles(ctx context.Context, tenant string, p file.Page) ([]file.File, bool, error)
 	// UpdateFile applies fn and writes the result only if the record is
 	// unchanged since it was read.
-	UpdateFile(ctx context.Context, tenant, id string, fn func(*File) error) (File, error)
+	UpdateFile(ctx context.Context, tenant, id string, fn func(*file.File) error) (file.File, error)
 	DeleteFile(ctx context.Context, tenant, id string) error
-	PutUpload(ctx context.Context, u Upload) error
-	GetUpload(ctx context.Context, tenant, id string) (Upload, error)
-	UpdateUpload(ctx context.Context, tenant, id string, fn func(*Upload) error) (Upload, error)
+	PutUpload(ctx context.Context, u file.Upload) error
+	GetUpload(ctx context.Context, tenant, id string) (file.Upload, error)
+	UpdateUpload(ctx context.Context, tenant, id string, fn func(*file.Upload) error) (file.Upload, error)
 }
 
 // Blobs is the object storage the service needs.
@@ -224,7 +163,7 @@ const InputKept = 25 * time.Hour
 // within a day more plus S3's own delay (docs/design.md "Expiry"). A file
 // that does not expire (a scheduled template's input), or lives longer
 // than every class, has none.
-func ExpiryTag(f File) string {
+func ExpiryTag(f file.File) string {
 	if f.ExpiresAt == nil {
 		return ""
 	}
@@ -247,23 +186,23 @@ func expiry(now time.Time, seconds int64) (*int64, error) {
 
 // newFile checks what a client names a new batch input file and makes its
 // record: one object under the tenant's prefix.
-func (s *Service) newFile(tenant, filename, purpose string, size, expiresAfter int64, status string) (File, error) {
+func (s *Service) newFile(tenant, filename, purpose string, size, expiresAfter int64, status string) (file.File, error) {
 	filename, err := CleanFilename(filename)
 	if err != nil {
-		return File{}, err
+		return file.File{}, err
 	}
 	if err := checkPurpose(purpose); err != nil {
-		return File{}, err
+		return file.File{}, err
 	}
 	if err := checkInputName(filename); err != nil {
-		return File{}, err
+		return file.File{}, err
 	}
 	now := s.Now()
 	exp, err := expiry(now, expiresAfter)
 	if err != nil {
-		return File{}, err
+		return file.File{}, err
 	}
-	f := File{
+	f := file.File{
 		ID: ids.New("file-"), Bytes: size, CreatedAt: now.Unix(), Filename: filename,
 		Purpose: purpose, Status: status, ExpiresAt: exp, Tenant: tenant,
 	}
@@ -272,24 +211,24 @@ func (s *Service) newFile(tenant, filename, purpose string, size, expiresAfter i
 }
 
 // Create stores a file sent in one request (multipart upload).
-func (s *Service) Create(ctx context.Context, tenant, filename, purpose string, size int64, expiresAfter int64, body io.Reader) (File, error) {
+func (s *Service) Create(ctx context.Context, tenant, filename, purpose string, size int64, expiresAfter int64, body io.Reader) (file.File, error) {
 	f, err := s.newFile(tenant, filename, purpose, size, expiresAfter, StatusProcessed)
 	if err != nil {
-		return File{}, err
+		return file.File{}, err
 	}
 	if size > PartLimit {
-		return File{}, tooLarge(size)
+		return file.File{}, tooLarge(size)
 	}
 	if size == 0 {
-		return File{}, errs.Invalidf("file", "the file is empty")
+		return file.File{}, errs.Invalidf("file", "the file is empty")
 	}
 	if err := s.Blobs.PutTagged(ctx, f.Objects[0], body, size, ExpiryTag(f)); err != nil {
-		return File{}, fmt.Errorf("store file %s: %w", f.ID, err)
+		return file.File{}, fmt.Errorf("store file %s: %w", f.ID, err)
 	}
 	if err := s.Store.PutFile(ctx, f); err != nil {
-		return File{}, fmt.Errorf("record file %s: %w", f.ID, err)
+		return file.File{}, fmt.Errorf("record file %s: %w", f.ID, err)
 	}
-	return f.out(), nil
+	return fileOut(f), nil
 }
 
 func tooLarge(size int64) error {
@@ -299,63 +238,63 @@ func tooLarge(size int64) error {
 
 // Presign records a file whose bytes the client PUTs to S3 itself (the
 // extension for big files, docs/api.md "Files").
-func (s *Service) Presign(ctx context.Context, tenant, filename, purpose string, size, expiresAfter int64) (File, error) {
+func (s *Service) Presign(ctx context.Context, tenant, filename, purpose string, size, expiresAfter int64) (file.File, error) {
 	f, err := s.newFile(tenant, filename, purpose, size, expiresAfter, StatusUploaded)
 	if err != nil {
-		return File{}, err
+		return file.File{}, err
 	}
 	if size <= 0 || size > MaxBatchInput {
-		return File{}, errs.Invalidf("bytes", "bytes must be between 1 and %d", MaxBatchInput)
+		return file.File{}, errs.Invalidf("bytes", "bytes must be between 1 and %d", MaxBatchInput)
 	}
 	url, err := s.Blobs.PresignPut(ctx, f.Objects[0], size, PresignTTL)
 	if err != nil {
-		return File{}, err
+		return file.File{}, err
 	}
 	if err := s.Store.PutFile(ctx, f); err != nil {
-		return File{}, fmt.Errorf("record file %s: %w", f.ID, err)
+		return file.File{}, fmt.Errorf("record file %s: %w", f.ID, err)
 	}
-	out := f.out()
+	out := fileOut(f)
 	out.UploadURL = url
 	return out, nil
 }
 
 // Get returns a file, settling a pending presigned upload whose object has
 // landed (a lazy check instead of an S3 event: it works the same locally).
-func (s *Service) Get(ctx context.Context, tenant, id string) (File, error) {
+func (s *Service) Get(ctx context.Context, tenant, id string) (file.File, error) {
 	if !ids.Valid("file-", id) {
-		return File{}, errs.NotFoundf("no such file: %s", id)
+		return file.File{}, errs.NotFoundf("no such file: %s", id)
 	}
 	f, err := s.Store.GetFile(ctx, tenant, id)
-	if errors.Is(err, ErrNotFound) {
-		return File{}, errs.NotFoundf("no such file: %s", id)
+	if errors.Is(err, file.ErrNotFound) {
+		return file.File{}, errs.NotFoundf("no such file: %s", id)
 	}
 	if err != nil {
-		return File{}, err
+		return file.File{}, err
 	}
-	if f.expired(s.Now()) {
+	if expired(f, s.Now()) {
 		// Expired files are gone, as at OpenAI; the bucket's lifecycle
 		// removes the bytes.
-		return File{}, errs.NotFoundf("no such file: %s (it expired)", id)
+		return file.File{}, errs.NotFoundf("no such file: %s (it expired)", id)
 	}
 	if f.Deleted {
-		return File{}, errs.NotFoundf("no such file: %s", id)
+		return file.File{}, errs.NotFoundf("no such file: %s", id)
 	}
 	if f.Status == StatusUploaded {
 		f, err = s.settle(ctx, f)
 		if err != nil {
-			return File{}, err
+			return file.File{}, err
 		}
 	}
-	return f.out(), nil
+	return fileOut(f), nil
 }
 
-func (s *Service) settle(ctx context.Context, f File) (File, error) {
+func (s *Service) settle(ctx context.Context, f file.File) (file.File, error) {
 	size, etag, err := s.Blobs.Head(ctx, f.Objects[0])
 	if err != nil {
 		// Not there yet: still uploaded.
 		return f, nil
 	}
-	return s.Store.UpdateFile(ctx, f.Tenant, f.ID, func(cur *File) error {
+	return s.Store.UpdateFile(ctx, f.Tenant, f.ID, func(cur *file.File) error {
 		if cur.Status != StatusUploaded {
 			return nil
 		}
@@ -376,7 +315,7 @@ func (s *Service) settle(ctx context.Context, f File) (File, error) {
 }
 
 // expired reports whether f is past its expires_at at now.
-func (f File) expired(now time.Time) bool {
+func expired(f file.File, now time.Time) bool {
 	return f.ExpiresAt != nil && now.Unix() >= *f.ExpiresAt
 }
 
@@ -386,7 +325,7 @@ func (f File) expired(now time.Time) bool {
 // batch, so the store's id order will not do: the tenant's records are
 // read whole (files expire after 30 days by default, which bounds them)
 // and sorted here.
-func (s *Service) List(ctx context.Context, tenant string, p Page) ([]File, bool, error) {
+func (s *Service) List(ctx context.Context, tenant string, p file.Page) ([]file.File, bool, error) {
 	if p.Limit == 0 {
 		p.Limit = 10000
 	}
@@ -402,7 +341,7 @@ func (s *Service) List(ctx context.Context, tenant string, p Page) ([]File, bool
 	if p.After != "" && !ids.Valid("file-", p.After) {
 		return nil, false, errs.Invalidf("after", "after %q is not a file id", p.After)
 	}
-	all, _, err := s.Store.ListFiles(ctx, tenant, Page{Limit: math.MaxInt, Order: "asc", Filter: p.Filter})
+	all, _, err := s.Store.ListFiles(ctx, tenant, file.Page{Limit: math.MaxInt, Order: "asc", Filter: p.Filter})
 	if err != nil {
 		return nil, false, err
 	}
@@ -411,9 +350,9 @@ func (s *Service) List(ctx context.Context, tenant string, p Page) ([]File, bool
 
 // pageOf sorts files by created_at (then id) in p's order, leaves out the
 // expired ones and returns the p.Limit after p.After.
-func pageOf(all []File, p Page, now time.Time) ([]File, bool, error) {
-	fs := slices.DeleteFunc(all, func(f File) bool { return f.expired(now) || f.Deleted })
-	slices.SortFunc(fs, func(a, b File) int {
+func pageOf(all []file.File, p file.Page, now time.Time) ([]file.File, bool, error) {
+	fs := slices.DeleteFunc(all, func(f file.File) bool { return expired(f, now) || f.Deleted })
+	slices.SortFunc(fs, func(a, b file.File) int {
 		c := cmp.Or(cmp.Compare(a.CreatedAt, b.CreatedAt), cmp.Compare(a.ID, b.ID))
 		if p.Order == "desc" {
 			return -c
@@ -421,7 +360,7 @@ func pageOf(all []File, p Page, now time.Time) ([]File, bool, error) {
 		return c
 	})
 	if p.After != "" {
-		i := slices.IndexFunc(fs, func(f File) bool { return f.ID == p.After })
+		i := slices.IndexFunc(fs, func(f file.File) bool { return f.ID == p.After })
 		if i < 0 {
 			return nil, false, errs.Invalidf("after", "after: file %s is not listed (it was deleted or expired): list again from the start", p.After)
 		}
@@ -431,9 +370,9 @@ func pageOf(all []File, p Page, now time.Time) ([]File, bool, error) {
 	if more {
 		fs = fs[:p.Limit]
 	}
-	out := make([]File, len(fs))
+	out := make([]file.File, len(fs))
 	for i, f := range fs {
-		out[i] = f.out()
+		out[i] = fileOut(f)
 	}
 	return out, more, nil
 }
@@ -441,7 +380,7 @@ func pageOf(all []File, p Page, now time.Time) ([]File, bool, error) {
 // SetExpiresAt sets when a file expires; nil keeps it until it is deleted.
 // A cron template keeps its input this way while it is scheduled.
 func (s *Service) SetExpiresAt(ctx context.Context, tenant, id string, at *int64) error {
-	f, err := s.Store.UpdateFile(ctx, tenant, id, func(f *File) error {
+	f, err := s.Store.UpdateFile(ctx, tenant, id, func(f *file.File) error {
 		f.ExpiresAt = at
 		return nil
 	})
@@ -457,17 +396,17 @@ func (s *Service) SetExpiresAt(ctx context.Context, tenant, id string, at *int64
 }
 
 // Content opens a file's bytes as one stream.
-func (s *Service) Content(ctx context.Context, tenant, id string) (File, io.ReadCloser, error) {
+func (s *Service) Content(ctx context.Context, tenant, id string) (file.File, io.ReadCloser, error) {
 	f, err := s.Get(ctx, tenant, id)
 	if err != nil {
-		return File{}, nil, err
+		return file.File{}, nil, err
 	}
 	if f.Status == StatusUploaded {
-		return File{}, nil, errs.E(errs.Invalid, "file_not_ready", "", "file %s is still being uploaded", id)
+		return file.File{}, nil, errs.E(errs.Invalid, "file_not_ready", "", "file %s is still being uploaded", id)
 	}
 	full, err := s.Store.GetFile(ctx, tenant, id)
 	if err != nil {
-		return File{}, nil, err
+		return file.File{}, nil, err
 	}
 	return f, s.Blobs.Concat(ctx, full.Objects), nil
 }
@@ -479,14 +418,14 @@ func (s *Service) Delete(ctx context.Context, tenant, id string) error {
 	if !ids.Valid("file-", id) {
 		return errs.NotFoundf("no such file: %s", id)
 	}
-	f, err := s.Store.UpdateFile(ctx, tenant, id, func(f *File) error {
+	f, err := s.Store.UpdateFile(ctx, tenant, id, func(f *file.File) error {
 		if f.Deleted {
-			return ErrNotFound
+			return file.ErrNotFound
 		}
 		f.Deleted = true
 		return nil
 	})
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, file.ErrNotFound) {
 		if f.Deleted && len(f.Readers) == 0 {
 			// A purge cut short: finish it.
 			_ = s.purge(ctx, f)
@@ -506,7 +445,7 @@ func (s *Service) Delete(ctx context.Context, tenant, id string) error {
 // of a file sits under its tenant's prefix (inputs under files/<tenant>/,
 // outputs under parts/<tenant>/), so this never reaches another tenant's
 // data.
-func (s *Service) purge(ctx context.Context, f File) error {
+func (s *Service) purge(ctx context.Context, f file.File) error {
 	if err := s.Blobs.Delete(ctx, f.Objects...); err != nil {
 		return err
 	}
@@ -519,9 +458,9 @@ func (s *Service) purge(ctx context.Context, f File) error {
 // that other batches still read takes more: a template's runs read the
 // template's file (the API refuses a deleted file before this, in Get).
 func (s *Service) Hold(ctx context.Context, tenant, id, batchID string) error {
-	_, err := s.Store.UpdateFile(ctx, tenant, id, func(f *File) error {
+	_, err := s.Store.UpdateFile(ctx, tenant, id, func(f *file.File) error {
 		if f.Deleted && len(f.Readers) == 0 {
-			return ErrNotFound
+			return file.ErrNotFound
 		}
 		if !slices.Contains(f.Readers, batchID) {
 			f.Readers = append(f.Readers, batchID)
@@ -535,7 +474,7 @@ func (s *Service) Hold(ctx context.Context, tenant, id, batchID string) error {
 // terminal; the last release of a deleted file removes it. Releasing
 // twice, or a file gone already, is a no-op.
 func (s *Service) Release(ctx context.Context, tenant, id, batchID string) error {
-	f, err := s.Store.UpdateFile(ctx, tenant, id, func(f *File) error {
+	f, err := s.Store.UpdateFile(ctx, tenant, id, func(f *file.File) error {
 		if !slices.Contains(f.Readers, batchID) {
 			return errUnchanged
 		}
@@ -543,7 +482,7 @@ func (s *Service) Release(ctx context.Context, tenant, id, batchID string) error
 		return nil
 	})
 	switch {
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, file.ErrNotFound):
 		return nil
 	case err != nil && !errors.Is(err, errUnchanged):
 		return fmt.Errorf("release file %s of batch %s: %w", id, batchID, err)
@@ -557,12 +496,12 @@ func (s *Service) Release(ctx context.Context, tenant, id, batchID string) error
 // errUnchanged ends an UpdateFile that has nothing to write.
 var errUnchanged = errors.New("files: unchanged")
 
-func (f File) out() File {
+func fileOut(f file.File) file.File {
 	f.Object = "file"
 	return f
 }
 
-func (u Upload) out() Upload {
+func uploadOut(u file.Upload) file.Upload {
 	u.Object = "upload"
 	u.PartLimit = PartLimit
 	return u

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/errs"
+	"github.com/relaybatch/relay/internal/file"
 )
 
 // A file past its expires_at is gone, like at OpenAI; one without an
@@ -28,7 +29,7 @@ func TestExpiredFileIsNotFound(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			st := newMemStore()
-			st.files["acme/file-abc"] = File{ID: "file-abc", Tenant: "acme", Status: StatusProcessed, ExpiresAt: tt.expires}
+			st.files["acme/file-abc"] = file.File{ID: "file-abc", Tenant: "acme", Status: StatusProcessed, ExpiresAt: tt.expires}
 			s := &Service{Store: st, Now: func() time.Time { return now }}
 			_, err := s.Get(context.Background(), "acme", "file-abc")
 			if tt.found && err != nil {
@@ -47,8 +48,8 @@ func TestPageOf(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1_800_000_000, 0)
 	past := now.Unix() - 1
-	all := func() []File {
-		return []File{
+	all := func() []file.File {
+		return []file.File{
 			{ID: "file-001", CreatedAt: 10},
 			{ID: "file-batch_000-output", CreatedAt: 30}, // id of a batch created at 5
 			{ID: "file-002", CreatedAt: 20},
@@ -56,7 +57,7 @@ func TestPageOf(t *testing.T) {
 			{ID: "file-004", CreatedAt: 20},
 		}
 	}
-	ids := func(fs []File) []string {
+	ids := func(fs []file.File) []string {
 		var out []string
 		for _, f := range fs {
 			out = append(out, f.ID)
@@ -65,14 +66,14 @@ func TestPageOf(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		name     string
-		p        Page
+		p        file.Page
 		want     []string
 		wantMore bool
 	}{
-		{"newest first", Page{Limit: 10, Order: "desc"}, []string{"file-batch_000-output", "file-004", "file-002", "file-001"}, false},
-		{"oldest first", Page{Limit: 10, Order: "asc"}, []string{"file-001", "file-002", "file-004", "file-batch_000-output"}, false},
-		{"a page", Page{Limit: 2, Order: "desc"}, []string{"file-batch_000-output", "file-004"}, true},
-		{"the next page", Page{Limit: 2, Order: "desc", After: "file-004"}, []string{"file-002", "file-001"}, false},
+		{"newest first", file.Page{Limit: 10, Order: "desc"}, []string{"file-batch_000-output", "file-004", "file-002", "file-001"}, false},
+		{"oldest first", file.Page{Limit: 10, Order: "asc"}, []string{"file-001", "file-002", "file-004", "file-batch_000-output"}, false},
+		{"a page", file.Page{Limit: 2, Order: "desc"}, []string{"file-batch_000-output", "file-004"}, true},
+		{"the next page", file.Page{Limit: 2, Order: "desc", After: "file-004"}, []string{"file-002", "file-001"}, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -85,7 +86,7 @@ func TestPageOf(t *testing.T) {
 			}
 		})
 	}
-	if _, _, err := pageOf(all(), Page{Limit: 10, Order: "desc", After: "file-003"}, now); !errs.Is(err, errs.Invalid) {
+	if _, _, err := pageOf(all(), file.Page{Limit: 10, Order: "desc", After: "file-003"}, now); !errs.Is(err, errs.Invalid) {
 		t.Fatalf("after an expired file: got %v, want 400", err)
 	}
 }

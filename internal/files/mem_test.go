@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/relaybatch/relay/internal/file"
 )
 
 // memStore is an in-memory Store: the file and upload records by tenant
@@ -18,52 +20,52 @@ import (
 // filter, which no test here reads.
 type memStore struct {
 	mu      sync.Mutex
-	files   map[string]File
-	uploads map[string]Upload
+	files   map[string]file.File
+	uploads map[string]file.Upload
 }
 
 var _ Store = (*memStore)(nil)
 
 func newMemStore() *memStore {
-	return &memStore{files: map[string]File{}, uploads: map[string]Upload{}}
+	return &memStore{files: map[string]file.File{}, uploads: map[string]file.Upload{}}
 }
 
-func (s *memStore) PutFile(_ context.Context, f File) error {
+func (s *memStore) PutFile(_ context.Context, f file.File) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.files[f.Tenant+"/"+f.ID] = f
 	return nil
 }
 
-func (s *memStore) GetFile(_ context.Context, tenant, id string) (File, error) {
+func (s *memStore) GetFile(_ context.Context, tenant, id string) (file.File, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f, ok := s.files[tenant+"/"+id]
 	if !ok {
-		return File{}, ErrNotFound
+		return file.File{}, file.ErrNotFound
 	}
 	return f, nil
 }
 
-func (s *memStore) ListFiles(_ context.Context, tenant string, _ Page) ([]File, bool, error) {
+func (s *memStore) ListFiles(_ context.Context, tenant string, _ file.Page) ([]file.File, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []File
+	var out []file.File
 	for k, f := range s.files {
 		if strings.HasPrefix(k, tenant+"/") {
 			out = append(out, f)
 		}
 	}
-	slices.SortFunc(out, func(a, b File) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b file.File) int { return strings.Compare(a.ID, b.ID) })
 	return out, false, nil
 }
 
-func (s *memStore) UpdateFile(_ context.Context, tenant, id string, fn func(*File) error) (File, error) {
+func (s *memStore) UpdateFile(_ context.Context, tenant, id string, fn func(*file.File) error) (file.File, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f, ok := s.files[tenant+"/"+id]
 	if !ok {
-		return File{}, ErrNotFound
+		return file.File{}, file.ErrNotFound
 	}
 	f.Readers = slices.Clone(f.Readers)
 	if err := fn(&f); err != nil {
@@ -81,29 +83,29 @@ func (s *memStore) DeleteFile(_ context.Context, tenant, id string) error {
 	return nil
 }
 
-func (s *memStore) PutUpload(_ context.Context, u Upload) error {
+func (s *memStore) PutUpload(_ context.Context, u file.Upload) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.uploads[u.Tenant+"/"+u.ID] = u
 	return nil
 }
 
-func (s *memStore) GetUpload(_ context.Context, tenant, id string) (Upload, error) {
+func (s *memStore) GetUpload(_ context.Context, tenant, id string) (file.Upload, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	u, ok := s.uploads[tenant+"/"+id]
 	if !ok {
-		return Upload{}, ErrNotFound
+		return file.Upload{}, file.ErrNotFound
 	}
 	return u, nil
 }
 
-func (s *memStore) UpdateUpload(_ context.Context, tenant, id string, fn func(*Upload) error) (Upload, error) {
+func (s *memStore) UpdateUpload(_ context.Context, tenant, id string, fn func(*file.Upload) error) (file.Upload, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	u, ok := s.uploads[tenant+"/"+id]
 	if !ok {
-		return Upload{}, ErrNotFound
+		return file.Upload{}, file.ErrNotFound
 	}
 	if err := fn(&u); err != nil {
 		return u, err

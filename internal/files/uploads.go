@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/relaybatch/relay/internal/errs"
+	"github.com/relaybatch/relay/internal/file"
 	"github.com/relaybatch/relay/internal/ids"
 )
 
@@ -26,41 +27,41 @@ const (
 )
 
 // CreateUpload starts an Upload (OpenAI Uploads API).
-func (s *Service) CreateUpload(ctx context.Context, tenant, filename, purpose, mimeType string, size, expiresAfter int64) (Upload, error) {
+func (s *Service) CreateUpload(ctx context.Context, tenant, filename, purpose, mimeType string, size, expiresAfter int64) (file.Upload, error) {
 	filename, err := CleanFilename(filename)
 	if err != nil {
-		return Upload{}, errs.Invalidf("filename", "%s", err.Error())
+		return file.Upload{}, errs.Invalidf("filename", "%s", err.Error())
 	}
 	if err := checkPurpose(purpose); err != nil {
-		return Upload{}, err
+		return file.Upload{}, err
 	}
 	if err := checkInputName(filename); err != nil {
-		return Upload{}, errs.Invalidf("filename", "%s", err.Error())
+		return file.Upload{}, errs.Invalidf("filename", "%s", err.Error())
 	}
 	if size <= 0 || size > MaxBatchInput {
-		return Upload{}, errs.Invalidf("bytes", "bytes must be between 1 and %d for a batch input file", MaxBatchInput)
+		return file.Upload{}, errs.Invalidf("bytes", "bytes must be between 1 and %d for a batch input file", MaxBatchInput)
 	}
 	if mimeType == "" {
-		return Upload{}, errs.Missingf("mime_type", "mime_type is required (e.g. application/jsonl or text/csv)")
+		return file.Upload{}, errs.Missingf("mime_type", "mime_type is required (e.g. application/jsonl or text/csv)")
 	}
 	now := s.Now()
 	if _, err := expiry(now, expiresAfter); err != nil {
-		return Upload{}, err
+		return file.Upload{}, err
 	}
-	u := Upload{
+	u := file.Upload{
 		ID: ids.New("upload_"), Bytes: size, CreatedAt: now.Unix(), Filename: filename,
 		Purpose: purpose, MimeType: mimeType, Status: UploadPending,
 		ExpiresAt: now.Add(UploadTTL).Unix(), FileExpiresAfter: expiresAfter, Tenant: tenant,
 	}
 	if err := s.Store.PutUpload(ctx, u); err != nil {
-		return Upload{}, fmt.Errorf("record upload %s: %w", u.ID, err)
+		return file.Upload{}, fmt.Errorf("record upload %s: %w", u.ID, err)
 	}
-	return u.out(), nil
+	return uploadOut(u), nil
 }
 
-// addPart counts a part of size bytes, within the caps on parts and bytes
+// addPart counts a part of size bytes in u, within the caps on parts and bytes
 // per upload (docs/api.md "Limits").
-func (u *Upload) addPart(size int64) error {
+func addPart(u *file.Upload, size int64) error {
 	switch {
 	case u.Status != UploadPending:
 		return errs.E(errs.Invalid, "upload_not_pending", "", "upload %s is %s", u.ID, u.Status)
@@ -75,22 +76,22 @@ func (u *Upload) addPart(size int64) error {
 	return nil
 }
 
-func (s *Service) pendingUpload(ctx context.Context, tenant, id string) (Upload, error) {
+func (s *Service) pendingUpload(ctx context.Context, tenant, id string) (file.Upload, error) {
 	if !ids.Valid("upload_", id) {
-		return Upload{}, errs.NotFoundf("no such upload: %s", id)
+		return file.Upload{}, errs.NotFoundf("no such upload: %s", id)
 	}
 	u, err := s.Store.GetUpload(ctx, tenant, id)
-	if errors.Is(err, ErrNotFound) {
-		return Upload{}, errs.NotFoundf("no such upload: %s", id)
+	if errors.Is(err, file.ErrNotFound) {
+		return file.Upload{}, errs.NotFoundf("no such upload: %s", id)
 	}
 	if err != nil {
-		return Upload{}, err
+		return file.Upload{}, err
 	}
 	if u.Status == UploadPending && s.Now().Unix() > u.ExpiresAt {
 		u.Status = UploadExpired
 	}
 	if u.Status != UploadPending {
-		return Upload{}, errs.E(errs.Invalid, "upload_not_pending", "", "upload %s is %s", id, u.Status)
+		return file.Upload{}, errs.E(errs.Invalid, "upload_not_pending", "", "upload %s is %s", id, u.Status)
 	}
 	return u, nil
 }
@@ -111,7 +112,7 @@ func (s *Service) AddPart(ctx context.Context, tenant, uploadID string, size int
 	}
 	// Counted before the part is stored, so parallel parts cannot pass
 	// the caps together; a part that then fails to store still counts.
-	if _, err := s.Store.UpdateUpload(ctx, tenant, u.ID, func(cur *Upload) error { return cur.addPart(size) }); err != nil {
+	if _, err := s.Store.UpdateUpload(ctx, tenant, u.ID, func(cur *file.Upload) error { return addPart(cur, size) }); err != nil {
 		return Part{}, err
 	}
 	p := Part{ID: ids.New("part_"), Object: "upload.part", CreatedAt: s.Now().Unix(), UploadID: u.ID}
@@ -125,7 +126,7 @@ func (s *Service) AddPart(ctx context.Context, tenant, uploadID string, size int
 
 // Complete turns an Upload's parts, in the given order, into a File. A
 // non-empty md5 (hex) must be the MD5 of the parts' bytes in that order.
-func (s *Service) Complete(ctx context.Context, tenant, uploadID string, partIDs []string, md5sum string) (Upload, error) {
+func (s *Service) Complete(ctx context.Context, tenant, uploadID string, partIDs []string, md5sum string) (file.Upload, error) {
 	u, err := s.Store.GetUpload(ctx, tenant, uploadID)
 	if err == nil && u.Status == UploadCompleted {
 		// A retried complete returns the same result.
@@ -133,10 +134,10 @@ func (s *Service) Complete(ctx context.Context, tenant, uploadID string, partIDs
 	}
 	u, err = s.pendingUpload(ctx, tenant, uploadID)
 	if err != nil {
-		return Upload{}, err
+		return file.Upload{}, err
 	}
 	if len(partIDs) == 0 {
-		return Upload{}, errs.Invalidf("part_ids", "part_ids must list the parts in order")
+		return file.Upload{}, errs.Invalidf("part_ids", "part_ids must list the parts in order")
 	}
 	prefix := uploadPartKey(tenant, u.ID, "")
 	keys := make([]string, len(partIDs))
@@ -144,40 +145,40 @@ func (s *Service) Complete(ctx context.Context, tenant, uploadID string, partIDs
 	var total int64
 	for i, pid := range partIDs {
 		if !ids.Valid("part_", pid) || seen[pid] {
-			return Upload{}, errs.Invalidf(fmt.Sprintf("part_ids[%d]", i), "part %q is not a part of this upload or is listed twice", pid)
+			return file.Upload{}, errs.Invalidf(fmt.Sprintf("part_ids[%d]", i), "part %q is not a part of this upload or is listed twice", pid)
 		}
 		seen[pid] = true
 		keys[i] = prefix + pid
 		n, err := s.Blobs.Size(ctx, keys[i])
 		if err != nil {
-			return Upload{}, errs.Invalidf(fmt.Sprintf("part_ids[%d]", i), "part %q is not a part of this upload", pid)
+			return file.Upload{}, errs.Invalidf(fmt.Sprintf("part_ids[%d]", i), "part %q is not a part of this upload", pid)
 		}
 		total += n
 	}
 	if total != u.Bytes {
-		return Upload{}, errs.Invalidf("part_ids", "the parts add up to %d bytes, the upload was created for %d", total, u.Bytes)
+		return file.Upload{}, errs.Invalidf("part_ids", "the parts add up to %d bytes, the upload was created for %d", total, u.Bytes)
 	}
 	if md5sum != "" {
 		if err := s.checkMD5(ctx, keys, md5sum); err != nil {
-			return Upload{}, err
+			return file.Upload{}, err
 		}
 	}
 	now := s.Now()
 	exp, _ := expiry(now, u.FileExpiresAfter)
-	f := File{
+	f := file.File{
 		ID: ids.New("file-"), Bytes: total, CreatedAt: u.CreatedAt, Filename: u.Filename,
 		Purpose: u.Purpose, Status: StatusProcessed, ExpiresAt: exp, Tenant: tenant, Objects: keys,
 	}
 	// Its parts take the file's class before the file exists, so none is
 	// deleted as an abandoned upload's.
 	if err := s.Blobs.SetExpiry(ctx, ExpiryTag(f), keys...); err != nil {
-		return Upload{}, err
+		return file.Upload{}, err
 	}
 	f.CreatedAt = now.Unix()
 	if err := s.Store.PutFile(ctx, f); err != nil {
-		return Upload{}, fmt.Errorf("record file of %s: %w", u.ID, err)
+		return file.Upload{}, fmt.Errorf("record file of %s: %w", u.ID, err)
 	}
-	u, err = s.Store.UpdateUpload(ctx, tenant, u.ID, func(cur *Upload) error {
+	u, err = s.Store.UpdateUpload(ctx, tenant, u.ID, func(cur *file.Upload) error {
 		if cur.Status != UploadPending {
 			return errs.E(errs.Invalid, "upload_not_pending", "", "upload %s is %s", cur.ID, cur.Status)
 		}
@@ -187,7 +188,7 @@ func (s *Service) Complete(ctx context.Context, tenant, uploadID string, partIDs
 	if err != nil {
 		// Lost a race with cancel or another complete: drop our file record.
 		_ = s.Store.DeleteFile(ctx, tenant, f.ID)
-		return Upload{}, err
+		return file.Upload{}, err
 	}
 	// Parts not named in part_ids are left behind; remove them.
 	if all, err := s.Blobs.List(ctx, prefix); err == nil {
@@ -225,12 +226,12 @@ func isHex(s string) bool {
 	return err == nil
 }
 
-func (s *Service) withFile(ctx context.Context, u Upload) (Upload, error) {
-	out := u.out()
+func (s *Service) withFile(ctx context.Context, u file.Upload) (file.Upload, error) {
+	out := uploadOut(u)
 	if u.FileID != "" {
 		f, err := s.Get(ctx, u.Tenant, u.FileID)
 		if err != nil {
-			return Upload{}, err
+			return file.Upload{}, err
 		}
 		out.File = &f
 	}
@@ -238,11 +239,11 @@ func (s *Service) withFile(ctx context.Context, u Upload) (Upload, error) {
 }
 
 // CancelUpload cancels a pending Upload and drops its parts.
-func (s *Service) CancelUpload(ctx context.Context, tenant, uploadID string) (Upload, error) {
+func (s *Service) CancelUpload(ctx context.Context, tenant, uploadID string) (file.Upload, error) {
 	if _, err := s.pendingUpload(ctx, tenant, uploadID); err != nil {
-		return Upload{}, err
+		return file.Upload{}, err
 	}
-	u, err := s.Store.UpdateUpload(ctx, tenant, uploadID, func(cur *Upload) error {
+	u, err := s.Store.UpdateUpload(ctx, tenant, uploadID, func(cur *file.Upload) error {
 		if cur.Status != UploadPending {
 			return errs.E(errs.Invalid, "upload_not_pending", "", "upload %s is %s", cur.ID, cur.Status)
 		}
@@ -250,10 +251,10 @@ func (s *Service) CancelUpload(ctx context.Context, tenant, uploadID string) (Up
 		return nil
 	})
 	if err != nil {
-		return Upload{}, err
+		return file.Upload{}, err
 	}
 	if keys, err := s.Blobs.List(ctx, uploadPartKey(tenant, uploadID, "")); err == nil {
 		_ = s.Blobs.Delete(ctx, keys...)
 	}
-	return u.out(), nil
+	return uploadOut(u), nil
 }

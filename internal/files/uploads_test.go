@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/errs"
+	"github.com/relaybatch/relay/internal/file"
 )
 
 // TestAddPartCaps: an Upload takes at most MaxUploadParts parts and
@@ -31,7 +32,7 @@ func TestAddPartCaps(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			st, bl := newMemStore(), newMemBlobs()
-			st.uploads["acme/upload_abc"] = Upload{ID: "upload_abc", Tenant: "acme", Bytes: tt.bytes, Status: UploadPending, ExpiresAt: now.Add(time.Hour).Unix()}
+			st.uploads["acme/upload_abc"] = file.Upload{ID: "upload_abc", Tenant: "acme", Bytes: tt.bytes, Status: UploadPending, ExpiresAt: now.Add(time.Hour).Unix()}
 			s := &Service{Store: st, Blobs: bl, Now: func() time.Time { return now }}
 			var wg sync.WaitGroup
 			refusals := make(chan error, tt.sent)

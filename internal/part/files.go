@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/file"
 	"github.com/relaybatch/relay/internal/files"
 )
 
@@ -64,13 +65,13 @@ const OutputTTL = 30 * 24 * time.Hour
 // now, they expire the batch's output_expires_after (or OutputTTL) from
 // now, as OpenAI anchors it, and never after their parts can go
 // (KeptUntil; docs/api.md "Output and error files").
-func (p Files) Records(b batch.Batch, now time.Time, partsExpiry time.Duration) [2]*files.File {
+func (p Files) Records(b batch.Batch, now time.Time, partsExpiry time.Duration) [2]*file.File {
 	ttl := int64(OutputTTL / time.Second)
 	if b.OutputExpiresAfter != nil {
 		ttl = *b.OutputExpiresAfter
 	}
 	exp := min(KeptUntil(b, partsExpiry), now.Unix()+ttl)
-	var out [2]*files.File
+	var out [2]*file.File
 	for i, kind := range []string{"output", "error"} {
 		keys, size := p.Out, p.OutBytes
 		if kind == "error" {
@@ -80,7 +81,7 @@ func (p Files) Records(b batch.Batch, now time.Time, partsExpiry time.Duration) 
 			continue
 		}
 		id, name := OutputFile(b.ID, kind)
-		out[i] = &files.File{ID: id, Bytes: size, CreatedAt: now.Unix(), Filename: name, Purpose: files.PurposeBatchOutput,
+		out[i] = &file.File{ID: id, Bytes: size, CreatedAt: now.Unix(), Filename: name, Purpose: files.PurposeBatchOutput,
 			Status: files.StatusProcessed, ExpiresAt: &exp, Tenant: b.Tenant, Objects: keys}
 	}
 	return out

@@ -8,6 +8,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/endpoint"
+	"github.com/relaybatch/relay/internal/file"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/jsonl"
 )
@@ -91,7 +92,7 @@ type Models struct {
 // model's rows sized to its capacity (its max_concurrency:
 // Limits.RowsFor). An input that cannot be planned is an Invalid error; any
 // other error is the bucket's, worth another try.
-func Scan(ctx context.Context, blobs Blobs, b batch.Batch, f files.File, lim Limits, capacity func(model string) int, models Models) (Input, error) {
+func Scan(ctx context.Context, blobs Blobs, b batch.Batch, f file.File, lim Limits, capacity func(model string) int, models Models) (Input, error) {
 	if len(f.Objects) > maxInputObjects {
 		return Input{}, Invalid{{Code: "too_many_parts", Message: fmt.Sprintf(
 			"input file %s is made of %d uploaded parts; at most %d can be planned: upload it in fewer, larger parts", f.ID, len(f.Objects), maxInputObjects)}}

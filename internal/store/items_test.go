@@ -11,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/relaybatch/relay/internal/apikey"
 	"github.com/relaybatch/relay/internal/batch"
-	"github.com/relaybatch/relay/internal/files"
+	"github.com/relaybatch/relay/internal/file"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/webhook"
@@ -335,13 +335,13 @@ func TestRecordItems(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	file := files.File{ID: "file-1", Bytes: 99, CreatedAt: 5, Filename: "in.jsonl", Purpose: "batch", Status: "processed",
+	rec := file.File{ID: "file-1", Bytes: 99, CreatedAt: 5, Filename: "in.jsonl", Purpose: "batch", Status: "processed",
 		StatusDetails: ptr("ok"), ExpiresAt: ptr[int64](77), Tenant: "acme", Objects: []string{"files/acme/file-1/000000"}}
-	fileIt, err := itemAt(tenantPK(file.Tenant), fileSK(file.ID), file, nil)
+	fileIt, err := itemAt(tenantPK(rec.Tenant), fileSK(rec.ID), rec, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	up := files.Upload{ID: "upload_1", Bytes: 10, CreatedAt: 5, Filename: "in.jsonl", Purpose: "batch", MimeType: "text/jsonl",
+	up := file.Upload{ID: "upload_1", Bytes: 10, CreatedAt: 5, Filename: "in.jsonl", Purpose: "batch", MimeType: "text/jsonl",
 		Status: "pending", ExpiresAt: 9, FileID: "file-2", FileExpiresAfter: 3600, Tenant: "acme"}
 	upIt, err := itemAt(tenantPK(up.Tenant), uploadSK(up.ID), up, nil)
 	if err != nil {
@@ -372,7 +372,7 @@ func TestRecordItems(t *testing.T) {
 	}{
 		{"chunk", chunkIt, "B#batch_1", "CHUNK#000002", chunk},
 		{"dead letter", dlIt, "B#batch_1", "DL#0000012", dl},
-		{"file", fileIt, "T#acme", "FILE#file-1", file},
+		{"file", fileIt, "T#acme", "FILE#file-1", rec},
 		{"upload", upIt, "T#acme", "UPLOAD#upload_1", up},
 		{"key", mainIt, "KEY#9f86d081884c7d65", "KEY", k},
 		{"key index entry", idxIt, "KEYS", "9f86d081884c", k},
