@@ -1,8 +1,8 @@
 // Package egress decides where the service may send a request to a URL a
 // client gave it: completion webhooks (internal/webhook) and workflow
 // callbacks (internal/workflow). CheckURL refuses a URL when it is given;
-// Control refuses an address at dial time, after DNS (docs/api.md
-// "Webhooks", SECURITY.md).
+// Control refuses an address at dial time, after DNS (SECURITY.md
+// "Outbound requests: webhooks and workflow callbacks (SSRF)").
 package egress
 
 import (
