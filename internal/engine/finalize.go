@@ -5,8 +5,8 @@ import (
 	"errors"
 
 	"github.com/relaybatch/relay/internal/batch"
-	"github.com/relaybatch/relay/internal/endpoint"
 	"github.com/relaybatch/relay/internal/blob"
+	"github.com/relaybatch/relay/internal/endpoint"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/plan"
