@@ -200,12 +200,48 @@ async function messageBatches() {
     (e) => e instanceof Anthropic.NotFoundError && typeof e.requestID === 'string' && e.requestID !== '');
 }
 
+// roundThree: what an SDK user met before issue 28 (docs/api.md "Files",
+// "Output and error files", "Anthropic Message Batches").
+async function roundThree() {
+  step = 'an input deleted right after the create';
+  const rows = jsonl([chatRow('d1', '[[mock:sleep=1s]] one'), chatRow('d2', '[[mock:sleep=1s]] two')]);
+  const f = await openai.files.create({ file: await toFile(Buffer.from(rows), 'del.jsonl'), purpose: 'batch' });
+  const b = await openai.batches.create({ input_file_id: f.id, endpoint: '/v1/chat/completions', completion_window: '24h',
+    output_expires_after: { anchor: 'created_at', seconds: 3600 } });
+  assert.equal((await openai.files.delete(f.id)).deleted, true);
+  await assert.rejects(openai.files.retrieve(f.id), (e) => e instanceof OpenAI.NotFoundError);
+  const done = await until('batch of a deleted input', () => openai.batches.retrieve(b.id), (x) => ['completed', 'failed', 'expired', 'cancelled'].includes(x.status));
+  assert.equal(done.status, 'completed', JSON.stringify(done.errors));
+  assert.deepEqual(done.request_counts, { total: 2, completed: 2, failed: 0 });
+
+  step = 'output_expires_after from the output file\'s creation';
+  const out = await openai.files.retrieve(done.output_file_id);
+  assert.equal(out.expires_at, out.created_at + 3600);
+
+  step = 'message batch counts while it runs, with betas';
+  // Rows of a second, several chunks of them: some done while the rest run.
+  const slow = Array.from({ length: 24 }, (_, i) => msgRequest(`c${i}`, `[[mock:sleep=1s]] counted ${i}`));
+  const mb = await anthropic.beta.messages.batches.create({ requests: slow, betas: ['context-1m-2025-08-07'] });
+  await until('a row done', () => openai.batches.retrieve(mb.id), (x) => x.request_counts.completed > 0);
+  const running = await anthropic.messages.batches.retrieve(mb.id);
+  assert.equal(running.processing_status, 'in_progress');
+  assert.deepEqual(running.request_counts, { processing: 24, succeeded: 0, errored: 0, canceled: 0, expired: 0 });
+  await until('message batch', () => anthropic.messages.batches.retrieve(mb.id), (x) => x.processing_status === 'ended');
+
+  step = 'message results after a files cleanup';
+  for await (const x of openai.files.list()) await openai.files.delete(x.id);
+  const results = [];
+  for await (const r of await anthropic.messages.batches.results(mb.id)) results.push(r.result.type);
+  assert.deepEqual(results, Array(24).fill('succeeded'));
+}
+
 try {
   await files();
   const input = await uploads();
   await batches(input);
   await models();
   await messageBatches();
+  await roundThree();
   console.log('ok');
 } catch (e) {
   console.error(`step "${step}" failed:`, e?.stack ?? e);
