@@ -8,7 +8,27 @@ GO_PACKAGES := ./...
 FUZZTIME ?= 5s
 EMULATOR := localstack/emulator.sh
 
-.PHONY: all build dev test test-deps unit integration fuzz-short fuzz bench bench-all vet clean
+.PHONY: all build dev test test-deps test-all test-go unit fuzz-short fuzz bench bench-all vet clean
+
+# TEST_TAGS are the build tags of the test kinds that need more than the
+# emulator (README "Tests"): browser (Chromium), nodesdk (Node.js and the
+# npm packages), deploy (the CDK CLI and cdk.out). make test builds and
+# runs them; make unit does not.
+TEST_TAGS := browser nodesdk deploy
+
+# run-with-emulator runs $(1) with AWS_ENDPOINT_URL set, starting (and
+# stopping) an emulator on port $(2) unless one is configured already:
+# make test, bench, loadtest and chaos.
+define run-with-emulator
+	@if [ -z "$$AWS_ENDPOINT_URL" ]; then \
+	  trap 'EMULATOR_PORT=$(2) $(EMULATOR) stop' EXIT; EMULATOR_PORT=$(2) $(EMULATOR) start && \
+	  AWS_ENDPOINT_URL=http://127.0.0.1:$(2) $(1); \
+	else $(1); fi
+endef
+
+# FUZZ_TARGETS is every fuzz target under internal/, as package:FuzzName.
+FUZZ_TARGETS = $(shell for pkg in $$(grep -rl --include='*_test.go' '^func Fuzz' internal | xargs -n1 dirname | sort -u); do \
+  grep -h '^func Fuzz' $$pkg/*_test.go | sed "s|^func \(Fuzz[A-Za-z0-9_]*\).*|$$pkg:\1|"; done)
 
 all: build
 
@@ -27,19 +47,17 @@ dev: build/relay
 	@exec build/relay dev
 
 vet:
-	go vet $(GO_PACKAGES)
+	go vet -tags '$(TEST_TAGS)' $(GO_PACKAGES)
 	@test -z "$$(gofmt -l cmd functions internal infra localstack events)" || { gofmt -l cmd functions internal infra localstack events; echo "gofmt needed"; exit 1; }
 
-## test: unit, integration (emulator), brief fuzzing and infra tests, after
-## test-deps (first even under make -j, so a missing tool stops it at once).
-## It synthesizes first: localstack/deploy_test.go deploys cdk.out onto an
-## emulator of its own, and cfn-lint lints it.
+## test: every Go test of every kind on the emulator (test-go), brief
+## fuzzing and infra tests, after test-deps (first even under make -j, so a
+## missing tool stops it at once). It synthesizes first: the deploy tests
+## (localstack/deploy_test.go) deploy cdk.out onto an emulator of their
+## own, and cfn-lint lints it.
 test: test-deps
 	@$(MAKE) --no-print-directory vet build synth
-	@if [ -z "$$AWS_ENDPOINT_URL" ]; then \
-	  trap 'EMULATOR_PORT=4599 $(EMULATOR) stop' EXIT; EMULATOR_PORT=4599 $(EMULATOR) start && \
-	  AWS_ENDPOINT_URL=http://127.0.0.1:4599 $(MAKE) --no-print-directory test-all; \
-	else $(MAKE) --no-print-directory test-all; fi
+	$(call run-with-emulator,$(MAKE) --no-print-directory test-all,4599)
 
 ## test-deps: what make test needs besides Go, on a fresh Debian machine.
 ## Debian's packages it lacks (chromium for the browser tests, curl for the
@@ -68,22 +86,29 @@ test-deps:
 	[ -x "$(CHROMIUM)" ] || { echo "make test: apt-get installed chromium, but $(CHROMIUM) is still missing" >&2; exit 1; }
 	@$(MAKE) -s --no-print-directory node_modules/.installed
 
-test-all: unit fuzz-short lint-synthesized
+test-all: test-go fuzz-short lint-synthesized
 
+## test-go: every Go test, the tagged kinds included, on the emulator in
+## AWS_ENDPOINT_URL (make test starts one)
+test-go:
+	go test -count=1 -timeout 12m -tags '$(TEST_TAGS)' $(GO_PACKAGES)
+
+## unit: the fast tests (under a minute): go test -short, which skips every
+## test that needs the emulator (emutest.Require), without the tagged kinds;
+## no emulator, no AWS_ENDPOINT_URL, no Chromium or Node.js
 unit:
-	go test -count=1 -timeout 12m $(GO_PACKAGES)
+	go test -short -count=1 $(GO_PACKAGES)
 
 ## fuzz-short: each fuzz target briefly (FUZZTIME per target)
 fuzz-short:
-	@set -e; for pkg in $$(grep -rl --include='*_test.go' '^func Fuzz' internal | xargs -n1 dirname | sort -u); do \
-	  for f in $$(grep -h '^func Fuzz' $$pkg/*_test.go | sed 's/func \(Fuzz[A-Za-z0-9_]*\).*/\1/'); do \
-	    echo "fuzz $$pkg $$f"; run() { go test ./$$pkg -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) 2>&1; }; \
-	    out=$$(run) || case "$$out" in \
-	      *"Failing input written"*) echo "$$out"; exit 1;; \
-	      *"context deadline exceeded"*) echo "  the fuzzing engine's own deadline at the end of -fuzztime, no failing input: once more"; out=$$(run) || { echo "$$out"; exit 1; };; \
-	      *) echo "$$out"; exit 1;; \
-	    esac; \
-	  done; done
+	@set -e; for t in $(FUZZ_TARGETS); do pkg=$${t%:*} f=$${t#*:}; \
+	  echo "fuzz $$pkg $$f"; run() { go test ./$$pkg -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) 2>&1; }; \
+	  out=$$(run) || case "$$out" in \
+	    *"Failing input written"*) echo "$$out"; exit 1;; \
+	    *"context deadline exceeded"*) echo "  the fuzzing engine's own deadline at the end of -fuzztime, no failing input: once more"; out=$$(run) || { echo "$$out"; exit 1; };; \
+	    *) echo "$$out"; exit 1;; \
+	  esac; \
+	done
 
 ## fuzz: every fuzz target (request decoders, the JSONL/CSV scanners, the
 ## duplicate-member checker, file names, cron, webhook URLs, gateway events,
@@ -94,18 +119,17 @@ fuzz-short:
 FUZZ_LONG ?= 60s
 fuzz:
 	@set -eo pipefail; log=$$(mktemp); trap 'rm -f $$log' EXIT; \
-	for pkg in $$(grep -rl --include='*_test.go' '^func Fuzz' internal | xargs -n1 dirname | sort -u); do \
-	  for f in $$(grep -h '^func Fuzz' $$pkg/*_test.go | sed 's/func \(Fuzz[A-Za-z0-9_]*\).*/\1/'); do \
-	    printf 'fuzz %-20s %-32s ' $$pkg $$f; \
-	    if go test ./$$pkg -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZ_LONG) -timeout=15m >$$log 2>&1; then \
-	      grep -o 'execs: [0-9]*' $$log | tail -n 1; \
-	    else echo FAILED; cat $$log; exit 1; fi; \
-	  done; done
+	for t in $(FUZZ_TARGETS); do pkg=$${t%:*} f=$${t#*:}; \
+	  printf 'fuzz %-20s %-32s ' $$pkg $$f; \
+	  if go test ./$$pkg -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZ_LONG) -timeout=15m >$$log 2>&1; then \
+	    grep -o 'execs: [0-9]*' $$log | tail -n 1; \
+	  else echo FAILED; cat $$log; exit 1; fi; \
+	done
 
 ## bench: the end-to-end benchmark, which writes BENCHMARKS.md and fails
 ## on a missed bar (localstack/e2e_bench_test.go, build tag bench; about 8
 ## minutes), then the Go benchmarks; on an emulator of its own unless
-## AWS_ENDPOINT_URL is set, as loadtest.mk's runs
+## AWS_ENDPOINT_URL is set (run-with-emulator)
 BENCH_EMULATOR_PORT ?= 4595
 bench:
 	$(call run-with-emulator,$(MAKE) --no-print-directory bench-all,$(BENCH_EMULATOR_PORT))

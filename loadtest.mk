@@ -10,15 +10,6 @@
 LOADTEST_EMULATOR_PORT ?= 4597
 CHAOS_EMULATOR_PORT ?= 4596
 
-# run-with-emulator runs $(1) with AWS_ENDPOINT_URL set, starting (and
-# stopping) an emulator on port $(2) unless one is configured already.
-define run-with-emulator
-	@if [ -z "$$AWS_ENDPOINT_URL" ]; then \
-	  trap 'EMULATOR_PORT=$(2) $(EMULATOR) stop' EXIT; EMULATOR_PORT=$(2) $(EMULATOR) start && \
-	  AWS_ENDPOINT_URL=http://127.0.0.1:$(2) $(1); \
-	else $(1); fi
-endef
-
 ## loadtest: many tenants submitting and polling at once (≤ 3 minutes)
 loadtest:
 	$(call run-with-emulator,go test -tags loadtest -run '^TestLoad$$' -count=1 -v -timeout 3m ./localstack,$(LOADTEST_EMULATOR_PORT))

@@ -17,7 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/relaybatch/relay/internal/local/emulator"
+	"github.com/relaybatch/relay/internal/local/emulator/emutest"
 	"github.com/relaybatch/relay/internal/local/localrun"
 	"github.com/relaybatch/relay/internal/resources"
 )
@@ -28,20 +28,9 @@ import (
 // only by prefix (each test run has its own).
 func TestLocalRuntimeAgreesWithStack(t *testing.T) {
 	setup(t)
-	if testing.Short() {
-		t.Skip("needs the AWS emulator")
-	}
+	cfg := emutest.Config(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	endpoint, stop, err := emulator.Start(ctx)
-	if err != nil {
-		t.Fatalf("start the emulator: %v", err)
-	}
-	defer stop()
-	cfg, err := emulator.Config(ctx, endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
 
 	suffix := make([]byte, 4)
 	rand.Read(suffix)

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/local/emulator/emutest"
 )
 
 // The stack is synthesized once for the whole test binary: every restart of
@@ -35,11 +36,11 @@ func TestMain(m *testing.M) {
 		dir, err := os.MkdirTemp("", "relay-infra-test-")
 		if err != nil {
 			setupFailure = err
-			return m.Run()
+			return emutest.Run(m)
 		}
 		defer os.RemoveAll(dir)
 		setupFailure = synthForTest(dir)
-		return m.Run()
+		return emutest.Run(m)
 	}()
 	os.Exit(code)
 }

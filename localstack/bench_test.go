@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/local/emulator/emutest"
 	"github.com/relaybatch/relay/internal/local/localrun"
 )
 
@@ -37,7 +38,7 @@ func BenchmarkBatch(b *testing.B) {
 		b.Fatal(err)
 	}
 	ct := &countingTransport{next: http.DefaultTransport}
-	cfg := awsCfg.Copy()
+	cfg := emutest.Config(b)
 	cfg.HTTPClient = &http.Client{Transport: ct}
 	prefix := fmt.Sprintf("bench%d", time.Now().UnixNano())
 	rt, err := localrun.Start(ctx, localrun.Options{

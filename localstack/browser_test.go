@@ -1,3 +1,5 @@
+//go:build browser
+
 package localstack
 
 // Browser tests of the panel (README "What it does"): headless Chromium, driven with
@@ -38,6 +40,7 @@ import (
 	"github.com/chromedp/chromedp/kb"
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/govern"
+	"github.com/relaybatch/relay/internal/local/emulator/emutest"
 	"github.com/relaybatch/relay/internal/local/localrun"
 	"github.com/relaybatch/relay/internal/store"
 )
@@ -659,8 +662,8 @@ func testBrowserPresignedUpload(t *testing.T, browserCtx context.Context) {
 	switch {
 	case put == nil:
 		t.Fatalf("no PUT to storage was sent\n%s", p.state())
-	case !strings.HasPrefix(put.url, endpoint+"/"):
-		t.Errorf("the presigned PUT went to %s, want the emulator's S3 at %s", put.url, endpoint)
+	case !strings.HasPrefix(put.url, emutest.Endpoint(t)+"/"):
+		t.Errorf("the presigned PUT went to %s, want the emulator's S3 at %s", put.url, emutest.Endpoint(t))
 	case put.status != http.StatusOK:
 		// A failure after a 200 is the unread response body being dropped.
 		t.Errorf("the presigned PUT to %s: status %d, failure %q", put.url, put.status, put.failure)

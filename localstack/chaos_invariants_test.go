@@ -30,6 +30,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/local/emulator/emutest"
 	"github.com/relaybatch/relay/internal/mockup"
 )
 
@@ -320,7 +321,8 @@ func emulatorRSS(port string) int64 {
 }
 
 // emulatorPort is the port of the emulator the tests use.
-func emulatorPort() string {
+func emulatorPort(t *testing.T) string {
+	endpoint := emutest.Endpoint(t)
 	i := strings.LastIndex(endpoint, ":")
 	return strings.TrimSuffix(endpoint[i+1:], "/")
 }

@@ -56,6 +56,7 @@ import (
 	"github.com/relaybatch/relay/internal/awsfault"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/local/emulator/emutest"
 	"github.com/relaybatch/relay/internal/local/esm"
 	"github.com/relaybatch/relay/internal/local/localrun"
 	"github.com/relaybatch/relay/internal/mockup"
@@ -366,7 +367,7 @@ func TestChaos(t *testing.T) {
 	prefix := fmt.Sprintf("chaos%d", time.Now().UnixNano())
 	opts := localrun.Options{
 		Env:    config.Env{Prefix: prefix, Table: prefix, Bucket: prefix + "-data", ChunkRows: 10, S3PathStyle: true},
-		Models: models, AWS: awsCfg, Addr: freeAddr(t), TickEvery: time.Second, Log: logger,
+		Models: models, AWS: emutest.Config(t), Addr: freeAddr(t), TickEvery: time.Second, Log: logger,
 		OnInvoke: ch.onInvoke,
 		// Work delivered to two invocations at once, and every engine
 		// invocation on a clock of its own, off by up to ±2 s.
@@ -426,7 +427,7 @@ func TestChaos(t *testing.T) {
 	// The emulator's memory grows with many tiny chunks: stop the run
 	// clearly before it takes the machine's.
 	var rss rssWatch
-	go rss.run(runCtx, emulatorPort(), rssLimitMB(), func(mb int64) {
+	go rss.run(runCtx, emulatorPort(t), rssLimitMB(), func(mb int64) {
 		fail("the emulator's RSS reached %d MB (CHAOS_MAX_EMULATOR_RSS_MB=%d): run stopped", mb, rssLimitMB())
 		cancel()
 	})

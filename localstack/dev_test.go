@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/local/emulator"
+	"github.com/relaybatch/relay/internal/local/emulator/emutest"
 )
 
 // TestDevOwnsItsEmulator: `relay dev` without AWS_ENDPOINT_URL starts an
@@ -21,6 +22,7 @@ import (
 // run's keys went with it.
 func TestDevOwnsItsEmulator(t *testing.T) {
 	t.Parallel()
+	emutest.Require(t)
 	bin := filepath.Join(t.TempDir(), "relay")
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/relay").CombinedOutput(); err != nil {
 		t.Fatalf("build relay: %v\n%s", err, out)

@@ -70,6 +70,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/local/emulator/emutest"
 	"github.com/relaybatch/relay/internal/local/localrun"
 	"github.com/relaybatch/relay/internal/mockup"
 	"github.com/relaybatch/relay/internal/resources"
@@ -130,7 +131,7 @@ func TestEndToEndBenchmark(t *testing.T) {
 	budget := benchKnobDuration(t, "BENCH_BUDGET", benchBudget)
 	data := jsonlRows(nRows(rows, "bench"))
 	busy := newHeldUpstream(t)
-	r := benchReport{rows: rows, waiting: waiting, budget: budget, load: loadAverage()}
+	r := benchReport{rows: rows, waiting: waiting, budget: budget, load: loadAverage(), endpoint: emutest.Endpoint(t)}
 
 	// The baseline and the run without waiting batches, against one mock.
 	rt := startBench(t, busy.addr(), benchModels)
@@ -252,7 +253,7 @@ func startBench(t *testing.T, busyAddr, modelsYAML string) *benchRuntime {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, counter := countAWS(awsCfg)
+	cfg, counter := countAWS(emutest.Config(t))
 	inv := &invocations{ran: map[string]time.Duration{}, n: map[string]int{}}
 	runs := &deliveries{first: map[string]time.Time{}, shared: map[int]int{}}
 	prefix := fmt.Sprintf("e2e%d", time.Now().UnixNano())
@@ -650,6 +651,7 @@ type benchReport struct {
 	rows, waiting int
 	budget        time.Duration
 	load          string
+	endpoint      string // the emulator's
 	baseline      time.Duration
 	basePeak      int64
 	plain, loaded runFigures
@@ -707,7 +709,7 @@ func (r *benchReport) markdown() string {
 	w("- Machine: %s, %d cores, %s/%s, %s; load average at the start %s", cpuModel(), goruntime.NumCPU(), goruntime.GOOS, goruntime.GOARCH, goruntime.Version(), r.load)
 	w("- Commit: %s", commit())
 	w("- Command: `make bench`, which runs `%s` on an emulator of its own (or the one AWS_ENDPOINT_URL names)", benchCommand)
-	w("- AWS: the emulator at %s (moto_server unless AWS_ENDPOINT_URL points elsewhere)", endpoint)
+	w("- AWS: the emulator at %s (moto_server unless AWS_ENDPOINT_URL points elsewhere)", r.endpoint)
 	if r.rows != 20_000 || r.waiting != 300 {
 		w("- **Not the issue's run**: BENCH_ROWS=%d, BENCH_WAITING=%d (the bars are for 20,000 and 300)", r.rows, r.waiting)
 	}

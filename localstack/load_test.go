@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/local/emulator/emutest"
 	"github.com/relaybatch/relay/internal/local/localrun"
 )
 
@@ -47,7 +48,7 @@ func TestLoad(t *testing.T) {
 		chunkRows = envInt(t, "LOADTEST_CHUNK_ROWS", 25, 1)
 	)
 	ctx := context.Background()
-	cfg, awsReqs := countAWS(awsCfg)
+	cfg, awsReqs := countAWS(emutest.Config(t))
 	mockAddr := freeAddr(t)
 	models, err := config.ParseModels([]byte(replaceMock(loadModels, mockAddr)))
 	if err != nil {

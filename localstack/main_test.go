@@ -11,36 +11,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/relaybatch/relay/internal/config"
-	"github.com/relaybatch/relay/internal/local/emulator"
+	"github.com/relaybatch/relay/internal/local/emulator/emutest"
 	"github.com/relaybatch/relay/internal/local/localrun"
 )
 
-var (
-	endpoint string
-	awsCfg   aws.Config
-)
-
-func TestMain(m *testing.M) {
-	ctx := context.Background()
-	ep, stop, err := emulator.Start(ctx)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start emulator:", err)
-		os.Exit(1)
-	}
-	endpoint = ep
-	awsCfg, err = emulator.Config(ctx, ep)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	stop()
-	os.Exit(code)
-}
+// The emulator (emutest) is started by the first test that needs it; under
+// -short every such test is skipped.
+func TestMain(m *testing.M) { emutest.Main(m) }
 
 // testModels points every model at a mock provider on a free port.
 const testModels = `
@@ -56,6 +36,7 @@ models:
 // runtime starts a local runtime of its own (uniquely named resources) for t.
 func runtime(t *testing.T, tune ...func(*localrun.Options)) *localrun.Runtime {
 	t.Helper()
+	cfg := emutest.Config(t)
 	ctx := context.Background()
 	mockAddr := freeAddr(t)
 	models, err := config.ParseModels([]byte(replaceMock(testModels, mockAddr)))
@@ -65,7 +46,7 @@ func runtime(t *testing.T, tune ...func(*localrun.Options)) *localrun.Runtime {
 	prefix := fmt.Sprintf("rt%d", time.Now().UnixNano())
 	env := config.Env{Prefix: prefix, Table: prefix, Bucket: prefix + "-data", ChunkRows: 10, S3PathStyle: true}
 	o := localrun.Options{
-		Env: env, Models: models, AWS: awsCfg, Addr: "127.0.0.1:0", MockAddr: mockAddr, TickEvery: time.Second,
+		Env: env, Models: models, AWS: cfg, Addr: "127.0.0.1:0", MockAddr: mockAddr, TickEvery: time.Second,
 		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 	for _, f := range tune {

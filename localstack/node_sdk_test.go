@@ -1,3 +1,5 @@
+//go:build nodesdk
+
 package localstack
 
 import (

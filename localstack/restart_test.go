@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/relaybatch/relay/internal/local/emulator/emutest"
 	"github.com/relaybatch/relay/internal/mockup"
 	"github.com/relaybatch/relay/internal/store"
 )
@@ -70,6 +71,7 @@ func (d *relayDev) client() openai.Client {
 
 func TestSchedRelaySIGKILLedMidBatch(t *testing.T) {
 	t.Parallel()
+	endpoint := emutest.Endpoint(t)
 	// The whole local service is killed (SIGKILL: nothing is cleaned up,
 	// claimed chunks stay claimed) while a batch runs, with the emulator
 	// outside it, and started again: the chunks the dead process held are
@@ -118,7 +120,7 @@ models:
 		t.Fatalf("status %s; %d upstream calls before the kill (want fewer than %d)", got.Status, atKill, len(rows))
 	}
 	checkInvariant(t, c, got, idsOf(rows))
-	st := store.New(dynamodb.NewFromConfig(awsCfg), prefix)
+	st := store.New(dynamodb.NewFromConfig(emutest.Config(t)), prefix)
 	chunks, err := st.Chunks(context.Background(), b.ID)
 	if err != nil {
 		t.Fatal(err)

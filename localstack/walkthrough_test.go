@@ -1,3 +1,5 @@
+//go:build deploy
+
 package localstack
 
 import (

@@ -9,6 +9,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/scheduler"
 	"github.com/aws/aws-sdk-go-v2/service/scheduler/types"
+
+	"github.com/relaybatch/relay/internal/local/emulator/emutest"
 )
 
 func TestCreate(t *testing.T) {
@@ -76,7 +78,7 @@ func TestCreateIsIdempotent(t *testing.T) {
 	if again != first {
 		t.Errorf("second Create returned %q, want the first ARN %q", again, first)
 	}
-	out, err := client.ListSchedules(t.Context(), &scheduler.ListSchedulesInput{GroupName: aws.String(m.Group)})
+	out, err := m.API.ListSchedules(t.Context(), &scheduler.ListSchedulesInput{GroupName: aws.String(m.Group)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +89,7 @@ func TestCreateIsIdempotent(t *testing.T) {
 
 func TestCreateRefusesInvalidSpec(t *testing.T) {
 	t.Parallel()
-	m := &Manager{API: client, Group: "never-used"}
+	m := &Manager{API: scheduler.NewFromConfig(emutest.Config(t)), Group: "never-used"}
 	if _, err := m.Create(t.Context(), "tenant_1", "batch_x", Spec{Cron: "0 0 1 * 1", Timezone: "UTC"}); err == nil {
 		t.Fatal("Create with both day fields restricted succeeded, want an error")
 	}
@@ -106,7 +108,7 @@ func TestDelete(t *testing.T) {
 	if err := m.Delete(t.Context(), "batch_tpl3"); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
-	_, err = client.GetSchedule(t.Context(), &scheduler.GetScheduleInput{Name: aws.String("batch_tpl3"), GroupName: aws.String(m.Group)})
+	_, err = m.API.GetSchedule(t.Context(), &scheduler.GetScheduleInput{Name: aws.String("batch_tpl3"), GroupName: aws.String(m.Group)})
 	var nf *types.ResourceNotFoundException
 	if !errors.As(err, &nf) {
 		t.Errorf("GetSchedule after Delete: %v, want ResourceNotFoundException", err)
@@ -141,7 +143,7 @@ func TestScheduleName(t *testing.T) {
 
 func getSchedule(t *testing.T, m *Manager, id string) *scheduler.GetScheduleOutput {
 	t.Helper()
-	got, err := client.GetSchedule(t.Context(), &scheduler.GetScheduleInput{Name: aws.String(ScheduleName(id)), GroupName: aws.String(m.Group)})
+	got, err := m.API.GetSchedule(t.Context(), &scheduler.GetScheduleInput{Name: aws.String(ScheduleName(id)), GroupName: aws.String(m.Group)})
 	if err != nil {
 		t.Fatalf("GetSchedule %s: %v", id, err)
 	}

@@ -10,9 +10,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/relaybatch/relay/internal/local/emulator"
+	"github.com/relaybatch/relay/internal/local/emulator/emutest"
 )
 
 func TestStartServesSQS(t *testing.T) {
+	emutest.Require(t)
 	endpoint, stop, err := emulator.Start(t.Context())
 	if err != nil {
 		t.Fatal(err)

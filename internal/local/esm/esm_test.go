@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"os"
 	"reflect"
 	"regexp"
 	"strings"
@@ -16,42 +15,19 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/relaybatch/relay/internal/local/emulator"
+	"github.com/relaybatch/relay/internal/local/emulator/emutest"
 	"github.com/relaybatch/relay/internal/local/esm"
 )
 
-// client talks to the emulator: AWS_ENDPOINT_URL, or a moto_server started
-// for this test binary.
-var client *sqs.Client
+// The poller's tests run against the emulator (emutest), each on queues of
+// its own.
+func TestMain(m *testing.M) { emutest.Main(m) }
 
-func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	ctx := context.Background()
-	endpoint, stop, err := emulator.Start(ctx)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer stop()
-	// The SDK's own endpoint resolution, as the functions use it.
-	os.Setenv("AWS_ENDPOINT_URL", endpoint)
-	cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(emulator.Region),
-		config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider("test", "test", "")))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	client = sqs.NewFromConfig(cfg)
-	return m.Run()
-}
+// client is an SQS client on the emulator.
+func client(t testing.TB) *sqs.Client { return sqs.NewFromConfig(emutest.Config(t)) }
 
 // queue is a uniquely named queue with its dead-letter queue.
 type queue struct {
@@ -71,14 +47,14 @@ func newQueue(t *testing.T, visibility time.Duration) queue {
 	name = fmt.Sprintf("esm-%.50s-%x", name, b)
 
 	create := func(name string, attrs map[string]string) (url, arn string) {
-		out, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name), Attributes: attrs})
+		out, err := client(t).CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name), Attributes: attrs})
 		if err != nil {
 			t.Fatalf("create queue %s: %v", name, err)
 		}
 		t.Cleanup(func() {
-			client.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: out.QueueUrl})
+			client(t).DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: out.QueueUrl})
 		})
-		a, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		a, err := client(t).GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
 			QueueUrl: out.QueueUrl, AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn},
 		})
 		if err != nil {
@@ -99,7 +75,7 @@ func newQueue(t *testing.T, visibility time.Duration) queue {
 func send(t *testing.T, url string, bodies ...string) {
 	t.Helper()
 	for _, b := range bodies {
-		if _, err := client.SendMessage(t.Context(), &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String(b)}); err != nil {
+		if _, err := client(t).SendMessage(t.Context(), &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String(b)}); err != nil {
 			t.Fatalf("send %q: %v", b, err)
 		}
 	}
@@ -135,7 +111,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // empty reports whether url has no message, visible or in flight.
 func empty(t *testing.T, url string) func() bool {
 	return func() bool {
-		out, err := client.GetQueueAttributes(t.Context(), &sqs.GetQueueAttributesInput{
+		out, err := client(t).GetQueueAttributes(t.Context(), &sqs.GetQueueAttributesInput{
 			QueueUrl: aws.String(url),
 			AttributeNames: []types.QueueAttributeName{
 				types.QueueAttributeNameApproximateNumberOfMessages,
@@ -212,7 +188,7 @@ func firstReceive(ev events.SQSEvent) bool {
 func TestEventRecords(t *testing.T) {
 	t.Parallel()
 	q := newQueue(t, time.Second)
-	_, err := client.SendMessage(t.Context(), &sqs.SendMessageInput{
+	_, err := client(t).SendMessage(t.Context(), &sqs.SendMessageInput{
 		QueueUrl:    aws.String(q.url),
 		MessageBody: aws.String(`{"chunk":1}`),
 		MessageAttributes: map[string]types.MessageAttributeValue{
@@ -224,7 +200,7 @@ func TestEventRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := make(chan events.SQSMessage, 1)
-	start(t, &esm.Poller{Client: client, QueueURL: q.url, Handler: func(_ context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	start(t, &esm.Poller{Client: client(t), QueueURL: q.url, Handler: func(_ context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 		got <- ev.Records[0]
 		return events.SQSEventResponse{}, nil
 	}, FunctionTimeout: time.Second})
@@ -278,7 +254,7 @@ func TestInvocationContext(t *testing.T) {
 	}
 	got := make(chan invocation, 10) // room for a redelivery, which must not block Run's shutdown
 	start(t, &esm.Poller{
-		Client: client, QueueURL: q.url, BatchSize: 1, FunctionName: "executor", FunctionTimeout: timeout,
+		Client: client(t), QueueURL: q.url, BatchSize: 1, FunctionName: "executor", FunctionTimeout: timeout,
 		Handler: func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 			deadline, ok := ctx.Deadline()
 			if !ok {
@@ -320,7 +296,7 @@ func TestAllSucceed(t *testing.T) {
 	bodies := []string{"1", "2", "3", "4", "5"}
 	send(t, q.url, bodies...)
 	var rec recorder
-	start(t, &esm.Poller{Client: client, QueueURL: q.url, FunctionTimeout: time.Second,
+	start(t, &esm.Poller{Client: client(t), QueueURL: q.url, FunctionTimeout: time.Second,
 		Handler: func(_ context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 			rec.record(ev)
 			return events.SQSEventResponse{}, nil
@@ -338,7 +314,7 @@ func TestPartialBatchFailure(t *testing.T) {
 	q := newQueue(t, time.Second)
 	send(t, q.url, "a", "fail", "b")
 	var rec recorder
-	start(t, &esm.Poller{Client: client, QueueURL: q.url, BatchSize: 3, FunctionTimeout: time.Second,
+	start(t, &esm.Poller{Client: client(t), QueueURL: q.url, BatchSize: 3, FunctionTimeout: time.Second,
 		Handler: func(_ context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 			rec.record(ev)
 			var resp events.SQSEventResponse
@@ -383,7 +359,7 @@ func TestWholeBatchFails(t *testing.T) {
 			q := newQueue(t, time.Second)
 			send(t, q.url, "a", "b", "c")
 			var rec recorder
-			start(t, &esm.Poller{Client: client, QueueURL: q.url, BatchSize: 3, FunctionTimeout: time.Second,
+			start(t, &esm.Poller{Client: client(t), QueueURL: q.url, BatchSize: 3, FunctionTimeout: time.Second,
 				Handler: func(_ context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 					rec.record(ev)
 					if firstReceive(ev) {
@@ -402,7 +378,7 @@ func TestTimedOutInvocationFails(t *testing.T) {
 	q := newQueue(t, 2*time.Second)
 	send(t, q.url, "slow")
 	var rec recorder
-	start(t, &esm.Poller{Client: client, QueueURL: q.url, FunctionTimeout: time.Second,
+	start(t, &esm.Poller{Client: client(t), QueueURL: q.url, FunctionTimeout: time.Second,
 		Handler: func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 			rec.record(ev)
 			if firstReceive(ev) {
@@ -423,7 +399,7 @@ func TestSimulatedCrash(t *testing.T) {
 		mu      sync.Mutex
 		crashes int
 	)
-	start(t, &esm.Poller{Client: client, QueueURL: q.url, FunctionTimeout: time.Second,
+	start(t, &esm.Poller{Client: client(t), QueueURL: q.url, FunctionTimeout: time.Second,
 		OnInvoke: func(ev events.SQSEvent) error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -447,7 +423,7 @@ func TestPoisonMessageGoesToDLQ(t *testing.T) {
 	q := newQueue(t, time.Second)
 	send(t, q.url, "poison")
 	var rec recorder
-	start(t, &esm.Poller{Client: client, QueueURL: q.url, FunctionTimeout: time.Second,
+	start(t, &esm.Poller{Client: client(t), QueueURL: q.url, FunctionTimeout: time.Second,
 		Handler: func(_ context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 			rec.record(ev)
 			return events.SQSEventResponse{}, errors.New("always fails")
@@ -455,7 +431,7 @@ func TestPoisonMessageGoesToDLQ(t *testing.T) {
 
 	var dead []types.Message
 	eventually(t, "the message in the DLQ", func() bool {
-		out, err := client.ReceiveMessage(t.Context(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(q.dlqURL), WaitTimeSeconds: 1})
+		out, err := client(t).ReceiveMessage(t.Context(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(q.dlqURL), WaitTimeSeconds: 1})
 		if err != nil {
 			t.Fatalf("receive from DLQ: %v", err)
 		}
@@ -489,7 +465,7 @@ func TestConcurrency(t *testing.T) {
 				running, peak int
 				done          int
 			)
-			start(t, &esm.Poller{Client: client, QueueURL: q.url, BatchSize: 1, Concurrency: concurrency, FunctionTimeout: 10 * time.Second,
+			start(t, &esm.Poller{Client: client(t), QueueURL: q.url, BatchSize: 1, Concurrency: concurrency, FunctionTimeout: 10 * time.Second,
 				Handler: func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 					mu.Lock()
 					running++
@@ -529,7 +505,7 @@ func TestShutdownWaitsForInvocations(t *testing.T) {
 	defer cancel()
 	returned := make(chan error, 1)
 	go func() {
-		returned <- (&esm.Poller{Client: client, QueueURL: q.url, FunctionTimeout: 10 * time.Second,
+		returned <- (&esm.Poller{Client: client(t), QueueURL: q.url, FunctionTimeout: 10 * time.Second,
 			Handler: func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 				close(started)
 				<-release
@@ -569,9 +545,9 @@ func TestRefusesMisconfiguration(t *testing.T) {
 		p    esm.Poller
 		want string
 	}{
-		{"function timeout over visibility", esm.Poller{Client: client, QueueURL: q.url, Handler: noop, FunctionTimeout: 2 * time.Second}, "visibility timeout"},
-		{"batch too large", esm.Poller{Client: client, QueueURL: q.url, Handler: noop, BatchSize: 11}, "BatchSize"},
-		{"no handler", esm.Poller{Client: client, QueueURL: q.url}, "Handler"},
+		{"function timeout over visibility", esm.Poller{Client: client(t), QueueURL: q.url, Handler: noop, FunctionTimeout: 2 * time.Second}, "visibility timeout"},
+		{"batch too large", esm.Poller{Client: client(t), QueueURL: q.url, Handler: noop, BatchSize: 11}, "BatchSize"},
+		{"no handler", esm.Poller{Client: client(t), QueueURL: q.url}, "Handler"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -598,7 +574,7 @@ func TestDuplicateDelivery(t *testing.T) {
 	)
 	seen.Add(2)
 	go func() { seen.Wait(); close(started) }()
-	start(t, &esm.Poller{Client: client, QueueURL: q.url, FunctionTimeout: 5 * time.Second,
+	start(t, &esm.Poller{Client: client(t), QueueURL: q.url, FunctionTimeout: 5 * time.Second,
 		Duplicate: func(ev events.SQSEvent) bool { return ev.Records[0].Body == "twice" },
 		Handler: func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 			lc, _ := lambdacontext.FromContext(ctx)
@@ -624,7 +600,7 @@ func TestDuplicateDelivery(t *testing.T) {
 		t.Errorf("the two invocations shared a request id: %v", ids)
 	}
 	eventually(t, "the message deleted", func() bool {
-		out, err := client.GetQueueAttributes(t.Context(), &sqs.GetQueueAttributesInput{QueueUrl: aws.String(q.url),
+		out, err := client(t).GetQueueAttributes(t.Context(), &sqs.GetQueueAttributesInput{QueueUrl: aws.String(q.url),
 			AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible}})
 		return err == nil && out.Attributes["ApproximateNumberOfMessages"] == "0" && out.Attributes["ApproximateNumberOfMessagesNotVisible"] == "0"
 	})

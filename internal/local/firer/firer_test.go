@@ -89,7 +89,7 @@ func TestFirer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, err = client.CreateSchedule(ctx, &scheduler.CreateScheduleInput{
+	_, err = m.API.CreateSchedule(ctx, &scheduler.CreateScheduleInput{
 		Name:               aws.String("disabled"),
 		GroupName:          aws.String(m.Group),
 		ScheduleExpression: aws.String("cron(* * * * ? *)"),
@@ -120,7 +120,7 @@ func TestFirer(t *testing.T) {
 	fired := &firings{times: map[string][]time.Time{}, inputs: map[string][][]byte{}}
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	f := &Firer{API: client, Group: m.Group, Refresh: 100 * time.Millisecond, Now: clock.Now, Fire: fired.fire,
+	f := &Firer{API: m.API, Group: m.Group, Refresh: 100 * time.Millisecond, Now: clock.Now, Fire: fired.fire,
 		Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}
 	go func() { done <- f.Run(runCtx) }()
 	t.Cleanup(func() {
@@ -142,7 +142,7 @@ func TestFirer(t *testing.T) {
 	// The one-time schedule deletes itself after firing, as in AWS.
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		_, err := client.GetSchedule(ctx, &scheduler.GetScheduleInput{Name: aws.String("expire-batch_1"), GroupName: aws.String(m.Group)})
+		_, err := m.API.GetSchedule(ctx, &scheduler.GetScheduleInput{Name: aws.String("expire-batch_1"), GroupName: aws.String(m.Group)})
 		var nf *types.ResourceNotFoundException
 		if errors.As(err, &nf) {
 			break
@@ -242,7 +242,7 @@ func TestFirerRetriesAFailedFiring(t *testing.T) {
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	f := &Firer{API: client, Group: m.Group, Refresh: time.Hour, Now: (&fakeClock{t: t0}).Now, Fire: flaky,
+	f := &Firer{API: m.API, Group: m.Group, Refresh: time.Hour, Now: (&fakeClock{t: t0}).Now, Fire: flaky,
 		RetryWait: time.Millisecond, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}
 	go f.Run(runCtx)
 	fired.waitFired(t, "batch_retry", t0)
