@@ -32,6 +32,7 @@ import (
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/local/deployed"
 	"github.com/relaybatch/relay/internal/local/emulator"
+	"github.com/relaybatch/relay/internal/local/emulator/emutest"
 	"github.com/relaybatch/relay/internal/local/localrun"
 	"github.com/relaybatch/relay/internal/resources"
 )
@@ -95,6 +96,7 @@ func deploy(t *testing.T, dir string) (aws.Config, string, time.Duration, error)
 // must agree on every name and variable.
 func TestDeployOntoEmulator(t *testing.T) {
 	t.Parallel()
+	emutest.Require(t) // it starts an emulator of its own
 	tpl := readTemplate(t, cdkOut)
 	abs, _ := filepath.Abs(cdkOut)
 	cfg, out, took, err := deploy(t, abs)
@@ -446,6 +448,7 @@ func batchOnDeployed(t *testing.T, cfg aws.Config, st *deployed.Stack, tpl cfnTe
 // not in the template): the deploy must fail, naming it.
 func TestDeployBrokenReference(t *testing.T) {
 	t.Parallel()
+	emutest.Require(t) // it starts an emulator of its own
 	readTemplate(t, cdkOut)
 	dir := t.TempDir()
 	entries, err := os.ReadDir(cdkOut)

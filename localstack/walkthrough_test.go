@@ -23,6 +23,7 @@ import (
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/local/deployed"
 	"github.com/relaybatch/relay/internal/local/emulator"
+	"github.com/relaybatch/relay/internal/local/emulator/emutest"
 	"github.com/relaybatch/relay/internal/local/localrun"
 	"github.com/relaybatch/relay/internal/resources"
 )
@@ -75,6 +76,7 @@ func readmeCommands(t *testing.T) []string {
 // the providers to the mock provider).
 func TestReadmeDeployWalkthrough(t *testing.T) {
 	t.Parallel()
+	emutest.Require(t) // it starts an emulator of its own
 	ctx := context.Background()
 	ep, stop, err := emulator.StartOwn(ctx)
 	if err != nil {
