@@ -6,13 +6,14 @@ package localstack
 // chromedp, against a local runtime of each test's own. They need Debian's
 // chromium package at /usr/bin/chromium (make test installs it when missing:
 // test-deps in the Makefile, whose CHROMIUM is this path); without it they
-// fail and say so, they are never skipped.
+// fail and say so. They build only with the browser tag (README "Tests"),
+// which make test sets; -short skips them, as every emulator test.
 //
 // Screenshots of the main pages are taken on every run and checked; they are
 // written to docs/screenshots/ only with RELAY_SCREENSHOTS=1, so a test run
 // does not change the tree:
 //
-//	RELAY_SCREENSHOTS=1 go test ./localstack -run TestBrowser
+//	RELAY_SCREENSHOTS=1 go test -tags browser ./localstack -run TestBrowser
 
 import (
 	"bytes"

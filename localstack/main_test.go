@@ -1,6 +1,9 @@
 // Package localstack holds the integration tests: the real handlers in the
 // local runtime, over real AWS SDK clients, against the emulator at
 // AWS_ENDPOINT_URL (LocalStack, or moto_server, started here when none is set).
+// The kinds that need more than the emulator build only with their tag
+// (README "Tests"): browser, nodesdk and deploy, which make test sets, and
+// loadtest, chaos and bench, which their make targets set.
 package localstack
 
 import (

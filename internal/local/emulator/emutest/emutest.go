@@ -3,7 +3,7 @@
 // that asks for it (Endpoint, Config) and stopped by Main after the last.
 // Under -short no test starts it and each test that needs it is skipped,
 // so `go test -short ./...` (make unit) runs with no emulator and no
-// AWS_ENDPOINT_URL (docs/architecture.md "Tests").
+// AWS_ENDPOINT_URL (README "Tests").
 package emutest
 
 import (
