@@ -94,8 +94,9 @@ test-go:
 	go test -count=1 -timeout 12m -tags '$(TEST_TAGS)' $(GO_PACKAGES)
 
 ## unit: the fast tests (under a minute): go test -short, which skips every
-## test that needs the emulator (emutest.Require), without the tagged kinds;
-## no emulator, no AWS_ENDPOINT_URL, no Chromium or Node.js
+## test that needs the emulator (emutest) or the stack synthesized through
+## jsii (infra/), without the tagged kinds: Go alone, no emulator, no
+## AWS_ENDPOINT_URL, no Chromium or Node.js
 unit:
 	go test -short -count=1 $(GO_PACKAGES)
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -19,7 +20,8 @@ import (
 )
 
 // The stack is synthesized once for the whole test binary: every restart of
-// the jsii kernel costs seconds. Two stacks: the default deployment, and one
+// the jsii kernel costs seconds; under -short (make unit) not at all, and
+// the tests that need it are skipped. Two stacks: the default deployment, and one
 // without deletion protection.
 var (
 	props        RelayProps
@@ -31,6 +33,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(m.Run())
+	}
 	code := func() int {
 		defer jsii.Close()
 		dir, err := os.MkdirTemp("", "relay-infra-test-")
@@ -121,6 +127,9 @@ func toTemplate(t assertions.Template) (cfnTemplate, error) {
 // setup fails the test when the stack could not be synthesized.
 func setup(t *testing.T) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("needs the stack synthesized through jsii and Node.js (about 20 s): -short runs without it; make test and make infra-test run this")
+	}
 	if setupFailure != nil {
 		t.Fatalf("synthesize stack: %v", setupFailure)
 	}
