@@ -102,7 +102,7 @@ func TestFirer(t *testing.T) {
 	}
 	// A one-time at() schedule, as Scheduler takes it: at in UTC, deleted
 	// after it fires.
-	_, err = client.CreateSchedule(ctx, &scheduler.CreateScheduleInput{
+	_, err = m.API.CreateSchedule(ctx, &scheduler.CreateScheduleInput{
 		Name:                       aws.String("expire-batch_1"),
 		GroupName:                  aws.String(m.Group),
 		ScheduleExpression:         aws.String("at(" + t0.Add(2*time.Minute).UTC().Format("2006-01-02T15:04:05") + ")"),
