@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -576,5 +577,43 @@ func TestInputDeletedWhileItsBatchRuns(t *testing.T) {
 	}
 	if _, err := rt.App.Store.GetFile(ctx, "acme", f.ID); err == nil {
 		t.Error("the deleted file's record outlived its last batch")
+	}
+}
+
+// TestManyBatchesOfOneFile: batches created at once from one input file
+// each hold it (docs/api.md "Files", deleting an input) in one atomic
+// write, so none of the creates fails on the file's record. Before, the
+// holds were read-modify-writes of the record: with eight clients
+// creating 300 batches of one file (make bench's waiting batches), creates
+// ran out of retries and answered 500.
+func TestManyBatchesOfOneFile(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	c, _ := client(t, rt, "acme")
+	f := upload(t, c, "in.jsonl", jsonlRows(nRows(1, "x")))
+	var wg sync.WaitGroup
+	errs := make(chan error, 96)
+	for range 8 {
+		wg.Go(func() {
+			for range 12 {
+				_, err := c.Batches.New(context.Background(), openai.BatchNewParams{InputFileID: f.ID,
+					Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: openai.BatchNewParamsCompletionWindow24h})
+				if err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("create: %v", err)
+	}
+	rec, err := rt.App.Store.GetFile(context.Background(), "acme", f.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.Readers) == 0 {
+		t.Fatalf("the file's readers after 96 creates: %v", rec.Readers)
 	}
 }

@@ -29,7 +29,7 @@ type File struct {
 	// (files.Service.Hold); a file deleted while it has any is Deleted:
 	// gone for the API, its objects kept until the last of them ends
 	// (Release; docs/api.md "Files", deleting an input).
-	Readers []string `json:"-" dynamodbav:"readers,omitempty"`
+	Readers []string `json:"-" dynamodbav:"readers,stringset,omitempty"`
 	Deleted bool     `json:"-" dynamodbav:"deleted,omitempty"`
 }
 

@@ -74,6 +74,12 @@ type Store interface {
 	// unchanged since it was read.
 	UpdateFile(ctx context.Context, tenant, id string, fn func(*file.File) error) (file.File, error)
 	DeleteFile(ctx context.Context, tenant, id string) error
+	// AddFileReader and RemoveFileReader change a file's readers in one
+	// atomic write each (Hold, Release): many batches of one file at once
+	// must not contend on its record. Add refuses a file gone, or deleted
+	// with no reader left (ErrNotFound); Remove returns the record after.
+	AddFileReader(ctx context.Context, tenant, id, batchID string) error
+	RemoveFileReader(ctx context.Context, tenant, id, batchID string) (file.File, error)
 	PutUpload(ctx context.Context, u file.Upload) error
 	GetUpload(ctx context.Context, tenant, id string) (file.Upload, error)
 	UpdateUpload(ctx context.Context, tenant, id string, fn func(*file.Upload) error) (file.Upload, error)
@@ -458,33 +464,18 @@ func (s *Service) purge(ctx context.Context, f file.File) error {
 // that other batches still read takes more: a template's runs read the
 // template's file (the API refuses a deleted file before this, in Get).
 func (s *Service) Hold(ctx context.Context, tenant, id, batchID string) error {
-	_, err := s.Store.UpdateFile(ctx, tenant, id, func(f *file.File) error {
-		if f.Deleted && len(f.Readers) == 0 {
-			return file.ErrNotFound
-		}
-		if !slices.Contains(f.Readers, batchID) {
-			f.Readers = append(f.Readers, batchID)
-		}
-		return nil
-	})
-	return err
+	return s.Store.AddFileReader(ctx, tenant, id, batchID)
 }
 
 // Release ends batch batchID's hold on file id, once the batch is
 // terminal; the last release of a deleted file removes it. Releasing
 // twice, or a file gone already, is a no-op.
 func (s *Service) Release(ctx context.Context, tenant, id, batchID string) error {
-	f, err := s.Store.UpdateFile(ctx, tenant, id, func(f *file.File) error {
-		if !slices.Contains(f.Readers, batchID) {
-			return errUnchanged
-		}
-		f.Readers = slices.DeleteFunc(f.Readers, func(r string) bool { return r == batchID })
-		return nil
-	})
+	f, err := s.Store.RemoveFileReader(ctx, tenant, id, batchID)
 	switch {
 	case errors.Is(err, file.ErrNotFound):
 		return nil
-	case err != nil && !errors.Is(err, errUnchanged):
+	case err != nil:
 		return fmt.Errorf("release file %s of batch %s: %w", id, batchID, err)
 	case f.Deleted && len(f.Readers) == 0:
 		// The last reader ended (or a purge was cut short).
@@ -492,9 +483,6 @@ func (s *Service) Release(ctx context.Context, tenant, id, batchID string) error
 	}
 	return nil
 }
-
-// errUnchanged ends an UpdateFile that has nothing to write.
-var errUnchanged = errors.New("files: unchanged")
 
 func fileOut(f file.File) file.File {
 	f.Object = "file"

@@ -76,6 +76,32 @@ func (s *memStore) UpdateFile(_ context.Context, tenant, id string, fn func(*fil
 	return f, nil
 }
 
+func (s *memStore) AddFileReader(_ context.Context, tenant, id, batchID string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, ok := s.files[tenant+"/"+id]
+	if !ok || (f.Deleted && len(f.Readers) == 0) {
+		return file.ErrNotFound
+	}
+	if !slices.Contains(f.Readers, batchID) {
+		f.Readers = append(slices.Clone(f.Readers), batchID)
+	}
+	s.files[tenant+"/"+id] = f
+	return nil
+}
+
+func (s *memStore) RemoveFileReader(_ context.Context, tenant, id, batchID string) (file.File, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, ok := s.files[tenant+"/"+id]
+	if !ok {
+		return file.File{}, file.ErrNotFound
+	}
+	f.Readers = slices.DeleteFunc(slices.Clone(f.Readers), func(r string) bool { return r == batchID })
+	s.files[tenant+"/"+id] = f
+	return f, nil
+}
+
 func (s *memStore) DeleteFile(_ context.Context, tenant, id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

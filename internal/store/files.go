@@ -3,8 +3,11 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/relaybatch/relay/internal/file"
 )
@@ -88,4 +91,52 @@ func (s *Store) UpdateUpload(ctx context.Context, tenant, id string, fn func(*fi
 // same record.
 func (s *Store) PutFileOverwrite(ctx context.Context, f file.File) error {
 	return s.put(ctx, tenantPK(f.Tenant), fileSK(f.ID), f, nil, false)
+}
+
+// AddFileReader implements files.Store: batchID joins the file's readers
+// in one atomic write (ADD to a string set), so that many batches created
+// from one file at once do not contend on its record; file.ErrNotFound
+// when the file is gone, or deleted with no reader left. It moves the
+// record's version, so a read-modify-write (UpdateFile) meanwhile retries.
+func (s *Store) AddFileReader(ctx context.Context, tenant, id, batchID string) error {
+	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &s.Table, Key: key(tenantPK(tenant), fileSK(id)),
+		UpdateExpression:    aws.String("ADD readers :b, ver :one"),
+		ConditionExpression: aws.String("attribute_exists(pk) AND (attribute_not_exists(deleted) OR deleted = :f OR attribute_exists(readers))"),
+		ExpressionAttributeValues: item{":b": &types.AttributeValueMemberSS{Value: []string{batchID}}, ":one": avN(1),
+			":f": &types.AttributeValueMemberBOOL{Value: false}},
+	})
+	var cf *types.ConditionalCheckFailedException
+	if errors.As(err, &cf) {
+		return file.ErrNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("add reader %s to file %s: %w", batchID, id, err)
+	}
+	return nil
+}
+
+// RemoveFileReader implements files.Store: batchID leaves the file's
+// readers in one atomic write; it returns the record as it now is
+// (file.ErrNotFound when it is gone).
+func (s *Store) RemoveFileReader(ctx context.Context, tenant, id, batchID string) (file.File, error) {
+	out, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &s.Table, Key: key(tenantPK(tenant), fileSK(id)),
+		UpdateExpression:          aws.String("DELETE readers :b ADD ver :one"),
+		ConditionExpression:       aws.String("attribute_exists(pk)"),
+		ExpressionAttributeValues: item{":b": &types.AttributeValueMemberSS{Value: []string{batchID}}, ":one": avN(1)},
+		ReturnValues:              types.ReturnValueAllNew,
+	})
+	var cf *types.ConditionalCheckFailedException
+	if errors.As(err, &cf) {
+		return file.File{}, file.ErrNotFound
+	}
+	if err != nil {
+		return file.File{}, fmt.Errorf("remove reader %s from file %s: %w", batchID, id, err)
+	}
+	var f file.File
+	if err := attributevalue.UnmarshalMap(out.Attributes, &f); err != nil {
+		return file.File{}, fmt.Errorf("remove reader %s from file %s: %w", batchID, id, err)
+	}
+	return f, nil
 }
