@@ -287,13 +287,34 @@ func TestContinuationStartsOnItsClaimsFence(t *testing.T) {
 func TestRefusedContinuationHandsItsFenceToTheMessage(t *testing.T) {
 	t.Parallel()
 	e, table, _ := continuationFixture(t)
+	ctx := executeRefusingContinuation(t, e, table)
+
+	sent := false
+	for _, m := range workMessages(e.Queue.(*lockedQueue)) {
+		sent = sent || (m.Chunk == 1 && m.Run == table.chunks[1].Run)
+	}
+	if c1 := table.chunks[1]; !sent || c1.State != batch.ChunkClaimed {
+		t.Fatalf("chunk 1 %s, its message sent: %v", c1.State, sent)
+	}
+	if _, err := table.TakeFence(ctx, table.b.ID, 1, table.chunks[1].Run, "its-delivery", time.Now(), time.Now().Add(time.Minute)); err != nil {
+		t.Errorf("the message's delivery takes the fence: %v (the claim's fence was not handed over)", err)
+	}
+}
+
+// executeRefusingContinuation runs chunk 0 of continuationFixture's table
+// so that its commit claims chunk 1 for the invocation (its fence taken)
+// and lands once the invocation starts no more continuations (less than
+// half a lease left), and checks that much; it returns the invocation's
+// context, still live.
+func executeRefusingContinuation(t *testing.T, e *Engine, table *runsTable) context.Context {
+	t.Helper()
 	e.Lease = 2 * time.Second
 	start := time.Now()
 	// The invocation stops running rows 2 s before its deadline, and
 	// starts no continuation with less than a second (half a lease) left:
 	// at 1.5 s.
 	ctx, cancel := context.WithDeadline(context.Background(), start.Add(4500*time.Millisecond))
-	defer cancel()
+	t.Cleanup(cancel)
 	e.BeforeCommit = func(c batch.Chunk) error {
 		if c.Index == 0 {
 			time.Sleep(time.Until(start.Add(1600 * time.Millisecond)))
@@ -309,14 +330,5 @@ func TestRefusedContinuationHandsItsFenceToTheMessage(t *testing.T) {
 	if n := table.commits[0].Next; n == nil || n.Exec == "" {
 		t.Fatalf("chunk 0's commit claimed %+v: no fence for a continuation (picked at %v)", n, time.Since(start))
 	}
-	sent := false
-	for _, m := range e.Queue.(*lockedQueue).sent {
-		sent = sent || (m.Type == msg.Chunk && m.Chunk == 1 && m.Run == table.chunks[1].Run)
-	}
-	if c1 := table.chunks[1]; !sent || c1.State != batch.ChunkClaimed {
-		t.Fatalf("chunk 1 %s, its message sent: %v", c1.State, sent)
-	}
-	if _, err := table.TakeFence(ctx, table.b.ID, 1, table.chunks[1].Run, "its-delivery", time.Now(), time.Now().Add(time.Minute)); err != nil {
-		t.Errorf("the message's delivery takes the fence: %v (the claim's fence was not handed over)", err)
-	}
+	return ctx
 }

@@ -6,9 +6,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/relaybatch/relay/internal/batch"
-	"github.com/relaybatch/relay/internal/msg"
 )
 
 // afterHandOver is a runsTable whose first HandOver takes effect and then
@@ -39,26 +36,8 @@ func TestHandOverThatTookEffectSendsTheMessage(t *testing.T) {
 	t.Parallel()
 	e, table, _ := continuationFixture(t)
 	e.Store = &afterHandOver{runsTable: table}
-	e.Lease = 2 * time.Second
-	start := time.Now()
-	// No continuation with less than half a lease left: from 1.5 s on.
-	ctx, cancel := context.WithDeadline(context.Background(), start.Add(4500*time.Millisecond))
-	defer cancel()
-	e.BeforeCommit = func(c batch.Chunk) error {
-		if c.Index == 0 {
-			time.Sleep(time.Until(start.Add(1600 * time.Millisecond)))
-		}
-		return nil
-	}
+	executeRefusingContinuation(t, e, table)
 
-	failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
-
-	if err != nil || len(failed) > 0 || table.chunks[0].State != batch.ChunkDone {
-		t.Fatalf("Execute: failed %v, err %v, chunk 0 %s", failed, err, table.chunks[0].State)
-	}
-	if n := table.commits[0].Next; n == nil || n.Exec == "" {
-		t.Fatalf("chunk 0's commit claimed %+v: no fence for a continuation", n)
-	}
 	sent := false
 	for _, m := range workMessages(e.Queue.(*lockedQueue)) {
 		sent = sent || (m.Chunk == 1 && m.Run == table.chunks[1].Run)
