@@ -98,21 +98,27 @@ func newFunction(scope constructs.Construct, props RelayProps, def resources.Fun
 	if def.TmpSize > 0 {
 		tmp = awscdk.Size_Mebibytes(jsii.Number(float64(def.TmpSize)))
 	}
+	var reserved *float64
+	if def.Reserved > 0 {
+		reserved = jsii.Number(float64(def.Reserved))
+	}
 	fn := awslambda.NewFunction(c, jsii.String("Function"), &awslambda.FunctionProps{
-		FunctionName:          jsii.String(functionName(props.Prefix, def.Name)),
-		Runtime:               awslambda.Runtime_PROVIDED_AL2023(),
-		Architecture:          props.Arch,
-		Handler:               jsii.String("bootstrap"),
-		Code:                  awslambda.Code_FromAsset(jsii.String(filepath.Join(props.BundleDir, def.Name)), nil),
-		Timeout:               awscdk.Duration_Seconds(jsii.Number(def.Timeout.Seconds())),
-		MemorySize:            jsii.Number(float64(def.Memory)),
-		EphemeralStorageSize:  tmp,
-		Role:                  role,
-		LogGroup:              logs,
-		LoggingFormat:         awslambda.LoggingFormat_JSON,
-		ApplicationLogLevelV2: awslambda.ApplicationLogLevel_INFO,
-		SystemLogLevelV2:      awslambda.SystemLogLevel_WARN,
-		Environment:           &env,
+		FunctionName:         jsii.String(functionName(props.Prefix, def.Name)),
+		Runtime:              awslambda.Runtime_PROVIDED_AL2023(),
+		Architecture:         props.Arch,
+		Handler:              jsii.String("bootstrap"),
+		Code:                 awslambda.Code_FromAsset(jsii.String(filepath.Join(props.BundleDir, def.Name)), nil),
+		Timeout:              awscdk.Duration_Seconds(jsii.Number(def.Timeout.Seconds())),
+		MemorySize:           jsii.Number(float64(def.Memory)),
+		EphemeralStorageSize: tmp,
+		// docs/architecture.md "Concurrency" (resources.Define).
+		ReservedConcurrentExecutions: reserved,
+		Role:                         role,
+		LogGroup:                     logs,
+		LoggingFormat:                awslambda.LoggingFormat_JSON,
+		ApplicationLogLevelV2:        awslambda.ApplicationLogLevel_INFO,
+		SystemLogLevelV2:             awslambda.SystemLogLevel_WARN,
+		Environment:                  &env,
 	})
 	return &function{Def: def, Fn: fn, Role: role, Logs: logs}
 }

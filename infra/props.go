@@ -68,8 +68,17 @@ type RelayProps struct {
 	RequireRemoteModels bool
 }
 
-// Set is the deployment's resource definitions.
-func (p RelayProps) Set() resources.Set { return resources.Define(p.Prefix) }
+// Set is the deployment's resource definitions, the executor's maximum
+// concurrency sized for its models.
+func (p RelayProps) Set() resources.Set {
+	slots := 0
+	if p.Models != nil {
+		for _, m := range p.Models.Models {
+			slots += m.MaxConcurrency
+		}
+	}
+	return resources.Define(p.Prefix).SizedFor(slots)
+}
 
 // RemovalPolicy is what happens to stateful resources (table, bucket,
 // schedule group, log groups) when the stack is deleted.

@@ -272,6 +272,9 @@ func TestFunctions(t *testing.T) {
 			if got, want := num(p["MemorySize"]), float64(def.Memory); got != want {
 				t.Errorf("MemorySize = %v, want %v", got, want)
 			}
+			if got, ok := p["ReservedConcurrentExecutions"]; def.Reserved > 0 && num(got) != float64(def.Reserved) || def.Reserved == 0 && ok {
+				t.Errorf("ReservedConcurrentExecutions = %v, want %d", got, def.Reserved)
+			}
 			if def.TmpSize > 0 && !contains(p["EphemeralStorage"], fmt.Sprintf(`"Size":%d`, def.TmpSize)) {
 				t.Errorf("EphemeralStorage = %v, want %d MiB", p["EphemeralStorage"], def.TmpSize)
 			}
@@ -337,8 +340,42 @@ func TestEventSources(t *testing.T) {
 			}
 		})
 	}
-	if f := props.Set().Function("executor"); f.MaxConcurrency == 0 {
-		t.Error("the executor has no maximum concurrency")
+	slots := 0
+	for _, m := range props.Models.Models {
+		slots += m.MaxConcurrency
+	}
+	if f := props.Set().Function("executor"); f.MaxConcurrency != min(slots, resources.MaxExecutorConcurrency) {
+		t.Errorf("the executor's maximum concurrency is %d, want the models' %d slots (at most %d)", f.MaxConcurrency, slots, resources.MaxExecutorConcurrency)
+	}
+}
+
+// Every function but the executor has reserved concurrency, which is also
+// its maximum, and the executor's event source has a maximum: the stack
+// alone never takes an account's default 1,000 (docs/architecture.md
+// "Concurrency").
+func TestConcurrencyBounds(t *testing.T) {
+	setup(t)
+	reserved := 0.0
+	for _, id := range template.ofType("AWS::Lambda::Function") {
+		p := template.Resources[id].Properties
+		n, ok := p["ReservedConcurrentExecutions"]
+		if !ok && p["FunctionName"] != functionName(props.Prefix, "executor") {
+			t.Errorf("function %v has no reserved concurrency", p["FunctionName"])
+		}
+		reserved += num(n)
+	}
+	var executorMax float64
+	for _, id := range template.ofType("AWS::Lambda::EventSourceMapping") {
+		p := template.Resources[id].Properties
+		scaling, _ := p["ScalingConfig"].(map[string]any)
+		if scaling == nil {
+			t.Errorf("event source mapping %s has no maximum concurrency", id)
+			continue
+		}
+		executorMax = max(executorMax, num(scaling["MaximumConcurrency"]))
+	}
+	if reserved > resources.AccountConcurrency/4 || reserved+executorMax > resources.AccountConcurrency-100 {
+		t.Errorf("reserved %v and an executor maximum of %v in an account of %d", reserved, executorMax, resources.AccountConcurrency)
 	}
 }
 

@@ -4,7 +4,10 @@
 // (internal/local/localrun) both build from it, so local and AWS cannot drift.
 package resources
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Table is the single DynamoDB table (docs/design.md "Data layout").
 type Table struct {
@@ -48,6 +51,10 @@ type Function struct {
 	BatchSize int
 	// MaxConcurrency caps concurrent invocations from the event source (0: none).
 	MaxConcurrency int
+	// Reserved is the function's reserved concurrency, which Lambda both
+	// guarantees and enforces as its maximum (0: none, it draws from the
+	// account's unreserved pool). See Concurrency.
+	Reserved int
 }
 
 // Set is every resource of one deployment.
@@ -120,20 +127,26 @@ func Define(prefix string) Set {
 			q(Webhook, time.Minute, 5),
 		},
 		ScheduleGroup: prefix,
+		// Reservations and maxima: Concurrency. A queue-fed function's
+		// event source runs no more than its reservation, since a throttled
+		// invocation would count as a receive of its messages.
 		Functions: []Function{
 			// Buffered routes are cut at 29 s by API Gateway; streamed ones
-			// (file content, results) may take up to 15 minutes.
-			{Name: "api", Timeout: 15 * time.Minute, Memory: 512},
-			{Name: "dispatcher", Timeout: time.Minute, Memory: 512, Queue: prefix + "-" + Dispatch, BatchSize: 10},
+			// (file content, results) may take up to 15 minutes. 100 is the
+			// stage's throttle (100 requests/s) at 1 s each.
+			{Name: "api", Timeout: 15 * time.Minute, Memory: 512, Reserved: 100},
+			{Name: "dispatcher", Timeout: time.Minute, Memory: 512, Queue: prefix + "-" + Dispatch, BatchSize: 10, MaxConcurrency: 5, Reserved: 5},
 			// An executor invocation runs the rows of up to 4 chunks through one
 			// pool of their slots; upstream concurrency is bounded by the
 			// models' max_concurrency (capacity is claimed per chunk), so the
-			// event source may run as many invocations as Lambda allows.
-			{Name: "executor", Timeout: executorTimeout, Memory: 512, TmpSize: 4096, Queue: prefix + "-" + Work, BatchSize: 4, MaxConcurrency: 1000},
-			{Name: "deadletter", Timeout: time.Minute, Memory: 256, Queue: prefix + "-" + Work + "-dlq", BatchSize: 1},
-			{Name: "finalizer", Timeout: 5 * time.Minute, Memory: 512, Queue: prefix + "-" + Finalize, BatchSize: 1},
-			{Name: "webhook", Timeout: 30 * time.Second, Memory: 256, Queue: prefix + "-" + Webhook, BatchSize: 10},
-			{Name: "scheduler", Timeout: time.Minute, Memory: 256},
+			// event source runs up to their total (SizedFor), unreserved.
+			{Name: "executor", Timeout: executorTimeout, Memory: 512, TmpSize: 4096, Queue: prefix + "-" + Work, BatchSize: 4, MaxConcurrency: MaxExecutorConcurrency},
+			{Name: "deadletter", Timeout: time.Minute, Memory: 256, Queue: prefix + "-" + Work + "-dlq", BatchSize: 1, MaxConcurrency: minSQSConcurrency, Reserved: minSQSConcurrency},
+			{Name: "finalizer", Timeout: 5 * time.Minute, Memory: 512, Queue: prefix + "-" + Finalize, BatchSize: 1, MaxConcurrency: 20, Reserved: 20},
+			// Up to 100 attempts at once, each cut at webhook.DefaultTimeout;
+			// a receiver that keeps failing is skipped (its circuit).
+			{Name: "webhook", Timeout: 30 * time.Second, Memory: 256, Queue: prefix + "-" + Webhook, BatchSize: 10, MaxConcurrency: 10, Reserved: 10},
+			{Name: "scheduler", Timeout: time.Minute, Memory: 256, Reserved: 10},
 		},
 		// 30 days of an output file's life (output_expires_after at most,
 		// or the default) from its creation, which comes up to a batch's
@@ -161,4 +174,41 @@ func (s Set) Function(name string) Function {
 		}
 	}
 	panic("resources: no function " + name)
+}
+
+// Concurrency budget (docs/architecture.md "Concurrency"). An account has
+// AccountConcurrency Lambda executions per region by default, shared by
+// every function in it; Lambda keeps unreservedMinimum of them unreserved.
+// Every function but the executor reserves what it may use, so neither an
+// executor fleet nor a flood of API requests can starve the others; the
+// reservations add up to well under the account's limit, and the executor,
+// unreserved, stops at MaxExecutorConcurrency, within what they leave.
+const (
+	AccountConcurrency     = 1000
+	MaxExecutorConcurrency = 500
+	unreservedMinimum      = 100
+	// minSQSConcurrency is the smallest maximum an SQS event source takes.
+	minSQSConcurrency = 2
+)
+
+// ReservedConcurrency is the reservations of all the functions.
+func (s Set) ReservedConcurrency() int {
+	n := 0
+	for _, f := range s.Functions {
+		n += f.Reserved
+	}
+	return n
+}
+
+// SizedFor is s with the executor's maximum concurrency sized for models
+// whose max_concurrency add up to slots (0: unknown, MaxExecutorConcurrency).
+func (s Set) SizedFor(slots int) Set {
+	fns := slices.Clone(s.Functions)
+	for i, f := range fns {
+		if f.Name == "executor" && slots > 0 {
+			fns[i].MaxConcurrency = min(max(slots, minSQSConcurrency), MaxExecutorConcurrency)
+		}
+	}
+	s.Functions = fns
+	return s
 }
