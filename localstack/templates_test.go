@@ -549,3 +549,71 @@ func TestTemplateSurvivesRestart(t *testing.T) {
 		t.Fatalf("one minute passed, got %d runs", len(runs))
 	}
 }
+
+// A tenant's template N+1 is refused with 400 too_many_templates, before
+// anything is written for it (its input keeps its expiry, no schedule is
+// made); a retried create of a template it has still gets it, another
+// tenant has its own allowance, and a cancel frees a slot.
+func TestTemplateLimitPerTenant(t *testing.T) {
+	t.Parallel()
+	const max = 2
+	rt := runtime(t, func(o *localrun.Options) { o.Env.MaxTemplates = max })
+	ctx := context.Background()
+	c, key := client(t, rt, "acme")
+	f := upload(t, c, "in.jsonl", jsonlRows(nRows(1, "x")))
+	spare := upload(t, c, "spare.jsonl", jsonlRows(nRows(1, "y")))
+	req := func(file string) map[string]any {
+		return map[string]any{"input_file_id": file, "endpoint": "/v1/chat/completions", "schedule": "0 3 * * *"}
+	}
+	var tpls []apiBatch
+	for i := range max {
+		status, body := postBatch(t, rt, key, req(f.ID), "Idempotency-Key", fmt.Sprintf("tpl-%d", i))
+		if status != 200 {
+			t.Fatalf("template %d: %d %s", i+1, status, body)
+		}
+		tpls = append(tpls, decodeBatch(t, body))
+	}
+	schedules := func() int {
+		out, err := rt.App.Scheduler.ListSchedules(ctx, &scheduler.ListSchedulesInput{GroupName: aws.String(rt.App.Resources.ScheduleGroup)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(out.Schedules)
+	}
+
+	status, body := postBatch(t, rt, key, req(spare.ID))
+	var e struct {
+		Error struct{ Type, Code, Param, Message string }
+	}
+	json.Unmarshal(body, &e)
+	if status != 400 || e.Error.Code != "too_many_templates" || e.Error.Param != "schedule" || !strings.Contains(e.Error.Message, "2 scheduled templates") {
+		t.Fatalf("template %d: got %d %s, want 400 too_many_templates", max+1, status, body)
+	}
+	if n := schedules(); n != max {
+		t.Fatalf("%d schedules after a refused template, want %d", n, max)
+	}
+	if got, err := c.Files.Get(ctx, spare.ID); err != nil || got.ExpiresAt == 0 {
+		t.Fatalf("the refused template's input: expires_at %v, %v; want it kept", got.ExpiresAt, err)
+	}
+	// A retried create gets its template at the limit.
+	if status, body := postBatch(t, rt, key, req(f.ID), "Idempotency-Key", "tpl-0"); status != 200 || decodeBatch(t, body).ID != tpls[0].ID {
+		t.Fatalf("retried create at the limit: %d %s, want %s", status, body, tpls[0].ID)
+	}
+	// Another tenant has its own allowance.
+	oc, okey := client(t, rt, "globex")
+	if status, body := postBatch(t, rt, okey, req(upload(t, oc, "o.jsonl", jsonlRows(nRows(1, "z"))).ID)); status != 200 {
+		t.Fatalf("another tenant's template: %d %s", status, body)
+	}
+	// A cancelled template gives its slot back, once.
+	for i := range 2 {
+		if _, err := c.Batches.Cancel(ctx, tpls[0].ID); err != nil && i == 0 {
+			t.Fatalf("cancel template: %v", err)
+		}
+	}
+	if status, body := postBatch(t, rt, key, req(spare.ID)); status != 200 {
+		t.Fatalf("template after a cancel: %d %s", status, body)
+	}
+	if status, body := postBatch(t, rt, key, req(spare.ID)); status != 400 {
+		t.Fatalf("template past the limit again: %d %s, want 400", status, body)
+	}
+}

@@ -74,7 +74,10 @@ func (s *Service) checkInflight(ctx context.Context, tenant string, req CreateRe
 // first batch instead) is given back at once. At the limit, a retried
 // create still gets the batch its Idempotency-Key made the first time.
 func (s *Service) createCounted(ctx context.Context, b batch.Batch, idem store.IdemKey) (batch.Batch, bool, error) {
-	if s.MaxInflight <= 0 || b.Status == batch.Scheduled {
+	if b.Status == batch.Scheduled {
+		return s.createTemplateCounted(ctx, b, idem)
+	}
+	if s.MaxInflight <= 0 {
 		return s.Store.CreateBatch(ctx, b, idem)
 	}
 	err := s.Store.ReserveInflight(ctx, b.Tenant, b.ID, s.MaxInflight, s.Now())
@@ -143,7 +146,16 @@ func recordHolding(ctx context.Context, st holdingStore, log *slog.Logger, b bat
 // without giving theirs back, or were never recorded, and returns how many
 // it freed.
 func (s *Service) repairInflight(ctx context.Context, tenant string) (int, error) {
-	ms, err := s.Store.InflightMarkers(ctx, tenant)
+	return s.repair(ctx, tenant, s.Store.InflightMarkers, s.Store.ReleaseInflight)
+}
+
+// repair releases, with release, the slots among markers of tenant's
+// batches or templates that ended or were never recorded (leftBehind), and
+// returns how many it freed.
+func (s *Service) repair(ctx context.Context, tenant string,
+	markers func(ctx context.Context, tenant string) ([]store.InflightMarker, error),
+	release func(ctx context.Context, tenant, id string) (bool, error)) (int, error) {
+	ms, err := markers(ctx, tenant)
 	if err != nil {
 		return 0, err
 	}
@@ -157,13 +169,13 @@ func (s *Service) repairInflight(ctx context.Context, tenant string) (int, error
 		if !leftBehind(m, b, err == nil, now) {
 			continue
 		}
-		ok, err := s.Store.ReleaseInflight(ctx, tenant, m.Batch)
+		ok, err := release(ctx, tenant, m.Batch)
 		if err != nil {
 			return freed, err
 		}
 		if ok {
 			freed++
-			s.Log.WarnContext(ctx, "released a left-behind in-flight slot", "tenant", tenant, "batch_id", m.Batch)
+			s.Log.WarnContext(ctx, "released a left-behind slot", "tenant", tenant, "batch_id", m.Batch)
 		}
 	}
 	return freed, nil
@@ -196,9 +208,90 @@ func (s *Service) Terminal(ctx context.Context, b batch.Batch) error {
 // one: the release deletes the batch's marker, so it happens once however
 // often a terminal state is reported.
 func (s *Service) ReleaseInflight(ctx context.Context, b batch.Batch) error {
-	if s.MaxInflight <= 0 || !b.Status.Terminal() || b.Schedule != nil {
+	if b.Schedule != nil {
+		return s.releaseTemplate(ctx, b)
+	}
+	if s.MaxInflight <= 0 || !b.Status.Terminal() {
 		return nil
 	}
 	_, err := s.Store.ReleaseInflight(ctx, b.Tenant, b.ID)
+	return err
+}
+
+// Templates per tenant (Service.MaxTemplates, RELAY_MAX_TEMPLATES;
+// docs/api.md "Limits"): each scheduled template is an EventBridge
+// Scheduler schedule, which the account's quota bounds for every tenant
+// together. They are counted as batches in flight are, in a pool of their
+// own (store.ReserveTemplate): a template holds a slot from its create to
+// its cancel, and a slot left behind by a crash is repaired by the next
+// create at the limit.
+
+// CodeTooManyTemplates refuses a template past a tenant's MaxTemplates.
+const CodeTooManyTemplates = "too_many_templates"
+
+func (s *Service) templatesLimited() error {
+	return errs.E(errs.Invalid, CodeTooManyTemplates, "schedule",
+		"this organization already has %d scheduled templates, the most allowed: cancel one before creating another", s.MaxTemplates)
+}
+
+// checkTemplates refuses a template early, before anything is written for
+// it, when the tenant is at the limit; the slot is taken when the template
+// is recorded (createTemplateCounted).
+func (s *Service) checkTemplates(ctx context.Context, tenant string) error {
+	if s.MaxTemplates <= 0 {
+		return nil
+	}
+	n, err := s.Store.Templates(ctx, tenant)
+	if err != nil || n < s.MaxTemplates {
+		return err
+	}
+	if freed, err := s.repairTemplates(ctx, tenant); err != nil || freed > 0 {
+		return err
+	}
+	return s.templatesLimited()
+}
+
+// createTemplateCounted records template b holding one of its tenant's
+// template slots, as createCounted does a batch with an in-flight slot.
+func (s *Service) createTemplateCounted(ctx context.Context, b batch.Batch, idem store.IdemKey) (batch.Batch, bool, error) {
+	if s.MaxTemplates <= 0 {
+		return s.Store.CreateBatch(ctx, b, idem)
+	}
+	err := s.Store.ReserveTemplate(ctx, b.Tenant, b.ID, s.MaxTemplates, s.Now())
+	if errors.Is(err, store.ErrTemplateLimit) {
+		if freed, rerr := s.repairTemplates(ctx, b.Tenant); rerr == nil && freed > 0 {
+			err = s.Store.ReserveTemplate(ctx, b.Tenant, b.ID, s.MaxTemplates, s.Now())
+		}
+	}
+	if errors.Is(err, store.ErrTemplateLimit) {
+		if first, ok, rerr := s.Repeat(ctx, b.Tenant, idem); rerr != nil || ok {
+			return first, false, rerr
+		}
+		return batch.Batch{}, false, s.templatesLimited()
+	}
+	if err != nil {
+		return batch.Batch{}, false, err
+	}
+	return recordHolding(ctx, templateHolding{s.Store}, s.Log, b, idem)
+}
+
+// templateHolding is the table as recordHolding sees it for a template:
+// the slot it gives back is a template's.
+type templateHolding struct{ Store }
+
+func (t templateHolding) ReleaseInflight(ctx context.Context, tenant, id string) (bool, error) {
+	return t.Store.ReleaseTemplate(ctx, tenant, id)
+}
+
+func (s *Service) repairTemplates(ctx context.Context, tenant string) (int, error) {
+	return s.repair(ctx, tenant, s.Store.TemplateMarkers, s.Store.ReleaseTemplate)
+}
+
+// releaseTemplate gives back a cancelled template's slot, once.
+func (s *Service) releaseTemplate(ctx context.Context, b batch.Batch) error {
+	if s.MaxTemplates <= 0 || !b.Status.Terminal() {
+		return nil
+	}
+	_, err := s.Store.ReleaseTemplate(ctx, b.Tenant, b.ID)
 	return err
 }

@@ -60,6 +60,9 @@ type Service struct {
 	// MaxInflight caps each tenant's batches that have not ended
 	// (RELAY_MAX_INFLIGHT_BATCHES, limits.go); 0 is no cap.
 	MaxInflight int
+	// MaxTemplates caps each tenant's scheduled templates
+	// (RELAY_MAX_TEMPLATES, limits.go); 0 is no cap.
+	MaxTemplates int
 	// Webhooks is the policy webhook_url is checked against at create: the
 	// deliveries' (app.New gives both the same client).
 	Webhooks egress.Policy
@@ -94,6 +97,10 @@ type Store interface {
 	Inflight(ctx context.Context, tenant string) (int, error)
 	InflightMarkers(ctx context.Context, tenant string) ([]store.InflightMarker, error)
 	ReserveInflight(ctx context.Context, tenant, batchID string, max int, now time.Time) error
+	Templates(ctx context.Context, tenant string) (int, error)
+	TemplateMarkers(ctx context.Context, tenant string) ([]store.InflightMarker, error)
+	ReserveTemplate(ctx context.Context, tenant, templateID string, max int, now time.Time) error
+	ReleaseTemplate(ctx context.Context, tenant, templateID string) (bool, error)
 	KeyByID(ctx context.Context, id string) (apikey.Key, error)
 	Usage(ctx context.Context, tenant, from, to string) ([]store.UsageRow, error)
 	// internal/anthropic's delete of a Message Batch.

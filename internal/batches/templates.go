@@ -46,6 +46,9 @@ func (s *Service) createTemplate(ctx context.Context, b batch.Batch, spec schedu
 	if s.Schedules == nil {
 		return batch.Batch{}, errors.New("create template: no schedule manager configured")
 	}
+	if err := s.checkTemplates(ctx, b.Tenant); err != nil {
+		return batch.Batch{}, err
+	}
 	b.Status = batch.Scheduled
 	b.Schedule, b.ScheduleTimezone = &spec.Cron, &spec.Timezone
 	b.ExpiresAt = nil // each run has its own window
@@ -108,8 +111,9 @@ func (s *Service) cancelTemplate(ctx context.Context, tenant, id string, why ...
 	// The template is cancelled whatever happens to its webhook; a failure
 	// to queue it is logged, not returned, since a retried cancel finds
 	// nothing left to do.
-	// A template holds no in-flight slot (createCounted): its Terminal
-	// gives back its hold on its input file and queues the webhook.
+	// A template holds a template slot, no in-flight one (createCounted):
+	// its Terminal gives back the slot and its hold on its input file,
+	// and queues the webhook.
 	if err := s.Terminal(ctx, b); err != nil {
 		s.Log.ErrorContext(ctx, "queue webhook of cancelled template", "batch_id", id, "tenant", tenant, "err", err)
 	}

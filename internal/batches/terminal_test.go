@@ -62,6 +62,20 @@ func (*releaseTable) InflightMarkers(context.Context, string) ([]store.InflightM
 func (*releaseTable) ReserveInflight(context.Context, string, string, int, time.Time) error {
 	return errNotInFake
 }
+func (*releaseTable) Templates(context.Context, string) (int, error) { return 0, errNotInFake }
+func (*releaseTable) TemplateMarkers(context.Context, string) ([]store.InflightMarker, error) {
+	return nil, errNotInFake
+}
+func (*releaseTable) ReserveTemplate(context.Context, string, string, int, time.Time) error {
+	return errNotInFake
+}
+func (f *releaseTable) ReleaseTemplate(_ context.Context, _, id string) (bool, error) {
+	if f.err != nil {
+		return false, f.err
+	}
+	f.released = append(f.released, "template "+id)
+	return true, nil
+}
 func (*releaseTable) KeyByID(context.Context, string) (apikey.Key, error) {
 	return apikey.Key{}, errNotInFake
 }

@@ -271,6 +271,9 @@ func ModelsPath() string {
 const (
 	DefaultRateLimit   = 50
 	DefaultMaxInflight = 100
+	// DefaultMaxTemplates keeps a tenant's schedules a small share of
+	// EventBridge Scheduler's per-account quota.
+	DefaultMaxTemplates = 100
 )
 
 // Env is what every function reads from its environment.
@@ -293,6 +296,9 @@ type Env struct {
 	// either off.
 	RateLimit   int
 	MaxInflight int
+	// MaxTemplates (RELAY_MAX_TEMPLATES) is the scheduled templates a
+	// tenant may have, default 100; 0 turns it off.
+	MaxTemplates int
 	// S3PathStyle (RELAY_S3_PATH_STYLE) addresses buckets by path, which
 	// emulators on a loopback endpoint need.
 	S3PathStyle bool
@@ -325,11 +331,12 @@ func FromVars(getenv func(string) string) (Env, error) {
 		return def
 	}
 	e := Env{
-		Prefix:      or("RELAY_PREFIX", "relay"),
-		ModelsPath:  or("RELAY_CONFIG", "relay.yaml"),
-		ChunkRows:   512,
-		RateLimit:   DefaultRateLimit,
-		MaxInflight: DefaultMaxInflight,
+		Prefix:       or("RELAY_PREFIX", "relay"),
+		ModelsPath:   or("RELAY_CONFIG", "relay.yaml"),
+		ChunkRows:    512,
+		RateLimit:    DefaultRateLimit,
+		MaxInflight:  DefaultMaxInflight,
+		MaxTemplates: DefaultMaxTemplates,
 	}
 	if v := getenv("RELAY_LEASE"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -354,6 +361,7 @@ func FromVars(getenv func(string) string) (Env, error) {
 	for name, dst := range map[string]*int{
 		"RELAY_RATE_LIMIT":           &e.RateLimit,
 		"RELAY_MAX_INFLIGHT_BATCHES": &e.MaxInflight,
+		"RELAY_MAX_TEMPLATES":        &e.MaxTemplates,
 	} {
 		if v := getenv(name); v != "" {
 			n, err := strconv.Atoi(v)

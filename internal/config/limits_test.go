@@ -32,3 +32,21 @@ func TestLimitsFromEnv(t *testing.T) {
 		}
 	}
 }
+
+func TestMaxTemplatesFromEnv(t *testing.T) {
+	for _, tt := range []struct {
+		v       string
+		want    int
+		wantErr bool
+	}{{"", DefaultMaxTemplates, false}, {"5", 5, false}, {"0", 0, false}, {"-2", 0, true}} {
+		e, err := FromVars(func(k string) string {
+			if k == "RELAY_MAX_TEMPLATES" {
+				return tt.v
+			}
+			return ""
+		})
+		if (err != nil) != tt.wantErr || err == nil && e.MaxTemplates != tt.want {
+			t.Errorf("RELAY_MAX_TEMPLATES=%q: got %d, %v; want %d (error %v)", tt.v, e.MaxTemplates, err, tt.want, tt.wantErr)
+		}
+	}
+}

@@ -72,50 +72,68 @@ type InflightMarker struct {
 
 // inflightMarkerItem is the marker of batchID's slot, taken at now.
 func inflightMarkerItem(tenant, batchID string, now time.Time) item {
-	marker := key(tenantPK(tenant), inflightPrefix+batchID)
-	marker["batch_id"] = avS(batchID)
+	return inflightPool.markerItem(tenant, batchID, now)
+}
+
+// slotPool is a per-tenant count of holders with a limit: a counter item
+// and one marker item per holder (InflightMarker), changed together.
+type slotPool struct {
+	counterSK, markerPrefix, attr string
+	full                          error // what a reserve past the limit returns
+	what                          string
+}
+
+var (
+	inflightPool = slotPool{inflightSK, inflightPrefix, "inflight", ErrInflightLimit, "in-flight slot"}
+	templatePool = slotPool{templatesSK, templatePrefix, "templates", ErrTemplateLimit, "template slot"}
+)
+
+// markerItem is the marker of id's slot, taken at now.
+func (p slotPool) markerItem(tenant, id string, now time.Time) item {
+	marker := key(tenantPK(tenant), p.markerPrefix+id)
+	marker["batch_id"] = avS(id)
 	marker["created_at"] = avN64(now.Unix())
 	return marker
 }
 
-// ReserveInflight takes one of tenant's in-flight slots for batchID, unless
-// max are taken (ErrInflightLimit).
-func (s *Store) ReserveInflight(ctx context.Context, tenant, batchID string, max int, now time.Time) error {
-	marker := inflightMarkerItem(tenant, batchID, now)
+// reserve takes one of tenant's slots for id, unless max are taken (p.full).
+func (s *Store) reserve(ctx context.Context, p slotPool, tenant, id string, max int, now time.Time) error {
 	_, err := s.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
 		{Update: &types.Update{
 			TableName:                 &s.Table,
-			Key:                       key(tenantPK(tenant), inflightSK),
-			UpdateExpression:          aws.String("ADD inflight :one"),
-			ConditionExpression:       aws.String("attribute_not_exists(inflight) OR inflight < :max"),
+			Key:                       key(tenantPK(tenant), p.counterSK),
+			UpdateExpression:          aws.String("ADD #n :one"),
+			ConditionExpression:       aws.String("attribute_not_exists(#n) OR #n < :max"),
+			ExpressionAttributeNames:  map[string]string{"#n": p.attr},
 			ExpressionAttributeValues: item{":one": avN(1), ":max": avN(max)},
 		}},
-		{Put: &types.Put{TableName: &s.Table, Item: marker, ConditionExpression: aws.String("attribute_not_exists(pk)")}},
+		{Put: &types.Put{TableName: &s.Table, Item: p.markerItem(tenant, id, now), ConditionExpression: aws.String("attribute_not_exists(pk)")}},
 	}})
 	var tc *types.TransactionCanceledException
 	if errors.As(err, &tc) && len(tc.CancellationReasons) > 0 && aws.ToString(tc.CancellationReasons[0].Code) == "ConditionalCheckFailed" {
-		return ErrInflightLimit
+		return p.full
 	}
 	if err != nil {
-		return fmt.Errorf("reserve in-flight slot of %s for %s: %w", tenant, batchID, err)
+		return fmt.Errorf("reserve %s of %s for %s: %w", p.what, tenant, id, err)
 	}
 	return nil
 }
 
-// ReleaseInflight gives back batchID's slot and reports whether this call
-// did: a batch that holds none (never counted, or given back already)
-// changes nothing, so any number of calls decrement at most once.
-func (s *Store) ReleaseInflight(ctx context.Context, tenant, batchID string) (bool, error) {
+// release gives back id's slot and reports whether this call did: an id
+// that holds none (never counted, or given back already) changes nothing,
+// so any number of calls decrement at most once.
+func (s *Store) release(ctx context.Context, p slotPool, tenant, id string) (bool, error) {
 	_, err := s.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
 		{Delete: &types.Delete{
 			TableName:           &s.Table,
-			Key:                 key(tenantPK(tenant), inflightPrefix+batchID),
+			Key:                 key(tenantPK(tenant), p.markerPrefix+id),
 			ConditionExpression: aws.String("attribute_exists(pk)"),
 		}},
 		{Update: &types.Update{
 			TableName:                 &s.Table,
-			Key:                       key(tenantPK(tenant), inflightSK),
-			UpdateExpression:          aws.String("ADD inflight :minus"),
+			Key:                       key(tenantPK(tenant), p.counterSK),
+			UpdateExpression:          aws.String("ADD #n :minus"),
+			ExpressionAttributeNames:  map[string]string{"#n": p.attr},
 			ExpressionAttributeValues: item{":minus": avN(-1)},
 		}},
 	}})
@@ -124,9 +142,47 @@ func (s *Store) ReleaseInflight(ctx context.Context, tenant, batchID string) (bo
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("release in-flight slot of %s for %s: %w", tenant, batchID, err)
+		return false, fmt.Errorf("release %s of %s for %s: %w", p.what, tenant, id, err)
 	}
 	return true, nil
+}
+
+// markers lists the holders of tenant's slots.
+func (s *Store) markers(ctx context.Context, p slotPool, tenant string) ([]InflightMarker, error) {
+	var ms []InflightMarker
+	_, err := s.page(ctx, tenantPK(tenant), p.markerPrefix, "", true, 1<<30, nil, func(it item) error {
+		var m InflightMarker
+		if err := attributevalue.UnmarshalMap(it, &m); err != nil {
+			return err
+		}
+		ms = append(ms, m)
+		return nil
+	})
+	return ms, err
+}
+
+// held returns how many of tenant's slots are taken.
+func (s *Store) held(ctx context.Context, p slotPool, tenant string) (int, error) {
+	var v map[string]any // the keys are strings, the count a number
+	_, err := s.get(ctx, tenantPK(tenant), p.counterSK, &v)
+	if errors.Is(err, errMissing) {
+		return 0, nil
+	}
+	n, _ := v[p.attr].(float64)
+	return int(n), err
+}
+
+// ReserveInflight takes one of tenant's in-flight slots for batchID, unless
+// max are taken (ErrInflightLimit).
+func (s *Store) ReserveInflight(ctx context.Context, tenant, batchID string, max int, now time.Time) error {
+	return s.reserve(ctx, inflightPool, tenant, batchID, max, now)
+}
+
+// ReleaseInflight gives back batchID's slot and reports whether this call
+// did: a batch that holds none (never counted, or given back already)
+// changes nothing, so any number of calls decrement at most once.
+func (s *Store) ReleaseInflight(ctx context.Context, tenant, batchID string) (bool, error) {
+	return s.release(ctx, inflightPool, tenant, batchID)
 }
 
 // IdempotentBatch returns what tenant's idempotency key (IdemKey.Key) made,
@@ -142,26 +198,45 @@ func (s *Store) IdempotentBatch(ctx context.Context, tenant, idemKey string) (Id
 
 // InflightMarkers lists the batches holding tenant's in-flight slots.
 func (s *Store) InflightMarkers(ctx context.Context, tenant string) ([]InflightMarker, error) {
-	var ms []InflightMarker
-	_, err := s.page(ctx, tenantPK(tenant), inflightPrefix, "", true, 1<<30, nil, func(it item) error {
-		var m InflightMarker
-		if err := attributevalue.UnmarshalMap(it, &m); err != nil {
-			return err
-		}
-		ms = append(ms, m)
-		return nil
-	})
-	return ms, err
+	return s.markers(ctx, inflightPool, tenant)
 }
 
 // Inflight returns how many in-flight slots tenant holds.
 func (s *Store) Inflight(ctx context.Context, tenant string) (int, error) {
-	var v struct {
-		Inflight int `dynamodbav:"inflight"`
-	}
-	_, err := s.get(ctx, tenantPK(tenant), inflightSK, &v)
-	if errors.Is(err, errMissing) {
-		return 0, nil
-	}
-	return v.Inflight, err
+	return s.held(ctx, inflightPool, tenant)
+}
+
+// Templates per tenant (docs/api.md "Limits") are counted as batches in
+// flight are, in a pool of their own:
+//
+//	templates                 T#<tenant>         TEMPLATES           templates (ADD, conditional on < max)
+//	one counted template      T#<tenant>         TEMPLATE#<batch>    created_at; deleted with the decrement
+const (
+	templatesSK    = "TEMPLATES"
+	templatePrefix = "TEMPLATE#"
+)
+
+// ErrTemplateLimit means a tenant already has the most templates.
+var ErrTemplateLimit = errors.New("store: too many templates")
+
+// ReserveTemplate takes one of tenant's template slots for templateID,
+// unless max are taken (ErrTemplateLimit).
+func (s *Store) ReserveTemplate(ctx context.Context, tenant, templateID string, max int, now time.Time) error {
+	return s.reserve(ctx, templatePool, tenant, templateID, max, now)
+}
+
+// ReleaseTemplate gives back templateID's slot and reports whether this
+// call did (once, however often it is called).
+func (s *Store) ReleaseTemplate(ctx context.Context, tenant, templateID string) (bool, error) {
+	return s.release(ctx, templatePool, tenant, templateID)
+}
+
+// TemplateMarkers lists the templates holding tenant's template slots.
+func (s *Store) TemplateMarkers(ctx context.Context, tenant string) ([]InflightMarker, error) {
+	return s.markers(ctx, templatePool, tenant)
+}
+
+// Templates returns how many template slots tenant holds.
+func (s *Store) Templates(ctx context.Context, tenant string) (int, error) {
+	return s.held(ctx, templatePool, tenant)
 }

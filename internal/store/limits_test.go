@@ -1,0 +1,71 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+// A tenant's templates are counted apart from its batches in flight: the
+// template pool refuses the (max+1)-th, even when the creates race, gives
+// a slot back once however often it is released, and leaves the in-flight
+// pool alone.
+func TestTemplateSlots(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := emulatorStore(t)
+	now := time.Now()
+	const max = 3
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		taken   int
+		refused int
+	)
+	for i := range 6 {
+		wg.Go(func() {
+			err := s.ReserveTemplate(ctx, "acme", "batch_t"+string(rune('a'+i)), max, now)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				taken++
+			case errors.Is(err, ErrTemplateLimit):
+				refused++
+			default:
+				t.Errorf("reserve: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if taken != max || refused != 6-max {
+		t.Fatalf("6 racing reserves of %d slots: %d taken, %d refused", max, taken, refused)
+	}
+	if n, err := s.Templates(ctx, "acme"); err != nil || n != max {
+		t.Fatalf("Templates = %d, %v; want %d", n, err, max)
+	}
+	if n, err := s.Inflight(ctx, "acme"); err != nil || n != 0 {
+		t.Fatalf("Inflight = %d, %v; want the in-flight pool untouched", n, err)
+	}
+	ms, err := s.TemplateMarkers(ctx, "acme")
+	if err != nil || len(ms) != max {
+		t.Fatalf("TemplateMarkers = %+v, %v", ms, err)
+	}
+	for i := range 3 {
+		ok, err := s.ReleaseTemplate(ctx, "acme", ms[0].Batch)
+		if err != nil || ok != (i == 0) {
+			t.Fatalf("release %d of %s: %v, %v; want only the first to give the slot back", i+1, ms[0].Batch, ok, err)
+		}
+	}
+	if n, err := s.Templates(ctx, "acme"); err != nil || n != max-1 {
+		t.Fatalf("after a release: Templates = %d, %v; want %d", n, err, max-1)
+	}
+	if err := s.ReserveTemplate(ctx, "acme", "batch_tz", max, now); err != nil {
+		t.Fatalf("reserve after a release: %v", err)
+	}
+	if err := s.ReserveTemplate(ctx, "globex", "batch_g", max, now); err != nil {
+		t.Fatalf("another tenant: %v", err)
+	}
+}
