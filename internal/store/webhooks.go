@@ -62,3 +62,40 @@ func (s *Store) UpdateWebhookDeliveries(ctx context.Context, batchID string, fn 
 	}
 	return update(ctx, s, chunksPK(batchID), webhookSK, nil, fn)
 }
+
+// A receiver's circuit (webhook.Circuit) is one item, HOOK#<receiver> /
+// CIRCUIT, shared by every delivery to it, whatever its batch or tenant,
+// and updated conditionally on its version (update): concurrent attempts
+// on any number of functions count each failure once and admit one probe.
+// It expires circuitTTL after its last change.
+const (
+	circuitSK  = "CIRCUIT"
+	circuitTTL = 48 * time.Hour
+)
+
+func circuitPK(receiver string) string { return "HOOK#" + receiver }
+
+// GetCircuit reads receiver's circuit; one never written is closed.
+func (s *Store) GetCircuit(ctx context.Context, receiver string) (webhook.Circuit, error) {
+	var c webhook.Circuit
+	_, err := s.get(ctx, circuitPK(receiver), circuitSK, &c)
+	if errors.Is(err, errMissing) {
+		return webhook.Circuit{Receiver: receiver}, nil
+	}
+	return c, err
+}
+
+// UpdateCircuit changes receiver's circuit through fn, creating it first
+// if needed, conditional on no concurrent write; an error from fn writes
+// nothing and is returned.
+func (s *Store) UpdateCircuit(ctx context.Context, receiver string, fn func(*webhook.Circuit) error) (webhook.Circuit, error) {
+	ttl := func(*webhook.Circuit) item { return item{"ttl": avN64(time.Now().Add(circuitTTL).Unix())} }
+	c, err := update(ctx, s, circuitPK(receiver), circuitSK, ttl, fn)
+	if !errors.Is(err, errMissing) {
+		return c, err
+	}
+	if err := s.put(ctx, circuitPK(receiver), circuitSK, webhook.Circuit{Receiver: receiver}, nil, true); err != nil && !errors.Is(err, errConflict) {
+		return c, err
+	}
+	return update(ctx, s, circuitPK(receiver), circuitSK, ttl, fn)
+}

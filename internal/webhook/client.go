@@ -17,8 +17,8 @@ import (
 
 // Per-attempt limits.
 const (
-	DefaultTimeout = 10 * time.Second // docs/api.md "Webhooks"
-	maxBody        = 64 << 10         // a receiver's answer is drained, never kept; cap what it can make us read
+	DefaultTimeout = 5 * time.Second // docs/api.md "Webhooks"
+	maxBody        = 64 << 10        // a receiver's answer is drained, never kept; cap what it can make us read
 	userAgent      = "relay-batch-webhooks/1"
 )
 

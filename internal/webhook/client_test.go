@@ -386,3 +386,16 @@ func TestDeliverFailures(t *testing.T) {
 		})
 	}
 }
+
+// A receiver that never answers holds an attempt (and a webhook function)
+// at most 5 s by default (docs/api.md "Webhooks"), not the 10 s it once did.
+func TestDeliverDefaultTimeout(t *testing.T) {
+	t.Parallel()
+	rcv := newReceiver(t, func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	c := NewClient(egress.Policy{AllowPrivate: true, AllowHTTP: true})
+	start := time.Now()
+	a := c.Deliver(context.Background(), rcv.URL, newSecret(t), newEvent(t, "batch_slow"), 1)
+	if took := time.Since(start); a.Delivered() || a.Permanent || !strings.Contains(a.Error, "no answer within 5s") || took > 7*time.Second {
+		t.Fatalf("attempt %+v after %s, want no answer within 5s", a, took)
+	}
+}

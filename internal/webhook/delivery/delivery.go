@@ -14,6 +14,7 @@
 package delivery
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -51,6 +52,11 @@ type Service struct {
 	// RetryFor is how long after the first attempt retries go on; zero
 	// means webhook.GiveUp's 24 hours.
 	RetryFor time.Duration
+	// CircuitThreshold and CircuitCooldown set each receiver's circuit
+	// (webhook.Circuit); zero means webhook.CircuitThreshold and
+	// webhook.CircuitCooldown.
+	CircuitThreshold int
+	CircuitCooldown  time.Duration
 }
 
 // Store holds the batches' delivery records and the tenants' signing
@@ -59,6 +65,8 @@ type Store interface {
 	auth.Secrets
 	GetWebhookDeliveries(ctx context.Context, batchID string) (store.WebhookDeliveries, error)
 	UpdateWebhookDeliveries(ctx context.Context, batchID string, fn func(*store.WebhookDeliveries) error) (store.WebhookDeliveries, error)
+	GetCircuit(ctx context.Context, receiver string) (webhook.Circuit, error)
+	UpdateCircuit(ctx context.Context, receiver string, fn func(*webhook.Circuit) error) (webhook.Circuit, error)
 }
 
 // Queue sends the attempts' messages (internal/queue).
@@ -94,6 +102,34 @@ func (s *Service) giveUp(first, now time.Time) bool {
 	return webhook.GiveUp(first, now)
 }
 
+// horizon is when a webhook first attempted at first is given up.
+func (s *Service) horizon(first time.Time) time.Time {
+	if s.RetryFor > 0 {
+		return first.Add(s.RetryFor)
+	}
+	return webhook.Horizon(first)
+}
+
+func (s *Service) circuitThreshold() int {
+	if s.CircuitThreshold > 0 {
+		return s.CircuitThreshold
+	}
+	return webhook.CircuitThreshold
+}
+
+func (s *Service) circuitCooldown() time.Duration {
+	if s.CircuitCooldown > 0 {
+		return s.CircuitCooldown
+	}
+	return webhook.CircuitCooldown
+}
+
+// probeWindow is how long a probe keeps the other deliveries to its
+// receiver waiting: its attempt's timeout, and a margin for the rest.
+func (s *Service) probeWindow() time.Duration {
+	return cmp.Or(s.client().Timeout, webhook.DefaultTimeout) + 5*time.Second
+}
+
 // message is what travels on the webhook queue: one attempt.
 type message struct {
 	Tenant string        `json:"tenant"`
@@ -110,6 +146,13 @@ type message struct {
 // errDuplicate stops the record of an attempt a duplicate message recorded
 // first.
 var errDuplicate = errors.New("delivery: attempt already recorded")
+
+// errNotAdmitted and errUnchanged stop a circuit's update with nothing to
+// write.
+var (
+	errNotAdmitted = errors.New("delivery: the receiver's circuit is open")
+	errUnchanged   = errors.New("delivery: circuit unchanged")
+)
 
 // Enqueue queues the completion event of a terminal batch that has a
 // webhook_url (batches.Service.Terminal calls it).
@@ -196,12 +239,21 @@ func (s *Service) deliver(ctx context.Context, m message, redelivered bool) erro
 	if wait := time.UnixMilli(m.NotBefore).Sub(now); m.NotBefore > 0 && wait > 0 {
 		return s.Queue.Send(ctx, resources.Webhook, m, queue.Delay(wait))
 	}
+	receiver := webhook.Receiver(m.URL)
+	circuit, admitted, retryAt, err := s.admit(ctx, receiver, now)
+	if err != nil {
+		return err
+	}
+	if !admitted {
+		return s.snooze(ctx, m, d, retryAt, now)
+	}
 	secret, err := auth.WebhookSecret(ctx, s.Store, m.Tenant)
 	if err != nil {
 		return fmt.Errorf("webhook secret of %s: %w", m.Tenant, err)
 	}
 	a := s.client().Deliver(ctx, m.URL, secret, m.Event, m.Attempt)
 	done := time.Now()
+	s.recordCircuit(ctx, circuit, a, done)
 	d, err = s.Store.UpdateWebhookDeliveries(ctx, m.Batch, func(d *store.WebhookDeliveries) error {
 		if d.Delivered || d.GaveUp || d.Count >= m.Attempt {
 			return errDuplicate // a duplicate of this attempt got here first
@@ -239,6 +291,103 @@ func (s *Service) deliver(ctx context.Context, m message, redelivered bool) erro
 	}
 	log.InfoContext(ctx, "webhook attempt failed", "status_code", a.StatusCode, "err", a.Error)
 	return s.queueNextAttempt(ctx, m, done)
+}
+
+// admit asks receiver's circuit whether an attempt may go to it at now,
+// and when not, when to ask again. A closed circuit, the common case, costs
+// one read; an open one past its cool-down admits one probe, written
+// conditionally so that one of many concurrent deliveries gets it. A URL
+// without a host has no circuit: its attempt is refused by the policy.
+func (s *Service) admit(ctx context.Context, receiver string, now time.Time) (webhook.Circuit, bool, time.Time, error) {
+	if receiver == "" {
+		return webhook.Circuit{}, true, time.Time{}, nil
+	}
+	c, err := s.Store.GetCircuit(ctx, receiver)
+	if err != nil {
+		return c, false, time.Time{}, fmt.Errorf("circuit of %s: %w", receiver, err)
+	}
+	if c.Closed() {
+		return c, true, time.Time{}, nil
+	}
+	var retryAt time.Time
+	c, err = s.Store.UpdateCircuit(ctx, receiver, func(c *webhook.Circuit) error {
+		ok, at := c.Admit(now, s.probeWindow())
+		if !ok {
+			retryAt = at
+			return errNotAdmitted
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errNotAdmitted):
+		return c, false, retryAt, nil
+	case err != nil:
+		return c, false, time.Time{}, fmt.Errorf("probe circuit of %s: %w", receiver, err)
+	}
+	return c, true, time.Time{}, nil
+}
+
+// recordCircuit counts attempt a in its receiver's circuit, which was c
+// when it was admitted: nothing is written for a delivery to a receiver
+// with no failures. A failure to record is logged, not returned: the
+// attempt itself is recorded on the batch either way.
+func (s *Service) recordCircuit(ctx context.Context, c webhook.Circuit, a webhook.Attempt, at time.Time) {
+	if c.Receiver == "" || a.Delivered() && c.Closed() && c.Failures == 0 {
+		return
+	}
+	c, err := s.Store.UpdateCircuit(ctx, c.Receiver, func(c *webhook.Circuit) error {
+		if !c.Record(a, at, s.circuitThreshold(), s.circuitCooldown()) {
+			return errUnchanged
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errUnchanged):
+	case err != nil:
+		s.Log.WarnContext(ctx, "record webhook attempt in its receiver's circuit", "receiver", c.Receiver, "err", err)
+	case !c.Closed():
+		s.Log.WarnContext(ctx, "webhook receiver's circuit open", "receiver", c.Receiver, "failures", c.Failures,
+			"until", time.UnixMilli(c.OpenUntil))
+	}
+}
+
+// snooze puts m back for when its receiver's circuit may admit it: no
+// attempt is made or counted. A webhook whose retry horizon (from its
+// first attempt, or from its event when it has none) passes while it waits
+// is given up, as one whose attempts failed that long would be.
+func (s *Service) snooze(ctx context.Context, m message, d store.WebhookDeliveries, retryAt, now time.Time) error {
+	first := d.FirstAttempt
+	if d.Count == 0 {
+		first = time.Unix(m.Event.CreatedAt, 0)
+	}
+	if s.giveUp(first, now) {
+		_, err := s.Store.UpdateWebhookDeliveries(ctx, m.Batch, func(d *store.WebhookDeliveries) error {
+			if d.Delivered || d.GaveUp {
+				return errDuplicate
+			}
+			d.EventID, d.GaveUp = m.Event.ID, true
+			return nil
+		})
+		switch {
+		case errors.Is(err, errDuplicate):
+		case err != nil:
+			return fmt.Errorf("give up webhook of %s: %w", m.Batch, err)
+		default:
+			s.Log.WarnContext(ctx, "webhook given up: its receiver's circuit stayed open", "batch_id", m.Batch, "tenant", m.Tenant,
+				"attempts", d.Count, "event_id", m.Event.ID)
+		}
+		return nil
+	}
+	at := retryAt
+	if h := s.horizon(first); h.Before(at) {
+		at = h
+	}
+	next := m
+	next.NotBefore = at.UnixMilli()
+	if err := s.Queue.Send(ctx, resources.Webhook, next, queue.Delay(at.Sub(now))); err != nil {
+		return fmt.Errorf("snooze webhook attempt %d of %s: %w", m.Attempt, m.Batch, err)
+	}
+	return nil
 }
 
 // queueNextAttempt queues the attempt after m's, due a backoff after now.

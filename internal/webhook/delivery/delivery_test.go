@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -71,10 +72,36 @@ func TestDeliveriesSummaryCountsDroppedAttempts(t *testing.T) {
 	}
 }
 
-// memTable is the delivery records and secrets of an in-memory table.
+// memTable is the delivery records, circuits and secrets of an in-memory
+// table.
 type memTable struct {
-	mu      sync.Mutex
-	records map[string]store.WebhookDeliveries
+	mu       sync.Mutex
+	records  map[string]store.WebhookDeliveries
+	circuits map[string]webhook.Circuit
+}
+
+func (m *memTable) GetCircuit(_ context.Context, receiver string) (webhook.Circuit, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, ok := m.circuits[receiver]
+	if !ok {
+		c.Receiver = receiver
+	}
+	return c, nil
+}
+
+func (m *memTable) UpdateCircuit(ctx context.Context, receiver string, fn func(*webhook.Circuit) error) (webhook.Circuit, error) {
+	c, _ := m.GetCircuit(ctx, receiver)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := fn(&c); err != nil {
+		return c, err
+	}
+	if m.circuits == nil {
+		m.circuits = map[string]webhook.Circuit{}
+	}
+	m.circuits[receiver] = c
+	return c, nil
 }
 
 func (m *memTable) GetWebhookDeliveries(_ context.Context, batchID string) (store.WebhookDeliveries, error) {
@@ -155,5 +182,90 @@ func TestAttemptRecordedAndNextQueued(t *testing.T) {
 	}
 	if len(q.sent) != 2 || q.sent[1].Attempt != 2 || q.sent[1].Event.ID != first.Event.ID || q.sent[1].NotBefore == 0 {
 		t.Fatalf("sent %+v; want attempt 2 of the same event, not before its backoff", q.sent)
+	}
+}
+
+// message body of a batch's first attempt to url.
+func firstAttempt(t *testing.T, s *Service, q *memQueue, id, url string) msg.Delivery {
+	t.Helper()
+	if err := s.Enqueue(context.Background(), batch.Batch{ID: id, Tenant: "t", Status: batch.Completed, WebhookURL: &url}); err != nil {
+		t.Fatal(err)
+	}
+	body, err := json.Marshal(q.last())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msg.Delivery{ID: id, Body: string(body), ReceiveCount: 1}
+}
+
+func (q *memQueue) last() message {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.sent[len(q.sent)-1]
+}
+
+// A receiver that keeps failing is no longer called once its circuit
+// opens: the webhooks of further batches to it wait (uncounted, queued for
+// the cool-down's end) instead of holding the function, while another
+// receiver's are delivered; after the cool-down one probe goes, and one
+// that waits past the retry horizon is given up without an attempt.
+func TestCircuitStopsCallingAFailingReceiver(t *testing.T) {
+	t.Parallel()
+	var dead, alive atomic.Int32
+	deadSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		dead.Add(1)
+		w.WriteHeader(http.StatusBadGateway)
+	}))
+	defer deadSrv.Close()
+	aliveSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { alive.Add(1) }))
+	defer aliveSrv.Close()
+	table, q := &memTable{}, &memQueue{}
+	s := &Service{Store: table, Queue: q, Log: slog.New(slog.DiscardHandler),
+		Client:  webhook.NewClient(egress.Policy{AllowPrivate: true, AllowHTTP: true}),
+		Backoff: func(int) time.Duration { return time.Minute }, CircuitThreshold: 2, CircuitCooldown: time.Hour}
+	ctx := context.Background()
+	deliver := func(d msg.Delivery) {
+		t.Helper()
+		if failed, err := s.Deliver(ctx, []msg.Delivery{d}); err != nil || len(failed) != 0 {
+			t.Fatalf("deliver %s: %v, failed %v", d.ID, err, failed)
+		}
+	}
+	for i := range 6 {
+		deliver(firstAttempt(t, s, q, fmt.Sprintf("batch_dead%d", i), deadSrv.URL))
+	}
+	if got := dead.Load(); got != 2 {
+		t.Fatalf("the failing receiver got %d attempts of 6 batches, want the threshold's 2", got)
+	}
+	snoozed := q.last()
+	if snoozed.Attempt != 1 || time.Until(time.UnixMilli(snoozed.NotBefore)) < 50*time.Minute {
+		t.Fatalf("a waiting webhook was queued as %+v, want attempt 1 again at the cool-down's end", snoozed)
+	}
+	if d := table.records["batch_dead5"]; d.Count != 0 || d.GaveUp {
+		t.Fatalf("a waiting webhook's record %+v, want no attempt counted", d)
+	}
+	deliver(firstAttempt(t, s, q, "batch_alive", aliveSrv.URL))
+	if alive.Load() != 1 || !table.records["batch_alive"].Delivered {
+		t.Fatalf("another receiver got %d attempts, record %+v", alive.Load(), table.records["batch_alive"])
+	}
+
+	// The cool-down over, the waiting webhooks are due: one probe goes.
+	table.mu.Lock()
+	c := table.circuits[webhook.Receiver(deadSrv.URL)]
+	c.OpenUntil = time.Now().Add(-time.Second).UnixMilli()
+	table.circuits[c.Receiver] = c
+	table.mu.Unlock()
+	for i := 2; i < 6; i++ {
+		m := firstAttempt(t, s, q, fmt.Sprintf("batch_dead%d", i), deadSrv.URL)
+		deliver(m)
+	}
+	if got := dead.Load(); got != 3 {
+		t.Fatalf("after the cool-down the receiver got %d attempts in all, want one probe more", got)
+	}
+
+	// Waiting past the horizon gives the webhook up, unattempted.
+	s.RetryFor = time.Nanosecond
+	deliver(firstAttempt(t, s, q, "batch_late", deadSrv.URL))
+	if d := table.records["batch_late"]; !d.GaveUp || d.Count != 0 || dead.Load() != 3 {
+		t.Fatalf("a webhook that waited past its horizon: %+v, %d attempts", d, dead.Load())
 	}
 }
