@@ -1,6 +1,7 @@
 package localstack
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -20,6 +21,7 @@ import (
 	"github.com/relaybatch/relay/internal/app"
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/local/localrun"
+	"github.com/relaybatch/relay/internal/webhook"
 )
 
 // hookRequest is one request a receiver got.
@@ -209,6 +211,85 @@ func TestWebhookReceiverNeverAnswers(t *testing.T) {
 	}
 	if again := getBatch(t, rt, key, b.ID).WebhookDeliveries; again.Attempts != d.Attempts {
 		t.Fatalf("attempts went on after giving up: %d, then %d", d.Attempts, again.Attempts)
+	}
+}
+
+// A receiver that never answers stops being called once its circuit opens:
+// one tenant's batches whose webhook_url hangs get at most the threshold's
+// attempts plus those already running (the webhook poller's batches), not
+// one every 300 ms each for their whole retry horizon, and are given up at
+// the horizon; meanwhile another tenant's webhooks are delivered at their
+// first attempt, promptly.
+func TestWebhookCircuitStopsCallingADeadReceiver(t *testing.T) {
+	t.Parallel()
+	const threshold, retryFor = 3, 8 * time.Second
+	rt := runtime(t, func(o *localrun.Options) {
+		o.Wire = func(a *app.App) {
+			a.Webhooks.Backoff = func(int) time.Duration { return 0 }
+			a.Webhooks.RetryFor = retryFor
+			a.Webhooks.Client.Timeout = 300 * time.Millisecond
+			a.Webhooks.CircuitThreshold, a.Webhooks.CircuitCooldown = threshold, time.Hour
+		}
+	})
+	c, key := client(t, rt, "acme")
+	oc, okey := client(t, rt, "globex")
+	dead := newHookReceiver(t, func(_ int, _ http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	var (
+		mu      sync.Mutex
+		arrived = map[string]time.Time{}
+	)
+	alive := newHookReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	alive.Config.Handler = func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var ev struct {
+				Data struct{ ID string } `json:"data"`
+			}
+			body, _ := io.ReadAll(r.Body)
+			json.Unmarshal(body, &ev)
+			mu.Lock()
+			arrived[ev.Data.ID] = time.Now()
+			mu.Unlock()
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			next.ServeHTTP(w, r)
+		})
+	}(alive.Config.Handler)
+	f := upload(t, c, "in.jsonl", jsonlRows(nRows(1, "dead")))
+	of := upload(t, oc, "in.jsonl", jsonlRows(nRows(1, "alive")))
+	var deadBatches []string
+	for range 6 {
+		deadBatches = append(deadBatches, createBatch(t, c, f.ID, option.WithJSONSet("webhook_url", dead.URL)).ID)
+	}
+	dead.wait(t, 1)
+	var aliveBatches []string
+	for range 3 {
+		aliveBatches = append(aliveBatches, createBatch(t, oc, of.ID, option.WithJSONSet("webhook_url", alive.URL)).ID)
+	}
+
+	for _, id := range aliveBatches {
+		done := waitBatch(t, oc, id)
+		got := waitDeliveries(t, rt, okey, id, "delivered").WebhookDeliveries
+		if got.Attempts != 1 {
+			t.Errorf("globex's %s delivered after %d attempts, want its first", id, got.Attempts)
+		}
+		mu.Lock()
+		at := arrived[id]
+		mu.Unlock()
+		if late := at.Sub(time.Unix(done.CompletedAt, 0)); late > 5*time.Second {
+			t.Errorf("globex's webhook of %s arrived %s after it completed", id, late)
+		}
+	}
+	for _, id := range deadBatches {
+		waitBatch(t, c, id)
+		waitDeliveries(t, rt, key, id, "failed")
+	}
+	// Given up, each batch's webhook makes no attempt more (TestWebhookReceiverNeverAnswers).
+	bound := threshold + rt.App.Resources.Function("webhook").BatchSize*2 // the local poller runs 2 invocations
+	if n := len(dead.got()); n > bound {
+		t.Fatalf("the dead receiver was called %d times for %d batches, want at most %d", n, len(deadBatches), bound)
+	}
+	circuit, err := rt.App.Store.GetCircuit(context.Background(), webhook.Receiver(dead.URL))
+	if err != nil || circuit.Closed() || circuit.Failures < threshold {
+		t.Fatalf("the dead receiver's circuit: %+v, %v; want open", circuit, err)
 	}
 }
 
