@@ -37,7 +37,7 @@ func TestAnthropicErrorTypes(t *testing.T) {
 // none of these bodies reaches the engine.
 func TestMessageBatchCreateBodies(t *testing.T) {
 	t.Parallel()
-	const raw = "rb-anthropic-test-key"
+	const raw = "rb-anthropic-test-key-------------------------"
 	h := (&API{Auth: auth.Authenticator{Store: newKeyStore(raw, "acme")}, Log: slog.New(slog.DiscardHandler)}).Handler()
 	tests := []struct {
 		name, body string

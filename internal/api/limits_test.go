@@ -102,7 +102,7 @@ func newKeyStore(raw, tenant string) keyStore {
 // OpenAI routes and Anthropic's under /v1/messages; no handler runs.
 func TestRateLimitResponses(t *testing.T) {
 	t.Parallel()
-	const raw = "rb-limits-test-key"
+	const raw = "rb-limits-test-key----------------------------"
 	now := time.Unix(1_700_000_000, 0)
 	a := &API{
 		Auth:    auth.Authenticator{Store: newKeyStore(raw, "acme")},

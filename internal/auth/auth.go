@@ -78,7 +78,7 @@ func Create(ctx context.Context, s Store, tenant string, scopes, models []string
 			return "", apikey.Key{}, fmt.Errorf("scope %q: use files, batches or admin", sc)
 		}
 	}
-	raw := "rb-" + ids.Secret(32)
+	raw := keyPrefix + ids.Secret(keyBytes)
 	h := apikey.Hash(raw)
 	k := apikey.Key{Hash: h, ID: h[:12], Tenant: tenant, Scopes: slices.Compact(slices.Sorted(slices.Values(scopes))), CreatedAt: time.Now().Unix()}
 	if len(models) > 0 {
@@ -128,19 +128,30 @@ type Authenticator struct {
 	UnknownKeyHint string
 }
 
+// A key is keyPrefix and keyBytes random bytes in unpadded base64url.
+const (
+	keyPrefix = "rb-"
+	keyBytes  = 32
+)
+
+// wellFormed reports whether raw has the shape Create gives keys: anything
+// else is refused before a lookup, so garbage keys cost the table nothing.
+func wellFormed(raw string) bool {
+	return len(raw) == len(keyPrefix)+(keyBytes*8+5)/6 && ids.Valid(keyPrefix, raw)
+}
+
 // Authenticate resolves a raw key to a principal holding scope.
 func (a Authenticator) Authenticate(ctx context.Context, raw, scope string) (Principal, error) {
 	if raw == "" {
 		return Principal{}, errs.E(errs.Unauthenticated, "missing_api_key", "", "no API key: send Authorization: Bearer <key> or x-api-key: <key>")
 	}
+	if !wellFormed(raw) {
+		return Principal{}, a.incorrect()
+	}
 	h := apikey.Hash(raw)
 	k, err := a.Store.GetKey(ctx, h)
 	if errors.Is(err, apikey.ErrNoKey) || (err == nil && subtle.ConstantTimeCompare([]byte(k.Hash), []byte(h)) != 1) {
-		msg := "incorrect API key provided"
-		if a.UnknownKeyHint != "" {
-			msg += ": " + a.UnknownKeyHint
-		}
-		return Principal{}, errs.E(errs.Unauthenticated, "invalid_api_key", "", "%s", msg)
+		return Principal{}, a.incorrect()
 	}
 	if err != nil {
 		return Principal{}, fmt.Errorf("look up key: %w", err)
@@ -153,4 +164,13 @@ func (a Authenticator) Authenticate(ctx context.Context, raw, scope string) (Pri
 		return Principal{}, errs.E(errs.Forbidden, "insufficient_scope", "", "this API key lacks the %q scope", scope)
 	}
 	return p, nil
+}
+
+// incorrect is the 401 of a key that is not one of the service's.
+func (a Authenticator) incorrect() error {
+	msg := "incorrect API key provided"
+	if a.UnknownKeyHint != "" {
+		msg += ": " + a.UnknownKeyHint
+	}
+	return errs.E(errs.Unauthenticated, "invalid_api_key", "", "%s", msg)
 }

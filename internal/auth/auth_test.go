@@ -158,3 +158,40 @@ func TestFromRequest(t *testing.T) {
 		t.Errorf("Basic and x-api-key: got %q, want none", got)
 	}
 }
+
+// countingStore counts the key lookups a request costs.
+type countingStore struct {
+	memStore
+	gets int
+}
+
+func (s *countingStore) GetKey(ctx context.Context, hash string) (apikey.Key, error) {
+	s.gets++
+	return s.memStore.GetKey(ctx, hash)
+}
+
+// A key that is not in the shape Create makes is refused with the same 401
+// as an unknown one, without a lookup: a flood of garbage keys costs the
+// table nothing (SECURITY.md "Limits and abuse").
+func TestAuthenticateMalformedKeyCostsNoLookup(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := &countingStore{}
+	good, _, _ := Create(ctx, s, "acme", nil, nil)
+	for _, raw := range []string{
+		"garbage", "sk-proj-" + strings.Repeat("a", 40), "rb-", "rb-" + strings.Repeat("A", 42), "rb-" + strings.Repeat("A", 44),
+		"rb-" + strings.Repeat("A", 42) + "+", "rb-" + strings.Repeat("A", 42) + "=", apikey.Hash(good), strings.Repeat("x", 10_000),
+	} {
+		_, err := Authenticator{Store: s}.Authenticate(ctx, raw, ScopeFiles)
+		var e *errs.Error
+		if !errors.As(err, &e) || e.Kind != errs.Unauthenticated || e.Code != "invalid_api_key" {
+			t.Errorf("key %.20q: got %v, want 401 invalid_api_key", raw, err)
+		}
+	}
+	if s.gets != 0 {
+		t.Fatalf("malformed keys cost %d lookups, want none", s.gets)
+	}
+	if _, err := (Authenticator{Store: s}).Authenticate(ctx, good, ScopeFiles); err != nil || s.gets != 1 {
+		t.Fatalf("a well-formed key: %v after %d lookups, want accepted after one", err, s.gets)
+	}
+}
