@@ -115,6 +115,7 @@ func NewAPI(scope constructs.Construct, props RelayProps, storage *Storage, pipe
 	}
 
 	gatewayErrors(rest, props.CORSOrigins)
+	newFirewall(c, props, rest)
 
 	awscdk.NewCfnOutput(scope, jsii.String("BaseUrl"), &awscdk.CfnOutputProps{
 		Description: jsii.String("OpenAI base_url (the Anthropic SDK takes it without /v1)"),

@@ -58,6 +58,9 @@ type RelayProps struct {
 	StageName     string
 	ThrottleRate  float64 // requests per second, stage-wide
 	ThrottleBurst float64
+	// WAFRateLimit, when above 0, puts a web ACL on the stage that blocks
+	// a client IP past this many requests in 5 minutes (newFirewall).
+	WAFRateLimit float64
 	// APIGatewayAccountRole makes the stack set the account-wide role API
 	// Gateway writes logs with, which access logs need; turn it off in an
 	// account that already has one.
@@ -111,7 +114,8 @@ func defaultProps() RelayProps {
 
 // propsFromContext reads `-c key=value` context: prefix, config, build,
 // arch, deletionProtection, corsOrigins (comma-separated), alarmEmail, stage,
-// throttleRate, throttleBurst, apiGatewayAccountRole, requireRemoteModels.
+// throttleRate, throttleBurst, wafRateLimit, apiGatewayAccountRole,
+// requireRemoteModels.
 // It loads and validates the models file, so a bad one fails the synth.
 func propsFromContext(node constructs.Node) (RelayProps, error) {
 	p := defaultProps()
@@ -169,6 +173,10 @@ func propsFromContext(node constructs.Node) (RelayProps, error) {
 	boolean("requireRemoteModels", &p.RequireRemoteModels)
 	number("throttleRate", &p.ThrottleRate)
 	number("throttleBurst", &p.ThrottleBurst)
+	number("wafRateLimit", &p.WAFRateLimit)
+	if l := p.WAFRateLimit; l != 0 && (l < minWAFRateLimit || l > maxWAFRateLimit || l != float64(int64(l))) {
+		errs = append(errs, fmt.Sprintf("context wafRateLimit: %v is not a whole number of requests from %d to %d", l, minWAFRateLimit, maxWAFRateLimit))
+	}
 	if len(errs) > 0 {
 		return p, fmt.Errorf("%s", strings.Join(errs, "; "))
 	}

@@ -756,6 +756,37 @@ func TestRestAPI(t *testing.T) {
 	}
 }
 
+// The per-client rate-based rule is off by default; with -c wafRateLimit=N
+// a regional web ACL blocks a client IP past N requests in 5 minutes with a
+// 429 in OpenAI's error shape, and is associated with the API's stage.
+func TestWAFRateRule(t *testing.T) {
+	setup(t)
+	for _, typ := range []string{"AWS::WAFv2::WebACL", "AWS::WAFv2::WebACLAssociation"} {
+		if ids := template.ofType(typ); len(ids) != 0 {
+			t.Errorf("default stack has %s %v, want none", typ, ids)
+		}
+	}
+	acls := firewalled.ofType("AWS::WAFv2::WebACL")
+	if len(acls) != 1 {
+		t.Fatalf("stack with wafRateLimit: web ACLs %v, want one", acls)
+	}
+	acl := firewalled.Resources[acls[0]].Properties
+	rule := jsonString(acl["Rules"])
+	if acl["Scope"] != "REGIONAL" || !contains(acl["DefaultAction"], `"Allow"`) ||
+		!strings.Contains(rule, `"RateBasedStatement":{"AggregateKeyType":"IP","EvaluationWindowSec":300,"Limit":600}`) ||
+		!strings.Contains(rule, `"ResponseCode":429`) || !contains(acl["CustomResponseBodies"], `rate_limit_exceeded`) {
+		t.Errorf("web ACL: scope %v, default %v, rules %s, bodies %v", acl["Scope"], acl["DefaultAction"], rule, acl["CustomResponseBodies"])
+	}
+	assoc := firewalled.ofType("AWS::WAFv2::WebACLAssociation")
+	if len(assoc) != 1 {
+		t.Fatalf("web ACL associations %v, want one", assoc)
+	}
+	a := firewalled.Resources[assoc[0]].Properties
+	if !contains(a["WebACLArn"], acls[0]) || !contains(a["ResourceArn"], "/stages/") || !contains(a["ResourceArn"], "RestApi") {
+		t.Errorf("association %v, want the web ACL on the API's stage", jsonString(a))
+	}
+}
+
 func TestAlarms(t *testing.T) {
 	setup(t)
 	metrics := map[string]int{}
@@ -813,13 +844,16 @@ func TestCfnLint(t *testing.T) {
 	if err != nil {
 		t.Fatal("cfn-lint is not installed: it is part of the test suite (pip's cfn-lint; .ci/run checks for it)")
 	}
-	path := filepath.Join(t.TempDir(), "relay.template.json")
-	if err := os.WriteFile(path, templateJSON, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(lint, "--ignore-checks", "W3005", "--", path).CombinedOutput()
-	if err != nil || len(out) > 0 {
-		t.Errorf("cfn-lint: %v\n%s", err, out)
+	// The stack with the WAF rule (off by default) is linted too.
+	for name, data := range map[string][]byte{"relay": templateJSON, "relaywaf": firewalledJSON} {
+		path := filepath.Join(t.TempDir(), name+".template.json")
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(lint, "--ignore-checks", "W3005", "--", path).CombinedOutput()
+		if err != nil || len(out) > 0 {
+			t.Errorf("cfn-lint %s: %v\n%s", name, err, out)
+		}
 	}
 }
 
@@ -838,7 +872,7 @@ func TestPropsFromContext(t *testing.T) {
 	}
 	p, err = propsFromContext(awscdk.NewApp(&awscdk.AppProps{Context: &map[string]any{
 		"config": filepath.Join("..", "relay.yaml"), "arch": "amd64", "deletionProtection": "false",
-		"corsOrigins": "https://a.example,https://b.example", "throttleRate": "5", "prefix": "relay-dev",
+		"corsOrigins": "https://a.example,https://b.example", "throttleRate": "5", "prefix": "relay-dev", "wafRateLimit": "1000",
 	}}).Node())
 	if err != nil {
 		t.Fatal(err)
@@ -848,12 +882,13 @@ func TestPropsFromContext(t *testing.T) {
 	}}).Node()); err != nil {
 		t.Errorf("the example models file for AWS: %v", err)
 	}
-	if p.DeletionProtection || *p.Arch.Name() != "x86_64" || p.ThrottleRate != 5 || p.Prefix != "relay-dev" ||
+	if p.DeletionProtection || *p.Arch.Name() != "x86_64" || p.ThrottleRate != 5 || p.Prefix != "relay-dev" || p.WAFRateLimit != 1000 ||
 		!slices.Equal(p.CORSOrigins, []string{"https://a.example", "https://b.example"}) {
 		t.Errorf("from context: %+v", p)
 	}
 	for _, bad := range []map[string]any{
 		{"arch": "mips"}, {"deletionProtection": "maybe"}, {"throttleRate": "-1"}, {"prefix": "Relay"},
+		{"wafRateLimit": "5"}, {"wafRateLimit": "many"}, {"wafRateLimit": "2500000000"},
 		{"config": "no-such-file.yaml"},
 		{"requireRemoteModels": "true"}, // relay.yaml points at the mock on 127.0.0.1
 	} {

@@ -24,12 +24,14 @@ import (
 // the tests that need it are skipped. Two stacks: the default deployment, and one
 // without deletion protection.
 var (
-	props        RelayProps
-	tpl          assertions.Template // for the assertions API (panics on failure: use check)
-	template     cfnTemplate         // the same template as plain Go values
-	templateJSON []byte
-	unprotected  cfnTemplate // no deletion protection, x86_64: a LocalStack deployment
-	setupFailure error
+	props          RelayProps
+	tpl            assertions.Template // for the assertions API (panics on failure: use check)
+	template       cfnTemplate         // the same template as plain Go values
+	templateJSON   []byte
+	unprotected    cfnTemplate // no deletion protection, x86_64: a LocalStack deployment
+	firewalled     cfnTemplate // with the WAF rate-based rule (-c wafRateLimit=…)
+	firewalledJSON []byte
+	setupFailure   error
 )
 
 func TestMain(m *testing.M) {
@@ -93,14 +95,22 @@ func synthForTest(dir string) (err error) {
 	dev.Prefix = "relaydev"
 	dev.DeletionProtection = false
 	dev.Arch = awslambda.Architecture_X86_64() // what deploy-local does on an x86 host
-	// Both stacks exist before the first synth: the tree is frozen after it.
-	stack, devStack := NewRelayStack(app, props), NewRelayStack(app, dev)
+	waf := props
+	waf.Prefix = "relaywaf"
+	waf.WAFRateLimit = 600
+	// Every stack exists before the first synth: the tree is frozen after it.
+	stack, devStack, wafStack := NewRelayStack(app, props), NewRelayStack(app, dev), NewRelayStack(app, waf)
 	tpl = assertions.Template_FromStack(stack, nil)
 	if template, err = toTemplate(tpl); err != nil {
 		return err
 	}
-	unprotected, err = toTemplate(assertions.Template_FromStack(devStack, nil))
-	return err
+	if unprotected, err = toTemplate(assertions.Template_FromStack(devStack, nil)); err != nil {
+		return err
+	}
+	if firewalledJSON, err = json.Marshal(assertions.Template_FromStack(wafStack, nil).ToJSON()); err != nil {
+		return err
+	}
+	return json.Unmarshal(firewalledJSON, &firewalled)
 }
 
 // bedrockModels are added to the default models file in the test stack:
