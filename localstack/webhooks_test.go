@@ -224,6 +224,7 @@ func TestWebhookCircuitStopsCallingADeadReceiver(t *testing.T) {
 	t.Parallel()
 	const threshold, retryFor = 3, 8 * time.Second
 	rt := runtime(t, func(o *localrun.Options) {
+		o.Env.MaxPendingWebhooks = 100
 		o.Wire = func(a *app.App) {
 			a.Webhooks.Backoff = func(int) time.Duration { return 0 }
 			a.Webhooks.RetryFor = retryFor
@@ -290,6 +291,12 @@ func TestWebhookCircuitStopsCallingADeadReceiver(t *testing.T) {
 	circuit, err := rt.App.Store.GetCircuit(context.Background(), webhook.Receiver(dead.URL))
 	if err != nil || circuit.Closed() || circuit.Failures < threshold {
 		t.Fatalf("the dead receiver's circuit: %+v, %v; want open", circuit, err)
+	}
+	// Every webhook settled, delivered or given up, gave its pending slot back.
+	for _, tenant := range []string{"acme", "globex"} {
+		if ms, err := rt.App.Store.WebhookMarkers(context.Background(), tenant); err != nil || len(ms) != 0 {
+			t.Errorf("%s: pending webhook slots %+v, %v; want none", tenant, ms, err)
+		}
 	}
 }
 

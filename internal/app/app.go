@@ -117,7 +117,7 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	// One client, so one policy, for the check at create, workflow
 	// callbacks and every delivery.
 	hooks := webhook.NewClient(egress.Policy{AllowPrivate: env.AllowPrivateWebhooks, AllowHTTP: env.AllowHTTPWebhooks})
-	a.Webhooks = &delivery.Service{Store: a.Store, Queue: a.Queue, Log: log, Client: hooks}
+	a.Webhooks = &delivery.Service{Store: a.Store, Queue: a.Queue, Log: log, Client: hooks, MaxPending: env.MaxPendingWebhooks}
 	a.Batches = &batches.Service{
 		Models: models, Log: log, Now: now,
 		Store: a.Store, Blobs: a.Blobs, Queue: a.Queue, Files: a.Files, Webhooks: hooks.Policy,

@@ -274,6 +274,9 @@ const (
 	// DefaultMaxTemplates keeps a tenant's schedules a small share of
 	// EventBridge Scheduler's per-account quota.
 	DefaultMaxTemplates = 100
+	// DefaultMaxPendingWebhooks bounds the webhooks one tenant keeps in
+	// the webhook queue (delivery.Service.MaxPending).
+	DefaultMaxPendingWebhooks = 1000
 )
 
 // Env is what every function reads from its environment.
@@ -299,6 +302,9 @@ type Env struct {
 	// MaxTemplates (RELAY_MAX_TEMPLATES) is the scheduled templates a
 	// tenant may have, default 100; 0 turns it off.
 	MaxTemplates int
+	// MaxPendingWebhooks (RELAY_MAX_PENDING_WEBHOOKS) is the webhooks of a
+	// tenant not yet delivered or given up, default 1000; 0 turns it off.
+	MaxPendingWebhooks int
 	// S3PathStyle (RELAY_S3_PATH_STYLE) addresses buckets by path, which
 	// emulators on a loopback endpoint need.
 	S3PathStyle bool
@@ -331,12 +337,13 @@ func FromVars(getenv func(string) string) (Env, error) {
 		return def
 	}
 	e := Env{
-		Prefix:       or("RELAY_PREFIX", "relay"),
-		ModelsPath:   or("RELAY_CONFIG", "relay.yaml"),
-		ChunkRows:    512,
-		RateLimit:    DefaultRateLimit,
-		MaxInflight:  DefaultMaxInflight,
-		MaxTemplates: DefaultMaxTemplates,
+		Prefix:             or("RELAY_PREFIX", "relay"),
+		ModelsPath:         or("RELAY_CONFIG", "relay.yaml"),
+		ChunkRows:          512,
+		RateLimit:          DefaultRateLimit,
+		MaxInflight:        DefaultMaxInflight,
+		MaxTemplates:       DefaultMaxTemplates,
+		MaxPendingWebhooks: DefaultMaxPendingWebhooks,
 	}
 	if v := getenv("RELAY_LEASE"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -362,6 +369,7 @@ func FromVars(getenv func(string) string) (Env, error) {
 		"RELAY_RATE_LIMIT":           &e.RateLimit,
 		"RELAY_MAX_INFLIGHT_BATCHES": &e.MaxInflight,
 		"RELAY_MAX_TEMPLATES":        &e.MaxTemplates,
+		"RELAY_MAX_PENDING_WEBHOOKS": &e.MaxPendingWebhooks,
 	} {
 		if v := getenv(name); v != "" {
 			n, err := strconv.Atoi(v)

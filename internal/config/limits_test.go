@@ -33,20 +33,29 @@ func TestLimitsFromEnv(t *testing.T) {
 	}
 }
 
-func TestMaxTemplatesFromEnv(t *testing.T) {
+func TestMaxTemplatesAndWebhooksFromEnv(t *testing.T) {
 	for _, tt := range []struct {
-		v       string
-		want    int
-		wantErr bool
-	}{{"", DefaultMaxTemplates, false}, {"5", 5, false}, {"0", 0, false}, {"-2", 0, true}} {
-		e, err := FromVars(func(k string) string {
-			if k == "RELAY_MAX_TEMPLATES" {
-				return tt.v
+		name  string
+		def   int
+		field func(Env) int
+	}{
+		{"RELAY_MAX_TEMPLATES", DefaultMaxTemplates, func(e Env) int { return e.MaxTemplates }},
+		{"RELAY_MAX_PENDING_WEBHOOKS", DefaultMaxPendingWebhooks, func(e Env) int { return e.MaxPendingWebhooks }},
+	} {
+		for _, c := range []struct {
+			v       string
+			want    int
+			wantErr bool
+		}{{"", tt.def, false}, {"5", 5, false}, {"0", 0, false}, {"-2", 0, true}} {
+			e, err := FromVars(func(k string) string {
+				if k == tt.name {
+					return c.v
+				}
+				return ""
+			})
+			if (err != nil) != c.wantErr || err == nil && tt.field(e) != c.want {
+				t.Errorf("%s=%q: got %d, %v; want %d (error %v)", tt.name, c.v, tt.field(e), err, c.want, c.wantErr)
 			}
-			return ""
-		})
-		if (err != nil) != tt.wantErr || err == nil && e.MaxTemplates != tt.want {
-			t.Errorf("RELAY_MAX_TEMPLATES=%q: got %d, %v; want %d (error %v)", tt.v, e.MaxTemplates, err, tt.want, tt.wantErr)
 		}
 	}
 }

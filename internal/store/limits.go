@@ -86,6 +86,7 @@ type slotPool struct {
 var (
 	inflightPool = slotPool{inflightSK, inflightPrefix, "inflight", ErrInflightLimit, "in-flight slot"}
 	templatePool = slotPool{templatesSK, templatePrefix, "templates", ErrTemplateLimit, "template slot"}
+	webhookPool  = slotPool{webhooksSK, webhookPrefix, "webhooks", ErrWebhookLimit, "pending webhook slot"}
 )
 
 // markerItem is the marker of id's slot, taken at now.
@@ -110,14 +111,25 @@ func (s *Store) reserve(ctx context.Context, p slotPool, tenant, id string, max 
 		{Put: &types.Put{TableName: &s.Table, Item: p.markerItem(tenant, id, now), ConditionExpression: aws.String("attribute_not_exists(pk)")}},
 	}})
 	var tc *types.TransactionCanceledException
-	if errors.As(err, &tc) && len(tc.CancellationReasons) > 0 && aws.ToString(tc.CancellationReasons[0].Code) == "ConditionalCheckFailed" {
-		return p.full
+	if errors.As(err, &tc) {
+		failed := func(i int) bool {
+			return len(tc.CancellationReasons) > i && aws.ToString(tc.CancellationReasons[i].Code) == "ConditionalCheckFailed"
+		}
+		switch {
+		case failed(1):
+			return errHeld
+		case failed(0):
+			return p.full
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("reserve %s of %s for %s: %w", p.what, tenant, id, err)
 	}
 	return nil
 }
+
+// errHeld means the id holds a slot of the pool already.
+var errHeld = errors.New("store: slot already held")
 
 // release gives back id's slot and reports whether this call did: an id
 // that holds none (never counted, or given back already) changes nothing,
@@ -239,4 +251,40 @@ func (s *Store) TemplateMarkers(ctx context.Context, tenant string) ([]InflightM
 // Templates returns how many template slots tenant holds.
 func (s *Store) Templates(ctx context.Context, tenant string) (int, error) {
 	return s.held(ctx, templatePool, tenant)
+}
+
+// Pending webhooks per tenant (docs/api.md "Limits") are counted in a pool
+// of their own too: a batch's completion webhook holds a slot from its
+// enqueue until it is delivered or given up.
+//
+//	pending webhooks          T#<tenant>         WEBHOOKS            webhooks (ADD, conditional on < max)
+//	one pending webhook       T#<tenant>         WEBHOOK#<batch>     created_at; deleted with the decrement
+const (
+	webhooksSK    = "WEBHOOKS"
+	webhookPrefix = "WEBHOOK#"
+)
+
+// ErrWebhookLimit means a tenant already has the most pending webhooks.
+var ErrWebhookLimit = errors.New("store: too many pending webhooks")
+
+// ReserveWebhook takes one of tenant's pending webhook slots for batchID's
+// webhook, unless max are taken (ErrWebhookLimit); one it holds already
+// (its terminal state reported again) is kept, not counted twice.
+func (s *Store) ReserveWebhook(ctx context.Context, tenant, batchID string, max int, now time.Time) error {
+	err := s.reserve(ctx, webhookPool, tenant, batchID, max, now)
+	if errors.Is(err, errHeld) {
+		return nil
+	}
+	return err
+}
+
+// ReleaseWebhook gives back batchID's pending webhook slot and reports
+// whether this call did (once, however often it is called).
+func (s *Store) ReleaseWebhook(ctx context.Context, tenant, batchID string) (bool, error) {
+	return s.release(ctx, webhookPool, tenant, batchID)
+}
+
+// WebhookMarkers lists the batches whose webhooks hold tenant's slots.
+func (s *Store) WebhookMarkers(ctx context.Context, tenant string) ([]InflightMarker, error) {
+	return s.markers(ctx, webhookPool, tenant)
 }

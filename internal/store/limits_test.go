@@ -69,3 +69,38 @@ func TestTemplateSlots(t *testing.T) {
 		t.Fatalf("another tenant: %v", err)
 	}
 }
+
+// A batch's webhook holds one pending slot however often its terminal
+// state is reported (its enqueue repeated); the (max+1)-th batch is refused.
+func TestWebhookSlots(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := emulatorStore(t)
+	now := time.Now()
+	for range 3 {
+		if err := s.ReserveWebhook(ctx, "acme", "batch_a", 2, now); err != nil {
+			t.Fatalf("reserve, reported again: %v", err)
+		}
+	}
+	if err := s.ReserveWebhook(ctx, "acme", "batch_b", 2, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReserveWebhook(ctx, "acme", "batch_c", 2, now); !errors.Is(err, ErrWebhookLimit) {
+		t.Fatalf("third batch: %v, want ErrWebhookLimit", err)
+	}
+	if err := s.ReserveWebhook(ctx, "acme", "batch_a", 2, now); err != nil {
+		t.Fatalf("a held slot at the limit: %v", err)
+	}
+	if ok, err := s.ReleaseWebhook(ctx, "acme", "batch_a"); !ok || err != nil {
+		t.Fatalf("release: %v, %v", ok, err)
+	}
+	if err := s.ReserveWebhook(ctx, "acme", "batch_c", 2, now); err != nil {
+		t.Fatalf("after a release: %v", err)
+	}
+	if ms, err := s.WebhookMarkers(ctx, "acme"); err != nil || len(ms) != 2 {
+		t.Fatalf("markers %+v, %v; want batch_b and batch_c", ms, err)
+	}
+	if n, err := s.Inflight(ctx, "acme"); err != nil || n != 0 {
+		t.Fatalf("in-flight pool: %d, %v", n, err)
+	}
+}

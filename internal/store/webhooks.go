@@ -29,12 +29,18 @@ type WebhookDeliveries struct {
 	FirstAttempt time.Time `dynamodbav:"first_attempt"`
 	Delivered    bool      `dynamodbav:"delivered"`
 	GaveUp       bool      `dynamodbav:"gave_up"`
+	// Refused says why the webhook was given up without an attempt (its
+	// tenant had the most pending webhooks).
+	Refused string `dynamodbav:"refused,omitempty"`
 }
 
 // Summary is the webhook_deliveries field of the batch.
 func (d WebhookDeliveries) Summary() batch.WebhookSummary {
 	s := webhook.Summarize(d.Attempts, d.GaveUp)
 	s.Attempts = max(d.Count, len(d.Attempts))
+	if d.Refused != "" && s.LastError == nil {
+		s.LastError = &d.Refused
+	}
 	return s
 }
 

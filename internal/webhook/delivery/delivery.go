@@ -57,6 +57,9 @@ type Service struct {
 	// webhook.CircuitCooldown.
 	CircuitThreshold int
 	CircuitCooldown  time.Duration
+	// MaxPending caps each tenant's webhooks not yet delivered or given up
+	// (RELAY_MAX_PENDING_WEBHOOKS, pending.go); 0 is no cap.
+	MaxPending int
 }
 
 // Store holds the batches' delivery records and the tenants' signing
@@ -65,6 +68,9 @@ type Store interface {
 	auth.Secrets
 	GetWebhookDeliveries(ctx context.Context, batchID string) (store.WebhookDeliveries, error)
 	UpdateWebhookDeliveries(ctx context.Context, batchID string, fn func(*store.WebhookDeliveries) error) (store.WebhookDeliveries, error)
+	ReserveWebhook(ctx context.Context, tenant, batchID string, max int, now time.Time) error
+	ReleaseWebhook(ctx context.Context, tenant, batchID string) (bool, error)
+	WebhookMarkers(ctx context.Context, tenant string) ([]store.InflightMarker, error)
 	GetCircuit(ctx context.Context, receiver string) (webhook.Circuit, error)
 	UpdateCircuit(ctx context.Context, receiver string, fn func(*webhook.Circuit) error) (webhook.Circuit, error)
 }
@@ -169,6 +175,9 @@ func (s *Service) Enqueue(ctx context.Context, b batch.Batch) error {
 		return fmt.Errorf("webhook event of %s: %w", b.ID, err)
 	}
 	ev.ID = eventID(b.ID, b.Status)
+	if ok, err := s.hold(ctx, b, ev.ID); err != nil || !ok {
+		return err
+	}
 	m := message{Tenant: b.Tenant, Batch: b.ID, URL: *b.WebhookURL, Event: ev, Attempt: 1}
 	if err := s.Queue.Send(ctx, resources.Webhook, m, 0); err != nil {
 		return fmt.Errorf("queue webhook of %s: %w", b.ID, err)
@@ -224,7 +233,10 @@ func (s *Service) deliver(ctx context.Context, m message, redelivered bool) erro
 		return err
 	}
 	switch {
-	case d.Delivered || d.GaveUp || d.Count > m.Attempt:
+	case d.Delivered || d.GaveUp:
+		s.release(ctx, m) // a duplicate message may find a slot given back late
+		return nil
+	case d.Count > m.Attempt:
 		return nil
 	case d.Count == m.Attempt:
 		// Made and recorded. A redelivery means the invocation failed
@@ -284,9 +296,11 @@ func (s *Service) deliver(ctx context.Context, m message, redelivered bool) erro
 	switch {
 	case d.Delivered:
 		log.InfoContext(ctx, "webhook delivered", "status_code", a.StatusCode)
+		s.release(ctx, m)
 		return nil
 	case d.GaveUp:
 		log.WarnContext(ctx, "webhook given up", "permanent", a.Permanent, "err", a.Error)
+		s.release(ctx, m)
 		return nil
 	}
 	log.InfoContext(ctx, "webhook attempt failed", "status_code", a.StatusCode, "err", a.Error)
@@ -376,6 +390,7 @@ func (s *Service) snooze(ctx context.Context, m message, d store.WebhookDeliveri
 			s.Log.WarnContext(ctx, "webhook given up: its receiver's circuit stayed open", "batch_id", m.Batch, "tenant", m.Tenant,
 				"attempts", d.Count, "event_id", m.Event.ID)
 		}
+		s.release(ctx, m)
 		return nil
 	}
 	at := retryAt

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -78,6 +79,41 @@ type memTable struct {
 	mu       sync.Mutex
 	records  map[string]store.WebhookDeliveries
 	circuits map[string]webhook.Circuit
+	pending  map[string]int64 // batch: when its webhook took a slot
+}
+
+func (m *memTable) ReserveWebhook(_ context.Context, _, batchID string, max int, now time.Time) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.pending[batchID]; ok {
+		return nil
+	}
+	if len(m.pending) >= max {
+		return store.ErrWebhookLimit
+	}
+	if m.pending == nil {
+		m.pending = map[string]int64{}
+	}
+	m.pending[batchID] = now.Unix()
+	return nil
+}
+
+func (m *memTable) ReleaseWebhook(_ context.Context, _, batchID string) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.pending[batchID]
+	delete(m.pending, batchID)
+	return ok, nil
+}
+
+func (m *memTable) WebhookMarkers(context.Context, string) ([]store.InflightMarker, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var ms []store.InflightMarker
+	for id, at := range m.pending {
+		ms = append(ms, store.InflightMarker{Batch: id, CreatedAt: at})
+	}
+	return ms, nil
 }
 
 func (m *memTable) GetCircuit(_ context.Context, receiver string) (webhook.Circuit, error) {
@@ -267,5 +303,53 @@ func TestCircuitStopsCallingAFailingReceiver(t *testing.T) {
 	deliver(firstAttempt(t, s, q, "batch_late", deadSrv.URL))
 	if d := table.records["batch_late"]; !d.GaveUp || d.Count != 0 || dead.Load() != 3 {
 		t.Fatalf("a webhook that waited past its horizon: %+v, %d attempts", d, dead.Load())
+	}
+}
+
+// A tenant's pending webhooks are capped: past the cap a batch's webhook is
+// given up at once, visibly (webhook_deliveries failed, its last_error
+// saying why), and queues nothing; a delivered webhook frees its slot, a
+// webhook reported twice holds one, and a slot left behind by a webhook
+// that was settled is recovered at the cap.
+func TestPendingWebhooksCapped(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	table, q := &memTable{}, &memQueue{}
+	s := &Service{Store: table, Queue: q, Log: slog.New(slog.DiscardHandler),
+		Client: webhook.NewClient(egress.Policy{AllowPrivate: true, AllowHTTP: true}), MaxPending: 2}
+	ctx := context.Background()
+	url := srv.URL
+	enqueue := func(id string) {
+		t.Helper()
+		if err := s.Enqueue(ctx, batch.Batch{ID: id, Tenant: "t", Status: batch.Completed, WebhookURL: &url}); err != nil {
+			t.Fatalf("enqueue %s: %v", id, err)
+		}
+	}
+	first := firstAttempt(t, s, q, "batch_1", url)
+	enqueue("batch_1") // its terminal state reported again
+	enqueue("batch_2")
+	sent := len(q.sent)
+	enqueue("batch_3")
+	refused := table.records["batch_3"]
+	sum := refused.Summary()
+	if len(q.sent) != sent || !refused.GaveUp || sum.Status != webhook.StatusFailed || sum.LastError == nil ||
+		!strings.Contains(*sum.LastError, "2 webhooks pending") {
+		t.Fatalf("a webhook past the cap: queued %d more, record %+v, summary %+v", len(q.sent)-sent, refused, sum)
+	}
+	if failed, err := s.Deliver(ctx, []msg.Delivery{first}); err != nil || len(failed) != 0 || !table.records["batch_1"].Delivered {
+		t.Fatalf("deliver: %v, %v, %+v", failed, err, table.records["batch_1"])
+	}
+	enqueue("batch_4")
+	if d, ok := table.records["batch_4"]; ok || len(q.sent) != sent+1 {
+		t.Fatalf("after a delivery freed a slot: record %+v, queued %d", d, len(q.sent)-sent)
+	}
+	// batch_2's webhook settled without giving its slot back (a crash).
+	table.mu.Lock()
+	table.records["batch_2"] = store.WebhookDeliveries{Batch: "batch_2", Delivered: true, Count: 1}
+	table.mu.Unlock()
+	enqueue("batch_5")
+	if _, refused := table.records["batch_5"]; refused || len(q.sent) != sent+2 {
+		t.Fatal("a slot left behind by a settled webhook was not recovered at the cap")
 	}
 }
