@@ -259,6 +259,13 @@ func (s *Service) deliver(ctx context.Context, m message, redelivered bool) erro
 	if !admitted {
 		return s.snooze(ctx, m, d, retryAt, now)
 	}
+	return s.attempt(ctx, m, circuit, now)
+}
+
+// attempt makes the attempt m stands for, due at now, counts it in its
+// receiver's circuit, records it and follows it up: the tenant's pending
+// slot back once the webhook is settled, the next attempt queued if not.
+func (s *Service) attempt(ctx context.Context, m message, circuit webhook.Circuit, now time.Time) error {
 	secret, err := auth.WebhookSecret(ctx, s.Store, m.Tenant)
 	if err != nil {
 		return fmt.Errorf("webhook secret of %s: %w", m.Tenant, err)
@@ -266,26 +273,7 @@ func (s *Service) deliver(ctx context.Context, m message, redelivered bool) erro
 	a := s.client().Deliver(ctx, m.URL, secret, m.Event, m.Attempt)
 	done := time.Now()
 	s.recordCircuit(ctx, circuit, a, done)
-	d, err = s.Store.UpdateWebhookDeliveries(ctx, m.Batch, func(d *store.WebhookDeliveries) error {
-		if d.Delivered || d.GaveUp || d.Count >= m.Attempt {
-			return errDuplicate // a duplicate of this attempt got here first
-		}
-		if d.Count == 0 {
-			d.FirstAttempt = now
-		}
-		d.EventID, d.Count = m.Event.ID, m.Attempt
-		d.Attempts = append(d.Attempts, a)
-		if n := len(d.Attempts); n > store.MaxWebhookAttempts {
-			d.Attempts = d.Attempts[n-store.MaxWebhookAttempts:]
-		}
-		switch {
-		case a.Delivered():
-			d.Delivered = true
-		case a.Permanent || s.giveUp(d.FirstAttempt, done):
-			d.GaveUp = true
-		}
-		return nil
-	})
+	d, err := s.recordAttempt(ctx, m, a, now, done)
 	if errors.Is(err, errDuplicate) {
 		return nil
 	}
@@ -305,6 +293,32 @@ func (s *Service) deliver(ctx context.Context, m message, redelivered bool) erro
 	}
 	log.InfoContext(ctx, "webhook attempt failed", "status_code", a.StatusCode, "err", a.Error)
 	return s.queueNextAttempt(ctx, m, done)
+}
+
+// recordAttempt records attempt a of m, started at start and finished at
+// done, on the batch's delivery record: errDuplicate when a duplicate of
+// the attempt got there first.
+func (s *Service) recordAttempt(ctx context.Context, m message, a webhook.Attempt, start, done time.Time) (store.WebhookDeliveries, error) {
+	return s.Store.UpdateWebhookDeliveries(ctx, m.Batch, func(d *store.WebhookDeliveries) error {
+		if d.Delivered || d.GaveUp || d.Count >= m.Attempt {
+			return errDuplicate // a duplicate of this attempt got here first
+		}
+		if d.Count == 0 {
+			d.FirstAttempt = start
+		}
+		d.EventID, d.Count = m.Event.ID, m.Attempt
+		d.Attempts = append(d.Attempts, a)
+		if n := len(d.Attempts); n > store.MaxWebhookAttempts {
+			d.Attempts = d.Attempts[n-store.MaxWebhookAttempts:]
+		}
+		switch {
+		case a.Delivered():
+			d.Delivered = true
+		case a.Permanent || s.giveUp(d.FirstAttempt, done):
+			d.GaveUp = true
+		}
+		return nil
+	})
 }
 
 // admit asks receiver's circuit whether an attempt may go to it at now,
