@@ -99,7 +99,7 @@ func newFunction(scope constructs.Construct, props RelayProps, def resources.Fun
 		tmp = awscdk.Size_Mebibytes(jsii.Number(float64(def.TmpSize)))
 	}
 	var reserved *float64
-	if def.Reserved > 0 {
+	if def.Reserved > 0 && props.ReserveConcurrency {
 		reserved = jsii.Number(float64(def.Reserved))
 	}
 	fn := awslambda.NewFunction(c, jsii.String("Function"), &awslambda.FunctionProps{

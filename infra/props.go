@@ -58,6 +58,10 @@ type RelayProps struct {
 	StageName     string
 	ThrottleRate  float64 // requests per second, stage-wide
 	ThrottleBurst float64
+	// ReserveConcurrency gives every function but the executor its
+	// reserved concurrency (docs/architecture.md "Concurrency"); turn it off
+	// in an account whose Lambda limit is below what they need.
+	ReserveConcurrency bool
 	// WAFRateLimit, when above 0, puts a web ACL on the stage that blocks
 	// a client IP past this many requests in 5 minutes (newFirewall).
 	WAFRateLimit float64
@@ -109,13 +113,14 @@ func defaultProps() RelayProps {
 		ThrottleRate:          100,
 		ThrottleBurst:         200,
 		APIGatewayAccountRole: true,
+		ReserveConcurrency:    true,
 	}
 }
 
 // propsFromContext reads `-c key=value` context: prefix, config, build,
 // arch, deletionProtection, corsOrigins (comma-separated), alarmEmail, stage,
 // throttleRate, throttleBurst, wafRateLimit, apiGatewayAccountRole,
-// requireRemoteModels.
+// requireRemoteModels, reserveConcurrency.
 // It loads and validates the models file, so a bad one fails the synth.
 func propsFromContext(node constructs.Node) (RelayProps, error) {
 	p := defaultProps()
@@ -171,6 +176,7 @@ func propsFromContext(node constructs.Node) (RelayProps, error) {
 	boolean("deletionProtection", &p.DeletionProtection)
 	boolean("apiGatewayAccountRole", &p.APIGatewayAccountRole)
 	boolean("requireRemoteModels", &p.RequireRemoteModels)
+	boolean("reserveConcurrency", &p.ReserveConcurrency)
 	number("throttleRate", &p.ThrottleRate)
 	number("throttleBurst", &p.ThrottleBurst)
 	number("wafRateLimit", &p.WAFRateLimit)

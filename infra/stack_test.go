@@ -867,12 +867,12 @@ func TestPropsFromContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !p.DeletionProtection || *p.Arch.Name() != "arm64" || p.Prefix != "relay" || len(p.Models.Models) == 0 {
+	if !p.DeletionProtection || *p.Arch.Name() != "arm64" || p.Prefix != "relay" || len(p.Models.Models) == 0 || !p.ReserveConcurrency {
 		t.Errorf("defaults: %+v", p)
 	}
 	p, err = propsFromContext(awscdk.NewApp(&awscdk.AppProps{Context: &map[string]any{
 		"config": filepath.Join("..", "relay.yaml"), "arch": "amd64", "deletionProtection": "false",
-		"corsOrigins": "https://a.example,https://b.example", "throttleRate": "5", "prefix": "relay-dev", "wafRateLimit": "1000",
+		"corsOrigins": "https://a.example,https://b.example", "throttleRate": "5", "prefix": "relay-dev", "wafRateLimit": "1000", "reserveConcurrency": "false",
 	}}).Node())
 	if err != nil {
 		t.Fatal(err)
@@ -882,7 +882,7 @@ func TestPropsFromContext(t *testing.T) {
 	}}).Node()); err != nil {
 		t.Errorf("the example models file for AWS: %v", err)
 	}
-	if p.DeletionProtection || *p.Arch.Name() != "x86_64" || p.ThrottleRate != 5 || p.Prefix != "relay-dev" || p.WAFRateLimit != 1000 ||
+	if p.DeletionProtection || *p.Arch.Name() != "x86_64" || p.ThrottleRate != 5 || p.Prefix != "relay-dev" || p.WAFRateLimit != 1000 || p.ReserveConcurrency ||
 		!slices.Equal(p.CORSOrigins, []string{"https://a.example", "https://b.example"}) {
 		t.Errorf("from context: %+v", p)
 	}
