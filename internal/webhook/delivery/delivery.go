@@ -6,7 +6,9 @@
 // a failed attempt re-enqueues the message with an SQS delay for the next
 // one, until a 2xx, a permanent refusal, or the retry horizon. SQS delays
 // stop at 15 minutes, so a longer wait is a chain of delayed messages, each
-// re-sent until the attempt's time comes.
+// re-sent until the attempt's time comes. An attempt goes only when its
+// receiver's circuit admits it (webhook.Circuit); one that finds it open
+// waits, uncounted. Each tenant's pending webhooks are capped (pending.go).
 //
 // It is apart from package webhook, which holds the HTTP client, URL policy
 // and retry schedule, because it reads and writes the store, which imports
