@@ -161,7 +161,7 @@ func (a *App) workflows(e *engine.Engine, hooks *webhook.Client) engine.Workflow
 // native builds the native models' service on e (engine.Deps.Native).
 func (a *App) native(e *engine.Engine, upstream *provider.Client, keys provider.KeySource) engine.Delegate {
 	a.Native = &native.Service{Store: a.Store, Blobs: a.Blobs, Queue: a.Queue, Engine: e, Provider: upstream,
-		Models: a.Models, Keys: keys, HTTP: upstream.HTTP, Log: a.Log, Now: e.Now}
+		Models: a.Models, Keys: keys, HTTP: upstream.HTTP, MaxResponseBytes: upstream.MaxResponseBytes, Log: a.Log, Now: e.Now}
 	return a.Native
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/anthropic/wire"
 	"github.com/relaybatch/relay/internal/inference"
+	"github.com/tidwall/gjson"
 )
 
 // anthropicBatches is Anthropic's Message Batches API (wire objects:
@@ -106,10 +107,8 @@ func (a anthropicBatches) holds(ctx context.Context, mb wire.MessageBatch, tag s
 		return true, nil
 	}
 	ours := false
-	err := a.eachLine(ctx, a.base+"/v1/messages/batches/"+mb.ID+"/results", func(line []byte) error {
-		var r wire.MessageResult
-		_ = json.Unmarshal(line, &r)
-		ours = rowOf(tag, r.CustomID) >= 0
+	err := a.eachLine(ctx, a.base+"/v1/messages/batches/"+mb.ID+"/results", func(line []byte, _ bool) error {
+		ours = rowOf(tag, gjson.GetBytes(line, "custom_id").String()) >= 0
 		return errStopLines
 	})
 	if err != nil && !errors.Is(err, errStopLines) {
@@ -141,8 +140,11 @@ func statusOf(typ string) int {
 	return http.StatusBadRequest
 }
 
-func (a anthropicBatches) results(ctx context.Context, r remote, fn func(string, rowResult)) error {
-	return a.eachLine(ctx, a.base+"/v1/messages/batches/"+r.id+"/results", func(line []byte) error {
+func (a anthropicBatches) results(ctx context.Context, r remote, fn func(string, rowResult) error) error {
+	return a.eachLine(ctx, a.base+"/v1/messages/batches/"+r.id+"/results", func(line []byte, cut bool) error {
+		if cut {
+			return fn(a.cutRow(line, r.id))
+		}
 		var mr wire.MessageResult
 		if err := json.Unmarshal(line, &mr); err != nil {
 			return fmt.Errorf("result of %s: %w", r.id, err)
@@ -155,11 +157,9 @@ func (a anthropicBatches) results(ctx context.Context, r remote, fn func(string,
 			res.StatusCode = statusOf(o.Error.Error.Type)
 			res.Body, _ = json.Marshal(o.Error)
 		default: // canceled, expired, a transient error
-			fn(mr.CustomID, rowResult{rescue: true})
-			return nil
+			return fn(mr.CustomID, rowResult{rescue: true})
 		}
-		fn(mr.CustomID, rowResult{res: res})
-		return nil
+		return fn(mr.CustomID, a.capped(rowResult{res: res}, r.id, mr.CustomID))
 	})
 }
 

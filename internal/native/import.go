@@ -2,6 +2,7 @@ package native
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/inference"
+	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/plan"
 	"github.com/relaybatch/relay/internal/provider"
@@ -22,23 +24,17 @@ func timeUnix(sec int64) time.Time { return time.Unix(sec, 0) }
 // results from ended provider batch r, the group's own; rows it did not
 // answer for good run directly first. A retry goes on where the last
 // attempt stopped: a chunk commits once, and its claim is this import's
-// (the run derives from the provider batch) until it does.
+// (the run derives from the provider batch) until it does. The results
+// are read one line at a time into a spool (answers), never held together.
 func (s *Service) importGroup(ctx context.Context, b batch.Batch, g batch.Group, up upstream, r remote) error {
-	t := tag(g.Batch, g.Index)
-	results := map[int]inference.Result{}
-	var err error
+	got := &answers{spool: part.Spool{InMemory: answersInMemory}, at: map[int]answerAt{}}
+	defer got.spool.Close()
 	if r.id != noProvider {
-		err = up.results(ctx, r, func(id string, rr rowResult) {
-			if row := rowOf(t, id); row >= 0 && !rr.rescue {
-				rr.res.Usage = provider.UsageOf(b.Endpoint, rr.res.Body)
-				results[row] = rr.res
-			}
-		})
+		if err := s.readAnswers(ctx, b, g, up, r, got); err != nil {
+			return err
+		}
 	}
-	if err != nil {
-		return fmt.Errorf("results of group %d of %s: %w", g.Index, b.ID, err)
-	}
-	if len(results) < g.Rows {
+	if len(got.at) < g.Rows {
 		if err := s.setExecution(ctx, b, batch.ExecHybrid); err != nil {
 			return err
 		}
@@ -52,18 +48,95 @@ func (s *Service) importGroup(ctx context.Context, b batch.Batch, g batch.Group,
 		if c.State == batch.ChunkDone {
 			continue
 		}
-		if err := s.importChunk(ctx, b, c, run, results); err != nil {
+		if err := s.importChunk(ctx, b, c, run, got); err != nil {
 			return err
 		}
 	}
 	s.Log.InfoContext(ctx, "provider batch imported", "batch_id", b.ID, "group", g.Index, "provider_batch", r.id,
-		"rows", g.Rows, "direct", g.Rows-len(results))
+		"rows", g.Rows, "direct", g.Rows-len(got.at))
 	return nil
 }
 
-// importChunk claims chunk c for run, runs the rows results lacks and
-// commits the chunk.
-func (s *Service) importChunk(ctx context.Context, b batch.Batch, c batch.Chunk, run string, results map[int]inference.Result) error {
+// readAnswers spools the answers for good of provider batch r to group
+// g's rows into got.
+func (s *Service) readAnswers(ctx context.Context, b batch.Batch, g batch.Group, up upstream, r remote, got *answers) error {
+	t := tag(g.Batch, g.Index)
+	err := up.results(ctx, r, func(id string, rr rowResult) error {
+		row := rowOf(t, id)
+		if row < 0 || rr.rescue {
+			return nil
+		}
+		rr.res.Usage = provider.UsageOf(b.Endpoint, rr.res.Body)
+		return got.put(row, rr.res)
+	})
+	if err != nil {
+		return fmt.Errorf("results of group %d of %s: %w", g.Index, b.ID, err)
+	}
+	return nil
+}
+
+// answersInMemory is what answers keep in memory: a provider batch's
+// answers are read once more each, so memory saves little, and the
+// chunks' lines (part.Lines) keep their own.
+const answersInMemory = 1 << 20
+
+// answers are the rows' answers of a provider batch, by row, in a spool:
+// an import holds one at a time (docs/design.md "Memory").
+type answers struct {
+	spool part.Spool
+	at    map[int]answerAt
+}
+
+// answerAt is where a row's answer is in the spool: the result without
+// its body, as JSON, then the body.
+type answerAt struct {
+	off        int64
+	meta, body int64
+}
+
+// put spools row's answer; a row answered twice keeps its last.
+func (a *answers) put(row int, res inference.Result) error {
+	body := res.Body
+	res.Body = nil
+	meta, err := json.Marshal(res)
+	if err != nil {
+		return fmt.Errorf("spool the answer of row %d: %w", row, err)
+	}
+	at := answerAt{off: a.spool.Size(), meta: int64(len(meta)), body: int64(len(body))}
+	if _, err := a.spool.Write(meta); err != nil {
+		return fmt.Errorf("spool the answer of row %d: %w", row, err)
+	}
+	if _, err := a.spool.Write(body); err != nil {
+		return fmt.Errorf("spool the answer of row %d: %w", row, err)
+	}
+	a.at[row] = at
+	return nil
+}
+
+// get reads row's answer back; false when the provider batch gave none.
+func (a *answers) get(row int) (inference.Result, bool, error) {
+	at, ok := a.at[row]
+	if !ok {
+		return inference.Result{}, false, nil
+	}
+	data, err := a.spool.Bytes(at.off, at.meta+at.body)
+	if err != nil {
+		return inference.Result{}, false, fmt.Errorf("read the answer of row %d back: %w", row, err)
+	}
+	var res inference.Result
+	if err := json.Unmarshal(data[:at.meta], &res); err != nil {
+		return inference.Result{}, false, fmt.Errorf("read the answer of row %d back: %w", row, err)
+	}
+	if at.body > 0 {
+		res.Body = data[at.meta:]
+	}
+	return res, true, nil
+}
+
+// importChunk claims chunk c for run, sets each row's line as its answer
+// comes (from got, or from running the rows got lacks) and commits the
+// chunk.
+func (s *Service) importChunk(ctx context.Context, b batch.Batch, c batch.Chunk, run string, got *answers) error {
 	c, err := s.claim(ctx, c, run)
 	if err != nil {
 		return err
@@ -72,28 +145,28 @@ func (s *Service) importChunk(ctx context.Context, b batch.Batch, c batch.Chunk,
 	if err != nil {
 		return err
 	}
-	outs := make([]part.Outcome, len(reqs))
+	lines := part.NewLines(b, c, s.Now())
+	defer lines.Close()
 	var direct []int
 	for i, q := range reqs {
-		outs[i].CustomID = q.CustomID
-		if res, ok := results[c.Row(i)]; ok {
-			outs[i].Result = res
-		} else if workflow.InBody(q.Body) {
-			outs[i].Code, outs[i].Message = workflow.CodeInvalid, "workflow records do not run on a batch: native model"
-		} else {
+		res, ok, err := got.get(c.Row(i))
+		switch {
+		case err != nil:
+			return err
+		case ok:
+			lines.Set(i, part.Outcome{CustomID: q.CustomID, Result: res})
+		case workflow.InBody(q.Body):
+			lines.Set(i, part.Outcome{CustomID: q.CustomID, Code: workflow.CodeInvalid, Message: "workflow records do not run on a batch: native model"})
+		default:
 			direct = append(direct, i)
 		}
 	}
 	if len(direct) > 0 {
-		bodies := make([][]byte, len(reqs))
-		for i, q := range reqs {
-			bodies[i] = q.Body
-		}
-		if c, err = s.runDirect(ctx, b, c, bodies, outs, direct); err != nil {
+		if c, err = s.runDirect(ctx, b, c, reqs, lines, direct); err != nil {
 			return err
 		}
 	}
-	return s.Engine.CommitRows(ctx, b, c, outs)
+	return s.Engine.CommitRows(ctx, b, c, lines)
 }
 
 // claim makes chunk c run's: claimed alone (no slots) when pending, taken
@@ -119,16 +192,19 @@ func (s *Service) claim(ctx context.Context, c batch.Chunk, run string) (batch.C
 	return s.Store.Takeover(ctx, c, run, lease, lease)
 }
 
-// runDirect runs rows direct of chunk c (claimed, no slots) on their model
+// runDirect runs rows direct of chunk c (claimed, no slots), setting
+// their lines as they end, on their model
 // with fallback (engine.Provider), within slots it takes of the model's
 // capacity, keeping c's lease meanwhile; it returns c holding them, for
 // the commit to hand on. Rows past the batch's window get batch_expired;
 // rows of a chunk the engine no longer admits (a key disabled, a budget
 // spent) get its refusal's line, as an executor's run gives them.
-func (s *Service) runDirect(ctx context.Context, b batch.Batch, c batch.Chunk, bodies [][]byte, outs []part.Outcome, direct []int) (batch.Chunk, error) {
+func (s *Service) runDirect(ctx context.Context, b batch.Batch, c batch.Chunk, reqs []jsonl.Request, lines *part.Lines, direct []int) (batch.Chunk, error) {
 	if b.PastExpiry(s.Now()) {
 		for _, i := range direct {
-			outs[i].Expire()
+			o := part.Outcome{CustomID: reqs[i].CustomID}
+			o.Expire()
+			lines.Set(i, o)
 		}
 		return c, nil
 	}
@@ -138,7 +214,7 @@ func (s *Service) runDirect(ctx context.Context, b batch.Batch, c batch.Chunk, b
 	}
 	if code != "" {
 		for _, i := range direct {
-			outs[i].Code, outs[i].Message = code, why
+			lines.Set(i, part.Outcome{CustomID: reqs[i].CustomID, Code: code, Message: why})
 		}
 		return c, nil
 	}
@@ -162,11 +238,13 @@ func (s *Service) runDirect(ctx context.Context, b batch.Batch, c batch.Chunk, b
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
+			o := part.Outcome{CustomID: reqs[i].CustomID}
 			if b.PastExpiry(s.Now()) {
-				outs[i].Expire()
-				return
+				o.Expire()
+			} else {
+				o.Result = s.Provider.Do(runCtx, b.Endpoint, reqs[i].Body, route)
 			}
-			outs[i].Result = s.Provider.Do(runCtx, b.Endpoint, bodies[i], route)
+			lines.Set(i, o)
 		})
 	}
 	wg.Wait()

@@ -1,6 +1,7 @@
 package part
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -112,5 +113,34 @@ func TestRemoveStale(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, name)); (err == nil) != want {
 			t.Errorf("%s: exists %v, want %v", name, err == nil, want)
 		}
+	}
+}
+
+// A Spool reads back what it was written, in memory and once spilled to
+// its temporary file, which Close removes.
+func TestSpool(t *testing.T) {
+	t.Parallel()
+	var s Spool
+	small := []byte("first")
+	big := bytes.Repeat([]byte("x"), SpillAt)
+	for _, p := range [][]byte{small, big, small} {
+		if n, err := s.Write(p); n != len(p) || err != nil {
+			t.Fatalf("Write: %d, %v", n, err)
+		}
+	}
+	if s.file == nil || s.Size() != int64(2*len(small)+len(big)) {
+		t.Fatalf("spilled %v, size %d", s.file != nil, s.Size())
+	}
+	name := s.file.Name()
+	for _, tc := range []struct{ off, n int64 }{{0, 5}, {5 + SpillAt, 5}} {
+		if got, err := s.Bytes(tc.off, tc.n); err != nil || string(got) != "first" {
+			t.Errorf("Bytes(%d, %d): %q, %v", tc.off, tc.n, got, err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(name); !os.IsNotExist(err) {
+		t.Errorf("%s after Close: %v", name, err)
 	}
 }
