@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -151,8 +152,10 @@ func heapPeak(fn func()) uint64 {
 // results file's size.
 func importHeap(t testing.TB, rows, size int) (peak uint64, input int64) {
 	t.Helper()
-	s, f, _ := newFlow(t.(*testing.T), 1, "")
-	f.discard = true
+	exp := time.Now().Add(24 * time.Hour).Unix()
+	f := &fakes{b: batch.Batch{ID: "batch_heap", Tenant: "t", Endpoint: "/v1/chat/completions", Status: batch.InProgress,
+		CreatedAt: time.Now().Unix(), ExpiresAt: &exp}, groups: map[int]batch.Group{}, commitCalls: map[int]int{}, discard: true}
+	s := &Service{Store: f, Blobs: f, Queue: f, Engine: f, Keys: testKey{}, Now: time.Now, Log: slog.New(slog.DiscardHandler)}
 	var served atomic.Int64
 	g, up, r := importOf(t, s, f, rows, 500, func(w http.ResponseWriter, _ *http.Request) {
 		bw := bufio.NewWriter(w)
@@ -187,5 +190,17 @@ func TestImportHeapBoundedByBytes(t *testing.T) {
 	t.Logf("heap peak: %d MiB importing %d MiB of results", peak>>20, input>>20)
 	if bar := 1.2 * float64(input) / 10; float64(peak) > bar {
 		t.Errorf("heap peak %d MiB, want within %d MiB (1.2 × a tenth of the %d MiB imported)", peak>>20, int64(bar)>>20, input>>20)
+	}
+}
+
+// BenchmarkImportHeap reports the Go heap's peak while a provider batch of
+// 50,000 result lines of 10 KiB is imported (BENCHMARKS.md "Memory"); the
+// bar is 1.2 × a tenth of the results file's size.
+func BenchmarkImportHeap(b *testing.B) {
+	for b.Loop() {
+		peak, input := importHeap(b, 50_000, 10<<10)
+		b.ReportMetric(float64(peak)/(1<<20), "MiB-peak")
+		b.ReportMetric(float64(input)/(1<<20), "MiB-results")
+		b.ReportMetric(float64(peak)/(float64(input)/10), "peak/tenth")
 	}
 }
