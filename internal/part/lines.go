@@ -30,9 +30,7 @@ type Lines struct {
 	c     batch.Chunk
 	w     builder
 	spans []span // by row; n == 0: not set
-	mem   bytes.Buffer
-	file  *os.File // once spilled, every line is here
-	size  int64
+	spool Spool  // the lines, in the order rows ended
 	err   error
 }
 
@@ -74,25 +72,12 @@ func (l *Lines) Set(i int, o Outcome) {
 	rw := builder{b: l.w.b, now: l.w.now, p: Part{ByModel: map[string]sched.UsageAgg{}}}
 	line, letter := rw.render(LineID(l.b.ID, l.c.Row(i)), o)
 	line = append(line, '\n')
-	if l.file == nil && l.mem.Len()+len(line) > SpillAt {
-		sweepOnce.Do(func() { removeStale(os.TempDir(), time.Now()) })
-		l.file, l.err = os.CreateTemp("", spoolPattern)
-		if l.err == nil {
-			_, l.err = l.file.Write(l.mem.Bytes())
-			l.mem = bytes.Buffer{}
-		}
-	}
-	switch {
-	case l.err != nil:
+	off := l.spool.Size()
+	if _, l.err = l.spool.Write(line); l.err != nil {
 		return
-	case l.file != nil:
-		_, l.err = l.file.Write(line)
-	default:
-		l.mem.Write(line)
 	}
 	rw.p.Usage = rw.usage.Bytes()
-	l.spans[i] = span{off: l.size, n: int64(len(line)), letter: letter, row: rw.p}
-	l.size += int64(len(line))
+	l.spans[i] = span{off: off, n: int64(len(line)), letter: letter, row: rw.p}
 	l.w.usage.Write(rw.p.Usage)
 	addPart(&l.w.p, rw.p)
 }
@@ -183,13 +168,11 @@ func (l *Lines) Tally() batch.Counts {
 func (l *Lines) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.file == nil {
+	if l.spool.file == nil {
 		return nil
 	}
-	l.file.Close()
-	name := l.file.Name()
-	l.file, l.err = nil, errors.New("closed")
-	return os.Remove(name)
+	l.err = errors.New("closed")
+	return l.spool.Close()
 }
 
 // Object is a part object's bytes: a reader that can seek (the S3 SDK
@@ -208,10 +191,7 @@ func (l *Lines) part() (map[string]Object, Part, error) {
 	if l.err != nil {
 		return nil, Part{}, fmt.Errorf("spool the lines of batch %s: %w", l.b.ID, l.err)
 	}
-	var src io.ReaderAt = bytes.NewReader(l.mem.Bytes())
-	if l.file != nil {
-		src = l.file
-	}
+	src := &l.spool
 	pattern := make([]byte, len(l.spans))
 	out, errs := &segments{src: src}, &segments{src: src}
 	for i, s := range l.spans {

@@ -55,7 +55,7 @@ func TestLinesAnyOrder(t *testing.T) {
 				wg.Go(func() { l.Set(i, outs[i]) })
 			}
 			wg.Wait()
-			spilled := l.file != nil
+			spilled := l.spool.file != nil
 			c := batch.Chunk{Batch: "batch_x", FirstRow: 100}
 			objs, cm, err := Commit(c, l, 0, now)
 			if err != nil {
@@ -74,7 +74,7 @@ func TestLinesAnyOrder(t *testing.T) {
 			}
 			var name string
 			if spilled {
-				name = l.file.Name()
+				name = l.spool.file.Name()
 			}
 			if err := l.Close(); err != nil {
 				t.Fatal(err)
