@@ -50,14 +50,31 @@ func resultLine(b string, row, size int) string {
 		row, customID(tag(b, 0), row), row, row, strings.Repeat("x", max(0, size-100)))
 }
 
+// messageResultLine is resultLine as a Message Batches result.
+func messageResultLine(b string, row, size int) string {
+	return fmt.Sprintf(`{"custom_id":%q,"result":{"type":"succeeded","message":{"id":"msg_%d","type":"message","role":"assistant",`+
+		`"content":[{"type":"text","text":"%s"}],"usage":{"input_tokens":1,"output_tokens":1}}}}`+"\n",
+		customID(tag(b, 0), row), row, strings.Repeat("x", max(0, size-120)))
+}
+
 // importOf sets s up to import group 0 of f's batch, rows rows in chunks
 // of perChunk, from an OpenAI batch whose output file the handler serves
 // (the model "nat" on it); it returns the group and the provider batch.
 func importOf(t testing.TB, s *Service, f *fakes, rows, perChunk int, results http.HandlerFunc) (batch.Group, upstream, remote) {
 	t.Helper()
+	return importOn(t, config.OpenAI, s, f, rows, perChunk, results)
+}
+
+// importOn is importOf from a provider batch of provider p.
+func importOn(t testing.TB, p config.Provider, s *Service, f *fakes, rows, perChunk int, results http.HandlerFunc) (batch.Group, upstream, remote) {
+	t.Helper()
 	srv := httptest.NewServer(results)
 	t.Cleanup(srv.Close)
-	models, err := config.ParseModels(fmt.Appendf(nil, "models:\n- {name: nat, provider: openai, base_url: %s/v1, api_key_env: NATIVE_TEST_KEY, batch: native}\n", srv.URL))
+	base := srv.URL + "/v1"
+	if p == config.Anthropic {
+		base = srv.URL // relay adds /v1
+	}
+	models, err := config.ParseModels(fmt.Appendf(nil, "models:\n- {name: nat, provider: %s, base_url: %s, api_key_env: NATIVE_TEST_KEY, batch: native}\n", p, base))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,29 +107,37 @@ func importOf(t testing.TB, s *Service, f *fakes, rows, perChunk int, results ht
 // a 64 MiB line, and a longer line failed the whole import.
 func TestImportCapsAnswers(t *testing.T) {
 	t.Parallel()
-	s, f, mock := newFlow(t, 1, "")
-	s.MaxResponseBytes = 4 << 10
-	sizes := []int{1 << 10, 8 << 10, 256 << 10, 1 << 10} // under, over, a line past cap + slack, under
-	g, up, r := importOf(t, s, f, len(sizes), 2, func(w http.ResponseWriter, _ *http.Request) {
-		for row, size := range sizes {
-			io.WriteString(w, resultLine(f.b.ID, row, size))
-		}
-	})
-	if err := s.importGroup(context.Background(), f.b, g, up, r); err != nil {
-		t.Fatal(err)
-	}
-	for row, want := range []string{"ok", inference.CodeResponseTooLarge, inference.CodeResponseTooLarge, "ok"} {
-		o := f.commits[row/2][row%2]
-		got := o.Result.ErrCode
-		if o.Result.OK() {
-			got = "ok"
-		}
-		if got != want || o.CustomID != fmt.Sprintf("c%d", row) {
-			t.Errorf("row %d: got %s %q (%s), want %s", row, o.CustomID, got, o.Result.ErrMessage, want)
-		}
-	}
-	if st := mock.Stats(); st.Requests != 0 {
-		t.Errorf("%d rows run directly, want none", st.Requests)
+	for _, tc := range []struct {
+		provider config.Provider
+		line     func(b string, row, size int) string
+	}{{config.OpenAI, resultLine}, {config.Anthropic, messageResultLine}} {
+		t.Run(string(tc.provider), func(t *testing.T) {
+			t.Parallel()
+			s, f, mock := newFlow(t, 1, "")
+			s.MaxResponseBytes = 4 << 10
+			sizes := []int{1 << 10, 8 << 10, 256 << 10, 1 << 10} // under, over, a line past cap + slack, under
+			g, up, r := importOn(t, tc.provider, s, f, len(sizes), 2, func(w http.ResponseWriter, _ *http.Request) {
+				for row, size := range sizes {
+					io.WriteString(w, tc.line(f.b.ID, row, size))
+				}
+			})
+			if err := s.importGroup(context.Background(), f.b, g, up, r); err != nil {
+				t.Fatal(err)
+			}
+			for row, want := range []string{"ok", inference.CodeResponseTooLarge, inference.CodeResponseTooLarge, "ok"} {
+				o := f.commits[row/2][row%2]
+				got := o.Result.ErrCode
+				if o.Result.OK() {
+					got = "ok"
+				}
+				if got != want || o.CustomID != fmt.Sprintf("c%d", row) {
+					t.Errorf("row %d: got %s %q (%s), want %s", row, o.CustomID, got, o.Result.ErrMessage, want)
+				}
+			}
+			if st := mock.Stats(); st.Requests != 0 {
+				t.Errorf("%d rows run directly, want none", st.Requests)
+			}
+		})
 	}
 }
 
