@@ -17,7 +17,7 @@ var rules = []struct {
 	forbidden []string
 }{
 	{
-		pkgs:      []string{"plan", "part", "batch", "msg", "fanout", "workflow", "sched", "inference", "apikey", "file", "egress"},
+		pkgs:      []string{"plan", "part", "batch", "msg", "fanout", "workflow", "sched", "inference", "apikey", "file", "egress", "spool"},
 		forbidden: []string{"store", "blob", "queue", "webhook", "provider"},
 	},
 	{

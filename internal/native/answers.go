@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/relaybatch/relay/internal/inference"
-	"github.com/relaybatch/relay/internal/part"
+	"github.com/relaybatch/relay/internal/spool"
 )
 
 // answersInMemory is what answers keep in memory: a provider batch's
@@ -16,7 +16,7 @@ const answersInMemory = 1 << 20
 // answers are the rows' answers of a provider batch, by row, in a spool:
 // an import holds one at a time (docs/design.md "Memory").
 type answers struct {
-	spool part.Spool
+	spool spool.Buffer
 	at    map[int]answerAt
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/plan"
 	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/spool"
 	"github.com/relaybatch/relay/internal/store"
 	"github.com/relaybatch/relay/internal/workflow"
 )
@@ -25,7 +26,7 @@ func timeUnix(sec int64) time.Time { return time.Unix(sec, 0) }
 // (the run derives from the provider batch) until it does. The results
 // are read one line at a time into a spool (answers), never held together.
 func (s *Service) importGroup(ctx context.Context, b batch.Batch, g batch.Group, up upstream, r remote) error {
-	got := &answers{spool: part.Spool{InMemory: answersInMemory}, at: map[int]answerAt{}}
+	got := &answers{spool: spool.Buffer{InMemory: answersInMemory}, at: map[int]answerAt{}}
 	defer got.spool.Close()
 	if r.id != noProvider {
 		if err := s.readAnswers(ctx, b, g, up, r, got); err != nil {

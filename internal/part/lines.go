@@ -5,19 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/sched"
+	"github.com/relaybatch/relay/internal/spool"
 )
 
 // SpillAt is how many bytes of lines a Lines keeps in memory before it
 // moves them to a temporary file.
-const SpillAt = 8 << 20
+const SpillAt = spool.DefaultInMemory
 
 // Lines are the lines of a chunk's rows, written as each row ends (Set)
 // rather than kept as answers until the last row is done: a run holds the
@@ -29,8 +28,8 @@ type Lines struct {
 	b     batch.Batch
 	c     batch.Chunk
 	w     builder
-	spans []span // by row; n == 0: not set
-	spool Spool  // the lines, in the order rows ended
+	spans []span       // by row; n == 0: not set
+	spool spool.Buffer // the lines, in the order rows ended
 	err   error
 }
 
@@ -135,27 +134,6 @@ func addPart(p *Part, row Part) {
 	}
 }
 
-// spoolPattern names the temporary files of Lines.
-const spoolPattern = "relay-part-*"
-
-// staleAfter is the age past which a spool file belongs to no live run:
-// a run ends within its invocation's 15 minutes.
-const staleAfter = time.Hour
-
-var sweepOnce sync.Once
-
-// removeStale removes the spool files in dir older than staleAfter at now:
-// those of a process that died before its runs closed them (Lambda keeps
-// /tmp across its process's restarts in a warm environment).
-func removeStale(dir string, now time.Time) {
-	names, _ := filepath.Glob(filepath.Join(dir, spoolPattern))
-	for _, name := range names {
-		if fi, err := os.Stat(name); err == nil && now.Sub(fi.ModTime()) > staleAfter {
-			os.Remove(name)
-		}
-	}
-}
-
 // Tally is how many of the rows set so far go to the output file and how
 // many to the error file.
 func (l *Lines) Tally() batch.Counts {
@@ -168,7 +146,7 @@ func (l *Lines) Tally() batch.Counts {
 func (l *Lines) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.spool.file == nil {
+	if !l.spool.Spilled() {
 		return nil
 	}
 	l.err = errors.New("closed")

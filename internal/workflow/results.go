@@ -9,18 +9,18 @@ import (
 	"sort"
 	"sync"
 
-	"github.com/relaybatch/relay/internal/part"
+	"github.com/relaybatch/relay/internal/spool"
 )
 
 // Results are a step's results as the JSON array a results event
-// carries, each result written to a spool (part.Spool) as its request
+// carries, each result written to a spool (spool.Buffer) as its request
 // ends, in any order: a step holds the answers of its requests in flight,
 // never all of them, and the event and the checkpoint read the array from
 // the spool (docs/design.md "Memory"). The zero value and nil are an
 // empty list; Close removes the spool. Set is safe for concurrent use.
 type Results struct {
 	mu    sync.Mutex
-	spool part.Spool
+	spool spool.Buffer
 	spans []resultSpan // by position; n == 0: not set
 	at    []int64      // where each position's separator starts in the array, once sealed
 	size  int64        // the array's bytes, once sealed
@@ -35,7 +35,7 @@ const resultsInMemory = 1 << 20
 
 // NewResults returns the results of a step of n requests.
 func NewResults(n int) *Results {
-	return &Results{spool: part.Spool{InMemory: resultsInMemory}, spans: make([]resultSpan, n)}
+	return &Results{spool: spool.Buffer{InMemory: resultsInMemory}, spans: make([]resultSpan, n)}
 }
 
 // ResultsOf returns rs as Results (tests, small lists).
