@@ -33,8 +33,9 @@ type Host interface {
 	// Save checkpoints the record after a step.
 	Save(ctx context.Context, st State) error
 	// Stop, checked before every event, fails the record when its batch
-	// was cancelled or expired; nil means go on.
-	Stop() *Error
+	// was cancelled or expired, or its key or budget no longer lets it
+	// spend; nil means go on. An error leaves the record at its checkpoint.
+	Stop(ctx context.Context) (*Error, error)
 	// Requeue ends this run holding no lease: the record goes on in
 	// another invocation after delay.
 	Requeue(ctx context.Context, delay time.Duration) error
@@ -111,9 +112,14 @@ func (d *Driver) Drive(ctx, runCtx context.Context) error {
 		return err
 	}
 	defer func() { st.Results.Close() }() // the run's last state: its results are in its checkpoint
-	// A record whose batch was cancelled or expired runs only to write its
-	// error line: it neither waits nor needs capacity.
-	if d.Host.Stop() == nil {
+	// A record whose batch was cancelled or expired, or that may no longer
+	// spend, runs only to write its error line: it neither waits nor needs
+	// capacity.
+	stop, err := d.Host.Stop(ctx)
+	if err != nil {
+		return err
+	}
+	if stop == nil {
 		if ok, err := d.ready(ctx, st); !ok {
 			return err
 		}

@@ -72,7 +72,7 @@ func (h *fakeHost) Save(_ context.Context, st State) error {
 	return nil
 }
 
-func (h *fakeHost) Stop() *Error { return h.stop }
+func (h *fakeHost) Stop(context.Context) (*Error, error) { return h.stop, nil }
 
 func (h *fakeHost) Requeue(_ context.Context, delay time.Duration) error {
 	h.requeues = append(h.requeues, delay)

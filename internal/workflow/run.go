@@ -88,8 +88,8 @@ type Runner struct {
 	// Save checkpoints the state after a step.
 	Save func(ctx context.Context, st State) error
 	// Stop, checked before every event, fails the record when the batch
-	// was cancelled or expired; nil means go on.
-	Stop func() *Error
+	// was cancelled or expired, or it may no longer spend; nil means go on.
+	Stop func(ctx context.Context) (*Error, error)
 	// Yield reports whether the invocation should hand the record over
 	// rather than start another event; nil means never.
 	Yield func() bool
@@ -106,7 +106,11 @@ type Runner struct {
 func (r *Runner) Run(ctx context.Context, st State) (Outcome, error) {
 	sent := false
 	for {
-		if o := r.halt(st, sent); o != nil {
+		o, err := r.halt(ctx, st, sent)
+		if err != nil {
+			return Outcome{State: st}, err
+		}
+		if o != nil {
 			return *o, nil
 		}
 		ev := r.event(st)
@@ -144,24 +148,28 @@ func failed(e *Error, eventID string, st State) Outcome {
 // batch stopped it, it is over its token budget, it waits, or (after
 // sending an event, so an invocation too short for one event still makes
 // its attempt instead of yielding forever) the invocation hands it over.
-func (r *Runner) halt(st State, sent bool) *Outcome {
+func (r *Runner) halt(ctx context.Context, st State, sent bool) (*Outcome, error) {
 	if r.Stop != nil {
-		if e := r.Stop(); e != nil {
+		e, err := r.Stop(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if e != nil {
 			o := failed(e, "", st)
-			return &o
+			return &o, nil
 		}
 	}
 	if st.Usage.TotalTokens > r.Spec.MaxTokens {
 		o := failed(errorf(CodeBudgetExceeded, "the record used %d tokens, over its max_tokens of %d", st.Usage.TotalTokens, r.Spec.MaxTokens), "", st)
-		return &o
+		return &o, nil
 	}
 	if until := time.UnixMilli(st.WaitUntil); st.WaitUntil > 0 && r.Now().Before(until) {
-		return &Outcome{Kind: Waiting, Until: until, State: st}
+		return &Outcome{Kind: Waiting, Until: until, State: st}, nil
 	}
 	if sent && r.Yield != nil && r.Yield() {
-		return &Outcome{Kind: Yielded, State: st}
+		return &Outcome{Kind: Yielded, State: st}, nil
 	}
-	return nil
+	return nil, nil
 }
 
 // answer acts on the callback's answer a to ev: the record ends (end), or

@@ -269,10 +269,21 @@ func TestRunStopsYieldsAndKeepsCutSteps(t *testing.T) {
 		t.Parallel()
 		f := &fakeRecord{script: func(Event) string { return cont("a") }}
 		r := f.runner(Spec{})
-		r.Stop = func() *Error { return &Error{Code: "batch_cancelled", Message: "cancelled"} }
+		r.Stop = func(context.Context) (*Error, error) {
+			return &Error{Code: "batch_cancelled", Message: "cancelled"}, nil
+		}
 		o, err := r.Run(context.Background(), State{})
 		if err != nil || o.Kind != Failed || o.Err.Code != "batch_cancelled" || len(f.events) != 0 {
 			t.Fatalf("got %+v, %v after %d events", o, err, len(f.events))
+		}
+	})
+	t.Run("a stop that cannot be read sends nothing", func(t *testing.T) {
+		t.Parallel()
+		f := &fakeRecord{script: func(Event) string { return cont("a") }}
+		r := f.runner(Spec{})
+		r.Stop = func(context.Context) (*Error, error) { return nil, errors.New("budget unreadable") }
+		if _, err := r.Run(context.Background(), State{}); err == nil || len(f.events) != 0 {
+			t.Fatalf("got %v after %d events; want the error, no event sent", err, len(f.events))
 		}
 	})
 	t.Run("yield after progress only", func(t *testing.T) {
