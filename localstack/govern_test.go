@@ -135,7 +135,7 @@ func submitterKeyID(t *testing.T, rt *localrun.Runtime, id string) string {
 func TestKeyModelAllowList(t *testing.T) {
 	t.Parallel()
 	rt := runtime(t)
-	raw, _, err := auth.Create(context.Background(), rt.App.Store, "acme", nil, []string{"gpt-4o-mini"})
+	raw, _, err := auth.Create(context.Background(), rt.App.Store, auth.NewKey{Tenant: "acme", Models: []string{"gpt-4o-mini"}})
 	if err != nil {
 		t.Fatal(err)
 	}

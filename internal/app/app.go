@@ -66,6 +66,8 @@ type App struct {
 	// UnknownKeyHint ends the API's message for an unknown key
 	// (auth.Authenticator).
 	UnknownKeyHint string
+	// now is the clock every service reads (SetClock).
+	now func() time.Time
 }
 
 // Load reads the environment and the models file and builds the app with
@@ -106,6 +108,7 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	a.Blobs = blob.New(a.S3, env.Bucket)
 	// One clock for every service (SetClock moves it in tests).
 	now := time.Now
+	a.now = now
 	a.Files = &files.Service{Store: a.Store, Blobs: a.Blobs, Now: now}
 	a.Queue = &queue.Sender{SQS: a.SQS, Prefix: env.Prefix}
 	// Keys from the environment first (local runs), then Secrets Manager (AWS).
@@ -149,6 +152,7 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 // with it, the engine's, the batches' and the files' together.
 func (a *App) SetClock(now func() time.Time) {
 	a.Engine.Now, a.Batches.Now, a.Files.Now, a.Govern.Now, a.Native.Now, a.Workflows.Now = now, now, now, now, now, now
+	a.now = now
 }
 
 // workflows builds the workflow records' runner on e (engine.Deps.Workflow).
@@ -167,7 +171,10 @@ func (a *App) native(e *engine.Engine, upstream *provider.Client, keys provider.
 
 // API is the HTTP handler of the api function.
 func (a *App) API() http.Handler {
-	return (&api.API{Auth: auth.Authenticator{Store: a.Store, UnknownKeyHint: a.UnknownKeyHint}, Files: a.Files, Batches: a.Batches, Log: a.Log,
+	// Keys expire by the app's clock, read at each request: SetClock may
+	// move it after the handler is built.
+	clock := func() time.Time { return a.now() }
+	return (&api.API{Auth: auth.Authenticator{Store: a.Store, UnknownKeyHint: a.UnknownKeyHint, Now: clock}, Files: a.Files, Batches: a.Batches, Log: a.Log,
 		Limiter: api.NewRateLimiter(a.Store, a.Env.RateLimit, a.Log), Budgets: a.Govern,
 		Panel: panel.Handler(a.uploadOrigin())}).Handler()
 }
