@@ -177,9 +177,15 @@ func FromRequest(r *http.Request) string {
 	return strings.TrimSpace(r.Header.Get("x-api-key"))
 }
 
+// Keys is what Authenticate reads of a Store.
+type Keys interface {
+	GetKey(ctx context.Context, hash string) (apikey.Key, error)
+	KeyByID(ctx context.Context, id string) (apikey.Key, error)
+}
+
 // Authenticator checks keys against a Store.
 type Authenticator struct {
-	Store Store
+	Store Keys
 	// Now is the clock keys expire by; nil is time.Now.
 	Now func() time.Time
 	// UnknownKeyHint, if set, ends the message for a key the store does not
