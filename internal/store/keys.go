@@ -112,18 +112,53 @@ func (s *Store) DisableKey(ctx context.Context, id string) error {
 		}
 		id = k.ID
 	}
-	k, err := s.KeyByID(ctx, id)
-	if err != nil {
-		return err
+	return s.setKeyFlag(ctx, id, "disabled", true)
+}
+
+// keyFlagTries bounds how often setKeyFlag reads a key again that a
+// rotation changed under it.
+const keyFlagTries = 5
+
+// setKeyFlag sets the boolean attribute name (disabled, tenant_disabled)
+// of key id on both its items, the id's and its current secret's, while
+// the id's still names the secret read: a rotation in between makes it read
+// the key again. It writes that attribute alone, so a disable, a tenant's
+// and a rotation never write back what another changed (docs/design.md
+// "Conflicts and ambiguous writes"); a retry of a write that took effect
+// sets it again.
+func (s *Store) setKeyFlag(ctx context.Context, id, name string, v bool) error {
+	for try := 1; ; try++ {
+		k, err := s.KeyByID(ctx, id)
+		if err != nil {
+			return err
+		}
+		set := func(pk, sk, cond string, values item) types.TransactWriteItem {
+			values[":v"] = &types.AttributeValueMemberBOOL{Value: v}
+			return types.TransactWriteItem{Update: &types.Update{TableName: &s.Table, Key: key(pk, sk),
+				UpdateExpression: aws.String("SET #f = :v"), ConditionExpression: aws.String(cond),
+				ExpressionAttributeNames: map[string]string{"#f": name, "#h": "hash"}, ExpressionAttributeValues: values}}
+		}
+		err = s.transact(ctx, "", []types.TransactWriteItem{
+			set(keysPK, id, "#h = :h", item{":h": avS(k.Hash)}),
+			set(keyPK(k.Hash), "KEY", "#h = :h", item{":h": avS(k.Hash)}),
+		})
+		if _, failed := conditionFailed(err); failed && try < keyFlagTries {
+			continue // rotated meanwhile
+		}
+		if err != nil {
+			return fmt.Errorf("set %s=%v on key %s: %w", name, v, id, err)
+		}
+		return nil
 	}
-	k.Disabled = true
-	return s.PutKey(ctx, k)
 }
 
 // RotateKey implements auth.Store: in one transaction, next's two items
 // (its secret's new, the id's replaced, on condition it still names old's
-// secret) and old's secret marked replaced until `until`, expiring from the
-// table a day later.
+// secret and neither the key nor its tenant was disabled since old was
+// read: next copies old's state) and old's secret marked replaced until
+// `until`, expiring from the table a day later. A write refused or failed
+// after an earlier try took effect is recognized by the id's item naming
+// next's secret.
 func (s *Store) RotateKey(ctx context.Context, old, next apikey.Key, until time.Time) error {
 	main, idx, err := keyItems(next)
 	if err != nil {
@@ -131,21 +166,36 @@ func (s *Store) RotateKey(ctx context.Context, old, next apikey.Key, until time.
 	}
 	_, err = s.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
 		{Put: &types.Put{TableName: &s.Table, Item: main, ConditionExpression: aws.String("attribute_not_exists(pk)")}},
-		{Put: &types.Put{TableName: &s.Table, Item: idx, ConditionExpression: aws.String("#h = :old"),
-			ExpressionAttributeNames: map[string]string{"#h": "hash"}, ExpressionAttributeValues: item{":old": avS(old.Hash)}}},
+		{Put: &types.Put{TableName: &s.Table, Item: idx,
+			ConditionExpression:      aws.String("#h = :old AND " + flagIs("disabled", old.Disabled) + " AND " + flagIs("tenant_disabled", old.TenantDisabled)),
+			ExpressionAttributeNames: map[string]string{"#h": "hash"},
+			ExpressionAttributeValues: item{":old": avS(old.Hash),
+				":true": &types.AttributeValueMemberBOOL{Value: true}, ":false": &types.AttributeValueMemberBOOL{Value: false}}}},
 		{Update: &types.Update{TableName: &s.Table, Key: key(keyPK(old.Hash), "KEY"),
 			UpdateExpression:          aws.String("SET replaced_until = :u, #ttl = :ttl"),
 			ConditionExpression:       aws.String("attribute_exists(pk)"),
 			ExpressionAttributeNames:  map[string]string{"#ttl": "ttl"},
 			ExpressionAttributeValues: item{":u": avN64(until.Unix()), ":ttl": avN64(until.Add(24 * time.Hour).Unix())}}},
 	}})
+	if err == nil {
+		return nil
+	}
+	if now, rerr := s.KeyByID(ctx, old.ID); rerr == nil && now.Hash == next.Hash {
+		return nil // an ambiguous try took effect
+	}
 	if _, failed := conditionFailed(err); failed {
 		return fmt.Errorf("key %s was rotated or changed meanwhile: %w", old.ID, errConflict)
 	}
-	if err != nil {
-		return fmt.Errorf("rotate key %s: %w", old.ID, err)
+	return fmt.Errorf("rotate key %s: %w", old.ID, err)
+}
+
+// flagIs is a condition on the boolean attribute name being v, false
+// when it is missing (omitempty).
+func flagIs(name string, v bool) string {
+	if v {
+		return name + " = :true"
 	}
-	return nil
+	return "(attribute_not_exists(" + name + ") OR " + name + " = :false)"
 }
 
 type tenantRecord struct {
@@ -186,8 +236,7 @@ func (s *Store) SetTenantDisabled(ctx context.Context, tenant string, disabled b
 		if k.Tenant != tenant || k.TenantDisabled == disabled {
 			continue
 		}
-		k.TenantDisabled = disabled
-		if err := s.PutKey(ctx, k); err != nil {
+		if err := s.setKeyFlag(ctx, k.ID, "tenant_disabled", disabled); err != nil {
 			return n, err
 		}
 		n++
