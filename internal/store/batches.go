@@ -353,10 +353,14 @@ func usageSK(day, model string) string { return day + "#" + model }
 func usageFrom(day string) string      { return day }
 func usageTo(day string) string        { return day + "#\uffff" }
 
-// Usage returns a tenant's daily usage aggregates for days in [from, to].
+// Usage returns a tenant's daily usage aggregates for days in [from, to],
+// read consistently: the governor asks before a workflow record's next
+// event, just after its step counted its spend (docs/design.md
+// "Governance").
 func (s *Store) Usage(ctx context.Context, tenant, from, to string) ([]UsageRow, error) {
 	out, err := s.DB.Query(ctx, &dynamodb.QueryInput{
 		TableName:              &s.Table,
+		ConsistentRead:         aws.Bool(true),
 		KeyConditionExpression: aws.String("pk = :pk AND sk BETWEEN :from AND :to"),
 		ExpressionAttributeValues: item{":pk": avS(usagePK(tenant)), ":from": avS(usageFrom(from)),
 			":to": avS(usageTo(to))},

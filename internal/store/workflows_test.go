@@ -6,6 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/smithy-go/middleware"
+	"github.com/relaybatch/relay/internal/local/emulator/emutest"
 	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/workflow"
 )
@@ -45,5 +49,30 @@ func TestSaveWorkflowCountsAStepsSpendOnce(t *testing.T) {
 	back, err := s.AcquireWorkflow(ctx, "b1", 3, "me", now, now.Add(time.Minute))
 	if err != nil || !back.Counted || back.State.Step != 1 || back.State.Usage.TotalTokens != 15 {
 		t.Fatalf("checkpoint %+v, %v; want step 1, counted", back, err)
+	}
+}
+
+// The governor reads the tenant's usage before each of a record's events
+// (docs/design.md "Governance"), just after the step before it counted its
+// spend: the read must see that write, or on DynamoDB (eventually
+// consistent by default) a record may run steps past a spent budget.
+func TestUsageReadsWhatWasJustCounted(t *testing.T) {
+	t.Parallel()
+	base := emulatorStore(t)
+	var consistent []bool
+	hook := func(st *middleware.Stack) error {
+		return st.Initialize.Add(middleware.InitializeMiddlewareFunc("record", func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+			if q, ok := in.Parameters.(*dynamodb.QueryInput); ok {
+				consistent = append(consistent, aws.ToBool(q.ConsistentRead))
+			}
+			return next.HandleInitialize(ctx, in)
+		}), middleware.Before)
+	}
+	s := New(dynamodb.NewFromConfig(emutest.Config(t), func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, hook) }), base.Table)
+	if _, err := s.Usage(context.Background(), "t", "2026-12-01", "2026-12-31"); err != nil {
+		t.Fatal(err)
+	}
+	if len(consistent) != 1 || !consistent[0] {
+		t.Fatalf("the usage queries' ConsistentRead: %v, want [true]", consistent)
 	}
 }
