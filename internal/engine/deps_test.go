@@ -11,6 +11,7 @@ import (
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/file"
+	"github.com/relaybatch/relay/internal/inference"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/sched"
@@ -68,6 +69,10 @@ type noWorkflows struct{}
 
 func (noWorkflows) Run(_, _ context.Context, b batch.Batch, c batch.Chunk, _ jsonl.Request, _ func() batch.Status) error {
 	return errors.New("test engine: no workflow runner for chunk " + c.Batch)
+}
+
+func (noWorkflows) Spent(context.Context, batch.Batch, batch.Chunk) (inference.Usage, bool, error) {
+	return inference.Usage{}, false, nil
 }
 
 // noNative runs every chunk on the executors and has no steps to handle.

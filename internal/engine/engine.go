@@ -114,9 +114,13 @@ var (
 // internal/wfhost): Run drives the record req, the one row of chunk c, from
 // its checkpoint until it commits its line (CommitRecord), waits or hands
 // over (SendAgain). runCtx ends before the invocation does; status is the
-// batch's, kept fresh.
+// batch's, kept fresh. Spent is what the steps of chunk c's record saved
+// spent upstream (zero for a chunk that holds none), and whether the
+// tenant's daily usage counts it already: a dead-lettered record's line
+// keeps it (DeadLetter).
 type Workflow interface {
 	Run(ctx, runCtx context.Context, b batch.Batch, c batch.Chunk, req jsonl.Request, status func() batch.Status) error
+	Spent(ctx context.Context, b batch.Batch, c batch.Chunk) (u inference.Usage, counted bool, err error)
 }
 
 // Lifecycle is what the batches' service (internal/batches) does beside

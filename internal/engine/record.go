@@ -3,8 +3,10 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/inference"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/sched"
@@ -23,6 +25,21 @@ import (
 // isWorkflowChunk reports whether a chunk is a workflow record's own.
 func isWorkflowChunk(c batch.Chunk, reqs []jsonl.Request) bool {
 	return c.Rows == 1 && len(reqs) == 1 && workflow.InBody(reqs[0].Body)
+}
+
+// deadRecord is dead-letter line o of one-row chunk c with what the steps
+// of its workflow record, if it is one, saved and spent: the batch's usage
+// counts it, as the record's own end would, and the tenant's daily usage
+// too unless its steps counted it already (docs/design.md "Governance").
+func (e *Engine) deadRecord(ctx context.Context, b batch.Batch, c batch.Chunk, o part.Outcome) (part.Outcome, error) {
+	u, counted, err := e.Workflow.Spent(ctx, b, c)
+	if err != nil {
+		return o, fmt.Errorf("spend of the record of chunk %d of %s: %w", c.Index, c.Batch, err)
+	}
+	if u != (inference.Usage{}) {
+		o.Result, o.Counted = inference.Result{Model: c.Model, Usage: u}, counted
+	}
+	return o, nil
 }
 
 // runRecord runs the workflow record of r's chunk on Workflow.

@@ -110,6 +110,28 @@ func (s *Store) AcquireWorkflow(ctx context.Context, batchID string, row int, ow
 	return cp, nil
 }
 
+// WorkflowSpent reads what the steps a record saved spent (its
+// checkpoint's usage) and whether the tenant's usage counts it already
+// (WorkflowCheckpoint.Counted); zero for a record without a checkpoint.
+func (s *Store) WorkflowSpent(ctx context.Context, batchID string, row int) (workflow.Usage, bool, error) {
+	var it struct {
+		Checkpoint string `dynamodbav:"checkpoint"`
+		Counted    bool   `dynamodbav:"counted"`
+	}
+	if _, err := s.get(ctx, chunksPK(batchID), workflowSK(row), &it); errors.Is(err, errMissing) || (err == nil && it.Checkpoint == "") {
+		return workflow.Usage{}, false, nil
+	} else if err != nil {
+		return workflow.Usage{}, false, fmt.Errorf("read workflow %d of %s: %w", row, batchID, err)
+	}
+	var st struct {
+		Usage workflow.Usage `json:"usage"`
+	}
+	if err := json.Unmarshal([]byte(it.Checkpoint), &st); err != nil {
+		return workflow.Usage{}, false, fmt.Errorf("decode workflow %d of %s: %w", row, batchID, err)
+	}
+	return st.Usage, it.Counted, nil
+}
+
 // Spend is what a record's step spent upstream: its tokens by the model
 // that served them, added to the tenant's daily usage (usagePK) under Day
 // in the same write as the step's checkpoint, so a budget sees a record's

@@ -76,3 +76,29 @@ func TestUsageReadsWhatWasJustCounted(t *testing.T) {
 		t.Fatalf("the usage queries' ConsistentRead: %v, want [true]", consistent)
 	}
 }
+
+// WorkflowSpent reads a record's saved spend and whether it is counted,
+// zero for a record without a checkpoint (engine.DeadLetter's line).
+func TestWorkflowSpentReadsTheCheckpoint(t *testing.T) {
+	t.Parallel()
+	s := emulatorStore(t)
+	ctx := context.Background()
+	now := time.Now()
+	if u, counted, err := s.WorkflowSpent(ctx, "b1", 0); err != nil || u != (workflow.Usage{}) || counted {
+		t.Fatalf("no record: %+v %v %v, want zero", u, counted, err)
+	}
+	if _, err := s.AcquireWorkflow(ctx, "b1", 0, "me", now, now.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if u, counted, err := s.WorkflowSpent(ctx, "b1", 0); err != nil || u != (workflow.Usage{}) || counted {
+		t.Fatalf("a record leased, not saved: %+v %v %v, want zero", u, counted, err)
+	}
+	want := workflow.Usage{PromptTokens: 4, CompletionTokens: 6, TotalTokens: 10}
+	spend := Spend{Tenant: "t", Day: "2026-12-02", ByModel: map[string]sched.UsageAgg{"m": {Input: 4, Output: 6, Total: 10}}}
+	if err := s.SaveWorkflow(ctx, "b1", 0, "me", WorkflowCheckpoint{State: workflow.State{Step: 1, Usage: want}}, now.Add(time.Minute), spend); err != nil {
+		t.Fatal(err)
+	}
+	if u, counted, err := s.WorkflowSpent(ctx, "b1", 0); err != nil || u != want || !counted {
+		t.Fatalf("a record saved: %+v %v %v, want %+v counted", u, counted, err, want)
+	}
+}

@@ -78,6 +78,7 @@ type Store interface {
 	SaveWorkflow(ctx context.Context, batchID string, row int, owner string, cp store.WorkflowCheckpoint, until time.Time, spend store.Spend) error
 	ReleaseWorkflow(ctx context.Context, batchID string, row int, owner string) error
 	DeleteWorkflow(ctx context.Context, batchID string, row int) error
+	WorkflowSpent(ctx context.Context, batchID string, row int) (workflow.Usage, bool, error)
 	GetChunk(ctx context.Context, batchID string, i int) (batch.Chunk, error)
 }
 
@@ -148,6 +149,14 @@ func (r *Runner) Run(ctx, runCtx context.Context, b batch.Batch, c batch.Chunk, 
 		return fmt.Errorf("workflow %s: %w", d.WorkflowID, engine.ErrStop)
 	}
 	return err
+}
+
+// Spent is what the steps chunk c's record saved spent upstream, by its
+// checkpoint, and whether the tenant's usage counts it already: the line
+// of a record dead-lettered keeps it (engine.Workflow).
+func (r *Runner) Spent(ctx context.Context, b batch.Batch, c batch.Chunk) (inference.Usage, bool, error) {
+	u, counted, err := r.Store.WorkflowSpent(ctx, b.ID, c.FirstRow)
+	return inference.Usage{InputTokens: u.PromptTokens, OutputTokens: u.CompletionTokens, TotalTokens: u.TotalTokens}, counted, err
 }
 
 // recordHost is the engine's side of one run of a workflow record.
