@@ -58,8 +58,9 @@ type Store interface {
 	// and marks old's secret replaced until `until`; it fails when old is
 	// no longer the key's current secret.
 	RotateKey(ctx context.Context, old, next apikey.Key, until time.Time) error
-	// TenantDisabled reports whether tenant was disabled.
-	TenantDisabled(ctx context.Context, tenant string) (bool, error)
+	// FollowTenant marks key k disabled with its tenant, in one write
+	// conditional on the tenant being disabled, and reports whether it is.
+	FollowTenant(ctx context.Context, k apikey.Key) (bool, error)
 	ListKeys(ctx context.Context) ([]apikey.Key, error)
 	DisableKey(ctx context.Context, id string) error
 	// WebhookSecret returns the tenant's signing secret, creating it with
@@ -83,9 +84,10 @@ type NewKey struct {
 }
 
 // Create makes a new key and returns it with its record. A key made for a
-// disabled tenant is disabled with it: the tenant is read after the key is
-// written, and a disable reads the keys after the tenant is, so one of the
-// two sees the other.
+// disabled tenant is disabled with it: the key is marked after it is
+// written, on condition the tenant is disabled (FollowTenant), and a
+// disable or an enable lists the keys after it writes the tenant, so one of
+// the two sees the other.
 func Create(ctx context.Context, s Store, n NewKey) (string, apikey.Key, error) {
 	if !ValidTenant(n.Tenant) {
 		return "", apikey.Key{}, fmt.Errorf("tenant %q: use 1-64 letters, digits, '-' or '_'", n.Tenant)
@@ -110,14 +112,11 @@ func Create(ctx context.Context, s Store, n NewKey) (string, apikey.Key, error) 
 	if err := s.PutKey(ctx, k); err != nil {
 		return "", apikey.Key{}, fmt.Errorf("store key: %w", err)
 	}
-	off, err := s.TenantDisabled(ctx, n.Tenant)
-	if err == nil && off {
-		k.TenantDisabled = true
-		err = s.PutKey(ctx, k)
-	}
+	off, err := s.FollowTenant(ctx, k)
 	if err != nil {
 		return "", apikey.Key{}, fmt.Errorf("store key: %w", err)
 	}
+	k.TenantDisabled = off
 	return raw, k, nil
 }
 

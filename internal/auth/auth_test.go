@@ -49,8 +49,12 @@ func (s *memStore) RotateKey(ctx context.Context, old, next apikey.Key, until ti
 	return nil
 }
 
-func (s *memStore) TenantDisabled(_ context.Context, tenant string) (bool, error) {
-	return s.offTenants[tenant], nil
+func (s *memStore) FollowTenant(ctx context.Context, k apikey.Key) (bool, error) {
+	if !s.offTenants[k.Tenant] {
+		return false, nil
+	}
+	k.TenantDisabled = true
+	return true, s.PutKey(ctx, k)
 }
 
 func (s *memStore) GetKey(_ context.Context, hash string) (apikey.Key, error) {

@@ -203,19 +203,36 @@ type tenantRecord struct {
 	Disabled      bool   `dynamodbav:"disabled,omitempty"`
 }
 
-// TenantDisabled implements auth.Store.
-func (s *Store) TenantDisabled(ctx context.Context, tenant string) (bool, error) {
-	var t tenantRecord
-	_, err := s.get(ctx, tenantPK(tenant), "TENANT", &t)
-	if errors.Is(err, errMissing) {
-		return false, nil
+// FollowTenant implements auth.Store: key k's two items marked
+// tenant_disabled in one transaction with the check that its tenant is
+// disabled, so an enable in between (which lists the keys after it writes
+// the tenant) never leaves a new key refused.
+func (s *Store) FollowTenant(ctx context.Context, k apikey.Key) (bool, error) {
+	mark := func(pk, sk string) types.TransactWriteItem {
+		return types.TransactWriteItem{Update: &types.Update{TableName: &s.Table, Key: key(pk, sk),
+			UpdateExpression: aws.String("SET tenant_disabled = :true"), ConditionExpression: aws.String("#h = :h"),
+			ExpressionAttributeNames:  map[string]string{"#h": "hash"},
+			ExpressionAttributeValues: item{":true": &types.AttributeValueMemberBOOL{Value: true}, ":h": avS(k.Hash)}}}
 	}
-	return t.Disabled, err
+	err := s.transact(ctx, "", []types.TransactWriteItem{
+		{ConditionCheck: &types.ConditionCheck{TableName: &s.Table, Key: key(tenantPK(k.Tenant), "TENANT"),
+			ConditionExpression:       aws.String("disabled = :true"),
+			ExpressionAttributeValues: item{":true": &types.AttributeValueMemberBOOL{Value: true}}}},
+		mark(keysPK, k.ID),
+		mark(keyPK(k.Hash), "KEY"),
+	})
+	if i, failed := conditionFailed(err); failed && i == 0 {
+		return false, nil // the tenant is not disabled
+	}
+	if err != nil {
+		return false, fmt.Errorf("mark key %s with its tenant %s: %w", k.ID, k.Tenant, err)
+	}
+	return true, nil
 }
 
 // SetTenantDisabled disables (or enables) tenant: its record first, then
-// every key of it (auth.Create reads the record after writing a key, so a
-// key made meanwhile is caught by one side). It returns the keys changed.
+// every key of it (auth.Create marks a key it wrote on condition of the
+// record, so a key made meanwhile is caught by one side). It returns the keys changed.
 // A disabled tenant's keys are refused at the API (tenant_disabled), and
 // its batches and templates stop as a disabled key's do.
 func (s *Store) SetTenantDisabled(ctx context.Context, tenant string, disabled bool) (int, error) {

@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/smithy-go/middleware"
 	"github.com/relaybatch/relay/internal/apikey"
+	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/awsfault"
 	"github.com/relaybatch/relay/internal/local/emulator/emutest"
 )
@@ -21,12 +22,24 @@ import (
 // interleaved is s's table through a client that runs between once, just
 // before its first call of op.
 func interleaved(t *testing.T, s *Store, op string, between func()) *Store {
+	return interleavedAt(t, s, op, 1, between)
+}
+
+// interleavedAt is s's table through a client that runs between just
+// before its nth call of op.
+func interleavedAt(t *testing.T, s *Store, op string, nth int, between func()) *Store {
 	t.Helper()
-	var once sync.Once
+	var mu sync.Mutex
+	calls := 0
 	hook := func(st *middleware.Stack) error {
 		return st.Initialize.Add(middleware.InitializeMiddlewareFunc("interleave", func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
 			if awsmiddleware.GetOperationName(ctx) == op {
-				once.Do(between)
+				mu.Lock()
+				calls++
+				if calls == nth {
+					between()
+				}
+				mu.Unlock()
 			}
 			return next.HandleInitialize(ctx, in)
 		}), middleware.Before)
@@ -187,5 +200,71 @@ func TestRotationThatTookEffectAnsweringAnError(t *testing.T) {
 	if err := s.RotateKey(ctx, k, next, time.Now().Add(time.Hour)); err != nil {
 		got, _ := base.KeyByID(ctx, k.ID)
 		t.Fatalf("rotate (took effect, answered an error): %v; the key's secret is now %s…, the new one's %s…", err, got.Hash[:8], next.Hash[:8])
+	}
+}
+
+// A key made for a disabled tenant while the tenant is enabled again works:
+// the enable lists the keys before the key is marked with its tenant, and
+// the mark, made on a read of the tenant from before the enable, would
+// leave it refused with tenant_disabled for good.
+func TestKeyCreatedWhileItsTenantIsEnabled(t *testing.T) {
+	t.Parallel()
+	base := emulatorStore(t)
+	ctx := context.Background()
+	if _, err := base.SetTenantDisabled(ctx, "acme", true); err != nil {
+		t.Fatal(err)
+	}
+	// auth.Create writes the key (the first transaction), reads the
+	// tenant, then marks the key (the second): the enable runs between.
+	s := interleavedAt(t, base, "TransactWriteItems", 2, func() {
+		if _, err := base.SetTenantDisabled(ctx, "acme", false); err != nil {
+			t.Error(err)
+		}
+	})
+	_, k, err := auth.Create(ctx, s, auth.NewKey{Tenant: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, read := range []func() (apikey.Key, error){
+		func() (apikey.Key, error) { return base.KeyByID(ctx, k.ID) },
+		func() (apikey.Key, error) { return base.GetKey(ctx, k.Hash) },
+	} {
+		got, err := read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, _ := got.Refusal(time.Now()); code != "" {
+			t.Fatalf("a key made while its tenant was enabled again: %+v refused %q; want it working", got, code)
+		}
+	}
+}
+
+// A key made while its tenant is disabled is refused with it, however its
+// make and the disable interleave (auth.Create): the disable before the
+// make's first or second write, or after the make.
+func TestKeyCreatedWhileItsTenantIsDisabled(t *testing.T) {
+	t.Parallel()
+	for nth := 1; nth <= 2; nth++ {
+		base := emulatorStore(t)
+		ctx := context.Background()
+		var disabled sync.Once
+		disable := func() {
+			if _, err := base.SetTenantDisabled(ctx, "acme", true); err != nil {
+				t.Error(err)
+			}
+		}
+		s := interleavedAt(t, base, "TransactWriteItems", nth, func() { disabled.Do(disable) })
+		_, k, err := auth.Create(ctx, s, auth.NewKey{Tenant: "acme"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		disabled.Do(disable) // the make wrote once only: the disable came after
+		got, err := base.GetKey(ctx, k.Hash)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, _ := got.Refusal(time.Now()); code != apikey.CodeTenantDisabled {
+			t.Fatalf("disable before write %d of the make: the key %+v refused %q; want tenant_disabled", nth, got, code)
+		}
 	}
 }
