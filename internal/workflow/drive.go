@@ -113,16 +113,18 @@ func (d *Driver) Drive(ctx, runCtx context.Context) error {
 	}
 	defer func() { st.Results.Close() }() // the run's last state: its results are in its checkpoint
 	// A record whose batch was cancelled or expired, or that may no longer
-	// spend, runs only to write its error line: it neither waits nor needs
-	// capacity.
+	// spend, ends on that answer with its error line: it neither waits nor
+	// takes capacity, so it must not go on should Stop answer otherwise
+	// next (a refusal read from a cache about to be renewed).
 	stop, err := d.Host.Stop(ctx)
 	if err != nil {
 		return err
 	}
-	if stop == nil {
-		if ok, err := d.ready(ctx, st); !ok {
-			return err
-		}
+	if stop != nil {
+		return d.end(ctx, failed(stop, "", st))
+	}
+	if ok, err := d.ready(ctx, st); !ok {
+		return err
 	}
 	r := d.runner(runCtx)
 	o, err := r.Run(runCtx, st)

@@ -22,6 +22,7 @@ type fakeHost struct {
 	busyUntil  time.Time // set: another executor holds the lease
 	full       bool      // the model has no free slot
 	stop       *Error    // the batch was cancelled or expired
+	lifted     bool      // stop answers the first Stop only (a refusal the next read no longer sees)
 	crashAt    int       // Save of this step writes, then the executor dies
 	held       bool      // the record holds its slots
 	upstream   []string  // bodies run, in the order they ran
@@ -72,7 +73,13 @@ func (h *fakeHost) Save(_ context.Context, st State) error {
 	return nil
 }
 
-func (h *fakeHost) Stop(context.Context) (*Error, error) { return h.stop, nil }
+func (h *fakeHost) Stop(context.Context) (*Error, error) {
+	e := h.stop
+	if h.lifted {
+		h.stop = nil
+	}
+	return e, nil
+}
 
 func (h *fakeHost) Requeue(_ context.Context, delay time.Duration) error {
 	h.requeues = append(h.requeues, delay)
@@ -260,6 +267,24 @@ func TestDriveHandsOver(t *testing.T) {
 		}
 		if h.finished == nil || h.finished.Err.Code != "batch_cancelled" || h.held || len(cb.events) != 0 {
 			t.Fatalf("finished %+v, held %v, %d events", h.finished, h.held, len(cb.events))
+		}
+	})
+	// The run stops on the refusal it took its capacity by: a record
+	// refused when it resumes (it holds no slots) ends, even when the
+	// governor's next answer would let it go (its key's cached read
+	// renewed, a budget raised). Before, Stop was asked again before the
+	// first event: the record then sent it and ran its step's requests
+	// holding none of its model's slots.
+	t.Run("a record refused at resume ends on that refusal", func(t *testing.T) {
+		t.Parallel()
+		h := &fakeHost{stop: &Error{Code: "budget_exceeded", Message: "spent"}, lifted: true}
+		cb := &callback{script: twoSteps}
+		if err := driver(h, cb).Drive(context.Background(), context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if h.finished == nil || h.finished.Err == nil || h.finished.Err.Code != "budget_exceeded" || len(cb.events) != 0 || len(h.upstream) != 0 {
+			t.Fatalf("finished %+v, %d events, %d requests run holding slots %v; want the record ended budget_exceeded, nothing sent",
+				h.finished, len(cb.events), len(h.upstream), h.held)
 		}
 	})
 	t.Run("out of time before progress", func(t *testing.T) {
