@@ -149,7 +149,8 @@ type Batch struct {
 	// of its rows upstream (docs/api.md "Anthropic Message Batches").
 	AnthropicBetas []string `json:"-" dynamodbav:"anthropic_betas,omitempty"`
 	UserProfileID  string   `json:"-" dynamodbav:"user_profile_id,omitempty"`
-	// CSVModel is the model of every row of a CSV input.
+	// CSVModel is the create's model (docs/api.md "Batches"): the model of
+	// every row of a CSV input and of every simple row of a JSONL one.
 	CSVModel    string            `json:"-" dynamodbav:"csv_model"`
 	ErrorList   []jsonl.LineError `json:"-" dynamodbav:"errors"`
 	Input       []Object          `json:"-" dynamodbav:"input"` // the JSONL the chunks are ranges of
