@@ -88,7 +88,9 @@ func TestInlineSimpleRowsRefused(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			status, body := postBatch(t, rt, key, tt.body)
-			var e struct{ Error struct{ Param, Message string } }
+			var e struct {
+				Error struct{ Param, Message string }
+			}
 			json.Unmarshal(body, &e)
 			if status != 400 || e.Error.Param != tt.param || !strings.Contains(e.Error.Message, tt.msg) {
 				t.Fatalf("got %d %s, want 400 on %s saying %q", status, body, tt.param, tt.msg)
