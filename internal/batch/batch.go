@@ -149,6 +149,10 @@ type Batch struct {
 	// of its rows upstream (docs/api.md "Anthropic Message Batches").
 	AnthropicBetas []string `json:"-" dynamodbav:"anthropic_betas,omitempty"`
 	UserProfileID  string   `json:"-" dynamodbav:"user_profile_id,omitempty"`
+	// AnnouncedInProgress records that the batch's in_progress webhook
+	// event was queued (internal/webhook/delivery), when its first chunk
+	// started.
+	AnnouncedInProgress bool `json:"-" dynamodbav:"announced_in_progress,omitempty"`
 	// CSVModel is the create's model (docs/api.md "Batches"): the model of
 	// every row of a CSV input and of every simple row of a JSONL one.
 	CSVModel    string            `json:"-" dynamodbav:"csv_model"`

@@ -68,14 +68,16 @@ type Service struct {
 	// Schedules creates and deletes the schedules of cron templates
 	// (templates.go); nil refuses templates.
 	Schedules *schedule.Manager
-	// Deliveries queues a terminal batch's webhook (Terminal) and adds the
-	// webhook_deliveries summary to the batch Get returns.
+	// Deliveries queues a terminal batch's webhook (Terminal) and its
+	// lifecycle events (Announce), and adds the webhook_deliveries summary
+	// to the batch Get returns.
 	Deliveries Deliveries
 }
 
 // Deliveries are a batch's completion webhooks (internal/webhook/delivery).
 type Deliveries interface {
 	Enqueue(ctx context.Context, b batch.Batch) error
+	Announce(ctx context.Context, b batch.Batch, event string) error
 	WithDeliveries(ctx context.Context, b batch.Batch) batch.Batch
 }
 

@@ -59,6 +59,8 @@ func (f lifecycleFunc) Terminal(ctx context.Context, b batch.Batch) error {
 	return f(ctx, b)
 }
 
+func (lifecycleFunc) Announce(context.Context, batch.Batch, string) error { return nil }
+
 func (lifecycleFunc) RetryInput(context.Context, batch.Batch) (file.File, error) {
 	return file.File{}, file.ErrNotFound
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/store"
+	"github.com/relaybatch/relay/internal/webhook"
 )
 
 // chunkRun is one work message being executed.
@@ -576,7 +577,35 @@ func (e *Engine) admit(ctx context.Context, r *chunkRun, b batch.Batch, c batch.
 	}
 	r.b, r.c, r.reqs, r.lines, r.loaded = b, c, reqs, part.NewLines(b, c, e.Now()), e.Now()
 	r.left.Store(int32(len(reqs)))
+	e.announceInProgress(ctx, b)
 	return true, nil
+}
+
+// announceInProgress queues batch.in_progress when a chunk of b, which has
+// a webhook_url, starts and b does not record it queued
+// (batch.Batch.AnnouncedInProgress): queued first, then recorded, so a
+// record means queued. A batch read before the record (the invocation's
+// cached read) queues it again: one event id, delivered once. A failure is
+// only logged: the batch's next chunk tries again.
+func (e *Engine) announceInProgress(ctx context.Context, b batch.Batch) {
+	if b.WebhookURL == nil || b.AnnouncedInProgress || b.Status != batch.InProgress {
+		return
+	}
+	log := e.Log.With("batch_id", b.ID, "tenant", b.Tenant)
+	if err := e.Lifecycle.Announce(ctx, b, webhook.InProgress); err != nil {
+		log.WarnContext(ctx, "queue the in_progress webhook event", "err", err)
+		return
+	}
+	_, err := e.Store.UpdateBatch(ctx, b.Tenant, b.ID, func(b *batch.Batch) error {
+		if b.AnnouncedInProgress {
+			return errSkip
+		}
+		b.AnnouncedInProgress = true
+		return nil
+	})
+	if err != nil && !errors.Is(err, errSkip) {
+		log.WarnContext(ctx, "record the in_progress webhook event queued", "err", err)
+	}
 }
 
 // fenceTries bounds a run's tries to take its fence, fenceBackoff their

@@ -77,15 +77,25 @@ type memTable struct {
 	records map[string]store.WebhookDeliveries
 }
 
-func (m *memTable) GetWebhookDeliveries(_ context.Context, batchID string) (store.WebhookDeliveries, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.records[batchID], nil
+// recordKey keys the records as the store does: the terminal event's by
+// the batch id alone.
+func recordKey(batchID, event string) string {
+	if webhook.Terminal(event) {
+		return batchID
+	}
+	return batchID + "/" + event
 }
 
-func (m *memTable) UpdateWebhookDeliveries(_ context.Context, batchID string, fn func(*store.WebhookDeliveries) error) (store.WebhookDeliveries, error) {
+func (m *memTable) GetWebhookDeliveries(_ context.Context, batchID, event string) (store.WebhookDeliveries, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.records[recordKey(batchID, event)], nil
+}
+
+func (m *memTable) UpdateWebhookDeliveries(_ context.Context, batchID, event string, fn func(*store.WebhookDeliveries) error) (store.WebhookDeliveries, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	batchID = recordKey(batchID, event)
 	d := m.records[batchID]
 	if err := fn(&d); err != nil {
 		return store.WebhookDeliveries{}, err
@@ -155,5 +165,69 @@ func TestAttemptRecordedAndNextQueued(t *testing.T) {
 	}
 	if len(q.sent) != 2 || q.sent[1].Attempt != 2 || q.sent[1].Event.ID != first.Event.ID || q.sent[1].NotBefore == 0 {
 		t.Fatalf("sent %+v; want attempt 2 of the same event, not before its backoff", q.sent)
+	}
+}
+
+// A batch's lifecycle events have records of their own, and an event's
+// first attempt waits until those queued before it have one made: the
+// completion of a started batch whose batch.queued was not attempted yet
+// goes back to the queue without a post; once queued was attempted (even
+// failed), it is sent.
+func TestEventWaitsForTheEarlierOnes(t *testing.T) {
+	t.Parallel()
+	var types []string
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var ev webhook.Event
+		json.NewDecoder(r.Body).Decode(&ev)
+		mu.Lock()
+		types = append(types, ev.Type)
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	table, q := &memTable{}, &memQueue{}
+	s := &Service{Store: table, Queue: q, Log: slog.New(slog.DiscardHandler),
+		Client: webhook.NewClient(egress.Policy{AllowPrivate: true, AllowHTTP: true})}
+	url := srv.URL
+	ctx := context.Background()
+	b := batch.Batch{ID: "batch_1", Tenant: "t", Status: batch.InProgress, WebhookURL: &url, Started: true}
+	if err := s.Announce(ctx, b, webhook.Queued); err != nil {
+		t.Fatal(err)
+	}
+	b.Status = batch.Completed
+	if err := s.Enqueue(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	queued, completed := q.sent[0], q.sent[1]
+	if queued.Event.Type != "batch.queued" || completed.Event.Type != "batch.completed" || len(completed.After) != 1 || completed.After[0] != "batch.queued" ||
+		queued.Event.ID == completed.Event.ID {
+		t.Fatalf("sent %+v, want batch.queued, then batch.completed after it", q.sent)
+	}
+	deliver := func(m message) {
+		t.Helper()
+		body, _ := json.Marshal(m)
+		if failed, err := s.Deliver(ctx, []msg.Delivery{{ID: "m", Body: string(body), ReceiveCount: 1}}); err != nil || len(failed) != 0 {
+			t.Fatalf("deliver: %v, failed %v", err, failed)
+		}
+	}
+	deliver(completed)
+	if len(types) != 0 || len(q.sent) != 3 || q.sent[2].Event.ID != completed.Event.ID || q.sent[2].WaitFrom == 0 {
+		t.Fatalf("posted %v, sent %+v; want the completion back on the queue, not posted", types, q.sent)
+	}
+	deliver(queued)
+	deliver(q.sent[2])
+	if len(types) != 2 || types[0] != "batch.queued" || types[1] != "batch.completed" {
+		t.Fatalf("posted %v, want batch.queued then batch.completed", types)
+	}
+	if d := table.records["batch_1"]; !d.Delivered || d.EventID != completed.Event.ID {
+		t.Fatalf("completion record %+v, want it delivered (the batch's summary reads it)", d)
+	}
+	// Past orderWait, an event goes without the earlier ones.
+	late := completed
+	late.Event.ID, late.Batch, late.WaitFrom = "evt_late", "batch_2", time.Now().Add(-orderWait).UnixMilli()
+	deliver(late)
+	if len(types) != 3 {
+		t.Fatalf("posted %v, want the late event sent", types)
 	}
 }
