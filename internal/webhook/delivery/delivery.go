@@ -40,6 +40,9 @@ type Service struct {
 	Store Store
 	Queue Queue
 	Log   *slog.Logger
+	// Now is the clock, the service's one (app.New): when an event was
+	// created, an attempt is due and the retries give up.
+	Now func() time.Time
 
 	// Client makes the attempts; nil means webhook.NewClient(egress.Policy{}).
 	// The engine checks webhook_url at create against the same client's
@@ -121,7 +124,7 @@ func (s *Service) Enqueue(ctx context.Context, b batch.Batch) error {
 	if err != nil {
 		return fmt.Errorf("webhook event of %s: %w", b.ID, err)
 	}
-	ev, err := webhook.NewEvent(string(b.Status), data, time.Now())
+	ev, err := webhook.NewEvent(string(b.Status), data, s.Now())
 	if err != nil {
 		return fmt.Errorf("webhook event of %s: %w", b.ID, err)
 	}
@@ -188,11 +191,11 @@ func (s *Service) deliver(ctx context.Context, m message, redelivered bool) erro
 		// after that, perhaps before queueing the next attempt: queue it
 		// (a duplicate of it is dropped when its attempt is recorded).
 		if redelivered {
-			return s.queueNextAttempt(ctx, m, time.Now())
+			return s.queueNextAttempt(ctx, m, s.Now())
 		}
 		return nil
 	}
-	now := time.Now()
+	now := s.Now()
 	if wait := time.UnixMilli(m.NotBefore).Sub(now); m.NotBefore > 0 && wait > 0 {
 		return s.Queue.Send(ctx, resources.Webhook, m, queue.Delay(wait))
 	}
@@ -201,7 +204,7 @@ func (s *Service) deliver(ctx context.Context, m message, redelivered bool) erro
 		return fmt.Errorf("webhook secret of %s: %w", m.Tenant, err)
 	}
 	a := s.client().Deliver(ctx, m.URL, secret, m.Event, m.Attempt)
-	done := time.Now()
+	done := s.Now()
 	d, err = s.Store.UpdateWebhookDeliveries(ctx, m.Batch, func(d *store.WebhookDeliveries) error {
 		if d.Delivered || d.GaveUp || d.Count >= m.Attempt {
 			return errDuplicate // a duplicate of this attempt got here first
