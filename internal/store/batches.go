@@ -31,23 +31,40 @@ func chunkSK(i int) string { return fmt.Sprintf("CHUNK#%06d", i) }
 
 // batchIndexes keeps the GSI attributes in line with the batch: active
 // batches sit in the by-status index oldest first and in the sparse by-due
-// index at the time the tick must look at them (batch.Batch.Due), and runs
-// of a template in the by-template index.
+// index at the time the tick must look at them (dueIndex), and runs of a
+// template in the by-template index. It is the one place they are derived:
+// a write that changes a batch without reading it (a commit) sets those of
+// the batch it leaves (finalizeIndex).
 func batchIndexes(b *batch.Batch) item {
-	it := item{}
+	it := dueIndex(b)
 	if !b.Status.Terminal() && b.Status != batch.Scheduled {
 		it["gsi1pk"] = &types.AttributeValueMemberS{Value: activePK}
 		it["gsi1sk"] = &types.AttributeValueMemberS{Value: fmt.Sprintf("%010d#%s#%s", b.CreatedAt, b.ID, b.Tenant)}
-	}
-	if at, ok := b.Due(); ok {
-		it["gsi4pk"] = avS(duePK)
-		it["gsi4sk"] = avS(dueSK(at, b.Tenant, b.ID))
 	}
 	if b.TemplateID != nil {
 		it["gsi2pk"] = &types.AttributeValueMemberS{Value: "TPL#" + *b.TemplateID}
 		it["gsi2sk"] = &types.AttributeValueMemberS{Value: b.ID}
 	}
 	return it
+}
+
+// dueIndex is a batch's place in the by-due index: when the tick must look
+// at it (batch.Batch.Due), none when never.
+func dueIndex(b *batch.Batch) item {
+	it := item{}
+	if at, ok := b.Due(); ok {
+		it["gsi4pk"] = avS(duePK)
+		it["gsi4sk"] = avS(dueSK(at, b.Tenant, b.ID))
+	}
+	return it
+}
+
+// finalizeIndex is the by-due index of a batch whose last chunk commits
+// with its finalize due at due: that of a batch whose chunks are all done
+// (batch.Batch.Due), which the commit makes it without reading it.
+func finalizeIndex(tenant, id string, due time.Time) item {
+	return dueIndex(&batch.Batch{Tenant: tenant, ID: id, Status: batch.InProgress, Started: true,
+		ChunksTotal: 1, ChunksDone: 1, FinalizeDue: due.Unix()})
 }
 
 // batchItem is a new batch's item: the batch at T#<tenant>/BATCH#<id>, its
