@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"errors"
 	"io"
 	"maps"
 	"slices"
@@ -576,6 +577,11 @@ func (m *memTable) CommitChunk(_ context.Context, tenant string, c sched.Commit)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	ch := c.Chunk
+	if n := c.Next; n != nil && n.Entry.Batch == ch.Batch && n.Entry.Next == ch.Index {
+		// One transaction may not name an item twice: DynamoDB refuses it,
+		// every time.
+		return errTwice
+	}
 	if fb := c.Fallback; fb != nil && c.Next != nil && c.Next.Entry.Batch == ch.Batch && c.Next.Entry.Next == fb.Chunk.Index {
 		return store.ErrRenumber
 	}
@@ -604,6 +610,8 @@ func (m *memTable) CommitChunk(_ context.Context, tenant string, c sched.Commit)
 	m.commits = append(m.commits, c)
 	return nil
 }
+
+var errTwice = errors.New("ValidationException: Transaction request cannot include multiple operations on one item")
 
 // commitFails is the error of the first of commit c's conditions that
 // fails, in the order of its transaction's items.
