@@ -184,6 +184,9 @@ func (m *memTable) GetBatch(_ context.Context, tenant, id string) (batch.Batch, 
 	return b, nil
 }
 
+// UpdateBatch runs fn under the table's lock: nothing is written between
+// its read and its write, which is what the store's version condition
+// makes sure of.
 func (m *memTable) UpdateBatch(_ context.Context, tenant, id string, fn func(*batch.Batch) error) (batch.Batch, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
