@@ -117,21 +117,28 @@ func (q *memQueue) Send(_ context.Context, name string, v any, _ time.Duration) 
 	return nil
 }
 
+// refusingReceiver is a webhook receiver that answers every post 500, and
+// counts them.
+func refusingReceiver(t *testing.T) (string, *atomic.Int32) {
+	t.Helper()
+	posts := &atomic.Int32{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		posts.Add(1)
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, posts
+}
+
 // A batch with a webhook_url queues its first attempt; an attempt the
 // receiver refuses is recorded and the next one queued; the same message
 // again (a duplicate delivery) makes no second attempt.
 func TestAttemptRecordedAndNextQueued(t *testing.T) {
 	t.Parallel()
-	var posts atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		posts.Add(1)
-		w.WriteHeader(http.StatusInternalServerError)
-	}))
-	defer srv.Close()
+	url, posts := refusingReceiver(t)
 	table, q := &memTable{}, &memQueue{}
 	s := &Service{Store: table, Queue: q, Log: slog.New(slog.DiscardHandler), Now: time.Now,
 		Client: webhook.NewClient(egress.Policy{AllowPrivate: true, AllowHTTP: true}), Backoff: func(int) time.Duration { return time.Minute }}
-	url := srv.URL
 	ctx := context.Background()
 	if err := s.Enqueue(ctx, batch.Batch{ID: "batch_1", Tenant: "t", Status: batch.Completed}); err != nil || len(q.sent) != 0 {
 		t.Fatalf("batch without webhook_url: %v, sent %+v", err, q.sent)
@@ -166,19 +173,13 @@ func TestAttemptRecordedAndNextQueued(t *testing.T) {
 // for years and the retries never gave up.
 func TestDeliveryKeepsItsClock(t *testing.T) {
 	t.Parallel()
-	var posts atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		posts.Add(1)
-		w.WriteHeader(http.StatusInternalServerError)
-	}))
-	defer srv.Close()
+	url, posts := refusingReceiver(t)
 	at := time.Unix(1_900_000_000, 0)
 	var skip atomic.Int64
 	table, q := &memTable{}, &memQueue{}
 	s := &Service{Store: table, Queue: q, Log: slog.New(slog.DiscardHandler),
 		Now:    func() time.Time { return at.Add(time.Duration(skip.Load())) },
 		Client: webhook.NewClient(egress.Policy{AllowPrivate: true, AllowHTTP: true}), Backoff: func(int) time.Duration { return time.Minute }}
-	url := srv.URL
 	ctx := context.Background()
 	if err := s.Enqueue(ctx, batch.Batch{ID: "batch_1", Tenant: "t", Status: batch.Failed, WebhookURL: &url}); err != nil || len(q.sent) != 1 {
 		t.Fatalf("enqueue: %v, sent %+v", err, q.sent)
