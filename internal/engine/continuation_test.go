@@ -166,9 +166,7 @@ func TestContinuationThatRanNothingIsSent(t *testing.T) {
 	p := newPeakProvider(200 * time.Millisecond)
 	e, table := runsFixture(t, p, chunkSpec{"x", 2, 2}, chunkSpec{"x", 40, 2}, chunkSpec{"x", 4, 0})
 	e.Lease = time.Second
-	c2 := table.chunkAt(2)
-	c2.State, c2.Run, c2.Lease = batch.ChunkPending, "", 0
-	table.putChunk(c2)
+	table.pend(2)
 	table.readyAt("x", 2, false)
 	// runCtx ends 2 s before the deadline: about 1.2 s of rows.
 	ctx, cancel := context.WithTimeout(context.Background(), 3200*time.Millisecond)
@@ -178,7 +176,7 @@ func TestContinuationThatRanNothingIsSent(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	c2 = table.chunkAt(2)
+	c2 := table.chunkAt(2)
 	sent := false
 	for _, m := range e.Queue.(*lockedQueue).sent {
 		sent = sent || (m.Type == msg.Chunk && m.Chunk == 2)

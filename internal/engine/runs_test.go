@@ -55,7 +55,7 @@ func (f *runsTable) b() batch.Batch { return f.batch(f.id) }
 // chunkAt is chunk i as it is now.
 func (f *runsTable) chunkAt(i int) batch.Chunk { return f.chunk(f.id, i) }
 
-// pend makes chunks is pending, unclaimed, as a plan leaves them.
+// pend makes the chunks is pending, unclaimed, as a plan leaves them.
 func (f *runsTable) pend(is ...int) {
 	for _, i := range is {
 		c := f.chunkAt(i)
@@ -388,9 +388,7 @@ func TestExecuteCommitsWhatItAnswered(t *testing.T) {
 func continuationFixture(t *testing.T) (*Engine, *runsTable, *peakProvider) {
 	p := newPeakProvider(time.Millisecond)
 	e, table := runsFixture(t, p, chunkSpec{"x", 8, 2}, chunkSpec{"x", 8, 0})
-	c1 := table.chunkAt(1)
-	c1.State, c1.Run, c1.Lease = batch.ChunkPending, "", 0
-	table.putChunk(c1)
+	table.pend(1)
 	table.readyAt("x", 1, false)
 	return e, table, p
 }
