@@ -68,6 +68,8 @@ type App struct {
 	UnknownKeyHint string
 
 	secrets *provider.SecretsKeys // the key cache, on the one clock
+	// now is the clock every service reads (SetClock).
+	now func() time.Time
 }
 
 // Load reads the environment and the models file and builds the app with
@@ -108,6 +110,7 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	a.Blobs = blob.New(a.S3, env.Bucket)
 	// One clock for every service (SetClock moves it in tests).
 	now := time.Now
+	a.now = now
 	a.Files = &files.Service{Store: a.Store, Blobs: a.Blobs, Now: now}
 	a.Queue = &queue.Sender{SQS: a.SQS, Prefix: env.Prefix}
 	// Keys from the environment first (local runs), then Secrets Manager (AWS).
@@ -153,7 +156,7 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 // webhooks' and the key cache's.
 func (a *App) SetClock(now func() time.Time) {
 	a.Engine.Now, a.Batches.Now, a.Files.Now, a.Govern.Now, a.Native.Now, a.Workflows.Now = now, now, now, now, now, now
-	a.Webhooks.Now, a.secrets.Now = now, now
+	a.Webhooks.Now, a.secrets.Now, a.now = now, now, now
 }
 
 // workflows builds the workflow records' runner on e (engine.Deps.Workflow).
@@ -166,13 +169,16 @@ func (a *App) workflows(e *engine.Engine, hooks *webhook.Client) engine.Workflow
 // native builds the native models' service on e (engine.Deps.Native).
 func (a *App) native(e *engine.Engine, upstream *provider.Client, keys provider.KeySource) engine.Delegate {
 	a.Native = &native.Service{Store: a.Store, Blobs: a.Blobs, Queue: a.Queue, Engine: e, Provider: upstream,
-		Models: a.Models, Keys: keys, HTTP: upstream.HTTP, Log: a.Log, Now: e.Now}
+		Models: a.Models, Keys: keys, HTTP: upstream.HTTP, MaxResponseBytes: upstream.MaxResponseBytes, Log: a.Log, Now: e.Now}
 	return a.Native
 }
 
 // API is the HTTP handler of the api function.
 func (a *App) API() http.Handler {
-	return (&api.API{Auth: auth.Authenticator{Store: a.Store, UnknownKeyHint: a.UnknownKeyHint}, Files: a.Files, Batches: a.Batches, Log: a.Log,
+	// Keys expire by the app's clock, read at each request: SetClock may
+	// move it after the handler is built.
+	clock := func() time.Time { return a.now() }
+	return (&api.API{Auth: auth.Authenticator{Store: a.Store, UnknownKeyHint: a.UnknownKeyHint, Now: clock}, Files: a.Files, Batches: a.Batches, Log: a.Log,
 		Limiter: api.NewRateLimiter(a.Store, a.Env.RateLimit, a.Log), Budgets: a.Govern,
 		Panel: panel.Handler(a.uploadOrigin())}).Handler()
 }

@@ -351,7 +351,9 @@ func (in *invocation) start(r *chunkRun) {
 	}
 	r.status = in.statuses[r.b.ID]
 	in.mu.Unlock()
-	if isWorkflowChunk(r.c, r.reqs) && r.refused == "" {
+	if isWorkflowChunk(r.c, r.reqs) {
+		// A refused record runs too, to its error line with what its steps
+		// spent: its host asks the governor before every event.
 		in.work.Go(func() {
 			defer close(r.done)
 			r.err = e.runRecord(withExec(in.ctx, r.exec), r)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/inference"
 	"github.com/relaybatch/relay/internal/provider"
+	"github.com/tidwall/gjson"
 )
 
 // anthropicBatches is Anthropic's Message Batches API (its objects as
@@ -104,10 +105,8 @@ func (a anthropicBatches) holds(ctx context.Context, mb provider.MessageBatch, t
 		return true, nil
 	}
 	ours := false
-	err := a.eachLine(ctx, a.base+"/v1/messages/batches/"+mb.ID+"/results", func(line []byte) error {
-		var r provider.MessageResult
-		_ = json.Unmarshal(line, &r)
-		ours = rowOf(tag, r.CustomID) >= 0
+	err := a.eachLine(ctx, a.base+"/v1/messages/batches/"+mb.ID+"/results", func(line []byte, _ bool) error {
+		ours = rowOf(tag, gjson.GetBytes(line, "custom_id").String()) >= 0
 		return errStopLines
 	})
 	if err != nil && !errors.Is(err, errStopLines) {
@@ -128,8 +127,11 @@ func (a anthropicBatches) get(ctx context.Context, id string) (remote, error) {
 // run: Anthropic's own trouble, not the request's.
 var transientTypes = map[string]bool{"api_error": true, "overloaded_error": true, "rate_limit_error": true, "timeout_error": true}
 
-func (a anthropicBatches) results(ctx context.Context, r remote, fn func(string, rowResult)) error {
-	return a.eachLine(ctx, a.base+"/v1/messages/batches/"+r.id+"/results", func(line []byte) error {
+func (a anthropicBatches) results(ctx context.Context, r remote, fn func(string, rowResult) error) error {
+	return a.eachLine(ctx, a.base+"/v1/messages/batches/"+r.id+"/results", func(line []byte, cut bool) error {
+		if cut {
+			return fn(a.cutRow(line, r.id))
+		}
 		var mr provider.MessageResult
 		if err := json.Unmarshal(line, &mr); err != nil {
 			return fmt.Errorf("result of %s: %w", r.id, err)
@@ -141,11 +143,9 @@ func (a anthropicBatches) results(ctx context.Context, r remote, fn func(string,
 		case mr.Outcome == "errored" && mr.Error != nil && !transientTypes[mr.ErrorType]:
 			res.StatusCode, res.Body = provider.AnthropicStatus(mr.ErrorType), mr.Error
 		default: // canceled, expired, a transient error
-			fn(mr.CustomID, rowResult{rescue: true})
-			return nil
+			return fn(mr.CustomID, rowResult{rescue: true})
 		}
-		fn(mr.CustomID, rowResult{res: res})
-		return nil
+		return fn(mr.CustomID, a.capped(rowResult{res: res}, r.id, mr.CustomID))
 	})
 }
 

@@ -557,9 +557,10 @@ func TestCommitItems(t *testing.T) {
 		},
 		{
 			name: "the last, with usage of one model",
-			c: sched.Commit{Chunk: chunk, Completed: 2, ChunksTotal: 5, Last: true, FinalizeDue: due, Day: "2024-05-01",
+			c: sched.Commit{Chunk: chunk, Completed: 2, ChunksTotal: 5, Last: true, FinalizeDue: due, Day: "2024-05-01", KeyID: "k1",
 				UsageByModel: map[string]sched.UsageAgg{"gpt-4o": {Requests: 2, Input: 10, Output: 5, Total: 15}}},
-			want: []string{"update B#batch_1/CHUNK#000002", "update T#acme/BATCH#batch_1", "update USAGE#acme/2024-05-01#gpt-4o", "update MODEL#gpt-4o/CAP#001"},
+			want: []string{"update B#batch_1/CHUNK#000002", "update T#acme/BATCH#batch_1", "update USAGE#acme/2024-05-01#gpt-4o",
+				"update USAGEBY#acme/2024-05-01#k1#batch_1#gpt-4o", "update MODEL#gpt-4o/CAP#001"},
 		},
 		{
 			name: "slots handed on to the next chunk",

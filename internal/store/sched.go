@@ -373,17 +373,7 @@ func (s *Store) commitItems(tenant string, c sched.Commit) txItems {
 		bu.ExpressionAttributeValues[":lastbutone"] = avN(c.ChunksTotal - 1)
 	}
 	tx.add(batchFails, types.TransactWriteItem{Update: bu})
-	// Sorted: a retry under the same token must be the same request.
-	for _, model := range slices.Sorted(maps.Keys(c.UsageByModel)) {
-		u := c.UsageByModel[model]
-		tx.add(nil, types.TransactWriteItem{Update: &types.Update{
-			TableName: &s.Table, Key: key(usagePK(tenant), usageSK(c.Day, model)),
-			UpdateExpression:         aws.String("SET #d = :day, model = :m ADD requests :r, input_tokens :i, output_tokens :o, total_tokens :t"),
-			ExpressionAttributeNames: map[string]string{"#d": "day"},
-			ExpressionAttributeValues: item{":day": avS(c.Day), ":m": avS(model), ":r": avN64(u.Requests),
-				":i": avN64(u.Input), ":o": avN64(u.Output), ":t": avN64(u.Total)},
-		}})
-	}
+	tx.add(nil, s.usageItems(tenant, c.Day, c.KeyID, ch.Batch, c.UsageByModel)...)
 	switch {
 	case c.Next != nil:
 		tx.add(ErrRaced, s.claimItems(*c.Next)...)

@@ -1,0 +1,49 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/relaybatch/relay/internal/sched"
+	"github.com/relaybatch/relay/internal/workflow"
+)
+
+// A step's spend is added to the tenant's daily usage with its checkpoint,
+// once: a save of the same step again (the retry of an ambiguous write
+// that took effect) succeeds without adding it twice, a save by an owner
+// that lost the lease adds nothing, and the checkpoint reads back counted.
+func TestSaveWorkflowCountsAStepsSpendOnce(t *testing.T) {
+	s := emulatorStore(t)
+	ctx := context.Background()
+	now := time.Now()
+	if _, err := s.AcquireWorkflow(ctx, "b1", 3, "me", now, now.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	spend := Spend{Tenant: "t", Day: "2026-12-02", ByModel: map[string]sched.UsageAgg{"m": {Input: 4, Output: 6, Total: 10}, "fb": {Total: 5, Input: 5}}}
+	cp := WorkflowCheckpoint{State: workflow.State{Step: 1, Requests: 2, Usage: workflow.Usage{TotalTokens: 15}}}
+	for try := range 2 {
+		if err := s.SaveWorkflow(ctx, "b1", 3, "me", cp, now.Add(time.Minute), spend); err != nil {
+			t.Fatalf("save %d: %v", try, err)
+		}
+	}
+	if err := s.SaveWorkflow(ctx, "b1", 3, "another", WorkflowCheckpoint{State: workflow.State{Step: 2}}, now.Add(time.Minute), spend); !errors.Is(err, ErrWorkflowLeaseLost) {
+		t.Fatalf("a save without the lease: %v, want ErrWorkflowLeaseLost", err)
+	}
+	rows, err := s.Usage(ctx, "t", "2026-12-01", "2026-12-31")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, r := range rows {
+		got[r.Model] = r.TotalTokens
+	}
+	if len(got) != 2 || got["m"] != 10 || got["fb"] != 5 {
+		t.Fatalf("daily usage %+v, want m 10 and fb 5 tokens: the step counted once", rows)
+	}
+	back, err := s.AcquireWorkflow(ctx, "b1", 3, "me", now, now.Add(time.Minute))
+	if err != nil || !back.Counted || back.State.Step != 1 || back.State.Usage.TotalTokens != 15 {
+		t.Fatalf("checkpoint %+v, %v; want step 1, counted", back, err)
+	}
+}
