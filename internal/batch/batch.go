@@ -143,7 +143,9 @@ type Batch struct {
 	WebhookDeliveries *WebhookSummary `json:"webhook_deliveries,omitempty" dynamodbav:"-"`
 
 	Tenant string `json:"-" dynamodbav:"tenant"`
-	KeyID  string `json:"-" dynamodbav:"key_id"`
+	// KeyID is the key that submitted the batch (a template's runs, the
+	// template's key), shown as submitted_by (docs/api.md "Extensions").
+	KeyID string `json:"submitted_by,omitempty" dynamodbav:"key_id"`
 	// AnthropicBetas and UserProfileID are a message batch create's
 	// anthropic-beta and anthropic-user-profile-id headers, sent with each
 	// of its rows upstream (docs/api.md "Anthropic Message Batches").

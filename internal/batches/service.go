@@ -98,6 +98,7 @@ type Store interface {
 	ReserveInflight(ctx context.Context, tenant, batchID string, max int, now time.Time) error
 	KeyByID(ctx context.Context, id string) (apikey.Key, error)
 	Usage(ctx context.Context, tenant, from, to string) ([]store.UsageRow, error)
+	UsageDetails(ctx context.Context, tenant, from, to string) ([]store.UsageDetail, error)
 	// internal/anthropic's delete of a Message Batch.
 	DeleteBatch(ctx context.Context, tenant, id string) error
 	DeleteFile(ctx context.Context, tenant, id string) error
@@ -826,9 +827,4 @@ func writeFailedRows(w io.Writer, c batch.Chunk, reqs []jsonl.Request) error {
 		}
 	}
 	return nil
-}
-
-// Usage returns a tenant's daily usage between two times.
-func (s *Service) Usage(ctx context.Context, tenant string, from, to time.Time) ([]store.UsageRow, error) {
-	return s.Store.Usage(ctx, tenant, from.UTC().Format("2006-01-02"), to.UTC().Format("2006-01-02"))
 }

@@ -68,6 +68,9 @@ func (*releaseTable) KeyByID(context.Context, string) (apikey.Key, error) {
 func (*releaseTable) Usage(context.Context, string, string, string) ([]store.UsageRow, error) {
 	return nil, errNotInFake
 }
+func (*releaseTable) UsageDetails(context.Context, string, string, string) ([]store.UsageDetail, error) {
+	return nil, errNotInFake
+}
 func (*releaseTable) DeleteBatch(context.Context, string, string) error { return errNotInFake }
 func (*releaseTable) DeleteFile(context.Context, string, string) error  { return errNotInFake }
 

@@ -34,21 +34,22 @@ func TestAnnounceInProgressOnce(t *testing.T) {
 	t.Parallel()
 	url := "https://hooks.example/x"
 	b := batch.Batch{ID: "batch_x", Tenant: "t", Status: batch.InProgress, WebhookURL: &url}
-	table := &fakeTable{b: b}
+	table := newMemTable()
+	table.putBatch(b)
 	life := &announcer{fail: errors.New("queue down")}
 	e := testEngine(&Engine{Store: table, Log: slog.New(slog.DiscardHandler), Lifecycle: life})
 	ctx := context.Background()
 
 	e.announceInProgress(ctx, b)
-	if len(life.events) != 0 || table.b.AnnouncedInProgress {
-		t.Fatalf("failed announce: events %v, recorded %v; want none and the record taken back", life.events, table.b.AnnouncedInProgress)
+	if len(life.events) != 0 || table.batch(b.ID).AnnouncedInProgress {
+		t.Fatalf("failed announce: events %v, recorded %v; want none and the record taken back", life.events, table.batch(b.ID).AnnouncedInProgress)
 	}
 	life.fail = nil
 	for range 3 { // runs that read the batch before the record
 		e.announceInProgress(ctx, b)
 	}
-	if want := []string{"batch_x " + webhook.InProgress}; !slices.Equal(life.events, want) || !table.b.AnnouncedInProgress {
-		t.Fatalf("events %v, recorded %v; want %v once, recorded", life.events, table.b.AnnouncedInProgress, want)
+	if want := []string{"batch_x " + webhook.InProgress}; !slices.Equal(life.events, want) || !table.batch(b.ID).AnnouncedInProgress {
+		t.Fatalf("events %v, recorded %v; want %v once, recorded", life.events, table.batch(b.ID).AnnouncedInProgress, want)
 	}
 	// Nothing for a batch without a webhook_url, or one stopping.
 	plain := batch.Batch{ID: "batch_y", Tenant: "t", Status: batch.InProgress}

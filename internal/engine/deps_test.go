@@ -86,7 +86,7 @@ func (noNative) Handle(_ context.Context, m msg.Message, _ bool) error {
 // completeDeps is a Deps with every part set.
 func completeDeps() Deps {
 	return Deps{
-		Store: &fakeTable{}, Blobs: &fakeBucket{}, Queue: &fakeQueue{}, Provider: &fallbackProvider{},
+		Store: newMemTable(), Blobs: newMemBucket(), Queue: &fakeQueue{}, Provider: &fallbackProvider{},
 		Models: &config.Models{}, Log: slog.New(slog.DiscardHandler), Now: time.Now,
 		Govern: ungoverned{}, Lifecycle: lifecycleFunc(nil),
 		Workflow: func(*Engine) Workflow { return noWorkflows{} },

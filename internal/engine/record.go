@@ -40,13 +40,15 @@ func (e *Engine) runRecord(ctx context.Context, r *chunkRun) error {
 func (e *Engine) CommitRecord(ctx context.Context, b batch.Batch, c batch.Chunk, status batch.Status, o part.Outcome) error {
 	o.Expired = o.Code == part.CodeExpired && b.PastExpiry(e.Now())
 	o.Cancelled = o.Code == part.CodeCancelled && status.Stopping()
-	return e.CommitRows(ctx, b, c, []part.Outcome{o})
+	return e.CommitRows(ctx, b, c, part.LinesOf(b, c, []part.Outcome{o}, e.Now()))
 }
 
-// CommitRows commits claimed chunk c with its rows' outcomes, as a run of
-// it would: internal/native imports a provider batch's results so.
-func (e *Engine) CommitRows(ctx context.Context, b batch.Batch, c batch.Chunk, outs []part.Outcome) error {
-	_, err := e.commitRows(ctx, b, c, part.LinesOf(b, c, outs, e.Now()), 0)
+// CommitRows commits claimed chunk c with its rows' lines (every row set;
+// it closes them), as a run of it would: internal/native imports a
+// provider batch's results so, setting each row's line as its answer is
+// read rather than holding the answers (docs/design.md "Memory").
+func (e *Engine) CommitRows(ctx context.Context, b batch.Batch, c batch.Chunk, rows *part.Lines) error {
+	_, err := e.commitRows(ctx, b, c, rows, 0)
 	return err
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -104,7 +105,12 @@ func (s *Store) KeyByID(ctx context.Context, id string) (apikey.Key, error) {
 // DisableKey implements auth.Store; id is the key id or the key itself.
 func (s *Store) DisableKey(ctx context.Context, id string) error {
 	if len(id) > 12 {
-		id = apikey.Hash(id)[:12]
+		// A key itself: a rotated key's id is not its secret's hash.
+		k, err := s.GetKey(ctx, apikey.Hash(id))
+		if err != nil {
+			return err
+		}
+		id = k.ID
 	}
 	k, err := s.KeyByID(ctx, id)
 	if err != nil {
@@ -114,11 +120,83 @@ func (s *Store) DisableKey(ctx context.Context, id string) error {
 	return s.PutKey(ctx, k)
 }
 
-type tenantRecord struct {
-	WebhookSecret string `dynamodbav:"webhook_secret"`
+// RotateKey implements auth.Store: in one transaction, next's two items
+// (its secret's new, the id's replaced, on condition it still names old's
+// secret) and old's secret marked replaced until `until`, expiring from the
+// table a day later.
+func (s *Store) RotateKey(ctx context.Context, old, next apikey.Key, until time.Time) error {
+	main, idx, err := keyItems(next)
+	if err != nil {
+		return err
+	}
+	_, err = s.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Put: &types.Put{TableName: &s.Table, Item: main, ConditionExpression: aws.String("attribute_not_exists(pk)")}},
+		{Put: &types.Put{TableName: &s.Table, Item: idx, ConditionExpression: aws.String("#h = :old"),
+			ExpressionAttributeNames: map[string]string{"#h": "hash"}, ExpressionAttributeValues: item{":old": avS(old.Hash)}}},
+		{Update: &types.Update{TableName: &s.Table, Key: key(keyPK(old.Hash), "KEY"),
+			UpdateExpression:          aws.String("SET replaced_until = :u, #ttl = :ttl"),
+			ConditionExpression:       aws.String("attribute_exists(pk)"),
+			ExpressionAttributeNames:  map[string]string{"#ttl": "ttl"},
+			ExpressionAttributeValues: item{":u": avN64(until.Unix()), ":ttl": avN64(until.Add(24 * time.Hour).Unix())}}},
+	}})
+	if _, failed := conditionFailed(err); failed {
+		return fmt.Errorf("key %s was rotated or changed meanwhile: %w", old.ID, errConflict)
+	}
+	if err != nil {
+		return fmt.Errorf("rotate key %s: %w", old.ID, err)
+	}
+	return nil
 }
 
-// WebhookSecret implements auth.Store.
+type tenantRecord struct {
+	WebhookSecret string `dynamodbav:"webhook_secret"`
+	Disabled      bool   `dynamodbav:"disabled,omitempty"`
+}
+
+// TenantDisabled implements auth.Store.
+func (s *Store) TenantDisabled(ctx context.Context, tenant string) (bool, error) {
+	var t tenantRecord
+	_, err := s.get(ctx, tenantPK(tenant), "TENANT", &t)
+	if errors.Is(err, errMissing) {
+		return false, nil
+	}
+	return t.Disabled, err
+}
+
+// SetTenantDisabled disables (or enables) tenant: its record first, then
+// every key of it (auth.Create reads the record after writing a key, so a
+// key made meanwhile is caught by one side). It returns the keys changed.
+// A disabled tenant's keys are refused at the API (tenant_disabled), and
+// its batches and templates stop as a disabled key's do.
+func (s *Store) SetTenantDisabled(ctx context.Context, tenant string, disabled bool) (int, error) {
+	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &s.Table, Key: key(tenantPK(tenant), "TENANT"),
+		UpdateExpression:          aws.String("SET disabled = :d"),
+		ExpressionAttributeValues: item{":d": &types.AttributeValueMemberBOOL{Value: disabled}},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("set tenant %s disabled=%v: %w", tenant, disabled, err)
+	}
+	ks, err := s.ListKeys(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, k := range ks {
+		if k.Tenant != tenant || k.TenantDisabled == disabled {
+			continue
+		}
+		k.TenantDisabled = disabled
+		if err := s.PutKey(ctx, k); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// WebhookSecret implements auth.Store: the tenant's secret, or fresh set
+// by one write that keeps a secret set meanwhile.
 func (s *Store) WebhookSecret(ctx context.Context, tenant string, fresh func() string) (string, error) {
 	var t tenantRecord
 	_, err := s.get(ctx, tenantPK(tenant), "TENANT", &t)
@@ -128,12 +206,17 @@ func (s *Store) WebhookSecret(ctx context.Context, tenant string, fresh func() s
 	if err != nil && !errors.Is(err, errMissing) {
 		return "", err
 	}
-	t.WebhookSecret = fresh()
-	if err := s.put(ctx, tenantPK(tenant), "TENANT", t, nil, true); errors.Is(err, errConflict) {
-		// Someone created it first: theirs wins.
-		return s.WebhookSecret(ctx, tenant, fresh)
-	} else if err != nil {
-		return "", err
+	out, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &s.Table, Key: key(tenantPK(tenant), "TENANT"),
+		UpdateExpression:          aws.String("SET webhook_secret = if_not_exists(webhook_secret, :s)"),
+		ExpressionAttributeValues: item{":s": avS(fresh())},
+		ReturnValues:              types.ReturnValueAllNew,
+	})
+	if err != nil {
+		return "", fmt.Errorf("webhook secret of %s: %w", tenant, err)
+	}
+	if err := attributevalue.UnmarshalMap(out.Attributes, &t); err != nil {
+		return "", fmt.Errorf("unmarshal tenant %s: %w", tenant, err)
 	}
 	return t.WebhookSecret, nil
 }

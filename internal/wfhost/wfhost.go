@@ -23,7 +23,6 @@
 package wfhost
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -31,6 +30,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
@@ -256,10 +256,11 @@ func (h *recordHost) ReturnSlots(ctx context.Context) error {
 }
 
 // Exec runs a step's requests through the one row fan-out
-// (internal/fanout), within the slots the record's chunk holds.
-func (h *recordHost) Exec(ctx context.Context, bodies []json.RawMessage) []inference.Result {
-	res := make([]inference.Result, len(bodies))
+// (internal/fanout), within the slots the record's chunk holds, handing
+// each answer to done as it comes and counting what it spent.
+func (h *recordHost) Exec(ctx context.Context, bodies []json.RawMessage, done func(i int, r inference.Result)) {
 	ep, route := h.b.Endpoint, h.route
+	var mu sync.Mutex // Done runs on the rows' goroutines
 	fanout.SendAll(h.c.Slots, fanout.Rows{
 		Ctx: ctx, Bodies: bodies,
 		Send: func(ctx context.Context, body json.RawMessage) inference.Result {
@@ -270,15 +271,14 @@ func (h *recordHost) Exec(ctx context.Context, bodies []json.RawMessage) []infer
 				// ctx ended: the step is cut short and none of it is kept.
 				r = inference.Result{ErrCode: inference.CodeRequestCancelled, ErrMessage: "stopped before the request was sent"}
 			}
-			res[i] = r
+			if r.Model != "" && r.Usage != (inference.Usage{}) {
+				mu.Lock()
+				h.add(r.Model, r.Usage)
+				mu.Unlock()
+			}
+			done(i, r)
 		},
 	})
-	for _, r := range res {
-		if r.Model != "" && r.Usage != (inference.Usage{}) {
-			h.add(r.Model, r.Usage)
-		}
-	}
-	return res
 }
 
 // add counts u, spent on model, in what the tenant's usage lacks.
@@ -291,25 +291,25 @@ func (h *recordHost) add(model string, u inference.Usage) {
 	h.spent[model] = agg
 }
 
-// Save checkpoints the record, moving results too big for the item to S3,
-// with what its step spent (counted in the tenant's usage in the same
-// write), then runs the AfterCheckpoint hook.
+// Save checkpoints the record, streaming results too big for the item to
+// S3 from their spool, with what its step spent (counted in the tenant's
+// usage in the same write), then runs the AfterCheckpoint hook.
 func (h *recordHost) Save(ctx context.Context, st workflow.State) error {
 	cp := store.WorkflowCheckpoint{State: st}
-	if len(st.Results) > 0 {
-		data, err := json.Marshal(st.Results)
+	if st.Results.Len() > 0 {
+		data, size, err := st.Results.Array()
 		if err != nil {
 			return fmt.Errorf("encode results: %w", err)
 		}
-		if len(data) > inlineResults {
+		if size > inlineResults {
 			k := fmt.Sprintf("%swf-%07d-step-%04d.results", batch.PartsPrefix(h.b.Tenant, h.b.ID), h.c.FirstRow, st.Step)
-			if err := h.r.Blobs.Put(ctx, k, bytes.NewReader(data), int64(len(data))); err != nil {
+			if err := h.r.Blobs.Put(ctx, k, data, size); err != nil {
 				return err
 			}
 			cp.ResultsKey, cp.State.Results = k, nil
 		}
 	}
-	spend := store.Spend{Tenant: h.b.Tenant, Day: h.r.Now().UTC().Format("2006-01-02"), ByModel: h.spent}
+	spend := store.Spend{Tenant: h.b.Tenant, Day: h.r.Now().UTC().Format("2006-01-02"), KeyID: h.b.KeyID, ByModel: h.spent}
 	if err := h.r.Store.SaveWorkflow(ctx, h.b.ID, h.c.FirstRow, h.owner, cp, h.until, spend); err != nil {
 		return err
 	}
@@ -381,20 +381,17 @@ func (h *recordHost) commit(ctx context.Context, l part.Outcome) error {
 	return nil
 }
 
-// loadResults reads a step's results that Save moved to S3.
-func (h *recordHost) loadResults(ctx context.Context, key string) ([]workflow.Result, error) {
+// loadResults reads a step's results that Save moved to S3 into a
+// spool, one result at a time.
+func (h *recordHost) loadResults(ctx context.Context, key string) (*workflow.Results, error) {
 	rc, err := h.r.Blobs.Get(ctx, key)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = rc.Close() }()
-	data, err := io.ReadAll(rc)
+	rs, err := workflow.ReadResults(rc)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", key, err)
-	}
-	var rs []workflow.Result
-	if err := json.Unmarshal(data, &rs); err != nil {
-		return nil, fmt.Errorf("decode %s: %w", key, err)
 	}
 	return rs, nil
 }

@@ -27,8 +27,9 @@ type Host interface {
 	// ReturnSlots gives the record's slots back while it waits.
 	ReturnSlots(ctx context.Context) error
 	// Exec runs a step's admitted request bodies concurrently within the
-	// slots the record holds and returns their answers in order.
-	Exec(ctx context.Context, bodies []json.RawMessage) []inference.Result
+	// slots the record holds, handing each answer to done (by the body's
+	// position) as it comes, before it returns.
+	Exec(ctx context.Context, bodies []json.RawMessage, done func(i int, r inference.Result))
 	// Save checkpoints the record after a step.
 	Save(ctx context.Context, st State) error
 	// Stop, checked before every event, fails the record when its batch
@@ -110,6 +111,7 @@ func (d *Driver) Drive(ctx, runCtx context.Context) error {
 	if err != nil {
 		return err
 	}
+	defer func() { st.Results.Close() }() // the run's last state: its results are in its checkpoint
 	// A record whose batch was cancelled or expired, or that may no longer
 	// spend, runs only to write its error line: it neither waits nor needs
 	// capacity.
@@ -124,6 +126,7 @@ func (d *Driver) Drive(ctx, runCtx context.Context) error {
 	}
 	r := d.runner(runCtx)
 	o, err := r.Run(runCtx, st)
+	st = o.State
 	if err != nil {
 		return d.cutShort(ctx, runCtx, r, st, err)
 	}

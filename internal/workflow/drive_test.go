@@ -50,19 +50,20 @@ func (h *fakeHost) ReturnSlots(context.Context) error {
 	return nil
 }
 
-func (h *fakeHost) Exec(_ context.Context, bodies []json.RawMessage) []inference.Result {
-	res := make([]inference.Result, len(bodies))
+func (h *fakeHost) Exec(_ context.Context, bodies []json.RawMessage, done func(int, inference.Result)) {
 	for i, b := range bodies {
 		h.mu.Lock()
 		h.upstream = append(h.upstream, string(b))
 		h.mu.Unlock()
-		res[i] = inference.Result{StatusCode: 200, Body: json.RawMessage(fmt.Sprintf(`{"echo":%s}`, b)),
-			Usage: inference.Usage{InputTokens: 10, OutputTokens: 5, TotalTokens: 15}, Model: "m"}
+		done(i, inference.Result{StatusCode: 200, Body: json.RawMessage(fmt.Sprintf(`{"echo":%s}`, b)),
+			Usage: inference.Usage{InputTokens: 10, OutputTokens: 5, TotalTokens: 15}, Model: "m"})
 	}
-	return res
 }
 
+// Save keeps a copy of st, as the table's item is: the run closes its
+// results' spool once the next step is saved.
 func (h *fakeHost) Save(_ context.Context, st State) error {
+	st.Results = cloneResults(st.Results)
 	h.checkpoint = &st
 	h.saves = append(h.saves, st.Step)
 	if st.Step == h.crashAt {
@@ -94,7 +95,7 @@ func (cb *callback) call(ctx context.Context, _ Spec, ev Event) (Answer, error) 
 	if ctx.Err() != nil {
 		return Answer{}, ctx.Err()
 	}
-	cb.events = append(cb.events, ev)
+	cb.events = append(cb.events, keepEvent(ev))
 	return ParseAnswer([]byte(cb.script(ev)))
 }
 
@@ -158,7 +159,7 @@ func TestDriveTwoStepRecordCompletes(t *testing.T) {
 			t.Errorf("event %d: got %+v", i, ev)
 		}
 	}
-	if rs := cb.events[1].Results; len(rs) != 2 || rs[0].ID != "a" || rs[1].ID != "b" || rs[0].StatusCode != 200 {
+	if rs := listResults(cb.events[1].Results); len(rs) != 2 || rs[0].ID != "a" || rs[1].ID != "b" || rs[0].StatusCode != 200 {
 		t.Errorf("step 1's results: got %+v", rs)
 	}
 }
@@ -180,7 +181,7 @@ func TestDriveResumesAfterCrashWithoutRerunningTheStep(t *testing.T) {
 	if err := driver(h, cb2).Drive(context.Background(), context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if first := cb2.events[0]; first.Step != 1 || first.Event != EventResults || first.EventID != EventID("batch_1:rec", 1) || len(first.Results) != 2 {
+	if first := cb2.events[0]; first.Step != 1 || first.Event != EventResults || first.EventID != EventID("batch_1:rec", 1) || first.Results.Len() != 2 {
 		t.Fatalf("the first event on resume: got %+v, want step 1's results again, same event id", first)
 	}
 	if len(h.upstream) != 3 || !strings.Contains(h.upstream[2], `"c"`) {

@@ -1,9 +1,11 @@
 package workflow
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/tidwall/sjson"
@@ -19,8 +21,8 @@ type State struct {
 	// Step is the step of the next event: 0 is start, n ≥ 1 the results
 	// event of step n.
 	Step int `json:"step"`
-	// Results are what the next results event carries.
-	Results []Result `json:"results,omitempty"`
+	// Results are what the next results event carries, spooled.
+	Results *Results `json:"results,omitempty"`
 	// Requests counts the requests answers have returned (max_requests).
 	Requests int `json:"requests"`
 	// Usage sums the upstream usage of every request run so far.
@@ -80,8 +82,9 @@ type Runner struct {
 	// Call delivers an event and returns the answer (Caller.Call).
 	Call func(ctx context.Context, spec Spec, ev Event) (Answer, error)
 	// Exec runs a step's admitted request bodies concurrently within the
-	// model's capacity and returns their answers in order.
-	Exec func(ctx context.Context, bodies []json.RawMessage) []inference.Result
+	// model's capacity, handing each answer to done (by the body's
+	// position) as it comes, before it returns.
+	Exec func(ctx context.Context, bodies []json.RawMessage, done func(i int, r inference.Result))
 	// Save checkpoints the state after a step.
 	Save func(ctx context.Context, st State) error
 	// Stop, checked before every event, fails the record when the batch
@@ -128,9 +131,11 @@ func (r *Runner) Run(ctx context.Context, st State) (Outcome, error) {
 			return *end, nil
 		}
 		if err := r.Save(ctx, next); err != nil {
+			next.Results.Close()
 			return Outcome{State: st}, err
 		}
 		r.Saved++
+		st.Results.Close() // its event was answered and the step after it saved
 		st = next
 	}
 }
@@ -198,10 +203,14 @@ func (r *Runner) answer(ctx context.Context, st State, ev Event, a Answer) (next
 			o := failed(errorf(CodeBudgetExceeded, "step %d asks for %d requests, %d in all; max_requests is %d", next.Step, len(a.Requests), n, r.Spec.MaxRequests), ev.EventID, st)
 			return st, &o, nil
 		}
-		r.step(ctx, a.Requests, &next)
-		if ctx.Err() != nil {
-			// Some requests were cut short: none of the step is kept.
-			return st, nil, ctx.Err()
+		err := r.step(ctx, a.Requests, &next)
+		if err == nil {
+			err = ctx.Err() // some requests were cut short
+		}
+		if err != nil {
+			// None of the step is kept.
+			next.Results.Close()
+			return st, nil, err
 		}
 	}
 	return next, nil, nil
@@ -218,32 +227,41 @@ func (r *Runner) event(st State) Event {
 }
 
 // step runs a continue answer's requests into next: the admitted ones
-// upstream, concurrently; the others answered 400 here.
-func (r *Runner) step(ctx context.Context, reqs []Request, next *State) {
-	results := make([]Result, len(reqs))
+// upstream, concurrently; the others answered 400 here. Each result goes
+// to next's spooled Results as it comes (docs/design.md "Memory").
+func (r *Runner) step(ctx context.Context, reqs []Request, next *State) error {
+	results := NewResults(len(reqs))
+	next.Results = results
 	var bodies []json.RawMessage
 	var sent []int
 	for i, q := range reqs {
 		body, rejected := Admit(q, r.Model)
 		if rejected != nil {
-			results[i] = *rejected
+			if err := results.Set(i, *rejected); err != nil {
+				return err
+			}
 			continue
 		}
 		bodies = append(bodies, body)
 		sent = append(sent, i)
 	}
+	var mu sync.Mutex
+	var err error
 	if len(bodies) > 0 {
-		for j, res := range r.Exec(ctx, bodies) {
+		r.Exec(ctx, bodies, func(j int, res inference.Result) {
 			i := sent[j]
-			results[i] = resultOf(reqs[i], res)
+			serr := results.Set(i, resultOf(reqs[i], res))
+			mu.Lock()
+			defer mu.Unlock()
+			err = cmp.Or(err, serr)
 			next.Usage.PromptTokens += res.Usage.InputTokens
 			next.Usage.CompletionTokens += res.Usage.OutputTokens
 			next.Usage.TotalTokens += res.Usage.TotalTokens
 			next.Fallback = next.Fallback || res.Fallback
-		}
+		})
 	}
 	next.Requests += len(reqs)
-	next.Results = results
+	return err
 }
 
 // withUsage puts the record's summed usage into its output, replacing any

@@ -43,6 +43,9 @@ type Service struct {
 	Store Store
 	Queue Queue
 	Log   *slog.Logger
+	// Now is the clock, the service's one (app.New): when an event was
+	// created, an attempt is due and the retries give up.
+	Now func() time.Time
 
 	// Client makes the attempts; nil means webhook.NewClient(egress.Policy{}).
 	// The engine checks webhook_url at create against the same client's
@@ -164,7 +167,7 @@ func (s *Service) enqueue(ctx context.Context, b batch.Batch, status batch.Statu
 	if err != nil {
 		return fmt.Errorf("webhook event of %s: %w", b.ID, err)
 	}
-	ev, err := webhook.NewEvent(string(status), data, time.Now())
+	ev, err := webhook.NewEvent(string(status), data, s.Now())
 	if err != nil {
 		return fmt.Errorf("webhook event of %s: %w", b.ID, err)
 	}
@@ -231,11 +234,11 @@ func (s *Service) deliver(ctx context.Context, m message, redelivered bool) erro
 		// after that, perhaps before queueing the next attempt: queue it
 		// (a duplicate of it is dropped when its attempt is recorded).
 		if redelivered {
-			return s.queueNextAttempt(ctx, m, time.Now())
+			return s.queueNextAttempt(ctx, m, s.Now())
 		}
 		return nil
 	}
-	now := time.Now()
+	now := s.Now()
 	if wait := time.UnixMilli(m.NotBefore).Sub(now); m.NotBefore > 0 && wait > 0 {
 		return s.Queue.Send(ctx, resources.Webhook, m, queue.Delay(wait))
 	}
@@ -247,7 +250,7 @@ func (s *Service) deliver(ctx context.Context, m message, redelivered bool) erro
 		return fmt.Errorf("webhook secret of %s: %w", m.Tenant, err)
 	}
 	a := s.client().Deliver(ctx, m.URL, secret, m.Event, m.Attempt)
-	done := time.Now()
+	done := s.Now()
 	d, err = s.Store.UpdateWebhookDeliveries(ctx, m.Batch, m.Event.Type, func(d *store.WebhookDeliveries) error {
 		if d.Delivered || d.GaveUp || d.Count >= m.Attempt {
 			return errDuplicate // a duplicate of this attempt got here first

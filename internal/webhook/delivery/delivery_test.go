@@ -139,7 +139,7 @@ func TestAttemptRecordedAndNextQueued(t *testing.T) {
 	}))
 	defer srv.Close()
 	table, q := &memTable{}, &memQueue{}
-	s := &Service{Store: table, Queue: q, Log: slog.New(slog.DiscardHandler),
+	s := &Service{Store: table, Queue: q, Log: slog.New(slog.DiscardHandler), Now: time.Now,
 		Client: webhook.NewClient(egress.Policy{AllowPrivate: true, AllowHTTP: true}), Backoff: func(int) time.Duration { return time.Minute }}
 	url := srv.URL
 	ctx := context.Background()
@@ -187,7 +187,7 @@ func TestEventWaitsForTheEarlierOnes(t *testing.T) {
 	}))
 	defer srv.Close()
 	table, q := &memTable{}, &memQueue{}
-	s := &Service{Store: table, Queue: q, Log: slog.New(slog.DiscardHandler),
+	s := &Service{Store: table, Queue: q, Log: slog.New(slog.DiscardHandler), Now: time.Now,
 		Client: webhook.NewClient(egress.Policy{AllowPrivate: true, AllowHTTP: true})}
 	url := srv.URL
 	ctx := context.Background()
@@ -229,5 +229,59 @@ func TestEventWaitsForTheEarlierOnes(t *testing.T) {
 	deliver(late)
 	if len(types) != 3 {
 		t.Fatalf("posted %v, want the late event sent", types)
+	}
+}
+
+// refusingReceiver is a webhook receiver that answers every post 500, and
+// counts them.
+func refusingReceiver(t *testing.T) (string, *atomic.Int32) {
+	t.Helper()
+	posts := &atomic.Int32{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		posts.Add(1)
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, posts
+}
+
+// TestDeliveryKeepsItsClock: every time delivery decides by is its
+// clock's (Service.Now, the service's one): an event's created_at, when
+// the next attempt is due, the first attempt and the 24-hour horizon. Here
+// the clock is years ahead of the machine's; a test moves it a day on.
+// Before, delivery read the machine's clock: the due attempt was put back
+// for years and the retries never gave up.
+func TestDeliveryKeepsItsClock(t *testing.T) {
+	t.Parallel()
+	url, posts := refusingReceiver(t)
+	at := time.Unix(1_900_000_000, 0)
+	var skip atomic.Int64
+	table, q := &memTable{}, &memQueue{}
+	s := &Service{Store: table, Queue: q, Log: slog.New(slog.DiscardHandler),
+		Now:    func() time.Time { return at.Add(time.Duration(skip.Load())) },
+		Client: webhook.NewClient(egress.Policy{AllowPrivate: true, AllowHTTP: true}), Backoff: func(int) time.Duration { return time.Minute }}
+	ctx := context.Background()
+	if err := s.Enqueue(ctx, batch.Batch{ID: "batch_1", Tenant: "t", Status: batch.Failed, WebhookURL: &url}); err != nil || len(q.sent) != 1 {
+		t.Fatalf("enqueue: %v, sent %+v", err, q.sent)
+	}
+	if got := q.sent[0].Event.CreatedAt; got != at.Unix() {
+		t.Errorf("event created at %d, want the clock's %d", got, at.Unix())
+	}
+	deliver := func(m message) {
+		t.Helper()
+		body, _ := json.Marshal(m)
+		if failed, err := s.Deliver(ctx, []msg.Delivery{{ID: "m", Body: string(body), ReceiveCount: 1}}); err != nil || len(failed) != 0 {
+			t.Fatalf("deliver attempt %d: %v, failed %v", m.Attempt, err, failed)
+		}
+	}
+	deliver(q.sent[0])
+	if next := q.sent[1]; next.NotBefore != at.Add(time.Minute).UnixMilli() {
+		t.Fatalf("attempt 2 due at %d, want the clock's now plus the backoff, %d", next.NotBefore, at.Add(time.Minute).UnixMilli())
+	}
+	skip.Store(int64(25 * time.Hour))
+	deliver(q.sent[1])
+	d := table.records["batch_1"]
+	if posts.Load() != 2 || d.Count != 2 || !d.GaveUp || !d.FirstAttempt.Equal(at) {
+		t.Fatalf("%d posts, record %+v; want attempt 2 made at once and the retries given up a day after the first, at %s", posts.Load(), d, at)
 	}
 }
