@@ -66,6 +66,8 @@ type App struct {
 	// UnknownKeyHint ends the API's message for an unknown key
 	// (auth.Authenticator).
 	UnknownKeyHint string
+
+	secrets *provider.SecretsKeys // the key cache, on the one clock
 	// now is the clock every service reads (SetClock).
 	now func() time.Time
 }
@@ -112,7 +114,8 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	a.Files = &files.Service{Store: a.Store, Blobs: a.Blobs, Now: now}
 	a.Queue = &queue.Sender{SQS: a.SQS, Prefix: env.Prefix}
 	// Keys from the environment first (local runs), then Secrets Manager (AWS).
-	keys := provider.ChainKeys{provider.EnvKeys{}, &provider.SecretsKeys{Client: secretsmanager.NewFromConfig(cfg), Prefix: env.SecretPrefix}}
+	a.secrets = &provider.SecretsKeys{Client: secretsmanager.NewFromConfig(cfg), Prefix: env.SecretPrefix, Now: now}
+	keys := provider.ChainKeys{provider.EnvKeys{}, a.secrets}
 	// Bedrock models are signed for with the function's own role.
 	upstream := &provider.Client{HTTP: provider.NewHTTPClient(), Models: models, Keys: keys, Credentials: cfg.Credentials,
 		MaxResponseBytes: env.MaxResponseBytes}
@@ -120,7 +123,7 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	// One client, so one policy, for the check at create, workflow
 	// callbacks and every delivery.
 	hooks := webhook.NewClient(egress.Policy{AllowPrivate: env.AllowPrivateWebhooks, AllowHTTP: env.AllowHTTPWebhooks})
-	a.Webhooks = &delivery.Service{Store: a.Store, Queue: a.Queue, Log: log, Client: hooks}
+	a.Webhooks = &delivery.Service{Store: a.Store, Queue: a.Queue, Log: log, Now: now, Client: hooks}
 	a.Batches = &batches.Service{
 		Models: models, Log: log, Now: now,
 		Store: a.Store, Blobs: a.Blobs, Queue: a.Queue, Files: a.Files, Webhooks: hooks.Policy,
@@ -149,10 +152,11 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 }
 
 // SetClock sets the clock of every service that reads one: tests move time
-// with it, the engine's, the batches' and the files' together.
+// with it, the engine's, the batches' and the files' together, the
+// webhooks' and the key cache's.
 func (a *App) SetClock(now func() time.Time) {
 	a.Engine.Now, a.Batches.Now, a.Files.Now, a.Govern.Now, a.Native.Now, a.Workflows.Now = now, now, now, now, now, now
-	a.now = now
+	a.Webhooks.Now, a.secrets.Now, a.now = now, now, now
 }
 
 // workflows builds the workflow records' runner on e (engine.Deps.Workflow).

@@ -34,10 +34,9 @@ func TestDeadLetteredRecordKeepsWhatItsStepsSpent(t *testing.T) {
 	t.Parallel()
 	for _, counted := range []bool{true, false} {
 		e, table := runsFixture(t, newPeakProvider(0), chunkSpec{"x", 1, 1})
-		c := table.chunks[0]
+		c := table.chunkAt(0)
 		c.Attempts = resources.WorkMaxReceiveCount + 1
-		table.chunks[0] = c
-		e.Store = &deadTable{runsTable: table}
+		table.putChunk(c)
 		spent := inference.Usage{InputTokens: 10, OutputTokens: 20, TotalTokens: 30}
 		e.Workflow = spentWorkflows{usage: spent, counted: counted}
 		m := msg.ForChunk(batch.Next{Tenant: c.Tenant, Batch: c.Batch, Chunk: c.Index, Run: c.Run, Attempt: c.Attempts})
@@ -46,10 +45,11 @@ func TestDeadLetteredRecordKeepsWhatItsStepsSpent(t *testing.T) {
 
 		failed, err := e.DeadLetter(context.Background(), []msg.Delivery{{ID: "dl", Body: string(body), ReceiveCount: 1}})
 
-		if err != nil || len(failed) > 0 || len(table.commits) != 1 {
-			t.Fatalf("DeadLetter: failed %v, err %v, %d commits: want the record's chunk committed", failed, err, len(table.commits))
+		commits := table.committed()
+		if err != nil || len(failed) > 0 || len(commits) != 1 {
+			t.Fatalf("DeadLetter: failed %v, err %v, %d commits: want the record's chunk committed", failed, err, len(commits))
 		}
-		cm := table.commits[0]
+		cm := commits[0]
 		wantDaily := int64(0)
 		if !counted {
 			wantDaily = spent.TotalTokens

@@ -60,6 +60,8 @@ func (f lifecycleFunc) Terminal(ctx context.Context, b batch.Batch) error {
 	return f(ctx, b)
 }
 
+func (lifecycleFunc) Announce(context.Context, batch.Batch, string) error { return nil }
+
 func (lifecycleFunc) RetryInput(context.Context, batch.Batch) (file.File, error) {
 	return file.File{}, file.ErrNotFound
 }
@@ -89,7 +91,7 @@ func (noNative) Handle(_ context.Context, m msg.Message, _ bool) error {
 // completeDeps is a Deps with every part set.
 func completeDeps() Deps {
 	return Deps{
-		Store: &fakeTable{}, Blobs: &fakeBucket{}, Queue: &fakeQueue{}, Provider: &fallbackProvider{},
+		Store: newMemTable(), Blobs: newMemBucket(), Queue: &fakeQueue{}, Provider: &fallbackProvider{},
 		Models: &config.Models{}, Log: slog.New(slog.DiscardHandler), Now: time.Now,
 		Govern: ungoverned{}, Lifecycle: lifecycleFunc(nil),
 		Workflow: func(*Engine) Workflow { return noWorkflows{} },

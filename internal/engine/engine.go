@@ -125,11 +125,14 @@ type Workflow interface {
 
 // Lifecycle is what the batches' service (internal/batches) does beside
 // the engine: Terminal follows a batch's terminal state, perhaps more than
-// once (its in-flight slot back, its webhook queued); RetryInput writes and
+// once (its in-flight slot back, its webhook queued); Announce queues a
+// lifecycle webhook event (webhook.Queued, webhook.InProgress) of a batch,
+// perhaps more than once (docs/api.md "Webhooks"); RetryInput writes and
 // records the input file of a retry batch when its plan finds it missing,
 // since POST /retry answers before it exists.
 type Lifecycle interface {
 	Terminal(ctx context.Context, b batch.Batch) error
+	Announce(ctx context.Context, b batch.Batch, event string) error
 	RetryInput(ctx context.Context, b batch.Batch) (file.File, error)
 }
 

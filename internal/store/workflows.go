@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"strconv"
 	"time"
 
@@ -138,6 +136,7 @@ func (s *Store) WorkflowSpent(ctx context.Context, batchID string, row int) (wor
 // spend before its next step (docs/design.md "Governance").
 type Spend struct {
 	Tenant, Day string
+	KeyID       string // the batch's, for the usage by key and batch
 	ByModel     map[string]sched.UsageAgg
 }
 
@@ -170,17 +169,7 @@ func (s *Store) SaveWorkflow(ctx context.Context, batchID string, row int, owner
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
 	}
-	items := []types.TransactWriteItem{{Update: up}}
-	for _, model := range slices.Sorted(maps.Keys(spend.ByModel)) {
-		u := spend.ByModel[model]
-		items = append(items, types.TransactWriteItem{Update: &types.Update{
-			TableName: &s.Table, Key: key(usagePK(spend.Tenant), usageSK(spend.Day, model)),
-			UpdateExpression:         aws.String("SET #d = :day, model = :m ADD requests :r, input_tokens :i, output_tokens :o, total_tokens :t"),
-			ExpressionAttributeNames: map[string]string{"#d": "day"},
-			ExpressionAttributeValues: item{":day": avS(spend.Day), ":m": avS(model), ":r": avN64(u.Requests),
-				":i": avN64(u.Input), ":o": avN64(u.Output), ":t": avN64(u.Total)},
-		}})
-	}
+	items := append([]types.TransactWriteItem{{Update: up}}, s.usageItems(spend.Tenant, spend.Day, spend.KeyID, batchID, spend.ByModel)...)
 	if len(items) == 1 {
 		_, err = s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: up.TableName, Key: up.Key,
 			UpdateExpression: up.UpdateExpression, ConditionExpression: up.ConditionExpression,

@@ -318,7 +318,7 @@ func (h *recordHost) Save(ctx context.Context, st workflow.State) error {
 			cp.ResultsKey, cp.State.Results = k, nil
 		}
 	}
-	spend := store.Spend{Tenant: h.b.Tenant, Day: h.r.Now().UTC().Format("2006-01-02"), ByModel: h.spent}
+	spend := store.Spend{Tenant: h.b.Tenant, Day: h.r.Now().UTC().Format("2006-01-02"), KeyID: h.b.KeyID, ByModel: h.spent}
 	if err := h.r.Store.SaveWorkflow(ctx, h.b.ID, h.c.FirstRow, h.owner, cp, h.until, spend); err != nil {
 		return err
 	}
