@@ -656,7 +656,7 @@ func TestModelRetrievedByBothSDKs(t *testing.T) {
 		t.Errorf("Anthropic model %s", am.RawJSON())
 	}
 
-	limited, _, err := auth.Create(ctx, rt.App.Store, "acme", nil, []string{"gpt-4o-mini"})
+	limited, _, err := auth.Create(ctx, rt.App.Store, auth.NewKey{Tenant: "acme", Models: []string{"gpt-4o-mini"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -67,6 +67,7 @@ func TestBrowser(t *testing.T) {
 		{"LateAnswerDoesNotRewindStatus", testBrowserLateAnswer},
 		{"ModelPickerOffersConfiguredModels", testBrowserModelPicker},
 		{"UsageChartShowsSpendAgainstBudget", testBrowserUsageChart},
+		{"UploadPromptJSONLAndCSVWithOneModel", testBrowserSimpleRows},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -762,8 +762,10 @@ func (r *benchReport) markdown() string {
 }
 
 // memorySection is the "Executor memory" section of the BENCHMARKS.md at
-// path, kept as it is: its figures come from another benchmark
-// (BenchmarkExecuteHeap in internal/engine), which this run does not repeat.
+// path, with its subsections, kept as it is: its figures come from other
+// benchmarks (BenchmarkExecuteHeap in internal/engine, BenchmarkImportHeap
+// in internal/native, BenchmarkStepHeap in internal/workflow), which this
+// run does not repeat.
 func memorySection(path string) string {
 	old, err := os.ReadFile(path)
 	if err != nil {

@@ -3,12 +3,17 @@ package localstack
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"math"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/relaybatch/relay/internal/apikey"
 	"github.com/relaybatch/relay/internal/app"
 	"github.com/relaybatch/relay/internal/auth"
+	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/govern"
 	"github.com/relaybatch/relay/internal/local/localrun"
 	"github.com/relaybatch/relay/internal/store"
@@ -135,7 +140,7 @@ func submitterKeyID(t *testing.T, rt *localrun.Runtime, id string) string {
 func TestKeyModelAllowList(t *testing.T) {
 	t.Parallel()
 	rt := runtime(t)
-	raw, _, err := auth.Create(context.Background(), rt.App.Store, "acme", nil, []string{"gpt-4o-mini"})
+	raw, _, err := auth.Create(context.Background(), rt.App.Store, auth.NewKey{Tenant: "acme", Models: []string{"gpt-4o-mini"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,5 +155,77 @@ func TestKeyModelAllowList(t *testing.T) {
 	}
 	if n := rt.Mock.Stats().Requests; n != 0 {
 		t.Fatalf("the mock got %d requests", n)
+	}
+}
+
+// Usage by key and batch (docs/api.md "Usage"): two keys of a tenant, a
+// batch each; group_by=key_id,batch_id gives one row per batch, under the
+// key that submitted it (the batch's submitted_by), whose sums are the
+// batch's usage, and their cost at the model's price; the daily rows say
+// the same in all.
+func TestUsageByKeyAndBatch(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t, func(o *localrun.Options) {
+		// gpt-4o-mini gets a price: a "hello N" row is 3 input and 3 output
+		// tokens at the mock, $1.20 at this price.
+		yaml := strings.Replace(replaceMock(testModels, o.MockAddr), "fallback: gpt-4o-mini-backup,",
+			"fallback: gpt-4o-mini-backup, price: {input_per_mtok: 100000, output_per_mtok: 300000},", 1)
+		m, err := config.ParseModels([]byte(yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Models = m
+	})
+	type usageRow struct {
+		Day      string   `json:"date"`
+		Model    string   `json:"model"`
+		KeyID    string   `json:"key_id"`
+		BatchID  string   `json:"batch_id"`
+		Requests int64    `json:"requests"`
+		Total    int64    `json:"total_tokens"`
+		CostUSD  *float64 `json:"cost_usd"`
+	}
+	usage := func(key, query string) []usageRow {
+		var u struct{ Data []usageRow }
+		if err := json.Unmarshal(rawGet(t, rt, key, "/v1/usage"+query), &u); err != nil {
+			t.Fatal(err)
+		}
+		return u.Data
+	}
+	want := map[string]usageRow{} // by batch
+	var key string
+	for i, n := range []int{3, 5} {
+		c, k := client(t, rt, "acme")
+		key = k
+		rows := nRows(n, "hello")
+		b := waitBatch(t, c, createBatch(t, c, upload(t, c, fmt.Sprintf("u%d.jsonl", i), jsonlRows(rows)).ID).ID)
+		checkInvariant(t, c, b, idsOf(rows))
+		var view struct {
+			SubmittedBy string `json:"submitted_by"`
+		}
+		json.Unmarshal(rawGet(t, rt, k, "/v1/batches/"+b.ID), &view)
+		if view.SubmittedBy != apikey.Hash(k)[:12] {
+			t.Fatalf("batch %s submitted_by %q, want the key's id", b.ID, view.SubmittedBy)
+		}
+		cost := 1.2 * float64(n)
+		want[b.ID] = usageRow{KeyID: view.SubmittedBy, BatchID: b.ID, Requests: int64(n), Total: b.Usage.TotalTokens, CostUSD: &cost}
+	}
+	got := usage(key, "?group_by=key_id,batch_id")
+	if len(got) != 2 {
+		t.Fatalf("group_by=key_id,batch_id: %+v, want a row per batch", got)
+	}
+	for _, r := range got {
+		w := want[r.BatchID]
+		if r.KeyID != w.KeyID || r.Requests != w.Requests || r.Total != w.Total || r.Day != "" || r.Model != "" ||
+			r.CostUSD == nil || math.Abs(*r.CostUSD-*w.CostUSD) > 1e-6 {
+			t.Fatalf("row %+v (cost %v), want %+v (cost %v)", r, r.CostUSD, w, *w.CostUSD)
+		}
+	}
+	daily := usage(key, "")
+	if len(daily) != 1 || daily[0].Model != "gpt-4o-mini" || daily[0].Requests != 8 || daily[0].CostUSD == nil || math.Abs(*daily[0].CostUSD-9.6) > 1e-6 {
+		t.Fatalf("daily usage %+v, want one row of 8 requests costing 9.6", daily)
+	}
+	if status, body := rawDo(t, rt, key, "GET", "/v1/usage?group_by=tenant", nil); status != 400 || errorCode(body) == "" {
+		t.Fatalf("group_by=tenant: %d %s, want 400", status, body)
 	}
 }

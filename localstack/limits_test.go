@@ -751,7 +751,7 @@ var objectKeyRE = regexp.MustCompile(`^(files|uploads|parts)/([A-Za-z0-9_-]+)/`)
 // object (files, uploads, presigned files, batches, inline, CSV, retries,
 // Anthropic batches, templates, usage, rate and in-flight counters), every
 // item in the table and every object in the bucket is attributed to one
-// tenant by its key: T#<tenant>, USAGE#<tenant>, an S3 prefix
+// tenant by its key: T#<tenant>, USAGE#<tenant>, USAGEBY#<tenant>, an S3 prefix
 // <kind>/<tenant>/, or a batch id (B#<batch>) that exactly one tenant's
 // records hold. Key records carry their tenant; the capacity counters are
 // shared and hold no tenant data. Anything else fails the test.
@@ -849,6 +849,8 @@ func TestAbuseStorageKeysCarryTenant(t *testing.T) {
 			owner = strings.TrimPrefix(pk, "T#")
 		case strings.HasPrefix(pk, "USAGE#"):
 			owner = strings.TrimPrefix(pk, "USAGE#")
+		case strings.HasPrefix(pk, "USAGEBY#"):
+			owner = strings.TrimPrefix(pk, "USAGEBY#")
 		case strings.HasPrefix(pk, "B#"):
 			owner = batchOwner[strings.TrimPrefix(pk, "B#")]
 		case strings.HasPrefix(pk, "RL#"):

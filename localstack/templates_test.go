@@ -215,9 +215,12 @@ func TestTemplateFiresRunsUntilCancelled(t *testing.T) {
 	if got := runsOf(t, rt, key, tpl.ID); len(got) != 1 {
 		t.Fatalf("after cancel and ten minutes: %d runs, want still 1", len(got))
 	}
-	// Webhooks: the run's completion, then the template's cancellation.
+	// Webhooks: the run's completion, then the template's cancellation
+	// (and the run's lifecycle events before its completion).
+	rcv.waitType(t, "batch.completed")
+	rcv.waitType(t, "batch.cancelled")
 	events := map[string]string{}
-	for _, r := range rcv.wait(t, 2) {
+	for _, r := range rcv.got() {
 		var ev struct {
 			Type string   `json:"type"`
 			Data apiBatch `json:"data"`
@@ -481,7 +484,7 @@ func TestExpiryWhileWaitingForCapacity(t *testing.T) {
 	if done.RequestCounts.Completed != 10 || done.RequestCounts.Failed != 20 {
 		t.Errorf("request_counts %+v, want 10 completed and 20 failed", done.RequestCounts)
 	}
-	got := rcv.wait(t, 1)
+	got := rcv.waitType(t, "batch.expired")
 	var ev struct {
 		Type string   `json:"type"`
 		Data apiBatch `json:"data"`

@@ -47,6 +47,7 @@ func newHookReceiver(t *testing.T, handle func(n int, w http.ResponseWriter, r *
 		r.reqs = append(r.reqs, hookRequest{req.Header.Clone(), body})
 		n := len(r.reqs)
 		r.mu.Unlock()
+		req.Body = io.NopCloser(bytes.NewReader(body))
 		if handle == nil {
 			w.WriteHeader(http.StatusNoContent)
 			return
@@ -68,6 +69,33 @@ func (r *hookReceiver) wait(t *testing.T, n int) []hookRequest {
 	t.Helper()
 	eventually(t, "webhook requests", time.Minute, func() bool { return len(r.got()) >= n })
 	return r.got()
+}
+
+// eventType is the type of the event a webhook request carries.
+func eventType(body []byte) string {
+	var ev struct{ Type string }
+	json.Unmarshal(body, &ev)
+	return ev.Type
+}
+
+// ofType returns the requests of events of type typ ("batch.completed"):
+// a batch sends batch.queued and batch.in_progress before its terminal
+// event (docs/api.md "Webhooks").
+func (r *hookReceiver) ofType(typ string) []hookRequest {
+	var reqs []hookRequest
+	for _, q := range r.got() {
+		if eventType(q.body) == typ {
+			reqs = append(reqs, q)
+		}
+	}
+	return reqs
+}
+
+// waitType returns the requests of events of type typ once there is one.
+func (r *hookReceiver) waitType(t *testing.T, typ string) []hookRequest {
+	t.Helper()
+	eventually(t, typ+" webhook requests", time.Minute, func() bool { return len(r.ofType(typ)) > 0 })
+	return r.ofType(typ)
 }
 
 // fastRetries makes webhook retries immediate, attempts time out after
@@ -109,7 +137,7 @@ func TestWebhookSignedWithTheWholeBatch(t *testing.T) {
 	if done.Status != "completed" {
 		t.Fatalf("batch ended %s", done.Status)
 	}
-	req := rcv.wait(t, 1)[0]
+	req := rcv.waitType(t, "batch.completed")[0]
 
 	secret, err := auth.WebhookSecret(ctx, rt.App.Store, "acme")
 	if err != nil {
@@ -157,13 +185,16 @@ func TestWebhookSignedWithTheWholeBatch(t *testing.T) {
 }
 
 // A receiver that fails twice, then succeeds, gets three attempts of one
-// event, and the batch shows them.
+// event, and the batch shows them. (It fails the completion event's first
+// two: the lifecycle events before it have records of their own.)
 func TestWebhookRetriedUntilDelivered(t *testing.T) {
 	t.Parallel()
 	rt := runtime(t, fastRetries(5*time.Second, time.Hour))
 	c, key := client(t, rt, "acme")
-	rcv := newHookReceiver(t, func(n int, w http.ResponseWriter, _ *http.Request) {
-		if n <= 2 {
+	var completions atomic.Int32
+	rcv := newHookReceiver(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if eventType(body) == "batch.completed" && completions.Add(1) <= 2 {
 			http.Error(w, "try later", http.StatusServiceUnavailable)
 			return
 		}
@@ -177,9 +208,9 @@ func TestWebhookRetriedUntilDelivered(t *testing.T) {
 	if d := got.WebhookDeliveries; d.Attempts != 3 || d.LastStatusCode == nil || *d.LastStatusCode != 200 {
 		t.Fatalf("webhook_deliveries: %+v", d)
 	}
-	reqs := rcv.got()
+	reqs := rcv.ofType("batch.completed")
 	if len(reqs) != 3 {
-		t.Fatalf("receiver got %d requests, want 3", len(reqs))
+		t.Fatalf("receiver got %d requests of batch.completed, want 3", len(reqs))
 	}
 	for i, r := range reqs {
 		if id := r.header.Get("webhook-id"); id != reqs[0].header.Get("webhook-id") || id == "" {
@@ -189,10 +220,18 @@ func TestWebhookRetriedUntilDelivered(t *testing.T) {
 }
 
 // A receiver that never answers is tried until the retry horizon passes,
-// then given up and recorded as failed.
+// then given up and recorded as failed. (Its circuit is kept closed: the
+// lifecycle events' failures before the completion would open it, which
+// TestWebhookCircuitStopsCallingADeadReceiver is about.)
 func TestWebhookReceiverNeverAnswers(t *testing.T) {
 	t.Parallel()
-	rt := runtime(t, fastRetries(300*time.Millisecond, 2*time.Second))
+	rt := runtime(t, fastRetries(300*time.Millisecond, 2*time.Second), func(o *localrun.Options) {
+		prev := o.Wire
+		o.Wire = func(a *app.App) {
+			prev(a)
+			a.Webhooks.CircuitThreshold = 1000
+		}
+	})
 	c, key := client(t, rt, "acme")
 	rcv := newHookReceiver(t, func(_ int, _ http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
 	f := upload(t, c, "in.jsonl", jsonlRows(nRows(2, "silent")))
@@ -206,8 +245,8 @@ func TestWebhookReceiverNeverAnswers(t *testing.T) {
 	}
 	// Given up means no more attempts.
 	time.Sleep(2 * time.Second)
-	if n := len(rcv.got()); n != d.Attempts {
-		t.Fatalf("receiver got %d requests, the batch records %d attempts", n, d.Attempts)
+	if n := len(rcv.ofType("batch.completed")); n != d.Attempts {
+		t.Fatalf("receiver got %d requests of batch.completed, the batch records %d attempts", n, d.Attempts)
 	}
 	if again := getBatch(t, rt, key, b.ID).WebhookDeliveries; again.Attempts != d.Attempts {
 		t.Fatalf("attempts went on after giving up: %d, then %d", d.Attempts, again.Attempts)
@@ -385,4 +424,45 @@ func mustPort(t *testing.T, raw string) string {
 		t.Fatal(err)
 	}
 	return u.Port()
+}
+
+// A batch's receiver gets batch.queued (its input validated), then
+// batch.in_progress (its first chunk started), then batch.completed, each
+// signed with the tenant's secret and carrying the Batch object, each
+// delivered once (docs/api.md "Webhooks").
+func TestWebhookLifecycleEventsInOrder(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	c, key := client(t, rt, "acme")
+	rcv := newHookReceiver(t, nil)
+	f := upload(t, c, "in.jsonl", jsonlRows(nRows(25, "order")))
+	b := createBatch(t, c, f.ID, option.WithJSONSet("webhook_url", rcv.URL))
+	rcv.waitType(t, "batch.completed")
+	waitDeliveries(t, rt, key, b.ID, "delivered")
+
+	secret, err := auth.WebhookSecret(context.Background(), rt.App.Store, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hooks := openai.NewClient(option.WithAPIKey("unused"), option.WithWebhookSecret(secret))
+	var types []string
+	ids := map[string]bool{}
+	for _, r := range rcv.got() {
+		if err := hooks.Webhooks.VerifySignature(r.body, r.header); err != nil {
+			t.Fatalf("%s: signature: %v", r.body, err)
+		}
+		var ev struct {
+			ID, Type string
+			Data     apiBatch
+		}
+		if err := json.Unmarshal(r.body, &ev); err != nil || ev.Data.ID != b.ID || ev.ID != r.header.Get("webhook-id") {
+			t.Fatalf("event %s (%v), want one of batch %s", r.body, err, b.ID)
+		}
+		types = append(types, ev.Type)
+		ids[ev.ID] = true
+	}
+	want := []string{"batch.queued", "batch.in_progress", "batch.completed"}
+	if !reflect.DeepEqual(types, want) || len(ids) != 3 {
+		t.Fatalf("receiver got %v (%d event ids), want %v, three events", types, len(ids), want)
+	}
 }

@@ -18,9 +18,11 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/relaybatch/relay/internal/app"
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/govern"
 	"github.com/relaybatch/relay/internal/lambdasqs"
 	"github.com/relaybatch/relay/internal/local/localrun"
 	"github.com/relaybatch/relay/internal/resources"
+	"github.com/relaybatch/relay/internal/store"
 )
 
 // Workflow records (docs/api.md "Workflow records") against a callback server in the test, on
@@ -518,5 +520,71 @@ func TestWorkflowDuplicateDelivery(t *testing.T) {
 	}
 	if evs := cb.of("dup"); len(evs) != 3 {
 		t.Fatalf("events: got %d, want each of the 3 once", len(evs))
+	}
+}
+
+// A record's spend counts against its tenant's budget as each step is
+// checkpointed (docs/design.md "Governance"): with a budget of one token,
+// the record's first step spends past it, so the record never sends its
+// next event and fails budget_exceeded, whether it goes on in the same
+// invocation or resumes in another after a crash; either way the step's
+// tokens are in the tenant's usage and the batch's, once.
+func TestWorkflowSpendCountsAgainstTheBudget(t *testing.T) {
+	t.Parallel()
+	var crashed atomic.Bool
+	rt := runtime(t, quickWorkRetry, func(o *localrun.Options) {
+		o.Wire = func(a *app.App) {
+			a.Workflows.AfterCheckpoint = func(c batch.Chunk, step int) error {
+				if c.Tenant == "wf-resumed" && crashed.CompareAndSwap(false, true) {
+					return errors.New("simulated crash after step 1's checkpoint")
+				}
+				return nil
+			}
+		}
+	})
+	cb := newWFCallback(t, func(ev wfEvent) (int, string) {
+		if ev.Step == 0 {
+			return 200, wfContinue(wfReq{id: "q", content: "a step that spends the budget " + ev.RecordID})
+		}
+		return 200, `{"state":"completed","output":{"ok":true}}`
+	})
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for _, tenant := range []string{"wf-same-run", "wf-resumed"} {
+		wg.Go(func() {
+			if err := rt.App.Store.PutBudget(ctx, tenant, store.Budget{MonthlyTokens: 1}); err != nil {
+				t.Error(err)
+				return
+			}
+			c, key := client(t, rt, tenant)
+			b := waitBatch(t, c, createBatch(t, c, upload(t, c, "wf-spend.jsonl", wfLine(tenant, map[string]any{"url": cb.URL})).ID).ID)
+			_, errs := checkInvariant(t, c, b, []string{tenant})
+			if l := errs[tenant]; l.Error == nil || l.Error.Code != govern.CodeBudgetExceeded {
+				t.Errorf("%s: line %+v, want budget_exceeded", tenant, l.Error)
+			}
+			if evs := cb.of(tenant); len(evs) != 1 || evs[0].Event != "start" {
+				t.Errorf("%s: the callback got %d events, want the start event only: the spent budget stops the next one", tenant, len(evs))
+			}
+			var agg struct {
+				Data []struct {
+					TotalTokens int64 `json:"total_tokens"`
+				} `json:"data"`
+			}
+			json.Unmarshal(rawGet(t, rt, key, "/v1/usage"), &agg)
+			var spent int64
+			for _, d := range agg.Data {
+				spent += d.TotalTokens
+			}
+			if spent == 0 || spent != b.Usage.TotalTokens {
+				t.Errorf("%s: usage %d tokens, batch %d; want the step's tokens in both", tenant, spent, b.Usage.TotalTokens)
+			}
+		})
+	}
+	wg.Wait()
+	if !crashed.Load() {
+		t.Fatal("the resumed record never crashed")
+	}
+	if n := rt.Mock.Stats().Requests; n != 2 {
+		t.Fatalf("upstream requests: got %d, want 2 (one step of each record, never re-run)", n)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -56,29 +57,33 @@ func keyStore(ctx context.Context) (*store.Store, error) {
 }
 
 // keysCommands are the commands of relay keys.
-var keysCommands = []string{"create", "list", "disable", "webhook-secret"}
+var keysCommands = []string{"create", "list", "disable", "rotate", "webhook-secret"}
 
 func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return usageErr("keys: want %s", oneOf(keysCommands))
 	}
 	synopsis, ok := map[string]string{
-		"create":         "--tenant NAME [--scopes files,batches,admin] [--models a,b]",
+		"create":         "--tenant NAME [--scopes files,batches,admin] [--models a,b] [--expires-in 30d]",
 		"list":           "[--json]",
 		"disable":        "KEY_ID|KEY",
+		"rotate":         "KEY_ID [--overlap 24h]",
 		"webhook-secret": "--tenant NAME",
 	}[args[0]]
 	if !ok {
 		return usageErr("keys: unknown command %q: want %s", args[0], oneOf(keysCommands))
 	}
 	fs := newFlagSet("keys "+args[0], synopsis)
-	var tenant, scopes, models string
+	var tenant, scopes, models, expiresIn, overlap string
 	var asJSON bool
 	switch args[0] {
 	case "create":
 		fs.StringVar(&tenant, "tenant", "", "tenant name")
 		fs.StringVar(&scopes, "scopes", "files,batches", "comma-separated scopes: files, batches, admin")
 		fs.StringVar(&models, "models", "", "comma-separated models the key's batches may name (default: all)")
+		fs.StringVar(&expiresIn, "expires-in", "", "the key stops working this long from now, e.g. 30d or 12h (default: never)")
+	case "rotate":
+		fs.StringVar(&overlap, "overlap", "24h", "how long the old secret keeps working, e.g. 24h, 7d or 0")
 	case "list":
 		fs.BoolVar(&asJSON, "json", false, "print JSON")
 	case "webhook-secret":
@@ -88,13 +93,20 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return helpIsSuccess(err)
 	}
+	takesID := args[0] == "disable" || args[0] == "rotate"
+	expires, errExp := days(expiresIn)
+	over, errOver := days(overlap)
 	switch {
-	case args[0] == "disable" && len(pos) != 1:
-		return usageErr("keys disable: give one KEY_ID (from keys list) or the key itself")
-	case args[0] != "disable" && len(pos) != 0:
+	case takesID && len(pos) != 1:
+		return usageErr("keys %s: give one KEY_ID (from keys list) or the key itself", args[0])
+	case !takesID && len(pos) != 0:
 		return usageErr("keys %s takes no arguments", args[0])
-	case args[0] != "list" && args[0] != "disable" && tenant == "":
+	case args[0] != "list" && !takesID && tenant == "":
 		return usageErr("keys %s: --tenant NAME is required", args[0])
+	case errExp != nil || expiresIn != "" && expires <= 0:
+		return usageErr("keys create: --expires-in %q: want a positive duration such as 30d or 12h", expiresIn)
+	case errOver != nil || over < 0:
+		return usageErr("keys rotate: --overlap %q: want a duration such as 24h, 7d or 0", overlap)
 	}
 	s, err := keyStore(ctx)
 	if err != nil {
@@ -102,11 +114,33 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	switch args[0] {
 	case "create":
-		raw, _, err := auth.Create(ctx, s, tenant, strings.Split(scopes, ","), splitList(models))
+		n := auth.NewKey{Tenant: tenant, Scopes: strings.Split(scopes, ","), Models: splitList(models)}
+		if expires > 0 {
+			n.ExpiresAt = time.Now().Add(expires)
+		}
+		raw, _, err := auth.Create(ctx, s, n)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintln(stdout, raw)
+		return nil
+	case "rotate":
+		id := pos[0]
+		if len(id) > 12 {
+			k, err := s.GetKey(ctx, apikey.Hash(id))
+			if err != nil {
+				return fmt.Errorf("keys rotate: no key %q (see relay keys list): %w", id[:3]+"…", err)
+			}
+			id = k.ID
+		}
+		raw, _, err := auth.Rotate(ctx, s, id, over, time.Now())
+		if errors.Is(err, apikey.ErrNoKey) {
+			return fmt.Errorf("keys rotate: no key %q (see relay keys list)", id)
+		} else if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, raw)
+		fmt.Fprintf(stderr, "key %s has a new secret (above); the old one works until %s\n", id, time.Now().Add(over).UTC().Format(time.RFC3339))
 		return nil
 	case "list":
 		ks, err := s.ListKeys(ctx)
@@ -117,13 +151,23 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return json.NewEncoder(stdout).Encode(ks)
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "KEY ID\tTENANT\tSCOPES\tMODELS\tSTATUS\tCREATED")
+		fmt.Fprintln(tw, "KEY ID\tTENANT\tSCOPES\tMODELS\tSTATUS\tCREATED\tEXPIRES")
+		now := time.Now()
 		for _, k := range ks {
-			status := "active"
-			if k.Disabled {
+			status, expiry := "active", "never"
+			switch code, _ := k.Refusal(now); code {
+			case apikey.CodeDisabled:
 				status = "disabled"
+			case apikey.CodeExpired:
+				status = "expired"
+			case apikey.CodeTenantDisabled:
+				status = "tenant disabled"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Tenant, strings.Join(k.Scopes, ","), cmp.Or(strings.Join(k.Models, ","), "all"), status, time.Unix(k.CreatedAt, 0).UTC().Format(time.RFC3339))
+			if k.ExpiresAt > 0 {
+				expiry = time.Unix(k.ExpiresAt, 0).UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Tenant, strings.Join(k.Scopes, ","), cmp.Or(strings.Join(k.Models, ","), "all"), status,
+				time.Unix(k.CreatedAt, 0).UTC().Format(time.RFC3339), expiry)
 		}
 		return tw.Flush()
 	case "disable":
@@ -142,6 +186,18 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintln(stdout, sec)
 		return nil
 	}
+}
+
+// days parses a duration that may also be given in days ("30d"); "" is 0.
+func days(v string) (time.Duration, error) {
+	if n, ok := strings.CutSuffix(v, "d"); ok {
+		d, err := strconv.Atoi(n)
+		return time.Duration(d) * 24 * time.Hour, err
+	}
+	if v == "" {
+		return 0, nil
+	}
+	return time.ParseDuration(v)
 }
 
 // splitList splits a comma-separated flag value, dropping empty items.

@@ -18,12 +18,14 @@ const usage = `relay — Relay Batch
 
 Usage:
   relay dev                          run the whole service locally (make dev)
-  relay keys create --tenant NAME [--scopes files,batches,admin] [--models a,b]
+  relay keys create --tenant NAME [--scopes files,batches,admin] [--models a,b] [--expires-in 30d]
   relay keys list
   relay keys disable KEY_ID|KEY
+  relay keys rotate KEY_ID [--overlap 24h]
   relay keys webhook-secret --tenant NAME
   relay tenants budget set --tenant NAME --monthly-tokens N [--monthly-usd X]
   relay tenants budget show --tenant NAME
+  relay tenants disable|enable NAME
   relay mock-upstream [--addr 127.0.0.1:8090] [--latency 0] [--error-rate 0] [--rate-limit-rate 0] [--batch-delay 1s]
   relay batch submit FILE... [--model M] [--endpoint /v1/chat/completions] [--priority N]
         [--webhook-url URL] [--metadata k=v]... [--completion-window 24h] [--wait] [--json]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 
 	"github.com/relaybatch/relay/internal/auth"
@@ -11,15 +12,20 @@ import (
 )
 
 // tenantsCommands are the commands of relay tenants.
-var tenantsCommands = []string{"budget"}
+var tenantsCommands = []string{"budget", "disable", "enable"}
 
 // runTenants sets or shows a tenant's monthly budget (docs/api.md
-// "Budgets, revocation and allow-lists"), in the table as the functions read it.
+// "Budgets, revocation and allow-lists"), in the table as the functions
+// read it, or disables or enables a tenant (docs/api.md "Keys").
 func runTenants(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return usageErr("tenants: want %s", oneOf(tenantsCommands))
 	}
-	if args[0] != "budget" {
+	switch args[0] {
+	case "budget":
+	case "disable", "enable":
+		return runTenantSwitch(ctx, args, stdout, stderr)
+	default:
 		return usageErr("tenants: unknown command %q: want %s", args[0], oneOf(tenantsCommands))
 	}
 	fs := newFlagSet("tenants budget", "set --tenant NAME --monthly-tokens N [--monthly-usd X] | show --tenant NAME")
@@ -60,4 +66,27 @@ func runTenants(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	return json.NewEncoder(stdout).Encode(b)
+}
+
+// runTenantSwitch disables or enables a tenant: its record and every key
+// of it, so its requests, batches and templates stop (tenant_disabled).
+func runTenantSwitch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("tenants "+args[0], "NAME")
+	pos, err := parseArgs(fs, args[1:], stdout, stderr)
+	if err != nil {
+		return helpIsSuccess(err)
+	}
+	if len(pos) != 1 || !auth.ValidTenant(pos[0]) {
+		return usageErr("tenants %s: give one tenant NAME (1-64 letters, digits, '-' or '_')", args[0])
+	}
+	s, err := keyStore(ctx)
+	if err != nil {
+		return err
+	}
+	n, err := s.SetTenantDisabled(ctx, pos[0], args[0] == "disable")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "tenant %s %sd (%d keys changed)\n", pos[0], args[0], n)
+	return nil
 }

@@ -27,3 +27,27 @@ func TestTenantsBudgetUsage(t *testing.T) {
 		})
 	}
 }
+
+// relay keys create --expires-in, keys rotate and tenants disable|enable
+// refuse what they cannot do with exit 2, before they look for a table.
+func TestKeysLifecycleUsage(t *testing.T) {
+	t.Setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1") // nothing listens: these must not call AWS
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"keys", "create", "--tenant", "acme", "--expires-in", "soon"}, "want a positive duration"},
+		{[]string{"keys", "create", "--tenant", "acme", "--expires-in", "-1d"}, "want a positive duration"},
+		{[]string{"keys", "rotate"}, "give one KEY_ID"},
+		{[]string{"keys", "rotate", "0123456789ab", "--overlap", "-1h"}, "--overlap"},
+		{[]string{"tenants", "disable"}, "give one tenant NAME"},
+		{[]string{"tenants", "enable", "../x"}, "give one tenant NAME"},
+	} {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			code, stdout, stderr := runLine(t, tt.args...)
+			if code != 2 || stdout != "" || !strings.Contains(stderr, tt.want) {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want 2 and %q", code, stdout, stderr, tt.want)
+			}
+		})
+	}
+}

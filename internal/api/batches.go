@@ -165,12 +165,13 @@ func (a *API) usage(w http.ResponseWriter, r *http.Request, p auth.Principal) er
 	if err != nil {
 		return err
 	}
-	rows, err := a.Batches.Usage(r.Context(), p.Tenant, from, to)
+	groupBy, err := batches.ParseGroupBy(q.Get("group_by"))
 	if err != nil {
 		return err
 	}
-	if rows == nil {
-		rows = []store.UsageRow{}
+	rows, err := a.Batches.Usage(r.Context(), p.Tenant, from, to, groupBy)
+	if err != nil {
+		return err
 	}
 	out := map[string]any{"object": "list", "source": "batch", "data": rows}
 	if a.Budgets != nil {

@@ -86,11 +86,8 @@ func (s keyStore) GetKey(_ context.Context, hash string) (apikey.Key, error) {
 	}
 	return k, nil
 }
-func (keyStore) PutKey(context.Context, apikey.Key) error       { return nil }
-func (keyStore) ListKeys(context.Context) ([]apikey.Key, error) { return nil, nil }
-func (keyStore) DisableKey(context.Context, string) error       { return nil }
-func (keyStore) WebhookSecret(context.Context, string, func() string) (string, error) {
-	return "", nil
+func (keyStore) KeyByID(context.Context, string) (apikey.Key, error) {
+	return apikey.Key{}, apikey.ErrNoKey
 }
 
 func newKeyStore(raw, tenant string) keyStore {

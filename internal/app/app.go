@@ -66,6 +66,10 @@ type App struct {
 	// UnknownKeyHint ends the API's message for an unknown key
 	// (auth.Authenticator).
 	UnknownKeyHint string
+
+	secrets *provider.SecretsKeys // the key cache, on the one clock
+	// now is the clock every service reads (SetClock).
+	now func() time.Time
 }
 
 // Load reads the environment and the models file and builds the app with
@@ -106,10 +110,12 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	a.Blobs = blob.New(a.S3, env.Bucket)
 	// One clock for every service (SetClock moves it in tests).
 	now := time.Now
+	a.now = now
 	a.Files = &files.Service{Store: a.Store, Blobs: a.Blobs, Now: now}
 	a.Queue = &queue.Sender{SQS: a.SQS, Prefix: env.Prefix}
 	// Keys from the environment first (local runs), then Secrets Manager (AWS).
-	keys := provider.ChainKeys{provider.EnvKeys{}, &provider.SecretsKeys{Client: secretsmanager.NewFromConfig(cfg), Prefix: env.SecretPrefix}}
+	a.secrets = &provider.SecretsKeys{Client: secretsmanager.NewFromConfig(cfg), Prefix: env.SecretPrefix, Now: now}
+	keys := provider.ChainKeys{provider.EnvKeys{}, a.secrets}
 	// Bedrock models are signed for with the function's own role.
 	upstream := &provider.Client{HTTP: provider.NewHTTPClient(), Models: models, Keys: keys, Credentials: cfg.Credentials,
 		MaxResponseBytes: env.MaxResponseBytes}
@@ -117,7 +123,7 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	// One client, so one policy, for the check at create, workflow
 	// callbacks and every delivery.
 	hooks := webhook.NewClient(egress.Policy{AllowPrivate: env.AllowPrivateWebhooks, AllowHTTP: env.AllowHTTPWebhooks})
-	a.Webhooks = &delivery.Service{Store: a.Store, Queue: a.Queue, Log: log, Client: hooks, MaxPending: env.MaxPendingWebhooks}
+	a.Webhooks = &delivery.Service{Store: a.Store, Queue: a.Queue, Log: log, Now: now, Client: hooks, MaxPending: env.MaxPendingWebhooks}
 	a.Batches = &batches.Service{
 		Models: models, Log: log, Now: now,
 		Store: a.Store, Blobs: a.Blobs, Queue: a.Queue, Files: a.Files, Webhooks: hooks.Policy,
@@ -146,9 +152,11 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 }
 
 // SetClock sets the clock of every service that reads one: tests move time
-// with it, the engine's, the batches' and the files' together.
+// with it, the engine's, the batches' and the files' together, the
+// webhooks' and the key cache's.
 func (a *App) SetClock(now func() time.Time) {
 	a.Engine.Now, a.Batches.Now, a.Files.Now, a.Govern.Now, a.Native.Now, a.Workflows.Now = now, now, now, now, now, now
+	a.Webhooks.Now, a.secrets.Now, a.now = now, now, now
 }
 
 // workflows builds the workflow records' runner on e (engine.Deps.Workflow).
@@ -161,13 +169,16 @@ func (a *App) workflows(e *engine.Engine, hooks *webhook.Client) engine.Workflow
 // native builds the native models' service on e (engine.Deps.Native).
 func (a *App) native(e *engine.Engine, upstream *provider.Client, keys provider.KeySource) engine.Delegate {
 	a.Native = &native.Service{Store: a.Store, Blobs: a.Blobs, Queue: a.Queue, Engine: e, Provider: upstream,
-		Models: a.Models, Keys: keys, HTTP: upstream.HTTP, Log: a.Log, Now: e.Now}
+		Models: a.Models, Keys: keys, HTTP: upstream.HTTP, MaxResponseBytes: upstream.MaxResponseBytes, Log: a.Log, Now: e.Now}
 	return a.Native
 }
 
 // API is the HTTP handler of the api function.
 func (a *App) API() http.Handler {
-	return (&api.API{Auth: auth.Authenticator{Store: a.Store, UnknownKeyHint: a.UnknownKeyHint}, Files: a.Files, Batches: a.Batches, Log: a.Log,
+	// Keys expire by the app's clock, read at each request: SetClock may
+	// move it after the handler is built.
+	clock := func() time.Time { return a.now() }
+	return (&api.API{Auth: auth.Authenticator{Store: a.Store, UnknownKeyHint: a.UnknownKeyHint, Now: clock}, Files: a.Files, Batches: a.Batches, Log: a.Log,
 		Limiter: api.NewRateLimiter(a.Store, a.Env.RateLimit, a.Log), Budgets: a.Govern,
 		Panel: panel.Handler(a.uploadOrigin())}).Handler()
 }

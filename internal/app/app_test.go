@@ -32,7 +32,7 @@ func TestSetClockMovesEveryService(t *testing.T) {
 	at := time.Unix(1_900_000_000, 0)
 	a.SetClock(func() time.Time { return at })
 	for name, now := range map[string]func() time.Time{"Engine": a.Engine.Now, "Batches": a.Batches.Now, "Files": a.Files.Now,
-		"Govern": a.Govern.Now, "Native": a.Native.Now, "Workflows": a.Workflows.Now} {
+		"Govern": a.Govern.Now, "Native": a.Native.Now, "Workflows": a.Workflows.Now, "Webhooks": a.Webhooks.Now, "the key cache": a.secrets.Now} {
 		if got := now(); !got.Equal(at) {
 			t.Errorf("%s.Now() = %s, want %s", name, got, at)
 		}

@@ -51,7 +51,16 @@ func (p Principal) Can(scope string) bool {
 // Store persists keys and tenant secrets.
 type Store interface {
 	GetKey(ctx context.Context, hash string) (apikey.Key, error)
+	// KeyByID reads the key's record under its id: its current secret's.
+	KeyByID(ctx context.Context, id string) (apikey.Key, error)
 	PutKey(ctx context.Context, k apikey.Key) error
+	// RotateKey makes next (the same key, a new secret) the key's record,
+	// and marks old's secret replaced until `until`; it fails when old is
+	// no longer the key's current secret.
+	RotateKey(ctx context.Context, old, next apikey.Key, until time.Time) error
+	// FollowTenant marks key k disabled with its tenant, in one write
+	// conditional on the tenant being disabled, and reports whether it is.
+	FollowTenant(ctx context.Context, k apikey.Key) (bool, error)
 	ListKeys(ctx context.Context) ([]apikey.Key, error)
 	DisableKey(ctx context.Context, id string) error
 	// WebhookSecret returns the tenant's signing secret, creating it with
@@ -65,11 +74,25 @@ func ValidTenant(name string) bool {
 	return name != "" && len(name) <= 64 && ids.Valid("", name)
 }
 
-// Create makes a new key for tenant and returns it with its record.
-func Create(ctx context.Context, s Store, tenant string, scopes, models []string) (string, apikey.Key, error) {
-	if !ValidTenant(tenant) {
-		return "", apikey.Key{}, fmt.Errorf("tenant %q: use 1-64 letters, digits, '-' or '_'", tenant)
+// NewKey is what a key is made with.
+type NewKey struct {
+	Tenant string
+	Scopes []string // none: AllScopes
+	Models []string // the allow-list; none: every model
+	// ExpiresAt, if set, is when the key stops working.
+	ExpiresAt time.Time
+}
+
+// Create makes a new key and returns it with its record. A key made for a
+// disabled tenant is disabled with it: the key is marked after it is
+// written, on condition the tenant is disabled (FollowTenant), and a
+// disable or an enable lists the keys after it writes the tenant, so one of
+// the two sees the other.
+func Create(ctx context.Context, s Store, n NewKey) (string, apikey.Key, error) {
+	if !ValidTenant(n.Tenant) {
+		return "", apikey.Key{}, fmt.Errorf("tenant %q: use 1-64 letters, digits, '-' or '_'", n.Tenant)
 	}
+	scopes := n.Scopes
 	if len(scopes) == 0 {
 		scopes = AllScopes
 	}
@@ -78,16 +101,49 @@ func Create(ctx context.Context, s Store, tenant string, scopes, models []string
 			return "", apikey.Key{}, fmt.Errorf("scope %q: use files, batches or admin", sc)
 		}
 	}
-	raw := keyPrefix + ids.Secret(keyBytes)
-	h := apikey.Hash(raw)
-	k := apikey.Key{Hash: h, ID: h[:12], Tenant: tenant, Scopes: slices.Compact(slices.Sorted(slices.Values(scopes))), CreatedAt: time.Now().Unix()}
-	if len(models) > 0 {
-		k.Models = slices.Compact(slices.Sorted(slices.Values(models)))
+	raw, h := newSecret()
+	k := apikey.Key{Hash: h, ID: h[:12], Tenant: n.Tenant, Scopes: slices.Compact(slices.Sorted(slices.Values(scopes))), CreatedAt: time.Now().Unix()}
+	if len(n.Models) > 0 {
+		k.Models = slices.Compact(slices.Sorted(slices.Values(n.Models)))
+	}
+	if !n.ExpiresAt.IsZero() {
+		k.ExpiresAt = n.ExpiresAt.Unix()
 	}
 	if err := s.PutKey(ctx, k); err != nil {
 		return "", apikey.Key{}, fmt.Errorf("store key: %w", err)
 	}
+	off, err := s.FollowTenant(ctx, k)
+	if err != nil {
+		return "", apikey.Key{}, fmt.Errorf("store key: %w", err)
+	}
+	k.TenantDisabled = off
 	return raw, k, nil
+}
+
+// newSecret is a fresh key and its hash.
+func newSecret() (raw, hash string) {
+	raw = keyPrefix + ids.Secret(keyBytes)
+	return raw, apikey.Hash(raw)
+}
+
+// Rotate gives key id a new secret and returns it: the key keeps its id,
+// tenant, scopes, models and batches; its old secret keeps working for
+// overlap (none: it stops at once), then answers api_key_expired.
+func Rotate(ctx context.Context, s Store, id string, overlap time.Duration, now time.Time) (string, apikey.Key, error) {
+	old, err := s.KeyByID(ctx, id)
+	if err != nil {
+		return "", apikey.Key{}, err
+	}
+	if code, why := old.Refusal(now); code != "" {
+		return "", apikey.Key{}, fmt.Errorf("rotate: %s", why)
+	}
+	raw, h := newSecret()
+	next := old
+	next.Hash, next.PreviousHash = h, old.Hash
+	if err := s.RotateKey(ctx, old, next, now.Add(overlap)); err != nil {
+		return "", apikey.Key{}, fmt.Errorf("rotate key %s: %w", id, err)
+	}
+	return raw, next, nil
 }
 
 // Secrets keeps the tenants' webhook signing secrets (Store's
@@ -120,9 +176,17 @@ func FromRequest(r *http.Request) string {
 	return strings.TrimSpace(r.Header.Get("x-api-key"))
 }
 
+// Keys is what Authenticate reads of a Store.
+type Keys interface {
+	GetKey(ctx context.Context, hash string) (apikey.Key, error)
+	KeyByID(ctx context.Context, id string) (apikey.Key, error)
+}
+
 // Authenticator checks keys against a Store.
 type Authenticator struct {
-	Store Store
+	Store Keys
+	// Now is the clock keys expire by; nil is time.Now.
+	Now func() time.Time
 	// UnknownKeyHint, if set, ends the message for a key the store does not
 	// hold (the local runtime says its keys do not survive a restart).
 	UnknownKeyHint string
@@ -156,8 +220,37 @@ func (a Authenticator) Authenticate(ctx context.Context, raw, scope string) (Pri
 	if err != nil {
 		return Principal{}, fmt.Errorf("look up key: %w", err)
 	}
-	if k.Disabled {
+	now := time.Now()
+	if a.Now != nil {
+		now = a.Now()
+	}
+	if k.ReplacedUntil > 0 {
+		// A secret a rotation replaced: during the overlap of the key's
+		// last rotation, the key's current record decides.
+		replaced := errs.E(errs.Unauthenticated, apikey.CodeExpired, "", "this secret of API key %s was replaced by a rotation and stopped working at %s: use the new one",
+			k.ID, time.Unix(k.ReplacedUntil, 0).UTC().Format(time.RFC3339))
+		if now.Unix() >= k.ReplacedUntil {
+			return Principal{}, replaced
+		}
+		live, err := a.Store.KeyByID(ctx, k.ID)
+		if errors.Is(err, apikey.ErrNoKey) {
+			return Principal{}, errs.E(errs.Unauthenticated, "invalid_api_key", "", "incorrect API key provided")
+		}
+		if err != nil {
+			return Principal{}, fmt.Errorf("look up key %s: %w", k.ID, err)
+		}
+		if live.PreviousHash != k.Hash {
+			return Principal{}, replaced // a later rotation ended its overlap
+		}
+		k = live
+	}
+	switch code, why := k.Refusal(now); code {
+	case apikey.CodeDisabled:
 		return Principal{}, errs.E(errs.Unauthenticated, "invalid_api_key", "", "this API key is disabled")
+	case apikey.CodeExpired:
+		return Principal{}, errs.E(errs.Unauthenticated, code, "", "%s: make a new key (relay keys create) or rotate before expiry", why)
+	case apikey.CodeTenantDisabled:
+		return Principal{}, errs.E(errs.Forbidden, code, "", "%s: its keys, templates and batches are stopped", why)
 	}
 	p := Principal{Tenant: k.Tenant, KeyID: k.ID, Scopes: k.Scopes, Models: k.Models}
 	if scope != "" && !p.Can(scope) {

@@ -5,8 +5,10 @@ import (
 	"encoding/base64"
 	"errors"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/relaybatch/relay/internal/apikey"
 	"github.com/relaybatch/relay/internal/errs"
@@ -14,9 +16,45 @@ import (
 
 // memStore is a Store in memory that remembers everything it was given.
 type memStore struct {
-	keys map[string]apikey.Key
-	puts []apikey.Key
-	err  error
+	keys        map[string]apikey.Key // by hash
+	puts        []apikey.Key
+	err         error
+	offTenants  map[string]bool
+	rotatedKeys map[string]string // key id → current hash, once rotated
+}
+
+func (s *memStore) KeyByID(_ context.Context, id string) (apikey.Key, error) {
+	if h, ok := s.rotatedKeys[id]; ok {
+		return s.keys[h], nil
+	}
+	for _, k := range s.keys {
+		if k.ID == id && k.ReplacedUntil == 0 {
+			return k, nil
+		}
+	}
+	return apikey.Key{}, apikey.ErrNoKey
+}
+
+func (s *memStore) RotateKey(ctx context.Context, old, next apikey.Key, until time.Time) error {
+	if cur, _ := s.KeyByID(ctx, old.ID); cur.Hash != old.Hash {
+		return errors.New("rotated meanwhile")
+	}
+	s.PutKey(ctx, next)
+	old.ReplacedUntil = until.Unix()
+	s.keys[old.Hash] = old
+	if s.rotatedKeys == nil {
+		s.rotatedKeys = map[string]string{}
+	}
+	s.rotatedKeys[old.ID] = next.Hash
+	return nil
+}
+
+func (s *memStore) FollowTenant(ctx context.Context, k apikey.Key) (bool, error) {
+	if !s.offTenants[k.Tenant] {
+		return false, nil
+	}
+	k.TenantDisabled = true
+	return true, s.PutKey(ctx, k)
 }
 
 func (s *memStore) GetKey(_ context.Context, hash string) (apikey.Key, error) {
@@ -52,7 +90,7 @@ func TestCreateStoresOnlyTheHash(t *testing.T) {
 	s := &memStore{}
 	seen := map[string]bool{}
 	for range 100 {
-		raw, k, err := Create(context.Background(), s, "acme", nil, nil)
+		raw, k, err := Create(context.Background(), s, NewKey{Tenant: "acme"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,10 +112,10 @@ func TestCreateStoresOnlyTheHash(t *testing.T) {
 			t.Fatalf("stored record %+v holds a key", k)
 		}
 	}
-	if _, _, err := Create(context.Background(), s, "../x", nil, nil); err == nil {
+	if _, _, err := Create(context.Background(), s, NewKey{Tenant: "../x"}); err == nil {
 		t.Fatal("a tenant name with a path was accepted")
 	}
-	if _, _, err := Create(context.Background(), s, "acme", []string{"root"}, nil); err == nil {
+	if _, _, err := Create(context.Background(), s, NewKey{Tenant: "acme", Scopes: []string{"root"}}); err == nil {
 		t.Fatal("an unknown scope was accepted")
 	}
 }
@@ -86,10 +124,10 @@ func TestAuthenticate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := &memStore{}
-	full, _, _ := Create(ctx, s, "acme", nil, nil)
-	filesOnly, _, _ := Create(ctx, s, "acme", []string{ScopeFiles}, nil)
-	admin, _, _ := Create(ctx, s, "globex", []string{ScopeAdmin}, nil)
-	off, offKey, _ := Create(ctx, s, "acme", nil, nil)
+	full, _, _ := Create(ctx, s, NewKey{Tenant: "acme"})
+	filesOnly, _, _ := Create(ctx, s, NewKey{Tenant: "acme", Scopes: []string{ScopeFiles}})
+	admin, _, _ := Create(ctx, s, NewKey{Tenant: "globex", Scopes: []string{ScopeAdmin}})
+	off, offKey, _ := Create(ctx, s, NewKey{Tenant: "acme"})
 	offKey.Disabled = true
 	s.PutKey(ctx, offKey)
 
@@ -127,6 +165,56 @@ func TestAuthenticate(t *testing.T) {
 	broken := Authenticator{Store: &memStore{err: errors.New("dynamodb down")}}
 	if _, err := broken.Authenticate(ctx, full, ScopeFiles); errs.KindOf(err) != errs.Internal {
 		t.Fatalf("store failure: got %v, want an internal error", err)
+	}
+}
+
+// A key past its expiry is 401 api_key_expired; a rotated key answers to
+// both secrets during the overlap and to the new one only after it; a
+// disabled tenant's keys, and one made for it later, are 403
+// tenant_disabled.
+func TestAuthenticateExpiryRotationAndTenant(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := time.Unix(1_800_000_000, 0)
+	clock := now
+	s := &memStore{offTenants: map[string]bool{"frozen": true}}
+	a := Authenticator{Store: s, Now: func() time.Time { return clock }}
+	code := func(raw string) string {
+		_, err := a.Authenticate(ctx, raw, ScopeFiles)
+		if err == nil {
+			return ""
+		}
+		var e *errs.Error
+		if !errors.As(err, &e) {
+			return err.Error()
+		}
+		return e.Code
+	}
+	expiring, _, _ := Create(ctx, s, NewKey{Tenant: "acme", ExpiresAt: now.Add(time.Hour)})
+	old, k, _ := Create(ctx, s, NewKey{Tenant: "acme"})
+	frozen, _, _ := Create(ctx, s, NewKey{Tenant: "frozen"})
+	fresh, next, err := Rotate(ctx, s, k.ID, 24*time.Hour, now)
+	if err != nil || next.ID != k.ID || next.Hash == k.Hash {
+		t.Fatalf("rotate: %+v, %v; want the same id with a new secret", next, err)
+	}
+	if got := []string{code(expiring), code(old), code(fresh), code(frozen)}; !slices.Equal(got, []string{"", "", "", apikey.CodeTenantDisabled}) {
+		t.Fatalf("now: %q; want the expiring key, both secrets of the rotated key, and tenant_disabled", got)
+	}
+	clock = now.Add(25 * time.Hour)
+	if got := []string{code(expiring), code(old), code(fresh)}; !slices.Equal(got, []string{apikey.CodeExpired, apikey.CodeExpired, ""}) {
+		t.Fatalf("after a day: %q; want api_key_expired twice, the new secret working", got)
+	}
+	p, err := a.Authenticate(ctx, fresh, ScopeFiles)
+	if err != nil || p.KeyID != k.ID || p.Tenant != "acme" {
+		t.Fatalf("the new secret authenticates as %+v, %v; want key %s", p, err, k.ID)
+	}
+	// During an overlap the key's record decides: disabling it stops both.
+	clock = now
+	cur, _ := s.KeyByID(ctx, k.ID)
+	cur.Disabled = true
+	s.PutKey(ctx, cur)
+	if got := []string{code(old), code(fresh)}; !slices.Equal(got, []string{"invalid_api_key", "invalid_api_key"}) {
+		t.Fatalf("disabled during the overlap: %q; want both refused", got)
 	}
 }
 
@@ -177,7 +265,7 @@ func TestAuthenticateMalformedKeyCostsNoLookup(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := &countingStore{}
-	good, _, _ := Create(ctx, s, "acme", nil, nil)
+	good, _, _ := Create(ctx, s, NewKey{Tenant: "acme"})
 	for _, raw := range []string{
 		"garbage", "sk-proj-" + strings.Repeat("a", 40), "rb-", "rb-" + strings.Repeat("A", 42), "rb-" + strings.Repeat("A", 44),
 		"rb-" + strings.Repeat("A", 42) + "+", "rb-" + strings.Repeat("A", 42) + "=", apikey.Hash(good), strings.Repeat("x", 10_000),

@@ -143,13 +143,20 @@ type Batch struct {
 	WebhookDeliveries *WebhookSummary `json:"webhook_deliveries,omitempty" dynamodbav:"-"`
 
 	Tenant string `json:"-" dynamodbav:"tenant"`
-	KeyID  string `json:"-" dynamodbav:"key_id"`
+	// KeyID is the key that submitted the batch (a template's runs, the
+	// template's key), shown as submitted_by (docs/api.md "Extensions").
+	KeyID string `json:"submitted_by,omitempty" dynamodbav:"key_id"`
 	// AnthropicBetas and UserProfileID are a message batch create's
 	// anthropic-beta and anthropic-user-profile-id headers, sent with each
 	// of its rows upstream (docs/api.md "Anthropic Message Batches").
 	AnthropicBetas []string `json:"-" dynamodbav:"anthropic_betas,omitempty"`
 	UserProfileID  string   `json:"-" dynamodbav:"user_profile_id,omitempty"`
-	// CSVModel is the model of every row of a CSV input.
+	// AnnouncedInProgress records that the batch's in_progress webhook
+	// event was queued (internal/webhook/delivery), when its first chunk
+	// started.
+	AnnouncedInProgress bool `json:"-" dynamodbav:"announced_in_progress,omitempty"`
+	// CSVModel is the create's model (docs/api.md "Batches"): the model of
+	// every row of a CSV input and of every simple row of a JSONL one.
 	CSVModel    string            `json:"-" dynamodbav:"csv_model"`
 	ErrorList   []jsonl.LineError `json:"-" dynamodbav:"errors"`
 	Input       []Object          `json:"-" dynamodbav:"input"` // the JSONL the chunks are ranges of

@@ -204,6 +204,13 @@ func (s *Service) Terminal(ctx context.Context, b batch.Batch) error {
 	return s.Deliveries.Enqueue(ctx, b)
 }
 
+// Announce queues batch b's lifecycle webhook event (webhook.Queued, when
+// the plan validated it; webhook.InProgress, when its first chunk starts:
+// engine.Lifecycle), if it has a webhook_url.
+func (s *Service) Announce(ctx context.Context, b batch.Batch, event string) error {
+	return s.Deliveries.Announce(ctx, b, event)
+}
+
 // ReleaseInflight gives back terminal batch b's in-flight slot, if it holds
 // one: the release deletes the batch's marker, so it happens once however
 // often a terminal state is reported.

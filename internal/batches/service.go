@@ -71,14 +71,16 @@ type Service struct {
 	// Schedules creates and deletes the schedules of cron templates
 	// (templates.go); nil refuses templates.
 	Schedules *schedule.Manager
-	// Deliveries queues a terminal batch's webhook (Terminal) and adds the
-	// webhook_deliveries summary to the batch Get returns.
+	// Deliveries queues a terminal batch's webhook (Terminal) and its
+	// lifecycle events (Announce), and adds the webhook_deliveries summary
+	// to the batch Get returns.
 	Deliveries Deliveries
 }
 
 // Deliveries are a batch's completion webhooks (internal/webhook/delivery).
 type Deliveries interface {
 	Enqueue(ctx context.Context, b batch.Batch) error
+	Announce(ctx context.Context, b batch.Batch, event string) error
 	WithDeliveries(ctx context.Context, b batch.Batch) batch.Batch
 }
 
@@ -103,6 +105,7 @@ type Store interface {
 	ReleaseTemplate(ctx context.Context, tenant, templateID string) (bool, error)
 	KeyByID(ctx context.Context, id string) (apikey.Key, error)
 	Usage(ctx context.Context, tenant, from, to string) ([]store.UsageRow, error)
+	UsageDetails(ctx context.Context, tenant, from, to string) ([]store.UsageDetail, error)
 	// internal/anthropic's delete of a Message Batch.
 	DeleteBatch(ctx context.Context, tenant, id string) error
 	DeleteFile(ctx context.Context, tenant, id string) error
@@ -309,7 +312,7 @@ func checkOptions(req CreateRequest, shaped bool, checkURL func(string) error, m
 		if o.inline, err = inlineJSONL(req.Requests, req.Endpoint); err != nil {
 			return o, err
 		}
-		if err := checkInline(o.inline, req.Endpoint, models); err != nil {
+		if err := checkInline(o.inline, req.Endpoint, req.Model, models); err != nil {
 			return o, err
 		}
 	case req.InputFileID != "":
@@ -344,6 +347,10 @@ func checkInputFile(f file.File, req CreateRequest) error {
 // Create validates and records a batch, then asks the dispatcher to plan
 // it. A repeated idem (NewIdemKey) returns the first batch it made.
 func (s *Service) Create(ctx context.Context, p auth.Principal, req CreateRequest, idem store.IdemKey) (batch.Batch, error) {
+	if req.Endpoint == "" && req.Model != "" {
+		// A batch-level model makes chat completions (docs/api.md "Batches").
+		req.Endpoint = endpoint.Chat
+	}
 	return s.CreateShaped(ctx, p, req, idem, Endpoints, nil)
 }
 
@@ -470,14 +477,23 @@ func (s *Service) inlineFile(ctx context.Context, tenant string, data []byte) (f
 
 // inlineJSONL writes inline rows as the lines of a JSONL input file; a row
 // without a custom_id gets request-<index>, without a method POST, without
-// a url the batch's endpoint (the only values they may have). A row that
-// is not an object is refused (param requests[<index>]).
+// a url the batch's endpoint (the only values they may have). A simple row
+// ({custom_id?, messages} or {custom_id?, prompt}: isSimple) is written as
+// it is, for the batch's model: the plan makes its request and its
+// custom_id, row-<index+1> (jsonl, simple rows). A row that is not an
+// object is refused (param requests[<index>]).
 func inlineJSONL(rows []json.RawMessage, endpoint string) ([]byte, error) {
 	var buf bytes.Buffer
 	for i, raw := range rows {
 		var obj map[string]json.RawMessage
 		if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
-			return nil, errs.Invalidf(fmt.Sprintf("requests[%d]", i), "requests[%d] must be an object like a line of a batch input file", i)
+			return nil, errs.Invalidf(fmt.Sprintf("requests[%d]", i), "requests[%d] must be an object like a line of a batch input file, or {\"messages\": […]} or {\"prompt\": \"…\"} with the batch's model", i)
+		}
+		if isSimple(obj) {
+			line, _ := json.Marshal(obj)
+			buf.Write(line)
+			buf.WriteByte('\n')
+			continue
 		}
 		for k, v := range map[string]string{"custom_id": fmt.Sprintf("request-%d", i), "method": "POST", "url": endpoint} {
 			if _, ok := obj[k]; !ok {
@@ -491,12 +507,22 @@ func inlineJSONL(rows []json.RawMessage, endpoint string) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// checkInline validates inline rows (inlineJSONL's JSONL) as the batch's
-// run would, so a broken row is a 400 of the create naming requests[<index>]
-// rather than a batch that fails with an error about a "line".
-func checkInline(data []byte, path string, models *config.Models) error {
+// isSimple reports whether an inline row is a simple row: no body, and
+// messages or prompt (jsonl, simple rows).
+func isSimple(row map[string]json.RawMessage) bool {
+	_, body := row["body"]
+	_, messages := row["messages"]
+	_, prompt := row["prompt"]
+	return !body && (messages || prompt)
+}
+
+// checkInline validates inline rows (inlineJSONL's JSONL) of a batch of
+// model (its create's, or "") as the batch's run would, so a broken row is
+// a 400 of the create naming requests[<index>] rather than a batch that
+// fails with an error about a "line".
+func checkInline(data []byte, path, model string, models *config.Models) error {
 	known := func(m string) bool { _, ok := models.Lookup(m); return ok }
-	res, err := jsonl.Scan(bytes.NewReader(data), jsonl.Options{Format: jsonl.JSONL, Endpoint: path, KnownModel: known,
+	res, err := jsonl.Scan(bytes.NewReader(data), jsonl.Options{Format: jsonl.JSONL, Endpoint: path, Model: model, KnownModel: known,
 		DefaultModel: endpoint.DefaultModel(models, path)}, nil)
 	if err != nil {
 		return fmt.Errorf("check inline requests: %w", err)
@@ -509,6 +535,14 @@ func checkInline(data []byte, path string, models *config.Models) error {
 		return errs.Invalidf(cmp.Or(e.Param, "requests"), "requests: %s", e.Message)
 	}
 	param := fmt.Sprintf("requests[%d]", e.Line-1)
+	if e.Param == "model" || e.Param == "endpoint" {
+		// A simple row's problem with the batch's own field.
+		msg := fmt.Sprintf("%s: %s", param, strings.TrimPrefix(e.Message, fmt.Sprintf("line %d: ", e.Line)))
+		if e.Code == jsonl.CodeMissingModel {
+			return errs.Missingf("model", "%s: send model", msg)
+		}
+		return errs.Invalidf(e.Param, "%s", msg)
+	}
 	if e.Param != "" {
 		param += "." + e.Param
 	}
@@ -800,9 +834,4 @@ func writeFailedRows(w io.Writer, c batch.Chunk, reqs []jsonl.Request) error {
 		}
 	}
 	return nil
-}
-
-// Usage returns a tenant's daily usage between two times.
-func (s *Service) Usage(ctx context.Context, tenant string, from, to time.Time) ([]store.UsageRow, error) {
-	return s.Store.Usage(ctx, tenant, from.UTC().Format("2006-01-02"), to.UTC().Format("2006-01-02"))
 }

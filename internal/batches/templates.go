@@ -168,11 +168,11 @@ func (s *Service) FireTemplate(ctx context.Context, input []byte) (batch.Batch, 
 	if err != nil && !errors.Is(err, apikey.ErrNoKey) {
 		return batch.Batch{}, fmt.Errorf("check the key of template %s: %w", tpl.ID, err)
 	}
-	if why := keyRefusal(tpl, k, err == nil); why != "" {
-		log.WarnContext(ctx, "template stopped: its key may no longer run it", "key_id", tpl.KeyID, "reason", why)
-		return s.cancelTemplate(ctx, tpl.Tenant, tpl.ID, jsonl.LineError{Code: CodeKeyDisabled, Message: why})
-	}
 	now := s.Now()
+	if code, why := keyRefusal(tpl, k, err == nil, now); code != "" {
+		log.WarnContext(ctx, "template stopped: its key may no longer run it", "key_id", tpl.KeyID, "reason", why)
+		return s.cancelTemplate(ctx, tpl.Tenant, tpl.ID, jsonl.LineError{Code: code, Message: why})
+	}
 	window, err := ParseWindow(tpl.CompletionWindow)
 	if err != nil {
 		return batch.Batch{}, err
@@ -197,29 +197,33 @@ func (s *Service) FireTemplate(ctx context.Context, input []byte) (batch.Batch, 
 }
 
 // CodeKeyDisabled is the error a template records when the key that
-// created it may no longer run it.
-const CodeKeyDisabled = "api_key_disabled"
+// created it may no longer run it (api_key_expired and tenant_disabled
+// when that is why).
+const CodeKeyDisabled = apikey.CodeDisabled
 
 // keyRefusal says why template tpl may not run with k, the key that
-// created it (found tells whether it still exists), or "" when it may. A
-// template spends as its key would, so it runs only while a request with
-// that key would be let in: the key exists, is not disabled, belongs to the
-// template's tenant and holds the batches scope.
-func keyRefusal(tpl batch.Batch, k apikey.Key, found bool) string {
+// created it (found tells whether it still exists), at now: a code and a
+// reason, or "" when it may. A template spends as its key would, so it runs
+// only while a request with that key would be let in: the key exists, is
+// not disabled or expired, belongs to the template's tenant, which is not
+// disabled, and holds the batches scope.
+func keyRefusal(tpl batch.Batch, k apikey.Key, found bool, now time.Time) (code, why string) {
 	stop := func(why string) string {
 		return fmt.Sprintf("the API key %s that created this template %s: the template no longer runs; create it again with an active key", tpl.KeyID, why)
 	}
-	switch {
+	switch code, why := k.Refusal(now); {
 	case !found:
-		return stop("no longer exists")
-	case k.Disabled:
-		return stop("is disabled")
+		return CodeKeyDisabled, stop("no longer exists")
+	case code == apikey.CodeDisabled:
+		return code, stop("is disabled")
+	case code != "":
+		return code, stop("may no longer be used (" + why + ")")
 	case k.Tenant != tpl.Tenant:
-		return stop("belongs to another tenant")
+		return CodeKeyDisabled, stop("belongs to another tenant")
 	case !(auth.Principal{Scopes: k.Scopes}).Can(auth.ScopeBatches):
-		return stop("lacks the batches scope")
+		return CodeKeyDisabled, stop("lacks the batches scope")
 	}
-	return ""
+	return "", ""
 }
 
 // runKey is the idempotency key of a template's run at a scheduled time. It

@@ -31,27 +31,32 @@ func TestKeyRefusal(t *testing.T) {
 	t.Parallel()
 	tpl := batch.Batch{ID: "batch_t", Tenant: "acme", KeyID: "0123456789ab"}
 	active := apikey.Key{ID: "0123456789ab", Tenant: "acme", Scopes: []string{auth.ScopeBatches}}
+	now := time.Unix(1_800_000_000, 0)
 	for _, tt := range []struct {
 		name  string
 		key   func(k *apikey.Key)
 		found bool
 		want  string // a word of the reason, "" when the template may run
+		code  string
 	}{
-		{"active", func(*apikey.Key) {}, true, ""},
-		{"admin", func(k *apikey.Key) { k.Scopes = []string{auth.ScopeAdmin} }, true, ""},
-		{"disabled", func(k *apikey.Key) { k.Disabled = true }, true, "is disabled"},
-		{"gone", func(*apikey.Key) {}, false, "no longer exists"},
-		{"other tenant", func(k *apikey.Key) { k.Tenant = "globex" }, true, "another tenant"},
-		{"files only", func(k *apikey.Key) { k.Scopes = []string{auth.ScopeFiles} }, true, "batches scope"},
+		{"active", func(*apikey.Key) {}, true, "", ""},
+		{"admin", func(k *apikey.Key) { k.Scopes = []string{auth.ScopeAdmin} }, true, "", ""},
+		{"disabled", func(k *apikey.Key) { k.Disabled = true }, true, "is disabled", CodeKeyDisabled},
+		{"gone", func(*apikey.Key) {}, false, "no longer exists", CodeKeyDisabled},
+		{"other tenant", func(k *apikey.Key) { k.Tenant = "globex" }, true, "another tenant", CodeKeyDisabled},
+		{"files only", func(k *apikey.Key) { k.Scopes = []string{auth.ScopeFiles} }, true, "batches scope", CodeKeyDisabled},
+		{"expired", func(k *apikey.Key) { k.ExpiresAt = now.Unix() }, true, "expired", apikey.CodeExpired},
+		{"not expired yet", func(k *apikey.Key) { k.ExpiresAt = now.Unix() + 1 }, true, "", ""},
+		{"tenant disabled", func(k *apikey.Key) { k.TenantDisabled = true }, true, "tenant acme is disabled", apikey.CodeTenantDisabled},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			k := active
 			k.Scopes = slices.Clone(active.Scopes)
 			tt.key(&k)
-			got := keyRefusal(tpl, k, tt.found)
-			if tt.want == "" && got != "" || !strings.Contains(got, tt.want) || tt.want != "" && !strings.Contains(got, tpl.KeyID) {
-				t.Errorf("keyRefusal = %q, want %q naming the key id", got, tt.want)
+			code, got := keyRefusal(tpl, k, tt.found, now)
+			if code != tt.code || tt.want == "" && got != "" || !strings.Contains(got, tt.want) || tt.want != "" && !strings.Contains(got, tpl.KeyID) {
+				t.Errorf("keyRefusal = %s %q, want %s %q naming the key id", code, got, tt.code, tt.want)
 			}
 		})
 	}

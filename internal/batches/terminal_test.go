@@ -82,6 +82,9 @@ func (*releaseTable) KeyByID(context.Context, string) (apikey.Key, error) {
 func (*releaseTable) Usage(context.Context, string, string, string) ([]store.UsageRow, error) {
 	return nil, errNotInFake
 }
+func (*releaseTable) UsageDetails(context.Context, string, string, string) ([]store.UsageDetail, error) {
+	return nil, errNotInFake
+}
 func (*releaseTable) DeleteBatch(context.Context, string, string) error { return errNotInFake }
 func (*releaseTable) DeleteFile(context.Context, string, string) error  { return errNotInFake }
 
@@ -94,6 +97,7 @@ func (e *enqueued) Enqueue(_ context.Context, b batch.Batch) error {
 	e.ids = append(e.ids, b.ID)
 	return nil
 }
+func (*enqueued) Announce(context.Context, batch.Batch, string) error         { return nil }
 func (*enqueued) WithDeliveries(_ context.Context, b batch.Batch) batch.Batch { return b }
 
 // Terminal, the engine's Lifecycle, gives a counted batch's in-flight slot

@@ -321,3 +321,45 @@ func TestCheckInputFile(t *testing.T) {
 		})
 	}
 }
+
+// Inline simple rows are written as they are and checked for the batch's
+// model; a broken one names its row and field, or the batch's own field.
+func TestInlineSimpleRows(t *testing.T) {
+	t.Parallel()
+	models := testModels(t)
+	const chat = "/v1/chat/completions"
+	tests := []struct {
+		name, endpoint, model string
+		rows                  []string
+		param, msg            string
+	}{
+		{"messages and prompt", chat, "gpt-4o", []string{`{"messages":[{"role":"user","content":"hi"}]}`, `{"custom_id":"b","prompt":"hi"}`}, "", ""},
+		{"beside a full row", chat, "gpt-4o", []string{`{"body":{"model":"gpt-4o-mini"}}`, `{"prompt":"hi"}`}, "", ""},
+		{"no model", chat, "", []string{`{"prompt":"hi"}`}, "model", "requests[0]"},
+		{"unknown model", chat, "gpt-9", []string{`{"prompt":"hi"}`}, "model", `requests[0]: model "gpt-9"`},
+		{"not chat", "/v1/embeddings", "gpt-4o", []string{`{"body":{"model":"gpt-4o"}}`, `{"prompt":"hi"}`}, "endpoint", "requests[1]"},
+		{"messages a string", chat, "gpt-4o", []string{`{"prompt":"a"}`, `{"messages":"hi"}`}, "requests[1].messages", "non-empty array"},
+		{"prompt a number", chat, "gpt-4o", []string{`{"prompt":1}`}, "requests[0].prompt", "must be a string"},
+		{"both", chat, "gpt-4o", []string{`{"prompt":"a","messages":[{}]}`}, "requests[0].prompt", "not both"},
+		{"a parameter besides", chat, "gpt-4o", []string{`{"prompt":"a","temperature":0}`}, "requests[0].temperature", "with a body"},
+		{"a url besides", chat, "gpt-4o", []string{`{"prompt":"a","url":"/v1/chat/completions"}`}, "requests[0].url", "with a body"},
+		{"duplicate id", chat, "gpt-4o", []string{`{"custom_id":"row-2","prompt":"a"}`, `{"prompt":"b"}`}, "requests[1].custom_id", `"row-2" is already used`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var rows []json.RawMessage
+			for _, r := range tt.rows {
+				rows = append(rows, json.RawMessage(r))
+			}
+			data, err := inlineJSONL(rows, tt.endpoint)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := strings.Count(string(data), `"url"`); tt.param == "" && n != strings.Count(strings.Join(tt.rows, ""), `"body"`) {
+				t.Errorf("simple rows got a url: %s", data)
+			}
+			wantInvalid(t, checkInline(data, tt.endpoint, tt.model, models), tt.param, tt.msg)
+		})
+	}
+}

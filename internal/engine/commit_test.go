@@ -13,25 +13,21 @@ import (
 	"github.com/relaybatch/relay/internal/store"
 )
 
-// commitTable is a hand-written Store of one claimed chunk whose commits
-// answer with errs in turn (the last one repeats); the first commit takes
-// effect whatever it answers, as a commit whose call timed out may.
+// commitTable is a memTable of one claimed chunk whose commits answer
+// with errs in turn (the last one repeats); the first commit takes effect
+// whatever it answers, as a commit whose call timed out may.
 type commitTable struct {
-	Store
-	b     batch.Batch
-	c     batch.Chunk
+	*memTable
 	errs  []error
 	calls int
 }
 
-func (f *commitTable) GetBatch(context.Context, string, string) (batch.Batch, error) { return f.b, nil }
-func (f *commitTable) GetChunk(context.Context, string, int) (batch.Chunk, error)    { return f.c, nil }
-
-func (f *commitTable) CommitChunk(_ context.Context, _ string, cm sched.Commit) error {
+func (f *commitTable) CommitChunk(ctx context.Context, tenant string, cm sched.Commit) error {
 	f.calls++
 	if f.calls == 1 {
-		f.c.State, f.c.Attempt = batch.ChunkDone, cm.Chunk.Attempt
-		f.b.ChunksDone++
+		if err := f.memTable.CommitChunk(ctx, tenant, cm); err != nil {
+			return err
+		}
 	}
 	return f.errs[min(f.calls, len(f.errs))-1]
 }
@@ -53,7 +49,7 @@ func TestCommitOutcomeSettledByTheChunk(t *testing.T) {
 			t.Parallel()
 			b := batch.Batch{ID: "batch_c", Tenant: "t", ChunksTotal: 2}
 			c := batch.Chunk{Batch: b.ID, Tenant: "t", Rows: 1, State: batch.ChunkClaimed, Run: "run1", Model: "m"}
-			f := &commitTable{b: b, c: c, errs: tt.errs}
+			f := &commitTable{memTable: oneChunk(b, c), errs: tt.errs}
 			e := testEngine(&Engine{Store: f, Queue: &fakeQueue{}, Log: slog.New(slog.DiscardHandler)})
 			cm := sched.Commit{Chunk: c, Completed: 1}
 			cm.Chunk.Attempt = "att1"
@@ -67,41 +63,25 @@ func TestCommitOutcomeSettledByTheChunk(t *testing.T) {
 	}
 }
 
-// selfTable is a Store with a ready index that records the commit.
-type selfTable struct {
-	Store
-	*fakeSched
-	cm sched.Commit
-}
-
-func (f *selfTable) ReadyHead(ctx context.Context, m string) (sched.Ready, bool, error) {
-	return f.fakeSched.ReadyHead(ctx, m)
-}
-func (f *selfTable) DeleteReady(ctx context.Context, r sched.Ready) error {
-	return f.fakeSched.DeleteReady(ctx, r)
-}
-func (f *selfTable) GetChunk(ctx context.Context, id string, i int) (batch.Chunk, error) {
-	return f.fakeSched.GetChunk(ctx, id, i)
-}
-func (f *selfTable) CommitChunk(_ context.Context, _ string, cm sched.Commit) error {
-	f.cm = cm
-	return nil
-}
-
 // The commit of chunk 0, after a plan that ran again put an entry at
 // chunk 0 back, claims chunk 1 as its continuation, not itself.
 func TestCommitNeverContinuesWithItself(t *testing.T) {
 	t.Parallel()
 	stale := sched.Ready{Model: "m", Batch: "x", Seq: 0, Next: 0, Total: 3}
 	moved := sched.Ready{Model: "m", Batch: "x", Seq: 1, Next: 1, Total: 3}
-	f := &selfTable{fakeSched: &fakeSched{ready: map[string][]sched.Ready{"m": {moved, stale}}}}
-	e := testEngine(&Engine{Store: f, Queue: &fakeQueue{}, Log: slog.New(slog.DiscardHandler)})
+	b := batch.Batch{ID: "x", Tenant: "t", ChunksTotal: 3}
 	c := batch.Chunk{Batch: "x", Tenant: "t", Index: 0, State: batch.ChunkClaimed, Run: "run0", Slots: 2, Model: "m"}
-	ok, err := e.commit(context.Background(), batch.Batch{ID: "x", Tenant: "t", ChunksTotal: 3}, sched.Commit{Chunk: c}, nil, nil)
+	f := newSchedTable([]sched.Ready{moved, stale}, c)
+	f.putBatch(b)
+	e := testEngine(&Engine{Store: f, Queue: &fakeQueue{}, Log: slog.New(slog.DiscardHandler)})
+	ok, err := e.commit(context.Background(), b, sched.Commit{Chunk: c, ChunksTotal: 3}, nil, nil)
 	if !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	if n := f.cm.Next; n == nil || n.Entry.Batch != "x" || n.Entry.Next != 1 {
-		t.Fatalf("continuation %+v, want chunk 1 of x", n)
+	if cms := f.committed(); len(cms) != 1 || cms[0].Next == nil || cms[0].Next.Entry.Batch != "x" || cms[0].Next.Entry.Next != 1 {
+		t.Fatalf("commits %+v, want one continuing with chunk 1 of x", cms)
+	}
+	if c1 := f.chunk("x", 1); c1.State != batch.ChunkClaimed || c1.Slots != 2 {
+		t.Fatalf("chunk 1 %+v, want claimed with chunk 0's 2 slots", c1)
 	}
 }

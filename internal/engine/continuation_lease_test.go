@@ -46,12 +46,12 @@ func TestSlowCommitsContinuationKeepsItsLease(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 
-			failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
+			failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0")})
 
 			if err != nil || len(failed) > 0 {
 				t.Fatalf("Execute: failed %v, err %v", failed, err)
 			}
-			if c1, ms := table.chunks[1], workMessages(e.Queue.(*lockedQueue)); c1.State != batch.ChunkDone || c1.Rows != 8 || len(ms) > 0 {
+			if c1, ms := table.chunkAt(1), workMessages(e.Queue.(*lockedQueue)); c1.State != batch.ChunkDone || c1.Rows != 8 || len(ms) > 0 {
 				t.Errorf("chunk 1 %s with %d of its 8 rows, work messages %v: want it run whole and committed as the continuation", c1.State, c1.Rows, ms)
 			}
 		})

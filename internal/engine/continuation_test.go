@@ -31,7 +31,7 @@ func TestStoppedRunStopsItsModel(t *testing.T) {
 		}
 		return nil
 	}
-	d0, d1 := workDelivery(t, table.chunks[0], "d0"), workDelivery(t, table.chunks[1], "d1")
+	d0, d1 := workDelivery(t, table.chunkAt(0), "d0"), workDelivery(t, table.chunkAt(1), "d1")
 
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -46,19 +46,13 @@ func TestStoppedRunStopsItsModel(t *testing.T) {
 	fenced := false
 	for {
 		time.Sleep(10 * time.Millisecond)
-		table.mu.Lock()
-		c := table.chunks[0]
-		fenced = fenced || table.exec[0] != ""
-		expired := fenced && c.State == batch.ChunkClaimed && c.Run == "run0" && time.UnixMilli(c.Lease).Before(e.Now())
-		if expired {
-			c.Run, c.Lease, c.Attempts = "run0b", e.Now().Add(e.lease()).UnixMilli(), c.Attempts+1
-			table.chunks[0] = c
-			delete(table.exec, 0)
-			takenOver.Store(true)
-		}
-		table.mu.Unlock()
-		if expired {
-			break
+		c := table.chunkAt(0)
+		fenced = fenced || table.fenceOf(table.id, 0) != ""
+		if fenced && c.State == batch.ChunkClaimed && c.Run == "run0" && time.UnixMilli(c.Lease).Before(e.Now()) {
+			if _, err := table.Takeover(context.Background(), c, "run0b", e.Now(), e.Now().Add(e.lease())); err == nil {
+				takenOver.Store(true)
+				break
+			}
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("chunk 0's lease never ended")
@@ -68,7 +62,7 @@ func TestStoppedRunStopsItsModel(t *testing.T) {
 	atTakeover := p.inflight["x"]
 	p.mu.Unlock()
 	wg.Go(func() {
-		if _, err := e.Execute(context.Background(), []msg.Delivery{workDelivery(t, table.chunks[0], "d0b")}); err != nil {
+		if _, err := e.Execute(context.Background(), []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0b")}); err != nil {
 			t.Error(err)
 		}
 	})
@@ -106,7 +100,7 @@ func TestPickFailureCommitsWithoutContinuation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
+	failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0")})
 
 	if err != nil || len(failed) > 0 {
 		t.Fatalf("Execute: failed %v, err %v", failed, err)
@@ -117,9 +111,9 @@ func TestPickFailureCommitsWithoutContinuation(t *testing.T) {
 			again = append(again, m)
 		}
 	}
-	if table.chunks[0].State != batch.ChunkDone || len(again) > 0 {
+	if table.chunkAt(0).State != batch.ChunkDone || len(again) > 0 {
 		t.Errorf("chunk 0 %s after one throttled ReadyHead, its message sent again %d times: its %d answered rows run upstream again",
-			table.chunks[0].State, len(again), len(p.sent))
+			table.chunkAt(0).State, len(again), len(p.sent))
 	}
 }
 
@@ -155,10 +149,10 @@ func TestContinuationLoadBesideHeartbeat(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
+	failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0")})
 
-	if err != nil || len(failed) > 0 || len(table.commits) != 2 {
-		t.Fatalf("Execute: failed %v, err %v, %d commits", failed, err, len(table.commits))
+	if err != nil || len(failed) > 0 || len(table.committed()) != 2 {
+		t.Fatalf("Execute: failed %v, err %v, %d commits", failed, err, len(table.committed()))
 	}
 }
 
@@ -172,19 +166,17 @@ func TestContinuationThatRanNothingIsSent(t *testing.T) {
 	p := newPeakProvider(200 * time.Millisecond)
 	e, table := runsFixture(t, p, chunkSpec{"x", 2, 2}, chunkSpec{"x", 40, 2}, chunkSpec{"x", 4, 0})
 	e.Lease = time.Second
-	c2 := table.chunks[2]
-	c2.State, c2.Run, c2.Lease = batch.ChunkPending, "", 0
-	table.chunks[2] = c2
-	table.ready = []sched.Ready{{Model: "x", Tenant: "t", Batch: table.b.ID, Next: 2, Total: 3}}
+	table.pend(2)
+	table.readyAt("x", 2, false)
 	// runCtx ends 2 s before the deadline: about 1.2 s of rows.
 	ctx, cancel := context.WithTimeout(context.Background(), 3200*time.Millisecond)
 	defer cancel()
 
-	if _, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0"), workDelivery(t, table.chunks[1], "d1")}); err != nil {
+	if _, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0"), workDelivery(t, table.chunkAt(1), "d1")}); err != nil {
 		t.Fatal(err)
 	}
 
-	c2 = table.chunks[2]
+	c2 := table.chunkAt(2)
 	sent := false
 	for _, m := range e.Queue.(*lockedQueue).sent {
 		sent = sent || (m.Type == msg.Chunk && m.Chunk == 2)
@@ -214,14 +206,14 @@ func TestCommittedRunDoesNotStopItsModel(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0"), workDelivery(t, table.chunks[1], "d1")})
+	failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0"), workDelivery(t, table.chunkAt(1), "d1")})
 
 	if err != nil || len(failed) > 0 {
 		t.Fatalf("Execute: failed %v, err %v", failed, err)
 	}
-	if len(table.commits) != 2 || table.b.ChunksTotal != 2 || table.chunks[1].State != batch.ChunkDone || table.chunks[1].Rows != 40 {
+	if len(table.committed()) != 2 || table.b().ChunksTotal != 2 || table.chunkAt(1).State != batch.ChunkDone || table.chunkAt(1).Rows != 40 {
 		t.Fatalf("%d commits, %d chunks, chunk 1 %s with %d rows: want both chunks committed whole, no split",
-			len(table.commits), table.b.ChunksTotal, table.chunks[1].State, table.chunks[1].Rows)
+			len(table.committed()), table.b().ChunksTotal, table.chunkAt(1).State, table.chunkAt(1).Rows)
 	}
 	for n, k := range p.sent {
 		if k != 1 {
@@ -265,12 +257,12 @@ func TestContinuationStartsOnItsClaimsFence(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
+	failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0")})
 
-	if err != nil || len(failed) > 0 || len(table.commits) != 2 || table.chunks[1].State != batch.ChunkDone {
-		t.Fatalf("Execute: failed %v, err %v, %d commits, chunk 1 %s", failed, err, len(table.commits), table.chunks[1].State)
+	if err != nil || len(failed) > 0 || len(table.committed()) != 2 || table.chunkAt(1).State != batch.ChunkDone {
+		t.Fatalf("Execute: failed %v, err %v, %d commits, chunk 1 %s", failed, err, len(table.committed()), table.chunkAt(1).State)
 	}
-	if n := table.commits[0].Next; n == nil || n.Exec == "" {
+	if n := table.committed()[0].Next; n == nil || n.Exec == "" {
 		t.Errorf("chunk 0's commit claimed %+v: no fence for the continuation", n)
 	}
 	if n := ft.of(1); n != 0 {
@@ -291,12 +283,12 @@ func TestRefusedContinuationHandsItsFenceToTheMessage(t *testing.T) {
 
 	sent := false
 	for _, m := range workMessages(e.Queue.(*lockedQueue)) {
-		sent = sent || (m.Chunk == 1 && m.Run == table.chunks[1].Run)
+		sent = sent || (m.Chunk == 1 && m.Run == table.chunkAt(1).Run)
 	}
-	if c1 := table.chunks[1]; !sent || c1.State != batch.ChunkClaimed {
+	if c1 := table.chunkAt(1); !sent || c1.State != batch.ChunkClaimed {
 		t.Fatalf("chunk 1 %s, its message sent: %v", c1.State, sent)
 	}
-	if _, err := table.TakeFence(ctx, table.b.ID, 1, table.chunks[1].Run, "its-delivery", time.Now(), time.Now().Add(time.Minute)); err != nil {
+	if _, err := table.TakeFence(ctx, table.b().ID, 1, table.chunkAt(1).Run, "its-delivery", time.Now(), time.Now().Add(time.Minute)); err != nil {
 		t.Errorf("the message's delivery takes the fence: %v (the claim's fence was not handed over)", err)
 	}
 }
@@ -322,12 +314,12 @@ func executeRefusingContinuation(t *testing.T, e *Engine, table *runsTable) cont
 		return nil
 	}
 
-	failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
+	failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0")})
 
-	if err != nil || len(failed) > 0 || table.chunks[0].State != batch.ChunkDone {
-		t.Fatalf("Execute: failed %v, err %v, chunk 0 %s", failed, err, table.chunks[0].State)
+	if err != nil || len(failed) > 0 || table.chunkAt(0).State != batch.ChunkDone {
+		t.Fatalf("Execute: failed %v, err %v, chunk 0 %s", failed, err, table.chunkAt(0).State)
 	}
-	if n := table.commits[0].Next; n == nil || n.Exec == "" {
+	if n := table.committed()[0].Next; n == nil || n.Exec == "" {
 		t.Fatalf("chunk 0's commit claimed %+v: no fence for a continuation (picked at %v)", n, time.Since(start))
 	}
 	return ctx

@@ -3,27 +3,12 @@ package engine
 import (
 	"context"
 	"encoding/json"
-	"sync"
 	"testing"
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/resources"
 )
-
-// deadTable is a runsTable that records dead-letter items.
-type deadTable struct {
-	*runsTable
-	dmu  sync.Mutex
-	dead []batch.DeadLetter
-}
-
-func (f *deadTable) PutDeadLetters(_ context.Context, _ string, dls []batch.DeadLetter) error {
-	f.dmu.Lock()
-	defer f.dmu.Unlock()
-	f.dead = append(f.dead, dls...)
-	return nil
-}
 
 // TestDeadLetterOfADeletedInput: a chunk out of attempts whose input was
 // deleted meanwhile is closed by the dead-letter function all the same,
@@ -36,12 +21,10 @@ func (f *deadTable) PutDeadLetters(_ context.Context, _ string, dls []batch.Dead
 func TestDeadLetterOfADeletedInput(t *testing.T) {
 	t.Parallel()
 	e, table := runsFixture(t, newPeakProvider(0), chunkSpec{"x", 3, 2})
-	c := table.chunks[0]
+	c := table.chunkAt(0)
 	c.Attempts = resources.WorkMaxReceiveCount + 1
-	table.chunks[0] = c
-	ft := &deadTable{runsTable: table}
-	e.Store = ft
-	e.Blobs = &goneAfter{runsBucket: runsBucket{execBucket: execBucket{input: e.Blobs.(*runsBucket).input}}}
+	table.putChunk(c)
+	e.Blobs = &goneAfter{memBucket: e.Blobs.(*memBucket)}
 	m := msg.ForChunk(batch.Next{Tenant: c.Tenant, Batch: c.Batch, Chunk: c.Index, Run: c.Run, Attempt: c.Attempts})
 	m.Type = msg.Dead
 	body, _ := json.Marshal(m)
@@ -51,10 +34,10 @@ func TestDeadLetterOfADeletedInput(t *testing.T) {
 	if err != nil || len(failed) > 0 {
 		t.Fatalf("DeadLetter: failed %v, err %v: want the chunk closed", failed, err)
 	}
-	if got := table.chunks[0]; got.State != batch.ChunkDone || len(table.commits) != 1 || table.commits[0].DeadLetters != 3 {
-		t.Fatalf("chunk %s, %d commits: want it committed with 3 dead letters", got.State, len(table.commits))
+	if got := table.chunkAt(0); got.State != batch.ChunkDone || len(table.committed()) != 1 || table.committed()[0].DeadLetters != 3 {
+		t.Fatalf("chunk %s, %d commits: want it committed with 3 dead letters", got.State, len(table.committed()))
 	}
-	if len(ft.dead) != 3 || ft.dead[2].Row != 2 {
-		t.Errorf("dead-letter items %+v, want rows 0-2 by number", ft.dead)
+	if dead := table.deadLetters(table.id); len(dead) != 3 || dead[2].Row != 2 {
+		t.Errorf("dead-letter items %+v, want rows 0-2 by number", dead)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/file"
+	"github.com/relaybatch/relay/internal/inference"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/sched"
@@ -59,6 +60,8 @@ func (f lifecycleFunc) Terminal(ctx context.Context, b batch.Batch) error {
 	return f(ctx, b)
 }
 
+func (lifecycleFunc) Announce(context.Context, batch.Batch, string) error { return nil }
+
 func (lifecycleFunc) RetryInput(context.Context, batch.Batch) (file.File, error) {
 	return file.File{}, file.ErrNotFound
 }
@@ -68,6 +71,10 @@ type noWorkflows struct{}
 
 func (noWorkflows) Run(_, _ context.Context, b batch.Batch, c batch.Chunk, _ jsonl.Request, _ func() batch.Status) error {
 	return errors.New("test engine: no workflow runner for chunk " + c.Batch)
+}
+
+func (noWorkflows) Spent(context.Context, batch.Batch, batch.Chunk) (inference.Usage, bool, error) {
+	return inference.Usage{}, false, nil
 }
 
 // noNative runs every chunk on the executors and has no steps to handle.
@@ -84,7 +91,7 @@ func (noNative) Handle(_ context.Context, m msg.Message, _ bool) error {
 // completeDeps is a Deps with every part set.
 func completeDeps() Deps {
 	return Deps{
-		Store: &fakeTable{}, Blobs: &fakeBucket{}, Queue: &fakeQueue{}, Provider: &fallbackProvider{},
+		Store: newMemTable(), Blobs: newMemBucket(), Queue: &fakeQueue{}, Provider: &fallbackProvider{},
 		Models: &config.Models{}, Log: slog.New(slog.DiscardHandler), Now: time.Now,
 		Govern: ungoverned{}, Lifecycle: lifecycleFunc(nil),
 		Workflow: func(*Engine) Workflow { return noWorkflows{} },

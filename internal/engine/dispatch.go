@@ -14,6 +14,7 @@ import (
 	"github.com/relaybatch/relay/internal/plan"
 	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/store"
+	"github.com/relaybatch/relay/internal/webhook"
 )
 
 // Dispatch is the dispatcher function's SQS handler: plans, drains of
@@ -210,6 +211,13 @@ func (e *Engine) planMayWrite(b batch.Batch, writeBy time.Time) error {
 // again, which comes back here; a second ready entry of a batch is
 // harmless (it finds its chunk claimed and is dropped).
 func (e *Engine) startPlanned(ctx context.Context, b batch.Batch, entries []sched.Ready, writeBy time.Time) error {
+	if !b.Started {
+		// Validated: batch.queued goes before any chunk can start, and
+		// before Started says it went (delivery.Service.Enqueue).
+		if err := e.Lifecycle.Announce(ctx, b, webhook.Queued); err != nil {
+			return err
+		}
+	}
 	if b.Status == batch.Cancelling {
 		if err := e.drain(ctx, b); err != nil {
 			return err

@@ -114,18 +114,25 @@ var (
 // internal/wfhost): Run drives the record req, the one row of chunk c, from
 // its checkpoint until it commits its line (CommitRecord), waits or hands
 // over (SendAgain). runCtx ends before the invocation does; status is the
-// batch's, kept fresh.
+// batch's, kept fresh. Spent is what the steps of chunk c's record saved
+// spent upstream (zero for a chunk that holds none), and whether the
+// tenant's daily usage counts it already: a dead-lettered record's line
+// keeps it (DeadLetter).
 type Workflow interface {
 	Run(ctx, runCtx context.Context, b batch.Batch, c batch.Chunk, req jsonl.Request, status func() batch.Status) error
+	Spent(ctx context.Context, b batch.Batch, c batch.Chunk) (u inference.Usage, counted bool, err error)
 }
 
 // Lifecycle is what the batches' service (internal/batches) does beside
 // the engine: Terminal follows a batch's terminal state, perhaps more than
-// once (its in-flight slot back, its webhook queued); RetryInput writes and
+// once (its in-flight slot back, its webhook queued); Announce queues a
+// lifecycle webhook event (webhook.Queued, webhook.InProgress) of a batch,
+// perhaps more than once (docs/api.md "Webhooks"); RetryInput writes and
 // records the input file of a retry batch when its plan finds it missing,
 // since POST /retry answers before it exists.
 type Lifecycle interface {
 	Terminal(ctx context.Context, b batch.Batch) error
+	Announce(ctx context.Context, b batch.Batch, event string) error
 	RetryInput(ctx context.Context, b batch.Batch) (file.File, error)
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/store"
+	"github.com/relaybatch/relay/internal/webhook"
 )
 
 // chunkRun is one work message being executed.
@@ -351,7 +352,9 @@ func (in *invocation) start(r *chunkRun) {
 	}
 	r.status = in.statuses[r.b.ID]
 	in.mu.Unlock()
-	if isWorkflowChunk(r.c, r.reqs) && r.refused == "" {
+	if isWorkflowChunk(r.c, r.reqs) {
+		// A refused record runs too, to its error line with what its steps
+		// spent: its host asks the governor before every event.
 		in.work.Go(func() {
 			defer close(r.done)
 			r.err = e.runRecord(withExec(in.ctx, r.exec), r)
@@ -574,7 +577,44 @@ func (e *Engine) admit(ctx context.Context, r *chunkRun, b batch.Batch, c batch.
 	}
 	r.b, r.c, r.reqs, r.lines, r.loaded = b, c, reqs, part.NewLines(b, c, e.Now()), e.Now()
 	r.left.Store(int32(len(reqs)))
+	e.announceInProgress(ctx, b)
 	return true, nil
+}
+
+// announceInProgress queues batch.in_progress when a chunk of b, which has
+// a webhook_url, starts and b does not record it queued
+// (batch.Batch.AnnouncedInProgress): the run that records it queues it, so
+// the runs that start together, reading the batch before the record, queue
+// it once. A failure to queue takes the record back, and the batch's next
+// chunk tries again; the record holds while the chunk runs, so the
+// batch's end cannot see it before the event is queued.
+func (e *Engine) announceInProgress(ctx context.Context, b batch.Batch) {
+	if b.WebhookURL == nil || b.AnnouncedInProgress || b.Status != batch.InProgress {
+		return
+	}
+	log := e.Log.With("batch_id", b.ID, "tenant", b.Tenant)
+	mark := func(on bool) error {
+		_, err := e.Store.UpdateBatch(ctx, b.Tenant, b.ID, func(b *batch.Batch) error {
+			if b.AnnouncedInProgress == on {
+				return errSkip
+			}
+			b.AnnouncedInProgress = on
+			return nil
+		})
+		return err
+	}
+	if err := mark(true); err != nil {
+		if !errors.Is(err, errSkip) {
+			log.WarnContext(ctx, "record the in_progress webhook event", "err", err)
+		}
+		return
+	}
+	if err := e.Lifecycle.Announce(ctx, b, webhook.InProgress); err != nil {
+		log.WarnContext(ctx, "queue the in_progress webhook event", "err", err)
+		if err := mark(false); err != nil && !errors.Is(err, errSkip) {
+			log.WarnContext(ctx, "take back the in_progress webhook event's record", "err", err)
+		}
+	}
 }
 
 // fenceTries bounds a run's tries to take its fence, fenceBackoff their

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/inference"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/provider"
@@ -51,22 +52,22 @@ func workMessages(q *lockedQueue) []msg.Message {
 func TestSplitOfFallbackChunkStaysFallback(t *testing.T) {
 	t.Parallel()
 	e, table := runsFixture(t, newPeakProvider(0), chunkSpec{"x", 40, 2})
-	c := table.chunks[0]
+	c := table.chunkAt(0)
 	c.Model, c.Fallback = "y", true
-	table.chunks[0] = c
+	table.putChunk(c)
 	fp := &fallbackProvider{sent: map[string][]int{}}
 	e.Provider = slowProvider{p: fp, delay: 20 * time.Millisecond}
 	q := e.Queue.(*lockedQueue)
 	ctx, cancel := context.WithTimeout(context.Background(), 2200*time.Millisecond)
 	defer cancel()
 
-	if failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0")}); err != nil || len(failed) > 0 {
+	if failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0")}); err != nil || len(failed) > 0 {
 		t.Fatalf("first invocation: failed %v, err %v", failed, err)
 	}
-	if len(table.commits) != 1 {
-		t.Fatalf("%d commits, want 1 (a split)", len(table.commits))
+	if len(table.committed()) != 1 {
+		t.Fatalf("%d commits, want 1 (a split)", len(table.committed()))
 	}
-	rest := table.chunks[1]
+	rest := table.chunkAt(1)
 	if rest.Model != "y" || !rest.Fallback {
 		t.Errorf("split rest of a fallback chunk: model %q fallback %v, want model y, fallback true", rest.Model, rest.Fallback)
 	}
@@ -99,9 +100,9 @@ func (f *renumberTable) CommitChunk(ctx context.Context, tenant string, cm sched
 	if cm.Fallback != nil && f.renumbers > 0 {
 		f.renumbers--
 		f.mu.Unlock()
-		f.runsTable.mu.Lock()
-		f.runsTable.b.ChunksTotal++
-		f.runsTable.mu.Unlock()
+		if _, err := f.UpdateBatch(ctx, tenant, f.id, func(b *batch.Batch) error { b.ChunksTotal++; return nil }); err != nil {
+			return err
+		}
 		return store.ErrRenumber
 	}
 	f.mu.Unlock()
@@ -120,13 +121,13 @@ func TestCommitOutOfTriesIsAnError(t *testing.T) {
 	e.Store = &renumberTable{runsTable: table, renumbers: commitTries}
 	q := e.Queue.(*lockedQueue)
 
-	failed, err := e.Execute(context.Background(), []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
+	failed, err := e.Execute(context.Background(), []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0")})
 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(table.commits) == 0 && len(failed) == 0 && len(workMessages(q)) == 0 {
-		t.Fatalf("chunk 0 %s, no commit took effect, yet its delivery ended as a success (no failure, no message sent again)", table.chunks[0].State)
+	if len(table.committed()) == 0 && len(failed) == 0 && len(workMessages(q)) == 0 {
+		t.Fatalf("chunk 0 %s, no commit took effect, yet its delivery ended as a success (no failure, no message sent again)", table.chunkAt(0).State)
 	}
 }
 
@@ -159,7 +160,7 @@ func TestJoinSeqFailureCommitsAllTheSame(t *testing.T) {
 	e.Store = &joinSeqTable{runsTable: table, fails: 1}
 	q := e.Queue.(*lockedQueue)
 
-	if failed, err := e.Execute(context.Background(), []msg.Delivery{workDelivery(t, table.chunks[0], "d0")}); err != nil || len(failed) > 0 {
+	if failed, err := e.Execute(context.Background(), []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0")}); err != nil || len(failed) > 0 {
 		t.Fatalf("failed %v, err %v", failed, err)
 	}
 	// Its message's next delivery, if it was sent again.
@@ -202,12 +203,12 @@ func TestSettledFallbackCommitStartsTheFallback(t *testing.T) {
 	e, table, ft := fallbackStartFixture(t)
 	e.Store = &ambiguousTable{freeSlotsTable: ft}
 
-	if failed, err := e.Execute(context.Background(), []msg.Delivery{workDelivery(t, table.chunks[0], "d0")}); err != nil || len(failed) > 0 {
+	if failed, err := e.Execute(context.Background(), []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0")}); err != nil || len(failed) > 0 {
 		t.Fatalf("failed %v, err %v", failed, err)
 	}
 	ft.mu.Lock()
 	defer ft.mu.Unlock()
-	if table.b.ChunksTotal != 2 || !slices.Contains(ft.asked, "y") {
-		t.Fatalf("chunks %d, free capacity asked of %v: want the fallback chunk added and y's capacity asked", table.b.ChunksTotal, ft.asked)
+	if table.b().ChunksTotal != 2 || !slices.Contains(ft.asked, "y") {
+		t.Fatalf("chunks %d, free capacity asked of %v: want the fallback chunk added and y's capacity asked", table.b().ChunksTotal, ft.asked)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/relaybatch/relay/internal/inference"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/sched"
 )
 
 // fallbackProvider is model x, whose odd rows (custom "n") fail
@@ -70,7 +71,7 @@ func TestFallbackRowsRunAsAChunkOfTheFallback(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
+	failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0")})
 
 	if err != nil || len(failed) > 0 {
 		t.Fatalf("x's run: failed %v, err %v", failed, err)
@@ -78,29 +79,28 @@ func TestFallbackRowsRunAsAChunkOfTheFallback(t *testing.T) {
 	if got := p.sent["y"]; len(got) > 0 {
 		t.Fatalf("x's run sent rows %v to y, whose slots it does not hold", got)
 	}
-	if len(table.commits) != 1 {
-		t.Fatalf("%d commits after x's run, want 1", len(table.commits))
+	if len(table.committed()) != 1 {
+		t.Fatalf("%d commits after x's run, want 1", len(table.committed()))
 	}
-	first := table.commits[0]
+	first := table.committed()[0]
 	if first.Chunk.Rows != 3 || first.Completed != 3 || first.Failed != 0 || first.Chunk.Row(1) != 2 {
 		t.Errorf("x's commit: %d rows (%+v), %d completed, %d failed; want rows 0, 2, 4 completed", first.Chunk.Rows, first.Chunk.Runs(), first.Completed, first.Failed)
 	}
-	fb := table.chunks[1]
-	if table.b.ChunksTotal != 2 || fb.State != batch.ChunkPending || fb.Model != "y" || !fb.Fallback || fb.Rows != 3 ||
+	fb := table.chunkAt(1)
+	if table.b().ChunksTotal != 2 || fb.State != batch.ChunkPending || fb.Model != "y" || !fb.Fallback || fb.Rows != 3 ||
 		fb.Row(0) != 1 || fb.Row(1) != 3 || fb.Row(2) != 5 {
-		t.Fatalf("chunks %d, chunk 1 %+v: want a pending fallback chunk of y with rows 1, 3, 5", table.b.ChunksTotal, fb)
+		t.Fatalf("chunks %d, chunk 1 %+v: want a pending fallback chunk of y with rows 1, 3, 5", table.b().ChunksTotal, fb)
 	}
 	head, ok, _ := table.ReadyHead(ctx, "y")
-	if !ok || head.Next != 1 || head.Total != 2 || head.Batch != table.b.ID {
+	if !ok || head.Next != 1 || head.Total != 2 || head.Batch != table.b().ID {
 		t.Fatalf("ready entry of y %+v (%v), want one at chunk 1, removed by its claim", head, ok)
 	}
 
 	// y's capacity claims it.
-	table.mu.Lock()
-	table.ready = nil
-	fb.State, fb.Run, fb.Slots, fb.Lease, fb.Attempts = batch.ChunkClaimed, "run-y", 1, time.Now().Add(time.Hour).UnixMilli(), 1
-	table.chunks[1] = fb
-	table.mu.Unlock()
+	if err := table.ClaimFromPool(ctx, sched.Claim{Entry: head, After: -1, Run: "run-y", Slots: 1, Lease: time.Now().Add(time.Hour)}, 2); err != nil {
+		t.Fatal(err)
+	}
+	fb = table.chunkAt(1)
 	failed, err = e.Execute(ctx, []msg.Delivery{workDelivery(t, fb, "d1")})
 
 	if err != nil || len(failed) > 0 {
@@ -109,16 +109,16 @@ func TestFallbackRowsRunAsAChunkOfTheFallback(t *testing.T) {
 	if got := p.sent["y"]; len(got) != 3 {
 		t.Errorf("y got rows %v, want 1, 3, 5 once each", got)
 	}
-	if len(table.commits) != 2 {
-		t.Fatalf("%d commits, want 2", len(table.commits))
+	if len(table.committed()) != 2 {
+		t.Fatalf("%d commits, want 2", len(table.committed()))
 	}
-	second := table.commits[1]
+	second := table.committed()[1]
 	if second.Chunk.Index != 1 || second.Completed != 3 || second.Fallback != nil || second.UsageByModel["y"].Requests != 3 {
 		t.Errorf("y's commit: chunk %d, %d completed, fallback %v, usage %v; want chunk 1, 3 rows answered by y",
 			second.Chunk.Index, second.Completed, second.Fallback, second.UsageByModel)
 	}
-	if table.chunks[1].State != batch.ChunkDone {
-		t.Errorf("chunk 1 %s, want done", table.chunks[1].State)
+	if table.chunkAt(1).State != batch.ChunkDone {
+		t.Errorf("chunk 1 %s, want done", table.chunkAt(1).State)
 	}
 }
 
@@ -130,18 +130,18 @@ func TestFallbackOfEveryRow(t *testing.T) {
 	p := &fallbackProvider{sent: map[string][]int{}, failAll: true}
 	e.Provider = p
 
-	failed, err := e.Execute(context.Background(), []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
+	failed, err := e.Execute(context.Background(), []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0")})
 
 	if err != nil || len(failed) > 0 {
 		t.Fatalf("x's run: failed %v, err %v", failed, err)
 	}
-	if len(table.commits) != 1 || len(p.sent["y"]) > 0 {
-		t.Fatalf("%d commits, rows %v sent to y: want 1 commit, none sent", len(table.commits), p.sent["y"])
+	if len(table.committed()) != 1 || len(p.sent["y"]) > 0 {
+		t.Fatalf("%d commits, rows %v sent to y: want 1 commit, none sent", len(table.committed()), p.sent["y"])
 	}
-	if c := table.commits[0]; c.Chunk.Rows != 0 || c.Chunk.Pattern != "" || c.Completed+c.Failed != 0 {
+	if c := table.committed()[0]; c.Chunk.Rows != 0 || c.Chunk.Pattern != "" || c.Completed+c.Failed != 0 {
 		t.Errorf("x's commit: %d rows, pattern %q, %d counted; want none", c.Chunk.Rows, c.Chunk.Pattern, c.Completed+c.Failed)
 	}
-	if fb := table.chunks[1]; fb.Model != "y" || !fb.Fallback || fb.Rows != 4 || fb.FirstRow != 0 || fb.State != batch.ChunkPending {
+	if fb := table.chunkAt(1); fb.Model != "y" || !fb.Fallback || fb.Rows != 4 || fb.FirstRow != 0 || fb.State != batch.ChunkPending {
 		t.Errorf("chunk 1 %+v: want the 4 rows pending on y", fb)
 	}
 }
@@ -189,10 +189,10 @@ func TestFallbackChunkClaimedAtOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	if failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0")}); err != nil || len(failed) > 0 {
+	if failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0")}); err != nil || len(failed) > 0 {
 		t.Fatalf("x's run: failed %v, err %v", failed, err)
 	}
-	if table.b.ChunksTotal != 2 || !slices.Contains(ft.asked, "y") {
-		t.Fatalf("chunks %d, free capacity asked of %v: want the fallback chunk added and y's capacity asked", table.b.ChunksTotal, ft.asked)
+	if table.b().ChunksTotal != 2 || !slices.Contains(ft.asked, "y") {
+		t.Fatalf("chunks %d, free capacity asked of %v: want the fallback chunk added and y's capacity asked", table.b().ChunksTotal, ft.asked)
 	}
 }

@@ -43,14 +43,14 @@ func TestFenceTakenAlthoughItFailed(t *testing.T) {
 	e.Store = &afterFenceTable{runsTable: table, fails: 1}
 	q := e.Queue.(*lockedQueue)
 
-	failed, err := e.Execute(context.Background(), []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
+	failed, err := e.Execute(context.Background(), []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0")})
 
-	if err != nil || len(failed) > 0 || len(table.commits) != 1 || table.chunks[0].State != batch.ChunkDone {
+	if err != nil || len(failed) > 0 || len(table.committed()) != 1 || table.chunkAt(0).State != batch.ChunkDone {
 		t.Fatalf("failed %v, err %v, %d commits, chunk %s: want the run to take its fence again, run and commit",
-			failed, err, len(table.commits), table.chunks[0].State)
+			failed, err, len(table.committed()), table.chunkAt(0).State)
 	}
 	for _, m := range q.sent {
-		if m.Type == msg.Chunk && m.Batch == table.chunks[0].Batch && m.Chunk == 0 {
+		if m.Type == msg.Chunk && m.Batch == table.chunkAt(0).Batch && m.Chunk == 0 {
 			t.Errorf("the run was sent again: %+v", m)
 		}
 	}
@@ -66,7 +66,7 @@ func TestFenceNeverTakenGoesBack(t *testing.T) {
 	e.Store = &afterFenceTable{runsTable: table, fails: fenceTries}
 	q := e.Queue.(*lockedQueue)
 
-	failed, err := e.Execute(context.Background(), []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
+	failed, err := e.Execute(context.Background(), []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0")})
 
 	if err != nil || len(failed) > 0 || len(q.sent) != 1 {
 		t.Fatalf("first delivery: failed %v, err %v, %d sent: want the run sent again", failed, err, len(q.sent))
@@ -75,7 +75,7 @@ func TestFenceNeverTakenGoesBack(t *testing.T) {
 	if _, err := e.Execute(context.Background(), []msg.Delivery{{ID: "d1", Body: string(m), ReceiveCount: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	if len(table.commits) != 1 || table.chunks[0].State != batch.ChunkDone {
-		t.Errorf("%d commits, chunk %s after the run's next delivery: want it run and committed", len(table.commits), table.chunks[0].State)
+	if len(table.committed()) != 1 || table.chunkAt(0).State != batch.ChunkDone {
+		t.Errorf("%d commits, chunk %s after the run's next delivery: want it run and committed", len(table.committed()), table.chunkAt(0).State)
 	}
 }

@@ -57,6 +57,11 @@ func (e *Engine) DeadLetter(ctx context.Context, ds []msg.Delivery) ([]string, e
 		for i := range outs {
 			outs[i] = part.Outcome{CustomID: ids[i], Code: part.CodeDeadLetter, Message: part.DeadLetterMessage}
 		}
+		if c.Rows == 1 {
+			if outs[0], err = e.deadRecord(ctx, b, c, outs[0]); err != nil {
+				return err
+			}
+		}
 		c.Dead = true
 		ours, err := e.commitRows(ctx, b, c, part.LinesOf(b, c, outs, e.Now()), int64(len(outs)))
 		if err != nil || !ours {

@@ -1,11 +1,10 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,53 +16,13 @@ import (
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/resources"
-	"github.com/relaybatch/relay/internal/sched"
 )
 
-// runTable is a hand-written Store of one batch with one claimed chunk
-// that records the chunk's commit.
-type runTable struct {
-	Store
-	b      batch.Batch
-	c      batch.Chunk
-	commit sched.Commit
-}
-
-func (f *runTable) GetBatch(context.Context, string, string) (batch.Batch, error) { return f.b, nil }
-func (f *runTable) GetChunk(context.Context, string, int) (batch.Chunk, error)    { return f.c, nil }
-func (f *runTable) ReadyHead(context.Context, string) (sched.Ready, bool, error) {
-	return sched.Ready{}, false, nil
-}
-func (f *runTable) RenewLease(context.Context, string, int, string, time.Time) error { return nil }
-func (f *runTable) CommitChunk(_ context.Context, _ string, c sched.Commit) error {
-	f.commit = c
-	return nil
-}
-
-// rowsBucket is a hand-written Blobs holding a chunk's rows and keeping
-// the parts written.
-type rowsBucket struct {
-	Blobs
-	rows  string
-	mu    sync.Mutex
-	parts map[string]string
-}
-
-func (f *rowsBucket) ReadRange(context.Context, []batch.Object, int64, int64) ([]byte, error) {
-	return []byte(f.rows), nil
-}
-
-func (f *rowsBucket) PutTagged(ctx context.Context, key string, r io.Reader, size int64, _ string) error {
-	return f.Put(ctx, key, r, size)
-}
-
-func (f *rowsBucket) Put(_ context.Context, key string, r io.Reader, _ int64) error {
-	var b bytes.Buffer
-	_, _ = b.ReadFrom(r)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.parts[key] = b.String()
-	return nil
+// rowsBucket is a memBucket holding rows as the object "in".
+func rowsBucket(rows string) *memBucket {
+	m := newMemBucket()
+	m.put("in", []byte(rows))
+	return m
 }
 
 // countingProvider answers every row, counting them and keeping the
@@ -110,10 +69,11 @@ func TestExecuteRoutesRowsInsideTheAllowList(t *testing.T) {
 	c := batch.Chunk{Tenant: "t", Batch: "batch_g", Model: "m", State: batch.ChunkClaimed, Run: "r1", Slots: 1, Rows: 1,
 		Lease: now.Add(time.Hour).UnixMilli()}
 	rows := `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m"}}` + "\n"
+	c.End = int64(len(rows))
 	up := &countingProvider{}
-	e := testEngine(&Engine{Store: &runTable{b: b, c: c}, Blobs: &rowsBucket{rows: rows, parts: map[string]string{}}, Queue: &fakeQueue{}, Provider: up,
+	e := testEngine(&Engine{Store: oneChunk(b, c), Blobs: rowsBucket(rows), Queue: &fakeQueue{}, Provider: up,
 		Govern: fakeGovernor{allowed: func(m string) bool { return m == "m" }},
-		Log:    slog.New(slog.DiscardHandler), Now: func() time.Time { return now }, Set: resources.Define("t")})
+		Log:    slog.New(slog.NewTextHandler(os.Stderr, nil)), Now: func() time.Time { return now }, Set: resources.Define("t")})
 	body, _ := json.Marshal(msg.Message{Type: msg.Chunk, Tenant: "t", Batch: "batch_g", Run: "r1", Attempt: 1})
 	if failed, err := e.Execute(context.Background(), []msg.Delivery{{ID: "d1", Body: string(body), ReceiveCount: 1}}); err != nil || len(failed) != 0 {
 		t.Fatalf("Execute: %v, failed %v", err, failed)
@@ -141,7 +101,8 @@ func TestExecuteSettlesRefusedChunks(t *testing.T) {
 				Lease: now.Add(time.Hour).UnixMilli()}
 			rows := `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m"}}` + "\n" +
 				`{"custom_id":"b","method":"POST","url":"/v1/chat/completions","body":{"model":"m"}}` + "\n"
-			table, bucket, up := &runTable{b: b, c: c}, &rowsBucket{rows: rows, parts: map[string]string{}}, &countingProvider{}
+			c.End = int64(len(rows))
+			table, bucket, up := oneChunk(b, c), rowsBucket(rows), &countingProvider{}
 			e := testEngine(&Engine{Store: table, Blobs: bucket, Queue: &fakeQueue{}, Provider: up, Govern: fakeGovernor{code: code},
 				Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }, Set: resources.Define("t")})
 			body, _ := json.Marshal(msg.Message{Type: msg.Chunk, Tenant: "t", Batch: "batch_g", Run: "r1", Attempt: 1})
@@ -156,11 +117,12 @@ func TestExecuteSettlesRefusedChunks(t *testing.T) {
 			if got := up.calls.Load(); got != wantCalls {
 				t.Fatalf("provider called %d times, want %d", got, wantCalls)
 			}
-			if table.commit.Failed != wantFailed || table.commit.Completed != 2-wantFailed {
-				t.Fatalf("commit counted %d completed, %d failed; want %d failed", table.commit.Completed, table.commit.Failed, wantFailed)
+			cms := table.committed()
+			if len(cms) != 1 || cms[0].Failed != wantFailed || cms[0].Completed != 2-wantFailed {
+				t.Fatalf("commits %+v; want one of %d failed rows", cms, wantFailed)
 			}
-			errPart := bucket.parts[table.commit.Chunk.Parts("err")]
-			if code != "" && strings.Count(errPart, `"code":"`+code+`"`) != 2 {
+			errPart, _ := bucket.object(cms[0].Chunk.Parts("err"))
+			if code != "" && strings.Count(string(errPart), `"code":"`+code+`"`) != 2 {
 				t.Fatalf("error part does not hold two %s lines:\n%s", code, errPart)
 			}
 		})

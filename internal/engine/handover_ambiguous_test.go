@@ -40,9 +40,9 @@ func TestHandOverThatTookEffectSendsTheMessage(t *testing.T) {
 
 	sent := false
 	for _, m := range workMessages(e.Queue.(*lockedQueue)) {
-		sent = sent || (m.Chunk == 1 && m.Run == table.chunks[1].Run)
+		sent = sent || (m.Chunk == 1 && m.Run == table.chunkAt(1).Run)
 	}
 	if !sent {
-		t.Errorf("chunk 1 %s, no work message: left to its lease's end", table.chunks[1].State)
+		t.Errorf("chunk 1 %s, no work message: left to its lease's end", table.chunkAt(1).State)
 	}
 }

@@ -21,48 +21,25 @@ import (
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/resources"
-	"github.com/relaybatch/relay/internal/sched"
 )
 
-// execTable is a hand-written Store of one claimed chunk.
-type execTable struct {
-	Store
-	b         batch.Batch
-	c         batch.Chunk
-	committed atomic.Int32
+// oneChunk is a memTable holding batch b and its chunk c, claimed.
+func oneChunk(b batch.Batch, c batch.Chunk) *memTable {
+	m := newMemTable()
+	m.putBatch(b)
+	m.putChunk(c)
+	m.setInflight(c.Model, c.Slots)
+	return m
 }
 
-func (f *execTable) GetBatch(context.Context, string, string) (batch.Batch, error) { return f.b, nil }
-func (f *execTable) GetChunk(context.Context, string, int) (batch.Chunk, error)    { return f.c, nil }
-func (f *execTable) RenewLease(context.Context, string, int, string, time.Time) error {
-	return nil
-}
-func (f *execTable) ReportProgress(_ context.Context, c batch.Chunk, done batch.Counts) (batch.Counts, error) {
-	return done, nil
-}
-func (f *execTable) ReadyHead(context.Context, string) (sched.Ready, bool, error) {
-	return sched.Ready{}, false, nil
-}
-func (f *execTable) CommitChunk(_ context.Context, _ string, cm sched.Commit) error {
-	if cm.Completed != int64(f.c.Rows) {
-		return fmt.Errorf("commit of %d completed rows, want %d", cm.Completed, f.c.Rows)
-	}
-	f.committed.Add(1)
-	return nil
-}
-
-// execBucket holds the input and counts the bytes of the parts written.
-type execBucket struct {
-	Blobs
-	input   []byte
+// discardBucket is a memBucket that counts the bytes of the parts written
+// and keeps none of them: a run's heap, not the bucket's, is measured.
+type discardBucket struct {
+	*memBucket
 	written atomic.Int64
 }
 
-func (f *execBucket) ReadRange(_ context.Context, _ []batch.Object, start, end int64) ([]byte, error) {
-	return append([]byte(nil), f.input[start:end]...), nil
-}
-
-func (f *execBucket) PutTagged(_ context.Context, _ string, r io.Reader, _ int64, _ string) error {
+func (f *discardBucket) PutTagged(_ context.Context, _ string, r io.Reader, _ int64, _ string) error {
 	n, err := io.Copy(io.Discard, r)
 	f.written.Add(n)
 	return err
@@ -126,7 +103,8 @@ func executeRows(tb testing.TB, rows, answer, slots int) uint64 {
 		ExpiresAt: &exp, Input: []batch.Object{{Key: "in", Size: int64(input.Len())}}}
 	c := batch.Chunk{Batch: b.ID, Tenant: "t", Rows: rows, End: int64(input.Len()), State: batch.ChunkClaimed, Run: "run1",
 		Lease: time.Now().Add(time.Hour).UnixMilli(), Slots: slots, Model: "m"}
-	table, bucket := &execTable{b: b, c: c}, &execBucket{input: []byte(input.String())}
+	table, bucket := oneChunk(b, c), &discardBucket{memBucket: newMemBucket()}
+	bucket.put("in", []byte(input.String()))
 	e := testEngine(&Engine{Store: table, Blobs: bucket, Queue: &fakeQueue{}, Models: models, Set: resources.Define("t"),
 		Provider: &provider.Client{HTTP: provider.NewHTTPClient(), Models: models, Keys: provider.EnvKeys{}},
 		Log:      slog.New(slog.DiscardHandler)})
@@ -135,8 +113,8 @@ func executeRows(tb testing.TB, rows, answer, slots int) uint64 {
 	peak := heapPeak(func() {
 		failed, err = e.Execute(context.Background(), []msg.Delivery{{ID: "d", Body: string(m), ReceiveCount: 1}})
 	})
-	if err != nil || len(failed) > 0 || table.committed.Load() != 1 {
-		tb.Fatalf("Execute: failed %v, err %v, commits %d", failed, err, table.committed.Load())
+	if cms := table.committed(); err != nil || len(failed) > 0 || len(cms) != 1 || cms[0].Completed != int64(rows) {
+		tb.Fatalf("Execute: failed %v, err %v, commits %+v; want one of %d completed rows", failed, err, cms, rows)
 	}
 	if min := int64(rows * answer); bucket.written.Load() < min {
 		tb.Fatalf("%d bytes of parts written, want at least %d", bucket.written.Load(), min)
@@ -175,28 +153,10 @@ func BenchmarkExecuteHeap(b *testing.B) {
 	}
 }
 
-// changedTable records the batch updates and the commit of one chunk.
-type changedTable struct {
-	execTable
-	cm sched.Commit
-}
-
-func (f *changedTable) UpdateBatch(_ context.Context, _, _ string, fn func(*batch.Batch) error) (batch.Batch, error) {
-	if err := fn(&f.b); err != nil {
-		return f.b, err
-	}
-	return f.b, nil
-}
-
-func (f *changedTable) CommitChunk(_ context.Context, _ string, cm sched.Commit) error {
-	f.cm = cm
-	return nil
-}
-
 // changedBucket answers every read with err: blob.ErrChanged as S3
 // answers If-Match on a replaced object, blob.ErrNotFound for a deleted one.
 type changedBucket struct {
-	execBucket
+	*memBucket
 	err error
 }
 
@@ -221,8 +181,8 @@ func TestExecuteInputChanged(t *testing.T) {
 			ExpiresAt: &exp, InputFileID: "file-x", Input: []batch.Object{{Key: "in", Size: 10, ETag: `"abc"`}}}
 		c := batch.Chunk{Batch: b.ID, Tenant: "t", Rows: 3, End: 10, State: batch.ChunkClaimed, Run: "run1",
 			Lease: time.Now().Add(time.Hour).UnixMilli(), Slots: 2, Model: "m"}
-		table := &changedTable{execTable: execTable{b: b, c: c}}
-		e := testEngine(&Engine{Store: table, Blobs: &changedBucket{err: tt.err}, Queue: &fakeQueue{}, Set: resources.Define("t"),
+		table := oneChunk(b, c)
+		e := testEngine(&Engine{Store: table, Blobs: &changedBucket{memBucket: newMemBucket(), err: tt.err}, Queue: &fakeQueue{}, Set: resources.Define("t"),
 			Provider: nil, Log: slog.New(slog.DiscardHandler)})
 		m, _ := json.Marshal(msg.Message{Type: msg.Chunk, Tenant: "t", Batch: b.ID, Run: "run1"})
 
@@ -231,13 +191,18 @@ func TestExecuteInputChanged(t *testing.T) {
 		if err != nil || len(failed) > 0 {
 			t.Fatalf("%s: Execute: failed %v, err %v", tt.code, failed, err)
 		}
-		if table.cm.Failed != 3 || table.cm.Completed != 0 || table.cm.Chunk.Pattern != "eee" || table.cm.Chunk.Slots != 2 {
-			t.Fatalf("%s: commit %+v, want 3 failed rows and the chunk's 2 slots handed on", tt.code, table.cm)
+		cms := table.committed()
+		if len(cms) != 1 || cms[0].Failed != 3 || cms[0].Completed != 0 || cms[0].Chunk.Pattern != "eee" || cms[0].Chunk.Slots != 2 {
+			t.Fatalf("%s: commits %+v, want one of 3 failed rows and the chunk's 2 slots handed on", tt.code, cms)
 		}
-		if len(table.b.ErrorList) != 1 || table.b.ErrorList[0].Code != tt.code {
-			t.Fatalf("batch errors %+v, want %s", table.b.ErrorList, tt.code)
+		if n := table.inflightOf("m", 0); n != 0 {
+			t.Fatalf("%s: %d slots of m in flight after the commit, want its 2 given back", tt.code, n)
 		}
-		if got := batch.FinalStatus(&table.b); got != batch.Failed {
+		after := table.batch(b.ID)
+		if len(after.ErrorList) != 1 || after.ErrorList[0].Code != tt.code {
+			t.Fatalf("batch errors %+v, want %s", after.ErrorList, tt.code)
+		}
+		if got := batch.FinalStatus(&after); got != batch.Failed {
 			t.Fatalf("%s: final status %s, want failed", tt.code, got)
 		}
 	}

@@ -17,8 +17,9 @@ func TestPickNeverItsOwnChunk(t *testing.T) {
 	t.Parallel()
 	stale := sched.Ready{Model: "m", Batch: "x", Seq: 0, Next: 0, Total: 3}
 	moved := sched.Ready{Model: "m", Batch: "x", Seq: 1, Next: 1, Total: 3}
-	f := &fakeSched{ready: map[string][]sched.Ready{"m": {moved, stale}}}
+	f := newSchedTable([]sched.Ready{moved, stale})
 	self := batch.Chunk{Batch: "x", Index: 0, State: batch.ChunkClaimed}
+	f.putChunk(self)
 	c, err := pick(context.Background(), f, "m", 4, 0, time.Unix(1000, 0), &self)
 	if err != nil {
 		t.Fatal(err)
@@ -26,8 +27,8 @@ func TestPickNeverItsOwnChunk(t *testing.T) {
 	if c == nil || c.Entry.Batch != "x" || c.Entry.Next != 1 || c.After != 2 {
 		t.Fatalf("picked %+v, want chunk 1 of x", c)
 	}
-	if len(f.ready["m"]) != 1 || f.ready["m"][0].SK() != moved.SK() {
-		t.Fatalf("ready index %+v, want only the moved entry", f.ready["m"])
+	if rs := f.entries("m"); len(rs) != 1 || rs[0].SK() != moved.SK() {
+		t.Fatalf("ready index %+v, want only the moved entry", rs)
 	}
 }
 
@@ -37,8 +38,7 @@ func TestPickDropsEntryAtTakenChunk(t *testing.T) {
 	t.Parallel()
 	taken := sched.Ready{Model: "m", Batch: "x", Seq: 0, Next: 1, Total: 4, Mixed: true}
 	other := sched.Ready{Model: "m", Batch: "y", Seq: 3, Next: 0, Total: 1}
-	f := &fakeSched{ready: map[string][]sched.Ready{"m": {taken, other}},
-		chunks: map[int]batch.Chunk{1: {Batch: "x", Index: 1, State: batch.ChunkDone, NextSame: 3}}}
+	f := newSchedTable([]sched.Ready{taken, other}, batch.Chunk{Batch: "x", Index: 1, State: batch.ChunkDone, NextSame: 3})
 	c, err := pick(context.Background(), f, "m", 4, 0, time.Unix(1000, 0), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -46,8 +46,8 @@ func TestPickDropsEntryAtTakenChunk(t *testing.T) {
 	if c == nil || c.Entry.Batch != "y" {
 		t.Fatalf("picked %+v, want batch y's chunk", c)
 	}
-	if len(f.ready["m"]) != 1 {
-		t.Fatalf("ready index %+v, want the entry at the done chunk dropped", f.ready["m"])
+	if rs := f.entries("m"); len(rs) != 1 {
+		t.Fatalf("ready index %+v, want the entry at the done chunk dropped", rs)
 	}
 }
 
@@ -55,15 +55,15 @@ func TestPickDropsEntryAtTakenChunk(t *testing.T) {
 // drops, with no claim.
 func TestPickBounded(t *testing.T) {
 	t.Parallel()
-	f := &fakeSched{ready: map[string][]sched.Ready{}, chunks: map[int]batch.Chunk{0: {Batch: "x", State: batch.ChunkDone}}}
+	f := newSchedTable(nil, batch.Chunk{Batch: "x", State: batch.ChunkDone})
 	for i := range maxPicks + 5 {
-		f.ready["m"] = append(f.ready["m"], sched.Ready{Model: "m", Batch: "x", Seq: int64(i), Total: 2, Mixed: true})
+		f.putEntry(sched.Ready{Model: "m", Batch: "x", Seq: int64(i), Total: 2, Mixed: true})
 	}
 	c, err := pick(context.Background(), f, "m", 4, 0, time.Unix(1000, 0), nil)
 	if err != nil || c != nil {
 		t.Fatalf("pick: %+v %v, want no claim", c, err)
 	}
-	if len(f.ready["m"]) != 5 {
-		t.Fatalf("%d entries left, want 5 (maxPicks dropped)", len(f.ready["m"]))
+	if rs := f.entries("m"); len(rs) != 5 {
+		t.Fatalf("%d entries left, want 5 (maxPicks dropped)", len(rs))
 	}
 }

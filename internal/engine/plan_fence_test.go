@@ -14,44 +14,37 @@ import (
 	"github.com/relaybatch/relay/internal/sched"
 )
 
-// fencedPlanTable is a hand-written Store of one batch for recordPlan: it counts
+// fencedPlanTable is a memTable of one batch for recordPlan that counts
 // the plan's writes; putChunks, if set, answers PutChunks.
 type fencedPlanTable struct {
-	Store
-	b                   batch.Batch
+	*memTable
+	id                  string
 	chunkPuts, readyPut int
 	putChunks           error
 }
 
-func (f *fencedPlanTable) GetBatch(context.Context, string, string) (batch.Batch, error) {
-	return f.b, nil
+// newFencedPlanTable holds b, its model m's capacity (4) all taken: a plan
+// recorded claims nothing.
+func newFencedPlanTable(b batch.Batch) *fencedPlanTable {
+	f := &fencedPlanTable{memTable: newMemTable(), id: b.ID}
+	f.putBatch(b)
+	f.setInflight("m", 4)
+	return f
 }
 
-func (f *fencedPlanTable) UpdateBatch(_ context.Context, _, _ string, fn func(*batch.Batch) error) (batch.Batch, error) {
-	nb := f.b
-	if err := fn(&nb); err != nil {
-		return f.b, err
-	}
-	f.b = nb
-	return nb, nil
-}
+func (f *fencedPlanTable) b() batch.Batch { return f.batch(f.id) }
 
-func (f *fencedPlanTable) PutChunks(context.Context, []batch.Chunk) error {
+func (f *fencedPlanTable) PutChunks(ctx context.Context, cs []batch.Chunk) error {
 	f.chunkPuts++
-	return f.putChunks
+	if f.putChunks != nil {
+		return f.putChunks
+	}
+	return f.memTable.PutChunks(ctx, cs)
 }
 
-// Chunks are the batch's chunks as a cancelling batch's drain reads them:
-// all claimed already (by the drain that ran before the plan was recorded).
-func (f *fencedPlanTable) Chunks(context.Context, string) ([]batch.Chunk, error) { return nil, nil }
-
-func (f *fencedPlanTable) PutReady(context.Context, sched.Ready) error {
+func (f *fencedPlanTable) PutReady(ctx context.Context, r sched.Ready) error {
 	f.readyPut++
-	return nil
-}
-
-func (f *fencedPlanTable) FreeSlots(_ context.Context, _ string, quotas []int) ([]int, error) {
-	return make([]int, len(quotas)), nil // no room: no claims
+	return f.memTable.PutReady(ctx, r)
 }
 
 func fencedPlanEngine(t *testing.T, f *fencedPlanTable, now time.Time) *Engine {
@@ -83,13 +76,13 @@ func TestPlanNeverRecordsOntoTerminalBatch(t *testing.T) {
 	if err := expired.To(batch.Expired, now); err != nil {
 		t.Fatal(err)
 	}
-	f := &fencedPlanTable{b: expired}
+	f := newFencedPlanTable(expired)
 	if err := fencedPlanEngine(t, f, now).recordPlan(context.Background(), planning, input(planning.ID, 2), batch.PlanWriteBy(now, planning.PlanLease)); err != nil {
 		t.Fatal(err)
 	}
-	if f.chunkPuts != 0 || f.readyPut != 0 || f.b.ChunksTotal != 0 || f.b.Status != batch.Expired || f.b.Started {
+	if f.chunkPuts != 0 || f.readyPut != 0 || f.b().ChunksTotal != 0 || f.b().Status != batch.Expired || f.b().Started {
 		t.Fatalf("after the plan: %d chunk writes, %d ready entries, batch %s with %d chunks, started %v; want nothing recorded",
-			f.chunkPuts, f.readyPut, f.b.Status, f.b.ChunksTotal, f.b.Started)
+			f.chunkPuts, f.readyPut, f.b().Status, f.b().ChunksTotal, f.b().Started)
 	}
 }
 
@@ -99,15 +92,15 @@ func TestPlanStopsWritingBeforeItsLeaseEnds(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1_000_000, 0)
 	b := batch.Batch{ID: "batch_p", Tenant: "t", Status: batch.Validating, PlanLease: now.Add(time.Minute).Unix()}
-	f := &fencedPlanTable{b: b}
+	f := newFencedPlanTable(b)
 	writeBy := batch.PlanWriteBy(now.Add(-time.Second), b.PlanLease)
 	now = now.Add(time.Minute - batch.PlanSkew + time.Second) // within the margin
 	err := fencedPlanEngine(t, f, now).recordPlan(context.Background(), b, input(b.ID, 2), writeBy)
 	if !errors.Is(err, ErrStop) {
 		t.Fatalf("recordPlan past its write time: %v, want ErrStop", err)
 	}
-	if f.chunkPuts != 0 || f.readyPut != 0 || f.b.ChunksTotal != 0 {
-		t.Fatalf("%d chunk writes, %d ready entries, %d chunks recorded; want none", f.chunkPuts, f.readyPut, f.b.ChunksTotal)
+	if f.chunkPuts != 0 || f.readyPut != 0 || f.b().ChunksTotal != 0 {
+		t.Fatalf("%d chunk writes, %d ready entries, %d chunks recorded; want none", f.chunkPuts, f.readyPut, f.b().ChunksTotal)
 	}
 }
 
@@ -120,18 +113,24 @@ func TestLatePlanRecordsWhatIsMissing(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1_000_000, 0)
 	b := batch.Batch{ID: "batch_p", Tenant: "t", Status: batch.Cancelling, PlanLease: now.Unix() + 60}
-	f := &fencedPlanTable{b: b}
+	f := newFencedPlanTable(b)
+	// Its chunks, as the earlier attempt wrote them and the drain claimed
+	// them.
+	for _, c := range input(b.ID, 2).Chunks {
+		c.State, c.Run = batch.ChunkClaimed, "drain"
+		f.putChunk(c)
+	}
 	if err := fencedPlanEngine(t, f, now).recordPlan(context.Background(), b, input(b.ID, 2), batch.PlanWriteBy(now, b.PlanLease)); err != nil {
 		t.Fatal(err)
 	}
-	if f.chunkPuts != 1 || f.b.ChunksTotal != 2 || f.b.RequestCounts.Total != 2 {
-		t.Fatalf("%d chunk writes, batch %+v: want the plan recorded", f.chunkPuts, f.b)
+	if f.chunkPuts != 1 || f.b().ChunksTotal != 2 || f.b().RequestCounts.Total != 2 {
+		t.Fatalf("%d chunk writes, batch %+v: want the plan recorded", f.chunkPuts, f.b())
 	}
-	recorded := f.b
+	recorded := f.b()
 	if err := fencedPlanEngine(t, f, now).recordPlan(context.Background(), b, input(b.ID, 2), batch.PlanWriteBy(now, b.PlanLease)); err != nil {
 		t.Fatal(err)
 	}
-	if f.readyPut != 0 || f.b.ChunksTotal != recorded.ChunksTotal {
-		t.Fatalf("%d ready entries, batch %+v after a second attempt: want nothing more", f.readyPut, f.b)
+	if f.readyPut != 0 || f.b().ChunksTotal != recorded.ChunksTotal {
+		t.Fatalf("%d ready entries, batch %+v after a second attempt: want nothing more", f.readyPut, f.b())
 	}
 }

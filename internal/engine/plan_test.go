@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -15,39 +14,31 @@ import (
 	"github.com/relaybatch/relay/internal/file"
 )
 
-// planTable is a hand-written Store holding one input file; it keeps the
-// chunks a plan records and stops it there.
+// planTable is a memTable that keeps the chunks a plan records and stops
+// the plan there.
 type planTable struct {
-	Store
-	file   file.File
+	*memTable
 	chunks []batch.Chunk
 }
 
 var errPlanned = errors.New("chunks recorded")
-
-func (f *planTable) GetBatch(_ context.Context, tenant, id string) (batch.Batch, error) {
-	return batch.Batch{ID: id, Tenant: tenant, Status: batch.Validating}, nil
-}
-
-func (f *planTable) GetFile(context.Context, string, string) (file.File, error) { return f.file, nil }
 
 func (f *planTable) PutChunks(_ context.Context, cs []batch.Chunk) error {
 	f.chunks = append(f.chunks, cs...)
 	return errPlanned
 }
 
-// planBucket is a hand-written Blobs holding one input object.
-type planBucket struct {
-	Blobs
-	input string
-}
-
-func (f *planBucket) Concat(context.Context, []string) io.ReadCloser {
-	return io.NopCloser(strings.NewReader(f.input))
-}
-
-func (f *planBucket) Head(context.Context, string) (int64, string, error) {
-	return int64(len(f.input)), "", nil
+// planFixture is an engine on models planning batch_1 of tenant t, whose
+// input, the file file-1, holds input.
+func planFixture(models *config.Models, input string) (*Engine, *planTable, batch.Batch) {
+	b := batch.Batch{ID: "batch_1", Tenant: "t", Endpoint: "/v1/chat/completions", InputFileID: "file-1", Status: batch.Validating}
+	table := &planTable{memTable: newMemTable()}
+	table.putBatch(b)
+	key := "files/t/file-1/000000"
+	_ = table.PutFileOverwrite(context.Background(), file.File{ID: "file-1", Tenant: "t", Filename: "in.jsonl", Objects: []string{key}})
+	bucket := newMemBucket()
+	bucket.put(key, []byte(input))
+	return testEngine(&Engine{Store: table, Blobs: bucket, Models: models, Log: slog.New(slog.DiscardHandler)}), table, b
 }
 
 // A batch whose rows alternate two models (1,200 of a model of capacity 6,
@@ -70,9 +61,7 @@ func TestPlanMixedModels(t *testing.T) {
 		}
 		fmt.Fprintf(&sb, `{"custom_id":"r%d","method":"POST","url":"/v1/chat/completions","body":{"model":%q,"messages":[]}}`+"\n", i, m)
 	}
-	table := &planTable{file: file.File{ID: "file-1", Filename: "in.jsonl", Objects: []string{"files/t/file-1/000000"}}}
-	e := testEngine(&Engine{Store: table, Blobs: &planBucket{input: sb.String()}, Models: models, Log: slog.New(slog.DiscardHandler)})
-	b := batch.Batch{ID: "batch_1", Tenant: "t", Endpoint: "/v1/chat/completions", InputFileID: "file-1", Status: batch.Validating}
+	e, table, b := planFixture(models, sb.String())
 	if err := e.planInput(context.Background(), b, time.Now().Add(time.Minute)); !errors.Is(err, errPlanned) {
 		t.Fatalf("plan: %v", err)
 	}
@@ -101,9 +90,7 @@ func TestPlanChunkRowsBySlots(t *testing.T) {
 	for i := range 400 {
 		fmt.Fprintf(&sb, `{"custom_id":"r%d","method":"POST","url":"/v1/chat/completions","body":{"model":"eight","messages":[]}}`+"\n", i)
 	}
-	table := &planTable{file: file.File{ID: "file-1", Filename: "in.jsonl", Objects: []string{"files/t/file-1/000000"}}}
-	e := testEngine(&Engine{Store: table, Blobs: &planBucket{input: sb.String()}, Models: models, Log: slog.New(slog.DiscardHandler)})
-	b := batch.Batch{ID: "batch_1", Tenant: "t", Endpoint: "/v1/chat/completions", InputFileID: "file-1", Status: batch.Validating}
+	e, table, b := planFixture(models, sb.String())
 	if err := e.planInput(context.Background(), b, time.Now().Add(time.Minute)); !errors.Is(err, errPlanned) {
 		t.Fatalf("plan: %v", err)
 	}

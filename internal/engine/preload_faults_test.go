@@ -13,8 +13,7 @@ import (
 )
 
 // preloadFaults is a runsTable whose reads of chunk 1 (a continuation's
-// preload) fail the first getFails times, and which records the batch's
-// errors.
+// preload) fail the first getFails times.
 type preloadFaults struct {
 	*runsTable
 	getFails atomic.Int32
@@ -27,17 +26,10 @@ func (f *preloadFaults) GetChunk(ctx context.Context, b string, i int) (batch.Ch
 	return f.runsTable.GetChunk(ctx, b, i)
 }
 
-func (f *preloadFaults) UpdateBatch(_ context.Context, _, _ string, fn func(*batch.Batch) error) (batch.Batch, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	err := fn(&f.b)
-	return f.b, err
-}
-
-// goneAfter is a runsBucket whose input is deleted once reads ranges
+// goneAfter is a memBucket whose input is deleted once reads ranges
 // were read (Blobs.ReadRange answers blob.ErrNotFound).
 type goneAfter struct {
-	runsBucket
+	*memBucket
 	reads atomic.Int32
 }
 
@@ -45,7 +37,7 @@ func (f *goneAfter) ReadRange(ctx context.Context, objs []batch.Object, start, e
 	if f.reads.Add(-1) < 0 {
 		return nil, blob.ErrNotFound
 	}
-	return f.runsBucket.ReadRange(ctx, objs, start, end)
+	return f.memBucket.ReadRange(ctx, objs, start, end)
 }
 
 // TestContinuationPreloadFails: the read of a continuation's chunk beside
@@ -72,29 +64,29 @@ func TestContinuationPreloadFails(t *testing.T) {
 			ft := &preloadFaults{runsTable: table}
 			ft.getFails.Store(tt.getFails)
 			e.Store = ft
-			bucket := &goneAfter{runsBucket: runsBucket{execBucket: execBucket{input: e.Blobs.(*runsBucket).input}}}
+			bucket := &goneAfter{memBucket: e.Blobs.(*memBucket)}
 			bucket.reads.Store(tt.rangeOK)
 			e.Blobs = bucket
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 
-			failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
+			failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0")})
 
 			if err != nil || len(failed) > 0 {
 				t.Fatalf("Execute: failed %v, err %v", failed, err)
 			}
-			if len(table.commits) != 2 || table.chunks[1].State != batch.ChunkDone {
-				t.Fatalf("%d commits, chunk 1 %s: want the continuation run and committed", len(table.commits), table.chunks[1].State)
+			if len(table.committed()) != 2 || table.chunkAt(1).State != batch.ChunkDone {
+				t.Fatalf("%d commits, chunk 1 %s: want the continuation run and committed", len(table.committed()), table.chunkAt(1).State)
 			}
-			if cm := table.commits[1]; cm.Completed != tt.completed || cm.Failed != tt.failed || cm.Next != nil {
+			if cm := table.committed()[1]; cm.Completed != tt.completed || cm.Failed != tt.failed || cm.Next != nil {
 				t.Errorf("chunk 1's commit: %d completed, %d failed, next %+v; want %d and %d, its slots given back",
 					cm.Completed, cm.Failed, cm.Next, tt.completed, tt.failed)
 			}
 			if ms := workMessages(e.Queue.(*lockedQueue)); len(ms) > 0 {
 				t.Errorf("work messages %v: the continuation went back to the queue", ms)
 			}
-			if tt.wantBatchErrorCode != "" && (len(table.b.ErrorList) != 1 || table.b.ErrorList[0].Code != tt.wantBatchErrorCode) {
-				t.Errorf("batch errors %+v, want %s", table.b.ErrorList, tt.wantBatchErrorCode)
+			if tt.wantBatchErrorCode != "" && (len(table.b().ErrorList) != 1 || table.b().ErrorList[0].Code != tt.wantBatchErrorCode) {
+				t.Errorf("batch errors %+v, want %s", table.b().ErrorList, tt.wantBatchErrorCode)
 			}
 		})
 	}

@@ -23,14 +23,11 @@ type claimedMeanwhile struct {
 func (f *claimedMeanwhile) CommitChunk(ctx context.Context, tenant string, cm sched.Commit) error {
 	if cm.Chunk.Index == 0 {
 		f.once.Do(func() {
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			r := f.ready[0]
-			c := f.chunks[r.Next]
-			c.State, c.Run, c.Slots, c.Lease, c.Attempts = batch.ChunkClaimed, "other", 2, time.Now().Add(time.Hour).UnixMilli(), 1
-			f.chunks[r.Next] = c
-			r.Next, r.Seq = r.Next+1, r.Seq+1
-			f.ready[0] = r
+			r := f.entries("x")[0]
+			after := r.Next + 1
+			if err := f.ClaimFromPool(ctx, sched.Claim{Entry: r, After: after, Run: "other", Slots: 2, Lease: time.Now().Add(time.Hour)}, 100); err != nil {
+				panic(err)
+			}
 		})
 	}
 	return f.runsTable.CommitChunk(ctx, tenant, cm)
@@ -46,22 +43,18 @@ func TestContinuationPreloadOfARacedClaim(t *testing.T) {
 	t.Parallel()
 	p := newPeakProvider(time.Millisecond)
 	e, table := runsFixture(t, p, chunkSpec{"x", 4, 2}, chunkSpec{"x", 4, 0}, chunkSpec{"x", 4, 0})
-	for i := 1; i <= 2; i++ {
-		c := table.chunks[i]
-		c.State, c.Run, c.Lease = batch.ChunkPending, "", 0
-		table.chunks[i] = c
-	}
-	table.ready = []sched.Ready{{Model: "x", Tenant: "t", Batch: table.b.ID, Next: 1, Total: 3}}
+	table.pend(1, 2)
+	table.readyAt("x", 1, false)
 	e.Store = &claimedMeanwhile{runsTable: table}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
+	failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0")})
 
 	if err != nil || len(failed) > 0 {
 		t.Fatalf("Execute: failed %v, err %v", failed, err)
 	}
-	if c1, c2 := table.chunks[1], table.chunks[2]; c1.State != batch.ChunkClaimed || c1.Run != "other" || c2.State != batch.ChunkDone {
+	if c1, c2 := table.chunkAt(1), table.chunkAt(2); c1.State != batch.ChunkClaimed || c1.Run != "other" || c2.State != batch.ChunkDone {
 		t.Fatalf("chunk 1 %s by %q, chunk 2 %s: want chunk 1 left to the other run, chunk 2 run as the continuation", c1.State, c1.Run, c2.State)
 	}
 	for n := 4; n < 12; n++ {

@@ -4,24 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/msg"
-	"github.com/relaybatch/relay/internal/sched"
-	"github.com/relaybatch/relay/internal/store"
 )
 
-// progressTable is a runsTable that keeps reported counts as
-// store.ReportProgress and CommitChunk do: on the chunk, conditional on
-// the run and the counts the run last knew, their sum in progress, which a
-// commit takes the chunk's reported counts out of. Its first report takes
-// effect and then fails (an AWS call that timed out after its write).
+// progressTable is a runsTable whose first progress report takes effect
+// and then fails (an AWS call that timed out after its write).
 type progressTable struct {
 	*runsTable
-	progress int64
-	reports  int
+	mu      sync.Mutex
+	reports int
 	// failRead fails the chunk's next read after the failed report.
 	failRead bool
 }
@@ -37,34 +33,17 @@ func (f *progressTable) GetChunk(ctx context.Context, b string, i int) (batch.Ch
 	return f.runsTable.GetChunk(ctx, b, i)
 }
 
-func (f *progressTable) ReportProgress(_ context.Context, c batch.Chunk, done batch.Counts) (batch.Counts, error) {
+func (f *progressTable) ReportProgress(ctx context.Context, c batch.Chunk, done batch.Counts) (batch.Counts, error) {
+	to, err := f.runsTable.ReportProgress(ctx, c, done)
+	if to == (batch.Counts{Completed: c.ReportedCompleted, Failed: c.ReportedFailed}) || err != nil {
+		return to, err // nothing reported
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	cur := f.chunks[c.Index]
-	to := batch.Counts{Completed: max(done.Completed, c.ReportedCompleted), Failed: max(done.Failed, c.ReportedFailed)}
-	if to.Completed == c.ReportedCompleted && to.Failed == c.ReportedFailed {
-		return to, nil
-	}
-	if cur.State != batch.ChunkClaimed || cur.Run != c.Run || cur.ReportedCompleted != c.ReportedCompleted || cur.ReportedFailed != c.ReportedFailed {
-		return batch.Counts{}, store.ErrLeaseLost
-	}
-	f.progress += to.Completed - cur.ReportedCompleted + to.Failed - cur.ReportedFailed
-	cur.ReportedCompleted, cur.ReportedFailed = to.Completed, to.Failed
-	f.chunks[c.Index] = cur
 	if f.reports++; f.reports == 1 {
 		return batch.Counts{}, errors.New("RequestTimeout: the report took effect")
 	}
 	return to, nil
-}
-
-func (f *progressTable) CommitChunk(ctx context.Context, tenant string, cm sched.Commit) error {
-	err := f.runsTable.CommitChunk(ctx, tenant, cm)
-	if err == nil {
-		f.mu.Lock()
-		f.progress -= cm.Chunk.ReportedCompleted + cm.Chunk.ReportedFailed
-		f.mu.Unlock()
-	}
-	return err
 }
 
 // TestProgressReportThatTookEffectAlthoughItFailed: a progress report that
@@ -92,15 +71,15 @@ func testProgressReportTookEffect(t *testing.T, failRead bool) {
 	pt := &progressTable{runsTable: table, failRead: failRead}
 	e.Store = pt
 
-	failed, err := e.Execute(context.Background(), []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
+	failed, err := e.Execute(context.Background(), []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0")})
 
 	if err != nil || len(failed) > 0 {
 		t.Fatalf("Execute: failed %v, err %v", failed, err)
 	}
-	if pt.reports == 0 || len(table.commits) != 1 {
-		t.Fatalf("%d reports, %d commits: want a report before the commit", pt.reports, len(table.commits))
+	if pt.reports == 0 || len(table.committed()) != 1 {
+		t.Fatalf("%d reports, %d commits: want a report before the commit", pt.reports, len(table.committed()))
 	}
-	if pt.progress != 0 {
-		t.Errorf("batch progress %d after the chunk's commit, want 0", pt.progress)
+	if b := table.b(); b.ProgressCompleted != 0 || b.ProgressFailed != 0 {
+		t.Errorf("batch progress %d completed, %d failed after the chunk's commit, want 0", b.ProgressCompleted, b.ProgressFailed)
 	}
 }

@@ -3,8 +3,10 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/inference"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/sched"
@@ -25,6 +27,21 @@ func isWorkflowChunk(c batch.Chunk, reqs []jsonl.Request) bool {
 	return c.Rows == 1 && len(reqs) == 1 && workflow.InBody(reqs[0].Body)
 }
 
+// deadRecord is dead-letter line o of one-row chunk c with what the steps
+// of its workflow record, if it is one, saved and spent: the batch's usage
+// counts it, as the record's own end would, and the tenant's daily usage
+// too unless its steps counted it already (docs/design.md "Governance").
+func (e *Engine) deadRecord(ctx context.Context, b batch.Batch, c batch.Chunk, o part.Outcome) (part.Outcome, error) {
+	u, counted, err := e.Workflow.Spent(ctx, b, c)
+	if err != nil {
+		return o, fmt.Errorf("spend of the record of chunk %d of %s: %w", c.Index, c.Batch, err)
+	}
+	if u != (inference.Usage{}) {
+		o.Result, o.Counted = inference.Result{Model: c.Model, Usage: u}, counted
+	}
+	return o, nil
+}
+
 // runRecord runs the workflow record of r's chunk on Workflow.
 func (e *Engine) runRecord(ctx context.Context, r *chunkRun) error {
 	status := func() batch.Status { return r.status.Load().(batch.Status) }
@@ -40,13 +57,15 @@ func (e *Engine) runRecord(ctx context.Context, r *chunkRun) error {
 func (e *Engine) CommitRecord(ctx context.Context, b batch.Batch, c batch.Chunk, status batch.Status, o part.Outcome) error {
 	o.Expired = o.Code == part.CodeExpired && b.PastExpiry(e.Now())
 	o.Cancelled = o.Code == part.CodeCancelled && status.Stopping()
-	return e.CommitRows(ctx, b, c, []part.Outcome{o})
+	return e.CommitRows(ctx, b, c, part.LinesOf(b, c, []part.Outcome{o}, e.Now()))
 }
 
-// CommitRows commits claimed chunk c with its rows' outcomes, as a run of
-// it would: internal/native imports a provider batch's results so.
-func (e *Engine) CommitRows(ctx context.Context, b batch.Batch, c batch.Chunk, outs []part.Outcome) error {
-	_, err := e.commitRows(ctx, b, c, part.LinesOf(b, c, outs, e.Now()), 0)
+// CommitRows commits claimed chunk c with its rows' lines (every row set;
+// it closes them), as a run of it would: internal/native imports a
+// provider batch's results so, setting each row's line as its answer is
+// read rather than holding the answers (docs/design.md "Memory").
+func (e *Engine) CommitRows(ctx context.Context, b batch.Batch, c batch.Chunk, rows *part.Lines) error {
+	_, err := e.commitRows(ctx, b, c, rows, 0)
 	return err
 }
 

@@ -18,179 +18,55 @@ import (
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/sched"
-	"github.com/relaybatch/relay/internal/store"
 )
 
-// runsTable is a hand-written Store of one batch's chunks, safe for the
-// concurrent runs of an invocation (or of two).
+// runsTable is a memTable of one batch's chunks (the engine runs
+// them side by side, in one invocation or two), whose lease moves answer
+// renew's error first, when it is set.
 type runsTable struct {
-	Store
-	mu      sync.Mutex
-	b       batch.Batch
-	chunks  map[int]batch.Chunk
-	commits []sched.Commit
+	*memTable
+	id string
 	// renew, if set, answers RenewLease and RenewExec before the table
 	// does.
 	renew func(chunk int, until time.Time) error
-	exec  map[int]string    // the execution fence, by chunk
-	until map[int]time.Time // and when its claim ends
-	ready []sched.Ready     // the ready index, head first; a commit's Next claims its head
 }
 
-func (f *runsTable) TakeFence(_ context.Context, _ string, i int, run, exec string, now, until time.Time) (batch.Chunk, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	c := f.chunks[i]
-	if c.State != batch.ChunkClaimed || c.Run != run || (f.exec[i] != "" && f.exec[i] != exec && !f.until[i].Before(now)) {
-		return batch.Chunk{}, store.ErrFenced
-	}
-	f.exec[i], f.until[i], c.Lease = exec, until, until.UnixMilli()
-	f.chunks[i] = c
-	return c, nil
-}
-
-func (f *runsTable) RenewExec(_ context.Context, _ string, i int, run, exec string, until time.Time) error {
+func (f *runsTable) RenewLease(ctx context.Context, id string, i int, run string, until time.Time) error {
 	if f.renew != nil {
 		if err := f.renew(i, until); err != nil {
 			return err
 		}
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	c := f.chunks[i]
-	if c.State != batch.ChunkClaimed || c.Run != run || f.exec[i] != exec {
-		return store.ErrLeaseLost
-	}
-	f.until[i], c.Lease = until, until.UnixMilli()
-	f.chunks[i] = c
-	return nil
+	return f.memTable.RenewLease(ctx, id, i, run, until)
 }
 
-func (f *runsTable) HandOver(_ context.Context, _ string, i int, run, exec string, until time.Time) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	c := f.chunks[i]
-	if c.State != batch.ChunkClaimed || c.Run != run || (f.exec[i] != "" && f.exec[i] != exec) {
-		return store.ErrLeaseLost
-	}
-	delete(f.exec, i)
-	c.Lease = until.UnixMilli()
-	f.chunks[i] = c
-	return nil
-}
-
-func (f *runsTable) ReleaseFence(_ context.Context, _ string, i int, exec string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.exec[i] == exec {
-		delete(f.exec, i)
-	}
-	return nil
-}
-
-func (f *runsTable) ReportProgress(_ context.Context, c batch.Chunk, done batch.Counts) (batch.Counts, error) {
-	return batch.Counts{Completed: max(done.Completed, c.ReportedCompleted), Failed: max(done.Failed, c.ReportedFailed)}, nil
-}
-
-func (f *runsTable) GetBatch(context.Context, string, string) (batch.Batch, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.b, nil
-}
-
-func (f *runsTable) GetChunk(_ context.Context, _ string, i int) (batch.Chunk, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.chunks[i], nil
-}
-
-func (f *runsTable) ReadyHead(_ context.Context, model string) (sched.Ready, bool, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, r := range f.ready {
-		if r.Model == model {
-			return r, true, nil
-		}
-	}
-	return sched.Ready{}, false, nil
-}
-
-func (f *runsTable) RenewLease(_ context.Context, _ string, i int, run string, until time.Time) error {
+func (f *runsTable) RenewExec(ctx context.Context, id string, i int, run, exec string, until time.Time) error {
 	if f.renew != nil {
 		if err := f.renew(i, until); err != nil {
 			return err
 		}
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	c := f.chunks[i]
-	if c.State != batch.ChunkClaimed || c.Run != run {
-		return store.ErrLeaseLost
-	}
-	c.Lease = until.UnixMilli()
-	f.chunks[i] = c
-	return nil
+	return f.memTable.RenewExec(ctx, id, i, run, exec, until)
 }
 
-func (f *runsTable) CommitChunk(_ context.Context, _ string, cm sched.Commit) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	c := f.chunks[cm.Chunk.Index]
-	if c.State != batch.ChunkClaimed || c.Run != cm.Chunk.Run {
-		return store.ErrChunkDone
+// b is the batch as it is now.
+func (f *runsTable) b() batch.Batch { return f.batch(f.id) }
+
+// chunkAt is chunk i as it is now.
+func (f *runsTable) chunkAt(i int) batch.Chunk { return f.chunk(f.id, i) }
+
+// pend makes the chunks is pending, unclaimed, as a plan leaves them.
+func (f *runsTable) pend(is ...int) {
+	for _, i := range is {
+		c := f.chunkAt(i)
+		c.State, c.Run, c.Lease, c.Slots = batch.ChunkPending, "", 0, 0
+		f.putChunk(c)
 	}
-	if n := cm.Next; n != nil {
-		if len(f.ready) == 0 || f.ready[0] != n.Entry || f.chunks[n.Entry.Next].State != batch.ChunkPending {
-			return store.ErrRaced
-		}
-		f.ready = f.ready[1:]
-		nc := f.chunks[n.Entry.Next]
-		nc.State, nc.Run, nc.Slots, nc.Lease, nc.Attempts = batch.ChunkClaimed, n.Run, n.Slots, n.Lease.UnixMilli(), 1
-		f.chunks[nc.Index] = nc
-		if n.Exec != "" {
-			f.exec[nc.Index], f.until[nc.Index] = n.Exec, n.Lease
-		}
-	}
-	if fb := cm.Fallback; fb != nil {
-		if fb.Chunk.Index != f.b.ChunksTotal || slices.ContainsFunc(f.ready, func(r sched.Ready) bool { return r.SK() == fb.Ready.SK() && r.Model == fb.Ready.Model }) {
-			return store.ErrRenumber
-		}
-		f.chunks[fb.Chunk.Index] = fb.Chunk
-		f.ready = append(f.ready, fb.Ready)
-		f.b.ChunksTotal++
-		// The committed chunk holds its other rows only.
-		c.Rows, c.Spans, c.Start, c.End, c.FirstRow = cm.Chunk.Rows, cm.Chunk.Spans, cm.Chunk.Start, cm.Chunk.End, cm.Chunk.FirstRow
-	}
-	c.State, c.Attempt = batch.ChunkDone, cm.Chunk.Attempt
-	if cm.Next != nil {
-		next := cm.Next.Next()
-		c.Next = &next
-	}
-	f.chunks[c.Index] = c
-	f.commits = append(f.commits, cm)
-	return nil
 }
 
-func (f *runsTable) JoinSeq(context.Context, string, int) (int64, error) { return 0, nil }
-
-func (f *runsTable) CommitSplit(_ context.Context, _ string, cm sched.Commit, rest batch.Chunk, run string, lease time.Time) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	c := f.chunks[cm.Chunk.Index]
-	if c.State != batch.ChunkClaimed || c.Run != cm.Chunk.Run {
-		return store.ErrChunkDone
-	}
-	if rest.Index != f.b.ChunksTotal {
-		return store.ErrRaced
-	}
-	done := cm.Chunk
-	done.State = batch.ChunkDone
-	f.chunks[done.Index] = done
-	rest.State, rest.Run, rest.Lease, rest.Slots, rest.Shard, rest.Attempts = batch.ChunkClaimed, run, lease.UnixMilli(), c.Slots, c.Shard, 1
-	f.chunks[rest.Index] = rest
-	f.b.ChunksTotal++
-	f.commits = append(f.commits, cm)
-	return nil
+// readyAt puts the batch's entry of model at chunk next.
+func (f *runsTable) readyAt(model string, next int, mixed bool) {
+	f.putEntry(sched.Ready{Model: model, Tenant: "t", Batch: f.id, Next: next, Total: f.b().ChunksTotal, Mixed: mixed})
 }
 
 // peakProvider answers every row after delay, recording per model the
@@ -237,12 +113,6 @@ func (p *peakProvider) Do(ctx context.Context, _ string, body json.RawMessage, _
 		Body: json.RawMessage(`{"id":"chatcmpl-1","usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)}
 }
 
-// runsBucket is an execBucket where a run that lost its commit deletes
-// its parts.
-type runsBucket struct{ execBucket }
-
-func (f *runsBucket) Delete(context.Context, ...string) error { return nil }
-
 // lockedQueue is a fakeQueue safe for concurrent runs.
 type lockedQueue struct {
 	mu   sync.Mutex
@@ -275,28 +145,36 @@ type chunkSpec struct {
 }
 
 // runsFixture builds an engine over one batch whose chunks are specs,
-// each claimed by run "run<i>", rows numbered across the batch.
+// each claimed by run "run<i>" (its slots in flight on shard 0), rows
+// numbered across the batch, its input the object "in".
 func runsFixture(t *testing.T, p *peakProvider, specs ...chunkSpec) (*Engine, *runsTable) {
 	t.Helper()
 	var input strings.Builder
 	exp := time.Now().Add(time.Hour).Unix()
 	b := batch.Batch{ID: "batch_r", Tenant: "t", Endpoint: "/v1/chat/completions", Status: batch.InProgress,
 		ChunksTotal: len(specs), ExpiresAt: &exp}
-	table := &runsTable{chunks: map[int]batch.Chunk{}, exec: map[int]string{}, until: map[int]time.Time{}}
+	table := &runsTable{memTable: newMemTable(), id: b.ID}
 	row := 0
+	slots := map[string]int{}
 	for i, s := range specs {
 		start := int64(input.Len())
 		for range s.rows {
 			fmt.Fprintf(&input, `{"custom_id":"r%d","method":"POST","url":"/v1/chat/completions","body":{"model":%q,"n":%d}}`+"\n", row, s.model, row)
 			row++
 		}
-		table.chunks[i] = batch.Chunk{Batch: b.ID, Tenant: "t", Index: i, Start: start, End: int64(input.Len()),
+		table.putChunk(batch.Chunk{Batch: b.ID, Tenant: "t", Index: i, Start: start, End: int64(input.Len()),
 			FirstRow: row - s.rows, Rows: s.rows, Model: s.model, State: batch.ChunkClaimed, Run: fmt.Sprintf("run%d", i),
-			Lease: time.Now().Add(time.Hour).UnixMilli(), Slots: s.slots, NextSame: -1}
+			Lease: time.Now().Add(time.Hour).UnixMilli(), Slots: s.slots, NextSame: -1})
+		slots[s.model] += s.slots
+	}
+	for model, n := range slots {
+		table.setInflight(model, n)
 	}
 	b.Input = []batch.Object{{Key: "in", Size: int64(input.Len())}}
-	table.b = b
-	e := testEngine(&Engine{Store: table, Blobs: &runsBucket{execBucket: execBucket{input: []byte(input.String())}}, Queue: &lockedQueue{},
+	table.putBatch(b)
+	bucket := newMemBucket()
+	bucket.put("in", []byte(input.String()))
+	e := testEngine(&Engine{Store: table, Blobs: bucket, Queue: &lockedQueue{},
 		Set: resources.Define("t"), Provider: p, Log: slog.New(slog.DiscardHandler), Now: p.now})
 	return e, table
 }
@@ -322,13 +200,13 @@ func TestExecuteSlotsPerModel(t *testing.T) {
 	e, table := runsFixture(t, p, chunkSpec{"x", 24, 4}, chunkSpec{"y", 12, 1})
 
 	failed, err := e.Execute(context.Background(), []msg.Delivery{
-		workDelivery(t, table.chunks[0], "d0"), workDelivery(t, table.chunks[1], "d1")})
+		workDelivery(t, table.chunkAt(0), "d0"), workDelivery(t, table.chunkAt(1), "d1")})
 
 	if err != nil || len(failed) > 0 {
 		t.Fatalf("Execute: failed %v, err %v", failed, err)
 	}
-	if len(table.commits) != 2 {
-		t.Fatalf("%d commits, want 2", len(table.commits))
+	if len(table.committed()) != 2 {
+		t.Fatalf("%d commits, want 2", len(table.committed()))
 	}
 	if p.peak["x"] > 4 || p.peak["y"] > 1 {
 		t.Fatalf("peak in flight x %d (holds 4), y %d (holds 1)", p.peak["x"], p.peak["y"])
@@ -352,12 +230,12 @@ func TestExecuteStopsAtItsLease(t *testing.T) {
 	e, table := runsFixture(t, p, chunkSpec{"x", 100, 1})
 	e.Lease = time.Second
 	start := e.Now()
-	c := table.chunks[0]
+	c := table.chunkAt(0)
 	c.Lease = start.Add(e.Lease).UnixMilli()
-	table.chunks[0] = c
+	table.putChunk(c)
 	table.renew = func(int, time.Time) error { return errors.New("ThrottlingException: rate exceeded") }
 
-	_, err := e.Execute(context.Background(), []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
+	_, err := e.Execute(context.Background(), []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0")})
 
 	if err != nil {
 		t.Fatal(err)
@@ -365,7 +243,7 @@ func TestExecuteStopsAtItsLease(t *testing.T) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	// The lease the run last held is its first: taken when it started.
-	stop := time.UnixMilli(table.chunks[0].Lease).Add(-e.skew())
+	stop := time.UnixMilli(table.chunkAt(0).Lease).Add(-e.skew())
 	if len(p.sent) == 0 || len(p.sent) == 100 {
 		t.Fatalf("%d of 100 rows sent: want the run to start and to stop at its lease", len(p.sent))
 	}
@@ -380,31 +258,6 @@ func TestExecuteStopsAtItsLease(t *testing.T) {
 		t.Errorf("%d requests still in flight after Execute", p.inflight["x"])
 	}
 }
-
-// The fence of the tables of one chunk and one execution (execTable,
-// runTable) is always free.
-
-func (f *execTable) TakeFence(context.Context, string, int, string, string, time.Time, time.Time) (batch.Chunk, error) {
-	return f.c, nil
-}
-func (f *execTable) RenewExec(context.Context, string, int, string, string, time.Time) error {
-	return nil
-}
-func (f *execTable) HandOver(context.Context, string, int, string, string, time.Time) error {
-	return nil
-}
-func (f *execTable) ReleaseFence(context.Context, string, int, string) error { return nil }
-
-func (f *runTable) TakeFence(context.Context, string, int, string, string, time.Time, time.Time) (batch.Chunk, error) {
-	return f.c, nil
-}
-func (f *runTable) RenewExec(context.Context, string, int, string, string, time.Time) error {
-	return nil
-}
-func (f *runTable) HandOver(context.Context, string, int, string, string, time.Time) error {
-	return nil
-}
-func (f *runTable) ReleaseFence(context.Context, string, int, string) error { return nil }
 
 // TestExecuteOneExecutionPerRun: the same run's work message delivered
 // twice, in one invocation or in two at once, runs once: every row is sent
@@ -448,7 +301,7 @@ func TestExecuteOneExecutionPerRun(t *testing.T) {
 			p := newPeakProvider(5 * time.Millisecond)
 			e, table := runsFixture(t, p, chunkSpec{"x", 20, 2})
 
-			for _, f := range tt.execute(e, workDelivery(t, table.chunks[0], "d0")) {
+			for _, f := range tt.execute(e, workDelivery(t, table.chunkAt(0), "d0")) {
 				if len(f) > 0 {
 					t.Errorf("failed deliveries %v: a duplicate is dropped as a success", f)
 				}
@@ -459,8 +312,8 @@ func TestExecuteOneExecutionPerRun(t *testing.T) {
 					t.Errorf("row %d sent %d times, want once", n, p.sent[n])
 				}
 			}
-			if len(table.commits) != 1 {
-				t.Errorf("%d commits, want 1", len(table.commits))
+			if len(table.committed()) != 1 {
+				t.Errorf("%d commits, want 1", len(table.committed()))
 			}
 			if p.peak["x"] > 2 {
 				t.Errorf("peak in flight %d on a chunk of 2 slots", p.peak["x"])
@@ -484,19 +337,19 @@ func TestExecuteCommitsWhatItAnswered(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2200*time.Millisecond)
 	defer cancel()
 
-	failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
+	failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0")})
 
 	if err != nil || len(failed) > 0 {
 		t.Fatalf("first invocation: failed %v, err %v", failed, err)
 	}
-	if len(table.commits) != 1 || len(q.sent) != 1 {
-		t.Fatalf("%d commits and %d messages after the first invocation, want 1 and 1 (the rest's)", len(table.commits), len(q.sent))
+	if len(table.committed()) != 1 || len(q.sent) != 1 {
+		t.Fatalf("%d commits and %d messages after the first invocation, want 1 and 1 (the rest's)", len(table.committed()), len(q.sent))
 	}
-	first := table.commits[0]
+	first := table.committed()[0]
 	if first.Chunk.Rows == 0 || first.Chunk.Rows == 40 || first.Completed != int64(first.Chunk.Rows) {
 		t.Fatalf("first commit: %d rows, %d completed; want some of the 40, all completed", first.Chunk.Rows, first.Completed)
 	}
-	rest := table.chunks[1]
+	rest := table.chunkAt(1)
 	if rest.State != batch.ChunkClaimed || rest.Rows != 40-first.Chunk.Rows || rest.Slots != 2 {
 		t.Fatalf("rest %+v: want the other %d rows claimed for 2 slots", rest, 40-first.Chunk.Rows)
 	}
@@ -506,10 +359,10 @@ func TestExecuteCommitsWhatItAnswered(t *testing.T) {
 	if err != nil || len(failed) > 0 {
 		t.Fatalf("second invocation: failed %v, err %v", failed, err)
 	}
-	if len(table.commits) != 2 {
-		t.Fatalf("%d commits, want 2", len(table.commits))
+	if len(table.committed()) != 2 {
+		t.Fatalf("%d commits, want 2", len(table.committed()))
 	}
-	second := table.commits[1]
+	second := table.committed()[1]
 	rows := map[int]int{}
 	for _, c := range []batch.Chunk{first.Chunk, second.Chunk} {
 		for i := range c.Rows {
@@ -535,10 +388,8 @@ func TestExecuteCommitsWhatItAnswered(t *testing.T) {
 func continuationFixture(t *testing.T) (*Engine, *runsTable, *peakProvider) {
 	p := newPeakProvider(time.Millisecond)
 	e, table := runsFixture(t, p, chunkSpec{"x", 8, 2}, chunkSpec{"x", 8, 0})
-	c1 := table.chunks[1]
-	c1.State, c1.Run, c1.Lease = batch.ChunkPending, "", 0
-	table.chunks[1] = c1
-	table.ready = []sched.Ready{{Model: "x", Tenant: "t", Batch: table.b.ID, Next: 1, Total: 2}}
+	table.pend(1)
+	table.readyAt("x", 1, false)
 	return e, table, p
 }
 
@@ -551,13 +402,13 @@ func TestCommitContinuesInTheInvocation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
+	failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0")})
 
 	if err != nil || len(failed) > 0 {
 		t.Fatalf("Execute: failed %v, err %v", failed, err)
 	}
-	if len(table.commits) != 2 || table.chunks[1].State != batch.ChunkDone {
-		t.Fatalf("%d commits, chunk 1 %s: want the claimed chunk run and committed in the invocation", len(table.commits), table.chunks[1].State)
+	if len(table.committed()) != 2 || table.chunkAt(1).State != batch.ChunkDone {
+		t.Fatalf("%d commits, chunk 1 %s: want the claimed chunk run and committed in the invocation", len(table.committed()), table.chunkAt(1).State)
 	}
 	for _, m := range e.Queue.(*lockedQueue).sent {
 		if m.Type == msg.Chunk {
@@ -577,7 +428,7 @@ func TestCommitSendsTheContinuationNearTheDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), e.lease()/2)
 	defer cancel()
 
-	if failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0")}); err != nil || len(failed) > 0 {
+	if failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0")}); err != nil || len(failed) > 0 {
 		t.Fatalf("Execute: failed %v, err %v", failed, err)
 	}
 	var sent []int
@@ -586,7 +437,7 @@ func TestCommitSendsTheContinuationNearTheDeadline(t *testing.T) {
 			sent = append(sent, m.Chunk)
 		}
 	}
-	if len(table.commits) != 1 || table.chunks[1].State != batch.ChunkClaimed || !slices.Equal(sent, []int{1}) {
-		t.Fatalf("%d commits, chunk 1 %s, chunk messages sent %v: want chunk 1 claimed and its message sent", len(table.commits), table.chunks[1].State, sent)
+	if len(table.committed()) != 1 || table.chunkAt(1).State != batch.ChunkClaimed || !slices.Equal(sent, []int{1}) {
+		t.Fatalf("%d commits, chunk 1 %s, chunk messages sent %v: want chunk 1 claimed and its message sent", len(table.committed()), table.chunkAt(1).State, sent)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,41 +19,30 @@ import (
 	"github.com/relaybatch/relay/internal/store"
 )
 
-// fakeSched is a hand-written SchedStore: a ready index per model and chunks.
-type fakeSched struct {
-	ready  map[string][]sched.Ready
-	chunks map[int]batch.Chunk
-	gets   int
+// schedTable is a memTable of model m's ready entries and the chunks of
+// their batches (pending unless given), counting chunk reads.
+type schedTable struct {
+	*memTable
+	gets atomic.Int32
 }
 
-func (f *fakeSched) ReadyHead(_ context.Context, model string) (sched.Ready, bool, error) {
-	rs := f.ready[model]
-	if len(rs) == 0 {
-		return sched.Ready{}, false, nil
-	}
-	head := rs[0]
-	for _, r := range rs[1:] {
-		if r.SK() < head.SK() {
-			head = r
+func newSchedTable(entries []sched.Ready, chunks ...batch.Chunk) *schedTable {
+	f := &schedTable{memTable: newMemTable()}
+	for _, r := range entries {
+		for i := range r.Total {
+			f.putChunk(batch.Chunk{Batch: r.Batch, Tenant: r.Tenant, Index: i, Model: r.Model, State: batch.ChunkPending, NextSame: -1})
 		}
+		f.putEntry(r)
 	}
-	return head, true, nil
+	for _, c := range chunks {
+		f.putChunk(c)
+	}
+	return f
 }
 
-func (f *fakeSched) DeleteReady(_ context.Context, r sched.Ready) error {
-	rs := f.ready[r.Model]
-	for i := range rs {
-		if rs[i].SK() == r.SK() {
-			f.ready[r.Model] = append(rs[:i], rs[i+1:]...)
-			return nil
-		}
-	}
-	return nil
-}
-
-func (f *fakeSched) GetChunk(_ context.Context, _ string, i int) (batch.Chunk, error) {
-	f.gets++
-	return f.chunks[i], nil
+func (f *schedTable) GetChunk(ctx context.Context, id string, i int) (batch.Chunk, error) {
+	f.gets.Add(1)
+	return f.memTable.GetChunk(ctx, id, i)
 }
 
 func TestPick(t *testing.T) {
@@ -80,14 +71,19 @@ func TestPick(t *testing.T) {
 		{
 			name:      "mixed-model batch steps through its model's chunks",
 			ready:     []sched.Ready{{Model: "m", Batch: "x", Next: 1, Total: 6, Mixed: true}},
-			chunks:    map[int]batch.Chunk{1: {Index: 1, NextSame: 4, State: batch.ChunkPending}},
+			chunks:    map[int]batch.Chunk{1: {Batch: "x", Model: "m", Index: 1, NextSame: 4, State: batch.ChunkPending}},
 			wantBatch: "x", wantNext: 1, wantAfter: 4, wantGets: 1,
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			f := &fakeSched{ready: map[string][]sched.Ready{"m": tt.ready}, chunks: tt.chunks}
+			var chunks []batch.Chunk
+			for _, c := range tt.chunks {
+				chunks = append(chunks, c)
+			}
+			f := newSchedTable(tt.ready, chunks...)
+			f.gets.Store(0)
 			c, err := pick(context.Background(), f, "m", 8, 0, lease, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -101,8 +97,8 @@ func TestPick(t *testing.T) {
 			if c == nil || c.Entry.Batch != tt.wantBatch || c.Entry.Next != tt.wantNext || c.After != tt.wantAfter || c.Slots != 8 || !c.Lease.Equal(lease) || c.Run == "" {
 				t.Fatalf("got %+v, want batch %s chunk %d then %d", c, tt.wantBatch, tt.wantNext, tt.wantAfter)
 			}
-			if f.gets != tt.wantGets {
-				t.Errorf("chunk reads: got %d, want %d", f.gets, tt.wantGets)
+			if n := int(f.gets.Load()); n != tt.wantGets {
+				t.Errorf("chunk reads: got %d, want %d", n, tt.wantGets)
 			}
 		})
 	}
@@ -111,7 +107,7 @@ func TestPick(t *testing.T) {
 func TestRacedDropsStaleEntry(t *testing.T) {
 	t.Parallel()
 	stale := sched.Ready{Model: "m", Batch: "drained", Next: 2, Total: 5}
-	f := &fakeSched{ready: map[string][]sched.Ready{"m": {stale, {Model: "m", Batch: "other", Seq: 1, Total: 1}}}}
+	f := newSchedTable([]sched.Ready{stale, {Model: "m", Batch: "other", Seq: 1, Total: 1}})
 	// The entry is still the head after the claim failed: its chunk was
 	// claimed by a drain, so the entry goes.
 	if err := raced(context.Background(), f, &sched.Claim{Entry: stale}); err != nil {
@@ -125,17 +121,19 @@ func TestRacedDropsStaleEntry(t *testing.T) {
 	if err := raced(context.Background(), f, &sched.Claim{Entry: moved}); err != nil {
 		t.Fatal(err)
 	}
-	if len(f.ready["m"]) != 1 {
-		t.Fatalf("the moved entry was deleted: %+v", f.ready["m"])
+	if rs := f.entries("m"); len(rs) != 1 {
+		t.Fatalf("the moved entry was deleted: %+v", rs)
 	}
 	// Same key, but it points at a later chunk now: it stays too.
 	stepped := sched.Ready{Model: "m", Batch: "other", Seq: 1, Total: 1, Next: 0}
-	f.ready["m"][0].Next = 1
+	later := stepped
+	later.Next = 1
+	f.putEntry(later)
 	if err := raced(context.Background(), f, &sched.Claim{Entry: stepped}); err != nil {
 		t.Fatal(err)
 	}
-	if len(f.ready["m"]) != 1 {
-		t.Fatalf("an entry that moved on under the same key was deleted: %+v", f.ready["m"])
+	if rs := f.entries("m"); len(rs) != 1 {
+		t.Fatalf("an entry that moved on under the same key was deleted: %+v", rs)
 	}
 }
 
@@ -171,61 +169,41 @@ func TestAloneFirst(t *testing.T) {
 	}
 }
 
-// fakePool is a hand-written Store for the claim loop: fakeSched's ready
-// index, capacity shards, and ClaimFromPool's effects (slots taken, the
-// entry stepped to its next chunk, one turn later). The Store methods it
-// does not write panic: the loop must not call them.
-type fakePool struct {
-	Store
-	*fakeSched
-	inflight []int
-	claims   []sched.Claim
-	// full makes the next claims on a shard find it full, as when others
-	// took its slots after FreeSlots read them.
+// fullShards is a schedTable whose claims on a shard find it full the
+// next full[shard] times, as when others took its slots after FreeSlots
+// read them.
+type fullShards struct {
+	*schedTable
+	mu   sync.Mutex
 	full map[int]int
 }
 
-func (f *fakePool) ReadyHead(ctx context.Context, model string) (sched.Ready, bool, error) {
-	return f.fakeSched.ReadyHead(ctx, model)
-}
-
-func (f *fakePool) DeleteReady(ctx context.Context, r sched.Ready) error {
-	return f.fakeSched.DeleteReady(ctx, r)
-}
-
-func (f *fakePool) GetChunk(ctx context.Context, id string, i int) (batch.Chunk, error) {
-	return f.fakeSched.GetChunk(ctx, id, i)
-}
-
-func (f *fakePool) FreeSlots(_ context.Context, _ string, quotas []int) ([]int, error) {
-	free := make([]int, len(quotas))
-	for i, q := range quotas {
-		free[i] = q - f.inflight[i]
-	}
-	return free, nil
-}
-
-func (f *fakePool) ClaimFromPool(_ context.Context, c sched.Claim, quota int) error {
-	if f.full[c.Shard] > 0 {
+func (f *fullShards) ClaimFromPool(ctx context.Context, c sched.Claim, quota int) error {
+	f.mu.Lock()
+	full := f.full[c.Shard] > 0
+	if full {
 		f.full[c.Shard]--
+	}
+	f.mu.Unlock()
+	if full {
 		return store.ErrNoCapacity
 	}
-	if f.inflight[c.Shard]+c.Slots > quota {
-		return store.ErrNoCapacity
+	return f.schedTable.ClaimFromPool(ctx, c, quota)
+}
+
+// claimsOf names the claims sent: batch/chunk:slots@shard, in order, from
+// the chunks as the claims left them.
+func claimsOf(t *testing.T, f *memTable, sent []msg.Message) []string {
+	t.Helper()
+	var got []string
+	for _, m := range sent {
+		c := f.chunk(m.Batch, m.Chunk)
+		if c.State != batch.ChunkClaimed || m != msg.ForChunk(batch.Next{Tenant: c.Tenant, Batch: c.Batch, Chunk: c.Index, Run: c.Run, Attempt: 1}) {
+			t.Errorf("message %+v, want the work message of the claim of %+v", m, c)
+		}
+		got = append(got, fmt.Sprintf("%s/%d:%d@%d", c.Batch, c.Index, c.Slots, c.Shard))
 	}
-	head, ok, _ := f.ReadyHead(context.Background(), c.Entry.Model)
-	if !ok || head.SK() != c.Entry.SK() {
-		return store.ErrRaced
-	}
-	f.inflight[c.Shard] += c.Slots
-	_ = f.DeleteReady(context.Background(), c.Entry)
-	if c.After >= 0 {
-		next := c.Entry
-		next.Next, next.Seq = c.After, c.Entry.Seq+1
-		f.ready[next.Model] = append(f.ready[next.Model], next)
-	}
-	f.claims = append(f.claims, c)
-	return nil
+	return got
 }
 
 // fakeQueue records what is sent.
@@ -290,90 +268,68 @@ func TestStartClaimsInOrderWithinCapacity(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			f := &fakePool{fakeSched: &fakeSched{ready: map[string][]sched.Ready{"m": tt.ready}}, inflight: tt.inflight, full: tt.full}
+			f := &fullShards{schedTable: newSchedTable(tt.ready), full: tt.full}
+			f.setInflight("m", tt.inflight...)
 			q := &fakeQueue{}
 			e := testEngine(&Engine{Store: f, Queue: q, Models: models, Log: slog.New(slog.DiscardHandler)})
 			if err := e.start(context.Background(), "m"); err != nil {
 				t.Fatal(err)
 			}
-			var got []string
-			for _, c := range f.claims {
-				got = append(got, fmt.Sprintf("%s/%d:%d@%d", c.Entry.Batch, c.Entry.Next, c.Slots, c.Shard))
-			}
-			if !slices.Equal(got, tt.want) {
+			if got := claimsOf(t, f.memTable, q.sent); !slices.Equal(got, tt.want) {
 				t.Fatalf("claims %v, want %v", got, tt.want)
 			}
-			if len(q.sent) != len(f.claims) {
-				t.Fatalf("%d work messages for %d claims", len(q.sent), len(f.claims))
-			}
-			for i, m := range q.sent {
-				if c := f.claims[i]; m != msg.ForChunk(c.Next()) {
-					t.Errorf("message %d: %+v, want the work message of %+v", i, m, c.Next())
+			claimed := 0
+			for _, r := range tt.ready {
+				for i := range r.Total {
+					if f.chunk(r.Batch, i).State == batch.ChunkClaimed {
+						claimed++
+					}
 				}
+			}
+			if claimed != len(q.sent) {
+				t.Fatalf("%d chunks claimed, %d work messages", claimed, len(q.sent))
 			}
 		})
 	}
 }
 
-// fakeTick is a hand-written Store for a whole tick: fakePool's claims,
-// expired leases, due batches, and the failures a test names.
-type fakeTick struct {
-	*fakePool
-	expired      []batch.Chunk
-	takenOver    []int
-	due          []store.ActiveRef
-	batches      map[string]batch.Batch
-	rechecked    []string
+// tickFaults is a memTable whose takeovers of the chunks in failTakeover,
+// reads of the batches in failGet and free capacity of the models in
+// failFree fail; it records the batches updated (a due batch handled).
+type tickFaults struct {
+	*memTable
 	failTakeover map[int]bool    // by chunk index
 	failGet      map[string]bool // by batch id
 	failFree     map[string]bool // by model
+	rechecked    []string
 }
 
 var errInjected = errors.New("injected")
 
-func (f *fakeTick) ExpiredLeases(context.Context, time.Time, int) ([]batch.Chunk, error) {
-	return f.expired, nil
-}
-
-func (f *fakeTick) Takeover(_ context.Context, c batch.Chunk, run string, _, _ time.Time) (batch.Chunk, error) {
+func (f *tickFaults) Takeover(ctx context.Context, c batch.Chunk, run string, now, lease time.Time) (batch.Chunk, error) {
 	if f.failTakeover[c.Index] {
 		return c, errInjected
 	}
-	f.takenOver = append(f.takenOver, c.Index)
-	c.Run, c.Attempts = run, c.Attempts+1
-	return c, nil
+	return f.memTable.Takeover(ctx, c, run, now, lease)
 }
 
-func (f *fakeTick) DueBatches(context.Context, time.Time, int) ([]store.ActiveRef, error) {
-	return f.due, nil
-}
-
-func (f *fakeTick) GetBatch(_ context.Context, _, id string) (batch.Batch, error) {
+func (f *tickFaults) GetBatch(ctx context.Context, tenant, id string) (batch.Batch, error) {
 	if f.failGet[id] {
 		return batch.Batch{}, errInjected
 	}
-	return f.batches[id], nil
+	return f.memTable.GetBatch(ctx, tenant, id)
 }
 
-func (f *fakeTick) UpdateBatch(_ context.Context, _, id string, fn func(*batch.Batch) error) (batch.Batch, error) {
-	b := f.batches[id]
-	if err := fn(&b); err != nil {
-		return b, err
-	}
-	f.batches[id] = b
+func (f *tickFaults) UpdateBatch(ctx context.Context, tenant, id string, fn func(*batch.Batch) error) (batch.Batch, error) {
 	f.rechecked = append(f.rechecked, id)
-	return b, nil
+	return f.memTable.UpdateBatch(ctx, tenant, id, fn)
 }
 
-func (f *fakeTick) FreeSlots(ctx context.Context, model string, quotas []int) ([]int, error) {
+func (f *tickFaults) FreeSlots(ctx context.Context, model string, quotas []int) ([]int, error) {
 	if f.failFree[model] {
 		return nil, errInjected
 	}
-	return f.fakePool.FreeSlots(ctx, model, quotas)
-}
-
-func (f *fakeTick) OldestActive(context.Context) (batch.Batch, bool, error) {
-	return batch.Batch{}, false, nil
+	return f.memTable.FreeSlots(ctx, model, quotas)
 }
 
 // A tick survives a bad item (docs/design.md "Tick"): a takeover, a due
@@ -388,30 +344,36 @@ func TestTickSurvivesABadItem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ready := map[string][]sched.Ready{
-		"a": {{Model: "a", Tenant: "t", Batch: "ra", Total: 1}},
-		"b": {{Model: "b", Tenant: "t", Batch: "rb", Total: 1}},
-		"c": {{Model: "c", Tenant: "t", Batch: "rc", Total: 1}},
-	}
-	f := &fakeTick{
-		fakePool: &fakePool{fakeSched: &fakeSched{ready: ready}, inflight: []int{0}},
-		expired:  []batch.Chunk{{Batch: "x", Index: 0, Attempts: 1}, {Batch: "x", Index: 1, Attempts: 1}, {Batch: "x", Index: 2, Attempts: 1}},
-		due:      []store.ActiveRef{{Tenant: "t", ID: "bad"}, {Tenant: "t", ID: "plan"}, {Tenant: "t", ID: "fin"}},
-		batches: map[string]batch.Batch{
-			"plan": {Tenant: "t", ID: "plan", Status: batch.Validating},
-			"fin":  {Tenant: "t", ID: "fin", Status: batch.InProgress, Started: true, ChunksTotal: 2, ChunksDone: 2},
-		},
+	f := &tickFaults{
+		memTable: newSchedTable([]sched.Ready{
+			{Model: "a", Tenant: "t", Batch: "ra", Total: 1},
+			{Model: "b", Tenant: "t", Batch: "rb", Total: 1},
+			{Model: "c", Tenant: "t", Batch: "rc", Total: 1},
+		}).memTable,
 		failTakeover: map[int]bool{0: true},
 		failGet:      map[string]bool{"bad": true},
 		failFree:     map[string]bool{"a": true},
 	}
+	// Three leases ended; three batches due: bad, then plan, then fin.
+	for i := range 3 {
+		f.putChunk(batch.Chunk{Tenant: "t", Batch: "x", Index: i, State: batch.ChunkClaimed, Run: "old", Attempts: 1, Lease: 900_000})
+	}
+	f.putBatch(batch.Batch{Tenant: "t", ID: "bad", Status: batch.Validating})
+	f.putBatch(batch.Batch{Tenant: "t", ID: "plan", Status: batch.Validating, CreatedAt: 10})
+	f.putBatch(batch.Batch{Tenant: "t", ID: "fin", Status: batch.InProgress, Started: true, ChunksTotal: 2, ChunksDone: 2, FinalizeDue: 40})
 	q := &fakeQueue{}
 	e := testEngine(&Engine{Store: f, Queue: q, Models: models, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return time.Unix(1000, 0) }})
 	if err := e.Tick(context.Background()); !errors.Is(err, errInjected) {
 		t.Errorf("tick error: got %v, want the injected errors joined", err)
 	}
-	if !slices.Equal(f.takenOver, []int{1, 2}) {
-		t.Errorf("taken over: got %v, want chunks 1 and 2", f.takenOver)
+	var takenOver []int
+	for i := range 3 {
+		if f.chunk("x", i).Run != "old" {
+			takenOver = append(takenOver, i)
+		}
+	}
+	if !slices.Equal(takenOver, []int{1, 2}) {
+		t.Errorf("taken over: got %v, want chunks 1 and 2", takenOver)
 	}
 	if !slices.Equal(f.rechecked, []string{"plan", "fin"}) {
 		t.Errorf("due batches handled: got %v, want plan and fin", f.rechecked)
@@ -433,32 +395,26 @@ func TestTickSurvivesABadItem(t *testing.T) {
 	}
 }
 
-// drainTable is a hand-written Store of a batch's chunks for drain; the
-// claims of the chunks in fail fail.
-type drainTable struct {
-	Store
-	chunks  []batch.Chunk
-	fail    map[int]bool
-	claimed []int
+// drainFaults is a memTable whose claims of the chunks in fail fail.
+type drainFaults struct {
+	*memTable
+	fail map[int]bool
 }
 
-func (f *drainTable) Chunks(context.Context, string) ([]batch.Chunk, error) { return f.chunks, nil }
-
-func (f *drainTable) ClaimAlone(_ context.Context, c batch.Chunk, _ string, _ time.Time) error {
+func (f *drainFaults) ClaimAlone(ctx context.Context, c batch.Chunk, run string, lease time.Time) error {
 	if f.fail[c.Index] {
 		return errInjected
 	}
-	f.claimed = append(f.claimed, c.Index)
-	return nil
+	return f.memTable.ClaimAlone(ctx, c, run, lease)
 }
 
 // A drain whose claim of one chunk fails still claims the others and sends
 // their messages; the failed one is left to the next drain.
 func TestDrainSurvivesABadChunk(t *testing.T) {
 	t.Parallel()
-	f := &drainTable{fail: map[int]bool{0: true}}
+	f := &drainFaults{memTable: newMemTable(), fail: map[int]bool{0: true}}
 	for i := range 3 {
-		f.chunks = append(f.chunks, batch.Chunk{Batch: "b", Index: i, State: batch.ChunkPending})
+		f.putChunk(batch.Chunk{Batch: "b", Tenant: "t", Index: i, FirstRow: i, State: batch.ChunkPending})
 	}
 	q := &fakeQueue{}
 	e := testEngine(&Engine{Store: f, Queue: q, Log: slog.New(slog.DiscardHandler)})
@@ -469,7 +425,13 @@ func TestDrainSurvivesABadChunk(t *testing.T) {
 	for _, m := range q.sent {
 		sent = append(sent, m.Chunk)
 	}
-	if !slices.Equal(f.claimed, []int{1, 2}) || !slices.Equal(sent, []int{1, 2}) {
-		t.Fatalf("claimed %v, sent %v; want chunks 1 and 2 both", f.claimed, sent)
+	var claimed []int
+	for i := range 3 {
+		if f.chunk("b", i).State == batch.ChunkClaimed {
+			claimed = append(claimed, i)
+		}
+	}
+	if !slices.Equal(claimed, []int{1, 2}) || !slices.Equal(sent, []int{1, 2}) {
+		t.Fatalf("claimed %v, sent %v; want chunks 1 and 2 both", claimed, sent)
 	}
 }

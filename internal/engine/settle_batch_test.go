@@ -60,16 +60,16 @@ func TestAmbiguousCommitHandsItsClaimOnWithoutTheBatch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
+	failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0")})
 
 	if err != nil {
 		t.Fatal(err)
 	}
 	sent := false
 	for _, m := range workMessages(e.Queue.(*lockedQueue)) {
-		sent = sent || (m.Chunk == 1 && m.Run == table.chunks[1].Run)
+		sent = sent || (m.Chunk == 1 && m.Run == table.chunkAt(1).Run)
 	}
-	if c1 := table.chunks[1]; c1.State != batch.ChunkDone && !sent {
+	if c1 := table.chunkAt(1); c1.State != batch.ChunkDone && !sent {
 		t.Errorf("chunk 1 %s (run %q), no message: claimed by the commit and left to its lease's end", c1.State, c1.Run)
 	}
 	if len(failed) > 0 {
@@ -110,13 +110,13 @@ func TestAmbiguousCommitStartsItsContinuationOnce(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 
-			failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
+			failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0")})
 
 			if err != nil || len(failed) > 0 {
 				t.Fatalf("Execute: failed %v, err %v", failed, err)
 			}
-			if len(table.commits) != 2 || table.chunks[1].State != batch.ChunkDone {
-				t.Fatalf("%d commits, chunk 1 %s: want chunk 1 run and committed once as the continuation", len(table.commits), table.chunks[1].State)
+			if len(table.committed()) != 2 || table.chunkAt(1).State != batch.ChunkDone {
+				t.Fatalf("%d commits, chunk 1 %s: want chunk 1 run and committed once as the continuation", len(table.committed()), table.chunkAt(1).State)
 			}
 			for n := range 16 {
 				if p.sent[n] != 1 {

@@ -30,20 +30,6 @@ func (f *afterSplitTable) CommitSplit(ctx context.Context, tenant string, cm sch
 	return err
 }
 
-// deletesBucket is a runsBucket that records the keys deleted.
-type deletesBucket struct {
-	runsBucket
-	mu      sync.Mutex
-	deleted []string
-}
-
-func (f *deletesBucket) Delete(_ context.Context, keys ...string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.deleted = append(f.deleted, keys...)
-	return nil
-}
-
 // TestSplitThatTookEffectAlthoughItFailed: a split whose CommitSplit took
 // effect although its call failed keeps the parts its done chunk points
 // to, and sends the rest's work message. Before, the retry found the
@@ -53,30 +39,29 @@ func TestSplitThatTookEffectAlthoughItFailed(t *testing.T) {
 	t.Parallel()
 	p := newPeakProvider(20 * time.Millisecond)
 	e, table := runsFixture(t, p, chunkSpec{"x", 40, 2})
-	bucket := &deletesBucket{runsBucket: runsBucket{execBucket: execBucket{input: e.Blobs.(*runsBucket).input}}}
-	e.Blobs = bucket
+	bucket := e.Blobs.(*memBucket)
 	e.Store = &afterSplitTable{runsTable: table}
 	q := e.Queue.(*lockedQueue)
 	ctx, cancel := context.WithTimeout(context.Background(), 2200*time.Millisecond)
 	defer cancel()
 
-	_, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunks[0], "d0")})
+	_, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0")})
 
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := table.chunks[0]
-	if done.State != batch.ChunkDone || table.chunks[1].State != batch.ChunkClaimed {
-		t.Fatalf("chunk 0 %s, rest %s: want the split recorded", done.State, table.chunks[1].State)
+	done := table.chunkAt(0)
+	if done.State != batch.ChunkDone || table.chunkAt(1).State != batch.ChunkClaimed {
+		t.Fatalf("chunk 0 %s, rest %s: want the split recorded", done.State, table.chunkAt(1).State)
 	}
-	for _, k := range bucket.deleted {
+	for _, k := range bucket.deletedKeys() {
 		for _, kind := range []string{"out", "err", "usage"} {
 			if k == done.Parts(kind) {
 				t.Errorf("committed part %s deleted: the answered rows are lost", k)
 			}
 		}
 	}
-	if len(q.sent) != 1 || q.sent[0].Chunk != 1 || q.sent[0].Run != table.chunks[1].Run {
-		t.Errorf("messages sent %+v, want the rest's (chunk 1, run %s)", q.sent, table.chunks[1].Run)
+	if len(q.sent) != 1 || q.sent[0].Chunk != 1 || q.sent[0].Run != table.chunkAt(1).Run {
+		t.Errorf("messages sent %+v, want the rest's (chunk 1, run %s)", q.sent, table.chunkAt(1).Run)
 	}
 }

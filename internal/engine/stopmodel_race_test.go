@@ -76,7 +76,7 @@ func TestRunStartingBesideStopModelIsStopped(t *testing.T) {
 			}
 			return time.Now()
 		}
-		c := table.chunks[0]
+		c := table.chunkAt(0)
 		in.start(&chunkRun{msg: msg.Message{Type: msg.Chunk, Tenant: c.Tenant, Batch: c.Batch, Chunk: c.Index, Run: c.Run, Attempt: 1},
 			done: make(chan struct{})})
 		in.work.Wait()

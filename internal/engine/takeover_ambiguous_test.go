@@ -11,25 +11,15 @@ import (
 	"github.com/relaybatch/relay/internal/msg"
 )
 
-// afterTakeoverTable is a Store of one chunk whose lease ended, whose
-// Takeover takes effect and then fails, as an AWS call that timed out
-// after its write.
-type afterTakeoverTable struct {
-	Store
-	c batch.Chunk
-}
+// afterTakeoverTable is a memTable whose Takeover takes effect and then
+// fails, as an AWS call that timed out after its write.
+type afterTakeoverTable struct{ *memTable }
 
-func (f *afterTakeoverTable) ExpiredLeases(context.Context, time.Time, int) ([]batch.Chunk, error) {
-	return []batch.Chunk{f.c}, nil
-}
-
-func (f *afterTakeoverTable) Takeover(_ context.Context, c batch.Chunk, run string, _, lease time.Time) (batch.Chunk, error) {
-	f.c.Run, f.c.Attempts, f.c.Lease = run, f.c.Attempts+1, lease.UnixMilli()
+func (f *afterTakeoverTable) Takeover(ctx context.Context, c batch.Chunk, run string, now, lease time.Time) (batch.Chunk, error) {
+	if _, err := f.memTable.Takeover(ctx, c, run, now, lease); err != nil {
+		return c, err
+	}
 	return c, errors.New("RequestTimeout: the takeover took effect")
-}
-
-func (f *afterTakeoverTable) GetChunk(context.Context, string, int) (batch.Chunk, error) {
-	return f.c, nil
 }
 
 // TestTakeoverThatTookEffectAlthoughItFailed: a takeover that took effect
@@ -39,13 +29,15 @@ func (f *afterTakeoverTable) GetChunk(context.Context, string, int) (batch.Chunk
 // (a chunk so sent to the dead-letter path an attempt early).
 func TestTakeoverThatTookEffectAlthoughItFailed(t *testing.T) {
 	t.Parallel()
-	f := &afterTakeoverTable{c: batch.Chunk{Tenant: "t", Batch: "b", Index: 3, State: batch.ChunkClaimed, Run: "old", Attempts: 1}}
+	f := &afterTakeoverTable{memTable: newMemTable()}
+	// A chunk whose lease ended.
+	f.putChunk(batch.Chunk{Tenant: "t", Batch: "b", Index: 3, State: batch.ChunkClaimed, Run: "old", Attempts: 1, Lease: 900_000})
 	q := &fakeQueue{}
 	e := testEngine(&Engine{Store: f, Queue: q, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return time.Unix(1000, 0) }})
 
 	_ = e.takeOver(context.Background(), e.Now())
 
-	if len(q.sent) != 1 || q.sent[0].Type != msg.Chunk || q.sent[0].Run != f.c.Run || q.sent[0].Chunk != 3 {
-		t.Fatalf("sent %+v, want chunk 3's message for its new run %s", q.sent, f.c.Run)
+	if c := f.chunk("b", 3); c.Run == "old" || len(q.sent) != 1 || q.sent[0].Type != msg.Chunk || q.sent[0].Run != c.Run || q.sent[0].Chunk != 3 {
+		t.Fatalf("sent %+v, want chunk 3's message for its new run %s", q.sent, c.Run)
 	}
 }

@@ -91,15 +91,16 @@ func (g *Checker) Allowed(ctx context.Context, b batch.Batch) (func(model string
 }
 
 // Admit is asked when a run of batch b's chunk c starts: a key disabled
-// (or gone) ends its rows with credential_revoked, a budget spent with
-// budget_exceeded; "" lets them run.
+// (or gone) ends its rows with credential_revoked, one expired with
+// api_key_expired, one of a disabled tenant with tenant_disabled, a budget
+// spent with budget_exceeded; "" lets them run.
 func (g *Checker) Admit(ctx context.Context, b batch.Batch, c batch.Chunk) (code, message string, err error) {
 	k, err := g.key(ctx, b.KeyID)
 	if err != nil {
 		return "", "", err
 	}
-	if Revoked(b.KeyID, k) {
-		return CodeCredentialRevoked, fmt.Sprintf("the API key %s that submitted the batch was disabled before this request ran", b.KeyID), nil
+	if code, message = Refused(b.KeyID, k, g.Now()); code != "" {
+		return code, message, nil
 	}
 	st, err := g.Report(ctx, b.Tenant)
 	if err != nil {
@@ -109,11 +110,24 @@ func (g *Checker) Admit(ctx context.Context, b batch.Batch, c batch.Chunk) (code
 	return code, message, nil
 }
 
-// Revoked reports whether the key keyID, read as k (the zero Key when it is
-// gone), may no longer run its batches' rows. A batch recorded without a
-// key is never revoked.
-func Revoked(keyID string, k apikey.Key) bool {
-	return keyID != "" && (k.ID == "" || k.Disabled)
+// Refused says why the key keyID, read as k (the zero Key when it is gone),
+// may no longer run its batches' rows at now, or "". A batch recorded
+// without a key is never refused.
+func Refused(keyID string, k apikey.Key, now time.Time) (code, message string) {
+	if keyID == "" {
+		return "", ""
+	}
+	if k.ID == "" {
+		return CodeCredentialRevoked, fmt.Sprintf("the API key %s that submitted the batch was deleted before this request ran", keyID)
+	}
+	switch code, why := k.Refusal(now); code {
+	case "":
+		return "", ""
+	case apikey.CodeDisabled:
+		return CodeCredentialRevoked, fmt.Sprintf("the API key %s that submitted the batch was disabled before this request ran", keyID)
+	default:
+		return code, why + " before this request ran"
+	}
 }
 
 // key reads key id through the cache; a missing key is the zero Key.

@@ -37,6 +37,7 @@ func FuzzScan(f *testing.F) {
 		`[]` + "\n" + `{"custom_id":1}` + "\n" + `null` + "\n" + `{"a":{"b":[1,2,{"c":"}"}]}}`,
 		"prompt\nhello\n\"multi\nline\"\n",
 		"custom_id,prompt\na,hi\na,again\n,x\nb,\"\"\n",
+		`{"prompt":"hi"}` + "\n" + `{"custom_id":"x","messages":[{"role":"user","content":"a"},1]}` + "\n" + `{"prompt":"a","url":"/v1/chat/completions"}`,
 	} {
 		f.Add([]byte(s), false)
 		f.Add([]byte(s), true)
@@ -148,6 +149,9 @@ func refCheck(line []byte, o Options) string {
 	if json.Unmarshal(line, &m) != nil || m == nil || ijson.Check(line) != nil {
 		return CodeInvalidJSON
 	}
+	if _, ok := m["body"]; !ok && (m["messages"] != nil || m["prompt"] != nil) {
+		return refSimple(m, o)
+	}
 	var id string
 	switch raw, ok := m["custom_id"]; {
 	case !ok || string(raw) == "null":
@@ -184,6 +188,54 @@ func refCheck(line []byte, o Options) string {
 	}
 	if string(body["stream"]) == "true" {
 		return CodeStreamUnsupported
+	}
+	return ""
+}
+
+// refSimple states the rules of a simple row (simple.go) on a map.
+func refSimple(m map[string]json.RawMessage, o Options) string {
+	for k := range m {
+		if k != "custom_id" && k != "messages" && k != "prompt" {
+			return CodeInvalidRow
+		}
+	}
+	if m["messages"] != nil && m["prompt"] != nil {
+		return CodeInvalidRow
+	}
+	if raw := m["prompt"]; raw != nil {
+		var p string
+		if raw[0] != '"' || json.Unmarshal(raw, &p) != nil {
+			return CodeInvalidPrompt
+		}
+		if strings.TrimSpace(p) == "" {
+			return CodeEmptyPrompt
+		}
+	} else {
+		var msgs []map[string]json.RawMessage
+		if json.Unmarshal(m["messages"], &msgs) != nil || len(msgs) == 0 {
+			return CodeInvalidMessages
+		}
+		for _, msg := range msgs {
+			if msg == nil {
+				return CodeInvalidMessages
+			}
+		}
+	}
+	switch {
+	case o.Endpoint != chatCompletions:
+		return CodeUnsupportedEndpoint
+	case o.Model == "":
+		return CodeMissingModel
+	case !o.KnownModel(o.Model):
+		return CodeModelNotFound
+	}
+	var id string
+	switch raw, ok := m["custom_id"]; {
+	case !ok || string(raw) == "null":
+	case raw[0] != '"' || json.Unmarshal(raw, &id) != nil:
+		return CodeInvalidCustomID
+	case id == "":
+		return CodeMissingCustomID
 	}
 	return ""
 }

@@ -152,7 +152,10 @@ const (
 	CodeFileTooLarge        = "file_too_large"       // more than MaxBytes bytes
 	CodeEmptyFile           = "empty_file"           // no rows at all
 	CodeInvalidCSV          = "invalid_csv"          // CSV syntax or column count
-	CodeEmptyPrompt         = "empty_prompt"         // CSV prompt blank
+	CodeEmptyPrompt         = "empty_prompt"         // CSV or simple row prompt blank
+	CodeInvalidPrompt       = "invalid_prompt"       // a simple row's prompt not a string
+	CodeInvalidMessages     = "invalid_messages"     // a simple row's messages not an array of objects
+	CodeInvalidRow          = "invalid_row"          // a simple row with a member it does not take
 	CodeUnsupportedEndpoint = "unsupported_endpoint" // the batch's endpoint cannot take this file
 )
 
@@ -250,6 +253,8 @@ type scanner struct {
 	fn   func(Row) error
 	res  Result
 	ids  map[idKey]int // custom_id → line of its first use
+
+	simple simpleEncoder // writes the requests of simple rows
 
 	// The model of the last row and whether it is known: files name one
 	// model almost always, so this spares a lookup and a string per row.
@@ -395,6 +400,9 @@ func (s *scanner) checkLine(l line) (Row, *LineError) {
 	if err != nil {
 		return Row{}, problem(n, CodeInvalidJSON, "", "%v", err)
 	}
+	if req.body == nil && (req.messages != nil || req.prompt != nil) {
+		return s.checkSimple(l, req)
+	}
 
 	id, isString := stringValue(req.customID)
 	switch {
@@ -421,8 +429,11 @@ func (s *scanner) checkLine(l line) (Row, *LineError) {
 		return Row{}, problem(n, CodeMismatchedURL, "url", "url %s is not the batch's endpoint %q", clip(req.url), s.opts.Endpoint)
 	}
 
+	if req.body == nil {
+		return Row{}, problem(n, CodeInvalidBody, "body", "body is missing: send body, or messages or prompt with the batch's model")
+	}
 	if !isObject(req.body) {
-		return Row{}, problem(n, CodeInvalidBody, "body", "body must be a JSON object, not %s", clipOrMissing(req.body))
+		return Row{}, problem(n, CodeInvalidBody, "body", "body must be a JSON object, not %s", clip(req.body))
 	}
 	body := splitBody(req.body)
 	m, isString := stringValue(body.model)

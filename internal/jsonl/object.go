@@ -22,6 +22,9 @@ import (
 // rawRequest holds the raw JSON values of a request's members; nil is absent.
 type rawRequest struct {
 	customID, method, url, body []byte
+	// The members of a simple row (docs/api.md "Files", simple rows), and
+	// the name of its first member that is none of the above.
+	messages, prompt, other []byte
 }
 
 // splitRequest finds the members of a request line.
@@ -51,6 +54,14 @@ func splitRequest(b []byte) (rawRequest, error) {
 			r.url = value
 		case "body":
 			r.body = value
+		case "messages":
+			r.messages = value
+		case "prompt":
+			r.prompt = value
+		default:
+			if r.other == nil {
+				r.other = key
+			}
 		}
 	}
 }

@@ -10,16 +10,17 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/relaybatch/relay/internal/anthropic/wire"
 	"github.com/relaybatch/relay/internal/inference"
+	"github.com/relaybatch/relay/internal/provider"
+	"github.com/tidwall/gjson"
 )
 
-// anthropicBatches is Anthropic's Message Batches API (wire objects:
-// internal/anthropic/wire).
+// anthropicBatches is Anthropic's Message Batches API (its objects as
+// provider.MessageBatch and provider.MessageResult read them).
 type anthropicBatches struct{ client }
 
 func (a anthropicBatches) create(ctx context.Context, tag, _ string, write func(emit func(string, []byte) error) error) (string, error) {
-	var mb wire.MessageBatch
+	var mb provider.MessageBatch
 	err := a.streamed(ctx, a.base+"/v1/messages/batches", "application/json", func(w io.Writer) error {
 		if _, err := io.WriteString(w, `{"requests":[`); err != nil {
 			return err
@@ -66,20 +67,18 @@ func (a anthropicBatches) find(ctx context.Context, tag string, rows int, since 
 			q.Set("after_id", after)
 		}
 		var page struct {
-			Data    []wire.MessageBatch `json:"data"`
-			HasMore bool                `json:"has_more"`
-			LastID  string              `json:"last_id"`
+			Data    []provider.MessageBatch `json:"data"`
+			HasMore bool                    `json:"has_more"`
+			LastID  string                  `json:"last_id"`
 		}
 		if err := a.call(ctx, http.MethodGet, a.base+"/v1/messages/batches?"+q.Encode(), nil, &page); err != nil {
 			return nil, fmt.Errorf("list message batches: %w", err)
 		}
 		for _, mb := range page.Data {
-			created, err := time.Parse(time.RFC3339, mb.CreatedAt)
-			if err == nil && created.Before(since) {
+			if !mb.Created.IsZero() && mb.Created.Before(since) {
 				return ids, nil // newest first: the rest are older
 			}
-			c := mb.RequestCounts
-			if c.Processing+c.Succeeded+c.Errored+c.Canceled+c.Expired != int64(rows) {
+			if mb.Requests != int64(rows) {
 				continue
 			}
 			ours, err := a.holds(ctx, mb, tag)
@@ -101,15 +100,13 @@ var errStopLines = errors.New("stop")
 
 // holds reports whether message batch mb may be group tag's: its first
 // result's custom id says so once it has ended.
-func (a anthropicBatches) holds(ctx context.Context, mb wire.MessageBatch, tag string) (bool, error) {
-	if !mb.Ended() {
+func (a anthropicBatches) holds(ctx context.Context, mb provider.MessageBatch, tag string) (bool, error) {
+	if !mb.Ended {
 		return true, nil
 	}
 	ours := false
-	err := a.eachLine(ctx, a.base+"/v1/messages/batches/"+mb.ID+"/results", func(line []byte) error {
-		var r wire.MessageResult
-		_ = json.Unmarshal(line, &r)
-		ours = rowOf(tag, r.CustomID) >= 0
+	err := a.eachLine(ctx, a.base+"/v1/messages/batches/"+mb.ID+"/results", func(line []byte, _ bool) error {
+		ours = rowOf(tag, gjson.GetBytes(line, "custom_id").String()) >= 0
 		return errStopLines
 	})
 	if err != nil && !errors.Is(err, errStopLines) {
@@ -119,47 +116,36 @@ func (a anthropicBatches) holds(ctx context.Context, mb wire.MessageBatch, tag s
 }
 
 func (a anthropicBatches) get(ctx context.Context, id string) (remote, error) {
-	var mb wire.MessageBatch
+	var mb provider.MessageBatch
 	if err := a.call(ctx, http.MethodGet, a.base+"/v1/messages/batches/"+id, nil, &mb); err != nil {
 		return remote{}, err
 	}
-	return remote{id: id, ended: mb.Ended()}, nil
+	return remote{id: id, ended: mb.Ended}, nil
 }
 
 // transientTypes are the error types of an errored request worth a direct
 // run: Anthropic's own trouble, not the request's.
 var transientTypes = map[string]bool{"api_error": true, "overloaded_error": true, "rate_limit_error": true, "timeout_error": true}
 
-// statusOf is the HTTP status of an error type (the inverse of
-// wire.ErrorType).
-func statusOf(typ string) int {
-	for st := 400; st < 600; st++ {
-		if wire.ErrorType(st) == typ {
-			return st
+func (a anthropicBatches) results(ctx context.Context, r remote, fn func(string, rowResult) error) error {
+	return a.eachLine(ctx, a.base+"/v1/messages/batches/"+r.id+"/results", func(line []byte, cut bool) error {
+		if cut {
+			return fn(a.cutRow(line, r.id))
 		}
-	}
-	return http.StatusBadRequest
-}
-
-func (a anthropicBatches) results(ctx context.Context, r remote, fn func(string, rowResult)) error {
-	return a.eachLine(ctx, a.base+"/v1/messages/batches/"+r.id+"/results", func(line []byte) error {
-		var mr wire.MessageResult
+		var mr provider.MessageResult
 		if err := json.Unmarshal(line, &mr); err != nil {
 			return fmt.Errorf("result of %s: %w", r.id, err)
 		}
 		res := inference.Result{Model: a.model.Name, Attempts: 1, RequestID: "req_" + r.id + "_" + mr.CustomID}
-		switch o := mr.Result; {
-		case o.Type == "succeeded":
-			res.StatusCode, res.Body = http.StatusOK, o.Message
-		case o.Type == "errored" && o.Error != nil && !transientTypes[o.Error.Error.Type]:
-			res.StatusCode = statusOf(o.Error.Error.Type)
-			res.Body, _ = json.Marshal(o.Error)
+		switch {
+		case mr.Outcome == "succeeded":
+			res.StatusCode, res.Body = http.StatusOK, mr.Message
+		case mr.Outcome == "errored" && mr.Error != nil && !transientTypes[mr.ErrorType]:
+			res.StatusCode, res.Body = provider.AnthropicStatus(mr.ErrorType), mr.Error
 		default: // canceled, expired, a transient error
-			fn(mr.CustomID, rowResult{rescue: true})
-			return nil
+			return fn(mr.CustomID, rowResult{rescue: true})
 		}
-		fn(mr.CustomID, rowResult{res: res})
-		return nil
+		return fn(mr.CustomID, a.capped(rowResult{res: res}, r.id, mr.CustomID))
 	})
 }
 

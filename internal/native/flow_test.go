@@ -49,6 +49,9 @@ type fakes struct {
 	// gov, if set, answers Admit as the engine's Governor does; nil
 	// admits every chunk.
 	gov *govern.Checker
+	// discard, if set, makes CommitRows read the part through and keep
+	// nothing of it but the chunk's state (heap tests).
+	discard bool
 }
 
 func (f *fakes) GetBatch(context.Context, string, string) (batch.Batch, error) { return f.b, nil }
@@ -136,9 +139,16 @@ func (f *fakes) SendBatch(ctx context.Context, name string, vs []any, d time.Dur
 	}
 	return nil
 }
-func (f *fakes) CommitRows(_ context.Context, _ batch.Batch, c batch.Chunk, outs []part.Outcome) error {
+func (f *fakes) CommitRows(_ context.Context, b batch.Batch, c batch.Chunk, rows *part.Lines) error {
 	if f.onCommit != nil {
 		f.onCommit(c)
+	}
+	if f.discard {
+		return f.commitDiscarding(c, rows)
+	}
+	outs, err := outcomesOf(b, c, rows)
+	if err != nil {
+		return err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -148,6 +158,34 @@ func (f *fakes) CommitRows(_ context.Context, _ batch.Batch, c batch.Chunk, outs
 	f.commits[c.Index] = outs
 	return nil
 }
+
+// outcomesOf reads rows back as the outcomes their lines say, in row
+// order: a line's error code is both its Code and its Result's ErrCode.
+func outcomesOf(b batch.Batch, c batch.Chunk, rows *part.Lines) ([]part.Outcome, error) {
+	defer rows.Close()
+	objs, cm, err := part.Commit(c, rows, 0, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	decoders := map[byte]*json.Decoder{part.KindOut: json.NewDecoder(objs["out"].Body), part.KindErr: json.NewDecoder(objs["err"].Body)}
+	var outs []part.Outcome
+	for _, kind := range []byte(cm.Chunk.Pattern) {
+		var l part.Line
+		if err := decoders[kind].Decode(&l); err != nil {
+			return nil, err
+		}
+		o := part.Outcome{CustomID: l.CustomID}
+		if r := l.Response; r != nil {
+			o.Result = inference.Result{StatusCode: r.StatusCode, Body: r.Body, RequestID: r.RequestID, Usage: provider.UsageOf(b.Endpoint, r.Body)}
+		}
+		if e := l.Error; e != nil {
+			o.Code, o.Message, o.Result.ErrCode, o.Result.ErrMessage = e.Code, e.Message, e.Code, e.Message
+		}
+		outs = append(outs, o)
+	}
+	return outs, nil
+}
+
 func (f *fakes) TakeSlots(_ context.Context, c batch.Chunk) (batch.Chunk, error) {
 	c.Slots = 2
 	return c, nil

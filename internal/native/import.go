@@ -8,10 +8,11 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
-	"github.com/relaybatch/relay/internal/inference"
+	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/plan"
 	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/spool"
 	"github.com/relaybatch/relay/internal/store"
 	"github.com/relaybatch/relay/internal/workflow"
 )
@@ -22,23 +23,17 @@ func timeUnix(sec int64) time.Time { return time.Unix(sec, 0) }
 // results from ended provider batch r, the group's own; rows it did not
 // answer for good run directly first. A retry goes on where the last
 // attempt stopped: a chunk commits once, and its claim is this import's
-// (the run derives from the provider batch) until it does.
+// (the run derives from the provider batch) until it does. The results
+// are read one line at a time into a spool (answers), never held together.
 func (s *Service) importGroup(ctx context.Context, b batch.Batch, g batch.Group, up upstream, r remote) error {
-	t := tag(g.Batch, g.Index)
-	results := map[int]inference.Result{}
-	var err error
+	got := &answers{spool: spool.Buffer{InMemory: answersInMemory}, at: map[int]answerAt{}}
+	defer got.spool.Close()
 	if r.id != noProvider {
-		err = up.results(ctx, r, func(id string, rr rowResult) {
-			if row := rowOf(t, id); row >= 0 && !rr.rescue {
-				rr.res.Usage = provider.UsageOf(b.Endpoint, rr.res.Body)
-				results[row] = rr.res
-			}
-		})
+		if err := s.readAnswers(ctx, b, g, up, r, got); err != nil {
+			return err
+		}
 	}
-	if err != nil {
-		return fmt.Errorf("results of group %d of %s: %w", g.Index, b.ID, err)
-	}
-	if len(results) < g.Rows {
+	if len(got.at) < g.Rows {
 		if err := s.setExecution(ctx, b, batch.ExecHybrid); err != nil {
 			return err
 		}
@@ -52,18 +47,37 @@ func (s *Service) importGroup(ctx context.Context, b batch.Batch, g batch.Group,
 		if c.State == batch.ChunkDone {
 			continue
 		}
-		if err := s.importChunk(ctx, b, c, run, results); err != nil {
+		if err := s.importChunk(ctx, b, c, run, got); err != nil {
 			return err
 		}
 	}
 	s.Log.InfoContext(ctx, "provider batch imported", "batch_id", b.ID, "group", g.Index, "provider_batch", r.id,
-		"rows", g.Rows, "direct", g.Rows-len(results))
+		"rows", g.Rows, "direct", g.Rows-len(got.at))
 	return nil
 }
 
-// importChunk claims chunk c for run, runs the rows results lacks and
-// commits the chunk.
-func (s *Service) importChunk(ctx context.Context, b batch.Batch, c batch.Chunk, run string, results map[int]inference.Result) error {
+// readAnswers spools the answers for good of provider batch r to group
+// g's rows into got.
+func (s *Service) readAnswers(ctx context.Context, b batch.Batch, g batch.Group, up upstream, r remote, got *answers) error {
+	t := tag(g.Batch, g.Index)
+	err := up.results(ctx, r, func(id string, rr rowResult) error {
+		row := rowOf(t, id)
+		if row < 0 || rr.rescue {
+			return nil
+		}
+		rr.res.Usage = provider.UsageOf(b.Endpoint, rr.res.Body)
+		return got.put(row, rr.res)
+	})
+	if err != nil {
+		return fmt.Errorf("results of group %d of %s: %w", g.Index, b.ID, err)
+	}
+	return nil
+}
+
+// importChunk claims chunk c for run, sets each row's line as its answer
+// comes (from got, or from running the rows got lacks) and commits the
+// chunk.
+func (s *Service) importChunk(ctx context.Context, b batch.Batch, c batch.Chunk, run string, got *answers) error {
 	c, err := s.claim(ctx, c, run)
 	if err != nil {
 		return err
@@ -72,28 +86,28 @@ func (s *Service) importChunk(ctx context.Context, b batch.Batch, c batch.Chunk,
 	if err != nil {
 		return err
 	}
-	outs := make([]part.Outcome, len(reqs))
+	lines := part.NewLines(b, c, s.Now())
+	defer lines.Close()
 	var direct []int
 	for i, q := range reqs {
-		outs[i].CustomID = q.CustomID
-		if res, ok := results[c.Row(i)]; ok {
-			outs[i].Result = res
-		} else if workflow.InBody(q.Body) {
-			outs[i].Code, outs[i].Message = workflow.CodeInvalid, "workflow records do not run on a batch: native model"
-		} else {
+		res, ok, err := got.get(c.Row(i))
+		switch {
+		case err != nil:
+			return err
+		case ok:
+			lines.Set(i, part.Outcome{CustomID: q.CustomID, Result: res})
+		case workflow.InBody(q.Body):
+			lines.Set(i, part.Outcome{CustomID: q.CustomID, Code: workflow.CodeInvalid, Message: "workflow records do not run on a batch: native model"})
+		default:
 			direct = append(direct, i)
 		}
 	}
 	if len(direct) > 0 {
-		bodies := make([][]byte, len(reqs))
-		for i, q := range reqs {
-			bodies[i] = q.Body
-		}
-		if c, err = s.runDirect(ctx, b, c, bodies, outs, direct); err != nil {
+		if c, err = s.runDirect(ctx, b, c, reqs, lines, direct); err != nil {
 			return err
 		}
 	}
-	return s.Engine.CommitRows(ctx, b, c, outs)
+	return s.Engine.CommitRows(ctx, b, c, lines)
 }
 
 // claim makes chunk c run's: claimed alone (no slots) when pending, taken
@@ -119,16 +133,19 @@ func (s *Service) claim(ctx context.Context, c batch.Chunk, run string) (batch.C
 	return s.Store.Takeover(ctx, c, run, lease, lease)
 }
 
-// runDirect runs rows direct of chunk c (claimed, no slots) on their model
+// runDirect runs rows direct of chunk c (claimed, no slots), setting
+// their lines as they end, on their model
 // with fallback (engine.Provider), within slots it takes of the model's
 // capacity, keeping c's lease meanwhile; it returns c holding them, for
 // the commit to hand on. Rows past the batch's window get batch_expired;
 // rows of a chunk the engine no longer admits (a key disabled, a budget
 // spent) get its refusal's line, as an executor's run gives them.
-func (s *Service) runDirect(ctx context.Context, b batch.Batch, c batch.Chunk, bodies [][]byte, outs []part.Outcome, direct []int) (batch.Chunk, error) {
+func (s *Service) runDirect(ctx context.Context, b batch.Batch, c batch.Chunk, reqs []jsonl.Request, lines *part.Lines, direct []int) (batch.Chunk, error) {
 	if b.PastExpiry(s.Now()) {
 		for _, i := range direct {
-			outs[i].Expire()
+			o := part.Outcome{CustomID: reqs[i].CustomID}
+			o.Expire()
+			lines.Set(i, o)
 		}
 		return c, nil
 	}
@@ -138,7 +155,7 @@ func (s *Service) runDirect(ctx context.Context, b batch.Batch, c batch.Chunk, b
 	}
 	if code != "" {
 		for _, i := range direct {
-			outs[i].Code, outs[i].Message = code, why
+			lines.Set(i, part.Outcome{CustomID: reqs[i].CustomID, Code: code, Message: why})
 		}
 		return c, nil
 	}
@@ -162,11 +179,13 @@ func (s *Service) runDirect(ctx context.Context, b batch.Batch, c batch.Chunk, b
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
+			o := part.Outcome{CustomID: reqs[i].CustomID}
 			if b.PastExpiry(s.Now()) {
-				outs[i].Expire()
-				return
+				o.Expire()
+			} else {
+				o.Result = s.Provider.Do(runCtx, b.Endpoint, reqs[i].Body, route)
 			}
-			outs[i].Result = s.Provider.Do(runCtx, b.Endpoint, bodies[i], route)
+			lines.Set(i, o)
 		})
 	}
 	wg.Wait()

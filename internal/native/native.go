@@ -73,7 +73,7 @@ type Queue interface {
 // Engine commits chunks, lends them its models' slots and says what their
 // rows may still spend and run on (*engine.Engine).
 type Engine interface {
-	CommitRows(ctx context.Context, b batch.Batch, c batch.Chunk, outs []part.Outcome) error
+	CommitRows(ctx context.Context, b batch.Batch, c batch.Chunk, rows *part.Lines) error
 	TakeSlots(ctx context.Context, c batch.Chunk) (batch.Chunk, error)
 	Route(ctx context.Context, b batch.Batch) (provider.Route, error)
 	Admit(ctx context.Context, b batch.Batch, c batch.Chunk) (code, message string, err error)
@@ -110,6 +110,10 @@ type Service struct {
 	HTTP     *http.Client
 	Log      *slog.Logger
 
+	// MaxResponseBytes caps an answer imported from a provider batch, as
+	// provider.Client.MaxResponseBytes caps a direct one (0:
+	// provider.DefaultMaxResponseBytes; docs/design.md "Memory").
+	MaxResponseBytes int64
 	// Limits override the package's Limits per provider (tests).
 	Limits map[config.Provider]Limit
 	// PollMin is the first poll's delay, doubling up to PollMax (defaults

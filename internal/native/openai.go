@@ -120,18 +120,20 @@ func (o openAIBatches) get(ctx context.Context, id string) (remote, error) {
 	return r, nil
 }
 
-func (o openAIBatches) results(ctx context.Context, r remote, fn func(string, rowResult)) error {
+func (o openAIBatches) results(ctx context.Context, r remote, fn func(string, rowResult) error) error {
 	for _, f := range []string{r.outFile, r.errFile} {
 		if f == "" {
 			continue
 		}
-		err := o.eachLine(ctx, o.base+"/files/"+f+"/content", func(line []byte) error {
+		err := o.eachLine(ctx, o.base+"/files/"+f+"/content", func(line []byte, cut bool) error {
+			if cut {
+				return fn(o.cutRow(line, r.id))
+			}
 			var l part.Line
 			if err := json.Unmarshal(line, &l); err != nil {
 				return fmt.Errorf("result line of %s: %w", r.id, err)
 			}
-			fn(l.CustomID, o.rowResult(l))
-			return nil
+			return fn(l.CustomID, o.capped(o.rowResult(l), r.id, l.CustomID))
 		})
 		if err != nil {
 			return err

@@ -3,8 +3,10 @@ package native
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,6 +18,7 @@ import (
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/inference"
 	"github.com/relaybatch/relay/internal/provider"
+	"github.com/tidwall/gjson"
 )
 
 // upstream is one provider's batch API, on one model's base URL and key.
@@ -28,8 +31,9 @@ type upstream interface {
 	find(ctx context.Context, tag string, rows int, since time.Time) ([]string, error)
 	// get reads a provider batch.
 	get(ctx context.Context, id string) (remote, error)
-	// results streams an ended provider batch's results to fn, by custom id.
-	results(ctx context.Context, r remote, fn func(customID string, res rowResult)) error
+	// results streams an ended provider batch's results to fn, by custom
+	// id, one at a time; an error of fn stops them.
+	results(ctx context.Context, r remote, fn func(customID string, res rowResult) error) error
 	cancel(ctx context.Context, id string) error
 }
 
@@ -54,6 +58,9 @@ type client struct {
 	base  string
 	model config.Model
 	auth  func(h http.Header)
+	// limit is the answer cap (Service.MaxResponseBytes): a result whose
+	// body is longer is the row's response_too_large, as a direct call's.
+	limit int64
 }
 
 // upstream is the provider batch API of model for batch b's groups: a
@@ -72,7 +79,8 @@ func (s *Service) upstream(ctx context.Context, b batch.Batch, model string) (up
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	c := client{http: hc, base: strings.TrimSuffix(m.BaseURL, "/"), model: m}
+	c := client{http: hc, base: strings.TrimSuffix(m.BaseURL, "/"), model: m,
+		limit: cmp.Or(s.MaxResponseBytes, provider.DefaultMaxResponseBytes)}
 	if m.Provider == config.Anthropic {
 		extra := provider.Anthropic{Betas: b.AnthropicBetas, UserProfile: b.UserProfileID}
 		c.auth = func(h http.Header) {
@@ -161,24 +169,84 @@ func (c client) streamed(ctx context.Context, url, ctype string, write func(w io
 	return json.NewDecoder(rc).Decode(out)
 }
 
-// eachLine calls fn with every line of the body at url.
-func (c client) eachLine(ctx context.Context, url string, fn func(line []byte) error) error {
+// lineSlack is what a result line carries besides its answer's body: its
+// ids, status and framing.
+const lineSlack = 64 << 10
+
+// headKept is what is kept of a line too long to read whole: its custom id
+// comes first in both providers' result lines.
+const headKept = 4 << 10
+
+// eachLine calls fn with every line of the body at url, one at a time,
+// reading at most the answer cap and lineSlack of a line: a longer one
+// comes to fn cut to its first headKept bytes, with cut set. An import
+// holds one line, whatever the file's size (docs/design.md "Memory").
+func (c client) eachLine(ctx context.Context, url string, fn func(line []byte, cut bool) error) error {
 	rc, err := c.open(ctx, http.MethodGet, url, "", nil)
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
-	sc := bufio.NewScanner(rc)
-	sc.Buffer(nil, 64<<20)
-	for sc.Scan() {
-		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
-			continue
+	br := bufio.NewReaderSize(rc, 64<<10)
+	var buf []byte
+	for {
+		line, cut, err := readLine(br, buf[:0], int(c.limit)+lineSlack)
+		buf = line
+		if len(bytes.TrimSpace(line)) > 0 {
+			if ferr := fn(line, cut); ferr != nil {
+				return ferr
+			}
 		}
-		if err := fn(sc.Bytes()); err != nil {
-			return err
+		switch {
+		case errors.Is(err, io.EOF):
+			return nil
+		case err != nil:
+			return fmt.Errorf("read %s: %w", url, err)
 		}
 	}
-	return sc.Err()
+}
+
+// readLine reads br's next line into buf: whole when at most limit bytes,
+// else its first headKept bytes, cut, the rest skipped.
+func readLine(br *bufio.Reader, buf []byte, limit int) (line []byte, cut bool, err error) {
+	for {
+		frag, err := br.ReadSlice('\n')
+		switch {
+		case cut:
+		case len(buf)+len(frag) > limit:
+			cut = true
+			buf = append(buf, frag[:max(0, min(len(frag), headKept-len(buf)))]...)
+		default:
+			buf = append(buf, frag...)
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return buf, cut, err
+		}
+	}
+}
+
+// capped is rr, or the row's response_too_large when its answer's body is
+// longer than the cap: the row fails as a direct call's answer over the
+// cap does, never run again (docs/design.md "Memory").
+func (c client) capped(rr rowResult, providerBatch, customID string) rowResult {
+	if rr.rescue || int64(len(rr.res.Body)) <= c.limit {
+		return rr
+	}
+	return c.tooLarge(providerBatch, customID)
+}
+
+// cutRow is the row of a result line cut for its length (head: what was
+// kept of it): its custom id and its response_too_large. A head without
+// an id names no row, which then runs directly.
+func (c client) cutRow(head []byte, providerBatch string) (string, rowResult) {
+	id := gjson.GetBytes(head, "custom_id").String()
+	return id, c.tooLarge(providerBatch, id)
+}
+
+func (c client) tooLarge(providerBatch, customID string) rowResult {
+	return rowResult{res: inference.Result{Model: c.model.Name, Attempts: 1, RequestID: "req_" + providerBatch + "_" + customID,
+		ErrCode:    inference.CodeResponseTooLarge,
+		ErrMessage: fmt.Sprintf("model %q: upstream answer over the size cap: more than %d bytes in provider batch %s", c.model.Name, c.limit, providerBatch)}}
 }
 
 // customID is row's custom id in group tag's provider batch: its number

@@ -5,19 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/sched"
+	"github.com/relaybatch/relay/internal/spool"
 )
 
 // SpillAt is how many bytes of lines a Lines keeps in memory before it
 // moves them to a temporary file.
-const SpillAt = 8 << 20
+const SpillAt = spool.DefaultInMemory
 
 // Lines are the lines of a chunk's rows, written as each row ends (Set)
 // rather than kept as answers until the last row is done: a run holds the
@@ -29,10 +28,8 @@ type Lines struct {
 	b     batch.Batch
 	c     batch.Chunk
 	w     builder
-	spans []span // by row; n == 0: not set
-	mem   bytes.Buffer
-	file  *os.File // once spilled, every line is here
-	size  int64
+	spans []span       // by row; n == 0: not set
+	spool spool.Buffer // the lines, in the order rows ended
 	err   error
 }
 
@@ -74,25 +71,12 @@ func (l *Lines) Set(i int, o Outcome) {
 	rw := builder{b: l.w.b, now: l.w.now, p: Part{ByModel: map[string]sched.UsageAgg{}}}
 	line, letter := rw.render(LineID(l.b.ID, l.c.Row(i)), o)
 	line = append(line, '\n')
-	if l.file == nil && l.mem.Len()+len(line) > SpillAt {
-		sweepOnce.Do(func() { removeStale(os.TempDir(), time.Now()) })
-		l.file, l.err = os.CreateTemp("", spoolPattern)
-		if l.err == nil {
-			_, l.err = l.file.Write(l.mem.Bytes())
-			l.mem = bytes.Buffer{}
-		}
-	}
-	switch {
-	case l.err != nil:
+	off := l.spool.Size()
+	if _, l.err = l.spool.Write(line); l.err != nil {
 		return
-	case l.file != nil:
-		_, l.err = l.file.Write(line)
-	default:
-		l.mem.Write(line)
 	}
 	rw.p.Usage = rw.usage.Bytes()
-	l.spans[i] = span{off: l.size, n: int64(len(line)), letter: letter, row: rw.p}
-	l.size += int64(len(line))
+	l.spans[i] = span{off: off, n: int64(len(line)), letter: letter, row: rw.p}
 	l.w.usage.Write(rw.p.Usage)
 	addPart(&l.w.p, rw.p)
 }
@@ -150,27 +134,6 @@ func addPart(p *Part, row Part) {
 	}
 }
 
-// spoolPattern names the temporary files of Lines.
-const spoolPattern = "relay-part-*"
-
-// staleAfter is the age past which a spool file belongs to no live run:
-// a run ends within its invocation's 15 minutes.
-const staleAfter = time.Hour
-
-var sweepOnce sync.Once
-
-// removeStale removes the spool files in dir older than staleAfter at now:
-// those of a process that died before its runs closed them (Lambda keeps
-// /tmp across its process's restarts in a warm environment).
-func removeStale(dir string, now time.Time) {
-	names, _ := filepath.Glob(filepath.Join(dir, spoolPattern))
-	for _, name := range names {
-		if fi, err := os.Stat(name); err == nil && now.Sub(fi.ModTime()) > staleAfter {
-			os.Remove(name)
-		}
-	}
-}
-
 // Tally is how many of the rows set so far go to the output file and how
 // many to the error file.
 func (l *Lines) Tally() batch.Counts {
@@ -183,13 +146,11 @@ func (l *Lines) Tally() batch.Counts {
 func (l *Lines) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.file == nil {
+	if !l.spool.Spilled() {
 		return nil
 	}
-	l.file.Close()
-	name := l.file.Name()
-	l.file, l.err = nil, errors.New("closed")
-	return os.Remove(name)
+	l.err = errors.New("closed")
+	return l.spool.Close()
 }
 
 // Object is a part object's bytes: a reader that can seek (the S3 SDK
@@ -208,10 +169,7 @@ func (l *Lines) part() (map[string]Object, Part, error) {
 	if l.err != nil {
 		return nil, Part{}, fmt.Errorf("spool the lines of batch %s: %w", l.b.ID, l.err)
 	}
-	var src io.ReaderAt = bytes.NewReader(l.mem.Bytes())
-	if l.file != nil {
-		src = l.file
-	}
+	src := &l.spool
 	pattern := make([]byte, len(l.spans))
 	out, errs := &segments{src: src}, &segments{src: src}
 	for i, s := range l.spans {

@@ -54,7 +54,7 @@ func TestLinesAnyOrder(t *testing.T) {
 				wg.Go(func() { l.Set(i, outs[i]) })
 			}
 			wg.Wait()
-			spilled := l.file != nil
+			spilled := l.spool.Spilled()
 			c := batch.Chunk{Batch: "batch_x", FirstRow: 100}
 			objs, cm, err := Commit(c, l, 0, now)
 			if err != nil {
@@ -73,7 +73,7 @@ func TestLinesAnyOrder(t *testing.T) {
 			}
 			var name string
 			if spilled {
-				name = l.file.Name()
+				name = l.spool.Name()
 			}
 			if err := l.Close(); err != nil {
 				t.Fatal(err)
@@ -91,26 +91,5 @@ func TestLinesMissingRow(t *testing.T) {
 	l.Set(0, Outcome{CustomID: "a", Code: CodeExpired})
 	if _, _, err := Commit(batch.Chunk{}, l, 0, time.Now()); err == nil {
 		t.Fatal("Commit with a row not set: no error")
-	}
-}
-
-// removeStale removes the spool files of a dead process, not those of a
-// live run (nor other files).
-func TestRemoveStale(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	now := time.Now()
-	for name, age := range map[string]time.Duration{"relay-part-old": 2 * time.Hour, "relay-part-new": time.Minute, "other-old": 2 * time.Hour} {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		os.Chtimes(p, now.Add(-age), now.Add(-age))
-	}
-	removeStale(dir, now)
-	for name, want := range map[string]bool{"relay-part-old": false, "relay-part-new": true, "other-old": true} {
-		if _, err := os.Stat(filepath.Join(dir, name)); (err == nil) != want {
-			t.Errorf("%s: exists %v, want %v", name, err == nil, want)
-		}
 	}
 }

@@ -87,6 +87,11 @@ type Outcome struct {
 	// (and expired rows make the batch expired). A code a workflow callback
 	// chose never is (docs/design.md "Liveness").
 	Expired, Cancelled bool
+	// Counted says the row's tokens are in the tenant's daily usage already:
+	// a workflow record's steps add theirs as they are checkpointed
+	// (docs/design.md "Governance"). The row still counts as a request
+	// there, and its tokens in the batch's usage.
+	Counted bool
 }
 
 // Expire makes o a row its batch's window ended before: a counted
@@ -188,9 +193,11 @@ func (w *builder) addUsage(o Outcome) {
 	w.p.Tokens.ReasoningTokens += u.ReasoningTokens
 	agg := w.p.ByModel[o.Result.Model]
 	agg.Requests++
-	agg.Input += u.InputTokens
-	agg.Output += u.OutputTokens
-	agg.Total += u.TotalTokens
+	if !o.Counted {
+		agg.Input += u.InputTokens
+		agg.Output += u.OutputTokens
+		agg.Total += u.TotalTokens
+	}
 	w.p.ByModel[o.Result.Model] = agg
 	line, _ := json.Marshal(UsageEvent{Source: "batch", Tenant: w.b.Tenant, KeyID: w.b.KeyID, BatchID: w.b.ID, CustomID: o.CustomID,
 		Model: o.Result.Model, Fallback: o.Result.Fallback, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,

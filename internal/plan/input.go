@@ -72,9 +72,9 @@ func (l Limits) RowsFor(capacity int) int {
 type Input struct {
 	Result jsonl.Result
 	Chunks []batch.Chunk
-	// Objects are the objects the chunks are byte ranges of: a CSV input
-	// rewritten as JSONL (so every executor reads one format), else the
-	// input file's own.
+	// Objects are the objects the chunks are byte ranges of: a CSV input,
+	// or any input of a batch with a model, rewritten as normalized JSONL
+	// (so every executor reads one format), else the input file's own.
 	Objects []batch.Object
 }
 
@@ -110,7 +110,9 @@ func Scan(ctx context.Context, blobs Blobs, b batch.Batch, f file.File, lim Limi
 	defer func() { _ = rc.Close() }()
 	var norm *batch.ObjectWriter
 	var normW io.Writer
-	if format == jsonl.CSV {
+	if format == jsonl.CSV || b.CSVModel != "" {
+		// A JSONL input of a batch with a model may hold simple rows
+		// (docs/api.md "Files"), whose requests the scan synthesizes.
 		norm = batch.NewObjectWriter(ctx, blobs, fmt.Sprintf("files/%s/%s/normalized/", b.Tenant, b.InputFileID+"-"+b.ID))
 		norm.Tag = files.ExpiryTag(f) // it lives as long as the input it stands for
 		normW = norm

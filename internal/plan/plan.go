@@ -83,8 +83,8 @@ func addRow(c *batch.Chunk, row int, start, end int64) {
 
 // SplitInput scans an input file (jsonl.Scan with opts) and adds each
 // valid row to k. With norm nil the chunks are byte ranges of the input
-// (JSONL); otherwise (CSV) each row is written to norm as a JSONL line and
-// the chunks are byte ranges of what norm received.
+// (JSONL); otherwise (CSV, simple rows) each row is written to norm as a
+// normalized JSONL line and the chunks are byte ranges of what norm received.
 func SplitInput(input io.Reader, opts jsonl.Options, k *Chunker, norm io.Writer) (jsonl.Result, error) {
 	var normOff int64
 	return jsonl.Scan(input, opts, func(r jsonl.Row) error {

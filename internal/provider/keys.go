@@ -43,11 +43,12 @@ var _ SecretsAPI = (*secretsmanager.Client)(nil)
 const secretTTL = 5 * time.Minute
 
 // SecretsKeys reads keys from Secrets Manager, secret id Prefix+name, and
-// caches each for secretTTL. Use it by pointer; it is safe for concurrent use.
+// caches each for secretTTL by Now, the service's one clock (app.New).
+// Use it by pointer; it is safe for concurrent use.
 type SecretsKeys struct {
 	Client SecretsAPI
 	Prefix string
-	Now    func() time.Time // for tests; default time.Now
+	Now    func() time.Time
 
 	mu      sync.Mutex
 	secrets map[string]*cachedSecret
@@ -66,10 +67,6 @@ func (s *SecretsKeys) Key(ctx context.Context, name string) (string, error) {
 	if name == "" {
 		return "", nil
 	}
-	now := time.Now
-	if s.Now != nil {
-		now = s.Now
-	}
 	s.mu.Lock()
 	if s.secrets == nil {
 		s.secrets = make(map[string]*cachedSecret)
@@ -83,7 +80,7 @@ func (s *SecretsKeys) Key(ctx context.Context, name string) (string, error) {
 
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !e.fetched.IsZero() && now().Sub(e.fetched) < secretTTL {
+	if !e.fetched.IsZero() && s.Now().Sub(e.fetched) < secretTTL {
 		return e.value, nil
 	}
 	id := s.Prefix + name
@@ -100,7 +97,7 @@ func (s *SecretsKeys) Key(ctx context.Context, name string) (string, error) {
 	default:
 		e.value = aws.ToString(out.SecretString)
 	}
-	e.fetched = now()
+	e.fetched = s.Now()
 	return e.value, nil
 }
 

@@ -72,7 +72,7 @@ func TestChainKeys(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			sm := &fakeSecrets{get: storedSecret}
-			keys := ChainKeys{EnvKeys{}, &SecretsKeys{Client: sm, Prefix: "relay/"}}
+			keys := ChainKeys{EnvKeys{}, &SecretsKeys{Client: sm, Prefix: "relay/", Now: time.Now}}
 			got, err := keys.Key(ctx, tt.key)
 			if err != nil || got != tt.want {
 				t.Errorf("Key(%q) = %q, %v; want %q, nil", tt.key, got, err, tt.want)
@@ -88,7 +88,7 @@ func TestChainKeysError(t *testing.T) {
 	t.Parallel()
 	boom := errors.New("throttled")
 	sm := &fakeSecrets{get: func(string) (string, error) { return "", boom }}
-	keys := ChainKeys{mapKeys{}, &SecretsKeys{Client: sm, Prefix: "relay/"}}
+	keys := ChainKeys{mapKeys{}, &SecretsKeys{Client: sm, Prefix: "relay/", Now: time.Now}}
 	if _, err := keys.Key(context.Background(), "K"); !errors.Is(err, boom) {
 		t.Errorf("Key = %v, want the Secrets Manager error", err)
 	}
@@ -98,7 +98,7 @@ func TestChainKeysError(t *testing.T) {
 		t.Errorf("Secrets Manager called %d times, want 2", n)
 	}
 	// A source that has the key makes another's failure irrelevant.
-	keys = ChainKeys{&SecretsKeys{Client: sm}, mapKeys{"K": "sk-map"}}
+	keys = ChainKeys{&SecretsKeys{Client: sm, Now: time.Now}, mapKeys{"K": "sk-map"}}
 	if got, err := keys.Key(context.Background(), "K"); err != nil || got != "sk-map" {
 		t.Errorf("Key = %q, %v; want sk-map, nil", got, err)
 	}

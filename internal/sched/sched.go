@@ -97,8 +97,10 @@ type Commit struct {
 	Cancelled   int64 // rows that got batch_cancelled
 	DeadLetters int64
 	Usage       batch.Usage
-	// UsageByModel aggregates per model for the tenant's daily usage.
+	// UsageByModel aggregates per model for the tenant's daily usage, and
+	// its usage by key (KeyID, the batch's) and batch.
 	UsageByModel map[string]UsageAgg
+	KeyID        string
 	Day          string // YYYY-MM-DD (UTC) the usage is recorded under
 	// ChunksTotal is the batch's; Last says this commit is its last chunk's
 	// (then FinalizeDue is recorded for the tick).

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/resources"
+	"github.com/relaybatch/relay/internal/sched"
 )
 
 // ErrBatchNotFound is returned for a missing batch.
@@ -31,23 +33,40 @@ func chunkSK(i int) string { return fmt.Sprintf("CHUNK#%06d", i) }
 
 // batchIndexes keeps the GSI attributes in line with the batch: active
 // batches sit in the by-status index oldest first and in the sparse by-due
-// index at the time the tick must look at them (batch.Batch.Due), and runs
-// of a template in the by-template index.
+// index at the time the tick must look at them (dueIndex), and runs of a
+// template in the by-template index. It is the one place they are derived:
+// a write that changes a batch without reading it (a commit) sets those of
+// the batch it leaves (finalizeIndex).
 func batchIndexes(b *batch.Batch) item {
-	it := item{}
+	it := dueIndex(b)
 	if !b.Status.Terminal() && b.Status != batch.Scheduled {
 		it["gsi1pk"] = &types.AttributeValueMemberS{Value: activePK}
 		it["gsi1sk"] = &types.AttributeValueMemberS{Value: fmt.Sprintf("%010d#%s#%s", b.CreatedAt, b.ID, b.Tenant)}
-	}
-	if at, ok := b.Due(); ok {
-		it["gsi4pk"] = avS(duePK)
-		it["gsi4sk"] = avS(dueSK(at, b.Tenant, b.ID))
 	}
 	if b.TemplateID != nil {
 		it["gsi2pk"] = &types.AttributeValueMemberS{Value: "TPL#" + *b.TemplateID}
 		it["gsi2sk"] = &types.AttributeValueMemberS{Value: b.ID}
 	}
 	return it
+}
+
+// dueIndex is a batch's place in the by-due index: when the tick must look
+// at it (batch.Batch.Due), none when never.
+func dueIndex(b *batch.Batch) item {
+	it := item{}
+	if at, ok := b.Due(); ok {
+		it["gsi4pk"] = avS(duePK)
+		it["gsi4sk"] = avS(dueSK(at, b.Tenant, b.ID))
+	}
+	return it
+}
+
+// finalizeIndex is the by-due index of a batch whose last chunk commits
+// with its finalize due at due: that of a batch whose chunks are all done
+// (batch.Batch.Due), which the commit makes it without reading it.
+func finalizeIndex(tenant, id string, due time.Time) item {
+	return dueIndex(&batch.Batch{Tenant: tenant, ID: id, Status: batch.InProgress, Started: true,
+		ChunksTotal: 1, ChunksDone: 1, FinalizeDue: due.Unix()})
 }
 
 // batchItem is a new batch's item: the batch at T#<tenant>/BATCH#<id>, its
@@ -353,22 +372,111 @@ func usageSK(day, model string) string { return day + "#" + model }
 func usageFrom(day string) string      { return day }
 func usageTo(day string) string        { return day + "#\uffff" }
 
-// Usage returns a tenant's daily usage aggregates for days in [from, to].
+// Usage returns a tenant's daily usage aggregates for days in [from, to],
+// read consistently: the governor asks before a workflow record's next
+// event, just after its step counted its spend (docs/design.md
+// "Governance").
 func (s *Store) Usage(ctx context.Context, tenant, from, to string) ([]UsageRow, error) {
-	out, err := s.DB.Query(ctx, &dynamodb.QueryInput{
-		TableName:              &s.Table,
-		KeyConditionExpression: aws.String("pk = :pk AND sk BETWEEN :from AND :to"),
-		ExpressionAttributeValues: item{":pk": avS(usagePK(tenant)), ":from": avS(usageFrom(from)),
-			":to": avS(usageTo(to))},
+	var rows []UsageRow
+	err := s.between(ctx, usagePK(tenant), usageFrom(from), usageTo(to), func(it item) error {
+		var r UsageRow
+		if err := attributevalue.UnmarshalMap(it, &r); err != nil {
+			return err
+		}
+		rows = append(rows, r)
+		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("query usage: %w", err)
-	}
-	var rows []UsageRow
-	if err := attributevalue.UnmarshalListOfMaps(out.Items, &rows); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("query usage of %s: %w", tenant, err)
 	}
 	return rows, nil
+}
+
+// UsageDetail is one day's usage of one model by one batch, attributed to
+// the key that submitted it.
+type UsageDetail struct {
+	UsageRow
+	KeyID   string `dynamodbav:"key_id"`
+	BatchID string `dynamodbav:"batch_id"`
+}
+
+// Beside each daily aggregate, the same usage by key and batch is at
+// USAGEBY#<tenant>/<day>#<key>#<batch>#<model>: GET /v1/usage's group_by
+// reads it, while budgets keep reading the few aggregates of USAGE#.
+func usageByPK(tenant string) string { return "USAGEBY#" + tenant }
+func usageBySK(day, keyID, batchID, model string) string {
+	return day + "#" + keyID + "#" + batchID + "#" + model
+}
+
+// UsageDetails returns a tenant's usage by day, key, batch and model for
+// days in [from, to].
+func (s *Store) UsageDetails(ctx context.Context, tenant, from, to string) ([]UsageDetail, error) {
+	var rows []UsageDetail
+	err := s.between(ctx, usageByPK(tenant), usageFrom(from), usageTo(to), func(it item) error {
+		var r UsageDetail
+		if err := attributevalue.UnmarshalMap(it, &r); err != nil {
+			return err
+		}
+		rows = append(rows, r)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("query usage details of %s: %w", tenant, err)
+	}
+	return rows, nil
+}
+
+// between calls each for every item of partition pk with a sort key in
+// [from, to], page after page.
+func (s *Store) between(ctx context.Context, pk, from, to string, each func(item) error) error {
+	in := &dynamodb.QueryInput{
+		TableName:                 &s.Table,
+		KeyConditionExpression:    aws.String("pk = :pk AND sk BETWEEN :from AND :to"),
+		ExpressionAttributeValues: item{":pk": avS(pk), ":from": avS(from), ":to": avS(to)},
+		ConsistentRead:            aws.Bool(true),
+	}
+	for {
+		out, err := s.DB.Query(ctx, in)
+		if err != nil {
+			return err
+		}
+		for _, it := range out.Items {
+			if err := each(it); err != nil {
+				return err
+			}
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			return nil
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+}
+
+// usageItems add usage by model to a tenant's daily aggregates and to its
+// usage by key and batch: a commit's and a workflow step's writes.
+func (s *Store) usageItems(tenant, day, keyID, batchID string, byModel map[string]sched.UsageAgg) []types.TransactWriteItem {
+	var items []types.TransactWriteItem
+	// Sorted: a retry under the same token must be the same request.
+	for _, model := range slices.Sorted(maps.Keys(byModel)) {
+		u := byModel[model]
+		values := item{":day": avS(day), ":m": avS(model), ":r": avN64(u.Requests),
+			":i": avN64(u.Input), ":o": avN64(u.Output), ":t": avN64(u.Total)}
+		items = append(items, types.TransactWriteItem{Update: &types.Update{
+			TableName: &s.Table, Key: key(usagePK(tenant), usageSK(day, model)),
+			UpdateExpression:          aws.String("SET #d = :day, model = :m ADD requests :r, input_tokens :i, output_tokens :o, total_tokens :t"),
+			ExpressionAttributeNames:  map[string]string{"#d": "day"},
+			ExpressionAttributeValues: values,
+		}})
+		by := maps.Clone(values)
+		by[":k"], by[":b"] = avS(keyID), avS(batchID)
+		items = append(items, types.TransactWriteItem{Update: &types.Update{
+			TableName: &s.Table, Key: key(usageByPK(tenant), usageBySK(day, keyID, batchID, model)),
+			UpdateExpression:          aws.String("SET #d = :day, model = :m, key_id = :k, batch_id = :b ADD requests :r, input_tokens :i, output_tokens :o, total_tokens :t"),
+			ExpressionAttributeNames:  map[string]string{"#d": "day"},
+			ExpressionAttributeValues: by,
+		}})
+	}
+	return items
 }
 
 // deadLetterSK orders a batch's dead letters by row.

@@ -57,6 +57,9 @@ func TestKeyFormats(t *testing.T) {
 		{"dead letter", deadLetterSK(7), "DL#0000007"},
 		{"workflow record", workflowSK(3), "WF#0000003"},
 		{"webhook deliveries", webhookSK, "WEBHOOK"},
+		{"completion webhook deliveries", webhookSKOf("batch.completed"), "WEBHOOK"},
+		{"queued webhook deliveries", webhookSKOf("batch.queued"), "WEBHOOK#batch.queued"},
+		{"in_progress webhook deliveries", webhookSKOf("batch.in_progress"), "WEBHOOK#batch.in_progress"},
 		{"file", fileSK("file-abc"), "FILE#file-abc"},
 		{"upload", uploadSK("upload_abc"), "UPLOAD#upload_abc"},
 		{"idempotency key", idemSK("9f86d0"), "IDEM#9f86d0"},
@@ -557,9 +560,10 @@ func TestCommitItems(t *testing.T) {
 		},
 		{
 			name: "the last, with usage of one model",
-			c: sched.Commit{Chunk: chunk, Completed: 2, ChunksTotal: 5, Last: true, FinalizeDue: due, Day: "2024-05-01",
+			c: sched.Commit{Chunk: chunk, Completed: 2, ChunksTotal: 5, Last: true, FinalizeDue: due, Day: "2024-05-01", KeyID: "k1",
 				UsageByModel: map[string]sched.UsageAgg{"gpt-4o": {Requests: 2, Input: 10, Output: 5, Total: 15}}},
-			want: []string{"update B#batch_1/CHUNK#000002", "update T#acme/BATCH#batch_1", "update USAGE#acme/2024-05-01#gpt-4o", "update MODEL#gpt-4o/CAP#001"},
+			want: []string{"update B#batch_1/CHUNK#000002", "update T#acme/BATCH#batch_1", "update USAGE#acme/2024-05-01#gpt-4o",
+				"update USAGEBY#acme/2024-05-01#k1#batch_1#gpt-4o", "update MODEL#gpt-4o/CAP#001"},
 		},
 		{
 			name: "slots handed on to the next chunk",
@@ -593,8 +597,8 @@ func TestCommitItems(t *testing.T) {
 				t.Errorf("counts: %v", v)
 			}
 			if tt.c.Last {
-				if bu.ConditionExpression != nil || !strings.HasPrefix(*bu.UpdateExpression, "SET finalize_due = :fd, gsi4pk = :dpk, gsi4sk = :dsk, counts.completed") ||
-					num(v[":fd"]) != "1700000020" || str(v[":dpk"]) != "DUE" || str(v[":dsk"]) != dueSK(due.Unix(), "acme", "batch_1") {
+				if bu.ConditionExpression != nil || !strings.HasPrefix(*bu.UpdateExpression, "SET finalize_due = :finalize_due, gsi4pk = :gsi4pk, gsi4sk = :gsi4sk, counts.completed") ||
+					num(v[":finalize_due"]) != "1700000020" || str(v[":gsi4pk"]) != "DUE" || str(v[":gsi4sk"]) != dueSK(due.Unix(), "acme", "batch_1") {
 					t.Errorf("last commit's batch update: %s %v", *bu.UpdateExpression, v)
 				}
 			} else if bu.ConditionExpression == nil || *bu.ConditionExpression != "chunks_done < :lastbutone" || num(v[":lastbutone"]) != strconv.Itoa(tt.c.ChunksTotal-1) {

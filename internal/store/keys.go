@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -104,21 +105,164 @@ func (s *Store) KeyByID(ctx context.Context, id string) (apikey.Key, error) {
 // DisableKey implements auth.Store; id is the key id or the key itself.
 func (s *Store) DisableKey(ctx context.Context, id string) error {
 	if len(id) > 12 {
-		id = apikey.Hash(id)[:12]
+		// A key itself: a rotated key's id is not its secret's hash.
+		k, err := s.GetKey(ctx, apikey.Hash(id))
+		if err != nil {
+			return err
+		}
+		id = k.ID
 	}
-	k, err := s.KeyByID(ctx, id)
+	return s.setKeyFlag(ctx, id, "disabled", true)
+}
+
+// keyFlagTries bounds how often setKeyFlag reads a key again that a
+// rotation changed under it.
+const keyFlagTries = 5
+
+// setKeyFlag sets the boolean attribute name (disabled, tenant_disabled)
+// of key id on both its items, the id's and its current secret's, while
+// the id's still names the secret read: a rotation in between makes it read
+// the key again. It writes that attribute alone, so a disable, a tenant's
+// and a rotation never write back what another changed (docs/design.md
+// "Conflicts and ambiguous writes"); a retry of a write that took effect
+// sets it again.
+func (s *Store) setKeyFlag(ctx context.Context, id, name string, v bool) error {
+	for try := 1; ; try++ {
+		k, err := s.KeyByID(ctx, id)
+		if err != nil {
+			return err
+		}
+		set := func(pk, sk, cond string, values item) types.TransactWriteItem {
+			values[":v"] = &types.AttributeValueMemberBOOL{Value: v}
+			return types.TransactWriteItem{Update: &types.Update{TableName: &s.Table, Key: key(pk, sk),
+				UpdateExpression: aws.String("SET #f = :v"), ConditionExpression: aws.String(cond),
+				ExpressionAttributeNames: map[string]string{"#f": name, "#h": "hash"}, ExpressionAttributeValues: values}}
+		}
+		err = s.transact(ctx, "", []types.TransactWriteItem{
+			set(keysPK, id, "#h = :h", item{":h": avS(k.Hash)}),
+			set(keyPK(k.Hash), "KEY", "#h = :h", item{":h": avS(k.Hash)}),
+		})
+		if _, failed := conditionFailed(err); failed && try < keyFlagTries {
+			continue // rotated meanwhile
+		}
+		if err != nil {
+			return fmt.Errorf("set %s=%v on key %s: %w", name, v, id, err)
+		}
+		return nil
+	}
+}
+
+// RotateKey implements auth.Store: in one transaction, next's two items
+// (its secret's new, the id's replaced, on condition it still names old's
+// secret and neither the key nor its tenant was disabled since old was
+// read: next copies old's state) and old's secret marked replaced until
+// `until`, expiring from the table a day later. A write refused or failed
+// after an earlier try took effect is recognized by the id's item naming
+// next's secret.
+func (s *Store) RotateKey(ctx context.Context, old, next apikey.Key, until time.Time) error {
+	main, idx, err := keyItems(next)
 	if err != nil {
 		return err
 	}
-	k.Disabled = true
-	return s.PutKey(ctx, k)
+	_, err = s.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Put: &types.Put{TableName: &s.Table, Item: main, ConditionExpression: aws.String("attribute_not_exists(pk)")}},
+		{Put: &types.Put{TableName: &s.Table, Item: idx,
+			ConditionExpression:      aws.String("#h = :old AND " + flagIs("disabled", old.Disabled) + " AND " + flagIs("tenant_disabled", old.TenantDisabled)),
+			ExpressionAttributeNames: map[string]string{"#h": "hash"},
+			ExpressionAttributeValues: item{":old": avS(old.Hash),
+				":true": &types.AttributeValueMemberBOOL{Value: true}, ":false": &types.AttributeValueMemberBOOL{Value: false}}}},
+		{Update: &types.Update{TableName: &s.Table, Key: key(keyPK(old.Hash), "KEY"),
+			UpdateExpression:          aws.String("SET replaced_until = :u, #ttl = :ttl"),
+			ConditionExpression:       aws.String("attribute_exists(pk)"),
+			ExpressionAttributeNames:  map[string]string{"#ttl": "ttl"},
+			ExpressionAttributeValues: item{":u": avN64(until.Unix()), ":ttl": avN64(until.Add(24 * time.Hour).Unix())}}},
+	}})
+	if err == nil {
+		return nil
+	}
+	if now, rerr := s.KeyByID(ctx, old.ID); rerr == nil && now.Hash == next.Hash {
+		return nil // an ambiguous try took effect
+	}
+	if _, failed := conditionFailed(err); failed {
+		return fmt.Errorf("key %s was rotated or changed meanwhile: %w", old.ID, errConflict)
+	}
+	return fmt.Errorf("rotate key %s: %w", old.ID, err)
+}
+
+// flagIs is a condition on the boolean attribute name being v, false
+// when it is missing (omitempty).
+func flagIs(name string, v bool) string {
+	if v {
+		return name + " = :true"
+	}
+	return "(attribute_not_exists(" + name + ") OR " + name + " = :false)"
 }
 
 type tenantRecord struct {
 	WebhookSecret string `dynamodbav:"webhook_secret"`
+	Disabled      bool   `dynamodbav:"disabled,omitempty"`
 }
 
-// WebhookSecret implements auth.Store.
+// FollowTenant implements auth.Store: key k's two items marked
+// tenant_disabled in one transaction with the check that its tenant is
+// disabled, so an enable in between (which lists the keys after it writes
+// the tenant) never leaves a new key refused.
+func (s *Store) FollowTenant(ctx context.Context, k apikey.Key) (bool, error) {
+	mark := func(pk, sk string) types.TransactWriteItem {
+		return types.TransactWriteItem{Update: &types.Update{TableName: &s.Table, Key: key(pk, sk),
+			UpdateExpression: aws.String("SET tenant_disabled = :true"), ConditionExpression: aws.String("#h = :h"),
+			ExpressionAttributeNames:  map[string]string{"#h": "hash"},
+			ExpressionAttributeValues: item{":true": &types.AttributeValueMemberBOOL{Value: true}, ":h": avS(k.Hash)}}}
+	}
+	err := s.transact(ctx, "", []types.TransactWriteItem{
+		{ConditionCheck: &types.ConditionCheck{TableName: &s.Table, Key: key(tenantPK(k.Tenant), "TENANT"),
+			ConditionExpression:       aws.String("disabled = :true"),
+			ExpressionAttributeValues: item{":true": &types.AttributeValueMemberBOOL{Value: true}}}},
+		mark(keysPK, k.ID),
+		mark(keyPK(k.Hash), "KEY"),
+	})
+	if i, failed := conditionFailed(err); failed && i == 0 {
+		return false, nil // the tenant is not disabled
+	}
+	if err != nil {
+		return false, fmt.Errorf("mark key %s with its tenant %s: %w", k.ID, k.Tenant, err)
+	}
+	return true, nil
+}
+
+// SetTenantDisabled disables (or enables) tenant: its record first, then
+// every key of it (auth.Create marks a key it wrote on condition of the
+// record, so a key made meanwhile is caught by one side). It returns the keys changed.
+// A disabled tenant's keys are refused at the API (tenant_disabled), and
+// its batches and templates stop as a disabled key's do.
+func (s *Store) SetTenantDisabled(ctx context.Context, tenant string, disabled bool) (int, error) {
+	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &s.Table, Key: key(tenantPK(tenant), "TENANT"),
+		UpdateExpression:          aws.String("SET disabled = :d"),
+		ExpressionAttributeValues: item{":d": &types.AttributeValueMemberBOOL{Value: disabled}},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("set tenant %s disabled=%v: %w", tenant, disabled, err)
+	}
+	ks, err := s.ListKeys(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, k := range ks {
+		if k.Tenant != tenant || k.TenantDisabled == disabled {
+			continue
+		}
+		if err := s.setKeyFlag(ctx, k.ID, "tenant_disabled", disabled); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// WebhookSecret implements auth.Store: the tenant's secret, or fresh set
+// by one write that keeps a secret set meanwhile.
 func (s *Store) WebhookSecret(ctx context.Context, tenant string, fresh func() string) (string, error) {
 	var t tenantRecord
 	_, err := s.get(ctx, tenantPK(tenant), "TENANT", &t)
@@ -128,12 +272,17 @@ func (s *Store) WebhookSecret(ctx context.Context, tenant string, fresh func() s
 	if err != nil && !errors.Is(err, errMissing) {
 		return "", err
 	}
-	t.WebhookSecret = fresh()
-	if err := s.put(ctx, tenantPK(tenant), "TENANT", t, nil, true); errors.Is(err, errConflict) {
-		// Someone created it first: theirs wins.
-		return s.WebhookSecret(ctx, tenant, fresh)
-	} else if err != nil {
-		return "", err
+	out, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &s.Table, Key: key(tenantPK(tenant), "TENANT"),
+		UpdateExpression:          aws.String("SET webhook_secret = if_not_exists(webhook_secret, :s)"),
+		ExpressionAttributeValues: item{":s": avS(fresh())},
+		ReturnValues:              types.ReturnValueAllNew,
+	})
+	if err != nil {
+		return "", fmt.Errorf("webhook secret of %s: %w", tenant, err)
+	}
+	if err := attributevalue.UnmarshalMap(out.Attributes, &t); err != nil {
+		return "", fmt.Errorf("unmarshal tenant %s: %w", tenant, err)
 	}
 	return t.WebhookSecret, nil
 }

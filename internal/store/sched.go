@@ -363,28 +363,17 @@ func (s *Store) commitItems(tenant string, c sched.Commit) txItems {
 		addChunk(bu, c.Fallback.Chunk.Index)
 		batchFails = ErrRenumber
 	case c.Last:
-		// The tick finalizes the batch if the finalize message is lost.
-		due := c.FinalizeDue.Unix()
-		*bu.UpdateExpression = "SET finalize_due = :fd, gsi4pk = :dpk, gsi4sk = :dsk, " + (*bu.UpdateExpression)[len("SET "):]
-		bu.ExpressionAttributeValues[":fd"] = avN64(due)
-		bu.ExpressionAttributeValues[":dpk"] = avS(duePK)
-		bu.ExpressionAttributeValues[":dsk"] = avS(dueSK(due, tenant, ch.Batch))
+		// The tick finalizes the batch if the finalize message is lost:
+		// the batch moves in the by-due index to its finalize.
+		set := finalizeIndex(tenant, ch.Batch, c.FinalizeDue)
+		set["finalize_due"] = avN64(c.FinalizeDue.Unix())
+		setFirst(bu, set)
 	default:
 		bu.ConditionExpression = aws.String("chunks_done < :lastbutone")
 		bu.ExpressionAttributeValues[":lastbutone"] = avN(c.ChunksTotal - 1)
 	}
 	tx.add(batchFails, types.TransactWriteItem{Update: bu})
-	// Sorted: a retry under the same token must be the same request.
-	for _, model := range slices.Sorted(maps.Keys(c.UsageByModel)) {
-		u := c.UsageByModel[model]
-		tx.add(nil, types.TransactWriteItem{Update: &types.Update{
-			TableName: &s.Table, Key: key(usagePK(tenant), usageSK(c.Day, model)),
-			UpdateExpression:         aws.String("SET #d = :day, model = :m ADD requests :r, input_tokens :i, output_tokens :o, total_tokens :t"),
-			ExpressionAttributeNames: map[string]string{"#d": "day"},
-			ExpressionAttributeValues: item{":day": avS(c.Day), ":m": avS(model), ":r": avN64(u.Requests),
-				":i": avN64(u.Input), ":o": avN64(u.Output), ":t": avN64(u.Total)},
-		}})
-	}
+	tx.add(nil, s.usageItems(tenant, c.Day, c.KeyID, ch.Batch, c.UsageByModel)...)
 	switch {
 	case c.Next != nil:
 		tx.add(ErrRaced, s.claimItems(*c.Next)...)
@@ -418,6 +407,17 @@ func cutRows(cu *types.Update, ch batch.Chunk) {
 	}
 	cu.UpdateExpression = aws.String(strings.Replace(*cu.UpdateExpression, " REMOVE ", set+remove, 1))
 	cu.ExpressionAttributeNames["#rows"], cu.ExpressionAttributeNames["#start"], cu.ExpressionAttributeNames["#end"] = "rows", "start", "end"
+}
+
+// setFirst makes update u set the attributes of set too, in front of its
+// own and in the order of their names (one commit, one request).
+func setFirst(u *types.Update, set item) {
+	var sets []string
+	for _, name := range slices.Sorted(maps.Keys(set)) {
+		sets = append(sets, name+" = :"+name)
+		u.ExpressionAttributeValues[":"+name] = set[name]
+	}
+	u.UpdateExpression = aws.String("SET " + strings.Join(sets, ", ") + ", " + strings.TrimPrefix(*u.UpdateExpression, "SET "))
 }
 
 // addChunk makes a commit's batch update bu count one chunk more, on

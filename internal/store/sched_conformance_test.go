@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/sched"
@@ -518,4 +520,50 @@ func TestSchedConformanceCommitTakesTheContinuationsFence(t *testing.T) {
 	if _, err := s.TakeFence(s.ctx, "batch_x", 1, "run-1", "exec-other", lease.Add(2*time.Minute+time.Second), lease.Add(3*time.Minute)); err != nil {
 		t.Fatalf("taken once the continuation's lease ended: %v", err)
 	}
+}
+
+// TestSchedConformanceLastCommitMovesTheBatchToItsFinalize: the commit of a
+// batch's last chunk moves the batch in the by-due index to its finalize,
+// with the index attributes batchIndexes derives for the batch it leaves
+// (the one place they come from), so the tick finds it then and not before
+// (docs/design.md "Tick").
+func TestSchedConformanceLastCommitMovesTheBatchToItsFinalize(t *testing.T) {
+	t.Parallel()
+	s := newSchedTable(t)
+	due := time.Unix(time.Now().Add(30*time.Second).Unix(), 0)
+	c := s.claim(s.addBatch("batch_d", 0, 1), "run-0", 1, time.Now().Add(time.Minute))
+	if s.dueAt(due, "batch_d") {
+		t.Fatal("a batch due at the end of its window is due at its finalize before its last commit")
+	}
+	last := commitOf(c, "att-0")
+	last.ChunksTotal, last.Last, last.FinalizeDue = 1, true, due
+	if err := s.CommitChunk(s.ctx, tenant, last); err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.GetBatch(s.ctx, tenant, "batch_d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := s.DB.GetItem(s.ctx, &dynamodb.GetItemInput{TableName: &s.Table, Key: key(batchPK(tenant), batchSK("batch_d")), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range batchIndexes(&b) {
+		if got := out.Item[name]; !reflect.DeepEqual(got, want) {
+			t.Errorf("%s after the last commit: %v, want %v (batchIndexes of the batch it left)", name, got, want)
+		}
+	}
+	if s.dueAt(due.Add(-time.Second), "batch_d") || !s.dueAt(due, "batch_d") {
+		t.Errorf("the tick finds the batch before its finalize (%s) or not at it", due)
+	}
+}
+
+// dueAt reports whether DueBatches lists batch id at now.
+func (s schedTable) dueAt(now time.Time, id string) bool {
+	s.t.Helper()
+	refs, err := s.DueBatches(s.ctx, now, 100)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return slices.ContainsFunc(refs, func(r ActiveRef) bool { return r.ID == id })
 }

@@ -16,9 +16,20 @@ const MaxWebhookAttempts = 50
 
 const webhookSK = "WEBHOOK"
 
-// WebhookDeliveries is the delivery record of a batch's completion webhook
-// (item B#<batch> / WEBHOOK), kept apart from the batch so that retries
-// never contend with the batch's own updates.
+// webhookSKOf is the sort key of the delivery record of a batch's event of
+// type event: WEBHOOK for its terminal state's (one per batch), WEBHOOK#<type>
+// for a lifecycle event before it (webhook.Terminal).
+func webhookSKOf(event string) string {
+	if webhook.Terminal(event) {
+		return webhookSK
+	}
+	return webhookSK + "#" + event
+}
+
+// WebhookDeliveries is the delivery record of one of a batch's webhook
+// events (item B#<batch> / WEBHOOK for the completion webhook, webhookSKOf),
+// kept apart from the batch so that retries never contend with the batch's
+// own updates.
 type WebhookDeliveries struct {
 	Batch   string `dynamodbav:"batch"`
 	EventID string `dynamodbav:"event_id"`
@@ -44,29 +55,31 @@ func (d WebhookDeliveries) Summary() batch.WebhookSummary {
 	return s
 }
 
-// GetWebhookDeliveries reads a batch's delivery record; a batch whose
-// webhook was not attempted yet has an empty one.
-func (s *Store) GetWebhookDeliveries(ctx context.Context, batchID string) (WebhookDeliveries, error) {
+// GetWebhookDeliveries reads the delivery record of a batch's event of
+// type event ("batch.completed"…); an event not attempted yet has an
+// empty one.
+func (s *Store) GetWebhookDeliveries(ctx context.Context, batchID, event string) (WebhookDeliveries, error) {
 	var d WebhookDeliveries
-	_, err := s.get(ctx, chunksPK(batchID), webhookSK, &d)
+	_, err := s.get(ctx, chunksPK(batchID), webhookSKOf(event), &d)
 	if errors.Is(err, errMissing) {
 		return WebhookDeliveries{Batch: batchID}, nil
 	}
 	return d, err
 }
 
-// UpdateWebhookDeliveries changes a batch's delivery record through fn,
-// creating it first if needed, conditional on no concurrent write (two
-// deliveries of one attempt record it once).
-func (s *Store) UpdateWebhookDeliveries(ctx context.Context, batchID string, fn func(*WebhookDeliveries) error) (WebhookDeliveries, error) {
-	d, err := update(ctx, s, chunksPK(batchID), webhookSK, nil, fn)
+// UpdateWebhookDeliveries changes the delivery record of a batch's event
+// of type event through fn, creating it first if needed, conditional on no
+// concurrent write (two deliveries of one attempt record it once).
+func (s *Store) UpdateWebhookDeliveries(ctx context.Context, batchID, event string, fn func(*WebhookDeliveries) error) (WebhookDeliveries, error) {
+	sk := webhookSKOf(event)
+	d, err := update(ctx, s, chunksPK(batchID), sk, nil, fn)
 	if !errors.Is(err, errMissing) {
 		return d, err
 	}
-	if err := s.put(ctx, chunksPK(batchID), webhookSK, WebhookDeliveries{Batch: batchID}, nil, true); err != nil && !errors.Is(err, errConflict) {
+	if err := s.put(ctx, chunksPK(batchID), sk, WebhookDeliveries{Batch: batchID}, nil, true); err != nil && !errors.Is(err, errConflict) {
 		return d, err
 	}
-	return update(ctx, s, chunksPK(batchID), webhookSK, nil, fn)
+	return update(ctx, s, chunksPK(batchID), sk, nil, fn)
 }
 
 // A receiver's circuit (webhook.Circuit) is one item, HOOK#<receiver> /

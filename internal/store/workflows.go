@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -12,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/workflow"
 )
 
@@ -43,11 +45,15 @@ type WorkflowCheckpoint struct {
 	// ResultsKey, when set, is the S3 object holding State.Results, which
 	// were too big for the item (400 KB); State.Results is then empty.
 	ResultsKey string
+	// Counted says State.Usage is in the tenant's daily usage already
+	// (SaveWorkflow): every checkpoint but one written before steps counted
+	// their spend.
+	Counted bool
 }
 
 func workflowSK(row int) string { return fmt.Sprintf("WF#%07d", row) }
 
-var workflowNames = map[string]string{"#cp": "checkpoint", "#step": "step", "#owner": "lease_owner", "#until": "lease_until", "#ttl": "ttl", "#rk": "results_key"}
+var workflowNames = map[string]string{"#cp": "checkpoint", "#step": "step", "#owner": "lease_owner", "#until": "lease_until", "#ttl": "ttl", "#rk": "results_key", "#counted": "counted"}
 
 func namesFor(expr ...string) map[string]string {
 	m := map[string]string{}
@@ -88,11 +94,12 @@ func (s *Store) AcquireWorkflow(ctx context.Context, batchID string, row int, ow
 	var it struct {
 		Checkpoint string `dynamodbav:"checkpoint"`
 		ResultsKey string `dynamodbav:"results_key"`
+		Counted    bool   `dynamodbav:"counted"`
 	}
 	if err := attributevalue.UnmarshalMap(out.Attributes, &it); err != nil {
 		return WorkflowCheckpoint{}, fmt.Errorf("unmarshal workflow %d of %s: %w", row, batchID, err)
 	}
-	cp := WorkflowCheckpoint{ResultsKey: it.ResultsKey}
+	cp := WorkflowCheckpoint{ResultsKey: it.ResultsKey, Counted: it.Counted}
 	if it.Checkpoint != "" {
 		if err := json.Unmarshal([]byte(it.Checkpoint), &cp.State); err != nil {
 			return WorkflowCheckpoint{}, fmt.Errorf("decode workflow %d of %s: %w", row, batchID, err)
@@ -101,39 +108,99 @@ func (s *Store) AcquireWorkflow(ctx context.Context, batchID string, row int, ow
 	return cp, nil
 }
 
-// SaveWorkflow writes a record's checkpoint and renews owner's lease until
-// `until`, only while owner holds the lease (else ErrWorkflowLeaseLost).
-func (s *Store) SaveWorkflow(ctx context.Context, batchID string, row int, owner string, cp WorkflowCheckpoint, until time.Time) error {
+// WorkflowSpent reads what the steps a record saved spent (its
+// checkpoint's usage) and whether the tenant's usage counts it already
+// (WorkflowCheckpoint.Counted); zero for a record without a checkpoint.
+func (s *Store) WorkflowSpent(ctx context.Context, batchID string, row int) (workflow.Usage, bool, error) {
+	var it struct {
+		Checkpoint string `dynamodbav:"checkpoint"`
+		Counted    bool   `dynamodbav:"counted"`
+	}
+	if _, err := s.get(ctx, chunksPK(batchID), workflowSK(row), &it); errors.Is(err, errMissing) || (err == nil && it.Checkpoint == "") {
+		return workflow.Usage{}, false, nil
+	} else if err != nil {
+		return workflow.Usage{}, false, fmt.Errorf("read workflow %d of %s: %w", row, batchID, err)
+	}
+	var st struct {
+		Usage workflow.Usage `json:"usage"`
+	}
+	if err := json.Unmarshal([]byte(it.Checkpoint), &st); err != nil {
+		return workflow.Usage{}, false, fmt.Errorf("decode workflow %d of %s: %w", row, batchID, err)
+	}
+	return st.Usage, it.Counted, nil
+}
+
+// Spend is what a record's step spent upstream: its tokens by the model
+// that served them, added to the tenant's daily usage (usagePK) under Day
+// in the same write as the step's checkpoint, so a budget sees a record's
+// spend before its next step (docs/design.md "Governance").
+type Spend struct {
+	Tenant, Day string
+	KeyID       string // the batch's, for the usage by key and batch
+	ByModel     map[string]sched.UsageAgg
+}
+
+// SaveWorkflow writes a record's checkpoint, with what its step spent, and
+// renews owner's lease until `until`, only while owner holds the lease
+// (else ErrWorkflowLeaseLost). The checkpoint is marked counted: its usage
+// is in the tenant's daily usage already. A step's spend counts once: the
+// write is conditional on the checkpoint being of an earlier step, and a
+// write refused after an ambiguous try that took effect is recognized.
+func (s *Store) SaveWorkflow(ctx context.Context, batchID string, row int, owner string, cp WorkflowCheckpoint, until time.Time, spend Spend) error {
 	st, err := json.Marshal(cp.State)
 	if err != nil {
 		return fmt.Errorf("encode workflow %d of %s: %w", row, batchID, err)
 	}
-	set := "SET #cp = :cp, #step = :step, #until = :until, #ttl = :ttl"
-	names := namesFor("#cp", "#step", "#until", "#ttl", "#owner", "#rk")
+	set := "SET #cp = :cp, #step = :step, #until = :until, #ttl = :ttl, #counted = :true"
+	names := namesFor("#cp", "#step", "#until", "#ttl", "#owner", "#rk", "#counted")
 	values := item{":cp": avS(string(st)), ":step": avN(cp.State.Step), ":until": avN64(until.UnixMilli()),
-		":ttl": avN64(time.Now().Add(workflowTTL).Unix()), ":me": avS(owner)}
+		":ttl": avN64(time.Now().Add(workflowTTL).Unix()), ":me": avS(owner), ":true": &types.AttributeValueMemberBOOL{Value: true}}
 	if cp.ResultsKey != "" {
 		set += ", #rk = :rk"
 		values[":rk"] = avS(cp.ResultsKey)
 	} else {
 		set += " REMOVE #rk"
 	}
-	_, err = s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	up := &types.Update{
 		TableName:                 &s.Table,
 		Key:                       key(chunksPK(batchID), workflowSK(row)),
 		UpdateExpression:          aws.String(set),
-		ConditionExpression:       aws.String("#owner = :me"),
+		ConditionExpression:       aws.String("#owner = :me AND (attribute_not_exists(#step) OR #step < :step)"),
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
-	})
+	}
+	items := append([]types.TransactWriteItem{{Update: up}}, s.usageItems(spend.Tenant, spend.Day, spend.KeyID, batchID, spend.ByModel)...)
+	if len(items) == 1 {
+		_, err = s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: up.TableName, Key: up.Key,
+			UpdateExpression: up.UpdateExpression, ConditionExpression: up.ConditionExpression,
+			ExpressionAttributeNames: names, ExpressionAttributeValues: values})
+	} else {
+		err = s.transact(ctx, tokenOf("wf", batchID, strconv.Itoa(row), strconv.Itoa(cp.State.Step), owner), items)
+	}
 	var cf *types.ConditionalCheckFailedException
-	if errors.As(err, &cf) {
-		return ErrWorkflowLeaseLost
+	if _, failed := conditionFailed(err); failed || errors.As(err, &cf) {
+		return s.savedAlready(ctx, batchID, row, owner, cp.State.Step)
 	}
 	if err != nil {
 		return fmt.Errorf("save workflow %d of %s at step %d: %w", row, batchID, cp.State.Step, err)
 	}
 	return nil
+}
+
+// savedAlready tells a refused save of step that an earlier, ambiguous try
+// of it took effect (nil) from a lease taken over (ErrWorkflowLeaseLost).
+func (s *Store) savedAlready(ctx context.Context, batchID string, row int, owner string, step int) error {
+	var it struct {
+		Owner string `dynamodbav:"lease_owner"`
+		Step  int    `dynamodbav:"step"`
+	}
+	if _, err := s.get(ctx, chunksPK(batchID), workflowSK(row), &it); err != nil && !errors.Is(err, errMissing) {
+		return fmt.Errorf("read workflow %d of %s after a refused save: %w", row, batchID, err)
+	}
+	if it.Owner == owner && it.Step >= step {
+		return nil
+	}
+	return ErrWorkflowLeaseLost
 }
 
 // ReleaseWorkflow gives up owner's lease, if owner still holds it, so the

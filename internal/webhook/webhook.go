@@ -1,5 +1,5 @@
 // Package webhook owns completion webhooks (docs/api.md "Webhooks"): the event a batch's
-// terminal state produces, its Standard Webhooks signature, one HTTP
+// terminal state (or a lifecycle event before it) produces, its Standard Webhooks signature, one HTTP
 // delivery attempt under the address policy that keeps deliveries off
 // private networks (internal/egress, SSRF), and the retry schedule with its
 // summary (batch.WebhookSummary).
@@ -33,14 +33,23 @@ type Event struct {
 	Data      json.RawMessage `json:"data"`
 }
 
-// NewEvent makes the event for a batch that reached the terminal status
-// (completed, failed, expired or cancelled); batch is the Batch object as
-// clients see it.
+// The events a batch sends before its terminal one, in this order
+// (docs/api.md "Webhooks"): queued once its input is validated, in_progress
+// when its first chunk starts.
+const (
+	Queued     = "queued"
+	InProgress = "in_progress"
+)
+
+// NewEvent makes the event batch.<status> of a batch that reached the
+// terminal status (completed, failed, expired or cancelled), or of a
+// lifecycle event before it (Queued, InProgress); batch is the Batch
+// object as clients see it.
 func NewEvent(status string, batch json.RawMessage, now time.Time) (Event, error) {
 	switch status {
-	case "completed", "failed", "expired", "cancelled":
+	case "completed", "failed", "expired", "cancelled", Queued, InProgress:
 	default:
-		return Event{}, fmt.Errorf("webhook event for status %q: only terminal states send one", status)
+		return Event{}, fmt.Errorf("webhook event for status %q: only terminal states, queued and in_progress send one", status)
 	}
 	// The body is signed as marshalled; an invalid Data would fail there,
 	// far from the bug that produced it.
@@ -54,6 +63,12 @@ func NewEvent(status string, batch json.RawMessage, now time.Time) (Event, error
 		CreatedAt: now.Unix(),
 		Data:      batch,
 	}, nil
+}
+
+// Terminal reports whether an event type is a terminal state's
+// (batch.completed, …), not a lifecycle event before it.
+func Terminal(eventType string) bool {
+	return eventType != "batch."+Queued && eventType != "batch."+InProgress
 }
 
 // Header names of Standard Webhooks.

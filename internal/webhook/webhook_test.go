@@ -106,7 +106,9 @@ func TestNewEvent(t *testing.T) {
 		{"failed", batch, "batch.failed"},
 		{"expired", batch, "batch.expired"},
 		{"cancelled", batch, "batch.cancelled"},
-		{"in_progress", batch, ""},
+		{"queued", batch, "batch.queued"},
+		{"in_progress", batch, "batch.in_progress"},
+		{"validating", batch, ""},
 		{"cancelling", batch, ""},
 		{"completed", json.RawMessage(`{"id":`), ""},
 	} {

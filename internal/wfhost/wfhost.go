@@ -23,7 +23,6 @@
 package wfhost
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -31,6 +30,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
@@ -46,6 +46,7 @@ import (
 	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/resources"
+	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/store"
 	"github.com/relaybatch/relay/internal/webhook"
 	"github.com/relaybatch/relay/internal/workflow"
@@ -68,14 +69,16 @@ type Engine interface {
 	ReturnSlots(ctx context.Context, c batch.Chunk) error
 	SendAgain(ctx context.Context, m msg.Message, delay time.Duration) error
 	CommitRecord(ctx context.Context, b batch.Batch, c batch.Chunk, status batch.Status, o part.Outcome) error
+	Admit(ctx context.Context, b batch.Batch, c batch.Chunk) (code, message string, err error)
 }
 
 // Store holds the records' checkpoints (internal/store).
 type Store interface {
 	AcquireWorkflow(ctx context.Context, batchID string, row int, owner string, now, until time.Time) (store.WorkflowCheckpoint, error)
-	SaveWorkflow(ctx context.Context, batchID string, row int, owner string, cp store.WorkflowCheckpoint, until time.Time) error
+	SaveWorkflow(ctx context.Context, batchID string, row int, owner string, cp store.WorkflowCheckpoint, until time.Time, spend store.Spend) error
 	ReleaseWorkflow(ctx context.Context, batchID string, row int, owner string) error
 	DeleteWorkflow(ctx context.Context, batchID string, row int) error
+	WorkflowSpent(ctx context.Context, batchID string, row int) (workflow.Usage, bool, error)
 	GetChunk(ctx context.Context, batchID string, i int) (batch.Chunk, error)
 }
 
@@ -148,6 +151,14 @@ func (r *Runner) Run(ctx, runCtx context.Context, b batch.Batch, c batch.Chunk, 
 	return err
 }
 
+// Spent is what the steps chunk c's record saved spent upstream, by its
+// checkpoint, and whether the tenant's usage counts it already: the line
+// of a record dead-lettered keeps it (engine.Workflow).
+func (r *Runner) Spent(ctx context.Context, b batch.Batch, c batch.Chunk) (inference.Usage, bool, error) {
+	u, counted, err := r.Store.WorkflowSpent(ctx, b.ID, c.FirstRow)
+	return inference.Usage{InputTokens: u.PromptTokens, OutputTokens: u.CompletionTokens, TotalTokens: u.TotalTokens}, counted, err
+}
+
 // recordHost is the engine's side of one run of a workflow record.
 type recordHost struct {
 	r        *Runner
@@ -161,6 +172,10 @@ type recordHost struct {
 	// owner and until are the record's lease while this run holds it.
 	owner string
 	until time.Time
+	// spent is what the record spent upstream and the tenant's usage does
+	// not count yet, by the model that served it: the step being run's,
+	// which Save counts with the step's checkpoint.
+	spent map[string]sched.UsageAgg
 }
 
 var _ workflow.Host = (*recordHost)(nil)
@@ -183,6 +198,11 @@ func (h *recordHost) Load(ctx context.Context) (workflow.State, error) {
 	}
 	h.owner, h.until = owner, until
 	st := cp.State
+	if u := st.Usage; !cp.Counted && u.TotalTokens > 0 {
+		// Checkpointed before steps counted their spend: the next save, or
+		// the record's line, counts it.
+		h.add(h.c.Model, inference.Usage{InputTokens: u.PromptTokens, OutputTokens: u.CompletionTokens, TotalTokens: u.TotalTokens})
+	}
 	if cp.ResultsKey != "" {
 		if st.Results, err = h.loadResults(ctx, cp.ResultsKey); err != nil {
 			return workflow.State{}, err
@@ -245,10 +265,11 @@ func (h *recordHost) ReturnSlots(ctx context.Context) error {
 }
 
 // Exec runs a step's requests through the one row fan-out
-// (internal/fanout), within the slots the record's chunk holds.
-func (h *recordHost) Exec(ctx context.Context, bodies []json.RawMessage) []inference.Result {
-	res := make([]inference.Result, len(bodies))
+// (internal/fanout), within the slots the record's chunk holds, handing
+// each answer to done as it comes and counting what it spent.
+func (h *recordHost) Exec(ctx context.Context, bodies []json.RawMessage, done func(i int, r inference.Result)) {
 	ep, route := h.b.Endpoint, h.route
+	var mu sync.Mutex // Done runs on the rows' goroutines
 	fanout.SendAll(h.c.Slots, fanout.Rows{
 		Ctx: ctx, Bodies: bodies,
 		Send: func(ctx context.Context, body json.RawMessage) inference.Result {
@@ -259,47 +280,71 @@ func (h *recordHost) Exec(ctx context.Context, bodies []json.RawMessage) []infer
 				// ctx ended: the step is cut short and none of it is kept.
 				r = inference.Result{ErrCode: inference.CodeRequestCancelled, ErrMessage: "stopped before the request was sent"}
 			}
-			res[i] = r
+			if r.Model != "" && r.Usage != (inference.Usage{}) {
+				mu.Lock()
+				h.add(r.Model, r.Usage)
+				mu.Unlock()
+			}
+			done(i, r)
 		},
 	})
-	return res
 }
 
-// Save checkpoints the record, moving results too big for the item to S3,
-// then runs the AfterCheckpoint hook.
+// add counts u, spent on model, in what the tenant's usage lacks.
+func (h *recordHost) add(model string, u inference.Usage) {
+	if h.spent == nil {
+		h.spent = map[string]sched.UsageAgg{}
+	}
+	agg := h.spent[model]
+	agg.Input, agg.Output, agg.Total = agg.Input+u.InputTokens, agg.Output+u.OutputTokens, agg.Total+u.TotalTokens
+	h.spent[model] = agg
+}
+
+// Save checkpoints the record, streaming results too big for the item to
+// S3 from their spool, with what its step spent (counted in the tenant's
+// usage in the same write), then runs the AfterCheckpoint hook.
 func (h *recordHost) Save(ctx context.Context, st workflow.State) error {
 	cp := store.WorkflowCheckpoint{State: st}
-	if len(st.Results) > 0 {
-		data, err := json.Marshal(st.Results)
+	if st.Results.Len() > 0 {
+		data, size, err := st.Results.Array()
 		if err != nil {
 			return fmt.Errorf("encode results: %w", err)
 		}
-		if len(data) > inlineResults {
+		if size > inlineResults {
 			k := fmt.Sprintf("%swf-%07d-step-%04d.results", batch.PartsPrefix(h.b.Tenant, h.b.ID), h.c.FirstRow, st.Step)
-			if err := h.r.Blobs.Put(ctx, k, bytes.NewReader(data), int64(len(data))); err != nil {
+			if err := h.r.Blobs.Put(ctx, k, data, size); err != nil {
 				return err
 			}
 			cp.ResultsKey, cp.State.Results = k, nil
 		}
 	}
-	if err := h.r.Store.SaveWorkflow(ctx, h.b.ID, h.c.FirstRow, h.owner, cp, h.until); err != nil {
+	spend := store.Spend{Tenant: h.b.Tenant, Day: h.r.Now().UTC().Format("2006-01-02"), KeyID: h.b.KeyID, ByModel: h.spent}
+	if err := h.r.Store.SaveWorkflow(ctx, h.b.ID, h.c.FirstRow, h.owner, cp, h.until, spend); err != nil {
 		return err
 	}
+	h.spent = nil
 	if f := h.r.AfterCheckpoint; f != nil {
 		return f(h.c, st.Step)
 	}
 	return nil
 }
 
-// Stop fails the record once its batch is cancelled or past its window.
-func (h *recordHost) Stop() *workflow.Error {
+// Stop fails the record once its batch is cancelled or past its window,
+// or the governor no longer lets it spend (its key disabled, its tenant's
+// budget spent: docs/design.md "Governance"), which it asks before every
+// event, the record's steps having counted what they spent.
+func (h *recordHost) Stop(ctx context.Context) (*workflow.Error, error) {
 	switch {
 	case h.status().Stopping():
-		return &workflow.Error{Code: part.CodeCancelled, Message: "the batch was cancelled before this workflow record finished"}
+		return &workflow.Error{Code: part.CodeCancelled, Message: "the batch was cancelled before this workflow record finished"}, nil
 	case h.b.PastExpiry(h.r.Now()):
-		return &workflow.Error{Code: part.CodeExpired, Message: "the batch's completion window ended before this workflow record finished"}
+		return &workflow.Error{Code: part.CodeExpired, Message: "the batch's completion window ended before this workflow record finished"}, nil
 	}
-	return nil
+	code, why, err := h.e.Admit(ctx, h.b, h.c)
+	if err != nil || code == "" {
+		return nil, err
+	}
+	return &workflow.Error{Code: code, Message: why}, nil
 }
 
 // Requeue gives up the lease first, so the next message may be taken at
@@ -316,7 +361,9 @@ func (h *recordHost) Requeue(ctx context.Context, delay time.Duration) error {
 // with the usage of every request it ran.
 func (h *recordHost) Finish(ctx context.Context, o workflow.Outcome) error {
 	u := o.State.Usage
-	l := part.Outcome{CustomID: h.customID, Result: inference.Result{
+	// Every step saved counted its spend; what is left (a checkpoint from
+	// before steps counted theirs) the line counts.
+	l := part.Outcome{CustomID: h.customID, Counted: len(h.spent) == 0, Result: inference.Result{
 		Model: h.c.Model, Fallback: o.State.Fallback,
 		Usage: inference.Usage{InputTokens: u.PromptTokens, OutputTokens: u.CompletionTokens, TotalTokens: u.TotalTokens},
 	}}
@@ -343,20 +390,17 @@ func (h *recordHost) commit(ctx context.Context, l part.Outcome) error {
 	return nil
 }
 
-// loadResults reads a step's results that Save moved to S3.
-func (h *recordHost) loadResults(ctx context.Context, key string) ([]workflow.Result, error) {
+// loadResults reads a step's results that Save moved to S3 into a
+// spool, one result at a time.
+func (h *recordHost) loadResults(ctx context.Context, key string) (*workflow.Results, error) {
 	rc, err := h.r.Blobs.Get(ctx, key)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = rc.Close() }()
-	data, err := io.ReadAll(rc)
+	rs, err := workflow.ReadResults(rc)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", key, err)
-	}
-	var rs []workflow.Result
-	if err := json.Unmarshal(data, &rs); err != nil {
-		return nil, fmt.Errorf("decode %s: %w", key, err)
 	}
 	return rs, nil
 }

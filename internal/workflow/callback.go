@@ -3,7 +3,6 @@ package workflow
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -95,16 +94,17 @@ func (c *Caller) backoff(n int) time.Duration {
 // attempt makes one POST. A retryable failure is a plain error (with the
 // Retry-After the callback asked for); a permanent one is an *Error.
 func (c *Caller) attempt(ctx context.Context, spec Spec, ev Event) (Answer, time.Duration, error) {
-	body, err := json.Marshal(ev)
+	body, size, err := ev.Body()
 	if err != nil {
-		return Answer{}, 0, errorf(CodeInvalid, "encode event: %v", err)
+		return Answer{}, 0, fmt.Errorf("encode event: %w", err) // reading the results' spool: retried as a failed attempt
 	}
 	actx, cancel := context.WithTimeout(ctx, spec.CallbackTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(actx, http.MethodPost, spec.URL, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(actx, http.MethodPost, spec.URL, body)
 	if err != nil {
 		return Answer{}, 0, errorf(CodeInvalid, "relay.workflow.url: %v", err)
 	}
+	req.ContentLength = size
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", userAgent)

@@ -27,13 +27,15 @@ type Host interface {
 	// ReturnSlots gives the record's slots back while it waits.
 	ReturnSlots(ctx context.Context) error
 	// Exec runs a step's admitted request bodies concurrently within the
-	// slots the record holds and returns their answers in order.
-	Exec(ctx context.Context, bodies []json.RawMessage) []inference.Result
+	// slots the record holds, handing each answer to done (by the body's
+	// position) as it comes, before it returns.
+	Exec(ctx context.Context, bodies []json.RawMessage, done func(i int, r inference.Result))
 	// Save checkpoints the record after a step.
 	Save(ctx context.Context, st State) error
 	// Stop, checked before every event, fails the record when its batch
-	// was cancelled or expired; nil means go on.
-	Stop() *Error
+	// was cancelled or expired, or its key or budget no longer lets it
+	// spend; nil means go on. An error leaves the record at its checkpoint.
+	Stop(ctx context.Context) (*Error, error)
 	// Requeue ends this run holding no lease: the record goes on in
 	// another invocation after delay.
 	Requeue(ctx context.Context, delay time.Duration) error
@@ -109,15 +111,24 @@ func (d *Driver) Drive(ctx, runCtx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// A record whose batch was cancelled or expired runs only to write its
-	// error line: it neither waits nor needs capacity.
-	if d.Host.Stop() == nil {
-		if ok, err := d.ready(ctx, st); !ok {
-			return err
-		}
+	defer func() { st.Results.Close() }() // the run's last state: its results are in its checkpoint
+	// A record whose batch was cancelled or expired, or that may no longer
+	// spend, ends on that answer with its error line: it neither waits nor
+	// takes capacity, so it must not go on should Stop answer otherwise
+	// next (a refusal read from a cache about to be renewed).
+	stop, err := d.Host.Stop(ctx)
+	if err != nil {
+		return err
+	}
+	if stop != nil {
+		return d.end(ctx, failed(stop, "", st))
+	}
+	if ok, err := d.ready(ctx, st); !ok {
+		return err
 	}
 	r := d.runner(runCtx)
 	o, err := r.Run(runCtx, st)
+	st = o.State
 	if err != nil {
 		return d.cutShort(ctx, runCtx, r, st, err)
 	}

@@ -22,6 +22,7 @@ type fakeHost struct {
 	busyUntil  time.Time // set: another executor holds the lease
 	full       bool      // the model has no free slot
 	stop       *Error    // the batch was cancelled or expired
+	lifted     bool      // stop answers the first Stop only (a refusal the next read no longer sees)
 	crashAt    int       // Save of this step writes, then the executor dies
 	held       bool      // the record holds its slots
 	upstream   []string  // bodies run, in the order they ran
@@ -50,19 +51,20 @@ func (h *fakeHost) ReturnSlots(context.Context) error {
 	return nil
 }
 
-func (h *fakeHost) Exec(_ context.Context, bodies []json.RawMessage) []inference.Result {
-	res := make([]inference.Result, len(bodies))
+func (h *fakeHost) Exec(_ context.Context, bodies []json.RawMessage, done func(int, inference.Result)) {
 	for i, b := range bodies {
 		h.mu.Lock()
 		h.upstream = append(h.upstream, string(b))
 		h.mu.Unlock()
-		res[i] = inference.Result{StatusCode: 200, Body: json.RawMessage(fmt.Sprintf(`{"echo":%s}`, b)),
-			Usage: inference.Usage{InputTokens: 10, OutputTokens: 5, TotalTokens: 15}, Model: "m"}
+		done(i, inference.Result{StatusCode: 200, Body: json.RawMessage(fmt.Sprintf(`{"echo":%s}`, b)),
+			Usage: inference.Usage{InputTokens: 10, OutputTokens: 5, TotalTokens: 15}, Model: "m"})
 	}
-	return res
 }
 
+// Save keeps a copy of st, as the table's item is: the run closes its
+// results' spool once the next step is saved.
 func (h *fakeHost) Save(_ context.Context, st State) error {
+	st.Results = cloneResults(st.Results)
 	h.checkpoint = &st
 	h.saves = append(h.saves, st.Step)
 	if st.Step == h.crashAt {
@@ -71,7 +73,13 @@ func (h *fakeHost) Save(_ context.Context, st State) error {
 	return nil
 }
 
-func (h *fakeHost) Stop() *Error { return h.stop }
+func (h *fakeHost) Stop(context.Context) (*Error, error) {
+	e := h.stop
+	if h.lifted {
+		h.stop = nil
+	}
+	return e, nil
+}
 
 func (h *fakeHost) Requeue(_ context.Context, delay time.Duration) error {
 	h.requeues = append(h.requeues, delay)
@@ -94,7 +102,7 @@ func (cb *callback) call(ctx context.Context, _ Spec, ev Event) (Answer, error) 
 	if ctx.Err() != nil {
 		return Answer{}, ctx.Err()
 	}
-	cb.events = append(cb.events, ev)
+	cb.events = append(cb.events, keepEvent(ev))
 	return ParseAnswer([]byte(cb.script(ev)))
 }
 
@@ -158,7 +166,7 @@ func TestDriveTwoStepRecordCompletes(t *testing.T) {
 			t.Errorf("event %d: got %+v", i, ev)
 		}
 	}
-	if rs := cb.events[1].Results; len(rs) != 2 || rs[0].ID != "a" || rs[1].ID != "b" || rs[0].StatusCode != 200 {
+	if rs := listResults(cb.events[1].Results); len(rs) != 2 || rs[0].ID != "a" || rs[1].ID != "b" || rs[0].StatusCode != 200 {
 		t.Errorf("step 1's results: got %+v", rs)
 	}
 }
@@ -180,7 +188,7 @@ func TestDriveResumesAfterCrashWithoutRerunningTheStep(t *testing.T) {
 	if err := driver(h, cb2).Drive(context.Background(), context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if first := cb2.events[0]; first.Step != 1 || first.Event != EventResults || first.EventID != EventID("batch_1:rec", 1) || len(first.Results) != 2 {
+	if first := cb2.events[0]; first.Step != 1 || first.Event != EventResults || first.EventID != EventID("batch_1:rec", 1) || first.Results.Len() != 2 {
 		t.Fatalf("the first event on resume: got %+v, want step 1's results again, same event id", first)
 	}
 	if len(h.upstream) != 3 || !strings.Contains(h.upstream[2], `"c"`) {
@@ -259,6 +267,24 @@ func TestDriveHandsOver(t *testing.T) {
 		}
 		if h.finished == nil || h.finished.Err.Code != "batch_cancelled" || h.held || len(cb.events) != 0 {
 			t.Fatalf("finished %+v, held %v, %d events", h.finished, h.held, len(cb.events))
+		}
+	})
+	// The run stops on the refusal it took its capacity by: a record
+	// refused when it resumes (it holds no slots) ends, even when the
+	// governor's next answer would let it go (its key's cached read
+	// renewed, a budget raised). Before, Stop was asked again before the
+	// first event: the record then sent it and ran its step's requests
+	// holding none of its model's slots.
+	t.Run("a record refused at resume ends on that refusal", func(t *testing.T) {
+		t.Parallel()
+		h := &fakeHost{stop: &Error{Code: "budget_exceeded", Message: "spent"}, lifted: true}
+		cb := &callback{script: twoSteps}
+		if err := driver(h, cb).Drive(context.Background(), context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if h.finished == nil || h.finished.Err == nil || h.finished.Err.Code != "budget_exceeded" || len(cb.events) != 0 || len(h.upstream) != 0 {
+			t.Fatalf("finished %+v, %d events, %d requests run holding slots %v; want the record ended budget_exceeded, nothing sent",
+				h.finished, len(cb.events), len(h.upstream), h.held)
 		}
 	})
 	t.Run("out of time before progress", func(t *testing.T) {

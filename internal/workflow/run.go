@@ -1,9 +1,11 @@
 package workflow
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/tidwall/sjson"
@@ -19,8 +21,8 @@ type State struct {
 	// Step is the step of the next event: 0 is start, n ≥ 1 the results
 	// event of step n.
 	Step int `json:"step"`
-	// Results are what the next results event carries.
-	Results []Result `json:"results,omitempty"`
+	// Results are what the next results event carries, spooled.
+	Results *Results `json:"results,omitempty"`
 	// Requests counts the requests answers have returned (max_requests).
 	Requests int `json:"requests"`
 	// Usage sums the upstream usage of every request run so far.
@@ -80,13 +82,14 @@ type Runner struct {
 	// Call delivers an event and returns the answer (Caller.Call).
 	Call func(ctx context.Context, spec Spec, ev Event) (Answer, error)
 	// Exec runs a step's admitted request bodies concurrently within the
-	// model's capacity and returns their answers in order.
-	Exec func(ctx context.Context, bodies []json.RawMessage) []inference.Result
+	// model's capacity, handing each answer to done (by the body's
+	// position) as it comes, before it returns.
+	Exec func(ctx context.Context, bodies []json.RawMessage, done func(i int, r inference.Result))
 	// Save checkpoints the state after a step.
 	Save func(ctx context.Context, st State) error
 	// Stop, checked before every event, fails the record when the batch
-	// was cancelled or expired; nil means go on.
-	Stop func() *Error
+	// was cancelled or expired, or it may no longer spend; nil means go on.
+	Stop func(ctx context.Context) (*Error, error)
 	// Yield reports whether the invocation should hand the record over
 	// rather than start another event; nil means never.
 	Yield func() bool
@@ -103,7 +106,11 @@ type Runner struct {
 func (r *Runner) Run(ctx context.Context, st State) (Outcome, error) {
 	sent := false
 	for {
-		if o := r.halt(st, sent); o != nil {
+		o, err := r.halt(ctx, st, sent)
+		if err != nil {
+			return Outcome{State: st}, err
+		}
+		if o != nil {
 			return *o, nil
 		}
 		ev := r.event(st)
@@ -124,9 +131,11 @@ func (r *Runner) Run(ctx context.Context, st State) (Outcome, error) {
 			return *end, nil
 		}
 		if err := r.Save(ctx, next); err != nil {
+			next.Results.Close()
 			return Outcome{State: st}, err
 		}
 		r.Saved++
+		st.Results.Close() // its event was answered and the step after it saved
 		st = next
 	}
 }
@@ -139,24 +148,28 @@ func failed(e *Error, eventID string, st State) Outcome {
 // batch stopped it, it is over its token budget, it waits, or (after
 // sending an event, so an invocation too short for one event still makes
 // its attempt instead of yielding forever) the invocation hands it over.
-func (r *Runner) halt(st State, sent bool) *Outcome {
+func (r *Runner) halt(ctx context.Context, st State, sent bool) (*Outcome, error) {
 	if r.Stop != nil {
-		if e := r.Stop(); e != nil {
+		e, err := r.Stop(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if e != nil {
 			o := failed(e, "", st)
-			return &o
+			return &o, nil
 		}
 	}
 	if st.Usage.TotalTokens > r.Spec.MaxTokens {
 		o := failed(errorf(CodeBudgetExceeded, "the record used %d tokens, over its max_tokens of %d", st.Usage.TotalTokens, r.Spec.MaxTokens), "", st)
-		return &o
+		return &o, nil
 	}
 	if until := time.UnixMilli(st.WaitUntil); st.WaitUntil > 0 && r.Now().Before(until) {
-		return &Outcome{Kind: Waiting, Until: until, State: st}
+		return &Outcome{Kind: Waiting, Until: until, State: st}, nil
 	}
 	if sent && r.Yield != nil && r.Yield() {
-		return &Outcome{Kind: Yielded, State: st}
+		return &Outcome{Kind: Yielded, State: st}, nil
 	}
-	return nil
+	return nil, nil
 }
 
 // answer acts on the callback's answer a to ev: the record ends (end), or
@@ -190,10 +203,14 @@ func (r *Runner) answer(ctx context.Context, st State, ev Event, a Answer) (next
 			o := failed(errorf(CodeBudgetExceeded, "step %d asks for %d requests, %d in all; max_requests is %d", next.Step, len(a.Requests), n, r.Spec.MaxRequests), ev.EventID, st)
 			return st, &o, nil
 		}
-		r.step(ctx, a.Requests, &next)
-		if ctx.Err() != nil {
-			// Some requests were cut short: none of the step is kept.
-			return st, nil, ctx.Err()
+		err := r.step(ctx, a.Requests, &next)
+		if err == nil {
+			err = ctx.Err() // some requests were cut short
+		}
+		if err != nil {
+			// None of the step is kept.
+			next.Results.Close()
+			return st, nil, err
 		}
 	}
 	return next, nil, nil
@@ -210,32 +227,41 @@ func (r *Runner) event(st State) Event {
 }
 
 // step runs a continue answer's requests into next: the admitted ones
-// upstream, concurrently; the others answered 400 here.
-func (r *Runner) step(ctx context.Context, reqs []Request, next *State) {
-	results := make([]Result, len(reqs))
+// upstream, concurrently; the others answered 400 here. Each result goes
+// to next's spooled Results as it comes (docs/design.md "Memory").
+func (r *Runner) step(ctx context.Context, reqs []Request, next *State) error {
+	results := NewResults(len(reqs))
+	next.Results = results
 	var bodies []json.RawMessage
 	var sent []int
 	for i, q := range reqs {
 		body, rejected := Admit(q, r.Model)
 		if rejected != nil {
-			results[i] = *rejected
+			if err := results.Set(i, *rejected); err != nil {
+				return err
+			}
 			continue
 		}
 		bodies = append(bodies, body)
 		sent = append(sent, i)
 	}
+	var mu sync.Mutex
+	var err error
 	if len(bodies) > 0 {
-		for j, res := range r.Exec(ctx, bodies) {
+		r.Exec(ctx, bodies, func(j int, res inference.Result) {
 			i := sent[j]
-			results[i] = resultOf(reqs[i], res)
+			serr := results.Set(i, resultOf(reqs[i], res))
+			mu.Lock()
+			defer mu.Unlock()
+			err = cmp.Or(err, serr)
 			next.Usage.PromptTokens += res.Usage.InputTokens
 			next.Usage.CompletionTokens += res.Usage.OutputTokens
 			next.Usage.TotalTokens += res.Usage.TotalTokens
 			next.Fallback = next.Fallback || res.Fallback
-		}
+		})
 	}
 	next.Requests += len(reqs)
-	next.Results = results
+	return err
 }
 
 // withUsage puts the record's summed usage into its output, replacing any

@@ -32,27 +32,59 @@ func (f *fakeRecord) runner(spec Spec) *Runner {
 		Spec: spec, WorkflowID: "batch_1:rec", RecordID: "rec", Model: "m",
 		Call: func(_ context.Context, _ Spec, ev Event) (Answer, error) {
 			f.mu.Lock()
-			f.events = append(f.events, ev)
+			f.events = append(f.events, keepEvent(ev))
 			f.mu.Unlock()
 			return ParseAnswer([]byte(f.script(ev)))
 		},
-		Exec: func(_ context.Context, bodies []json.RawMessage) []inference.Result {
-			res := make([]inference.Result, len(bodies))
+		Exec: func(_ context.Context, bodies []json.RawMessage, done func(int, inference.Result)) {
 			for i, b := range bodies {
 				f.mu.Lock()
 				f.upstream = append(f.upstream, string(b))
 				f.mu.Unlock()
-				res[i] = inference.Result{StatusCode: 200, Body: json.RawMessage(fmt.Sprintf(`{"echo":%s}`, b)),
-					Usage: inference.Usage{InputTokens: 10, OutputTokens: 5, TotalTokens: 15}, Model: "m"}
+				done(i, inference.Result{StatusCode: 200, Body: json.RawMessage(fmt.Sprintf(`{"echo":%s}`, b)),
+					Usage: inference.Usage{InputTokens: 10, OutputTokens: 5, TotalTokens: 15}, Model: "m"})
 			}
-			return res
 		},
 		Save: func(_ context.Context, st State) error {
+			st.Results = cloneResults(st.Results) // as the table's item: the run closes its spool
 			f.saved = append(f.saved, st)
 			return nil
 		},
 		Now: func() time.Time { return f.now },
 	}
+}
+
+// mustResults is rs spooled.
+func mustResults(rs []Result) *Results {
+	r, err := ResultsOf(rs)
+	if err != nil {
+		panic(err)
+	}
+	return r
+}
+
+// listResults decodes r.
+func listResults(r *Results) []Result {
+	rs, err := r.List()
+	if err != nil {
+		panic(err)
+	}
+	return rs
+}
+
+// cloneResults is a copy of r, nil for nil.
+func cloneResults(r *Results) *Results {
+	if r == nil {
+		return nil
+	}
+	return mustResults(listResults(r))
+}
+
+// keepEvent is ev with a copy of its results, which outlives the run's
+// spool.
+func keepEvent(ev Event) Event {
+	ev.Results = cloneResults(ev.Results)
+	return ev
 }
 
 func req(id string) string {
@@ -102,11 +134,11 @@ func TestRunContractSummary(t *testing.T) {
 	if start.Event != EventStart || start.Step != 0 || string(start.Context) != `{"ticket":7}` || start.EventID != EventID("batch_1:rec", 0) {
 		t.Errorf("start: got %+v", start)
 	}
-	if first.Event != EventResults || first.Step != 1 || len(first.Results) != 3 || second.Step != 2 || len(second.Results) != 1 {
+	if first.Event != EventResults || first.Step != 1 || first.Results.Len() != 3 || second.Step != 2 || second.Results.Len() != 1 {
 		t.Fatalf("results events: got %+v and %+v", first, second)
 	}
 	for i, id := range []string{"payment", "shipping", "refund"} {
-		if res := first.Results[i]; res.ID != id || res.CustomID != id || res.StatusCode != 200 || !strings.Contains(string(res.Body), id) || res.Usage != (ResultUsage{10, 5}) {
+		if res := listResults(first.Results)[i]; res.ID != id || res.CustomID != id || res.StatusCode != 200 || !strings.Contains(string(res.Body), id) || res.Usage != (ResultUsage{10, 5}) {
 			t.Errorf("result %d: got %+v", i, res)
 		}
 	}
@@ -164,7 +196,7 @@ func TestRunRejectedRequestsComeBackAs400(t *testing.T) {
 	if err != nil || o.Kind != Completed {
 		t.Fatalf("got %+v, %v", o, err)
 	}
-	rs := f.events[1].Results
+	rs := listResults(f.events[1].Results)
 	if len(rs) != 3 || rs[0].StatusCode != 200 || rs[1].StatusCode != 400 || rs[1].ID != "other" || rs[2].StatusCode != 400 || len(f.upstream) != 1 {
 		t.Fatalf("results: got %+v, upstream %v", rs, f.upstream)
 	}
@@ -203,7 +235,7 @@ func TestRunWaitAndResume(t *testing.T) {
 	if err != nil || o.Kind != Completed {
 		t.Fatalf("resumed: got %+v, %v", o, err)
 	}
-	if ev := f.events[1]; ev.Step != 1 || ev.Event != EventResults || len(ev.Results) != 0 {
+	if ev := f.events[1]; ev.Step != 1 || ev.Event != EventResults || ev.Results.Len() != 0 {
 		t.Fatalf("the event after a wait: got %+v", ev)
 	}
 }
@@ -218,12 +250,12 @@ func TestRunResumesAtItsCheckpoint(t *testing.T) {
 		return `{"state":"completed","output":{}}`
 	}
 	// Saved after step 1 by an executor that then died.
-	cp := State{Step: 1, Requests: 3, Usage: Usage{30, 15, 45}, Results: []Result{{ID: "a", CustomID: "a", StatusCode: 200, Body: json.RawMessage(`{}`)}}}
+	cp := State{Step: 1, Requests: 3, Usage: Usage{30, 15, 45}, Results: mustResults([]Result{{ID: "a", CustomID: "a", StatusCode: 200, Body: json.RawMessage(`{}`)}})}
 	o, err := f.runner(Spec{}).Run(context.Background(), cp)
 	if err != nil || o.Kind != Completed {
 		t.Fatalf("got %+v, %v", o, err)
 	}
-	if first := f.events[0]; first.Step != 1 || first.EventID != EventID("batch_1:rec", 1) || len(first.Results) != 1 {
+	if first := f.events[0]; first.Step != 1 || first.EventID != EventID("batch_1:rec", 1) || first.Results.Len() != 1 {
 		t.Fatalf("the first event on resume: got %+v, want step 1's results again with its event id", first)
 	}
 	if len(f.upstream) != 1 || o.State.Usage != (Usage{40, 20, 60}) || o.State.Requests != 4 {
@@ -237,10 +269,21 @@ func TestRunStopsYieldsAndKeepsCutSteps(t *testing.T) {
 		t.Parallel()
 		f := &fakeRecord{script: func(Event) string { return cont("a") }}
 		r := f.runner(Spec{})
-		r.Stop = func() *Error { return &Error{Code: "batch_cancelled", Message: "cancelled"} }
+		r.Stop = func(context.Context) (*Error, error) {
+			return &Error{Code: "batch_cancelled", Message: "cancelled"}, nil
+		}
 		o, err := r.Run(context.Background(), State{})
 		if err != nil || o.Kind != Failed || o.Err.Code != "batch_cancelled" || len(f.events) != 0 {
 			t.Fatalf("got %+v, %v after %d events", o, err, len(f.events))
+		}
+	})
+	t.Run("a stop that cannot be read sends nothing", func(t *testing.T) {
+		t.Parallel()
+		f := &fakeRecord{script: func(Event) string { return cont("a") }}
+		r := f.runner(Spec{})
+		r.Stop = func(context.Context) (*Error, error) { return nil, errors.New("budget unreadable") }
+		if _, err := r.Run(context.Background(), State{}); err == nil || len(f.events) != 0 {
+			t.Fatalf("got %v after %d events; want the error, no event sent", err, len(f.events))
 		}
 	})
 	t.Run("yield after progress only", func(t *testing.T) {
@@ -258,9 +301,9 @@ func TestRunStopsYieldsAndKeepsCutSteps(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		f := &fakeRecord{script: func(Event) string { return cont("a") }}
 		r := f.runner(Spec{})
-		r.Exec = func(context.Context, []json.RawMessage) []inference.Result {
+		r.Exec = func(_ context.Context, _ []json.RawMessage, done func(int, inference.Result)) {
 			cancel()
-			return []inference.Result{{ErrCode: inference.CodeRequestCancelled}}
+			done(0, inference.Result{ErrCode: inference.CodeRequestCancelled})
 		}
 		_, err := r.Run(ctx, State{})
 		if !errors.Is(err, context.Canceled) || r.Saved != 0 || len(f.saved) != 0 {

@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -36,34 +38,50 @@ type Event struct {
 	Context    json.RawMessage
 	// Results of the step's requests, in the order the answer listed them
 	// (empty after a wait); only results events carry them.
-	Results []Result
+	Results *Results
 }
 
-// MarshalJSON writes the wire shape: start events have no results, and a
-// results event always has its list, empty or not.
-func (e Event) MarshalJSON() ([]byte, error) {
-	type wire struct {
-		EventID    string          `json:"event_id"`
-		Event      string          `json:"event"`
-		WorkflowID string          `json:"workflow_id"`
-		RecordID   string          `json:"record_id"`
-		Step       int             `json:"step"`
-		Attempt    int             `json:"attempt"`
-		Context    json.RawMessage `json:"context"`
-		Results    *[]Result       `json:"results,omitempty"`
-	}
-	w := wire{e.EventID, e.Event, e.WorkflowID, e.RecordID, e.Step, e.Attempt, e.Context, nil}
+// eventHead is an event's wire shape but its results.
+type eventHead struct {
+	EventID    string          `json:"event_id"`
+	Event      string          `json:"event"`
+	WorkflowID string          `json:"workflow_id"`
+	RecordID   string          `json:"record_id"`
+	Step       int             `json:"step"`
+	Attempt    int             `json:"attempt"`
+	Context    json.RawMessage `json:"context"`
+}
+
+// Body is the event's wire shape (docs/api.md "Workflow records") and its
+// size, its results read from their spool as it is sent: start events
+// have no results, and a results event always has its list, empty or
+// not.
+func (e Event) Body() (io.Reader, int64, error) {
+	w := eventHead{e.EventID, e.Event, e.WorkflowID, e.RecordID, e.Step, e.Attempt, e.Context}
 	if w.Context == nil {
 		w.Context = json.RawMessage(`{}`)
 	}
-	if e.Event == EventResults {
-		rs := e.Results
-		if rs == nil {
-			rs = []Result{}
-		}
-		w.Results = &rs
+	head, err := json.Marshal(w)
+	if err != nil || e.Event != EventResults {
+		return bytes.NewReader(head), int64(len(head)), err
 	}
-	return json.Marshal(w)
+	results, size, err := e.Results.Array()
+	if err != nil {
+		return nil, 0, err
+	}
+	head = append(head[:len(head)-1], `,"results":`...)
+	return io.MultiReader(bytes.NewReader(head), results, strings.NewReader("}")), int64(len(head)) + size + 1, nil
+}
+
+// MarshalJSON writes Body whole.
+func (e Event) MarshalJSON() ([]byte, error) {
+	r, size, err := e.Body()
+	if err != nil {
+		return nil, err
+	}
+	data := make([]byte, size)
+	_, err = io.ReadFull(r, data)
+	return data, err
 }
 
 // Result is one request's answer in a results event.

@@ -327,7 +327,7 @@ func (rt *Runtime) serve(addr string, h http.Handler) (string, error) {
 
 // Key creates a key for tenant with the default scopes.
 func (rt *Runtime) Key(ctx context.Context, tenant string, scopes ...string) (string, error) {
-	k, _, err := auth.Create(ctx, rt.App.Store, tenant, scopes, nil)
+	k, _, err := auth.Create(ctx, rt.App.Store, auth.NewKey{Tenant: tenant, Scopes: scopes})
 	return k, err
 }
 

@@ -167,8 +167,9 @@ const rows = new Map(); // batch id → {tr, batch, json}
 let after = ''; // the last listed id, for "load more"
 let listPoll = null;
 
-// loadModels offers the configured models for CSV files, the first one
-// preselected; without them the field stays free text.
+// loadModels offers the configured models for CSV files and JSONL files of
+// simple rows, the first one preselected; without them the field stays
+// free text.
 async function loadModels() {
   try {
     const { data } = await request('v1/models');
@@ -257,6 +258,21 @@ async function uploadAll(e) {
   await Promise.all(files.map((f) => uploadOne(f, opts)));
 }
 
+// simpleJSONL reports whether a JSONL file holds simple rows, {messages}
+// or {prompt} lines (docs/api.md "Files"): its first row, in the file's
+// first 64 KiB, has no body. Such a file, as a CSV one, is a chat
+// completions batch for the form's model.
+async function simpleJSONL(file) {
+  const head = await file.slice(0, 64 * 1024).text();
+  const line = head.split('\n').map((l) => l.trim()).find((l) => l !== '');
+  try {
+    const row = JSON.parse(line);
+    return row !== null && typeof row === 'object' && !('body' in row) && ('messages' in row || 'prompt' in row);
+  } catch {
+    return false; // the service says what is wrong with it
+  }
+}
+
 async function uploadOne(file, opts) {
   const state = h('span', { class: 'state' }, 'starting');
   const bar = h('progress', { 'aria-label': `Uploading ${file.name}` });
@@ -265,15 +281,19 @@ async function uploadOne(file, opts) {
   try {
     const kind = /\.csv$/i.test(file.name) ? 'csv' : /\.jsonl$/i.test(file.name) ? 'jsonl' : '';
     if (!kind) throw new Error('only .csv and .jsonl files can be uploaded');
-    if (kind === 'csv' && !opts.model) throw new Error('a CSV file needs a model');
+    // One model for the file's rows: a CSV's, or a JSONL of simple rows.
+    const chat = kind === 'csv' || await simpleJSONL(file);
+    if (chat && !opts.model) {
+      throw new Error(kind === 'csv' ? 'a CSV file needs a model' : 'a JSONL file of messages or prompt lines needs a model');
+    }
     const f = await uploadFile(file, (s) => { state.textContent = s; });
     state.textContent = 'creating batch';
     const body = {
       input_file_id: f.id,
-      endpoint: kind === 'csv' ? '/v1/chat/completions' : opts.endpoint,
+      endpoint: chat ? '/v1/chat/completions' : opts.endpoint,
       completion_window: '24h',
     };
-    if (kind === 'csv') body.model = opts.model;
+    if (chat) body.model = opts.model;
     if (opts.priority !== '') body.priority = Number(opts.priority);
     if (opts.webhook) body.webhook_url = opts.webhook;
     const b = await request('v1/batches', { method: 'POST', json: body });

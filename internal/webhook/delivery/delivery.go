@@ -1,7 +1,10 @@
 // Package delivery delivers completion webhooks (docs/api.md "Webhooks").
 // A terminal batch with a webhook_url puts one message on the webhook queue
 // carrying the signed-to-be event, so every attempt sends the same
-// webhook-id and body. The webhook function makes one attempt per message
+// webhook-id and body; so do its lifecycle events before it (queued,
+// in_progress: Announce), each with a delivery record of its own, and an
+// event's first attempt waits for the first attempts of those queued
+// before it (message.After), so a receiver that answers gets them in order. The webhook function makes one attempt per message
 // and records it on the batch's delivery record (store.WebhookDeliveries);
 // a failed attempt re-enqueues the message with an SQS delay for the next
 // one, until a 2xx, a permanent refusal, or the retry horizon. SQS delays
@@ -43,6 +46,9 @@ type Service struct {
 	Store Store
 	Queue Queue
 	Log   *slog.Logger
+	// Now is the clock, the service's one (app.New): when an event was
+	// created, an attempt is due and the retries give up.
+	Now func() time.Time
 
 	// Client makes the attempts; nil means webhook.NewClient(egress.Policy{}).
 	// The engine checks webhook_url at create against the same client's
@@ -68,8 +74,8 @@ type Service struct {
 // secrets (internal/store).
 type Store interface {
 	auth.Secrets
-	GetWebhookDeliveries(ctx context.Context, batchID string) (store.WebhookDeliveries, error)
-	UpdateWebhookDeliveries(ctx context.Context, batchID string, fn func(*store.WebhookDeliveries) error) (store.WebhookDeliveries, error)
+	GetWebhookDeliveries(ctx context.Context, batchID, event string) (store.WebhookDeliveries, error)
+	UpdateWebhookDeliveries(ctx context.Context, batchID, event string, fn func(*store.WebhookDeliveries) error) (store.WebhookDeliveries, error)
 	ReserveWebhook(ctx context.Context, tenant, batchID string, max int, now time.Time) error
 	ReleaseWebhook(ctx context.Context, tenant, batchID string) (bool, error)
 	WebhookMarkers(ctx context.Context, tenant string) ([]store.InflightMarker, error)
@@ -149,7 +155,20 @@ type message struct {
 	// NotBefore (Unix milliseconds) is when the attempt is due; a message
 	// that arrives earlier (waits beyond SQS's 15-minute delay) goes back.
 	NotBefore int64 `json:"not_before,omitempty"`
+	// After are the types of the batch's events queued before this one;
+	// its first attempt waits until theirs are made, for at most orderWait
+	// from WaitFrom (Unix milliseconds), the first wait.
+	After    []string `json:"after,omitempty"`
+	WaitFrom int64    `json:"wait_from,omitempty"`
 }
+
+// orderWait bounds how long an event's first attempt waits for the first
+// attempts of the events before it: one of those lost (or queued by a
+// version that sent none) must not hold the next ones back for long.
+const orderWait = 2 * time.Minute
+
+// orderPoll is the wait before looking again at the events before one.
+const orderPoll = time.Second
 
 // errDuplicate stops the record of an attempt a duplicate message recorded
 // first.
@@ -163,8 +182,35 @@ var (
 )
 
 // Enqueue queues the completion event of a terminal batch that has a
-// webhook_url (batches.Service.Terminal calls it).
+// webhook_url (batches.Service.Terminal calls it), after the lifecycle
+// events it announced: queued once started (batch.Batch.Started, which the
+// plan records after queueing it), in_progress once recorded
+// (batch.Batch.AnnouncedInProgress).
 func (s *Service) Enqueue(ctx context.Context, b batch.Batch) error {
+	var after []string
+	if b.Started {
+		after = append(after, "batch."+webhook.Queued)
+	}
+	if b.AnnouncedInProgress {
+		after = append(after, "batch."+webhook.InProgress)
+	}
+	return s.enqueue(ctx, b, b.Status, after)
+}
+
+// Announce queues lifecycle event (webhook.Queued or webhook.InProgress) of
+// batch b, if it has a webhook_url; in_progress comes after queued, which
+// the plan queues before any chunk can start.
+func (s *Service) Announce(ctx context.Context, b batch.Batch, event string) error {
+	var after []string
+	if event == webhook.InProgress {
+		after = []string{"batch." + webhook.Queued}
+	}
+	return s.enqueue(ctx, b, batch.Status(event), after)
+}
+
+// enqueue queues the first attempt of b's event batch.<status>, whose
+// first attempt waits for those of the events of types after.
+func (s *Service) enqueue(ctx context.Context, b batch.Batch, status batch.Status, after []string) error {
 	if b.WebhookURL == nil || *b.WebhookURL == "" {
 		return nil
 	}
@@ -172,25 +218,29 @@ func (s *Service) Enqueue(ctx context.Context, b batch.Batch) error {
 	if err != nil {
 		return fmt.Errorf("webhook event of %s: %w", b.ID, err)
 	}
-	ev, err := webhook.NewEvent(string(b.Status), data, time.Now())
+	ev, err := webhook.NewEvent(string(status), data, s.Now())
 	if err != nil {
 		return fmt.Errorf("webhook event of %s: %w", b.ID, err)
 	}
-	ev.ID = eventID(b.ID, b.Status)
-	if ok, err := s.hold(ctx, b, ev.ID); err != nil || !ok {
-		return err
+	ev.ID = eventID(b.ID, status)
+	if webhook.Terminal(ev.Type) {
+		// The completion webhook holds one of the tenant's pending slots;
+		// the lifecycle events before it are bounded by its batches.
+		if ok, err := s.hold(ctx, b, ev.ID); err != nil || !ok {
+			return err
+		}
 	}
-	m := message{Tenant: b.Tenant, Batch: b.ID, URL: *b.WebhookURL, Event: ev, Attempt: 1}
+	m := message{Tenant: b.Tenant, Batch: b.ID, URL: *b.WebhookURL, Event: ev, Attempt: 1, After: after}
 	if err := s.Queue.Send(ctx, resources.Webhook, m, 0); err != nil {
 		return fmt.Errorf("queue webhook of %s: %w", b.ID, err)
 	}
 	return nil
 }
 
-// eventID names the event of a batch's terminal status. It is derived, not
-// random, so that a terminal state reported twice (a redelivered finalize)
-// is one event to receivers, who dedupe on webhook-id, and one delivery
-// record here.
+// eventID names the event of a batch's status (terminal, or a lifecycle
+// event's). It is derived, not random, so that a state reported twice (a
+// redelivered finalize) is one event to receivers, who dedupe on
+// webhook-id, and one delivery record here.
 func eventID(batchID string, status batch.Status) string {
 	sum := sha256.Sum256([]byte(batchID + "\x00" + string(status)))
 	return "evt_" + hex.EncodeToString(sum[:])[:25]
@@ -230,7 +280,7 @@ func (s *Service) Deliver(ctx context.Context, ds []msg.Delivery) ([]string, err
 // duplicate message) or the webhook is settled, records it and queues the
 // next one if it failed.
 func (s *Service) deliver(ctx context.Context, m message, redelivered bool) error {
-	d, err := s.Store.GetWebhookDeliveries(ctx, m.Batch)
+	d, err := s.Store.GetWebhookDeliveries(ctx, m.Batch, m.Event.Type)
 	if err != nil {
 		return err
 	}
@@ -245,13 +295,16 @@ func (s *Service) deliver(ctx context.Context, m message, redelivered bool) erro
 		// after that, perhaps before queueing the next attempt: queue it
 		// (a duplicate of it is dropped when its attempt is recorded).
 		if redelivered {
-			return s.queueNextAttempt(ctx, m, time.Now())
+			return s.queueNextAttempt(ctx, m, s.Now())
 		}
 		return nil
 	}
-	now := time.Now()
+	now := s.Now()
 	if wait := time.UnixMilli(m.NotBefore).Sub(now); m.NotBefore > 0 && wait > 0 {
 		return s.Queue.Send(ctx, resources.Webhook, m, queue.Delay(wait))
+	}
+	if waiting, err := s.waitForEarlier(ctx, m, now); waiting || err != nil {
+		return err
 	}
 	receiver := webhook.Receiver(m.URL)
 	circuit, admitted, retryAt, err := s.admit(ctx, receiver, now)
@@ -264,6 +317,35 @@ func (s *Service) deliver(ctx context.Context, m message, redelivered bool) erro
 	return s.attempt(ctx, m, circuit, now)
 }
 
+// waitForEarlier sends m back for another look in orderPoll when it is a
+// first attempt and an event of m.After has no attempt made yet, unless it
+// has waited orderWait already; true when it did.
+func (s *Service) waitForEarlier(ctx context.Context, m message, now time.Time) (bool, error) {
+	if m.Attempt != 1 || len(m.After) == 0 {
+		return false, nil
+	}
+	if m.WaitFrom == 0 {
+		m.WaitFrom = now.UnixMilli()
+	}
+	if now.Sub(time.UnixMilli(m.WaitFrom)) >= orderWait {
+		s.Log.WarnContext(ctx, "webhook event sent before an earlier one was attempted", "batch_id", m.Batch, "event", m.Event.Type, "after", m.After)
+		return false, nil
+	}
+	for _, t := range m.After {
+		d, err := s.Store.GetWebhookDeliveries(ctx, m.Batch, t)
+		if err != nil {
+			return false, err
+		}
+		if d.Count == 0 && !d.Delivered && !d.GaveUp {
+			if err := s.Queue.Send(ctx, resources.Webhook, m, orderPoll); err != nil {
+				return false, fmt.Errorf("queue webhook %s of %s after %s: %w", m.Event.Type, m.Batch, t, err)
+			}
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // attempt makes the attempt m stands for, due at now, counts it in its
 // receiver's circuit, records it and follows it up: the tenant's pending
 // slot back once the webhook is settled, the next attempt queued if not.
@@ -273,7 +355,7 @@ func (s *Service) attempt(ctx context.Context, m message, circuit webhook.Circui
 		return fmt.Errorf("webhook secret of %s: %w", m.Tenant, err)
 	}
 	a := s.client().Deliver(ctx, m.URL, secret, m.Event, m.Attempt)
-	done := time.Now()
+	done := s.Now()
 	s.recordCircuit(ctx, circuit, a, done)
 	d, err := s.recordAttempt(ctx, m, a, now, done)
 	if errors.Is(err, errDuplicate) {
@@ -301,7 +383,7 @@ func (s *Service) attempt(ctx context.Context, m message, circuit webhook.Circui
 // done, on the batch's delivery record: errDuplicate when a duplicate of
 // the attempt got there first.
 func (s *Service) recordAttempt(ctx context.Context, m message, a webhook.Attempt, start, done time.Time) (store.WebhookDeliveries, error) {
-	return s.Store.UpdateWebhookDeliveries(ctx, m.Batch, func(d *store.WebhookDeliveries) error {
+	return s.Store.UpdateWebhookDeliveries(ctx, m.Batch, m.Event.Type, func(d *store.WebhookDeliveries) error {
 		if d.Delivered || d.GaveUp || d.Count >= m.Attempt {
 			return errDuplicate // a duplicate of this attempt got here first
 		}
@@ -391,7 +473,7 @@ func (s *Service) snooze(ctx context.Context, m message, d store.WebhookDeliveri
 		first = time.Unix(m.Event.CreatedAt, 0)
 	}
 	if s.giveUp(first, now) {
-		_, err := s.Store.UpdateWebhookDeliveries(ctx, m.Batch, func(d *store.WebhookDeliveries) error {
+		_, err := s.Store.UpdateWebhookDeliveries(ctx, m.Batch, m.Event.Type, func(d *store.WebhookDeliveries) error {
 			if d.Delivered || d.GaveUp {
 				return errDuplicate
 			}
@@ -440,7 +522,7 @@ func (s *Service) WithDeliveries(ctx context.Context, b batch.Batch) batch.Batch
 	if b.WebhookURL == nil || !b.Status.Terminal() {
 		return b
 	}
-	d, err := s.Store.GetWebhookDeliveries(ctx, b.ID)
+	d, err := s.Store.GetWebhookDeliveries(ctx, b.ID, "batch."+string(b.Status))
 	if err != nil {
 		s.Log.WarnContext(ctx, "read webhook deliveries", "batch_id", b.ID, "err", err)
 		return b

@@ -140,15 +140,25 @@ func (m *memTable) UpdateCircuit(ctx context.Context, receiver string, fn func(*
 	return c, nil
 }
 
-func (m *memTable) GetWebhookDeliveries(_ context.Context, batchID string) (store.WebhookDeliveries, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.records[batchID], nil
+// recordKey keys the records as the store does: the terminal event's by
+// the batch id alone.
+func recordKey(batchID, event string) string {
+	if webhook.Terminal(event) {
+		return batchID
+	}
+	return batchID + "/" + event
 }
 
-func (m *memTable) UpdateWebhookDeliveries(_ context.Context, batchID string, fn func(*store.WebhookDeliveries) error) (store.WebhookDeliveries, error) {
+func (m *memTable) GetWebhookDeliveries(_ context.Context, batchID, event string) (store.WebhookDeliveries, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.records[recordKey(batchID, event)], nil
+}
+
+func (m *memTable) UpdateWebhookDeliveries(_ context.Context, batchID, event string, fn func(*store.WebhookDeliveries) error) (store.WebhookDeliveries, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	batchID = recordKey(batchID, event)
 	d := m.records[batchID]
 	if err := fn(&d); err != nil {
 		return store.WebhookDeliveries{}, err
@@ -192,7 +202,7 @@ func TestAttemptRecordedAndNextQueued(t *testing.T) {
 	}))
 	defer srv.Close()
 	table, q := &memTable{}, &memQueue{}
-	s := &Service{Store: table, Queue: q, Log: slog.New(slog.DiscardHandler),
+	s := &Service{Store: table, Queue: q, Log: slog.New(slog.DiscardHandler), Now: time.Now,
 		Client: webhook.NewClient(egress.Policy{AllowPrivate: true, AllowHTTP: true}), Backoff: func(int) time.Duration { return time.Minute }}
 	url := srv.URL
 	ctx := context.Background()
@@ -218,6 +228,124 @@ func TestAttemptRecordedAndNextQueued(t *testing.T) {
 	}
 	if len(q.sent) != 2 || q.sent[1].Attempt != 2 || q.sent[1].Event.ID != first.Event.ID || q.sent[1].NotBefore == 0 {
 		t.Fatalf("sent %+v; want attempt 2 of the same event, not before its backoff", q.sent)
+	}
+}
+
+// A batch's lifecycle events have records of their own, and an event's
+// first attempt waits until those queued before it have one made: the
+// completion of a started batch whose batch.queued was not attempted yet
+// goes back to the queue without a post; once queued was attempted (even
+// failed), it is sent.
+func TestEventWaitsForTheEarlierOnes(t *testing.T) {
+	t.Parallel()
+	var types []string
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var ev webhook.Event
+		json.NewDecoder(r.Body).Decode(&ev)
+		mu.Lock()
+		types = append(types, ev.Type)
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	table, q := &memTable{}, &memQueue{}
+	s := &Service{Store: table, Queue: q, Log: slog.New(slog.DiscardHandler), Now: time.Now,
+		Client: webhook.NewClient(egress.Policy{AllowPrivate: true, AllowHTTP: true})}
+	url := srv.URL
+	ctx := context.Background()
+	b := batch.Batch{ID: "batch_1", Tenant: "t", Status: batch.InProgress, WebhookURL: &url, Started: true}
+	if err := s.Announce(ctx, b, webhook.Queued); err != nil {
+		t.Fatal(err)
+	}
+	b.Status = batch.Completed
+	if err := s.Enqueue(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	queued, completed := q.sent[0], q.sent[1]
+	if queued.Event.Type != "batch.queued" || completed.Event.Type != "batch.completed" || len(completed.After) != 1 || completed.After[0] != "batch.queued" ||
+		queued.Event.ID == completed.Event.ID {
+		t.Fatalf("sent %+v, want batch.queued, then batch.completed after it", q.sent)
+	}
+	deliver := func(m message) {
+		t.Helper()
+		body, _ := json.Marshal(m)
+		if failed, err := s.Deliver(ctx, []msg.Delivery{{ID: "m", Body: string(body), ReceiveCount: 1}}); err != nil || len(failed) != 0 {
+			t.Fatalf("deliver: %v, failed %v", err, failed)
+		}
+	}
+	deliver(completed)
+	if len(types) != 0 || len(q.sent) != 3 || q.sent[2].Event.ID != completed.Event.ID || q.sent[2].WaitFrom == 0 {
+		t.Fatalf("posted %v, sent %+v; want the completion back on the queue, not posted", types, q.sent)
+	}
+	deliver(queued)
+	deliver(q.sent[2])
+	if len(types) != 2 || types[0] != "batch.queued" || types[1] != "batch.completed" {
+		t.Fatalf("posted %v, want batch.queued then batch.completed", types)
+	}
+	if d := table.records["batch_1"]; !d.Delivered || d.EventID != completed.Event.ID {
+		t.Fatalf("completion record %+v, want it delivered (the batch's summary reads it)", d)
+	}
+	// Past orderWait, an event goes without the earlier ones.
+	late := completed
+	late.Event.ID, late.Batch, late.WaitFrom = "evt_late", "batch_2", time.Now().Add(-orderWait).UnixMilli()
+	deliver(late)
+	if len(types) != 3 {
+		t.Fatalf("posted %v, want the late event sent", types)
+	}
+}
+
+// refusingReceiver is a webhook receiver that answers every post 500, and
+// counts them.
+func refusingReceiver(t *testing.T) (string, *atomic.Int32) {
+	t.Helper()
+	posts := &atomic.Int32{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		posts.Add(1)
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, posts
+}
+
+// TestDeliveryKeepsItsClock: every time delivery decides by is its
+// clock's (Service.Now, the service's one): an event's created_at, when
+// the next attempt is due, the first attempt and the 24-hour horizon. Here
+// the clock is years ahead of the machine's; a test moves it a day on.
+// Before, delivery read the machine's clock: the due attempt was put back
+// for years and the retries never gave up.
+func TestDeliveryKeepsItsClock(t *testing.T) {
+	t.Parallel()
+	url, posts := refusingReceiver(t)
+	at := time.Unix(1_900_000_000, 0)
+	var skip atomic.Int64
+	table, q := &memTable{}, &memQueue{}
+	s := &Service{Store: table, Queue: q, Log: slog.New(slog.DiscardHandler),
+		Now:    func() time.Time { return at.Add(time.Duration(skip.Load())) },
+		Client: webhook.NewClient(egress.Policy{AllowPrivate: true, AllowHTTP: true}), Backoff: func(int) time.Duration { return time.Minute }}
+	ctx := context.Background()
+	if err := s.Enqueue(ctx, batch.Batch{ID: "batch_1", Tenant: "t", Status: batch.Failed, WebhookURL: &url}); err != nil || len(q.sent) != 1 {
+		t.Fatalf("enqueue: %v, sent %+v", err, q.sent)
+	}
+	if got := q.sent[0].Event.CreatedAt; got != at.Unix() {
+		t.Errorf("event created at %d, want the clock's %d", got, at.Unix())
+	}
+	deliver := func(m message) {
+		t.Helper()
+		body, _ := json.Marshal(m)
+		if failed, err := s.Deliver(ctx, []msg.Delivery{{ID: "m", Body: string(body), ReceiveCount: 1}}); err != nil || len(failed) != 0 {
+			t.Fatalf("deliver attempt %d: %v, failed %v", m.Attempt, err, failed)
+		}
+	}
+	deliver(q.sent[0])
+	if next := q.sent[1]; next.NotBefore != at.Add(time.Minute).UnixMilli() {
+		t.Fatalf("attempt 2 due at %d, want the clock's now plus the backoff, %d", next.NotBefore, at.Add(time.Minute).UnixMilli())
+	}
+	skip.Store(int64(25 * time.Hour))
+	deliver(q.sent[1])
+	d := table.records["batch_1"]
+	if posts.Load() != 2 || d.Count != 2 || !d.GaveUp || !d.FirstAttempt.Equal(at) {
+		t.Fatalf("%d posts, record %+v; want attempt 2 made at once and the retries given up a day after the first, at %s", posts.Load(), d, at)
 	}
 }
 
@@ -256,7 +384,7 @@ func TestCircuitStopsCallingAFailingReceiver(t *testing.T) {
 	aliveSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { alive.Add(1) }))
 	defer aliveSrv.Close()
 	table, q := &memTable{}, &memQueue{}
-	s := &Service{Store: table, Queue: q, Log: slog.New(slog.DiscardHandler),
+	s := &Service{Store: table, Queue: q, Log: slog.New(slog.DiscardHandler), Now: time.Now,
 		Client:  webhook.NewClient(egress.Policy{AllowPrivate: true, AllowHTTP: true}),
 		Backoff: func(int) time.Duration { return time.Minute }, CircuitThreshold: 2, CircuitCooldown: time.Hour}
 	ctx := context.Background()
@@ -316,7 +444,7 @@ func TestPendingWebhooksCapped(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer srv.Close()
 	table, q := &memTable{}, &memQueue{}
-	s := &Service{Store: table, Queue: q, Log: slog.New(slog.DiscardHandler),
+	s := &Service{Store: table, Queue: q, Log: slog.New(slog.DiscardHandler), Now: time.Now,
 		Client: webhook.NewClient(egress.Policy{AllowPrivate: true, AllowHTTP: true}), MaxPending: 2}
 	ctx := context.Background()
 	url := srv.URL

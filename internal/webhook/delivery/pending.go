@@ -8,6 +8,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/store"
+	"github.com/relaybatch/relay/internal/webhook"
 )
 
 // Pending webhooks per tenant (Service.MaxPending,
@@ -23,23 +24,27 @@ import (
 // message may wait between attempts.
 const lostAfter = 26 * time.Hour
 
+// completion names a batch's completion webhook's delivery record: any
+// terminal event type does (store.WebhookDeliveries).
+const completion = "batch.completed"
+
 // hold takes b's pending slot; ok is false when the tenant is at the cap
 // (its webhook is then given up, recorded as refused).
 func (s *Service) hold(ctx context.Context, b batch.Batch, eventID string) (bool, error) {
 	if s.MaxPending <= 0 {
 		return true, nil
 	}
-	err := s.Store.ReserveWebhook(ctx, b.Tenant, b.ID, s.MaxPending, time.Now())
+	err := s.Store.ReserveWebhook(ctx, b.Tenant, b.ID, s.MaxPending, s.Now())
 	if errors.Is(err, store.ErrWebhookLimit) {
 		if freed, rerr := s.repairPending(ctx, b.Tenant); rerr == nil && freed > 0 {
-			err = s.Store.ReserveWebhook(ctx, b.Tenant, b.ID, s.MaxPending, time.Now())
+			err = s.Store.ReserveWebhook(ctx, b.Tenant, b.ID, s.MaxPending, s.Now())
 		}
 	}
 	if !errors.Is(err, store.ErrWebhookLimit) {
 		return err == nil, err
 	}
 	why := fmt.Sprintf("not sent: this organization already has %d webhooks pending, the most allowed", s.MaxPending)
-	_, err = s.Store.UpdateWebhookDeliveries(ctx, b.ID, func(d *store.WebhookDeliveries) error {
+	_, err = s.Store.UpdateWebhookDeliveries(ctx, b.ID, "batch."+string(b.Status), func(d *store.WebhookDeliveries) error {
 		if d.Delivered || d.GaveUp {
 			return errDuplicate
 		}
@@ -53,9 +58,10 @@ func (s *Service) hold(ctx context.Context, b batch.Batch, eventID string) (bool
 	return false, nil
 }
 
-// release gives back the slot of a settled webhook (once, however often).
+// release gives back the slot of a settled webhook (once, however often):
+// the completion webhook's, which alone holds one.
 func (s *Service) release(ctx context.Context, m message) {
-	if s.MaxPending <= 0 {
+	if s.MaxPending <= 0 || !webhook.Terminal(m.Event.Type) {
 		return
 	}
 	if _, err := s.Store.ReleaseWebhook(ctx, m.Tenant, m.Batch); err != nil {
@@ -72,11 +78,11 @@ func (s *Service) repairPending(ctx context.Context, tenant string) (int, error)
 	}
 	freed := 0
 	for _, m := range ms {
-		d, err := s.Store.GetWebhookDeliveries(ctx, m.Batch)
+		d, err := s.Store.GetWebhookDeliveries(ctx, m.Batch, completion)
 		if err != nil {
 			return freed, err
 		}
-		lost := time.Since(time.Unix(m.CreatedAt, 0)) > lostAfter
+		lost := s.Now().Sub(time.Unix(m.CreatedAt, 0)) > lostAfter
 		if !d.Delivered && !d.GaveUp && !lost {
 			continue
 		}
