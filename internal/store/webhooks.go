@@ -43,6 +43,10 @@ type WebhookDeliveries struct {
 	// Refused says why the webhook was given up without an attempt (its
 	// tenant had the most pending webhooks).
 	Refused string `dynamodbav:"refused,omitempty"`
+	// Recorder is a token of the write that recorded the latest attempt:
+	// that write, retried after it took effect but answered an error, knows
+	// the attempt for its own, not a duplicate's.
+	Recorder string `dynamodbav:"recorder,omitempty"`
 }
 
 // Summary is the webhook_deliveries field of the batch.

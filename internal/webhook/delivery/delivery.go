@@ -33,6 +33,7 @@ import (
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/egress"
+	"github.com/relaybatch/relay/internal/ids"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
@@ -173,6 +174,9 @@ const orderPoll = time.Second
 // errDuplicate stops the record of an attempt a duplicate message recorded
 // first.
 var errDuplicate = errors.New("delivery: attempt already recorded")
+
+// errRecorded stops the retry of a record of an attempt that took effect.
+var errRecorded = errors.New("delivery: attempt recorded by this write")
 
 // errNotAdmitted and errUnchanged stop a circuit's update with nothing to
 // write.
@@ -382,15 +386,22 @@ func (s *Service) attempt(ctx context.Context, m message, circuit webhook.Circui
 // recordAttempt records attempt a of m, started at start and finished at
 // done, on the batch's delivery record: errDuplicate when a duplicate of
 // the attempt got there first.
+// A write that took effect but answered an error, retried, finds its own
+// token (Recorder) and returns what it wrote.
 func (s *Service) recordAttempt(ctx context.Context, m message, a webhook.Attempt, start, done time.Time) (store.WebhookDeliveries, error) {
-	return s.Store.UpdateWebhookDeliveries(ctx, m.Batch, m.Event.Type, func(d *store.WebhookDeliveries) error {
+	token, mine := ids.Secret(12), store.WebhookDeliveries{}
+	d, err := s.Store.UpdateWebhookDeliveries(ctx, m.Batch, m.Event.Type, func(d *store.WebhookDeliveries) error {
+		if d.Recorder == token {
+			mine = *d
+			return errRecorded
+		}
 		if d.Delivered || d.GaveUp || d.Count >= m.Attempt {
 			return errDuplicate // a duplicate of this attempt got here first
 		}
 		if d.Count == 0 {
 			d.FirstAttempt = start
 		}
-		d.EventID, d.Count = m.Event.ID, m.Attempt
+		d.EventID, d.Count, d.Recorder = m.Event.ID, m.Attempt, token
 		d.Attempts = append(d.Attempts, a)
 		if n := len(d.Attempts); n > store.MaxWebhookAttempts {
 			d.Attempts = d.Attempts[n-store.MaxWebhookAttempts:]
@@ -403,6 +414,10 @@ func (s *Service) recordAttempt(ctx context.Context, m message, a webhook.Attemp
 		}
 		return nil
 	})
+	if errors.Is(err, errRecorded) {
+		return mine, nil
+	}
+	return d, err
 }
 
 // admit asks receiver's circuit whether an attempt may go to it at now,

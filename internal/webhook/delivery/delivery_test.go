@@ -481,3 +481,55 @@ func TestPendingWebhooksCapped(t *testing.T) {
 		t.Fatal("a slot left behind by a settled webhook was not recovered at the cap")
 	}
 }
+
+// ambiguousTable answers an update of a delivery record as the store does
+// when its write took effect but answered an error and was retried (the
+// SDK's retry fails its condition, store.update reads the record again and
+// runs fn on it): fn runs a second time, on what the first run wrote.
+type ambiguousTable struct{ *memTable }
+
+func (m ambiguousTable) UpdateWebhookDeliveries(ctx context.Context, batchID, event string, fn func(*store.WebhookDeliveries) error) (store.WebhookDeliveries, error) {
+	if _, err := m.memTable.UpdateWebhookDeliveries(ctx, batchID, event, fn); err != nil {
+		return store.WebhookDeliveries{}, err
+	}
+	return m.memTable.UpdateWebhookDeliveries(ctx, batchID, event, fn)
+}
+
+// An attempt whose record took effect but answered an error, then was
+// retried, is followed up as if the write had answered: before, the retry
+// read the attempt back as a duplicate's, so a failed attempt queued no
+// next one (the webhook stayed pending for ever) and a delivered one kept
+// its tenant's pending slot.
+func TestAmbiguousAttemptRecordFollowedUp(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		status int
+	}{{"failed", http.StatusInternalServerError}, {"delivered", http.StatusNoContent}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(tc.status) }))
+			defer srv.Close()
+			table, q := &memTable{}, &memQueue{}
+			s := &Service{Store: ambiguousTable{table}, Queue: q, Log: slog.New(slog.DiscardHandler), Now: time.Now, MaxPending: 10,
+				Client: webhook.NewClient(egress.Policy{AllowPrivate: true, AllowHTTP: true}), Backoff: func(int) time.Duration { return time.Minute }}
+			m := firstAttempt(t, s, q, "batch_1", srv.URL)
+			if failed, err := s.Deliver(context.Background(), []msg.Delivery{m}); err != nil || len(failed) != 0 {
+				t.Fatalf("deliver: %v, failed %v", err, failed)
+			}
+			d := table.records["batch_1"]
+			if d.Count != 1 {
+				t.Fatalf("record %+v, want one attempt", d)
+			}
+			if d.Delivered {
+				if len(table.pending) != 0 {
+					t.Fatalf("delivered, its pending slot still held: %v", table.pending)
+				}
+				return
+			}
+			if len(q.sent) != 2 || q.sent[1].Attempt != 2 {
+				t.Fatalf("sent %d messages (last attempt %d), want attempt 2 queued after the failed one", len(q.sent), q.last().Attempt)
+			}
+		})
+	}
+}
