@@ -61,3 +61,34 @@ func TestAnnounceInProgressOnce(t *testing.T) {
 		t.Fatalf("events %v, want none for a batch without webhook or one cancelling", life.events)
 	}
 }
+
+// ambiguousBatches answers an update of a batch as the store does when its
+// write took effect but answered an error and was retried (the SDK's retry
+// fails its condition, store.update reads the batch again and runs fn on
+// it): fn runs a second time, on what the first run wrote.
+type ambiguousBatches struct{ *memTable }
+
+func (m ambiguousBatches) UpdateBatch(ctx context.Context, tenant, id string, fn func(*batch.Batch) error) (batch.Batch, error) {
+	if _, err := m.memTable.UpdateBatch(ctx, tenant, id, fn); err != nil {
+		return batch.Batch{}, err
+	}
+	return m.memTable.UpdateBatch(ctx, tenant, id, fn)
+}
+
+// The run whose record of in_progress took effect but answered an error,
+// then was retried, still queues the event: before, the retry read the
+// record back as another run's and returned, so batch.in_progress was
+// never sent.
+func TestAnnounceInProgressAfterAnAmbiguousRecord(t *testing.T) {
+	t.Parallel()
+	url := "https://hooks.example/x"
+	b := batch.Batch{ID: "batch_x", Tenant: "t", Status: batch.InProgress, WebhookURL: &url}
+	table := newMemTable()
+	table.putBatch(b)
+	life := &announcer{}
+	e := testEngine(&Engine{Store: ambiguousBatches{table}, Log: slog.New(slog.DiscardHandler), Lifecycle: life})
+	e.announceInProgress(context.Background(), b)
+	if want := []string{"batch_x " + webhook.InProgress}; !slices.Equal(life.events, want) || !table.batch(b.ID).AnnouncedInProgress {
+		t.Fatalf("events %v, recorded %v; want %v, recorded", life.events, table.batch(b.ID).AnnouncedInProgress, want)
+	}
+}

@@ -587,18 +587,22 @@ func (e *Engine) admit(ctx context.Context, r *chunkRun, b batch.Batch, c batch.
 // the runs that start together, reading the batch before the record, queue
 // it once. A failure to queue takes the record back, and the batch's next
 // chunk tries again; the record holds while the chunk runs, so the
-// batch's end cannot see it before the event is queued.
+// batch's end cannot see it before the event is queued. A record retried
+// after it took effect (answering an error) finds it recorded by this run,
+// which queues the event (at worst twice: one event id, which delivery
+// records once).
 func (e *Engine) announceInProgress(ctx context.Context, b batch.Batch) {
 	if b.WebhookURL == nil || b.AnnouncedInProgress || b.Status != batch.InProgress {
 		return
 	}
 	log := e.Log.With("batch_id", b.ID, "tenant", b.Tenant)
+	var wrote bool // this run's record may have taken effect
 	mark := func(on bool) error {
 		_, err := e.Store.UpdateBatch(ctx, b.Tenant, b.ID, func(b *batch.Batch) error {
-			if b.AnnouncedInProgress == on {
+			if b.AnnouncedInProgress == on && !(on && wrote) {
 				return errSkip
 			}
-			b.AnnouncedInProgress = on
+			b.AnnouncedInProgress, wrote = on, on
 			return nil
 		})
 		return err
