@@ -327,7 +327,7 @@ func TestWebhookCircuitStopsCallingADeadReceiver(t *testing.T) {
 	if n := len(dead.got()); n > bound {
 		t.Fatalf("the dead receiver was called %d times for %d batches, want at most %d", n, len(deadBatches), bound)
 	}
-	circuit, err := rt.App.Store.GetCircuit(context.Background(), webhook.Receiver(dead.URL))
+	circuit, err := rt.App.Store.GetCircuit(context.Background(), webhook.CircuitOf("acme", dead.URL))
 	if err != nil || circuit.Closed() || circuit.Failures < threshold {
 		t.Fatalf("the dead receiver's circuit: %+v, %v; want open", circuit, err)
 	}

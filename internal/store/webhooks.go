@@ -86,10 +86,11 @@ func (s *Store) UpdateWebhookDeliveries(ctx context.Context, batchID, event stri
 	return update(ctx, s, chunksPK(batchID), sk, nil, fn)
 }
 
-// A receiver's circuit (webhook.Circuit) is one item, HOOK#<receiver> /
-// CIRCUIT, shared by every delivery to it, whatever its batch or tenant,
-// and updated conditionally on its version (update): concurrent attempts
-// on any number of functions count each failure once and admit one probe.
+// A tenant's circuit of a receiver (webhook.Circuit) is one item,
+// HOOK#<tenant>#<receiver> / CIRCUIT (webhook.CircuitOf), shared by every
+// delivery of the tenant's to it, whatever its batch, and updated
+// conditionally on its version (update): concurrent attempts on any number
+// of functions count each failure once and admit one probe.
 // It expires circuitTTL after its last change.
 const (
 	circuitSK  = "CIRCUIT"

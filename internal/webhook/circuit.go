@@ -6,16 +6,17 @@ import (
 	"time"
 )
 
-// Circuit is one receiver's circuit breaker (docs/api.md "Webhooks"): after
-// CircuitThreshold failed attempts in a row to a receiver, whichever
-// batches and tenants they were for, no attempt goes to it for a cool-down;
+// Circuit is one tenant's circuit breaker of one receiver (docs/api.md
+// "Webhooks", CircuitOf): after CircuitThreshold failed attempts in a row
+// of the tenant's webhooks to the receiver, whichever batches they were
+// for, no attempt of the tenant's goes to it for a cool-down;
 // then one probe at a time does, and its answer closes the circuit or opens
 // it again. Deliveries that find it open wait, uncounted, and are attempted
 // later (or given up at the retry horizon, as failing ones are), so a
 // receiver that never answers stops holding webhook functions.
 //
 // It holds no I/O: the caller reads and writes it (internal/store, one item
-// per receiver, written conditionally so concurrent deliveries on any number
+// per tenant and receiver, written conditionally so concurrent deliveries on any number
 // of functions count every failure once and admit one probe).
 type Circuit struct {
 	Receiver string `dynamodbav:"receiver"`
@@ -43,6 +44,19 @@ func Receiver(target string) string {
 		return ""
 	}
 	return strings.ToLower(u.Host)
+}
+
+// CircuitOf names tenant's circuit of the receiver of a webhook URL
+// (Receiver): <tenant>#<host:port>; "" for a URL that has no host. Each
+// tenant has its own, so a tenant whose webhooks fail at a receiver (a
+// path of another tenant's that answers 404, say) holds back its own
+// webhooks only, never another tenant's.
+func CircuitOf(tenant, target string) string {
+	r := Receiver(target)
+	if r == "" {
+		return ""
+	}
+	return tenant + "#" + r
 }
 
 // Closed reports whether the circuit admits every attempt.

@@ -10,7 +10,8 @@
 // one, until a 2xx, a permanent refusal, or the retry horizon. SQS delays
 // stop at 15 minutes, so a longer wait is a chain of delayed messages, each
 // re-sent until the attempt's time comes. An attempt goes only when its
-// receiver's circuit admits it (webhook.Circuit); one that finds it open
+// receiver's circuit, its tenant's (webhook.CircuitOf), admits it; one
+// that finds it open
 // waits, uncounted. Each tenant's pending webhooks are capped (pending.go).
 //
 // It is apart from package webhook, which holds the HTTP client, URL policy
@@ -310,7 +311,7 @@ func (s *Service) deliver(ctx context.Context, m message, redelivered bool) erro
 	if waiting, err := s.waitForEarlier(ctx, m, now); waiting || err != nil {
 		return err
 	}
-	receiver := webhook.Receiver(m.URL)
+	receiver := webhook.CircuitOf(m.Tenant, m.URL)
 	circuit, admitted, retryAt, err := s.admit(ctx, receiver, now)
 	if err != nil {
 		return err

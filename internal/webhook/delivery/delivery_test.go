@@ -414,7 +414,7 @@ func TestCircuitStopsCallingAFailingReceiver(t *testing.T) {
 
 	// The cool-down over, the waiting webhooks are due: one probe goes.
 	table.mu.Lock()
-	c := table.circuits[webhook.Receiver(deadSrv.URL)]
+	c := table.circuits[webhook.CircuitOf("t", deadSrv.URL)]
 	c.OpenUntil = time.Now().Add(-time.Second).UnixMilli()
 	table.circuits[c.Receiver] = c
 	table.mu.Unlock()
@@ -531,5 +531,50 @@ func TestAmbiguousAttemptRecordFollowedUp(t *testing.T) {
 				t.Fatalf("sent %d messages (last attempt %d), want attempt 2 queued after the failed one", len(q.sent), q.last().Attempt)
 			}
 		})
+	}
+}
+
+// One tenant's failing webhooks do not open the circuit of another's: a
+// hostile tenant pointing its webhooks at a path of another tenant's
+// receiver that fails (here 404) opens its own circuit only, and the other
+// tenant's webhooks to that host are still delivered at once. Before, the
+// circuit was the host's, whatever the tenant: the other tenant's webhooks
+// waited out the cool-down, and a tenant failing every probe could hold
+// them until they were given up.
+func TestCircuitIsTheTenants(t *testing.T) {
+	t.Parallel()
+	var good atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/good" {
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		good.Add(1)
+	}))
+	defer srv.Close()
+	table, q := &memTable{}, &memQueue{}
+	s := &Service{Store: table, Queue: q, Log: slog.New(slog.DiscardHandler), Now: time.Now,
+		Client:  webhook.NewClient(egress.Policy{AllowPrivate: true, AllowHTTP: true}),
+		Backoff: func(int) time.Duration { return time.Minute }, CircuitThreshold: 2, CircuitCooldown: time.Hour}
+	ctx := context.Background()
+	deliver := func(tenant, id, url string) {
+		t.Helper()
+		if err := s.Enqueue(ctx, batch.Batch{ID: id, Tenant: tenant, Status: batch.Completed, WebhookURL: &url}); err != nil {
+			t.Fatal(err)
+		}
+		body, _ := json.Marshal(q.last())
+		if failed, err := s.Deliver(ctx, []msg.Delivery{{ID: id, Body: string(body), ReceiveCount: 1}}); err != nil || len(failed) != 0 {
+			t.Fatalf("deliver %s: %v, failed %v", id, err, failed)
+		}
+	}
+	for i := range 3 {
+		deliver("evil", fmt.Sprintf("batch_evil%d", i), srv.URL+"/bogus")
+	}
+	if d := table.records["batch_evil2"]; d.Count != 0 {
+		t.Fatalf("the failing tenant's third webhook was attempted (%+v), want its circuit open", d)
+	}
+	deliver("victim", "batch_victim", srv.URL+"/good")
+	if d := table.records["batch_victim"]; good.Load() != 1 || !d.Delivered {
+		t.Fatalf("the other tenant's webhook to the same host: %d posts, record %+v; want it delivered at once", good.Load(), d)
 	}
 }
