@@ -96,7 +96,10 @@ func (s *Service) cancelTemplate(ctx context.Context, tenant, id string, why ...
 		return b.To(batch.Cancelled, s.Now())
 	})
 	if errors.Is(err, errSkip) {
-		return s.Get(ctx, tenant, id)
+		// Cancelled already: by a concurrent cancel, or by this one's write
+		// that took effect but answered an error, then was retried. What
+		// follows is idempotent and may not have happened yet: it runs.
+		b, err = s.Store.GetBatch(ctx, tenant, id)
 	}
 	if err != nil {
 		return batch.Batch{}, err
@@ -109,8 +112,7 @@ func (s *Service) cancelTemplate(ctx context.Context, tenant, id string, why ...
 		s.Log.ErrorContext(ctx, "expire input of cancelled template", "batch_id", id, "tenant", tenant, "err", err)
 	}
 	// The template is cancelled whatever happens to its webhook; a failure
-	// to queue it is logged, not returned, since a retried cancel finds
-	// nothing left to do.
+	// to queue it is logged, not returned: the cancel itself is done.
 	// A template holds a template slot, no in-flight one (createCounted):
 	// its Terminal gives back the slot and its hold on its input file,
 	// and queues the webhook.

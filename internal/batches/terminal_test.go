@@ -130,3 +130,75 @@ func TestTerminalReleasesThenEnqueues(t *testing.T) {
 		})
 	}
 }
+
+// templateTable holds one template; its updates answer as the store does
+// when a write took effect but answered an error and was retried (the
+// SDK's retry fails its condition, store.update reads the batch again and
+// runs fn on it): fn runs a second time, on what the first run wrote.
+type templateTable struct {
+	releaseTable
+	tpl              batch.Batch
+	templateReleased []string
+}
+
+func (f *templateTable) GetBatch(context.Context, string, string) (batch.Batch, error) { return f.tpl, nil }
+
+func (f *templateTable) UpdateBatch(_ context.Context, _, _ string, fn func(*batch.Batch) error) (batch.Batch, error) {
+	b := f.tpl
+	if err := fn(&b); err != nil {
+		return b, err
+	}
+	f.tpl = b
+	b = f.tpl
+	if err := fn(&b); err != nil {
+		return b, err
+	}
+	f.tpl = b
+	return b, nil
+}
+
+func (f *templateTable) ReleaseTemplate(_ context.Context, _, id string) (bool, error) {
+	f.templateReleased = append(f.templateReleased, id)
+	return true, nil
+}
+
+// inputFiles records what cancelling a template does to its input.
+type inputFiles struct {
+	Files
+	expires  []string
+	released []string
+}
+
+func (f *inputFiles) SetExpiresAt(_ context.Context, _, id string, at *int64) error {
+	if at != nil {
+		f.expires = append(f.expires, id)
+	}
+	return nil
+}
+
+func (f *inputFiles) Release(_ context.Context, _, id, _ string) error {
+	f.released = append(f.released, id)
+	return nil
+}
+
+// A template cancel whose write took effect but answered an error, then
+// was retried, still does what follows a cancel: its template slot back,
+// its input's expiry and hold, its webhook. Before, the retry read the
+// template back cancelled as a concurrent cancel's and returned, so none of
+// them happened (the input never expired, the webhook was never sent).
+func TestTemplateCancelAfterAnAmbiguousWrite(t *testing.T) {
+	t.Parallel()
+	schedule := "0 * * * *"
+	table := &templateTable{tpl: batch.Batch{ID: "batch_tpl", Tenant: "t", Status: batch.Scheduled, Schedule: &schedule, InputFileID: "file-in"}}
+	files, hooks := &inputFiles{}, &enqueued{}
+	s := &Service{Store: table, Files: files, Deliveries: hooks, MaxTemplates: 10, Now: time.Now}
+	got, err := s.Cancel(context.Background(), "t", "batch_tpl")
+	if err != nil || got.Status != batch.Cancelled {
+		t.Fatalf("cancel: %+v, %v", got, err)
+	}
+	if !slices.Equal(table.templateReleased, []string{"batch_tpl"}) || !slices.Equal(files.expires, []string{"file-in"}) ||
+		!slices.Equal(files.released, []string{"file-in"}) || !slices.Equal(hooks.ids, []string{"batch_tpl"}) {
+		t.Fatalf("slot released %v, input expiring %v, input released %v, webhooks %v; want each once",
+			table.templateReleased, files.expires, files.released, hooks.ids)
+	}
+}
