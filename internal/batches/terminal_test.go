@@ -141,7 +141,9 @@ type templateTable struct {
 	templateReleased []string
 }
 
-func (f *templateTable) GetBatch(context.Context, string, string) (batch.Batch, error) { return f.tpl, nil }
+func (f *templateTable) GetBatch(context.Context, string, string) (batch.Batch, error) {
+	return f.tpl, nil
+}
 
 func (f *templateTable) UpdateBatch(_ context.Context, _, _ string, fn func(*batch.Batch) error) (batch.Batch, error) {
 	b := f.tpl
