@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -308,7 +309,7 @@ func (s *Service) deliver(ctx context.Context, m message, redelivered bool) erro
 	if wait := time.UnixMilli(m.NotBefore).Sub(now); m.NotBefore > 0 && wait > 0 {
 		return s.Queue.Send(ctx, resources.Webhook, m, queue.Delay(wait))
 	}
-	if waiting, err := s.waitForEarlier(ctx, m, now); waiting || err != nil {
+	if waiting, err := s.waitForEarlier(ctx, &m, now); waiting || err != nil {
 		return err
 	}
 	receiver := webhook.CircuitOf(m.Tenant, m.URL)
@@ -324,8 +325,10 @@ func (s *Service) deliver(ctx context.Context, m message, redelivered bool) erro
 
 // waitForEarlier sends m back for another look in orderPoll when it is a
 // first attempt and an event of m.After has no attempt made yet, unless it
-// has waited orderWait already; true when it did.
-func (s *Service) waitForEarlier(ctx context.Context, m message, now time.Time) (bool, error) {
+// has waited orderWait already, when it waits no more (its After cleared,
+// the earlier ones still unattempted queued again once: resendLost); true
+// when it did.
+func (s *Service) waitForEarlier(ctx context.Context, m *message, now time.Time) (bool, error) {
 	if m.Attempt != 1 || len(m.After) == 0 {
 		return false, nil
 	}
@@ -334,6 +337,10 @@ func (s *Service) waitForEarlier(ctx context.Context, m message, now time.Time) 
 	}
 	if now.Sub(time.UnixMilli(m.WaitFrom)) >= orderWait {
 		s.Log.WarnContext(ctx, "webhook event sent before an earlier one was attempted", "batch_id", m.Batch, "event", m.Event.Type, "after", m.After)
+		if err := s.resendLost(ctx, *m, now); err != nil {
+			return false, err
+		}
+		m.After = nil
 		return false, nil
 	}
 	for _, t := range m.After {
@@ -342,13 +349,42 @@ func (s *Service) waitForEarlier(ctx context.Context, m message, now time.Time) 
 			return false, err
 		}
 		if d.Count == 0 && !d.Delivered && !d.GaveUp {
-			if err := s.Queue.Send(ctx, resources.Webhook, m, orderPoll); err != nil {
+			if err := s.Queue.Send(ctx, resources.Webhook, *m, orderPoll); err != nil {
 				return false, fmt.Errorf("queue webhook %s of %s after %s: %w", m.Event.Type, m.Batch, t, err)
 			}
 			return true, nil
 		}
 	}
 	return false, nil
+}
+
+// resendLost queues again, as first attempts, the events of m.After that
+// still have no attempt made once m has waited orderWait for them: one
+// lost (the engine records in_progress announced before it queues it, and
+// an invocation that died between the two lost it) is sent late rather
+// than never, with m's batch as its data; one merely slow is the same
+// event twice (one event id, one delivery record).
+func (s *Service) resendLost(ctx context.Context, m message, now time.Time) error {
+	for _, t := range m.After {
+		d, err := s.Store.GetWebhookDeliveries(ctx, m.Batch, t)
+		if err != nil {
+			return err
+		}
+		if d.Count > 0 || d.Delivered || d.GaveUp {
+			continue
+		}
+		status := strings.TrimPrefix(t, "batch.")
+		ev, err := webhook.NewEvent(status, m.Event.Data, now)
+		if err != nil {
+			return fmt.Errorf("webhook event %s of %s: %w", t, m.Batch, err)
+		}
+		ev.ID = eventID(m.Batch, batch.Status(status))
+		lost := message{Tenant: m.Tenant, Batch: m.Batch, URL: m.URL, Event: ev, Attempt: 1}
+		if err := s.Queue.Send(ctx, resources.Webhook, lost, 0); err != nil {
+			return fmt.Errorf("queue webhook %s of %s again: %w", t, m.Batch, err)
+		}
+	}
+	return nil
 }
 
 // attempt makes the attempt m stands for, due at now, counts it in its

@@ -578,3 +578,76 @@ func TestCircuitIsTheTenants(t *testing.T) {
 		t.Fatalf("the other tenant's webhook to the same host: %d posts, record %+v; want it delivered at once", good.Load(), d)
 	}
 }
+
+// An event that waited orderWait for an earlier one that has no attempt
+// yet queues that one again as it goes: the engine records in_progress
+// announced before it queues it (engine.announceInProgress), and an
+// invocation that died between the two lost the event for good (the
+// completion went without it). An earlier event attempted meanwhile is not
+// sent again.
+func TestLateEventResendsAnUnattemptedEarlierOne(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	table, q := &memTable{}, &memQueue{}
+	s := &Service{Store: table, Queue: q, Log: slog.New(slog.DiscardHandler), Now: time.Now,
+		Client: webhook.NewClient(egress.Policy{AllowPrivate: true, AllowHTTP: true})}
+	ctx := context.Background()
+	url := srv.URL
+	deliver := func(m message) {
+		t.Helper()
+		body, _ := json.Marshal(m)
+		if failed, err := s.Deliver(ctx, []msg.Delivery{{ID: "m", Body: string(body), ReceiveCount: 1}}); err != nil || len(failed) != 0 {
+			t.Fatalf("deliver: %v, failed %v", err, failed)
+		}
+	}
+	for _, id := range []string{"batch_lost", "batch_sent"} {
+		b := batch.Batch{ID: id, Tenant: "t", Status: batch.Completed, WebhookURL: &url, AnnouncedInProgress: true}
+		if err := s.Enqueue(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lost, sent := q.sent[0], q.sent[1]
+	table.mu.Lock()
+	table.records = map[string]store.WebhookDeliveries{"batch_sent/batch.in_progress": {Batch: "batch_sent", Count: 1}}
+	table.mu.Unlock()
+	q.sent = nil
+	lost.WaitFrom = time.Now().Add(-orderWait).UnixMilli()
+	deliver(lost)
+	if d := table.records["batch_lost"]; !d.Delivered || len(q.sent) != 1 || q.sent[0].Event.Type != "batch.in_progress" ||
+		q.sent[0].Event.ID != eventID("batch_lost", batch.InProgress) || q.sent[0].Attempt != 1 || len(q.sent[0].After) != 0 {
+		t.Fatalf("completion %+v, sent %d messages; want it delivered and its lost in_progress queued again", d, len(q.sent))
+	}
+	// Waiting on for its receiver's circuit, an event sends the lost one
+	// again once only.
+	table.mu.Lock()
+	table.circuits = map[string]webhook.Circuit{webhook.CircuitOf("t", url): {Failures: 5, OpenUntil: time.Now().Add(time.Hour).UnixMilli()}}
+	table.mu.Unlock()
+	b := batch.Batch{ID: "batch_open", Tenant: "t", Status: batch.Completed, WebhookURL: &url, AnnouncedInProgress: true}
+	if err := s.Enqueue(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	open := q.last()
+	open.WaitFrom = time.Now().Add(-orderWait).UnixMilli()
+	q.sent = nil
+	deliver(open)
+	if len(q.sent) != 2 || q.sent[0].Event.Type != "batch.in_progress" || q.sent[1].Event.ID != open.Event.ID || len(q.sent[1].After) != 0 {
+		t.Fatalf("sent %d messages; want in_progress again, and the completion snoozed waiting for nothing", len(q.sent))
+	}
+	snoozed := q.sent[1]
+	snoozed.NotBefore = 0
+	deliver(snoozed)
+	if len(q.sent) != 3 || q.sent[2].Event.ID != open.Event.ID {
+		t.Fatalf("sent %d messages; want the completion snoozed again, in_progress not sent again", len(q.sent))
+	}
+	table.mu.Lock()
+	table.circuits = nil
+	table.mu.Unlock()
+
+	q.sent = nil
+	sent.WaitFrom = time.Now().Add(-orderWait).UnixMilli()
+	deliver(sent)
+	if d := table.records["batch_sent"]; !d.Delivered || len(q.sent) != 0 {
+		t.Fatalf("completion %+v, sent %d messages; want it delivered, nothing queued", d, len(q.sent))
+	}
+}
