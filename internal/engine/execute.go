@@ -581,6 +581,12 @@ func (e *Engine) admit(ctx context.Context, r *chunkRun, b batch.Batch, c batch.
 	return true, nil
 }
 
+// AnnounceInProgress is announceInProgress for the native delegate: a
+// group of b submitted to its provider is its work started.
+func (e *Engine) AnnounceInProgress(ctx context.Context, b batch.Batch) {
+	e.announceInProgress(ctx, b)
+}
+
 // announceInProgress queues batch.in_progress when a chunk of b, which has
 // a webhook_url, starts and b does not record it queued
 // (batch.Batch.AnnouncedInProgress): the run that records it queues it, so

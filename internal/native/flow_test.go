@@ -52,6 +52,8 @@ type fakes struct {
 	// discard, if set, makes CommitRows read the part through and keep
 	// nothing of it but the chunk's state (heap tests).
 	discard bool
+	// announced counts AnnounceInProgress.
+	announced atomic.Int32
 }
 
 func (f *fakes) GetBatch(context.Context, string, string) (batch.Batch, error) { return f.b, nil }
@@ -190,6 +192,8 @@ func (f *fakes) TakeSlots(_ context.Context, c batch.Chunk) (batch.Chunk, error)
 	c.Slots = 2
 	return c, nil
 }
+
+func (f *fakes) AnnounceInProgress(context.Context, batch.Batch) { f.announced.Add(1) }
 
 func (f *fakes) Route(_ context.Context, b batch.Batch) (provider.Route, error) {
 	return provider.Route{Fallback: b.Fallback(), Allowed: f.allowed}, nil
@@ -680,5 +684,23 @@ func TestFlowRefusedWhileRunningCancels(t *testing.T) {
 				t.Errorf("group: %+v, want ended, its provider batch cancelled", g)
 			}
 		})
+	}
+}
+
+// A native batch with a webhook_url gets batch.in_progress when a group is
+// submitted to its provider, as a direct batch does when a chunk starts
+// (docs/api.md "Webhooks"): before, only the executor's runs announced it,
+// so a batch of native models never sent it.
+func TestNativeSubmitAnnouncesInProgress(t *testing.T) {
+	t.Parallel()
+	s, f, _ := newFlow(t, 4, "")
+	url := "https://hooks.example/x"
+	f.b.WebhookURL = &url
+	if _, err := s.Start(context.Background(), f.b, []sched.Ready{{Model: "nat", Batch: f.b.ID}}); err != nil {
+		t.Fatal(err)
+	}
+	deliver(t, s, f)
+	if f.announced.Load() == 0 {
+		t.Fatal("no batch.in_progress announced for a native batch")
 	}
 }

@@ -77,6 +77,9 @@ type Engine interface {
 	TakeSlots(ctx context.Context, c batch.Chunk) (batch.Chunk, error)
 	Route(ctx context.Context, b batch.Batch) (provider.Route, error)
 	Admit(ctx context.Context, b batch.Batch, c batch.Chunk) (code, message string, err error)
+	// AnnounceInProgress queues b's batch.in_progress webhook event once
+	// (engine.Engine.AnnounceInProgress).
+	AnnounceInProgress(ctx context.Context, b batch.Batch)
 }
 
 var (

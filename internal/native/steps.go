@@ -101,7 +101,13 @@ func (s *Service) submit(ctx context.Context, m msg.Message) error {
 			return err
 		}
 	}
-	return s.record(ctx, up, g, id)
+	if err := s.record(ctx, up, g, id); err != nil {
+		return err
+	}
+	// Submitted, the batch's work has started, as a direct chunk's run
+	// announces (docs/api.md "Webhooks").
+	s.Engine.AnnounceInProgress(ctx, b)
+	return nil
 }
 
 // record records provider batch id as group g's and sends the first poll;
