@@ -326,7 +326,7 @@ func (s *Service) deliver(ctx context.Context, m message, redelivered bool) erro
 // waitForEarlier sends m back for another look in orderPoll when it is a
 // first attempt and an event of m.After has no attempt made yet, unless it
 // has waited orderWait already, when it waits no more (its After cleared,
-// the earlier ones still unattempted queued again once: resendLost); true
+// an in_progress still unattempted queued again once: resendLost); true
 // when it did.
 func (s *Service) waitForEarlier(ctx context.Context, m *message, now time.Time) (bool, error) {
 	if m.Attempt != 1 || len(m.After) == 0 {
@@ -358,14 +358,19 @@ func (s *Service) waitForEarlier(ctx context.Context, m *message, now time.Time)
 	return false, nil
 }
 
-// resendLost queues again, as first attempts, the events of m.After that
-// still have no attempt made once m has waited orderWait for them: one
-// lost (the engine records in_progress announced before it queues it, and
-// an invocation that died between the two lost it) is sent late rather
-// than never, with m's batch as its data; one merely slow is the same
-// event twice (one event id, one delivery record).
+// resendLost queues again, as a first attempt, the in_progress event of
+// m.After when it still has no attempt made once m has waited orderWait
+// for it: the engine records in_progress announced before it queues it,
+// and an invocation that died between the two lost it; so it is sent late
+// rather than never, with m's batch as its data. One merely slow (waiting
+// for its receiver's circuit) is the same event twice: one event id, one
+// delivery record. batch.queued needs none: the plan queues it before it
+// records the batch started.
 func (s *Service) resendLost(ctx context.Context, m message, now time.Time) error {
 	for _, t := range m.After {
+		if t != "batch."+webhook.InProgress {
+			continue
+		}
 		d, err := s.Store.GetWebhookDeliveries(ctx, m.Batch, t)
 		if err != nil {
 			return err
