@@ -309,11 +309,19 @@ func (s *Service) deliver(ctx context.Context, m message, redelivered bool) erro
 	if wait := time.UnixMilli(m.NotBefore).Sub(now); m.NotBefore > 0 && wait > 0 {
 		return s.Queue.Send(ctx, resources.Webhook, m, queue.Delay(wait))
 	}
+	receiver := webhook.CircuitOf(m.Tenant, m.URL)
+	circuit, err := s.circuit(ctx, receiver)
+	if err != nil {
+		return err
+	}
+	if !circuit.Closed() && now.UnixMilli() < circuit.OpenUntil {
+		// Cooling down: no poll for the earlier events, which it holds too.
+		return s.snooze(ctx, m, d, time.UnixMilli(circuit.OpenUntil), now)
+	}
 	if waiting, err := s.waitForEarlier(ctx, &m, now); waiting || err != nil {
 		return err
 	}
-	receiver := webhook.CircuitOf(m.Tenant, m.URL)
-	circuit, admitted, retryAt, err := s.admit(ctx, receiver, now)
+	circuit, admitted, retryAt, err := s.admit(ctx, receiver, circuit, now)
 	if err != nil {
 		return err
 	}
@@ -462,24 +470,31 @@ func (s *Service) recordAttempt(ctx context.Context, m message, a webhook.Attemp
 	return d, err
 }
 
-// admit asks receiver's circuit whether an attempt may go to it at now,
-// and when not, when to ask again. A closed circuit, the common case, costs
-// one read; an open one past its cool-down admits one probe, written
-// conditionally so that one of many concurrent deliveries gets it. A URL
-// without a host has no circuit: its attempt is refused by the policy.
-func (s *Service) admit(ctx context.Context, receiver string, now time.Time) (webhook.Circuit, bool, time.Time, error) {
+// circuit reads the circuit named receiver (webhook.CircuitOf); a URL
+// without a host has none (a closed zero one): its attempt is refused by
+// the policy.
+func (s *Service) circuit(ctx context.Context, receiver string) (webhook.Circuit, error) {
 	if receiver == "" {
-		return webhook.Circuit{}, true, time.Time{}, nil
+		return webhook.Circuit{}, nil
 	}
 	c, err := s.Store.GetCircuit(ctx, receiver)
 	if err != nil {
-		return c, false, time.Time{}, fmt.Errorf("circuit of %s: %w", receiver, err)
+		return c, fmt.Errorf("circuit of %s: %w", receiver, err)
 	}
+	return c, nil
+}
+
+// admit asks receiver's circuit c, as read, whether an attempt may go to its receiver
+// at now, and when not, when to ask again. A closed circuit, the common
+// case, costs nothing more; an open one past its cool-down admits one
+// probe, written conditionally so that one of many concurrent deliveries
+// gets it.
+func (s *Service) admit(ctx context.Context, receiver string, c webhook.Circuit, now time.Time) (webhook.Circuit, bool, time.Time, error) {
 	if c.Closed() {
 		return c, true, time.Time{}, nil
 	}
 	var retryAt time.Time
-	c, err = s.Store.UpdateCircuit(ctx, receiver, func(c *webhook.Circuit) error {
+	c, err := s.Store.UpdateCircuit(ctx, receiver, func(c *webhook.Circuit) error {
 		ok, at := c.Admit(now, s.probeWindow())
 		if !ok {
 			retryAt = at

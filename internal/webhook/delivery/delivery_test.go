@@ -618,10 +618,12 @@ func TestLateEventResendsAnUnattemptedEarlierOne(t *testing.T) {
 		q.sent[0].Event.ID != eventID("batch_lost", batch.InProgress) || q.sent[0].Attempt != 1 || len(q.sent[0].After) != 0 {
 		t.Fatalf("completion %+v, sent %d messages; want it delivered and its lost in_progress queued again", d, len(q.sent))
 	}
-	// Waiting on for its receiver's circuit, an event sends the lost one
-	// again once only.
+	// Waiting on for its receiver's circuit (past its cool-down, another
+	// delivery's probe under way), an event sends the lost one again once
+	// only.
 	table.mu.Lock()
-	table.circuits = map[string]webhook.Circuit{webhook.CircuitOf("t", url): {Failures: 5, OpenUntil: time.Now().Add(time.Hour).UnixMilli()}}
+	table.circuits = map[string]webhook.Circuit{webhook.CircuitOf("t", url): {Failures: 5,
+		OpenUntil: time.Now().Add(-time.Second).UnixMilli(), ProbeUntil: time.Now().Add(time.Hour).UnixMilli()}}
 	table.mu.Unlock()
 	b := batch.Batch{ID: "batch_open", Tenant: "t", Status: batch.Completed, WebhookURL: &url, AnnouncedInProgress: true}
 	if err := s.Enqueue(ctx, b); err != nil {
@@ -649,5 +651,30 @@ func TestLateEventResendsAnUnattemptedEarlierOne(t *testing.T) {
 	deliver(sent)
 	if d := table.records["batch_sent"]; !d.Delivered || len(q.sent) != 0 {
 		t.Fatalf("completion %+v, sent %d messages; want it delivered, nothing queued", d, len(q.sent))
+	}
+}
+
+// An event whose tenant's circuit of its receiver is open waits for the
+// cool-down's end, not polling every orderPoll for the earlier events the
+// same circuit holds: before, each such event came back every second for
+// two minutes, a tenant's dead receiver costing the webhook function that
+// other tenants' deliveries share.
+func TestOpenCircuitWaitsBeforeTheOrder(t *testing.T) {
+	t.Parallel()
+	table, q := &memTable{}, &memQueue{}
+	s := &Service{Store: table, Queue: q, Log: slog.New(slog.DiscardHandler), Now: time.Now}
+	url := "https://hooks.example/x"
+	until := time.Now().Add(time.Hour).UnixMilli()
+	table.circuits = map[string]webhook.Circuit{webhook.CircuitOf("t", url): {Failures: 5, OpenUntil: until}}
+	b := batch.Batch{ID: "batch_1", Tenant: "t", Status: batch.Completed, WebhookURL: &url, Started: true}
+	if err := s.Enqueue(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(q.last())
+	if failed, err := s.Deliver(context.Background(), []msg.Delivery{{ID: "m", Body: string(body), ReceiveCount: 1}}); err != nil || len(failed) != 0 {
+		t.Fatalf("deliver: %v, failed %v", err, failed)
+	}
+	if m := q.last(); len(q.sent) != 2 || m.NotBefore != until {
+		t.Fatalf("sent %d, the completion back due at %d; want it due at the cool-down's end, %d", len(q.sent), m.NotBefore, until)
 	}
 }
