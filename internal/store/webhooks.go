@@ -41,7 +41,8 @@ type WebhookDeliveries struct {
 	Delivered    bool      `dynamodbav:"delivered"`
 	GaveUp       bool      `dynamodbav:"gave_up"`
 	// Refused says why the webhook was given up without an attempt (its
-	// tenant had the most pending webhooks).
+	// tenant had the most pending webhooks), or waiting (its receiver's
+	// circuit stayed open): the summary's last_error when no attempt has one.
 	Refused string `dynamodbav:"refused,omitempty"`
 	// Recorder is a token of the write that recorded the latest attempt:
 	// that write, retried after it took effect but answered an error, knows

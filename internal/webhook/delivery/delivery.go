@@ -550,6 +550,7 @@ func (s *Service) snooze(ctx context.Context, m message, d store.WebhookDeliveri
 				return errDuplicate
 			}
 			d.EventID, d.GaveUp = m.Event.ID, true
+			d.Refused = "not sent: its receiver failed the attempts before, and its circuit stayed open until the retries ended"
 			return nil
 		})
 		switch {

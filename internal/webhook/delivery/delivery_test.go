@@ -432,6 +432,10 @@ func TestCircuitStopsCallingAFailingReceiver(t *testing.T) {
 	if d := table.records["batch_late"]; !d.GaveUp || d.Count != 0 || dead.Load() != 3 {
 		t.Fatalf("a webhook that waited past its horizon: %+v, %d attempts", d, dead.Load())
 	}
+	// Its webhook_deliveries say why, not a bare "failed".
+	if sum := table.records["batch_late"].Summary(); sum.LastError == nil || !strings.Contains(*sum.LastError, "circuit") {
+		t.Fatalf("a webhook given up waiting for its circuit: summary %+v, want last_error naming the circuit", sum)
+	}
 }
 
 // A tenant's pending webhooks are capped: past the cap a batch's webhook is
