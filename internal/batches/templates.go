@@ -40,7 +40,7 @@ import (
 
 // createTemplate records b as a template on spec and creates its schedule.
 // The record comes first, so a firing always finds its template; when the
-// schedule cannot be created the template is cancelled, so no scheduled
+// schedule cannot be created the template is ended (endTemplate), so no scheduled
 // template is left without a schedule.
 func (s *Service) createTemplate(ctx context.Context, b batch.Batch, spec schedule.Spec, idem store.IdemKey) (batch.Batch, error) {
 	if s.Schedules == nil {
@@ -67,9 +67,7 @@ func (s *Service) createTemplate(ctx context.Context, b batch.Batch, spec schedu
 	}
 	// Creating it again (a retried create) returns the existing schedule.
 	if _, err := s.Schedules.Create(ctx, b.Tenant, saved.ID, spec); err != nil {
-		if _, cerr := s.Store.UpdateBatch(ctx, b.Tenant, saved.ID, func(t *batch.Batch) error {
-			return t.To(batch.Cancelled, s.Now())
-		}); cerr != nil {
+		if _, cerr := s.endTemplate(ctx, b.Tenant, saved.ID); cerr != nil {
 			s.Log.ErrorContext(ctx, "cancel template without a schedule", "batch_id", saved.ID, "tenant", b.Tenant, "err", cerr)
 		}
 		return batch.Batch{}, fmt.Errorf("create template %s: %w", saved.ID, err)
@@ -88,6 +86,13 @@ func (s *Service) cancelTemplate(ctx context.Context, tenant, id string, why ...
 			return batch.Batch{}, fmt.Errorf("cancel template %s: %w", id, err)
 		}
 	}
+	return s.endTemplate(ctx, tenant, id, why...)
+}
+
+// endTemplate cancels a template that has no schedule (any more) and does
+// what follows: its input expires again, its Terminal gives back its slot
+// and its hold on the input, and queues its webhook.
+func (s *Service) endTemplate(ctx context.Context, tenant, id string, why ...jsonl.LineError) (batch.Batch, error) {
 	b, err := s.Store.UpdateBatch(ctx, tenant, id, func(b *batch.Batch) error {
 		if b.Status == batch.Cancelled {
 			return errSkip

@@ -3,13 +3,16 @@ package batches
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/scheduler"
 	"github.com/relaybatch/relay/internal/apikey"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/file"
+	"github.com/relaybatch/relay/internal/schedule"
 	"github.com/relaybatch/relay/internal/store"
 )
 
@@ -202,5 +205,47 @@ func TestTemplateCancelAfterAnAmbiguousWrite(t *testing.T) {
 		!slices.Equal(files.released, []string{"file-in"}) || !slices.Equal(hooks.ids, []string{"batch_tpl"}) {
 		t.Fatalf("slot released %v, input expiring %v, input released %v, webhooks %v; want each once",
 			table.templateReleased, files.expires, files.released, hooks.ids)
+	}
+}
+
+// failingScheduler refuses every schedule.
+type failingScheduler struct{ schedule.API }
+
+func (failingScheduler) CreateSchedule(context.Context, *scheduler.CreateScheduleInput, ...func(*scheduler.Options)) (*scheduler.CreateScheduleOutput, error) {
+	return nil, errors.New("scheduler: throttled")
+}
+
+// newTemplates is templateTable as a create records its template.
+type newTemplates struct{ templateTable }
+
+func (f *newTemplates) CreateBatch(_ context.Context, b batch.Batch, _ store.IdemKey) (batch.Batch, bool, error) {
+	f.tpl = b
+	return b, true, nil
+}
+func (*newTemplates) Templates(context.Context, string) (int, error) { return 0, nil }
+func (*newTemplates) ReserveTemplate(context.Context, string, string, int, time.Time) error {
+	return nil
+}
+
+func (f *inputFiles) Hold(context.Context, string, string, string) error { return nil }
+
+// A template whose schedule cannot be created is cancelled with what
+// follows a cancel: its template slot back, its input's expiry and hold
+// ended. Before, it was only marked cancelled: its input, kept without an
+// expiry while it was scheduled and held by it, was kept for ever, and its
+// slot waited for a repair at the limit.
+func TestTemplateWithoutScheduleCancelledWholly(t *testing.T) {
+	t.Parallel()
+	table, files, hooks := &newTemplates{}, &inputFiles{}, &enqueued{}
+	s := &Service{Store: table, Files: files, Deliveries: hooks, MaxTemplates: 10, Now: time.Now,
+		Schedules: &schedule.Manager{API: failingScheduler{}}, Log: slog.New(slog.DiscardHandler)}
+	b := batch.Batch{ID: "batch_tpl", Tenant: "t", InputFileID: "file-in", Endpoint: "/v1/chat/completions", CompletionWindow: "24h"}
+	if _, err := s.createTemplate(context.Background(), b, schedule.Spec{Cron: "0 * * * *", Timezone: "UTC"}, store.IdemKey{}); err == nil {
+		t.Fatal("a template without its schedule was created")
+	}
+	if table.tpl.Status != batch.Cancelled || !slices.Equal(table.templateReleased, []string{"batch_tpl"}) ||
+		!slices.Equal(files.expires, []string{"file-in"}) || !slices.Equal(files.released, []string{"file-in"}) {
+		t.Fatalf("template %s, slot released %v, input expiring %v, input released %v; want cancelled, each once",
+			table.tpl.Status, table.templateReleased, files.expires, files.released)
 	}
 }
