@@ -40,8 +40,8 @@ import (
 
 // createTemplate records b as a template on spec and creates its schedule.
 // The record comes first, so a firing always finds its template; when the
-// schedule cannot be created the template is ended (endTemplate), so no scheduled
-// template is left without a schedule.
+// schedule cannot be created the template is ended (endTemplate), so no
+// scheduled template is left without a schedule.
 func (s *Service) createTemplate(ctx context.Context, b batch.Batch, spec schedule.Spec, idem store.IdemKey) (batch.Batch, error) {
 	if s.Schedules == nil {
 		return batch.Batch{}, errors.New("create template: no schedule manager configured")
