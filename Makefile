@@ -91,7 +91,7 @@ test-all: test-go fuzz-short lint-synthesized
 ## test-go: every Go test, the tagged kinds included, on the emulator in
 ## AWS_ENDPOINT_URL (make test starts one)
 test-go:
-	go test -count=1 -timeout 12m -tags '$(TEST_TAGS)' $(GO_PACKAGES)
+	go test -count=1 -timeout 20m -tags '$(TEST_TAGS)' $(GO_PACKAGES)
 
 ## unit: the fast tests (under a minute): go test -short, which skips every
 ## test that needs the emulator (emutest) or the stack synthesized through

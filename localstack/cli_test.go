@@ -104,6 +104,9 @@ func TestCLIOnTheAPI(t *testing.T) {
 	if stdout, _ := relay(0, "batch", "list", "--limit", "5"); !strings.Contains(stdout, id) {
 		t.Errorf("batch list:\n%s", stdout)
 	}
+	if stdout, _ := relay(0, "batch", "rows", id, "--failed"); !regexp.MustCompile(`\n1 +b +failed +gpt-4o-mini `).MatchString(stdout) || strings.Count(stdout, "\n") != 2 {
+		t.Errorf("batch rows --failed:\n%s", stdout)
+	}
 	stdout, _ = relay(0, "batch", "results", id)
 	if lines := strings.Split(strings.TrimSpace(stdout), "\n"); len(lines) != 2 || !strings.Contains(lines[0], `"custom_id":"a"`) || !strings.Contains(lines[1], `"custom_id":"b"`) {
 		t.Errorf("batch results:\n%s", stdout)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybatch/relay/internal/apikey"
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/local/localrun"
 )
@@ -61,5 +62,74 @@ func TestFallbackRowsHoldTheFallbacksCapacity(t *testing.T) {
 		if !l.Fallback || body.Model != "fb-two" {
 			t.Errorf("row %s: fallback %v, model %q; want served by fb-two as a fallback", r.id, l.Fallback, body.Model)
 		}
+	}
+}
+
+// A batch's rows as generations (docs/api.md "Rows"): GET
+// /v1/batches/{id}/rows says of each committed row which model served it,
+// whether a fallback did, how many upstream attempts it took, the last
+// status and its tokens, under the key that submitted it; custom_id and
+// status=failed select.
+func TestRowsShowTheirGenerations(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t, func(o *localrun.Options) {
+		models, err := config.ParseModels([]byte(replaceMock(fallbackModels, o.MockAddr)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Models = models
+	})
+	c, key := client(t, rt, "gens")
+	rows := []row{
+		{id: "fell-back", model: "fb-primary-broken", content: "the primary fails"},
+		{id: "refused", model: "fb-two", content: "[[mock:400]] refused upstream"},
+		{id: "plain", model: "fb-two", content: "hello"},
+	}
+	b := waitBatch(t, c, createBatch(t, c, upload(t, c, "gens.jsonl", jsonlRows(rows)).ID).ID)
+	checkInvariant(t, c, b, idsOf(rows))
+	type gen struct {
+		CustomID   string `json:"custom_id"`
+		KeyID      string `json:"key_id"`
+		Status     string `json:"status"`
+		Model      string `json:"model"`
+		Fallback   bool   `json:"fallback"`
+		Attempts   int    `json:"attempts"`
+		LastStatus *int   `json:"last_status"`
+		Error      *struct {
+			Code string `json:"code"`
+		} `json:"error"`
+		TotalTokens int64 `json:"total_tokens"`
+	}
+	list := func(query string) []gen {
+		var page struct {
+			Data    []gen `json:"data"`
+			HasMore bool  `json:"has_more"`
+		}
+		if err := json.Unmarshal(rawGet(t, rt, key, "/v1/batches/"+b.ID+"/rows"+query), &page); err != nil || page.HasMore {
+			t.Fatalf("rows%s: %v, has_more %v", query, err, page.HasMore)
+		}
+		return page.Data
+	}
+	got := map[string]gen{}
+	for _, g := range list("") {
+		got[g.CustomID] = g
+	}
+	keyID := apikey.Hash(key)[:12]
+	// A row that falls back runs in a chunk of its fallback's: its
+	// attempts are the fallback's (docs/api.md "Rows").
+	if g := got["fell-back"]; g.Status != "completed" || g.Model != "fb-two" || !g.Fallback || g.Attempts != 1 || g.KeyID != keyID || g.TotalTokens == 0 {
+		t.Errorf("the row that fell back: %+v, want completed on fb-two, fallback, one attempt there", g)
+	}
+	if g := got["refused"]; g.Status != "failed" || g.LastStatus == nil || *g.LastStatus != 400 || g.Error == nil || g.Model != "fb-two" {
+		t.Errorf("the refused row: %+v, want failed with last status 400", g)
+	}
+	if g := got["plain"]; len(got) != 3 || g.Status != "completed" || g.Fallback || g.Attempts != 1 || g.LastStatus == nil || *g.LastStatus != 200 {
+		t.Errorf("the plain row: %+v (of %d rows)", g, len(got))
+	}
+	if one := list("?custom_id=plain"); len(one) != 1 || one[0].CustomID != "plain" {
+		t.Errorf("custom_id=plain: %+v", one)
+	}
+	if failed := list("?status=failed"); len(failed) != 1 || failed[0].CustomID != "refused" {
+		t.Errorf("status=failed: %+v", failed)
 	}
 }

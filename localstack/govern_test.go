@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openai/openai-go/v3"
 	"github.com/relaybatch/relay/internal/apikey"
 	"github.com/relaybatch/relay/internal/app"
 	"github.com/relaybatch/relay/internal/auth"
@@ -100,16 +101,7 @@ func TestRevokedKeyStopsItsBatch(t *testing.T) {
 	reader, _ := client(t, rt, "acme")
 	rows := nRows(60, "[[mock:sleep=300ms]] slow")
 	b := createBatch(t, submitter, upload(t, submitter, "slow.jsonl", jsonlRows(rows)).ID)
-	for {
-		got, err := reader.Batches.Get(ctx, b.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got.RequestCounts.Completed >= 10 {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitCompleted(t, reader, b.ID, 10)
 	if err := rt.App.Store.DisableKey(ctx, submitterKeyID(t, rt, b.ID)); err != nil {
 		t.Fatal(err)
 	}
@@ -123,6 +115,18 @@ func TestRevokedKeyStopsItsBatch(t *testing.T) {
 	if n := rt.Mock.Stats().Requests; n != int64(len(out)) {
 		t.Fatalf("the mock got %d requests for %d rows done: revoked rows reached it", n, len(out))
 	}
+}
+
+// waitCompleted waits until batch id has at least n rows completed.
+func waitCompleted(t *testing.T, c openai.Client, id string, n int64) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("%d rows of %s completed", n, id), 3*time.Minute, func() bool {
+		got, err := c.Batches.Get(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.RequestCounts.Completed >= n
+	})
 }
 
 // submitterKeyID is the key id the batch recorded.

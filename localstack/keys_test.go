@@ -50,16 +50,7 @@ func TestExpiredKeyIsRefusedAndStopsItsBatch(t *testing.T) {
 	reader, _ := client(t, rt, "acme")
 	rows := nRows(60, "[[mock:sleep=300ms]] slow")
 	b := createBatch(t, submitter, upload(t, submitter, "slow.jsonl", jsonlRows(rows)).ID)
-	for {
-		got, err := reader.Batches.Get(ctx, b.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got.RequestCounts.Completed >= 10 {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitCompleted(t, reader, b.ID, 10)
 	k.ExpiresAt = time.Now().Add(-time.Second).Unix()
 	if err := rt.App.Store.PutKey(ctx, k); err != nil {
 		t.Fatal(err)
@@ -125,15 +116,7 @@ func TestDisabledTenantStopsKeysAndTemplates(t *testing.T) {
 	ctx := context.Background()
 	_, key := client(t, rt, "acme")
 	_, other := client(t, rt, "globex")
-	status, body := postBatch(t, rt, key, map[string]any{
-		"endpoint": "/v1/chat/completions", "schedule": "0 6 * * *",
-		"requests": []map[string]any{{"method": "POST", "url": "/v1/chat/completions",
-			"body": map[string]any{"model": "gpt-4o-mini", "messages": []any{map[string]any{"role": "user", "content": "hi"}}}}},
-	})
-	if status != 200 {
-		t.Fatalf("create template: %d %s", status, body)
-	}
-	tpl := decodeBatch(t, body)
+	tpl := inlineTemplate(t, rt, key, "0 6 * * *")
 	if n, err := rt.App.Store.SetTenantDisabled(ctx, "acme", true); err != nil || n != 1 {
 		t.Fatalf("disable: %d keys, %v; want the tenant's one key", n, err)
 	}

@@ -117,6 +117,20 @@ func runsOf(t *testing.T, rt *localrun.Runtime, key, templateID string) []apiBat
 	return page.Data
 }
 
+// inlineTemplate creates a template of one inline row on schedule.
+func inlineTemplate(t *testing.T, rt *localrun.Runtime, key, schedule string) apiBatch {
+	t.Helper()
+	status, body := postBatch(t, rt, key, map[string]any{
+		"endpoint": "/v1/chat/completions", "schedule": schedule,
+		"requests": []map[string]any{{"method": "POST", "url": "/v1/chat/completions",
+			"body": map[string]any{"model": "gpt-4o-mini", "messages": []any{map[string]any{"role": "user", "content": "hi"}}}}},
+	})
+	if status != 200 {
+		t.Fatalf("create template: %d %s", status, body)
+	}
+	return decodeBatch(t, body)
+}
+
 // eventually polls cond until it holds; the deadline only keeps a broken
 // service from hanging the test.
 func eventually(t *testing.T, what string, limit time.Duration, cond func() bool) {
@@ -321,15 +335,7 @@ func TestTemplateStopsWhenItsKeyIsDisabled(t *testing.T) {
 	ctx := context.Background()
 	_, key := client(t, rt, "acme")
 	_, admin := client(t, rt, "acme") // another key of the tenant, still active
-	status, body := postBatch(t, rt, key, map[string]any{
-		"endpoint": "/v1/chat/completions", "schedule": "0 6 * * *",
-		"requests": []map[string]any{{"method": "POST", "url": "/v1/chat/completions",
-			"body": map[string]any{"model": "gpt-4o-mini", "messages": []any{map[string]any{"role": "user", "content": "hi"}}}}},
-	})
-	if status != 200 {
-		t.Fatalf("create template: %d %s", status, body)
-	}
-	tpl := decodeBatch(t, body)
+	tpl := inlineTemplate(t, rt, key, "0 6 * * *")
 	at := time.Date(2030, 1, 7, 6, 0, 0, 0, time.UTC)
 	if run, err := rt.App.Batches.FireTemplate(ctx, firing("acme", tpl.ID, at)); err != nil || run.ID == tpl.ID {
 		t.Fatalf("firing with an active key: %v, %s", err, run.ID)
@@ -527,15 +533,7 @@ func TestTemplateSurvivesRestart(t *testing.T) {
 		opts = *o
 	})
 	_, key := client(t, rt, "acme")
-	status, body := postBatch(t, rt, key, map[string]any{
-		"endpoint": "/v1/chat/completions", "schedule": "* * * * *",
-		"requests": []map[string]any{{"method": "POST", "url": "/v1/chat/completions",
-			"body": map[string]any{"model": "gpt-4o-mini", "messages": []any{map[string]any{"role": "user", "content": "hi"}}}}},
-	})
-	if status != 200 {
-		t.Fatalf("create template: %d %s", status, body)
-	}
-	tpl := decodeBatch(t, body)
+	tpl := inlineTemplate(t, rt, key, "* * * * *")
 	rt.Close()
 	rt, err := localrun.Start(context.Background(), opts)
 	if err != nil {

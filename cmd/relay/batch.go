@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -155,7 +156,7 @@ func batchHint(err error) error {
 }
 
 // batchCommands are the commands of relay batch.
-var batchCommands = []string{"submit", "status", "list", "cancel", "retry", "results", "wait"}
+var batchCommands = []string{"submit", "status", "list", "cancel", "retry", "results", "wait", "rows"}
 
 func runBatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return newCLI(stdout, stderr).batch(ctx, args)
@@ -177,6 +178,8 @@ func (c *cli) batch(ctx context.Context, args []string) error {
 		err = c.batchResults(ctx, args[1:])
 	case "wait":
 		err = c.batchWait(ctx, args[1:])
+	case "rows":
+		err = c.batchRows(ctx, args[1:])
 	default:
 		return usageErr("batch: unknown command %q: want %s", args[0], oneOf(batchCommands))
 	}
@@ -551,4 +554,85 @@ func (c *cli) batchResults(ctx context.Context, args []string) error {
 	}
 	defer resp.Body.Close()
 	return c.save(resp.Body, *out)
+}
+
+// batchRows prints the generations of a batch's committed rows (GET
+// /v1/batches/{id}/rows, docs/api.md "Rows"): all pages, a row a line, or
+// their JSON.
+func (c *cli) batchRows(ctx context.Context, args []string) error {
+	fs := newFlagSet("batch rows", "ID [--custom-id ID] [--failed] [--json]")
+	var cf connFlags
+	cf.register(fs)
+	customID := fs.String("custom-id", "", "only the row of this custom_id")
+	failed := fs.Bool("failed", false, "only the rows that failed")
+	asJSON := fs.Bool("json", false, "print each row's JSON, a line each")
+	pos, err := c.parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageErr("batch rows: give one batch ID (relay batch list shows them)")
+	}
+	cl, err := c.connect(cf)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	if !*asJSON {
+		fmt.Fprintln(tw, "ROW\tCUSTOM ID\tSTATUS\tMODEL\tFALLBACK\tATTEMPTS\tLAST STATUS\tTOKENS\tERROR")
+	}
+	q := url.Values{}
+	if *customID != "" {
+		q.Set("custom_id", *customID)
+	}
+	if *failed {
+		q.Set("status", "failed")
+	}
+	for {
+		var page struct {
+			Data    []json.RawMessage `json:"data"`
+			HasMore bool              `json:"has_more"`
+			LastID  string            `json:"last_id"`
+		}
+		path := "batches/" + url.PathEscape(pos[0]) + "/rows?" + q.Encode()
+		if err := cl.oai.Get(ctx, path, nil, &page); err != nil {
+			return fmt.Errorf("rows of batch %s: %w", pos[0], batchHint(err))
+		}
+		for _, raw := range page.Data {
+			if *asJSON {
+				fmt.Fprintln(c.stdout, string(raw))
+				continue
+			}
+			var g struct {
+				Row        int    `json:"row"`
+				CustomID   string `json:"custom_id"`
+				Status     string `json:"status"`
+				Model      string `json:"model"`
+				Fallback   bool   `json:"fallback"`
+				Attempts   int    `json:"attempts"`
+				LastStatus *int   `json:"last_status"`
+				Tokens     int64  `json:"total_tokens"`
+				Error      *struct {
+					Code string `json:"code"`
+				} `json:"error"`
+			}
+			_ = json.Unmarshal(raw, &g)
+			last, code := "-", ""
+			if g.LastStatus != nil {
+				last = strconv.Itoa(*g.LastStatus)
+			}
+			if g.Error != nil {
+				code = g.Error.Code
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%v\t%d\t%s\t%d\t%s\n", g.Row, g.CustomID, g.Status, cmp.Or(g.Model, "-"), g.Fallback, g.Attempts, last, g.Tokens, code)
+		}
+		if !page.HasMore {
+			break
+		}
+		q.Set("after", page.LastID)
+	}
+	if *asJSON {
+		return nil
+	}
+	return tw.Flush()
 }

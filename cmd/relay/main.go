@@ -33,6 +33,7 @@ Usage:
   relay batch list [--limit N] [--after ID] [--json]
   relay batch results ID [-o FILE] [--partial]
   relay batch wait ID... [--json]
+  relay batch rows ID [--custom-id ID] [--failed] [--json]
   relay files upload FILE... [--json]
   relay files list [--json]
   relay files get|delete ID [--json]

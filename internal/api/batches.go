@@ -9,6 +9,7 @@ import (
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/batches"
 	"github.com/relaybatch/relay/internal/errs"
+	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/store"
 )
 
@@ -20,6 +21,7 @@ func (a *API) batchRoutes(mux *http.ServeMux) {
 	mux.Handle("POST /v1/batches/{id}/cancel", scoped(a.cancelBatch))
 	mux.Handle("GET /v1/batches/{id}/results", scoped(a.batchResults))
 	mux.Handle("GET /v1/batches/{id}/dead_letters", scoped(a.deadLetters))
+	mux.Handle("GET /v1/batches/{id}/rows", scoped(a.batchRows))
 	mux.Handle("POST /v1/batches/{id}/retry", scoped(a.retryBatch))
 	mux.Handle("GET /v1/usage", scoped(a.usage))
 }
@@ -128,6 +130,37 @@ func (a *API) deadLetters(w http.ResponseWriter, r *http.Request, p auth.Princip
 	resp := map[string]any{"object": "list", "data": dls, "has_more": more}
 	if len(dls) > 0 {
 		resp["last_id"] = strconv.Itoa(dls[len(dls)-1].Row)
+	}
+	return writeJSON(w, http.StatusOK, resp)
+}
+
+// batchRows lists the generations of a batch's committed rows
+// (docs/api.md "Rows").
+func (a *API) batchRows(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	q := batches.RowsQuery{CustomID: r.URL.Query().Get("custom_id")}
+	var err error
+	if q.Limit, err = intParam(r, "limit", 100, 1, 1000); err != nil {
+		return err
+	}
+	if q.After, err = intParam(r, "after", -1, 0, 1<<30); err != nil {
+		return err
+	}
+	switch st := r.URL.Query().Get("status"); st {
+	case "", "failed":
+		q.Failed = st == "failed"
+	default:
+		return errs.Invalidf("status", "status must be failed, or left out for every row")
+	}
+	page, err := a.Batches.Rows(r.Context(), p.Tenant, r.PathValue("id"), q)
+	if err != nil {
+		return err
+	}
+	if page.Data == nil {
+		page.Data = []part.UsageEvent{}
+	}
+	resp := map[string]any{"object": "list", "data": page.Data, "has_more": page.More}
+	if page.Last >= 0 {
+		resp["last_id"] = strconv.Itoa(page.Last)
 	}
 	return writeJSON(w, http.StatusOK, resp)
 }

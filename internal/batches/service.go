@@ -8,6 +8,7 @@
 package batches
 
 import (
+	"bufio"
 	"bytes"
 	"cmp"
 	"context"
@@ -834,4 +835,86 @@ func writeFailedRows(w io.Writer, c batch.Chunk, reqs []jsonl.Request) error {
 		}
 	}
 	return nil
+}
+
+// RowsQuery selects generations of a batch's rows (docs/api.md "Rows"):
+// those of the chunks after chunk After (-1: from the first), at least
+// Limit of them unless none are left, only CustomID's when it is set,
+// only failed ones with Failed.
+type RowsQuery struct {
+	After    int
+	Limit    int
+	CustomID string
+	Failed   bool
+}
+
+// RowsPage is a page of generations, in row order: Last is the chunk the
+// page ended at (the next page's After), More whether chunks follow.
+type RowsPage struct {
+	Data []part.UsageEvent
+	Last int
+	More bool
+}
+
+// Rows reads the generations of batch id's committed rows from its chunks'
+// usage parts, whole chunks at a time, in chunk order (docs/api.md
+// "Rows"). A chunk not committed yet has none; one whose parts expired is
+// passed over.
+func (s *Service) Rows(ctx context.Context, tenant, id string, q RowsQuery) (RowsPage, error) {
+	if _, err := s.Get(ctx, tenant, id); err != nil {
+		return RowsPage{}, err
+	}
+	chunks, err := s.Store.Chunks(ctx, id)
+	if err != nil {
+		return RowsPage{}, err
+	}
+	slices.SortFunc(chunks, func(a, b batch.Chunk) int { return cmp.Compare(a.Index, b.Index) })
+	page := RowsPage{Last: q.After}
+	for i, c := range chunks {
+		if c.Index <= q.After || c.State != batch.ChunkDone {
+			continue
+		}
+		if len(page.Data) >= q.Limit {
+			page.More = slices.ContainsFunc(chunks[i:], func(c batch.Chunk) bool { return c.State == batch.ChunkDone })
+			break
+		}
+		evs, err := s.chunkRows(ctx, c)
+		if err != nil {
+			return RowsPage{}, err
+		}
+		for _, ev := range evs {
+			if (q.CustomID == "" || ev.CustomID == q.CustomID) && (!q.Failed || ev.Status == "failed") {
+				page.Data = append(page.Data, ev)
+			}
+		}
+		page.Last = c.Index
+	}
+	slices.SortFunc(page.Data, func(a, b part.UsageEvent) int { return cmp.Compare(a.Row, b.Row) })
+	return page, nil
+}
+
+// chunkRows reads the generations of committed chunk c.
+func (s *Service) chunkRows(ctx context.Context, c batch.Chunk) ([]part.UsageEvent, error) {
+	rc, err := s.Blobs.Get(ctx, c.Parts("usage"))
+	if errors.Is(err, blob.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("rows of chunk %d of %s: %w", c.Index, c.Batch, err)
+	}
+	defer func() { _ = rc.Close() }()
+	var evs []part.UsageEvent
+	sc := bufio.NewScanner(rc)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var ev part.UsageEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return nil, fmt.Errorf("rows of chunk %d of %s: %w", c.Index, c.Batch, err)
+		}
+		evs = append(evs, ev)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("rows of chunk %d of %s: %w", c.Index, c.Batch, err)
+	}
+	return evs, nil
 }

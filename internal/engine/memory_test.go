@@ -8,8 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
-	"runtime/metrics"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,6 +16,7 @@ import (
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/heapmeter"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/resources"
@@ -43,38 +42,6 @@ func (f *discardBucket) PutTagged(_ context.Context, _ string, r io.Reader, _ in
 	n, err := io.Copy(io.Discard, r)
 	f.written.Add(n)
 	return err
-}
-
-// heapPeak runs fn and returns the peak of the Go heap's live and
-// not-yet-collected objects above what it was before, sampled every
-// millisecond.
-func heapPeak(fn func()) uint64 {
-	runtime.GC()
-	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	read := func() uint64 { metrics.Read(sample); return sample[0].Value.Uint64() }
-	base := read()
-	var peak atomic.Uint64
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(time.Millisecond)
-		defer t.Stop()
-		for {
-			if v := read(); v > peak.Load() {
-				peak.Store(v)
-			}
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	fn()
-	close(stop)
-	<-done
-	return max(peak.Load(), base) - base
 }
 
 // executeRows runs one chunk of rows through Execute, with the real
@@ -110,7 +77,7 @@ func executeRows(tb testing.TB, rows, answer, slots int) uint64 {
 		Log:      slog.New(slog.DiscardHandler)})
 	m, _ := json.Marshal(msg.Message{Type: msg.Chunk, Tenant: "t", Batch: b.ID, Run: "run1"})
 	var failed []string
-	peak := heapPeak(func() {
+	peak := heapmeter.Peak(func() {
 		failed, err = e.Execute(context.Background(), []msg.Delivery{{ID: "d", Body: string(m), ReceiveCount: 1}})
 	})
 	if cms := table.committed(); err != nil || len(failed) > 0 || len(cms) != 1 || cms[0].Completed != int64(rows) {

@@ -8,8 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
-	"runtime/metrics"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/heapmeter"
 	"github.com/relaybatch/relay/internal/inference"
 	"github.com/relaybatch/relay/internal/part"
 )
@@ -141,37 +140,6 @@ func TestImportCapsAnswers(t *testing.T) {
 	}
 }
 
-// heapPeak runs fn and returns the peak of the Go heap's live and
-// not-yet-collected objects above what it was before, sampled every
-// millisecond (internal/engine's BenchmarkExecuteHeap measures so).
-func heapPeak(fn func()) uint64 {
-	runtime.GC()
-	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	read := func() uint64 { metrics.Read(sample); return sample[0].Value.Uint64() }
-	base := read()
-	var peak atomic.Uint64
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(time.Millisecond)
-		defer t.Stop()
-		for {
-			if v := read(); v > peak.Load() {
-				peak.Store(v)
-			}
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	fn()
-	close(stop)
-	<-done
-	return max(peak.Load(), base) - base
-}
-
 // importHeap imports a provider batch of rows result lines of about size
 // bytes each, in chunks of 500 rows, and returns the heap's peak and the
 // results file's size.
@@ -191,7 +159,7 @@ func importHeap(t testing.TB, rows, size int) (peak uint64, input int64) {
 		bw.Flush()
 	})
 	var err error
-	peak = heapPeak(func() { err = s.importGroup(context.Background(), f.b, g, up, r) })
+	peak = heapmeter.Peak(func() { err = s.importGroup(context.Background(), f.b, g, up, r) })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,19 +48,33 @@ type LineError struct {
 	Message string `json:"message"`
 }
 
-// UsageEvent is one row's usage, a line of its chunk's .usage object.
+// UsageEvent is one row's generation, a line of its chunk's .usage object
+// (docs/api.md "Rows"): every row of a committed chunk has one, whatever
+// its outcome — which model served it, whether a fallback did, how many
+// upstream attempts it took and the last status, its tokens and the key
+// that submitted it. GET /v1/batches/{id}/rows reads them.
 type UsageEvent struct {
-	Source       string `json:"source"`
-	Tenant       string `json:"tenant"`
-	KeyID        string `json:"key_id"`
-	BatchID      string `json:"batch_id"`
-	CustomID     string `json:"custom_id"`
-	Model        string `json:"model"`
-	Fallback     bool   `json:"fallback"`
-	InputTokens  int64  `json:"input_tokens"`
-	OutputTokens int64  `json:"output_tokens"`
-	TotalTokens  int64  `json:"total_tokens"`
-	At           int64  `json:"at"`
+	Source   string `json:"source"`
+	Tenant   string `json:"tenant"`
+	KeyID    string `json:"key_id"`
+	BatchID  string `json:"batch_id"`
+	CustomID string `json:"custom_id"`
+	Row      int    `json:"row"`
+	// Status is "completed" (the row is in the output file) or "failed"
+	// (the error file).
+	Status   string `json:"status"`
+	Model    string `json:"model"`
+	Fallback bool   `json:"fallback"`
+	Attempts int    `json:"attempts"`
+	// LastStatus is the last upstream HTTP status, nil when no answer came.
+	LastStatus *int `json:"last_status"`
+	// Error is a failed row's code and message: its line's error, or for
+	// an upstream error answer its status.
+	Error        *LineError `json:"error,omitempty"`
+	InputTokens  int64      `json:"input_tokens"`
+	OutputTokens int64      `json:"output_tokens"`
+	TotalTokens  int64      `json:"total_tokens"`
+	At           int64      `json:"at"`
 }
 
 // Error codes of lines the service writes itself (LineError.Code).
@@ -127,13 +141,16 @@ func LineID(batchID string, row int) string {
 	return "batch_req_" + hex.EncodeToString(sum[:12])
 }
 
-// builder renders rows' lines, counting them into p and writing their
-// usage events to usage.
+// builder renders a row's line, counting it into p and writing its usage
+// event to usage.
 type builder struct {
 	b     batch.Batch
+	row   int
 	now   time.Time
 	usage bytes.Buffer
 	p     Part
+	// counted says the row's tokens were counted (addUsage).
+	counted bool
 }
 
 // render returns a row's line and its letter (KindOut for the output file,
@@ -149,10 +166,33 @@ func (w *builder) render(id string, o Outcome) ([]byte, byte) {
 	}
 	if l.Succeeded() {
 		w.p.Completed++
+		w.event(o, l)
 		return line, KindOut
 	}
 	w.p.Failed++
+	w.event(o, l)
 	return line, KindErr
+}
+
+// event writes the row's usage event, its generation.
+func (w *builder) event(o Outcome, l Line) {
+	ev := UsageEvent{Source: "batch", Tenant: w.b.Tenant, KeyID: w.b.KeyID, BatchID: w.b.ID, CustomID: o.CustomID, Row: w.row,
+		Status: "failed", Model: o.Result.Model, Fallback: o.Result.Fallback, Attempts: o.Result.Attempts, Error: l.Error, At: w.now.Unix()}
+	if st := o.Result.StatusCode; st > 0 {
+		ev.LastStatus = &st
+	}
+	if l.Succeeded() {
+		ev.Status = "completed"
+	} else if ev.Error == nil && l.Response != nil {
+		ev.Error = &LineError{Code: "upstream_error", Message: fmt.Sprintf("the upstream answered %d", l.Response.StatusCode)}
+	}
+	if w.counted {
+		u := o.Result.Usage
+		ev.InputTokens, ev.OutputTokens, ev.TotalTokens = u.InputTokens, u.OutputTokens, u.TotalTokens
+	}
+	line, _ := json.Marshal(ev) // plain fields, cannot fail
+	w.usage.Write(line)
+	w.usage.WriteByte('\n')
 }
 
 // line is a row's line; it counts the row's usage, and the rows the engine
@@ -183,7 +223,7 @@ func (w *builder) line(id string, o Outcome) Line {
 	return l
 }
 
-// addUsage counts a row's usage and writes its usage event.
+// addUsage counts a row's usage.
 func (w *builder) addUsage(o Outcome) {
 	u := o.Result.Usage
 	w.p.Tokens.InputTokens += u.InputTokens
@@ -199,9 +239,5 @@ func (w *builder) addUsage(o Outcome) {
 		agg.Total += u.TotalTokens
 	}
 	w.p.ByModel[o.Result.Model] = agg
-	line, _ := json.Marshal(UsageEvent{Source: "batch", Tenant: w.b.Tenant, KeyID: w.b.KeyID, BatchID: w.b.ID, CustomID: o.CustomID,
-		Model: o.Result.Model, Fallback: o.Result.Fallback, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
-		TotalTokens: u.TotalTokens, At: w.now.Unix()}) // plain fields, cannot fail
-	w.usage.Write(line)
-	w.usage.WriteByte('\n')
+	w.counted = true
 }

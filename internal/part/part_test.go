@@ -60,14 +60,24 @@ func TestLinesOf(t *testing.T) {
 	if l.CustomID != "d" || l.Response != nil || l.Error == nil || l.Error.Code != "request_timeout" {
 		t.Fatalf("a row without an answer gets an error: got %+v", l)
 	}
-	if n := bytes.Count(p.Usage, []byte("\n")); n != 3 {
-		t.Fatalf("usage events: got %d, want one per row with an upstream answer", n)
+	evs := map[string]UsageEvent{}
+	for line := range bytes.Lines(p.Usage) {
+		var ev UsageEvent
+		json.Unmarshal(line, &ev)
+		evs[ev.CustomID] = ev
 	}
-	var ev UsageEvent
-	json.Unmarshal(bytes.SplitN(p.Usage, []byte("\n"), 2)[0], &ev)
-	if ev != (UsageEvent{Source: "batch", Tenant: "t", KeyID: "k", BatchID: "batch_x", CustomID: "a", Model: "m",
-		InputTokens: 10, OutputTokens: 1, TotalTokens: 11, At: now.Unix()}) {
-		t.Fatalf("first usage event: got %+v", ev)
+	if len(evs) != len(outs) {
+		t.Fatalf("usage events: got %d, want one per row", len(evs))
+	}
+	if ev := evs["a"]; ev.Row != 30 || ev.Status != "completed" || ev.LastStatus == nil || *ev.LastStatus != 200 || ev.Error != nil ||
+		ev.Model != "m" || ev.KeyID != "k" || ev.InputTokens != 10 || ev.OutputTokens != 1 || ev.TotalTokens != 11 || ev.At != now.Unix() {
+		t.Fatalf("the first row's event: got %+v", ev)
+	}
+	if ev := evs["b"]; ev.Row != 31 || ev.Status != "failed" || ev.LastStatus == nil || *ev.LastStatus != 400 || ev.Error == nil || ev.Error.Code != "upstream_error" {
+		t.Fatalf("an upstream 400's event: got %+v", ev)
+	}
+	if ev := evs["d"]; ev.Status != "failed" || ev.LastStatus != nil || ev.Error == nil || ev.Error.Code != "request_timeout" || ev.TotalTokens != 0 {
+		t.Fatalf("a row without an answer's event: got %+v", ev)
 	}
 }
 

@@ -377,15 +377,7 @@ func usageTo(day string) string        { return day + "#\uffff" }
 // event, just after its step counted its spend (docs/design.md
 // "Governance").
 func (s *Store) Usage(ctx context.Context, tenant, from, to string) ([]UsageRow, error) {
-	var rows []UsageRow
-	err := s.between(ctx, usagePK(tenant), usageFrom(from), usageTo(to), func(it item) error {
-		var r UsageRow
-		if err := attributevalue.UnmarshalMap(it, &r); err != nil {
-			return err
-		}
-		rows = append(rows, r)
-		return nil
-	})
+	rows, err := between[UsageRow](ctx, s, usagePK(tenant), usageFrom(from), usageTo(to))
 	if err != nil {
 		return nil, fmt.Errorf("query usage of %s: %w", tenant, err)
 	}
@@ -411,42 +403,37 @@ func usageBySK(day, keyID, batchID, model string) string {
 // UsageDetails returns a tenant's usage by day, key, batch and model for
 // days in [from, to].
 func (s *Store) UsageDetails(ctx context.Context, tenant, from, to string) ([]UsageDetail, error) {
-	var rows []UsageDetail
-	err := s.between(ctx, usageByPK(tenant), usageFrom(from), usageTo(to), func(it item) error {
-		var r UsageDetail
-		if err := attributevalue.UnmarshalMap(it, &r); err != nil {
-			return err
-		}
-		rows = append(rows, r)
-		return nil
-	})
+	rows, err := between[UsageDetail](ctx, s, usageByPK(tenant), usageFrom(from), usageTo(to))
 	if err != nil {
 		return nil, fmt.Errorf("query usage details of %s: %w", tenant, err)
 	}
 	return rows, nil
 }
 
-// between calls each for every item of partition pk with a sort key in
-// [from, to], page after page.
-func (s *Store) between(ctx context.Context, pk, from, to string, each func(item) error) error {
+// between reads, page after page, the items of partition pk with a sort
+// key in [from, to], consistently: the governor asks before a workflow
+// record's next event, just after its step counted its spend
+// (docs/design.md "Governance").
+func between[T any](ctx context.Context, s *Store, pk, from, to string) ([]T, error) {
 	in := &dynamodb.QueryInput{
 		TableName:                 &s.Table,
 		KeyConditionExpression:    aws.String("pk = :pk AND sk BETWEEN :from AND :to"),
 		ExpressionAttributeValues: item{":pk": avS(pk), ":from": avS(from), ":to": avS(to)},
 		ConsistentRead:            aws.Bool(true),
 	}
+	var rows []T
 	for {
 		out, err := s.DB.Query(ctx, in)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		for _, it := range out.Items {
-			if err := each(it); err != nil {
-				return err
-			}
+		page := make([]T, 0, len(out.Items))
+		if err := attributevalue.UnmarshalListOfMaps(out.Items, &page); err != nil {
+			return nil, err
 		}
+		rows = append(rows, page...)
 		if len(out.LastEvaluatedKey) == 0 {
-			return nil
+			return rows, nil
 		}
 		in.ExclusiveStartKey = out.LastEvaluatedKey
 	}

@@ -7,13 +7,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
-	"runtime/metrics"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/relaybatch/relay/internal/heapmeter"
 	"github.com/relaybatch/relay/internal/inference"
 )
 
@@ -50,37 +49,6 @@ func TestResultsKeepTheirOrder(t *testing.T) {
 			got.Close()
 		}
 	}
-}
-
-// heapPeak runs fn and returns the peak of the Go heap's live and
-// not-yet-collected objects above what it was before, sampled every
-// millisecond (internal/engine's BenchmarkExecuteHeap measures so).
-func heapPeak(fn func()) uint64 {
-	runtime.GC()
-	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	read := func() uint64 { metrics.Read(sample); return sample[0].Value.Uint64() }
-	base := read()
-	var peak atomic.Uint64
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(time.Millisecond)
-		defer t.Stop()
-		for {
-			if v := read(); v > peak.Load() {
-				peak.Store(v)
-			}
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	fn()
-	close(stop)
-	<-done
-	return max(peak.Load(), base) - base
 }
 
 // stepHeap runs a record of one step of n requests whose answers are
@@ -130,7 +98,7 @@ func stepHeap(t testing.TB, n, size int) (peak uint64, input int64) {
 	}
 	var o Outcome
 	var err error
-	peak = heapPeak(func() { o, err = r.Run(context.Background(), State{}) })
+	peak = heapmeter.Peak(func() { o, err = r.Run(context.Background(), State{}) })
 	o.State.Results.Close()
 	if err != nil || o.Kind != Completed || o.State.Requests != n {
 		t.Fatalf("Run: %+v, %v", o, err)
