@@ -120,7 +120,17 @@ func TestDeployOntoEmulator(t *testing.T) {
 	if st.Status != "CREATE_COMPLETE" {
 		t.Fatalf("stack status %s", st.Status)
 	}
-	set := resources.Define("relay")
+	// The executor's maximum is sized for the models synthesized with
+	// (infra: relay.yaml's max_concurrency, added up).
+	models, err := config.LoadModels("../relay.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slots := 0
+	for _, m := range models.Models {
+		slots += m.MaxConcurrency
+	}
+	set := resources.Define("relay").SizedFor(slots)
 	t.Run("outputs", func(t *testing.T) { checkOutputs(t, st) })
 	t.Run("table", func(t *testing.T) { checkTable(t, cfg, st, set) })
 	t.Run("queues", func(t *testing.T) { checkQueues(t, cfg, set) })
