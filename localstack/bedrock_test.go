@@ -7,7 +7,6 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 
-	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/local/localrun"
 )
 
@@ -19,15 +18,7 @@ models:
   - {name: claude-bedrock, provider: bedrock, shape: anthropic, region: us-east-1, base_url: http://MOCK, upstream_model: "anthropic.claude-haiku-4-5-20251001-v1:0", max_concurrency: 8, timeout: 5s}
 `
 
-func withBedrockModels(t *testing.T) func(*localrun.Options) {
-	return func(o *localrun.Options) {
-		ms, err := config.ParseModels([]byte(replaceMock(bedrockModels, o.MockAddr)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		o.Models = ms
-	}
-}
+func withBedrockModels(t *testing.T) func(*localrun.Options) { return withModels(t, bedrockModels) }
 
 // A batch of chat rows and a message batch of Claude requests run on
 // Bedrock models: every request signed (the mock refuses others), usage

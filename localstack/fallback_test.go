@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/apikey"
-	"github.com/relaybatch/relay/internal/config"
-	"github.com/relaybatch/relay/internal/local/localrun"
 )
 
 // fallbackModels: every request to fb-primary-broken fails (500), and its
@@ -27,13 +25,7 @@ models:
 // model's 8 slots, beside the fallback's own 2.
 func TestFallbackRowsHoldTheFallbacksCapacity(t *testing.T) {
 	t.Parallel()
-	rt := runtime(t, func(o *localrun.Options) {
-		models, err := config.ParseModels([]byte(replaceMock(fallbackModels, o.MockAddr)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		o.Models = models
-	})
+	rt := runtime(t, withModels(t, fallbackModels))
 	c, _ := client(t, rt, "fallback")
 	own := slowRows("own", "fb-two", 60, 300*time.Millisecond)
 	failing := make([]row, 16)
@@ -72,13 +64,7 @@ func TestFallbackRowsHoldTheFallbacksCapacity(t *testing.T) {
 // status=failed select.
 func TestRowsShowTheirGenerations(t *testing.T) {
 	t.Parallel()
-	rt := runtime(t, func(o *localrun.Options) {
-		models, err := config.ParseModels([]byte(replaceMock(fallbackModels, o.MockAddr)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		o.Models = models
-	})
+	rt := runtime(t, withModels(t, fallbackModels))
 	c, key := client(t, rt, "gens")
 	rows := []row{
 		{id: "fell-back", model: "fb-primary-broken", content: "the primary fails"},

@@ -14,7 +14,6 @@ import (
 	"github.com/relaybatch/relay/internal/apikey"
 	"github.com/relaybatch/relay/internal/app"
 	"github.com/relaybatch/relay/internal/auth"
-	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/govern"
 	"github.com/relaybatch/relay/internal/local/localrun"
 	"github.com/relaybatch/relay/internal/store"
@@ -106,14 +105,22 @@ func TestRevokedKeyStopsItsBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock.Add(int64(31 * time.Second))
-	b = waitBatch(t, reader, b.ID)
+	checkStoppedPartWay(t, rt, reader, b.ID, rows, govern.CodeCredentialRevoked)
+}
+
+// checkStoppedPartWay waits for batch id, whose key stopped while it ran,
+// and checks it completed with some of rows done and the rest code, none
+// of which reached the mock.
+func checkStoppedPartWay(t *testing.T, rt *localrun.Runtime, reader openai.Client, id string, rows []row, code string) {
+	t.Helper()
+	b := waitBatch(t, reader, id)
 	out, errs := checkInvariant(t, reader, b, idsOf(rows))
 	codes := codesOf(errs)
-	if b.Status != "completed" || len(out) < 10 || codes[govern.CodeCredentialRevoked] == 0 || len(out)+codes[govern.CodeCredentialRevoked] != len(rows) {
-		t.Fatalf("batch %s: %d rows done, error codes %v; want some done, the rest credential_revoked", b.Status, len(out), codes)
+	if b.Status != "completed" || len(out) < 10 || codes[code] == 0 || len(out)+codes[code] != len(rows) {
+		t.Fatalf("batch %s: %d rows done, error codes %v; want some done, the rest %s", b.Status, len(out), codes, code)
 	}
 	if n := rt.Mock.Stats().Requests; n != int64(len(out)) {
-		t.Fatalf("the mock got %d requests for %d rows done: revoked rows reached it", n, len(out))
+		t.Fatalf("the mock got %d requests for %d rows done: rows refused with %s reached it", n, len(out), code)
 	}
 }
 
@@ -169,17 +176,10 @@ func TestKeyModelAllowList(t *testing.T) {
 // the same in all.
 func TestUsageByKeyAndBatch(t *testing.T) {
 	t.Parallel()
-	rt := runtime(t, func(o *localrun.Options) {
-		// gpt-4o-mini gets a price: a "hello N" row is 3 input and 3 output
-		// tokens at the mock, $1.20 at this price.
-		yaml := strings.Replace(replaceMock(testModels, o.MockAddr), "fallback: gpt-4o-mini-backup,",
-			"fallback: gpt-4o-mini-backup, price: {input_per_mtok: 100000, output_per_mtok: 300000},", 1)
-		m, err := config.ParseModels([]byte(yaml))
-		if err != nil {
-			t.Fatal(err)
-		}
-		o.Models = m
-	})
+	// gpt-4o-mini gets a price: a "hello N" row is 3 input and 3 output
+	// tokens at the mock, $1.20 at this price.
+	rt := runtime(t, withModels(t, strings.Replace(testModels, "fallback: gpt-4o-mini-backup,",
+		"fallback: gpt-4o-mini-backup, price: {input_per_mtok: 100000, output_per_mtok: 300000},", 1)))
 	type usageRow struct {
 		Day      string   `json:"date"`
 		Model    string   `json:"model"`

@@ -59,15 +59,7 @@ func TestExpiredKeyIsRefusedAndStopsItsBatch(t *testing.T) {
 		t.Fatalf("the expired key: %d %s, want 401 api_key_expired", status, body)
 	}
 	clock.Add(int64(31 * time.Second))
-	b = waitBatch(t, reader, b.ID)
-	out, errs := checkInvariant(t, reader, b, idsOf(rows))
-	codes := codesOf(errs)
-	if b.Status != "completed" || len(out) < 10 || codes[apikey.CodeExpired] == 0 || len(out)+codes[apikey.CodeExpired] != len(rows) {
-		t.Fatalf("batch %s: %d rows done, error codes %v; want some done, the rest api_key_expired", b.Status, len(out), codes)
-	}
-	if n := rt.Mock.Stats().Requests; n != int64(len(out)) {
-		t.Fatalf("the mock got %d requests for %d rows done: rows of the expired key reached it", n, len(out))
-	}
+	checkStoppedPartWay(t, rt, reader, b.ID, rows, apikey.CodeExpired)
 }
 
 // A rotated key keeps its id and its batches: during the overlap both of

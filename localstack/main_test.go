@@ -64,6 +64,18 @@ func runtime(t *testing.T, tune ...func(*localrun.Options)) *localrun.Runtime {
 }
 
 // client is an official OpenAI client for tenant on rt.
+// withModels runs a runtime on the models of yaml, its http://MOCK
+// base URLs the runtime's mock provider.
+func withModels(t *testing.T, yaml string) func(*localrun.Options) {
+	return func(o *localrun.Options) {
+		ms, err := config.ParseModels([]byte(replaceMock(yaml, o.MockAddr)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Models = ms
+	}
+}
+
 func client(t testing.TB, rt *localrun.Runtime, tenant string) (openai.Client, string) {
 	t.Helper()
 	key, err := rt.Key(context.Background(), tenant)
