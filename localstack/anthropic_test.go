@@ -826,3 +826,53 @@ func TestMessageBatchBetasReachUpstream(t *testing.T) {
 		t.Fatalf("%d rows at the upstream, want 3", got)
 	}
 }
+
+// A message batch row refused without an upstream call (it names an
+// OpenAI-shape model: cross_shape_dispatch) ends while that model's whole
+// capacity is held by another batch's chunk, whose rows take 30 s at the mock:
+// such rows are settled in a chunk that holds no slots (docs/design.md
+// "Scheduling", rows settled without a call).
+func TestRefusedRowWaitsForNoCapacity(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	ctx := context.Background()
+	oc, _ := client(t, rt, "acme")
+	var hold bytes.Buffer
+	for i := range 8 { // text-embedding-3-small's max_concurrency
+		fmt.Fprintf(&hold, `{"custom_id":"h%d","method":"POST","url":"/v1/embeddings","body":{"model":"text-embedding-3-small","input":"[[mock:sleep=30s]] %d"}}`+"\n", i, i)
+	}
+	held, err := oc.Batches.New(ctx, openai.BatchNewParams{InputFileID: upload(t, oc, "hold.jsonl", hold.Bytes()).ID,
+		Endpoint: openai.BatchNewParamsEndpointV1Embeddings, CompletionWindow: openai.BatchNewParamsCompletionWindow24h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = oc.Batches.Cancel(context.Background(), held.ID) })
+	eventually(t, "text-embedding-3-small's 8 slots held", time.Minute, func() bool {
+		n, err := rt.App.Store.InFlight(ctx, "text-embedding-3-small")
+		return err == nil && n == 8
+	})
+
+	ac, _ := anthropicClient(t, rt, "acme")
+	mb := newMessageBatch(t, ac, msgRequest("cross-1", "text-embedding-3-small", "an openai model"))
+	eventually(t, "message batch "+mb.ID+" ended", 20*time.Second, func() bool {
+		b, err := ac.Messages.Batches.Get(ctx, mb.ID, anthropic.MessageBatchGetParams{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mb = b
+		return b.ProcessingStatus == anthropic.MessageBatchProcessingStatusEnded
+	})
+	got := messageResults(t, ac, mb, []string{"cross-1"})
+	if e := got["cross-1"].Result.AsErrored(); got["cross-1"].Result.Type != "errored" || !strings.Contains(e.Error.Error.Message, "cross_shape_dispatch") {
+		t.Fatalf("cross-shape result: %s", got["cross-1"].RawJSON())
+	}
+	// The capacity was held throughout: the holding chunk is still its
+	// first run's, none of its rows answered.
+	c, err := rt.App.Store.GetChunk(ctx, held.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := rt.App.Store.InFlight(ctx, "text-embedding-3-small"); err != nil || n != 8 || c.State != batch.ChunkClaimed || c.Attempts != 1 {
+		t.Fatalf("when the message batch ended: holding chunk %s (attempt %d), %d slots in use (%v); want it claimed on all 8", c.State, c.Attempts, n, err)
+	}
+}

@@ -309,6 +309,12 @@ type Chunk struct {
 	// Model as their fallback: a chunk of the fallback's rows, run on its
 	// capacity (docs/design.md "Scheduling", fallback rows).
 	Fallback bool `dynamodbav:"fallback,omitempty"`
+	// NoCall says every row of the chunk is refused without an upstream
+	// call (provider.Refusal): the chunk has no ready entry and is claimed
+	// without capacity when its batch starts, so its rows never wait for
+	// the model's slots (docs/design.md "Scheduling", rows settled without
+	// a call).
+	NoCall bool `dynamodbav:"no_call,omitempty"`
 
 	// Set while claimed.
 	Run      string `dynamodbav:"run"`

@@ -12,9 +12,11 @@ import (
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/plan"
+	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/store"
 	"github.com/relaybatch/relay/internal/webhook"
+	"github.com/tidwall/gjson"
 )
 
 // Dispatch is the dispatcher function's SQS handler: plans, drains of
@@ -84,7 +86,7 @@ func (e *Engine) restart(ctx context.Context, b batch.Batch, writeBy time.Time) 
 	if err != nil {
 		return err
 	}
-	return e.startPlanned(ctx, b, plan.ReadyEntries(chunks, b.Priority), writeBy)
+	return e.startPlanned(ctx, b, chunks, plan.ReadyEntries(chunks, b.Priority), writeBy)
 }
 
 // takePlanLease takes a batch's plan lease for this attempt; false when
@@ -138,6 +140,10 @@ func (e *Engine) planInput(ctx context.Context, b batch.Batch, writeBy time.Time
 		},
 		Allowed: allowed,
 		Default: endpoint.DefaultModel(e.Models, b.Endpoint),
+		NoCall: func(row []byte) bool {
+			_, refused := provider.Refusal(e.Models, b.Endpoint, []byte(gjson.GetBytes(row, "body").Raw))
+			return refused
+		},
 	})
 	if err != nil {
 		return err
@@ -190,7 +196,7 @@ func (e *Engine) recordPlan(ctx context.Context, b batch.Batch, in plan.Input, w
 		return err
 	}
 	log.InfoContext(ctx, "batch planned", "rows", in.Result.Rows, "chunks", len(in.Chunks))
-	return e.startPlanned(ctx, planned, entries, writeBy)
+	return e.startPlanned(ctx, planned, in.Chunks, entries, writeBy)
 }
 
 // planMayWrite is nil while the plan attempt of b may still write: until
@@ -204,13 +210,15 @@ func (e *Engine) planMayWrite(b batch.Batch, writeBy time.Time) error {
 	return fmt.Errorf("plan of %s: its lease ends within the skew margin: %w", b.ID, ErrStop)
 }
 
-// startPlanned puts a planned batch's chunks in the ready index (or, once
-// cancelled, drains them) and starts what free capacity allows. The batch
-// records its chunks first: no run can claim a chunk whose input the batch
-// does not point to yet. Until Started is recorded the tick sends the plan
-// again, which comes back here; a second ready entry of a batch is
-// harmless (it finds its chunk claimed and is dropped).
-func (e *Engine) startPlanned(ctx context.Context, b batch.Batch, entries []sched.Ready, writeBy time.Time) error {
+// startPlanned puts a planned batch's chunks (chunks, with their ready
+// entries) in the ready index (or, once cancelled, drains them), claims its
+// NoCall chunks without capacity, and starts what free capacity allows. The
+// batch records its chunks first: no run can claim a chunk whose input the
+// batch does not point to yet. Until Started is recorded the tick sends the
+// plan again, which comes back here; a second ready entry of a batch is
+// harmless (it finds its chunk claimed and is dropped), and so is a second
+// claim of a NoCall chunk (it finds it claimed and leaves it).
+func (e *Engine) startPlanned(ctx context.Context, b batch.Batch, chunks []batch.Chunk, entries []sched.Ready, writeBy time.Time) error {
 	if !b.Started {
 		// Validated: batch.queued goes before any chunk can start, and
 		// before Started says it went (delivery.Service.Enqueue).
@@ -234,6 +242,9 @@ func (e *Engine) startPlanned(ctx context.Context, b batch.Batch, entries []sche
 			if err := e.Store.PutReady(ctx, r); err != nil {
 				return err
 			}
+		}
+		if err := e.claimAlone(ctx, b, chunks, func(c batch.Chunk) bool { return c.NoCall }); err != nil {
+			return err
 		}
 	}
 	_, err := e.Store.UpdateBatch(ctx, b.Tenant, b.ID, func(b *batch.Batch) error {

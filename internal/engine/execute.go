@@ -361,16 +361,13 @@ func (in *invocation) start(r *chunkRun) {
 		})
 		return
 	}
-	if r.c.Slots == 0 && !r.draining(e.Now()) {
+	if r.c.Slots == 0 && !r.c.NoCall && !r.draining(e.Now()) {
 		r.err = fmt.Errorf("chunk %d of %s holds no slots", r.c.Index, r.c.Batch)
 		close(r.done)
 		return
 	}
 	in.pool.Hold(r.c.Model, r.c.Slots)
-	in.mu.Lock()
-	before, sent := in.sending[r.c.Model], make(chan struct{})
-	in.sending[r.c.Model] = sent
-	in.mu.Unlock()
+	before, sent := in.sendAfter(r.c)
 	in.work.Go(func() {
 		defer close(sent)
 		if before != nil {
@@ -919,6 +916,17 @@ func (r *chunkRun) rows(e *Engine, rowDone func()) fanout.Rows {
 				o.Expire()
 			case r.refused != "":
 				o.Code, o.Message = r.refused, r.reason
+			case r.c.NoCall:
+				res, refused := provider.Refusal(e.Models, endpoint, bodies[i])
+				if !refused {
+					// The models file changed since the plan: the row
+					// runs on its model's capacity, in a chunk of its own
+					// as a fallback row does.
+					r.deferRow(i, r.c.Model)
+					rowDone()
+					return true
+				}
+				o.Result = res
 			default:
 				return false
 			}
@@ -1098,4 +1106,19 @@ func (e *Engine) keepLease(r *chunkRun) {
 			wait = retry
 		}
 	}
+}
+
+// sendAfter is what the rows of c's run wait for before they are sent (the
+// send of the model's run before, nil for none) and what the run closes
+// once its rows are sent: a model's runs in an invocation send in turn. A
+// NoCall run takes no turn: its rows take no slot.
+func (in *invocation) sendAfter(c batch.Chunk) (before <-chan struct{}, sent chan struct{}) {
+	sent = make(chan struct{})
+	if c.NoCall {
+		return nil, sent
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	before, in.sending[c.Model] = in.sending[c.Model], sent
+	return before, sent
 }

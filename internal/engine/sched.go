@@ -140,17 +140,25 @@ func (e *Engine) start(ctx context.Context, model string) error {
 }
 
 // drain claims every unclaimed chunk of a cancelled or expired batch
-// without capacity: their runs only write error lines. A chunk whose claim
-// fails is left to the next drain; the others' messages are sent anyway.
+// without capacity: their runs only write error lines.
 func (e *Engine) drain(ctx context.Context, b batch.Batch) error {
 	chunks, err := e.Store.Chunks(ctx, b.ID)
 	if err != nil {
 		return err
 	}
+	return e.claimAlone(ctx, b, chunks, func(batch.Chunk) bool { return true })
+}
+
+// claimAlone claims the pending chunks of b that which picks, of chunks,
+// without capacity, and sends their work messages: a drain's, and the
+// NoCall chunks of a batch that starts (docs/design.md "Scheduling", rows
+// settled without a call). A chunk whose claim fails is left to the next
+// call; the others' messages are sent anyway.
+func (e *Engine) claimAlone(ctx context.Context, b batch.Batch, chunks []batch.Chunk, which func(batch.Chunk) bool) error {
 	var msgs []any
 	var errs []error
 	for _, c := range chunks {
-		if c.State != batch.ChunkPending {
+		if c.State != batch.ChunkPending || !which(c) {
 			continue
 		}
 		run := newRun()
@@ -158,7 +166,7 @@ func (e *Engine) drain(ctx context.Context, b batch.Batch) error {
 		case errors.Is(err, store.ErrRaced):
 			continue
 		case err != nil:
-			errs = append(errs, fmt.Errorf("drain chunk %d: %w", c.Index, err))
+			errs = append(errs, fmt.Errorf("claim chunk %d of %s alone: %w", c.Index, b.ID, err))
 			continue
 		}
 		msgs = append(msgs, msg.ForChunk(batch.Next{Tenant: b.Tenant, Batch: b.ID, Chunk: c.Index, Run: run, Attempt: 1}))

@@ -22,25 +22,32 @@ import (
 // of bounded size (a row longer than that gets a chunk of its own). A
 // workflow record (docs/api.md "Workflow records") gets a chunk of its
 // own: it runs for many steps and commits when it ends, which must hold up
-// no other row. Chunks are numbered in the order they open.
+// no other row. A row NoCall says is refused without an upstream call goes
+// to a chunk of such rows of its model (batch.Chunk.NoCall), apart from
+// the model's others. Chunks are numbered in the order they open.
 type Chunker struct {
 	Batch, Tenant string
 	// MaxRows is the row limit of a chunk of a model (Limits.RowsFor).
 	MaxRows  func(model string) int
 	MaxBytes int64
+	// NoCall, if set, says whether a row (its JSON) is refused without an
+	// upstream call (Models.NoCall).
+	NoCall func(row []byte) bool
 	// Chunks are the chunks so far, numbered from 0.
 	Chunks []batch.Chunk
-	open   map[string]int // model → its open chunk
+	open   map[string]int // lane (laneOf) → its open chunk
 }
 
 // add puts row r, at bytes [start, end) of the file the chunks are ranges
-// of, in its model's open chunk or in a new one.
+// of, in its lane's open chunk or in a new one.
 func (k *Chunker) add(r jsonl.Row, start, end int64) {
 	if workflow.InRow(r.JSON) {
-		k.openChunk(r, start, end)
+		k.openChunk(r, start, end, false)
 		return
 	}
-	i, ok := k.open[r.Model]
+	noCall := k.NoCall != nil && k.NoCall(r.JSON)
+	lane := laneOf(r.Model, noCall)
+	i, ok := k.open[lane]
 	if ok && k.Chunks[i].Rows < k.MaxRows(r.Model) && end-k.Chunks[i].Start <= k.MaxBytes {
 		addRow(&k.Chunks[i], r.Index, start, end)
 		return
@@ -48,14 +55,23 @@ func (k *Chunker) add(r jsonl.Row, start, end int64) {
 	if k.open == nil {
 		k.open = map[string]int{}
 	}
-	k.open[r.Model] = k.openChunk(r, start, end)
+	k.open[lane] = k.openChunk(r, start, end, noCall)
+}
+
+// laneOf keys the chunks a model's ready entry steps through (the model)
+// apart from its rows settled without a call, which no entry steps to.
+func laneOf(model string, noCall bool) string {
+	if noCall {
+		return "\x00" + model
+	}
+	return model
 }
 
 // openChunk appends a chunk of row r alone and returns its index.
-func (k *Chunker) openChunk(r jsonl.Row, start, end int64) int {
+func (k *Chunker) openChunk(r jsonl.Row, start, end int64, noCall bool) int {
 	n := len(k.Chunks)
 	k.Chunks = append(k.Chunks, batch.Chunk{Batch: k.Batch, Tenant: k.Tenant, Index: n, Start: start, End: end,
-		FirstRow: r.Index, Rows: 1, Model: r.Model, State: batch.ChunkPending})
+		FirstRow: r.Index, Rows: 1, Model: r.Model, State: batch.ChunkPending, NoCall: noCall})
 	return n
 }
 
@@ -103,13 +119,17 @@ func SplitInput(input io.Reader, opts jsonl.Options, k *Chunker, norm io.Writer)
 }
 
 // LinkChunks sets each chunk's NextSame (the batch's next chunk of the
-// same model) and returns the batch's ready entries, one per
-// model, each at the model's first chunk.
+// same model; none for a NoCall chunk, which no entry steps to) and
+// returns the batch's ready entries, one per model, each at the model's
+// first chunk.
 func LinkChunks(chunks []batch.Chunk, priority int) []sched.Ready {
 	last := map[string]int{}
 	for i := len(chunks) - 1; i >= 0; i-- {
 		c := &chunks[i]
 		c.NextSame = -1
+		if c.NoCall {
+			continue
+		}
 		if j, ok := last[c.Model]; ok {
 			c.NextSame = j
 		}
@@ -123,20 +143,24 @@ func LinkChunks(chunks []batch.Chunk, priority int) []sched.Ready {
 // (docs/design.md "Scheduling"): a plan that runs again after claims
 // took some of its chunks must not point an entry at one of them, or a
 // commit of that chunk would pick its own chunk as its continuation.
+//
+// A NoCall chunk has no entry (the engine claims it without capacity), but
+// makes its batch's entries Mixed: an entry's next chunk is then read from
+// its chunk's NextSame, never taken to be the chunk after.
 func ReadyEntries(chunks []batch.Chunk, priority int) []sched.Ready {
-	models := map[string]bool{}
+	lanes := map[string]bool{}
 	for _, c := range chunks {
-		models[c.Model] = true
+		lanes[laneOf(c.Model, c.NoCall)] = true
 	}
 	var entries []sched.Ready
 	for _, c := range chunks {
 		taken := c.State == batch.ChunkClaimed || c.State == batch.ChunkDone
-		if taken || !models[c.Model] {
+		if taken || c.NoCall || !lanes[c.Model] {
 			continue
 		}
-		models[c.Model] = false // the model's first chunk not taken
+		lanes[c.Model] = false // the model's first chunk not taken
 		entries = append(entries, sched.Ready{Model: c.Model, Tenant: c.Tenant, Batch: c.Batch, Priority: priority,
-			Next: c.Index, Total: len(chunks), Mixed: len(models) > 1})
+			Next: c.Index, Total: len(chunks), Mixed: len(lanes) > 1})
 	}
 	return entries
 }

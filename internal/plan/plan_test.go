@@ -351,7 +351,8 @@ func TestSplitEnvelope(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			k := &Chunker{Batch: "batch_1", Tenant: "acme", MaxRows: rowsOf(512), MaxBytes: tt.maxBytes}
-			if _, err := SplitInput(strings.NewReader(sb.String()), planOpts(jsonl.JSONL), k, nil); err != nil {
+			if res, err := SplitInput(strings.NewReader(sb.String()), planOpts(jsonl.JSONL), k, nil); err != nil || len(res.Errors) > 0 {
+				t.Fatal(err, res.Errors)
 				t.Fatal(err)
 			}
 			m2 := 0
@@ -511,5 +512,42 @@ func TestLinkChunks(t *testing.T) {
 	single := LinkChunks([]batch.Chunk{{Model: "a"}, {Model: "a", Index: 1}}, 0)
 	if len(single) != 1 || single[0].Mixed {
 		t.Fatalf("single-model entries: got %+v", single)
+	}
+}
+
+// Rows NoCall refuses go to chunks of their own, marked NoCall, apart from
+// their model's other rows; those chunks get no ready entry and no chunk
+// steps to them, and a batch of one model with such a chunk is Mixed (its
+// entry must read each chunk's NextSame, not step to the next index).
+func TestSplitNoCallRows(t *testing.T) {
+	t.Parallel()
+	var sb strings.Builder
+	for i := range 6 {
+		content := "hi"
+		if i%2 == 1 {
+			content = "refuse"
+		}
+		fmt.Fprintf(&sb, `{"custom_id":"r%d","method":"POST","url":"/v1/chat/completions","body":{"model":"m1","messages":[{"role":"user","content":%q}]}}`+"\n", i, content)
+	}
+	k := &Chunker{Batch: "batch_1", Tenant: "acme", MaxRows: rowsOf(2), MaxBytes: 4 << 20,
+		NoCall: func(row []byte) bool { return bytes.Contains(row, []byte("refuse")) }}
+	if res, err := SplitInput(strings.NewReader(sb.String()), planOpts(jsonl.JSONL), k, nil); err != nil || len(res.Errors) > 0 {
+		t.Fatal(err, res.Errors)
+	}
+	var got []string
+	for _, c := range k.Chunks {
+		got = append(got, fmt.Sprintf("%d:%d+%d:%v", c.Index, c.FirstRow, c.Rows, c.NoCall))
+	}
+	if want := "0:0+2:false 1:1+2:true 2:4+1:false 3:5+1:true"; strings.Join(got, " ") != want {
+		t.Fatalf("chunks (index:first+rows:nocall) %q, want %q", strings.Join(got, " "), want)
+	}
+	entries := LinkChunks(k.Chunks, 0)
+	if len(entries) != 1 || entries[0].Next != 0 || !entries[0].Mixed {
+		t.Fatalf("entries %+v, want one at chunk 0, mixed", entries)
+	}
+	for i, want := range []int{2, -1, -1, -1} {
+		if k.Chunks[i].NextSame != want {
+			t.Errorf("chunk %d: NextSame %d, want %d", i, k.Chunks[i].NextSame, want)
+		}
 	}
 }

@@ -219,6 +219,20 @@ func (c *Client) fallbackOn(m config.Model, route Route) (config.Model, inferenc
 // route finds the row's model and checks the endpoint fits its shape; when
 // it does not, the returned Result says why.
 func (c *Client) route(path string, body []byte) (config.Model, inference.Result, bool) {
+	return route(c.Models, path, body)
+}
+
+// Refusal is the answer of a row of endpoint path with body that models
+// refuse without an upstream call (a body refused at create, one naming a
+// model of another shape: cross_shape_dispatch, …), and true; false when
+// the row would be sent. The engine plans such rows into chunks that hold
+// no capacity (docs/design.md "Scheduling", rows settled without a call).
+func Refusal(models *config.Models, path string, body []byte) (inference.Result, bool) {
+	_, res, ok := route(models, path, body)
+	return res, !ok
+}
+
+func route(models *config.Models, path string, body []byte) (config.Model, inference.Result, bool) {
 	fail := func(code, format string, args ...any) (config.Model, inference.Result, bool) {
 		return config.Model{}, errResult(code, fmt.Sprintf(format, args...)), false
 	}
@@ -235,7 +249,7 @@ func (c *Client) route(path string, body []byte) (config.Model, inference.Result
 		return fail(inference.CodeInvalidRequest, "the request body has a %v", err)
 	}
 	name := gjson.GetBytes(body, "model")
-	if def := endpoint.DefaultModel(c.Models, path); name.Type == gjson.Null && def != "" {
+	if def := endpoint.DefaultModel(models, path); name.Type == gjson.Null && def != "" {
 		// Validation let it through for the default (docs/api.md
 		// "Batches"); onModel writes the model's upstream name in.
 		name = gjson.Result{Type: gjson.String, Str: def}
@@ -247,7 +261,7 @@ func (c *Client) route(path string, body []byte) (config.Model, inference.Result
 	if !ok {
 		return fail(inference.CodeInvalidRequest, "endpoint %s is not supported", path)
 	}
-	m, ok := c.Models.Lookup(name.Str)
+	m, ok := models.Lookup(name.Str)
 	if !ok {
 		return fail(inference.CodeModelNotFound, "the model %q does not exist", name.Str)
 	}
