@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,6 +18,7 @@ import (
 	"github.com/relaybatch/relay/internal/app"
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/govern"
+	"github.com/relaybatch/relay/internal/local/emulator/emutest"
 	"github.com/relaybatch/relay/internal/local/localrun"
 	"github.com/relaybatch/relay/internal/store"
 )
@@ -231,5 +235,59 @@ func TestUsageByKeyAndBatch(t *testing.T) {
 	}
 	if status, body := rawDo(t, rt, key, "GET", "/v1/usage?group_by=tenant", nil); status != 400 || errorCode(body) == "" {
 		t.Fatalf("group_by=tenant: %d %s, want 400", status, body)
+	}
+}
+
+// relay tenants budget set changes only the limits it is given: a USD
+// limit set first stays when the token limit is set alone, and the CLI
+// prints a limit as GET /v1/usage shows it (null when not set, never 0).
+func TestBudgetSetKeepsWhatItWasNotGiven(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(t.TempDir(), "relay")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/relay").CombinedOutput(); err != nil {
+		t.Fatalf("build relay: %v\n%s", err, out)
+	}
+	rt := runtime(t)
+	_, key := client(t, rt, "frugal")
+	// The models file the CLI checks a USD limit against: no price.
+	models := filepath.Join(t.TempDir(), "relay.yaml")
+	if err := os.WriteFile(models, []byte(replaceMock(testModels, "127.0.0.1:1")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	relay := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(bin, append([]string{"tenants", "budget"}, args...)...)
+		cmd.Env = []string{"AWS_ENDPOINT_URL=" + emutest.Endpoint(t), "RELAY_TABLE=" + rt.App.Env.Table, "HOME=" + t.TempDir(), "RELAY_CONFIG=" + models}
+		stderr.Reset()
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("relay tenants budget %s: %v\n%s", strings.Join(args, " "), err, &stderr)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	if got, want := relay("set", "--tenant", "frugal", "--monthly-tokens", "1000"), `{"monthly_tokens":1000,"monthly_usd":null}`; got != want || stderr.Len() > 0 {
+		t.Fatalf("set tokens printed %s (stderr %q), want %s", got, &stderr, want)
+	}
+	relay("set", "--tenant", "frugal", "--monthly-usd", "20")
+	if !strings.Contains(stderr.String(), "warning: no model in "+models+" has a price") {
+		t.Errorf("a USD limit with no priced model: stderr %q, want a warning", &stderr)
+	}
+	if got, want := relay("set", "--tenant", "frugal", "--monthly-tokens", "5000"), `{"monthly_tokens":5000,"monthly_usd":20}`; got != want {
+		t.Fatalf("set tokens alone printed %s, want %s: the USD limit kept", got, want)
+	}
+	if got, want := relay("show", "--tenant", "frugal"), `{"monthly_tokens":5000,"monthly_usd":20}`; got != want {
+		t.Fatalf("show printed %s, want %s", got, want)
+	}
+	status, body := rawDo(t, rt, key, "GET", "/v1/usage", nil)
+	var usage struct {
+		Budget *govern.View `json:"budget"`
+	}
+	if err := json.Unmarshal(body, &usage); status != 200 || err != nil || usage.Budget == nil {
+		t.Fatalf("GET /v1/usage: %d %s", status, body)
+	}
+	if v := usage.Budget; v.MonthlyTokens == nil || *v.MonthlyTokens != 5000 || v.MonthlyUSD == nil || *v.MonthlyUSD != 20 {
+		t.Fatalf("GET /v1/usage budget %s, want 5000 tokens and $20", body)
 	}
 }

@@ -23,7 +23,7 @@ Usage:
   relay keys disable KEY_ID|KEY
   relay keys rotate KEY_ID [--overlap 24h]
   relay keys webhook-secret --tenant NAME
-  relay tenants budget set --tenant NAME --monthly-tokens N [--monthly-usd X]
+  relay tenants budget set --tenant NAME [--monthly-tokens N] [--monthly-usd X]
   relay tenants budget show --tenant NAME
   relay tenants disable|enable NAME
   relay mock-upstream [--addr 127.0.0.1:8090] [--latency 0] [--error-rate 0] [--rate-limit-rate 0] [--batch-delay 1s]

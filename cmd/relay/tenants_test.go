@@ -1,6 +1,9 @@
 package main
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -49,5 +52,30 @@ func TestKeysLifecycleUsage(t *testing.T) {
 				t.Fatalf("exit %d, stdout %q, stderr %q; want 2 and %q", code, stdout, stderr, tt.want)
 			}
 		})
+	}
+}
+
+// A USD limit is warned about when no model of the models file has a
+// price, or the file cannot be read to tell; not when one has.
+func TestUnpricedWarning(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, yaml string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	const model = "models:\n  - {name: m, provider: openai, base_url: http://127.0.0.1:1/v1, api_key_env: K%s}\n"
+	for _, tt := range []struct {
+		path, want string
+	}{
+		{write("unpriced.yaml", fmt.Sprintf(model, "")), "has a price, so the USD limit counts nothing"},
+		{write("priced.yaml", fmt.Sprintf(model, ", price: {input_per_mtok: 1, output_per_mtok: 2}")), ""},
+		{filepath.Join(dir, "missing.yaml"), "could not be read to check"},
+	} {
+		if got := unpricedWarning(tt.path); (tt.want == "") != (got == "") || !strings.Contains(got, tt.want) {
+			t.Errorf("%s: warning %q, want %q", filepath.Base(tt.path), got, tt.want)
+		}
 	}
 }
