@@ -2,6 +2,10 @@
 SHELL := /bin/bash
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_VERSION_CHECK := 1
+# The AWS SDK for JavaScript inside the pinned cdk CLI warns on Node.js 20
+# (NodeVersionSupportWarning) that SDK versions published after January
+# 2027 will need Node.js 22; the pinned CLI bundles its SDK and runs on 20.
+export AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED := true
 
 FUNCTIONS := $(notdir $(wildcard functions/*))
 GO_PACKAGES := ./...
@@ -43,8 +47,12 @@ build/relay: $(shell find cmd internal -name '*.go' -not -name '*_test.go') go.m
 
 ## dev: the whole service on the emulator, with the mock provider. The
 ## built binary rather than go run, which exits 1 after a Ctrl-C.
+## MOCK_LATENCY (a duration, 200ms) and MOCK_ERROR_RATE (0 to 1) slow and
+## fail the mock provider's answers; STACK=relay runs on the stack
+## make deploy-emulator deployed at AWS_ENDPOINT_URL (relay dev --help).
+DEV_FLAGS = $(if $(MOCK_LATENCY),--mock-latency $(MOCK_LATENCY)) $(if $(MOCK_ERROR_RATE),--mock-error-rate $(MOCK_ERROR_RATE)) $(if $(STACK),--stack $(STACK))
 dev: build/relay
-	@exec build/relay dev
+	@exec build/relay dev $(DEV_FLAGS)
 
 vet:
 	go vet -tags '$(TEST_TAGS)' $(GO_PACKAGES)

@@ -12,6 +12,9 @@
 # CDK_ARGS passes context, e.g. CDK_ARGS="-c config=prod.yaml -c alarmEmail=ops@example.com".
 
 CDK_ARGS ?=
+# CDK_OUT is where make synth writes the cloud assembly (and what
+# make deploy-emulator deploys): the README walkthrough test writes its own.
+CDK_OUT ?= cdk.out
 CDK := node_modules/.bin/cdk
 CDKLOCAL := node_modules/.bin/cdklocal
 # W3005 (a DependsOn that a reference already implies) is what CDK emits for
@@ -28,14 +31,18 @@ INFRA_FUNCTIONS := $(notdir $(patsubst %/,%,$(dir $(wildcard functions/*/main.go
 synth deploy destroy deploy-local infra-test cfn-lint: export CDK_DISABLE_VERSION_CHECK := 1
 synth deploy destroy deploy-local infra-test cfn-lint: export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-# npm ci only when the lock file changes.
+# npm ci only when the lock file changes, and not when it ran already
+# without make (npm writes node_modules/.package-lock.json on every
+# install: newer than package.json and the lock file, it is theirs).
 node_modules/.installed: package.json package-lock.json
-	npm ci --no-audit --no-fund
+	@if [ node_modules/.package-lock.json -nt package-lock.json ] && [ node_modules/.package-lock.json -nt package.json ]; then \
+	  echo "node_modules is installed from package-lock.json already (npm ci ran)"; \
+	else npm ci --no-audit --no-fund; fi
 	@touch $@
 
 ## synth: the CloudFormation template and assets in cdk.out/
 synth: build node_modules/.installed
-	$(CDK) synth --no-notices -q $(CDK_ARGS)
+	$(CDK) synth --no-notices -q -o $(CDK_OUT) $(CDK_ARGS)
 
 ## deploy: the stack to AWS (needs credentials and `cdk bootstrap` once per account and region);
 ## a models file with a model on this machine (the default relay.yaml) is refused
@@ -62,14 +69,27 @@ deploy-local: build-local node_modules/.installed
 ## shows that CloudFormation creates the stack and its references resolve;
 ## the functions cannot run there (no Lambda runtime): localstack/deploy_test.go
 ## runs their code on the deployed resources with the local runtime.
+## The port is checked before anything is built: make dev's own emulator
+## there is named, with what to do (stop make dev first).
 DEPLOY_EMULATOR_PORT ?= 4566
-deploy-emulator: synth
-	@if [ -n "$$AWS_ENDPOINT_URL" ]; then exec localstack/deploy.sh cdk.out; fi; \
+# What the AWS CLI needs besides the endpoint: the emulator takes any
+# credentials, and its region is us-east-1.
+EMULATOR_AWS_ENV = AWS_DEFAULT_REGION=us-east-1 AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test
+deploy-emulator:
+	@if [ -n "$$AWS_ENDPOINT_URL" ]; then \
+	  curl -sS -o /dev/null "$$AWS_ENDPOINT_URL" 2>/dev/null || { echo "make deploy-emulator: nothing answers at AWS_ENDPOINT_URL=$$AWS_ENDPOINT_URL: start that emulator, or unset AWS_ENDPOINT_URL to have a fresh one started on $(DEPLOY_EMULATOR_PORT)" >&2; exit 1; }; \
+	else url=http://127.0.0.1:$(DEPLOY_EMULATOR_PORT); case $$(EMULATOR_PORT=$(DEPLOY_EMULATOR_PORT) $(EMULATOR) who) in \
+	  none) ;; \
+	  make-dev) echo "make deploy-emulator: make dev's emulator answers on $$url, holding make dev's table relay: stop make dev first (Ctrl-C where it runs; its data goes with it), then make deploy-emulator again. Or deploy beside it: make deploy-emulator DEPLOY_EMULATOR_PORT=4567" >&2; exit 1;; \
+	  *) echo "make deploy-emulator: something already answers on $$url (an emulator left from an earlier deploy?): stop it (EMULATOR_PORT=$(DEPLOY_EMULATOR_PORT) $(EMULATOR) stop), or deploy onto it with AWS_ENDPOINT_URL=$$url (moto has no rollback: a fresh one is safer)" >&2; exit 1;; \
+	esac; fi
+	@$(MAKE) --no-print-directory synth
+	@if [ -n "$$AWS_ENDPOINT_URL" ]; then exec localstack/deploy.sh $(CDK_OUT); fi; \
 	url=http://127.0.0.1:$(DEPLOY_EMULATOR_PORT); \
-	if curl -fsS -o /dev/null $$url/moto-api/ 2>/dev/null; then \
-	  echo "make deploy-emulator: something already answers on $$url: stop it (EMULATOR_PORT=$(DEPLOY_EMULATOR_PORT) $(EMULATOR) stop), or deploy onto it with AWS_ENDPOINT_URL=$$url" >&2; exit 1; fi; \
-	EMULATOR_PORT=$(DEPLOY_EMULATOR_PORT) $(EMULATOR) start && AWS_ENDPOINT_URL=$$url localstack/deploy.sh cdk.out && \
-	echo "the emulator keeps running: export AWS_ENDPOINT_URL=$$url; stop it with EMULATOR_PORT=$(DEPLOY_EMULATOR_PORT) $(EMULATOR) stop"
+	EMULATOR_PORT=$(DEPLOY_EMULATOR_PORT) $(EMULATOR) start && AWS_ENDPOINT_URL=$$url localstack/deploy.sh $(CDK_OUT) && \
+	echo "the emulator keeps running, with the stack relay in it; for the AWS CLI and relay dev --stack:" && \
+	echo "  export AWS_ENDPOINT_URL=$$url $(EMULATOR_AWS_ENV)" && \
+	echo "stop it with EMULATOR_PORT=$(DEPLOY_EMULATOR_PORT) $(EMULATOR) stop"
 
 build-local:
 	@set -e; for f in $(INFRA_FUNCTIONS); do \

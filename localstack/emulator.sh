@@ -2,6 +2,7 @@
 # Start or stop the AWS emulator the tests and `make dev` talk to.
 #   localstack/emulator.sh start   # moto_server on 127.0.0.1:${EMULATOR_PORT:-4566} unless one answers
 #   localstack/emulator.sh stop
+#   localstack/emulator.sh who     # what answers on the port: none, make-dev, emulator.sh or other
 # With Docker, `docker compose -f localstack/docker-compose.yml up` runs LocalStack instead;
 # then export AWS_ENDPOINT_URL=http://127.0.0.1:4566 and nothing here is needed.
 set -euo pipefail
@@ -23,10 +24,18 @@ start)
   for _ in $(seq 1 100); do up && { echo "emulator on $url"; exit 0; }; sleep 0.2; done
   echo "emulator did not start; see ${TMPDIR:-/tmp}/relay-emulator-$port.log" >&2; exit 1
   ;;
+who)
+  if ! up; then echo none
+  # make dev's (relay dev's) own moto runs a temporary copy of the wrapper,
+  # relay-moto-<random>.py (internal/local/emulator).
+  elif pgrep -f "relay-moto-[^ ]*\.py -H 127\.0\.0\.1 -p $port\$" >/dev/null; then echo make-dev
+  elif [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then echo emulator.sh
+  else echo other; fi
+  ;;
 stop)
   # moto spends minutes at full CPU freeing its in-memory state after a
   # SIGTERM, slowing whatever runs next: it holds nothing worth keeping.
   if [ -f "$pidfile" ]; then kill -9 "$(cat "$pidfile")" 2>/dev/null || true; rm -f "$pidfile"; fi
   ;;
-*) echo "usage: $0 start|stop" >&2; exit 2 ;;
+*) echo "usage: $0 start|stop|who" >&2; exit 2 ;;
 esac

@@ -10,29 +10,57 @@ import (
 
 	"github.com/relaybatch/relay/internal/app"
 	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/local/deployed"
 	"github.com/relaybatch/relay/internal/local/emulator"
 	"github.com/relaybatch/relay/internal/local/localrun"
+	"github.com/relaybatch/relay/internal/mockup"
+	"github.com/relaybatch/relay/internal/resources"
 )
 
 func endpointSet() bool { return os.Getenv("AWS_ENDPOINT_URL") != "" }
 
+// devFlags are relay dev's flags (make dev's variables: the Makefile).
+type devFlags struct {
+	addr, tenant, stack string
+	emuPort             int
+	mock                mockup.Options
+}
+
+func parseDevFlags(args []string, stdout, stderr io.Writer) (devFlags, error) {
+	fs := newFlagSet("dev", "[--addr HOST:PORT] [--tenant NAME] [--emulator-port N] [--stack NAME] [--mock-latency D] [--mock-error-rate F]\n"+
+		"runs the whole service locally (make dev): on the emulator at AWS_ENDPOINT_URL, else on a moto it starts;\n"+
+		"with --stack, on the resources of a stack make deploy-emulator deployed there")
+	var f devFlags
+	fs.StringVar(&f.addr, "addr", envOr("RELAY_ADDR", "127.0.0.1:8080"), "API listen address (RELAY_ADDR)")
+	fs.StringVar(&f.tenant, "tenant", "dev", "tenant of the printed key")
+	fs.IntVar(&f.emuPort, "emulator-port", emulator.DefaultPort, "where to start the emulator when AWS_ENDPOINT_URL is unset")
+	fs.StringVar(&f.stack, "stack", "", "run on the table, bucket and queues of this CloudFormation stack at AWS_ENDPOINT_URL (make deploy-emulator's is relay) instead of creating them")
+	fs.DurationVar(&f.mock.Latency, "mock-latency", 0, "added to every request of the mock provider (make dev MOCK_LATENCY=200ms)")
+	fs.Float64Var(&f.mock.ErrorRate, "mock-error-rate", 0, "fraction of the mock provider's requests answered 500 (make dev MOCK_ERROR_RATE=0.1)")
+	pos, err := parseArgs(fs, args, stdout, stderr)
+	switch {
+	case err != nil:
+		return f, err
+	case len(pos) != 0:
+		return f, usageErr("dev takes no arguments (flags: --addr HOST:PORT --tenant NAME --emulator-port N --stack NAME --mock-latency D --mock-error-rate F)")
+	case f.mock.ErrorRate < 0 || f.mock.ErrorRate > 1 || f.mock.Latency < 0:
+		return f, usageErr("dev: --mock-error-rate is a fraction from 0 to 1 and --mock-latency a non-negative duration")
+	case f.stack != "" && !endpointSet():
+		return f, usageErr("dev --stack %s: set AWS_ENDPOINT_URL to the emulator the stack is deployed on (make deploy-emulator prints it)", f.stack)
+	}
+	return f, nil
+}
+
 // runDev runs the whole service locally until interrupted.
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("dev", "[--addr HOST:PORT] [--tenant NAME] [--emulator-port N]\n"+
-		"runs the whole service locally (make dev): on the emulator at AWS_ENDPOINT_URL, else on a moto it starts")
-	addr := fs.String("addr", envOr("RELAY_ADDR", "127.0.0.1:8080"), "API listen address (RELAY_ADDR)")
-	tenant := fs.String("tenant", "dev", "tenant of the printed key")
-	emuPort := fs.Int("emulator-port", emulator.DefaultPort, "where to start the emulator when AWS_ENDPOINT_URL is unset")
-	if pos, err := parseArgs(fs, args, stdout, stderr); err != nil {
+	f, err := parseDevFlags(args, stdout, stderr)
+	if err != nil {
 		return helpIsSuccess(err)
-	} else if len(pos) != 0 {
-		return usageErr("dev takes no arguments (flags: --addr HOST:PORT --tenant NAME --emulator-port N)")
 	}
 	env, err := config.FromEnv()
 	if err != nil {
 		return err
 	}
-	env.S3PathStyle = true
 	models, err := config.LoadModels(env.ModelsPath)
 	if err != nil {
 		return err
@@ -41,7 +69,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	// Ctrl-C, SIGTERM and SIGHUP: main) and holds all the data, so nothing
 	// survives a restart; one at AWS_ENDPOINT_URL is someone else's.
 	ownEmulator := !endpointSet()
-	endpoint, stopEmu, err := emulator.StartOn(ctx, *emuPort)
+	endpoint, stopEmu, err := emulator.StartOn(ctx, f.emuPort)
 	if err != nil {
 		return err
 	}
@@ -60,36 +88,85 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf("RELAY_TICK: %q is not a positive duration (like 1m or 5s)", os.Getenv("RELAY_TICK"))
 	}
 	log := slog.New(noMetrics{slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo})})
-	wire := func(a *app.App) {
-		if ownEmulator {
+	o := localrun.Options{Env: env, Models: models, AWS: cfg, Addr: f.addr, Log: log, TickEvery: tick, MockOptions: f.mock}
+	o.Env.S3PathStyle = true
+	if ownEmulator {
+		o.Wire = func(a *app.App) {
 			a.UnknownKeyHint = "a key from an earlier run of the local service (make dev) went with that run, as all its data did: use the key this run printed at start-up"
 		}
 	}
-	rt, err := localrun.Start(ctx, localrun.Options{Env: env, Models: models, AWS: cfg, Addr: *addr, Log: log, TickEvery: tick, Wire: wire})
+	applied, err := onStack(ctx, &o, f.stack, !ownEmulator)
+	if err != nil {
+		return err
+	}
+	rt, err := localrun.Start(ctx, o)
 	if err != nil {
 		return err
 	}
 	defer rt.Close()
-	key, err := rt.Key(ctx, *tenant)
+	if err := applied(); err != nil {
+		return err
+	}
+	key, err := rt.Key(ctx, f.tenant)
 	if err != nil {
 		return fmt.Errorf("create a key: %w", err)
+	}
+	where := ""
+	if f.stack != "" {
+		where = ", the stack " + f.stack + "'s"
 	}
 	fmt.Fprintf(stdout, `Relay Batch is running.
 
   API URL:   %s/v1
   API key:   %s   (tenant %q)
   AWS:       %s
-             (table %s, bucket %s)
+             (table %s, bucket %s%s)
   models:    %s
 
   export OPENAI_BASE_URL=%s/v1 OPENAI_API_KEY=%s
   export AWS_ENDPOINT_URL=%s   # for relay keys … in another shell
 
 Ctrl-C stops it.
-`, rt.URL, key, *tenant, aws, env.Table, env.Bucket, env.ModelsPath, rt.URL, key, endpoint)
+`, rt.URL, key, f.tenant, aws, o.Env.Table, o.Env.Bucket, where, env.ModelsPath, rt.URL, key, endpoint)
 	<-ctx.Done()
 	fmt.Fprintln(stderr, "stopping")
 	return nil
+}
+
+// onStack points o at the resources of the stack named stack, read back
+// from the emulator (internal/local/deployed): its functions' environment
+// (table, bucket, queues) and their mappings. Without --stack, on an
+// emulator someone else started (shared), a stack named as o's prefix is
+// an error: make dev would run beside it on a bucket of its own
+// (<prefix>-data, the stack's is <prefix>-data-<account>-<region>).
+// applied says, once the runtime started, whether the stack's functions
+// fitted its resource definitions.
+func onStack(ctx context.Context, o *localrun.Options, stack string, shared bool) (applied func() error, err error) {
+	applied = func() error { return nil }
+	if stack == "" {
+		if !shared {
+			return applied, nil
+		}
+		if _, err := deployed.Read(ctx, o.AWS, o.Env.Prefix); err == nil {
+			return nil, fmt.Errorf("the stack %s is deployed at AWS_ENDPOINT_URL (make deploy-emulator): run relay dev --stack %s "+
+				"(make dev STACK=%s) to run on its table, bucket and queues; without it the service would share its table and "+
+				"write to a second bucket, %s; or RELAY_PREFIX=… for resources of its own", o.Env.Prefix, o.Env.Prefix, o.Env.Prefix, o.Env.Bucket)
+		}
+		return applied, nil
+	}
+	st, err := deployed.Read(ctx, o.AWS, stack)
+	if err != nil {
+		return nil, fmt.Errorf("dev --stack %s: %w (make deploy-emulator deploys it)", stack, err)
+	}
+	env, err := st.Env()
+	if err != nil {
+		return nil, fmt.Errorf("dev --stack %s: %w", stack, err)
+	}
+	env.ModelsPath, env.S3PathStyle = o.Env.ModelsPath, true
+	o.Env, o.Existing = env, true
+	var applyErr error
+	o.Tune = func(set *resources.Set) { applyErr = st.Apply(set) }
+	return func() error { return applyErr }, nil
 }
 
 // noMetrics leaves out the lines that only carry a CloudWatch embedded

@@ -46,7 +46,10 @@ type Options struct {
 	// MockAddr is where the mock provider listens when a model points at it
 	// (default 127.0.0.1:8090); "" with Mock set means pick a port.
 	MockAddr string
-	Log      *slog.Logger
+	// MockOptions are the mock provider's knobs (latency, error rate:
+	// relay dev --mock-latency, --mock-error-rate).
+	MockOptions mockup.Options
+	Log         *slog.Logger
 	// Tune, if set, adjusts the resource definitions before they are
 	// created (tests shorten visibility timeouts to see redeliveries soon).
 	Tune func(*resources.Set)
@@ -149,7 +152,7 @@ func Start(ctx context.Context, o Options) (*Runtime, error) {
 				os.Setenv(m.APIKeyEnv, "sk-relay-local-mock")
 			}
 		}
-		rt.Mock = mockup.New(mockup.Options{})
+		rt.Mock = mockup.New(o.MockOptions)
 		if _, err := rt.serve(o.MockAddr, rt.Mock); err != nil {
 			rt.Close()
 			return nil, fmt.Errorf("mock provider: %w", err)
