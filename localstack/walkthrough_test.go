@@ -28,18 +28,18 @@ import (
 	"github.com/relaybatch/relay/internal/resources"
 )
 
-// readmeCommands are the commands of the README's "Deploy to AWS"
-// walkthrough: every line of its sh blocks, without comments.
-func readmeCommands(t *testing.T) []string {
+// readmeCommands are the commands of the README's section heading (as
+// "### Deploy to AWS"): every line of its sh blocks, without comments.
+func readmeCommands(t *testing.T, heading string) []string {
 	t.Helper()
 	b, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := string(b)
-	start := strings.Index(s, "### Deploy to AWS\n")
+	start := strings.Index(s, heading+"\n")
 	if start < 0 {
-		t.Fatal(`README.md has no "### Deploy to AWS"`)
+		t.Fatalf("README.md has no %q", heading)
 	}
 	s = s[start+1:]
 	s = s[:strings.Index(s, "\n### ")]
@@ -175,7 +175,7 @@ func TestReadmeDeployWalkthrough(t *testing.T) {
 			checkTornDown(t, cfg)
 		}},
 	}
-	cmds := readmeCommands(t)
+	cmds := readmeCommands(t, "### Deploy to AWS")
 	if len(cmds) != len(steps) {
 		t.Errorf("the README's walkthrough has %d commands, this test %d steps:\n%s", len(cmds), len(steps), strings.Join(cmds, "\n"))
 	}
@@ -267,5 +267,136 @@ func checkTornDown(t *testing.T, cfg aws.Config) {
 	}
 	if _, err := scheduler.NewFromConfig(cfg).GetScheduleGroup(ctx, &scheduler.GetScheduleGroupInput{Name: aws.String("relay")}); err != nil {
 		t.Errorf("schedule group relay, which deletion protection keeps: %v", err)
+	}
+}
+
+// TestReadmeDeployEmulatorWalkthrough runs the commands of the README's
+// "make deploy-emulator" section in order, each in a shell that has none
+// of this machine's AWS or relay settings but what the section exports, on
+// a port of its own instead of 4566: make deploy-emulator (its cloud
+// assembly in a directory of its own: other tests read cdk.out/) prints
+// the section's export line, the AWS CLI then describes the stack, relay
+// dev --stack runs a batch on the stack's own table and bucket (no second
+// bucket), and the emulator stops.
+func TestReadmeDeployEmulatorWalkthrough(t *testing.T) {
+	t.Parallel()
+	emutest.Require(t) // it starts an emulator of its own
+	root, _ := filepath.Abs("..")
+	tmp := t.TempDir()
+	port := strings.TrimPrefix(freeAddr(t), "127.0.0.1:")
+	ep := "http://127.0.0.1:" + port
+	t.Cleanup(func() {
+		stop := exec.Command("localstack/emulator.sh", "stop")
+		stop.Dir, stop.Env = root, append(os.Environ(), "EMULATOR_PORT="+port)
+		_ = stop.Run()
+	})
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "AWS_") && !strings.HasPrefix(kv, "RELAY_") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "CDK_DISABLE_CLI_TELEMETRY=true")
+	run := func(cmd string) string {
+		t.Helper()
+		start := time.Now()
+		c := exec.Command("bash", "-c", cmd)
+		c.Dir, c.Env = root, env
+		out, err := c.CombinedOutput()
+		t.Logf("$ %s  (%v)", cmd, time.Since(start).Round(100*time.Millisecond))
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", cmd, err, out)
+		}
+		return string(out)
+	}
+	var exports string
+	steps := []struct {
+		readme string
+		do     func(cmd string)
+	}{
+		{"make deploy-emulator", func(cmd string) {
+			exports = run(cmd + " DEPLOY_EMULATOR_PORT=" + port + " CDK_OUT=" + filepath.Join(tmp, "cdk.out"))
+		}},
+		{"export AWS_ENDPOINT_URL=http://127.0.0.1:4566 AWS_DEFAULT_REGION=us-east-1 AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test", func(cmd string) {
+			cmd = strings.ReplaceAll(cmd, "4566", port)
+			if !strings.Contains(exports, cmd) {
+				t.Fatalf("make deploy-emulator printed\n%s\nwithout the README's %q", exports, cmd)
+			}
+			env = append(env, strings.Fields(strings.TrimPrefix(cmd, "export "))...)
+		}},
+		{"aws cloudformation describe-stacks --stack-name relay", func(cmd string) {
+			if out := run(cmd); !strings.Contains(out, "CREATE_COMPLETE") {
+				t.Fatalf("%s:\n%s", cmd, out)
+			}
+		}},
+		{"build/relay dev --stack relay", func(cmd string) { devOnStack(t, root, env, tmp) }},
+		{"EMULATOR_PORT=4566 localstack/emulator.sh stop", func(cmd string) {
+			run(strings.ReplaceAll(cmd, "4566", port))
+			if emulator.Answers(ep) {
+				t.Fatalf("the emulator on %s still answers after %s", ep, cmd)
+			}
+		}},
+	}
+	cmds := readmeCommands(t, "### `make deploy-emulator`")
+	if len(cmds) != len(steps) {
+		t.Errorf("the README's section has %d commands, this test %d steps:\n%s", len(cmds), len(steps), strings.Join(cmds, "\n"))
+	}
+	for i, cmd := range cmds {
+		if i >= len(steps) || steps[i].readme != cmd {
+			t.Fatalf("README command %d is %q, this test's step is %q: change them together", i+1, cmd, steps[min(i, len(steps)-1)].readme)
+		}
+		steps[i].do(cmd)
+	}
+}
+
+// devOnStack runs build/relay dev --stack relay in env (the walkthrough's
+// shell) with the default models file on a mock of its own port, runs a
+// batch through it, and checks the batch's files went to the stack's
+// bucket and no second bucket was made; relay dev without --stack there
+// refuses to start.
+func devOnStack(t *testing.T, root string, env []string, tmp string) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(root, "relay.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	models, mock := filepath.Join(tmp, "relay.yaml"), freeAddr(t)
+	if err := os.WriteFile(models, []byte(strings.ReplaceAll(string(raw), "127.0.0.1:8090", mock)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env = append(env, "RELAY_ADDR="+freeAddr(t), "RELAY_CONFIG="+models)
+	// Without --stack it would share the stack's table beside a bucket
+	// of its own: it stops, naming --stack.
+	plain := exec.Command(filepath.Join(root, "build/relay"), "dev", "--mock-addr", mock)
+	plain.Env = env
+	if out, err := plain.CombinedOutput(); err == nil || !strings.Contains(string(out), "relay dev --stack relay") {
+		t.Fatalf("relay dev without --stack on the stack's emulator: %v\n%s", err, out)
+	}
+	d := startRelayDev(t, filepath.Join(root, "build/relay"), env, "--stack", "relay", "--mock-addr", mock)
+	defer func() { _ = d.cmd.Process.Signal(os.Interrupt); _ = d.cmd.Wait() }()
+	c := d.client()
+	f := upload(t, c, "hello.jsonl", jsonlRows([]row{{id: "a", content: "hello"}}))
+	b := waitBatch(t, c, createBatch(t, c, f.ID).ID)
+	if b.Status != "completed" || b.RequestCounts.Completed != 1 {
+		t.Fatalf("batch on the stack: %s, %+v", b.Status, b.RequestCounts)
+	}
+	var ep string
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "AWS_ENDPOINT_URL="); ok {
+			ep = v
+		}
+	}
+	cfg, err := emulator.Config(context.Background(), ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s3c := s3.NewFromConfig(cfg, func(o *s3.Options) { o.UsePathStyle = true })
+	stackBucket := "relay-data-" + emulator.AccountID + "-" + emulator.Region
+	objs, err := s3c.ListObjectsV2(context.Background(), &s3.ListObjectsV2Input{Bucket: &stackBucket})
+	if err != nil || len(objs.Contents) == 0 {
+		t.Fatalf("the stack's bucket %s holds nothing after a batch (%v)", stackBucket, err)
+	}
+	if _, err := s3c.HeadBucket(context.Background(), &s3.HeadBucketInput{Bucket: aws.String("relay-data")}); err == nil {
+		t.Fatal("relay dev --stack made a second bucket relay-data")
 	}
 }

@@ -21,13 +21,13 @@ func endpointSet() bool { return os.Getenv("AWS_ENDPOINT_URL") != "" }
 
 // devFlags are relay dev's flags (make dev's variables: the Makefile).
 type devFlags struct {
-	addr, tenant, stack string
+	addr, tenant, stack, mockAddr string
 	emuPort             int
 	mock                mockup.Options
 }
 
 func parseDevFlags(args []string, stdout, stderr io.Writer) (devFlags, error) {
-	fs := newFlagSet("dev", "[--addr HOST:PORT] [--tenant NAME] [--emulator-port N] [--stack NAME] [--mock-latency D] [--mock-error-rate F]\n"+
+	fs := newFlagSet("dev", "[--addr HOST:PORT] [--tenant NAME] [--emulator-port N] [--stack NAME] [--mock-addr HOST:PORT] [--mock-latency D] [--mock-error-rate F]\n"+
 		"runs the whole service locally (make dev): on the emulator at AWS_ENDPOINT_URL, else on a moto it starts;\n"+
 		"with --stack, on the resources of a stack make deploy-emulator deployed there")
 	var f devFlags
@@ -35,6 +35,7 @@ func parseDevFlags(args []string, stdout, stderr io.Writer) (devFlags, error) {
 	fs.StringVar(&f.tenant, "tenant", "dev", "tenant of the printed key")
 	fs.IntVar(&f.emuPort, "emulator-port", emulator.DefaultPort, "where to start the emulator when AWS_ENDPOINT_URL is unset")
 	fs.StringVar(&f.stack, "stack", "", "run on the table, bucket and queues of this CloudFormation stack at AWS_ENDPOINT_URL (make deploy-emulator's is relay) instead of creating them")
+	fs.StringVar(&f.mockAddr, "mock-addr", "127.0.0.1:8090", "where the mock provider listens, for the models of the models file whose base_url points there")
 	fs.DurationVar(&f.mock.Latency, "mock-latency", 0, "added to every request of the mock provider (make dev MOCK_LATENCY=200ms)")
 	fs.Float64Var(&f.mock.ErrorRate, "mock-error-rate", 0, "fraction of the mock provider's requests answered 500 (make dev MOCK_ERROR_RATE=0.1)")
 	pos, err := parseArgs(fs, args, stdout, stderr)
@@ -42,7 +43,7 @@ func parseDevFlags(args []string, stdout, stderr io.Writer) (devFlags, error) {
 	case err != nil:
 		return f, err
 	case len(pos) != 0:
-		return f, usageErr("dev takes no arguments (flags: --addr HOST:PORT --tenant NAME --emulator-port N --stack NAME --mock-latency D --mock-error-rate F)")
+		return f, usageErr("dev takes no arguments (flags: --addr HOST:PORT --tenant NAME --emulator-port N --stack NAME --mock-addr HOST:PORT --mock-latency D --mock-error-rate F)")
 	case f.mock.ErrorRate < 0 || f.mock.ErrorRate > 1 || f.mock.Latency < 0:
 		return f, usageErr("dev: --mock-error-rate is a fraction from 0 to 1 and --mock-latency a non-negative duration")
 	case f.stack != "" && !endpointSet():
@@ -88,7 +89,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf("RELAY_TICK: %q is not a positive duration (like 1m or 5s)", os.Getenv("RELAY_TICK"))
 	}
 	log := slog.New(noMetrics{slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo})})
-	o := localrun.Options{Env: env, Models: models, AWS: cfg, Addr: f.addr, Log: log, TickEvery: tick, MockOptions: f.mock}
+	o := localrun.Options{Env: env, Models: models, AWS: cfg, Addr: f.addr, Log: log, TickEvery: tick, MockAddr: f.mockAddr, MockOptions: f.mock}
 	o.Env.S3PathStyle = true
 	if ownEmulator {
 		o.Wire = func(a *app.App) {
