@@ -328,3 +328,31 @@ func TestNativeSubmitOutOfAttemptsIsDeadLettered(t *testing.T) {
 		return st.BatchesCreated == 3 && st.BatchCancels == 3
 	})
 }
+
+// A native message batch with a request refused at create (a model that
+// is not configured) and one naming a model of the other shape: those two
+// end errored without an upstream call or a provider batch row, in a chunk
+// of their own that no provider batch takes, and the others run natively.
+func TestNativeMessageBatchWithRefusedRows(t *testing.T) {
+	t.Parallel()
+	rt := nativeRuntime(t, time.Second, nil)
+	c, _ := anthropicClient(t, rt, "acme")
+	b := waitEnded(t, c, newMessageBatch(t, c,
+		msgRequest("ok-1", "claude-native", "hello one"),
+		msgRequest("unknown-1", "no-such-model", "hello"),
+		msgRequest("cross-1", "gpt-native", "an openai model"),
+		msgRequest("ok-2", "claude-native", "hello two"),
+	).ID)
+	if rc := b.RequestCounts; rc.Succeeded != 2 || rc.Errored != 2 {
+		t.Fatalf("request_counts %s, want 2 succeeded and 2 errored", rc.RawJSON())
+	}
+	got := messageResults(t, c, b, []string{"ok-1", "unknown-1", "cross-1", "ok-2"})
+	for _, id := range []string{"unknown-1", "cross-1"} {
+		if got[id].Result.Type != "errored" {
+			t.Errorf("%s: %s, want errored", id, got[id].RawJSON())
+		}
+	}
+	if st := rt.Mock.Stats(); st.Requests != 0 || st.BatchRows["claude-haiku-4-5"] != 2 || st.BatchRows["gpt-4o-mini"] != 0 {
+		t.Fatalf("mock: %d direct requests, provider batch rows %v; want 0 and 2 of claude", st.Requests, st.BatchRows)
+	}
+}

@@ -88,3 +88,14 @@ func TestCloseToEndOfWindow(t *testing.T) {
 		}
 	}
 }
+
+// A NoCall chunk of a native model (rows refused unsent) is in no group:
+// the engine claims and runs it without capacity.
+func TestGroupsLeaveNoCallChunks(t *testing.T) {
+	t.Parallel()
+	chunks := []batch.Chunk{{Index: 0, Model: "n", Rows: 10}, {Index: 1, Model: "n", Rows: 2, NoCall: true}, {Index: 2, Model: "n", Rows: 10}}
+	gs := Groups(batch.Batch{ID: "batch_x"}, chunks, map[string]bool{"n": true}, func(string) Limit { return Limit{Rows: 100, Bytes: 1 << 20} })
+	if len(gs) != 1 || len(gs[0].Chunks) != 2 || gs[0].Chunks[0] != 0 || gs[0].Chunks[1] != 2 || gs[0].Rows != 20 {
+		t.Fatalf("groups %+v, want one of chunks 0 and 2", gs)
+	}
+}

@@ -96,7 +96,9 @@ func Groups(b batch.Batch, chunks []batch.Chunk, taken map[string]bool, limit fu
 	open := map[string]int{} // model → index of its open group
 	size := map[int]int64{}
 	for _, c := range chunks {
-		if !taken[c.Model] {
+		if !taken[c.Model] || c.NoCall {
+			// A NoCall chunk's rows are refused unsent: the engine runs it
+			// without capacity (docs/design.md "Scheduling").
 			continue
 		}
 		lim := limit(c.Model)

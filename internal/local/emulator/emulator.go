@@ -79,8 +79,9 @@ func startOwn(ctx context.Context, port int) (endpoint string, stop func(), err 
 			return "", nil, fmt.Errorf("emulator: find a free port: %w", err)
 		}
 	} else if ep := "http://127.0.0.1:" + strconv.Itoa(port); Answers(ep) {
-		return "", nil, fmt.Errorf("emulator: something already answers on %s (an emulator left running? one that make dev "+
-			"started runs relay-moto-….py): stop it, or use it as it is with export AWS_ENDPOINT_URL=%s", ep, ep)
+		return "", nil, fmt.Errorf("emulator: something already answers on %s (an emulator left running, such as make deploy-emulator's? one that make dev "+
+			"started runs relay-moto-….py): stop it, or use it as it is with export AWS_ENDPOINT_URL=%s (on a stack make deploy-emulator "+
+			"deployed: relay dev --stack relay)", ep, ep)
 	}
 	script, err := motoScript()
 	if err != nil {
