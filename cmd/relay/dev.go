@@ -22,8 +22,8 @@ func endpointSet() bool { return os.Getenv("AWS_ENDPOINT_URL") != "" }
 // devFlags are relay dev's flags (make dev's variables: the Makefile).
 type devFlags struct {
 	addr, tenant, stack, mockAddr string
-	emuPort             int
-	mock                mockup.Options
+	emuPort                       int
+	mock                          mockup.Options
 }
 
 func parseDevFlags(args []string, stdout, stderr io.Writer) (devFlags, error) {
