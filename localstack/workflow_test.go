@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -138,8 +139,13 @@ func wfContinue(reqs ...wfReq) string {
 	return string(b)
 }
 
-// wfLine is an input row carrying relay.workflow.
+// wfLine is an input row carrying relay.workflow, with an authorization
+// unless wf names its own (nil: none).
 func wfLine(id string, wf map[string]any) []byte {
+	if _, ok := wf["authorization"]; !ok {
+		wf = maps.Clone(wf)
+		wf["authorization"] = "Bearer wf-test"
+	}
 	line, _ := json.Marshal(map[string]any{"custom_id": id, "method": "POST", "url": "/v1/chat/completions",
 		"body": map[string]any{"model": "gpt-4o-mini", "messages": []any{map[string]any{"role": "user", "content": "workflow " + id}},
 			"relay": map[string]any{"workflow": wf}}})
@@ -276,6 +282,8 @@ func TestWorkflowFailures(t *testing.T) {
 		{"failed", wf(nil), "workflow_callback_rejected", "cannot proceed", 0},
 		{"bad-url", map[string]any{"url": "ftp://" + strings.TrimPrefix(cb.URL, "http://")}, "invalid_workflow", "http(s)", 0},
 		{"bad-budget", wf(map[string]any{"max_steps": "many"}), "invalid_workflow", "max_steps", 0},
+		{"no-auth", wf(map[string]any{"authorization": nil}), "invalid_workflow", "relay.workflow.authorization is required", 0},
+		{"empty-auth", wf(map[string]any{"authorization": ""}), "invalid_workflow", "relay.workflow.authorization is required", 0},
 	}
 	var in bytes.Buffer
 	var ids []string
@@ -311,7 +319,7 @@ func TestWorkflowFailures(t *testing.T) {
 			t.Errorf("attempt %d: got %+v", i+1, ev)
 		}
 	}
-	if n := len(cb.of("bad-url")) + len(cb.of("bad-budget")); n != 0 {
+	if n := len(cb.of("bad-url")) + len(cb.of("bad-budget")) + len(cb.of("no-auth")) + len(cb.of("empty-auth")); n != 0 {
 		t.Errorf("invalid workflows reached the callback %d times", n)
 	}
 	// Requests of failed records were billed, once: the batch's usage is

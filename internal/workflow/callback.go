@@ -108,9 +108,7 @@ func (c *Caller) attempt(ctx context.Context, spec Spec, ev Event) (Answer, time
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", userAgent)
-	if spec.Authorization != "" {
-		req.Header.Set("Authorization", spec.Authorization)
-	}
+	req.Header.Set("Authorization", spec.Authorization)
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
 		var refused *egress.RefusedError

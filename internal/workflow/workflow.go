@@ -112,7 +112,8 @@ func InRow(row []byte) bool {
 
 // ParseSpec reads and validates the relay.workflow object of a record's
 // body. The callback URL must be http(s) and pass policy, the same rules as
-// webhook URLs (the dialer checks the address again on every connection).
+// webhook URLs (the dialer checks the address again on every connection),
+// and authorization is required.
 // A problem is an *Error with code invalid_workflow.
 func ParseSpec(body []byte, policy egress.Policy) (Spec, error) {
 	relay := gjson.GetBytes(body, "relay")
@@ -147,6 +148,11 @@ func ParseSpec(body []byte, policy egress.Policy) (Spec, error) {
 	}
 	if err := checkURL(s.URL, policy); err != nil {
 		return Spec{}, err
+	}
+	if s.Authorization == "" {
+		// The callback must be able to tell the service's events from
+		// anyone's: a record without a credential for it is refused.
+		return Spec{}, errorf(CodeInvalid, "relay.workflow.authorization is required: the Authorization header the callback checks")
 	}
 	return s, nil
 }
