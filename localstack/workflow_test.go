@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -594,5 +595,73 @@ func TestWorkflowSpendCountsAgainstTheBudget(t *testing.T) {
 	}
 	if n := rt.Mock.Stats().Requests; n != 2 {
 		t.Fatalf("upstream requests: got %d, want 2 (one step of each record, never re-run)", n)
+	}
+}
+
+// A record whose relay.workflow is invalid is refused by the plan, before
+// any capacity is taken (docs/api.md "Workflow records"): its chunk runs
+// alone, holding no slot of its model, to its invalid_workflow line; the
+// callback and the upstream never hear of it, and the model's other rows,
+// a valid record among them, run as ever.
+func TestWorkflowInvalidRecordHoldsNoCapacity(t *testing.T) {
+	t.Parallel()
+	var rt *localrun.Runtime
+	var mu sync.Mutex
+	slots := map[int][]int{} // first row → slots its chunk held when its message came
+	rt = runtime(t, func(o *localrun.Options) {
+		o.OnInvoke = func(fn string, ev events.SQSEvent) error {
+			if fn != "executor" {
+				return nil
+			}
+			for _, m := range messagesOf(ev) {
+				ch, err := rt.App.Store.GetChunk(context.Background(), m.Batch, m.Chunk)
+				if err == nil && ch.Rows == 1 {
+					mu.Lock()
+					slots[ch.FirstRow] = append(slots[ch.FirstRow], ch.Slots)
+					mu.Unlock()
+				}
+			}
+			return nil
+		}
+	})
+	c, key := client(t, rt, "acme")
+	cb := newWFCallback(t, func(ev wfEvent) (int, string) {
+		if ev.Step == 0 {
+			return 200, wfContinue(wfReq{id: "q", content: "the valid record's request"})
+		}
+		return 200, `{"state":"completed","output":{"ok":true}}`
+	})
+	var in bytes.Buffer
+	in.Write(jsonlRows([]row{{id: "plain-a", content: "plain row a"}}))
+	in.Write(wfLine("no-auth", map[string]any{"url": cb.URL, "authorization": nil})) // row 1
+	in.Write(wfLine("valid", map[string]any{"url": cb.URL}))                         // row 2
+	in.Write(jsonlRows([]row{{id: "plain-b", content: "plain row b"}}))              // row 3
+	in.Write(wfLine("bad-range", map[string]any{"url": cb.URL, "max_steps": 0}))     // row 4
+	in.Write(wfLine("bad-url", map[string]any{"url": "ftp://cb.example.com/x"}))     // row 5
+	b := waitBatch(t, c, createBatch(t, c, upload(t, c, "wf-invalid.jsonl", in.Bytes()).ID).ID)
+	if b.Status != "completed" {
+		t.Fatalf("status %s", b.Status)
+	}
+	out, errs := checkAccounting(t, rt, c, key, b, []string{"plain-a", "no-auth", "valid", "plain-b", "bad-range", "bad-url"})
+	for id, want := range map[string]string{"no-auth": "authorization is required", "bad-range": "max_steps", "bad-url": "http(s)"} {
+		if l := errs[id]; l.Error == nil || l.Error.Code != "invalid_workflow" || !strings.Contains(l.Error.Message, want) {
+			t.Errorf("%s: got %+v, want invalid_workflow containing %q", id, l.Error, want)
+		}
+		if n := len(cb.of(id)); n != 0 {
+			t.Errorf("%s: the callback got %d events, want none", id, n)
+		}
+	}
+	if l := out["valid"]; l.Response == nil || l.Response.StatusCode != 200 {
+		t.Errorf("valid record: got %+v", l)
+	}
+	if n := rt.Mock.Stats().Requests; n != 3 {
+		t.Errorf("upstream requests: got %d, want 3 (two plain rows, the valid record's one)", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, row := range []int{1, 4, 5} {
+		if len(slots[row]) == 0 || slices.Max(slots[row]) != 0 {
+			t.Errorf("row %d: its chunk held %v slots when its messages came, want none", row, slots[row])
+		}
 	}
 }

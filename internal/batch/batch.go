@@ -309,6 +309,10 @@ type Chunk struct {
 	// Model as their fallback: a chunk of the fallback's rows, run on its
 	// capacity (docs/design.md "Scheduling", fallback rows).
 	Fallback bool `dynamodbav:"fallback,omitempty"`
+	// Invalid says the chunk is a workflow record the plan refused (docs/api.md
+	// "Workflow records"): it is outside its model's chain (NextSame, ready
+	// entries) and runs alone, holding no capacity, to its error line.
+	Invalid bool `dynamodbav:"invalid,omitempty"`
 
 	// Set while claimed.
 	Run      string `dynamodbav:"run"`

@@ -73,6 +73,8 @@ func (noWorkflows) Run(_, _ context.Context, b batch.Batch, c batch.Chunk, _ jso
 	return errors.New("test engine: no workflow runner for chunk " + c.Batch)
 }
 
+func (noWorkflows) ValidRow(batch.Batch, []byte) bool { return true }
+
 func (noWorkflows) Spent(context.Context, batch.Batch, batch.Chunk) (inference.Usage, bool, error) {
 	return inference.Usage{}, false, nil
 }

@@ -117,8 +117,12 @@ var (
 // batch's, kept fresh. Spent is what the steps of chunk c's record saved
 // spent upstream (zero for a chunk that holds none), and whether the
 // tenant's daily usage counts it already: a dead-lettered record's line
-// keeps it (DeadLetter).
+// keeps it (DeadLetter). ValidRow is the plan's check of a record's row
+// of batch b, before any capacity is taken (docs/api.md "Workflow
+// records"): a record that fails it runs alone, holding none, to its
+// error line.
 type Workflow interface {
+	ValidRow(b batch.Batch, row []byte) bool
 	Run(ctx, runCtx context.Context, b batch.Batch, c batch.Chunk, req jsonl.Request, status func() batch.Status) error
 	Spent(ctx context.Context, b batch.Batch, c batch.Chunk) (u inference.Usage, counted bool, err error)
 }

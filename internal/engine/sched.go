@@ -140,12 +140,21 @@ func (e *Engine) start(ctx context.Context, model string) error {
 }
 
 // drain claims every unclaimed chunk of a cancelled or expired batch
-// without capacity: their runs only write error lines. A chunk whose claim
-// fails is left to the next drain; the others' messages are sent anyway.
+// without capacity: their runs only write error lines.
 func (e *Engine) drain(ctx context.Context, b batch.Batch) error {
 	chunks, err := e.Store.Chunks(ctx, b.ID)
 	if err != nil {
 		return err
+	}
+	return e.claimAlone(ctx, b, chunks)
+}
+
+// claimAlone claims the pending chunks of b among chunks without capacity
+// and sends their work messages. A chunk whose claim fails is left to the
+// next attempt; the others' messages are sent anyway.
+func (e *Engine) claimAlone(ctx context.Context, b batch.Batch, chunks []batch.Chunk) error {
+	if len(chunks) == 0 {
+		return nil
 	}
 	var msgs []any
 	var errs []error
@@ -158,7 +167,7 @@ func (e *Engine) drain(ctx context.Context, b batch.Batch) error {
 		case errors.Is(err, store.ErrRaced):
 			continue
 		case err != nil:
-			errs = append(errs, fmt.Errorf("drain chunk %d: %w", c.Index, err))
+			errs = append(errs, fmt.Errorf("claim chunk %d alone: %w", c.Index, err))
 			continue
 		}
 		msgs = append(msgs, msg.ForChunk(batch.Next{Tenant: b.Tenant, Batch: b.ID, Chunk: c.Index, Run: run, Attempt: 1}))

@@ -85,6 +85,9 @@ type Models struct {
 	// Default is the model a row naming none gets (endpoint.DefaultModel;
 	// "": such a row is invalid).
 	Default string
+	// Record, if set, reports whether a workflow record's row passes its
+	// checks (Chunker.ValidRecord).
+	Record func(row []byte) bool
 }
 
 // Scan reads batch b's input file f once, checking every row's model
@@ -119,7 +122,7 @@ func Scan(ctx context.Context, blobs Blobs, b batch.Batch, f file.File, lim Limi
 	}
 	lim = lim.OrDefaults()
 	maxRows := func(model string) int { return lim.RowsFor(capacity(model)) }
-	split := &Chunker{Batch: b.ID, Tenant: b.Tenant, MaxRows: maxRows, MaxBytes: lim.Bytes}
+	split := &Chunker{Batch: b.ID, Tenant: b.Tenant, MaxRows: maxRows, MaxBytes: lim.Bytes, ValidRecord: models.Record}
 	res, err := SplitInput(rc, opts, split, normW)
 	if err != nil {
 		return Input{}, fmt.Errorf("scan input of %s: %w", b.ID, err)

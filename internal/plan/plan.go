@@ -28,6 +28,10 @@ type Chunker struct {
 	// MaxRows is the row limit of a chunk of a model (Limits.RowsFor).
 	MaxRows  func(model string) int
 	MaxBytes int64
+	// ValidRecord reports whether a workflow record's row passes its
+	// checks (workflow.CheckRow); nil passes every one. A record that does
+	// not gets a chunk marked Invalid, outside its model's chain.
+	ValidRecord func(row []byte) bool
 	// Chunks are the chunks so far, numbered from 0.
 	Chunks []batch.Chunk
 	open   map[string]int // model → its open chunk
@@ -37,7 +41,8 @@ type Chunker struct {
 // of, in its model's open chunk or in a new one.
 func (k *Chunker) add(r jsonl.Row, start, end int64) {
 	if workflow.InRow(r.JSON) {
-		k.openChunk(r, start, end)
+		i := k.openChunk(r, start, end)
+		k.Chunks[i].Invalid = k.ValidRecord != nil && !k.ValidRecord(r.JSON)
 		return
 	}
 	i, ok := k.open[r.Model]
@@ -104,12 +109,16 @@ func SplitInput(input io.Reader, opts jsonl.Options, k *Chunker, norm io.Writer)
 
 // LinkChunks sets each chunk's NextSame (the batch's next chunk of the
 // same model) and returns the batch's ready entries, one per
-// model, each at the model's first chunk.
+// model, each at the model's first chunk. Invalid chunks are in no chain:
+// they run alone (Alone).
 func LinkChunks(chunks []batch.Chunk, priority int) []sched.Ready {
 	last := map[string]int{}
 	for i := len(chunks) - 1; i >= 0; i-- {
 		c := &chunks[i]
 		c.NextSame = -1
+		if c.Invalid {
+			continue
+		}
 		if j, ok := last[c.Model]; ok {
 			c.NextSame = j
 		}
@@ -123,20 +132,38 @@ func LinkChunks(chunks []batch.Chunk, priority int) []sched.Ready {
 // (docs/design.md "Scheduling"): a plan that runs again after claims
 // took some of its chunks must not point an entry at one of them, or a
 // commit of that chunk would pick its own chunk as its continuation.
+//
+// An entry steps through its model's chunks by NextSame (Mixed) when the
+// batch has more than one model or an Invalid chunk to step over; else by
+// index.
 func ReadyEntries(chunks []batch.Chunk, priority int) []sched.Ready {
 	models := map[string]bool{}
+	invalid := false
 	for _, c := range chunks {
 		models[c.Model] = true
+		invalid = invalid || c.Invalid
 	}
 	var entries []sched.Ready
 	for _, c := range chunks {
 		taken := c.State == batch.ChunkClaimed || c.State == batch.ChunkDone
-		if taken || !models[c.Model] {
+		if taken || c.Invalid || !models[c.Model] {
 			continue
 		}
 		models[c.Model] = false // the model's first chunk not taken
 		entries = append(entries, sched.Ready{Model: c.Model, Tenant: c.Tenant, Batch: c.Batch, Priority: priority,
-			Next: c.Index, Total: len(chunks), Mixed: len(models) > 1})
+			Next: c.Index, Total: len(chunks), Mixed: len(models) > 1 || invalid})
 	}
 	return entries
+}
+
+// Alone are the chunks of chunks that run alone, holding no capacity, as
+// soon as the plan is recorded: the Invalid ones still pending.
+func Alone(chunks []batch.Chunk) []batch.Chunk {
+	var alone []batch.Chunk
+	for _, c := range chunks {
+		if c.Invalid && c.State == batch.ChunkPending {
+			alone = append(alone, c)
+		}
+	}
+	return alone
 }

@@ -36,7 +36,6 @@ import (
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/egress"
-	"github.com/relaybatch/relay/internal/endpoint"
 	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/fanout"
 	"github.com/relaybatch/relay/internal/ids"
@@ -123,11 +122,11 @@ type Runner struct {
 // is engine.Workflow. runCtx ends before the invocation does;
 // status is the batch's, kept fresh.
 func (r *Runner) Run(ctx, runCtx context.Context, b batch.Batch, c batch.Chunk, req jsonl.Request, status func() batch.Status) error {
-	wc := cmp.Or(r.Client, defaultClient)
-	spec, err := workflow.ParseSpec(req.Body, wc.Policy)
-	if err == nil && b.Endpoint != endpoint.Chat {
-		err = &workflow.Error{Code: workflow.CodeInvalid, Message: fmt.Sprintf("workflow records are %s rows, not %s", endpoint.Chat, b.Endpoint)}
-	}
+	wc := r.client()
+	// The plan checked the record already (ValidRow); its run checks again
+	// under the policy of today, and ends an invalid one before its lease
+	// or capacity.
+	spec, err := workflow.Check(req.Body, b.Endpoint, wc.Policy)
 	h := &recordHost{r: r, e: r.Engine, b: b, c: c, customID: req.CustomID, status: status,
 		log: r.Log.With("batch_id", b.ID, "chunk", c.Index, "custom_id", req.CustomID)}
 	var invalid *workflow.Error
@@ -149,6 +148,14 @@ func (r *Runner) Run(ctx, runCtx context.Context, b batch.Batch, c batch.Chunk, 
 		return fmt.Errorf("workflow %s: %w", d.WorkflowID, engine.ErrStop)
 	}
 	return err
+}
+
+func (r *Runner) client() *webhook.Client { return cmp.Or(r.Client, defaultClient) }
+
+// ValidRow is the plan's check of a workflow record's row of batch b
+// (engine.Workflow): its relay.workflow as its run will read it.
+func (r *Runner) ValidRow(b batch.Batch, row []byte) bool {
+	return workflow.CheckRow(row, b.Endpoint, r.client().Policy) == nil
 }
 
 // Spent is what the steps chunk c's record saved spent upstream, by its

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/egress"
+	"github.com/relaybatch/relay/internal/endpoint"
 	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/tidwall/gjson"
@@ -94,6 +95,28 @@ var relayKey = []byte(`"relay"`)
 // of a workflow record. Bodies that never mention "relay" are not parsed.
 func InBody(body []byte) bool {
 	return bytes.Contains(body, relayKey) && gjson.GetBytes(body, "relay.workflow").Exists()
+}
+
+// Check is the validation of a record the plan makes, before any capacity
+// is taken, and its run makes again: the spec (ParseSpec), and a batch
+// endpoint of chat completions. A problem is an *Error with code
+// invalid_workflow.
+func Check(body []byte, batchEndpoint string, policy egress.Policy) (Spec, error) {
+	s, err := ParseSpec(body, policy)
+	if err == nil && batchEndpoint != endpoint.Chat {
+		err = errorf(CodeInvalid, "workflow records are %s rows, not %s", endpoint.Chat, batchEndpoint)
+	}
+	return s, err
+}
+
+// CheckRow is Check for a whole input row that InRow marks.
+func CheckRow(row []byte, batchEndpoint string, policy egress.Policy) error {
+	reqs, err := jsonl.ParseRequests(row)
+	if err != nil || len(reqs) != 1 {
+		return errorf(CodeInvalid, "the row cannot be read")
+	}
+	_, err = Check(reqs[0].Body, batchEndpoint, policy)
+	return err
 }
 
 // InRow is InBody for a whole input row (custom_id, method, url, body): the
