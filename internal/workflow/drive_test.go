@@ -212,7 +212,7 @@ func TestDriveCallbackFailedEndsTheRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := h.finished
-	if o == nil || o.Kind != Failed || o.Err.Code != "ticket_closed" || o.Err.Message != "the ticket was closed meanwhile" {
+	if o == nil || o.Kind != Failed || o.Err.Code != CodeFailed || o.Err.Message != "ticket_closed: the ticket was closed meanwhile" {
 		t.Fatalf("finished %+v: want Failed with the callback's error", o)
 	}
 	if o.EventID != EventID("batch_1:rec", 1) || o.State.Usage.TotalTokens != 15 || len(h.requeues) != 0 {

@@ -229,9 +229,10 @@ func parseRequests(raw json.RawMessage) ([]Request, error) {
 }
 
 // parseFailure reads the error of a failed answer: the record's error,
-// workflow_callback_rejected unless the callback names its code.
+// workflow_failed, its message the callback's, after the callback's own
+// code if it names one.
 func parseFailure(raw json.RawMessage) (*Error, error) {
-	f := &Error{Code: CodeCallbackRejected, Message: "the workflow callback answered failed"}
+	f := &Error{Code: CodeFailed, Message: "the workflow callback answered failed"}
 	if len(raw) == 0 || isNull(raw) {
 		return f, nil
 	}
@@ -249,7 +250,7 @@ func parseFailure(raw json.RawMessage) (*Error, error) {
 		if len(*e.Code) > maxCodeLen {
 			return nil, badAnswer("failed has an error code longer than %d characters", maxCodeLen)
 		}
-		f.Code = *e.Code
+		f.Message = *e.Code + ": " + f.Message
 	}
 	return f, nil
 }

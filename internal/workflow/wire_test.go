@@ -31,13 +31,13 @@ func TestParseAnswer(t *testing.T) {
 	if a, err = ParseAnswer([]byte(`{"state":"completed","output":{ "summary" : "x" }}`)); err != nil || string(a.Output) != `{"summary":"x"}` {
 		t.Fatalf("completed: got %+v, %v", a, err)
 	}
-	if a, err = ParseAnswer([]byte(`{"state":"failed","error":{"message":"no way"}}`)); err != nil || a.Failure.Code != CodeCallbackRejected || a.Failure.Message != "no way" {
+	if a, err = ParseAnswer([]byte(`{"state":"failed","error":{"message":"no way"}}`)); err != nil || a.Failure.Code != CodeFailed || a.Failure.Message != "no way" {
 		t.Fatalf("failed: got %+v, %v", a, err)
 	}
-	if a, err = ParseAnswer([]byte(`{"state":"failed","error":{"message":"m","code":"fraud_suspected"}}`)); err != nil || a.Failure.Code != "fraud_suspected" {
+	if a, err = ParseAnswer([]byte(`{"state":"failed","error":{"message":"m","code":"fraud_suspected"}}`)); err != nil || a.Failure.Code != CodeFailed || a.Failure.Message != "fraud_suspected: m" {
 		t.Fatalf("failed with a code: got %+v, %v", a, err)
 	}
-	if a, err = ParseAnswer([]byte(`{"state":"failed"}`)); err != nil || a.Failure.Code != CodeCallbackRejected || a.Failure.Message == "" {
+	if a, err = ParseAnswer([]byte(`{"state":"failed"}`)); err != nil || a.Failure.Code != CodeFailed || a.Failure.Message == "" {
 		t.Fatalf("failed without error: got %+v, %v", a, err)
 	}
 

@@ -35,6 +35,8 @@ const (
 	CodeCallbackRejected    = "workflow_callback_rejected"
 	CodeInvalidResponse     = "workflow_invalid_response"
 	CodeCallbackUnreachable = "workflow_callback_unreachable"
+	// CodeFailed: the callback answered failed.
+	CodeFailed = "workflow_failed"
 )
 
 // Error fails a record: Code and Message become its error line. Errors of
