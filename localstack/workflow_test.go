@@ -46,6 +46,8 @@ type wfEvent struct {
 type wfResult struct {
 	ID         string          `json:"id"`
 	CustomID   string          `json:"custom_id"`
+	StageID    *string         `json:"stage_id"`
+	Attempt    *int            `json:"attempt"`
 	StatusCode int             `json:"status_code"`
 	Body       json.RawMessage `json:"body"`
 	Usage      struct {
@@ -194,9 +196,12 @@ func TestWorkflowContractSummary(t *testing.T) {
 		if r.ID != id || r.CustomID != id || r.StatusCode != 200 || !strings.Contains(string(r.Body), "echo: extract the") || r.Usage.InputTokens == 0 {
 			t.Errorf("result %d: got %+v, want %s answered, in the order asked", i, r, id)
 		}
+		if r.StageID == nil || *r.StageID != "step-1" || r.Attempt == nil || *r.Attempt != 1 {
+			t.Errorf("result %d: stage_id %v, attempt %v; want step-1, 1", i, r.StageID, r.Attempt)
+		}
 	}
-	if r := second.results()[0]; r.ID != "summary" || r.StatusCode != 200 {
-		t.Errorf("summary result: got %+v", r)
+	if r := second.results()[0]; r.ID != "summary" || r.StatusCode != 200 || r.StageID == nil || *r.StageID != "step-2" || r.Attempt == nil || *r.Attempt != 1 {
+		t.Errorf("summary result: got %+v, want stage_id step-2, attempt 1", r)
 	}
 	if ids := map[string]bool{start.EventID: true, first.EventID: true, second.EventID: true}; len(ids) != 3 {
 		t.Errorf("event ids are not distinct per step: %s %s %s", start.EventID, first.EventID, second.EventID)
@@ -401,6 +406,9 @@ func TestWorkflowOtherModelAndWait(t *testing.T) {
 	if len(rs) != 3 || rs[0].StatusCode != 200 || rs[1].StatusCode != 400 || rs[1].ID != "theirs" ||
 		!strings.Contains(string(rs[1].Body), "model_not_allowed") || rs[2].StatusCode != 200 {
 		t.Fatalf("step 1 results: got %+v", rs)
+	}
+	if r := rs[1]; r.StageID == nil || *r.StageID != "step-1" || r.Attempt == nil || *r.Attempt != 0 {
+		t.Fatalf("the request not sent: stage_id %v, attempt %v; want step-1, 0", r.StageID, r.Attempt)
 	}
 	if after := evs[2]; after.Step != 2 || after.Event != "results" || after.Results == nil || len(after.results()) != 0 {
 		t.Fatalf("the event after the wait: got %+v", after)

@@ -234,9 +234,11 @@ func (r *Runner) step(ctx context.Context, reqs []Request, next *State) error {
 	next.Results = results
 	var bodies []json.RawMessage
 	var sent []int
+	stage := StageID(next.Step)
 	for i, q := range reqs {
 		body, rejected := Admit(q, r.Model)
 		if rejected != nil {
+			rejected.StageID = stage
 			if err := results.Set(i, *rejected); err != nil {
 				return err
 			}
@@ -250,7 +252,9 @@ func (r *Runner) step(ctx context.Context, reqs []Request, next *State) error {
 	if len(bodies) > 0 {
 		r.Exec(ctx, bodies, func(j int, res inference.Result) {
 			i := sent[j]
-			serr := results.Set(i, resultOf(reqs[i], res))
+			out := resultOf(reqs[i], res)
+			out.StageID = stage
+			serr := results.Set(i, out)
 			mu.Lock()
 			defer mu.Unlock()
 			err = cmp.Or(err, serr)

@@ -84,10 +84,14 @@ func (e Event) MarshalJSON() ([]byte, error) {
 	return data, err
 }
 
-// Result is one request's answer in a results event.
+// Result is one request's answer in a results event: StageID names the
+// step that ran it (StageID), Attempt counts its upstream attempts (0: not
+// sent).
 type Result struct {
 	ID         string          `json:"id"`
 	CustomID   string          `json:"custom_id"`
+	StageID    string          `json:"stage_id"`
+	Attempt    int             `json:"attempt"`
 	StatusCode int             `json:"status_code"`
 	Body       json.RawMessage `json:"body"`
 	Usage      ResultUsage     `json:"usage"`
@@ -98,6 +102,9 @@ type ResultUsage struct {
 	InputTokens  int64 `json:"input_tokens"`
 	OutputTokens int64 `json:"output_tokens"`
 }
+
+// StageID names step n of a record in its results: "step-<n>".
+func StageID(step int) string { return "step-" + strconv.Itoa(step) }
 
 // EventID names an event of a record: the same for every attempt and every
 // executor that sends it, so a callback dedupes retries and re-deliveries
@@ -296,7 +303,7 @@ func Admit(q Request, model string) (json.RawMessage, *Result) {
 // resultOf is a provider answer as the callback sees it. A request that got
 // no HTTP answer is given the status a gateway would have answered.
 func resultOf(q Request, r inference.Result) Result {
-	res := Result{ID: q.ID, CustomID: q.CustomID, StatusCode: r.StatusCode, Body: r.Body,
+	res := Result{ID: q.ID, CustomID: q.CustomID, Attempt: r.Attempts, StatusCode: r.StatusCode, Body: r.Body,
 		Usage: ResultUsage{InputTokens: r.Usage.InputTokens, OutputTokens: r.Usage.OutputTokens}}
 	if r.ErrCode == "" {
 		return res
