@@ -14,8 +14,9 @@ import (
 	"github.com/relaybatch/relay/internal/egress"
 )
 
-// MaxAnswer bounds a callback's answer: a completed output becomes a line of
-// the output file, whose lines may not pass 10 MB either.
+// MaxAnswer bounds a callback's answer, 10 MiB (docs/api.md "Workflow
+// records"): a completed output becomes a line of the output file, whose
+// lines may not pass 10 MiB either.
 const MaxAnswer = 10 << 20
 
 const userAgent = "relay-batch-workflows/1"
