@@ -352,6 +352,25 @@ func TestWorkflowFailures(t *testing.T) {
 	if n := rt.Mock.Stats().Requests; n != 2+2+1 {
 		t.Errorf("upstream requests: got %d, want 5 (steps 2, requests 2, tokens 1)", n)
 	}
+	// Each failed record's error line carries what its requests used, and
+	// the batch's usage is theirs summed.
+	var lines int64
+	for _, w := range want {
+		l := errs[w.id]
+		spent := w.id == "steps" || w.id == "requests" || w.id == "tokens"
+		switch {
+		case spent && (l.Usage == nil || l.Usage.TotalTokens == 0 || l.Usage.TotalTokens != l.Usage.PromptTokens+l.Usage.CompletionTokens):
+			t.Errorf("%s: error line usage %+v, want the tokens its requests used", w.id, l.Usage)
+		case !spent && l.Usage != nil && l.Usage.TotalTokens != 0:
+			t.Errorf("%s: error line usage %+v, want none: it ran no request", w.id, l.Usage)
+		}
+		if l.Usage != nil {
+			lines += l.Usage.TotalTokens
+		}
+	}
+	if lines != got.Usage.TotalTokens {
+		t.Errorf("usage: the error lines carry %d tokens, the batch counts %d", lines, got.Usage.TotalTokens)
+	}
 }
 
 func TestWorkflowOtherModelAndWait(t *testing.T) {

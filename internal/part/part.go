@@ -27,6 +27,17 @@ type Line struct {
 	Response *LineResponse `json:"response"`
 	Error    *LineError    `json:"error"`
 	Fallback bool          `json:"fallback,omitempty"`
+	// Usage is on the error line of a row that used upstream tokens all
+	// the same: a workflow record that failed, expired or was cancelled
+	// after running requests (docs/api.md "Workflow records").
+	Usage *LineUsage `json:"usage,omitempty"`
+}
+
+// LineUsage is an error line's usage, in a chat completion's names.
+type LineUsage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	TotalTokens      int64 `json:"total_tokens"`
 }
 
 // Succeeded says whether l is a 2xx answer, a line of the output file
@@ -210,8 +221,9 @@ func (w *builder) line(id string, o Outcome) Line {
 		}
 		// A workflow record that failed after running requests used
 		// upstream tokens all the same.
-		if o.Result.Model != "" && o.Result.Usage != (inference.Usage{}) {
+		if u := o.Result.Usage; o.Result.Model != "" && u != (inference.Usage{}) {
 			w.addUsage(o)
+			l.Usage = &LineUsage{PromptTokens: u.InputTokens, CompletionTokens: u.OutputTokens, TotalTokens: u.TotalTokens}
 		}
 	case o.Result.ErrCode != "":
 		l.Error = &LineError{Code: o.Result.ErrCode, Message: o.Result.ErrMessage}
