@@ -692,3 +692,51 @@ func TestWorkflowInvalidRecordHoldsNoCapacity(t *testing.T) {
 		}
 	}
 }
+
+// A token budget passed mid-step (docs/api.md "Workflow records"): the
+// step's first answer takes the record past max_tokens, so the seven
+// requests still running are cancelled (the upstream sees each client go)
+// and not billed, and the record fails workflow_budget_exceeded with the
+// usage of the one that finished, well before the slow ones would end.
+func TestWorkflowTokenBudgetCancelsTheStep(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	c, _ := client(t, rt, "acme")
+	cb := newWFCallback(t, func(ev wfEvent) (int, string) {
+		if ev.Step > 0 {
+			return 200, `{"state":"completed","output":{}}`
+		}
+		// The first answer comes after a second, the seven slow requests in flight.
+		reqs := []wfReq{{id: "first", content: "a first answer of several words [[mock:sleep=1s]]"}}
+		for i := range 7 {
+			reqs = append(reqs, wfReq{id: fmt.Sprint("slow-", i), content: fmt.Sprintf("slow request %d [[mock:sleep=60s]]", i)})
+		}
+		return 200, wfContinue(reqs...)
+	})
+	start := time.Now()
+	b := waitBatch(t, c, createBatch(t, c, upload(t, c, "wf-budget.jsonl", wfLine("budget", map[string]any{"url": cb.URL, "max_tokens": 5})).ID).ID)
+	if took := time.Since(start); b.Status != "completed" || took > 40*time.Second {
+		t.Fatalf("status %s after %s; want completed before the slow requests end", b.Status, took)
+	}
+	_, errs := checkInvariant(t, c, b, []string{"budget"})
+	l := errs["budget"]
+	if l.Error == nil || l.Error.Code != "workflow_budget_exceeded" || !strings.Contains(l.Error.Message, "max_tokens of 5") {
+		t.Fatalf("line: got %+v, want workflow_budget_exceeded", l.Error)
+	}
+	// The mock counts a request whose client went as 499, once it sees it go.
+	deadline := time.Now().Add(10 * time.Second)
+	for rt.Mock.Stats().ByStatus[499] < 7 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	st := rt.Mock.Stats()
+	if st.ByStatus[200] != 1 || st.ByStatus[499] != 7 {
+		t.Fatalf("upstream statuses %v: want the first request answered and the 7 slow ones cancelled", st.ByStatus)
+	}
+	// The first request's prompt is 7 words and 1 for its message.
+	if l.Usage == nil || l.Usage.PromptTokens != 8 || l.Usage.TotalTokens != 8+l.Usage.CompletionTokens || b.Usage.TotalTokens != l.Usage.TotalTokens {
+		t.Fatalf("usage: line %+v, batch %d; want the first request's only", l.Usage, b.Usage.TotalTokens)
+	}
+	if evs := cb.of("budget"); len(evs) != 1 {
+		t.Fatalf("events: got %d, want the start only", len(evs))
+	}
+}

@@ -159,7 +159,7 @@ func (r *Runner) halt(ctx context.Context, st State, sent bool) (*Outcome, error
 			return &o, nil
 		}
 	}
-	if st.Usage.TotalTokens > r.Spec.MaxTokens {
+	if overBudget(st.Usage, r.Spec) {
 		o := failed(errorf(CodeBudgetExceeded, "the record used %d tokens, over its max_tokens of %d", st.Usage.TotalTokens, r.Spec.MaxTokens), "", st)
 		return &o, nil
 	}
@@ -250,7 +250,12 @@ func (r *Runner) step(ctx context.Context, reqs []Request, next *State) error {
 	var mu sync.Mutex
 	var err error
 	if len(bodies) > 0 {
-		r.Exec(ctx, bodies, func(j int, res inference.Result) {
+		// A finished request that takes the record past max_tokens cancels
+		// the step's others: they are not billed, and the step, kept with
+		// what finished, ends the record (halt) once checkpointed.
+		sctx, over := context.WithCancel(ctx)
+		defer over()
+		r.Exec(sctx, bodies, func(j int, res inference.Result) {
 			i := sent[j]
 			out := resultOf(reqs[i], res)
 			out.StageID = stage
@@ -262,11 +267,17 @@ func (r *Runner) step(ctx context.Context, reqs []Request, next *State) error {
 			next.Usage.CompletionTokens += res.Usage.OutputTokens
 			next.Usage.TotalTokens += res.Usage.TotalTokens
 			next.Fallback = next.Fallback || res.Fallback
+			if overBudget(next.Usage, r.Spec) {
+				over()
+			}
 		})
 	}
 	next.Requests += len(reqs)
 	return err
 }
+
+// overBudget says whether usage u is past the record's max_tokens.
+func overBudget(u Usage, s Spec) bool { return u.TotalTokens > s.MaxTokens }
 
 // withUsage puts the record's summed usage into its output, replacing any
 // usage the callback wrote there.
