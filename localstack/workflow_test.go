@@ -740,3 +740,57 @@ func TestWorkflowTokenBudgetCancelsTheStep(t *testing.T) {
 		t.Fatalf("events: got %d, want the start only", len(evs))
 	}
 }
+
+// A step request past its model's call_time_limit is stopped, not retried
+// and not billed, and comes back to the callback as 500 request_time_limit
+// (docs/api.md "Workflow records"); a 5xx before any answer is retried.
+func TestWorkflowCallTimeLimit(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t, withModels(t, `
+models:
+  - {name: gpt-4o-mini, provider: openai, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, max_concurrency: 8, call_time_limit: 1s}
+`))
+	c, key := client(t, rt, "acme")
+	cb := newWFCallback(t, func(ev wfEvent) (int, string) {
+		if ev.Step == 0 {
+			return 200, wfContinue(wfReq{id: "slow", content: "a call past its limit [[mock:sleep=5s]]"},
+				wfReq{id: "flaky", content: "a call failing once [[mock:fail=1]]"})
+		}
+		return 200, `{"state":"completed","output":{"done":true}}`
+	})
+	b := waitBatch(t, c, createBatch(t, c, upload(t, c, "wf-limit.jsonl", wfLine("limited", map[string]any{"url": cb.URL})).ID).ID)
+	if b.Status != "completed" {
+		t.Fatalf("status %s", b.Status)
+	}
+	checkAccounting(t, rt, c, key, b, []string{"limited"})
+	evs := cb.of("limited")
+	if len(evs) != 2 || len(evs[1].results()) != 2 {
+		t.Fatalf("events: got %+v, want start and one results event of 2", evs)
+	}
+	slow, flaky := evs[1].results()[0], evs[1].results()[1]
+	var body struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	json.Unmarshal(slow.Body, &body)
+	if slow.StatusCode != 500 || body.Error.Code != "request_time_limit" || !strings.HasPrefix(body.Error.Message, "request_time_limit") ||
+		slow.Attempt == nil || *slow.Attempt != 1 || slow.Usage.InputTokens+slow.Usage.OutputTokens != 0 {
+		t.Fatalf("the slow request: got %+v %s, want 500 request_time_limit after 1 attempt, no usage", slow, slow.Body)
+	}
+	if flaky.StatusCode != 200 || flaky.Attempt == nil || *flaky.Attempt != 2 {
+		t.Fatalf("the flaky request: got %+v, want 200 after 2 attempts", flaky)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for rt.Mock.Stats().ByStatus[499] < 1 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if st := rt.Mock.Stats(); st.ByStatus[499] != 1 || st.ByStatus[500] != 1 || st.ByStatus[200] != 1 {
+		t.Fatalf("upstream statuses %v: want the slow call stopped once, never again, and the flaky one's 500 then 200", st.ByStatus)
+	}
+	in, out := cb.tokens()
+	if b.Usage.TotalTokens != in+out {
+		t.Fatalf("batch usage %d, want the flaky request's %d only", b.Usage.TotalTokens, in+out)
+	}
+}

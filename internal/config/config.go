@@ -49,6 +49,10 @@ type Model struct {
 	Fallback       string        `yaml:"fallback"`
 	MaxConcurrency int           `yaml:"max_concurrency"`
 	Timeout        time.Duration `yaml:"timeout"`
+	// CallTimeLimit bounds one call of a workflow step's request (docs/api.md
+	// "Workflow records"): a call past it is stopped, never retried, and
+	// comes back as request_time_limit. The executor's run bounds it too.
+	CallTimeLimit time.Duration `yaml:"call_time_limit"`
 	// Price, if given, is what the model's tokens cost: tenants' budgets
 	// in USD count only priced models (docs/api.md "Budgets, revocation and allow-lists").
 	Price *Price `yaml:"price"`
@@ -117,6 +121,8 @@ func (ms *Models) Names() []string {
 const (
 	defaultConcurrency = 32
 	defaultTimeout     = 5 * time.Minute
+	// DefaultCallTimeLimit is a model's call_time_limit when it sets none.
+	DefaultCallTimeLimit = 30 * time.Minute
 )
 
 // ParseModels parses and validates a models file.
@@ -162,6 +168,12 @@ func ParseModels(data []byte) (*Models, error) {
 		}
 		if m.Timeout < 0 {
 			return nil, fmt.Errorf("%s must be positive", field("timeout"))
+		}
+		if m.CallTimeLimit == 0 {
+			m.CallTimeLimit = DefaultCallTimeLimit
+		}
+		if m.CallTimeLimit < 0 {
+			return nil, fmt.Errorf("%s must be positive", field("call_time_limit"))
 		}
 		if p := m.Price; p != nil && (p.InputPerMTok < 0 || p.OutputPerMTok < 0) {
 			return nil, fmt.Errorf("%s must not be negative", field("price"))

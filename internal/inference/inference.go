@@ -12,6 +12,10 @@ const (
 	CodeModelNotFound      = "model_not_found"
 	CodeCrossShapeDispatch = "cross_shape_dispatch"
 	CodeRequestTimeout     = "request_timeout"
+	// CodeRequestTimeLimit is a workflow step's call that passed its
+	// model's call_time_limit (provider.Route.TimeLimit): stopped, never
+	// retried, not billed.
+	CodeRequestTimeLimit = "request_time_limit"
 	CodeRequestCancelled   = "request_cancelled"
 	CodeConnectionError    = "connection_error"
 	CodeInvalidRequest     = "invalid_request"

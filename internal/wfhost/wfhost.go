@@ -137,6 +137,10 @@ func (r *Runner) Run(ctx, runCtx context.Context, b batch.Batch, c batch.Chunk, 
 	if h.route, err = r.Engine.Route(ctx, b); err != nil {
 		return err
 	}
+	// A step's call is bounded by its model's call_time_limit, and by the
+	// run's context: a call the invocation cannot wait for is cut short
+	// with its step, which the record's next run sends again.
+	h.route.TimeLimit = true
 	d := &workflow.Driver{
 		Spec: spec, WorkflowID: b.ID + ":" + req.CustomID, RecordID: req.CustomID, Model: c.Model,
 		Call: (&workflow.Caller{HTTP: wc.HTTP, Backoff: r.Backoff}).Call,

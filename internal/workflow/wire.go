@@ -316,7 +316,7 @@ func resultOf(q Request, r inference.Result) Result {
 		status = http.StatusBadRequest
 	case inference.CodeModelNotFound:
 		status = http.StatusNotFound
-	case inference.CodeAPIKeyUnavailable:
+	case inference.CodeAPIKeyUnavailable, inference.CodeRequestTimeLimit:
 		status = http.StatusInternalServerError
 	}
 	res.StatusCode = status
