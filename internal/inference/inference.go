@@ -15,11 +15,11 @@ const (
 	// CodeRequestTimeLimit is a workflow step's call that passed its
 	// model's call_time_limit (provider.Route.TimeLimit): stopped, never
 	// retried, not billed.
-	CodeRequestTimeLimit = "request_time_limit"
-	CodeRequestCancelled   = "request_cancelled"
-	CodeConnectionError    = "connection_error"
-	CodeInvalidRequest     = "invalid_request"
-	CodeAPIKeyUnavailable  = "api_key_unavailable"
+	CodeRequestTimeLimit  = "request_time_limit"
+	CodeRequestCancelled  = "request_cancelled"
+	CodeConnectionError   = "connection_error"
+	CodeInvalidRequest    = "invalid_request"
+	CodeAPIKeyUnavailable = "api_key_unavailable"
 	// CodeModelNotAllowed is a row of a model its batch's key may not use
 	// (provider.Route.Allowed), which is never sent.
 	CodeModelNotAllowed = "model_not_allowed"
