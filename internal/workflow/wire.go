@@ -271,7 +271,7 @@ func clipOrMissing(raw json.RawMessage) string {
 
 // Admit checks a step's request against what a step may run: the record's
 // model only (a request without a model gets it), no streaming, no nested
-// workflow. It returns the body to send upstream, without the relay key,
+// workflow, no relay.tool_config (not supported yet). It returns the body to send upstream, without the relay key,
 // or, for a request that may not run, the 400 result the callback gets
 // for it instead.
 func Admit(q Request, model string) (json.RawMessage, *Result) {
@@ -293,6 +293,11 @@ func Admit(q Request, model string) (json.RawMessage, *Result) {
 	}
 	if InBody(body) {
 		return reject("nested_workflow", "relay.workflow", "a workflow step cannot start another workflow")
+	}
+	if gjson.GetBytes(body, "relay.tool_config").Exists() {
+		// Tool rounds run by the service are not built yet: a request
+		// sent without its tools would answer something else.
+		return reject("tool_config_unsupported", "relay.tool_config", "relay.tool_config is not supported yet: run the tool calls from the callback, answering continue with the tool results")
 	}
 	if gjson.GetBytes(body, "relay").Exists() {
 		body, _ = sjson.DeleteBytes(bytes.Clone(body), "relay")

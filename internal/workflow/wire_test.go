@@ -93,6 +93,8 @@ func TestAdmit(t *testing.T) {
 		{"model of the wrong type", `{"model":5}`, "", "model_not_allowed"},
 		{"streaming", `{"model":"m","stream":true}`, "", "stream_unsupported"},
 		{"nested workflow", `{"model":"m","relay":{"workflow":{"url":"https://x"}}}`, "", "nested_workflow"},
+		// Not run yet: refused, never sent without its tools.
+		{"tool_config", `{"model":"m","relay":{"tool_config":{"url":"https://tools.example.com"}}}`, "", "tool_config_unsupported"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
