@@ -794,3 +794,63 @@ models:
 		t.Fatalf("batch usage %d, want the flaky request's %d only", b.Usage.TotalTokens, in+out)
 	}
 }
+
+// A step request with relay.tool_config (docs/api.md "Workflow records"):
+// the model asks for its two tools one round each, the service answers
+// both from the caller's tool endpoint (with its authorization) inside the
+// request's slot, and the callback gets one result: the last answer, with
+// the three rounds' usage summed.
+func TestWorkflowToolRoundsAreOneRequest(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	c, key := client(t, rt, "acme")
+	var mu sync.Mutex
+	var toolCalls []string
+	tools := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		data, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		toolCalls = append(toolCalls, r.Header.Get("Authorization")+" "+string(data))
+		mu.Unlock()
+		io.WriteString(w, `"sunny and mild"`)
+	}))
+	t.Cleanup(tools.Close)
+	cb := newWFCallback(t, func(ev wfEvent) (int, string) {
+		if ev.Step > 0 {
+			return 200, `{"state":"completed","output":{"ok":true}}`
+		}
+		body := map[string]any{"model": "gpt-4o-mini", "messages": []any{map[string]any{"role": "user", "content": "plan the trip"}},
+			"tools": []any{
+				map[string]any{"type": "function", "function": map[string]any{"name": "weather"}},
+				map[string]any{"type": "function", "function": map[string]any{"name": "traffic"}},
+			},
+			"relay": map[string]any{"tool_config": map[string]any{"url": tools.URL, "authorization": "Bearer tools"}}}
+		b, _ := json.Marshal(map[string]any{"state": "continue", "requests": []any{map[string]any{"id": "trip", "body": body}}})
+		return 200, string(b)
+	})
+	b := waitBatch(t, c, createBatch(t, c, upload(t, c, "wf-tools.jsonl", wfLine("tools", map[string]any{"url": cb.URL})).ID).ID)
+	if b.Status != "completed" {
+		t.Fatalf("status %s", b.Status)
+	}
+	checkAccounting(t, rt, c, key, b, []string{"tools"})
+	mu.Lock()
+	calls := append([]string(nil), toolCalls...)
+	mu.Unlock()
+	if len(calls) != 2 || !strings.HasPrefix(calls[0], "Bearer tools ") || !strings.Contains(calls[0], `"weather"`) || !strings.Contains(calls[1], `"traffic"`) {
+		t.Fatalf("tool endpoint calls: got %q, want weather then traffic, authorized", calls)
+	}
+	evs := cb.of("tools")
+	if len(evs) != 2 || len(evs[1].results()) != 1 {
+		t.Fatalf("events: got %+v, want start and one result", evs)
+	}
+	r := evs[1].results()[0]
+	if r.StatusCode != 200 || !strings.Contains(string(r.Body), "echo: plan the trip") || r.Attempt == nil || *r.Attempt != 3 {
+		t.Fatalf("result: got %+v %s, want the final answer after 3 rounds", r, r.Body)
+	}
+	if n := rt.Mock.Stats().Requests; n != 3 {
+		t.Fatalf("upstream requests: got %d, want 3 rounds", n)
+	}
+	in, out := cb.tokens()
+	if b.Usage.TotalTokens != in+out || out < 2 || b.RequestCounts.Total != 1 {
+		t.Fatalf("usage: batch %d, result %d+%d, rows %d; want the rounds summed in one request", b.Usage.TotalTokens, in, out, b.RequestCounts.Total)
+	}
+}

@@ -142,7 +142,7 @@ func (r *Runner) Run(ctx, runCtx context.Context, b batch.Batch, c batch.Chunk, 
 	// with its step, which the record's next run sends again.
 	h.route.TimeLimit = true
 	d := &workflow.Driver{
-		Spec: spec, WorkflowID: b.ID + ":" + req.CustomID, RecordID: req.CustomID, Model: c.Model,
+		Spec: spec, WorkflowID: b.ID + ":" + req.CustomID, RecordID: req.CustomID, Model: c.Model, Policy: wc.Policy,
 		Call: (&workflow.Caller{HTTP: wc.HTTP, Backoff: r.Backoff}).Call,
 		Host: h, Log: h.log, Now: r.Now,
 	}
@@ -276,15 +276,35 @@ func (h *recordHost) ReturnSlots(ctx context.Context) error {
 }
 
 // Exec runs a step's requests through the one row fan-out
-// (internal/fanout), within the slots the record's chunk holds, handing
-// each answer to done as it comes and counting what it spent.
-func (h *recordHost) Exec(ctx context.Context, bodies []json.RawMessage, done func(i int, r inference.Result)) {
+// (internal/fanout), within the slots the record's chunk holds, a
+// request's tool rounds in its one slot, handing each answer to done as it
+// comes and counting what it spent.
+func (h *recordHost) Exec(ctx context.Context, calls []workflow.Call, done func(i int, r inference.Result)) {
 	ep, route := h.b.Endpoint, h.route
+	bodies := make([]json.RawMessage, len(calls))
+	// By the body's first byte: fanout hands Send the body alone, the
+	// same slice, and bodies are JSON objects, never empty.
+	tools := map[*byte]*workflow.Tools{}
+	for i, c := range calls {
+		bodies[i] = c.Body
+		if c.Tools != nil && len(c.Body) > 0 {
+			tools[&c.Body[0]] = c.Tools
+		}
+	}
+	send := func(ctx context.Context, body json.RawMessage) inference.Result {
+		return h.r.Provider.Do(ctx, ep, body, route)
+	}
+	callTool := func(ctx context.Context, t *workflow.Tools, call json.RawMessage) (string, error) {
+		return workflow.CallTool(ctx, h.r.client().HTTP, t, call)
+	}
 	var mu sync.Mutex // Done runs on the rows' goroutines
 	fanout.SendAll(h.c.Slots, fanout.Rows{
 		Ctx: ctx, Bodies: bodies,
 		Send: func(ctx context.Context, body json.RawMessage) inference.Result {
-			return h.r.Provider.Do(ctx, ep, body, route)
+			if len(body) > 0 && tools[&body[0]] != nil {
+				return workflow.RunTools(ctx, body, tools[&body[0]], send, callTool)
+			}
+			return send(ctx, body)
 		},
 		Done: func(i int, r inference.Result, sent bool) {
 			if !sent {

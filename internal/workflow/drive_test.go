@@ -51,8 +51,9 @@ func (h *fakeHost) ReturnSlots(context.Context) error {
 	return nil
 }
 
-func (h *fakeHost) Exec(_ context.Context, bodies []json.RawMessage, done func(int, inference.Result)) {
-	for i, b := range bodies {
+func (h *fakeHost) Exec(_ context.Context, calls []Call, done func(int, inference.Result)) {
+	for i, c := range calls {
+		b := c.Body
 		h.mu.Lock()
 		h.upstream = append(h.upstream, string(b))
 		h.mu.Unlock()

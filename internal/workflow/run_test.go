@@ -36,8 +36,9 @@ func (f *fakeRecord) runner(spec Spec) *Runner {
 			f.mu.Unlock()
 			return ParseAnswer([]byte(f.script(ev)))
 		},
-		Exec: func(_ context.Context, bodies []json.RawMessage, done func(int, inference.Result)) {
-			for i, b := range bodies {
+		Exec: func(_ context.Context, calls []Call, done func(int, inference.Result)) {
+			for i, c := range calls {
+				b := c.Body
 				f.mu.Lock()
 				f.upstream = append(f.upstream, string(b))
 				f.mu.Unlock()
@@ -301,7 +302,7 @@ func TestRunStopsYieldsAndKeepsCutSteps(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		f := &fakeRecord{script: func(Event) string { return cont("a") }}
 		r := f.runner(Spec{})
-		r.Exec = func(_ context.Context, _ []json.RawMessage, done func(int, inference.Result)) {
+		r.Exec = func(_ context.Context, _ []Call, done func(int, inference.Result)) {
 			cancel()
 			done(0, inference.Result{ErrCode: inference.CodeRequestCancelled})
 		}
@@ -333,8 +334,8 @@ func TestRunTokenBudgetCancelsTheStep(t *testing.T) {
 	f.script = func(ev Event) string { return cont("a", "b", "c", "d") }
 	r := f.runner(Spec{MaxSteps: DefaultMaxSteps, MaxRequests: DefaultMaxRequests, MaxTokens: 10})
 	cancelled := 0
-	r.Exec = func(ctx context.Context, bodies []json.RawMessage, done func(int, inference.Result)) {
-		for i := range bodies {
+	r.Exec = func(ctx context.Context, calls []Call, done func(int, inference.Result)) {
+		for i := range calls {
 			if ctx.Err() != nil {
 				cancelled++
 				done(i, inference.Result{ErrCode: inference.CodeRequestCancelled, Model: "m"})

@@ -16,6 +16,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/relaybatch/relay/internal/egress"
 	"github.com/relaybatch/relay/internal/ijson"
 	"github.com/relaybatch/relay/internal/inference"
 )
@@ -271,15 +272,15 @@ func clipOrMissing(raw json.RawMessage) string {
 
 // Admit checks a step's request against what a step may run: the record's
 // model only (a request without a model gets it), no streaming, no nested
-// workflow, no relay.tool_config (not supported yet). It returns the body to send upstream, without the relay key,
-// or, for a request that may not run, the 400 result the callback gets
-// for it instead.
-func Admit(q Request, model string) (json.RawMessage, *Result) {
-	reject := func(code, param, format string, args ...any) (json.RawMessage, *Result) {
+// workflow, a valid relay.tool_config if any. It returns the body to send upstream, without the relay key,
+// with its tools, or, for a request that may not run, the 400 result the
+// callback gets for it instead.
+func Admit(q Request, model string, policy egress.Policy) (Call, *Result) {
+	reject := func(code, param, format string, args ...any) (Call, *Result) {
 		body, _ := json.Marshal(map[string]any{"error": map[string]any{
 			"message": fmt.Sprintf(format, args...), "type": "invalid_request_error", "param": param, "code": code,
 		}})
-		return nil, &Result{ID: q.ID, CustomID: q.CustomID, StatusCode: http.StatusBadRequest, Body: body}
+		return Call{}, &Result{ID: q.ID, CustomID: q.CustomID, StatusCode: http.StatusBadRequest, Body: body}
 	}
 	body := q.Body
 	switch m := gjson.GetBytes(body, "model"); {
@@ -294,15 +295,21 @@ func Admit(q Request, model string) (json.RawMessage, *Result) {
 	if InBody(body) {
 		return reject("nested_workflow", "relay.workflow", "a workflow step cannot start another workflow")
 	}
-	if gjson.GetBytes(body, "relay.tool_config").Exists() {
-		// Tool rounds run by the service are not built yet: a request
-		// sent without its tools would answer something else.
-		return reject("tool_config_unsupported", "relay.tool_config", "relay.tool_config is not supported yet: run the tool calls from the callback, answering continue with the tool results")
+	tools, bad := parseTools(body, policy)
+	if bad != "" {
+		return reject("invalid_tool_config", "relay.tool_config", "%s", bad)
 	}
 	if gjson.GetBytes(body, "relay").Exists() {
 		body, _ = sjson.DeleteBytes(bytes.Clone(body), "relay")
 	}
-	return body, nil
+	return Call{Body: body, Tools: tools}, nil
+}
+
+// Call is a step request as it goes upstream: its body, and its tools if
+// it has a relay.tool_config (RunTools).
+type Call struct {
+	Body  json.RawMessage
+	Tools *Tools
 }
 
 // resultOf is a provider answer as the callback sees it. A request that got
