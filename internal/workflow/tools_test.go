@@ -63,7 +63,9 @@ func TestRunTools(t *testing.T) {
 	t.Run("a failed tool call", func(t *testing.T) {
 		t.Parallel()
 		var sent []string
-		broken := func(context.Context, *Tools, json.RawMessage) (string, error) { return "", errors.New("the tool endpoint answered 500") }
+		broken := func(context.Context, *Tools, json.RawMessage) (string, error) {
+			return "", errors.New("the tool endpoint answered 500")
+		}
 		res := RunTools(context.Background(), body, &Tools{MaxRounds: 8}, toolModel(2, &sent), broken)
 		if len(sent) != 1 || res.ErrCode != CodeToolCallFailed || !strings.Contains(res.ErrMessage, "500") || res.Usage.TotalTokens != 12 {
 			t.Fatalf("sent %d, got %+v; want tool_call_failed with the first round's usage", len(sent), res)
