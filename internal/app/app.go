@@ -123,7 +123,8 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	// One client, so one policy, for the check at create, workflow
 	// callbacks and every delivery.
 	hooks := webhook.NewClient(egress.Policy{AllowPrivate: env.AllowPrivateWebhooks, AllowHTTP: env.AllowHTTPWebhooks})
-	a.Webhooks = &delivery.Service{Store: a.Store, Queue: a.Queue, Log: log, Now: now, Client: hooks, MaxPending: env.MaxPendingWebhooks}
+	a.Webhooks = &delivery.Service{Store: a.Store, Queue: a.Queue, Log: log, Now: now, Client: hooks, MaxPending: env.MaxPendingWebhooks,
+		Operators: models.OperatorWebhooks, OperatorKeys: keys}
 	a.Batches = &batches.Service{
 		Models: models, Log: log, Now: now,
 		Store: a.Store, Blobs: a.Blobs, Queue: a.Queue, Files: a.Files, Webhooks: hooks.Policy,

@@ -211,6 +211,10 @@ func (s *Service) Announce(ctx context.Context, b batch.Batch, event string) err
 	return s.Deliveries.Announce(ctx, b, event)
 }
 
+// Announces reports whether b's events go anywhere: its webhook_url or an
+// operator endpoint (engine.Lifecycle).
+func (s *Service) Announces(b batch.Batch) bool { return s.Deliveries.Announces(b) }
+
 // ReleaseInflight gives back terminal batch b's in-flight slot, if it holds
 // one: the release deletes the batch's marker, so it happens once however
 // often a terminal state is reported.

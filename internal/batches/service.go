@@ -82,6 +82,7 @@ type Service struct {
 type Deliveries interface {
 	Enqueue(ctx context.Context, b batch.Batch) error
 	Announce(ctx context.Context, b batch.Batch, event string) error
+	Announces(b batch.Batch) bool
 	WithDeliveries(ctx context.Context, b batch.Batch) batch.Batch
 }
 

@@ -101,6 +101,7 @@ func (e *enqueued) Enqueue(_ context.Context, b batch.Batch) error {
 	return nil
 }
 func (*enqueued) Announce(context.Context, batch.Batch, string) error         { return nil }
+func (*enqueued) Announces(batch.Batch) bool                                  { return false }
 func (*enqueued) WithDeliveries(_ context.Context, b batch.Batch) batch.Batch { return b }
 
 // Terminal, the engine's Lifecycle, gives a counted batch's in-flight slot

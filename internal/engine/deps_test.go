@@ -62,6 +62,8 @@ func (f lifecycleFunc) Terminal(ctx context.Context, b batch.Batch) error {
 
 func (lifecycleFunc) Announce(context.Context, batch.Batch, string) error { return nil }
 
+func (lifecycleFunc) Announces(b batch.Batch) bool { return b.WebhookURL != nil }
+
 func (lifecycleFunc) RetryInput(context.Context, batch.Batch) (file.File, error) {
 	return file.File{}, file.ErrNotFound
 }

@@ -133,6 +133,9 @@ type Workflow interface {
 type Lifecycle interface {
 	Terminal(ctx context.Context, b batch.Batch) error
 	Announce(ctx context.Context, b batch.Batch, event string) error
+	// Announces reports whether b's events go anywhere (its webhook_url,
+	// an operator endpoint): only then is in_progress recorded and queued.
+	Announces(b batch.Batch) bool
 	RetryInput(ctx context.Context, b batch.Batch) (file.File, error)
 }
 

@@ -587,8 +587,8 @@ func (e *Engine) AnnounceInProgress(ctx context.Context, b batch.Batch) {
 	e.announceInProgress(ctx, b)
 }
 
-// announceInProgress queues batch.in_progress when a chunk of b, which has
-// a webhook_url, starts and b does not record it queued
+// announceInProgress queues batch.in_progress when a chunk of b, whose
+// events go somewhere (Lifecycle.Announces), starts and b does not record it queued
 // (batch.Batch.AnnouncedInProgress): the run that records it queues it, so
 // the runs that start together, reading the batch before the record, queue
 // it once. A failure to queue takes the record back, and the batch's next
@@ -598,7 +598,7 @@ func (e *Engine) AnnounceInProgress(ctx context.Context, b batch.Batch) {
 // which queues the event (at worst twice: one event id, which delivery
 // records once).
 func (e *Engine) announceInProgress(ctx context.Context, b batch.Batch) {
-	if b.WebhookURL == nil || b.AnnouncedInProgress || b.Status != batch.InProgress {
+	if !e.Lifecycle.Announces(b) || b.AnnouncedInProgress || b.Status != batch.InProgress {
 		return
 	}
 	log := e.Log.With("batch_id", b.ID, "tenant", b.Tenant)
