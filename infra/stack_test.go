@@ -35,6 +35,9 @@ func TestResourceCounts(t *testing.T) {
 			secrets[m.APIKeyEnv] = true
 		}
 	}
+	for _, w := range props.Models.OperatorWebhooks {
+		secrets[w.SecretEnv] = true
+	}
 	want := map[string]int{
 		"AWS::DynamoDB::Table":            1,
 		"AWS::S3::Bucket":                 1,
@@ -486,8 +489,16 @@ func TestLeastPrivilege(t *testing.T) {
 			if s3 := g["s3:PutObject"]; (def.Name == "webhook") != (len(s3) == 0) {
 				t.Errorf("s3:PutObject on %v", s3)
 			}
-			if sec := g["secretsmanager:GetSecretValue"]; (def.Name == "executor") != (len(sec) > 0) {
+			// The executor reads the provider keys, the webhook function
+			// the operator endpoints' secrets (only theirs).
+			sec := g["secretsmanager:GetSecretValue"]
+			if (def.Name == "executor" || def.Name == "webhook") != (len(sec) > 0) {
 				t.Errorf("secretsmanager:GetSecretValue on %v", sec)
+			}
+			if def.Name == "webhook" {
+				if id, _ := template.find(t, "AWS::SecretsManager::Secret", "Name", props.SecretPrefix()+"OPS_WEBHOOK_SECRET"); !slices.Equal(sec, []string{id}) {
+					t.Errorf("webhook function reads secrets %v, want the operator endpoint's only", sec)
+				}
 			}
 			if (def.Name == "api") != (len(g["scheduler:CreateSchedule"]) > 0 && len(g["iam:PassRole"]) > 0) {
 				t.Errorf("scheduler:CreateSchedule on %v, iam:PassRole on %v", g["scheduler:CreateSchedule"], g["iam:PassRole"])
@@ -637,6 +648,14 @@ func TestSecrets(t *testing.T) {
 		}
 		check(t, func() {
 			tpl.HasResourceProperties(jsii.String("AWS::SecretsManager::Secret"), map[string]any{"Name": props.SecretPrefix() + m.APIKeyEnv})
+		})
+	}
+	if len(props.Models.OperatorWebhooks) == 0 {
+		t.Fatal("the test stack has no operator webhook endpoint")
+	}
+	for _, w := range props.Models.OperatorWebhooks {
+		check(t, func() {
+			tpl.HasResourceProperties(jsii.String("AWS::SecretsManager::Secret"), map[string]any{"Name": props.SecretPrefix() + w.SecretEnv})
 		})
 	}
 }

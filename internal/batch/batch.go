@@ -146,6 +146,9 @@ type Batch struct {
 	// KeyID is the key that submitted the batch (a template's runs, the
 	// template's key), shown as submitted_by (docs/api.md "Extensions").
 	KeyID string `json:"submitted_by,omitempty" dynamodbav:"key_id"`
+	// Cost is what its tokens cost in USD, when every model it used has a
+	// price (docs/api.md "Extensions"); read from its usage, never stored.
+	Cost *float64 `json:"cost,omitempty" dynamodbav:"-"`
 	// AnthropicBetas and UserProfileID are a message batch create's
 	// anthropic-beta and anthropic-user-profile-id headers, sent with each
 	// of its rows upstream (docs/api.md "Anthropic Message Batches").

@@ -201,7 +201,8 @@ func (s *Service) Terminal(ctx context.Context, b batch.Batch) error {
 	if err := s.ReleaseInput(ctx, b); err != nil {
 		return err
 	}
-	return s.Deliveries.Enqueue(ctx, b)
+	// The completion event carries the batch as GET shows it: its cost too.
+	return s.Deliveries.Enqueue(ctx, s.WithCost(ctx, b))
 }
 
 // Announce queues batch b's lifecycle webhook event (webhook.Queued, when

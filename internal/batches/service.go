@@ -108,6 +108,7 @@ type Store interface {
 	KeyByID(ctx context.Context, id string) (apikey.Key, error)
 	Usage(ctx context.Context, tenant, from, to string) ([]store.UsageRow, error)
 	UsageDetails(ctx context.Context, tenant, from, to string) ([]store.UsageDetail, error)
+	BatchUsage(ctx context.Context, tenant, keyID, batchID string, days []string) ([]store.UsageDetail, error)
 	// internal/anthropic's delete of a Message Batch.
 	DeleteBatch(ctx context.Context, tenant, id string) error
 	DeleteFile(ctx context.Context, tenant, id string) error
@@ -591,7 +592,7 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (batch.Batch, erro
 	if err != nil {
 		return batch.Batch{}, err
 	}
-	out := b.Out()
+	out := s.WithCost(ctx, b.Out())
 	out = s.Deliveries.WithDeliveries(ctx, out)
 	return out, nil
 }
@@ -613,6 +614,7 @@ func (s *Service) List(ctx context.Context, tenant, after string, limit int, tem
 	for i := range bs {
 		bs[i] = bs[i].Out()
 	}
+	s.withCosts(ctx, bs)
 	return bs, more, err
 }
 

@@ -85,6 +85,10 @@ func (*releaseTable) KeyByID(context.Context, string) (apikey.Key, error) {
 func (*releaseTable) Usage(context.Context, string, string, string) ([]store.UsageRow, error) {
 	return nil, errNotInFake
 }
+func (*releaseTable) BatchUsage(context.Context, string, string, string, []string) ([]store.UsageDetail, error) {
+	return nil, nil
+}
+
 func (*releaseTable) UsageDetails(context.Context, string, string, string) ([]store.UsageDetail, error) {
 	return nil, errNotInFake
 }

@@ -410,6 +410,21 @@ func (s *Store) UsageDetails(ctx context.Context, tenant, from, to string) ([]Us
 	return rows, nil
 }
 
+// BatchUsage returns the usage of one batch, submitted by keyID, on each
+// of days: a query per day of the prefix <day>#<key>#<batch>#.
+func (s *Store) BatchUsage(ctx context.Context, tenant, keyID, batchID string, days []string) ([]UsageDetail, error) {
+	var rows []UsageDetail
+	for _, day := range days {
+		prefix := usageBySK(day, keyID, batchID, "")
+		page, err := between[UsageDetail](ctx, s, usageByPK(tenant), prefix, prefix+"\uffff")
+		if err != nil {
+			return nil, fmt.Errorf("query usage of batch %s: %w", batchID, err)
+		}
+		rows = append(rows, page...)
+	}
+	return rows, nil
+}
+
 // between reads, page after page, the items of partition pk with a sort
 // key in [from, to], consistently: the governor asks before a workflow
 // record's next event, just after its step counted its spend
