@@ -13,6 +13,8 @@
 // receiver's circuit, its tenant's (webhook.CircuitOf), admits it; one
 // that finds it open
 // waits, uncounted. Each tenant's pending webhooks are capped (pending.go).
+// The deployment's operator endpoints get every tenant's events beside
+// them, as messages of their own (operator.go).
 //
 // It is apart from package webhook, which holds the HTTP client, URL policy
 // and retry schedule, because it reads and writes the store, which imports

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -146,5 +147,20 @@ func TestOperatorEndpointsGetEveryTenantsEvents(t *testing.T) {
 	}
 	if _, ok := table.records["batch_g"]; ok {
 		t.Error("a batch without webhook_url has a delivery record of its own")
+	}
+}
+
+// The event types an operator endpoint may filter on (config.EventTypes)
+// are the ones NewEvent makes.
+func TestOperatorEventTypesAreTheEvents(t *testing.T) {
+	t.Parallel()
+	for _, typ := range config.EventTypes {
+		status, ok := strings.CutPrefix(typ, "batch.")
+		if _, err := webhook.NewEvent(status, []byte(`{}`), time.Now()); !ok || err != nil {
+			t.Errorf("%s: no such event (%v)", typ, err)
+		}
+	}
+	if _, err := webhook.NewEvent("validating", []byte(`{}`), time.Now()); err == nil {
+		t.Error("NewEvent makes batch.validating, which config.EventTypes lacks")
 	}
 }
