@@ -123,6 +123,13 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	// One client, so one policy, for the check at create, workflow
 	// callbacks and every delivery.
 	hooks := webhook.NewClient(egress.Policy{AllowPrivate: env.AllowPrivateWebhooks, AllowHTTP: env.AllowHTTPWebhooks})
+	// An operator endpoint's URL the policy refuses would give up every
+	// event: refused at start, as a batch's webhook_url is at create.
+	for _, op := range models.OperatorWebhooks {
+		if err := hooks.Policy.CheckURL(op.URL); err != nil {
+			return nil, fmt.Errorf("operator_webhooks %s: url: %w", op.Name, err)
+		}
+	}
 	a.Webhooks = &delivery.Service{Store: a.Store, Queue: a.Queue, Log: log, Now: now, Client: hooks, MaxPending: env.MaxPendingWebhooks,
 		Operators: models.OperatorWebhooks, OperatorKeys: keys}
 	a.Batches = &batches.Service{
