@@ -60,6 +60,10 @@ func TestKeyFormats(t *testing.T) {
 		{"completion webhook deliveries", webhookSKOf("batch.completed"), "WEBHOOK"},
 		{"queued webhook deliveries", webhookSKOf("batch.queued"), "WEBHOOK#batch.queued"},
 		{"in_progress webhook deliveries", webhookSKOf("batch.in_progress"), "WEBHOOK#batch.in_progress"},
+		// Every receiver of a batch's event has a delivery record of its own.
+		{"operator endpoint's completion deliveries", webhookSKOf(webhook.Record("ops", "batch.failed")), "WEBHOOK@ops"},
+		{"operator endpoint's in_progress deliveries", webhookSKOf(webhook.Record("ops", "batch.in_progress")), "WEBHOOK@ops#batch.in_progress"},
+		{"operator endpoint's circuit", circuitPK(webhook.OperatorCircuit("ops", "https://ops.example/relay")), "HOOK#operator/ops#ops.example"},
 		{"file", fileSK("file-abc"), "FILE#file-abc"},
 		{"upload", uploadSK("upload_abc"), "UPLOAD#upload_abc"},
 		{"idempotency key", idemSK("9f86d0"), "IDEM#9f86d0"},

@@ -101,20 +101,3 @@ func TestWebhookDeliveriesPerEvent(t *testing.T) {
 		}
 	}
 }
-
-// Every receiver of a batch's event has a delivery record of its own: the
-// batch's webhook_url's and each operator endpoint's (webhook.Record).
-func TestWebhookSKOf(t *testing.T) {
-	t.Parallel()
-	for record, want := range map[string]string{
-		"batch.completed":                          "WEBHOOK",
-		"batch.failed":                             "WEBHOOK",
-		"batch.queued":                             "WEBHOOK#batch.queued",
-		webhook.Record("ops", "batch.completed"):   "WEBHOOK@ops",
-		webhook.Record("ops", "batch.in_progress"): "WEBHOOK@ops#batch.in_progress",
-	} {
-		if got := webhookSKOf(record); got != want {
-			t.Errorf("webhookSKOf(%q) = %q, want %q", record, got, want)
-		}
-	}
-}
