@@ -59,7 +59,6 @@ type Store interface {
 	ReleaseFence(ctx context.Context, batchID string, chunk int, exec string) error
 	CommitSplit(ctx context.Context, tenant string, c sched.Commit, rest batch.Chunk, run string, lease time.Time) error
 	CommitChunk(ctx context.Context, tenant string, c sched.Commit) error
-	PutDeadLetters(ctx context.Context, batchID string, dls []batch.DeadLetter) error
 }
 
 // Blobs is what the engine needs of the bucket (internal/blob).
