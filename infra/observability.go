@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
@@ -14,6 +15,12 @@ import (
 
 	"github.com/relaybatch/relay/internal/resources"
 )
+
+// RunbookURL is where docs/runbook.md's entry with heading entry is, as
+// GitHub anchors a heading (lower case).
+func RunbookURL(entry string) string {
+	return "docs/runbook.md#" + strings.ToLower(entry)
+}
 
 // Observability is the alarms and the topic they notify. The logs are the
 // functions' own JSON log groups (newFunction) and the API's access log.
@@ -46,10 +53,16 @@ func NewObservability(scope constructs.Construct, props RelayProps, pipeline *Pi
 	o := &Observability{Scope: c, Topic: topic}
 	period := awscdk.Duration_Minutes(jsii.Number(5))
 
+	// Each alarm names its runbook entry: the heading of its id, or
+	// "Throttles", which one entry serves for every function.
 	alarm := func(id, description string, metric awscloudwatch.IMetric, threshold float64) {
+		entry := id
+		if strings.HasSuffix(id, "Throttles") {
+			entry = "Throttles"
+		}
 		a := awscloudwatch.NewAlarm(c, jsii.String(id), &awscloudwatch.AlarmProps{
 			AlarmName:          jsii.String(props.Prefix + "-" + id),
-			AlarmDescription:   jsii.String(description),
+			AlarmDescription:   jsii.String(description + ". Runbook: " + RunbookURL(entry)),
 			Metric:             metric,
 			Threshold:          jsii.Number(threshold),
 			EvaluationPeriods:  jsii.Number(1),

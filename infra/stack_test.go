@@ -811,6 +811,32 @@ func TestAlarms(t *testing.T) {
 	}
 }
 
+// Every alarm's description names an entry of docs/runbook.md that exists.
+func TestAlarmsNameTheirRunbookEntry(t *testing.T) {
+	setup(t)
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "runbook.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchors := map[string]bool{}
+	for line := range strings.Lines(string(doc)) {
+		if h, ok := strings.CutPrefix(line, "### "); ok {
+			anchors[strings.ToLower(strings.TrimSpace(h))] = true
+		}
+	}
+	ids := template.ofType("AWS::CloudWatch::Alarm")
+	if len(ids) == 0 {
+		t.Fatal("no alarms")
+	}
+	for _, id := range ids {
+		desc := fmt.Sprint(template.Resources[id].Properties["AlarmDescription"])
+		_, anchor, ok := strings.Cut(desc, "Runbook: docs/runbook.md#")
+		if !ok || !anchors[anchor] {
+			t.Errorf("alarm %s: description %q names no entry of docs/runbook.md (entries: %d)", id, desc, len(anchors))
+		}
+	}
+}
+
 func TestValidPrefix(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
