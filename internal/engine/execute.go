@@ -821,6 +821,10 @@ func (e *Engine) commitAnswered(ctx context.Context, r *chunkRun) error {
 	if err != nil {
 		return err
 	}
+	usage, err := readUsage(parts)
+	if err != nil {
+		return err
+	}
 	written, err := part.Write(ctx, e.Blobs, cm, parts)
 	if err != nil {
 		return err
@@ -831,6 +835,9 @@ func (e *Engine) commitAnswered(ctx context.Context, r *chunkRun) error {
 		}
 	}
 	won, err := e.commitSplit(ctx, r.b, cm, rest)
+	if err == nil && won {
+		e.publishRows(ctx, r.b, usage)
+	}
 	if err == nil && !won {
 		e.Log.InfoContext(ctx, "split chunk no longer this run's; its part discarded", "batch_id", done.Batch, "chunk", done.Index, "run", done.Run)
 		err = errors.Join(stop, e.Blobs.Delete(ctx, written...))

@@ -74,7 +74,10 @@ type UsageEvent struct {
 	InputTokens  int64      `json:"input_tokens"`
 	OutputTokens int64      `json:"output_tokens"`
 	TotalTokens  int64      `json:"total_tokens"`
-	At           int64      `json:"at"`
+	// LatencyMS is the row's time upstream (inference.Result.Latency), 0
+	// for a row never sent.
+	LatencyMS int64 `json:"latency_ms"`
+	At        int64 `json:"at"`
 }
 
 // Error codes of lines the service writes itself (LineError.Code).
@@ -177,7 +180,8 @@ func (w *builder) render(id string, o Outcome) ([]byte, byte) {
 // event writes the row's usage event, its generation.
 func (w *builder) event(o Outcome, l Line) {
 	ev := UsageEvent{Source: "batch", Tenant: w.b.Tenant, KeyID: w.b.KeyID, BatchID: w.b.ID, CustomID: o.CustomID, Row: w.row,
-		Status: "failed", Model: o.Result.Model, Fallback: o.Result.Fallback, Attempts: o.Result.Attempts, Error: l.Error, At: w.now.Unix()}
+		Status: "failed", Model: o.Result.Model, Fallback: o.Result.Fallback, Attempts: o.Result.Attempts, Error: l.Error,
+		LatencyMS: o.Result.Latency.Milliseconds(), At: w.now.Unix()}
 	if st := o.Result.StatusCode; st > 0 {
 		ev.LastStatus = &st
 	}
