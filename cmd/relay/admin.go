@@ -53,16 +53,17 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 // runAdminBatch is relay admin batch inspect ID: what the store holds of
-// one batch, and what in it looks wrong (batchReport.Problems).
+// one batch, and what in it looks wrong (batchReport.Problems); or relay
+// admin batch requeue ID: the message that moves it on, sent again.
 func runAdminBatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("admin batch", "inspect ID [--tenant NAME]")
+	fs := newFlagSet("admin batch", "inspect|requeue ID [--tenant NAME]")
 	tenant := fs.String("tenant", "", "the batch's tenant; needed only for a batch that has no chunks yet (validating)")
 	pos, err := parseArgs(fs, args, stdout, stderr)
 	if err != nil {
 		return helpIsSuccess(err)
 	}
-	if len(pos) != 2 || pos[0] != "inspect" {
-		return usageErr("admin batch: want inspect ID")
+	if len(pos) != 2 || (pos[0] != "inspect" && pos[0] != "requeue") {
+		return usageErr("admin batch: want inspect ID or requeue ID")
 	}
 	s, err := keyStore(ctx)
 	if err != nil {
@@ -77,11 +78,14 @@ func runAdminBatch(ctx context.Context, args []string, stdout, stderr io.Writer)
 		*tenant = chunks[0].Tenant
 	}
 	if *tenant == "" {
-		return usageErr("admin batch inspect %s: it has no chunks (not planned yet, or no such batch): give --tenant NAME", id)
+		return usageErr("admin batch %s %s: it has no chunks (not planned yet, or no such batch): give --tenant NAME", pos[0], id)
 	}
 	b, err := s.GetBatch(ctx, *tenant, id)
 	if err != nil {
 		return fmt.Errorf("batch %s of tenant %s: %w", id, *tenant, err)
+	}
+	if pos[0] == "requeue" {
+		return requeue(ctx, b, stdout)
 	}
 	ready := map[string][]sched.Ready{}
 	for _, m := range chunkModels(chunks) {
@@ -97,6 +101,48 @@ func runAdminBatch(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	held := slices.ContainsFunc(markers, func(m store.InflightMarker) bool { return m.Batch == id })
 	return writeJSON(stdout, inspectBatch(b, chunks, ready, held, time.Now()))
+}
+
+// requeue sends batch b's next step again (requeueMessage).
+func requeue(ctx context.Context, b batch.Batch, stdout io.Writer) error {
+	queueKey, m, err := requeueMessage(b, time.Now())
+	if err != nil {
+		return err
+	}
+	q, err := adminQueues(ctx)
+	if err != nil {
+		return err
+	}
+	if err := q.Send(ctx, queueKey, m, 0); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s of %s sent to the %s queue\n", m.Type, b.ID, queueKey)
+	return nil
+}
+
+// requeueMessage is the message that moves batch b on from where it is at
+// now, as the tick would send it when due (docs/design.md "Tick"): its plan
+// while it is not started, its drain while cancelling or past its window, its finalize once every
+// chunk is done (or when terminal: the finalize then only repeats giving
+// back the tenant's slot and queueing the webhook). Its handler's fences
+// make a message sent twice do the work once. A batch whose chunks run has
+// nothing to requeue: its chunks' leases carry it.
+func requeueMessage(b batch.Batch, now time.Time) (string, msg.Message, error) {
+	m := msg.Message{Tenant: b.Tenant, Batch: b.ID}
+	switch {
+	case b.Status == batch.Scheduled:
+		return "", m, fmt.Errorf("%s is a template: its runs are batches of their own", b.ID)
+	case b.Status.Terminal(), b.Status == batch.Finalizing, b.ChunksTotal > 0 && b.ChunksDone >= b.ChunksTotal:
+		m.Type = msg.Finalize
+		return resources.Finalize, m, nil
+	case b.Started && (b.Status == batch.Cancelling || b.PastExpiry(now)):
+		m.Type = msg.Drain
+	case !b.Started:
+		m.Type = msg.Plan
+	default:
+		return "", m, fmt.Errorf("%s has chunks running or waiting for capacity: nothing to requeue (relay admin batch inspect %s; relay admin tick takes over ended leases)", b.ID, b.ID)
+	}
+	return resources.Dispatch, m, nil
 }
 
 // chunkModels are the models of cs, each once, in order.

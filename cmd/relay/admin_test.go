@@ -80,3 +80,38 @@ func TestReportModel(t *testing.T) {
 		t.Errorf("idle model: %+v", r)
 	}
 }
+
+// requeue sends what moves a batch on from where it is, and nothing for a
+// batch whose chunks carry it.
+func TestRequeueMessage(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_800_000_000, 0)
+	later, earlier := now.Add(time.Hour).Unix(), now.Add(-time.Hour).Unix()
+	for _, tt := range []struct {
+		name       string
+		b          batch.Batch
+		queue, typ string
+	}{
+		{"validating", batch.Batch{Status: batch.Validating}, "dispatch", "plan"},
+		{"planned, not started", batch.Batch{Status: batch.InProgress, ChunksTotal: 2}, "dispatch", "plan"},
+		{"cancelling", batch.Batch{Status: batch.Cancelling, Started: true, ChunksTotal: 2}, "dispatch", "drain"},
+		{"every chunk done", batch.Batch{Status: batch.InProgress, Started: true, ChunksTotal: 2, ChunksDone: 2}, "finalize", "finalize"},
+		{"finalizing", batch.Batch{Status: batch.Finalizing, Started: true, ChunksTotal: 2, ChunksDone: 2}, "finalize", "finalize"},
+		{"terminal", batch.Batch{Status: batch.Completed, Started: true, ChunksTotal: 2, ChunksDone: 2}, "finalize", "finalize"},
+		{"running", batch.Batch{Status: batch.InProgress, Started: true, ChunksTotal: 2, ChunksDone: 1, ExpiresAt: &later}, "", ""},
+		{"past its window", batch.Batch{Status: batch.InProgress, Started: true, ChunksTotal: 2, ChunksDone: 1, ExpiresAt: &earlier}, "dispatch", "drain"},
+		{"template", batch.Batch{Status: batch.Scheduled}, "", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tt.b.ID, tt.b.Tenant = "batch_x", "acme"
+			q, m, err := requeueMessage(tt.b, now)
+			if q != tt.queue || m.Type != tt.typ || (err == nil) != (tt.queue != "") {
+				t.Fatalf("%s %s %v, want %q %q", q, m.Type, err, tt.queue, tt.typ)
+			}
+			if err == nil && (m.Batch != "batch_x" || m.Tenant != "acme") {
+				t.Errorf("message %+v names another batch", m)
+			}
+		})
+	}
+}

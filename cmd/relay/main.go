@@ -27,6 +27,7 @@ Usage:
   relay tenants budget show --tenant NAME
   relay tenants disable|enable NAME
   relay admin batch inspect ID [--tenant NAME]   a batch's chunks, leases, ready entries and problems
+  relay admin batch requeue ID [--tenant NAME]   send its plan, drain or finalize again
   relay admin models                 each model's capacity in use per shard and the batches waiting
   relay admin dlq list|redrive dispatch|work|finalize|webhook [--batch ID]
   relay admin tick                   run the scheduler's tick once now (docs/runbook.md)
