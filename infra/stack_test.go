@@ -929,6 +929,7 @@ func TestPropsFromContext(t *testing.T) {
 	p, err = propsFromContext(awscdk.NewApp(&awscdk.AppProps{Context: &map[string]any{
 		"config": filepath.Join("..", "relay.yaml"), "arch": "amd64", "deletionProtection": "false",
 		"corsOrigins": "https://a.example,https://b.example", "throttleRate": "5", "prefix": "relay-dev", "wafRateLimit": "1000", "reserveConcurrency": "false",
+		"auditRetentionDays": "2555",
 	}}).Node())
 	if err != nil {
 		t.Fatal(err)
@@ -939,12 +940,14 @@ func TestPropsFromContext(t *testing.T) {
 		t.Errorf("the example models file for AWS: %v", err)
 	}
 	if p.DeletionProtection || *p.Arch.Name() != "x86_64" || p.ThrottleRate != 5 || p.Prefix != "relay-dev" || p.WAFRateLimit != 1000 || p.ReserveConcurrency ||
+		p.Set().AuditRetention != 2555*24*time.Hour ||
 		!slices.Equal(p.CORSOrigins, []string{"https://a.example", "https://b.example"}) {
 		t.Errorf("from context: %+v", p)
 	}
 	for _, bad := range []map[string]any{
 		{"arch": "mips"}, {"deletionProtection": "maybe"}, {"throttleRate": "-1"}, {"prefix": "Relay"},
 		{"wafRateLimit": "5"}, {"wafRateLimit": "many"}, {"wafRateLimit": "2500000000"},
+		{"auditRetentionDays": "0.5"}, {"auditRetentionDays": "-3"},
 		{"config": "no-such-file.yaml"},
 		{"requireRemoteModels": "true"}, // relay.yaml points at the mock on 127.0.0.1
 	} {

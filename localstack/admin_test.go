@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -112,6 +113,79 @@ func TestAdminRunbook(t *testing.T) {
 		}
 		if out := strings.TrimSpace(relay(t, "admin", "dlq", "list", "dispatch")); out != "[]" {
 			t.Errorf("dispatch DLQ after the redrive: %s, want empty", out)
+		}
+	})
+
+	t.Run("audit-trail", func(t *testing.T) {
+		rows := nRows(15, "audited")
+		b := waitBatch(t, c, createBatch(t, c, upload(t, c, "audit.jsonl", jsonlRows(rows)).ID).ID)
+		keyID := submitterKeyID(t, rt, b.ID)
+		var entries []struct {
+			KeyID      string `json:"key_id"`
+			OnBehalfOf string `json:"on_behalf_of"`
+			Action     string `json:"action"`
+			Outcome    string `json:"outcome"`
+		}
+		actions := map[string]int{}
+		// The executor writes its entries as its invocation ends, which
+		// may be after the batch completes.
+		waitFor(t, "the entries of both chunks run", func() bool {
+			entries = nil
+			if err := json.Unmarshal([]byte(relay(t, "admin", "audit", "query", "--batch", b.ID)), &entries); err != nil {
+				t.Fatal(err)
+			}
+			clear(actions)
+			for _, e := range entries {
+				actions[e.Action]++
+			}
+			return actions["rows.run"] >= 2 // 15 rows in chunks of 10
+		})
+		for _, e := range entries {
+			if e.Action == "rows.run" && (e.OnBehalfOf != keyID || e.KeyID != "service:executor") {
+				t.Errorf("entry %+v: want rows run by the executor on behalf of %s", e, keyID)
+			}
+		}
+		if actions["rows.run"] != 2 {
+			t.Errorf("entries of %s: %v, want its 2 chunks run once each", b.ID, actions)
+		}
+		created := 0
+		var mine []struct {
+			Action, Outcome string
+		}
+		json.Unmarshal([]byte(relay(t, "admin", "audit", "query", "--key", keyID)), &mine)
+		for _, e := range mine {
+			if e.Action == "POST /v1/batches" && e.Outcome == "200" {
+				created++
+			}
+		}
+		if created < 2 {
+			t.Errorf("key %s's entries %+v: want its batch creates", keyID, mine)
+		}
+		if out := relay(t, "admin", "audit", "verify"); !strings.Contains(out, `"breaks": null`) {
+			t.Fatalf("verify: %s", out)
+		}
+		// One byte of one object altered: verify names it.
+		ctx := context.Background()
+		keys, err := rt.App.Blobs.List(ctx, "audit/")
+		if err != nil || len(keys) < 3 {
+			t.Fatalf("audit objects %v (%v)", keys, err)
+		}
+		victim := keys[1]
+		rc, err := rt.App.Blobs.Get(ctx, victim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(rc)
+		rc.Close()
+		body[len(body)-5] ^= 0x01
+		if err := rt.App.Blobs.Put(ctx, victim, bytes.NewReader(body), int64(len(body))); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, "admin", "audit", "verify")
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), victim) {
+			t.Errorf("verify after altering %s: %v\n%s\nwant a failure naming it", victim, err, out)
 		}
 	})
 

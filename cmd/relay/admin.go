@@ -11,10 +11,13 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/relaybatch/relay/internal/audit"
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/queue"
@@ -26,7 +29,7 @@ import (
 // adminCommands are the commands of relay admin: what docs/runbook.md's
 // checks and fixes run. Each reads the service's table and queues with the
 // caller's AWS credentials, as relay keys does, and is safe to run twice.
-var adminCommands = []string{"batch", "models", "dlq", "tick"}
+var adminCommands = []string{"batch", "models", "dlq", "tick", "audit"}
 
 func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -41,6 +44,8 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runAdminDLQ(ctx, args[1:], stdout, stderr)
 	case "tick":
 		return runAdminTick(ctx, args[1:], stdout, stderr)
+	case "audit":
+		return runAdminAudit(ctx, args[1:], stdout, stderr)
 	}
 	return usageErr("admin: unknown command %q: want %s", args[0], oneOf(adminCommands))
 }
@@ -514,4 +519,79 @@ func (d dlq) redrive(ctx context.Context) (int, error) {
 		n++
 	}
 	return n, errors.Join(errs...)
+}
+
+// runAdminAudit is relay admin audit verify|query: the audit trail's
+// chains checked from their first object, or its entries of a batch or a
+// key (docs/runbook.md "Audit trail").
+func runAdminAudit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("admin audit", "verify [--from YYYY-MM-DD] [--to YYYY-MM-DD] | query --batch ID | --key KEY_ID")
+	from := fs.String("from", "", "only chains begun on or after this day (UTC)")
+	to := fs.String("to", "", "only chains begun on or before this day (UTC)")
+	batchID := fs.String("batch", "", "query: the entries of this batch")
+	keyID := fs.String("key", "", "query: the entries of this key, as caller or submitter")
+	pos, err := parseArgs(fs, args, stdout, stderr)
+	if err != nil {
+		return helpIsSuccess(err)
+	}
+	switch {
+	case len(pos) != 1 || (pos[0] != "verify" && pos[0] != "query"):
+		return usageErr("admin audit: want verify or query")
+	case pos[0] == "query" && (*batchID == "") == (*keyID == ""):
+		return usageErr("admin audit query: give --batch ID or --key KEY_ID")
+	}
+	objs, err := readTrail(ctx, *from, *to)
+	if err != nil {
+		return err
+	}
+	breaks, entries := audit.Verify(objs)
+	if pos[0] == "query" {
+		var out []audit.Entry
+		for _, e := range entries {
+			if (*batchID != "" && e.Batch == *batchID) || (*keyID != "" && (e.KeyID == *keyID || e.OnBehalfOf == *keyID)) {
+				out = append(out, e)
+			}
+		}
+		return writeJSON(stdout, out)
+	}
+	if err := writeJSON(stdout, map[string]any{"objects": len(objs), "entries": len(entries), "breaks": breaks}); err != nil {
+		return err
+	}
+	if len(breaks) > 0 {
+		return fmt.Errorf("the audit trail does not verify: %s: %s", breaks[0].Key, breaks[0].Reason)
+	}
+	return nil
+}
+
+// readTrail reads the audit trail's objects of the chains begun from the
+// day from to the day to (either "": unbounded).
+func readTrail(ctx context.Context, from, to string) ([]audit.Object, error) {
+	cfg, env, err := awsConfig(ctx)
+	if err != nil {
+		return nil, err
+	}
+	bs := blob.New(s3.NewFromConfig(cfg, func(o *s3.Options) { o.UsePathStyle = env.S3PathStyle || endpointSet() }), env.Bucket)
+	keys, err := bs.List(ctx, audit.Prefix)
+	if err != nil {
+		return nil, fmt.Errorf("%w (the bucket is RELAY_BUCKET, else <RELAY_PREFIX>-data)", err)
+	}
+	day := func(v string) string { return strings.ReplaceAll(v, "-", "") }
+	var objs []audit.Object
+	for _, k := range keys {
+		chainDay := strings.TrimPrefix(k, audit.Prefix)[:min(8, len(k)-len(audit.Prefix))]
+		if (from != "" && chainDay < day(from)) || (to != "" && chainDay > day(to)) {
+			continue
+		}
+		rc, err := bs.Get(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		body, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", k, err)
+		}
+		objs = append(objs, audit.Object{Key: k, Body: body})
+	}
+	return objs, nil
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/relaybatch/relay/internal/audit"
 	"github.com/relaybatch/relay/internal/backoff"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/blob"
@@ -73,7 +74,7 @@ func (e *Engine) commitWith(ctx context.Context, b batch.Batch, c batch.Chunk, r
 	}
 	ours, err := e.commit(ctx, b, cm, written, &first)
 	if ours && err == nil {
-		e.publishRows(ctx, b, usage)
+		e.publishRows(ctx, b, c.Index, usage)
 	}
 	return ours, err
 }
@@ -92,9 +93,9 @@ func readUsage(parts map[string]part.Object) ([]byte, error) {
 	return data, err
 }
 
-// publishRows logs the metrics of a committed chunk's rows (internal/metrics):
-// once, by the run whose commit took effect.
-func (e *Engine) publishRows(ctx context.Context, b batch.Batch, usage []byte) {
+// publishRows logs the metrics of a committed chunk's rows (internal/metrics)
+// and keeps their audit entry: once, by the run whose commit took effect.
+func (e *Engine) publishRows(ctx context.Context, b batch.Batch, chunk int, usage []byte) {
 	byModel, err := metrics.Rows(usage)
 	if err != nil {
 		e.Log.WarnContext(ctx, "metrics of a chunk's rows", "batch_id", b.ID, "err", err)
@@ -112,6 +113,22 @@ func (e *Engine) publishRows(ctx context.Context, b batch.Batch, usage []byte) {
 		}
 	}
 	e.Log.InfoContext(ctx, "tenant metrics", metrics.TenantLine(e.Set.Prefix, b.Tenant, b.ID, now, rows, tokens)...)
+	var completed int64
+	for _, f := range byModel {
+		completed += f.Completed
+	}
+	e.Audit.Add(audit.Entry{Time: now.UnixMilli(), Tenant: b.Tenant, KeyID: audit.Executor, OnBehalfOf: b.KeyID, Batch: b.ID,
+		Action: audit.RowsRun, Target: fmt.Sprintf("chunk %d", chunk), Outcome: fmt.Sprintf("%d completed, %d failed", completed, rows-completed)})
+}
+
+// flushAudit writes the audit entries this invocation kept, with time of
+// its own when ctx's ran out.
+func (e *Engine) flushAudit(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := e.Audit.Flush(ctx); err != nil {
+		e.Log.WarnContext(ctx, "audit trail: entries kept for the next invocation", "err", err)
+	}
 }
 
 // pickResult is a commit's continuation as pickNext read it, and its load
