@@ -86,6 +86,7 @@ type chunkRun struct {
 // executes only while it holds its fence and its lease (fence, lease
 // rule), and each chunk commits and is reported on its own.
 func (e *Engine) Execute(ctx context.Context, ds []msg.Delivery) ([]string, error) {
+	defer e.flushAudit(ctx)
 	var failed []string
 	var runs []*chunkRun
 	var native sync.WaitGroup // a native batch's steps run beside the chunks
@@ -833,6 +834,10 @@ func (e *Engine) commitAnswered(ctx context.Context, r *chunkRun) error {
 	if err != nil {
 		return err
 	}
+	usage, err := readUsage(parts)
+	if err != nil {
+		return err
+	}
 	written, err := part.Write(ctx, e.Blobs, cm, parts)
 	if err != nil {
 		return err
@@ -843,6 +848,9 @@ func (e *Engine) commitAnswered(ctx context.Context, r *chunkRun) error {
 		}
 	}
 	won, err := e.commitSplit(ctx, r.b, cm, rest)
+	if err == nil && won {
+		e.publishRows(ctx, r.b, done.Index, usage)
+	}
 	if err == nil && !won {
 		e.Log.InfoContext(ctx, "split chunk no longer this run's; its part discarded", "batch_id", done.Batch, "chunk", done.Index, "run", done.Run)
 		err = errors.Join(stop, e.Blobs.Delete(ctx, written...))

@@ -75,7 +75,10 @@ type UsageEvent struct {
 	InputTokens  int64      `json:"input_tokens"`
 	OutputTokens int64      `json:"output_tokens"`
 	TotalTokens  int64      `json:"total_tokens"`
-	At           int64      `json:"at"`
+	// LatencyMS is the row's time upstream (inference.Result.Latency), 0
+	// for a row never sent.
+	LatencyMS int64 `json:"latency_ms"`
+	At        int64 `json:"at"`
 }
 
 // DeadLetter is a row that ended failed after its retry cycle, an entry of
@@ -214,7 +217,7 @@ func (w *builder) render(id string, o Outcome) ([]byte, byte) {
 func (w *builder) event(o Outcome, l Line) {
 	ev := UsageEvent{Source: "batch", Tenant: w.b.Tenant, KeyID: w.b.KeyID, BatchID: w.b.ID, CustomID: o.CustomID, Row: w.row,
 		Status: "failed", Model: cmp.Or(o.Result.Model, w.model), Fallback: o.Result.Fallback, Attempts: w.prior + o.Result.Attempts,
-		Error: l.Error, At: w.now.Unix()}
+		Error: l.Error, LatencyMS: o.Result.Latency.Milliseconds(), At: w.now.Unix()}
 	if st := o.Result.StatusCode; st > 0 {
 		ev.LastStatus = &st
 	}
