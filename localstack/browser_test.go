@@ -610,6 +610,11 @@ func testBrowserUploadTwoFiles(t *testing.T, browserCtx context.Context) {
 	p.waitVisible("the retry button (one row failed)", "#retry")
 	p.wait("the error lines of the batch page", 20*time.Second,
 		`[...document.querySelectorAll('#batch td')].some((td) => td.textContent === 'r0003')`)
+	// The dead-letter rows name the failed row, why, after how many
+	// attempts, its last status and model (docs/api.md "Dead letters").
+	p.wait("the dead-letter rows of the batch page", 20*time.Second,
+		`[...document.querySelectorAll('[aria-label="Dead-letter rows"] tbody tr')].some((tr) =>
+			/^3\s+r0003\s+upstream_error\s+the upstream answered 400\s+1\s+400\s+gpt-4o-mini$/.test(tr.innerText.trim()))`)
 	p.waitVisible("the download buttons", "#download-results")
 	if eval[bool](p, visibleJS("#cancel")) {
 		t.Errorf("the cancel button shows on a completed batch")

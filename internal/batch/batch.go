@@ -312,6 +312,10 @@ type Chunk struct {
 	// Model as their fallback: a chunk of the fallback's rows, run on its
 	// capacity (docs/design.md "Scheduling", fallback rows).
 	Fallback bool `dynamodbav:"fallback,omitempty"`
+	// PriorAttempts is, for a chunk of fallback rows, the upstream attempts
+	// each of its rows made on its own model before it was owed the
+	// fallback: a row's generation counts them with the fallback's.
+	PriorAttempts int `dynamodbav:"prior_attempts,omitempty"`
 
 	// Set while claimed.
 	Run      string `dynamodbav:"run"`
@@ -412,15 +416,6 @@ func PartsPrefix(tenant, batchID string) string {
 // Parts returns the committed part keys of a done chunk.
 func (c Chunk) Parts(kind string) string {
 	return PartKey(c.Tenant, c.Batch, c.Index, c.Attempt, kind)
-}
-
-// DeadLetter is a row that exhausted its retries (GET …/dead_letters).
-type DeadLetter struct {
-	CustomID   string `json:"custom_id" dynamodbav:"custom_id"`
-	Error      string `json:"error" dynamodbav:"error"`
-	Attempts   int    `json:"attempts" dynamodbav:"attempts"`
-	LastStatus *int   `json:"last_status" dynamodbav:"last_status"`
-	Row        int    `json:"-" dynamodbav:"row"`
 }
 
 // Fallback is the batch's fallback model, "" for none.

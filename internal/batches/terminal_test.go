@@ -50,9 +50,6 @@ func (*releaseTable) IdempotentBatch(context.Context, string, string) (store.Ide
 	return store.Idem{}, errNotInFake
 }
 func (*releaseTable) Chunks(context.Context, string) ([]batch.Chunk, error) { return nil, errNotInFake }
-func (*releaseTable) DeadLetters(context.Context, string, int, int) ([]batch.DeadLetter, bool, error) {
-	return nil, false, errNotInFake
-}
 func (*releaseTable) GetFile(context.Context, string, string) (file.File, error) {
 	return file.File{}, errNotInFake
 }

@@ -397,7 +397,7 @@ function batchView(id) {
       ['Completion window', b.completion_window], ['Input file', b.input_file_id],
       ['Output file', b.output_file_id], ['Error file', b.error_file_id],
       ['Retry of', b.retry_of && batchLink(b.retry_of)], ['Template', b.template_id && batchLink(b.template_id)],
-      ['Dead letters', b.dead_letter_count], ['Webhook URL', b.webhook_url],
+      ['Rows of dead chunks', b.dead_letter_count], ['Webhook URL', b.webhook_url],
     ];
     s.summary.set(JSON.stringify(summary), () => dl(summary));
     const u = b.usage || {};
@@ -424,8 +424,9 @@ function batchView(id) {
     // Rows appear as their chunks commit: read again as the counts move.
     const done = (c.completed || 0) + (c.failed || 0);
     s.rows.set(isTemplate || !done ? '' : `${b.status}:${done}`, () => (isTemplate || !done ? null : rowList(id)));
-    const hasDead = b.dead_letter_count > 0 || (b.dead_letter_count == null && TERMINAL.has(b.status));
-    s.dead.set(hasDead ? `${b.status}:${b.dead_letter_count}` : '', () => (hasDead ? deadLetters(id) : null));
+    // Every failed row is a dead letter (docs/api.md "Dead letters"), listed as its chunk commits.
+    const hasDead = !isTemplate && c.failed > 0;
+    s.dead.set(hasDead ? `${b.status}:${c.failed}` : '', () => (hasDead ? deadLetters(id) : null));
     s.lines.set(b.error_file_id || '', () => (b.error_file_id ? errorLines(b.error_file_id) : null));
 
     // A button that just hid itself (Cancel) must not strand keyboard focus.
@@ -495,8 +496,9 @@ async function deadLetters(id) {
   const page = await request(`v1/batches/${enc(id)}/dead_letters`);
   if (!page.data.length) return null;
   return [
-    table('Dead-letter rows', ['custom_id', 'Error', 'Attempts', 'Last status'],
-      page.data.map((d) => [d.custom_id, errorText(d.error), d.attempts, d.last_status])),
+    table('Dead-letter rows', ['Row', 'custom_id', 'Reason', 'Error', 'Attempts', 'Last status', 'Model'],
+      page.data.map((d) => [d.row, d.custom_id, d.reason, errorText(d.error), d.attempts, d.last_status ?? '—',
+        d.fallback ? `${d.model} (fallback)` : d.model])),
     page.has_more && h('p', { class: 'help' }, 'More rows exist: the error file has them all.'),
   ];
 }
