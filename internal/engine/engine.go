@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/relaybatch/relay/internal/audit"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/config"
@@ -59,7 +60,6 @@ type Store interface {
 	ReleaseFence(ctx context.Context, batchID string, chunk int, exec string) error
 	CommitSplit(ctx context.Context, tenant string, c sched.Commit, rest batch.Chunk, run string, lease time.Time) error
 	CommitChunk(ctx context.Context, tenant string, c sched.Commit) error
-	PutDeadLetters(ctx context.Context, batchID string, dls []batch.DeadLetter) error
 }
 
 // Blobs is what the engine needs of the bucket (internal/blob).
@@ -127,6 +127,14 @@ type Workflow interface {
 	Spent(ctx context.Context, b batch.Batch, c batch.Chunk) (u inference.Usage, counted bool, err error)
 }
 
+// Auditor keeps audit trail entries (internal/audit.Chain): the engine adds
+// one per chunk of rows it commits, and writes them at the end of each
+// Execute.
+type Auditor interface {
+	Add(audit.Entry)
+	Flush(ctx context.Context) error
+}
+
 // Lifecycle is what the batches' service (internal/batches) does beside
 // the engine: Terminal follows a batch's terminal state, perhaps more than
 // once (its in-flight slot back, its webhook queued); Announce queues a
@@ -137,6 +145,9 @@ type Workflow interface {
 type Lifecycle interface {
 	Terminal(ctx context.Context, b batch.Batch) error
 	Announce(ctx context.Context, b batch.Batch, event string) error
+	// Announces reports whether b's events go anywhere (its webhook_url,
+	// an operator endpoint): only then is in_progress recorded and queued.
+	Announces(b batch.Batch) bool
 	RetryInput(ctx context.Context, b batch.Batch) (file.File, error)
 }
 
@@ -164,6 +175,8 @@ type Deps struct {
 	// so no hook is assigned after New returns and none is ever nil.
 	Workflow func(*Engine) Workflow
 	Native   func(*Engine) Delegate
+	// Audit keeps the audit trail's entries of rows run (internal/audit).
+	Audit Auditor
 
 	// Options: a zero one takes its default.
 	Chunks plan.Limits
@@ -177,7 +190,7 @@ func New(d Deps) (*Engine, error) {
 	}
 	e := &Engine{
 		Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Provider: d.Provider, Models: d.Models, Set: d.Set, Log: d.Log,
-		Now: d.Now, Govern: d.Govern, Lifecycle: d.Lifecycle, Chunks: d.Chunks, Lease: d.Lease,
+		Now: d.Now, Govern: d.Govern, Lifecycle: d.Lifecycle, Audit: d.Audit, Chunks: d.Chunks, Lease: d.Lease,
 	}
 	if e.Workflow = d.Workflow(e); e.Workflow == nil {
 		return nil, errors.New("engine: Deps.Workflow built no workflow runner")
@@ -197,7 +210,7 @@ func (d Deps) check() error {
 		{"Store", d.Store == nil}, {"Blobs", d.Blobs == nil}, {"Queue", d.Queue == nil},
 		{"Provider", d.Provider == nil}, {"Models", d.Models == nil}, {"Log", d.Log == nil},
 		{"Now", d.Now == nil}, {"Govern", d.Govern == nil}, {"Lifecycle", d.Lifecycle == nil},
-		{"Workflow", d.Workflow == nil}, {"Native", d.Native == nil},
+		{"Workflow", d.Workflow == nil}, {"Native", d.Native == nil}, {"Audit", d.Audit == nil},
 	} {
 		if p.missing {
 			return fmt.Errorf("engine: Deps.%s is missing", p.name)
@@ -220,6 +233,7 @@ type Engine struct {
 	Now       func() time.Time
 	Govern    Governor
 	Lifecycle Lifecycle
+	Audit     Auditor
 	Workflow  Workflow
 	// Native runs the chunks it Takes instead of the executors.
 	Native Delegate

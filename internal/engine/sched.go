@@ -9,6 +9,7 @@ import (
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/ids"
 	"github.com/relaybatch/relay/internal/jsonl"
+	"github.com/relaybatch/relay/internal/metrics"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/resources"
@@ -93,14 +94,25 @@ const maxPicks = 20
 // start claims chunks of model from its free capacity and sends their work
 // messages; it is how work begins when nothing hands capacity on.
 func (e *Engine) start(ctx context.Context, model string) error {
+	_, err := e.startCounting(ctx, model)
+	return err
+}
+
+// startCounting is start, also saying how many of the model's slots were
+// in flight before its claims (the tick publishes it).
+func (e *Engine) startCounting(ctx context.Context, model string) (int, error) {
 	m, ok := e.Models.Lookup(model)
 	if !ok {
-		return nil
+		return 0, nil
 	}
 	quotas := sched.Quotas(m.MaxConcurrency)
 	free, err := e.Store.FreeSlots(ctx, model, quotas)
 	if err != nil {
-		return err
+		return 0, err
+	}
+	inFlight := m.MaxConcurrency
+	for _, n := range free {
+		inFlight -= n
 	}
 	var msgs []any
 	defer func() {
@@ -118,7 +130,7 @@ func (e *Engine) start(ctx context.Context, model string) error {
 		}
 		c, err := pick(ctx, e.Store, model, min(e.limits().Slots, free[shard]), shard, e.Now().Add(e.lease()), nil)
 		if err != nil || c == nil {
-			return err
+			return inFlight, err
 		}
 		switch err := e.Store.ClaimFromPool(ctx, *c, quotas[shard]); {
 		case errors.Is(err, store.ErrNoCapacity):
@@ -127,16 +139,16 @@ func (e *Engine) start(ctx context.Context, model string) error {
 		case errors.Is(err, store.ErrRaced):
 			races++
 			if err := raced(ctx, e.Store, c); err != nil {
-				return err
+				return inFlight, err
 			}
 		case err != nil:
-			return err
+			return inFlight, err
 		default:
 			free[shard] -= c.Slots
 			msgs = append(msgs, msg.ForChunk(c.Next()))
 		}
 	}
-	return nil
+	return inFlight, nil
 }
 
 // drain claims every unclaimed chunk of a cancelled or expired batch
@@ -199,9 +211,14 @@ func (e *Engine) Tick(ctx context.Context) error {
 		}
 	}
 	for _, m := range e.Models.Names() {
-		if err := e.start(ctx, m); err != nil {
+		inFlight, err := e.startCounting(ctx, m)
+		if err != nil {
 			e.Log.ErrorContext(ctx, "tick: start model", "model", m, "err", err)
 			errs = append(errs, fmt.Errorf("start model %s: %w", m, err))
+			continue
+		}
+		if cfg, ok := e.Models.Lookup(m); ok {
+			e.Log.InfoContext(ctx, "capacity", metrics.CapacityLine(e.Set.Prefix, m, now, inFlight, cfg.MaxConcurrency)...)
 		}
 	}
 	e.publishOldest(ctx, now)

@@ -181,13 +181,14 @@ func (c *Client) Do(ctx context.Context, endpoint string, body json.RawMessage, 
 			ErrMessage: fmt.Sprintf("model %q is not one the batch's API key may use", model.Name)}
 	}
 	var attempts int
+	start := time.Now()
 	if route.On != "" {
 		fb, res, ok := c.fallbackOn(model, route)
 		if !ok {
 			return res
 		}
 		res, _ = c.onModel(ctx, fb, endpoint, body, route.TimeLimit, &attempts)
-		res.Fallback, res.Attempts = true, attempts
+		res.Fallback, res.Attempts, res.Latency = true, attempts, time.Since(start)
 		return res
 	}
 	res, exhausted := c.onModel(ctx, model, endpoint, body, route.TimeLimit, &attempts)
@@ -199,7 +200,7 @@ func (c *Client) Do(ctx context.Context, endpoint string, body json.RawMessage, 
 			res.Fallback = true
 		}
 	}
-	res.Attempts = attempts
+	res.Attempts, res.Latency = attempts, time.Since(start)
 	return res
 }
 
