@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
@@ -12,8 +13,15 @@ import (
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
+	"github.com/relaybatch/relay/internal/metrics"
 	"github.com/relaybatch/relay/internal/resources"
 )
+
+// RunbookURL is where docs/runbook.md's entry with heading entry is, as
+// GitHub anchors a heading (lower case).
+func RunbookURL(entry string) string {
+	return "docs/runbook.md#" + strings.ToLower(entry)
+}
 
 // Observability is the alarms and the topic they notify. The logs are the
 // functions' own JSON log groups (newFunction) and the API's access log.
@@ -46,10 +54,16 @@ func NewObservability(scope constructs.Construct, props RelayProps, pipeline *Pi
 	o := &Observability{Scope: c, Topic: topic}
 	period := awscdk.Duration_Minutes(jsii.Number(5))
 
+	// Each alarm names its runbook entry: the heading of its id, or
+	// "Throttles", which one entry serves for every function.
 	alarm := func(id, description string, metric awscloudwatch.IMetric, threshold float64) {
+		entry := id
+		if strings.HasSuffix(id, "Throttles") {
+			entry = "Throttles"
+		}
 		a := awscloudwatch.NewAlarm(c, jsii.String(id), &awscloudwatch.AlarmProps{
 			AlarmName:          jsii.String(props.Prefix + "-" + id),
-			AlarmDescription:   jsii.String(description),
+			AlarmDescription:   jsii.String(description + ". Runbook: " + RunbookURL(entry)),
 			Metric:             metric,
 			Threshold:          jsii.Number(threshold),
 			EvaluationPeriods:  jsii.Number(1),
@@ -86,5 +100,116 @@ func NewObservability(scope constructs.Construct, props RelayProps, pipeline *Pi
 		}), oldestBatchAge.Seconds())
 	alarm("Api5xx", "the API answered with server errors",
 		api.RestAPI.MetricServerError(sum), api5xxPerPeriod)
+	if props.Models != nil {
+		for _, m := range props.Models.Models {
+			modelAlarms(c, o, props, m.Name)
+		}
+	}
+	newDashboard(c, props, pipeline, fns)
 	return o
+}
+
+// Thresholds of the per-model alarms.
+const (
+	// A model fails this share of its rows (in percent) in a period, and
+	// at least failedRowsFloor rows, to alarm.
+	modelErrorPercent = 50
+	failedRowsFloor   = 10
+	// Capacity in use all the time for this many 5-minute periods alarms.
+	pinnedPeriods = 6
+)
+
+// modelMetric is one of a model's metrics (internal/metrics).
+func modelMetric(props RelayProps, model, name, stat string) awscloudwatch.Metric {
+	return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
+		Namespace:     jsii.String(resources.MetricNamespace),
+		MetricName:    jsii.String(name),
+		DimensionsMap: &map[string]*string{resources.MetricDimension: jsii.String(props.Prefix), metrics.Model: jsii.String(model)},
+		Period:        awscdk.Duration_Minutes(jsii.Number(5)),
+		Statistic:     jsii.String(stat),
+		Label:         jsii.String(model),
+	})
+}
+
+// modelAlarms are a model's alarms on the functions' metrics: most of its
+// rows failing, and its capacity in use all the time (batches queue).
+func modelAlarms(c constructs.Construct, o *Observability, props RelayProps, model string) {
+	id := logicalName(model)
+	add := func(kind, description string, metric awscloudwatch.IMetric, threshold float64, periods int) {
+		a := awscloudwatch.NewAlarm(c, jsii.String(kind+id), &awscloudwatch.AlarmProps{
+			AlarmName:          jsii.String(props.Prefix + "-" + kind + "-" + model),
+			AlarmDescription:   jsii.String(description + ". Runbook: " + RunbookURL(kind)),
+			Metric:             metric,
+			Threshold:          jsii.Number(threshold),
+			EvaluationPeriods:  jsii.Number(float64(periods)),
+			ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+			TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+		})
+		a.AddAlarmAction(awscloudwatchactions.NewSnsAction(o.Topic))
+		o.Alarms = append(o.Alarms, a)
+	}
+	add("ModelErrorRate", fmt.Sprintf("over %d%% of %s's rows failed in 5 minutes", modelErrorPercent, model),
+		awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
+			Expression: jsii.String(fmt.Sprintf("IF(f >= %d, 100*f/(c+f), 0)", failedRowsFloor)),
+			UsingMetrics: &map[string]awscloudwatch.IMetric{
+				"f": modelMetric(props, model, metrics.RowsFailed, "Sum"),
+				"c": modelMetric(props, model, metrics.RowsCompleted, "Sum"),
+			},
+			Period: awscdk.Duration_Minutes(jsii.Number(5)),
+		}), modelErrorPercent, 1)
+	add("ModelCapacityPinned", fmt.Sprintf("all of %s's max_concurrency has been in use for %d minutes", model, pinnedPeriods*5),
+		awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
+			Expression: jsii.String("IF(k > 0, 100*i/k, 0)"),
+			UsingMetrics: &map[string]awscloudwatch.IMetric{
+				"i": modelMetric(props, model, metrics.InFlight, "Minimum"),
+				"k": modelMetric(props, model, metrics.Capacity, "Maximum"),
+			},
+			Period: awscdk.Duration_Minutes(jsii.Number(5)),
+		}), 100, pinnedPeriods)
+}
+
+// newDashboard is the deployment's CloudWatch dashboard: per model the
+// rows, upstream answers, latency and capacity the functions publish
+// (internal/metrics), and the pipeline's queues and functions.
+func newDashboard(c constructs.Construct, props RelayProps, pipeline *Pipeline, fns []*function) {
+	var models []string
+	if props.Models != nil {
+		models = props.Models.Names()
+	}
+	perModel := func(title, stat string, names ...string) awscloudwatch.IWidget {
+		var ms []awscloudwatch.IMetric
+		for _, m := range models {
+			for _, n := range names {
+				mm := modelMetric(props, m, n, stat)
+				if len(names) > 1 {
+					mm = mm.With(&awscloudwatch.MetricOptions{Label: jsii.String(m + " " + n)})
+				}
+				ms = append(ms, mm)
+			}
+		}
+		return awscloudwatch.NewGraphWidget(&awscloudwatch.GraphWidgetProps{Title: jsii.String(title), Left: &ms, Width: jsii.Number(12)})
+	}
+	var queues, fnErrors []awscloudwatch.IMetric
+	max := &awscloudwatch.MetricOptions{Statistic: jsii.String("Maximum")}
+	for _, key := range []string{resources.Dispatch, resources.Work, resources.Finalize, resources.Webhook} {
+		queues = append(queues, pipeline.Queues[key].MetricApproximateAgeOfOldestMessage(max))
+	}
+	for _, f := range fns {
+		fnErrors = append(fnErrors, f.Fn.MetricErrors(&awscloudwatch.MetricOptions{Label: jsii.String(f.Def.Name)}))
+	}
+	widgets := []awscloudwatch.IWidget{
+		perModel("Rows completed", "Sum", metrics.RowsCompleted),
+		perModel("Rows failed", "Sum", metrics.RowsFailed),
+		perModel("Upstream latency p50 (ms)", "p50", metrics.UpstreamLatency),
+		perModel("Upstream latency p99 (ms)", "p99", metrics.UpstreamLatency),
+		perModel("Upstream 429, 5xx, 4xx, no answer", "Sum", metrics.Upstream429, metrics.Upstream5xx, metrics.Upstream4xx, metrics.NoAnswer),
+		perModel("Fallbacks and tokens", "Sum", metrics.Fallbacks, metrics.Tokens),
+		perModel("In flight and capacity", "Maximum", metrics.InFlight, metrics.Capacity),
+		awscloudwatch.NewGraphWidget(&awscloudwatch.GraphWidgetProps{Title: jsii.String("Queue age (s)"), Left: &queues, Width: jsii.Number(12)}),
+		awscloudwatch.NewGraphWidget(&awscloudwatch.GraphWidgetProps{Title: jsii.String("Function errors"), Left: &fnErrors, Width: jsii.Number(12)}),
+	}
+	awscloudwatch.NewDashboard(c, jsii.String("Dashboard"), &awscloudwatch.DashboardProps{
+		DashboardName: jsii.String(props.Prefix),
+		Widgets:       &[]*[]awscloudwatch.IWidget{&widgets},
+	})
 }

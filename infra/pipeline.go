@@ -62,8 +62,11 @@ func NewPipeline(scope constructs.Construct, props RelayProps, storage *Storage,
 		}
 		p.Functions = append(p.Functions, f)
 	}
-	// The executor reads the provider keys; nothing else does.
+	// The executor reads the provider keys; nothing else does. The webhook
+	// function reads the operator endpoints' secrets, which sign their
+	// deliveries.
 	secrets.GrantRead(p.Function("executor").Role)
+	secrets.GrantOperatorRead(p.Function("webhook").Role)
 	// It alone calls the models, so it alone may invoke Bedrock's.
 	GrantBedrock(p.Function("executor").Role, props.Models)
 	return p

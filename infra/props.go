@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
@@ -62,6 +63,9 @@ type RelayProps struct {
 	// reserved concurrency (docs/architecture.md "Concurrency"); turn it off
 	// in an account whose Lambda limit is below what they need.
 	ReserveConcurrency bool
+	// AuditRetentionDays, when above 0, is how long the audit trail is
+	// kept (resources.DefaultAuditRetention otherwise).
+	AuditRetentionDays float64
 	// WAFRateLimit, when above 0, puts a web ACL on the stage that blocks
 	// a client IP past this many requests in 5 minutes (newFirewall).
 	WAFRateLimit float64
@@ -84,7 +88,11 @@ func (p RelayProps) Set() resources.Set {
 			slots += m.MaxConcurrency
 		}
 	}
-	return resources.Define(p.Prefix).SizedFor(slots)
+	set := resources.Define(p.Prefix).SizedFor(slots)
+	if p.AuditRetentionDays > 0 {
+		set.AuditRetention = time.Duration(p.AuditRetentionDays) * 24 * time.Hour
+	}
+	return set
 }
 
 // RemovalPolicy is what happens to stateful resources (table, bucket,
@@ -119,7 +127,7 @@ func defaultProps() RelayProps {
 
 // propsFromContext reads `-c key=value` context: prefix, config, build,
 // arch, deletionProtection, corsOrigins (comma-separated), alarmEmail, stage,
-// throttleRate, throttleBurst, wafRateLimit, apiGatewayAccountRole,
+// throttleRate, throttleBurst, wafRateLimit, auditRetentionDays, apiGatewayAccountRole,
 // requireRemoteModels, reserveConcurrency.
 // It loads and validates the models file, so a bad one fails the synth.
 func propsFromContext(node constructs.Node) (RelayProps, error) {
@@ -180,6 +188,10 @@ func propsFromContext(node constructs.Node) (RelayProps, error) {
 	number("throttleRate", &p.ThrottleRate)
 	number("throttleBurst", &p.ThrottleBurst)
 	number("wafRateLimit", &p.WAFRateLimit)
+	number("auditRetentionDays", &p.AuditRetentionDays)
+	if d := p.AuditRetentionDays; d != float64(int64(d)) {
+		errs = append(errs, fmt.Sprintf("context auditRetentionDays: %v is not a whole number of days", d))
+	}
 	if l := p.WAFRateLimit; l != 0 && (l < minWAFRateLimit || l > maxWAFRateLimit || l != float64(int64(l))) {
 		errs = append(errs, fmt.Sprintf("context wafRateLimit: %v is not a whole number of requests from %d to %d", l, minWAFRateLimit, maxWAFRateLimit))
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/relaybatch/relay/internal/apigw"
+	"github.com/relaybatch/relay/internal/metrics"
 	"github.com/relaybatch/relay/internal/resources"
 )
 
@@ -35,6 +36,9 @@ func TestResourceCounts(t *testing.T) {
 			secrets[m.APIKeyEnv] = true
 		}
 	}
+	for _, w := range props.Models.OperatorWebhooks {
+		secrets[w.SecretEnv] = true
+	}
 	want := map[string]int{
 		"AWS::DynamoDB::Table":            1,
 		"AWS::S3::Bucket":                 1,
@@ -49,8 +53,10 @@ func TestResourceCounts(t *testing.T) {
 		"AWS::ApiGateway::Stage":          1,
 		"AWS::Lambda::Permission":         1,
 		// A DLQ depth alarm per queue, errors and throttles per function,
-		// work and dispatch queue age, oldest batch age, API 5xx.
-		"AWS::CloudWatch::Alarm": len(set.Queues) + 2*len(set.Functions) + 4,
+		// work and dispatch queue age, oldest batch age, API 5xx; a model's
+		// error rate and pinned capacity.
+		"AWS::CloudWatch::Alarm":     len(set.Queues) + 2*len(set.Functions) + 4 + 2*len(props.Models.Models),
+		"AWS::CloudWatch::Dashboard": 1,
 	}
 	for typ, n := range want {
 		check(t, func() { tpl.ResourceCountIs(jsii.String(typ), jsii.Number(float64(n))) })
@@ -486,8 +492,16 @@ func TestLeastPrivilege(t *testing.T) {
 			if s3 := g["s3:PutObject"]; (def.Name == "webhook") != (len(s3) == 0) {
 				t.Errorf("s3:PutObject on %v", s3)
 			}
-			if sec := g["secretsmanager:GetSecretValue"]; (def.Name == "executor") != (len(sec) > 0) {
+			// The executor reads the provider keys, the webhook function
+			// the operator endpoints' secrets (only theirs).
+			sec := g["secretsmanager:GetSecretValue"]
+			if (def.Name == "executor" || def.Name == "webhook") != (len(sec) > 0) {
 				t.Errorf("secretsmanager:GetSecretValue on %v", sec)
+			}
+			if def.Name == "webhook" {
+				if id, _ := template.find(t, "AWS::SecretsManager::Secret", "Name", props.SecretPrefix()+"OPS_WEBHOOK_SECRET"); !slices.Equal(sec, []string{id}) {
+					t.Errorf("webhook function reads secrets %v, want the operator endpoint's only", sec)
+				}
 			}
 			if (def.Name == "api") != (len(g["scheduler:CreateSchedule"]) > 0 && len(g["iam:PassRole"]) > 0) {
 				t.Errorf("scheduler:CreateSchedule on %v, iam:PassRole on %v", g["scheduler:CreateSchedule"], g["iam:PassRole"])
@@ -637,6 +651,14 @@ func TestSecrets(t *testing.T) {
 		}
 		check(t, func() {
 			tpl.HasResourceProperties(jsii.String("AWS::SecretsManager::Secret"), map[string]any{"Name": props.SecretPrefix() + m.APIKeyEnv})
+		})
+	}
+	if len(props.Models.OperatorWebhooks) == 0 {
+		t.Fatal("the test stack has no operator webhook endpoint")
+	}
+	for _, w := range props.Models.OperatorWebhooks {
+		check(t, func() {
+			tpl.HasResourceProperties(jsii.String("AWS::SecretsManager::Secret"), map[string]any{"Name": props.SecretPrefix() + w.SecretEnv})
 		})
 	}
 }
@@ -789,10 +811,14 @@ func TestWAFRateRule(t *testing.T) {
 
 func TestAlarms(t *testing.T) {
 	setup(t)
-	metrics := map[string]int{}
+	byMetric := map[string]int{}
 	for _, id := range template.ofType("AWS::CloudWatch::Alarm") {
 		p := template.Resources[id].Properties
-		metrics[fmt.Sprint(p["Namespace"], " ", p["MetricName"])]++
+		if p["Metrics"] != nil { // metric math: a model's alarms, named <prefix>-<kind>-<model>
+			byMetric["math "+strings.Split(fmt.Sprint(p["AlarmName"]), "-")[1]]++
+			continue
+		}
+		byMetric[fmt.Sprint(p["Namespace"], " ", p["MetricName"])]++
 		if !contains(p["AlarmActions"], "ObservabilityAlarms") {
 			t.Errorf("alarm %s notifies %v, want the alarm topic", id, p["AlarmActions"])
 		}
@@ -805,9 +831,58 @@ func TestAlarms(t *testing.T) {
 		"AWS/SQS ApproximateAgeOfOldestMessage":                          2,
 		resources.MetricNamespace + " " + resources.MetricOldestBatchAge: 1,
 		"AWS/ApiGateway 5XXError":                                        1,
+		"math ModelErrorRate":                                            len(props.Models.Models),
+		"math ModelCapacityPinned":                                       len(props.Models.Models),
 	}
-	if fmt.Sprint(metrics) != fmt.Sprint(want) {
-		t.Errorf("alarms by metric = %v, want %v", metrics, want)
+	if fmt.Sprint(byMetric) != fmt.Sprint(want) {
+		t.Errorf("alarms by metric = %v, want %v", byMetric, want)
+	}
+}
+
+// The dashboard shows every metric the functions publish per model
+// (internal/metrics), for every model.
+func TestDashboard(t *testing.T) {
+	setup(t)
+	ids := template.ofType("AWS::CloudWatch::Dashboard")
+	if len(ids) != 1 {
+		t.Fatalf("%d dashboards, want 1", len(ids))
+	}
+	body := jsonString(template.Resources[ids[0]].Properties["DashboardBody"])
+	for _, name := range append(metrics.ModelNames, metrics.InFlight, metrics.Capacity) {
+		if !strings.Contains(body, `\"`+name+`\"`) {
+			t.Errorf("dashboard has no metric %s", name)
+		}
+	}
+	for _, m := range props.Models.Models {
+		if !strings.Contains(body, m.Name) {
+			t.Errorf("dashboard has no model %s", m.Name)
+		}
+	}
+}
+
+// Every alarm's description names an entry of docs/runbook.md that exists.
+func TestAlarmsNameTheirRunbookEntry(t *testing.T) {
+	setup(t)
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "runbook.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchors := map[string]bool{}
+	for line := range strings.Lines(string(doc)) {
+		if h, ok := strings.CutPrefix(line, "### "); ok {
+			anchors[strings.ToLower(strings.TrimSpace(h))] = true
+		}
+	}
+	ids := template.ofType("AWS::CloudWatch::Alarm")
+	if len(ids) == 0 {
+		t.Fatal("no alarms")
+	}
+	for _, id := range ids {
+		desc := fmt.Sprint(template.Resources[id].Properties["AlarmDescription"])
+		_, anchor, ok := strings.Cut(desc, "Runbook: docs/runbook.md#")
+		if !ok || !anchors[anchor] {
+			t.Errorf("alarm %s: description %q names no entry of docs/runbook.md (entries: %d)", id, desc, len(anchors))
+		}
 	}
 }
 
@@ -873,6 +948,7 @@ func TestPropsFromContext(t *testing.T) {
 	p, err = propsFromContext(awscdk.NewApp(&awscdk.AppProps{Context: &map[string]any{
 		"config": filepath.Join("..", "relay.yaml"), "arch": "amd64", "deletionProtection": "false",
 		"corsOrigins": "https://a.example,https://b.example", "throttleRate": "5", "prefix": "relay-dev", "wafRateLimit": "1000", "reserveConcurrency": "false",
+		"auditRetentionDays": "2555",
 	}}).Node())
 	if err != nil {
 		t.Fatal(err)
@@ -883,12 +959,14 @@ func TestPropsFromContext(t *testing.T) {
 		t.Errorf("the example models file for AWS: %v", err)
 	}
 	if p.DeletionProtection || *p.Arch.Name() != "x86_64" || p.ThrottleRate != 5 || p.Prefix != "relay-dev" || p.WAFRateLimit != 1000 || p.ReserveConcurrency ||
+		p.Set().AuditRetention != 2555*24*time.Hour ||
 		!slices.Equal(p.CORSOrigins, []string{"https://a.example", "https://b.example"}) {
 		t.Errorf("from context: %+v", p)
 	}
 	for _, bad := range []map[string]any{
 		{"arch": "mips"}, {"deletionProtection": "maybe"}, {"throttleRate": "-1"}, {"prefix": "Relay"},
 		{"wafRateLimit": "5"}, {"wafRateLimit": "many"}, {"wafRateLimit": "2500000000"},
+		{"auditRetentionDays": "0.5"}, {"auditRetentionDays": "-3"},
 		{"config": "no-such-file.yaml"},
 		{"requireRemoteModels": "true"}, // relay.yaml points at the mock on 127.0.0.1
 	} {

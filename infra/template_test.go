@@ -65,7 +65,7 @@ func synthForTest(dir string) (err error) {
 	if err != nil {
 		return err
 	}
-	ms, err := config.ParseModels(append(data, bedrockModels...))
+	ms, err := config.ParseModels(append(data, bedrockModels+operatorWebhooks...))
 	if err != nil {
 		return err
 	}
@@ -120,6 +120,13 @@ const bedrockModels = `
   - {name: claude-us, provider: bedrock, shape: anthropic, region: us-east-1, upstream_model: "us.anthropic.claude-sonnet-4-5-20250929-v1:0", regions: [us-east-1, us-east-2, us-west-2]}
   - {name: claude-global, provider: bedrock, shape: anthropic, region: eu-west-1, upstream_model: "global.anthropic.claude-sonnet-4-5-20250929-v1:0"}
   - {name: gpt-oss-bedrock, provider: bedrock, shape: openai, region: us-west-2, upstream_model: "openai.gpt-oss-120b-1:0", api_key_env: BEDROCK_API_KEY}
+`
+
+// operatorWebhooks are added to the test stack's models file: an operator
+// endpoint's secret is in Secrets Manager, readable by the webhook function.
+const operatorWebhooks = `
+operator_webhooks:
+  - {name: ops, url: https://ops.example.com/relay, secret_env: OPS_WEBHOOK_SECRET, events: [batch.completed, batch.failed]}
 `
 
 func toTemplate(t assertions.Template) (cfnTemplate, error) {

@@ -90,6 +90,12 @@ type resultLine struct {
 		Message string `json:"message"`
 	} `json:"error"`
 	Fallback bool `json:"fallback"`
+	// Usage is on the error lines of workflow records that ran requests.
+	Usage *struct {
+		PromptTokens     int64 `json:"prompt_tokens"`
+		CompletionTokens int64 `json:"completion_tokens"`
+		TotalTokens      int64 `json:"total_tokens"`
+	} `json:"usage"`
 }
 
 func readLines(t testing.TB, data []byte) []resultLine {

@@ -610,6 +610,11 @@ func testBrowserUploadTwoFiles(t *testing.T, browserCtx context.Context) {
 	p.waitVisible("the retry button (one row failed)", "#retry")
 	p.wait("the error lines of the batch page", 20*time.Second,
 		`[...document.querySelectorAll('#batch td')].some((td) => td.textContent === 'r0003')`)
+	// The dead-letter rows name the failed row, why, after how many
+	// attempts, its last status and model (docs/api.md "Dead letters").
+	p.wait("the dead-letter rows of the batch page", 20*time.Second,
+		`[...document.querySelectorAll('[aria-label="Dead-letter rows"] tbody tr')].some((tr) =>
+			/^3\s+r0003\s+upstream_error\s+the upstream answered 400\s+1\s+400\s+gpt-4o-mini$/.test(tr.innerText.trim()))`)
 	p.waitVisible("the download buttons", "#download-results")
 	if eval[bool](p, visibleJS("#cancel")) {
 		t.Errorf("the cancel button shows on a completed batch")
@@ -1006,7 +1011,11 @@ func testBrowserModelPicker(t *testing.T, browserCtx context.Context) {
 // batch run, the usage page (#/usage, linked from the header) shows the
 // budget, used and remaining figures GET /v1/usage gives, and a chart whose
 // bar for the model on today's date carries the tokens the API reports;
-// the chart has a table of the same figures and fits a narrow screen.
+// the chart has a table of the same figures and fits a narrow screen. The
+// page's per-key and per-batch views are GET /v1/usage's group_by=key_id
+// and key_id,batch_id rows with their cost; a batch's link there opens its
+// page, which shows its cost and its rows, and a row's custom_id opens the
+// row drawer with its generation (GET /v1/batches/{id}/rows).
 func testBrowserUsageChart(t *testing.T, browserCtx context.Context) {
 	// gpt-4o-mini gets a price, so the budget counts USD too: a "hello N"
 	// row is 3 input and 3 output tokens at the mock, $1.20 at this price.
@@ -1120,6 +1129,20 @@ func testBrowserUsageChart(t *testing.T, browserCtx context.Context) {
 	if len(cells) != len(usage.Data) {
 		t.Errorf("the usage table has %d rows %q, want one per API row (%d)", len(cells), cells, len(usage.Data))
 	}
+	// Per key and per batch: the batch's key and the batch, 30 tokens at
+	// $1.20 a row.
+	var view struct {
+		SubmittedBy string `json:"submitted_by"`
+	}
+	json.Unmarshal(rawGet(t, rt, key, "/v1/batches/"+b.ID), &view)
+	perKey := eval[[][]string](p, `[...document.querySelectorAll('[aria-label="Usage by key"] tbody tr')].map((tr) => [...tr.cells].map((c) => c.textContent))`)
+	if want := [][]string{{view.SubmittedBy, "5", "15", "15", "30", "$6.00"}}; fmt.Sprint(perKey) != fmt.Sprint(want) {
+		t.Errorf("usage by key %q, want %q", perKey, want)
+	}
+	perBatch := eval[[][]string](p, `[...document.querySelectorAll('[aria-label="Usage by batch"] tbody tr')].map((tr) => [...tr.cells].map((c) => c.textContent))`)
+	if want := [][]string{{b.ID, view.SubmittedBy, "5", "15", "15", "30", "$6.00"}}; fmt.Sprint(perBatch) != fmt.Sprint(want) {
+		t.Errorf("usage by batch %q, want %q", perBatch, want)
+	}
 	p.screenshot("usage", true)
 
 	// A narrow screen: redrawn to fit, nothing scrolls sideways.
@@ -1128,4 +1151,31 @@ func testBrowserUsageChart(t *testing.T, browserCtx context.Context) {
 	p.waitVisible("the usage chart on a narrow screen", "#usage-chart .bar")
 	p.noHorizontalScroll("usage page")
 	p.screenshot("usage-narrow", true)
+
+	// The batch's page from its usage, and a row's generation in the drawer.
+	p.do("widen the viewport", chromedp.EmulateViewport(1280, 800))
+	p.do("open the batch from its usage", chromedp.Click(chromedp.CSS(fmt.Sprintf(`[aria-label="Usage by batch"] a[href="#/batches/%s"]`, b.ID))))
+	p.waitVisible("the batch's rows", `[aria-label="Rows"] button[data-custom-id="r0002"]`)
+	if got := eval[string](p, `[...document.querySelectorAll('#batch dt')].find((d) => d.textContent === 'Cost')?.nextElementSibling.textContent || ''`); got != "$6.00" {
+		t.Errorf("the batch page's cost %q, want $6.00", got)
+	}
+	if n := eval[int](p, `document.querySelectorAll('[aria-label="Rows"] tbody tr').length`); n != len(rows) {
+		t.Errorf("the batch page lists %d rows, want %d", n, len(rows))
+	}
+	p.do("open row r0002", chromedp.Click(chromedp.CSS(`[aria-label="Rows"] button[data-custom-id="r0002"]`)))
+	p.waitVisible("the row drawer", "#row-drawer #row-generation")
+	gen := eval[map[string]string](p, `Object.fromEntries([...document.querySelectorAll('#row-generation dt')].map((d) => [d.textContent, d.nextElementSibling.textContent]))`)
+	for k, want := range map[string]string{"Status": "completed", "Model": "gpt-4o-mini", "Fallback used": "no", "Attempts": "1",
+		"Last upstream status": "200", "Input tokens": "3", "Output tokens": "3", "Total tokens": "6", "Submitted by key": view.SubmittedBy, "Row": "2"} {
+		if gen[k] != want {
+			t.Errorf("row drawer %s = %q, want %q (all: %v)", k, gen[k], want, gen)
+		}
+	}
+	if !eval[bool](p, `document.querySelector('#row-drawer').open && document.activeElement?.id === 'row-drawer-close'`) {
+		t.Error("the row drawer is not open with focus on its Close button")
+	}
+	p.screenshot("row-drawer", false)
+	p.do("close the drawer with Escape", chromedp.KeyEvent(kb.Escape))
+	p.wait("the drawer to close, focus back on its row", 10*time.Second,
+		`!document.querySelector('#row-drawer') && document.activeElement?.dataset.customId === 'r0002'`)
 }

@@ -177,7 +177,8 @@ func TestKeyModelAllowList(t *testing.T) {
 // batch each; group_by=key_id,batch_id gives one row per batch, under the
 // key that submitted it (the batch's submitted_by), whose sums are the
 // batch's usage, and their cost at the model's price; the daily rows say
-// the same in all.
+// the same in all. A batch's cost (docs/api.md "Extensions") is that
+// row's; a batch with a row on a model without a price has none.
 func TestUsageByKeyAndBatch(t *testing.T) {
 	t.Parallel()
 	// gpt-4o-mini gets a price: a "hello N" row is 3 input and 3 output
@@ -209,13 +210,17 @@ func TestUsageByKeyAndBatch(t *testing.T) {
 		b := waitBatch(t, c, createBatch(t, c, upload(t, c, fmt.Sprintf("u%d.jsonl", i), jsonlRows(rows)).ID).ID)
 		checkInvariant(t, c, b, idsOf(rows))
 		var view struct {
-			SubmittedBy string `json:"submitted_by"`
+			SubmittedBy string   `json:"submitted_by"`
+			Cost        *float64 `json:"cost"`
 		}
 		json.Unmarshal(rawGet(t, rt, k, "/v1/batches/"+b.ID), &view)
 		if view.SubmittedBy != apikey.Hash(k)[:12] {
 			t.Fatalf("batch %s submitted_by %q, want the key's id", b.ID, view.SubmittedBy)
 		}
 		cost := 1.2 * float64(n)
+		if view.Cost == nil || math.Abs(*view.Cost-cost) > 1e-6 {
+			t.Fatalf("batch %s cost %v, want %v", b.ID, view.Cost, cost)
+		}
 		want[b.ID] = usageRow{KeyID: view.SubmittedBy, BatchID: b.ID, Requests: int64(n), Total: b.Usage.TotalTokens, CostUSD: &cost}
 	}
 	got := usage(key, "?group_by=key_id,batch_id")
@@ -232,6 +237,28 @@ func TestUsageByKeyAndBatch(t *testing.T) {
 	daily := usage(key, "")
 	if len(daily) != 1 || daily[0].Model != "gpt-4o-mini" || daily[0].Requests != 8 || daily[0].CostUSD == nil || math.Abs(*daily[0].CostUSD-9.6) > 1e-6 {
 		t.Fatalf("daily usage %+v, want one row of 8 requests costing 9.6", daily)
+	}
+	// The list shows the same costs.
+	var list struct {
+		Data []struct {
+			ID   string   `json:"id"`
+			Cost *float64 `json:"cost"`
+		}
+	}
+	json.Unmarshal(rawGet(t, rt, key, "/v1/batches"), &list)
+	for _, b := range list.Data {
+		if w, ok := want[b.ID]; ok && (b.Cost == nil || math.Abs(*b.Cost-*w.CostUSD) > 1e-6) {
+			t.Fatalf("listed batch %s cost %v, want %v", b.ID, b.Cost, *w.CostUSD)
+		}
+	}
+	// A row on a model without a price: no cost, not a partial one.
+	c, k := client(t, rt, "acme")
+	mixed := append(nRows(2, "hello"), row{id: "unpriced", content: "hello", model: "gpt-4o-mini-backup"})
+	b := waitBatch(t, c, createBatch(t, c, upload(t, c, "mixed.jsonl", jsonlRows(mixed)).ID).ID)
+	var view map[string]any
+	json.Unmarshal(rawGet(t, rt, k, "/v1/batches/"+b.ID), &view)
+	if cost, ok := view["cost"]; ok {
+		t.Fatalf("batch with an unpriced model: cost %v, want none", cost)
 	}
 	if status, body := rawDo(t, rt, key, "GET", "/v1/usage?group_by=tenant", nil); status != 400 || errorCode(body) == "" {
 		t.Fatalf("group_by=tenant: %d %s, want 400", status, body)

@@ -108,7 +108,8 @@ func TestLivenessTooManyPartsFailsClearly(t *testing.T) {
 func TestLivenessCallbackCannotExpireABatch(t *testing.T) {
 	t.Parallel()
 	// A workflow callback's failed answer may carry any code; one that
-	// reads batch_expired fails its record and nothing else.
+	// reads batch_expired fails its record (workflow_failed, the code
+	// leading its message) and nothing else.
 	rt := runtime(t)
 	c, key := client(t, rt, "acme")
 	cb := newWFCallback(t, func(wfEvent) (int, string) {
@@ -120,7 +121,7 @@ func TestLivenessCallbackCannotExpireABatch(t *testing.T) {
 		t.Fatalf("got %s %+v, want completed with the record failed", b.Status, b.RequestCounts)
 	}
 	_, errs := checkAccounting(t, rt, c, key, b, append([]string{"wf"}, idsOf(nRows(2, "plain"))...))
-	if l := errs["wf"]; l.Error == nil || l.Error.Code != "batch_expired" {
+	if l := errs["wf"]; l.Error == nil || l.Error.Code != "workflow_failed" || !strings.HasPrefix(l.Error.Message, "batch_expired: gave up") {
 		t.Fatalf("the record's line: %+v", l)
 	}
 }

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,6 +46,8 @@ type wfEvent struct {
 type wfResult struct {
 	ID         string          `json:"id"`
 	CustomID   string          `json:"custom_id"`
+	StageID    *string         `json:"stage_id"`
+	Attempt    *int            `json:"attempt"`
 	StatusCode int             `json:"status_code"`
 	Body       json.RawMessage `json:"body"`
 	Usage      struct {
@@ -138,8 +142,13 @@ func wfContinue(reqs ...wfReq) string {
 	return string(b)
 }
 
-// wfLine is an input row carrying relay.workflow.
+// wfLine is an input row carrying relay.workflow, with an authorization
+// unless wf names its own (nil: none).
 func wfLine(id string, wf map[string]any) []byte {
+	if _, ok := wf["authorization"]; !ok {
+		wf = maps.Clone(wf)
+		wf["authorization"] = "Bearer wf-test"
+	}
 	line, _ := json.Marshal(map[string]any{"custom_id": id, "method": "POST", "url": "/v1/chat/completions",
 		"body": map[string]any{"model": "gpt-4o-mini", "messages": []any{map[string]any{"role": "user", "content": "workflow " + id}},
 			"relay": map[string]any{"workflow": wf}}})
@@ -187,9 +196,12 @@ func TestWorkflowContractSummary(t *testing.T) {
 		if r.ID != id || r.CustomID != id || r.StatusCode != 200 || !strings.Contains(string(r.Body), "echo: extract the") || r.Usage.InputTokens == 0 {
 			t.Errorf("result %d: got %+v, want %s answered, in the order asked", i, r, id)
 		}
+		if r.StageID == nil || *r.StageID != "step-1" || r.Attempt == nil || *r.Attempt != 1 {
+			t.Errorf("result %d: stage_id %v, attempt %v; want step-1, 1", i, r.StageID, r.Attempt)
+		}
 	}
-	if r := second.results()[0]; r.ID != "summary" || r.StatusCode != 200 {
-		t.Errorf("summary result: got %+v", r)
+	if r := second.results()[0]; r.ID != "summary" || r.StatusCode != 200 || r.StageID == nil || *r.StageID != "step-2" || r.Attempt == nil || *r.Attempt != 1 {
+		t.Errorf("summary result: got %+v, want stage_id step-2, attempt 1", r)
 	}
 	if ids := map[string]bool{start.EventID: true, first.EventID: true, second.EventID: true}; len(ids) != 3 {
 		t.Errorf("event ids are not distinct per step: %s %s %s", start.EventID, first.EventID, second.EventID)
@@ -272,10 +284,12 @@ func TestWorkflowFailures(t *testing.T) {
 		{"unreachable", wf(nil), "workflow_callback_unreachable", "after 4 attempts", 0},
 		{"invalid-answer", wf(nil), "workflow_invalid_response", `state "done"`, 0},
 		{"rejected", wf(nil), "workflow_callback_rejected", "401", 0},
-		{"failed-with-code", wf(nil), "order_missing", "the order is gone", 0},
-		{"failed", wf(nil), "workflow_callback_rejected", "cannot proceed", 0},
+		{"failed-with-code", wf(nil), "workflow_failed", "order_missing: the order is gone", 0},
+		{"failed", wf(nil), "workflow_failed", "cannot proceed", 0},
 		{"bad-url", map[string]any{"url": "ftp://" + strings.TrimPrefix(cb.URL, "http://")}, "invalid_workflow", "http(s)", 0},
 		{"bad-budget", wf(map[string]any{"max_steps": "many"}), "invalid_workflow", "max_steps", 0},
+		{"no-auth", wf(map[string]any{"authorization": nil}), "invalid_workflow", "relay.workflow.authorization is required", 0},
+		{"empty-auth", wf(map[string]any{"authorization": ""}), "invalid_workflow", "relay.workflow.authorization is required", 0},
 	}
 	var in bytes.Buffer
 	var ids []string
@@ -311,7 +325,7 @@ func TestWorkflowFailures(t *testing.T) {
 			t.Errorf("attempt %d: got %+v", i+1, ev)
 		}
 	}
-	if n := len(cb.of("bad-url")) + len(cb.of("bad-budget")); n != 0 {
+	if n := len(cb.of("bad-url")) + len(cb.of("bad-budget")) + len(cb.of("no-auth")) + len(cb.of("empty-auth")); n != 0 {
 		t.Errorf("invalid workflows reached the callback %d times", n)
 	}
 	// Requests of failed records were billed, once: the batch's usage is
@@ -337,6 +351,25 @@ func TestWorkflowFailures(t *testing.T) {
 	}
 	if n := rt.Mock.Stats().Requests; n != 2+2+1 {
 		t.Errorf("upstream requests: got %d, want 5 (steps 2, requests 2, tokens 1)", n)
+	}
+	// Each failed record's error line carries what its requests used, and
+	// the batch's usage is theirs summed.
+	var lines int64
+	for _, w := range want {
+		l := errs[w.id]
+		spent := w.id == "steps" || w.id == "requests" || w.id == "tokens"
+		switch {
+		case spent && (l.Usage == nil || l.Usage.TotalTokens == 0 || l.Usage.TotalTokens != l.Usage.PromptTokens+l.Usage.CompletionTokens):
+			t.Errorf("%s: error line usage %+v, want the tokens its requests used", w.id, l.Usage)
+		case !spent && l.Usage != nil && l.Usage.TotalTokens != 0:
+			t.Errorf("%s: error line usage %+v, want none: it ran no request", w.id, l.Usage)
+		}
+		if l.Usage != nil {
+			lines += l.Usage.TotalTokens
+		}
+	}
+	if lines != got.Usage.TotalTokens {
+		t.Errorf("usage: the error lines carry %d tokens, the batch counts %d", lines, got.Usage.TotalTokens)
 	}
 }
 
@@ -392,6 +425,9 @@ func TestWorkflowOtherModelAndWait(t *testing.T) {
 	if len(rs) != 3 || rs[0].StatusCode != 200 || rs[1].StatusCode != 400 || rs[1].ID != "theirs" ||
 		!strings.Contains(string(rs[1].Body), "model_not_allowed") || rs[2].StatusCode != 200 {
 		t.Fatalf("step 1 results: got %+v", rs)
+	}
+	if r := rs[1]; r.StageID == nil || *r.StageID != "step-1" || r.Attempt == nil || *r.Attempt != 0 {
+		t.Fatalf("the request not sent: stage_id %v, attempt %v; want step-1, 0", r.StageID, r.Attempt)
 	}
 	if after := evs[2]; after.Step != 2 || after.Event != "results" || after.Results == nil || len(after.results()) != 0 {
 		t.Fatalf("the event after the wait: got %+v", after)
@@ -586,5 +622,235 @@ func TestWorkflowSpendCountsAgainstTheBudget(t *testing.T) {
 	}
 	if n := rt.Mock.Stats().Requests; n != 2 {
 		t.Fatalf("upstream requests: got %d, want 2 (one step of each record, never re-run)", n)
+	}
+}
+
+// A record whose relay.workflow is invalid is refused by the plan, before
+// any capacity is taken (docs/api.md "Workflow records"): its chunk runs
+// alone, holding no slot of its model, to its invalid_workflow line; the
+// callback and the upstream never hear of it, and the model's other rows,
+// a valid record among them, run as ever.
+func TestWorkflowInvalidRecordHoldsNoCapacity(t *testing.T) {
+	t.Parallel()
+	var rt *localrun.Runtime
+	var mu sync.Mutex
+	slots := map[int][]int{} // first row → slots its chunk held when its message came
+	rt = runtime(t, func(o *localrun.Options) {
+		o.OnInvoke = func(fn string, ev events.SQSEvent) error {
+			if fn != "executor" {
+				return nil
+			}
+			for _, m := range messagesOf(ev) {
+				ch, err := rt.App.Store.GetChunk(context.Background(), m.Batch, m.Chunk)
+				if err == nil && ch.Rows == 1 {
+					mu.Lock()
+					slots[ch.FirstRow] = append(slots[ch.FirstRow], ch.Slots)
+					mu.Unlock()
+				}
+			}
+			return nil
+		}
+	})
+	c, key := client(t, rt, "acme")
+	cb := newWFCallback(t, func(ev wfEvent) (int, string) {
+		if ev.Step == 0 {
+			return 200, wfContinue(wfReq{id: "q", content: "the valid record's request"})
+		}
+		return 200, `{"state":"completed","output":{"ok":true}}`
+	})
+	var in bytes.Buffer
+	in.Write(jsonlRows([]row{{id: "plain-a", content: "plain row a"}}))
+	in.Write(wfLine("no-auth", map[string]any{"url": cb.URL, "authorization": nil})) // row 1
+	in.Write(wfLine("valid", map[string]any{"url": cb.URL}))                         // row 2
+	in.Write(jsonlRows([]row{{id: "plain-b", content: "plain row b"}}))              // row 3
+	in.Write(wfLine("bad-range", map[string]any{"url": cb.URL, "max_steps": 0}))     // row 4
+	in.Write(wfLine("bad-url", map[string]any{"url": "ftp://cb.example.com/x"}))     // row 5
+	b := waitBatch(t, c, createBatch(t, c, upload(t, c, "wf-invalid.jsonl", in.Bytes()).ID).ID)
+	if b.Status != "completed" {
+		t.Fatalf("status %s", b.Status)
+	}
+	out, errs := checkAccounting(t, rt, c, key, b, []string{"plain-a", "no-auth", "valid", "plain-b", "bad-range", "bad-url"})
+	for id, want := range map[string]string{"no-auth": "authorization is required", "bad-range": "max_steps", "bad-url": "http(s)"} {
+		if l := errs[id]; l.Error == nil || l.Error.Code != "invalid_workflow" || !strings.Contains(l.Error.Message, want) {
+			t.Errorf("%s: got %+v, want invalid_workflow containing %q", id, l.Error, want)
+		}
+		if n := len(cb.of(id)); n != 0 {
+			t.Errorf("%s: the callback got %d events, want none", id, n)
+		}
+	}
+	if l := out["valid"]; l.Response == nil || l.Response.StatusCode != 200 {
+		t.Errorf("valid record: got %+v", l)
+	}
+	if n := rt.Mock.Stats().Requests; n != 3 {
+		t.Errorf("upstream requests: got %d, want 3 (two plain rows, the valid record's one)", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, row := range []int{1, 4, 5} {
+		if len(slots[row]) == 0 || slices.Max(slots[row]) != 0 {
+			t.Errorf("row %d: its chunk held %v slots when its messages came, want none", row, slots[row])
+		}
+	}
+}
+
+// A token budget passed mid-step (docs/api.md "Workflow records"): the
+// step's first answer takes the record past max_tokens, so the seven
+// requests still running are cancelled (the upstream sees each client go)
+// and not billed, and the record fails workflow_budget_exceeded with the
+// usage of the one that finished, well before the slow ones would end.
+func TestWorkflowTokenBudgetCancelsTheStep(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	c, _ := client(t, rt, "acme")
+	cb := newWFCallback(t, func(ev wfEvent) (int, string) {
+		if ev.Step > 0 {
+			return 200, `{"state":"completed","output":{}}`
+		}
+		// The first answer comes after a second, the seven slow requests in flight.
+		reqs := []wfReq{{id: "first", content: "a first answer of several words [[mock:sleep=1s]]"}}
+		for i := range 7 {
+			reqs = append(reqs, wfReq{id: fmt.Sprint("slow-", i), content: fmt.Sprintf("slow request %d [[mock:sleep=60s]]", i)})
+		}
+		return 200, wfContinue(reqs...)
+	})
+	start := time.Now()
+	b := waitBatch(t, c, createBatch(t, c, upload(t, c, "wf-budget.jsonl", wfLine("budget", map[string]any{"url": cb.URL, "max_tokens": 5})).ID).ID)
+	if took := time.Since(start); b.Status != "completed" || took > 40*time.Second {
+		t.Fatalf("status %s after %s; want completed before the slow requests end", b.Status, took)
+	}
+	_, errs := checkInvariant(t, c, b, []string{"budget"})
+	l := errs["budget"]
+	if l.Error == nil || l.Error.Code != "workflow_budget_exceeded" || !strings.Contains(l.Error.Message, "max_tokens of 5") {
+		t.Fatalf("line: got %+v, want workflow_budget_exceeded", l.Error)
+	}
+	// The mock counts a request whose client went as 499, once it sees it go.
+	deadline := time.Now().Add(10 * time.Second)
+	for rt.Mock.Stats().ByStatus[499] < 7 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	st := rt.Mock.Stats()
+	if st.ByStatus[200] != 1 || st.ByStatus[499] != 7 {
+		t.Fatalf("upstream statuses %v: want the first request answered and the 7 slow ones cancelled", st.ByStatus)
+	}
+	// The first request's prompt is 7 words and 1 for its message.
+	if l.Usage == nil || l.Usage.PromptTokens != 8 || l.Usage.TotalTokens != 8+l.Usage.CompletionTokens || b.Usage.TotalTokens != l.Usage.TotalTokens {
+		t.Fatalf("usage: line %+v, batch %d; want the first request's only", l.Usage, b.Usage.TotalTokens)
+	}
+	if evs := cb.of("budget"); len(evs) != 1 {
+		t.Fatalf("events: got %d, want the start only", len(evs))
+	}
+}
+
+// A step request past its model's call_time_limit is stopped, not retried
+// and not billed, and comes back to the callback as 500 request_time_limit
+// (docs/api.md "Workflow records"); a 5xx before any answer is retried.
+func TestWorkflowCallTimeLimit(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t, withModels(t, `
+models:
+  - {name: gpt-4o-mini, provider: openai, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, max_concurrency: 8, call_time_limit: 1s}
+`))
+	c, key := client(t, rt, "acme")
+	cb := newWFCallback(t, func(ev wfEvent) (int, string) {
+		if ev.Step == 0 {
+			return 200, wfContinue(wfReq{id: "slow", content: "a call past its limit [[mock:sleep=5s]]"},
+				wfReq{id: "flaky", content: "a call failing once [[mock:fail=1]]"})
+		}
+		return 200, `{"state":"completed","output":{"done":true}}`
+	})
+	b := waitBatch(t, c, createBatch(t, c, upload(t, c, "wf-limit.jsonl", wfLine("limited", map[string]any{"url": cb.URL})).ID).ID)
+	if b.Status != "completed" {
+		t.Fatalf("status %s", b.Status)
+	}
+	checkAccounting(t, rt, c, key, b, []string{"limited"})
+	evs := cb.of("limited")
+	if len(evs) != 2 || len(evs[1].results()) != 2 {
+		t.Fatalf("events: got %+v, want start and one results event of 2", evs)
+	}
+	slow, flaky := evs[1].results()[0], evs[1].results()[1]
+	var body struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	json.Unmarshal(slow.Body, &body)
+	if slow.StatusCode != 500 || body.Error.Code != "request_time_limit" || !strings.HasPrefix(body.Error.Message, "request_time_limit") ||
+		slow.Attempt == nil || *slow.Attempt != 1 || slow.Usage.InputTokens+slow.Usage.OutputTokens != 0 {
+		t.Fatalf("the slow request: got %+v %s, want 500 request_time_limit after 1 attempt, no usage", slow, slow.Body)
+	}
+	if flaky.StatusCode != 200 || flaky.Attempt == nil || *flaky.Attempt != 2 {
+		t.Fatalf("the flaky request: got %+v, want 200 after 2 attempts", flaky)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for rt.Mock.Stats().ByStatus[499] < 1 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if st := rt.Mock.Stats(); st.ByStatus[499] != 1 || st.ByStatus[500] != 1 || st.ByStatus[200] != 1 {
+		t.Fatalf("upstream statuses %v: want the slow call stopped once, never again, and the flaky one's 500 then 200", st.ByStatus)
+	}
+	in, out := cb.tokens()
+	if b.Usage.TotalTokens != in+out {
+		t.Fatalf("batch usage %d, want the flaky request's %d only", b.Usage.TotalTokens, in+out)
+	}
+}
+
+// A step request with relay.tool_config (docs/api.md "Workflow records"):
+// the model asks for its two tools one round each, the service answers
+// both from the caller's tool endpoint (with its authorization) inside the
+// request's slot, and the callback gets one result: the last answer, with
+// the three rounds' usage summed.
+func TestWorkflowToolRoundsAreOneRequest(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	c, key := client(t, rt, "acme")
+	var mu sync.Mutex
+	var toolCalls []string
+	tools := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		data, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		toolCalls = append(toolCalls, r.Header.Get("Authorization")+" "+string(data))
+		mu.Unlock()
+		io.WriteString(w, `"sunny and mild"`)
+	}))
+	t.Cleanup(tools.Close)
+	cb := newWFCallback(t, func(ev wfEvent) (int, string) {
+		if ev.Step > 0 {
+			return 200, `{"state":"completed","output":{"ok":true}}`
+		}
+		body := map[string]any{"model": "gpt-4o-mini", "messages": []any{map[string]any{"role": "user", "content": "plan the trip"}},
+			"tools": []any{
+				map[string]any{"type": "function", "function": map[string]any{"name": "weather"}},
+				map[string]any{"type": "function", "function": map[string]any{"name": "traffic"}},
+			},
+			"relay": map[string]any{"tool_config": map[string]any{"url": tools.URL, "authorization": "Bearer tools"}}}
+		b, _ := json.Marshal(map[string]any{"state": "continue", "requests": []any{map[string]any{"id": "trip", "body": body}}})
+		return 200, string(b)
+	})
+	b := waitBatch(t, c, createBatch(t, c, upload(t, c, "wf-tools.jsonl", wfLine("tools", map[string]any{"url": cb.URL})).ID).ID)
+	if b.Status != "completed" {
+		t.Fatalf("status %s", b.Status)
+	}
+	checkAccounting(t, rt, c, key, b, []string{"tools"})
+	mu.Lock()
+	calls := append([]string(nil), toolCalls...)
+	mu.Unlock()
+	if len(calls) != 2 || !strings.HasPrefix(calls[0], "Bearer tools ") || !strings.Contains(calls[0], `"weather"`) || !strings.Contains(calls[1], `"traffic"`) {
+		t.Fatalf("tool endpoint calls: got %q, want weather then traffic, authorized", calls)
+	}
+	evs := cb.of("tools")
+	if len(evs) != 2 || len(evs[1].results()) != 1 {
+		t.Fatalf("events: got %+v, want start and one result", evs)
+	}
+	r := evs[1].results()[0]
+	if r.StatusCode != 200 || !strings.Contains(string(r.Body), "echo: plan the trip") || r.Attempt == nil || *r.Attempt != 3 {
+		t.Fatalf("result: got %+v %s, want the final answer after 3 rounds", r, r.Body)
+	}
+	if n := rt.Mock.Stats().Requests; n != 3 {
+		t.Fatalf("upstream requests: got %d, want 3 rounds", n)
+	}
+	in, out := cb.tokens()
+	if b.Usage.TotalTokens != in+out || out < 2 || b.RequestCounts.Total != 1 {
+		t.Fatalf("usage: batch %d, result %d+%d, rows %d; want the rounds summed in one request", b.Usage.TotalTokens, in, out, b.RequestCounts.Total)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -25,27 +26,38 @@ import (
 
 // keyStore connects to the service's table the way the functions do.
 func keyStore(ctx context.Context) (*store.Store, error) {
-	env, err := config.FromEnv()
+	cfg, env, err := awsConfig(ctx)
 	if err != nil {
 		return nil, err
+	}
+	return store.New(dynamodb.NewFromConfig(cfg), env.Table), nil
+}
+
+// awsConfig is the AWS configuration and the service's environment the
+// CLI's AWS commands (keys, tenants, admin) use: the emulator's when
+// AWS_ENDPOINT_URL is set, the caller's credentials otherwise.
+func awsConfig(ctx context.Context) (aws.Config, config.Env, error) {
+	env, err := config.FromEnv()
+	if err != nil {
+		return aws.Config{}, env, err
 	}
 	var opts []func(*awsconfig.LoadOptions) error
 	if endpointSet() {
 		if err := emulator.CheckEndpoint(os.Getenv("AWS_ENDPOINT_URL")); err != nil {
-			return nil, err
+			return aws.Config{}, env, err
 		}
 		// An emulator takes any credentials; spare the user from exporting them.
 		opts = append(opts, awsconfig.WithCredentialsProvider(credentials.NewStaticCredentialsProvider("test", "test", "")))
 	}
 	cfg, err := awsconfig.LoadDefaultConfig(ctx, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("load AWS config: %w", err)
+		return cfg, env, fmt.Errorf("load AWS config: %w", err)
 	}
 	if !endpointSet() {
 		// Without credentials the SDK's last resort is EC2's instance
 		// metadata, whose error says nothing of what to set.
 		if _, err := cfg.Credentials.Retrieve(ctx); err != nil {
-			return nil, fmt.Errorf("no AWS credentials found: for the local service, set AWS_ENDPOINT_URL to the emulator make dev printed "+
+			return cfg, env, fmt.Errorf("no AWS credentials found: for the local service, set AWS_ENDPOINT_URL to the emulator make dev printed "+
 				"(export AWS_ENDPOINT_URL=http://127.0.0.1:%d); for a deployed stack, configure AWS credentials "+
 				"(aws configure, AWS_PROFILE or AWS_ACCESS_KEY_ID) [%w]", emulator.DefaultPort, err)
 		}
@@ -53,7 +65,7 @@ func keyStore(ctx context.Context) (*store.Store, error) {
 	if cfg.Region == "" {
 		cfg.Region = "us-east-1"
 	}
-	return store.New(dynamodb.NewFromConfig(cfg), env.Table), nil
+	return cfg, env, nil
 }
 
 // keysCommands are the commands of relay keys.

@@ -26,6 +26,12 @@ Usage:
   relay tenants budget set --tenant NAME [--monthly-tokens N] [--monthly-usd X]
   relay tenants budget show --tenant NAME
   relay tenants disable|enable NAME
+  relay admin batch inspect ID [--tenant NAME]   a batch's chunks, leases, ready entries and problems
+  relay admin batch requeue ID [--tenant NAME]   send its plan, drain or finalize again
+  relay admin models                 each model's capacity in use per shard and the batches waiting
+  relay admin dlq list|redrive dispatch|work|finalize|webhook [--batch ID]
+  relay admin tick                   run the scheduler's tick once now (docs/runbook.md)
+  relay admin audit verify [--from YYYY-MM-DD] [--to YYYY-MM-DD] | query --batch ID | --key KEY_ID
   relay mock-upstream [--addr 127.0.0.1:8090] [--latency 0] [--error-rate 0] [--rate-limit-rate 0] [--batch-delay 1s]
   relay batch submit FILE... [--model M] [--endpoint /v1/chat/completions] [--priority N]
         [--webhook-url URL] [--metadata k=v]... [--completion-window 24h] [--wait] [--json]
@@ -111,6 +117,7 @@ var groups = []group{
 	{"dev", nil, runDev},
 	{"keys", keysCommands, runKeys},
 	{"tenants", tenantsCommands, runTenants},
+	{"admin", adminCommands, runAdmin},
 	{"mock-upstream", nil, runMock},
 	{"batch", batchCommands, runBatch},
 	{"files", filesCommands, runFiles},

@@ -12,11 +12,13 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/relaybatch/relay/internal/anthropic"
 	"github.com/relaybatch/relay/internal/anthropic/wire"
+	"github.com/relaybatch/relay/internal/audit"
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/batches"
 	"github.com/relaybatch/relay/internal/errs"
@@ -39,6 +41,11 @@ type API struct {
 	// (internal/govern).
 	Budgets interface {
 		Report(ctx context.Context, tenant string) (govern.Status, error)
+	}
+	// Audit, if set, records every state-changing call (internal/audit).
+	Audit interface {
+		Add(audit.Entry)
+		Flush(ctx context.Context) error
 	}
 	Log *slog.Logger
 }
@@ -90,12 +97,48 @@ func (a *API) scoped(scope string) func(handlerFunc) http.Handler {
 				a.fail(w, r, err)
 				return
 			}
-			if err := h(w, r, p); err != nil {
-				a.fail(w, r, err)
+			if a.Audit == nil || r.Method == http.MethodGet || r.Method == http.MethodHead {
+				if err := h(w, r, p); err != nil {
+					a.fail(w, r, err)
+				}
+				return
 			}
+			sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+			if err := h(sw, r, p); err != nil {
+				a.fail(sw, r, err)
+			}
+			a.audit(r, p, sw.status)
 		})
 	}
 }
+
+// audit records a state-changing call and writes it before the response
+// ends (a Lambda may freeze right after). A failed write is logged: the
+// entry stays kept for the next call's write.
+func (a *API) audit(r *http.Request, p auth.Principal, status int) {
+	e := audit.Entry{Time: time.Now().UnixMilli(), Tenant: p.Tenant, KeyID: p.KeyID, Action: r.Pattern,
+		Target: r.PathValue("id"), Outcome: strconv.Itoa(status)}
+	if strings.HasPrefix(e.Target, "batch_") || strings.HasPrefix(e.Target, "msgbatch_") {
+		e.Batch = e.Target
+	}
+	a.Audit.Add(e)
+	if err := a.Audit.Flush(r.Context()); err != nil {
+		a.Log.WarnContext(r.Context(), "audit trail: entry kept for the next write", "err", err)
+	}
+}
+
+// statusWriter remembers the status a handler wrote.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (a *API) recoverer(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -111,6 +111,8 @@ func (a *API) batchResults(w http.ResponseWriter, r *http.Request, p auth.Princi
 	return nil
 }
 
+// deadLetters lists the rows of a batch that ended failed (docs/api.md
+// "Dead letters").
 func (a *API) deadLetters(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
 	limit, err := intParam(r, "limit", 100, 1, 1000)
 	if err != nil {
@@ -120,16 +122,13 @@ func (a *API) deadLetters(w http.ResponseWriter, r *http.Request, p auth.Princip
 	if err != nil {
 		return err
 	}
-	dls, more, err := a.Batches.DeadLetters(r.Context(), p.Tenant, r.PathValue("id"), after, limit)
+	dls, page, err := a.Batches.DeadLetters(r.Context(), p.Tenant, r.PathValue("id"), after, limit)
 	if err != nil {
 		return err
 	}
-	if dls == nil {
-		dls = []batch.DeadLetter{}
-	}
-	resp := map[string]any{"object": "list", "data": dls, "has_more": more}
-	if len(dls) > 0 {
-		resp["last_id"] = strconv.Itoa(dls[len(dls)-1].Row)
+	resp := map[string]any{"object": "list", "data": dls, "has_more": page.More}
+	if page.Last >= 0 {
+		resp["last_id"] = strconv.Itoa(page.Last)
 	}
 	return writeJSON(w, http.StatusOK, resp)
 }

@@ -4,6 +4,7 @@
 package app
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/relaybatch/relay/internal/api"
+	"github.com/relaybatch/relay/internal/audit"
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/batches"
 	"github.com/relaybatch/relay/internal/blob"
@@ -62,6 +64,7 @@ type App struct {
 	Govern    *govern.Checker   // budgets, revoked keys and allow-lists: the engine's Governor, GET /v1/usage's budget
 	Batches   *batches.Service  // the batches of the API and cron templates: the engine's Lifecycle
 	Webhooks  *delivery.Service // completion webhooks: queued by Batches.Terminal, sent by the webhook function
+	Audit     *audit.Chain      // this process's audit trail: API calls, rows run (docs/runbook.md "Audit trail")
 	Log       *slog.Logger
 	// UnknownKeyHint ends the API's message for an unknown key
 	// (auth.Authenticator).
@@ -112,6 +115,7 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	now := time.Now
 	a.now = now
 	a.Files = &files.Service{Store: a.Store, Blobs: a.Blobs, Now: now}
+	a.Audit = audit.NewChain(auditBucket{a.Blobs}, now())
 	a.Queue = &queue.Sender{SQS: a.SQS, Prefix: env.Prefix}
 	// Keys from the environment first (local runs), then Secrets Manager (AWS).
 	a.secrets = &provider.SecretsKeys{Client: secretsmanager.NewFromConfig(cfg), Prefix: env.SecretPrefix, Now: now}
@@ -123,7 +127,15 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	// One client, so one policy, for the check at create, workflow
 	// callbacks and every delivery.
 	hooks := webhook.NewClient(egress.Policy{AllowPrivate: env.AllowPrivateWebhooks, AllowHTTP: env.AllowHTTPWebhooks})
-	a.Webhooks = &delivery.Service{Store: a.Store, Queue: a.Queue, Log: log, Now: now, Client: hooks, MaxPending: env.MaxPendingWebhooks}
+	// An operator endpoint's URL the policy refuses would give up every
+	// event: refused at start, as a batch's webhook_url is at create.
+	for _, op := range models.OperatorWebhooks {
+		if err := hooks.Policy.CheckURL(op.URL); err != nil {
+			return nil, fmt.Errorf("operator_webhooks %s: url: %w", op.Name, err)
+		}
+	}
+	a.Webhooks = &delivery.Service{Store: a.Store, Queue: a.Queue, Log: log, Now: now, Client: hooks, MaxPending: env.MaxPendingWebhooks,
+		Operators: models.OperatorWebhooks, OperatorKeys: keys}
 	a.Batches = &batches.Service{
 		Models: models, Log: log, Now: now,
 		Store: a.Store, Blobs: a.Blobs, Queue: a.Queue, Files: a.Files, Webhooks: hooks.Policy,
@@ -142,6 +154,7 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 		Now: now, Govern: a.Govern, Lifecycle: a.Batches,
 		Workflow: func(e *engine.Engine) engine.Workflow { return a.workflows(e, hooks) },
 		Native:   func(e *engine.Engine) engine.Delegate { return a.native(e, upstream, keys) },
+		Audit:    a.Audit,
 		Chunks:   plan.Limits{Rows: env.ChunkRows}, Lease: env.Lease,
 	})
 	if err != nil {
@@ -149,6 +162,13 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	}
 	a.Engine = e
 	return a, nil
+}
+
+// auditBucket writes the audit trail's objects to the bucket.
+type auditBucket struct{ b *blob.Store }
+
+func (a auditBucket) Put(ctx context.Context, key string, body []byte) error {
+	return a.b.Put(ctx, key, bytes.NewReader(body), int64(len(body)))
 }
 
 // SetClock sets the clock of every service that reads one: tests move time
@@ -179,7 +199,7 @@ func (a *App) API() http.Handler {
 	// move it after the handler is built.
 	clock := func() time.Time { return a.now() }
 	return (&api.API{Auth: auth.Authenticator{Store: a.Store, UnknownKeyHint: a.UnknownKeyHint, Now: clock}, Files: a.Files, Batches: a.Batches, Log: a.Log,
-		Limiter: api.NewRateLimiter(a.Store, a.Env.RateLimit, a.Log), Budgets: a.Govern,
+		Limiter: api.NewRateLimiter(a.Store, a.Env.RateLimit, a.Log), Budgets: a.Govern, Audit: a.Audit,
 		Panel: panel.Handler(a.uploadOrigin())}).Handler()
 }
 

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +19,23 @@ func TestNewBuildsTheEngine(t *testing.T) {
 	}
 	if a.Engine.Workflow != a.Workflows || a.Engine.Native != a.Native || a.Workflows.Engine != a.Engine || a.Native.Engine != a.Engine {
 		t.Fatalf("engine %p: its Workflow %v (app's %v on %p), its Native %v (app's %v)", a.Engine, a.Engine.Workflow, a.Workflows, a.Workflows.Engine, a.Engine.Native, a.Native)
+	}
+}
+
+// An operator endpoint whose URL the webhook policy refuses (plain http
+// when RELAY_ALLOW_HTTP_WEBHOOKS is off) stops the start, naming it.
+func TestNewRefusesAnOperatorURLThePolicyRefuses(t *testing.T) {
+	t.Parallel()
+	ms, err := config.ParseModels([]byte("models:\n- {name: a, provider: openai, base_url: http://x/v1}\n" +
+		"operator_webhooks:\n- {name: ops, url: http://ops.example/relay, secret_env: S}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(config.Env{}, ms, aws.Config{Region: "us-east-1"}, nil); err == nil || !strings.Contains(err.Error(), "operator_webhooks ops: url") {
+		t.Fatalf("New: %v, want the operator endpoint's URL refused", err)
+	}
+	if _, err := New(config.Env{AllowHTTPWebhooks: true}, ms, aws.Config{Region: "us-east-1"}, nil); err != nil {
+		t.Fatalf("New with http webhooks allowed: %v", err)
 	}
 }
 

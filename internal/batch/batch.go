@@ -146,6 +146,9 @@ type Batch struct {
 	// KeyID is the key that submitted the batch (a template's runs, the
 	// template's key), shown as submitted_by (docs/api.md "Extensions").
 	KeyID string `json:"submitted_by,omitempty" dynamodbav:"key_id"`
+	// Cost is what its tokens cost in USD, when every model it used has a
+	// price (docs/api.md "Extensions"); read from its usage, never stored.
+	Cost *float64 `json:"cost,omitempty" dynamodbav:"-"`
 	// AnthropicBetas and UserProfileID are a message batch create's
 	// anthropic-beta and anthropic-user-profile-id headers, sent with each
 	// of its rows upstream (docs/api.md "Anthropic Message Batches").
@@ -315,6 +318,14 @@ type Chunk struct {
 	// the model's slots (docs/design.md "Scheduling", rows settled without
 	// a call).
 	NoCall bool `dynamodbav:"no_call,omitempty"`
+	// Invalid says the chunk is a workflow record the plan refused (docs/api.md
+	// "Workflow records"): it is outside its model's chain (NextSame, ready
+	// entries) and runs alone, holding no capacity, to its error line.
+	Invalid bool `dynamodbav:"invalid,omitempty"`
+	// PriorAttempts is, for a chunk of fallback rows, the upstream attempts
+	// each of its rows made on its own model before it was owed the
+	// fallback: a row's generation counts them with the fallback's.
+	PriorAttempts int `dynamodbav:"prior_attempts,omitempty"`
 
 	// Set while claimed.
 	Run      string `dynamodbav:"run"`
@@ -340,6 +351,12 @@ type Chunk struct {
 	ReportedCompleted int64 `dynamodbav:"reported_completed"`
 	ReportedFailed    int64 `dynamodbav:"reported_failed"`
 }
+
+// RunsAlone says the chunk is in no ready entry's chain and is claimed
+// without capacity: its rows are all refused without an upstream call
+// (NoCall), or it is a workflow record the plan refused (Invalid)
+// (docs/design.md "Scheduling").
+func (c Chunk) RunsAlone() bool { return c.NoCall || c.Invalid }
 
 // Span is a run of a chunk's rows that follow each other in the input:
 // rows [Row, Row+Rows) at bytes [Start, End).
@@ -415,15 +432,6 @@ func PartsPrefix(tenant, batchID string) string {
 // Parts returns the committed part keys of a done chunk.
 func (c Chunk) Parts(kind string) string {
 	return PartKey(c.Tenant, c.Batch, c.Index, c.Attempt, kind)
-}
-
-// DeadLetter is a row that exhausted its retries (GET …/dead_letters).
-type DeadLetter struct {
-	CustomID   string `json:"custom_id" dynamodbav:"custom_id"`
-	Error      string `json:"error" dynamodbav:"error"`
-	Attempts   int    `json:"attempts" dynamodbav:"attempts"`
-	LastStatus *int   `json:"last_status" dynamodbav:"last_status"`
-	Row        int    `json:"-" dynamodbav:"row"`
 }
 
 // Fallback is the batch's fallback model, "" for none.

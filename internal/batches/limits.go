@@ -201,7 +201,8 @@ func (s *Service) Terminal(ctx context.Context, b batch.Batch) error {
 	if err := s.ReleaseInput(ctx, b); err != nil {
 		return err
 	}
-	return s.Deliveries.Enqueue(ctx, b)
+	// The completion event carries the batch as GET shows it: its cost too.
+	return s.Deliveries.Enqueue(ctx, s.WithCost(ctx, b))
 }
 
 // Announce queues batch b's lifecycle webhook event (webhook.Queued, when
@@ -210,6 +211,10 @@ func (s *Service) Terminal(ctx context.Context, b batch.Batch) error {
 func (s *Service) Announce(ctx context.Context, b batch.Batch, event string) error {
 	return s.Deliveries.Announce(ctx, b, event)
 }
+
+// Announces reports whether b's events go anywhere: its webhook_url or an
+// operator endpoint (engine.Lifecycle).
+func (s *Service) Announces(b batch.Batch) bool { return s.Deliveries.Announces(b) }
 
 // ReleaseInflight gives back terminal batch b's in-flight slot, if it holds
 // one: the release deletes the batch's marker, so it happens once however

@@ -82,6 +82,7 @@ type Service struct {
 type Deliveries interface {
 	Enqueue(ctx context.Context, b batch.Batch) error
 	Announce(ctx context.Context, b batch.Batch, event string) error
+	Announces(b batch.Batch) bool
 	WithDeliveries(ctx context.Context, b batch.Batch) batch.Batch
 }
 
@@ -93,7 +94,6 @@ type Store interface {
 	ListBatches(ctx context.Context, tenant, after string, limit int, templateID string) ([]batch.Batch, bool, error)
 	IdempotentBatch(ctx context.Context, tenant, idemKey string) (store.Idem, error)
 	Chunks(ctx context.Context, batchID string) ([]batch.Chunk, error)
-	DeadLetters(ctx context.Context, batchID string, after int, limit int) ([]batch.DeadLetter, bool, error)
 	GetFile(ctx context.Context, tenant, id string) (file.File, error)
 	PutFile(ctx context.Context, f file.File) error
 	PutFileOverwrite(ctx context.Context, f file.File) error
@@ -107,6 +107,7 @@ type Store interface {
 	KeyByID(ctx context.Context, id string) (apikey.Key, error)
 	Usage(ctx context.Context, tenant, from, to string) ([]store.UsageRow, error)
 	UsageDetails(ctx context.Context, tenant, from, to string) ([]store.UsageDetail, error)
+	BatchUsage(ctx context.Context, tenant, keyID, batchID string, days []string) ([]store.UsageDetail, error)
 	// internal/anthropic's delete of a Message Batch.
 	DeleteBatch(ctx context.Context, tenant, id string) error
 	DeleteFile(ctx context.Context, tenant, id string) error
@@ -590,7 +591,7 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (batch.Batch, erro
 	if err != nil {
 		return batch.Batch{}, err
 	}
-	out := b.Out()
+	out := s.WithCost(ctx, b.Out())
 	out = s.Deliveries.WithDeliveries(ctx, out)
 	return out, nil
 }
@@ -612,6 +613,7 @@ func (s *Service) List(ctx context.Context, tenant, after string, limit int, tem
 	for i := range bs {
 		bs[i] = bs[i].Out()
 	}
+	s.withCosts(ctx, bs)
 	return bs, more, err
 }
 
@@ -724,12 +726,19 @@ func (s *Service) EachLine(ctx context.Context, chunks []batch.Chunk, fn func(c 
 	return part.Read(done, get, fn)
 }
 
-// DeadLetters lists the rows that exhausted their retries.
-func (s *Service) DeadLetters(ctx context.Context, tenant, id string, after, limit int) ([]batch.DeadLetter, bool, error) {
-	if _, err := s.Get(ctx, tenant, id); err != nil {
-		return nil, false, err
+// DeadLetters lists the rows of batch id that ended failed, read from
+// their failed generations, paged as Rows pages them (docs/api.md "Dead
+// letters"): the error file's rows, which Retry runs again.
+func (s *Service) DeadLetters(ctx context.Context, tenant, id string, after, limit int) ([]part.DeadLetter, RowsPage, error) {
+	page, err := s.Rows(ctx, tenant, id, RowsQuery{After: after, Limit: limit, Failed: true})
+	if err != nil {
+		return nil, page, err
 	}
-	return s.Store.DeadLetters(ctx, id, after, limit)
+	dls := make([]part.DeadLetter, len(page.Data))
+	for i, ev := range page.Data {
+		dls[i] = ev.DeadLetter()
+	}
+	return dls, page, nil
 }
 
 // Retry makes a new batch of the rows of a finished batch that ended in
@@ -848,6 +857,13 @@ type RowsQuery struct {
 	Failed   bool
 }
 
+// lists says whether chunk c may hold rows q lists: a chunk committed
+// after q.After, with rows in the error file when q is of failed rows
+// (its pattern says, without reading its parts).
+func (q RowsQuery) lists(c batch.Chunk) bool {
+	return c.Index > q.After && c.State == batch.ChunkDone && (!q.Failed || part.HasErrors(c))
+}
+
 // RowsPage is a page of generations, in row order: Last is the chunk the
 // page ended at (the next page's After), More whether chunks follow.
 type RowsPage struct {
@@ -871,11 +887,11 @@ func (s *Service) Rows(ctx context.Context, tenant, id string, q RowsQuery) (Row
 	slices.SortFunc(chunks, func(a, b batch.Chunk) int { return cmp.Compare(a.Index, b.Index) })
 	page := RowsPage{Last: q.After}
 	for i, c := range chunks {
-		if c.Index <= q.After || c.State != batch.ChunkDone {
+		if !q.lists(c) {
 			continue
 		}
 		if len(page.Data) >= q.Limit {
-			page.More = slices.ContainsFunc(chunks[i:], func(c batch.Chunk) bool { return c.State == batch.ChunkDone })
+			page.More = slices.ContainsFunc(chunks[i:], q.lists)
 			break
 		}
 		evs, err := s.chunkRows(ctx, c)

@@ -50,9 +50,6 @@ func (*releaseTable) IdempotentBatch(context.Context, string, string) (store.Ide
 	return store.Idem{}, errNotInFake
 }
 func (*releaseTable) Chunks(context.Context, string) ([]batch.Chunk, error) { return nil, errNotInFake }
-func (*releaseTable) DeadLetters(context.Context, string, int, int) ([]batch.DeadLetter, bool, error) {
-	return nil, false, errNotInFake
-}
 func (*releaseTable) GetFile(context.Context, string, string) (file.File, error) {
 	return file.File{}, errNotInFake
 }
@@ -85,6 +82,10 @@ func (*releaseTable) KeyByID(context.Context, string) (apikey.Key, error) {
 func (*releaseTable) Usage(context.Context, string, string, string) ([]store.UsageRow, error) {
 	return nil, errNotInFake
 }
+func (*releaseTable) BatchUsage(context.Context, string, string, string, []string) ([]store.UsageDetail, error) {
+	return nil, nil
+}
+
 func (*releaseTable) UsageDetails(context.Context, string, string, string) ([]store.UsageDetail, error) {
 	return nil, errNotInFake
 }
@@ -101,6 +102,7 @@ func (e *enqueued) Enqueue(_ context.Context, b batch.Batch) error {
 	return nil
 }
 func (*enqueued) Announce(context.Context, batch.Batch, string) error         { return nil }
+func (*enqueued) Announces(batch.Batch) bool                                  { return false }
 func (*enqueued) WithDeliveries(_ context.Context, b batch.Batch) batch.Batch { return b }
 
 // Terminal, the engine's Lifecycle, gives a counted batch's in-flight slot

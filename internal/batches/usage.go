@@ -103,16 +103,15 @@ func (s *Service) group(rows []store.UsageDetail, groupBy []string) []UsageLine 
 		l.InputTokens += r.InputTokens
 		l.OutputTokens += r.OutputTokens
 		l.TotalTokens += r.TotalTokens
-		if m, ok := s.Models.Lookup(r.Model); ok && m.Price != nil {
-			usd := m.Price.USD(r.InputTokens, r.OutputTokens) + ptrOr(l.CostUSD)
+		if usd, ok := s.price(r.UsageRow); ok {
+			usd += ptrOr(l.CostUSD)
 			l.CostUSD = &usd
 		}
 	}
 	out := make([]UsageLine, 0, len(lines))
 	for _, l := range lines {
 		if l.CostUSD != nil {
-			usd := math.Round(*l.CostUSD*1e6) / 1e6
-			l.CostUSD = &usd
+			l.CostUSD = roundUSD(*l.CostUSD)
 		}
 		out = append(out, *l)
 	}
@@ -120,6 +119,23 @@ func (s *Service) group(rows []store.UsageDetail, groupBy []string) []UsageLine 
 		return cmp.Or(cmp.Compare(a.Day, b.Day), cmp.Compare(a.Model, b.Model), cmp.Compare(a.KeyID, b.KeyID), cmp.Compare(a.BatchID, b.BatchID))
 	})
 	return out
+}
+
+// price is what usage row r's tokens cost at its model's price in
+// relay.yaml; false when the model has none. GET /v1/usage's cost_usd and
+// a batch's cost both price usage here.
+func (s *Service) price(r store.UsageRow) (float64, bool) {
+	m, ok := s.Models.Lookup(r.Model)
+	if !ok || m.Price == nil {
+		return 0, false
+	}
+	return m.Price.USD(r.InputTokens, r.OutputTokens), true
+}
+
+// roundUSD rounds a cost to a millionth of a dollar.
+func roundUSD(usd float64) *float64 {
+	usd = math.Round(usd*1e6) / 1e6
+	return &usd
 }
 
 func ptrOr(p *float64) float64 {

@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -49,6 +51,10 @@ type Model struct {
 	Fallback       string        `yaml:"fallback"`
 	MaxConcurrency int           `yaml:"max_concurrency"`
 	Timeout        time.Duration `yaml:"timeout"`
+	// CallTimeLimit bounds one call of a workflow step's request (docs/api.md
+	// "Workflow records"): a call past it is stopped, never retried, and
+	// comes back as request_time_limit. The executor's run bounds it too.
+	CallTimeLimit time.Duration `yaml:"call_time_limit"`
 	// Price, if given, is what the model's tokens cost: tenants' budgets
 	// in USD count only priced models (docs/api.md "Budgets, revocation and allow-lists").
 	Price *Price `yaml:"price"`
@@ -89,6 +95,30 @@ func (m Model) Upstream() string {
 	return m.Name
 }
 
+// OperatorWebhook is an endpoint of the deployment's operator that
+// receives every tenant's batch events, signed with its own secret
+// (docs/api.md "Operator webhooks").
+type OperatorWebhook struct {
+	// Name identifies the endpoint in its delivery records and circuit.
+	Name string `yaml:"name"`
+	URL  string `yaml:"url"`
+	// SecretEnv names its whsec_ signing secret as a model's api_key_env
+	// names its key: an environment variable locally, a secret (secret
+	// prefix + name) in Secrets Manager on AWS.
+	SecretEnv string `yaml:"secret_env"`
+	// Events are the event types it receives; none is every type.
+	Events []string `yaml:"events"`
+}
+
+// EventTypes are the batch events a webhook carries (docs/api.md
+// "Webhooks").
+var EventTypes = []string{"batch.queued", "batch.in_progress", "batch.completed", "batch.failed", "batch.expired", "batch.cancelled"}
+
+// Wants reports whether the endpoint receives events of type eventType.
+func (w OperatorWebhook) Wants(eventType string) bool {
+	return len(w.Events) == 0 || slices.Contains(w.Events, eventType)
+}
+
 // Models is the parsed models file.
 type Models struct {
 	Models []Model `yaml:"models"`
@@ -96,7 +126,11 @@ type Models struct {
 	// body.model runs on, as OpenAI's moderations API defaults it
 	// (docs/api.md "Batches"; internal/endpoint.DefaultModel reads it).
 	ModerationModel string `yaml:"moderation_model"`
-	byName          map[string]Model
+	// OperatorWebhooks are the deployment's webhook endpoints, each
+	// receiving every tenant's batch events (docs/api.md "Operator
+	// webhooks").
+	OperatorWebhooks []OperatorWebhook `yaml:"operator_webhooks"`
+	byName           map[string]Model
 }
 
 // Lookup returns the model clients call name.
@@ -117,6 +151,8 @@ func (ms *Models) Names() []string {
 const (
 	defaultConcurrency = 32
 	defaultTimeout     = 5 * time.Minute
+	// DefaultCallTimeLimit is a model's call_time_limit when it sets none.
+	DefaultCallTimeLimit = 30 * time.Minute
 )
 
 // ParseModels parses and validates a models file.
@@ -163,6 +199,12 @@ func ParseModels(data []byte) (*Models, error) {
 		if m.Timeout < 0 {
 			return nil, fmt.Errorf("%s must be positive", field("timeout"))
 		}
+		if m.CallTimeLimit == 0 {
+			m.CallTimeLimit = DefaultCallTimeLimit
+		}
+		if m.CallTimeLimit < 0 {
+			return nil, fmt.Errorf("%s must be positive", field("call_time_limit"))
+		}
 		if p := m.Price; p != nil && (p.InputPerMTok < 0 || p.OutputPerMTok < 0) {
 			return nil, fmt.Errorf("%s must not be negative", field("price"))
 		}
@@ -192,6 +234,38 @@ func ParseModels(data []byte) (*Models, error) {
 	}
 	return &ms, nil
 }
+
+// checkOperatorWebhooks refuses an operator endpoint that cannot work.
+func (ms *Models) checkOperatorWebhooks() error {
+	seen := map[string]bool{}
+	for i, w := range ms.OperatorWebhooks {
+		field := func(f string) string { return fmt.Sprintf("operator_webhooks[%d].%s", i, f) }
+		if !endpointName.MatchString(w.Name) {
+			return fmt.Errorf("%s: %q is not a name of lower-case letters, digits and dashes (up to 32)", field("name"), w.Name)
+		}
+		if seen[w.Name] {
+			return fmt.Errorf("%s: %q is defined twice", field("name"), w.Name)
+		}
+		seen[w.Name] = true
+		if u, err := url.Parse(w.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("%s: %q is not an http(s) URL", field("url"), w.URL)
+		}
+		if !envName.MatchString(w.SecretEnv) {
+			return fmt.Errorf("%s: %q is not a variable name (like RELAY_OPS_WEBHOOK_SECRET): the whsec_ secret is read from that variable, or from Secrets Manager under the secret prefix", field("secret_env"), w.SecretEnv)
+		}
+		for j, ev := range w.Events {
+			if !slices.Contains(EventTypes, ev) {
+				return fmt.Errorf("%s[%d]: %q is not one of %s", field("events"), j, ev, strings.Join(EventTypes, ", "))
+			}
+		}
+	}
+	return nil
+}
+
+var (
+	endpointName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
+	envName      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
 
 // checkBaseURL refuses a base URL that cannot work. A base URL is written
 // as the provider's own SDKs take it (README "Configuration"): OpenAI's

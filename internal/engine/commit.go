@@ -4,12 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
+	"slices"
 	"time"
 
+	"github.com/relaybatch/relay/internal/audit"
 	"github.com/relaybatch/relay/internal/backoff"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/ids"
+	"github.com/relaybatch/relay/internal/metrics"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/resources"
@@ -47,6 +52,10 @@ func (e *Engine) commitWith(ctx context.Context, b batch.Batch, c batch.Chunk, r
 	// The commit's continuation is read while the parts are written: the
 	// two are independent, and a hand-over is as long as its requests in
 	// a row (docs/design.md "Chunk size").
+	usage, err := readUsage(parts)
+	if err != nil {
+		return false, err
+	}
 	picked := make(chan pickResult, 1)
 	go func() { picked <- e.pickNext(ctx, cm.Chunk) }()
 	written, err := part.Write(ctx, e.Blobs, cm, parts)
@@ -63,7 +72,63 @@ func (e *Engine) commitWith(ctx context.Context, b batch.Batch, c batch.Chunk, r
 			return false, err
 		}
 	}
-	return e.commit(ctx, b, cm, written, &first)
+	ours, err := e.commit(ctx, b, cm, written, &first)
+	if ours && err == nil {
+		e.publishRows(ctx, b, c.Index, usage)
+	}
+	return ours, err
+}
+
+// readUsage is the bytes of a part's usage object, which stays readable
+// from its start for part.Write.
+func readUsage(parts map[string]part.Object) ([]byte, error) {
+	o := parts["usage"]
+	if o.Body == nil {
+		return nil, nil
+	}
+	data, err := io.ReadAll(o.Body)
+	if err == nil {
+		_, err = o.Body.Seek(0, io.SeekStart)
+	}
+	return data, err
+}
+
+// publishRows logs the metrics of a committed chunk's rows (internal/metrics)
+// and keeps their audit entry: once, by the run whose commit took effect.
+func (e *Engine) publishRows(ctx context.Context, b batch.Batch, chunk int, usage []byte) {
+	byModel, err := metrics.Rows(usage)
+	if err != nil {
+		e.Log.WarnContext(ctx, "metrics of a chunk's rows", "batch_id", b.ID, "err", err)
+	}
+	now := e.Now()
+	var rows, tokens int64
+	for _, model := range slices.Sorted(maps.Keys(byModel)) {
+		f := byModel[model]
+		rows, tokens = rows+f.Completed+f.Failed, tokens+f.Tokens
+		if model == "" {
+			continue // rows refused before a model was known count for the tenant only
+		}
+		for _, l := range metrics.ChunkLines(e.Set.Prefix, model, b.ID, now, *f) {
+			e.Log.InfoContext(ctx, "model metrics", l...)
+		}
+	}
+	e.Log.InfoContext(ctx, "tenant metrics", metrics.TenantLine(e.Set.Prefix, b.Tenant, b.ID, now, rows, tokens)...)
+	var completed int64
+	for _, f := range byModel {
+		completed += f.Completed
+	}
+	e.Audit.Add(audit.Entry{Time: now.UnixMilli(), Tenant: b.Tenant, KeyID: audit.Executor, OnBehalfOf: b.KeyID, Batch: b.ID,
+		Action: audit.RowsRun, Target: fmt.Sprintf("chunk %d", chunk), Outcome: fmt.Sprintf("%d completed, %d failed", completed, rows-completed)})
+}
+
+// flushAudit writes the audit entries this invocation kept, with time of
+// its own when ctx's ran out.
+func (e *Engine) flushAudit(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := e.Audit.Flush(ctx); err != nil {
+		e.Log.WarnContext(ctx, "audit trail: entries kept for the next invocation", "err", err)
+	}
 }
 
 // pickResult is a commit's continuation as pickNext read it, and its load

@@ -1,12 +1,14 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"testing"
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/msg"
+	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/resources"
 )
 
@@ -37,7 +39,14 @@ func TestDeadLetterOfADeletedInput(t *testing.T) {
 	if got := table.chunkAt(0); got.State != batch.ChunkDone || len(table.committed()) != 1 || table.committed()[0].DeadLetters != 3 {
 		t.Fatalf("chunk %s, %d commits: want it committed with 3 dead letters", got.State, len(table.committed()))
 	}
-	if dead := table.deadLetters(table.id); len(dead) != 3 || dead[2].Row != 2 {
-		t.Errorf("dead-letter items %+v, want rows 0-2 by number", dead)
+	usage, _ := e.Blobs.(*goneAfter).object(table.chunkAt(0).Parts("usage"))
+	var dead []part.DeadLetter
+	for line := range bytes.Lines(usage) {
+		var ev part.UsageEvent
+		json.Unmarshal(line, &ev)
+		dead = append(dead, ev.DeadLetter())
+	}
+	if len(dead) != 3 || dead[2] != (part.DeadLetter{Row: 2, Reason: part.CodeDeadLetter, Error: part.DeadLetterMessage, Attempts: 3, Model: "x"}) {
+		t.Errorf("dead letters %+v, want rows 0-2 by number, of model x, after their chunk's 3 runs", dead)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybatch/relay/internal/audit"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/file"
@@ -37,8 +38,17 @@ func testEngine(e *Engine) *Engine {
 	if e.Native == nil {
 		e.Native = noNative{}
 	}
+	if e.Audit == nil {
+		e.Audit = noAudit{}
+	}
 	return e
 }
+
+// noAudit keeps no audit trail.
+type noAudit struct{}
+
+func (noAudit) Add(audit.Entry)             {}
+func (noAudit) Flush(context.Context) error { return nil }
 
 // ungoverned allows every batch every model.
 type ungoverned struct{}
@@ -62,6 +72,8 @@ func (f lifecycleFunc) Terminal(ctx context.Context, b batch.Batch) error {
 
 func (lifecycleFunc) Announce(context.Context, batch.Batch, string) error { return nil }
 
+func (lifecycleFunc) Announces(b batch.Batch) bool { return b.WebhookURL != nil }
+
 func (lifecycleFunc) RetryInput(context.Context, batch.Batch) (file.File, error) {
 	return file.File{}, file.ErrNotFound
 }
@@ -72,6 +84,8 @@ type noWorkflows struct{}
 func (noWorkflows) Run(_, _ context.Context, b batch.Batch, c batch.Chunk, _ jsonl.Request, _ func() batch.Status) error {
 	return errors.New("test engine: no workflow runner for chunk " + c.Batch)
 }
+
+func (noWorkflows) ValidRow(batch.Batch, []byte) bool { return true }
 
 func (noWorkflows) Spent(context.Context, batch.Batch, batch.Chunk) (inference.Usage, bool, error) {
 	return inference.Usage{}, false, nil
@@ -96,6 +110,7 @@ func completeDeps() Deps {
 		Govern: ungoverned{}, Lifecycle: lifecycleFunc(nil),
 		Workflow: func(*Engine) Workflow { return noWorkflows{} },
 		Native:   func(*Engine) Delegate { return noNative{} },
+		Audit:    noAudit{},
 	}
 }
 
@@ -118,6 +133,7 @@ func TestNewRefusesAMissingPart(t *testing.T) {
 		{"Lifecycle", func(d *Deps) { d.Lifecycle = nil }},
 		{"Workflow", func(d *Deps) { d.Workflow = nil }},
 		{"Native", func(d *Deps) { d.Native = nil }},
+		{"Audit", func(d *Deps) { d.Audit = nil }},
 		{"Workflow", func(d *Deps) { d.Workflow = func(*Engine) Workflow { return nil } }},
 		{"Native", func(d *Deps) { d.Native = func(*Engine) Delegate { return nil } }},
 	} {

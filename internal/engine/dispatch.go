@@ -86,7 +86,7 @@ func (e *Engine) restart(ctx context.Context, b batch.Batch, writeBy time.Time) 
 	if err != nil {
 		return err
 	}
-	return e.startPlanned(ctx, b, chunks, plan.ReadyEntries(chunks, b.Priority), writeBy)
+	return e.startPlanned(ctx, b, plan.ReadyEntries(chunks, b.Priority), plan.Alone(chunks), writeBy)
 }
 
 // takePlanLease takes a batch's plan lease for this attempt; false when
@@ -140,6 +140,7 @@ func (e *Engine) planInput(ctx context.Context, b batch.Batch, writeBy time.Time
 		},
 		Allowed: allowed,
 		Default: endpoint.DefaultModel(e.Models, b.Endpoint),
+		Record:  func(row []byte) bool { return e.Workflow.ValidRow(b, row) },
 		NoCall: func(row []byte) bool {
 			_, refused := provider.Refusal(e.Models, b.Endpoint, []byte(gjson.GetBytes(row, "body").Raw))
 			return refused
@@ -196,7 +197,7 @@ func (e *Engine) recordPlan(ctx context.Context, b batch.Batch, in plan.Input, w
 		return err
 	}
 	log.InfoContext(ctx, "batch planned", "rows", in.Result.Rows, "chunks", len(in.Chunks))
-	return e.startPlanned(ctx, planned, in.Chunks, entries, writeBy)
+	return e.startPlanned(ctx, planned, entries, plan.Alone(in.Chunks), writeBy)
 }
 
 // planMayWrite is nil while the plan attempt of b may still write: until
@@ -210,15 +211,14 @@ func (e *Engine) planMayWrite(b batch.Batch, writeBy time.Time) error {
 	return fmt.Errorf("plan of %s: its lease ends within the skew margin: %w", b.ID, ErrStop)
 }
 
-// startPlanned puts a planned batch's chunks (chunks, with their ready
-// entries) in the ready index (or, once cancelled, drains them), claims its
-// NoCall chunks without capacity, and starts what free capacity allows. The
-// batch records its chunks first: no run can claim a chunk whose input the
-// batch does not point to yet. Until Started is recorded the tick sends the
-// plan again, which comes back here; a second ready entry of a batch is
-// harmless (it finds its chunk claimed and is dropped), and so is a second
-// claim of a NoCall chunk (it finds it claimed and leaves it).
-func (e *Engine) startPlanned(ctx context.Context, b batch.Batch, chunks []batch.Chunk, entries []sched.Ready, writeBy time.Time) error {
+// startPlanned puts a planned batch's chunks in the ready index (or, once
+// cancelled, drains them), starts the chunks that run alone (plan.Alone)
+// and what free capacity allows. The batch records its chunks first: no
+// run can claim a chunk whose input the batch does not point to yet. Until
+// Started is recorded the tick sends the plan again, which comes back
+// here; a second ready entry of a batch is harmless (it finds its chunk
+// claimed and is dropped), and so is a second claim of a chunk alone.
+func (e *Engine) startPlanned(ctx context.Context, b batch.Batch, entries []sched.Ready, alone []batch.Chunk, writeBy time.Time) error {
 	if !b.Started {
 		// Validated: batch.queued goes before any chunk can start, and
 		// before Started says it went (delivery.Service.Enqueue).
@@ -234,6 +234,9 @@ func (e *Engine) startPlanned(ctx context.Context, b batch.Batch, chunks []batch
 		if err := e.planMayWrite(b, writeBy); err != nil {
 			return err
 		}
+		if err := e.claimAlone(ctx, b, alone); err != nil {
+			return err
+		}
 		rest, err := e.Native.Start(ctx, b, entries)
 		if err != nil {
 			return err
@@ -242,9 +245,6 @@ func (e *Engine) startPlanned(ctx context.Context, b batch.Batch, chunks []batch
 			if err := e.Store.PutReady(ctx, r); err != nil {
 				return err
 			}
-		}
-		if err := e.claimAlone(ctx, b, chunks, func(c batch.Chunk) bool { return c.NoCall }); err != nil {
-			return err
 		}
 	}
 	_, err := e.Store.UpdateBatch(ctx, b.Tenant, b.ID, func(b *batch.Batch) error {

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/relaybatch/relay/internal/audit"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/config"
@@ -59,7 +60,6 @@ type Store interface {
 	ReleaseFence(ctx context.Context, batchID string, chunk int, exec string) error
 	CommitSplit(ctx context.Context, tenant string, c sched.Commit, rest batch.Chunk, run string, lease time.Time) error
 	CommitChunk(ctx context.Context, tenant string, c sched.Commit) error
-	PutDeadLetters(ctx context.Context, batchID string, dls []batch.DeadLetter) error
 }
 
 // Blobs is what the engine needs of the bucket (internal/blob).
@@ -117,10 +117,22 @@ var (
 // batch's, kept fresh. Spent is what the steps of chunk c's record saved
 // spent upstream (zero for a chunk that holds none), and whether the
 // tenant's daily usage counts it already: a dead-lettered record's line
-// keeps it (DeadLetter).
+// keeps it (DeadLetter). ValidRow is the plan's check of a record's row
+// of batch b, before any capacity is taken (docs/api.md "Workflow
+// records"): a record that fails it runs alone, holding none, to its
+// error line.
 type Workflow interface {
+	ValidRow(b batch.Batch, row []byte) bool
 	Run(ctx, runCtx context.Context, b batch.Batch, c batch.Chunk, req jsonl.Request, status func() batch.Status) error
 	Spent(ctx context.Context, b batch.Batch, c batch.Chunk) (u inference.Usage, counted bool, err error)
+}
+
+// Auditor keeps audit trail entries (internal/audit.Chain): the engine adds
+// one per chunk of rows it commits, and writes them at the end of each
+// Execute.
+type Auditor interface {
+	Add(audit.Entry)
+	Flush(ctx context.Context) error
 }
 
 // Lifecycle is what the batches' service (internal/batches) does beside
@@ -133,6 +145,9 @@ type Workflow interface {
 type Lifecycle interface {
 	Terminal(ctx context.Context, b batch.Batch) error
 	Announce(ctx context.Context, b batch.Batch, event string) error
+	// Announces reports whether b's events go anywhere (its webhook_url,
+	// an operator endpoint): only then is in_progress recorded and queued.
+	Announces(b batch.Batch) bool
 	RetryInput(ctx context.Context, b batch.Batch) (file.File, error)
 }
 
@@ -160,6 +175,8 @@ type Deps struct {
 	// so no hook is assigned after New returns and none is ever nil.
 	Workflow func(*Engine) Workflow
 	Native   func(*Engine) Delegate
+	// Audit keeps the audit trail's entries of rows run (internal/audit).
+	Audit Auditor
 
 	// Options: a zero one takes its default.
 	Chunks plan.Limits
@@ -173,7 +190,7 @@ func New(d Deps) (*Engine, error) {
 	}
 	e := &Engine{
 		Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Provider: d.Provider, Models: d.Models, Set: d.Set, Log: d.Log,
-		Now: d.Now, Govern: d.Govern, Lifecycle: d.Lifecycle, Chunks: d.Chunks, Lease: d.Lease,
+		Now: d.Now, Govern: d.Govern, Lifecycle: d.Lifecycle, Audit: d.Audit, Chunks: d.Chunks, Lease: d.Lease,
 	}
 	if e.Workflow = d.Workflow(e); e.Workflow == nil {
 		return nil, errors.New("engine: Deps.Workflow built no workflow runner")
@@ -193,7 +210,7 @@ func (d Deps) check() error {
 		{"Store", d.Store == nil}, {"Blobs", d.Blobs == nil}, {"Queue", d.Queue == nil},
 		{"Provider", d.Provider == nil}, {"Models", d.Models == nil}, {"Log", d.Log == nil},
 		{"Now", d.Now == nil}, {"Govern", d.Govern == nil}, {"Lifecycle", d.Lifecycle == nil},
-		{"Workflow", d.Workflow == nil}, {"Native", d.Native == nil},
+		{"Workflow", d.Workflow == nil}, {"Native", d.Native == nil}, {"Audit", d.Audit == nil},
 	} {
 		if p.missing {
 			return fmt.Errorf("engine: Deps.%s is missing", p.name)
@@ -216,6 +233,7 @@ type Engine struct {
 	Now       func() time.Time
 	Govern    Governor
 	Lifecycle Lifecycle
+	Audit     Auditor
 	Workflow  Workflow
 	// Native runs the chunks it Takes instead of the executors.
 	Native Delegate

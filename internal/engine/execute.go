@@ -62,10 +62,12 @@ type chunkRun struct {
 	left atomic.Int32 // rows not finished
 	// deferred are the rows owed their fallback, fallbackTo the model:
 	// one, as a chunk's rows share their model (docs/design.md
-	// "Scheduling", fallback rows).
-	deferMu    sync.Mutex
-	deferred   []bool
-	fallbackTo string
+	// "Scheduling", fallback rows); deferredAttempts the most upstream
+	// attempts one of them made on its own model (batch.Chunk.PriorAttempts).
+	deferMu          sync.Mutex
+	deferred         []bool
+	fallbackTo       string
+	deferredAttempts int
 	// progress guards r.c's reported counts, which the heartbeat moves
 	// (reportProgress) until the run commits (committing).
 	progress   sync.Mutex
@@ -84,6 +86,7 @@ type chunkRun struct {
 // executes only while it holds its fence and its lease (fence, lease
 // rule), and each chunk commits and is reported on its own.
 func (e *Engine) Execute(ctx context.Context, ds []msg.Delivery) ([]string, error) {
+	defer e.flushAudit(ctx)
 	var failed []string
 	var runs []*chunkRun
 	var native sync.WaitGroup // a native batch's steps run beside the chunks
@@ -584,8 +587,8 @@ func (e *Engine) AnnounceInProgress(ctx context.Context, b batch.Batch) {
 	e.announceInProgress(ctx, b)
 }
 
-// announceInProgress queues batch.in_progress when a chunk of b, which has
-// a webhook_url, starts and b does not record it queued
+// announceInProgress queues batch.in_progress when a chunk of b, whose
+// events go somewhere (Lifecycle.Announces), starts and b does not record it queued
 // (batch.Batch.AnnouncedInProgress): the run that records it queues it, so
 // the runs that start together, reading the batch before the record, queue
 // it once. A failure to queue takes the record back, and the batch's next
@@ -595,7 +598,7 @@ func (e *Engine) AnnounceInProgress(ctx context.Context, b batch.Batch) {
 // which queues the event (at worst twice: one event id, which delivery
 // records once).
 func (e *Engine) announceInProgress(ctx context.Context, b batch.Batch) {
-	if b.WebhookURL == nil || b.AnnouncedInProgress || b.Status != batch.InProgress {
+	if !e.Lifecycle.Announces(b) || b.AnnouncedInProgress || b.Status != batch.InProgress {
 		return
 	}
 	log := e.Log.With("batch_id", b.ID, "tenant", b.Tenant)
@@ -728,7 +731,7 @@ func (e *Engine) finishRun(ctx context.Context, p *fanout.Pool, r *chunkRun) {
 	switch {
 	case r.ctx.Err() != nil:
 		r.err = e.commitAnswered(ctx, r)
-	case r.owed() != "":
+	case r.fallbackOwed():
 		r.err = e.commitDeferred(ctx, r)
 	default:
 		_, r.err = e.commitRows(ctx, r.b, r.c, r.lines, 0)
@@ -739,21 +742,30 @@ func (e *Engine) finishRun(ctx context.Context, p *fanout.Pool, r *chunkRun) {
 	r.cancel()
 }
 
-// deferRow records that row i is owed its fallback, model to.
-func (r *chunkRun) deferRow(i int, to string) {
+// deferRow records that row i is owed its fallback, model to, after
+// attempts on its own model.
+func (r *chunkRun) deferRow(i int, to string, attempts int) {
 	r.deferMu.Lock()
 	defer r.deferMu.Unlock()
 	if r.deferred == nil {
 		r.deferred = make([]bool, len(r.reqs))
 	}
 	r.deferred[i], r.fallbackTo = true, to
+	r.deferredAttempts = max(r.deferredAttempts, attempts)
 }
 
-// owed is the fallback the run's deferred rows are owed, "" for none.
-func (r *chunkRun) owed() string {
+// owed is the fallback the run's deferred rows are owed, "" for none, and
+// the attempts they made on their own model.
+func (r *chunkRun) owed() (string, int) {
 	r.deferMu.Lock()
 	defer r.deferMu.Unlock()
-	return r.fallbackTo
+	return r.fallbackTo, r.deferredAttempts
+}
+
+// fallbackOwed says whether rows of the run are owed their fallback.
+func (r *chunkRun) fallbackOwed() bool {
+	to, _ := r.owed()
+	return to != ""
 }
 
 // commitDeferred commits the rows a run answered and adds those owed
@@ -766,7 +778,8 @@ func (e *Engine) commitDeferred(ctx context.Context, r *chunkRun) error {
 	if err != nil {
 		return fmt.Errorf("fallback rows: %w", err)
 	}
-	rest.Model, rest.Fallback = r.owed(), true
+	rest.Model, rest.PriorAttempts = r.owed()
+	rest.Fallback = true
 	_, err = e.commitWith(ctx, r.b, done, r.lines, 0, &rest)
 	return err
 }
@@ -818,6 +831,10 @@ func (e *Engine) commitAnswered(ctx context.Context, r *chunkRun) error {
 	if err != nil {
 		return err
 	}
+	usage, err := readUsage(parts)
+	if err != nil {
+		return err
+	}
 	written, err := part.Write(ctx, e.Blobs, cm, parts)
 	if err != nil {
 		return err
@@ -828,6 +845,9 @@ func (e *Engine) commitAnswered(ctx context.Context, r *chunkRun) error {
 		}
 	}
 	won, err := e.commitSplit(ctx, r.b, cm, rest)
+	if err == nil && won {
+		e.publishRows(ctx, r.b, done.Index, usage)
+	}
 	if err == nil && !won {
 		e.Log.InfoContext(ctx, "split chunk no longer this run's; its part discarded", "batch_id", done.Batch, "chunk", done.Index, "run", done.Run)
 		err = errors.Join(stop, e.Blobs.Delete(ctx, written...))
@@ -922,7 +942,7 @@ func (r *chunkRun) rows(e *Engine, rowDone func()) fanout.Rows {
 					// The models file changed since the plan: the row
 					// runs on its model's capacity, in a chunk of its own
 					// as a fallback row does.
-					r.deferRow(i, r.c.Model)
+					r.deferRow(i, r.c.Model, 0)
 					rowDone()
 					return true
 				}
@@ -939,7 +959,7 @@ func (r *chunkRun) rows(e *Engine, rowDone func()) fanout.Rows {
 			// flight, has no answer: it runs again. One owed its fallback
 			// has none either: it runs in the fallback's chunk.
 			if sent && res.FallbackTo != "" {
-				r.deferRow(i, res.FallbackTo)
+				r.deferRow(i, res.FallbackTo, res.Attempts)
 			} else if sent && (res.OK() || r.ctx.Err() == nil) {
 				r.lines.Set(i, part.Outcome{CustomID: r.reqs[i].CustomID, Result: res})
 			}

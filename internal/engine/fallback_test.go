@@ -50,7 +50,7 @@ func (p *fallbackProvider) Do(_ context.Context, _ string, body json.RawMessage,
 	case row.Model != "x" || (row.N%2 == 0 && !p.failAll):
 		return ok(row.Model, false)
 	case route.Defer:
-		return inference.Result{StatusCode: 503, Model: "x", FallbackTo: "y", Body: json.RawMessage(`{"error":{"message":"overloaded"}}`)}
+		return inference.Result{StatusCode: 503, Model: "x", FallbackTo: "y", Attempts: 4, Body: json.RawMessage(`{"error":{"message":"overloaded"}}`)}
 	}
 	record("y")
 	return ok("y", true)
@@ -88,8 +88,8 @@ func TestFallbackRowsRunAsAChunkOfTheFallback(t *testing.T) {
 	}
 	fb := table.chunkAt(1)
 	if table.b().ChunksTotal != 2 || fb.State != batch.ChunkPending || fb.Model != "y" || !fb.Fallback || fb.Rows != 3 ||
-		fb.Row(0) != 1 || fb.Row(1) != 3 || fb.Row(2) != 5 {
-		t.Fatalf("chunks %d, chunk 1 %+v: want a pending fallback chunk of y with rows 1, 3, 5", table.b().ChunksTotal, fb)
+		fb.Row(0) != 1 || fb.Row(1) != 3 || fb.Row(2) != 5 || fb.PriorAttempts != 4 {
+		t.Fatalf("chunks %d, chunk 1 %+v: want a pending fallback chunk of y with rows 1, 3, 5, after 4 attempts on x", table.b().ChunksTotal, fb)
 	}
 	head, ok, _ := table.ReadyHead(ctx, "y")
 	if !ok || head.Next != 1 || head.Total != 2 || head.Batch != table.b().ID {

@@ -7,6 +7,7 @@ import (
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/endpoint"
+	"github.com/relaybatch/relay/internal/inference"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/plan"
@@ -15,8 +16,9 @@ import (
 
 // DeadLetter is the deadletter function's handler for the work DLQ
 // (docs/design.md "Message types", dead). Its rows join the batch's
-// dead-letter list only once its commit took effect, so a late run that
-// commits first never leaves phantom dead letters.
+// dead-letter list through their generations, written by the commit
+// (docs/api.md "Dead letters"), so a late run that commits first never
+// leaves phantom dead letters.
 func (e *Engine) DeadLetter(ctx context.Context, ds []msg.Delivery) ([]string, error) {
 	return msg.Each(ctx, e.Log, ds, func(ctx context.Context, m msg.Message) error {
 		if msg.IsNative(m.Type) {
@@ -32,16 +34,6 @@ func (e *Engine) DeadLetter(ctx context.Context, ds []msg.Delivery) ([]string, e
 		}
 		switch {
 		case c.State == batch.ChunkDone:
-			if c.Dead && c.Run == m.Run {
-				// The commit took effect; its dead-letter items may not have.
-				ids, err := e.customIDs(ctx, b, c)
-				if err != nil {
-					return err
-				}
-				if err := e.Store.PutDeadLetters(ctx, b.ID, part.DeadLetters(c, ids, resources.WorkMaxReceiveCount)); err != nil {
-					return err
-				}
-			}
 			return e.sweepParts(ctx, c)
 		case c.Run != m.Run:
 			return nil // an old run's message: the chunk went on without it
@@ -55,7 +47,8 @@ func (e *Engine) DeadLetter(ctx context.Context, ds []msg.Delivery) ([]string, e
 		}
 		outs := make([]part.Outcome, c.Rows)
 		for i := range outs {
-			outs[i] = part.Outcome{CustomID: ids[i], Code: part.CodeDeadLetter, Message: part.DeadLetterMessage}
+			outs[i] = part.Outcome{CustomID: ids[i], Code: part.CodeDeadLetter, Message: part.DeadLetterMessage,
+				Result: inference.Result{Model: c.Model, Attempts: deadRuns(c)}}
 		}
 		if c.Rows == 1 {
 			if outs[0], err = e.deadRecord(ctx, b, c, outs[0]); err != nil {
@@ -68,8 +61,20 @@ func (e *Engine) DeadLetter(ctx context.Context, ds []msg.Delivery) ([]string, e
 			return err
 		}
 		e.Log.WarnContext(ctx, "chunk dead-lettered", "batch_id", b.ID, "chunk", c.Index, "rows", c.Rows)
-		return e.Store.PutDeadLetters(ctx, b.ID, part.DeadLetters(c, ids, resources.WorkMaxReceiveCount))
+		return nil
 	})
+}
+
+// deadRuns is how many runs chunk c had before it was dead-lettered, the
+// attempts its rows' generations count: its claims, less the one that
+// found it out of attempts (Engine.takeOver). A native group's chunk,
+// claimed only to be dead-lettered, had its group's step out of its
+// receives instead.
+func deadRuns(c batch.Chunk) int {
+	if c.Attempts > resources.WorkMaxReceiveCount {
+		return c.Attempts - 1
+	}
+	return resources.WorkMaxReceiveCount
 }
 
 // customIDs returns the custom ids of a chunk's rows when its range still

@@ -36,7 +36,6 @@ type memTable struct {
 	ready    map[string]map[string]sched.Ready // by model, by sort key
 	inflight map[string]map[int]int            // by model, by capacity shard
 	files    map[string]file.File              // by tenant/id
-	dead     map[string][]batch.DeadLetter
 	// commits are the commits (and splits) that took effect, in order.
 	commits []sched.Commit
 }
@@ -55,8 +54,7 @@ type fence struct {
 
 func newMemTable() *memTable {
 	return &memTable{batches: map[string]batch.Batch{}, chunks: map[string]map[int]batch.Chunk{}, fences: map[chunkRef]fence{},
-		ready: map[string]map[string]sched.Ready{}, inflight: map[string]map[int]int{}, files: map[string]file.File{},
-		dead: map[string][]batch.DeadLetter{}}
+		ready: map[string]map[string]sched.Ready{}, inflight: map[string]map[int]int{}, files: map[string]file.File{}}
 }
 
 var _ Store = (*memTable)(nil)
@@ -139,13 +137,6 @@ func (m *memTable) committed() []sched.Commit {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Clone(m.commits)
-}
-
-// deadLetters are batch id's dead-letter items.
-func (m *memTable) deadLetters(id string) []batch.DeadLetter {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return slices.Clone(m.dead[id])
 }
 
 func (m *memTable) setChunk(c batch.Chunk) {
@@ -254,13 +245,6 @@ func (m *memTable) PutFileOverwrite(_ context.Context, f file.File) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.files[f.Tenant+"/"+f.ID] = f
-	return nil
-}
-
-func (m *memTable) PutDeadLetters(_ context.Context, id string, dls []batch.DeadLetter) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.dead[id] = append(m.dead[id], dls...)
 	return nil
 }
 

@@ -37,7 +37,7 @@ func (e *Engine) deadRecord(ctx context.Context, b batch.Batch, c batch.Chunk, o
 		return o, fmt.Errorf("spend of the record of chunk %d of %s: %w", c.Index, c.Batch, err)
 	}
 	if u != (inference.Usage{}) {
-		o.Result, o.Counted = inference.Result{Model: c.Model, Usage: u}, counted
+		o.Result.Model, o.Result.Usage, o.Counted = c.Model, u, counted
 	}
 	return o, nil
 }

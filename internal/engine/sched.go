@@ -9,6 +9,7 @@ import (
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/ids"
 	"github.com/relaybatch/relay/internal/jsonl"
+	"github.com/relaybatch/relay/internal/metrics"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/resources"
@@ -93,14 +94,25 @@ const maxPicks = 20
 // start claims chunks of model from its free capacity and sends their work
 // messages; it is how work begins when nothing hands capacity on.
 func (e *Engine) start(ctx context.Context, model string) error {
+	_, err := e.startCounting(ctx, model)
+	return err
+}
+
+// startCounting is start, also saying how many of the model's slots were
+// in flight before its claims (the tick publishes it).
+func (e *Engine) startCounting(ctx context.Context, model string) (int, error) {
 	m, ok := e.Models.Lookup(model)
 	if !ok {
-		return nil
+		return 0, nil
 	}
 	quotas := sched.Quotas(m.MaxConcurrency)
 	free, err := e.Store.FreeSlots(ctx, model, quotas)
 	if err != nil {
-		return err
+		return 0, err
+	}
+	inFlight := m.MaxConcurrency
+	for _, n := range free {
+		inFlight -= n
 	}
 	var msgs []any
 	defer func() {
@@ -118,7 +130,7 @@ func (e *Engine) start(ctx context.Context, model string) error {
 		}
 		c, err := pick(ctx, e.Store, model, min(e.limits().Slots, free[shard]), shard, e.Now().Add(e.lease()), nil)
 		if err != nil || c == nil {
-			return err
+			return inFlight, err
 		}
 		switch err := e.Store.ClaimFromPool(ctx, *c, quotas[shard]); {
 		case errors.Is(err, store.ErrNoCapacity):
@@ -127,16 +139,16 @@ func (e *Engine) start(ctx context.Context, model string) error {
 		case errors.Is(err, store.ErrRaced):
 			races++
 			if err := raced(ctx, e.Store, c); err != nil {
-				return err
+				return inFlight, err
 			}
 		case err != nil:
-			return err
+			return inFlight, err
 		default:
 			free[shard] -= c.Slots
 			msgs = append(msgs, msg.ForChunk(c.Next()))
 		}
 	}
-	return nil
+	return inFlight, nil
 }
 
 // drain claims every unclaimed chunk of a cancelled or expired batch
@@ -146,19 +158,20 @@ func (e *Engine) drain(ctx context.Context, b batch.Batch) error {
 	if err != nil {
 		return err
 	}
-	return e.claimAlone(ctx, b, chunks, func(batch.Chunk) bool { return true })
+	return e.claimAlone(ctx, b, chunks)
 }
 
-// claimAlone claims the pending chunks of b that which picks, of chunks,
-// without capacity, and sends their work messages: a drain's, and the
-// NoCall chunks of a batch that starts (docs/design.md "Scheduling", rows
-// settled without a call). A chunk whose claim fails is left to the next
-// call; the others' messages are sent anyway.
-func (e *Engine) claimAlone(ctx context.Context, b batch.Batch, chunks []batch.Chunk, which func(batch.Chunk) bool) error {
+// claimAlone claims the pending chunks of b among chunks without capacity
+// and sends their work messages. A chunk whose claim fails is left to the
+// next attempt; the others' messages are sent anyway.
+func (e *Engine) claimAlone(ctx context.Context, b batch.Batch, chunks []batch.Chunk) error {
+	if len(chunks) == 0 {
+		return nil
+	}
 	var msgs []any
 	var errs []error
 	for _, c := range chunks {
-		if c.State != batch.ChunkPending || !which(c) {
+		if c.State != batch.ChunkPending {
 			continue
 		}
 		run := newRun()
@@ -166,7 +179,7 @@ func (e *Engine) claimAlone(ctx context.Context, b batch.Batch, chunks []batch.C
 		case errors.Is(err, store.ErrRaced):
 			continue
 		case err != nil:
-			errs = append(errs, fmt.Errorf("claim chunk %d of %s alone: %w", c.Index, b.ID, err))
+			errs = append(errs, fmt.Errorf("claim chunk %d alone: %w", c.Index, err))
 			continue
 		}
 		msgs = append(msgs, msg.ForChunk(batch.Next{Tenant: b.Tenant, Batch: b.ID, Chunk: c.Index, Run: run, Attempt: 1}))
@@ -198,9 +211,14 @@ func (e *Engine) Tick(ctx context.Context) error {
 		}
 	}
 	for _, m := range e.Models.Names() {
-		if err := e.start(ctx, m); err != nil {
+		inFlight, err := e.startCounting(ctx, m)
+		if err != nil {
 			e.Log.ErrorContext(ctx, "tick: start model", "model", m, "err", err)
 			errs = append(errs, fmt.Errorf("start model %s: %w", m, err))
+			continue
+		}
+		if cfg, ok := e.Models.Lookup(m); ok {
+			e.Log.InfoContext(ctx, "capacity", metrics.CapacityLine(e.Set.Prefix, m, now, inFlight, cfg.MaxConcurrency)...)
 		}
 	}
 	e.publishOldest(ctx, now)

@@ -4,7 +4,10 @@
 // packages read them.
 package inference
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Error codes of a Result that got no HTTP answer. They become the code of
 // the row's error line.
@@ -12,10 +15,14 @@ const (
 	CodeModelNotFound      = "model_not_found"
 	CodeCrossShapeDispatch = "cross_shape_dispatch"
 	CodeRequestTimeout     = "request_timeout"
-	CodeRequestCancelled   = "request_cancelled"
-	CodeConnectionError    = "connection_error"
-	CodeInvalidRequest     = "invalid_request"
-	CodeAPIKeyUnavailable  = "api_key_unavailable"
+	// CodeRequestTimeLimit is a workflow step's call that passed its
+	// model's call_time_limit (provider.Route.TimeLimit): stopped, never
+	// retried, not billed.
+	CodeRequestTimeLimit  = "request_time_limit"
+	CodeRequestCancelled  = "request_cancelled"
+	CodeConnectionError   = "connection_error"
+	CodeInvalidRequest    = "invalid_request"
+	CodeAPIKeyUnavailable = "api_key_unavailable"
 	// CodeModelNotAllowed is a row of a model its batch's key may not use
 	// (provider.Route.Allowed), which is never sent.
 	CodeModelNotAllowed = "model_not_allowed"
@@ -47,7 +54,10 @@ type Result struct {
 	Model      string          // the configured model name that served the final attempt
 	Fallback   bool            // the fallback model served it
 	Attempts   int             // upstream attempts made, all models
-	ErrCode    string          // one of the Code… constants, when there was no HTTP answer
+	// Latency is the row's time upstream: every attempt and the waits
+	// between them, the fallback's included.
+	Latency    time.Duration
+	ErrCode    string // one of the Code… constants, when there was no HTTP answer
 	ErrMessage string
 	// FallbackTo names the fallback a row of a provider.Route.Defer run is owed:
 	// its model's attempts failed transiently and nothing was sent there.

@@ -37,6 +37,12 @@
 // ThrottlingException, without Retry-After), and successes with the
 // x-amzn-bedrock-input/output-token-count headers.
 //
+// A chat completion with "tools" calls each of its functions in turn, one
+// a round: while the conversation holds fewer "tool" messages than there
+// are tools, the answer is a tool call (id call_<n>, arguments
+// {"round":n}, finish_reason tool_calls, 1 completion token); then the
+// usual echo.
+//
 // Requests are checked the way the real APIs check them, in this order:
 // path (404), method (405), credentials by presence only (401; a
 // non-empty "Authorization: Bearer …" on OpenAI routes, a non-empty

@@ -25,6 +25,20 @@ const embeddingSize = 8
 func chatCompletion(req *request) object {
 	var p prompt
 	p.addMessages(req.body["messages"])
+	if call := nextToolCall(req.body); call != nil {
+		return object{
+			"id": "chatcmpl-" + req.id(), "object": "chat.completion", "created": created, "model": req.model,
+			"choices": []object{{
+				"index":         0,
+				"message":       object{"role": "assistant", "content": nil, "refusal": nil, "tool_calls": []object{call}},
+				"logprobs":      nil,
+				"finish_reason": "tool_calls",
+			}},
+			"usage":              openAIUsage(p.tokens, 1),
+			"system_fingerprint": "fp_mockup",
+			"service_tier":       "default",
+		}
+	}
 	reply := "echo: " + p.lastUser
 	return object{
 		"id":      "chatcmpl-" + req.id(),
@@ -335,4 +349,26 @@ func base64Vector(vec []float32) string {
 		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(x))
 	}
 	return base64.StdEncoding.EncodeToString(b)
+}
+
+// nextToolCall is the tool call a chat completion with tools answers: each
+// function of "tools" in turn, one a round, until the conversation holds
+// as many tool messages as there are tools; then nil, and the usual echo.
+func nextToolCall(body map[string]any) object {
+	tools, _ := body["tools"].([]any)
+	msgs, _ := body["messages"].([]any)
+	answered := 0
+	for _, m := range msgs {
+		if msg, _ := m.(map[string]any); msg["role"] == "tool" {
+			answered++
+		}
+	}
+	if answered >= len(tools) {
+		return nil
+	}
+	tool, _ := tools[answered].(map[string]any)
+	fn, _ := tool["function"].(map[string]any)
+	name, _ := fn["name"].(string)
+	return object{"id": fmt.Sprintf("call_%d", answered+1), "type": "function",
+		"function": object{"name": name, "arguments": fmt.Sprintf(`{"round":%d}`, answered+1)}}
 }

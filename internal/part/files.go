@@ -112,17 +112,3 @@ func notRun(b batch.Batch, c batch.Chunk, now time.Time, code, message string) *
 	}
 	return l
 }
-
-// DeadLetters are the dead-letter items of dead chunk c's rows, after
-// attempts, keyed by row (a second write of the same rows replaces them);
-// ids are the rows' custom ids, where known.
-func DeadLetters(c batch.Chunk, ids []string, attempts int) []batch.DeadLetter {
-	dls := make([]batch.DeadLetter, c.Rows)
-	for i := range dls {
-		dls[i] = batch.DeadLetter{Error: DeadLetterMessage, Attempts: attempts, Row: c.Row(i)}
-		if i < len(ids) {
-			dls[i].CustomID = ids[i]
-		}
-	}
-	return dls
-}

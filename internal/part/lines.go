@@ -68,7 +68,7 @@ func (l *Lines) Set(i int, o Outcome) {
 	if l.err != nil || i >= len(l.spans) || l.spans[i].n > 0 {
 		return
 	}
-	rw := builder{b: l.w.b, row: l.c.Row(i), now: l.w.now, p: Part{ByModel: map[string]sched.UsageAgg{}}}
+	rw := builder{b: l.w.b, row: l.c.Row(i), model: l.c.Model, prior: l.c.PriorAttempts, now: l.w.now, p: Part{ByModel: map[string]sched.UsageAgg{}}}
 	line, letter := rw.render(LineID(l.b.ID, rw.row), o)
 	line = append(line, '\n')
 	off := l.spool.Size()

@@ -8,6 +8,7 @@ package part
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -27,6 +28,17 @@ type Line struct {
 	Response *LineResponse `json:"response"`
 	Error    *LineError    `json:"error"`
 	Fallback bool          `json:"fallback,omitempty"`
+	// Usage is on the error line of a row that used upstream tokens all
+	// the same: a workflow record that failed, expired or was cancelled
+	// after running requests (docs/api.md "Workflow records").
+	Usage *LineUsage `json:"usage,omitempty"`
+}
+
+// LineUsage is an error line's usage, in a chat completion's names.
+type LineUsage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	TotalTokens      int64 `json:"total_tokens"`
 }
 
 // Succeeded says whether l is a 2xx answer, a line of the output file
@@ -74,7 +86,37 @@ type UsageEvent struct {
 	InputTokens  int64      `json:"input_tokens"`
 	OutputTokens int64      `json:"output_tokens"`
 	TotalTokens  int64      `json:"total_tokens"`
-	At           int64      `json:"at"`
+	// LatencyMS is the row's time upstream (inference.Result.Latency), 0
+	// for a row never sent.
+	LatencyMS int64 `json:"latency_ms"`
+	At        int64 `json:"at"`
+}
+
+// DeadLetter is a row that ended failed after its retry cycle, an entry of
+// GET /v1/batches/{id}/dead_letters (docs/api.md "Dead letters"): a view
+// of the row's failed generation, whatever failed it (an upstream error
+// answer after retries and fallback, no answer, its chunk dead-lettered,
+// a governance refusal, the batch's cancel or expiry).
+type DeadLetter struct {
+	CustomID string `json:"custom_id"`
+	Row      int    `json:"row"`
+	// Reason is the error line's code, upstream_error for an upstream
+	// error answer (LastStatus says which).
+	Reason     string `json:"reason"`
+	Error      string `json:"error"`
+	Attempts   int    `json:"attempts"`
+	LastStatus *int   `json:"last_status"`
+	Model      string `json:"model"`
+	Fallback   bool   `json:"fallback"`
+}
+
+// DeadLetter is failed generation ev as a dead letter.
+func (ev UsageEvent) DeadLetter() DeadLetter {
+	d := DeadLetter{CustomID: ev.CustomID, Row: ev.Row, Attempts: ev.Attempts, LastStatus: ev.LastStatus, Model: ev.Model, Fallback: ev.Fallback}
+	if ev.Error != nil {
+		d.Reason, d.Error = ev.Error.Code, ev.Error.Message
+	}
+	return d
 }
 
 // Error codes of lines the service writes itself (LineError.Code).
@@ -88,6 +130,9 @@ const (
 	CodeCancelled  = "batch_cancelled"
 	CodeExpired    = "batch_expired"
 	CodeDeadLetter = "dead_letter"
+	// CodeUpstream is the error of a generation whose row the upstream
+	// answered with an error status (UsageEvent.Error).
+	CodeUpstream = "upstream_error"
 )
 
 // Outcome is one row's result.
@@ -144,8 +189,13 @@ func LineID(batchID string, row int) string {
 // builder renders a row's line, counting it into p and writing its usage
 // event to usage.
 type builder struct {
-	b     batch.Batch
-	row   int
+	b   batch.Batch
+	row int
+	// model is the row's chunk's: the model a row that got no answer was
+	// for. prior is the upstream attempts the rows of a chunk of fallback
+	// rows made on their own model (batch.Chunk.PriorAttempts).
+	model string
+	prior int
 	now   time.Time
 	usage bytes.Buffer
 	p     Part
@@ -177,14 +227,15 @@ func (w *builder) render(id string, o Outcome) ([]byte, byte) {
 // event writes the row's usage event, its generation.
 func (w *builder) event(o Outcome, l Line) {
 	ev := UsageEvent{Source: "batch", Tenant: w.b.Tenant, KeyID: w.b.KeyID, BatchID: w.b.ID, CustomID: o.CustomID, Row: w.row,
-		Status: "failed", Model: o.Result.Model, Fallback: o.Result.Fallback, Attempts: o.Result.Attempts, Error: l.Error, At: w.now.Unix()}
+		Status: "failed", Model: cmp.Or(o.Result.Model, w.model), Fallback: o.Result.Fallback, Attempts: w.prior + o.Result.Attempts,
+		Error: l.Error, LatencyMS: o.Result.Latency.Milliseconds(), At: w.now.Unix()}
 	if st := o.Result.StatusCode; st > 0 {
 		ev.LastStatus = &st
 	}
 	if l.Succeeded() {
 		ev.Status = "completed"
 	} else if ev.Error == nil && l.Response != nil {
-		ev.Error = &LineError{Code: "upstream_error", Message: fmt.Sprintf("the upstream answered %d", l.Response.StatusCode)}
+		ev.Error = &LineError{Code: CodeUpstream, Message: fmt.Sprintf("the upstream answered %d", l.Response.StatusCode)}
 	}
 	if w.counted {
 		u := o.Result.Usage
@@ -210,8 +261,9 @@ func (w *builder) line(id string, o Outcome) Line {
 		}
 		// A workflow record that failed after running requests used
 		// upstream tokens all the same.
-		if o.Result.Model != "" && o.Result.Usage != (inference.Usage{}) {
+		if u := o.Result.Usage; o.Result.Model != "" && u != (inference.Usage{}) {
 			w.addUsage(o)
+			l.Usage = &LineUsage{PromptTokens: u.InputTokens, CompletionTokens: u.OutputTokens, TotalTokens: u.TotalTokens}
 		}
 	case o.Result.ErrCode != "":
 		l.Error = &LineError{Code: o.Result.ErrCode, Message: o.Result.ErrMessage}

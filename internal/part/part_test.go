@@ -101,3 +101,29 @@ func TestLinesOfNoRows(t *testing.T) {
 		t.Fatalf("part %+v", p)
 	}
 }
+
+// The error line of a workflow record that expired after running requests
+// carries their usage, which the batch's tokens count; an error line of a
+// row that used none has no usage.
+func TestLinesOfExpiredRecordCarriesUsage(t *testing.T) {
+	t.Parallel()
+	spent := inference.Usage{InputTokens: 7, OutputTokens: 3, TotalTokens: 10}
+	outs := []Outcome{
+		{CustomID: "rec", Code: CodeExpired, Message: "late", Expired: true, Result: inference.Result{Model: "m", Usage: spent}},
+		{CustomID: "plain", Code: CodeExpired, Message: "late", Expired: true},
+	}
+	p, objs := build(t, batch.Batch{ID: "batch_x"}, batch.Chunk{}, outs, time.Now())
+	lines := bytes.Split(bytes.TrimSpace(objs["err"]), []byte("\n"))
+	var rec, plain Line
+	json.Unmarshal(lines[0], &rec)
+	json.Unmarshal(lines[1], &plain)
+	if rec.Usage == nil || *rec.Usage != (LineUsage{PromptTokens: 7, CompletionTokens: 3, TotalTokens: 10}) || rec.Error == nil || rec.Error.Code != CodeExpired {
+		t.Fatalf("the record's line: got %s", lines[0])
+	}
+	if plain.Usage != nil || bytes.Contains(lines[1], []byte(`"usage"`)) {
+		t.Fatalf("the plain row's line: got %s, want no usage", lines[1])
+	}
+	if p.Tokens.TotalTokens != 10 || p.Expired != 2 {
+		t.Fatalf("part tokens %+v, expired %d", p.Tokens, p.Expired)
+	}
+}

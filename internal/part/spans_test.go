@@ -66,20 +66,40 @@ func TestLinesOfSpreadRows(t *testing.T) {
 	}
 }
 
-// Dead letters and input_file_changed lines of such a chunk name its rows
-// by their input row index.
+// Dead letters (read from the rows' generations) and input_file_changed
+// lines of such a chunk name its rows by their input row index; a dead
+// row's generation is of its chunk's model, a fallback chunk's rows count
+// the attempts made on their own model.
 func TestDeadLettersOfSpreadRows(t *testing.T) {
 	t.Parallel()
-	dls := DeadLetters(spread, []string{"a", "b", "c", "d", "e"}, 3)
-	var rows []int
-	for _, d := range dls {
-		rows = append(rows, d.Row)
+	c := spread
+	c.Model, c.Fallback, c.PriorAttempts = "m", true, 4
+	outs := make([]Outcome, c.Rows)
+	for i, id := range []string{"a", "b", "c", "d", "e"} {
+		outs[i] = Outcome{CustomID: id, Code: CodeDeadLetter, Message: DeadLetterMessage, Result: inference.Result{Attempts: 3}}
 	}
-	if !slices.Equal(rows, spreadRows) || dls[2].CustomID != "c" || dls[4].Attempts != 3 {
-		t.Fatalf("dead letters %+v, want rows %v", dls, spreadRows)
+	outs[4] = Outcome{CustomID: "e", Result: inference.Result{StatusCode: 500, Body: json.RawMessage(`{}`), Model: "m", Fallback: true, Attempts: 2}}
+	objs, _, err := Commit(c, LinesOf(batch.Batch{ID: "batch_x"}, c, outs, time.Unix(1_800_000_000, 0)), 4, time.Unix(1_800_000_000, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dls []DeadLetter
+	var rows []int
+	for line := range bytes.Lines(readObjects(t, objs)["usage"]) {
+		var ev UsageEvent
+		if err := json.Unmarshal(line, &ev); err != nil {
+			t.Fatal(err)
+		}
+		dls, rows = append(dls, ev.DeadLetter()), append(rows, ev.Row)
+	}
+	if !slices.Equal(rows, spreadRows) || dls[2] != (DeadLetter{CustomID: "c", Row: 5, Reason: CodeDeadLetter, Error: DeadLetterMessage, Attempts: 7, Model: "m"}) {
+		t.Fatalf("dead letters %+v, want rows %v, the third c's of model m, 4+3 attempts", dls, spreadRows)
+	}
+	if d := dls[4]; d.Reason != CodeUpstream || d.LastStatus == nil || *d.LastStatus != 500 || d.Attempts != 6 || !d.Fallback {
+		t.Fatalf("an upstream 500 on the fallback: %+v, want upstream_error, last status 500, 4+2 attempts", d)
 	}
 	now := time.Unix(1_800_000_000, 0)
-	objs, _, err := Commit(spread, InputChanged(batch.Batch{ID: "batch_x"}, spread, now), 0, now)
+	objs, _, err = Commit(spread, InputChanged(batch.Batch{ID: "batch_x"}, spread, now), 0, now)
 	if err != nil {
 		t.Fatal(err)
 	}

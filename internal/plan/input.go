@@ -88,6 +88,9 @@ type Models struct {
 	// NoCall, if set, says whether a valid row (its JSON) is refused
 	// without an upstream call: it goes to a NoCall chunk (Chunker).
 	NoCall func(row []byte) bool
+	// Record, if set, reports whether a workflow record's row passes its
+	// checks (Chunker.ValidRecord).
+	Record func(row []byte) bool
 }
 
 // Scan reads batch b's input file f once, checking every row's model
@@ -122,7 +125,7 @@ func Scan(ctx context.Context, blobs Blobs, b batch.Batch, f file.File, lim Limi
 	}
 	lim = lim.OrDefaults()
 	maxRows := func(model string) int { return lim.RowsFor(capacity(model)) }
-	split := &Chunker{Batch: b.ID, Tenant: b.Tenant, MaxRows: maxRows, MaxBytes: lim.Bytes, NoCall: models.NoCall}
+	split := &Chunker{Batch: b.ID, Tenant: b.Tenant, MaxRows: maxRows, MaxBytes: lim.Bytes, NoCall: models.NoCall, ValidRecord: models.Record}
 	res, err := SplitInput(rc, opts, split, normW)
 	if err != nil {
 		return Input{}, fmt.Errorf("scan input of %s: %w", b.ID, err)

@@ -33,6 +33,10 @@ type Chunker struct {
 	// NoCall, if set, says whether a row (its JSON) is refused without an
 	// upstream call (Models.NoCall).
 	NoCall func(row []byte) bool
+	// ValidRecord reports whether a workflow record's row passes its
+	// checks (workflow.CheckRow); nil passes every one. A record that does
+	// not gets a chunk marked Invalid, outside its model's chain.
+	ValidRecord func(row []byte) bool
 	// Chunks are the chunks so far, numbered from 0.
 	Chunks []batch.Chunk
 	open   map[string]int // lane (laneOf) → its open chunk
@@ -42,7 +46,8 @@ type Chunker struct {
 // of, in its lane's open chunk or in a new one.
 func (k *Chunker) add(r jsonl.Row, start, end int64) {
 	if workflow.InRow(r.JSON) {
-		k.openChunk(r, start, end, false)
+		i := k.openChunk(r, start, end, false)
+		k.Chunks[i].Invalid = k.ValidRecord != nil && !k.ValidRecord(r.JSON)
 		return
 	}
 	noCall := k.NoCall != nil && k.NoCall(r.JSON)
@@ -119,15 +124,15 @@ func SplitInput(input io.Reader, opts jsonl.Options, k *Chunker, norm io.Writer)
 }
 
 // LinkChunks sets each chunk's NextSame (the batch's next chunk of the
-// same model; none for a NoCall chunk, which no entry steps to) and
-// returns the batch's ready entries, one per model, each at the model's
-// first chunk.
+// same model) and returns the batch's ready entries, one per model, each
+// at the model's first chunk. A chunk that runs alone (NoCall, Invalid) is
+// in no chain: the engine claims it without capacity (Alone).
 func LinkChunks(chunks []batch.Chunk, priority int) []sched.Ready {
 	last := map[string]int{}
 	for i := len(chunks) - 1; i >= 0; i-- {
 		c := &chunks[i]
 		c.NextSame = -1
-		if c.NoCall {
+		if c.RunsAlone() {
 			continue
 		}
 		if j, ok := last[c.Model]; ok {
@@ -144,23 +149,41 @@ func LinkChunks(chunks []batch.Chunk, priority int) []sched.Ready {
 // took some of its chunks must not point an entry at one of them, or a
 // commit of that chunk would pick its own chunk as its continuation.
 //
-// A NoCall chunk has no entry (the engine claims it without capacity), but
-// makes its batch's entries Mixed: an entry's next chunk is then read from
-// its chunk's NextSame, never taken to be the chunk after.
+// A chunk that runs alone (Chunk.RunsAlone) has no entry, but makes its
+// batch's entries step by NextSame (Mixed), as a second model does: an
+// entry's next chunk is then read from its chunk's NextSame, never taken
+// to be the chunk after.
 func ReadyEntries(chunks []batch.Chunk, priority int) []sched.Ready {
-	lanes := map[string]bool{}
+	models := map[string]bool{}
+	alone := false
 	for _, c := range chunks {
-		lanes[laneOf(c.Model, c.NoCall)] = true
+		if c.RunsAlone() {
+			alone = true
+			continue
+		}
+		models[c.Model] = true
 	}
 	var entries []sched.Ready
 	for _, c := range chunks {
 		taken := c.State == batch.ChunkClaimed || c.State == batch.ChunkDone
-		if taken || c.NoCall || !lanes[c.Model] {
+		if taken || c.RunsAlone() || !models[c.Model] {
 			continue
 		}
-		lanes[c.Model] = false // the model's first chunk not taken
+		models[c.Model] = false // the model's first chunk not taken
 		entries = append(entries, sched.Ready{Model: c.Model, Tenant: c.Tenant, Batch: c.Batch, Priority: priority,
-			Next: c.Index, Total: len(chunks), Mixed: len(lanes) > 1})
+			Next: c.Index, Total: len(chunks), Mixed: len(models) > 1 || alone})
 	}
 	return entries
+}
+
+// Alone are the chunks of chunks that run alone, holding no capacity, as
+// soon as the plan is recorded: those still pending of RunsAlone.
+func Alone(chunks []batch.Chunk) []batch.Chunk {
+	var alone []batch.Chunk
+	for _, c := range chunks {
+		if c.RunsAlone() && c.State == batch.ChunkPending {
+			alone = append(alone, c)
+		}
+	}
+	return alone
 }

@@ -550,4 +550,39 @@ func TestSplitNoCallRows(t *testing.T) {
 			t.Errorf("chunk %d: NextSame %d, want %d", i, k.Chunks[i].NextSame, want)
 		}
 	}
+	if alone := Alone(k.Chunks); len(alone) != 2 || alone[0].Index != 1 || alone[1].Index != 3 {
+		t.Errorf("alone: %+v, want the NoCall chunks 1 and 3", alone)
+	}
+}
+
+// A workflow record the plan refuses is in no chain: its model's entry
+// steps over it by NextSame, even in a batch of one model, and it is
+// started alone.
+func TestInvalidRecordRunsAlone(t *testing.T) {
+	t.Parallel()
+	k := &Chunker{Batch: "batch_1", Tenant: "acme", MaxRows: rowsOf(2), MaxBytes: 1 << 40,
+		ValidRecord: func(row []byte) bool { return !bytes.Contains(row, []byte(`"bad"`)) }}
+	input := strings.Join([]string{row("a", "m1"), workflowRow("bad"), row("b", "m1"), row("c", "m1"), workflowRow("good")}, "\n") + "\n"
+	if _, err := SplitInput(strings.NewReader(input), planOpts(jsonl.JSONL), k, nil); err != nil {
+		t.Fatal(err)
+	}
+	entries := LinkChunks(k.Chunks, 0)
+	var invalid, next []string
+	for _, c := range k.Chunks {
+		invalid = append(invalid, fmt.Sprint(c.Invalid))
+		next = append(next, fmt.Sprint(c.NextSame))
+	}
+	// Chunks: 0 {a,b}, 1 bad, 2 {c}, 3 good.
+	if got, want := strings.Join(invalid, " "), "false true false false"; got != want {
+		t.Fatalf("invalid: got %s, want %s", got, want)
+	}
+	if got, want := strings.Join(next, " "), "2 -1 3 -1"; got != want {
+		t.Fatalf("NextSame: got %s, want %s", got, want)
+	}
+	if len(entries) != 1 || entries[0].Next != 0 || !entries[0].Mixed {
+		t.Fatalf("entries: got %+v, want one at chunk 0 stepping by NextSame", entries)
+	}
+	if alone := Alone(k.Chunks); len(alone) != 1 || alone[0].Index != 1 {
+		t.Fatalf("alone: got %+v, want chunk 1", alone)
+	}
 }

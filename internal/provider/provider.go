@@ -41,6 +41,9 @@ const DefaultMaxResponseBytes = 16 << 20
 // errTooLarge is an answer cut at the cap (attempt.err).
 var errTooLarge = errors.New("upstream answer over the size cap")
 
+// errTimeLimit is a call Route.TimeLimit stopped.
+var errTimeLimit = errors.New("call time limit")
+
 // RefusedKey names, under a body's "relay" object, why the row was refused
 // when its batch was created: the row comes back as an error with that
 // message (CodeInvalidRequest) and is never sent. internal/anthropic writes such
@@ -155,6 +158,11 @@ type Route struct {
 	// On runs the row on this model, as its fallback: the row's own model
 	// failed already, and a fallback has no fallback.
 	On string
+	// TimeLimit bounds each call by the model's call_time_limit instead of
+	// its timeout, and a call past it ends the row, never retried, with
+	// CodeRequestTimeLimit (workflow steps: docs/api.md "Workflow
+	// records"). A failure before any answer is retried as ever.
+	TimeLimit bool
 }
 
 // Allows reports whether the route's key may use model.
@@ -173,25 +181,26 @@ func (c *Client) Do(ctx context.Context, endpoint string, body json.RawMessage, 
 			ErrMessage: fmt.Sprintf("model %q is not one the batch's API key may use", model.Name)}
 	}
 	var attempts int
+	start := time.Now()
 	if route.On != "" {
 		fb, res, ok := c.fallbackOn(model, route)
 		if !ok {
 			return res
 		}
-		res, _ = c.onModel(ctx, fb, endpoint, body, &attempts)
-		res.Fallback, res.Attempts = true, attempts
+		res, _ = c.onModel(ctx, fb, endpoint, body, route.TimeLimit, &attempts)
+		res.Fallback, res.Attempts, res.Latency = true, attempts, time.Since(start)
 		return res
 	}
-	res, exhausted := c.onModel(ctx, model, endpoint, body, &attempts)
+	res, exhausted := c.onModel(ctx, model, endpoint, body, route.TimeLimit, &attempts)
 	if exhausted {
 		if fb, ok := c.fallbackFor(model, route); ok && route.Defer {
 			res.FallbackTo = fb.Name
 		} else if ok {
-			res, _ = c.onModel(ctx, fb, endpoint, body, &attempts)
+			res, _ = c.onModel(ctx, fb, endpoint, body, route.TimeLimit, &attempts)
 			res.Fallback = true
 		}
 	}
-	res.Attempts = attempts
+	res.Attempts, res.Latency = attempts, time.Since(start)
 	return res
 }
 
@@ -299,8 +308,8 @@ func (c *Client) fallbackFor(m config.Model, route Route) (config.Model, bool) {
 // onModel runs the retry loop on one model. exhausted reports that every
 // attempt failed transiently, which is the only case worth a fallback: a
 // permanent answer would be the same elsewhere, and a done ctx leaves no
-// time for one.
-func (c *Client) onModel(ctx context.Context, m config.Model, endpoint string, body []byte, attempts *int) (res inference.Result, exhausted bool) {
+// time for one. limited is Route.TimeLimit.
+func (c *Client) onModel(ctx context.Context, m config.Model, endpoint string, body []byte, limited bool, attempts *int) (res inference.Result, exhausted bool) {
 	payload, err := sjson.SetBytes(body, "model", m.Upstream())
 	if err != nil {
 		return errResult(inference.CodeInvalidRequest, fmt.Sprintf("set model: %v", err)), false
@@ -321,7 +330,7 @@ func (c *Client) onModel(ctx context.Context, m config.Model, endpoint string, b
 			return stopped(answer, m.Name, ctx.Err()), false
 		}
 		*attempts++
-		a := c.send(ctx, m, ad, endpoint, payload, key)
+		a := c.send(ctx, m, ad, endpoint, payload, key, limited)
 		if a.unauthenticated {
 			res = errResult(inference.CodeAPIKeyUnavailable, fmt.Sprintf("credentials for model %q: %v", m.Name, a.err))
 			res.Model = m.Name
@@ -399,10 +408,13 @@ type attempt struct {
 	unauthenticated bool
 }
 
-func (c *Client) send(ctx context.Context, m config.Model, ad adapter, endpoint string, payload []byte, key string) attempt {
+func (c *Client) send(ctx context.Context, m config.Model, ad adapter, endpoint string, payload []byte, key string, limited bool) attempt {
 	timeout := m.Timeout
 	if timeout <= 0 {
 		timeout = defaultTimeout
+	}
+	if limited {
+		timeout = cmp.Or(m.CallTimeLimit, config.DefaultCallTimeLimit)
 	}
 	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -436,6 +448,9 @@ func (c *Client) send(ctx context.Context, m config.Model, ad adapter, endpoint 
 	// Only the call's own deadline makes this a timeout; the caller's
 	// deadline or cancel is reported by the retry loop.
 	timedOut := ctx.Err() == nil && errors.Is(callCtx.Err(), context.DeadlineExceeded)
+	if timedOut && limited {
+		return attempt{err: fmt.Errorf("%w: the call passed its call_time_limit of %s", errTimeLimit, timeout), timedOut: true}
+	}
 	return attempt{err: err, timedOut: timedOut, transient: Transient(0, err)}
 }
 
@@ -444,6 +459,8 @@ func (a attempt) result(m config.Model) inference.Result {
 		code := inference.CodeConnectionError
 		msg := fmt.Sprintf("model %q: %v", m.Name, a.err)
 		switch {
+		case errors.Is(a.err, errTimeLimit):
+			code, msg = inference.CodeRequestTimeLimit, fmt.Sprintf("%s: model %q: %v; stopped, not retried, not billed", inference.CodeRequestTimeLimit, m.Name, a.err)
 		case a.timedOut:
 			code = inference.CodeRequestTimeout
 		case errors.Is(a.err, errTooLarge):

@@ -108,6 +108,7 @@ models:
     provider: openai
     base_url: BASE/v1
     timeout: 50ms
+    call_time_limit: 80ms
   - name: claude
     provider: anthropic
     base_url: BASE
@@ -1014,6 +1015,47 @@ func TestDoOn(t *testing.T) {
 			}
 			if fmt.Sprint(models) != fmt.Sprint(tt.upstream) {
 				t.Errorf("upstream body.model = %v, want %v", models, tt.upstream)
+			}
+		})
+	}
+}
+
+// A workflow step's call (Route.TimeLimit) is bounded by its model's
+// call_time_limit, not its timeout, and one past it ends the row with
+// request_time_limit, never retried and not billed; a 5xx before it is
+// retried as ever.
+func TestDoTimeLimit(t *testing.T) {
+	t.Parallel()
+	late := func(d time.Duration) step {
+		return func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-time.After(d):
+				answer(200, chatOK)(w, r)
+			case <-r.Context().Done():
+			}
+		}
+	}
+	tests := []struct {
+		name  string
+		steps []step
+		want  inference.Result
+	}{
+		{"past the limit: stopped once", []step{hang}, inference.Result{ErrCode: inference.CodeRequestTimeLimit, Model: "slow", Attempts: 1}},
+		{"a 500, then past the limit", []step{answer(500, serverErr), hang}, inference.Result{ErrCode: inference.CodeRequestTimeLimit, Model: "slow", Attempts: 2}},
+		{"longer than timeout, within the limit", []step{late(60 * time.Millisecond)}, inference.Result{StatusCode: 200, Model: "slow", Attempts: 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			up := newUpstream(t, tt.steps...)
+			var s sleeps
+			got := newClient(t, up.URL, &s).Do(context.Background(), "/v1/chat/completions", json.RawMessage(`{"model":"slow"}`), Route{TimeLimit: true})
+			checkResult(t, got, tt.want)
+			if n := len(up.requests()); n != len(tt.steps) {
+				t.Errorf("upstream saw %d calls, want %d", n, len(tt.steps))
+			}
+			if got.ErrCode != "" && (!strings.HasPrefix(got.ErrMessage, "request_time_limit") || got.Usage != (inference.Usage{})) {
+				t.Errorf("message %q, usage %+v: want it to start request_time_limit, with no usage", got.ErrMessage, got.Usage)
 			}
 		})
 	}

@@ -55,7 +55,7 @@ var expiryDays = func() []int {
 // to (or whose records keep them no longer), and objects tagged with an
 // expiry class.
 func (s Set) BucketExpiry() []ExpiryRule {
-	rules := []ExpiryRule{{ID: "parts", Prefix: "parts/", After: s.PartsExpiry}}
+	rules := []ExpiryRule{{ID: "parts", Prefix: "parts/", After: s.PartsExpiry}, {ID: "audit", Prefix: "audit/", After: s.AuditRetention}}
 	for _, d := range expiryDays {
 		tag := fmt.Sprintf("%dd", d)
 		rules = append(rules, ExpiryRule{ID: "expiry-" + tag, TagValue: tag, After: time.Duration(d) * 24 * time.Hour})

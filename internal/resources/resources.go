@@ -67,6 +67,9 @@ type Set struct {
 	Functions     []Function
 	// PartsExpiry is how long chunk parts (parts/) live without a record pointing at them.
 	PartsExpiry time.Duration
+	// AuditRetention is how long the audit trail's objects (audit/, see
+	// internal/audit) are kept.
+	AuditRetention time.Duration
 }
 
 // Queue keys, used with Set.Queue.
@@ -84,6 +87,10 @@ const (
 	ByLease    = "by-lease"    // gsi3 (sparse): claimed chunks by lease expiry
 	ByDue      = "by-due"      // gsi4 (sparse): active batches by when the tick must look at them
 )
+
+// DefaultAuditRetention keeps the audit trail 400 days: a year and a
+// month, what audits of a year need.
+const DefaultAuditRetention = 400 * 24 * time.Hour
 
 // Function timeouts; each queue's visibility timeout is larger than its consumer's.
 const (
@@ -152,7 +159,8 @@ func Define(prefix string) Set {
 		// or the default) from its creation, which comes up to a batch's
 		// 24-hour window and the finalize's hour after its parts were
 		// written: 32 days (docs/design.md "Data layout").
-		PartsExpiry: 32 * 24 * time.Hour,
+		PartsExpiry:    32 * 24 * time.Hour,
+		AuditRetention: DefaultAuditRetention,
 	}
 }
 

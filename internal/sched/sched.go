@@ -44,8 +44,9 @@ type Ready struct {
 	Priority int    `dynamodbav:"priority"`
 	Seq      int64  `dynamodbav:"seq"`
 	Next     int    `dynamodbav:"next"`
-	// Mixed says the batch has chunks of other models too: the chunk after
-	// Next is then read from Next's NextSame, not Next+1.
+	// Mixed says the batch has chunks of other models too, or chunks
+	// outside the chain (batch.Chunk.Invalid): the chunk after Next is then
+	// read from Next's NextSame, not Next+1.
 	Mixed bool `dynamodbav:"mixed"`
 	Total int  `dynamodbav:"total"`
 	// Fallback marks the entry of one chunk of fallback rows

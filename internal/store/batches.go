@@ -410,6 +410,21 @@ func (s *Store) UsageDetails(ctx context.Context, tenant, from, to string) ([]Us
 	return rows, nil
 }
 
+// BatchUsage returns the usage of one batch, submitted by keyID, on each
+// of days: a query per day of the prefix <day>#<key>#<batch>#.
+func (s *Store) BatchUsage(ctx context.Context, tenant, keyID, batchID string, days []string) ([]UsageDetail, error) {
+	var rows []UsageDetail
+	for _, day := range days {
+		prefix := usageBySK(day, keyID, batchID, "")
+		page, err := between[UsageDetail](ctx, s, usageByPK(tenant), prefix, prefix+"\uffff")
+		if err != nil {
+			return nil, fmt.Errorf("query usage of batch %s: %w", batchID, err)
+		}
+		rows = append(rows, page...)
+	}
+	return rows, nil
+}
+
 // between reads, page after page, the items of partition pk with a sort
 // key in [from, to], consistently: the governor asks before a workflow
 // record's next event, just after its step counted its spend
@@ -466,64 +481,6 @@ func (s *Store) usageItems(tenant, day, keyID, batchID string, byModel map[strin
 	return items
 }
 
-// deadLetterSK orders a batch's dead letters by row.
-func deadLetterSK(row int) string { return fmt.Sprintf("DL#%07d", row) }
-
-// deadLetterItem is a dead letter's item, at B#<batch>/DL#<row>.
-func deadLetterItem(batchID string, d batch.DeadLetter) (item, error) {
-	it, err := attributevalue.MarshalMap(d)
-	if err != nil {
-		return nil, err
-	}
-	for k, v := range key(chunksPK(batchID), deadLetterSK(d.Row)) {
-		it[k] = v
-	}
-	return it, nil
-}
-
-// PutDeadLetters records rows that exhausted their retries.
-func (s *Store) PutDeadLetters(ctx context.Context, batchID string, dls []batch.DeadLetter) error {
-	for len(dls) > 0 {
-		n := min(len(dls), 25)
-		reqs := make([]types.WriteRequest, n)
-		for i, d := range dls[:n] {
-			it, err := deadLetterItem(batchID, d)
-			if err != nil {
-				return err
-			}
-			reqs[i] = types.WriteRequest{PutRequest: &types.PutRequest{Item: it}}
-		}
-		pending := map[string][]types.WriteRequest{s.Table: reqs}
-		for len(pending[s.Table]) > 0 {
-			out, err := s.DB.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: pending})
-			if err != nil {
-				return fmt.Errorf("write dead letters: %w", err)
-			}
-			pending = out.UnprocessedItems
-		}
-		dls = dls[n:]
-	}
-	return nil
-}
-
-// DeadLetters lists a batch's dead-letter rows in row order after row `after`.
-func (s *Store) DeadLetters(ctx context.Context, batchID string, after int, limit int) ([]batch.DeadLetter, bool, error) {
-	start := ""
-	if after >= 0 {
-		start = deadLetterSK(after)
-	}
-	var dls []batch.DeadLetter
-	more, err := s.page(ctx, chunksPK(batchID), "DL#", start, true, limit, nil, func(it item) error {
-		var d batch.DeadLetter
-		if err := attributevalue.UnmarshalMap(it, &d); err != nil {
-			return err
-		}
-		dls = append(dls, d)
-		return nil
-	})
-	return dls, more, err
-}
-
 func avS(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
 func avN(n int) types.AttributeValue    { return &types.AttributeValueMemberN{Value: strconv.Itoa(n)} }
 func avN64(n int64) types.AttributeValue {
@@ -533,8 +490,9 @@ func avN64(n int64) types.AttributeValue {
 // ErrBatchActive means a batch that has not ended was asked to be deleted.
 var ErrBatchActive = errors.New("store: batch has not ended")
 
-// DeleteBatch removes an ended batch's record with its chunks and dead
-// letters (not the objects they point at). The record goes last, so a
+// DeleteBatch removes an ended batch's record with its chunks (not the
+// objects they point at), and the DL# dead-letter items of a batch from
+// before its dead-letter list was read from its rows' generations. The record goes last, so a
 // delete cut short leaves a batch that can be deleted again.
 func (s *Store) DeleteBatch(ctx context.Context, tenant, id string) error {
 	b, err := s.GetBatch(ctx, tenant, id)

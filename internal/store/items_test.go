@@ -54,12 +54,15 @@ func TestKeyFormats(t *testing.T) {
 		{"chunk partition", chunksPK("batch_1"), "B#batch_1"},
 		{"chunk sort key", chunkSK(2), "CHUNK#000002"},
 		{"last six-digit chunk", chunkSK(999_999), "CHUNK#999999"},
-		{"dead letter", deadLetterSK(7), "DL#0000007"},
 		{"workflow record", workflowSK(3), "WF#0000003"},
 		{"webhook deliveries", webhookSK, "WEBHOOK"},
 		{"completion webhook deliveries", webhookSKOf("batch.completed"), "WEBHOOK"},
 		{"queued webhook deliveries", webhookSKOf("batch.queued"), "WEBHOOK#batch.queued"},
 		{"in_progress webhook deliveries", webhookSKOf("batch.in_progress"), "WEBHOOK#batch.in_progress"},
+		// Every receiver of a batch's event has a delivery record of its own.
+		{"operator endpoint's completion deliveries", webhookSKOf(webhook.Record("ops", "batch.failed")), "WEBHOOK@ops"},
+		{"operator endpoint's in_progress deliveries", webhookSKOf(webhook.Record("ops", "batch.in_progress")), "WEBHOOK@ops#batch.in_progress"},
+		{"operator endpoint's circuit", circuitPK(webhook.OperatorCircuit("ops", "https://ops.example/relay")), "HOOK#operator/ops#ops.example"},
 		{"file", fileSK("file-abc"), "FILE#file-abc"},
 		{"upload", uploadSK("upload_abc"), "UPLOAD#upload_abc"},
 		{"idempotency key", idemSK("9f86d0"), "IDEM#9f86d0"},
@@ -94,7 +97,7 @@ func TestKeyFormats(t *testing.T) {
 }
 
 // Zero-padded numbers in sort keys order as the numbers do, which every
-// Query in order (chunks, dead letters, shards, due and lease indexes,
+// Query in order (chunks, shards, due and lease indexes,
 // the ready index) relies on.
 func TestSortKeysFollowNumbers(t *testing.T) {
 	t.Parallel()
@@ -104,11 +107,10 @@ func TestSortKeysFollowNumbers(t *testing.T) {
 		return str(sk)
 	}
 	keys := map[string]func(n int) string{
-		"chunk":       chunkSK,
-		"dead letter": deadLetterSK,
-		"workflow":    workflowSK,
-		"capacity":    func(n int) string { return str(capShardKey("m", n)["sk"]) },
-		"due":         func(n int) string { return dueSK(1_700_000_000+int64(n), "t", "batch_z") },
+		"chunk":    chunkSK,
+		"workflow": workflowSK,
+		"capacity": func(n int) string { return str(capShardKey("m", n)["sk"]) },
+		"due":      func(n int) string { return dueSK(1_700_000_000+int64(n), "t", "batch_z") },
 		"active": func(n int) string {
 			return str(batchIndexes(&batch.Batch{ID: "z", Status: batch.InProgress, CreatedAt: int64(n)})["gsi1sk"])
 		},
@@ -326,15 +328,10 @@ func TestRecordItems(t *testing.T) {
 	chunk := batch.Chunk{
 		Batch: "batch_1", Tenant: "acme", Index: 2, Start: 1024, End: 2048, FirstRow: 10, Rows: 5, Model: "gpt-4o",
 		State: batch.ChunkDone, NextSame: 4, Run: "run_1", Lease: 1_700_000_000_123, Attempts: 2, Slots: 8, Shard: 1,
-		Attempt: "run_1", Pattern: "ooeoo", OutBytes: 400, ErrBytes: 90,
+		Attempt: "run_1", Pattern: "ooeoo", OutBytes: 400, ErrBytes: 90, Fallback: true, PriorAttempts: 4,
 		Next: &batch.Next{Tenant: "acme", Batch: "batch_1", Chunk: 4, Run: "run_2", Attempt: 1}, Dead: false,
 	}
 	chunkIt, err := chunkItem(chunk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dl := batch.DeadLetter{CustomID: "req-12", Error: "timeout", Attempts: 5, LastStatus: ptr(504), Row: 12}
-	dlIt, err := deadLetterItem("batch_1", dl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,7 +371,6 @@ func TestRecordItems(t *testing.T) {
 		want   any
 	}{
 		{"chunk", chunkIt, "B#batch_1", "CHUNK#000002", chunk},
-		{"dead letter", dlIt, "B#batch_1", "DL#0000012", dl},
 		{"file", fileIt, "T#acme", "FILE#file-1", rec},
 		{"upload", upIt, "T#acme", "UPLOAD#upload_1", up},
 		{"key", mainIt, "KEY#9f86d081884c7d65", "KEY", k},

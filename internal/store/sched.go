@@ -673,6 +673,30 @@ func (s *Store) InFlight(ctx context.Context, model string) (int, error) {
 	return n, err
 }
 
+// CapShards returns the slots in flight in each of model's capacity
+// shards that has an item (relay admin models).
+func (s *Store) CapShards(ctx context.Context, model string) (map[int]int, error) {
+	return s.capShards(ctx, model)
+}
+
+// ReadyEntries returns model's ready entries in the order claims take them
+// (relay admin models and batch inspect).
+func (s *Store) ReadyEntries(ctx context.Context, model string) ([]sched.Ready, error) {
+	var rs []sched.Ready
+	_, err := s.page(ctx, readyPK(model), "", "", true, 1<<30, nil, func(it item) error {
+		var r sched.Ready
+		if err := attributevalue.UnmarshalMap(it, &r); err != nil {
+			return err
+		}
+		rs = append(rs, r)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ready entries of %s: %w", model, err)
+	}
+	return rs, nil
+}
+
 // FreeSlots returns the room left in each of a model's capacity shards.
 func (s *Store) FreeSlots(ctx context.Context, model string, quotas []int) ([]int, error) {
 	shards, err := s.capShards(ctx, model)

@@ -16,14 +16,20 @@ const MaxWebhookAttempts = 50
 
 const webhookSK = "WEBHOOK"
 
-// webhookSKOf is the sort key of the delivery record of a batch's event of
-// type event: WEBHOOK for its terminal state's (one per batch), WEBHOOK#<type>
-// for a lifecycle event before it (webhook.Terminal).
+// webhookSKOf is the sort key of the delivery record event (webhook.Record)
+// of a batch: WEBHOOK for its terminal state's (one per batch), WEBHOOK#<type>
+// for a lifecycle event before it (webhook.Terminal); an operator
+// endpoint's records have @<endpoint> after WEBHOOK.
 func webhookSKOf(event string) string {
-	if webhook.Terminal(event) {
-		return webhookSK
+	endpoint, typ := webhook.SplitRecord(event)
+	sk := webhookSK
+	if endpoint != "" {
+		sk += "@" + endpoint
 	}
-	return webhookSK + "#" + event
+	if webhook.Terminal(typ) {
+		return sk
+	}
+	return sk + "#" + typ
 }
 
 // WebhookDeliveries is the delivery record of one of a batch's webhook

@@ -71,6 +71,32 @@ func Terminal(eventType string) bool {
 	return eventType != "batch."+Queued && eventType != "batch."+InProgress
 }
 
+// Record names the delivery record of an event of type eventType sent to
+// endpoint: the event type itself for the batch's own webhook_url
+// (endpoint ""), <endpoint>/<type> for an operator endpoint's (docs/api.md
+// "Operator webhooks"), whose names have no slash.
+func Record(endpoint, eventType string) string {
+	if endpoint == "" {
+		return eventType
+	}
+	return endpoint + "/" + eventType
+}
+
+// SplitRecord returns the endpoint and the event type of a Record name.
+func SplitRecord(record string) (endpoint, eventType string) {
+	if e, t, ok := strings.Cut(record, "/"); ok {
+		return e, t
+	}
+	return "", record
+}
+
+// OperatorCircuit names the circuit of operator endpoint name's receiver at
+// target: one for every tenant's events, as the endpoint is the
+// operator's; a tenant name has no slash, so none shares it.
+func OperatorCircuit(name, target string) string {
+	return CircuitOf("operator/"+name, target)
+}
+
 // Header names of Standard Webhooks.
 const (
 	HeaderID        = "webhook-id"

@@ -36,7 +36,6 @@ import (
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/egress"
-	"github.com/relaybatch/relay/internal/endpoint"
 	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/fanout"
 	"github.com/relaybatch/relay/internal/ids"
@@ -123,11 +122,11 @@ type Runner struct {
 // is engine.Workflow. runCtx ends before the invocation does;
 // status is the batch's, kept fresh.
 func (r *Runner) Run(ctx, runCtx context.Context, b batch.Batch, c batch.Chunk, req jsonl.Request, status func() batch.Status) error {
-	wc := cmp.Or(r.Client, defaultClient)
-	spec, err := workflow.ParseSpec(req.Body, wc.Policy)
-	if err == nil && b.Endpoint != endpoint.Chat {
-		err = &workflow.Error{Code: workflow.CodeInvalid, Message: fmt.Sprintf("workflow records are %s rows, not %s", endpoint.Chat, b.Endpoint)}
-	}
+	wc := r.client()
+	// The plan checked the record already (ValidRow); its run checks again
+	// under the policy of today, and ends an invalid one before its lease
+	// or capacity.
+	spec, err := workflow.Check(req.Body, b.Endpoint, wc.Policy)
 	h := &recordHost{r: r, e: r.Engine, b: b, c: c, customID: req.CustomID, status: status,
 		log: r.Log.With("batch_id", b.ID, "chunk", c.Index, "custom_id", req.CustomID)}
 	var invalid *workflow.Error
@@ -138,8 +137,12 @@ func (r *Runner) Run(ctx, runCtx context.Context, b batch.Batch, c batch.Chunk, 
 	if h.route, err = r.Engine.Route(ctx, b); err != nil {
 		return err
 	}
+	// A step's call is bounded by its model's call_time_limit, and by the
+	// run's context: a call the invocation cannot wait for is cut short
+	// with its step, which the record's next run sends again.
+	h.route.TimeLimit = true
 	d := &workflow.Driver{
-		Spec: spec, WorkflowID: b.ID + ":" + req.CustomID, RecordID: req.CustomID, Model: c.Model,
+		Spec: spec, WorkflowID: b.ID + ":" + req.CustomID, RecordID: req.CustomID, Model: c.Model, Policy: wc.Policy,
 		Call: (&workflow.Caller{HTTP: wc.HTTP, Backoff: r.Backoff}).Call,
 		Host: h, Log: h.log, Now: r.Now,
 	}
@@ -149,6 +152,14 @@ func (r *Runner) Run(ctx, runCtx context.Context, b batch.Batch, c batch.Chunk, 
 		return fmt.Errorf("workflow %s: %w", d.WorkflowID, engine.ErrStop)
 	}
 	return err
+}
+
+func (r *Runner) client() *webhook.Client { return cmp.Or(r.Client, defaultClient) }
+
+// ValidRow is the plan's check of a workflow record's row of batch b
+// (engine.Workflow): its relay.workflow as its run will read it.
+func (r *Runner) ValidRow(b batch.Batch, row []byte) bool {
+	return workflow.CheckRow(row, b.Endpoint, r.client().Policy) == nil
 }
 
 // Spent is what the steps chunk c's record saved spent upstream, by its
@@ -265,15 +276,35 @@ func (h *recordHost) ReturnSlots(ctx context.Context) error {
 }
 
 // Exec runs a step's requests through the one row fan-out
-// (internal/fanout), within the slots the record's chunk holds, handing
-// each answer to done as it comes and counting what it spent.
-func (h *recordHost) Exec(ctx context.Context, bodies []json.RawMessage, done func(i int, r inference.Result)) {
+// (internal/fanout), within the slots the record's chunk holds, a
+// request's tool rounds in its one slot, handing each answer to done as it
+// comes and counting what it spent.
+func (h *recordHost) Exec(ctx context.Context, calls []workflow.Call, done func(i int, r inference.Result)) {
 	ep, route := h.b.Endpoint, h.route
+	bodies := make([]json.RawMessage, len(calls))
+	// By the body's first byte: fanout hands Send the body alone, the
+	// same slice, and bodies are JSON objects, never empty.
+	tools := map[*byte]*workflow.Tools{}
+	for i, c := range calls {
+		bodies[i] = c.Body
+		if c.Tools != nil && len(c.Body) > 0 {
+			tools[&c.Body[0]] = c.Tools
+		}
+	}
+	send := func(ctx context.Context, body json.RawMessage) inference.Result {
+		return h.r.Provider.Do(ctx, ep, body, route)
+	}
+	callTool := func(ctx context.Context, t *workflow.Tools, call json.RawMessage) (string, error) {
+		return workflow.CallTool(ctx, h.r.client().HTTP, t, call)
+	}
 	var mu sync.Mutex // Done runs on the rows' goroutines
 	fanout.SendAll(h.c.Slots, fanout.Rows{
 		Ctx: ctx, Bodies: bodies,
 		Send: func(ctx context.Context, body json.RawMessage) inference.Result {
-			return h.r.Provider.Do(ctx, ep, body, route)
+			if len(body) > 0 && tools[&body[0]] != nil {
+				return workflow.RunTools(ctx, body, tools[&body[0]], send, callTool)
+			}
+			return send(ctx, body)
 		},
 		Done: func(i int, r inference.Result, sent bool) {
 			if !sent {

@@ -14,8 +14,9 @@ import (
 	"github.com/relaybatch/relay/internal/egress"
 )
 
-// MaxAnswer bounds a callback's answer: a completed output becomes a line of
-// the output file, whose lines may not pass 10 MB either.
+// MaxAnswer bounds a callback's answer, 10 MiB (docs/api.md "Workflow
+// records"): a completed output becomes a line of the output file, whose
+// lines may not pass 10 MiB either.
 const MaxAnswer = 10 << 20
 
 const userAgent = "relay-batch-workflows/1"
@@ -108,9 +109,7 @@ func (c *Caller) attempt(ctx context.Context, spec Spec, ev Event) (Answer, time
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", userAgent)
-	if spec.Authorization != "" {
-		req.Header.Set("Authorization", spec.Authorization)
-	}
+	req.Header.Set("Authorization", spec.Authorization)
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
 		var refused *egress.RefusedError

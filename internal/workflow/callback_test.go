@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -68,6 +69,12 @@ func (s *callbackServer) seen() []Event {
 	return append([]Event(nil), s.events...)
 }
 
+// completedOf is a completed answer of exactly n bytes.
+func completedOf(n int) string {
+	const head, tail = `{"state":"completed","output":{"text":"`, `"}}`
+	return head + strings.Repeat("x", n-len(head)-len(tail)) + tail
+}
+
 func localCaller() *Caller {
 	return &Caller{HTTP: webhook.NewClient(egress.Policy{AllowPrivate: true, AllowHTTP: true}).HTTP, Backoff: func(int) time.Duration { return time.Millisecond }}
 }
@@ -92,6 +99,11 @@ func TestCallerRetriesAndFailures(t *testing.T) {
 		{"a redirect is not followed", []reply{{302, "", 0}}, time.Second, CodeCallbackRejected, 1},
 		{"an invalid answer", []reply{{200, `{"state":"maybe"}`, 0}}, time.Second, CodeInvalidResponse, 1},
 		{"an empty 204", []reply{{204, "", 0}}, time.Second, CodeInvalidResponse, 1},
+		// Answers may be up to 10 MiB (docs/api.md "Workflow records"),
+		// more than 4 MiB, not one byte more.
+		{"an answer of 6 MiB", []reply{{200, completedOf(6 << 20), 0}}, 5 * time.Second, "", 1},
+		{"an answer of 10 MiB", []reply{{200, completedOf(MaxAnswer), 0}}, 5 * time.Second, "", 1},
+		{"an answer over 10 MiB", []reply{{200, completedOf(MaxAnswer + 1), 0}}, 5 * time.Second, CodeInvalidResponse, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

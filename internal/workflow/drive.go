@@ -2,12 +2,12 @@ package workflow
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/relaybatch/relay/internal/egress"
 	"github.com/relaybatch/relay/internal/inference"
 )
 
@@ -26,10 +26,11 @@ type Host interface {
 	TakeSlots(ctx context.Context) (bool, error)
 	// ReturnSlots gives the record's slots back while it waits.
 	ReturnSlots(ctx context.Context) error
-	// Exec runs a step's admitted request bodies concurrently within the
-	// slots the record holds, handing each answer to done (by the body's
-	// position) as it comes, before it returns.
-	Exec(ctx context.Context, bodies []json.RawMessage, done func(i int, r inference.Result))
+	// Exec runs a step's admitted requests concurrently within the slots
+	// the record holds, each with its tool rounds in its one slot
+	// (RunTools), handing each answer to done (by the call's position) as
+	// it comes, before it returns.
+	Exec(ctx context.Context, calls []Call, done func(i int, r inference.Result))
 	// Save checkpoints the record after a step.
 	Save(ctx context.Context, st State) error
 	// Stop, checked before every event, fails the record when its batch
@@ -79,6 +80,8 @@ type Driver struct {
 	WorkflowID string // "<batch>:<custom_id>"
 	RecordID   string // custom_id
 	Model      string // the only model a step's requests may name
+	// Policy is the callback's address policy (Runner.Policy).
+	Policy egress.Policy
 	// Call delivers an event and returns the answer (Caller.Call).
 	Call func(ctx context.Context, spec Spec, ev Event) (Answer, error)
 	Host Host
@@ -156,7 +159,7 @@ func (d *Driver) ready(ctx context.Context, st State) (bool, error) {
 // runner is the step machine over the host.
 func (d *Driver) runner(runCtx context.Context) *Runner {
 	return &Runner{
-		Spec: d.Spec, WorkflowID: d.WorkflowID, RecordID: d.RecordID, Model: d.Model,
+		Spec: d.Spec, WorkflowID: d.WorkflowID, RecordID: d.RecordID, Model: d.Model, Policy: d.Policy,
 		Call: d.Call, Exec: d.Host.Exec, Save: d.Host.Save, Stop: d.Host.Stop,
 		Yield: func() bool {
 			dl, ok := runCtx.Deadline()

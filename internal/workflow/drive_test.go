@@ -51,8 +51,9 @@ func (h *fakeHost) ReturnSlots(context.Context) error {
 	return nil
 }
 
-func (h *fakeHost) Exec(_ context.Context, bodies []json.RawMessage, done func(int, inference.Result)) {
-	for i, b := range bodies {
+func (h *fakeHost) Exec(_ context.Context, calls []Call, done func(int, inference.Result)) {
+	for i, c := range calls {
+		b := c.Body
 		h.mu.Lock()
 		h.upstream = append(h.upstream, string(b))
 		h.mu.Unlock()
@@ -212,7 +213,7 @@ func TestDriveCallbackFailedEndsTheRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := h.finished
-	if o == nil || o.Kind != Failed || o.Err.Code != "ticket_closed" || o.Err.Message != "the ticket was closed meanwhile" {
+	if o == nil || o.Kind != Failed || o.Err.Code != CodeFailed || o.Err.Message != "ticket_closed: the ticket was closed meanwhile" {
 		t.Fatalf("finished %+v: want Failed with the callback's error", o)
 	}
 	if o.EventID != EventID("batch_1:rec", 1) || o.State.Usage.TotalTokens != 15 || len(h.requeues) != 0 {

@@ -87,7 +87,7 @@ func FuzzParseSpec(f *testing.F) {
 		if u, err := url.Parse(s.URL); err != nil || u.User != nil {
 			t.Fatalf("ParseSpec(%q) accepted url %q", body, s.URL)
 		}
-		if strings.ContainsAny(s.Authorization, "\r\n\x00") {
+		if s.Authorization == "" || strings.ContainsAny(s.Authorization, "\r\n\x00") {
 			t.Fatalf("ParseSpec(%q) accepted authorization %q", body, s.Authorization)
 		}
 		if s.MaxSteps < 1 || s.MaxRequests < 1 || s.MaxTokens < 1 || s.CallbackTimeout <= 0 || !json.Valid(s.Context) {

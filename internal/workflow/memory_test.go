@@ -80,8 +80,8 @@ func stepHeap(t testing.TB, n, size int) (peak uint64, input int64) {
 		Spec:       Spec{URL: cb.URL, MaxSteps: 2, MaxRequests: n, MaxTokens: DefaultMaxTokens, CallbackTimeout: time.Minute},
 		WorkflowID: "batch_1:rec", RecordID: "rec", Model: "m",
 		Call: (&Caller{HTTP: cb.Client()}).Call,
-		Exec: func(_ context.Context, bodies []json.RawMessage, done func(int, inference.Result)) {
-			for i := range bodies {
+		Exec: func(_ context.Context, calls []Call, done func(int, inference.Result)) {
+			for i := range calls {
 				body := fmt.Appendf(nil, `{"id":"chatcmpl-%d","usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2},"pad":"%s"}`, i, pad)
 				done(i, inference.Result{StatusCode: 200, Body: body, Usage: inference.Usage{InputTokens: 1, OutputTokens: 1, TotalTokens: 2}})
 				input += int64(len(body))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tidwall/sjson"
 
+	"github.com/relaybatch/relay/internal/egress"
 	"github.com/relaybatch/relay/internal/inference"
 )
 
@@ -81,10 +82,13 @@ type Runner struct {
 
 	// Call delivers an event and returns the answer (Caller.Call).
 	Call func(ctx context.Context, spec Spec, ev Event) (Answer, error)
-	// Exec runs a step's admitted request bodies concurrently within the
-	// model's capacity, handing each answer to done (by the body's
-	// position) as it comes, before it returns.
-	Exec func(ctx context.Context, bodies []json.RawMessage, done func(i int, r inference.Result))
+	// Policy is the callback's address policy, which a step request's
+	// tool endpoint passes too.
+	Policy egress.Policy
+	// Exec runs a step's admitted requests concurrently within the
+	// model's capacity, each with its tool rounds, handing each answer to
+	// done (by the call's position) as it comes, before it returns.
+	Exec func(ctx context.Context, calls []Call, done func(i int, r inference.Result))
 	// Save checkpoints the state after a step.
 	Save func(ctx context.Context, st State) error
 	// Stop, checked before every event, fails the record when the batch
@@ -159,7 +163,7 @@ func (r *Runner) halt(ctx context.Context, st State, sent bool) (*Outcome, error
 			return &o, nil
 		}
 	}
-	if st.Usage.TotalTokens > r.Spec.MaxTokens {
+	if overBudget(st.Usage, r.Spec) {
 		o := failed(errorf(CodeBudgetExceeded, "the record used %d tokens, over its max_tokens of %d", st.Usage.TotalTokens, r.Spec.MaxTokens), "", st)
 		return &o, nil
 	}
@@ -232,25 +236,34 @@ func (r *Runner) event(st State) Event {
 func (r *Runner) step(ctx context.Context, reqs []Request, next *State) error {
 	results := NewResults(len(reqs))
 	next.Results = results
-	var bodies []json.RawMessage
+	var calls []Call
 	var sent []int
+	stage := StageID(next.Step)
 	for i, q := range reqs {
-		body, rejected := Admit(q, r.Model)
+		call, rejected := Admit(q, r.Model, r.Policy)
 		if rejected != nil {
+			rejected.StageID = stage
 			if err := results.Set(i, *rejected); err != nil {
 				return err
 			}
 			continue
 		}
-		bodies = append(bodies, body)
+		calls = append(calls, call)
 		sent = append(sent, i)
 	}
 	var mu sync.Mutex
 	var err error
-	if len(bodies) > 0 {
-		r.Exec(ctx, bodies, func(j int, res inference.Result) {
+	if len(calls) > 0 {
+		// A finished request that takes the record past max_tokens cancels
+		// the step's others: they are not billed, and the step, kept with
+		// what finished, ends the record (halt) once checkpointed.
+		sctx, over := context.WithCancel(ctx)
+		defer over()
+		r.Exec(sctx, calls, func(j int, res inference.Result) {
 			i := sent[j]
-			serr := results.Set(i, resultOf(reqs[i], res))
+			out := resultOf(reqs[i], res)
+			out.StageID = stage
+			serr := results.Set(i, out)
 			mu.Lock()
 			defer mu.Unlock()
 			err = cmp.Or(err, serr)
@@ -258,11 +271,17 @@ func (r *Runner) step(ctx context.Context, reqs []Request, next *State) error {
 			next.Usage.CompletionTokens += res.Usage.OutputTokens
 			next.Usage.TotalTokens += res.Usage.TotalTokens
 			next.Fallback = next.Fallback || res.Fallback
+			if overBudget(next.Usage, r.Spec) {
+				over()
+			}
 		})
 	}
 	next.Requests += len(reqs)
 	return err
 }
+
+// overBudget says whether usage u is past the record's max_tokens.
+func overBudget(u Usage, s Spec) bool { return u.TotalTokens > s.MaxTokens }
 
 // withUsage puts the record's summed usage into its output, replacing any
 // usage the callback wrote there.

@@ -36,8 +36,9 @@ func (f *fakeRecord) runner(spec Spec) *Runner {
 			f.mu.Unlock()
 			return ParseAnswer([]byte(f.script(ev)))
 		},
-		Exec: func(_ context.Context, bodies []json.RawMessage, done func(int, inference.Result)) {
-			for i, b := range bodies {
+		Exec: func(_ context.Context, calls []Call, done func(int, inference.Result)) {
+			for i, c := range calls {
+				b := c.Body
 				f.mu.Lock()
 				f.upstream = append(f.upstream, string(b))
 				f.mu.Unlock()
@@ -301,7 +302,7 @@ func TestRunStopsYieldsAndKeepsCutSteps(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		f := &fakeRecord{script: func(Event) string { return cont("a") }}
 		r := f.runner(Spec{})
-		r.Exec = func(_ context.Context, _ []json.RawMessage, done func(int, inference.Result)) {
+		r.Exec = func(_ context.Context, _ []Call, done func(int, inference.Result)) {
 			cancel()
 			done(0, inference.Result{ErrCode: inference.CodeRequestCancelled})
 		}
@@ -322,4 +323,34 @@ func TestRunStopsYieldsAndKeepsCutSteps(t *testing.T) {
 			t.Fatalf("got %+v, %v", o, err)
 		}
 	})
+}
+
+// A finished request that takes the record past max_tokens cancels the
+// step's others: they come back unbilled, the step is checkpointed with
+// what finished, and the record fails before its next event.
+func TestRunTokenBudgetCancelsTheStep(t *testing.T) {
+	t.Parallel()
+	f := &fakeRecord{now: time.Unix(1000, 0)}
+	f.script = func(ev Event) string { return cont("a", "b", "c", "d") }
+	r := f.runner(Spec{MaxSteps: DefaultMaxSteps, MaxRequests: DefaultMaxRequests, MaxTokens: 10})
+	cancelled := 0
+	r.Exec = func(ctx context.Context, calls []Call, done func(int, inference.Result)) {
+		for i := range calls {
+			if ctx.Err() != nil {
+				cancelled++
+				done(i, inference.Result{ErrCode: inference.CodeRequestCancelled, Model: "m"})
+				continue
+			}
+			done(i, inference.Result{StatusCode: 200, Body: json.RawMessage(`{}`), Model: "m",
+				Usage: inference.Usage{InputTokens: 10, OutputTokens: 5, TotalTokens: 15}})
+		}
+	}
+	o, err := r.Run(context.Background(), State{})
+	if err != nil || o.Kind != Failed || o.Err.Code != CodeBudgetExceeded {
+		t.Fatalf("got %+v, %v; want workflow_budget_exceeded", o, err)
+	}
+	if cancelled != 3 || o.State.Usage.TotalTokens != 15 || len(f.saved) != 1 || f.saved[0].Usage.TotalTokens != 15 || len(f.events) != 1 {
+		t.Fatalf("cancelled %d, usage %+v, saved %d, events %d; want 3 cancelled, the first's 15 tokens saved, the start event only",
+			cancelled, o.State.Usage, len(f.saved), len(f.events))
+	}
 }

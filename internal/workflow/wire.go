@@ -16,6 +16,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/relaybatch/relay/internal/egress"
 	"github.com/relaybatch/relay/internal/ijson"
 	"github.com/relaybatch/relay/internal/inference"
 )
@@ -84,10 +85,14 @@ func (e Event) MarshalJSON() ([]byte, error) {
 	return data, err
 }
 
-// Result is one request's answer in a results event.
+// Result is one request's answer in a results event: StageID names the
+// step that ran it (StageID), Attempt counts its upstream attempts (0: not
+// sent).
 type Result struct {
 	ID         string          `json:"id"`
 	CustomID   string          `json:"custom_id"`
+	StageID    string          `json:"stage_id"`
+	Attempt    int             `json:"attempt"`
 	StatusCode int             `json:"status_code"`
 	Body       json.RawMessage `json:"body"`
 	Usage      ResultUsage     `json:"usage"`
@@ -98,6 +103,9 @@ type ResultUsage struct {
 	InputTokens  int64 `json:"input_tokens"`
 	OutputTokens int64 `json:"output_tokens"`
 }
+
+// StageID names step n of a record in its results: "step-<n>".
+func StageID(step int) string { return "step-" + strconv.Itoa(step) }
 
 // EventID names an event of a record: the same for every attempt and every
 // executor that sends it, so a callback dedupes retries and re-deliveries
@@ -229,9 +237,10 @@ func parseRequests(raw json.RawMessage) ([]Request, error) {
 }
 
 // parseFailure reads the error of a failed answer: the record's error,
-// workflow_callback_rejected unless the callback names its code.
+// workflow_failed, its message the callback's, after the callback's own
+// code if it names one.
 func parseFailure(raw json.RawMessage) (*Error, error) {
-	f := &Error{Code: CodeCallbackRejected, Message: "the workflow callback answered failed"}
+	f := &Error{Code: CodeFailed, Message: "the workflow callback answered failed"}
 	if len(raw) == 0 || isNull(raw) {
 		return f, nil
 	}
@@ -249,7 +258,7 @@ func parseFailure(raw json.RawMessage) (*Error, error) {
 		if len(*e.Code) > maxCodeLen {
 			return nil, badAnswer("failed has an error code longer than %d characters", maxCodeLen)
 		}
-		f.Code = *e.Code
+		f.Message = *e.Code + ": " + f.Message
 	}
 	return f, nil
 }
@@ -263,15 +272,15 @@ func clipOrMissing(raw json.RawMessage) string {
 
 // Admit checks a step's request against what a step may run: the record's
 // model only (a request without a model gets it), no streaming, no nested
-// workflow. It returns the body to send upstream, without the relay key,
-// or, for a request that may not run, the 400 result the callback gets
-// for it instead.
-func Admit(q Request, model string) (json.RawMessage, *Result) {
-	reject := func(code, param, format string, args ...any) (json.RawMessage, *Result) {
+// workflow, a valid relay.tool_config if any. It returns the body to send upstream, without the relay key,
+// with its tools, or, for a request that may not run, the 400 result the
+// callback gets for it instead.
+func Admit(q Request, model string, policy egress.Policy) (Call, *Result) {
+	reject := func(code, param, format string, args ...any) (Call, *Result) {
 		body, _ := json.Marshal(map[string]any{"error": map[string]any{
 			"message": fmt.Sprintf(format, args...), "type": "invalid_request_error", "param": param, "code": code,
 		}})
-		return nil, &Result{ID: q.ID, CustomID: q.CustomID, StatusCode: http.StatusBadRequest, Body: body}
+		return Call{}, &Result{ID: q.ID, CustomID: q.CustomID, StatusCode: http.StatusBadRequest, Body: body}
 	}
 	body := q.Body
 	switch m := gjson.GetBytes(body, "model"); {
@@ -286,16 +295,27 @@ func Admit(q Request, model string) (json.RawMessage, *Result) {
 	if InBody(body) {
 		return reject("nested_workflow", "relay.workflow", "a workflow step cannot start another workflow")
 	}
+	tools, bad := parseTools(body, policy)
+	if bad != "" {
+		return reject("invalid_tool_config", "relay.tool_config", "%s", bad)
+	}
 	if gjson.GetBytes(body, "relay").Exists() {
 		body, _ = sjson.DeleteBytes(bytes.Clone(body), "relay")
 	}
-	return body, nil
+	return Call{Body: body, Tools: tools}, nil
+}
+
+// Call is a step request as it goes upstream: its body, and its tools if
+// it has a relay.tool_config (RunTools).
+type Call struct {
+	Body  json.RawMessage
+	Tools *Tools
 }
 
 // resultOf is a provider answer as the callback sees it. A request that got
 // no HTTP answer is given the status a gateway would have answered.
 func resultOf(q Request, r inference.Result) Result {
-	res := Result{ID: q.ID, CustomID: q.CustomID, StatusCode: r.StatusCode, Body: r.Body,
+	res := Result{ID: q.ID, CustomID: q.CustomID, Attempt: r.Attempts, StatusCode: r.StatusCode, Body: r.Body,
 		Usage: ResultUsage{InputTokens: r.Usage.InputTokens, OutputTokens: r.Usage.OutputTokens}}
 	if r.ErrCode == "" {
 		return res
@@ -308,7 +328,7 @@ func resultOf(q Request, r inference.Result) Result {
 		status = http.StatusBadRequest
 	case inference.CodeModelNotFound:
 		status = http.StatusNotFound
-	case inference.CodeAPIKeyUnavailable:
+	case inference.CodeAPIKeyUnavailable, inference.CodeRequestTimeLimit:
 		status = http.StatusInternalServerError
 	}
 	res.StatusCode = status

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybatch/relay/internal/egress"
+
 	"github.com/relaybatch/relay/internal/inference"
 )
 
@@ -31,13 +33,13 @@ func TestParseAnswer(t *testing.T) {
 	if a, err = ParseAnswer([]byte(`{"state":"completed","output":{ "summary" : "x" }}`)); err != nil || string(a.Output) != `{"summary":"x"}` {
 		t.Fatalf("completed: got %+v, %v", a, err)
 	}
-	if a, err = ParseAnswer([]byte(`{"state":"failed","error":{"message":"no way"}}`)); err != nil || a.Failure.Code != CodeCallbackRejected || a.Failure.Message != "no way" {
+	if a, err = ParseAnswer([]byte(`{"state":"failed","error":{"message":"no way"}}`)); err != nil || a.Failure.Code != CodeFailed || a.Failure.Message != "no way" {
 		t.Fatalf("failed: got %+v, %v", a, err)
 	}
-	if a, err = ParseAnswer([]byte(`{"state":"failed","error":{"message":"m","code":"fraud_suspected"}}`)); err != nil || a.Failure.Code != "fraud_suspected" {
+	if a, err = ParseAnswer([]byte(`{"state":"failed","error":{"message":"m","code":"fraud_suspected"}}`)); err != nil || a.Failure.Code != CodeFailed || a.Failure.Message != "fraud_suspected: m" {
 		t.Fatalf("failed with a code: got %+v, %v", a, err)
 	}
-	if a, err = ParseAnswer([]byte(`{"state":"failed"}`)); err != nil || a.Failure.Code != CodeCallbackRejected || a.Failure.Message == "" {
+	if a, err = ParseAnswer([]byte(`{"state":"failed"}`)); err != nil || a.Failure.Code != CodeFailed || a.Failure.Message == "" {
 		t.Fatalf("failed without error: got %+v, %v", a, err)
 	}
 
@@ -93,11 +95,16 @@ func TestAdmit(t *testing.T) {
 		{"model of the wrong type", `{"model":5}`, "", "model_not_allowed"},
 		{"streaming", `{"model":"m","stream":true}`, "", "stream_unsupported"},
 		{"nested workflow", `{"model":"m","relay":{"workflow":{"url":"https://x"}}}`, "", "nested_workflow"},
+		{"tool_config without authorization", `{"model":"m","relay":{"tool_config":{"url":"https://tools.example.com"}}}`, "", "invalid_tool_config"},
+		{"tool_config to a private address", `{"model":"m","relay":{"tool_config":{"url":"https://10.0.0.1/t","authorization":"a"}}}`, "", "invalid_tool_config"},
+		{"tool_config with an unknown field", `{"model":"m","relay":{"tool_config":{"url":"https://t.example.com","authorization":"a","tools":[]}}}`, "", "invalid_tool_config"},
+		{"tool_config is stripped", `{"model":"m","relay":{"tool_config":{"url":"https://t.example.com","authorization":"a"}}}`, `{"model":"m"}`, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			body, rej := Admit(Request{ID: "i", CustomID: "c", Body: json.RawMessage(tt.body)}, "m")
+			call, rej := Admit(Request{ID: "i", CustomID: "c", Body: json.RawMessage(tt.body)}, "m", egress.Policy{})
+			body := call.Body
 			if tt.wantCode == "" {
 				if rej != nil || string(body) != tt.wantBody {
 					t.Fatalf("got %s, %+v; want %s", body, rej, tt.wantBody)

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/egress"
+	"github.com/relaybatch/relay/internal/endpoint"
 	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/tidwall/gjson"
@@ -34,6 +35,8 @@ const (
 	CodeCallbackRejected    = "workflow_callback_rejected"
 	CodeInvalidResponse     = "workflow_invalid_response"
 	CodeCallbackUnreachable = "workflow_callback_unreachable"
+	// CodeFailed: the callback answered failed.
+	CodeFailed = "workflow_failed"
 )
 
 // Error fails a record: Code and Message become its error line. Errors of
@@ -96,6 +99,28 @@ func InBody(body []byte) bool {
 	return bytes.Contains(body, relayKey) && gjson.GetBytes(body, "relay.workflow").Exists()
 }
 
+// Check is the validation of a record the plan makes, before any capacity
+// is taken, and its run makes again: the spec (ParseSpec), and a batch
+// endpoint of chat completions. A problem is an *Error with code
+// invalid_workflow.
+func Check(body []byte, batchEndpoint string, policy egress.Policy) (Spec, error) {
+	s, err := ParseSpec(body, policy)
+	if err == nil && batchEndpoint != endpoint.Chat {
+		err = errorf(CodeInvalid, "workflow records are %s rows, not %s", endpoint.Chat, batchEndpoint)
+	}
+	return s, err
+}
+
+// CheckRow is Check for a whole input row that InRow marks.
+func CheckRow(row []byte, batchEndpoint string, policy egress.Policy) error {
+	reqs, err := jsonl.ParseRequests(row)
+	if err != nil || len(reqs) != 1 {
+		return errorf(CodeInvalid, "the row cannot be read")
+	}
+	_, err = Check(reqs[0].Body, batchEndpoint, policy)
+	return err
+}
+
 // InRow is InBody for a whole input row (custom_id, method, url, body): the
 // planner gives such a row a chunk of its own. It agrees with InBody on the
 // body the executor reads from the row: the row is read with
@@ -112,7 +137,8 @@ func InRow(row []byte) bool {
 
 // ParseSpec reads and validates the relay.workflow object of a record's
 // body. The callback URL must be http(s) and pass policy, the same rules as
-// webhook URLs (the dialer checks the address again on every connection).
+// webhook URLs (the dialer checks the address again on every connection),
+// and authorization is required.
 // A problem is an *Error with code invalid_workflow.
 func ParseSpec(body []byte, policy egress.Policy) (Spec, error) {
 	relay := gjson.GetBytes(body, "relay")
@@ -147,6 +173,11 @@ func ParseSpec(body []byte, policy egress.Policy) (Spec, error) {
 	}
 	if err := checkURL(s.URL, policy); err != nil {
 		return Spec{}, err
+	}
+	if s.Authorization == "" {
+		// The callback must be able to tell the service's events from
+		// anyone's: a record without a credential for it is refused.
+		return Spec{}, errorf(CodeInvalid, "relay.workflow.authorization is required: the Authorization header the callback checks")
 	}
 	return s, nil
 }

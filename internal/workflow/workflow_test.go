@@ -41,13 +41,13 @@ func TestParseSpec(t *testing.T) {
 	local := egress.Policy{AllowPrivate: true, AllowHTTP: true}
 	body := func(wf string) []byte { return []byte(`{"model":"m","relay":{"workflow":` + wf + `}}`) }
 
-	s, err := ParseSpec(body(`{"url":"http://127.0.0.1:9/cb"}`), local)
+	s, err := ParseSpec(body(`{"url":"http://127.0.0.1:9/cb","authorization":"Bearer a"}`), local)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := Spec{URL: "http://127.0.0.1:9/cb", Context: []byte(`{}`), MaxSteps: 16, MaxRequests: 64, MaxTokens: 2_000_000, CallbackTimeout: time.Minute}
 	if s.URL != want.URL || string(s.Context) != "{}" || s.MaxSteps != want.MaxSteps || s.MaxRequests != want.MaxRequests ||
-		s.MaxTokens != want.MaxTokens || s.CallbackTimeout != want.CallbackTimeout || s.Authorization != "" {
+		s.MaxTokens != want.MaxTokens || s.CallbackTimeout != want.CallbackTimeout || s.Authorization != "Bearer a" {
 		t.Fatalf("defaults: got %+v, want %+v", s, want)
 	}
 
@@ -85,6 +85,9 @@ func TestParseSpec(t *testing.T) {
 		{"max_tokens negative", string(body(`{"url":"https://x.example","max_tokens":-1}`)), local, "max_tokens"},
 		{"callback timeout too long", string(body(`{"url":"https://x.example","callback_timeout_ms":60001}`)), local, "callback_timeout_ms must be an integer from 1 to 60000"},
 		{"authorization with a line break", string(body(`{"url":"https://x.example","authorization":"a\r\nX-Evil: 1"}`)), local, "header value"},
+		{"no authorization", string(body(`{"url":"https://x.example"}`)), local, "authorization is required"},
+		{"null authorization", string(body(`{"url":"https://x.example","authorization":null}`)), local, "authorization is required"},
+		{"empty authorization", string(body(`{"url":"https://x.example","authorization":""}`)), local, "authorization is required"},
 		{"authorization not a string", string(body(`{"url":"https://x.example","authorization":{}}`)), local, "authorization must be a string"},
 	}
 	for _, tt := range bad {

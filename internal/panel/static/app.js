@@ -368,7 +368,7 @@ function batchView(id) {
   const s = {
     summary: section('Summary'), template: section('Template'), counts: section('Progress and usage'),
     times: section('Timestamps'), meta: section('Metadata'), hooks: section('Webhook deliveries'),
-    invalid: section('Validation errors'), dead: section('Dead-letter rows'),
+    invalid: section('Validation errors'), rows: section('Rows'), dead: section('Dead-letter rows'),
     lines: section(`First error lines (up to ${ERROR_LINES})`),
   };
   const article = h('article', { id: 'batch', 'aria-labelledby': 'batch-title' },
@@ -397,17 +397,18 @@ function batchView(id) {
       ['Completion window', b.completion_window], ['Input file', b.input_file_id],
       ['Output file', b.output_file_id], ['Error file', b.error_file_id],
       ['Retry of', b.retry_of && batchLink(b.retry_of)], ['Template', b.template_id && batchLink(b.template_id)],
-      ['Dead letters', b.dead_letter_count], ['Webhook URL', b.webhook_url],
+      ['Rows of dead chunks', b.dead_letter_count], ['Webhook URL', b.webhook_url],
     ];
     s.summary.set(JSON.stringify(summary), () => dl(summary));
     const u = b.usage || {};
     const isTemplate = b.status === 'scheduled' || Boolean(b.schedule);
     s.template.set(isTemplate ? b.status : '', () => (isTemplate ? templateInfo(b) : null));
     // A template has no rows of its own: its runs do.
-    s.counts.set(isTemplate ? '' : JSON.stringify([c, u]), () => (isTemplate ? null : [
+    s.counts.set(isTemplate ? '' : JSON.stringify([c, u, b.cost]), () => (isTemplate ? null : [
       progress(c),
       dl([['Total rows', c.total], ['Completed', c.completed], ['Failed', c.failed],
-        ['Input tokens', u.input_tokens], ['Output tokens', u.output_tokens], ['Total tokens', u.total_tokens]]),
+        ['Input tokens', u.input_tokens], ['Output tokens', u.output_tokens], ['Total tokens', u.total_tokens],
+        ['Cost', b.cost != null ? usd(b.cost) : null]]),
     ]));
     const stamps = ['created_at', 'in_progress_at', 'finalizing_at', 'completed_at', 'failed_at',
       'expired_at', 'cancelling_at', 'cancelled_at', 'expires_at'];
@@ -420,8 +421,12 @@ function batchView(id) {
     const invalid = b.errors?.data || [];
     s.invalid.set(JSON.stringify(invalid), () => (invalid.length ? table('Validation errors',
       ['Line', 'Code', 'Param', 'Message'], invalid.map((e) => [e.line, e.code, e.param, e.message])) : null));
-    const hasDead = b.dead_letter_count > 0 || (b.dead_letter_count == null && TERMINAL.has(b.status));
-    s.dead.set(hasDead ? `${b.status}:${b.dead_letter_count}` : '', () => (hasDead ? deadLetters(id) : null));
+    // Rows appear as their chunks commit: read again as the counts move.
+    const done = (c.completed || 0) + (c.failed || 0);
+    s.rows.set(isTemplate || !done ? '' : `${b.status}:${done}`, () => (isTemplate || !done ? null : rowList(id)));
+    // Every failed row is a dead letter (docs/api.md "Dead letters"), listed as its chunk commits.
+    const hasDead = !isTemplate && c.failed > 0;
+    s.dead.set(hasDead ? `${b.status}:${c.failed}` : '', () => (hasDead ? deadLetters(id) : null));
     s.lines.set(b.error_file_id || '', () => (b.error_file_id ? errorLines(b.error_file_id) : null));
 
     // A button that just hid itself (Cancel) must not strand keyboard focus.
@@ -449,12 +454,51 @@ async function templateInfo(b) {
   ];
 }
 
+// rowList lists a batch's committed rows (GET v1/batches/{id}/rows, its
+// first page); a row's custom_id opens its generation in the row drawer.
+async function rowList(id) {
+  const page = await request(`v1/batches/${enc(id)}/rows?limit=100`);
+  if (!page.data.length) return null;
+  const open = (r) => {
+    const b = h('button', { type: 'button', class: 'link', 'data-custom-id': r.custom_id }, r.custom_id);
+    b.addEventListener('click', () => rowDrawer(r, b));
+    return b;
+  };
+  return [
+    table('Rows', ['custom_id', 'Status', 'Model', 'Fallback', 'Attempts', 'Total tokens'],
+      page.data.map((r) => [open(r), badge(r.status), r.model, r.fallback ? 'yes' : 'no', r.attempts, tokens(r.total_tokens ?? 0)])),
+    page.has_more && h('p', { class: 'help' }, 'More rows exist: ', h('code', {}, `relay batch rows ${id}`), ' lists them all.'),
+  ];
+}
+
+// rowDrawer shows row r's generation (docs/api.md "Rows") in a modal
+// drawer; closing it gives focus back to opener.
+function rowDrawer(r, opener) {
+  $('#row-drawer')?.remove();
+  const close = h('button', { type: 'button', id: 'row-drawer-close' }, 'Close');
+  const gen = [
+    ['Status', badge(r.status)], ['Model', r.model], ['Fallback used', r.fallback ? 'yes' : 'no'],
+    ['Attempts', r.attempts], ['Last upstream status', r.last_status], ['Input tokens', r.input_tokens],
+    ['Output tokens', r.output_tokens], ['Total tokens', r.total_tokens], ['Submitted by key', r.key_id],
+    ['Row', r.row], ['Committed', when(r.at)], ['Error', r.error && errorText(r.error)],
+  ];
+  const d = h('dialog', { id: 'row-drawer', class: 'drawer', 'aria-labelledby': 'row-drawer-title', 'data-custom-id': r.custom_id },
+    h('div', { class: 'bar' }, h('h3', { id: 'row-drawer-title' }, 'Row ', h('code', {}, r.custom_id)), close),
+    h('dl', { id: 'row-generation', class: 'pairs' }, gen.flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v ?? '—')])));
+  close.addEventListener('click', () => d.close());
+  d.addEventListener('close', () => { d.remove(); opener.focus(); });
+  document.body.append(d);
+  d.showModal();
+  close.focus();
+}
+
 async function deadLetters(id) {
   const page = await request(`v1/batches/${enc(id)}/dead_letters`);
   if (!page.data.length) return null;
   return [
-    table('Dead-letter rows', ['custom_id', 'Error', 'Attempts', 'Last status'],
-      page.data.map((d) => [d.custom_id, errorText(d.error), d.attempts, d.last_status])),
+    table('Dead-letter rows', ['Row', 'custom_id', 'Reason', 'Error', 'Attempts', 'Last status', 'Model'],
+      page.data.map((d) => [d.row, d.custom_id, d.reason, errorText(d.error), d.attempts, d.last_status ?? '—',
+        d.fallback ? `${d.model} (fallback)` : d.model])),
     page.has_more && h('p', { class: 'help' }, 'More rows exist: the error file has them all.'),
   ];
 }
@@ -534,17 +578,20 @@ function usageView() {
     h('div', { class: 'bar' }, heading, refresh), body));
 
   let answer = null;
+  let byKey = null;
+  let byBatch = null;
   let drawnAt = 0;
   const draw = () => {
     drawnAt = body.clientWidth;
-    body.replaceChildren(...usageContent(answer, drawnAt));
+    body.replaceChildren(...usageContent(answer, drawnAt), usageBy('key', byKey), usageBy('batch', byBatch));
   };
   // docs/api.md "Usage": the days from start_time to now; the budget is
   // the current month's (UTC), so the page asks from the month's first day.
   const load = async () => {
     const now = new Date();
     const start = Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1) / 1000;
-    answer = await request(`v1/usage?source=batch&start_time=${start}`, { signal: ctl.signal });
+    const ask = (q) => request(`v1/usage?source=batch&start_time=${start}${q}`, { signal: ctl.signal });
+    [answer, byKey, byBatch] = await Promise.all([ask(''), ask('&group_by=key_id'), ask('&group_by=key_id,batch_id')]);
     draw();
   };
   refresh.addEventListener('click', () => busy(refresh, load));
@@ -583,6 +630,23 @@ function usageContent(u, width) {
           rows.map((r) => [r.date, r.model, tokens(r.requests), tokens(r.input_tokens), tokens(r.output_tokens), tokens(r.total_tokens)])),
       ]),
   ];
+}
+
+// usageBy is the month's usage per key or per batch (GET v1/usage with
+// group_by=key_id, or key_id,batch_id), most tokens first.
+function usageBy(what, u) {
+  const rows = [...(u?.data || [])].sort((x, y) => y.total_tokens - x.total_tokens ||
+    (x.batch_id || x.key_id).localeCompare(y.batch_id || y.key_id));
+  const id = `usage-by-${what}`;
+  const cost = (r) => (r.cost_usd == null ? '—' : usd(r.cost_usd));
+  const figures = (r) => [tokens(r.requests), tokens(r.input_tokens), tokens(r.output_tokens), tokens(r.total_tokens), cost(r)];
+  const heads = ['Requests', 'Input tokens', 'Output tokens', 'Total tokens', 'Cost'];
+  return h('section', { class: 'card', id, 'aria-labelledby': `${id}-title` },
+    h('h3', { id: `${id}-title` }, what === 'key' ? 'By API key' : 'By batch'),
+    rows.length === 0 ? h('p', { class: 'help' }, 'No batch usage this month yet.')
+      : what === 'key'
+        ? table('Usage by key', ['Key', ...heads], rows.map((r) => [h('code', {}, r.key_id || '—'), ...figures(r)]))
+        : table('Usage by batch', ['Batch', 'Key', ...heads], rows.map((r) => [batchLink(r.batch_id), h('code', {}, r.key_id || '—'), ...figures(r)])));
 }
 
 // budgetCard shows the month's budget, used and remaining (the API's

@@ -13,6 +13,8 @@
 // receiver's circuit, its tenant's (webhook.CircuitOf), admits it; one
 // that finds it open
 // waits, uncounted. Each tenant's pending webhooks are capped (pending.go).
+// The deployment's operator endpoints get every tenant's events beside
+// them, as messages of their own (operator.go).
 //
 // It is apart from package webhook, which holds the HTTP client, URL policy
 // and retry schedule, because it reads and writes the store, which imports
@@ -34,6 +36,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/egress"
 	"github.com/relaybatch/relay/internal/ids"
 	"github.com/relaybatch/relay/internal/msg"
@@ -71,6 +74,11 @@ type Service struct {
 	// MaxPending caps each tenant's webhooks not yet delivered or given up
 	// (RELAY_MAX_PENDING_WEBHOOKS, pending.go); 0 is no cap.
 	MaxPending int
+	// Operators are the deployment's operator endpoints (relay.yaml
+	// operator_webhooks, operator.go): each gets every tenant's events of
+	// the types it wants, signed with its secret from OperatorKeys.
+	Operators    []config.OperatorWebhook
+	OperatorKeys OperatorKeys
 }
 
 // Store holds the batches' delivery records and the tenants' signing
@@ -149,10 +157,13 @@ func (s *Service) probeWindow() time.Duration {
 
 // message is what travels on the webhook queue: one attempt.
 type message struct {
-	Tenant string        `json:"tenant"`
-	Batch  string        `json:"batch_id"`
-	URL    string        `json:"url"`
-	Event  webhook.Event `json:"event"`
+	Tenant string `json:"tenant"`
+	Batch  string `json:"batch_id"`
+	// Endpoint is the operator endpoint the event goes to, by name; ""
+	// is the batch's own webhook_url.
+	Endpoint string        `json:"endpoint,omitempty"`
+	URL      string        `json:"url"`
+	Event    webhook.Event `json:"event"`
 	// Attempt is the 1-based number of the attempt this message makes.
 	Attempt int `json:"attempt"`
 	// NotBefore (Unix milliseconds) is when the attempt is due; a message
@@ -214,10 +225,13 @@ func (s *Service) Announce(ctx context.Context, b batch.Batch, event string) err
 	return s.enqueue(ctx, b, batch.Status(event), after)
 }
 
-// enqueue queues the first attempt of b's event batch.<status>, whose
-// first attempt waits for those of the events of types after.
+// enqueue queues the first attempt of b's event batch.<status> to its
+// webhook_url and to each operator endpoint that wants it, whose first
+// attempt waits for those of the events of types after that it gets.
 func (s *Service) enqueue(ctx context.Context, b batch.Batch, status batch.Status, after []string) error {
-	if b.WebhookURL == nil || *b.WebhookURL == "" {
+	own := b.WebhookURL != nil && *b.WebhookURL != ""
+	ops := s.operatorsOf("batch." + string(status))
+	if !own && len(ops) == 0 {
 		return nil
 	}
 	data, err := json.Marshal(b.Out())
@@ -229,6 +243,22 @@ func (s *Service) enqueue(ctx context.Context, b batch.Batch, status batch.Statu
 		return fmt.Errorf("webhook event of %s: %w", b.ID, err)
 	}
 	ev.ID = eventID(b.ID, status)
+	if own {
+		if err := s.enqueueOwn(ctx, b, ev, after); err != nil {
+			return err
+		}
+	}
+	for _, op := range ops {
+		m := message{Tenant: b.Tenant, Batch: b.ID, Endpoint: op.Name, URL: op.URL, Event: ev, Attempt: 1, After: wanted(op, after)}
+		if err := s.Queue.Send(ctx, resources.Webhook, m, 0); err != nil {
+			return fmt.Errorf("queue webhook of %s to operator endpoint %s: %w", b.ID, op.Name, err)
+		}
+	}
+	return nil
+}
+
+// enqueueOwn queues event ev of b to its webhook_url.
+func (s *Service) enqueueOwn(ctx context.Context, b batch.Batch, ev webhook.Event, after []string) error {
 	if webhook.Terminal(ev.Type) {
 		// The completion webhook holds one of the tenant's pending slots;
 		// the lifecycle events before it are bounded by its batches.
@@ -286,7 +316,10 @@ func (s *Service) Deliver(ctx context.Context, ds []msg.Delivery) ([]string, err
 // duplicate message) or the webhook is settled, records it and queues the
 // next one if it failed.
 func (s *Service) deliver(ctx context.Context, m message, redelivered bool) error {
-	d, err := s.Store.GetWebhookDeliveries(ctx, m.Batch, m.Event.Type)
+	if s.gone(ctx, m) {
+		return nil
+	}
+	d, err := s.Store.GetWebhookDeliveries(ctx, m.Batch, m.record(m.Event.Type))
 	if err != nil {
 		return err
 	}
@@ -309,7 +342,7 @@ func (s *Service) deliver(ctx context.Context, m message, redelivered bool) erro
 	if wait := time.UnixMilli(m.NotBefore).Sub(now); m.NotBefore > 0 && wait > 0 {
 		return s.Queue.Send(ctx, resources.Webhook, m, queue.Delay(wait))
 	}
-	receiver := webhook.CircuitOf(m.Tenant, m.URL)
+	receiver := m.circuit()
 	circuit, err := s.circuit(ctx, receiver)
 	if err != nil {
 		return err
@@ -352,7 +385,7 @@ func (s *Service) waitForEarlier(ctx context.Context, m *message, now time.Time)
 		return false, nil
 	}
 	for _, t := range m.After {
-		d, err := s.Store.GetWebhookDeliveries(ctx, m.Batch, t)
+		d, err := s.Store.GetWebhookDeliveries(ctx, m.Batch, m.record(t))
 		if err != nil {
 			return false, err
 		}
@@ -379,7 +412,7 @@ func (s *Service) resendLost(ctx context.Context, m message, now time.Time) erro
 		if t != "batch."+webhook.InProgress {
 			continue
 		}
-		d, err := s.Store.GetWebhookDeliveries(ctx, m.Batch, t)
+		d, err := s.Store.GetWebhookDeliveries(ctx, m.Batch, m.record(t))
 		if err != nil {
 			return err
 		}
@@ -392,7 +425,7 @@ func (s *Service) resendLost(ctx context.Context, m message, now time.Time) erro
 			return fmt.Errorf("webhook event %s of %s: %w", t, m.Batch, err)
 		}
 		ev.ID = eventID(m.Batch, batch.Status(status))
-		lost := message{Tenant: m.Tenant, Batch: m.Batch, URL: m.URL, Event: ev, Attempt: 1}
+		lost := message{Tenant: m.Tenant, Batch: m.Batch, Endpoint: m.Endpoint, URL: m.URL, Event: ev, Attempt: 1}
 		if err := s.Queue.Send(ctx, resources.Webhook, lost, 0); err != nil {
 			return fmt.Errorf("queue webhook %s of %s again: %w", t, m.Batch, err)
 		}
@@ -404,9 +437,9 @@ func (s *Service) resendLost(ctx context.Context, m message, now time.Time) erro
 // receiver's circuit, records it and follows it up: the tenant's pending
 // slot back once the webhook is settled, the next attempt queued if not.
 func (s *Service) attempt(ctx context.Context, m message, circuit webhook.Circuit, now time.Time) error {
-	secret, err := auth.WebhookSecret(ctx, s.Store, m.Tenant)
+	secret, err := s.secret(ctx, m)
 	if err != nil {
-		return fmt.Errorf("webhook secret of %s: %w", m.Tenant, err)
+		return err
 	}
 	a := s.client().Deliver(ctx, m.URL, secret, m.Event, m.Attempt)
 	done := s.Now()
@@ -440,7 +473,7 @@ func (s *Service) attempt(ctx context.Context, m message, circuit webhook.Circui
 // token (Recorder) and returns what it wrote.
 func (s *Service) recordAttempt(ctx context.Context, m message, a webhook.Attempt, start, done time.Time) (store.WebhookDeliveries, error) {
 	token, mine := ids.Secret(12), store.WebhookDeliveries{}
-	d, err := s.Store.UpdateWebhookDeliveries(ctx, m.Batch, m.Event.Type, func(d *store.WebhookDeliveries) error {
+	d, err := s.Store.UpdateWebhookDeliveries(ctx, m.Batch, m.record(m.Event.Type), func(d *store.WebhookDeliveries) error {
 		if d.Recorder == token {
 			mine = *d
 			return errRecorded
@@ -545,7 +578,7 @@ func (s *Service) snooze(ctx context.Context, m message, d store.WebhookDeliveri
 		first = time.Unix(m.Event.CreatedAt, 0)
 	}
 	if s.giveUp(first, now) {
-		_, err := s.Store.UpdateWebhookDeliveries(ctx, m.Batch, m.Event.Type, func(d *store.WebhookDeliveries) error {
+		_, err := s.Store.UpdateWebhookDeliveries(ctx, m.Batch, m.record(m.Event.Type), func(d *store.WebhookDeliveries) error {
 			if d.Delivered || d.GaveUp {
 				return errDuplicate
 			}

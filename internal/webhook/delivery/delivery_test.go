@@ -141,12 +141,17 @@ func (m *memTable) UpdateCircuit(ctx context.Context, receiver string, fn func(*
 }
 
 // recordKey keys the records as the store does: the terminal event's by
-// the batch id alone.
+// the batch id alone, an operator endpoint's (webhook.Record) with
+// @<endpoint> after it.
 func recordKey(batchID, event string) string {
-	if webhook.Terminal(event) {
+	endpoint, typ := webhook.SplitRecord(event)
+	if endpoint != "" {
+		batchID += "@" + endpoint
+	}
+	if webhook.Terminal(typ) {
 		return batchID
 	}
-	return batchID + "/" + event
+	return batchID + "/" + typ
 }
 
 func (m *memTable) GetWebhookDeliveries(_ context.Context, batchID, event string) (store.WebhookDeliveries, error) {

@@ -59,9 +59,10 @@ func (s *Service) hold(ctx context.Context, b batch.Batch, eventID string) (bool
 }
 
 // release gives back the slot of a settled webhook (once, however often):
-// the completion webhook's, which alone holds one.
+// the completion webhook's to the batch's webhook_url, which alone holds
+// one (an operator endpoint's are the operator's, bounded by the batches).
 func (s *Service) release(ctx context.Context, m message) {
-	if s.MaxPending <= 0 || !webhook.Terminal(m.Event.Type) {
+	if s.MaxPending <= 0 || m.Endpoint != "" || !webhook.Terminal(m.Event.Type) {
 		return
 	}
 	if _, err := s.Store.ReleaseWebhook(ctx, m.Tenant, m.Batch); err != nil {

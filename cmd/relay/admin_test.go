@@ -1,0 +1,117 @@
+package main
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/sched"
+)
+
+// inspectBatch names each state docs/runbook.md explains, and nothing for
+// a batch that is fine.
+func TestInspectBatchProblems(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_800_000_000, 0)
+	running := batch.Batch{ID: "b1", Tenant: "acme", Status: batch.InProgress, Started: true, ChunksTotal: 3, ChunksDone: 1}
+	chunks := []batch.Chunk{
+		{Batch: "b1", Index: 0, Model: "m", State: batch.ChunkDone},
+		{Batch: "b1", Index: 1, Model: "m", State: batch.ChunkClaimed, Run: "r1", Attempts: 1, Lease: now.Add(time.Minute).UnixMilli()},
+		{Batch: "b1", Index: 2, Model: "m", State: batch.ChunkPending},
+	}
+	entry := map[string][]sched.Ready{"m": {{Model: "m", Batch: "b1", Next: 2}, {Model: "m", Batch: "other"}}}
+	expired := slices.Clone(chunks)
+	expired[1].Lease = now.Add(-90 * time.Second).UnixMilli()
+	done := running
+	done.Status, done.ChunksDone, done.FinalizeDue = batch.Completed, 3, now.Add(-time.Hour).Unix()
+	unfinalized := running
+	unfinalized.ChunksDone, unfinalized.FinalizeDue = 3, now.Add(-time.Minute).Unix()
+	planning := batch.Batch{ID: "b1", Status: batch.Validating, PlanLease: now.Add(-time.Second).UnixMilli()}
+	for _, tt := range []struct {
+		name   string
+		b      batch.Batch
+		chunks []batch.Chunk
+		ready  map[string][]sched.Ready
+		held   bool
+		want   []string // the problems' names, in order
+	}{
+		{"fine", running, chunks, entry, true, nil},
+		{"lease-expired", running, expired, entry, true, []string{"lease-expired"}},
+		{"no-ready-entry", running, chunks, map[string][]sched.Ready{"m": {{Model: "m", Batch: "other"}}}, true, []string{"no-ready-entry"}},
+		{"not-finalized", unfinalized, nil, nil, true, []string{"not-finalized"}},
+		{"slot-held", done, nil, nil, true, []string{"slot-held"}},
+		{"terminal and released", done, nil, nil, false, nil},
+		{"plan-stalled", planning, nil, nil, true, []string{"plan-stalled"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := inspectBatch(tt.b, tt.chunks, tt.ready, tt.held, now)
+			var got []string
+			for _, p := range r.Problems {
+				name, _, _ := strings.Cut(p, ":")
+				got = append(got, name)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("problems %q, want %v", r.Problems, tt.want)
+			}
+		})
+	}
+	r := inspectBatch(running, chunks, entry, true, now)
+	if r.Chunks["done"] != 1 || r.Chunks["claimed"] != 1 || r.Chunks["pending"] != 1 || len(r.Claimed) != 1 || r.Claimed[0].Run != "r1" {
+		t.Errorf("report %+v, want one chunk of each state and run r1's claim", r)
+	}
+	if len(r.Ready) != 1 || r.Ready[0].Batch != "b1" {
+		t.Errorf("ready entries %+v, want b1's only", r.Ready)
+	}
+}
+
+// reportModel adds a model's shards up against their quotas and names one
+// holding more than its quota.
+func TestReportModel(t *testing.T) {
+	t.Parallel()
+	quotas := sched.Quotas(1500) // two shards of 750
+	r := reportModel("m", quotas, map[int]int{0: 750, 1: 751}, nil)
+	if r.Capacity != 1500 || r.InFlight != 1501 || len(r.Shards) != 2 || !slices.Equal(r.OverQuota, []int{1}) || r.Waiting == nil {
+		t.Errorf("report %+v, want capacity 1500, 1501 in flight, shard 1 over its quota", r)
+	}
+	if r := reportModel("m", quotas, nil, nil); r.InFlight != 0 || r.OverQuota != nil {
+		t.Errorf("idle model: %+v", r)
+	}
+}
+
+// requeue sends what moves a batch on from where it is, and nothing for a
+// batch whose chunks carry it.
+func TestRequeueMessage(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_800_000_000, 0)
+	later, earlier := now.Add(time.Hour).Unix(), now.Add(-time.Hour).Unix()
+	for _, tt := range []struct {
+		name       string
+		b          batch.Batch
+		queue, typ string
+	}{
+		{"validating", batch.Batch{Status: batch.Validating}, "dispatch", "plan"},
+		{"planned, not started", batch.Batch{Status: batch.InProgress, ChunksTotal: 2}, "dispatch", "plan"},
+		{"cancelling", batch.Batch{Status: batch.Cancelling, Started: true, ChunksTotal: 2}, "dispatch", "drain"},
+		{"every chunk done", batch.Batch{Status: batch.InProgress, Started: true, ChunksTotal: 2, ChunksDone: 2}, "finalize", "finalize"},
+		{"finalizing", batch.Batch{Status: batch.Finalizing, Started: true, ChunksTotal: 2, ChunksDone: 2}, "finalize", "finalize"},
+		{"terminal", batch.Batch{Status: batch.Completed, Started: true, ChunksTotal: 2, ChunksDone: 2}, "finalize", "finalize"},
+		{"running", batch.Batch{Status: batch.InProgress, Started: true, ChunksTotal: 2, ChunksDone: 1, ExpiresAt: &later}, "", ""},
+		{"past its window", batch.Batch{Status: batch.InProgress, Started: true, ChunksTotal: 2, ChunksDone: 1, ExpiresAt: &earlier}, "dispatch", "drain"},
+		{"template", batch.Batch{Status: batch.Scheduled}, "", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tt.b.ID, tt.b.Tenant = "batch_x", "acme"
+			q, m, err := requeueMessage(tt.b, now)
+			if q != tt.queue || m.Type != tt.typ || (err == nil) != (tt.queue != "") {
+				t.Fatalf("%s %s %v, want %q %q", q, m.Type, err, tt.queue, tt.typ)
+			}
+			if err == nil && (m.Batch != "batch_x" || m.Tenant != "acme") {
+				t.Errorf("message %+v names another batch", m)
+			}
+		})
+	}
+}

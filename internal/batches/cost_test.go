@@ -1,0 +1,88 @@
+package batches
+
+import (
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/store"
+)
+
+// A batch's cost prices its usage as GET /v1/usage does, and only when
+// every model of it has a price.
+func TestBatchCost(t *testing.T) {
+	t.Parallel()
+	ms, err := config.ParseModels([]byte(`models:
+- {name: a, provider: openai, base_url: http://x/v1, price: {input_per_mtok: 1, output_per_mtok: 2}}
+- {name: b, provider: openai, base_url: http://x/v1, price: {input_per_mtok: 10, output_per_mtok: 0}}
+- {name: free, provider: openai, base_url: http://x/v1}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Service{Models: ms}
+	row := func(day, model string, in, out int64) store.UsageDetail {
+		return store.UsageDetail{UsageRow: store.UsageRow{Day: day, Model: model, Requests: 1, InputTokens: in, OutputTokens: out, TotalTokens: in + out}, BatchID: "batch_1"}
+	}
+	priced := []store.UsageDetail{row("2026-01-01", "a", 1_000_000, 500_000), row("2026-01-02", "a", 1, 0), row("2026-01-02", "b", 100_000, 7)}
+	for _, tt := range []struct {
+		name string
+		rows []store.UsageDetail
+		want *float64
+	}{
+		{"every model priced", priced, roundUSD(1 + 1 + 1e-6 + 1)},
+		{"one model without a price", append(slices.Clone(priced), row("2026-01-02", "free", 5, 5)), nil},
+		{"an unknown model", []store.UsageDetail{row("2026-01-02", "gone", 5, 5)}, nil},
+		{"no usage yet", nil, nil},
+	} {
+		got := s.batchCost(tt.rows)
+		if (got == nil) != (tt.want == nil) || got != nil && math.Abs(*got-*tt.want) > 1e-9 {
+			t.Errorf("%s: cost %v, want %v", tt.name, deref(got), deref(tt.want))
+		}
+	}
+	// The same pricing as GET /v1/usage?group_by=batch_id.
+	if lines := s.group(priced, []string{"batch_id"}); len(lines) != 1 || *lines[0].CostUSD != *s.batchCost(priced) {
+		t.Errorf("group_by=batch_id %+v, cost %v: they differ", lines, *s.batchCost(priced))
+	}
+}
+
+func deref(p *float64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+// A batch's usage is read on the days from its creation to its end (now,
+// while it runs), the last maxCostDays of them.
+func TestCostDays(t *testing.T) {
+	t.Parallel()
+	at := func(s string) time.Time {
+		tm, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm
+	}
+	unix := func(s string) *int64 { u := at(s).Unix(); return &u }
+	now := at("2026-01-05T10:00:00Z")
+	for _, tt := range []struct {
+		name string
+		b    batch.Batch
+		want []string
+	}{
+		{"running, created today", batch.Batch{CreatedAt: at("2026-01-05T00:00:01Z").Unix()}, []string{"2026-01-05"}},
+		{"ended over midnight", batch.Batch{CreatedAt: at("2026-01-01T23:00:00Z").Unix(), CompletedAt: unix("2026-01-02T01:00:00Z")},
+			[]string{"2026-01-01", "2026-01-02"}},
+		{"cancelled", batch.Batch{CreatedAt: at("2026-01-03T12:00:00Z").Unix(), CancelledAt: unix("2026-01-03T13:00:00Z")}, []string{"2026-01-03"}},
+		{"long ago, still running", batch.Batch{CreatedAt: at("2025-12-01T00:00:00Z").Unix()},
+			[]string{"2026-01-02", "2026-01-03", "2026-01-04", "2026-01-05"}},
+	} {
+		if got := costDays(tt.b, now); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: days %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,87 @@
+package localstack
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+
+	"github.com/relaybatch/relay/internal/local/localrun"
+	"github.com/relaybatch/relay/internal/metrics"
+)
+
+// syncBuffer is a log destination the runtime's goroutines share.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) lines() [][]byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out [][]byte
+	sc := bufio.NewScanner(bytes.NewReader(b.buf.Bytes()))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		out = append(out, append([]byte(nil), sc.Bytes()...))
+	}
+	return out
+}
+
+// The metric lines the functions log for a batch (internal/metrics, read by
+// CloudWatch from the logs) add up to its counts: rows completed and failed
+// per model, fallbacks, upstream 4xx, a latency per row sent, and the
+// tenant's rows.
+func TestMetricLinesSumToTheBatch(t *testing.T) {
+	t.Parallel()
+	logs := &syncBuffer{}
+	rt := runtime(t, func(o *localrun.Options) {
+		o.Log = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	c, _ := client(t, rt, "acme")
+	rows := nRows(12, "fine")
+	for i := range 3 {
+		rows = append(rows, row{id: fmt.Sprintf("bad%d", i), content: fmt.Sprintf("refused %d [[mock:400]]", i)})
+	}
+	for i := range 5 {
+		rows = append(rows, row{id: fmt.Sprintf("fb%d", i), content: fmt.Sprintf("falls back %d", i), model: "flaky-broken"})
+	}
+	b := waitBatch(t, c, createBatch(t, c, upload(t, c, "m.jsonl", jsonlRows(rows)).ID).ID)
+	if b.RequestCounts.Completed != 17 || b.RequestCounts.Failed != 3 {
+		t.Fatalf("batch %s counts %+v, want 17 completed, 3 failed", b.Status, b.RequestCounts)
+	}
+	sum := map[string]float64{}
+	var latencies int
+	for _, l := range logs.lines() {
+		var f map[string]any
+		if json.Unmarshal(l, &f) != nil || f["_aws"] == nil || f["batch_id"] != b.ID {
+			continue
+		}
+		for _, name := range append(metrics.ModelNames, metrics.TenantRows) {
+			switch v := f[name].(type) {
+			case float64:
+				sum[name] += v
+			case []any:
+				latencies += len(v)
+			}
+		}
+	}
+	want := map[string]float64{metrics.RowsCompleted: 17, metrics.RowsFailed: 3, metrics.Fallbacks: 5, metrics.Upstream4xx: 3, metrics.TenantRows: 20}
+	for name, w := range want {
+		if sum[name] != w {
+			t.Errorf("%s: lines add up to %v, want %v", name, sum[name], w)
+		}
+	}
+	if latencies != len(rows) {
+		t.Errorf("%d latencies, want one per row sent (%d)", latencies, len(rows))
+	}
+}
