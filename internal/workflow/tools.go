@@ -89,7 +89,9 @@ func replaceName(msg, from, to string) string {
 // upstream; while a 2xx answer asks for tool calls and rounds are left,
 // answer each call with the tool endpoint (call) and send the
 // conversation again. The result is the last answer, with the usage and
-// attempts of every round summed: one request.
+// attempts of every round summed: one request. The conversation is
+// capped at MaxAnswer, as the step request was: the tool answers cannot
+// grow it past that (rounds × calls × 10 MiB in one slot otherwise).
 func RunTools(ctx context.Context, body json.RawMessage, t *Tools,
 	send func(ctx context.Context, body json.RawMessage) inference.Result,
 	call func(ctx context.Context, t *Tools, toolCall json.RawMessage) (string, error)) inference.Result {
@@ -114,6 +116,9 @@ func RunTools(ctx context.Context, body json.RawMessage, t *Tools,
 			if content, err = call(ctx, t, json.RawMessage(c.Raw)); err == nil {
 				tm, _ := json.Marshal(map[string]string{"role": "tool", "tool_call_id": c.Get("id").Str, "content": content})
 				next, err = sjson.SetRawBytes(next, "messages.-1", tm)
+			}
+			if err == nil && len(next) > MaxAnswer {
+				err = fmt.Errorf("the conversation with the tool answers is larger than %d bytes", MaxAnswer)
 			}
 		}
 		if err != nil {

@@ -75,3 +75,23 @@ func TestRunTools(t *testing.T) {
 		}
 	})
 }
+
+// A tool endpoint answering near its 10 MiB cap every round grew the
+// conversation without bound (rounds × calls × 10 MiB, per slot); the
+// conversation a round sends is capped at MaxAnswer.
+func TestRunToolsBoundsTheConversation(t *testing.T) {
+	t.Parallel()
+	body := json.RawMessage(`{"model":"m","messages":[{"role":"user","content":"go"}]}`)
+	big := strings.Repeat("x", 3<<20)
+	answer := func(context.Context, *Tools, json.RawMessage) (string, error) { return big, nil }
+	var sent []string
+	res := RunTools(context.Background(), body, &Tools{MaxRounds: 32}, toolModel(32, &sent), answer)
+	for i, s := range sent {
+		if len(s) > MaxAnswer {
+			t.Fatalf("round %d sent %d bytes, more than %d", i+1, len(s), MaxAnswer)
+		}
+	}
+	if res.ErrCode != CodeToolCallFailed || !strings.Contains(res.ErrMessage, "larger than") || res.Usage.TotalTokens != int64(12*len(sent)) {
+		t.Fatalf("sent %d, got %+v; want tool_call_failed naming the size, with the rounds' usage", len(sent), res)
+	}
+}
