@@ -316,7 +316,8 @@ func (s *Service) Deliver(ctx context.Context, ds []msg.Delivery) ([]string, err
 // duplicate message) or the webhook is settled, records it and queues the
 // next one if it failed.
 func (s *Service) deliver(ctx context.Context, m message, redelivered bool) error {
-	if s.gone(ctx, m) {
+	m, ok := s.current(ctx, m)
+	if !ok {
 		return nil
 	}
 	d, err := s.Store.GetWebhookDeliveries(ctx, m.Batch, m.record(m.Event.Type))

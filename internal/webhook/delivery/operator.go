@@ -70,18 +70,29 @@ func wanted(op config.OperatorWebhook, after []string) []string {
 	return out
 }
 
-// gone reports (and logs) that m goes to an operator endpoint no longer
-// configured: it is dropped, as the endpoint was.
-func (s *Service) gone(ctx context.Context, m message) bool {
+// current returns m as the configuration has it now: a message to an
+// operator endpoint goes to the endpoint's URL of now, not the one it was
+// queued with (a moved endpoint's old URL must not keep getting every
+// tenant's events, signed, for a day of retries); false (logged) when the
+// endpoint is no longer configured or no longer wants the event: it is
+// dropped, as the endpoint was.
+func (s *Service) current(ctx context.Context, m message) (message, bool) {
 	if m.Endpoint == "" {
-		return false
+		return m, true
 	}
-	if _, ok := s.operator(m.Endpoint); ok && s.OperatorKeys != nil {
-		return false
+	op, ok := s.operator(m.Endpoint)
+	switch {
+	case !ok || s.OperatorKeys == nil:
+		s.Log.WarnContext(ctx, "webhook to an operator endpoint no longer configured dropped", "endpoint", m.Endpoint,
+			"batch_id", m.Batch, "event_id", m.Event.ID)
+		return m, false
+	case !op.Wants(m.Event.Type):
+		s.Log.WarnContext(ctx, "webhook to an operator endpoint that no longer wants its type dropped", "endpoint", m.Endpoint,
+			"batch_id", m.Batch, "event_id", m.Event.ID, "event", m.Event.Type)
+		return m, false
 	}
-	s.Log.WarnContext(ctx, "webhook to an operator endpoint no longer configured dropped", "endpoint", m.Endpoint,
-		"batch_id", m.Batch, "event_id", m.Event.ID)
-	return true
+	m.URL = op.URL
+	return m, true
 }
 
 // record names m's delivery record of its batch's event of type eventType.
@@ -108,7 +119,7 @@ func (s *Service) secret(ctx context.Context, m message) (string, error) {
 		return secret, nil
 	}
 	op, ok := s.operator(m.Endpoint)
-	if !ok || s.OperatorKeys == nil { // dropped before: gone (s.gone)
+	if !ok || s.OperatorKeys == nil { // dropped before: s.current
 		return "", fmt.Errorf("operator endpoint %s: not configured (relay.yaml operator_webhooks)", m.Endpoint)
 	}
 	secret, err := s.OperatorKeys.Key(ctx, op.SecretEnv)

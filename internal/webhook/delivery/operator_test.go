@@ -164,3 +164,42 @@ func TestOperatorEventTypesAreTheEvents(t *testing.T) {
 		t.Error("NewEvent makes batch.validating, which config.EventTypes lacks")
 	}
 }
+
+// A message queued for an operator endpoint carried its URL of the time:
+// after the operator moved the endpoint (or narrowed its events) in
+// relay.yaml, its retries, for a day, still went to the old URL signed
+// with the endpoint's secret. They go where the endpoint is now, and only
+// if it still wants the event.
+func TestOperatorMessagesFollowTheConfig(t *testing.T) {
+	t.Parallel()
+	secret := "whsec_" + base64.StdEncoding.EncodeToString([]byte("operator-secret-0123456789abcdef"))
+	oldSrv, oldGot := signedReceiver(t, secret)
+	newSrv, newGot := signedReceiver(t, secret)
+	table, q := &memTable{}, &memQueue{}
+	s := &Service{Store: table, Queue: q, Log: slog.New(slog.DiscardHandler), Now: time.Now,
+		Client:       webhook.NewClient(egress.Policy{AllowPrivate: true, AllowHTTP: true}),
+		Operators:    []config.OperatorWebhook{{Name: "ops", URL: oldSrv.URL, SecretEnv: "OPS"}},
+		OperatorKeys: keyMap{"OPS": secret}}
+	ctx := context.Background()
+	for _, id := range []string{"batch_x", "batch_y"} {
+		if err := s.Enqueue(ctx, batch.Batch{ID: id, Tenant: "acme", Status: batch.Completed}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deliver := func(m any) {
+		body, _ := json.Marshal(m)
+		if failed, err := s.Deliver(ctx, []msg.Delivery{{ID: "m", Body: string(body), ReceiveCount: 1}}); err != nil || len(failed) != 0 {
+			t.Fatalf("deliver: %v, failed %v", err, failed)
+		}
+	}
+	s.Operators = []config.OperatorWebhook{{Name: "ops", URL: newSrv.URL, SecretEnv: "OPS"}}
+	deliver(q.sent[0])
+	if len(oldGot()) != 0 || len(newGot()) != 1 {
+		t.Fatalf("moved endpoint: the old URL got %d, the new %d; want 0 and 1", len(oldGot()), len(newGot()))
+	}
+	s.Operators[0].Events = []string{"batch.failed"}
+	deliver(q.sent[1])
+	if len(oldGot()) != 0 || len(newGot()) != 1 {
+		t.Fatalf("an event the endpoint no longer wants was sent: old %d, new %d", len(oldGot()), len(newGot()))
+	}
+}
