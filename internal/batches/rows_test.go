@@ -1,7 +1,15 @@
 package batches
 
 import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"path"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
 )
@@ -33,5 +41,74 @@ func TestRowsQueryLists(t *testing.T) {
 				t.Errorf("lists: got %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+// rowsStore is a batch of committed chunks, one row each.
+type rowsStore struct {
+	Store
+	chunks []batch.Chunk
+}
+
+func (s rowsStore) GetBatch(_ context.Context, tenant, id string) (batch.Batch, error) {
+	return batch.Batch{ID: id, Tenant: tenant}, nil
+}
+
+func (s rowsStore) Chunks(context.Context, string) ([]batch.Chunk, error) { return s.chunks, nil }
+
+// rowsBlobs counts the usage parts read; chunk i's row has custom_id r-i.
+type rowsBlobs struct {
+	Blobs
+	reads *atomic.Int64
+}
+
+func (b rowsBlobs) Get(_ context.Context, key string) (io.ReadCloser, error) {
+	b.reads.Add(1)
+	var i int
+	fmt.Sscanf(path.Base(key), "%d", &i)
+	return io.NopCloser(strings.NewReader(fmt.Sprintf(`{"custom_id":"r-%d","row":%d,"status":"completed"}`+"\n", i, i))), nil
+}
+
+type sameDeliveries struct{ Deliveries }
+
+func (sameDeliveries) WithDeliveries(_ context.Context, b batch.Batch) batch.Batch { return b }
+
+// A page looking for one custom_id (or the failed rows of a batch with
+// few) read every chunk of the batch in one request: 98 usage parts at
+// the default 512 rows a chunk, 50,000 with 1. A page reads at most
+// maxPageChunks chunks; has_more and last_id go on from there.
+func TestRowsPageReadsBoundedChunks(t *testing.T) {
+	t.Parallel()
+	const n = 3*maxPageChunks + 5
+	var chunks []batch.Chunk
+	for i := range n {
+		chunks = append(chunks, batch.Chunk{Tenant: "acme", Batch: "batch_x", Index: i, FirstRow: i, Rows: 1, State: batch.ChunkDone})
+	}
+	reads := &atomic.Int64{}
+	s := &Service{Now: time.Now, Log: slog.New(slog.DiscardHandler), Store: rowsStore{chunks: chunks},
+		Blobs: rowsBlobs{reads: reads}, Deliveries: sameDeliveries{}}
+	want := fmt.Sprintf("r-%d", n-1)
+	q, pages, found := RowsQuery{After: -1, Limit: 100, CustomID: want}, 0, 0
+	for {
+		before := reads.Load()
+		page, err := s.Rows(context.Background(), "acme", "batch_x", q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		if got := reads.Load() - before; got > maxPageChunks {
+			t.Fatalf("page %d read %d usage parts, more than %d", pages, got, maxPageChunks)
+		}
+		found += len(page.Data)
+		if !page.More {
+			break
+		}
+		if page.Last <= q.After {
+			t.Fatalf("page %d: last %d does not move past %d", pages, page.Last, q.After)
+		}
+		q.After = page.Last
+	}
+	if found != 1 || pages != 4 || reads.Load() != n {
+		t.Fatalf("found %d rows in %d pages reading %d parts; want the one row, 4 pages, each chunk read once", found, pages, reads.Load())
 	}
 }

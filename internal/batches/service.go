@@ -848,7 +848,7 @@ func writeFailedRows(w io.Writer, c batch.Chunk, reqs []jsonl.Request) error {
 
 // RowsQuery selects generations of a batch's rows (docs/api.md "Rows"):
 // those of the chunks after chunk After (-1: from the first), at least
-// Limit of them unless none are left, only CustomID's when it is set,
+// Limit of them unless none are left or maxPageChunks chunks were read, only CustomID's when it is set,
 // only failed ones with Failed.
 type RowsQuery struct {
 	After    int
@@ -864,6 +864,11 @@ func (q RowsQuery) lists(c batch.Chunk) bool {
 	return c.Index > q.After && c.State == batch.ChunkDone && (!q.Failed || part.HasErrors(c))
 }
 
+// maxPageChunks bounds the chunks a page of rows reads (docs/api.md
+// "Rows"): a custom_id, or failed rows, may be in none of a batch's
+// chunks, and each is an object to read and parse.
+const maxPageChunks = 20
+
 // RowsPage is a page of generations, in row order: Last is the chunk the
 // page ended at (the next page's After), More whether chunks follow.
 type RowsPage struct {
@@ -873,8 +878,8 @@ type RowsPage struct {
 }
 
 // Rows reads the generations of batch id's committed rows from its chunks'
-// usage parts, whole chunks at a time, in chunk order (docs/api.md
-// "Rows"). A chunk not committed yet has none; one whose parts expired is
+// usage parts, whole chunks at a time, in chunk order, at most
+// maxPageChunks of them (docs/api.md "Rows"). A chunk not committed yet has none; one whose parts expired is
 // passed over.
 func (s *Service) Rows(ctx context.Context, tenant, id string, q RowsQuery) (RowsPage, error) {
 	if _, err := s.Get(ctx, tenant, id); err != nil {
@@ -885,15 +890,16 @@ func (s *Service) Rows(ctx context.Context, tenant, id string, q RowsQuery) (Row
 		return RowsPage{}, err
 	}
 	slices.SortFunc(chunks, func(a, b batch.Chunk) int { return cmp.Compare(a.Index, b.Index) })
-	page := RowsPage{Last: q.After}
+	page, read := RowsPage{Last: q.After}, 0
 	for i, c := range chunks {
 		if !q.lists(c) {
 			continue
 		}
-		if len(page.Data) >= q.Limit {
+		if len(page.Data) >= q.Limit || read == maxPageChunks {
 			page.More = slices.ContainsFunc(chunks[i:], q.lists)
 			break
 		}
+		read++
 		evs, err := s.chunkRows(ctx, c)
 		if err != nil {
 			return RowsPage{}, err
