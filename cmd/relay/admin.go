@@ -544,16 +544,14 @@ func runAdminAudit(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	breaks, entries := audit.Verify(objs)
 	if pos[0] == "query" {
-		var out []audit.Entry
-		for _, e := range entries {
-			if (*batchID != "" && e.Batch == *batchID) || (*keyID != "" && (e.KeyID == *keyID || e.OnBehalfOf == *keyID)) {
-				out = append(out, e)
-			}
+		out, err := queryTrail(objs, *batchID, *keyID)
+		if werr := writeJSON(stdout, out); werr != nil {
+			return werr
 		}
-		return writeJSON(stdout, out)
+		return err
 	}
+	breaks, entries := audit.Verify(objs)
 	if err := writeJSON(stdout, map[string]any{"objects": len(objs), "entries": len(entries), "breaks": breaks}); err != nil {
 		return err
 	}
@@ -561,6 +559,25 @@ func runAdminAudit(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return fmt.Errorf("the audit trail does not verify: %s: %s", breaks[0].Key, breaks[0].Reason)
 	}
 	return nil
+}
+
+// queryTrail returns the entries of objs of batch batchID or key keyID
+// (as caller or submitter), from the objects that verify, and an error
+// naming each chain's break, if any: the entries past a break are left out,
+// and the answer must not pass for the whole.
+func queryTrail(objs []audit.Object, batchID, keyID string) ([]audit.Entry, error) {
+	breaks, entries := audit.Verify(objs)
+	out := []audit.Entry{}
+	for _, e := range entries {
+		if (batchID != "" && e.Batch == batchID) || (keyID != "" && (e.KeyID == keyID || e.OnBehalfOf == keyID)) {
+			out = append(out, e)
+		}
+	}
+	var errs []error
+	for _, b := range breaks {
+		errs = append(errs, fmt.Errorf("the audit trail does not verify from %s (%s): the entries from there on are left out", b.Key, b.Reason))
+	}
+	return out, errors.Join(errs...)
 }
 
 // readTrail reads the audit trail's objects of the chains begun from the

@@ -1,11 +1,16 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/relaybatch/relay/internal/audit"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/sched"
 )
@@ -113,5 +118,41 @@ func TestRequeueMessage(t *testing.T) {
 				t.Errorf("message %+v names another batch", m)
 			}
 		})
+	}
+}
+
+// trailPutter keeps the objects an audit chain writes.
+type trailPutter map[string][]byte
+
+func (p trailPutter) Put(_ context.Context, key string, body []byte) error {
+	p[key] = slices.Clone(body)
+	return nil
+}
+
+// audit query read only the objects that verify and said nothing of the
+// others: one altered object hid every later entry of its chain, and the
+// answer looked complete. It answers what verifies and fails naming the
+// break.
+func TestQueryTrailNamesTheBreak(t *testing.T) {
+	t.Parallel()
+	p := trailPutter{}
+	ch := audit.NewChain(p, time.Unix(0, 0))
+	for i := range 3 {
+		ch.Add(audit.Entry{Tenant: "acme", KeyID: "k1", Batch: "batch_x", Action: "POST /v1/batches/{id}/cancel", Outcome: strconv.Itoa(200 + i)})
+		if err := ch.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var objs []audit.Object
+	for _, k := range slices.Sorted(maps.Keys(p)) {
+		objs = append(objs, audit.Object{Key: k, Body: p[k]})
+	}
+	if got, err := queryTrail(objs, "batch_x", ""); err != nil || len(got) != 3 {
+		t.Fatalf("intact trail: %d entries, %v; want 3 and no error", len(got), err)
+	}
+	objs[1].Body = bytes.Replace(objs[1].Body, []byte(`"201"`), []byte(`"404"`), 1)
+	got, err := queryTrail(objs, "batch_x", "")
+	if len(got) != 1 || err == nil || !strings.Contains(err.Error(), objs[1].Key) {
+		t.Fatalf("altered object: %d entries, %v; want the 1 before it and an error naming %s", len(got), err, objs[1].Key)
 	}
 }
