@@ -90,14 +90,15 @@ func (a *API) scoped(scope string) func(handlerFunc) http.Handler {
 	return func(h handlerFunc) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			p, err := a.Auth.Authenticate(r.Context(), auth.FromRequest(r), scope)
-			if err == nil {
-				err = a.limit(r.Context(), p)
-			}
 			if err != nil {
+				a.refuse(w, r, p, err)
+				return
+			}
+			if err := a.limit(r.Context(), p); err != nil {
 				a.fail(w, r, err)
 				return
 			}
-			if a.Audit == nil || r.Method == http.MethodGet || r.Method == http.MethodHead {
+			if !a.audited(r) {
 				if err := h(w, r, p); err != nil {
 					a.fail(w, r, err)
 				}
@@ -110,6 +111,27 @@ func (a *API) scoped(scope string) func(handlerFunc) http.Handler {
 			a.audit(r, p, sw.status)
 		})
 	}
+}
+
+// audited reports whether r is a call the audit trail records: a
+// state-changing one, when there is a trail.
+func (a *API) audited(r *http.Request) bool {
+	return a.Audit != nil && r.Method != http.MethodGet && r.Method != http.MethodHead
+}
+
+// refuse answers a request whose key was refused. A state-changing call
+// of a key of the service's (p names it: disabled, expired, without the
+// scope…) is recorded with its status, within the key's rate limit (a
+// flood of refused calls writes no more entries than allowed ones); a key
+// that is not one of the service's names no one, and is not recorded.
+func (a *API) refuse(w http.ResponseWriter, r *http.Request, p auth.Principal, err error) {
+	if p.KeyID == "" || !a.audited(r) || a.limit(r.Context(), p) != nil {
+		a.fail(w, r, err)
+		return
+	}
+	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+	a.fail(sw, r, err)
+	a.audit(r, p, sw.status)
 }
 
 // audit records a state-changing call and writes it before the response

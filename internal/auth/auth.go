@@ -204,7 +204,11 @@ func wellFormed(raw string) bool {
 	return len(raw) == len(keyPrefix)+(keyBytes*8+5)/6 && ids.Valid(keyPrefix, raw)
 }
 
-// Authenticate resolves a raw key to a principal holding scope.
+// Authenticate resolves a raw key to a principal holding scope. A key of
+// the service's that is refused (replaced, disabled, expired, its tenant
+// disabled, without scope) comes back with its error and a principal
+// naming it (its tenant and id, no scope): the audit trail records
+// who was refused; nothing may act on it.
 func (a Authenticator) Authenticate(ctx context.Context, raw, scope string) (Principal, error) {
 	if raw == "" {
 		return Principal{}, errs.E(errs.Unauthenticated, "missing_api_key", "", "no API key: send Authorization: Bearer <key> or x-api-key: <key>")
@@ -224,13 +228,14 @@ func (a Authenticator) Authenticate(ctx context.Context, raw, scope string) (Pri
 	if a.Now != nil {
 		now = a.Now()
 	}
+	named := Principal{Tenant: k.Tenant, KeyID: k.ID}
 	if k.ReplacedUntil > 0 {
 		// A secret a rotation replaced: during the overlap of the key's
 		// last rotation, the key's current record decides.
 		replaced := errs.E(errs.Unauthenticated, apikey.CodeExpired, "", "this secret of API key %s was replaced by a rotation and stopped working at %s: use the new one",
 			k.ID, time.Unix(k.ReplacedUntil, 0).UTC().Format(time.RFC3339))
 		if now.Unix() >= k.ReplacedUntil {
-			return Principal{}, replaced
+			return named, replaced
 		}
 		live, err := a.Store.KeyByID(ctx, k.ID)
 		if errors.Is(err, apikey.ErrNoKey) {
@@ -240,21 +245,21 @@ func (a Authenticator) Authenticate(ctx context.Context, raw, scope string) (Pri
 			return Principal{}, fmt.Errorf("look up key %s: %w", k.ID, err)
 		}
 		if live.PreviousHash != k.Hash {
-			return Principal{}, replaced // a later rotation ended its overlap
+			return named, replaced // a later rotation ended its overlap
 		}
 		k = live
 	}
 	switch code, why := k.Refusal(now); code {
 	case apikey.CodeDisabled:
-		return Principal{}, errs.E(errs.Unauthenticated, "invalid_api_key", "", "this API key is disabled")
+		return named, errs.E(errs.Unauthenticated, "invalid_api_key", "", "this API key is disabled")
 	case apikey.CodeExpired:
-		return Principal{}, errs.E(errs.Unauthenticated, code, "", "%s: make a new key (relay keys create) or rotate before expiry", why)
+		return named, errs.E(errs.Unauthenticated, code, "", "%s: make a new key (relay keys create) or rotate before expiry", why)
 	case apikey.CodeTenantDisabled:
-		return Principal{}, errs.E(errs.Forbidden, code, "", "%s: its keys, templates and batches are stopped", why)
+		return named, errs.E(errs.Forbidden, code, "", "%s: its keys, templates and batches are stopped", why)
 	}
 	p := Principal{Tenant: k.Tenant, KeyID: k.ID, Scopes: k.Scopes, Models: k.Models}
 	if scope != "" && !p.Can(scope) {
-		return Principal{}, errs.E(errs.Forbidden, "insufficient_scope", "", "this API key lacks the %q scope", scope)
+		return named, errs.E(errs.Forbidden, "insufficient_scope", "", "this API key lacks the %q scope", scope)
 	}
 	return p, nil
 }

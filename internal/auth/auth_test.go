@@ -138,9 +138,9 @@ func TestAuthenticate(t *testing.T) {
 	}{
 		{"full key", full, ScopeBatches, 0, "acme"},
 		{"files key for files", filesOnly, ScopeFiles, 0, "acme"},
-		{"files key for batches", filesOnly, ScopeBatches, errs.Forbidden, ""},
+		{"files key for batches", filesOnly, ScopeBatches, errs.Forbidden, "acme"},
 		{"admin holds every scope", admin, ScopeBatches, 0, "globex"},
-		{"disabled key", off, ScopeFiles, errs.Unauthenticated, ""},
+		{"disabled key", off, ScopeFiles, errs.Unauthenticated, "acme"},
 		{"no key", "", ScopeFiles, errs.Unauthenticated, ""},
 		{"unknown key", "rb-" + strings.Repeat("A", 43), ScopeFiles, errs.Unauthenticated, ""},
 		{"a key one character off", full[:len(full)-1] + "_", ScopeFiles, errs.Unauthenticated, ""},
@@ -156,8 +156,10 @@ func TestAuthenticate(t *testing.T) {
 				}
 				return
 			}
-			if !errs.Is(err, tt.kind) || p.Tenant != "" {
-				t.Fatalf("got %+v, %v; want kind %v", p, err, tt.kind)
+			// A refused key of the service's is named (the audit trail
+			// records it), holding no scope.
+			if !errs.Is(err, tt.kind) || p.Tenant != tt.tenant || len(p.Scopes) != 0 || len(p.Models) != 0 {
+				t.Fatalf("got %+v, %v; want kind %v, tenant %q and no scope", p, err, tt.kind, tt.tenant)
 			}
 		})
 	}
