@@ -58,8 +58,9 @@ type header struct {
 	Seq   int64  `json:"seq"`
 	Prev  string `json:"prev"` // hex SHA-256 of the chain's previous object, "" for the first
 	Count int    `json:"count"`
-	// Sum is the hex SHA-256 of the object's entry lines: an altered
-	// entry of a chain's last object shows too.
+	// Sum is the hex SHA-256 of the object's entry lines: an entry of a
+	// chain's last object altered by accident shows too (one altered on
+	// purpose can have its Sum made again: nothing links to it yet).
 	Sum string `json:"sum"`
 }
 
