@@ -1,6 +1,8 @@
 package batches
 
 import (
+	"context"
+	"errors"
 	"math"
 	"slices"
 	"testing"
@@ -8,6 +10,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/store"
 )
 
@@ -84,5 +87,26 @@ func TestCostDays(t *testing.T) {
 		if got := costDays(tt.b, now); !slices.Equal(got, tt.want) {
 			t.Errorf("%s: days %v, want %v", tt.name, got, tt.want)
 		}
+	}
+}
+
+// tooManyUsage is a table whose usage records by key and batch pass any cap.
+type tooManyUsage struct{ Store }
+
+func (tooManyUsage) UsageDetails(_ context.Context, _, _, _ string, max int) ([]store.UsageDetail, error) {
+	if max <= 0 {
+		return make([]store.UsageDetail, 1<<20), nil
+	}
+	return nil, store.ErrTooMany
+}
+
+// A grouped usage read past its cap is the client's 400, naming the range.
+func TestUsageRangeTooLarge(t *testing.T) {
+	t.Parallel()
+	s := &Service{Store: tooManyUsage{}}
+	_, err := s.Usage(context.Background(), "acme", time.Unix(0, 0), time.Now(), []string{"batch_id"})
+	var e *errs.Error
+	if !errors.As(err, &e) || e.Kind != errs.Invalid || e.Code != "usage_range_too_large" || e.Param != "start_time" {
+		t.Fatalf("got %v, want 400 usage_range_too_large", err)
 	}
 }

@@ -106,7 +106,7 @@ type Store interface {
 	ReleaseTemplate(ctx context.Context, tenant, templateID string) (bool, error)
 	KeyByID(ctx context.Context, id string) (apikey.Key, error)
 	Usage(ctx context.Context, tenant, from, to string) ([]store.UsageRow, error)
-	UsageDetails(ctx context.Context, tenant, from, to string) ([]store.UsageDetail, error)
+	UsageDetails(ctx context.Context, tenant, from, to string, max int) ([]store.UsageDetail, error)
 	BatchUsage(ctx context.Context, tenant, keyID, batchID string, days []string) ([]store.UsageDetail, error)
 	// internal/anthropic's delete of a Message Batch.
 	DeleteBatch(ctx context.Context, tenant, id string) error

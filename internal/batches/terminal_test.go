@@ -86,7 +86,7 @@ func (*releaseTable) BatchUsage(context.Context, string, string, string, []strin
 	return nil, nil
 }
 
-func (*releaseTable) UsageDetails(context.Context, string, string, string) ([]store.UsageDetail, error) {
+func (*releaseTable) UsageDetails(context.Context, string, string, string, int) ([]store.UsageDetail, error) {
 	return nil, errNotInFake
 }
 func (*releaseTable) DeleteBatch(context.Context, string, string) error { return errNotInFake }

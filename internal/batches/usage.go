@@ -3,6 +3,7 @@ package batches
 import (
 	"cmp"
 	"context"
+	"errors"
 	"math"
 	"slices"
 	"strings"
@@ -11,6 +12,10 @@ import (
 	"github.com/relaybatch/relay/internal/errs"
 	"github.com/relaybatch/relay/internal/store"
 )
+
+// maxUsageDetails bounds the records by day, key, batch and model a
+// grouped GET /v1/usage reads for its one answer (docs/api.md "Usage").
+const maxUsageDetails = 100_000
 
 // UsageGroups are what GET /v1/usage may group by (docs/api.md "Usage").
 var UsageGroups = []string{"day", "model", "key_id", "batch_id"}
@@ -67,7 +72,12 @@ func (s *Service) Usage(ctx context.Context, tenant string, from, to time.Time, 
 		groupBy = []string{"day", "model"}
 	} else {
 		var err error
-		if details, err = s.Store.UsageDetails(ctx, tenant, first, last); err != nil {
+		details, err = s.Store.UsageDetails(ctx, tenant, first, last, maxUsageDetails)
+		if errors.Is(err, store.ErrTooMany) {
+			return nil, errs.E(errs.Invalid, "usage_range_too_large", "start_time",
+				"the range holds more than %d usage records by key and batch: ask for fewer days (start_time, end_time)", maxUsageDetails)
+		}
+		if err != nil {
 			return nil, err
 		}
 	}

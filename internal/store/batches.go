@@ -377,7 +377,7 @@ func usageTo(day string) string        { return day + "#\uffff" }
 // event, just after its step counted its spend (docs/design.md
 // "Governance").
 func (s *Store) Usage(ctx context.Context, tenant, from, to string) ([]UsageRow, error) {
-	rows, err := between[UsageRow](ctx, s, usagePK(tenant), usageFrom(from), usageTo(to))
+	rows, err := between[UsageRow](ctx, s, usagePK(tenant), usageFrom(from), usageTo(to), 0)
 	if err != nil {
 		return nil, fmt.Errorf("query usage of %s: %w", tenant, err)
 	}
@@ -400,10 +400,13 @@ func usageBySK(day, keyID, batchID, model string) string {
 	return day + "#" + keyID + "#" + batchID + "#" + model
 }
 
+// ErrTooMany is a read that found more items than its cap.
+var ErrTooMany = errors.New("store: more items than the cap")
+
 // UsageDetails returns a tenant's usage by day, key, batch and model for
-// days in [from, to].
-func (s *Store) UsageDetails(ctx context.Context, tenant, from, to string) ([]UsageDetail, error) {
-	rows, err := between[UsageDetail](ctx, s, usageByPK(tenant), usageFrom(from), usageTo(to))
+// days in [from, to]: ErrTooMany past max records (the answer is one list).
+func (s *Store) UsageDetails(ctx context.Context, tenant, from, to string, max int) ([]UsageDetail, error) {
+	rows, err := between[UsageDetail](ctx, s, usageByPK(tenant), usageFrom(from), usageTo(to), max)
 	if err != nil {
 		return nil, fmt.Errorf("query usage details of %s: %w", tenant, err)
 	}
@@ -416,7 +419,7 @@ func (s *Store) BatchUsage(ctx context.Context, tenant, keyID, batchID string, d
 	var rows []UsageDetail
 	for _, day := range days {
 		prefix := usageBySK(day, keyID, batchID, "")
-		page, err := between[UsageDetail](ctx, s, usageByPK(tenant), prefix, prefix+"\uffff")
+		page, err := between[UsageDetail](ctx, s, usageByPK(tenant), prefix, prefix+"\uffff", 0)
 		if err != nil {
 			return nil, fmt.Errorf("query usage of batch %s: %w", batchID, err)
 		}
@@ -426,10 +429,10 @@ func (s *Store) BatchUsage(ctx context.Context, tenant, keyID, batchID string, d
 }
 
 // between reads, page after page, the items of partition pk with a sort
-// key in [from, to], consistently: the governor asks before a workflow
+// key in [from, to], ErrTooMany past max of them (0: no cap), consistently: the governor asks before a workflow
 // record's next event, just after its step counted its spend
 // (docs/design.md "Governance").
-func between[T any](ctx context.Context, s *Store, pk, from, to string) ([]T, error) {
+func between[T any](ctx context.Context, s *Store, pk, from, to string, max int) ([]T, error) {
 	in := &dynamodb.QueryInput{
 		TableName:                 &s.Table,
 		KeyConditionExpression:    aws.String("pk = :pk AND sk BETWEEN :from AND :to"),
@@ -447,6 +450,9 @@ func between[T any](ctx context.Context, s *Store, pk, from, to string) ([]T, er
 			return nil, err
 		}
 		rows = append(rows, page...)
+		if max > 0 && len(rows) > max {
+			return nil, ErrTooMany
+		}
 		if len(out.LastEvaluatedKey) == 0 {
 			return rows, nil
 		}
