@@ -259,12 +259,12 @@ func (s *Service) enqueue(ctx context.Context, b batch.Batch, status batch.Statu
 
 // enqueueOwn queues event ev of b to its webhook_url.
 func (s *Service) enqueueOwn(ctx context.Context, b batch.Batch, ev webhook.Event, after []string) error {
-	if webhook.Terminal(ev.Type) {
-		// The completion webhook holds one of the tenant's pending slots;
-		// the lifecycle events before it are bounded by its batches.
-		if ok, err := s.hold(ctx, b, ev.ID); err != nil || !ok {
-			return err
-		}
+	// Every event of the batch holds its one pending slot of the tenant,
+	// from its first event until its completion webhook settles: lifecycle
+	// events too, or a tenant churning short batches at a dead receiver
+	// would queue two a batch past the cap.
+	if ok, err := s.hold(ctx, b, ev); err != nil || !ok {
+		return err
 	}
 	m := message{Tenant: b.Tenant, Batch: b.ID, URL: *b.WebhookURL, Event: ev, Attempt: 1, After: after}
 	if err := s.Queue.Send(ctx, resources.Webhook, m, 0); err != nil {

@@ -687,3 +687,38 @@ func TestOpenCircuitWaitsBeforeTheOrder(t *testing.T) {
 		t.Fatalf("sent %d, the completion back due at %d; want it due at the cool-down's end, %d", len(q.sent), m.NotBefore, until)
 	}
 }
+
+// Lifecycle events (batch.queued, batch.in_progress) held no pending slot:
+// a tenant past the cap, churning small batches at a webhook_url that never
+// answers, still queued two events a batch, each retried for a day. A
+// lifecycle event takes its batch's slot (the one its completion holds
+// after it); past the cap it is given up at once, visibly, and queues
+// nothing.
+func TestLifecycleEventsHoldThePendingCap(t *testing.T) {
+	t.Parallel()
+	table, q := &memTable{}, &memQueue{}
+	s := &Service{Store: table, Queue: q, Log: slog.New(slog.DiscardHandler), Now: time.Now, MaxPending: 2}
+	ctx := context.Background()
+	url := "https://dead.example.com/hook"
+	for _, id := range []string{"batch_1", "batch_2"} {
+		if err := s.Announce(ctx, batch.Batch{ID: id, Tenant: "t", Status: batch.Validating, WebhookURL: &url}, webhook.Queued); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(q.sent) != 2 || len(table.pending) != 2 {
+		t.Fatalf("two batches' queued events: %d sent, %d slots held; want 2 and 2", len(q.sent), len(table.pending))
+	}
+	b3 := batch.Batch{ID: "batch_3", Tenant: "t", Status: batch.Validating, WebhookURL: &url}
+	if err := s.Announce(ctx, b3, webhook.Queued); err != nil {
+		t.Fatal(err)
+	}
+	d := table.records["batch_3/batch.queued"]
+	if len(q.sent) != 2 || !d.GaveUp || !strings.Contains(d.Refused, "pending") {
+		t.Fatalf("a lifecycle event past the cap: %d sent, record %+v; want none sent and it given up", len(q.sent), d)
+	}
+	// The batch's completion takes the slot its queued event held.
+	b1 := batch.Batch{ID: "batch_1", Tenant: "t", Status: batch.Completed, Started: true, WebhookURL: &url}
+	if err := s.Enqueue(ctx, b1); err != nil || len(q.sent) != 3 || len(table.pending) != 2 {
+		t.Fatalf("batch_1's completion: %v, %d sent, %d slots; want it sent in its batch's slot", err, len(q.sent), len(table.pending))
+	}
+}

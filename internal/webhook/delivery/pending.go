@@ -12,10 +12,10 @@ import (
 )
 
 // Pending webhooks per tenant (Service.MaxPending,
-// RELAY_MAX_PENDING_WEBHOOKS; docs/api.md "Limits"). A batch's webhook
-// holds one of its tenant's slots (store.ReserveWebhook) from its enqueue
-// until it is delivered or given up; a webhook past the cap is given up at
-// once, visibly: its webhook_deliveries say failed, and why. A slot whose
+// RELAY_MAX_PENDING_WEBHOOKS; docs/api.md "Limits"). A batch's webhooks
+// hold one of its tenant's slots (store.ReserveWebhook) from its first
+// event's enqueue until its completion webhook is delivered or given up; a
+// webhook past the cap is given up at once, visibly: its webhook_deliveries say failed, and why. A slot whose
 // webhook settled without giving it back (a crash between the two), or
 // whose messages were lost, is recovered by the next enqueue at the cap.
 
@@ -28,9 +28,10 @@ const lostAfter = 26 * time.Hour
 // terminal event type does (store.WebhookDeliveries).
 const completion = "batch.completed"
 
-// hold takes b's pending slot; ok is false when the tenant is at the cap
-// (its webhook is then given up, recorded as refused).
-func (s *Service) hold(ctx context.Context, b batch.Batch, eventID string) (bool, error) {
+// hold takes b's pending slot for its event ev (held once however many of
+// its events ask); ok is false when the tenant is at the cap (ev is then
+// given up, recorded as refused).
+func (s *Service) hold(ctx context.Context, b batch.Batch, ev webhook.Event) (bool, error) {
 	if s.MaxPending <= 0 {
 		return true, nil
 	}
@@ -44,17 +45,17 @@ func (s *Service) hold(ctx context.Context, b batch.Batch, eventID string) (bool
 		return err == nil, err
 	}
 	why := fmt.Sprintf("not sent: this organization already has %d webhooks pending, the most allowed", s.MaxPending)
-	_, err = s.Store.UpdateWebhookDeliveries(ctx, b.ID, "batch."+string(b.Status), func(d *store.WebhookDeliveries) error {
+	_, err = s.Store.UpdateWebhookDeliveries(ctx, b.ID, ev.Type, func(d *store.WebhookDeliveries) error {
 		if d.Delivered || d.GaveUp {
 			return errDuplicate
 		}
-		d.EventID, d.GaveUp, d.Refused = eventID, true, why
+		d.EventID, d.GaveUp, d.Refused = ev.ID, true, why
 		return nil
 	})
 	if err != nil && !errors.Is(err, errDuplicate) {
 		return false, fmt.Errorf("refuse webhook of %s: %w", b.ID, err)
 	}
-	s.Log.WarnContext(ctx, "webhook refused: too many pending", "batch_id", b.ID, "tenant", b.Tenant, "max", s.MaxPending)
+	s.Log.WarnContext(ctx, "webhook refused: too many pending", "batch_id", b.ID, "tenant", b.Tenant, "event", ev.Type, "max", s.MaxPending)
 	return false, nil
 }
 
