@@ -1,0 +1,48 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/msg"
+)
+
+// afterClaimAloneTable is a memTable whose ClaimAlone takes effect and
+// then fails, as an AWS call that timed out after its write.
+type afterClaimAloneTable struct{ *memTable }
+
+func (f *afterClaimAloneTable) ClaimAlone(ctx context.Context, c batch.Chunk, run string, lease time.Time) error {
+	if err := f.memTable.ClaimAlone(ctx, c, run, lease); err != nil {
+		return err
+	}
+	return errors.New("RequestTimeout: the claim took effect")
+}
+
+// TestClaimAloneThatTookEffectAlthoughItFailed: a chunk that runs alone
+// (here a NoCall chunk at the plan's start) whose claim took effect
+// although its call failed still gets its run's work message, and the
+// claim is no error. Before, claimAlone dropped the message and failed:
+// the plan's next attempt found the chunk claimed (not plan.Alone any
+// more), so it waited a whole lease for the tick's takeover and spent a
+// second attempt.
+func TestClaimAloneThatTookEffectAlthoughItFailed(t *testing.T) {
+	t.Parallel()
+	f := &afterClaimAloneTable{memTable: newMemTable()}
+	b := batch.Batch{ID: "b", Tenant: "t"}
+	c := batch.Chunk{Tenant: "t", Batch: "b", Index: 2, Model: "m", State: batch.ChunkPending, NoCall: true, NextSame: -1}
+	f.putChunk(c)
+	q := &fakeQueue{}
+	e := testEngine(&Engine{Store: f, Queue: q, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return time.Unix(1000, 0) }})
+
+	err := e.claimAlone(context.Background(), b, []batch.Chunk{c})
+
+	got := f.chunk("b", 2)
+	if err != nil || got.State != batch.ChunkClaimed || len(q.sent) != 1 || q.sent[0].Type != msg.Chunk ||
+		q.sent[0].Chunk != 2 || q.sent[0].Run != got.Run {
+		t.Fatalf("err %v, chunk %+v, sent %+v; want no error and chunk 2's message for its run", err, got, q.sent)
+	}
+}
