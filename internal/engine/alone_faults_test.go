@@ -46,3 +46,41 @@ func TestClaimAloneThatTookEffectAlthoughItFailed(t *testing.T) {
 		t.Fatalf("err %v, chunk %+v, sent %+v; want no error and chunk 2's message for its run", err, got, q.sent)
 	}
 }
+
+// TestStopOfARunHoldingNoSlotsLeavesItsModelRunning: a run holding no
+// slots (a NoCall chunk's, claimed alone) that is stopped (its lease
+// ended, or its chunk was taken over) does not stop its model's other
+// runs in the invocation, nor the model's runs that start after: none of
+// their rows can be on its slots, and a takeover of its chunk hands on
+// none. A run holding slots still stops them (docs/design.md
+// "Scheduling", lease rule). Before, any run's stop cut the model's runs
+// here into splits and kept the model's continuations out of the
+// invocation.
+func TestStopOfARunHoldingNoSlotsLeavesItsModelRunning(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name      string
+		slots     int
+		cutsModel bool
+	}{{"alone, no slots", 0, false}, {"holding slots", 4, true}} {
+		t.Run(tt.name, func(t *testing.T) {
+			in := &invocation{stopped: map[string]bool{}}
+			run := func(c batch.Chunk) *chunkRun {
+				r := &chunkRun{c: c}
+				r.ctx, r.cancel = context.WithCancel(context.Background())
+				in.add(r)
+				return r
+			}
+			other := run(batch.Chunk{Batch: "b", Index: 0, Model: "m", Slots: 4})
+			stopped := run(batch.Chunk{Batch: "b", Index: 1, Model: "m", Slots: tt.slots, NoCall: tt.slots == 0})
+
+			in.stopRun(stopped)
+
+			cut := other.ctx.Err() != nil
+			if stopped.ctx.Err() == nil || cut != tt.cutsModel || in.stopped["m"] != tt.cutsModel {
+				t.Fatalf("stopped run ended %v, other run cut %v, model stopped %v; want true, %v, %v",
+					stopped.ctx.Err() != nil, cut, in.stopped["m"], tt.cutsModel, tt.cutsModel)
+			}
+		})
+	}
+}
