@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/msg"
 )
 
@@ -82,5 +83,50 @@ func TestStopOfARunHoldingNoSlotsLeavesItsModelRunning(t *testing.T) {
 					stopped.ctx.Err() != nil, cut, in.stopped["m"], tt.cutsModel, tt.cutsModel)
 			}
 		})
+	}
+}
+
+// TestNoCallRowsNoLongerRefusedRunOnCapacity: a NoCall chunk (claimed
+// alone, holding no slot) beside a chunk of its model holding 2 slots, in
+// one invocation, whose rows are no longer refused when it runs (the
+// models file changed since the plan): its run sends none of them
+// upstream, so the model never has more than its 2 slots' requests in
+// flight, and its commit leaves them to a pending fallback chunk of their
+// own model with a ready entry, which the model's free capacity claims
+// holding slots (docs/design.md "Scheduling", rows settled without a
+// call).
+func TestNoCallRowsNoLongerRefusedRunOnCapacity(t *testing.T) {
+	t.Parallel()
+	p := newPeakProvider(20 * time.Millisecond)
+	e, table := runsFixture(t, p, chunkSpec{"x", 12, 2}, chunkSpec{"x", 3, 0})
+	models, err := config.ParseModels([]byte("models:\n  - {name: x, provider: openai, base_url: http://x/v1, api_key_env: K, max_concurrency: 4}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Models = models
+	c := table.chunkAt(1)
+	c.NoCall = true
+	table.putChunk(c)
+
+	failed, err := e.Execute(context.Background(), []msg.Delivery{
+		workDelivery(t, table.chunkAt(0), "d0"), workDelivery(t, table.chunkAt(1), "d1")})
+
+	if err != nil || len(failed) > 0 {
+		t.Fatalf("Execute: failed %v, err %v", failed, err)
+	}
+	for row := 12; row < 15; row++ {
+		if p.sent[row] != 0 {
+			t.Errorf("row %d of the NoCall chunk sent %d times by its run, want 0", row, p.sent[row])
+		}
+	}
+	if p.peak["x"] > 2 {
+		t.Errorf("x peaked at %d in flight, over the 2 slots held", p.peak["x"])
+	}
+	fb := table.chunkAt(2)
+	if b := table.b(); b.ChunksTotal != 3 || !fb.Fallback || fb.NoCall || fb.Model != "x" || fb.Rows != 3 || fb.FirstRow != 12 {
+		t.Fatalf("%d chunks, chunk 2 %+v; want 3, a fallback chunk of x holding rows 12-14", b.ChunksTotal, fb)
+	}
+	if fb.State != batch.ChunkClaimed || fb.Slots == 0 {
+		t.Fatalf("fallback chunk %s holding %d slots, want claimed from x's capacity", fb.State, fb.Slots)
 	}
 }
