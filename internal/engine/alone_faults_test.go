@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/fanout"
 	"github.com/relaybatch/relay/internal/msg"
 )
 
@@ -128,5 +130,40 @@ func TestNoCallRowsNoLongerRefusedRunOnCapacity(t *testing.T) {
 	}
 	if fb.State != batch.ChunkClaimed || fb.Slots == 0 {
 		t.Fatalf("fallback chunk %s holding %d slots, want claimed from x's capacity", fb.State, fb.Slots)
+	}
+}
+
+// TestStoppedNoCallRunThatAnsweredEveryRowCommits: a NoCall run (holding
+// no slot) whose context ends before its rows (here: it starts in an
+// invocation where its model was stopped) still answers every row with
+// its refusal, unsent, and commits them, as any run that answered every
+// row does. Before, commitAnswered stopped every run holding no slot
+// (ErrStop): the message came back and the run repeated it all.
+func TestStoppedNoCallRunThatAnsweredEveryRowCommits(t *testing.T) {
+	t.Parallel()
+	p := newPeakProvider(0)
+	e, table := runsFixture(t, p, chunkSpec{"x", 3, 0})
+	// x is no model of the models file any more: its rows are refused.
+	models, err := config.ParseModels([]byte("models:\n  - {name: y, provider: openai, base_url: http://x/v1, api_key_env: K, max_concurrency: 4}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Models = models
+	c := table.chunkAt(0)
+	c.NoCall = true
+	table.putChunk(c)
+	ctx := context.Background()
+	in := &invocation{e: e, ctx: ctx, runCtx: ctx, pool: fanout.NewPool(),
+		batches: map[string]cachedBatch{}, statuses: map[string]*atomic.Value{}, sending: map[string]chan struct{}{},
+		stopped: map[string]bool{"x": true}}
+	r := &chunkRun{msg: msg.Message{Type: msg.Chunk, Tenant: c.Tenant, Batch: c.Batch, Chunk: c.Index, Run: c.Run, Attempt: 1},
+		done: make(chan struct{})}
+
+	in.start(r)
+	in.work.Wait()
+	in.keepers.Wait()
+
+	if got := table.chunkAt(0); r.err != nil || got.State != batch.ChunkDone || got.Rows != 3 || len(p.sent) != 0 {
+		t.Fatalf("run err %v, chunk %s of %d rows, %d rows sent; want committed, 3 rows, none sent", r.err, got.State, got.Rows, len(p.sent))
 	}
 }

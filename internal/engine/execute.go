@@ -810,7 +810,8 @@ func (e *Engine) splitAnswered(ctx context.Context, r *chunkRun, answered []bool
 // commitAnswered commits the rows a run that stopped for want of time or
 // lease answered from its first, and leaves the others to a new chunk that
 // holds its slots next (docs/design.md "Scheduling", split). ErrStop when
-// it answered none or lost its chunk: its message's next delivery runs it.
+// it answered none, lost its chunk, or holds no slot for a rest: its
+// message's next delivery runs it. A run that answered every row commits.
 func (e *Engine) commitAnswered(ctx context.Context, r *chunkRun) error {
 	defer r.lines.Close()
 	stop := fmt.Errorf("chunk %d of %s: %w", r.c.Index, r.c.Batch, ErrStop)
@@ -822,11 +823,15 @@ func (e *Engine) commitAnswered(ctx context.Context, r *chunkRun) error {
 		}
 	}
 	switch {
-	case k == 0 || r.c.Slots == 0 || ctx.Err() != nil:
+	case ctx.Err() != nil || k == 0:
 		return stop
 	case k == len(r.reqs):
+		// So too a run holding no slot (a NoCall chunk's, a drain's),
+		// whose rows were answered without a slot before its stop.
 		_, err := e.commitRows(ctx, r.b, r.c, r.lines, 0)
 		return err
+	case r.c.Slots == 0:
+		return stop // its rest would have no slots to run on
 	}
 	done, rest, err := e.splitAnswered(ctx, r, answered)
 	if err != nil {
