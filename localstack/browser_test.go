@@ -551,6 +551,8 @@ func testBrowserUploadTwoFiles(t *testing.T, browserCtx context.Context) {
 	rows[3].content = "[[mock:400]] a row the model refuses"
 	jsonlPath := writeFile(t, dir, "questions.jsonl", jsonlRows(rows))
 	csvPath := writeFile(t, dir, "prompts.csv", []byte("prompt\nfirst question\n\"second, with a comma\"\nthird\n"))
+	// Simple rows (docs/api.md "Files"): {prompt} lines, on the model picked once.
+	simplePath := writeFile(t, dir, "simple.jsonl", []byte(`{"prompt":"a simple question"}`+"\n"+`{"prompt":"another one"}`+"\n"))
 
 	p := openPanel(t, browserCtx, rt, key, 1280, 800, false)
 	p.waitVisible("the key form", "#key")
@@ -560,14 +562,19 @@ func testBrowserUploadTwoFiles(t *testing.T, browserCtx context.Context) {
 	p.screenshot("key-entry", false)
 	p.signIn()
 	p.watchStatuses()
-	p.upload(jsonlPath, csvPath)
-	jsonlID, csvID := p.uploadedBatch("questions.jsonl"), p.uploadedBatch("prompts.csv")
-	if n := eval[int](p, uploadCount("done")); n != 2 {
-		t.Fatalf("%d uploads done, want 2\n%s", n, p.state())
+	p.upload(jsonlPath, csvPath, simplePath)
+	jsonlID, csvID, simpleID := p.uploadedBatch("questions.jsonl"), p.uploadedBatch("prompts.csv"), p.uploadedBatch("simple.jsonl")
+	if n := eval[int](p, uploadCount("done")); n != 3 {
+		t.Fatalf("%d uploads done, want 3\n%s", n, p.state())
 	}
-	for _, id := range []string{jsonlID, csvID} {
+	for _, id := range []string{jsonlID, csvID, simpleID} {
 		p.waitRow(id, "completed", 60*time.Second)
 	}
+	sb := waitBatch(t, c, simpleID)
+	if sb.Model != "gpt-4o-mini" || sb.RequestCounts.Completed != 2 {
+		t.Errorf("{prompt} JSONL batch: model %q, counts %+v; want gpt-4o-mini, 2 completed", sb.Model, sb.RequestCounts)
+	}
+	checkInvariant(t, c, sb, []string{"row-1", "row-2"})
 
 	// The list followed each batch through its lifecycle by polling.
 	seen := p.statuses()

@@ -329,18 +329,7 @@ func (in *invocation) start(r *chunkRun) {
 		return
 	}
 	r.ctx, r.cancel = context.WithCancel(withExec(in.runCtx, r.exec))
-	r.stop = func() {
-		r.cancel()
-		r.progress.Lock()
-		committing := r.committing
-		r.progress.Unlock()
-		if !committing {
-			// A committing run's rows are done and its slots out of
-			// the pool's use (Pool.Finish): nothing of the model's
-			// runs here is on them.
-			in.stopModel(r.c.Model)
-		}
-	}
+	r.stop = func() { in.stopRun(r) }
 	in.keepers.Go(func() { e.keepLease(r) })
 	in.mu.Lock()
 	// It joins the runs a stop of its model cuts in the step that checks
@@ -403,6 +392,23 @@ func (in *invocation) batch(ctx context.Context, tenant, id string) (batch.Batch
 		in.mu.Unlock()
 	}
 	return b, err
+}
+
+// stopRun ends run r before its lease ends, or when its chunk is no
+// longer its, and with it its model's other runs here (stopModel) while
+// they may have rows in flight on its slots. A committing run's rows are
+// done and its slots out of the pool's use (Pool.Finish); a run holding
+// none (a chunk that runs alone, a drain's) lends the pool nothing: a
+// takeover of its chunk hands on no slot, and cutting the model's runs
+// would only split them.
+func (in *invocation) stopRun(r *chunkRun) {
+	r.cancel()
+	r.progress.Lock()
+	committing := r.committing
+	r.progress.Unlock()
+	if !committing && r.c.Slots > 0 {
+		in.stopModel(r.c.Model)
+	}
 }
 
 // stopModel ends every run of model in the invocation, and those that
@@ -804,7 +810,8 @@ func (e *Engine) splitAnswered(ctx context.Context, r *chunkRun, answered []bool
 // commitAnswered commits the rows a run that stopped for want of time or
 // lease answered from its first, and leaves the others to a new chunk that
 // holds its slots next (docs/design.md "Scheduling", split). ErrStop when
-// it answered none or lost its chunk: its message's next delivery runs it.
+// it answered none, lost its chunk, or holds no slot for a rest: its
+// message's next delivery runs it. A run that answered every row commits.
 func (e *Engine) commitAnswered(ctx context.Context, r *chunkRun) error {
 	defer r.lines.Close()
 	stop := fmt.Errorf("chunk %d of %s: %w", r.c.Index, r.c.Batch, ErrStop)
@@ -816,11 +823,15 @@ func (e *Engine) commitAnswered(ctx context.Context, r *chunkRun) error {
 		}
 	}
 	switch {
-	case k == 0 || r.c.Slots == 0 || ctx.Err() != nil:
+	case ctx.Err() != nil || k == 0:
 		return stop
 	case k == len(r.reqs):
+		// So too a run holding no slot (a NoCall chunk's, a drain's),
+		// whose rows were answered without a slot before its stop.
 		_, err := e.commitRows(ctx, r.b, r.c, r.lines, 0)
 		return err
+	case r.c.Slots == 0:
+		return stop // its rest would have no slots to run on
 	}
 	done, rest, err := e.splitAnswered(ctx, r, answered)
 	if err != nil {

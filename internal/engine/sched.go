@@ -175,7 +175,7 @@ func (e *Engine) claimAlone(ctx context.Context, b batch.Batch, chunks []batch.C
 			continue
 		}
 		run := newRun()
-		switch err := e.Store.ClaimAlone(ctx, c, run, e.Now().Add(e.lease())); {
+		switch err := e.claimOneAlone(ctx, c, run); {
 		case errors.Is(err, store.ErrRaced):
 			continue
 		case err != nil:
@@ -185,6 +185,21 @@ func (e *Engine) claimAlone(ctx context.Context, b batch.Batch, chunks []batch.C
 		msgs = append(msgs, msg.ForChunk(batch.Next{Tenant: b.Tenant, Batch: b.ID, Chunk: c.Index, Run: run, Attempt: 1}))
 	}
 	return errors.Join(append(errs, e.Queue.SendBatch(ctx, resources.Work, msgs, 0))...)
+}
+
+// claimOneAlone claims pending chunk c for run without capacity. A claim
+// whose call failed may have taken effect (docs/design.md "Conflicts and
+// ambiguous writes"): the chunk read back claimed by run says it did, and
+// the run needs its message, or the chunk waits a lease and an attempt.
+func (e *Engine) claimOneAlone(ctx context.Context, c batch.Chunk, run string) error {
+	err := e.Store.ClaimAlone(ctx, c, run, e.Now().Add(e.lease()))
+	if err == nil || errors.Is(err, store.ErrRaced) {
+		return err
+	}
+	if rc, gerr := e.Store.GetChunk(ctx, c.Batch, c.Index); gerr == nil && rc.State == batch.ChunkClaimed && rc.Run == run {
+		return nil
+	}
+	return err
 }
 
 // tickLimit bounds the leases and due batches one tick handles; the next

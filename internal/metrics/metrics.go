@@ -13,6 +13,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/resources"
 )
 
@@ -70,6 +71,16 @@ type event struct {
 	TotalTokens int64  `json:"total_tokens"`
 	LatencyMS   int64  `json:"latency_ms"`
 	Attempts    int    `json:"attempts"`
+	Error       *struct {
+		Code string `json:"code"`
+	} `json:"error"`
+}
+
+// sent says the row went upstream in the run that committed it: a row of
+// a dead chunk carries its chunk's runs as attempts, but none of them
+// answered.
+func (e event) sent() bool {
+	return e.Attempts > 0 && (e.Error == nil || e.Error.Code != part.CodeDeadLetter)
 }
 
 // Rows adds up a chunk's generations (its .usage lines, part.UsageEvent)
@@ -112,7 +123,7 @@ func (f *Figures) add(e event) {
 		f.Status4xx++
 	}
 	f.Tokens += e.TotalTokens
-	if e.Attempts > 0 {
+	if e.sent() {
 		f.LatencyMS = append(f.LatencyMS, float64(e.LatencyMS))
 	}
 }

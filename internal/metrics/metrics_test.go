@@ -19,6 +19,7 @@ func TestRowsByModel(t *testing.T) {
 {"status":"failed","model":"a","attempts":1,"last_status":400,"latency_ms":30}
 {"status":"failed","model":"a","attempts":2,"last_status":503,"latency_ms":300}
 {"status":"failed","model":"a","attempts":0,"last_status":null}
+{"status":"failed","model":"a","attempts":3,"last_status":null,"error":{"code":"dead_letter","message":"x"}}
 `)
 	got, err := Rows(usage)
 	if err != nil {
@@ -28,7 +29,7 @@ func TestRowsByModel(t *testing.T) {
 	if a == nil || b == nil || len(got) != 2 {
 		t.Fatalf("models %v, want a and b", got)
 	}
-	want := Figures{Completed: 1, Failed: 4, Status4xx: 1, Status429: 1, Status5xx: 1, None: 1, Tokens: 10, LatencyMS: []float64{120, 900, 30, 300}}
+	want := Figures{Completed: 1, Failed: 5, Status4xx: 1, Status429: 1, Status5xx: 1, None: 2, Tokens: 10, LatencyMS: []float64{120, 900, 30, 300}}
 	if fmt.Sprint(*a) != fmt.Sprint(want) {
 		t.Errorf("a: %+v, want %+v", *a, want)
 	}

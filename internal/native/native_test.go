@@ -99,3 +99,17 @@ func TestGroupsLeaveNoCallChunks(t *testing.T) {
 		t.Fatalf("groups %+v, want one of chunks 0 and 2", gs)
 	}
 }
+
+// A refused workflow record's chunk (Invalid) of a native model is in no
+// group either: the engine's plan claims it alone (plan.Alone) and runs it
+// to its invalid_workflow line. Before, Groups left out NoCall chunks only,
+// so the group's import took the record's chunk over from the engine's run
+// (native.Service.claim), two runs of one chunk at once.
+func TestGroupsLeaveInvalidRecordChunks(t *testing.T) {
+	t.Parallel()
+	chunks := []batch.Chunk{{Index: 0, Model: "n", Rows: 10}, {Index: 1, Model: "n", Rows: 1, Invalid: true}, {Index: 2, Model: "n", Rows: 10}}
+	gs := Groups(batch.Batch{ID: "batch_x"}, chunks, map[string]bool{"n": true}, func(string) Limit { return Limit{Rows: 100, Bytes: 1 << 20} })
+	if len(gs) != 1 || len(gs[0].Chunks) != 2 || gs[0].Chunks[0] != 0 || gs[0].Chunks[1] != 2 || gs[0].Rows != 20 {
+		t.Fatalf("groups %+v, want one of chunks 0 and 2", gs)
+	}
+}

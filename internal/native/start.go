@@ -96,9 +96,11 @@ func Groups(b batch.Batch, chunks []batch.Chunk, taken map[string]bool, limit fu
 	open := map[string]int{} // model → index of its open group
 	size := map[int]int64{}
 	for _, c := range chunks {
-		if !taken[c.Model] || c.NoCall {
-			// A NoCall chunk's rows are refused unsent: the engine runs it
-			// without capacity (docs/design.md "Scheduling").
+		if !taken[c.Model] || c.RunsAlone() {
+			// A NoCall chunk's rows are refused unsent, and a refused
+			// workflow record runs to its error line: the engine's plan
+			// claims such a chunk and runs it without capacity
+			// (docs/design.md "Scheduling", rows settled without a call).
 			continue
 		}
 		lim := limit(c.Model)

@@ -125,7 +125,8 @@ func Scan(ctx context.Context, blobs Blobs, b batch.Batch, f file.File, lim Limi
 	}
 	lim = lim.OrDefaults()
 	maxRows := func(model string) int { return lim.RowsFor(capacity(model)) }
-	split := &Chunker{Batch: b.ID, Tenant: b.Tenant, MaxRows: maxRows, MaxBytes: lim.Bytes, NoCall: models.NoCall, ValidRecord: models.Record}
+	split := &Chunker{Batch: b.ID, Tenant: b.Tenant, MaxRows: maxRows, NoCallRows: lim.Rows, MaxBytes: lim.Bytes,
+		NoCall: models.NoCall, ValidRecord: models.Record}
 	res, err := SplitInput(rc, opts, split, normW)
 	if err != nil {
 		return Input{}, fmt.Errorf("scan input of %s: %w", b.ID, err)

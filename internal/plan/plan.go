@@ -17,7 +17,8 @@ import (
 // each, wherever the model's rows sit in the input (docs/design.md
 // "Chunks"): it keeps one open chunk per model and adds each row to its
 // model's, as a new span when the row does not follow the chunk's last. A
-// chunk closes at MaxRows(model) rows, and before its bytes from its first
+// chunk closes at MaxRows(model) rows (NoCallRows for rows NoCall refuses),
+// and before its bytes from its first
 // row to its last would pass MaxBytes, so reading it stays one ranged GET
 // of bounded size (a row longer than that gets a chunk of its own). A
 // workflow record (docs/api.md "Workflow records") gets a chunk of its
@@ -28,8 +29,12 @@ import (
 type Chunker struct {
 	Batch, Tenant string
 	// MaxRows is the row limit of a chunk of a model (Limits.RowsFor).
-	MaxRows  func(model string) int
-	MaxBytes int64
+	MaxRows func(model string) int
+	// NoCallRows, if set, is the row limit of a chunk of rows NoCall
+	// refuses (Limits.Rows): they take no slot, so no model's capacity
+	// sizes their chunks.
+	NoCallRows int
+	MaxBytes   int64
 	// NoCall, if set, says whether a row (its JSON) is refused without an
 	// upstream call (Models.NoCall).
 	NoCall func(row []byte) bool
@@ -53,7 +58,7 @@ func (k *Chunker) add(r jsonl.Row, start, end int64) {
 	noCall := k.NoCall != nil && k.NoCall(r.JSON)
 	lane := laneOf(r.Model, noCall)
 	i, ok := k.open[lane]
-	if ok && k.Chunks[i].Rows < k.MaxRows(r.Model) && end-k.Chunks[i].Start <= k.MaxBytes {
+	if ok && k.Chunks[i].Rows < k.rowLimit(r.Model, noCall) && end-k.Chunks[i].Start <= k.MaxBytes {
 		addRow(&k.Chunks[i], r.Index, start, end)
 		return
 	}
@@ -61,6 +66,15 @@ func (k *Chunker) add(r jsonl.Row, start, end int64) {
 		k.open = map[string]int{}
 	}
 	k.open[lane] = k.openChunk(r, start, end, noCall)
+}
+
+// rowLimit is the row limit of a chunk of model's rows, those NoCall
+// refuses if noCall.
+func (k *Chunker) rowLimit(model string, noCall bool) int {
+	if noCall && k.NoCallRows > 0 {
+		return k.NoCallRows
+	}
+	return k.MaxRows(model)
 }
 
 // laneOf keys the chunks a model's ready entry steps through (the model)
