@@ -181,8 +181,11 @@ func TestBatchPriorityAndSharedCapacity(t *testing.T) {
 		return createBatch(t, c, fileID, option.WithJSONSet("priority", p))
 	}
 	// gpt-4o-mini has max_concurrency 8 and a chunk takes 8 slots: one chunk
-	// of this model runs at a time, so order is visible.
-	low := withPriority(slow("low.jsonl", 60), 0)
+	// of this model runs at a time, so order is visible. The low batch is
+	// 30 rounds of 250 ms, so on a loaded machine the high one's upload,
+	// create and plan still come well before its end (at 60 rows, 2 s, it
+	// once ended first in make test).
+	low := withPriority(slow("low.jsonl", 240), 0)
 	waitRunning(t, c, low.ID)
 	high := withPriority(slow("high.jsonl", 10), 5)
 	h := waitBatch(t, c, high.ID)
