@@ -1,41 +1,15 @@
 package localstack
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"sync"
+	"strings"
 	"testing"
 
 	"github.com/relaybatch/relay/internal/local/localrun"
 	"github.com/relaybatch/relay/internal/metrics"
 )
-
-// syncBuffer is a log destination the runtime's goroutines share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) lines() [][]byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out [][]byte
-	sc := bufio.NewScanner(bytes.NewReader(b.buf.Bytes()))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		out = append(out, append([]byte(nil), sc.Bytes()...))
-	}
-	return out
-}
 
 // The metric lines the functions log for a batch (internal/metrics, read by
 // CloudWatch from the logs) add up to its counts: rows completed and failed
@@ -43,7 +17,7 @@ func (b *syncBuffer) lines() [][]byte {
 // tenant's rows.
 func TestMetricLinesSumToTheBatch(t *testing.T) {
 	t.Parallel()
-	logs := &syncBuffer{}
+	logs := &logBuffer{}
 	rt := runtime(t, func(o *localrun.Options) {
 		o.Log = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	})
@@ -61,9 +35,9 @@ func TestMetricLinesSumToTheBatch(t *testing.T) {
 	}
 	sum := map[string]float64{}
 	var latencies int
-	for _, l := range logs.lines() {
+	for _, l := range strings.Split(logs.String(), "\n") {
 		var f map[string]any
-		if json.Unmarshal(l, &f) != nil || f["_aws"] == nil || f["batch_id"] != b.ID {
+		if json.Unmarshal([]byte(l), &f) != nil || f["_aws"] == nil || f["batch_id"] != b.ID {
 			continue
 		}
 		for _, name := range append(metrics.ModelNames, metrics.TenantRows) {

@@ -380,7 +380,7 @@ func runAdminDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	d := dlq{sqs: q.SQS, q: q, key: pos[1], batch: *only}
+	d := dlq{q: q, key: pos[1], batch: *only}
 	if pos[0] == "list" {
 		ms, err := d.list(ctx)
 		if err != nil {
@@ -395,7 +395,6 @@ func runAdminDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) e
 
 // dlq reads one queue's dead-letter queue.
 type dlq struct {
-	sqs   *sqs.Client
 	q     *queue.Sender
 	key   string // resources.Dispatch, …
 	batch string // only this batch's messages, if set
@@ -423,7 +422,7 @@ func (d dlq) receiveAll(ctx context.Context) (string, []dlqMessage, error) {
 	var out []dlqMessage
 	seen := map[string]bool{}
 	for {
-		r, err := d.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+		r, err := d.q.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 			QueueUrl: &url, MaxNumberOfMessages: 10, VisibilityTimeout: 60, WaitTimeSeconds: 1,
 			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount},
 		})
@@ -460,7 +459,7 @@ func (d dlq) receiveAll(ctx context.Context) (string, []dlqMessage, error) {
 func (d dlq) show(ctx context.Context, url string, ms []dlqMessage) error {
 	var errs []error
 	for _, m := range ms {
-		if _, err := d.sqs.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: &url, ReceiptHandle: &m.receipt}); err != nil {
+		if _, err := d.q.SQS.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: &url, ReceiptHandle: &m.receipt}); err != nil {
 			errs = append(errs, fmt.Errorf("%s stays invisible for a minute: %w", m.ID, err))
 		}
 	}
@@ -509,11 +508,11 @@ func (d dlq) redrive(ctx context.Context) (int, error) {
 	}
 	n := 0
 	for _, m := range ms {
-		if _, err := d.sqs.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: &to, MessageBody: &m.raw}); err != nil {
+		if _, err := d.q.SQS.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: &to, MessageBody: &m.raw}); err != nil {
 			errs = append(errs, fmt.Errorf("send %s back to %s: %w", m.ID, d.key, err))
 			continue
 		}
-		if _, err := d.sqs.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: &dlqURL, ReceiptHandle: &m.receipt}); err != nil {
+		if _, err := d.q.SQS.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: &dlqURL, ReceiptHandle: &m.receipt}); err != nil {
 			errs = append(errs, fmt.Errorf("delete %s from %s-dlq (it was sent back; its handler absorbs the copy): %w", m.ID, d.key, err))
 		}
 		n++
