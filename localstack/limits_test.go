@@ -383,6 +383,10 @@ func sdkGivesUpAtOnce(t *testing.T, rt *localrun.Runtime, key, fileID string) {
 	}
 }
 
+// slowModel answers rows that sleep up to a minute.
+const slowModel = `  - {name: slow, provider: openai, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, max_concurrency: 8, timeout: 60s}
+`
+
 // TestLimitInflightPerTenant: a tenant's batches that have not ended are
 // capped; the cap counts each batch once and frees its slot once, whatever
 // path ends it; a template is not counted; another tenant is not affected;
@@ -390,7 +394,10 @@ func sdkGivesUpAtOnce(t *testing.T, rt *localrun.Runtime, key, fileID string) {
 func TestLimitInflightPerTenant(t *testing.T) {
 	t.Parallel()
 	const max = 2
-	rt := runtime(t, func(o *localrun.Options) { o.Env.MaxInflight = max })
+	// The slow batches must outlast every check made while they run,
+	// however loaded the machine: their model's timeout is above their
+	// sleep.
+	rt := runtime(t, withModels(t, testModels+slowModel), func(o *localrun.Options) { o.Env.MaxInflight = max })
 	ctx := context.Background()
 	c, key := client(t, rt, "acme")
 	_, otherKey := client(t, rt, "globex")
@@ -402,7 +409,7 @@ func TestLimitInflightPerTenant(t *testing.T) {
 		}
 		return n
 	}
-	slow := upload(t, c, "slow.jsonl", jsonlRows(nRows(1, "[[mock:sleep=4s]] slow")))
+	slow := upload(t, c, "slow.jsonl", jsonlRows(modelRows(nRows(1, "[[mock:sleep=15s]] slow"), "slow")))
 	fast := upload(t, c, "fast.jsonl", jsonlRows(nRows(1, "quick")))
 	post := func(key, fileID string, extra ...string) (int, http.Header, []byte) {
 		body := map[string]any{"input_file_id": fileID, "endpoint": "/v1/chat/completions", "completion_window": "24h"}
@@ -492,8 +499,12 @@ func TestLimitInflightPerTenant(t *testing.T) {
 	if n := inflight(); n != 2 {
 		t.Fatalf("after duplicate terminal reports: %d in flight, want 2", n)
 	}
-	waitBatch(t, c, b3.ID)
-	waitBatch(t, c, decodeBatch(t, first).ID)
+	for _, id := range []string{b3.ID, decodeBatch(t, first).ID} {
+		if _, err := c.Batches.Cancel(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		waitBatch(t, c, id)
+	}
 	eventually(t, "slots given back", 10*time.Second, func() bool { return inflight() == 0 })
 
 	// Slots left behind by crashes: one of a create that never recorded
