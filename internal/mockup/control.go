@@ -39,14 +39,18 @@ func (s *Server) controlRoutes() *http.ServeMux {
 // optionsJSON is the wire form of Options: durations as Go duration
 // strings, because a bare number would leave the unit to guess.
 type optionsJSON struct {
-	Latency       string  `json:"latency"`
-	ErrorRate     float64 `json:"error_rate"`
-	RateLimitRate float64 `json:"rate_limit_rate"`
-	RetryAfter    string  `json:"retry_after"`
-	Seed          int64   `json:"seed"`
-	Region        string  `json:"region"`
-	BatchDelay    string  `json:"batch_delay"`
-	Record        bool    `json:"record"`
+	Latency       string   `json:"latency"`
+	ErrorRate     float64  `json:"error_rate"`
+	RateLimitRate float64  `json:"rate_limit_rate"`
+	RetryAfter    string   `json:"retry_after"`
+	Seed          int64    `json:"seed"`
+	Region        string   `json:"region"`
+	BatchDelay    string   `json:"batch_delay"`
+	Record        bool     `json:"record"`
+	RPM           int      `json:"rpm"`
+	TPM           int      `json:"tpm"`
+	RateWindow    string   `json:"rate_window"`
+	RevokedKeys   []string `json:"revoked_keys"`
 }
 
 // wire is o in the wire form described on the package.
@@ -60,6 +64,10 @@ func (o Options) wire() optionsJSON {
 		Region:        o.Region,
 		BatchDelay:    o.BatchDelay.String(),
 		Record:        o.Record,
+		RPM:           o.RPM,
+		TPM:           o.TPM,
+		RateWindow:    o.RateWindow.String(),
+		RevokedKeys:   o.RevokedKeys,
 	}
 }
 
@@ -81,10 +89,16 @@ func (o *Options) UnmarshalJSON(b []byte) error {
 	latency, err1 := parseDuration("latency", j.Latency)
 	retryAfter, err2 := parseDuration("retry_after", j.RetryAfter)
 	batchDelay, err3 := parseDuration("batch_delay", j.BatchDelay)
-	if err := errors.Join(err1, err2, err3, checkRate("error_rate", j.ErrorRate), checkRate("rate_limit_rate", j.RateLimitRate)); err != nil {
+	window, err4 := parseDuration("rate_window", j.RateWindow)
+	var err5 error
+	if j.RPM < 0 || j.TPM < 0 {
+		err5 = fmt.Errorf("rpm, tpm: %d, %d are not both non-negative", j.RPM, j.TPM)
+	}
+	if err := errors.Join(err1, err2, err3, err4, err5, checkRate("error_rate", j.ErrorRate), checkRate("rate_limit_rate", j.RateLimitRate)); err != nil {
 		return err
 	}
-	*o = Options{Latency: latency, ErrorRate: j.ErrorRate, RateLimitRate: j.RateLimitRate, RetryAfter: retryAfter, Seed: j.Seed, Region: j.Region, BatchDelay: batchDelay, Record: j.Record}
+	*o = Options{Latency: latency, ErrorRate: j.ErrorRate, RateLimitRate: j.RateLimitRate, RetryAfter: retryAfter, Seed: j.Seed, Region: j.Region, BatchDelay: batchDelay, Record: j.Record,
+		RPM: j.RPM, TPM: j.TPM, RateWindow: window, RevokedKeys: j.RevokedKeys}
 	return nil
 }
 

@@ -98,6 +98,26 @@
 // fractional ("0.25") and retry-after-ms carries the milliseconds, which
 // both official SDKs prefer.
 //
+// # Rate limits per key
+//
+// Options.RPM and Options.TPM limit each API key (the bearer token or
+// x-api-key) to that many requests and tokens a minute, in a sliding window
+// of Options.RateWindow (default 1m; the limits scale with it, so a 1s
+// window admits RPM/60 requests, never less than one). A request's tokens
+// are its prompt tokens (counted as for usage) plus its max_tokens
+// (max_completion_tokens, max_output_tokens) when it sets one, else the
+// reply's output tokens. A request over either limit is answered 429
+// (rate_limit_exceeded) with a Retry-After of when it would fit, and is
+// not counted in the window; every answer to a limited key carries the
+// provider's headers: x-ratelimit-limit-, -remaining- and -reset-requests
+// and -tokens on OpenAI routes (reset as "250ms", "6m0s": until the window
+// is empty), anthropic-ratelimit-requests-limit, -remaining and -reset
+// (an RFC 3339 time) and the -tokens- ones on /v1/messages. Bedrock routes
+// are not limited. Changing the limits keeps the windows, so a test can
+// halve a provider's limit mid-batch. Options.RevokedKeys are answered 401,
+// as a revoked key is. Stats counts requests by key (by_key) and the
+// limit's 429s (limited_by_key).
+//
 // # Provider batches
 //
 // The providers' own batch APIs, which relay uses for models with
@@ -137,7 +157,8 @@
 // sent by two runs at once and none after its run's lease.
 //
 // Options travel as {"latency":"250ms","error_rate":0.1,"rate_limit_rate":0.05,
-// "retry_after":"1.5s","seed":7,"batch_delay":"1s","record":false}. Durations are Go duration strings, never
+// "retry_after":"1.5s","seed":7,"batch_delay":"1s","record":false,"rpm":600,"tpm":0,
+// "rate_window":"1s","revoked_keys":["sk-old"]}. Durations are Go duration strings, never
 // bare numbers, because a number would leave the unit to guess. Fields left
 // out keep their value, so a chaos script can turn one knob at a time;
 // unknown fields and out-of-range values are a 400.

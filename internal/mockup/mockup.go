@@ -29,6 +29,18 @@ type Options struct {
 	// until the next Reset; off by default, so a long make dev keeps
 	// nothing.
 	Record bool
+	// RPM and TPM are each API key's requests and tokens per minute (0: no
+	// limit), counted in a sliding window of RateWindow (default 1m; the
+	// limits scale with it, so a 1s window admits RPM/60): a request over
+	// either is answered 429 with a Retry-After of when it would fit, and
+	// every answer to the key carries the provider's rate-limit headers
+	// (limits.go). A request's tokens are its prompt's plus max_tokens, or
+	// the reply's when it sets none. Changing them mid-run keeps the
+	// windows.
+	RPM, TPM   int
+	RateWindow time.Duration
+	// RevokedKeys are API keys answered 401, as a revoked key is.
+	RevokedKeys []string
 }
 
 // normalized makes any Options usable: SetOptions has no error to return,
@@ -42,6 +54,10 @@ func (o Options) normalized() Options {
 	}
 	if o.Region == "" {
 		o.Region = "us-east-1"
+	}
+	o.RPM, o.TPM = max(o.RPM, 0), max(o.TPM, 0)
+	if o.RateWindow <= 0 {
+		o.RateWindow = time.Minute
 	}
 	return o
 }
@@ -64,11 +80,15 @@ type Stats struct {
 	BatchRows      map[string]int64 `json:"batch_rows"`
 	BatchesCreated int64            `json:"batches_created"`
 	BatchCancels   int64            `json:"batch_cancels"`
+	// ByKey counts the model requests by API key (Options.RPM), and
+	// LimitedByKey those of them answered 429 for a key's limit.
+	ByKey        map[string]int64 `json:"by_key"`
+	LimitedByKey map[string]int64 `json:"limited_by_key"`
 }
 
 func newStats() Stats {
 	return Stats{ByModel: map[string]int64{}, ByPath: map[string]int64{}, ByStatus: map[int]int64{}, PeakInFlight: map[string]int64{},
-		BatchRows: map[string]int64{}}
+		BatchRows: map[string]int64{}, ByKey: map[string]int64{}, LimitedByKey: map[string]int64{}}
 }
 
 // Server is the mock provider. It is safe for concurrent use.
@@ -86,6 +106,8 @@ type Server struct {
 	inFlight map[string]int64
 	// requests are the requests recorded (Options.Record).
 	requests []Request
+	// windows are the API keys' rate windows (limits.go).
+	windows map[string]*window
 
 	// batches are the provider batches and files (batchapi.go).
 	batches *batchAPI
@@ -95,7 +117,7 @@ var _ http.Handler = (*Server)(nil)
 
 // New returns a server with the given options.
 func New(opts Options) *Server {
-	s := &Server{stats: newStats(), rows: map[[32]byte]int{}, inFlight: map[string]int64{}}
+	s := &Server{stats: newStats(), rows: map[[32]byte]int{}, inFlight: map[string]int64{}, windows: map[string]*window{}}
 	s.SetOptions(opts)
 	s.control = s.controlRoutes()
 	s.batches = newBatchAPI(s)
@@ -130,6 +152,7 @@ func (s *Server) Stats() Stats {
 
 		PeakInFlight: maps.Clone(s.stats.PeakInFlight),
 		BatchRows:    maps.Clone(s.stats.BatchRows), BatchesCreated: s.stats.BatchesCreated, BatchCancels: s.stats.BatchCancels,
+		ByKey: maps.Clone(s.stats.ByKey), LimitedByKey: maps.Clone(s.stats.LimitedByKey),
 	}
 }
 
@@ -141,6 +164,7 @@ func (s *Server) Reset() {
 	s.stats = newStats()
 	s.rows = map[[32]byte]int{}
 	s.requests = nil
+	s.windows = map[string]*window{}
 	s.rng = newRNG(s.opts.Seed)
 }
 
@@ -186,10 +210,16 @@ func (s *Server) leave(model string) {
 	}
 }
 
-func (s *Server) answered(status int) {
+func (s *Server) answered(status int, key string, limited bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stats.ByStatus[status]++
+	if key != "" {
+		s.stats.ByKey[key]++
+		if limited {
+			s.stats.LimitedByKey[key]++
+		}
+	}
 }
 
 // countRow returns how many requests for this row have arrived, this one

@@ -533,6 +533,8 @@ func TestStats(t *testing.T) {
 		// One request at a time: each model peaked at one in flight.
 		PeakInFlight: map[string]int64{"gpt": 1, "emb": 1, "claude-ratelimited": 1},
 		BatchRows:    map[string]int64{},
+		// The requests that reached the model checks, by their key.
+		ByKey: map[string]int64{"test-key": 4}, LimitedByKey: map[string]int64{},
 	}
 	if got := m.Stats(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Stats() = %+v, want %+v", got, want)
@@ -547,7 +549,8 @@ func TestStats(t *testing.T) {
 	}
 
 	m.Reset()
-	if got, want := m.Stats(), (mockup.Stats{ByModel: map[string]int64{}, ByPath: map[string]int64{}, ByStatus: map[int]int64{}, PeakInFlight: map[string]int64{}, BatchRows: map[string]int64{}}); !reflect.DeepEqual(got, want) {
+	if got, want := m.Stats(), (mockup.Stats{ByModel: map[string]int64{}, ByPath: map[string]int64{}, ByStatus: map[int]int64{}, PeakInFlight: map[string]int64{}, BatchRows: map[string]int64{},
+		ByKey: map[string]int64{}, LimitedByKey: map[string]int64{}}); !reflect.DeepEqual(got, want) {
 		t.Errorf("after Reset, Stats() = %+v, want zero", got)
 	}
 }
@@ -853,7 +856,7 @@ func TestOptionsEndpoint(t *testing.T) {
 	m, srv := newServer(t, mockup.Options{Seed: 7})
 
 	r := send(t, srv.URL, http.MethodPost, "/mock/options", `{"rate_limit_rate":1,"retry_after":"1.5s"}`, nil)
-	want := `{"latency":"0s","error_rate":0,"rate_limit_rate":1,"retry_after":"1.5s","seed":7,"region":"us-east-1","batch_delay":"0s","record":false}`
+	want := `{"latency":"0s","error_rate":0,"rate_limit_rate":1,"retry_after":"1.5s","seed":7,"region":"us-east-1","batch_delay":"0s","record":false,"rpm":0,"tpm":0,"rate_window":"1m0s","revoked_keys":null}`
 	if r.status != 200 || strings.TrimSpace(string(r.body)) != want {
 		t.Errorf("POST /mock/options: got %d %s, want 200 %s", r.status, r.body, want)
 	}
@@ -873,6 +876,8 @@ func TestOptionsEndpoint(t *testing.T) {
 		`{"latency":"fast"}`,
 		`{"latency":250}`,
 		`{"retry_after":"-1s"}`,
+		`{"rpm":-1}`,
+		`{"rate_window":"1"}`,
 		`{"errorRate":0.1}`,
 		`not json`,
 	} {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -117,7 +118,9 @@ type outcome struct {
 	body    object
 	message string
 	param   string
-	awsType string // on a Bedrock route: the exception, when not the status's
+	awsType string    // on a Bedrock route: the exception, when not the status's
+	rate    rateState // the key's rate limits (Options.RPM), for the headers
+	key     string    // the API key (not on Bedrock routes)
 }
 
 func failure(status int, message, param string) outcome {
@@ -144,7 +147,7 @@ func (s *Server) serveModel(w http.ResponseWriter, r *http.Request) {
 	defer s.leave(req.model)
 
 	out := s.answer(r, rt, known, req, readErr, opts)
-	s.answered(out.status)
+	s.answered(out.status, out.key, out.rate.overRequests || out.rate.overTokens)
 	s.record(rec, out.status, opts)
 	if out.status == statusClientGone {
 		return
@@ -158,9 +161,14 @@ func (s *Server) serveModel(w http.ResponseWriter, r *http.Request) {
 	case shapeBedrock:
 		setBedrockHeaders(h, req, out)
 	}
+	setRateHeaders(h, rt.shape, out.rate, time.Now())
 	// Bedrock sends no Retry-After: clients back off on their own.
 	if out.status == http.StatusTooManyRequests && rt.shape != shapeBedrock {
-		setRetryAfter(h, opts.RetryAfter)
+		wait := opts.RetryAfter
+		if out.rate.overRequests || out.rate.overTokens {
+			wait = max(out.rate.retryAfter, time.Millisecond)
+		}
+		setRetryAfter(h, wait)
 	}
 	if out.body == nil {
 		out.body = errorBody(rt.shape, out.status, out.message, out.param)
@@ -185,7 +193,19 @@ func (s *Server) answer(r *http.Request, rt route, known bool, req *request, rea
 		}
 	case !authorized(r, rt.shape):
 		return failure(http.StatusUnauthorized, missingKeyMessage[rt.shape], "")
+	case slices.Contains(opts.RevokedKeys, keyOf(r)):
+		return failure(http.StatusUnauthorized, fmt.Sprintf("Incorrect API key provided: …%s (mockup: Options.RevokedKeys)", tail(keyOf(r))), "")
 	}
+	out := s.answerKnown(r, rt, req, readErr, opts)
+	if rt.shape != shapeBedrock {
+		out.key = keyOf(r)
+	}
+	return out
+}
+
+// answerKnown answers an authorized request of a known route.
+func (s *Server) answerKnown(r *http.Request, rt route, req *request, readErr error, opts Options) outcome {
+	ctx := r.Context()
 	if v := r.Header.Get("x-mock-status"); v != "" {
 		status, err := parseStatus(v)
 		if err != nil {
@@ -202,6 +222,25 @@ func (s *Server) answer(r *http.Request, rt route, known bool, req *request, rea
 		}
 	}
 
+	var reply object
+	var rate rateState
+	if _, _, limited := opts.rateLimits(); limited && rt.shape != shapeBedrock {
+		reply = rt.reply(req)
+		rate = s.admit(keyOf(r), tokenCost(req, reply), opts, time.Now())
+		if rate.overRequests || rate.overTokens {
+			out := failure(http.StatusTooManyRequests, rate.limitMessage(keyOf(r)), "")
+			out.rate = rate
+			return out
+		}
+	}
+	out := s.afterLimits(ctx, rt, req, reply)
+	out.rate = rate
+	return out
+}
+
+// afterLimits answers a request the rate limits admitted: its markers,
+// then its reply (already made when the limits needed its tokens).
+func (s *Server) afterLimits(ctx context.Context, rt route, req *request, reply object) outcome {
 	m, err := findMarkers(req.body)
 	if err != nil {
 		return failure(http.StatusBadRequest, "mockup: "+err.Error(), "")
@@ -216,7 +255,10 @@ func (s *Server) answer(r *http.Request, rt route, known bool, req *request, rea
 	if status, why := s.forcedStatus(req, m); status != 0 {
 		return forced(status, why)
 	}
-	return outcome{status: http.StatusOK, body: rt.reply(req)}
+	if reply == nil {
+		reply = rt.reply(req)
+	}
+	return outcome{status: http.StatusOK, body: reply}
 }
 
 func (s *Server) forcedStatus(req *request, m markers) (int, string) {
