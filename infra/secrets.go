@@ -44,9 +44,11 @@ func NewSecrets(scope constructs.Construct, props RelayProps) *Secrets {
 	}
 	seen := map[string]bool{}
 	for _, m := range props.Models.Models {
-		if env := m.APIKeyEnv; env != "" && !seen[env] {
-			seen[env] = true
-			s.All = append(s.All, secret(env, "provider key"))
+		for _, env := range m.KeyEnvs() {
+			if env != "" && !seen[env] {
+				seen[env] = true
+				s.All = append(s.All, secret(env, "provider key"))
+			}
 		}
 	}
 	seen = map[string]bool{}

@@ -36,6 +36,7 @@ import (
 	"github.com/relaybatch/relay/internal/plan"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/queue"
+	"github.com/relaybatch/relay/internal/ratelimit"
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/schedule"
 	"github.com/relaybatch/relay/internal/store"
@@ -121,8 +122,10 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	a.secrets = &provider.SecretsKeys{Client: secretsmanager.NewFromConfig(cfg), Prefix: env.SecretPrefix, Now: now}
 	keys := provider.ChainKeys{provider.EnvKeys{}, a.secrets}
 	// Bedrock models are signed for with the function's own role.
+	// Rate budgets, circuits and key pools (docs/design.md "Rate
+	// budgets"): paced on the real clock, shared through the table.
 	upstream := &provider.Client{HTTP: provider.NewHTTPClient(), Models: models, Keys: keys, Credentials: cfg.Credentials,
-		MaxResponseBytes: env.MaxResponseBytes}
+		MaxResponseBytes: env.MaxResponseBytes, Limits: &ratelimit.Registry{Shared: a.Store}}
 	a.Govern = &govern.Checker{Store: a.Store, Models: models, Now: now}
 	// One client, so one policy, for the check at create, workflow
 	// callbacks and every delivery.

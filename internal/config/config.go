@@ -44,13 +44,25 @@ type Model struct {
 	// Regions are the regions a cross-region inference profile (an
 	// upstream_model such as us.anthropic.…) routes to: the deployment
 	// grants the foundation model in each of them (infra/bedrock.go).
-	Regions        []string      `yaml:"regions"`
-	BaseURL        string        `yaml:"base_url"`
-	APIKeyEnv      string        `yaml:"api_key_env"`
-	UpstreamModel  string        `yaml:"upstream_model"`
-	Fallback       string        `yaml:"fallback"`
+	Regions       []string `yaml:"regions"`
+	BaseURL       string   `yaml:"base_url"`
+	APIKeyEnv     string   `yaml:"api_key_env"`
+	UpstreamModel string   `yaml:"upstream_model"`
+	Fallback      string   `yaml:"fallback"`
+	// APIKeyEnvs is a pool of keys, each named as api_key_env names one
+	// (give one or the other): rows spread over them and a key answering
+	// 401/403 is dropped (docs/design.md "Rate budgets").
+	APIKeyEnvs     []string      `yaml:"api_key_envs"`
 	MaxConcurrency int           `yaml:"max_concurrency"`
 	Timeout        time.Duration `yaml:"timeout"`
+	// RPM and TPM are each key's requests and tokens (input + output) per
+	// minute at the provider; ITPM and OTPM split the tokens as Anthropic
+	// limits them. 0 is no limit. The executors pace the rows to them
+	// (docs/design.md "Rate budgets").
+	RPM  int `yaml:"rpm"`
+	TPM  int `yaml:"tpm"`
+	ITPM int `yaml:"itpm"`
+	OTPM int `yaml:"otpm"`
 	// CallTimeLimit bounds one call of a workflow step's request (docs/api.md
 	// "Workflow records"): a call past it is stopped, never retried, and
 	// comes back as request_time_limit. The executor's run bounds it too.
@@ -86,6 +98,15 @@ const (
 // Native reports whether the model's batch rows go to its provider's
 // batch API.
 func (m Model) Native() bool { return m.Batch == Native }
+
+// KeyEnvs are the names of the model's keys: api_key_envs, else
+// api_key_env alone, else one unnamed key ("", no key).
+func (m Model) KeyEnvs() []string {
+	if len(m.APIKeyEnvs) > 0 {
+		return m.APIKeyEnvs
+	}
+	return []string{m.APIKeyEnv}
+}
 
 // Upstream is the model name sent upstream.
 func (m Model) Upstream() string {
@@ -193,6 +214,9 @@ func ParseModels(data []byte) (*Models, error) {
 		if m.MaxConcurrency < 0 {
 			return nil, fmt.Errorf("%s must be positive", field("max_concurrency"))
 		}
+		if err := m.checkLimits(field); err != nil {
+			return nil, err
+		}
 		if m.Timeout == 0 {
 			m.Timeout = defaultTimeout
 		}
@@ -233,6 +257,29 @@ func ParseModels(data []byte) (*Models, error) {
 		}
 	}
 	return &ms, nil
+}
+
+// checkLimits refuses rate budgets and key pools that cannot work.
+func (m *Model) checkLimits(field func(string) string) error {
+	for i, v := range []int{m.RPM, m.TPM, m.ITPM, m.OTPM} {
+		if v < 0 {
+			return fmt.Errorf("%s must not be negative", field([]string{"rpm", "tpm", "itpm", "otpm"}[i]))
+		}
+	}
+	if (m.ITPM > 0 || m.OTPM > 0) && m.Shape != Anthropic {
+		return fmt.Errorf("%s: itpm and otpm are Anthropic's limits; an %s model takes tpm", field("itpm"), m.Shape)
+	}
+	if len(m.APIKeyEnvs) > 0 && m.APIKeyEnv != "" {
+		return fmt.Errorf("%s: give api_key_env or api_key_envs, not both", field("api_key_envs"))
+	}
+	seen := map[string]bool{}
+	for j, env := range m.APIKeyEnvs {
+		if !envName.MatchString(env) || seen[env] {
+			return fmt.Errorf("%s[%d]: %q is not a variable name, or is listed twice", field("api_key_envs"), j, env)
+		}
+		seen[env] = true
+	}
+	return nil
 }
 
 // checkOperatorWebhooks refuses an operator endpoint that cannot work.

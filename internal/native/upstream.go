@@ -71,7 +71,9 @@ func (s *Service) upstream(ctx context.Context, b batch.Batch, model string) (up
 	if !ok {
 		return nil, fmt.Errorf("model %q is not configured", model)
 	}
-	key, err := s.Keys.Key(ctx, m.APIKeyEnv)
+	// A provider batch runs on one key: a pool's first (docs/design.md
+	// "Rate budgets").
+	key, err := s.Keys.Key(ctx, m.KeyEnvs()[0])
 	if err != nil {
 		return nil, fmt.Errorf("api key for model %q: %w", model, err)
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/relaybatch/relay/internal/endpoint"
 	"github.com/relaybatch/relay/internal/ijson"
 	"github.com/relaybatch/relay/internal/inference"
+	"github.com/relaybatch/relay/internal/ratelimit"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
@@ -118,6 +119,10 @@ type Client struct {
 	// in flight, so this bounds its memory by bytes (docs/design.md
 	// "Memory").
 	MaxResponseBytes int64
+	// Limits, if set, paces each model's rows to its keys' rate budgets
+	// and holds its circuits and key pools (docs/design.md "Rate
+	// budgets"); nil sends every row at once.
+	Limits *ratelimit.Registry
 }
 
 // sharedHTTP is the one client every Client without its own uses, so all
@@ -187,16 +192,17 @@ func (c *Client) Do(ctx context.Context, endpoint string, body json.RawMessage, 
 		if !ok {
 			return res
 		}
-		res, _ = c.onModel(ctx, fb, endpoint, body, route.TimeLimit, &attempts)
+		res, _ = c.onModel(ctx, fb, endpoint, body, route.TimeLimit, false, &attempts)
 		res.Fallback, res.Attempts, res.Latency = true, attempts, time.Since(start)
 		return res
 	}
-	res, exhausted := c.onModel(ctx, model, endpoint, body, route.TimeLimit, &attempts)
+	_, hasFallback := c.fallbackFor(model, route)
+	res, exhausted := c.onModel(ctx, model, endpoint, body, route.TimeLimit, hasFallback, &attempts)
 	if exhausted {
 		if fb, ok := c.fallbackFor(model, route); ok && route.Defer {
 			res.FallbackTo = fb.Name
 		} else if ok {
-			res, _ = c.onModel(ctx, fb, endpoint, body, route.TimeLimit, &attempts)
+			res, _ = c.onModel(ctx, fb, endpoint, body, route.TimeLimit, false, &attempts)
 			res.Fallback = true
 		}
 	}
@@ -308,18 +314,24 @@ func (c *Client) fallbackFor(m config.Model, route Route) (config.Model, bool) {
 // onModel runs the retry loop on one model. exhausted reports that every
 // attempt failed transiently, which is the only case worth a fallback: a
 // permanent answer would be the same elsewhere, and a done ctx leaves no
-// time for one. limited is Route.TimeLimit.
-func (c *Client) onModel(ctx context.Context, m config.Model, endpoint string, body []byte, limited bool, attempts *int) (res inference.Result, exhausted bool) {
+// time for one. limited is Route.TimeLimit; fallback says the row has a
+// fallback to go to, so an open circuit sends it there at once.
+//
+// With Limits set, each attempt goes on a key of the model's pool picked
+// by headroom, once that key's circuit, concurrency, pacers and shared
+// budget let it (docs/design.md "Rate budgets"): the wait spends no
+// attempt, and a key answering 401/403 is dropped and the attempt made
+// again on another.
+func (c *Client) onModel(ctx context.Context, m config.Model, endpoint string, body []byte, limited, fallback bool, attempts *int) (res inference.Result, exhausted bool) {
 	payload, err := sjson.SetBytes(body, "model", m.Upstream())
 	if err != nil {
 		return errResult(inference.CodeInvalidRequest, fmt.Sprintf("set model: %v", err)), false
 	}
-	key, err := c.keys().Key(ctx, m.APIKeyEnv)
-	if err != nil {
-		res = errResult(inference.CodeAPIKeyUnavailable, fmt.Sprintf("api key for model %q: %v", m.Name, err))
-		res.Model = m.Name
-		return res, false
+	var pool *ratelimit.Pool
+	if c.Limits != nil {
+		pool = c.Limits.For(m)
 	}
+	cost := estimate(payload)
 	ad := c.adapterFor(m)
 	p := c.Policy.withDefaults()
 	// answer is the last HTTP answer on this model: when time runs out it
@@ -329,8 +341,43 @@ func (c *Client) onModel(ctx context.Context, m config.Model, endpoint string, b
 		if ctx.Err() != nil {
 			return stopped(answer, m.Name, ctx.Err()), false
 		}
+		env := m.KeyEnvs()[0]
+		var up *ratelimit.Upstream
+		var ticket *ratelimit.Ticket
+		if pool != nil {
+			var ok bool
+			if up, ok = pool.Pick(cost); !ok {
+				return keyless(answer, m.Name), false
+			}
+			env = up.Env
+			ticket, err = up.Wait(ctx, cost, fallback)
+			if errors.Is(err, ratelimit.ErrOpen) {
+				res := errResult(inference.CodeConnectionError, fmt.Sprintf("model %q: %v", m.Name, err))
+				res.Model = m.Name
+				return *cmp.Or(answer, &res), true
+			}
+			if err != nil {
+				return stopped(answer, m.Name, err), false
+			}
+		}
+		key, err := c.keys().Key(ctx, env)
+		if err != nil {
+			if ticket != nil {
+				ticket.Cancel()
+			}
+			res = errResult(inference.CodeAPIKeyUnavailable, fmt.Sprintf("api key for model %q: %v", m.Name, err))
+			res.Model = m.Name
+			return res, false
+		}
 		*attempts++
 		a := c.send(ctx, m, ad, endpoint, payload, key, limited)
+		if ticket != nil {
+			if ctx.Err() != nil {
+				ticket.Cancel()
+			} else {
+				ticket.Done(a.outcome())
+			}
+		}
 		if a.unauthenticated {
 			res = errResult(inference.CodeAPIKeyUnavailable, fmt.Sprintf("credentials for model %q: %v", m.Name, a.err))
 			res.Model = m.Name
@@ -343,6 +390,13 @@ func (c *Client) onModel(ctx context.Context, m config.Model, endpoint string, b
 		if ctx.Err() != nil {
 			// Whatever this attempt got, no retry may outlive the caller.
 			return stopped(answer, m.Name, ctx.Err()), false
+		}
+		if pool != nil && (a.status == http.StatusUnauthorized || a.status == http.StatusForbidden) && pool.Drop(up, a.status) {
+			// Another key works: the row moves to it, this attempt not
+			// counted (docs/design.md "Rate budgets", key pools).
+			*attempts--
+			n--
+			continue
 		}
 		if !a.transient {
 			return last, false
@@ -362,6 +416,40 @@ func (c *Client) onModel(ctx context.Context, m config.Model, endpoint string, b
 			return stopped(answer, m.Name, err), false
 		}
 	}
+}
+
+// keyless is the Result of a row whose model has no key left: the last
+// answer (the 401 that dropped the last key but one, say).
+func keyless(answer *inference.Result, model string) inference.Result {
+	if answer != nil {
+		return *answer
+	}
+	res := errResult(inference.CodeAPIKeyUnavailable, fmt.Sprintf("model %q: every key of its pool was refused by the upstream", model))
+	res.Model = model
+	return res
+}
+
+// estimate is a row's token cost before it is sent: a token per 4 bytes
+// of its body and the output it may ask for (max_tokens and its
+// variants); usage corrects it after (docs/design.md "Rate budgets").
+func estimate(payload []byte) ratelimit.Cost {
+	var out int64
+	for _, k := range []string{"max_tokens", "max_completion_tokens", "max_output_tokens"} {
+		if v := gjson.GetBytes(payload, k); v.Type == gjson.Number {
+			out = max(out, v.Int())
+		}
+	}
+	return ratelimit.Cost{Input: int64(len(payload)+3) / 4, Output: out}
+}
+
+// outcome is what the limits learn from an attempt.
+func (a attempt) outcome() ratelimit.Outcome {
+	o := ratelimit.Outcome{Status: a.status, Header: a.header, Input: a.usage.InputTokens, Output: a.usage.OutputTokens}
+	o.Failed = a.err != nil || a.status >= 500 && a.status != 529 && a.status != http.StatusServiceUnavailable
+	if a.status == http.StatusTooManyRequests {
+		o.RetryAfter = retryAfter(a.header, time.Now())
+	}
+	return o
 }
 
 // stopped is the Result of a row whose context ended: the last HTTP answer

@@ -288,3 +288,36 @@ func (s *Store) ReleaseWebhook(ctx context.Context, tenant, batchID string) (boo
 func (s *Store) WebhookMarkers(ctx context.Context, tenant string) ([]InflightMarker, error) {
 	return s.markers(ctx, webhookPool, tenant)
 }
+
+// Rate budgets shared by the executors (docs/design.md "Rate budgets"):
+//
+//	item                      pk                 sk                  notes
+//	a bucket's second         RB#<bucket>        <unix second>       used (ADD, conditional on staying within capacity), ttl a minute later
+//
+// An executor leases a block of units at a time (ratelimit.Blocks), so a
+// bucket's item takes a bounded number of writes a second whatever the
+// rate (docs/design.md "Hot items").
+
+// Lease adds n to what bucket used in the second starting at unix time
+// second if that stays within capacity, and reports whether it did.
+func (s *Store) Lease(ctx context.Context, bucket string, second, n, capacity int64) (bool, error) {
+	if n > capacity {
+		return false, nil
+	}
+	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 &s.Table,
+		Key:                       key("RB#"+bucket, strconv.FormatInt(second, 10)),
+		UpdateExpression:          aws.String("ADD used :n SET #ttl = :ttl"),
+		ConditionExpression:       aws.String("attribute_not_exists(used) OR used <= :room"),
+		ExpressionAttributeNames:  map[string]string{"#ttl": "ttl"},
+		ExpressionAttributeValues: item{":n": avN64(n), ":room": avN64(capacity - n), ":ttl": avN64(second + int64(rateTTL/time.Second))},
+	})
+	var cf *types.ConditionalCheckFailedException
+	switch {
+	case errors.As(err, &cf):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("lease %d of rate budget %s: %w", n, bucket, err)
+	}
+	return true, nil
+}

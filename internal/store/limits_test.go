@@ -104,3 +104,43 @@ func TestWebhookSlots(t *testing.T) {
 		t.Fatalf("in-flight pool: %d, %v", n, err)
 	}
 }
+
+// A rate budget's second takes leases while they fit its capacity, racing
+// executors included, and starts afresh the next second.
+func TestRateBudgetLease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := emulatorStore(t)
+	const sec = 1_700_000_000
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		granted int64
+	)
+	for range 8 {
+		wg.Go(func() {
+			ok, err := s.Lease(ctx, "m#K#rpm", sec, 3, 10)
+			if err != nil {
+				t.Errorf("lease: %v", err)
+			}
+			if ok {
+				mu.Lock()
+				granted += 3
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if granted != 9 {
+		t.Fatalf("granted %d of a capacity of 10 in blocks of 3, want 9", granted)
+	}
+	if ok, err := s.Lease(ctx, "m#K#rpm", sec, 1, 10); err != nil || !ok {
+		t.Fatalf("the last unit: %v %v", ok, err)
+	}
+	if ok, err := s.Lease(ctx, "m#K#rpm", sec, 1, 10); err != nil || ok {
+		t.Fatalf("over capacity: %v %v", ok, err)
+	}
+	if ok, err := s.Lease(ctx, "m#K#rpm", sec+1, 10, 10); err != nil || !ok {
+		t.Fatalf("the next second: %v %v", ok, err)
+	}
+}

@@ -147,9 +147,13 @@ func Start(ctx context.Context, o Options) (*Runtime, error) {
 
 	if mockWanted(o.Models, o.MockAddr) {
 		// The mock wants a key, like the real APIs; it checks none.
+		// Each key of a pool has its own value, so the mock's limits per
+		// key (mockup.Options.RPM) see them apart.
 		for _, m := range o.Models.Models {
-			if os.Getenv(m.APIKeyEnv) == "" {
-				os.Setenv(m.APIKeyEnv, "sk-relay-local-mock")
+			for _, env := range m.KeyEnvs() {
+				if env != "" && os.Getenv(env) == "" {
+					os.Setenv(env, "sk-relay-local-mock-"+env)
+				}
 			}
 		}
 		rt.Mock = mockup.New(o.MockOptions)

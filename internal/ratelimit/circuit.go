@@ -1,0 +1,92 @@
+package ratelimit
+
+import (
+	"sync"
+	"time"
+)
+
+// Circuit is the breaker of one upstream (a model × key): after Threshold
+// failures in a row (5xx, timeouts, connection errors) it opens and lets
+// nothing through for Cooldown; then it is half-open and lets one probe
+// through at a time, which closes it on success and opens it again on
+// failure. While it has seen a failure and no success since, it lets one
+// request through at a time, so an outage that starts under full
+// concurrency costs a handful of requests, not one per slot. Safe for
+// concurrent use.
+type Circuit struct {
+	Threshold int
+	Cooldown  time.Duration
+
+	mu       sync.Mutex
+	failures int
+	openedAt time.Time // zero when closed
+	probing  bool      // a request is in flight while suspect or half-open
+}
+
+// CircuitState names a circuit's state as `relay models` shows it.
+type CircuitState string
+
+const (
+	Closed   CircuitState = "closed"
+	Open     CircuitState = "open"
+	HalfOpen CircuitState = "half-open"
+)
+
+// Allow reports whether a request may go now, and whether it goes as the
+// one probe (Abandon gives that back if it is never sent); when not, wait
+// is how long until it is worth asking again.
+func (c *Circuit) Allow(now time.Time) (ok, probe bool, wait time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.openedAt.IsZero() {
+		if left := c.openedAt.Add(c.Cooldown).Sub(now); left > 0 {
+			return false, false, left
+		}
+	}
+	if c.failures == 0 {
+		return true, false, 0
+	}
+	if c.probing {
+		return false, false, 50 * time.Millisecond
+	}
+	c.probing = true
+	return true, true, 0
+}
+
+// Abandon gives back a probe that was never sent.
+func (c *Circuit) Abandon() {
+	c.mu.Lock()
+	c.probing = false
+	c.mu.Unlock()
+}
+
+// Record takes the outcome of a request Allow let through; failed is a
+// 5xx, a timeout or a connection error (a 429 is the pacer's business).
+func (c *Circuit) Record(now time.Time, probe, failed bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if probe {
+		c.probing = false
+	}
+	if !failed {
+		c.failures, c.openedAt = 0, time.Time{}
+		return
+	}
+	c.failures++
+	if c.failures >= c.Threshold || !c.openedAt.IsZero() {
+		c.openedAt = now
+	}
+}
+
+// State is the circuit's state at now.
+func (c *Circuit) State(now time.Time) CircuitState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.openedAt.IsZero():
+		return Closed
+	case now.Before(c.openedAt.Add(c.Cooldown)):
+		return Open
+	}
+	return HalfOpen
+}

@@ -1,0 +1,121 @@
+// Package ratelimit keeps an executor's rows within what a provider allows
+// each key (docs/design.md "Rate budgets"): a Pacer spaces requests and
+// tokens to the configured rpm/tpm and to what the provider's headers say,
+// an Adaptive limit cuts concurrency on 429s (AIMD), a Circuit stops
+// sending to an upstream that keeps failing, and Blocks share a budget
+// across executors through leased blocks of a per-second item. A Pool puts
+// them together for a model's keys.
+package ratelimit
+
+import (
+	"sync"
+	"time"
+)
+
+// Pacer spaces reservations to a rate with the generic cell rate
+// algorithm: each reservation of cost units books cost/rate of time after
+// the previous one, and goes at the time it was booked, so the requests of
+// a key leave evenly spaced rather than in a burst a provider's sliding
+// window would refuse. A rate of 0 paces nothing; pauses (Retry-After, a
+// provider's remaining 0) apply at any rate. Safe for concurrent use.
+type Pacer struct {
+	mu    sync.Mutex
+	rate  float64   // units per second; 0 is unlimited
+	burst float64   // units that may go at once after an idle time
+	tat   time.Time // theoretical arrival time of the next unit
+	pause time.Time // nothing goes before it
+}
+
+// NewPacer paces to rate units a second with burst units of slack (at
+// least one request's worth is always let through after an idle time).
+func NewPacer(rate, burst float64) *Pacer {
+	return &Pacer{rate: rate, burst: burst}
+}
+
+// Reserve books cost units and returns when they may go: now, or later
+// when the rate or a pause says so.
+func (p *Pacer) Reserve(now time.Time, cost float64) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	at := now
+	if p.pause.After(at) {
+		at = p.pause
+	}
+	if p.rate <= 0 {
+		return at
+	}
+	if p.tat.IsZero() {
+		// A key starts with no slack: what the provider counted of it
+		// before is unknown.
+		p.tat = at
+	}
+	tau := time.Duration(p.burst / p.rate * float64(time.Second))
+	if floor := at.Add(-tau); p.tat.Before(floor) {
+		p.tat = floor
+	}
+	if p.tat.After(at) {
+		at = p.tat
+	}
+	p.tat = p.tat.Add(p.span(cost))
+	return at
+}
+
+// Next is when a reservation of cost would go, without booking it: how
+// much headroom the key has.
+func (p *Pacer) Next(now time.Time, cost float64) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	at := now
+	if p.pause.After(at) {
+		at = p.pause
+	}
+	if p.rate > 0 {
+		tau := time.Duration(p.burst / p.rate * float64(time.Second))
+		if t := p.tat.Add(-tau); t.After(at) {
+			at = t
+		}
+	}
+	return at
+}
+
+// Adjust corrects a reservation by delta units (negative gives back what
+// was estimated too high, as a row's usage says).
+func (p *Pacer) Adjust(delta float64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.rate > 0 && delta != 0 {
+		p.tat = p.tat.Add(p.span(delta))
+	}
+}
+
+// Pause lets nothing go before until (a Retry-After; a provider that says
+// none remain until its reset).
+func (p *Pacer) Pause(until time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if until.After(p.pause) {
+		p.pause = until
+	}
+}
+
+// Tighten takes a provider's word that only remaining of its limit are
+// left and that all of it is back after reset (limit 0: not said). A
+// provider gives units back as its window slides, about limit per reset,
+// so with none left the key pauses until the next one is back: reset ×
+// 1/limit, or the whole reset when the limit is not said. With some left
+// the local pace holds.
+func (p *Pacer) Tighten(now time.Time, remaining, limit float64, reset time.Duration) {
+	if reset <= 0 || remaining >= 1 {
+		return
+	}
+	wait := reset
+	if limit >= 1 {
+		wait = time.Duration(float64(reset) / limit)
+	}
+	p.Pause(now.Add(wait))
+}
+
+// span is the time cost units take at the rate.
+func (p *Pacer) span(cost float64) time.Duration {
+	return time.Duration(cost / p.rate * float64(time.Second))
+}

@@ -1,0 +1,370 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/relaybatch/relay/internal/config"
+)
+
+// Headroom is the share of a configured limit the pacers use: a provider
+// counts in windows finer than a minute and sees requests a network hop
+// later, so pacing at exactly its limit would be refused now and then.
+const Headroom = 0.95
+
+// Circuit and concurrency settings of every upstream (docs/design.md
+// "Rate budgets").
+const (
+	circuitThreshold = 5
+	circuitCooldown  = 5 * time.Second
+	cutEvery         = time.Second
+)
+
+// ErrOpen is a row turned away by an open circuit when it has a fallback
+// to go to instead.
+var ErrOpen = errors.New("the upstream's circuit is open")
+
+// Registry holds the pools of an executor's models, built on first use.
+// Shared, if set, holds every key's budget across executors. Safe for
+// concurrent use.
+type Registry struct {
+	Shared Shared
+	Now    func() time.Time
+	Log    *slog.Logger
+
+	mu    sync.Mutex
+	pools map[string]*Pool
+}
+
+// For is model m's pool.
+func (r *Registry) For(m config.Model) *Pool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pools == nil {
+		r.pools = map[string]*Pool{}
+	}
+	p := r.pools[m.Name]
+	if p == nil {
+		p = r.newPool(m)
+		r.pools[m.Name] = p
+	}
+	return p
+}
+
+// Snapshot is every pool's state, by model name, for `relay models`.
+func (r *Registry) Snapshot() map[string][]KeyState {
+	r.mu.Lock()
+	pools := make(map[string]*Pool, len(r.pools))
+	for k, v := range r.pools {
+		pools[k] = v
+	}
+	r.mu.Unlock()
+	out := map[string][]KeyState{}
+	for name, p := range pools {
+		out[name] = p.States()
+	}
+	return out
+}
+
+func (r *Registry) now() time.Time {
+	if r.Now == nil {
+		return time.Now()
+	}
+	return r.Now()
+}
+
+func (r *Registry) log() *slog.Logger {
+	if r.Log == nil {
+		return slog.Default()
+	}
+	return r.Log
+}
+
+// Pool is a model's keys in one executor.
+type Pool struct {
+	r     *Registry
+	model string
+	ups   []*Upstream
+	next  atomic.Uint64
+	// dropMu makes the check for another live key and the drop one step,
+	// so two keys failing together cannot both be dropped.
+	dropMu sync.Mutex
+}
+
+// Upstream is one key of a model: its pacers, circuit and concurrency.
+type Upstream struct {
+	Env string // the key's api_key_env name
+
+	pool                         *Pool
+	requests, tokens, input, out *Pacer
+	sharedReq, sharedTok         *Blocks
+	circuit                      *Circuit
+	conc                         *Adaptive
+	dropped                      atomic.Bool
+	limited                      atomic.Int64 // 429s answered to it
+}
+
+func (r *Registry) newPool(m config.Model) *Pool {
+	p := &Pool{r: r, model: m.Name}
+	perSecond := func(perMinute int) float64 { return float64(perMinute) / 60 * Headroom }
+	// A second's worth of slack: what a pause (a chunk's hand-over) left
+	// unused goes at once, which a minute's window (or any of 10 s or
+	// more) takes within its limit.
+	pacer := func(perMinute int) *Pacer { return NewPacer(perSecond(perMinute), perSecond(perMinute)) }
+	for _, env := range m.KeyEnvs() {
+		u := &Upstream{
+			Env: env, pool: p,
+			requests: pacer(m.RPM),
+			tokens:   pacer(m.TPM),
+			circuit:  &Circuit{Threshold: circuitThreshold, Cooldown: circuitCooldown},
+			conc:     NewAdaptive(1, m.MaxConcurrency, cutEvery),
+		}
+		if m.ITPM > 0 {
+			u.input = pacer(m.ITPM)
+		}
+		if m.OTPM > 0 {
+			u.out = pacer(m.OTPM)
+		}
+		if r.Shared != nil && m.RPM > 0 {
+			u.sharedReq = &Blocks{Shared: r.Shared, Bucket: m.Name + "#" + env + "#rpm", Capacity: max(int64(m.RPM)/60, 1)}
+		}
+		if r.Shared != nil && m.TPM > 0 {
+			u.sharedTok = &Blocks{Shared: r.Shared, Bucket: m.Name + "#" + env + "#tpm", Capacity: max(int64(m.TPM)/60, 1)}
+		}
+		p.ups = append(p.ups, u)
+	}
+	return p
+}
+
+// Cost is a row's estimated tokens before it is sent.
+type Cost struct{ Input, Output int64 }
+
+// Pick is the live key with the most headroom (the soonest its pacers
+// would let a row of cost go), taking turns among equals; false when
+// every key was dropped.
+func (p *Pool) Pick(cost Cost) (*Upstream, bool) {
+	now := p.r.now()
+	start := int(p.next.Add(1))
+	var best *Upstream
+	var bestAt time.Time
+	for i := range p.ups {
+		u := p.ups[(start+i)%len(p.ups)]
+		if u.dropped.Load() {
+			continue
+		}
+		at := u.requests.Next(now, 1)
+		if t := u.tokens.Next(now, float64(cost.Input+cost.Output)); t.After(at) {
+			at = t
+		}
+		if best == nil || at.Before(bestAt) {
+			best, bestAt = u, at
+		}
+	}
+	return best, best != nil
+}
+
+// Drop takes key u out of the pool for good (it answered 401/403) while
+// another key is live, and reports whether one is: the rows move to the
+// others. The last key is kept, so its rows get the provider's answer.
+// The log line is what the alarm counts (docs/design.md "Rate budgets").
+func (p *Pool) Drop(u *Upstream, status int) bool {
+	p.dropMu.Lock()
+	defer p.dropMu.Unlock()
+	live := 0
+	for _, o := range p.ups {
+		if o != u && !o.dropped.Load() {
+			live++
+		}
+	}
+	if live == 0 {
+		return false
+	}
+	if u.dropped.CompareAndSwap(false, true) {
+		p.r.log().Error("upstream key dropped", "model", p.model, "key_env", u.Env, "status", status, "metric", "KeyDropped")
+	}
+	return true
+}
+
+// KeyState is one key's state as `relay models` shows it.
+type KeyState struct {
+	Env         string       `json:"key_env"`
+	State       string       `json:"state"` // live or dropped
+	Circuit     CircuitState `json:"circuit"`
+	Concurrency int          `json:"concurrency"`
+	RateLimited int64        `json:"rate_limited"`
+}
+
+// States are the pool's keys' states.
+func (p *Pool) States() []KeyState {
+	now := p.r.now()
+	out := make([]KeyState, 0, len(p.ups))
+	for _, u := range p.ups {
+		st := "live"
+		if u.dropped.Load() {
+			st = "dropped"
+		}
+		out = append(out, KeyState{Env: u.Env, State: st, Circuit: u.circuit.State(now), Concurrency: u.conc.Limit(), RateLimited: u.limited.Load()})
+	}
+	return out
+}
+
+// Ticket is a request a key let go; Done must follow it.
+type Ticket struct {
+	u     *Upstream
+	cost  Cost
+	probe bool // the circuit's one probe
+}
+
+// Wait holds a row until key u may send it: its circuit allows it (or,
+// with fallback, ErrOpen at once when it is open), its concurrency has
+// room, its pacers' time has come and its shared budget has the units.
+// It spends none of the row's retries. ctx ending first returns its error.
+func (u *Upstream) Wait(ctx context.Context, cost Cost, fallback bool) (*Ticket, error) {
+	now := u.pool.r.now
+	var probe bool
+	for {
+		ok, pr, wait := u.circuit.Allow(now())
+		if ok {
+			probe = pr
+			break
+		}
+		if fallback && u.circuit.State(now()) != Closed {
+			return nil, ErrOpen
+		}
+		if err := sleep(ctx, wait); err != nil {
+			return nil, err
+		}
+	}
+	if !u.conc.Acquire(ctx) {
+		if probe {
+			u.circuit.Abandon()
+		}
+		return nil, ctx.Err()
+	}
+	t := &Ticket{u: u, cost: cost, probe: probe}
+	at := u.requests.Reserve(now(), 1)
+	for _, r := range []struct {
+		p *Pacer
+		n int64
+	}{{u.tokens, cost.Input + cost.Output}, {u.input, cost.Input}, {u.out, cost.Output}} {
+		if r.p != nil {
+			if t := r.p.Reserve(now(), float64(r.n)); t.After(at) {
+				at = t
+			}
+		}
+	}
+	err := sleep(ctx, at.Sub(now()))
+	if err == nil && u.sharedReq != nil {
+		err = u.sharedReq.Take(ctx, now, 1)
+	}
+	if err == nil && u.sharedTok != nil {
+		err = u.sharedTok.Take(ctx, now, max(cost.Input+cost.Output, 1))
+	}
+	if err != nil {
+		t.Cancel()
+		return nil, err
+	}
+	return t, nil
+}
+
+// Outcome is what a request a Ticket let go came back with.
+type Outcome struct {
+	Status int         // 0: no answer
+	Failed bool        // a 5xx, a timeout, a connection error: the circuit's
+	Header http.Header // the answer's, for the provider's rate headers
+	// Input and Output are the answer's usage (0: unknown).
+	Input, Output int64
+	// RetryAfter is how long a 429 asked to wait: the key pauses for it.
+	RetryAfter time.Duration
+}
+
+// Cancel ends a ticket whose request was never sent or was cut short by
+// its caller: it counts for nothing.
+func (t *Ticket) Cancel() {
+	t.u.conc.Release(t.u.pool.r.now(), false)
+	if t.probe {
+		t.u.circuit.Abandon()
+	}
+}
+
+// Done records the outcome of the ticket's request.
+func (t *Ticket) Done(o Outcome) {
+	u, now := t.u, t.u.pool.r.now()
+	overloaded := o.Status == http.StatusTooManyRequests || o.Status == 529 || o.Status == http.StatusServiceUnavailable
+	u.conc.Release(now, overloaded)
+	u.circuit.Record(now, t.probe, o.Failed)
+	if o.Status == http.StatusTooManyRequests {
+		u.limited.Add(1)
+		if o.RetryAfter > 0 {
+			u.requests.Pause(now.Add(o.RetryAfter))
+		}
+	}
+	if o.Input+o.Output > 0 {
+		u.tokens.Adjust(float64(o.Input + o.Output - t.cost.Input - t.cost.Output))
+		if u.input != nil {
+			u.input.Adjust(float64(o.Input - t.cost.Input))
+		}
+		if u.out != nil {
+			u.out.Adjust(float64(o.Output - t.cost.Output))
+		}
+	}
+	u.readHeaders(now, o.Header)
+}
+
+// readHeaders tightens the pacers to what the provider says remains:
+// OpenAI's x-ratelimit-remaining-*/reset-* (reset as "1s", "6m0s") and
+// Anthropic's anthropic-ratelimit-*-remaining/-reset (an RFC 3339 time).
+func (u *Upstream) readHeaders(now time.Time, h http.Header) {
+	if h == nil {
+		return
+	}
+	for _, d := range []struct {
+		p                 *Pacer
+		openai, anthropic string
+	}{{u.requests, "requests", "requests"}, {u.tokens, "tokens", "tokens"}, {u.input, "", "input-tokens"}, {u.out, "", "output-tokens"}} {
+		if d.p == nil {
+			continue
+		}
+		if d.openai != "" {
+			if rem, ok := number(h.Get("x-ratelimit-remaining-" + d.openai)); ok {
+				if reset, err := time.ParseDuration(h.Get("x-ratelimit-reset-" + d.openai)); err == nil {
+					limit, _ := number(h.Get("x-ratelimit-limit-" + d.openai))
+					d.p.Tighten(now, rem, limit, reset)
+				}
+			}
+		}
+		if rem, ok := number(h.Get("anthropic-ratelimit-" + d.anthropic + "-remaining")); ok {
+			if at, err := time.Parse(time.RFC3339, h.Get("anthropic-ratelimit-"+d.anthropic+"-reset")); err == nil {
+				limit, _ := number(h.Get("anthropic-ratelimit-" + d.anthropic + "-limit"))
+				d.p.Tighten(now, rem, limit, at.Sub(now))
+			}
+		}
+	}
+}
+
+func number(s string) (float64, bool) {
+	n, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	return n, err == nil && s != ""
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

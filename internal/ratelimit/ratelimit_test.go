@@ -1,0 +1,323 @@
+package ratelimit
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/relaybatch/relay/internal/config"
+)
+
+var t0 = time.Unix(1_700_000_000, 0)
+
+func TestPacerSpacesReservations(t *testing.T) {
+	p := NewPacer(10, 0) // 10 a second: one every 100 ms
+	for i := range 5 {
+		if at := p.Reserve(t0, 1); !at.Equal(t0.Add(time.Duration(i) * 100 * time.Millisecond)) {
+			t.Fatalf("reservation %d at %s, want %s", i, at.Sub(t0), time.Duration(i)*100*time.Millisecond)
+		}
+	}
+	// A cost of 5 books half a second.
+	if at := p.Reserve(t0, 5); !at.Equal(t0.Add(500 * time.Millisecond)) {
+		t.Fatalf("cost 5 at %s, want 500ms", at.Sub(t0))
+	}
+	if at := p.Reserve(t0, 1); !at.Equal(t0.Add(time.Second)) {
+		t.Fatalf("after it: %s, want 1s", at.Sub(t0))
+	}
+	// Usage below the estimate gives time back.
+	p.Adjust(-5)
+	if at := p.Reserve(t0, 1); !at.Equal(t0.Add(600 * time.Millisecond)) {
+		t.Fatalf("after a refund of 5: %s, want 600ms", at.Sub(t0))
+	}
+}
+
+func TestPacerSlackAfterIdleButNotAtStart(t *testing.T) {
+	p := NewPacer(10, 3)
+	if at := p.Reserve(t0, 1); !at.Equal(t0) {
+		t.Fatalf("first at %s", at.Sub(t0))
+	}
+	if at := p.Reserve(t0, 1); !at.Equal(t0.Add(100 * time.Millisecond)) {
+		t.Fatalf("no slack at the start: second at %s, want 100ms", at.Sub(t0))
+	}
+	// Ten seconds idle: three go at once, then the pace.
+	later := t0.Add(10 * time.Second)
+	for i, want := range []time.Duration{0, 0, 0, 0, 100 * time.Millisecond} {
+		if at := p.Reserve(later, 1); !at.Equal(later.Add(want)) {
+			t.Fatalf("after idle, reservation %d at %s, want %s", i, at.Sub(later), want)
+		}
+	}
+}
+
+func TestPacerPauseAndProviderHeaders(t *testing.T) {
+	p := NewPacer(0, 0) // no rate: only pauses hold
+	if at := p.Reserve(t0, 1); !at.Equal(t0) {
+		t.Fatalf("unlimited: %s", at.Sub(t0))
+	}
+	p.Pause(t0.Add(2 * time.Second))
+	if at := p.Reserve(t0, 1); !at.Equal(t0.Add(2 * time.Second)) {
+		t.Fatalf("paused: %s, want 2s", at.Sub(t0))
+	}
+	q := NewPacer(0, 0)
+	q.Tighten(t0, 5, 100, time.Second) // some left: nothing changes
+	if at := q.Reserve(t0, 1); !at.Equal(t0) {
+		t.Fatalf("remaining 5: %s", at.Sub(t0))
+	}
+	q.Tighten(t0, 0, 100, time.Second) // none left: one comes back in 10 ms
+	if at := q.Reserve(t0, 1); !at.Equal(t0.Add(10 * time.Millisecond)) {
+		t.Fatalf("remaining 0 of 100 a second: %s, want 10ms", at.Sub(t0))
+	}
+	q.Tighten(t0, 0, 0, time.Second) // limit not said: the whole reset
+	if at := q.Reserve(t0, 1); !at.Equal(t0.Add(time.Second)) {
+		t.Fatalf("remaining 0, no limit: %s, want 1s", at.Sub(t0))
+	}
+}
+
+func TestCircuitOpensProbesAndCloses(t *testing.T) {
+	c := &Circuit{Threshold: 3, Cooldown: 5 * time.Second}
+	now := t0
+	if ok, probe, _ := c.Allow(now); !ok || probe {
+		t.Fatal("a closed circuit lets requests through, none as a probe")
+	}
+	c.Record(now, false, true)
+	// Suspect: one at a time.
+	ok, probe, _ := c.Allow(now)
+	if !ok || !probe {
+		t.Fatal("after a failure, one request goes as a probe")
+	}
+	if ok, _, _ := c.Allow(now); ok {
+		t.Fatal("a second request while the probe is out")
+	}
+	c.Record(now, true, true)
+	_, probe, _ = c.Allow(now)
+	c.Record(now, probe, true) // the third failure in a row
+	if st := c.State(now); st != Open {
+		t.Fatalf("after 3 failures: %s", st)
+	}
+	if ok, _, wait := c.Allow(now.Add(time.Second)); ok || wait != 4*time.Second {
+		t.Fatalf("open: ok %v wait %s, want false 4s", ok, wait)
+	}
+	now = now.Add(5 * time.Second)
+	if st := c.State(now); st != HalfOpen {
+		t.Fatalf("after the cooldown: %s", st)
+	}
+	ok, probe, _ = c.Allow(now)
+	if !ok || !probe {
+		t.Fatal("half-open lets one probe through")
+	}
+	c.Record(now, probe, true) // the probe fails: open again
+	if ok, _, _ := c.Allow(now.Add(time.Second)); ok || c.State(now) != Open {
+		t.Fatal("a failed probe opens the circuit again")
+	}
+	now = now.Add(5 * time.Second)
+	_, probe, _ = c.Allow(now)
+	c.Abandon() // a probe never sent gives its turn back
+	ok, probe, _ = c.Allow(now)
+	if !ok || !probe {
+		t.Fatal("after an abandoned probe, another")
+	}
+	c.Record(now, probe, false)
+	if st := c.State(now); st != Closed {
+		t.Fatalf("after a good probe: %s", st)
+	}
+	if ok, probe, _ := c.Allow(now); !ok || probe {
+		t.Fatal("closed again: requests go freely")
+	}
+}
+
+func TestAdaptiveHalvesOnOverloadAndClimbsBack(t *testing.T) {
+	a := NewAdaptive(2, 16, time.Second)
+	ctx := context.Background()
+	for range 16 {
+		if !a.Acquire(ctx) {
+			t.Fatal("acquire")
+		}
+	}
+	for range 16 {
+		a.Release(t0, true) // one burst of 429s cuts once
+	}
+	if got := a.Limit(); got != 8 {
+		t.Fatalf("after a burst of 429s: %d, want 8", got)
+	}
+	for i := range 4 {
+		a.Acquire(ctx)
+		a.Release(t0.Add(time.Duration(i+1)*time.Second), true)
+	}
+	if got := a.Limit(); got != 2 {
+		t.Fatalf("floor: %d, want 2", got)
+	}
+	// Full: the next waits.
+	a.Acquire(ctx)
+	a.Acquire(ctx)
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if a.Acquire(short) {
+		t.Fatal("acquired over the limit")
+	}
+	a.Release(t0, false)
+	a.Release(t0, false)
+	for range 200 {
+		a.Acquire(ctx)
+		a.Release(t0, false)
+	}
+	if got := a.Limit(); got != 16 {
+		t.Fatalf("after successes: %d, want back at the ceiling 16", got)
+	}
+}
+
+// memShared is a Shared in memory, counting its leases.
+type memShared struct {
+	mu     sync.Mutex
+	used   map[int64]int64
+	leases int
+}
+
+func (m *memShared) Lease(_ context.Context, _ string, second, n, capacity int64) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.leases++
+	if m.used[second]+n > capacity {
+		return false, nil
+	}
+	m.used[second] += n
+	return true, nil
+}
+
+func TestBlocksShareASecondAcrossExecutors(t *testing.T) {
+	shared := &memShared{used: map[int64]int64{}}
+	now := t0
+	clock := func() time.Time { return now }
+	// Two executors of one bucket of 100 a second.
+	a := &Blocks{Shared: shared, Bucket: "m", Capacity: 100}
+	b := &Blocks{Shared: shared, Bucket: "m", Capacity: 100}
+	ctx := context.Background()
+	taken := 0
+	for range 50 {
+		for _, ex := range []*Blocks{a, b} {
+			ok, err := ex.take(ctx, clock().Unix(), 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok {
+				taken++
+			}
+		}
+	}
+	if taken != 100 || shared.used[t0.Unix()] != 100 {
+		t.Fatalf("took %d (%d leased) of a second of 100", taken, shared.used[t0.Unix()])
+	}
+	// Blocks of 10: 10 leases for 100 units, not 100.
+	if shared.leases != 10 {
+		t.Fatalf("%d leases for 100 units, want 10", shared.leases)
+	}
+	if ok, _ := a.take(ctx, t0.Unix(), 1); ok {
+		t.Fatal("took over the second's capacity")
+	}
+	// The next second starts afresh; a Take waits for it.
+	ctx2, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	defer cancel()
+	now = time.Now()
+	a.second, a.have = now.Unix(), 0
+	shared.used[now.Unix()] = 100
+	if err := a.Take(ctx2, time.Now, 1); err != nil {
+		t.Fatalf("Take in the next second: %v", err)
+	}
+}
+
+func TestPoolSpreadsOverKeysAndDropsARefusedOne(t *testing.T) {
+	r := &Registry{}
+	p := r.For(config.Model{Name: "m", APIKeyEnvs: []string{"K1", "K2", "K3"}, RPM: 600, MaxConcurrency: 4})
+	seen := map[string]int{}
+	ctx := context.Background()
+	for range 6 {
+		u, ok := p.Pick(Cost{})
+		if !ok {
+			t.Fatal("no key")
+		}
+		tk, err := u.Wait(ctx, Cost{}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk.Done(Outcome{Status: 200})
+		seen[u.Env]++
+	}
+	if seen["K1"] != 2 || seen["K2"] != 2 || seen["K3"] != 2 {
+		t.Fatalf("rows by key %v, want two each", seen)
+	}
+	k2 := p.ups[1]
+	if !p.Drop(k2, http.StatusUnauthorized) {
+		t.Fatal("drop with two keys left")
+	}
+	for range 6 {
+		if u, _ := p.Pick(Cost{}); u == k2 {
+			t.Fatal("picked a dropped key")
+		}
+	}
+	p.Drop(p.ups[0], http.StatusUnauthorized)
+	if p.Drop(p.ups[2], http.StatusUnauthorized) {
+		t.Fatal("dropped the last key")
+	}
+	states := p.States()
+	if states[0].State != "dropped" || states[1].State != "dropped" || states[2].State != "live" {
+		t.Fatalf("states %+v", states)
+	}
+}
+
+func TestRetryAfterPausesTheKey(t *testing.T) {
+	r := &Registry{}
+	p := r.For(config.Model{Name: "m", MaxConcurrency: 4})
+	u, _ := p.Pick(Cost{})
+	tk, _ := u.Wait(context.Background(), Cost{}, false)
+	start := time.Now()
+	tk.Done(Outcome{Status: http.StatusTooManyRequests, RetryAfter: 200 * time.Millisecond})
+	// Another row on the key waits out the pause, though its own retry
+	// never saw the 429.
+	tk, err := u.Wait(context.Background(), Cost{}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk.Done(Outcome{Status: 200})
+	if d := time.Since(start); d < 190*time.Millisecond {
+		t.Fatalf("the next row went after %s, want the 200ms pause", d)
+	}
+}
+
+func TestHeadersTightenBeforeA429(t *testing.T) {
+	r := &Registry{}
+	p := r.For(config.Model{Name: "m", MaxConcurrency: 4})
+	u, _ := p.Pick(Cost{})
+	tk, _ := u.Wait(context.Background(), Cost{}, false)
+	h := http.Header{}
+	h.Set("x-ratelimit-limit-requests", "5")
+	h.Set("x-ratelimit-remaining-requests", "0")
+	h.Set("x-ratelimit-reset-requests", "1s")
+	start := time.Now()
+	tk.Done(Outcome{Status: 200, Header: h})
+	tk, _ = u.Wait(context.Background(), Cost{}, false)
+	tk.Done(Outcome{Status: 200})
+	if d := time.Since(start); d < 190*time.Millisecond {
+		t.Fatalf("next row after %s, want 1s/5", d)
+	}
+}
+
+func TestOpenCircuitSendsToTheFallbackAtOnce(t *testing.T) {
+	r := &Registry{}
+	p := r.For(config.Model{Name: "m", MaxConcurrency: 4})
+	u, _ := p.Pick(Cost{})
+	for range circuitThreshold {
+		tk, err := u.Wait(context.Background(), Cost{}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk.Done(Outcome{Status: 500, Failed: true})
+	}
+	if _, err := u.Wait(context.Background(), Cost{}, true); err != ErrOpen {
+		t.Fatalf("with a fallback: %v, want ErrOpen", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := u.Wait(ctx, Cost{}, false); err != context.DeadlineExceeded {
+		t.Fatalf("without one the row waits: %v", err)
+	}
+}
