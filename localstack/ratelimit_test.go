@@ -85,3 +85,87 @@ models:
 	}
 	t.Logf("first request %s after create, last answer %s before the end", first.Sub(start), start.Add(wall).Sub(last))
 }
+
+// waitMock waits until the mock's stats satisfy cond, for up to a minute.
+func waitMock(t *testing.T, rt *localrun.Runtime, what string, cond func(mockup.Stats) bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond(rt.Mock.Stats()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the mock never saw %s: %+v", what, rt.Mock.Stats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRevokedKeyIsDroppedFromItsPool revokes one of a model's two keys
+// mid-batch: the key is dropped after its first 401s, its rows move to the
+// other key, and every row completes.
+func TestRevokedKeyIsDroppedFromItsPool(t *testing.T) {
+	t.Parallel()
+	const rows = 600
+	rt := pacedRuntime(t, `
+models:
+  - {name: pooled, provider: openai, base_url: http://MOCK/v1, api_key_envs: [RELAY_POOL_A, RELAY_POOL_B], max_concurrency: 16, timeout: 30s, rpm: 3000}
+`, mockup.Options{RPM: 3000, RateWindow: 10 * time.Second, Latency: 20 * time.Millisecond})
+	const keyA, keyB = "sk-relay-local-mock-RELAY_POOL_A", "sk-relay-local-mock-RELAY_POOL_B"
+	c, _ := client(t, rt, "acme")
+	in := nRows(rows, "pooled")
+	for i := range in {
+		in[i].model = "pooled"
+	}
+	id := createBatch(t, c, upload(t, c, "in.jsonl", jsonlRows(in)).ID).ID
+	waitMock(t, rt, "both keys in use", func(s mockup.Stats) bool { return s.ByKey[keyA] >= 50 && s.ByKey[keyB] >= 50 })
+	o := mockup.Options{RPM: 3000, RateWindow: 10 * time.Second, Latency: 20 * time.Millisecond, RevokedKeys: []string{keyA}}
+	rt.Mock.SetOptions(o)
+	revokedAt := rt.Mock.Stats().ByKey[keyA]
+	b := waitLong(t, c, id, 3*time.Minute)
+	st := rt.Mock.Stats()
+	after := st.ByKey[keyA] - revokedAt
+	t.Logf("key A: %d requests before the revocation, %d after (%d answered 401); key B: %d; batch %s %+v",
+		revokedAt, after, st.ByStatus[401], st.ByKey[keyB], b.Status, b.RequestCounts)
+	if b.Status != "completed" || b.RequestCounts.Completed != rows {
+		t.Errorf("batch %s %+v: want every row completed on the other key", b.Status, b.RequestCounts)
+	}
+	// The requests in flight when it was revoked, and no more.
+	if after > 16 {
+		t.Errorf("%d requests on the revoked key after its revocation: want it dropped at its first 401", after)
+	}
+}
+
+// TestFailingUpstreamOpensItsCircuit fails every request to a model for
+// 30 s mid-batch: its circuit opens after a few failures, so the upstream
+// sees at most 20 requests in that time, and closes once it answers again;
+// the batch completes.
+func TestFailingUpstreamOpensItsCircuit(t *testing.T) {
+	t.Parallel()
+	const rows = 600
+	ok := mockup.Options{RPM: 3000, RateWindow: 10 * time.Second, Latency: 20 * time.Millisecond}
+	rt := pacedRuntime(t, `
+models:
+  - {name: outage, provider: openai, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, max_concurrency: 16, timeout: 30s, rpm: 3000}
+`, ok)
+	c, _ := client(t, rt, "acme")
+	in := nRows(rows, "outage")
+	for i := range in {
+		in[i].model = "outage"
+	}
+	id := createBatch(t, c, upload(t, c, "in.jsonl", jsonlRows(in)).ID).ID
+	waitMock(t, rt, "the batch under way", func(s mockup.Stats) bool { return s.Requests >= 100 })
+	down := ok
+	down.ErrorRate = 1
+	rt.Mock.SetOptions(down)
+	before := rt.Mock.Stats().Requests
+	time.Sleep(30 * time.Second) // the outage: its length is the scenario
+	during := rt.Mock.Stats().Requests - before
+	rt.Mock.SetOptions(ok)
+	b := waitLong(t, c, id, 3*time.Minute)
+	t.Logf("%d requests during the 30 s outage; batch %s %+v", during, b.Status, b.RequestCounts)
+	if during > 20 {
+		t.Errorf("%d requests to the failing upstream in 30 s: want at most 20 (an open circuit)", during)
+	}
+	// Its probes are rows' attempts: a row can spend all of them on one.
+	if b.Status != "completed" || b.RequestCounts.Completed < rows-5 {
+		t.Errorf("batch %s %+v: want it completed once the upstream is back", b.Status, b.RequestCounts)
+	}
+}

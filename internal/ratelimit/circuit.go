@@ -53,6 +53,16 @@ func (c *Circuit) Allow(now time.Time) (ok, probe bool, wait time.Duration) {
 	return true, true, 0
 }
 
+// Still reports whether a request Allow let through before may still go:
+// it is the probe, or the circuit has seen no failure since. A request
+// that waited for its pacer asks again, so the rows paced ahead of an
+// outage's first failure do not all go.
+func (c *Circuit) Still(probe bool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return probe || c.failures == 0 && c.openedAt.IsZero()
+}
+
 // Abandon gives back a probe that was never sent.
 func (c *Circuit) Abandon() {
 	c.mu.Lock()

@@ -228,50 +228,66 @@ type Ticket struct {
 // It spends none of the row's retries. ctx ending first returns its error.
 func (u *Upstream) Wait(ctx context.Context, cost Cost, fallback bool) (*Ticket, error) {
 	now := u.pool.r.now
-	var probe bool
 	for {
-		ok, pr, wait := u.circuit.Allow(now())
-		if ok {
-			probe = pr
-			break
-		}
-		if fallback && u.circuit.State(now()) != Closed {
-			return nil, ErrOpen
-		}
-		if err := sleep(ctx, wait); err != nil {
+		probe, err := u.allow(ctx, fallback)
+		if err != nil {
 			return nil, err
 		}
-	}
-	if !u.conc.Acquire(ctx) {
-		if probe {
-			u.circuit.Abandon()
+		if !u.conc.Acquire(ctx) {
+			if probe {
+				u.circuit.Abandon()
+			}
+			return nil, ctx.Err()
 		}
-		return nil, ctx.Err()
-	}
-	t := &Ticket{u: u, cost: cost, probe: probe}
-	at := u.requests.Reserve(now(), 1)
-	for _, r := range []struct {
-		p *Pacer
-		n int64
-	}{{u.tokens, cost.Input + cost.Output}, {u.input, cost.Input}, {u.out, cost.Output}} {
-		if r.p != nil {
-			if t := r.p.Reserve(now(), float64(r.n)); t.After(at) {
-				at = t
+		t := &Ticket{u: u, cost: cost, probe: probe}
+		at := u.requests.Reserve(now(), 1)
+		for _, r := range []struct {
+			p *Pacer
+			n int64
+		}{{u.tokens, cost.Input + cost.Output}, {u.input, cost.Input}, {u.out, cost.Output}} {
+			if r.p != nil {
+				if t := r.p.Reserve(now(), float64(r.n)); t.After(at) {
+					at = t
+				}
 			}
 		}
-	}
-	err := sleep(ctx, at.Sub(now()))
-	if err == nil && u.sharedReq != nil {
-		err = u.sharedReq.Take(ctx, now, 1)
-	}
-	if err == nil && u.sharedTok != nil {
-		err = u.sharedTok.Take(ctx, now, max(cost.Input+cost.Output, 1))
-	}
-	if err != nil {
+		err = sleep(ctx, at.Sub(now()))
+		if err == nil && u.sharedReq != nil {
+			err = u.sharedReq.Take(ctx, now, 1)
+		}
+		if err == nil && u.sharedTok != nil {
+			err = u.sharedTok.Take(ctx, now, max(cost.Input+cost.Output, 1))
+		}
+		if err != nil {
+			t.Cancel()
+			return nil, err
+		}
+		if u.circuit.Still(probe) {
+			return t, nil
+		}
+		// The upstream failed while the row waited for its turn: back to
+		// the circuit, the turn lost.
 		t.Cancel()
-		return nil, err
 	}
-	return t, nil
+}
+
+// allow waits for the circuit to let a request through, and reports
+// whether it goes as the probe; with a fallback, an open circuit is
+// ErrOpen at once.
+func (u *Upstream) allow(ctx context.Context, fallback bool) (bool, error) {
+	now := u.pool.r.now
+	for {
+		ok, probe, wait := u.circuit.Allow(now())
+		if ok {
+			return probe, nil
+		}
+		if fallback && u.circuit.State(now()) != Closed {
+			return false, ErrOpen
+		}
+		if err := sleep(ctx, wait); err != nil {
+			return false, err
+		}
+	}
 }
 
 // Outcome is what a request a Ticket let go came back with.

@@ -90,6 +90,9 @@ func TestCircuitOpensProbesAndCloses(t *testing.T) {
 		t.Fatal("a second request while the probe is out")
 	}
 	c.Record(now, true, true)
+	if c.Still(false) {
+		t.Fatal("a request let through before the failure may not go now")
+	}
 	_, probe, _ = c.Allow(now)
 	c.Record(now, probe, true) // the third failure in a row
 	if st := c.State(now); st != Open {
