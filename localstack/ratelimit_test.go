@@ -169,3 +169,42 @@ models:
 		t.Errorf("batch %s %+v: want it completed once the upstream is back", b.Status, b.RequestCounts)
 	}
 }
+
+// TestHalvedLimitIsFollowed halves the provider's limit mid-batch: the
+// key's pace follows it down within seconds, so the batch completes with
+// few 429s, in about the time the lower limit allows.
+func TestHalvedLimitIsFollowed(t *testing.T) {
+	t.Parallel()
+	const rows = 1200
+	full := mockup.Options{RPM: 3000, RateWindow: 10 * time.Second, Latency: 20 * time.Millisecond}
+	rt := pacedRuntime(t, `
+models:
+  - {name: halved, provider: openai, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, max_concurrency: 32, timeout: 30s, rpm: 3000}
+`, full)
+	c, _ := client(t, rt, "acme")
+	in := nRows(rows, "halved")
+	for i := range in {
+		in[i].model = "halved"
+	}
+	start := time.Now()
+	id := createBatch(t, c, upload(t, c, "in.jsonl", jsonlRows(in)).ID).ID
+	waitMock(t, rt, "300 rows at the full limit", func(s mockup.Stats) bool { return s.Requests >= 300 })
+	half := full
+	half.RPM = 1500
+	rt.Mock.SetOptions(half)
+	cut := time.Since(start)
+	b := waitLong(t, c, id, 3*time.Minute)
+	wall := time.Since(start)
+	st := rt.Mock.Stats()
+	share := float64(st.ByStatus[429]) / float64(st.Requests)
+	// The rest at 25 a second.
+	ideal := cut + time.Duration(float64(rows-300)/25*float64(time.Second))
+	t.Logf("halved at %.1fs; %d requests, %d answered 429 (%.1f%%); wall %.1fs, %.2f× the paced ideal %.1fs; batch %s %+v",
+		cut.Seconds(), st.Requests, st.ByStatus[429], 100*share, wall.Seconds(), wall.Seconds()/ideal.Seconds(), ideal.Seconds(), b.Status, b.RequestCounts)
+	if b.Status != "completed" || b.RequestCounts.Completed != rows {
+		t.Errorf("batch %s %+v: want every row completed", b.Status, b.RequestCounts)
+	}
+	if share > 0.05 {
+		t.Errorf("%.1f%% of the requests answered 429 after the limit was halved: want the pace to follow it (at most 5%%)", 100*share)
+	}
+}

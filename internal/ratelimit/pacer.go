@@ -19,17 +19,57 @@ import (
 // window would refuse. A rate of 0 paces nothing; pauses (Retry-After, a
 // provider's remaining 0) apply at any rate. Safe for concurrent use.
 type Pacer struct {
-	mu    sync.Mutex
-	rate  float64   // units per second; 0 is unlimited
-	burst float64   // units that may go at once after an idle time
-	tat   time.Time // theoretical arrival time of the next unit
-	pause time.Time // nothing goes before it
+	mu      sync.Mutex
+	ceiling float64   // the configured rate
+	lastCut time.Time // Cut's last
+	rate    float64   // units per second now; 0 is unlimited
+	burst   float64   // units that may go at once after an idle time
+	tat     time.Time // theoretical arrival time of the next unit
+	pause   time.Time // nothing goes before it
 }
 
 // NewPacer paces to rate units a second with burst units of slack (at
 // least one request's worth is always let through after an idle time).
 func NewPacer(rate, burst float64) *Pacer {
-	return &Pacer{rate: rate, burst: burst}
+	return &Pacer{rate: rate, ceiling: rate, burst: burst}
+}
+
+// Adaptive rates: a 429 means the provider's limit is below the
+// configured one (it lowered it, or other traffic shares the key), so the
+// rate follows it down and climbs back as answers come.
+const (
+	cutFactor = 0.7   // a 429 takes the rate to this share
+	rateFloor = 0.05  // of the ceiling, never below
+	climbStep = 0.002 // of the ceiling, back per answer
+)
+
+// Cut lowers the rate on a 429, at most once per cutEvery so a burst of
+// refusals cuts once.
+func (p *Pacer) Cut(now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.rate <= 0 || now.Sub(p.lastCut) < cutEvery {
+		return
+	}
+	p.lastCut = now
+	p.rate = max(p.rate*cutFactor, p.ceiling*rateFloor)
+}
+
+// Climb takes the rate a step back towards the configured one after an
+// answer that was not a 429.
+func (p *Pacer) Climb() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.rate > 0 {
+		p.rate = min(p.rate+p.ceiling*climbStep, p.ceiling)
+	}
+}
+
+// Rate is the rate now, units a second.
+func (p *Pacer) Rate() float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.rate
 }
 
 // Reserve books cost units and returns when they may go: now, or later
@@ -96,6 +136,14 @@ func (p *Pacer) Pause(until time.Time) {
 	if until.After(p.pause) {
 		p.pause = until
 	}
+}
+
+// Paused reports whether nothing may go at now: a pause set after a
+// reservation was made holds it too.
+func (p *Pacer) Paused(now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pause.After(now)
 }
 
 // Tighten takes a provider's word that only remaining of its limit are

@@ -199,6 +199,10 @@ type KeyState struct {
 	Circuit     CircuitState `json:"circuit"`
 	Concurrency int          `json:"concurrency"`
 	RateLimited int64        `json:"rate_limited"`
+	// RPM and TPM are the pace now (the configured one, or lower after
+	// 429s); 0 is unpaced.
+	RPM float64 `json:"rpm"`
+	TPM float64 `json:"tpm"`
 }
 
 // States are the pool's keys' states.
@@ -210,7 +214,8 @@ func (p *Pool) States() []KeyState {
 		if u.dropped.Load() {
 			st = "dropped"
 		}
-		out = append(out, KeyState{Env: u.Env, State: st, Circuit: u.circuit.State(now), Concurrency: u.conc.Limit(), RateLimited: u.limited.Load()})
+		out = append(out, KeyState{Env: u.Env, State: st, Circuit: u.circuit.State(now), Concurrency: u.conc.Limit(), RateLimited: u.limited.Load(),
+			RPM: u.requests.Rate() * 60, TPM: u.tokens.Rate() * 60})
 	}
 	return out
 }
@@ -262,11 +267,12 @@ func (u *Upstream) Wait(ctx context.Context, cost Cost, fallback bool) (*Ticket,
 			t.Cancel()
 			return nil, err
 		}
-		if u.circuit.Still(probe) {
+		if u.circuit.Still(probe) && !u.requests.Paused(now()) {
 			return t, nil
 		}
-		// The upstream failed while the row waited for its turn: back to
-		// the circuit, the turn lost.
+		// The upstream failed, or refused another row with a Retry-After,
+		// while the row waited for its turn: back to the circuit and the
+		// pacer, the turn lost.
 		t.Cancel()
 	}
 }
@@ -321,6 +327,12 @@ func (t *Ticket) Done(o Outcome) {
 		if o.RetryAfter > 0 {
 			u.requests.Pause(now.Add(o.RetryAfter))
 		}
+		// Which limit it was, the answer may not say: both follow.
+		u.requests.Cut(now)
+		u.tokens.Cut(now)
+	} else if o.Status != 0 {
+		u.requests.Climb()
+		u.tokens.Climb()
 	}
 	if o.Input+o.Output > 0 {
 		u.tokens.Adjust(float64(o.Input + o.Output - t.cost.Input - t.cost.Output))

@@ -324,3 +324,29 @@ func TestOpenCircuitSendsToTheFallbackAtOnce(t *testing.T) {
 		t.Fatalf("without one the row waits: %v", err)
 	}
 }
+
+func TestPacerFollowsALoweredLimitAndClimbsBack(t *testing.T) {
+	p := NewPacer(100, 0)
+	p.Cut(t0)
+	p.Cut(t0.Add(100 * time.Millisecond)) // the same burst of 429s
+	if got := p.Rate(); got != 70 {
+		t.Fatalf("after a burst of 429s: %v, want 70", got)
+	}
+	for i := range 20 {
+		p.Cut(t0.Add(time.Duration(i+1) * time.Second))
+	}
+	if got := p.Rate(); got != 5 {
+		t.Fatalf("floor: %v, want 5", got)
+	}
+	for range 1000 {
+		p.Climb()
+	}
+	if got := p.Rate(); got != 100 {
+		t.Fatalf("after answers: %v, want back at 100", got)
+	}
+	u := NewPacer(0, 0)
+	u.Cut(t0)
+	if u.Rate() != 0 {
+		t.Fatal("an unpaced key stays unpaced")
+	}
+}
