@@ -21,7 +21,7 @@ var rules = []struct {
 	direct bool
 }{
 	{
-		pkgs:      []string{"plan", "part", "batch", "msg", "fanout", "workflow", "sched", "inference", "apikey", "file", "egress", "spool", "metrics"},
+		pkgs:      []string{"plan", "part", "batch", "msg", "fanout", "workflow", "sched", "inference", "apikey", "file", "egress", "spool", "metrics", "ratelimit"},
 		forbidden: []string{"store", "blob", "queue", "webhook", "provider"},
 	},
 	{
