@@ -1,6 +1,7 @@
 package localstack
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -130,6 +131,11 @@ models:
 	// The requests in flight when it was revoked, and no more.
 	if after > 16 {
 		t.Errorf("%d requests on the revoked key after its revocation: want it dropped at its first 401", after)
+	}
+	// relay admin models reads the drop from the table.
+	dropped, err := rt.App.Store.DroppedKeys(context.Background(), "pooled")
+	if err != nil || len(dropped) != 1 || dropped["RELAY_POOL_A"].Status != 401 {
+		t.Errorf("dropped keys in the table: %+v, %v; want RELAY_POOL_A (401)", dropped, err)
 	}
 }
 

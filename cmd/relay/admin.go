@@ -287,9 +287,53 @@ func runAdminModels(ctx context.Context, args []string, stdout, stderr io.Writer
 		if err != nil {
 			return err
 		}
-		out = append(out, reportModel(m.Name, sched.Quotas(m.MaxConcurrency), shards, ready))
+		r := reportModel(m.Name, sched.Quotas(m.MaxConcurrency), shards, ready)
+		if r.Keys, err = reportKeys(ctx, s, m, time.Now()); err != nil {
+			return err
+		}
+		out = append(out, r)
 	}
 	return writeJSON(stdout, out)
+}
+
+// keyReport is one key of a model's pool in relay admin models: whether an
+// executor dropped it, its rate budgets and what the executors leased of
+// them in the last minute (docs/design.md "Rate budgets").
+type keyReport struct {
+	Env      string `json:"key_env"`
+	State    string `json:"state"` // live, or dropped (with the status it answered)
+	Status   int    `json:"dropped_status,omitempty"`
+	RPM      int    `json:"rpm,omitempty"`
+	RPMInUse int64  `json:"rpm_in_use"`
+	TPM      int    `json:"tpm,omitempty"`
+	TPMInUse int64  `json:"tpm_in_use"`
+}
+
+func reportKeys(ctx context.Context, s *store.Store, m config.Model, now time.Time) ([]keyReport, error) {
+	dropped, err := s.DroppedKeys(ctx, m.Name)
+	if err != nil {
+		return nil, err
+	}
+	var out []keyReport
+	for _, env := range m.KeyEnvs() {
+		k := keyReport{Env: env, State: "live", RPM: m.RPM, TPM: m.TPM}
+		if d, ok := dropped[env]; ok {
+			k.State, k.Status = "dropped", d.Status
+		}
+		to := now.Unix()
+		if m.RPM > 0 {
+			if k.RPMInUse, err = s.BudgetUsed(ctx, m.Name+"#"+env+"#rpm", to-59, to); err != nil {
+				return nil, err
+			}
+		}
+		if m.TPM > 0 {
+			if k.TPMInUse, err = s.BudgetUsed(ctx, m.Name+"#"+env+"#tpm", to-59, to); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, k)
+	}
+	return out, nil
 }
 
 // modelReport is one model's line of relay admin models.
@@ -305,6 +349,8 @@ type modelReport struct {
 	// OverQuota names shards holding more than their quota: a broken
 	// promise (docs/runbook.md "in-flight-not-zero").
 	OverQuota []int `json:"over_quota,omitempty"`
+	// Keys are the model's keys and their rate budgets.
+	Keys []keyReport `json:"keys"`
 }
 
 type shardReport struct {

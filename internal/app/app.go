@@ -125,7 +125,7 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	// Rate budgets, circuits and key pools (docs/design.md "Rate
 	// budgets"): paced on the real clock, shared through the table.
 	upstream := &provider.Client{HTTP: provider.NewHTTPClient(), Models: models, Keys: keys, Credentials: cfg.Credentials,
-		MaxResponseBytes: env.MaxResponseBytes, Limits: &ratelimit.Registry{Shared: a.Store}}
+		MaxResponseBytes: env.MaxResponseBytes, Limits: &ratelimit.Registry{Shared: a.Store, Log: log, OnDrop: a.recordDrop}}
 	a.Govern = &govern.Checker{Store: a.Store, Models: models, Now: now}
 	// One client, so one policy, for the check at create, workflow
 	// callbacks and every delivery.
@@ -190,6 +190,16 @@ func (a *App) workflows(e *engine.Engine, hooks *webhook.Client) engine.Workflow
 }
 
 // native builds the native models' service on e (engine.Deps.Native).
+// recordDrop writes a key dropped from its pool to the table, for relay
+// admin models; the log line and its alarm do not wait on it.
+func (a *App) recordDrop(model, env string, status int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := a.Store.DropKey(ctx, model, env, status, a.now()); err != nil {
+		a.Log.Warn("record a dropped key", "model", model, "key_env", env, "error", err)
+	}
+}
+
 func (a *App) native(e *engine.Engine, upstream *provider.Client, keys provider.KeySource) engine.Delegate {
 	a.Native = &native.Service{Store: a.Store, Blobs: a.Blobs, Queue: a.Queue, Engine: e, Provider: upstream,
 		Models: a.Models, Keys: keys, HTTP: upstream.HTTP, MaxResponseBytes: upstream.MaxResponseBytes, Log: a.Log, Now: e.Now}

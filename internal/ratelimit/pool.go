@@ -38,6 +38,9 @@ type Registry struct {
 	Shared Shared
 	Now    func() time.Time
 	Log    *slog.Logger
+	// OnDrop, if set, records a key dropped from model's pool (the store,
+	// for relay admin models); it runs once per key, after the drop.
+	OnDrop func(model, env string, status int)
 
 	mu    sync.Mutex
 	pools map[string]*Pool
@@ -188,6 +191,9 @@ func (p *Pool) Drop(u *Upstream, status int) bool {
 	}
 	if u.dropped.CompareAndSwap(false, true) {
 		p.r.log().Error("upstream key dropped", "model", p.model, "key_env", u.Env, "status", status, "metric", "KeyDropped")
+		if p.r.OnDrop != nil {
+			p.r.OnDrop(p.model, u.Env, status)
+		}
 	}
 	return true
 }

@@ -321,3 +321,74 @@ func (s *Store) Lease(ctx context.Context, bucket string, second, n, capacity in
 	}
 	return true, nil
 }
+
+// Key pools (docs/design.md "Rate budgets"): a key an executor dropped is
+// recorded for `relay admin models`.
+//
+//	item                      pk                 sk                  notes
+//	a dropped key             KS#<model>         <key env>           status, dropped_at
+
+// DroppedKey is a key of a model's pool an executor dropped.
+type DroppedKey struct {
+	Env       string `dynamodbav:"sk" json:"key_env"`
+	Status    int    `dynamodbav:"status" json:"status"`
+	DroppedAt int64  `dynamodbav:"dropped_at" json:"dropped_at"`
+}
+
+// DropKey records that the key env of model answered status at at.
+func (s *Store) DropKey(ctx context.Context, model, env string, status int, at time.Time) error {
+	_, err := s.DB.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.Table, Item: item{
+		"pk": &types.AttributeValueMemberS{Value: "KS#" + model}, "sk": &types.AttributeValueMemberS{Value: env},
+		"status": avN(status), "dropped_at": avN64(at.Unix()),
+	}})
+	if err != nil {
+		return fmt.Errorf("record dropped key %s of %s: %w", env, model, err)
+	}
+	return nil
+}
+
+// DroppedKeys are the keys of model executors dropped, by key env.
+func (s *Store) DroppedKeys(ctx context.Context, model string) (map[string]DroppedKey, error) {
+	out := map[string]DroppedKey{}
+	_, err := s.page(ctx, "KS#"+model, "", "", true, 1<<30, nil, func(it item) error {
+		var k DroppedKey
+		if err := attributevalue.UnmarshalMap(it, &k); err != nil {
+			return err
+		}
+		out[k.Env] = k
+		return nil
+	})
+	return out, err
+}
+
+// BudgetUsed is what bucket leased in the seconds from from to to (unix
+// times, both included): a rate budget's use over that time.
+func (s *Store) BudgetUsed(ctx context.Context, bucket string, from, to int64) (int64, error) {
+	var sum int64
+	var start map[string]types.AttributeValue
+	for {
+		out, err := s.DB.Query(ctx, &dynamodb.QueryInput{
+			TableName:              &s.Table,
+			KeyConditionExpression: aws.String("pk = :pk AND sk BETWEEN :from AND :to"),
+			ExpressionAttributeValues: item{":pk": &types.AttributeValueMemberS{Value: "RB#" + bucket},
+				":from": &types.AttributeValueMemberS{Value: strconv.FormatInt(from, 10)},
+				":to":   &types.AttributeValueMemberS{Value: strconv.FormatInt(to, 10)}},
+			ExclusiveStartKey: start,
+		})
+		if err != nil {
+			return 0, fmt.Errorf("read rate budget %s: %w", bucket, err)
+		}
+		for _, it := range out.Items {
+			var v struct {
+				Used int64 `dynamodbav:"used"`
+			}
+			if err := attributevalue.UnmarshalMap(it, &v); err != nil {
+				return 0, err
+			}
+			sum += v.Used
+		}
+		if start = out.LastEvaluatedKey; start == nil {
+			return sum, nil
+		}
+	}
+}

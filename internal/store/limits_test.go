@@ -144,3 +144,26 @@ func TestRateBudgetLease(t *testing.T) {
 		t.Fatalf("the next second: %v %v", ok, err)
 	}
 }
+
+// A dropped key is recorded for relay admin models, and a budget's use
+// over a minute is the sum of its seconds.
+func TestDroppedKeysAndBudgetUse(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := emulatorStore(t)
+	if err := s.DropKey(ctx, "m", "KEY_A", 401, time.Unix(1_700_000_000, 0)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.DroppedKeys(ctx, "m")
+	if err != nil || len(got) != 1 || got["KEY_A"].Status != 401 || got["KEY_A"].DroppedAt != 1_700_000_000 {
+		t.Fatalf("dropped keys %+v, %v", got, err)
+	}
+	for sec, n := range map[int64]int64{1_700_000_000: 5, 1_700_000_030: 7, 1_700_000_100: 11} {
+		if ok, err := s.Lease(ctx, "m#KEY_B#rpm", sec, n, 100); !ok || err != nil {
+			t.Fatalf("lease: %v %v", ok, err)
+		}
+	}
+	if used, err := s.BudgetUsed(ctx, "m#KEY_B#rpm", 1_700_000_000, 1_700_000_059); err != nil || used != 12 {
+		t.Fatalf("used in the minute: %d, %v; want 12", used, err)
+	}
+}
