@@ -58,6 +58,17 @@ func (b *Blocks) Take(ctx context.Context, now func() time.Time, n int64) error 
 	}
 }
 
+// Adjust corrects what a row took by delta units once its usage is known:
+// units given back are spent by the next rows of the same second, units
+// overrun are leased with the next block.
+func (b *Blocks) Adjust(now time.Time, delta int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.second == now.Unix() {
+		b.have -= delta
+	}
+}
+
 func (b *Blocks) take(ctx context.Context, sec, n int64) (bool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -68,9 +79,10 @@ func (b *Blocks) take(ctx context.Context, sec, n int64) (bool, error) {
 		b.have -= n
 		return true, nil
 	}
-	block := max(n, b.Capacity/blocksPerSecond, 1)
-	for _, want := range []int64{block, n} {
-		ok, err := b.Shared.Lease(ctx, b.Bucket, sec, want, max(b.Capacity, n))
+	need := n - b.have // more than n when usage overran an estimate
+	block := max(need, b.Capacity/blocksPerSecond, 1)
+	for _, want := range []int64{block, need} {
+		ok, err := b.Shared.Lease(ctx, b.Bucket, sec, want, max(b.Capacity, want))
 		if err != nil {
 			return false, err
 		}
@@ -78,7 +90,7 @@ func (b *Blocks) take(ctx context.Context, sec, n int64) (bool, error) {
 			b.have += want - n
 			return true, nil
 		}
-		if want == n {
+		if want == need {
 			break
 		}
 	}

@@ -341,12 +341,19 @@ func (t *Ticket) Done(o Outcome) {
 		u.tokens.Climb()
 	}
 	if o.Input+o.Output > 0 {
-		u.tokens.Adjust(float64(o.Input + o.Output - t.cost.Input - t.cost.Output))
+		// Providers count max_tokens when they admit a request, whatever
+		// it then writes: the output is corrected up, never below it.
+		out := max(o.Output, t.cost.Output)
+		delta := o.Input + out - t.cost.Input - t.cost.Output
+		u.tokens.Adjust(float64(delta))
+		if u.sharedTok != nil {
+			u.sharedTok.Adjust(now, delta)
+		}
 		if u.input != nil {
 			u.input.Adjust(float64(o.Input - t.cost.Input))
 		}
 		if u.out != nil {
-			u.out.Adjust(float64(o.Output - t.cost.Output))
+			u.out.Adjust(float64(out - t.cost.Output))
 		}
 	}
 	u.readHeaders(now, o.Header)

@@ -350,3 +350,44 @@ func TestPacerFollowsALoweredLimitAndClimbsBack(t *testing.T) {
 		t.Fatal("an unpaced key stays unpaced")
 	}
 }
+
+func TestUsageCorrectsTheTokenEstimate(t *testing.T) {
+	r := &Registry{}
+	p := r.For(config.Model{Name: "m", TPM: 378948, MaxConcurrency: 4}) // 6,000 tokens a second after the headroom
+	u, _ := p.Pick(Cost{})
+	before := time.Now()
+	tk, _ := u.Wait(context.Background(), Cost{Input: 3000, Output: 600}, false)
+	// The prompt was 1,000 tokens, not 3,000; the reply 100 of a max of
+	// 600, which the provider counted: 1,600 of the 3,600 booked.
+	tk.Done(Outcome{Status: 200, Input: 1000, Output: 100})
+	booked := u.tokens.tat.Sub(before)
+	if booked < 250*time.Millisecond || booked > 290*time.Millisecond {
+		t.Fatalf("booked %s of the pace after usage, want about 1,600/6,000 s", booked)
+	}
+}
+
+func TestBlocksTakeUsageCorrections(t *testing.T) {
+	shared := &memShared{used: map[int64]int64{}}
+	b := &Blocks{Shared: shared, Bucket: "m", Capacity: 100}
+	ctx := context.Background()
+	sec := t0.Unix()
+	if ok, _ := b.take(ctx, sec, 40); !ok {
+		t.Fatal("take 40")
+	}
+	// The row used 10 of its estimated 40: 30 go back to this second.
+	b.Adjust(t0, -30)
+	for range 6 {
+		if ok, _ := b.take(ctx, sec, 10); !ok {
+			t.Fatal("take 10")
+		}
+	}
+	// 40 + 60 - 30: the 30 given back were spent first.
+	if shared.used[sec] != 70 {
+		t.Fatalf("leased %d, want 70", shared.used[sec])
+	}
+	// An overrun is leased with the next block.
+	b.Adjust(t0, 5)
+	if ok, _ := b.take(ctx, sec, 10); !ok || shared.used[sec] != 85 {
+		t.Fatalf("after an overrun of 5: leased %d, want 85", shared.used[sec])
+	}
+}
