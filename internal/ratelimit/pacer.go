@@ -136,6 +136,11 @@ func (p *Pacer) Pause(until time.Time) {
 	if until.After(p.pause) {
 		p.pause = until
 	}
+	// The pace resumes at the pause's end with no slack: the rows held
+	// by it would otherwise all go at once, into another 429.
+	if p.tat.Before(until) {
+		p.tat = until
+	}
 }
 
 // Paused reports whether nothing may go at now: a pause set after a

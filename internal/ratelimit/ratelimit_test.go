@@ -391,3 +391,15 @@ func TestBlocksTakeUsageCorrections(t *testing.T) {
 		t.Fatalf("after an overrun of 5: leased %d, want 85", shared.used[sec])
 	}
 }
+
+func TestPacerResumesEvenlyAfterAPause(t *testing.T) {
+	p := NewPacer(10, 10) // a second of slack
+	p.Reserve(t0, 1)
+	end := t0.Add(5 * time.Second)
+	p.Pause(end)
+	for i := range 3 {
+		if at := p.Reserve(t0.Add(time.Second), 1); !at.Equal(end.Add(time.Duration(i) * 100 * time.Millisecond)) {
+			t.Fatalf("row %d held by the pause goes at %s, want %s", i, at.Sub(end), time.Duration(i)*100*time.Millisecond)
+		}
+	}
+}
