@@ -156,7 +156,7 @@ func batchHint(err error) error {
 }
 
 // batchCommands are the commands of relay batch.
-var batchCommands = []string{"submit", "status", "list", "cancel", "retry", "results", "wait", "rows"}
+var batchCommands = []string{"submit", "quote", "status", "list", "cancel", "retry", "results", "wait", "rows"}
 
 func runBatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return newCLI(stdout, stderr).batch(ctx, args)
@@ -170,6 +170,8 @@ func (c *cli) batch(ctx context.Context, args []string) error {
 	switch args[0] {
 	case "submit":
 		err = c.batchSubmit(ctx, args[1:])
+	case "quote":
+		err = c.batchQuote(ctx, args[1:])
 	case "status", "cancel", "retry":
 		err = c.batchOne(ctx, args[0], args[1:])
 	case "list":

@@ -40,6 +40,7 @@ import (
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
+	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/schedule"
 	"github.com/relaybatch/relay/internal/store"
 )
@@ -72,6 +73,9 @@ type Service struct {
 	// Schedules creates and deletes the schedules of cron templates
 	// (templates.go); nil refuses templates.
 	Schedules *schedule.Manager
+	// Chunks are the plan's chunk limits (RELAY_CHUNK_ROWS), with which a
+	// quote counts the rows queued on a model.
+	Chunks plan.Limits
 	// Deliveries queues a terminal batch's webhook (Terminal) and its
 	// lifecycle events (Announce), and adds the webhook_deliveries summary
 	// to the batch Get returns.
@@ -105,6 +109,8 @@ type Store interface {
 	ReserveTemplate(ctx context.Context, tenant, templateID string, max int, now time.Time) error
 	ReleaseTemplate(ctx context.Context, tenant, templateID string) (bool, error)
 	KeyByID(ctx context.Context, id string) (apikey.Key, error)
+	// A quote's work queued on a model (quote.go).
+	ReadyEntries(ctx context.Context, model string) ([]sched.Ready, error)
 	Usage(ctx context.Context, tenant, from, to string) ([]store.UsageRow, error)
 	UsageDetails(ctx context.Context, tenant, from, to string, max int) ([]store.UsageDetail, error)
 	BatchUsage(ctx context.Context, tenant, keyID, batchID string, days []string) ([]store.UsageDetail, error)
@@ -182,6 +188,8 @@ type CreateRequest struct {
 	ScheduleTimezone string            `json:"schedule_timezone"`
 	FallbackModel    string            `json:"fallback_model"`
 	Model            string            `json:"model"` // the model of a CSV input's rows
+	// DryRun asks for a quote instead of a batch (quote.go).
+	DryRun bool `json:"dry_run"`
 }
 
 // Limits of the create body.

@@ -62,7 +62,31 @@ type Model struct {
 	// executors send every row) or native (the provider's own batch API,
 	// internal/native; README "Native, direct or hybrid").
 	Batch BatchMode `yaml:"batch"`
+	// Tokenizer is how a quote counts the model's input tokens (docs/api.md
+	// "Quotes"): o200k_base or cl100k_base (OpenAI's BPE encodings, the
+	// default o200k_base for the openai shape), bytes (a calibrated
+	// bytes-per-token estimate, the default elsewhere) or words (the mock
+	// provider's count: whitespace-separated words plus one per message).
+	Tokenizer Tokenizer `yaml:"tokenizer"`
+	// Latency is a quote's figure for one request's upstream time, used
+	// until the model has answered requests this process saw; 0 is the
+	// default (DefaultLatency).
+	Latency time.Duration `yaml:"latency"`
 }
+
+// Tokenizer is a model's tokenizer: setting.
+type Tokenizer string
+
+const (
+	TokensO200k  Tokenizer = "o200k_base"
+	TokensCl100k Tokenizer = "cl100k_base"
+	TokensBytes  Tokenizer = "bytes"
+	TokensWords  Tokenizer = "words"
+)
+
+// DefaultLatency is a quote's latency of a model that sets none: a short
+// chat completion's usual time upstream.
+const DefaultLatency = 2 * time.Second
 
 // Price is a model's price in USD per million input and output tokens.
 type Price struct {
@@ -186,6 +210,19 @@ func ParseModels(data []byte) (*Models, error) {
 		}
 		if err := m.checkUpstream(field); err != nil {
 			return nil, err
+		}
+		switch m.Tokenizer {
+		case "":
+			m.Tokenizer = TokensBytes
+			if m.Shape == OpenAI {
+				m.Tokenizer = TokensO200k
+			}
+		case TokensO200k, TokensCl100k, TokensBytes, TokensWords:
+		default:
+			return nil, fmt.Errorf("%s: %q is not o200k_base, cl100k_base, bytes or words", field("tokenizer"), m.Tokenizer)
+		}
+		if m.Latency < 0 {
+			return nil, fmt.Errorf("%s must be positive", field("latency"))
 		}
 		if m.MaxConcurrency == 0 {
 			m.MaxConcurrency = defaultConcurrency

@@ -1,0 +1,125 @@
+package batches
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/relaybatch/relay/internal/auth"
+	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/endpoint"
+	"github.com/relaybatch/relay/internal/errs"
+	"github.com/relaybatch/relay/internal/jsonl"
+	"github.com/relaybatch/relay/internal/quote"
+)
+
+// Quote answers a create with dry_run (docs/api.md "Quotes"): it checks
+// the create as Create does, then reads its input as the plan would,
+// without recording anything, and estimates its rows, tokens, cost and
+// duration per execution mode (internal/quote). A row the plan would
+// refuse is a 400 naming its line.
+func (s *Service) Quote(ctx context.Context, p auth.Principal, req CreateRequest) (quote.Quote, error) {
+	if req.Endpoint == "" && req.Model != "" {
+		req.Endpoint = endpoint.Chat
+	}
+	window, err := checkCreate(req, Endpoints)
+	if err != nil {
+		return quote.Quote{}, err
+	}
+	opts, err := checkOptions(req, false, s.checkWebhookURL, s.Models, p.MayUse)
+	if err != nil {
+		return quote.Quote{}, err
+	}
+	if req.Model != "" {
+		if _, ok := s.Models.Lookup(req.Model); !ok {
+			return quote.Quote{}, errs.Invalidf("model", "model %q is not a configured model (configured: %s)", req.Model, strings.Join(s.Models.Names(), ", "))
+		}
+	}
+	format := jsonl.JSONL
+	var in io.Reader = bytes.NewReader(opts.inline)
+	if req.InputFileID != "" {
+		f, err := s.Files.Get(ctx, p.Tenant, req.InputFileID)
+		if errs.Is(err, errs.NotFound) {
+			return quote.Quote{}, errs.Invalidf("input_file_id", "no such file: %s", req.InputFileID)
+		}
+		if err != nil {
+			return quote.Quote{}, err
+		}
+		if err := checkInputFile(f, req); err != nil {
+			return quote.Quote{}, err
+		}
+		if format, err = jsonl.FormatOf(f.Filename); err != nil {
+			return quote.Quote{}, errs.Invalidf("input_file_id", "%s", err.Error())
+		}
+		rc := s.Blobs.Concat(ctx, f.Objects)
+		defer func() { _ = rc.Close() }()
+		in = rc
+	}
+	tallies, err := s.tally(in, format, req, p)
+	if err != nil {
+		return quote.Quote{}, err
+	}
+	models := make(map[string]quote.Model, len(tallies))
+	for name := range tallies {
+		if models[name], err = s.quoteModel(ctx, name); err != nil {
+			return quote.Quote{}, err
+		}
+	}
+	return quote.Estimate(req.Endpoint, tallies, models, window), nil
+}
+
+// tally reads the input's rows by model, refusing the input the plan
+// would (internal/plan Scan) with its first error.
+func (s *Service) tally(in io.Reader, format jsonl.Format, req CreateRequest, p auth.Principal) (map[string]*quote.Tally, error) {
+	known := func(m string) bool { _, ok := s.Models.Lookup(m); return ok }
+	opts := jsonl.Options{Format: format, Endpoint: req.Endpoint, Model: req.Model, KnownModel: known, AllowedModel: p.MayUse,
+		DefaultModel: endpoint.DefaultModel(s.Models, req.Endpoint)}
+	tallies := map[string]*quote.Tally{}
+	res, err := jsonl.Scan(in, opts, func(r jsonl.Row) error {
+		var row struct {
+			Body json.RawMessage `json:"body"`
+		}
+		if err := json.Unmarshal(r.JSON, &row); err != nil {
+			return fmt.Errorf("row %d: %w", r.Line, err)
+		}
+		m, _ := s.Models.Lookup(r.Model)
+		t := tallies[r.Model]
+		if t == nil {
+			t = &quote.Tally{}
+			tallies[r.Model] = t
+		}
+		t.Add(m.Tokenizer, quote.ParsePrompt(row.Body))
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the input to quote: %w", err)
+	}
+	if len(res.Errors) > 0 {
+		e := res.Errors[0]
+		return nil, errs.E(errs.Invalid, e.Code, "input_file_id", "%s", e.Message)
+	}
+	return tallies, nil
+}
+
+// quoteModel is what a quote knows of model name: its configuration, its
+// latency and the rows queued on it (its ready entries' chunks left, at
+// the plan's chunk size).
+func (s *Service) quoteModel(ctx context.Context, name string) (quote.Model, error) {
+	m, _ := s.Models.Lookup(name)
+	qm := quote.Model{Config: m, Latency: config.DefaultLatency, LatencySource: quote.LatencyDefault}
+	if m.Latency > 0 {
+		qm.Latency, qm.LatencySource = m.Latency, quote.LatencyConfigured
+	}
+	entries, err := s.Store.ReadyEntries(ctx, name)
+	if err != nil {
+		return quote.Model{}, fmt.Errorf("quote %s: %w", name, err)
+	}
+	rows := s.Chunks.OrDefaults().RowsFor(m.MaxConcurrency)
+	for _, e := range entries {
+		qm.QueuedRows += max(e.Total-e.Next, 0) * rows
+	}
+	return qm, nil
+}

@@ -1,0 +1,143 @@
+package localstack
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/relaybatch/relay/internal/local/localrun"
+	"github.com/relaybatch/relay/internal/quote"
+)
+
+// quoteModels is testModels' gpt-4o-mini with the settings a quote reads:
+// the mock's word count as its tokenizer, a latency equal to the mock's
+// (quoteLatency), 16 slots and a price.
+const quoteModels = `
+models:
+  - {name: gpt-4o-mini, provider: openai, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, max_concurrency: 16, timeout: 5s,
+     tokenizer: words, latency: 200ms, price: {input_per_mtok: 0.15, output_per_mtok: 0.6}}
+`
+
+const quoteLatency = 200 * time.Millisecond
+
+// quoteRows are n chat rows of 3 to 40 words each, with max_tokens.
+func quoteRows(n int) []byte {
+	var b bytes.Buffer
+	for i := range n {
+		text := strings.Repeat("lorem ipsum dolor ", i%13+1) + fmt.Sprint(i)
+		line, _ := json.Marshal(map[string]any{"custom_id": fmt.Sprintf("q%05d", i), "method": "POST", "url": "/v1/chat/completions",
+			"body": map[string]any{"model": "gpt-4o-mini", "max_tokens": 100, "messages": []any{map[string]any{"role": "user", "content": text}}}})
+		b.Write(line)
+		b.WriteByte('\n')
+	}
+	return b.Bytes()
+}
+
+// postQuote asks for a quote of body (a create's, dry_run set here).
+func postQuote(t *testing.T, rt *localrun.Runtime, key string, body map[string]any) (int, quote.Quote, []byte) {
+	t.Helper()
+	body["dry_run"] = true
+	data, _ := json.Marshal(body)
+	status, resp := rawDo(t, rt, key, "POST", "/v1/batches", bytes.NewReader(data))
+	var q quote.Quote
+	if status == 200 {
+		if err := json.Unmarshal(resp, &q); err != nil {
+			t.Fatalf("quote %s: %v", resp, err)
+		}
+	}
+	return status, q, resp
+}
+
+// TestQuoteMatchesTheRun: a quote of a 1,000-row chat file runs nothing
+// and records no batch; its input tokens are within 5% of what the mock
+// counts when the batch runs, and its direct duration within 25% of the
+// run's (docs/api.md "Quotes"). The model's tokenizer and latency are set
+// for the mock (the settings under test); the chunk size is the shipped one.
+func TestQuoteMatchesTheRun(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t, withModels(t, quoteModels), func(o *localrun.Options) {
+		o.Env.ChunkRows = 0
+		o.MockOptions.Latency = quoteLatency
+	})
+	c, key := client(t, rt, "quoter")
+	f := upload(t, c, "quote.jsonl", quoteRows(1000))
+	create := map[string]any{"input_file_id": f.ID, "endpoint": "/v1/chat/completions", "completion_window": "24h"}
+	status, q, resp := postQuote(t, rt, key, create)
+	if status != 200 || q.Object != "batch.quote" || q.Rows != 1000 || len(q.Models) != 1 || q.Execution != "direct" {
+		t.Fatalf("quote: %d %s", status, resp)
+	}
+	m := q.Models[0]
+	if m.Tokenizer != "words" || m.LatencySource != quote.LatencyConfigured || m.MaxOutputTokens != 100_000 || q.RowsWithoutMaxTokens != 0 ||
+		q.Modes.Direct.CostUSD == nil || q.Modes.Direct.CostUSD.Max == nil || math.Abs(q.Modes.Native.CostUSD.Min*2-q.Modes.Direct.CostUSD.Min) > 2e-6 {
+		t.Fatalf("quote: %s", resp)
+	}
+	page, err := c.Batches.List(context.Background(), openai.BatchListParams{})
+	if err != nil || len(page.Data) != 0 {
+		t.Fatalf("batches after a quote: %+v, %v; want none", page, err)
+	}
+	if n := rt.Mock.Stats().Requests; n != 0 {
+		t.Fatalf("the mock got %d requests from a quote", n)
+	}
+
+	start := time.Now()
+	b := waitBatch(t, c, createBatch(t, c, f.ID).ID)
+	took := time.Since(start)
+	if b.Status != "completed" || b.RequestCounts.Completed != 1000 {
+		t.Fatalf("batch: %s %+v", b.Status, b.RequestCounts)
+	}
+	tokensOff := math.Abs(float64(q.InputTokens-b.Usage.InputTokens)) / float64(b.Usage.InputTokens)
+	est := time.Duration(*q.Modes.Direct.DurationSeconds * float64(time.Second))
+	timeOff := math.Abs(est.Seconds()-took.Seconds()) / took.Seconds()
+	t.Logf("quote: %d input tokens, the mock counted %d (%.1f%% off); duration %v, the run took %v (%.1f%% off)",
+		q.InputTokens, b.Usage.InputTokens, 100*tokensOff, est, took.Round(10*time.Millisecond), 100*timeOff)
+	if tokensOff > 0.05 {
+		t.Errorf("input tokens %d, the mock counted %d: more than 5%% off", q.InputTokens, b.Usage.InputTokens)
+	}
+	if timeOff > 0.25 {
+		t.Errorf("duration %v, the run took %v: more than 25%% off", est, took)
+	}
+}
+
+// TestQuoteRefusesAsACreateWould: a quote checks what a create checks, and
+// the rows the plan would refuse, with the same codes.
+func TestQuoteRefusesAsACreateWould(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	c, key := client(t, rt, "quoter2")
+	bad := upload(t, c, "bad.jsonl", []byte(`{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"nope","messages":[]}}`+"\n"))
+	tests := []struct {
+		name string
+		body map[string]any
+		code string
+	}{
+		{"endpoint", map[string]any{"input_file_id": bad.ID, "endpoint": "/v1/nope"}, "invalid_endpoint"},
+		{"window", map[string]any{"input_file_id": bad.ID, "endpoint": "/v1/chat/completions", "completion_window": "2d"}, "invalid_value"},
+		{"no file", map[string]any{"input_file_id": "file-nope", "endpoint": "/v1/chat/completions"}, "invalid_value"},
+		{"row model", map[string]any{"input_file_id": bad.ID, "endpoint": "/v1/chat/completions"}, "model_not_found"},
+	}
+	for _, tt := range tests {
+		status, _, resp := postQuote(t, rt, key, tt.body)
+		var e struct {
+			Error struct{ Code string } `json:"error"`
+		}
+		json.Unmarshal(resp, &e)
+		if status != 400 || e.Error.Code != tt.code {
+			t.Errorf("%s: %d %s, want 400 %s", tt.name, status, resp, tt.code)
+		}
+	}
+	// Inline requests are quoted as they are.
+	status, q, resp := postQuote(t, rt, key, map[string]any{"model": "gpt-4o-mini", "requests": []any{
+		map[string]any{"prompt": "one two three"}, map[string]any{"messages": []any{map[string]any{"role": "user", "content": "four"}}}}})
+	if status != 200 || q.Rows != 2 || q.Models[0].RowsWithoutMaxTokens != 2 || q.Modes.Direct.CostUSD != nil {
+		t.Fatalf("inline quote: %d %s", status, resp)
+	}
+	if n := rt.Mock.Stats().Requests; n != 0 {
+		t.Fatalf("the mock got %d requests from quotes", n)
+	}
+}
