@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/relaybatch/relay/internal/local/localrun"
 	"github.com/relaybatch/relay/internal/quote"
+	"github.com/relaybatch/relay/internal/store"
 )
 
 // quoteModels is testModels' gpt-4o-mini with the settings a quote reads:
@@ -139,5 +142,94 @@ func TestQuoteRefusesAsACreateWould(t *testing.T) {
 	}
 	if n := rt.Mock.Stats().Requests; n != 0 {
 		t.Fatalf("the mock got %d requests from quotes", n)
+	}
+}
+
+// TestConcurrentBatchesReserveTheBudget: a tenant whose budget fits one of
+// two batches creates both at once: one is created, the other refused at
+// once with budget_exceeded and its quote, neither having run a row then;
+// once the first has ended (its reservation released, its spend counted),
+// the same batch fits (docs/api.md "Budgets, revocation and allow-lists").
+func TestConcurrentBatchesReserveTheBudget(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	c, key := client(t, rt, "reserver")
+	ctx := context.Background()
+	var data bytes.Buffer
+	for i := range 20 {
+		line, _ := json.Marshal(map[string]any{"custom_id": fmt.Sprint(i), "method": "POST", "url": "/v1/chat/completions",
+			"body": map[string]any{"model": "gpt-4o-mini", "max_tokens": 20, "messages": []any{map[string]any{"role": "user", "content": fmt.Sprint("hello ", i)}}}})
+		data.Write(line)
+		data.WriteByte('\n')
+	}
+	f := upload(t, c, "reserve.jsonl", data.Bytes())
+	create := map[string]any{"input_file_id": f.ID, "endpoint": "/v1/chat/completions"}
+	_, q, resp := postQuote(t, rt, key, create)
+	est := q.InputTokens + q.MaxOutputTokens
+	if q.Rows != 20 || q.MaxOutputTokens != 400 {
+		t.Fatalf("quote: %s", resp)
+	}
+	// One batch's estimate fits, two do not.
+	if err := rt.App.Store.PutBudget(ctx, "reserver", store.Budget{MonthlyTokens: est + est/2}); err != nil {
+		t.Fatal(err)
+	}
+
+	delete(create, "dry_run")
+	body, _ := json.Marshal(create)
+	type answer struct {
+		status int
+		body   []byte
+	}
+	answers := make(chan answer, 2)
+	for range 2 {
+		go func() {
+			req, _ := http.NewRequest("POST", rt.URL+"/v1/batches", bytes.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+key)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				answers <- answer{0, []byte(err.Error())}
+				return
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			answers <- answer{resp.StatusCode, b}
+		}()
+	}
+	var created string
+	var refused []byte
+	for range 2 {
+		a := <-answers
+		switch a.status {
+		case 200:
+			var b struct{ ID string }
+			json.Unmarshal(a.body, &b)
+			created = b.ID
+		case 422:
+			refused = a.body
+		default:
+			t.Fatalf("create: %d %s", a.status, a.body)
+		}
+	}
+	var e struct {
+		Error struct {
+			Code  string      `json:"code"`
+			Quote quote.Quote `json:"quote"`
+		} `json:"error"`
+	}
+	if created == "" || refused == nil || json.Unmarshal(refused, &e) != nil || e.Error.Code != "budget_exceeded" || e.Error.Quote.Rows != 20 {
+		t.Fatalf("creates: created %q, refused %s; want one of each, the refusal budget_exceeded with the quote", created, refused)
+	}
+	page, err := c.Batches.List(ctx, openai.BatchListParams{})
+	if err != nil || len(page.Data) != 1 {
+		t.Fatalf("batches: %d (%v), want the one created", len(page.Data), err)
+	}
+
+	b := waitBatch(t, c, created)
+	if b.Status != "completed" || b.RequestCounts.Completed != 20 || b.Usage.TotalTokens+est > est+est/2 {
+		t.Fatalf("first batch: %s %+v, %d tokens (the next estimate %d must fit %d)", b.Status, b.RequestCounts, b.Usage.TotalTokens, est, est+est/2)
+	}
+	if status, resp := rawDo(t, rt, key, "POST", "/v1/batches", bytes.NewReader(body)); status != 200 {
+		t.Fatalf("create after the first ended: %d %s", status, resp)
 	}
 }

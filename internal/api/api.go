@@ -244,6 +244,9 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if e.Code != "" {
 		body["code"] = e.Code
 	}
+	for k, v := range e.Extra {
+		body[k] = v
+	}
 	writeJSON(w, status, map[string]any{"error": body})
 }
 

@@ -140,6 +140,7 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 		Models: models, Log: log, Now: now,
 		Store: a.Store, Blobs: a.Blobs, Queue: a.Queue, Files: a.Files, Webhooks: hooks.Policy,
 		MaxInflight: env.MaxInflight, MaxTemplates: env.MaxTemplates, Chunks: plan.Limits{Rows: env.ChunkRows},
+		Reservations: a.Govern,
 		Schedules: &schedule.Manager{
 			API: a.Scheduler, Group: cmp.Or(env.ScheduleGroup, a.Resources.ScheduleGroup),
 			TargetARN: env.SchedulerFunctionARN, RoleARN: env.SchedulerRoleARN,

@@ -4,16 +4,22 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/relaybatch/relay/internal/auth"
+	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/endpoint"
 	"github.com/relaybatch/relay/internal/errs"
+	"github.com/relaybatch/relay/internal/file"
+	"github.com/relaybatch/relay/internal/govern"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/quote"
+	"github.com/relaybatch/relay/internal/store"
 )
 
 // Quote answers a create with dry_run (docs/api.md "Quotes"): it checks
@@ -38,19 +44,36 @@ func (s *Service) Quote(ctx context.Context, p auth.Principal, req CreateRequest
 			return quote.Quote{}, errs.Invalidf("model", "model %q is not a configured model (configured: %s)", req.Model, strings.Join(s.Models.Names(), ", "))
 		}
 	}
+	f, err := s.quotedFile(ctx, p.Tenant, req)
+	if err != nil {
+		return quote.Quote{}, err
+	}
+	return s.quoteInput(ctx, p, req, window, opts.inline, f)
+}
+
+// quotedFile reads and checks the input file req names, as a create does;
+// the zero File when it names none (inline requests).
+func (s *Service) quotedFile(ctx context.Context, tenant string, req CreateRequest) (file.File, error) {
+	if req.InputFileID == "" {
+		return file.File{}, nil
+	}
+	f, err := s.Files.Get(ctx, tenant, req.InputFileID)
+	if errs.Is(err, errs.NotFound) {
+		return f, errs.Invalidf("input_file_id", "no such file: %s", req.InputFileID)
+	}
+	if err != nil {
+		return f, err
+	}
+	return f, checkInputFile(f, req)
+}
+
+// quoteInput quotes a create's input: inline, the JSONL of its inline
+// requests, or else file f.
+func (s *Service) quoteInput(ctx context.Context, p auth.Principal, req CreateRequest, window time.Duration, inline []byte, f file.File) (quote.Quote, error) {
 	format := jsonl.JSONL
-	var in io.Reader = bytes.NewReader(opts.inline)
-	if req.InputFileID != "" {
-		f, err := s.Files.Get(ctx, p.Tenant, req.InputFileID)
-		if errs.Is(err, errs.NotFound) {
-			return quote.Quote{}, errs.Invalidf("input_file_id", "no such file: %s", req.InputFileID)
-		}
-		if err != nil {
-			return quote.Quote{}, err
-		}
-		if err := checkInputFile(f, req); err != nil {
-			return quote.Quote{}, err
-		}
+	var in io.Reader = bytes.NewReader(inline)
+	if f.ID != "" {
+		var err error
 		if format, err = jsonl.FormatOf(f.Filename); err != nil {
 			return quote.Quote{}, errs.Invalidf("input_file_id", "%s", err.Error())
 		}
@@ -71,12 +94,46 @@ func (s *Service) Quote(ctx context.Context, p auth.Principal, req CreateRequest
 	return quote.Estimate(req.Endpoint, tallies, models, window), nil
 }
 
+// reserve reserves batch b's estimate (its quote: quoteInput) against its
+// tenant's budget (docs/api.md "Budgets, revocation and allow-lists",
+// reservations); a create that does not fit is refused with
+// budget_exceeded and its quote.
+func (s *Service) reserve(ctx context.Context, p auth.Principal, req CreateRequest, b batch.Batch, window time.Duration, inline []byte, f file.File) error {
+	if s.Reservations == nil {
+		return nil
+	}
+	var q quote.Quote
+	err := s.Reservations.Reserve(ctx, p.Tenant, b.ID, func() (store.Reservation, error) {
+		var err error
+		q, err = s.quoteInput(ctx, p, req, window, inline, f)
+		if errs.Is(err, errs.Invalid) {
+			// An input the plan will refuse runs nothing: it reserves
+			// nothing, and the batch fails with its errors as any other.
+			return store.Reservation{}, nil
+		}
+		if err != nil {
+			return store.Reservation{}, err
+		}
+		tokens, usd := q.Reservation()
+		return store.Reservation{Tokens: tokens, USD: usd, Rows: q.Rows}, nil
+	})
+	var e *errs.Error
+	if errors.As(err, &e) && e.Code == govern.CodeBudgetExceeded {
+		e.Extra = map[string]any{"quote": q}
+	}
+	return err
+}
+
 // tally reads the input's rows by model, refusing the input the plan
 // would (internal/plan Scan) with its first error.
 func (s *Service) tally(in io.Reader, format jsonl.Format, req CreateRequest, p auth.Principal) (map[string]*quote.Tally, error) {
 	known := func(m string) bool { _, ok := s.Models.Lookup(m); return ok }
 	opts := jsonl.Options{Format: format, Endpoint: req.Endpoint, Model: req.Model, KnownModel: known, AllowedModel: p.MayUse,
 		DefaultModel: endpoint.DefaultModel(s.Models, req.Endpoint)}
+	if req.Endpoint == endpoint.Messages {
+		// As the plan reads a message batch (internal/plan Scan).
+		opts.MaxRows, opts.MaxBytes = 100_000, 256*1000*1000
+	}
 	tallies := map[string]*quote.Tally{}
 	res, err := jsonl.Scan(in, opts, func(r jsonl.Row) error {
 		var row struct {

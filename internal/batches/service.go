@@ -73,6 +73,9 @@ type Service struct {
 	// Schedules creates and deletes the schedules of cron templates
 	// (templates.go); nil refuses templates.
 	Schedules *schedule.Manager
+	// Reservations, if set, reserve a batch's estimate against its tenant's
+	// budget at create and release it when the batch ends (quote.go).
+	Reservations Reserver
 	// Chunks are the plan's chunk limits (RELAY_CHUNK_ROWS), with which a
 	// quote counts the rows queued on a model.
 	Chunks plan.Limits
@@ -117,6 +120,13 @@ type Store interface {
 	// internal/anthropic's delete of a Message Batch.
 	DeleteBatch(ctx context.Context, tenant, id string) error
 	DeleteFile(ctx context.Context, tenant, id string) error
+}
+
+// Reserver holds batches' estimates against their tenants' budgets
+// (internal/govern).
+type Reserver interface {
+	Reserve(ctx context.Context, tenant, id string, estimate func() (store.Reservation, error)) error
+	Release(ctx context.Context, b batch.Batch) error
 }
 
 // Blobs is what the service, and internal/anthropic through it, needs of
@@ -401,26 +411,11 @@ func (s *Service) CreateShaped(ctx context.Context, p auth.Principal, req Create
 	if req.FallbackModel != "" {
 		b.FallbackModel = &req.FallbackModel
 	}
-	switch {
-	case len(req.Requests) > 0:
-		f, err := s.inlineFile(ctx, p.Tenant, opts.inline)
-		if err != nil {
-			return batch.Batch{}, err
-		}
-		b.InputFileID = f.ID
-	case req.InputFileID != "":
-		f, err := s.Files.Get(ctx, p.Tenant, req.InputFileID)
-		if errs.Is(err, errs.NotFound) {
-			return batch.Batch{}, errs.Invalidf("input_file_id", "no such file: %s", req.InputFileID)
-		}
-		if err != nil {
-			return batch.Batch{}, err
-		}
-		if err := checkInputFile(f, req); err != nil {
-			return batch.Batch{}, err
-		}
-		b.InputFileID = f.ID
+	input, err := s.quotedFile(ctx, p.Tenant, req)
+	if err != nil {
+		return batch.Batch{}, err
 	}
+	b.InputFileID = input.ID
 	if req.Model != "" {
 		if _, ok := s.Models.Lookup(req.Model); !ok {
 			return batch.Batch{}, errs.Invalidf("model", "model %q is not a configured model (configured: %s)", req.Model, strings.Join(s.Models.Names(), ", "))
@@ -429,6 +424,32 @@ func (s *Service) CreateShaped(ctx context.Context, p auth.Principal, req Create
 	}
 	if shape != nil {
 		shape(&b)
+	}
+	if req.Schedule == "" {
+		if err := s.reserve(ctx, p, req, b, window, opts.inline, input); err != nil {
+			return batch.Batch{}, err
+		}
+	}
+	saved, err := s.recordNew(ctx, b, req, spec, opts.inline, idem)
+	if req.Schedule == "" && s.Reservations != nil && (err != nil || saved.ID != b.ID) {
+		// Not recorded, or a repeated Idempotency-Key's first batch,
+		// which holds its own reservation.
+		if rerr := s.Reservations.Release(ctx, b); rerr != nil {
+			s.Log.WarnContext(ctx, "release the reservation of a batch not recorded", "batch_id", b.ID, "err", rerr)
+		}
+	}
+	return saved, err
+}
+
+// recordNew stores the inline requests of a create as its input file, if
+// it has some, and records b as a batch or, with a schedule, a template.
+func (s *Service) recordNew(ctx context.Context, b batch.Batch, req CreateRequest, spec schedule.Spec, inline []byte, idem store.IdemKey) (batch.Batch, error) {
+	if len(req.Requests) > 0 {
+		f, err := s.inlineFile(ctx, b.Tenant, inline)
+		if err != nil {
+			return batch.Batch{}, err
+		}
+		b.InputFileID = f.ID
 	}
 	if req.Schedule != "" {
 		return s.createTemplate(ctx, b, spec, idem)

@@ -37,6 +37,9 @@ type Store interface {
 	KeyByID(ctx context.Context, id string) (apikey.Key, error)
 	GetBudget(ctx context.Context, tenant string) (store.Budget, error)
 	Usage(ctx context.Context, tenant, from, to string) ([]store.UsageRow, error)
+	// Reservations (reserve.go).
+	UpdateReservations(ctx context.Context, tenant string, fn func(*store.Reservations) error) error
+	GetBatch(ctx context.Context, tenant, id string) (batch.Batch, error)
 }
 
 var _ Store = (*store.Store)(nil)

@@ -210,3 +210,22 @@ func (c costSum) scaled(lo, hi float64) *Range {
 
 // round keeps a cost to a millionth of a dollar.
 func round(usd float64) float64 { return math.Round(usd*1e6) / 1e6 }
+
+// Reservation is what the quoted batch reserves of its tenant's budget
+// (docs/api.md "Budgets, revocation and allow-lists", reservations): its
+// input tokens and every row's max_tokens (a row without max_tokens
+// reserves its input only), and the most its mode may cost (the least when
+// the most is not bounded; hybrid at the direct price).
+func (q Quote) Reservation() (tokens int64, usd float64) {
+	mode := q.Modes.Direct
+	if q.Execution == "native" {
+		mode = q.Modes.Native
+	}
+	if c := mode.CostUSD; c != nil {
+		usd = c.Min
+		if c.Max != nil {
+			usd = *c.Max
+		}
+	}
+	return q.InputTokens + q.MaxOutputTokens, usd
+}
