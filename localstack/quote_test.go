@@ -233,3 +233,76 @@ func TestConcurrentBatchesReserveTheBudget(t *testing.T) {
 		t.Fatalf("create after the first ended: %d %s", status, resp)
 	}
 }
+
+// etaModels: one model with the slots for a large batch (the setting under
+// test is the mock's fixed latency, etaLatency).
+const etaModels = `
+models:
+  - {name: gpt-4o-mini, provider: openai, tokenizer: words, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, max_concurrency: 64, timeout: 5s}
+`
+
+const etaLatency = 250 * time.Millisecond
+
+// TestETAHoldsFromAFifthOn: a 10,000-row batch at a fixed upstream
+// latency carries estimated_completion_at while it runs; from 20% of its
+// rows settled on, the estimate is within 20% of the run's length of its
+// real end (completed_at). The estimate at each 10% is logged.
+func TestETAHoldsFromAFifthOn(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t, withModels(t, etaModels), func(o *localrun.Options) {
+		o.Env.ChunkRows = 0
+		o.MockOptions.Latency = etaLatency
+	})
+	c, _ := client(t, rt, "eta")
+	const n = 10_000
+	f := upload(t, c, "eta.jsonl", jsonlRows(nRows(n, "eta")))
+	b := createBatch(t, c, f.ID)
+	if b.JSON.ExtraFields["estimated_completion_at"].Raw() != "null" {
+		t.Fatalf("a new batch's estimated_completion_at: %s, want null", b.JSON.ExtraFields["estimated_completion_at"].Raw())
+	}
+	type sample struct {
+		tenth int
+		at    time.Time
+		eta   int64
+	}
+	var samples []sample
+	deadline := time.Now().Add(5 * time.Minute)
+	for next := 1; ; {
+		got, err := c.Batches.Get(context.Background(), b.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if terminal[got.Status] {
+			b = got
+			break
+		}
+		done := got.RequestCounts.Completed + got.RequestCounts.Failed
+		var eta int64
+		json.Unmarshal([]byte(got.JSON.ExtraFields["estimated_completion_at"].Raw()), &eta)
+		if got.Status == "in_progress" && done > 0 && eta == 0 {
+			t.Fatalf("in progress with %d rows settled: no estimated_completion_at", done)
+		}
+		for next < 10 && done*10 >= int64(next)*n {
+			samples = append(samples, sample{next, time.Now(), eta})
+			next++
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("batch still %s after 5 minutes", got.Status)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if b.Status != "completed" || b.RequestCounts.Completed != n {
+		t.Fatalf("batch: %s %+v", b.Status, b.RequestCounts)
+	}
+	run := float64(b.CompletedAt - b.InProgressAt)
+	for _, s := range samples {
+		off := math.Abs(float64(s.eta-b.CompletedAt)) / run
+		t.Logf("%3d%%: estimated_completion_at %+ds from the real end (%.1f%% of the %.0fs run)", s.tenth*10, s.eta-b.CompletedAt, 100*off, run)
+		if s.tenth >= 2 && off > 0.2 {
+			t.Errorf("at %d%%: estimate %d, real end %d: more than 20%% of the run off", s.tenth*10, s.eta, b.CompletedAt)
+		}
+	}
+	if len(samples) < 8 {
+		t.Errorf("%d samples, want one at each 10%% from 20%%", len(samples))
+	}
+}

@@ -56,10 +56,16 @@ func (b apiBatch) terminal() bool {
 func (b apiBatch) done() int { return int(b.RequestCounts.Completed + b.RequestCounts.Failed) }
 
 func (b apiBatch) progress(rate float64) progress {
-	return progress{
+	p := progress{
 		Label: b.ID, Status: string(b.Status), Done: b.done(), Total: int(b.RequestCounts.Total),
 		Failed: int(b.RequestCounts.Failed), Rate: rate,
 	}
+	var at int64
+	extra(b.JSON.ExtraFields, "estimated_completion_at", &at)
+	if at > 0 {
+		p.EndsAt = time.Unix(at, 0)
+	}
+	return p
 }
 
 func (b apiBatch) endedAt() int64 {

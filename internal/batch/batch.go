@@ -149,6 +149,10 @@ type Batch struct {
 	// Cost is what its tokens cost in USD, when every model it used has a
 	// price (docs/api.md "Extensions"); read from its usage, never stored.
 	Cost *float64 `json:"cost,omitempty" dynamodbav:"-"`
+	// EstimatedCompletionAt is when the batch should end at the rate its
+	// rows have settled (ETA; docs/api.md "Extensions"): null until known,
+	// computed when it is read, never stored.
+	EstimatedCompletionAt *int64 `json:"estimated_completion_at" dynamodbav:"-"`
 	// AnthropicBetas and UserProfileID are a message batch create's
 	// anthropic-beta and anthropic-user-profile-id headers, sent with each
 	// of its rows upstream (docs/api.md "Anthropic Message Batches").
@@ -205,6 +209,21 @@ func (b Batch) Out() Batch {
 	n.Failed += max(min(b.ProgressFailed, n.Total-n.Completed-n.Failed), 0)
 	b.ProgressCompleted, b.ProgressFailed = 0, 0
 	return b
+}
+
+// ETA is when in-progress batch b (as Out shows it) ends at now, its rows
+// left settling at the rate its settled ones did since it started; nil
+// until a row settled, and once it is no longer in progress.
+func (b Batch) ETA(now time.Time) *int64 {
+	n := b.RequestCounts
+	done := n.Completed + n.Failed
+	if b.Status != InProgress || b.InProgressAt == nil || done <= 0 || n.Total <= 0 {
+		return nil
+	}
+	elapsed := now.Sub(time.Unix(*b.InProgressAt, 0)).Seconds()
+	left := float64(max(n.Total-done, 0))
+	at := now.Add(time.Duration(left * elapsed / float64(done) * float64(time.Second))).Unix()
+	return &at
 }
 
 // To moves b to status next at now, setting the timestamp of the state it

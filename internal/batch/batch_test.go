@@ -423,3 +423,33 @@ func TestInvalidInputStatus(t *testing.T) {
 		}
 	}
 }
+
+func TestETA(t *testing.T) {
+	t.Parallel()
+	start := int64(1_000_000)
+	now := time.Unix(start+100, 0)
+	tests := []struct {
+		name string
+		b    Batch
+		want int64 // 0: null
+	}{
+		// 250 of 1000 rows in 100 s: 750 left take 300 s.
+		{"a quarter done", Batch{Status: InProgress, InProgressAt: &start, RequestCounts: Counts{Total: 1000, Completed: 200, Failed: 50}}, start + 400},
+		{"no row settled yet", Batch{Status: InProgress, InProgressAt: &start, RequestCounts: Counts{Total: 1000}}, 0},
+		{"validating", Batch{Status: Validating, RequestCounts: Counts{Total: 1000, Completed: 10}}, 0},
+		{"finalizing", Batch{Status: Finalizing, InProgressAt: &start, RequestCounts: Counts{Total: 10, Completed: 10}}, 0},
+		{"every row settled", Batch{Status: InProgress, InProgressAt: &start, RequestCounts: Counts{Total: 10, Completed: 10}}, start + 100},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := tt.b.ETA(now)
+			switch {
+			case tt.want == 0 && got != nil:
+				t.Fatalf("got %d, want null", *got)
+			case tt.want != 0 && (got == nil || *got != tt.want):
+				t.Fatalf("got %v, want %d", got, tt.want)
+			}
+		})
+	}
+}

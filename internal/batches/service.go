@@ -621,6 +621,7 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (batch.Batch, erro
 		return batch.Batch{}, err
 	}
 	out := s.WithCost(ctx, b.Out())
+	out.EstimatedCompletionAt = out.ETA(s.Now())
 	out = s.Deliveries.WithDeliveries(ctx, out)
 	return out, nil
 }
@@ -639,8 +640,10 @@ func (s *Service) List(ctx context.Context, tenant, after string, limit int, tem
 		after = "batch_~"
 	}
 	bs, more, err := s.Store.ListBatches(ctx, tenant, after, limit, templateID)
+	now := s.Now()
 	for i := range bs {
 		bs[i] = bs[i].Out()
+		bs[i].EstimatedCompletionAt = bs[i].ETA(now)
 	}
 	s.withCosts(ctx, bs)
 	return bs, more, err
