@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 	"github.com/relaybatch/relay/internal/local/localrun"
 	"github.com/relaybatch/relay/internal/quote"
 	"github.com/relaybatch/relay/internal/store"
@@ -304,5 +305,62 @@ func TestETAHoldsFromAFifthOn(t *testing.T) {
 	}
 	if len(samples) < 8 {
 		t.Errorf("%d samples, want one at each 10%% from 20%%", len(samples))
+	}
+}
+
+// costModels: gpt-4o-mini at a dollar a token, so a row "hello N" with
+// max_tokens 3 costs at most $6 (3 words in, 3 out at the mock), and one
+// model without a price.
+const costModels = `
+models:
+  - {name: gpt-4o-mini, provider: openai, tokenizer: words, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, max_concurrency: 8, timeout: 5s,
+     price: {input_per_mtok: 1000000, output_per_mtok: 1000000}}
+  - {name: unpriced, provider: openai, tokenizer: words, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, max_concurrency: 8, timeout: 5s}
+`
+
+// TestMaxCostStopsAtTheCeiling: a batch of 20 rows that costs $120 run in
+// full, with max_cost 70, runs its first chunk of 10 rows ($60) and not the
+// second, whose rows could pass the ceiling: they end cost_limit_reached,
+// in the dead-letter list, and the batch's cost stays under 70.
+func TestMaxCostStopsAtTheCeiling(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t, withModels(t, costModels))
+	c, key := client(t, rt, "ceiling")
+	var data bytes.Buffer
+	var ids []string
+	for i := range 20 {
+		id := fmt.Sprintf("r%04d", i)
+		ids = append(ids, id)
+		line, _ := json.Marshal(map[string]any{"custom_id": id, "method": "POST", "url": "/v1/chat/completions",
+			"body": map[string]any{"model": "gpt-4o-mini", "max_tokens": 3, "messages": []any{map[string]any{"role": "user", "content": fmt.Sprint("hello ", i)}}}})
+		data.Write(line)
+		data.WriteByte('\n')
+	}
+	f := upload(t, c, "ceiling.jsonl", data.Bytes())
+	_, q, resp := postQuote(t, rt, key, map[string]any{"input_file_id": f.ID, "endpoint": "/v1/chat/completions"})
+	if q.Modes.Direct.CostUSD == nil || q.Modes.Direct.CostUSD.Max == nil || *q.Modes.Direct.CostUSD.Max != 120 {
+		t.Fatalf("quote: %s; want at most $120", resp)
+	}
+	b := waitBatch(t, c, createBatch(t, c, f.ID, option.WithJSONSet("max_cost", 70)).ID)
+	out, errs := checkInvariant(t, c, b, ids)
+	codes := codesOf(errs)
+	if b.Status != "completed" || len(out) != 10 || codes["cost_limit_reached"] != 10 {
+		t.Fatalf("batch: %s, %d rows done, error codes %v; want 10 done and 10 cost_limit_reached", b.Status, len(out), codes)
+	}
+	var cost float64
+	json.Unmarshal([]byte(b.JSON.ExtraFields["cost"].Raw()), &cost)
+	if cost != 60 || b.JSON.ExtraFields["max_cost"].Raw() != "70" {
+		t.Fatalf("cost %v (max_cost %s), want $60 of at most $70", cost, b.JSON.ExtraFields["max_cost"].Raw())
+	}
+	dls := deadLetters(t, rt, key, b.ID, 100)
+	if len(dls) != 10 || dls[0].Reason != "cost_limit_reached" || dls[0].Row != 10 {
+		t.Fatalf("dead letters %+v, want rows 10 to 19, cost_limit_reached", dls)
+	}
+
+	// A max_cost needs a price for every model of the batch.
+	unpriced := upload(t, c, "unpriced.jsonl", jsonlRows([]row{{id: "a", content: "hi", model: "unpriced"}}))
+	status, resp := rawDo(t, rt, key, "POST", "/v1/batches", strings.NewReader(fmt.Sprintf(`{"input_file_id":%q,"endpoint":"/v1/chat/completions","max_cost":1}`, unpriced.ID)))
+	if status != 400 || !strings.Contains(string(resp), "max_cost") {
+		t.Fatalf("max_cost on an unpriced model: %d %s, want 400 naming max_cost", status, resp)
 	}
 }

@@ -153,6 +153,12 @@ type Batch struct {
 	// rows have settled (ETA; docs/api.md "Extensions"): null until known,
 	// computed when it is read, never stored.
 	EstimatedCompletionAt *int64 `json:"estimated_completion_at" dynamodbav:"-"`
+	// MaxCost is the create's max_cost in USD (docs/api.md "Extensions"):
+	// a chunk whose rows could take the batch's cost past it does not run,
+	// its rows end cost_limit_reached. RowCost is the most one of its rows
+	// may cost, from its quote.
+	MaxCost *float64 `json:"max_cost,omitempty" dynamodbav:"max_cost,omitempty"`
+	RowCost float64  `json:"-" dynamodbav:"row_cost,omitempty"`
 	// AnthropicBetas and UserProfileID are a message batch create's
 	// anthropic-beta and anthropic-user-profile-id headers, sent with each
 	// of its rows upstream (docs/api.md "Anthropic Message Batches").

@@ -124,6 +124,28 @@ func (s *Service) reserve(ctx context.Context, p auth.Principal, req CreateReque
 	return err
 }
 
+// rowCost checks a create's max_cost and returns the most one of its rows
+// may cost: its quote's most at the direct price (its least when a row sets
+// no max_tokens) over its rows. Every model of the batch needs a price.
+func (s *Service) rowCost(ctx context.Context, p auth.Principal, req CreateRequest, window time.Duration, inline []byte, f file.File) (float64, error) {
+	if *req.MaxCost <= 0 {
+		return 0, errs.Invalidf("max_cost", "max_cost must be a positive amount of USD")
+	}
+	q, err := s.quoteInput(ctx, p, req, window, inline, f)
+	if err != nil {
+		return 0, err
+	}
+	c := q.Modes.Direct.CostUSD
+	if c == nil {
+		return 0, errs.Invalidf("max_cost", "max_cost needs a price for every model of the batch (relay.yaml price)")
+	}
+	most := c.Min
+	if c.Max != nil {
+		most = *c.Max
+	}
+	return most / float64(max(q.Rows, 1)), nil
+}
+
 // tally reads the input's rows by model, refusing the input the plan
 // would (internal/plan Scan) with its first error.
 func (s *Service) tally(in io.Reader, format jsonl.Format, req CreateRequest, p auth.Principal) (map[string]*quote.Tally, error) {

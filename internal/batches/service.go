@@ -200,6 +200,8 @@ type CreateRequest struct {
 	Model            string            `json:"model"` // the model of a CSV input's rows
 	// DryRun asks for a quote instead of a batch (quote.go).
 	DryRun bool `json:"dry_run"`
+	// MaxCost is the most the batch may cost in USD (quote.go).
+	MaxCost *float64 `json:"max_cost"`
 }
 
 // Limits of the create body.
@@ -424,6 +426,12 @@ func (s *Service) CreateShaped(ctx context.Context, p auth.Principal, req Create
 	}
 	if shape != nil {
 		shape(&b)
+	}
+	if req.MaxCost != nil {
+		if b.RowCost, err = s.rowCost(ctx, p, req, window, opts.inline, input); err != nil {
+			return batch.Batch{}, err
+		}
+		b.MaxCost = req.MaxCost
 	}
 	if req.Schedule == "" {
 		if err := s.reserve(ctx, p, req, b, window, opts.inline, input); err != nil {

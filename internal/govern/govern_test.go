@@ -28,6 +28,8 @@ type fakeStore struct {
 	// the write and then fails it, as a timed-out call that went through.
 	writes    int
 	ambiguous bool
+	// batchUsage is every batch's usage (cost_test.go).
+	batchUsage []store.UsageDetail
 }
 
 func (f *fakeStore) UpdateReservations(_ context.Context, _ string, fn func(*store.Reservations) error) error {
@@ -48,6 +50,10 @@ func (f *fakeStore) UpdateReservations(_ context.Context, _ string, fn func(*sto
 		return errors.New("timeout: the write's outcome is unknown")
 	}
 	return nil
+}
+
+func (f *fakeStore) BatchUsage(context.Context, string, string, string, []string) ([]store.UsageDetail, error) {
+	return f.batchUsage, nil
 }
 
 func (f *fakeStore) GetBatch(_ context.Context, _, id string) (batch.Batch, error) {

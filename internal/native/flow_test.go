@@ -238,6 +238,10 @@ func (g *tenantState) UpdateReservations(context.Context, string, func(*store.Re
 	return errors.New("tenantState: no reservations")
 }
 
+func (g *tenantState) BatchUsage(context.Context, string, string, string, []string) ([]store.UsageDetail, error) {
+	return nil, nil
+}
+
 func (g *tenantState) GetBatch(context.Context, string, string) (batch.Batch, error) {
 	return batch.Batch{}, errors.New("tenantState: no batches")
 }
