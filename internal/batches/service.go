@@ -202,6 +202,9 @@ type CreateRequest struct {
 	DryRun bool `json:"dry_run"`
 	// MaxCost is the most the batch may cost in USD (quote.go).
 	MaxCost *float64 `json:"max_cost"`
+	// CompleteBy is when the batch is to have ended, Unix seconds within
+	// its window (internal/native moves native rows to direct for it).
+	CompleteBy *int64 `json:"complete_by"`
 }
 
 // Limits of the create body.
@@ -426,6 +429,12 @@ func (s *Service) CreateShaped(ctx context.Context, p auth.Principal, req Create
 	}
 	if shape != nil {
 		shape(&b)
+	}
+	if req.CompleteBy != nil {
+		if *req.CompleteBy <= now.Unix() || *req.CompleteBy > exp {
+			return batch.Batch{}, errs.Invalidf("complete_by", "complete_by must be a Unix time after now and within the completion window (by %d)", exp)
+		}
+		b.CompleteBy = req.CompleteBy
 	}
 	if req.MaxCost != nil {
 		if b.RowCost, err = s.rowCost(ctx, p, req, window, opts.inline, input); err != nil {
