@@ -98,14 +98,14 @@ func (s *Service) quoteInput(ctx context.Context, p auth.Principal, req CreateRe
 // tenant's budget (docs/api.md "Budgets, revocation and allow-lists",
 // reservations); a create that does not fit is refused with
 // budget_exceeded and its quote.
-func (s *Service) reserve(ctx context.Context, p auth.Principal, req CreateRequest, b batch.Batch, window time.Duration, inline []byte, f file.File) error {
+func (s *Service) reserve(ctx context.Context, p auth.Principal, b batch.Batch, quoted func() (quote.Quote, error)) error {
 	if s.Reservations == nil {
 		return nil
 	}
 	var q quote.Quote
 	err := s.Reservations.Reserve(ctx, p.Tenant, b.ID, func() (store.Reservation, error) {
 		var err error
-		q, err = s.quoteInput(ctx, p, req, window, inline, f)
+		q, err = quoted()
 		if errs.Is(err, errs.Invalid) {
 			// An input the plan will refuse runs nothing: it reserves
 			// nothing, and the batch fails with its errors as any other.
@@ -127,11 +127,11 @@ func (s *Service) reserve(ctx context.Context, p auth.Principal, req CreateReque
 // rowCost checks a create's max_cost and returns the most one of its rows
 // may cost: its quote's most at the direct price (its least when a row sets
 // no max_tokens) over its rows. Every model of the batch needs a price.
-func (s *Service) rowCost(ctx context.Context, p auth.Principal, req CreateRequest, window time.Duration, inline []byte, f file.File) (float64, error) {
+func rowCost(req CreateRequest, quoted func() (quote.Quote, error)) (float64, error) {
 	if *req.MaxCost <= 0 {
 		return 0, errs.Invalidf("max_cost", "max_cost must be a positive amount of USD")
 	}
-	q, err := s.quoteInput(ctx, p, req, window, inline, f)
+	q, err := quoted()
 	if err != nil {
 		return 0, err
 	}
@@ -144,6 +144,23 @@ func (s *Service) rowCost(ctx context.Context, p auth.Principal, req CreateReque
 		most = *c.Max
 	}
 	return most / float64(max(q.Rows, 1)), nil
+}
+
+// quoteOnce is quoteInput's answer, read once however often it is asked
+// (a create with max_cost and a budget needs it twice).
+func (s *Service) quoteOnce(ctx context.Context, p auth.Principal, req CreateRequest, window time.Duration, inline []byte, f file.File) func() (quote.Quote, error) {
+	var (
+		q    quote.Quote
+		err  error
+		done bool
+	)
+	return func() (quote.Quote, error) {
+		if !done {
+			q, err = s.quoteInput(ctx, p, req, window, inline, f)
+			done = true
+		}
+		return q, err
+	}
 }
 
 // tally reads the input's rows by model, refusing the input the plan

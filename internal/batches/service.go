@@ -436,14 +436,15 @@ func (s *Service) CreateShaped(ctx context.Context, p auth.Principal, req Create
 		}
 		b.CompleteBy = req.CompleteBy
 	}
+	quoted := s.quoteOnce(ctx, p, req, window, opts.inline, input)
 	if req.MaxCost != nil {
-		if b.RowCost, err = s.rowCost(ctx, p, req, window, opts.inline, input); err != nil {
+		if b.RowCost, err = rowCost(req, quoted); err != nil {
 			return batch.Batch{}, err
 		}
 		b.MaxCost = req.MaxCost
 	}
 	if req.Schedule == "" {
-		if err := s.reserve(ctx, p, req, b, window, opts.inline, input); err != nil {
+		if err := s.reserve(ctx, p, b, quoted); err != nil {
 			return batch.Batch{}, err
 		}
 	}
