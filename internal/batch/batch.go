@@ -158,10 +158,10 @@ type Batch struct {
 	// its rows end cost_limit_reached. RowCost is the most one of its rows
 	// may cost, from its quote.
 	MaxCost *float64 `json:"max_cost,omitempty" dynamodbav:"max_cost,omitempty"`
+	RowCost float64  `json:"-" dynamodbav:"row_cost,omitempty"`
 	// CompleteBy is the create's complete_by (Unix seconds; docs/api.md
 	// "Extensions"): a native model's rows move to direct in time for it.
-	CompleteBy *int64  `json:"complete_by,omitempty" dynamodbav:"complete_by,omitempty"`
-	RowCost    float64 `json:"-" dynamodbav:"row_cost,omitempty"`
+	CompleteBy *int64 `json:"complete_by,omitempty" dynamodbav:"complete_by,omitempty"`
 	// AnthropicBetas and UserProfileID are a message batch create's
 	// anthropic-beta and anthropic-user-profile-id headers, sent with each
 	// of its rows upstream (docs/api.md "Anthropic Message Batches").
