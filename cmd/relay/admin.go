@@ -126,24 +126,28 @@ func requeue(ctx context.Context, b batch.Batch, stdout io.Writer) error {
 }
 
 // requeueMessage is the message that moves batch b on from where it is at
-// now, as the tick would send it when due (docs/design.md "Tick"): its plan
-// while it is not started, its drain while cancelling or past its window, its finalize once every
-// chunk is done (or when terminal: the finalize then only repeats giving
-// back the tenant's slot and queueing the webhook). Its handler's fences
-// make a message sent twice do the work once. A batch whose chunks run has
-// nothing to requeue: its chunks' leases carry it.
+// now: its next step (batch.Batch.NextStep, what the tick sends when due,
+// docs/design.md "Tick"), except that a terminal batch's finalize is sent
+// again (it then only repeats giving back the tenant's slot and queueing
+// the webhook), and a batch whose window ended before its plan gets a tick
+// (which ends it expired). Its handler's fences make a message sent
+// twice do the work once. A batch whose chunks run has nothing to requeue:
+// its chunks' leases carry it.
 func requeueMessage(b batch.Batch, now time.Time) (string, msg.Message, error) {
 	m := msg.Message{Tenant: b.Tenant, Batch: b.ID}
+	step := b.NextStep(now)
 	switch {
 	case b.Status == batch.Scheduled:
 		return "", m, fmt.Errorf("%s is a template: its runs are batches of their own", b.ID)
-	case b.Status.Terminal(), b.Status == batch.Finalizing, b.ChunksTotal > 0 && b.ChunksDone >= b.ChunksTotal:
+	case b.Status.Terminal(), step == batch.StepFinalize:
 		m.Type = msg.Finalize
 		return resources.Finalize, m, nil
-	case b.Started && (b.Status == batch.Cancelling || b.PastExpiry(now)):
+	case step == batch.StepDrain:
 		m.Type = msg.Drain
-	case !b.Started:
+	case step == batch.StepPlan:
 		m.Type = msg.Plan
+	case step == batch.StepExpire:
+		m.Type = msg.Tick
 	default:
 		return "", m, fmt.Errorf("%s has chunks running or waiting for capacity: nothing to requeue (relay admin batch inspect %s; relay admin tick takes over ended leases)", b.ID, b.ID)
 	}

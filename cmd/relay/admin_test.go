@@ -98,6 +98,7 @@ func TestRequeueMessage(t *testing.T) {
 		queue, typ string
 	}{
 		{"validating", batch.Batch{Status: batch.Validating}, "dispatch", "plan"},
+		{"validating past its window", batch.Batch{Status: batch.Validating, ExpiresAt: &earlier}, "dispatch", "tick"},
 		{"planned, not started", batch.Batch{Status: batch.InProgress, ChunksTotal: 2}, "dispatch", "plan"},
 		{"cancelling", batch.Batch{Status: batch.Cancelling, Started: true, ChunksTotal: 2}, "dispatch", "drain"},
 		{"every chunk done", batch.Batch{Status: batch.InProgress, Started: true, ChunksTotal: 2, ChunksDone: 2}, "finalize", "finalize"},
