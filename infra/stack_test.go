@@ -848,10 +848,13 @@ func TestDashboard(t *testing.T) {
 		t.Fatalf("%d dashboards, want 1", len(ids))
 	}
 	body := jsonString(template.Resources[ids[0]].Properties["DashboardBody"])
-	for _, name := range append(metrics.ModelNames, metrics.InFlight, metrics.Capacity) {
+	for _, name := range append(metrics.ModelNames, metrics.InFlight, metrics.Capacity, metrics.ChunkDuration) {
 		if !strings.Contains(body, `\"`+name+`\"`) {
 			t.Errorf("dashboard has no metric %s", name)
 		}
+	}
+	if !strings.Contains(body, `\"`+metrics.Function+`\",\"executor\"`) {
+		t.Errorf("dashboard's chunk durations are not the executor's (dimension %s)", metrics.Function)
 	}
 	for _, m := range props.Models.Models {
 		if !strings.Contains(body, m.Name) {

@@ -31,7 +31,9 @@ import (
 	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/govern"
+	"github.com/relaybatch/relay/internal/metrics"
 	"github.com/relaybatch/relay/internal/native"
+	"github.com/relaybatch/relay/internal/ops"
 	"github.com/relaybatch/relay/internal/panel"
 	"github.com/relaybatch/relay/internal/plan"
 	"github.com/relaybatch/relay/internal/provider"
@@ -65,6 +67,8 @@ type App struct {
 	Batches   *batches.Service  // the batches of the API and cron templates: the engine's Lifecycle
 	Webhooks  *delivery.Service // completion webhooks: queued by Batches.Terminal, sent by the webhook function
 	Audit     *audit.Chain      // this process's audit trail: API calls, rows run (docs/runbook.md "Audit trail")
+	Recent    *metrics.Recent   // the rows this process committed, by upstream answer (internal/ops)
+	Ops       *ops.Service      // the panel's Operations page
 	Log       *slog.Logger
 	// UnknownKeyHint ends the API's message for an unknown key
 	// (auth.Authenticator).
@@ -117,6 +121,8 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	a.Files = &files.Service{Store: a.Store, Blobs: a.Blobs, Now: now}
 	a.Audit = audit.NewChain(auditBucket{a.Blobs}, now())
 	a.Queue = &queue.Sender{SQS: a.SQS, Prefix: env.Prefix}
+	a.Recent = &metrics.Recent{}
+	a.Ops = &ops.Service{Store: a.Store, Models: models, Queue: a.Queue, Recent: a.Recent, Now: now}
 	// Keys from the environment first (local runs), then Secrets Manager (AWS).
 	a.secrets = &provider.SecretsKeys{Client: secretsmanager.NewFromConfig(cfg), Prefix: env.SecretPrefix, Now: now}
 	keys := provider.ChainKeys{provider.EnvKeys{}, a.secrets}
@@ -154,8 +160,8 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 		Now: now, Govern: a.Govern, Lifecycle: a.Batches,
 		Workflow: func(e *engine.Engine) engine.Workflow { return a.workflows(e, hooks) },
 		Native:   func(e *engine.Engine) engine.Delegate { return a.native(e, upstream, keys) },
-		Audit:    a.Audit,
-		Chunks:   plan.Limits{Rows: env.ChunkRows}, Lease: env.Lease,
+		Audit:    a.Audit, Recent: a.Recent,
+		Chunks: plan.Limits{Rows: env.ChunkRows}, Lease: env.Lease,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("build the engine: %w", err)
@@ -200,7 +206,8 @@ func (a *App) API() http.Handler {
 	clock := func() time.Time { return a.now() }
 	return (&api.API{Auth: auth.Authenticator{Store: a.Store, UnknownKeyHint: a.UnknownKeyHint, Now: clock}, Files: a.Files, Batches: a.Batches, Log: a.Log,
 		Limiter: api.NewRateLimiter(a.Store, a.Env.RateLimit, a.Log), Budgets: a.Govern, Audit: a.Audit,
-		Panel: panel.Handler(a.uploadOrigin())}).Handler()
+		Operations: a.Ops,
+		Panel:      panel.Handler(a.uploadOrigin())}).Handler()
 }
 
 // uploadOrigin is the origin of the bucket's presigned uploads, the only
