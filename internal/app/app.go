@@ -185,6 +185,11 @@ func (a *App) SetClock(now func() time.Time) {
 	a.Webhooks.Now, a.secrets.Now, a.now = now, now, now
 }
 
+// ForgetKeys drops the provider keys read from Secrets Manager, which the
+// functions keep for 5 minutes: what a new execution environment starts
+// without (tests use it to stand for those minutes).
+func (a *App) ForgetKeys() { a.secrets.Forget() }
+
 // workflows builds the workflow records' runner on e (engine.Deps.Workflow).
 func (a *App) workflows(e *engine.Engine, hooks *webhook.Client) engine.Workflow {
 	a.Workflows = &wfhost.Runner{Engine: e, Store: a.Store, Blobs: a.Blobs, Provider: e.Provider, Log: a.Log, Set: a.Resources,
