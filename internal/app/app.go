@@ -119,7 +119,7 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	now := time.Now
 	a.now = now
 	a.Files = &files.Service{Store: a.Store, Blobs: a.Blobs, Now: now}
-	a.Audit = audit.NewChain(auditBucket{a.Blobs}, now())
+	a.Audit = audit.NewChain(auditBucket{b: a.Blobs, lockMode: env.AuditLockMode, lockDays: env.AuditLockDays, now: time.Now}, now())
 	a.Queue = &queue.Sender{SQS: a.SQS, Prefix: env.Prefix}
 	a.Recent = &metrics.Recent{}
 	a.Ops = &ops.Service{Store: a.Store, Models: models, Queue: a.Queue, Recent: a.Recent, Now: now}
@@ -170,10 +170,19 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	return a, nil
 }
 
-// auditBucket writes the audit trail's objects to the bucket.
-type auditBucket struct{ b *blob.Store }
+// auditBucket writes the audit trail's objects to the bucket, each under
+// Object Lock in lockMode for lockDays when set (config.Env.AuditLockMode).
+type auditBucket struct {
+	b        *blob.Store
+	lockMode string
+	lockDays int
+	now      func() time.Time
+}
 
 func (a auditBucket) Put(ctx context.Context, key string, body []byte) error {
+	if a.lockMode != "" {
+		return a.b.PutLocked(ctx, key, body, a.lockMode, a.now().Add(time.Duration(a.lockDays)*24*time.Hour))
+	}
 	return a.b.Put(ctx, key, bytes.NewReader(body), int64(len(body)))
 }
 
