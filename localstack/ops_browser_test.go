@@ -17,11 +17,16 @@ import (
 // batch waiting for more; the upstream answers of a finished batch's rows
 // (its 400s as 4xx); the four dead-letter queues empty and no stuck chunk
 // (internal/ops, what relay admin reads). A key without the admin scope
-// is refused the page's data.
+// is refused the page's data; another tenant's admin key sees the figures
+// but not acme's batches.
 func testBrowserOperations(t *testing.T, browserCtx context.Context) {
 	rt := runtime(t)
 	c, key := client(t, rt, "acme")
-	admin, err := rt.Key(context.Background(), "ops", "admin")
+	admin, err := rt.Key(context.Background(), "acme", "admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rival, err := rt.Key(context.Background(), "rival", "admin")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,6 +71,10 @@ func testBrowserOperations(t *testing.T, browserCtx context.Context) {
 	}
 	if stuck := eval[string](p, `document.querySelector('#ops-body [aria-labelledby="ops-stuck-title"]')?.textContent || ''`); !strings.Contains(stuck, "None") {
 		t.Errorf("stuck chunks: %q, want none", stuck)
+	}
+	// Another tenant's admin key sees the figures, not acme's batches.
+	if status, body := rawDo(t, rt, rival, "GET", "/v1/admin/operations", nil); status != 200 || strings.Contains(string(body), slow.ID) {
+		t.Errorf("GET /v1/admin/operations with another tenant's admin key: %d %s, want 200 without %s", status, body, slow.ID)
 	}
 	p.screenshot("operations", true)
 }

@@ -51,7 +51,7 @@ type API struct {
 	// Operations, if set, answers GET /v1/admin/operations to an
 	// admin-scoped key: the panel's Operations page (internal/ops).
 	Operations interface {
-		Overview(ctx context.Context) (ops.Overview, error)
+		Overview(ctx context.Context, tenant string) (ops.Overview, error)
 	}
 	Log *slog.Logger
 }
@@ -342,9 +342,10 @@ func newList[T any](data []T, more bool, id func(T) string) list[T] {
 
 // operations answers GET /v1/admin/operations: the service's models,
 // stuck chunks, dead-letter queues and recent upstream answers, as relay
-// admin reads them (internal/ops; docs/runbook.md "Operations page").
-func (a *API) operations(w http.ResponseWriter, r *http.Request, _ auth.Principal) error {
-	o, err := a.Operations.Overview(r.Context())
+// admin reads them, naming the caller's tenant's batches only
+// (internal/ops; docs/runbook.md "Operations page").
+func (a *API) operations(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	o, err := a.Operations.Overview(r.Context(), p.Tenant)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -181,8 +182,10 @@ type Service struct {
 	Now    func() time.Time
 }
 
-// Overview reads the overview now.
-func (s *Service) Overview(ctx context.Context) (Overview, error) {
+// Overview reads the overview now for an admin key of tenant: the
+// batches it names (waiting, stuck) are the tenant's only, as a key acts
+// as its tenant (SECURITY.md "Actors"); the figures are the service's.
+func (s *Service) Overview(ctx context.Context, tenant string) (Overview, error) {
 	now := s.Now()
 	o := Overview{At: now.UTC(), Upstream: s.Recent.Snapshot(now)}
 	var err error
@@ -193,5 +196,18 @@ func (s *Service) Overview(ctx context.Context) (Overview, error) {
 		return o, err
 	}
 	o.DLQs, err = DLQDepths(ctx, s.Queue)
-	return o, err
+	return Of(o, tenant), err
+}
+
+// Of is o with only tenant's batches named: in each model's waiting
+// batches and in the stuck chunks.
+func Of(o Overview, tenant string) Overview {
+	models := make([]ModelReport, len(o.Models))
+	for i, m := range o.Models {
+		m.Waiting = slices.DeleteFunc(slices.Clone(m.Waiting), func(r sched.Ready) bool { return r.Tenant != tenant })
+		models[i] = m
+	}
+	o.Models = models
+	o.Stuck = slices.DeleteFunc(slices.Clone(o.Stuck), func(c ClaimedChunk) bool { return c.Tenant != tenant })
+	return o
 }

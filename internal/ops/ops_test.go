@@ -20,3 +20,22 @@ func TestReportModel(t *testing.T) {
 		t.Errorf("idle model: %+v", r)
 	}
 }
+
+// An overview names only the caller's tenant's batches.
+func TestOverviewOfATenant(t *testing.T) {
+	t.Parallel()
+	o := Overview{
+		Models: []ModelReport{{Model: "m", InFlight: 3, Waiting: []sched.Ready{{Model: "m", Tenant: "acme", Batch: "a1"}, {Model: "m", Tenant: "rival", Batch: "r1"}}}},
+		Stuck:  []ClaimedChunk{{Tenant: "rival", Batch: "r1"}, {Tenant: "acme", Batch: "a2"}},
+	}
+	got := Of(o, "acme")
+	if len(got.Models) != 1 || len(got.Models[0].Waiting) != 1 || got.Models[0].Waiting[0].Batch != "a1" || got.Models[0].InFlight != 3 {
+		t.Errorf("models %+v, want acme's waiting batch only and the model's figures", got.Models)
+	}
+	if len(got.Stuck) != 1 || got.Stuck[0].Batch != "a2" {
+		t.Errorf("stuck %+v, want acme's only", got.Stuck)
+	}
+	if len(o.Models[0].Waiting) != 2 || len(o.Stuck) != 2 {
+		t.Errorf("Of changed the overview it was given: %+v", o)
+	}
+}
