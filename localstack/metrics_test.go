@@ -50,6 +50,7 @@ func TestMetricLinesSumToTheBatch(t *testing.T) {
 				t.Errorf("chunk duration line %v: want the executor's, within the batch's time", f)
 			}
 			durations[f[metrics.Model].(string)]++
+			t.Logf("chunk duration %s: %v ms", f[metrics.Model], d)
 		}
 		for _, name := range append(metrics.ModelNames, metrics.TenantRows) {
 			switch v := f[name].(type) {
