@@ -68,8 +68,13 @@ type App struct {
 	Webhooks  *delivery.Service // completion webhooks: queued by Batches.Terminal, sent by the webhook function
 	Audit     *audit.Chain      // this process's audit trail: API calls, rows run (docs/runbook.md "Audit trail")
 	Recent    *metrics.Recent   // the rows this process committed, by upstream answer (internal/ops)
-	Ops       *ops.Service      // the panel's Operations page
-	Log       *slog.Logger
+	Ops       *ops.Service      // relay admin's figures, and the panel's Operations page
+	// OperationsPage serves the panel's Operations page (GET
+	// /v1/admin/operations): the local runtime's only, whose one user is
+	// the operator. Deployed, a tenant's admin key would see how busy the
+	// whole service is; the operator has the dashboard (docs/runbook.md).
+	OperationsPage bool
+	Log            *slog.Logger
 	// UnknownKeyHint ends the API's message for an unknown key
 	// (auth.Authenticator).
 	UnknownKeyHint string
@@ -218,10 +223,13 @@ func (a *App) API() http.Handler {
 	// Keys expire by the app's clock, read at each request: SetClock may
 	// move it after the handler is built.
 	clock := func() time.Time { return a.now() }
-	return (&api.API{Auth: auth.Authenticator{Store: a.Store, UnknownKeyHint: a.UnknownKeyHint, Now: clock}, Files: a.Files, Batches: a.Batches, Log: a.Log,
+	h := &api.API{Auth: auth.Authenticator{Store: a.Store, UnknownKeyHint: a.UnknownKeyHint, Now: clock}, Files: a.Files, Batches: a.Batches, Log: a.Log,
 		Limiter: api.NewRateLimiter(a.Store, a.Env.RateLimit, a.Log), Budgets: a.Govern, Audit: a.Audit,
-		Operations: a.Ops,
-		Panel:      panel.Handler(a.uploadOrigin())}).Handler()
+		Panel: panel.Handler(a.uploadOrigin())}
+	if a.OperationsPage {
+		h.Operations = a.Ops
+	}
+	return h.Handler()
 }
 
 // uploadOrigin is the origin of the bucket's presigned uploads, the only

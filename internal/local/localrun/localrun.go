@@ -122,6 +122,7 @@ func Start(ctx context.Context, o Options) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
+	a.OperationsPage = true
 	if o.Tune != nil {
 		o.Tune(&a.Resources)
 		a.Engine.Set, a.Workflows.Set = a.Resources, a.Resources
