@@ -142,6 +142,7 @@ func TestDeployOntoEmulator(t *testing.T) {
 		return
 	}
 	t.Run("batch", func(t *testing.T) { batchOnDeployed(t, cfg, st, tpl) })
+	t.Run("lambda", func(t *testing.T) { lambdaOnDeployed(t, cfg, st, tpl) })
 }
 
 func checkOutputs(t *testing.T, st *deployed.Stack) {
