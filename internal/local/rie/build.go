@@ -19,16 +19,16 @@ import (
 // verified with; EnsureEmulator installs its aws-lambda-rie command.
 const Module = "github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@v0.0.0-20261030222936-bef5c4ba774d"
 
-// EnsureEmulator returns dir/aws-lambda-rie, building it from Module first
+// EnsureEmulator returns dir/aws-lambda-rie (an absolute path), building it from Module first
 // (go install: the Go module proxy, no Docker) when it is not there.
 func EnsureEmulator(ctx context.Context, dir string) (string, error) {
-	bin := filepath.Join(dir, "aws-lambda-rie")
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return "", err
+	}
+	bin := filepath.Join(abs, "aws-lambda-rie")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
 	}
 	cmd := exec.CommandContext(ctx, "go", "install", Module)
 	cmd.Env = append(os.Environ(), "GOBIN="+abs, "CGO_ENABLED=0")
