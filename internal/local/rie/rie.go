@@ -72,6 +72,7 @@ type Function struct {
 type Stats struct {
 	Cold, Warm int           // invocations that started a sandbox, and those that found one idle
 	ColdTotal  time.Duration // the cold invocations' round trips, start of the process included
+	StartTotal time.Duration // of which starting the emulator's process until it listens
 	WarmTotal  time.Duration // the warm invocations' round trips
 }
 
@@ -173,8 +174,12 @@ func (f *Function) take(ctx context.Context) (*sandbox, bool, error) {
 	f.mu.Unlock()
 	var err error
 	for range 3 { // a port taken between choosing it and binding it
+		began := time.Now()
 		var sb *sandbox
 		if sb, err = f.start(ctx); err == nil {
+			f.mu.Lock()
+			f.stats.StartTotal += time.Since(began)
+			f.mu.Unlock()
 			return sb, true, nil
 		}
 	}
