@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -92,6 +93,60 @@ func lambdaOnDeployed(t *testing.T, cfg aws.Config, st *deployed.Stack, tpl cfnT
 	fns := prepareLambda(t, cfg, st, models, out)
 	t.Run("env", func(t *testing.T) { lambdaEnvMissing(t, fns) })
 	t.Run("batch", func(t *testing.T) { lambdaBatch(t, cfg, st, fns, models, mock, out) })
+	if n, _ := strconv.Atoi(os.Getenv("RELAY_RIE_BENCH_ROWS")); n > 0 {
+		t.Run("ratio", func(t *testing.T) { lambdaRatio(t, cfg, st, fns, models, mock, tpl, n) })
+	}
+}
+
+// lambdaRatio, run by hand for BENCHMARKS.md "Functions under the Lambda
+// RIE", times one batch of rows rows from create to completed with the
+// local runtime on the deployed stack, in process and then in lambda mode
+// (the same pollers, concurrency and mock provider):
+//
+//	RELAY_RIE_BENCH_ROWS=2000 go test -tags deploy -count=1 -run 'TestDeployOntoEmulator/lambda/ratio' -v ./localstack
+func lambdaRatio(t *testing.T, cfg aws.Config, st *deployed.Stack, fns map[string]*rie.Function, models []byte, mock string, tpl cfnTemplate, rows int) {
+	run := func(lambda map[string]*rie.Function, models []byte, mock string) time.Duration {
+		env, err := st.Env()
+		if err != nil {
+			t.Fatal(err)
+		}
+		env.S3PathStyle = true
+		parsed, err := config.ParseModels(models)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt, err := localrun.Start(context.Background(), localrun.Options{
+			Env: env, Models: parsed, AWS: cfg, Addr: "127.0.0.1:0", MockAddr: mock, TickEvery: time.Second,
+			Existing: true, Lambda: lambda, Tune: func(set *resources.Set) { _ = st.Apply(set) },
+			Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rt.Close()
+		c, _ := client(t, rt, "bench")
+		f := upload(t, c, "in.jsonl", jsonlRows(nRows(rows, "ratio")))
+		began := time.Now()
+		b := waitBatch(t, c, createBatch(t, c, f.ID).ID)
+		took := time.Since(began)
+		if b.Status != "completed" || b.RequestCounts.Completed != int64(rows) {
+			t.Fatalf("batch %s: %s, %d of %d", b.ID, b.Status, b.RequestCounts.Completed, rows)
+		}
+		return took
+	}
+	inMock := freeAddr(t)
+	in := run(nil, bundleModels(t, st, tpl, inMock), inMock)
+	before := map[string]rie.Stats{}
+	for name, f := range fns {
+		before[name] = f.Stats()
+	}
+	lam := run(fns, models, mock)
+	t.Logf("%d rows from create to completed: in process %v, in lambda mode %v (ratio %.2f)", rows, in.Round(10*time.Millisecond),
+		lam.Round(10*time.Millisecond), lam.Seconds()/in.Seconds())
+	for name, f := range fns {
+		s, b := f.Stats(), before[name]
+		t.Logf("%-10s %d invocations in lambda mode (%d cold)", name, s.Cold+s.Warm-b.Cold-b.Warm, s.Cold-b.Cold)
+	}
 }
 
 func lambdaBatch(t *testing.T, cfg aws.Config, st *deployed.Stack, fns map[string]*rie.Function, models []byte, mock string, out *syncBuffer) {
