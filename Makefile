@@ -99,9 +99,11 @@ test-deps:
 test-all: test-go fuzz-short lint-synthesized
 
 ## test-go: every Go test, the tagged kinds included, on the emulator in
-## AWS_ENDPOINT_URL (make test starts one)
+## AWS_ENDPOINT_URL (make test starts one). Four parallel tests a package,
+## not one per core: most of an integration test's time is spent waiting
+## (a tick, a lease, a provider's latency), not computing.
 test-go:
-	go test -count=1 -timeout 20m -tags '$(TEST_TAGS)' $(GO_PACKAGES)
+	go test -count=1 -timeout 20m -parallel 4 -tags '$(TEST_TAGS)' $(GO_PACKAGES)
 
 ## unit: the fast tests (under a minute): go test -short, which skips every
 ## test that needs the emulator (emutest) or the stack synthesized through

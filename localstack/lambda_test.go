@@ -57,7 +57,7 @@ func (s *syncBuffer) tail() string {
 // them with the deployed stack's environments (rie.Prepare), the mock
 // provider moved to mock. The webhook policy is the local runtime's, as
 // in-process: receivers on this machine over http.
-func prepareLambda(t *testing.T, cfg aws.Config, st *deployed.Stack, models []byte, out *syncBuffer) map[string]*rie.Function {
+func prepareLambda(t *testing.T, cfg aws.Config, st *deployed.Stack, dir string, models []byte, out *syncBuffer) map[string]*rie.Function {
 	t.Helper()
 	names := make([]string, 0, 7)
 	for _, f := range resources.Define("relay").Functions {
@@ -65,7 +65,7 @@ func prepareLambda(t *testing.T, cfg aws.Config, st *deployed.Stack, models []by
 	}
 	began := time.Now()
 	fns, err := rie.Prepare(context.Background(), rie.Setup{
-		Root: "..", CdkOut: cdkOut, BuildDir: "../build", Stack: st, Prefix: "relay", Names: names, AWS: cfg, Models: models,
+		Root: "..", CdkOut: dir, BuildDir: "../build", Stack: st, Prefix: "relay", Names: names, AWS: cfg, Models: models,
 		Extra:  map[string]string{"RELAY_ALLOW_PRIVATE_WEBHOOKS": "true", "RELAY_ALLOW_HTTP_WEBHOOKS": "true"},
 		Output: out,
 	})
@@ -86,11 +86,11 @@ func prepareLambda(t *testing.T, cfg aws.Config, st *deployed.Stack, models []by
 // create, rows, finalize, the output read from the streamed route, its
 // webhook), a cron template's firing and its cancel, and a message batch
 // through anthropic-sdk-go with its results streamed.
-func lambdaOnDeployed(t *testing.T, cfg aws.Config, st *deployed.Stack, tpl cfnTemplate) {
+func lambdaOnDeployed(t *testing.T, cfg aws.Config, st *deployed.Stack, tpl cfnTemplate, dir string) {
 	mock := freeAddr(t)
-	models := bundleModels(t, st, tpl, mock)
+	models := bundleModels(t, st, tpl, dir, mock)
 	out := &syncBuffer{}
-	fns := prepareLambda(t, cfg, st, models, out)
+	fns := prepareLambda(t, cfg, st, dir, models, out)
 	t.Run("env", func(t *testing.T) { lambdaEnvMissing(t, fns) })
 	t.Run("batch", func(t *testing.T) { lambdaBatch(t, cfg, st, fns, models, mock, out) })
 	if n, _ := strconv.Atoi(os.Getenv("RELAY_RIE_BENCH_ROWS")); n > 0 {
@@ -103,7 +103,7 @@ func lambdaOnDeployed(t *testing.T, cfg aws.Config, st *deployed.Stack, tpl cfnT
 // local runtime on the deployed stack, in process and then in lambda mode
 // (the same pollers, concurrency and mock provider):
 //
-//	RELAY_RIE_BENCH_ROWS=2000 go test -tags deploy -count=1 -run 'TestDeployOntoEmulator/lambda/ratio' -v ./localstack
+//	RELAY_RIE_BENCH_ROWS=2000 go test -tags deploy -count=1 -run 'TestReadmeDeployEmulatorWalkthrough/lambda/ratio' -v ./localstack
 func lambdaRatio(t *testing.T, cfg aws.Config, st *deployed.Stack, fns map[string]*rie.Function, models []byte, mock string, tpl cfnTemplate, rows int) {
 	run := func(lambda map[string]*rie.Function, models []byte, mock string) time.Duration {
 		env, err := st.Env()
@@ -135,7 +135,7 @@ func lambdaRatio(t *testing.T, cfg aws.Config, st *deployed.Stack, fns map[strin
 		return took
 	}
 	inMock := freeAddr(t)
-	in := run(nil, bundleModels(t, st, tpl, inMock), inMock)
+	in := run(nil, bundleModels(t, st, tpl, cdkOut, inMock), inMock)
 	before := map[string]rie.Stats{}
 	for name, f := range fns {
 		before[name] = f.Stats()
@@ -285,7 +285,7 @@ func lambdaEnvMissing(t *testing.T, fns map[string]*rie.Function) {
 
 // bundleModels is the models file of the api function's bundle, the mock
 // provider moved to mock.
-func bundleModels(t *testing.T, st *deployed.Stack, tpl cfnTemplate, mock string) []byte {
+func bundleModels(t *testing.T, st *deployed.Stack, tpl cfnTemplate, dir, mock string) []byte {
 	t.Helper()
 	env, err := st.Env()
 	if err != nil {
@@ -297,7 +297,7 @@ func bundleModels(t *testing.T, st *deployed.Stack, tpl cfnTemplate, mock string
 			bundle, _ = r.Metadata["aws:asset:path"].(string)
 		}
 	}
-	raw, err := os.ReadFile(filepath.Join(cdkOut, bundle, filepath.Base(env.ModelsPath)))
+	raw, err := os.ReadFile(filepath.Join(dir, bundle, filepath.Base(env.ModelsPath)))
 	if err != nil {
 		t.Fatalf("the api bundle's models file (RELAY_CONFIG=%s): %v", env.ModelsPath, err)
 	}

@@ -39,10 +39,13 @@ func EnsureEmulator(ctx context.Context, dir string) (string, error) {
 }
 
 // Build builds each of functions (functions/<name>, from the module at
-// root) into dir/<name>/bootstrap for this machine, with the tags and flags
-// of the CDK bundling (the Makefile's build/%/bootstrap) and GOARCH the
-// host's: the deployed arm64 binaries cannot run here. go build skips what
-// is up to date.
+// root) into dir/<name>/bootstrap for this machine, with the tags of the
+// CDK bundling (the Makefile's build/%/bootstrap) and GOARCH the host's:
+// the deployed arm64 binaries cannot run here. Neither -trimpath nor
+// CGO_ENABLED=0: the packages then compile as go test compiles them, so a
+// make test builds the bootstraps from its own build cache instead of
+// compiling every dependency a second time. go build skips what is up to
+// date.
 func Build(ctx context.Context, root, dir string, functions []string) error {
 	out, err := filepath.Abs(filepath.Join(dir, ".bin"))
 	if err != nil {
@@ -51,13 +54,13 @@ func Build(ctx context.Context, root, dir string, functions []string) error {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
-	args := []string{"build", "-tags", "lambda.norpc", "-trimpath", "-ldflags=-s -w", "-o", out + "/"}
+	args := []string{"build", "-tags", "lambda.norpc", "-ldflags=-s -w", "-o", out + "/"}
 	for _, f := range functions {
 		args = append(args, "./functions/"+f)
 	}
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+runtime.GOARCH, "CGO_ENABLED=0")
+	cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+runtime.GOARCH)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build the functions: %w\n%s", err, b)
 	}
