@@ -140,6 +140,7 @@ func checkDeployedStack(t *testing.T, cfg aws.Config, out, dir string) {
 		return
 	}
 	t.Run("batch", func(t *testing.T) { batchOnDeployed(t, cfg, st, tpl, dir) })
+	t.Run("lambda", func(t *testing.T) { lambdaOnDeployed(t, cfg, st, tpl, dir) })
 }
 
 func checkOutputs(t *testing.T, st *deployed.Stack) {

@@ -763,24 +763,29 @@ func (r *benchReport) markdown() string {
 	return b.String()
 }
 
-// memorySection is the "Executor memory" section of the BENCHMARKS.md at
-// path, with its subsections, kept as it is: its figures come from other
-// benchmarks (BenchmarkExecuteHeap in internal/engine, BenchmarkImportHeap
-// in internal/native, BenchmarkStepHeap in internal/workflow), which this
-// run does not repeat.
+// memorySection is the sections of the BENCHMARKS.md at path whose
+// figures come from other benchmarks, kept as they are with their
+// subsections: "Executor memory" (BenchmarkExecuteHeap in internal/engine,
+// BenchmarkImportHeap in internal/native, BenchmarkStepHeap in
+// internal/workflow) and "Functions under the Lambda RIE" (TestFigures in
+// internal/local/rie), which this run does not repeat.
 func memorySection(path string) string {
 	old, err := os.ReadFile(path)
 	if err != nil {
 		return ""
 	}
-	_, section, ok := strings.Cut(string(old), "\n## Executor memory")
-	if !ok {
-		return ""
+	kept := ""
+	for _, title := range []string{"Executor memory", "Functions under the Lambda RIE"} {
+		_, section, ok := strings.Cut(string(old), "\n## "+title)
+		if !ok {
+			continue
+		}
+		if end := strings.Index(section, "\n## "); end >= 0 {
+			section = section[:end+1]
+		}
+		kept += "\n## " + title + section
 	}
-	if end := strings.Index(section, "\n## "); end >= 0 {
-		section = section[:end+1]
-	}
-	return "\n## Executor memory" + section
+	return kept
 }
 
 // details writes one run's breakdown: per function, and the operations

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -243,16 +244,48 @@ func (a *App) uploadOrigin() string {
 	return o
 }
 
+// LambdaVars are the variables every function's environment in the
+// template sets (infra/stack.go) and a function refuses to start without:
+// outside Lambda their defaults name a local setup, inside it a default
+// would silently point the function at the wrong table, bucket or
+// schedule target (docs/design.md "Wiring").
+var LambdaVars = []string{
+	"RELAY_PREFIX", "RELAY_TABLE", "RELAY_BUCKET", "RELAY_CONFIG", "RELAY_SCHEDULE_GROUP",
+	"RELAY_SECRET_PREFIX", "RELAY_SCHEDULER_ROLE_ARN", "RELAY_SCHEDULER_FUNCTION_ARN",
+}
+
+// Handler is a Lambda handler whose event and answer types the compiler
+// checks (lambda.StartHandlerFunc), not the first invocation.
+type Handler[E, R any] = func(context.Context, E) (R, error)
+
 // Start loads the app and runs the handler that pick returns as the Lambda
-// function name: every functions/<name>/main.go is this one call.
-func Start(name string, pick func(*App) any) {
-	a, err := Load(context.Background())
+// function name: every functions/<name>/main.go is this one call. A
+// configuration error (a variable of LambdaVars unset, no region, an
+// unreadable models file) ends the init with one JSON log line naming it
+// and exit status 1, which Lambda reports as the init's failure, before
+// any invocation.
+func Start[E, R any](name string, pick func(*App) Handler[E, R]) {
+	a, err := LoadLambda(context.Background())
 	if err != nil {
-		slog.Error("start "+name, "err", err)
+		slog.New(slog.NewJSONHandler(os.Stderr, nil)).Error("init failed", "function", name, "err", err.Error())
 		os.Exit(1)
 	}
 	// What logs to slog's default (the API Gateway adapter) logs as the
 	// app does: JSON, with the invocation's request id.
 	slog.SetDefault(a.Log)
-	lambda.Start(pick(a))
+	lambda.StartHandlerFunc(pick(a))
+}
+
+// LoadLambda is Load for a Lambda function: every variable of LambdaVars
+// must be set and a region known.
+func LoadLambda(ctx context.Context) (*App, error) {
+	for _, k := range LambdaVars {
+		if os.Getenv(k) == "" {
+			return nil, fmt.Errorf("%s is not set: the function's environment (infra/stack.go) must give it", k)
+		}
+	}
+	if os.Getenv("AWS_REGION") == "" && os.Getenv("AWS_DEFAULT_REGION") == "" {
+		return nil, errors.New("AWS_REGION is not set: Lambda sets it; set it to run a bootstrap elsewhere")
+	}
+	return Load(ctx)
 }
