@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -43,6 +44,17 @@ func (b apiBatch) retryOf() (id string) {
 func (b apiBatch) deadLetters() (n int) {
 	extra(b.JSON.ExtraFields, "dead_letter_count", &n)
 	return n
+}
+
+// cost is the batch's cost in USD, as the API prints it (docs/api.md
+// "Extensions"): "" when it has none (a model without a price).
+func (b apiBatch) cost() string {
+	var c *float64
+	extra(b.JSON.ExtraFields, "cost", &c)
+	if c == nil {
+		return ""
+	}
+	return "$" + strconv.FormatFloat(math.Round(*c*1e6)/1e6, 'f', -1, 64)
 }
 
 func (b apiBatch) terminal() bool {
@@ -453,6 +465,7 @@ func printBatch(w io.Writer, b apiBatch) error {
 	if n := b.deadLetters(); n > 0 {
 		row("dead letters", strconv.Itoa(n))
 	}
+	row("cost", b.cost())
 	row("created", unixTime(b.CreatedAt))
 	row("ended", unixTime(b.endedAt()))
 	if b.Status == "failed" {
@@ -497,11 +510,11 @@ func (c *cli) batchList(ctx context.Context, args []string) error {
 		return printJSON(c.stdout, l.RawJSON())
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATUS\tROWS\tFAILED\tMODEL\tCREATED")
+	fmt.Fprintln(tw, "ID\tSTATUS\tROWS\tFAILED\tCOST\tMODEL\tCREATED")
 	for _, ob := range l.Data {
 		b := apiBatch{ob}
 		rows := fmt.Sprintf("%d/%d", b.done(), b.RequestCounts.Total)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", b.ID, b.Status, rows, b.RequestCounts.Failed, b.Model, unixTime(b.CreatedAt))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", b.ID, b.Status, rows, b.RequestCounts.Failed, cmp.Or(b.cost(), "-"), b.Model, unixTime(b.CreatedAt))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

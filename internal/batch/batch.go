@@ -292,6 +292,40 @@ func (b *Batch) Due() (int64, bool) {
 	return max(at, b.Recheck), true
 }
 
+// Step is what moves a batch on from where it is (NextStep).
+type Step int
+
+const (
+	// StepNone: nothing to send; the batch is terminal or a template, or
+	// its chunks' leases carry it.
+	StepNone Step = iota
+	// StepExpire: its window ended before it was planned; it ends expired.
+	StepExpire
+	StepPlan
+	StepFinalize
+	StepDrain
+)
+
+// NextStep is the step that moves b on at now, as the tick takes it when
+// Due (docs/design.md "Tick") and relay admin batch requeue sends it: its
+// plan while it is not started, its finalize once every chunk is done, its
+// drain while cancelling or past its window.
+func (b *Batch) NextStep(now time.Time) Step {
+	switch {
+	case b.Status.Terminal() || b.Status == Scheduled:
+		return StepNone
+	case b.ChunksTotal == 0 && b.Status == Validating && b.PastExpiry(now):
+		return StepExpire
+	case b.ChunksTotal == 0 || !b.Started:
+		return StepPlan
+	case b.ChunksDone >= b.ChunksTotal || b.Status == Finalizing:
+		return StepFinalize
+	case b.Status == Cancelling || b.PastExpiry(now):
+		return StepDrain
+	}
+	return StepNone
+}
+
 // Expired reports whether the completion window has passed at now.
 func (b *Batch) PastExpiry(now time.Time) bool {
 	return b.ExpiresAt != nil && now.Unix() >= *b.ExpiresAt

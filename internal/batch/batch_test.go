@@ -453,3 +453,33 @@ func TestETA(t *testing.T) {
 		})
 	}
 }
+
+// NextStep is what the tick does with a due batch and what relay admin
+// batch requeue sends: the plan, the expiry of an unplanned batch, the
+// finalize, the drain, or nothing while its chunks carry it.
+func TestNextStep(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1000, 0)
+	at := func(v int64) *int64 { return &v }
+	for _, tt := range []struct {
+		name string
+		b    Batch
+		want Step
+	}{
+		{"terminal", Batch{Status: Completed, ChunksTotal: 2, ChunksDone: 2, Started: true}, StepNone},
+		{"a template", Batch{Status: Scheduled, ExpiresAt: at(10)}, StepNone},
+		{"validating", Batch{Status: Validating, ExpiresAt: at(5000)}, StepPlan},
+		{"validating, window ended", Batch{Status: Validating, ExpiresAt: at(1000)}, StepExpire},
+		{"cancelled before it planned", Batch{Status: Cancelling, ExpiresAt: at(10)}, StepPlan},
+		{"planned, not started", Batch{Status: InProgress, ChunksTotal: 2, ExpiresAt: at(10)}, StepPlan},
+		{"running", Batch{Status: InProgress, ChunksTotal: 2, ChunksDone: 1, Started: true, ExpiresAt: at(5000)}, StepNone},
+		{"running past its window", Batch{Status: InProgress, ChunksTotal: 2, ChunksDone: 1, Started: true, ExpiresAt: at(1000)}, StepDrain},
+		{"cancelling", Batch{Status: Cancelling, ChunksTotal: 2, Started: true}, StepDrain},
+		{"every chunk done", Batch{Status: InProgress, ChunksTotal: 2, ChunksDone: 2, Started: true, ExpiresAt: at(10)}, StepFinalize},
+		{"finalizing with chunks left", Batch{Status: Finalizing, ChunksTotal: 2, ChunksDone: 1, Started: true}, StepFinalize},
+	} {
+		if got := tt.b.NextStep(now); got != tt.want {
+			t.Errorf("%s: NextStep = %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}

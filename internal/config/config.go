@@ -419,6 +419,13 @@ type Env struct {
 	// S3PathStyle (RELAY_S3_PATH_STYLE) addresses buckets by path, which
 	// emulators on a loopback endpoint need.
 	S3PathStyle bool
+	// AuditLockMode (RELAY_AUDIT_LOCK_MODE: GOVERNANCE or COMPLIANCE) puts
+	// each audit trail object under S3 Object Lock in that mode for
+	// AuditLockDays (RELAY_AUDIT_LOCK_DAYS) days; "" puts none. The stack
+	// sets both when deployed with -c auditObjectLock=… (docs/runbook.md
+	// "Audit trail").
+	AuditLockMode string
+	AuditLockDays int
 	// SecretPrefix (RELAY_SECRET_PREFIX) prefixes the Secrets Manager names
 	// of provider keys in AWS.
 	SecretPrefix string
@@ -509,6 +516,16 @@ func FromVars(getenv func(string) string) (Env, error) {
 			}
 			*dst = b
 		}
+	}
+	if v := getenv("RELAY_AUDIT_LOCK_MODE"); v != "" {
+		days, err := strconv.Atoi(getenv("RELAY_AUDIT_LOCK_DAYS"))
+		switch {
+		case v != "GOVERNANCE" && v != "COMPLIANCE":
+			return e, fmt.Errorf("RELAY_AUDIT_LOCK_MODE: %q is not GOVERNANCE or COMPLIANCE", v)
+		case err != nil || days < 1 || days > 36500:
+			return e, fmt.Errorf("RELAY_AUDIT_LOCK_DAYS: %q is not a number of days from 1 to 36500", getenv("RELAY_AUDIT_LOCK_DAYS"))
+		}
+		e.AuditLockMode, e.AuditLockDays = v, days
 	}
 	return e, nil
 }

@@ -29,6 +29,10 @@ type Options struct {
 	// until the next Reset; off by default, so a long make dev keeps
 	// nothing.
 	Record bool
+	// RefusedKeys are API keys answered 401, as a
+	// provider answers a revoked key or a placeholder (docs/runbook.md
+	// "every-row-401").
+	RefusedKeys []string
 }
 
 // normalized makes any Options usable: SetOptions has no error to return,

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -185,6 +186,8 @@ func (s *Server) answer(r *http.Request, rt route, known bool, req *request, rea
 		}
 	case !authorized(r, rt.shape):
 		return failure(http.StatusUnauthorized, missingKeyMessage[rt.shape], "")
+	case slices.Contains(opts.RefusedKeys, apiKey(r)):
+		return failure(http.StatusUnauthorized, "Incorrect API key provided.", "")
 	}
 	if v := r.Header.Get("x-mock-status"); v != "" {
 		status, err := parseStatus(v)
@@ -270,6 +273,15 @@ func authorized(r *http.Request, sh shape) bool {
 	}
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	return ok && strings.TrimSpace(token) != ""
+}
+
+// apiKey is the request's key: its x-api-key, else its bearer token.
+func apiKey(r *http.Request) string {
+	if k := strings.TrimSpace(r.Header.Get("x-api-key")); k != "" {
+		return k
+	}
+	token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return strings.TrimSpace(token)
 }
 
 var missingKeyMessage = map[shape]string{
