@@ -49,8 +49,10 @@ build/relay: $(shell find cmd internal -name '*.go' -not -name '*_test.go') go.m
 ## built binary rather than go run, which exits 1 after a Ctrl-C.
 ## MOCK_LATENCY (a duration, 200ms) and MOCK_ERROR_RATE (0 to 1) slow and
 ## fail the mock provider's answers; STACK=relay runs on the stack
-## make deploy-emulator deployed at AWS_ENDPOINT_URL (relay dev --help).
-DEV_FLAGS = $(if $(MOCK_LATENCY),--mock-latency $(MOCK_LATENCY)) $(if $(MOCK_ERROR_RATE),--mock-error-rate $(MOCK_ERROR_RATE)) $(if $(STACK),--stack $(STACK))
+## make deploy-emulator deployed at AWS_ENDPOINT_URL (relay dev --help);
+## with it, RUNTIME=lambda runs each function as its bootstrap under the
+## Lambda Runtime Interface Emulator (README "Lambda mode").
+DEV_FLAGS = $(if $(MOCK_LATENCY),--mock-latency $(MOCK_LATENCY)) $(if $(MOCK_ERROR_RATE),--mock-error-rate $(MOCK_ERROR_RATE)) $(if $(STACK),--stack $(STACK)) $(if $(filter lambda,$(RUNTIME)),--lambda)
 dev: build/relay
 	@exec build/relay dev $(DEV_FLAGS)
 
@@ -97,9 +99,11 @@ test-deps:
 test-all: test-go fuzz-short lint-synthesized
 
 ## test-go: every Go test, the tagged kinds included, on the emulator in
-## AWS_ENDPOINT_URL (make test starts one)
+## AWS_ENDPOINT_URL (make test starts one). Four parallel tests a package,
+## not one per core: most of an integration test's time is spent waiting
+## (a tick, a lease, a provider's latency), not computing.
 test-go:
-	go test -count=1 -timeout 20m -tags '$(TEST_TAGS)' $(GO_PACKAGES)
+	go test -count=1 -timeout 20m -parallel 4 -tags '$(TEST_TAGS)' $(GO_PACKAGES)
 
 ## unit: the fast tests (under a minute): go test -short, which skips every
 ## test that needs the emulator (emutest) or the stack synthesized through

@@ -121,10 +121,14 @@ const (
 
 // modelMetric is one of a model's metrics (internal/metrics).
 func modelMetric(props RelayProps, model, name, stat string) awscloudwatch.Metric {
+	dims := map[string]*string{resources.MetricDimension: jsii.String(props.Prefix), metrics.Model: jsii.String(model)}
+	if name == metrics.ChunkDuration {
+		dims[metrics.Function] = jsii.String("executor") // the function that runs chunks
+	}
 	return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
 		Namespace:     jsii.String(resources.MetricNamespace),
 		MetricName:    jsii.String(name),
-		DimensionsMap: &map[string]*string{resources.MetricDimension: jsii.String(props.Prefix), metrics.Model: jsii.String(model)},
+		DimensionsMap: &dims,
 		Period:        awscdk.Duration_Minutes(jsii.Number(5)),
 		Statistic:     jsii.String(stat),
 		Label:         jsii.String(model),
@@ -169,7 +173,7 @@ func modelAlarms(c constructs.Construct, o *Observability, props RelayProps, mod
 }
 
 // newDashboard is the deployment's CloudWatch dashboard: per model the
-// rows, upstream answers, latency and capacity the functions publish
+// rows, upstream answers, latency, capacity and chunk durations the functions publish
 // (internal/metrics), and the pipeline's queues and functions.
 func newDashboard(c constructs.Construct, props RelayProps, pipeline *Pipeline, fns []*function) {
 	var models []string
@@ -205,6 +209,8 @@ func newDashboard(c constructs.Construct, props RelayProps, pipeline *Pipeline, 
 		perModel("Upstream 429, 5xx, 4xx, no answer", "Sum", metrics.Upstream429, metrics.Upstream5xx, metrics.Upstream4xx, metrics.NoAnswer),
 		perModel("Fallbacks and tokens", "Sum", metrics.Fallbacks, metrics.Tokens),
 		perModel("In flight and capacity", "Maximum", metrics.InFlight, metrics.Capacity),
+		perModel("Chunk duration in the executor p50 (ms)", "p50", metrics.ChunkDuration),
+		perModel("Chunk duration in the executor p99 (ms)", "p99", metrics.ChunkDuration),
 		awscloudwatch.NewGraphWidget(&awscloudwatch.GraphWidgetProps{Title: jsii.String("Queue age (s)"), Left: &queues, Width: jsii.Number(12)}),
 		awscloudwatch.NewGraphWidget(&awscloudwatch.GraphWidgetProps{Title: jsii.String("Function errors"), Left: &fnErrors, Width: jsii.Number(12)}),
 	}

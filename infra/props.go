@@ -66,6 +66,10 @@ type RelayProps struct {
 	// AuditRetentionDays, when above 0, is how long the audit trail is
 	// kept (resources.DefaultAuditRetention otherwise).
 	AuditRetentionDays float64
+	// AuditObjectLock, "governance" or "compliance", turns S3 Object Lock
+	// on for the bucket and puts each audit trail object under it in that
+	// mode for the audit retention (auditLock); "" (the default) none.
+	AuditObjectLock string
 	// WAFRateLimit, when above 0, puts a web ACL on the stage that blocks
 	// a client IP past this many requests in 5 minutes (newFirewall).
 	WAFRateLimit float64
@@ -93,6 +97,18 @@ func (p RelayProps) Set() resources.Set {
 		set.AuditRetention = time.Duration(p.AuditRetentionDays) * 24 * time.Hour
 	}
 	return set
+}
+
+// auditLock is the functions' environment of the Object Lock of audit
+// trail objects (config.Env.AuditLockMode): none unless AuditObjectLock.
+func (p RelayProps) auditLock() map[string]string {
+	if p.AuditObjectLock == "" {
+		return nil
+	}
+	return map[string]string{
+		"RELAY_AUDIT_LOCK_MODE": strings.ToUpper(p.AuditObjectLock),
+		"RELAY_AUDIT_LOCK_DAYS": strconv.Itoa(int(p.Set().AuditRetention / (24 * time.Hour))),
+	}
 }
 
 // RemovalPolicy is what happens to stateful resources (table, bucket,
@@ -127,7 +143,7 @@ func defaultProps() RelayProps {
 
 // propsFromContext reads `-c key=value` context: prefix, config, build,
 // arch, deletionProtection, corsOrigins (comma-separated), alarmEmail, stage,
-// throttleRate, throttleBurst, wafRateLimit, auditRetentionDays, apiGatewayAccountRole,
+// throttleRate, throttleBurst, wafRateLimit, auditRetentionDays, auditObjectLock, apiGatewayAccountRole,
 // requireRemoteModels, reserveConcurrency.
 // It loads and validates the models file, so a bad one fails the synth.
 func propsFromContext(node constructs.Node) (RelayProps, error) {
@@ -175,6 +191,10 @@ func propsFromContext(node constructs.Node) (RelayProps, error) {
 		p.Arch = awslambda.Architecture_X86_64()
 	default:
 		errs = append(errs, fmt.Sprintf("context arch: %q is not arm64 or amd64", arch))
+	}
+	str("auditObjectLock", &p.AuditObjectLock)
+	if m := p.AuditObjectLock; m != "" && m != "governance" && m != "compliance" {
+		errs = append(errs, fmt.Sprintf("context auditObjectLock: %q is not governance or compliance", m))
 	}
 	var origins string
 	str("corsOrigins", &origins)

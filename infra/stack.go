@@ -30,6 +30,9 @@ func NewRelayStack(scope constructs.Construct, props RelayProps) awscdk.Stack {
 		"RELAY_SECRET_PREFIX":          jsii.String(props.SecretPrefix()),
 		"RELAY_ALLOW_PRIVATE_WEBHOOKS": jsii.String("false"),
 	}
+	for k, v := range props.auditLock() {
+		env[k] = jsii.String(v)
+	}
 	pipeline := NewPipeline(stack, props, storage, secrets, env)
 	schedules := NewSchedules(stack, props, storage, pipeline, env)
 	api := NewAPI(stack, props, storage, pipeline, schedules, env)

@@ -848,10 +848,13 @@ func TestDashboard(t *testing.T) {
 		t.Fatalf("%d dashboards, want 1", len(ids))
 	}
 	body := jsonString(template.Resources[ids[0]].Properties["DashboardBody"])
-	for _, name := range append(metrics.ModelNames, metrics.InFlight, metrics.Capacity) {
+	for _, name := range append(metrics.ModelNames, metrics.InFlight, metrics.Capacity, metrics.ChunkDuration) {
 		if !strings.Contains(body, `\"`+name+`\"`) {
 			t.Errorf("dashboard has no metric %s", name)
 		}
+	}
+	if !strings.Contains(body, `\"`+metrics.Function+`\",\"executor\"`) {
+		t.Errorf("dashboard's chunk durations are not the executor's (dimension %s)", metrics.Function)
 	}
 	for _, m := range props.Models.Models {
 		if !strings.Contains(body, m.Name) {
@@ -948,7 +951,7 @@ func TestPropsFromContext(t *testing.T) {
 	p, err = propsFromContext(awscdk.NewApp(&awscdk.AppProps{Context: &map[string]any{
 		"config": filepath.Join("..", "relay.yaml"), "arch": "amd64", "deletionProtection": "false",
 		"corsOrigins": "https://a.example,https://b.example", "throttleRate": "5", "prefix": "relay-dev", "wafRateLimit": "1000", "reserveConcurrency": "false",
-		"auditRetentionDays": "2555",
+		"auditRetentionDays": "2555", "auditObjectLock": "governance",
 	}}).Node())
 	if err != nil {
 		t.Fatal(err)
@@ -959,14 +962,14 @@ func TestPropsFromContext(t *testing.T) {
 		t.Errorf("the example models file for AWS: %v", err)
 	}
 	if p.DeletionProtection || *p.Arch.Name() != "x86_64" || p.ThrottleRate != 5 || p.Prefix != "relay-dev" || p.WAFRateLimit != 1000 || p.ReserveConcurrency ||
-		p.Set().AuditRetention != 2555*24*time.Hour ||
+		p.Set().AuditRetention != 2555*24*time.Hour || p.auditLock()["RELAY_AUDIT_LOCK_DAYS"] != "2555" || p.auditLock()["RELAY_AUDIT_LOCK_MODE"] != "GOVERNANCE" ||
 		!slices.Equal(p.CORSOrigins, []string{"https://a.example", "https://b.example"}) {
 		t.Errorf("from context: %+v", p)
 	}
 	for _, bad := range []map[string]any{
 		{"arch": "mips"}, {"deletionProtection": "maybe"}, {"throttleRate": "-1"}, {"prefix": "Relay"},
 		{"wafRateLimit": "5"}, {"wafRateLimit": "many"}, {"wafRateLimit": "2500000000"},
-		{"auditRetentionDays": "0.5"}, {"auditRetentionDays": "-3"},
+		{"auditRetentionDays": "0.5"}, {"auditRetentionDays": "-3"}, {"auditObjectLock": "forever"},
 		{"config": "no-such-file.yaml"},
 		{"requireRemoteModels": "true"}, // relay.yaml points at the mock on 127.0.0.1
 	} {
@@ -990,6 +993,57 @@ func TestStreamTimeout(t *testing.T) {
 	} {
 		if got := streamTimeout(fn); got != want {
 			t.Errorf("streamTimeout(%v) = %v, want %v", fn, got, want)
+		}
+	}
+}
+
+// -c auditObjectLock=compliance turns Object Lock on for the bucket (and so
+// versioning, with noncurrent versions expiring), lets the functions put
+// a retention on audit objects only, and tells them the mode and days;
+// no bucket-wide default retention locks the other objects. Without it
+// the stack has none of these.
+func TestAuditObjectLock(t *testing.T) {
+	setup(t)
+	bucket := func(tpl cfnTemplate) map[string]any { return tpl.Resources["Bucket"].Properties }
+	b := bucket(locked)
+	if b["ObjectLockEnabled"] != true || !contains(b["VersioningConfiguration"], `"Status":"Enabled"`) {
+		t.Errorf("locked bucket: ObjectLockEnabled %v, versioning %v; want both on", b["ObjectLockEnabled"], b["VersioningConfiguration"])
+	}
+	if _, ok := b["ObjectLockConfiguration"]; ok {
+		t.Errorf("locked bucket has a default retention %v: it would lock every object", b["ObjectLockConfiguration"])
+	}
+	if !contains(b["LifecycleConfiguration"], `"NoncurrentVersionExpiration":{"NoncurrentDays":1}`) {
+		t.Errorf("locked bucket's lifecycle %v: want noncurrent versions expiring", b["LifecycleConfiguration"])
+	}
+	for _, id := range locked.ofType("AWS::Lambda::Function") {
+		env, _ := locked.Resources[id].Properties["Environment"].(map[string]any)["Variables"].(map[string]any)
+		if env["RELAY_AUDIT_LOCK_MODE"] != "COMPLIANCE" || env["RELAY_AUDIT_LOCK_DAYS"] != "30" {
+			t.Errorf("function %s: lock mode %v, days %v; want COMPLIANCE, 30", id, env["RELAY_AUDIT_LOCK_MODE"], env["RELAY_AUDIT_LOCK_DAYS"])
+		}
+	}
+	retention := func(tpl cfnTemplate) (n int) {
+		for _, id := range tpl.ofType("AWS::IAM::Policy") {
+			doc, _ := json.Marshal(tpl.Resources[id].Properties["PolicyDocument"])
+			if strings.Contains(string(doc), "s3:PutObjectRetention") {
+				n++
+				if !strings.Contains(string(doc), "/audit/*") {
+					t.Errorf("policy %s allows a retention beyond audit/: %s", id, doc)
+				}
+			}
+		}
+		return n
+	}
+	if retention(locked) == 0 {
+		t.Error("no function may put an audit object's retention")
+	}
+	b = bucket(template)
+	if _, ok := b["ObjectLockEnabled"]; ok || b["VersioningConfiguration"] != nil || retention(template) != 0 {
+		t.Errorf("default stack: ObjectLockEnabled %v, versioning %v; want no Object Lock", b["ObjectLockEnabled"], b["VersioningConfiguration"])
+	}
+	for _, id := range template.ofType("AWS::Lambda::Function") {
+		env, _ := template.Resources[id].Properties["Environment"].(map[string]any)["Variables"].(map[string]any)
+		if _, ok := env["RELAY_AUDIT_LOCK_MODE"]; ok {
+			t.Errorf("default stack: function %s has a lock mode", id)
 		}
 	}
 }

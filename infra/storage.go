@@ -8,6 +8,7 @@ import (
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
+	"github.com/relaybatch/relay/internal/audit"
 	"github.com/relaybatch/relay/internal/resources"
 )
 
@@ -17,6 +18,9 @@ type Storage struct {
 	Table  awsdynamodb.Table
 	Bucket awss3.Bucket
 	def    resources.Set
+	// locked says the audit trail's objects are put under Object Lock
+	// (RelayProps.AuditObjectLock).
+	locked bool
 }
 
 // abortUploadsAfter ends multipart uploads (presigned or SDK) that never
@@ -72,6 +76,18 @@ func NewStorage(scope constructs.Construct, props RelayProps) *Storage {
 		Id:                                  jsii.String("abort-incomplete-uploads"),
 		AbortIncompleteMultipartUploadAfter: awscdk.Duration_Days(jsii.Number(abortUploadsAfter)),
 	})
+	locked := props.AuditObjectLock != ""
+	var lockOn *bool // unset, not false: a stack without the option is as before
+	if locked {
+		lockOn = jsii.Bool(true)
+		// Object Lock versions the bucket: an expiry or a delete leaves the
+		// object's data as a noncurrent version, gone a day later (a locked
+		// audit version only once its retention ends).
+		lifecycle = append(lifecycle, &awss3.LifecycleRule{
+			Id:                          jsii.String("noncurrent-versions"),
+			NoncurrentVersionExpiration: awscdk.Duration_Days(jsii.Number(1)),
+		})
+	}
 
 	bucket := awss3.NewBucket(c, jsii.String("Bucket"), &awss3.BucketProps{
 		// Bucket names are global: the account and region make the local
@@ -82,6 +98,9 @@ func NewStorage(scope constructs.Construct, props RelayProps) *Storage {
 		EnforceSSL:        jsii.Bool(true),
 		ObjectOwnership:   awss3.ObjectOwnership_BUCKET_OWNER_ENFORCED,
 		LifecycleRules:    &lifecycle,
+		// docs/runbook.md "Audit trail": the audit objects' own retention.
+		ObjectLockEnabled: lockOn,
+		Versioned:         lockOn,
 		// The panel uploads big files straight to S3 with a presigned PUT.
 		Cors: &[]*awss3.CorsRule{{
 			AllowedMethods: &[]awss3.HttpMethods{awss3.HttpMethods_PUT, awss3.HttpMethods_GET},
@@ -94,7 +113,7 @@ func NewStorage(scope constructs.Construct, props RelayProps) *Storage {
 	})
 	stableID(bucket, "Bucket")
 
-	return &Storage{Scope: c, Table: table, Bucket: bucket, def: set}
+	return &Storage{Scope: c, Table: table, Bucket: bucket, def: set, locked: locked}
 }
 
 // GrantTable lets role read and write items of the table and query its
@@ -128,6 +147,13 @@ func (s *Storage) GrantBucket(role awsiam.IRole) {
 		Actions:   jsii.Strings("s3:ListBucket"),
 		Resources: jsii.Strings(*s.Bucket.BucketArn()),
 	}))
+	if s.locked {
+		// A put with a retention needs it; only audit objects get one.
+		role.AddToPrincipalPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Actions:   jsii.Strings("s3:PutObjectRetention"),
+			Resources: jsii.Strings(*s.Bucket.ArnForObjects(jsii.String(audit.Prefix + "*"))),
+		}))
+	}
 }
 
 // stableID pins the CloudFormation logical id of a stateful resource, so

@@ -31,6 +31,7 @@ var (
 	unprotected    cfnTemplate // no deletion protection, x86_64: a LocalStack deployment
 	firewalled     cfnTemplate // with the WAF rate-based rule (-c wafRateLimit=…)
 	firewalledJSON []byte
+	locked         cfnTemplate // with Object Lock on the audit objects (-c auditObjectLock=compliance)
 	setupFailure   error
 )
 
@@ -98,13 +99,21 @@ func synthForTest(dir string) (err error) {
 	waf := props
 	waf.Prefix = "relaywaf"
 	waf.WAFRateLimit = 600
+	lock := props
+	lock.Prefix = "relaylock"
+	lock.AuditObjectLock = "compliance"
+	lock.AuditRetentionDays = 30
 	// Every stack exists before the first synth: the tree is frozen after it.
 	stack, devStack, wafStack := NewRelayStack(app, props), NewRelayStack(app, dev), NewRelayStack(app, waf)
+	lockStack := NewRelayStack(app, lock)
 	tpl = assertions.Template_FromStack(stack, nil)
 	if template, err = toTemplate(tpl); err != nil {
 		return err
 	}
 	if unprotected, err = toTemplate(assertions.Template_FromStack(devStack, nil)); err != nil {
+		return err
+	}
+	if locked, err = toTemplate(assertions.Template_FromStack(lockStack, nil)); err != nil {
 		return err
 	}
 	if firewalledJSON, err = json.Marshal(assertions.Template_FromStack(wafStack, nil).ToJSON()); err != nil {

@@ -68,6 +68,7 @@ func TestBrowser(t *testing.T) {
 		{"ModelPickerOffersConfiguredModels", testBrowserModelPicker},
 		{"UsageChartShowsSpendAgainstBudget", testBrowserUsageChart},
 		{"UploadPromptJSONLAndCSVWithOneModel", testBrowserSimpleRows},
+		{"OperationsPageShowsARunningBatch", testBrowserOperations},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -93,6 +93,18 @@ func TestCLIOnTheAPI(t *testing.T) {
 		t.Errorf("files get of a deleted file: %q", stderr)
 	}
 
+	// A quote uploads the file, answers and deletes the upload, running nothing.
+	stdout, _ = relay(0, "batch", "quote", write("quote.jsonl", small))
+	if !regexp.MustCompile(`\ngpt-4o-mini +2 +`).MatchString(stdout) || !strings.Contains(stdout, "direct (this batch)") {
+		t.Errorf("batch quote:\n%s", stdout)
+	}
+	if stdout, _ := relay(0, "files", "list"); strings.Contains(stdout, "quote.jsonl") {
+		t.Errorf("files list after a quote:\n%s\nwant the quoted upload deleted", stdout)
+	}
+	if n := rt.Mock.Stats().Requests; n != 0 {
+		t.Errorf("the mock got %d requests from a quote", n)
+	}
+
 	stdout, stderr := relay(3, "batch", "submit", write("in.jsonl", small), "--wait", "--priority", "2", "--metadata", "team=ml")
 	id := strings.TrimSpace(stdout)
 	if !regexp.MustCompile(`^batch_\w+$`).MatchString(id) || !strings.Contains(stderr, "completed with 1 of 2 rows failed") {

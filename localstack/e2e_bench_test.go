@@ -412,6 +412,7 @@ func runBatch(t *testing.T, rt *benchRuntime, tenant string, data []byte, deadli
 	t.Helper()
 	c, _ := client(t, rt.Runtime, tenant)
 	rt.Mock.Reset()
+	rt.aws.markBefore()
 	aws0 := rt.aws.snapshot()
 	ran0, n0 := rt.inv.of("executor")
 	start := time.Now()
@@ -744,7 +745,8 @@ func (r *benchReport) markdown() string {
 	w("AWS requests are counted at the SDK's HTTP client and attributed to the function whose Lambda context the request "+
 		"carries: its invocations and its event-source poller's receives and deletes. Left out: the api function's requests (the "+
 		"local API front makes no Lambda context), and those of the local tick sender and schedule firer, which stand in for "+
-		"EventBridge (and this benchmark's own reads while setting up). GB-seconds: executor invocations' run time × %.0f MB / 1024.",
+		"EventBridge (and this benchmark's own reads while setting up); and those of invocations begun before the measured run "+
+		"(the held row's, which renews its lease and re-reads its batch's status every 3 s while its row hangs). GB-seconds: executor invocations' run time × %.0f MB / 1024.",
 		r.gbPerSecond*1024)
 	r.details(w, "Without waiting batches", r.plain)
 	if r.loaded.notMeasured == "" {
@@ -761,24 +763,29 @@ func (r *benchReport) markdown() string {
 	return b.String()
 }
 
-// memorySection is the "Executor memory" section of the BENCHMARKS.md at
-// path, with its subsections, kept as it is: its figures come from other
-// benchmarks (BenchmarkExecuteHeap in internal/engine, BenchmarkImportHeap
-// in internal/native, BenchmarkStepHeap in internal/workflow), which this
-// run does not repeat.
+// memorySection is the sections of the BENCHMARKS.md at path whose
+// figures come from other benchmarks, kept as they are with their
+// subsections: "Executor memory" (BenchmarkExecuteHeap in internal/engine,
+// BenchmarkImportHeap in internal/native, BenchmarkStepHeap in
+// internal/workflow) and "Functions under the Lambda RIE" (TestFigures in
+// internal/local/rie), which this run does not repeat.
 func memorySection(path string) string {
 	old, err := os.ReadFile(path)
 	if err != nil {
 		return ""
 	}
-	_, section, ok := strings.Cut(string(old), "\n## Executor memory")
-	if !ok {
-		return ""
+	kept := ""
+	for _, title := range []string{"Executor memory", "Functions under the Lambda RIE"} {
+		_, section, ok := strings.Cut(string(old), "\n## "+title)
+		if !ok {
+			continue
+		}
+		if end := strings.Index(section, "\n## "); end >= 0 {
+			section = section[:end+1]
+		}
+		kept += "\n## " + title + section
 	}
-	if end := strings.Index(section, "\n## "); end >= 0 {
-		section = section[:end+1]
-	}
-	return "\n## Executor memory" + section
+	return kept
 }
 
 // details writes one run's breakdown: per function, and the operations
@@ -799,13 +806,16 @@ func (r *benchReport) details(w func(string, ...any), title string, run runFigur
 	fns := slices.Collect(maps.Keys(run.aws))
 	slices.SortFunc(fns, func(a, b string) int { return int(run.aws.of(b) - run.aws.of(a)) })
 	for _, fn := range fns {
-		if fn != unattributed {
+		if fn != unattributed && fn != earlier {
 			w("| %s | %d | %.1f | %s |", fn, run.aws.of(fn), run.perThousand(float64(run.aws.of(fn))), topOps(run.aws[fn], 4))
 		}
 	}
 	w("| **total** | **%d** | **%.1f** | |", run.aws.attributed(), run.perThousand(float64(run.aws.attributed())))
 	w("| not counted: api, tick sender, schedule firer | %d | %.1f | %s |",
 		run.aws.of(unattributed), run.perThousand(float64(run.aws.of(unattributed))), topOps(run.aws[unattributed], 3))
+	if n := run.aws.of(earlier); n > 0 {
+		w("| not counted: invocations begun before the run | %d | %.1f | %s |", n, run.perThousand(float64(n)), topOps(run.aws[earlier], 3))
+	}
 }
 
 // topOps names the n operations with the most requests.

@@ -3,6 +3,7 @@ package localstack
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -44,8 +45,10 @@ func TestBudgetStopsABatchPartWay(t *testing.T) {
 	c, key := client(t, rt, "thrifty")
 	ctx := context.Background()
 	// Every row "hello N" costs 6 tokens at the mock (3 in, 3 out): 60 a
-	// chunk. 150 leaves room for the first batch (120) and one chunk more.
-	if err := rt.App.Store.PutBudget(ctx, "thrifty", store.Budget{MonthlyTokens: 150}); err != nil {
+	// chunk. A batch reserves its rows' input, 3 tokens a row, at create
+	// (they set no max_tokens). 180 leaves room for the first batch (120)
+	// and the second's estimate (60), which spends it in one chunk.
+	if err := rt.App.Store.PutBudget(ctx, "thrifty", store.Budget{MonthlyTokens: 180}); err != nil {
 		t.Fatal(err)
 	}
 	first := nRows(20, "hello")
@@ -55,12 +58,12 @@ func TestBudgetStopsABatchPartWay(t *testing.T) {
 		t.Fatalf("first batch: %s, %+v, %d tokens; want all 20 rows completed for 120 tokens", b1.Status, b1.RequestCounts, b1.Usage.TotalTokens)
 	}
 
-	second := nRows(50, "hello")
+	second := nRows(20, "hello")
 	b2 := waitBatch(t, c, createBatch(t, c, upload(t, c, "second.jsonl", jsonlRows(second)).ID).ID)
 	out, errs := checkInvariant(t, c, b2, idsOf(second))
 	codes := codesOf(errs)
-	if b2.Status != "completed" || len(out) != 10 || codes[govern.CodeBudgetExceeded] != 40 {
-		t.Fatalf("second batch: %s, %d rows done, error codes %v; want one chunk done and 40 rows budget_exceeded", b2.Status, len(out), codes)
+	if b2.Status != "completed" || len(out) != 10 || codes[govern.CodeBudgetExceeded] != 10 {
+		t.Fatalf("second batch: %s, %d rows done, error codes %v; want one chunk done and 10 rows budget_exceeded", b2.Status, len(out), codes)
 	}
 	for id, l := range errs {
 		if id < "r0010" {
@@ -71,9 +74,12 @@ func TestBudgetStopsABatchPartWay(t *testing.T) {
 		t.Fatalf("the mock got %d requests, want 30: budget_exceeded rows never reach it", n)
 	}
 
-	b3 := waitBatch(t, c, createBatch(t, c, upload(t, c, "third.jsonl", jsonlRows(nRows(5, "hello"))).ID).ID)
-	if b3.Status != "failed" || len(b3.Errors.Data) != 1 || b3.Errors.Data[0].Code != govern.CodeBudgetExceeded {
-		t.Fatalf("third batch: %s, errors %+v; want failed with budget_exceeded", b3.Status, b3.Errors.Data)
+	// The budget is spent: a batch is refused at create.
+	third := upload(t, c, "third.jsonl", jsonlRows(nRows(5, "hello")))
+	_, err := c.Batches.New(ctx, openai.BatchNewParams{InputFileID: third.ID, Endpoint: "/v1/chat/completions", CompletionWindow: "24h"})
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 422 || apiErr.Code != govern.CodeBudgetExceeded {
+		t.Fatalf("third batch: %v; want 422 budget_exceeded", err)
 	}
 
 	status, body := rawDo(t, rt, key, "GET", "/v1/usage", nil)
@@ -83,8 +89,8 @@ func TestBudgetStopsABatchPartWay(t *testing.T) {
 	if err := json.Unmarshal(body, &usage); status != 200 || err != nil || usage.Budget == nil {
 		t.Fatalf("GET /v1/usage: %d %s", status, body)
 	}
-	if v := usage.Budget; *v.MonthlyTokens != 150 || v.UsedTokens != 180 || *v.RemainingTokens != 0 || v.MonthlyUSD != nil {
-		t.Fatalf("usage budget %s, want 180 of 150 tokens used, none left", body)
+	if v := usage.Budget; *v.MonthlyTokens != 180 || v.UsedTokens != 180 || *v.RemainingTokens != 0 || v.MonthlyUSD != nil {
+		t.Fatalf("usage budget %s, want 180 of 180 tokens used, none left", body)
 	}
 }
 

@@ -25,15 +25,17 @@ import (
 // -short every such test is skipped.
 func TestMain(m *testing.M) { emutest.Main(m) }
 
-// testModels points every model at a mock provider on a free port.
+// testModels points every model at a mock provider on a free port; quotes
+// and reservations count their tokens as the mock does (tokenizer: words,
+// as relay.yaml's).
 const testModels = `
 models:
-  - {name: gpt-4o-mini, provider: openai, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, fallback: gpt-4o-mini-backup, max_concurrency: 8, timeout: 5s}
-  - {name: gpt-4o-mini-backup, provider: openai, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, upstream_model: backup-upstream, max_concurrency: 4, timeout: 5s}
-  - {name: text-embedding-3-small, provider: openai, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, max_concurrency: 8}
-  - {name: claude-haiku-4-5, provider: anthropic, base_url: http://MOCK, api_key_env: RELAY_TEST_KEY, max_concurrency: 8}
-  - {name: flaky-broken, provider: openai, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, fallback: gpt-4o-mini, max_concurrency: 8, timeout: 5s}
-  - {name: storm-ratelimited, provider: openai, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, max_concurrency: 8, timeout: 5s}
+  - {name: gpt-4o-mini, provider: openai, tokenizer: words, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, fallback: gpt-4o-mini-backup, max_concurrency: 8, timeout: 5s}
+  - {name: gpt-4o-mini-backup, provider: openai, tokenizer: words, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, upstream_model: backup-upstream, max_concurrency: 4, timeout: 5s}
+  - {name: text-embedding-3-small, provider: openai, tokenizer: words, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, max_concurrency: 8}
+  - {name: claude-haiku-4-5, provider: anthropic, tokenizer: words, base_url: http://MOCK, api_key_env: RELAY_TEST_KEY, max_concurrency: 8}
+  - {name: flaky-broken, provider: openai, tokenizer: words, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, fallback: gpt-4o-mini, max_concurrency: 8, timeout: 5s}
+  - {name: storm-ratelimited, provider: openai, tokenizer: words, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, max_concurrency: 8, timeout: 5s}
 `
 
 // runtime starts a local runtime of its own (uniquely named resources) for t.

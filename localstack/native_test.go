@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 	"github.com/relaybatch/relay/internal/app"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/config"
@@ -354,5 +356,44 @@ func TestNativeMessageBatchWithRefusedRows(t *testing.T) {
 	}
 	if st := rt.Mock.Stats(); st.Requests != 0 || st.BatchRows["claude-haiku-4-5"] != 2 || st.BatchRows["gpt-4o-mini"] != 0 {
 		t.Fatalf("mock: %d direct requests, provider batch rows %v; want 0 and 2 of claude", st.Requests, st.BatchRows)
+	}
+}
+
+// TestNativeMeetsCompleteBy: a batch on a native model whose provider
+// batch would end a minute later (the mock's batch delay) than its
+// complete_by, 20 s away, ends by then: the provider batch is cancelled
+// once the rows' direct run (their quote's duration, 40 rows on 8 slots at
+// the default 2 s) would no longer fit before it, and its rows run
+// directly (docs/api.md "Extensions").
+func TestNativeMeetsCompleteBy(t *testing.T) {
+	t.Parallel()
+	rt := nativeRuntime(t, time.Minute, nil)
+	c, key := client(t, rt, "deadline")
+	rows := modelRows(nRows(40, "deadline"), "gpt-native")
+	by := time.Now().Add(20 * time.Second).Unix()
+	b := createBatch(t, c, upload(t, c, "deadline.jsonl", jsonlRows(rows)).ID, option.WithJSONSet("complete_by", by))
+	b = waitBatch(t, c, b.ID)
+	out, errs := checkInvariant(t, c, b, idsOf(rows))
+	if b.Status != "completed" || len(out) != 40 || len(errs) != 0 {
+		t.Fatalf("batch: %s, %d rows done, %d failed", b.Status, len(out), len(errs))
+	}
+	if b.CompletedAt > by {
+		t.Fatalf("completed at %d, %d s after its complete_by %d", b.CompletedAt, b.CompletedAt-by, by)
+	}
+	st := rt.Mock.Stats()
+	if st.BatchesCreated != 1 || st.BatchCancels != 1 || st.Requests != 40 {
+		t.Fatalf("mock: %d provider batches, %d cancels, %d direct requests; want 1, 1 and the 40 rows", st.BatchesCreated, st.BatchCancels, st.Requests)
+	}
+	if got := batchExecution(t, rt, key, b.ID); got != "hybrid" {
+		t.Fatalf("execution %q, want hybrid", got)
+	}
+	t.Logf("completed %d s before its complete_by", by-b.CompletedAt)
+
+	// complete_by is a time to come, within the window.
+	for _, at := range []int64{time.Now().Add(-time.Minute).Unix(), time.Now().Add(25 * time.Hour).Unix()} {
+		body := fmt.Sprintf(`{"input_file_id":%q,"endpoint":"/v1/chat/completions","complete_by":%d}`, b.InputFileID, at)
+		if status, resp := rawDo(t, rt, key, "POST", "/v1/batches", strings.NewReader(body)); status != 400 || !strings.Contains(string(resp), "complete_by") {
+			t.Errorf("complete_by %d: %d %s, want 400 naming complete_by", at, status, resp)
+		}
 	}
 }

@@ -207,7 +207,7 @@ func TestReadmeDeployWalkthrough(t *testing.T) {
 }
 
 // runtimeOnStack is the local runtime on the stack relay (as
-// TestDeployOntoEmulator's), with the models of the file models, whose
+// checkDeployedStack's), with the models of the file models, whose
 // providers are replaced by the mock provider: the emulator reaches none.
 func runtimeOnStack(t *testing.T, cfg aws.Config, models string) *localrun.Runtime {
 	t.Helper()
@@ -275,7 +275,8 @@ func checkTornDown(t *testing.T, cfg aws.Config) {
 // of this machine's AWS or relay settings but what the section exports, on
 // a port of its own instead of 4566: make deploy-emulator (its cloud
 // assembly in a directory of its own: other tests read cdk.out/) prints
-// the section's export line, the AWS CLI then describes the stack, relay
+// the section's export line, the AWS CLI then describes the stack (and
+// checkDeployedStack checks what was deployed), relay
 // dev --stack runs a batch on the stack's own table and bucket (no second
 // bucket), and the emulator stops.
 func TestReadmeDeployEmulatorWalkthrough(t *testing.T) {
@@ -328,6 +329,11 @@ func TestReadmeDeployEmulatorWalkthrough(t *testing.T) {
 			if out := run(cmd); !strings.Contains(out, "CREATE_COMPLETE") {
 				t.Fatalf("%s:\n%s", cmd, out)
 			}
+			cfg, err := emulator.Config(context.Background(), ep)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkDeployedStack(t, cfg, exports, filepath.Join(tmp, "cdk.out"))
 		}},
 		{"build/relay dev --stack relay", func(cmd string) { devOnStack(t, root, env, tmp) }},
 		{"EMULATOR_PORT=4566 localstack/emulator.sh stop", func(cmd string) {

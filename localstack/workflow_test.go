@@ -560,7 +560,7 @@ func TestWorkflowDuplicateDelivery(t *testing.T) {
 }
 
 // A record's spend counts against its tenant's budget as each step is
-// checkpointed (docs/design.md "Governance"): with a budget of one token,
+// checkpointed (docs/design.md "Governance"): with a budget of three tokens,
 // the record's first step spends past it, so the record never sends its
 // next event and fails budget_exceeded, whether it goes on in the same
 // invocation or resumes in another after a crash; either way the step's
@@ -588,7 +588,10 @@ func TestWorkflowSpendCountsAgainstTheBudget(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, tenant := range []string{"wf-same-run", "wf-resumed"} {
 		wg.Go(func() {
-			if err := rt.App.Store.PutBudget(ctx, tenant, store.Budget{MonthlyTokens: 1}); err != nil {
+			// 3 tokens: the record's estimate (its first request's 3 words at
+			// the mock) fits, so the create is not refused (docs/api.md
+			// "Budgets, revocation and allow-lists", reservations).
+			if err := rt.App.Store.PutBudget(ctx, tenant, store.Budget{MonthlyTokens: 3}); err != nil {
 				t.Error(err)
 				return
 			}

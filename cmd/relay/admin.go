@@ -20,6 +20,7 @@ import (
 	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/msg"
+	"github.com/relaybatch/relay/internal/ops"
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/sched"
@@ -126,24 +127,28 @@ func requeue(ctx context.Context, b batch.Batch, stdout io.Writer) error {
 }
 
 // requeueMessage is the message that moves batch b on from where it is at
-// now, as the tick would send it when due (docs/design.md "Tick"): its plan
-// while it is not started, its drain while cancelling or past its window, its finalize once every
-// chunk is done (or when terminal: the finalize then only repeats giving
-// back the tenant's slot and queueing the webhook). Its handler's fences
-// make a message sent twice do the work once. A batch whose chunks run has
-// nothing to requeue: its chunks' leases carry it.
+// now: its next step (batch.Batch.NextStep, what the tick sends when due,
+// docs/design.md "Tick"), except that a terminal batch's finalize is sent
+// again (it then only repeats giving back the tenant's slot and queueing
+// the webhook), and a batch whose window ended before its plan gets a tick
+// (which ends it expired). Its handler's fences make a message sent
+// twice do the work once. A batch whose chunks run has nothing to requeue:
+// its chunks' leases carry it.
 func requeueMessage(b batch.Batch, now time.Time) (string, msg.Message, error) {
 	m := msg.Message{Tenant: b.Tenant, Batch: b.ID}
+	step := b.NextStep(now)
 	switch {
 	case b.Status == batch.Scheduled:
 		return "", m, fmt.Errorf("%s is a template: its runs are batches of their own", b.ID)
-	case b.Status.Terminal(), b.Status == batch.Finalizing, b.ChunksTotal > 0 && b.ChunksDone >= b.ChunksTotal:
+	case b.Status.Terminal(), step == batch.StepFinalize:
 		m.Type = msg.Finalize
 		return resources.Finalize, m, nil
-	case b.Started && (b.Status == batch.Cancelling || b.PastExpiry(now)):
+	case step == batch.StepDrain:
 		m.Type = msg.Drain
-	case !b.Started:
+	case step == batch.StepPlan:
 		m.Type = msg.Plan
+	case step == batch.StepExpire:
+		m.Type = msg.Tick
 	default:
 		return "", m, fmt.Errorf("%s has chunks running or waiting for capacity: nothing to requeue (relay admin batch inspect %s; relay admin tick takes over ended leases)", b.ID, b.ID)
 	}
@@ -169,26 +174,15 @@ type batchReport struct {
 	Counts batch.Counts `json:"request_counts"`
 	// Started, ChunksTotal and ChunksDone are the plan's and commits'
 	// marks on the record (docs/design.md "State machines").
-	Started      bool           `json:"started"`
-	ChunksTotal  int            `json:"chunks_total"`
-	ChunksDone   int            `json:"chunks_done"`
-	Chunks       map[string]int `json:"chunks_by_state"`
-	Claimed      []claimedChunk `json:"claimed"`
-	Ready        []sched.Ready  `json:"ready_entries"`
-	InflightSlot bool           `json:"holds_inflight_slot"`
-	FinalizeDue  *time.Time     `json:"finalize_due,omitempty"`
-	Problems     []string       `json:"problems"`
-}
-
-// claimedChunk is a chunk held by a run: its lease and its holder.
-type claimedChunk struct {
-	Chunk    int       `json:"chunk"`
-	Model    string    `json:"model"`
-	Run      string    `json:"run"`
-	Attempts int       `json:"attempts"`
-	Slots    int       `json:"slots"`
-	Shard    int       `json:"shard"`
-	Lease    time.Time `json:"lease_until"`
+	Started      bool               `json:"started"`
+	ChunksTotal  int                `json:"chunks_total"`
+	ChunksDone   int                `json:"chunks_done"`
+	Chunks       map[string]int     `json:"chunks_by_state"`
+	Claimed      []ops.ClaimedChunk `json:"claimed"`
+	Ready        []sched.Ready      `json:"ready_entries"`
+	InflightSlot bool               `json:"holds_inflight_slot"`
+	FinalizeDue  *time.Time         `json:"finalize_due,omitempty"`
+	Problems     []string           `json:"problems"`
 }
 
 // inspectBatch builds b's report from its chunks, its models' ready
@@ -222,9 +216,9 @@ func inspectBatch(b batch.Batch, cs []batch.Chunk, ready map[string][]sched.Read
 		case batch.ChunkPending:
 			waiting[c.Model] = true
 		case batch.ChunkClaimed:
-			lease := time.UnixMilli(c.Lease).UTC()
-			r.Claimed = append(r.Claimed, claimedChunk{Chunk: c.Index, Model: c.Model, Run: c.Run, Attempts: c.Attempts, Slots: c.Slots, Shard: c.Shard, Lease: lease})
-			if late := now.Sub(lease); late > 0 {
+			cc := ops.Claimed(c)
+			r.Claimed = append(r.Claimed, cc)
+			if late := ops.LeaseEnded(cc, now); late > 0 {
 				r.Problems = append(r.Problems, fmt.Sprintf("lease-expired: chunk %d (run %s, attempt %d) lost its lease %s ago: the tick takes it over (relay admin tick)",
 					c.Index, c.Run, c.Attempts, late.Round(time.Second)))
 			}
@@ -277,21 +271,16 @@ func runAdminModels(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	var out []modelReport
-	for _, m := range models.Models {
-		shards, err := s.CapShards(ctx, m.Name)
-		if err != nil {
+	reports, err := ops.Models(ctx, s, models)
+	if err != nil {
+		return err
+	}
+	out := make([]modelLine, len(reports))
+	for i, r := range reports {
+		out[i].ModelReport = r
+		if out[i].Keys, err = reportKeys(ctx, s, models.Models[i], time.Now()); err != nil {
 			return err
 		}
-		ready, err := s.ReadyEntries(ctx, m.Name)
-		if err != nil {
-			return err
-		}
-		r := reportModel(m.Name, sched.Quotas(m.MaxConcurrency), shards, ready)
-		if r.Keys, err = reportKeys(ctx, s, m, time.Now()); err != nil {
-			return err
-		}
-		out = append(out, r)
 	}
 	return writeJSON(stdout, out)
 }
@@ -336,43 +325,11 @@ func reportKeys(ctx context.Context, s *store.Store, m config.Model, now time.Ti
 	return out, nil
 }
 
-// modelReport is one model's line of relay admin models.
-type modelReport struct {
-	Model    string `json:"model"`
-	Capacity int    `json:"max_concurrency"`
-	InFlight int    `json:"in_flight"`
-	// Shards are each capacity shard's slots in flight of its quota.
-	Shards []shardReport `json:"shards"`
-	// Waiting are the batches with chunks of the model waiting, in the
-	// order claims take them (docs/design.md "Scheduling").
-	Waiting []sched.Ready `json:"waiting"`
-	// OverQuota names shards holding more than their quota: a broken
-	// promise (docs/runbook.md "in-flight-not-zero").
-	OverQuota []int `json:"over_quota,omitempty"`
-	// Keys are the model's keys and their rate budgets.
+// modelLine is one model's line of relay admin models: its capacity and
+// waiting batches (internal/ops), and its keys.
+type modelLine struct {
+	ops.ModelReport
 	Keys []keyReport `json:"keys"`
-}
-
-type shardReport struct {
-	Shard    int `json:"shard"`
-	InFlight int `json:"in_flight"`
-	Quota    int `json:"quota"`
-}
-
-func reportModel(name string, quotas []int, shards map[int]int, ready []sched.Ready) modelReport {
-	r := modelReport{Model: name, Waiting: ready}
-	for k, q := range quotas {
-		r.Capacity += q
-		r.InFlight += shards[k]
-		r.Shards = append(r.Shards, shardReport{Shard: k, InFlight: shards[k], Quota: q})
-		if shards[k] > q {
-			r.OverQuota = append(r.OverQuota, k)
-		}
-	}
-	if r.Waiting == nil {
-		r.Waiting = []sched.Ready{}
-	}
-	return r
 }
 
 // runAdminTick is relay admin tick: one tick now, as the schedule sends it
@@ -409,7 +366,7 @@ func adminQueues(ctx context.Context) (*queue.Sender, error) {
 }
 
 // dlqKeys are the queues whose DLQ relay admin dlq reads.
-var dlqKeys = []string{resources.Dispatch, resources.Work, resources.Finalize, resources.Webhook}
+var dlqKeys = ops.DLQKeys
 
 // runAdminDLQ is relay admin dlq list|redrive QUEUE [--batch ID].
 func runAdminDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error {

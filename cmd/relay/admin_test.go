@@ -72,20 +72,6 @@ func TestInspectBatchProblems(t *testing.T) {
 	}
 }
 
-// reportModel adds a model's shards up against their quotas and names one
-// holding more than its quota.
-func TestReportModel(t *testing.T) {
-	t.Parallel()
-	quotas := sched.Quotas(1500) // two shards of 750
-	r := reportModel("m", quotas, map[int]int{0: 750, 1: 751}, nil)
-	if r.Capacity != 1500 || r.InFlight != 1501 || len(r.Shards) != 2 || !slices.Equal(r.OverQuota, []int{1}) || r.Waiting == nil {
-		t.Errorf("report %+v, want capacity 1500, 1501 in flight, shard 1 over its quota", r)
-	}
-	if r := reportModel("m", quotas, nil, nil); r.InFlight != 0 || r.OverQuota != nil {
-		t.Errorf("idle model: %+v", r)
-	}
-}
-
 // requeue sends what moves a batch on from where it is, and nothing for a
 // batch whose chunks carry it.
 func TestRequeueMessage(t *testing.T) {
@@ -98,6 +84,7 @@ func TestRequeueMessage(t *testing.T) {
 		queue, typ string
 	}{
 		{"validating", batch.Batch{Status: batch.Validating}, "dispatch", "plan"},
+		{"validating past its window", batch.Batch{Status: batch.Validating, ExpiresAt: &earlier}, "dispatch", "tick"},
 		{"planned, not started", batch.Batch{Status: batch.InProgress, ChunksTotal: 2}, "dispatch", "plan"},
 		{"cancelling", batch.Batch{Status: batch.Cancelling, Started: true, ChunksTotal: 2}, "dispatch", "drain"},
 		{"every chunk done", batch.Batch{Status: batch.InProgress, Started: true, ChunksTotal: 2, ChunksDone: 2}, "finalize", "finalize"},

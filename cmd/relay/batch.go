@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -45,6 +46,17 @@ func (b apiBatch) deadLetters() (n int) {
 	return n
 }
 
+// cost is the batch's cost in USD, as the API prints it (docs/api.md
+// "Extensions"): "" when it has none (a model without a price).
+func (b apiBatch) cost() string {
+	var c *float64
+	extra(b.JSON.ExtraFields, "cost", &c)
+	if c == nil {
+		return ""
+	}
+	return "$" + strconv.FormatFloat(math.Round(*c*1e6)/1e6, 'f', -1, 64)
+}
+
 func (b apiBatch) terminal() bool {
 	switch b.Status {
 	case "completed", "failed", "expired", "cancelled":
@@ -56,10 +68,16 @@ func (b apiBatch) terminal() bool {
 func (b apiBatch) done() int { return int(b.RequestCounts.Completed + b.RequestCounts.Failed) }
 
 func (b apiBatch) progress(rate float64) progress {
-	return progress{
+	p := progress{
 		Label: b.ID, Status: string(b.Status), Done: b.done(), Total: int(b.RequestCounts.Total),
 		Failed: int(b.RequestCounts.Failed), Rate: rate,
 	}
+	var at int64
+	extra(b.JSON.ExtraFields, "estimated_completion_at", &at)
+	if at > 0 {
+		p.EndsAt = time.Unix(at, 0)
+	}
+	return p
 }
 
 func (b apiBatch) endedAt() int64 {
@@ -156,7 +174,7 @@ func batchHint(err error) error {
 }
 
 // batchCommands are the commands of relay batch.
-var batchCommands = []string{"submit", "status", "list", "cancel", "retry", "results", "wait", "rows"}
+var batchCommands = []string{"submit", "quote", "status", "list", "cancel", "retry", "results", "wait", "rows"}
 
 func runBatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return newCLI(stdout, stderr).batch(ctx, args)
@@ -170,6 +188,8 @@ func (c *cli) batch(ctx context.Context, args []string) error {
 	switch args[0] {
 	case "submit":
 		err = c.batchSubmit(ctx, args[1:])
+	case "quote":
+		err = c.batchQuote(ctx, args[1:])
 	case "status", "cancel", "retry":
 		err = c.batchOne(ctx, args[0], args[1:])
 	case "list":
@@ -445,6 +465,7 @@ func printBatch(w io.Writer, b apiBatch) error {
 	if n := b.deadLetters(); n > 0 {
 		row("dead letters", strconv.Itoa(n))
 	}
+	row("cost", b.cost())
 	row("created", unixTime(b.CreatedAt))
 	row("ended", unixTime(b.endedAt()))
 	if b.Status == "failed" {
@@ -489,11 +510,11 @@ func (c *cli) batchList(ctx context.Context, args []string) error {
 		return printJSON(c.stdout, l.RawJSON())
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATUS\tROWS\tFAILED\tMODEL\tCREATED")
+	fmt.Fprintln(tw, "ID\tSTATUS\tROWS\tFAILED\tCOST\tMODEL\tCREATED")
 	for _, ob := range l.Data {
 		b := apiBatch{ob}
 		rows := fmt.Sprintf("%d/%d", b.done(), b.RequestCounts.Total)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", b.ID, b.Status, rows, b.RequestCounts.Failed, b.Model, unixTime(b.CreatedAt))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", b.ID, b.Status, rows, b.RequestCounts.Failed, cmp.Or(b.cost(), "-"), b.Model, unixTime(b.CreatedAt))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

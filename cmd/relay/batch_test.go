@@ -384,14 +384,14 @@ func TestBatchResultsFailed(t *testing.T) {
 }
 
 // TestBatchExtensionFields: status prints Relay's extension fields of a
-// Batch (priority, retry_of, dead_letter_count), which an OpenAI client
+// Batch (priority, retry_of, dead_letter_count, cost), which an OpenAI client
 // keeps beside the fields it knows; list says how to get the next page.
 func TestBatchExtensionFields(t *testing.T) {
 	t.Parallel()
 	const b = `{"id":"batch_r","object":"batch","status":"completed","endpoint":"/v1/chat/completions","model":"gpt-4o-mini",
 		"input_file_id":"file-1","output_file_id":"file-o","error_file_id":null,"completion_window":"24h","created_at":1700000000,
 		"completed_at":1700000100,"request_counts":{"total":10,"completed":8,"failed":2},
-		"priority":3,"retry_of":"batch_a","dead_letter_count":2}`
+		"priority":3,"retry_of":"batch_a","dead_letter_count":2,"cost":0.0123456789}`
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		switch r.URL.Path {
@@ -410,7 +410,7 @@ func TestBatchExtensionFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"status        completed\n", "rows          10/10 done, 2 failed\n", "model         gpt-4o-mini\n",
-		"priority      3\n", "output file   file-o\n", "retry of      batch_a\n", "dead letters  2\n", "ended         2023-11-14T22:15:00Z\n"} {
+		"priority      3\n", "output file   file-o\n", "retry of      batch_a\n", "dead letters  2\n", "cost          $0.012346\n", "ended         2023-11-14T22:15:00Z\n"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("status does not say %q:\n%s", want, stdout)
 		}
@@ -422,7 +422,7 @@ func TestBatchExtensionFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "batch_r  completed  10/10  2       gpt-4o-mini  2023-11-14T22:13:20Z\n"; !strings.HasSuffix(stdout, want) {
+	if want := "batch_r  completed  10/10  2       $0.012346  gpt-4o-mini  2023-11-14T22:13:20Z\n"; !strings.HasSuffix(stdout, want) {
 		t.Errorf("list:\n%s\nwant a row %q", stdout, want)
 	}
 	if stderr != "more: relay batch list --after batch_r\n" {

@@ -13,6 +13,7 @@ import (
 	"github.com/relaybatch/relay/internal/local/deployed"
 	"github.com/relaybatch/relay/internal/local/emulator"
 	"github.com/relaybatch/relay/internal/local/localrun"
+	"github.com/relaybatch/relay/internal/local/rie"
 	"github.com/relaybatch/relay/internal/mockup"
 	"github.com/relaybatch/relay/internal/resources"
 )
@@ -24,12 +25,14 @@ type devFlags struct {
 	addr, tenant, stack, mockAddr string
 	emuPort                       int
 	mock                          mockup.Options
+	lambda                        bool
 }
 
 func parseDevFlags(args []string, stdout, stderr io.Writer) (devFlags, error) {
-	fs := newFlagSet("dev", "[--addr HOST:PORT] [--tenant NAME] [--emulator-port N] [--stack NAME] [--mock-addr HOST:PORT] [--mock-latency D] [--mock-error-rate F]\n"+
+	fs := newFlagSet("dev", "[--addr HOST:PORT] [--tenant NAME] [--emulator-port N] [--stack NAME] [--mock-addr HOST:PORT] [--mock-latency D] [--mock-error-rate F] [--lambda]\n"+
 		"runs the whole service locally (make dev): on the emulator at AWS_ENDPOINT_URL, else on a moto it starts;\n"+
-		"with --stack, on the resources of a stack make deploy-emulator deployed there")
+		"with --stack, on the resources of a stack make deploy-emulator deployed there;\n"+
+		"with --lambda too, each function as its bootstrap under the Lambda Runtime Interface Emulator (README \"Lambda mode\")")
 	var f devFlags
 	fs.StringVar(&f.addr, "addr", envOr("RELAY_ADDR", "127.0.0.1:8080"), "API listen address (RELAY_ADDR)")
 	fs.StringVar(&f.tenant, "tenant", "dev", "tenant of the printed key")
@@ -37,17 +40,20 @@ func parseDevFlags(args []string, stdout, stderr io.Writer) (devFlags, error) {
 	fs.StringVar(&f.stack, "stack", "", "run on the table, bucket and queues of this CloudFormation stack at AWS_ENDPOINT_URL (make deploy-emulator's is relay) instead of creating them")
 	fs.StringVar(&f.mockAddr, "mock-addr", "127.0.0.1:8090", "where the mock provider listens, for the models of the models file whose base_url points there")
 	fs.DurationVar(&f.mock.Latency, "mock-latency", 0, "added to every request of the mock provider (make dev MOCK_LATENCY=200ms)")
+	fs.BoolVar(&f.lambda, "lambda", false, "run each function as its real bootstrap under the Lambda Runtime Interface Emulator, with the stack's environment (needs --stack and make synth's cdk.out; make dev RUNTIME=lambda)")
 	fs.Float64Var(&f.mock.ErrorRate, "mock-error-rate", 0, "fraction of the mock provider's requests answered 500 (make dev MOCK_ERROR_RATE=0.1)")
 	pos, err := parseArgs(fs, args, stdout, stderr)
 	switch {
 	case err != nil:
 		return f, err
 	case len(pos) != 0:
-		return f, usageErr("dev takes no arguments (flags: --addr HOST:PORT --tenant NAME --emulator-port N --stack NAME --mock-addr HOST:PORT --mock-latency D --mock-error-rate F)")
+		return f, usageErr("dev takes no arguments (flags: --addr HOST:PORT --tenant NAME --emulator-port N --stack NAME --mock-addr HOST:PORT --mock-latency D --mock-error-rate F --lambda)")
 	case f.mock.ErrorRate < 0 || f.mock.ErrorRate > 1 || f.mock.Latency < 0:
 		return f, usageErr("dev: --mock-error-rate is a fraction from 0 to 1 and --mock-latency a non-negative duration")
 	case f.stack != "" && !endpointSet():
 		return f, usageErr("dev --stack %s: set AWS_ENDPOINT_URL to the emulator the stack is deployed on (make deploy-emulator prints it)", f.stack)
+	case f.lambda && f.stack == "":
+		return f, usageErr("dev --lambda runs the functions with a deployed stack's environment: make deploy-emulator, then make dev STACK=relay RUNTIME=lambda")
 	}
 	return f, nil
 }
@@ -99,6 +105,16 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	applied, err := onStack(ctx, &o, f.stack, !ownEmulator)
 	if err != nil {
 		return err
+	}
+	if f.lambda {
+		if o.Lambda, err = lambdaFunctions(ctx, o, f.stack, stderr); err != nil {
+			return err
+		}
+		defer func() {
+			for _, fn := range o.Lambda {
+				fn.Close()
+			}
+		}()
 	}
 	rt, err := localrun.Start(ctx, o)
 	if err != nil {
@@ -168,6 +184,31 @@ func onStack(ctx context.Context, o *localrun.Options, stack string, shared bool
 	var applyErr error
 	o.Tune = func(set *resources.Set) { applyErr = st.Apply(set) }
 	return func() error { return applyErr }, nil
+}
+
+// lambdaFunctions builds the functions' bootstraps for this machine and the
+// Lambda Runtime Interface Emulator (cached under build/), and stages them
+// with the stack's environments and cdk.out's bundles (rie.Prepare). The
+// webhook policy is the local runtime's, as in-process.
+func lambdaFunctions(ctx context.Context, o localrun.Options, stack string, out io.Writer) (map[string]*rie.Function, error) {
+	st, err := deployed.Read(ctx, o.AWS, stack)
+	if err != nil {
+		return nil, fmt.Errorf("dev --lambda: %w", err)
+	}
+	var names []string
+	for _, f := range resources.Define(o.Env.Prefix).Functions {
+		names = append(names, f.Name)
+	}
+	fmt.Fprintln(out, "building the functions' bootstraps and the Lambda Runtime Interface Emulator (build/)")
+	fns, err := rie.Prepare(ctx, rie.Setup{
+		Root: ".", CdkOut: "cdk.out", BuildDir: "build", Stack: st, Prefix: o.Env.Prefix, Names: names, AWS: o.AWS,
+		Extra:  map[string]string{"RELAY_ALLOW_PRIVATE_WEBHOOKS": "true", "RELAY_ALLOW_HTTP_WEBHOOKS": "true"},
+		Output: out,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dev --lambda: %w", err)
+	}
+	return fns, nil
 }
 
 // noMetrics leaves out the lines that only carry a CloudWatch embedded

@@ -22,8 +22,8 @@ func TestDevLogLeavesOutMetrics(t *testing.T) {
 }
 
 // relay dev's mock flags (make dev MOCK_LATENCY=…, MOCK_ERROR_RATE=…)
-// become the mock provider's options; a rate outside 0–1 and --stack
-// without AWS_ENDPOINT_URL are usage errors.
+// become the mock provider's options; a rate outside 0–1, --stack
+// without AWS_ENDPOINT_URL and --lambda without --stack are usage errors.
 func TestDevFlags(t *testing.T) {
 	t.Setenv("AWS_ENDPOINT_URL", "")
 	var out bytes.Buffer
@@ -31,7 +31,7 @@ func TestDevFlags(t *testing.T) {
 	if err != nil || f.mock.Latency != 200*time.Millisecond || f.mock.ErrorRate != 0.1 || f.mockAddr != "127.0.0.1:9999" {
 		t.Fatalf("got %+v, %v; want 200ms latency, 0.1 error rate on 127.0.0.1:9999", f, err)
 	}
-	for _, args := range [][]string{{"--mock-error-rate", "1.5"}, {"--stack", "relay"}} {
+	for _, args := range [][]string{{"--mock-error-rate", "1.5"}, {"--stack", "relay"}, {"--lambda"}} {
 		if _, err := parseDevFlags(args, &out, &out); err == nil {
 			t.Errorf("%v: no error", args)
 		}

@@ -35,6 +35,7 @@ Usage:
   relay mock-upstream [--addr 127.0.0.1:8090] [--latency 0] [--error-rate 0] [--rate-limit-rate 0] [--batch-delay 1s]
   relay batch submit FILE... [--model M] [--endpoint /v1/chat/completions] [--priority N]
         [--webhook-url URL] [--metadata k=v]... [--completion-window 24h] [--wait] [--json]
+  relay batch quote FILE [--model M] [--endpoint /v1/chat/completions] [--completion-window 24h] [--json]
   relay batch status|cancel|retry ID [--json]
   relay batch list [--limit N] [--after ID] [--json]
   relay batch results ID [-o FILE] [--partial]

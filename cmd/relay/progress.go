@@ -15,6 +15,9 @@ type progress struct {
 	Status              string // a batch status; may be empty
 	Done, Total, Failed int
 	Rate                float64 // rows per second; 0 while unknown
+	// EndsAt is the service's estimated_completion_at (docs/api.md
+	// "Extensions"); zero while it has none.
+	EndsAt time.Time
 }
 
 const barWidth = 24
@@ -37,6 +40,9 @@ func progressLine(p progress, bar bool) string {
 	eta := "ETA --"
 	if d, ok := p.eta(); ok {
 		eta = "ETA " + formatDuration(d)
+	}
+	if !p.EndsAt.IsZero() {
+		eta += " (ends ~" + p.EndsAt.UTC().Format("15:04:05Z") + ")"
 	}
 	if bar {
 		fields := []string{p.bar(), rows, rate, eta}

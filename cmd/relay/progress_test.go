@@ -30,6 +30,12 @@ func TestProgressLine(t *testing.T) {
 			"in_progress: 10/20 rows (50%), 0.5 rows/s, ETA 20s, 3 failed",
 		},
 		{
+			"with the service's estimate",
+			progress{Label: "batch_1", Status: "in_progress", Done: 1200, Total: 5000, Rate: 40, EndsAt: time.Date(2026, 5, 1, 14, 3, 5, 0, time.UTC)},
+			"batch_1 in_progress [█████░░░░░░░░░░░░░░░░░░░]  1200/5000 rows  40.0 rows/s  ETA 1m35s (ends ~14:03:05Z)",
+			"batch_1 in_progress: 1200/5000 rows (24%), 40.0 rows/s, ETA 1m35s (ends ~14:03:05Z)",
+		},
+		{
 			"total not known yet",
 			progress{Label: "batch_1", Status: "validating"},
 			"batch_1 validating [░░░░░░░░░░░░░░░░░░░░░░░░]  0/? rows  -- rows/s  ETA --",

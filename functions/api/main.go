@@ -3,10 +3,12 @@
 package main
 
 import (
+	"github.com/aws/aws-lambda-go/events"
+
 	"github.com/relaybatch/relay/internal/apigw"
 	"github.com/relaybatch/relay/internal/app"
 )
 
 func main() {
-	app.Start("api", func(a *app.App) any { return apigw.Handler(a.API()) })
+	app.Start("api", func(a *app.App) app.Handler[events.APIGatewayProxyRequest, any] { return apigw.Handler(a.API()) })
 }

@@ -2,10 +2,14 @@
 package main
 
 import (
+	"github.com/aws/aws-lambda-go/events"
+
 	"github.com/relaybatch/relay/internal/app"
 	"github.com/relaybatch/relay/internal/lambdasqs"
 )
 
 func main() {
-	app.Start("executor", func(a *app.App) any { return lambdasqs.Handler(a.Engine.Execute) })
+	app.Start("executor", func(a *app.App) app.Handler[events.SQSEvent, events.SQSEventResponse] {
+		return lambdasqs.Handler(a.Engine.Execute)
+	})
 }

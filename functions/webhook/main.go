@@ -3,10 +3,14 @@
 package main
 
 import (
+	"github.com/aws/aws-lambda-go/events"
+
 	"github.com/relaybatch/relay/internal/app"
 	"github.com/relaybatch/relay/internal/lambdasqs"
 )
 
 func main() {
-	app.Start("webhook", func(a *app.App) any { return lambdasqs.Handler(a.Webhooks.Deliver) })
+	app.Start("webhook", func(a *app.App) app.Handler[events.SQSEvent, events.SQSEventResponse] {
+		return lambdasqs.Handler(a.Webhooks.Deliver)
+	})
 }

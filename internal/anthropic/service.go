@@ -510,6 +510,7 @@ func messageBatchOf(b batch.Batch, canceled int64, now time.Time) wire.MessageBa
 		// As Anthropic reports them: succeeded, errored, canceled and
 		// expired stay 0 until processing of the whole batch has ended.
 		m.RequestCounts = wire.MessageRequestCounts{Processing: n.Total}
+		m.EstimatedCompletionAt = stamp(b.ETA(now))
 	}
 	return m
 }

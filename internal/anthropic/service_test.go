@@ -299,3 +299,20 @@ func TestMessageRowsAllowList(t *testing.T) {
 		t.Fatalf("request b: %s %q, want refused unsent with model_not_allowed", res.ErrCode, res.ErrMessage)
 	}
 }
+
+// A message batch in progress carries Relay's estimated_completion_at, from
+// the rate its rows settle at, though its counts stay "processing".
+func TestMessageBatchETA(t *testing.T) {
+	t.Parallel()
+	started := int64(1_700_000_000)
+	b := batch.Batch{ID: "msgbatch_1", Status: batch.InProgress, CreatedAt: started, InProgressAt: &started,
+		RequestCounts: batch.Counts{Total: 40, Completed: 10}}
+	m := messageBatchOf(b, 0, time.Unix(started+10, 0))
+	if m.EstimatedCompletionAt == nil || *m.EstimatedCompletionAt != rfc3339(started+40) || m.RequestCounts.Processing != 40 {
+		t.Fatalf("got %v, counts %+v; want %s", m.EstimatedCompletionAt, m.RequestCounts, rfc3339(started+40))
+	}
+	b.RequestCounts.Completed = 0
+	if m := messageBatchOf(b, 0, time.Unix(started+10, 0)); m.EstimatedCompletionAt != nil {
+		t.Fatalf("no row settled: got %s", *m.EstimatedCompletionAt)
+	}
+}

@@ -26,6 +26,7 @@ import (
 	"github.com/relaybatch/relay/internal/govern"
 	"github.com/relaybatch/relay/internal/ids"
 	"github.com/relaybatch/relay/internal/ijson"
+	"github.com/relaybatch/relay/internal/ops"
 )
 
 // API holds what the routes need.
@@ -46,6 +47,11 @@ type API struct {
 	Audit interface {
 		Add(audit.Entry)
 		Flush(ctx context.Context) error
+	}
+	// Operations, if set, answers GET /v1/admin/operations to an
+	// admin-scoped key: the panel's Operations page (internal/ops).
+	Operations interface {
+		Overview(ctx context.Context, tenant string) (ops.Overview, error)
 	}
 	Log *slog.Logger
 }
@@ -70,6 +76,9 @@ func (a *API) Handler() http.Handler {
 	started := time.Now()
 	mux.Handle("GET /v1/models", a.scoped(auth.ScopeBatches)(a.listModels(started)))
 	mux.Handle("GET /v1/models/{id...}", a.scoped(auth.ScopeBatches)(a.getModel(started)))
+	if a.Operations != nil {
+		mux.Handle("GET /v1/admin/operations", a.scoped(auth.ScopeAdmin)(a.operations))
+	}
 	anthropic.Routes(mux, &anthropic.Service{Batches: a.Batches}, a.scoped(auth.ScopeBatches), unmarshal, maxJSON)
 	if a.Panel != nil {
 		mux.Handle("GET /{$}", a.Panel)
@@ -244,6 +253,9 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if e.Code != "" {
 		body["code"] = e.Code
 	}
+	for k, v := range e.Extra {
+		body[k] = v
+	}
 	writeJSON(w, status, map[string]any{"error": body})
 }
 
@@ -329,4 +341,16 @@ func newList[T any](data []T, more bool, id func(T) string) list[T] {
 		l.FirstID, l.LastID = &f, &la
 	}
 	return l
+}
+
+// operations answers GET /v1/admin/operations: the service's models,
+// stuck chunks, dead-letter queues and recent upstream answers, as relay
+// admin reads them, naming the caller's tenant's batches only
+// (internal/ops; docs/runbook.md "Operations page").
+func (a *API) operations(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	o, err := a.Operations.Overview(r.Context(), p.Tenant)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, o)
 }

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/relaybatch/relay/internal/auth"
 	"github.com/relaybatch/relay/internal/errs"
 )
 
@@ -68,5 +70,21 @@ func TestFailKeepsTheClientRequestIDApart(t *testing.T) {
 				t.Errorf("log request_id %v, client_request_id %v; want req-service, client-1", line["request_id"], line["client_request_id"])
 			}
 		})
+	}
+}
+
+// The Operations page's route is served only where the app gives the API
+// its figures (the local runtime: app.App.OperationsPage); deployed, an
+// admin key of any tenant gets 404, not the service's load.
+func TestOperationsRouteOnlyWhereServed(t *testing.T) {
+	t.Parallel()
+	const raw = "rb-operations-test-key-------------------------"
+	h := (&API{Auth: auth.Authenticator{Store: newKeyStore(raw, "acme")}, Log: slog.New(slog.DiscardHandler)}).Handler()
+	r := httptest.NewRequest("GET", "/v1/admin/operations", nil)
+	r.Header.Set("Authorization", "Bearer "+raw)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != http.StatusNotFound {
+		t.Errorf("GET /v1/admin/operations without Operations: %d %s, want 404", w.Code, w.Body)
 	}
 }

@@ -42,6 +42,14 @@ func (a *API) createBatch(w http.ResponseWriter, r *http.Request, p auth.Princip
 	if err != nil {
 		return err
 	}
+	if req.DryRun {
+		// A quote: nothing recorded, nothing run (docs/api.md "Quotes").
+		q, err := a.Batches.Quote(r.Context(), p, req)
+		if err != nil {
+			return err
+		}
+		return writeJSON(w, http.StatusOK, q)
+	}
 	b, err := a.Batches.Create(r.Context(), p, req, idemKey(r, body))
 	if err != nil {
 		return err

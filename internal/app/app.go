@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -31,7 +32,9 @@ import (
 	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/govern"
+	"github.com/relaybatch/relay/internal/metrics"
 	"github.com/relaybatch/relay/internal/native"
+	"github.com/relaybatch/relay/internal/ops"
 	"github.com/relaybatch/relay/internal/panel"
 	"github.com/relaybatch/relay/internal/plan"
 	"github.com/relaybatch/relay/internal/provider"
@@ -66,7 +69,14 @@ type App struct {
 	Batches   *batches.Service  // the batches of the API and cron templates: the engine's Lifecycle
 	Webhooks  *delivery.Service // completion webhooks: queued by Batches.Terminal, sent by the webhook function
 	Audit     *audit.Chain      // this process's audit trail: API calls, rows run (docs/runbook.md "Audit trail")
-	Log       *slog.Logger
+	Recent    *metrics.Recent   // the rows this process committed, by upstream answer (internal/ops)
+	Ops       *ops.Service      // relay admin's figures, and the panel's Operations page
+	// OperationsPage serves the panel's Operations page (GET
+	// /v1/admin/operations): the local runtime's only, whose one user is
+	// the operator. Deployed, a tenant's admin key would see how busy the
+	// whole service is; the operator has the dashboard (docs/runbook.md).
+	OperationsPage bool
+	Log            *slog.Logger
 	// UnknownKeyHint ends the API's message for an unknown key
 	// (auth.Authenticator).
 	UnknownKeyHint string
@@ -116,8 +126,10 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	now := time.Now
 	a.now = now
 	a.Files = &files.Service{Store: a.Store, Blobs: a.Blobs, Now: now}
-	a.Audit = audit.NewChain(auditBucket{a.Blobs}, now())
+	a.Audit = audit.NewChain(auditBucket{b: a.Blobs, lockMode: env.AuditLockMode, lockDays: env.AuditLockDays, now: time.Now}, now())
 	a.Queue = &queue.Sender{SQS: a.SQS, Prefix: env.Prefix}
+	a.Recent = &metrics.Recent{}
+	a.Ops = &ops.Service{Store: a.Store, Models: models, Queue: a.Queue, Recent: a.Recent, Now: now}
 	// Keys from the environment first (local runs), then Secrets Manager (AWS).
 	a.secrets = &provider.SecretsKeys{Client: secretsmanager.NewFromConfig(cfg), Prefix: env.SecretPrefix, Now: now}
 	keys := provider.ChainKeys{provider.EnvKeys{}, a.secrets}
@@ -142,7 +154,8 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	a.Batches = &batches.Service{
 		Models: models, Log: log, Now: now,
 		Store: a.Store, Blobs: a.Blobs, Queue: a.Queue, Files: a.Files, Webhooks: hooks.Policy,
-		MaxInflight: env.MaxInflight, MaxTemplates: env.MaxTemplates,
+		MaxInflight: env.MaxInflight, MaxTemplates: env.MaxTemplates, Chunks: plan.Limits{Rows: env.ChunkRows},
+		Reservations: a.Govern,
 		Schedules: &schedule.Manager{
 			API: a.Scheduler, Group: cmp.Or(env.ScheduleGroup, a.Resources.ScheduleGroup),
 			TargetARN: env.SchedulerFunctionARN, RoleARN: env.SchedulerRoleARN,
@@ -157,8 +170,8 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 		Now: now, Govern: a.Govern, Lifecycle: a.Batches,
 		Workflow: func(e *engine.Engine) engine.Workflow { return a.workflows(e, hooks) },
 		Native:   func(e *engine.Engine) engine.Delegate { return a.native(e, upstream, keys) },
-		Audit:    a.Audit,
-		Chunks:   plan.Limits{Rows: env.ChunkRows}, Lease: env.Lease,
+		Audit:    a.Audit, Recent: a.Recent,
+		Chunks: plan.Limits{Rows: env.ChunkRows}, Lease: env.Lease,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("build the engine: %w", err)
@@ -167,10 +180,19 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	return a, nil
 }
 
-// auditBucket writes the audit trail's objects to the bucket.
-type auditBucket struct{ b *blob.Store }
+// auditBucket writes the audit trail's objects to the bucket, each under
+// Object Lock in lockMode for lockDays when set (config.Env.AuditLockMode).
+type auditBucket struct {
+	b        *blob.Store
+	lockMode string
+	lockDays int
+	now      func() time.Time
+}
 
 func (a auditBucket) Put(ctx context.Context, key string, body []byte) error {
+	if a.lockMode != "" {
+		return a.b.PutLocked(ctx, key, body, a.lockMode, a.now().Add(time.Duration(a.lockDays)*24*time.Hour))
+	}
 	return a.b.Put(ctx, key, bytes.NewReader(body), int64(len(body)))
 }
 
@@ -181,6 +203,11 @@ func (a *App) SetClock(now func() time.Time) {
 	a.Engine.Now, a.Batches.Now, a.Files.Now, a.Govern.Now, a.Native.Now, a.Workflows.Now = now, now, now, now, now, now
 	a.Webhooks.Now, a.secrets.Now, a.now = now, now, now
 }
+
+// ForgetKeys drops the provider keys read from Secrets Manager, which the
+// functions keep for 5 minutes: what a new execution environment starts
+// without (tests use it to stand for those minutes).
+func (a *App) ForgetKeys() { a.secrets.Forget() }
 
 // workflows builds the workflow records' runner on e (engine.Deps.Workflow).
 func (a *App) workflows(e *engine.Engine, hooks *webhook.Client) engine.Workflow {
@@ -211,9 +238,13 @@ func (a *App) API() http.Handler {
 	// Keys expire by the app's clock, read at each request: SetClock may
 	// move it after the handler is built.
 	clock := func() time.Time { return a.now() }
-	return (&api.API{Auth: auth.Authenticator{Store: a.Store, UnknownKeyHint: a.UnknownKeyHint, Now: clock}, Files: a.Files, Batches: a.Batches, Log: a.Log,
+	h := &api.API{Auth: auth.Authenticator{Store: a.Store, UnknownKeyHint: a.UnknownKeyHint, Now: clock}, Files: a.Files, Batches: a.Batches, Log: a.Log,
 		Limiter: api.NewRateLimiter(a.Store, a.Env.RateLimit, a.Log), Budgets: a.Govern, Audit: a.Audit,
-		Panel: panel.Handler(a.uploadOrigin())}).Handler()
+		Panel: panel.Handler(a.uploadOrigin())}
+	if a.OperationsPage {
+		h.Operations = a.Ops
+	}
+	return h.Handler()
 }
 
 // uploadOrigin is the origin of the bucket's presigned uploads, the only
@@ -227,16 +258,48 @@ func (a *App) uploadOrigin() string {
 	return o
 }
 
+// LambdaVars are the variables every function's environment in the
+// template sets (infra/stack.go) and a function refuses to start without:
+// outside Lambda their defaults name a local setup, inside it a default
+// would silently point the function at the wrong table, bucket or
+// schedule target (docs/design.md "Wiring").
+var LambdaVars = []string{
+	"RELAY_PREFIX", "RELAY_TABLE", "RELAY_BUCKET", "RELAY_CONFIG", "RELAY_SCHEDULE_GROUP",
+	"RELAY_SECRET_PREFIX", "RELAY_SCHEDULER_ROLE_ARN", "RELAY_SCHEDULER_FUNCTION_ARN",
+}
+
+// Handler is a Lambda handler whose event and answer types the compiler
+// checks (lambda.StartHandlerFunc), not the first invocation.
+type Handler[E, R any] = func(context.Context, E) (R, error)
+
 // Start loads the app and runs the handler that pick returns as the Lambda
-// function name: every functions/<name>/main.go is this one call.
-func Start(name string, pick func(*App) any) {
-	a, err := Load(context.Background())
+// function name: every functions/<name>/main.go is this one call. A
+// configuration error (a variable of LambdaVars unset, no region, an
+// unreadable models file) ends the init with one JSON log line naming it
+// and exit status 1, which Lambda reports as the init's failure, before
+// any invocation.
+func Start[E, R any](name string, pick func(*App) Handler[E, R]) {
+	a, err := LoadLambda(context.Background())
 	if err != nil {
-		slog.Error("start "+name, "err", err)
+		slog.New(slog.NewJSONHandler(os.Stderr, nil)).Error("init failed", "function", name, "err", err.Error())
 		os.Exit(1)
 	}
 	// What logs to slog's default (the API Gateway adapter) logs as the
 	// app does: JSON, with the invocation's request id.
 	slog.SetDefault(a.Log)
-	lambda.Start(pick(a))
+	lambda.StartHandlerFunc(pick(a))
+}
+
+// LoadLambda is Load for a Lambda function: every variable of LambdaVars
+// must be set and a region known.
+func LoadLambda(ctx context.Context) (*App, error) {
+	for _, k := range LambdaVars {
+		if os.Getenv(k) == "" {
+			return nil, fmt.Errorf("%s is not set: the function's environment (infra/stack.go) must give it", k)
+		}
+	}
+	if os.Getenv("AWS_REGION") == "" && os.Getenv("AWS_DEFAULT_REGION") == "" {
+		return nil, errors.New("AWS_REGION is not set: Lambda sets it; set it to run a bootstrap elsewhere")
+	}
+	return Load(ctx)
 }

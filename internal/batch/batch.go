@@ -149,6 +149,19 @@ type Batch struct {
 	// Cost is what its tokens cost in USD, when every model it used has a
 	// price (docs/api.md "Extensions"); read from its usage, never stored.
 	Cost *float64 `json:"cost,omitempty" dynamodbav:"-"`
+	// EstimatedCompletionAt is when the batch should end at the rate its
+	// rows have settled (ETA; docs/api.md "Extensions"): null until known,
+	// computed when it is read, never stored.
+	EstimatedCompletionAt *int64 `json:"estimated_completion_at" dynamodbav:"-"`
+	// MaxCost is the create's max_cost in USD (docs/api.md "Extensions"):
+	// a chunk whose rows could take the batch's cost past it does not run,
+	// its rows end cost_limit_reached. RowCost is the most one of its rows
+	// may cost, from its quote.
+	MaxCost *float64 `json:"max_cost,omitempty" dynamodbav:"max_cost,omitempty"`
+	RowCost float64  `json:"-" dynamodbav:"row_cost,omitempty"`
+	// CompleteBy is the create's complete_by (Unix seconds; docs/api.md
+	// "Extensions"): a native model's rows move to direct in time for it.
+	CompleteBy *int64 `json:"complete_by,omitempty" dynamodbav:"complete_by,omitempty"`
 	// AnthropicBetas and UserProfileID are a message batch create's
 	// anthropic-beta and anthropic-user-profile-id headers, sent with each
 	// of its rows upstream (docs/api.md "Anthropic Message Batches").
@@ -207,6 +220,21 @@ func (b Batch) Out() Batch {
 	return b
 }
 
+// ETA is when in-progress batch b (as Out shows it) ends at now, its rows
+// left settling at the rate its settled ones did since it started; nil
+// until a row settled, and once it is no longer in progress.
+func (b Batch) ETA(now time.Time) *int64 {
+	n := b.RequestCounts
+	done := n.Completed + n.Failed
+	if b.Status != InProgress || b.InProgressAt == nil || done <= 0 || n.Total <= 0 {
+		return nil
+	}
+	elapsed := now.Sub(time.Unix(*b.InProgressAt, 0)).Seconds()
+	left := float64(max(n.Total-done, 0))
+	at := now.Add(time.Duration(left * elapsed / float64(done) * float64(time.Second))).Unix()
+	return &at
+}
+
 // To moves b to status next at now, setting the timestamp of the state it
 // enters; it refuses a transition the lifecycle does not allow.
 func (b *Batch) To(next Status, now time.Time) error {
@@ -262,6 +290,40 @@ func (b *Batch) Due() (int64, bool) {
 		return 0, false
 	}
 	return max(at, b.Recheck), true
+}
+
+// Step is what moves a batch on from where it is (NextStep).
+type Step int
+
+const (
+	// StepNone: nothing to send; the batch is terminal or a template, or
+	// its chunks' leases carry it.
+	StepNone Step = iota
+	// StepExpire: its window ended before it was planned; it ends expired.
+	StepExpire
+	StepPlan
+	StepFinalize
+	StepDrain
+)
+
+// NextStep is the step that moves b on at now, as the tick takes it when
+// Due (docs/design.md "Tick") and relay admin batch requeue sends it: its
+// plan while it is not started, its finalize once every chunk is done, its
+// drain while cancelling or past its window.
+func (b *Batch) NextStep(now time.Time) Step {
+	switch {
+	case b.Status.Terminal() || b.Status == Scheduled:
+		return StepNone
+	case b.ChunksTotal == 0 && b.Status == Validating && b.PastExpiry(now):
+		return StepExpire
+	case b.ChunksTotal == 0 || !b.Started:
+		return StepPlan
+	case b.ChunksDone >= b.ChunksTotal || b.Status == Finalizing:
+		return StepFinalize
+	case b.Status == Cancelling || b.PastExpiry(now):
+		return StepDrain
+	}
+	return StepNone
 }
 
 // Expired reports whether the completion window has passed at now.

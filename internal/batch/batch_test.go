@@ -423,3 +423,63 @@ func TestInvalidInputStatus(t *testing.T) {
 		}
 	}
 }
+
+func TestETA(t *testing.T) {
+	t.Parallel()
+	start := int64(1_000_000)
+	now := time.Unix(start+100, 0)
+	tests := []struct {
+		name string
+		b    Batch
+		want int64 // 0: null
+	}{
+		// 250 of 1000 rows in 100 s: 750 left take 300 s.
+		{"a quarter done", Batch{Status: InProgress, InProgressAt: &start, RequestCounts: Counts{Total: 1000, Completed: 200, Failed: 50}}, start + 400},
+		{"no row settled yet", Batch{Status: InProgress, InProgressAt: &start, RequestCounts: Counts{Total: 1000}}, 0},
+		{"validating", Batch{Status: Validating, RequestCounts: Counts{Total: 1000, Completed: 10}}, 0},
+		{"finalizing", Batch{Status: Finalizing, InProgressAt: &start, RequestCounts: Counts{Total: 10, Completed: 10}}, 0},
+		{"every row settled", Batch{Status: InProgress, InProgressAt: &start, RequestCounts: Counts{Total: 10, Completed: 10}}, start + 100},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := tt.b.ETA(now)
+			switch {
+			case tt.want == 0 && got != nil:
+				t.Fatalf("got %d, want null", *got)
+			case tt.want != 0 && (got == nil || *got != tt.want):
+				t.Fatalf("got %v, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+// NextStep is what the tick does with a due batch and what relay admin
+// batch requeue sends: the plan, the expiry of an unplanned batch, the
+// finalize, the drain, or nothing while its chunks carry it.
+func TestNextStep(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1000, 0)
+	at := func(v int64) *int64 { return &v }
+	for _, tt := range []struct {
+		name string
+		b    Batch
+		want Step
+	}{
+		{"terminal", Batch{Status: Completed, ChunksTotal: 2, ChunksDone: 2, Started: true}, StepNone},
+		{"a template", Batch{Status: Scheduled, ExpiresAt: at(10)}, StepNone},
+		{"validating", Batch{Status: Validating, ExpiresAt: at(5000)}, StepPlan},
+		{"validating, window ended", Batch{Status: Validating, ExpiresAt: at(1000)}, StepExpire},
+		{"cancelled before it planned", Batch{Status: Cancelling, ExpiresAt: at(10)}, StepPlan},
+		{"planned, not started", Batch{Status: InProgress, ChunksTotal: 2, ExpiresAt: at(10)}, StepPlan},
+		{"running", Batch{Status: InProgress, ChunksTotal: 2, ChunksDone: 1, Started: true, ExpiresAt: at(5000)}, StepNone},
+		{"running past its window", Batch{Status: InProgress, ChunksTotal: 2, ChunksDone: 1, Started: true, ExpiresAt: at(1000)}, StepDrain},
+		{"cancelling", Batch{Status: Cancelling, ChunksTotal: 2, Started: true}, StepDrain},
+		{"every chunk done", Batch{Status: InProgress, ChunksTotal: 2, ChunksDone: 2, Started: true, ExpiresAt: at(10)}, StepFinalize},
+		{"finalizing with chunks left", Batch{Status: Finalizing, ChunksTotal: 2, ChunksDone: 1, Started: true}, StepFinalize},
+	} {
+		if got := tt.b.NextStep(now); got != tt.want {
+			t.Errorf("%s: NextStep = %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}

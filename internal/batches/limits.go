@@ -193,13 +193,19 @@ func leftBehind(m store.InflightMarker, b batch.Batch, found bool, now time.Time
 
 // Terminal follows batch b's terminal state, perhaps reported more than
 // once (engine.Lifecycle): its in-flight slot back, its hold on its input
-// file ended (ReleaseInput), then its webhook queued.
+// file ended (ReleaseInput), its budget reservation released (quote.go),
+// then its webhook queued.
 func (s *Service) Terminal(ctx context.Context, b batch.Batch) error {
 	if err := s.ReleaseInflight(ctx, b); err != nil {
 		return err
 	}
 	if err := s.ReleaseInput(ctx, b); err != nil {
 		return err
+	}
+	if s.Reservations != nil && b.Schedule == nil {
+		if err := s.Reservations.Release(ctx, b); err != nil {
+			return err
+		}
 	}
 	// The completion event carries the batch as GET shows it: its cost too.
 	return s.Deliveries.Enqueue(ctx, s.WithCost(ctx, b))

@@ -40,6 +40,7 @@ import (
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/queue"
 	"github.com/relaybatch/relay/internal/resources"
+	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/schedule"
 	"github.com/relaybatch/relay/internal/store"
 )
@@ -72,6 +73,12 @@ type Service struct {
 	// Schedules creates and deletes the schedules of cron templates
 	// (templates.go); nil refuses templates.
 	Schedules *schedule.Manager
+	// Reservations, if set, reserve a batch's estimate against its tenant's
+	// budget at create and release it when the batch ends (quote.go).
+	Reservations Reserver
+	// Chunks are the plan's chunk limits (RELAY_CHUNK_ROWS), with which a
+	// quote counts the rows queued on a model.
+	Chunks plan.Limits
 	// Deliveries queues a terminal batch's webhook (Terminal) and its
 	// lifecycle events (Announce), and adds the webhook_deliveries summary
 	// to the batch Get returns.
@@ -105,12 +112,21 @@ type Store interface {
 	ReserveTemplate(ctx context.Context, tenant, templateID string, max int, now time.Time) error
 	ReleaseTemplate(ctx context.Context, tenant, templateID string) (bool, error)
 	KeyByID(ctx context.Context, id string) (apikey.Key, error)
+	// A quote's work queued on a model (quote.go).
+	ReadyEntries(ctx context.Context, model string) ([]sched.Ready, error)
 	Usage(ctx context.Context, tenant, from, to string) ([]store.UsageRow, error)
 	UsageDetails(ctx context.Context, tenant, from, to string, max int) ([]store.UsageDetail, error)
 	BatchUsage(ctx context.Context, tenant, keyID, batchID string, days []string) ([]store.UsageDetail, error)
 	// internal/anthropic's delete of a Message Batch.
 	DeleteBatch(ctx context.Context, tenant, id string) error
 	DeleteFile(ctx context.Context, tenant, id string) error
+}
+
+// Reserver holds batches' estimates against their tenants' budgets
+// (internal/govern).
+type Reserver interface {
+	Reserve(ctx context.Context, tenant, id string, estimate func() (store.Reservation, error)) error
+	Release(ctx context.Context, b batch.Batch) error
 }
 
 // Blobs is what the service, and internal/anthropic through it, needs of
@@ -182,6 +198,13 @@ type CreateRequest struct {
 	ScheduleTimezone string            `json:"schedule_timezone"`
 	FallbackModel    string            `json:"fallback_model"`
 	Model            string            `json:"model"` // the model of a CSV input's rows
+	// DryRun asks for a quote instead of a batch (quote.go).
+	DryRun bool `json:"dry_run"`
+	// MaxCost is the most the batch may cost in USD (quote.go).
+	MaxCost *float64 `json:"max_cost"`
+	// CompleteBy is when the batch is to have ended, Unix seconds within
+	// its window (internal/native moves native rows to direct for it).
+	CompleteBy *int64 `json:"complete_by"`
 }
 
 // Limits of the create body.
@@ -393,26 +416,11 @@ func (s *Service) CreateShaped(ctx context.Context, p auth.Principal, req Create
 	if req.FallbackModel != "" {
 		b.FallbackModel = &req.FallbackModel
 	}
-	switch {
-	case len(req.Requests) > 0:
-		f, err := s.inlineFile(ctx, p.Tenant, opts.inline)
-		if err != nil {
-			return batch.Batch{}, err
-		}
-		b.InputFileID = f.ID
-	case req.InputFileID != "":
-		f, err := s.Files.Get(ctx, p.Tenant, req.InputFileID)
-		if errs.Is(err, errs.NotFound) {
-			return batch.Batch{}, errs.Invalidf("input_file_id", "no such file: %s", req.InputFileID)
-		}
-		if err != nil {
-			return batch.Batch{}, err
-		}
-		if err := checkInputFile(f, req); err != nil {
-			return batch.Batch{}, err
-		}
-		b.InputFileID = f.ID
+	input, err := s.quotedFile(ctx, p.Tenant, req)
+	if err != nil {
+		return batch.Batch{}, err
 	}
+	b.InputFileID = input.ID
 	if req.Model != "" {
 		if _, ok := s.Models.Lookup(req.Model); !ok {
 			return batch.Batch{}, errs.Invalidf("model", "model %q is not a configured model (configured: %s)", req.Model, strings.Join(s.Models.Names(), ", "))
@@ -421,6 +429,45 @@ func (s *Service) CreateShaped(ctx context.Context, p auth.Principal, req Create
 	}
 	if shape != nil {
 		shape(&b)
+	}
+	if req.CompleteBy != nil {
+		if *req.CompleteBy <= now.Unix() || *req.CompleteBy > exp {
+			return batch.Batch{}, errs.Invalidf("complete_by", "complete_by must be a Unix time after now and within the completion window (by %d)", exp)
+		}
+		b.CompleteBy = req.CompleteBy
+	}
+	quoted := s.quoteOnce(ctx, p, req, window, opts.inline, input)
+	if req.MaxCost != nil {
+		if b.RowCost, err = rowCost(req, quoted); err != nil {
+			return batch.Batch{}, err
+		}
+		b.MaxCost = req.MaxCost
+	}
+	if req.Schedule == "" {
+		if err := s.reserve(ctx, p, b, quoted); err != nil {
+			return batch.Batch{}, err
+		}
+	}
+	saved, err := s.recordNew(ctx, b, req, spec, opts.inline, idem)
+	if req.Schedule == "" && s.Reservations != nil && (err != nil || saved.ID != b.ID) {
+		// Not recorded, or a repeated Idempotency-Key's first batch,
+		// which holds its own reservation.
+		if rerr := s.Reservations.Release(ctx, b); rerr != nil {
+			s.Log.WarnContext(ctx, "release the reservation of a batch not recorded", "batch_id", b.ID, "err", rerr)
+		}
+	}
+	return saved, err
+}
+
+// recordNew stores the inline requests of a create as its input file, if
+// it has some, and records b as a batch or, with a schedule, a template.
+func (s *Service) recordNew(ctx context.Context, b batch.Batch, req CreateRequest, spec schedule.Spec, inline []byte, idem store.IdemKey) (batch.Batch, error) {
+	if len(req.Requests) > 0 {
+		f, err := s.inlineFile(ctx, b.Tenant, inline)
+		if err != nil {
+			return batch.Batch{}, err
+		}
+		b.InputFileID = f.ID
 	}
 	if req.Schedule != "" {
 		return s.createTemplate(ctx, b, spec, idem)
@@ -592,6 +639,7 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (batch.Batch, erro
 		return batch.Batch{}, err
 	}
 	out := s.WithCost(ctx, b.Out())
+	out.EstimatedCompletionAt = out.ETA(s.Now())
 	out = s.Deliveries.WithDeliveries(ctx, out)
 	return out, nil
 }
@@ -610,8 +658,10 @@ func (s *Service) List(ctx context.Context, tenant, after string, limit int, tem
 		after = "batch_~"
 	}
 	bs, more, err := s.Store.ListBatches(ctx, tenant, after, limit, templateID)
+	now := s.Now()
 	for i := range bs {
 		bs[i] = bs[i].Out()
+		bs[i].EstimatedCompletionAt = bs[i].ETA(now)
 	}
 	s.withCosts(ctx, bs)
 	return bs, more, err

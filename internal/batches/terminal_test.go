@@ -12,6 +12,7 @@ import (
 	"github.com/relaybatch/relay/internal/apikey"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/file"
+	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/schedule"
 	"github.com/relaybatch/relay/internal/store"
 )
@@ -91,6 +92,9 @@ func (*releaseTable) UsageDetails(context.Context, string, string, string, int) 
 }
 func (*releaseTable) DeleteBatch(context.Context, string, string) error { return errNotInFake }
 func (*releaseTable) DeleteFile(context.Context, string, string) error  { return errNotInFake }
+func (*releaseTable) ReadyEntries(context.Context, string) ([]sched.Ready, error) {
+	return nil, errNotInFake
+}
 
 var _ Store = (*releaseTable)(nil)
 

@@ -5,6 +5,7 @@
 package blob
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -55,6 +56,21 @@ func (s *Store) PutTagged(ctx context.Context, key string, r io.Reader, size int
 	}
 	if _, err := s.S3.PutObject(ctx, in); err != nil {
 		return fmt.Errorf("put %s: %w", key, err)
+	}
+	return nil
+}
+
+// PutLocked writes an object under S3 Object Lock: in mode (GOVERNANCE
+// or COMPLIANCE) until until, when no one (in COMPLIANCE mode, not even
+// the account's root) can delete or overwrite this version of it. The
+// bucket must have Object Lock on.
+func (s *Store) PutLocked(ctx context.Context, key string, body []byte, mode string, until time.Time) error {
+	in := &s3.PutObjectInput{Bucket: &s.Bucket, Key: &key, Body: bytes.NewReader(body), ContentLength: aws.Int64(int64(len(body))),
+		ObjectLockMode: types.ObjectLockMode(mode), ObjectLockRetainUntilDate: aws.Time(until),
+		// S3 refuses a put with a retention that carries no checksum.
+		ChecksumAlgorithm: types.ChecksumAlgorithmCrc32}
+	if _, err := s.S3.PutObject(ctx, in); err != nil {
+		return fmt.Errorf("put %s under object lock: %w", key, err)
 	}
 	return nil
 }

@@ -74,7 +74,31 @@ type Model struct {
 	// executors send every row) or native (the provider's own batch API,
 	// internal/native; README "Native, direct or hybrid").
 	Batch BatchMode `yaml:"batch"`
+	// Tokenizer is how a quote counts the model's input tokens (docs/api.md
+	// "Quotes"): o200k_base or cl100k_base (OpenAI's BPE encodings, the
+	// default o200k_base for the openai shape), bytes (a calibrated
+	// bytes-per-token estimate, the default elsewhere) or words (the mock
+	// provider's count: whitespace-separated words plus one per message).
+	Tokenizer Tokenizer `yaml:"tokenizer"`
+	// Latency is a quote's figure for one request's upstream time, used
+	// until the model has answered requests this process saw; 0 is the
+	// default (DefaultLatency).
+	Latency time.Duration `yaml:"latency"`
 }
+
+// Tokenizer is a model's tokenizer: setting.
+type Tokenizer string
+
+const (
+	TokensO200k  Tokenizer = "o200k_base"
+	TokensCl100k Tokenizer = "cl100k_base"
+	TokensBytes  Tokenizer = "bytes"
+	TokensWords  Tokenizer = "words"
+)
+
+// DefaultLatency is a quote's latency of a model that sets none: a short
+// chat completion's usual time upstream.
+const DefaultLatency = 2 * time.Second
 
 // Price is a model's price in USD per million input and output tokens.
 type Price struct {
@@ -207,6 +231,19 @@ func ParseModels(data []byte) (*Models, error) {
 		}
 		if err := m.checkUpstream(field); err != nil {
 			return nil, err
+		}
+		switch m.Tokenizer {
+		case "":
+			m.Tokenizer = TokensBytes
+			if m.Shape == OpenAI {
+				m.Tokenizer = TokensO200k
+			}
+		case TokensO200k, TokensCl100k, TokensBytes, TokensWords:
+		default:
+			return nil, fmt.Errorf("%s: %q is not o200k_base, cl100k_base, bytes or words", field("tokenizer"), m.Tokenizer)
+		}
+		if m.Latency < 0 {
+			return nil, fmt.Errorf("%s must be positive", field("latency"))
 		}
 		if m.MaxConcurrency == 0 {
 			m.MaxConcurrency = defaultConcurrency
@@ -429,6 +466,13 @@ type Env struct {
 	// S3PathStyle (RELAY_S3_PATH_STYLE) addresses buckets by path, which
 	// emulators on a loopback endpoint need.
 	S3PathStyle bool
+	// AuditLockMode (RELAY_AUDIT_LOCK_MODE: GOVERNANCE or COMPLIANCE) puts
+	// each audit trail object under S3 Object Lock in that mode for
+	// AuditLockDays (RELAY_AUDIT_LOCK_DAYS) days; "" puts none. The stack
+	// sets both when deployed with -c auditObjectLock=… (docs/runbook.md
+	// "Audit trail").
+	AuditLockMode string
+	AuditLockDays int
 	// SecretPrefix (RELAY_SECRET_PREFIX) prefixes the Secrets Manager names
 	// of provider keys in AWS.
 	SecretPrefix string
@@ -519,6 +563,16 @@ func FromVars(getenv func(string) string) (Env, error) {
 			}
 			*dst = b
 		}
+	}
+	if v := getenv("RELAY_AUDIT_LOCK_MODE"); v != "" {
+		days, err := strconv.Atoi(getenv("RELAY_AUDIT_LOCK_DAYS"))
+		switch {
+		case v != "GOVERNANCE" && v != "COMPLIANCE":
+			return e, fmt.Errorf("RELAY_AUDIT_LOCK_MODE: %q is not GOVERNANCE or COMPLIANCE", v)
+		case err != nil || days < 1 || days > 36500:
+			return e, fmt.Errorf("RELAY_AUDIT_LOCK_DAYS: %q is not a number of days from 1 to 36500", getenv("RELAY_AUDIT_LOCK_DAYS"))
+		}
+		e.AuditLockMode, e.AuditLockDays = v, days
 	}
 	return e, nil
 }

@@ -33,6 +33,10 @@ func TestParseModels(t *testing.T) {
 		{"native anthropic", "models:\n- {name: a, provider: anthropic, base_url: http://x, batch: native}\n", ""},
 		{"bad batch", "models:\n- {name: a, provider: openai, base_url: http://x/v1, batch: half}\n", "models[0].batch"},
 		{"native bedrock", "models:\n- {name: a, provider: bedrock, base_url: http://x, batch: native}\n", "provider \"bedrock\" has none yet"},
+		// A quote's tokenizer and latency (docs/api.md "Quotes").
+		{"tokenizer", "models:\n- {name: a, provider: openai, base_url: http://x/v1, tokenizer: cl100k_base, latency: 1s}\n", ""},
+		{"bad tokenizer", "models:\n- {name: a, provider: openai, base_url: http://x/v1, tokenizer: gpt2}\n", "models[0].tokenizer"},
+		{"bad latency", "models:\n- {name: a, provider: openai, base_url: http://x/v1, latency: -1s}\n", "models[0].latency"},
 		{"openai with a query", "models:\n- {name: a, provider: openai, base_url: http://x/v1?a=b}\n", "query"},
 		// The model /v1/moderations rows without body.model get
 		// (docs/api.md "Batches"): a configured OpenAI model.
@@ -101,5 +105,21 @@ func TestModelsOnThisMachine(t *testing.T) {
 	}
 	if got := ms.OnThisMachine(); strings.Join(got, ",") != "a,b,c" {
 		t.Errorf("on this machine: %q, want a, b and c", got)
+	}
+}
+
+// A model without a tokenizer counts with OpenAI's BPE when it takes
+// OpenAI's shape and with the bytes estimate otherwise.
+func TestDefaultTokenizer(t *testing.T) {
+	t.Parallel()
+	ms, err := ParseModels([]byte("models:\n- {name: a, provider: openai, base_url: http://x/v1}\n- {name: b, provider: anthropic, base_url: http://x}\n" +
+		"- {name: c, provider: bedrock, shape: openai, region: us-east-1, upstream_model: openai.gpt-oss-120b-1:0}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]Tokenizer{"a": TokensO200k, "b": TokensBytes, "c": TokensO200k} {
+		if m, _ := ms.Lookup(name); m.Tokenizer != want {
+			t.Errorf("%s: tokenizer %q, want %q", name, m.Tokenizer, want)
+		}
 	}
 }

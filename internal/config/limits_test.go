@@ -59,3 +59,34 @@ func TestMaxTemplatesAndWebhooksFromEnv(t *testing.T) {
 		}
 	}
 }
+
+// The stack's Object Lock option reaches the functions as a mode and a
+// number of days; anything else is refused at start.
+func TestAuditLockFromEnv(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		mode, days string
+		wantMode   string
+		wantDays   int
+		wantErr    string
+	}{
+		{"", "", "", 0, ""},
+		{"COMPLIANCE", "400", "COMPLIANCE", 400, ""},
+		{"GOVERNANCE", "30", "GOVERNANCE", 30, ""},
+		{"governance", "30", "", 0, "RELAY_AUDIT_LOCK_MODE"},
+		{"COMPLIANCE", "", "", 0, "RELAY_AUDIT_LOCK_DAYS"},
+		{"COMPLIANCE", "0", "", 0, "RELAY_AUDIT_LOCK_DAYS"},
+	} {
+		vars := map[string]string{"RELAY_AUDIT_LOCK_MODE": tt.mode, "RELAY_AUDIT_LOCK_DAYS": tt.days}
+		e, err := FromVars(func(k string) string { return vars[k] })
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("%q/%q: got %v, want an error naming %s", tt.mode, tt.days, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || e.AuditLockMode != tt.wantMode || e.AuditLockDays != tt.wantDays {
+			t.Errorf("%q/%q: got %q/%d, %v", tt.mode, tt.days, e.AuditLockMode, e.AuditLockDays, err)
+		}
+	}
+}

@@ -70,8 +70,13 @@ type RefusedError struct {
 
 // Error leaves the address out: the dialer's *net.OpError around it
 // already names it ("dial tcp 10.0.0.1:443: refused: private address…").
-func (e *RefusedError) Error() string {
-	return fmt.Sprintf("refused: %s address; webhooks only go to public addresses", e.Reason)
+// It names webhooks; Explain names what else was dialled.
+func (e *RefusedError) Error() string { return e.Explain("webhooks") }
+
+// Explain says why the dial was refused, naming what was dialled
+// ("webhooks", "workflow callbacks", "tool calls").
+func (e *RefusedError) Explain(what string) string {
+	return fmt.Sprintf("refused: %s address; %s only go to public addresses", e.Reason, what)
 }
 
 // Control is the net.Dialer Control hook. It sees the address about to be

@@ -22,15 +22,26 @@ import (
 	"github.com/relaybatch/relay/internal/store"
 )
 
+// executorFunction names the executor function (functions/executor) in
+// the chunk duration metric's Function dimension: it runs the chunks.
+const executorFunction = "executor"
+
 // commitRows writes a run's part under keys of its own and commits the
 // chunk. It reports whether this run's commit is the one that took effect.
 func (e *Engine) commitRows(ctx context.Context, b batch.Batch, c batch.Chunk, rows *part.Lines, deadLetters int64) (bool, error) {
-	return e.commitWith(ctx, b, c, rows, deadLetters, nil)
+	return e.commitWith(ctx, b, c, rows, deadLetters, nil, time.Time{})
+}
+
+// commitRun is commitRows of run r's rows, which publishes the run's
+// chunk duration too.
+func (e *Engine) commitRun(ctx context.Context, r *chunkRun) (bool, error) {
+	return e.commitWith(ctx, r.b, r.c, r.lines, 0, nil, r.began)
 }
 
 // commitWith is commitRows adding fallback, if not nil, as a new chunk of
 // rows c no longer holds (docs/design.md "Scheduling", fallback rows).
-func (e *Engine) commitWith(ctx context.Context, b batch.Batch, c batch.Chunk, rows *part.Lines, deadLetters int64, fallback *batch.Chunk) (bool, error) {
+// began is when the executor took the chunk up (zero: not a run's commit).
+func (e *Engine) commitWith(ctx context.Context, b batch.Batch, c batch.Chunk, rows *part.Lines, deadLetters int64, fallback *batch.Chunk, began time.Time) (bool, error) {
 	defer rows.Close()
 	c.Attempt = ids.Secret(6)
 	parts, cm, err := part.Commit(c, rows, deadLetters, e.Now())
@@ -74,7 +85,7 @@ func (e *Engine) commitWith(ctx context.Context, b batch.Batch, c batch.Chunk, r
 	}
 	ours, err := e.commit(ctx, b, cm, written, &first)
 	if ours && err == nil {
-		e.publishRows(ctx, b, c.Index, usage)
+		e.publishRows(ctx, b, c, usage, began)
 	}
 	return ours, err
 }
@@ -93,9 +104,10 @@ func readUsage(parts map[string]part.Object) ([]byte, error) {
 	return data, err
 }
 
-// publishRows logs the metrics of a committed chunk's rows (internal/metrics)
-// and keeps their audit entry: once, by the run whose commit took effect.
-func (e *Engine) publishRows(ctx context.Context, b batch.Batch, chunk int, usage []byte) {
+// publishRows logs the metrics of committed chunk c's rows (internal/metrics)
+// and keeps their audit entry: once, by the run whose commit took effect;
+// and the chunk's duration in the executor when it began then (not zero).
+func (e *Engine) publishRows(ctx context.Context, b batch.Batch, c batch.Chunk, usage []byte, began time.Time) {
 	byModel, err := metrics.Rows(usage)
 	if err != nil {
 		e.Log.WarnContext(ctx, "metrics of a chunk's rows", "batch_id", b.ID, "err", err)
@@ -108,17 +120,21 @@ func (e *Engine) publishRows(ctx context.Context, b batch.Batch, chunk int, usag
 		if model == "" {
 			continue // rows refused before a model was known count for the tenant only
 		}
+		e.Recent.Add(model, now, *f)
 		for _, l := range metrics.ChunkLines(e.Set.Prefix, model, b.ID, now, *f) {
 			e.Log.InfoContext(ctx, "model metrics", l...)
 		}
 	}
 	e.Log.InfoContext(ctx, "tenant metrics", metrics.TenantLine(e.Set.Prefix, b.Tenant, b.ID, now, rows, tokens)...)
+	if !began.IsZero() {
+		e.Log.InfoContext(ctx, "chunk metrics", metrics.ChunkDurationLine(e.Set.Prefix, executorFunction, c.Model, b.ID, now, now.Sub(began))...)
+	}
 	var completed int64
 	for _, f := range byModel {
 		completed += f.Completed
 	}
 	e.Audit.Add(audit.Entry{Time: now.UnixMilli(), Tenant: b.Tenant, KeyID: audit.Executor, OnBehalfOf: b.KeyID, Batch: b.ID,
-		Action: audit.RowsRun, Target: fmt.Sprintf("chunk %d", chunk), Outcome: fmt.Sprintf("%d completed, %d failed", completed, rows-completed)})
+		Action: audit.RowsRun, Target: fmt.Sprintf("chunk %d", c.Index), Outcome: fmt.Sprintf("%d completed, %d failed", completed, rows-completed)})
 }
 
 // flushAudit writes the audit entries this invocation kept, with time of

@@ -36,12 +36,14 @@ func (f *slowCommit) CommitChunk(ctx context.Context, tenant string, cm sched.Co
 // once and went back to the queue.
 func TestSlowCommitsContinuationKeepsItsLease(t *testing.T) {
 	t.Parallel()
-	for _, wait := range []time.Duration{250 * time.Millisecond, 700 * time.Millisecond} {
+	// Seconds, not milliseconds: on a loaded machine a renewal due every
+	// 333 ms came after a margin of 0.5 s, and the run stopped for that.
+	for _, wait := range []time.Duration{time.Second, 2800 * time.Millisecond} {
 		t.Run(wait.String(), func(t *testing.T) {
 			t.Parallel()
 			e, table, p := continuationFixture(t)
-			p.delay = 150 * time.Millisecond
-			e.Lease = time.Second // skew 0.5 s, renewals every 333 ms
+			p.delay = 600 * time.Millisecond
+			e.Lease = 4 * time.Second // skew 2 s, renewals every 1.33 s
 			e.Store = &slowCommit{runsTable: table, slow: 0, wait: wait}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()

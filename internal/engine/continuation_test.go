@@ -200,9 +200,13 @@ func TestContinuationThatRanNothingIsSent(t *testing.T) {
 // again.
 func TestCommittedRunDoesNotStopItsModel(t *testing.T) {
 	t.Parallel()
-	p := newPeakProvider(50 * time.Millisecond)
+	// Chunk 1 runs 6 s, across chunk 0's renewals (every second) after
+	// its commit. A lease of seconds, not milliseconds: on a loaded machine
+	// a renewal due every 100 ms came after the skew margin and stopped a
+	// live run for want of lease, not for this.
+	p := newPeakProvider(300 * time.Millisecond)
 	e, table := runsFixture(t, p, chunkSpec{"x", 2, 2}, chunkSpec{"x", 40, 2})
-	e.Lease = 300 * time.Millisecond // renewals every 100 ms
+	e.Lease = 3 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 

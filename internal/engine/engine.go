@@ -21,6 +21,7 @@ import (
 	"github.com/relaybatch/relay/internal/file"
 	"github.com/relaybatch/relay/internal/inference"
 	"github.com/relaybatch/relay/internal/jsonl"
+	"github.com/relaybatch/relay/internal/metrics"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/plan"
 	"github.com/relaybatch/relay/internal/provider"
@@ -177,6 +178,9 @@ type Deps struct {
 	Native   func(*Engine) Delegate
 	// Audit keeps the audit trail's entries of rows run (internal/audit).
 	Audit Auditor
+	// Recent, if set, counts the committed rows' upstream answers for the
+	// panel's Operations page (internal/ops).
+	Recent *metrics.Recent
 
 	// Options: a zero one takes its default.
 	Chunks plan.Limits
@@ -191,6 +195,7 @@ func New(d Deps) (*Engine, error) {
 	e := &Engine{
 		Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Provider: d.Provider, Models: d.Models, Set: d.Set, Log: d.Log,
 		Now: d.Now, Govern: d.Govern, Lifecycle: d.Lifecycle, Audit: d.Audit, Chunks: d.Chunks, Lease: d.Lease,
+		Recent: d.Recent,
 	}
 	if e.Workflow = d.Workflow(e); e.Workflow == nil {
 		return nil, errors.New("engine: Deps.Workflow built no workflow runner")
@@ -237,6 +242,8 @@ type Engine struct {
 	Workflow  Workflow
 	// Native runs the chunks it Takes instead of the executors.
 	Native Delegate
+	// Recent counts committed rows by upstream answer (nil: not counted).
+	Recent *metrics.Recent
 
 	// Chunks bound a chunk's rows, bytes and slots (plan.Limits; zero
 	// fields take its defaults).

@@ -30,6 +30,9 @@ import (
 
 // chunkRun is one work message being executed.
 type chunkRun struct {
+	// began is when this invocation took the run up: its chunk's duration
+	// (metrics.ChunkDuration) counts from it.
+	began    time.Time
 	delivery msg.Delivery
 	msg      msg.Message
 	b        batch.Batch
@@ -321,6 +324,7 @@ func (in *invocation) all() []*chunkRun {
 // joins the invocation's runs (which the heartbeat reads) once loaded.
 func (in *invocation) start(r *chunkRun) {
 	e := in.e
+	r.began = e.Now()
 	ok, err := e.load(in.ctx, r, in.batch)
 	if err != nil || !ok {
 		r.err = err
@@ -740,7 +744,7 @@ func (e *Engine) finishRun(ctx context.Context, p *fanout.Pool, r *chunkRun) {
 	case r.fallbackOwed():
 		r.err = e.commitDeferred(ctx, r)
 	default:
-		_, r.err = e.commitRows(ctx, r.b, r.c, r.lines, 0)
+		_, r.err = e.commitRun(ctx, r)
 	}
 	r.ended = r.err == nil
 	// Its lease is kept no longer: a renewal would find the chunk done,
@@ -786,7 +790,7 @@ func (e *Engine) commitDeferred(ctx context.Context, r *chunkRun) error {
 	}
 	rest.Model, rest.PriorAttempts = r.owed()
 	rest.Fallback = true
-	_, err = e.commitWith(ctx, r.b, done, r.lines, 0, &rest)
+	_, err = e.commitWith(ctx, r.b, done, r.lines, 0, &rest, r.began)
 	return err
 }
 
@@ -828,7 +832,7 @@ func (e *Engine) commitAnswered(ctx context.Context, r *chunkRun) error {
 	case k == len(r.reqs):
 		// So too a run holding no slot (a NoCall chunk's, a drain's),
 		// whose rows were answered without a slot before its stop.
-		_, err := e.commitRows(ctx, r.b, r.c, r.lines, 0)
+		_, err := e.commitRun(ctx, r)
 		return err
 	case r.c.Slots == 0:
 		return stop // its rest would have no slots to run on
@@ -857,7 +861,7 @@ func (e *Engine) commitAnswered(ctx context.Context, r *chunkRun) error {
 	}
 	won, err := e.commitSplit(ctx, r.b, cm, rest)
 	if err == nil && won {
-		e.publishRows(ctx, r.b, done.Index, usage)
+		e.publishRows(ctx, r.b, done, usage, r.began)
 	}
 	if err == nil && !won {
 		e.Log.InfoContext(ctx, "split chunk no longer this run's; its part discarded", "batch_id", done.Batch, "chunk", done.Index, "run", done.Run)

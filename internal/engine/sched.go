@@ -300,15 +300,14 @@ func (e *Engine) due(ctx context.Context, tenant, id string, now time.Time) erro
 	if err != nil {
 		return gone(err)
 	}
-	switch {
-	case b.Status.Terminal():
-	case b.ChunksTotal == 0 && b.Status == batch.Validating && b.PastExpiry(now):
+	switch b.NextStep(now) {
+	case batch.StepExpire:
 		return e.expireUnplanned(ctx, b)
-	case b.ChunksTotal == 0 || !b.Started:
+	case batch.StepPlan:
 		err = e.send(ctx, resources.Dispatch, msg.Message{Type: msg.Plan, Tenant: tenant, Batch: id})
-	case b.ChunksDone >= b.ChunksTotal || b.Status == batch.Finalizing:
+	case batch.StepFinalize:
 		err = e.send(ctx, resources.Finalize, msg.Message{Type: msg.Finalize, Tenant: tenant, Batch: id})
-	case b.Status == batch.Cancelling || b.PastExpiry(now):
+	case batch.StepDrain:
 		err = e.drain(ctx, b)
 	}
 	if err != nil {

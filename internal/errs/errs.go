@@ -32,6 +32,9 @@ type Error struct {
 	Message string
 	// RetryAfter, in seconds, for RateLimited.
 	RetryAfter int
+	// Extra are more members of an OpenAI-shaped error body: a create
+	// refused with budget_exceeded carries its quote.
+	Extra map[string]any
 }
 
 func (e *Error) Error() string { return e.Message }

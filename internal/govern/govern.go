@@ -26,6 +26,7 @@ import (
 const (
 	CodeBudgetExceeded    = "budget_exceeded"
 	CodeCredentialRevoked = "credential_revoked"
+	CodeCostLimitReached  = "cost_limit_reached"
 )
 
 // DefaultTTL is how long a key or a budget read is trusted: a disabled key
@@ -37,6 +38,11 @@ type Store interface {
 	KeyByID(ctx context.Context, id string) (apikey.Key, error)
 	GetBudget(ctx context.Context, tenant string) (store.Budget, error)
 	Usage(ctx context.Context, tenant, from, to string) ([]store.UsageRow, error)
+	// Reservations (reserve.go).
+	UpdateReservations(ctx context.Context, tenant string, fn func(*store.Reservations) error) error
+	GetBatch(ctx context.Context, tenant, id string) (batch.Batch, error)
+	// A batch's cost so far, against its max_cost (cost.go).
+	BatchUsage(ctx context.Context, tenant, keyID, batchID string, days []string) ([]store.UsageDetail, error)
 }
 
 var _ Store = (*store.Store)(nil)
@@ -93,7 +99,8 @@ func (g *Checker) Allowed(ctx context.Context, b batch.Batch) (func(model string
 // Admit is asked when a run of batch b's chunk c starts: a key disabled
 // (or gone) ends its rows with credential_revoked, one expired with
 // api_key_expired, one of a disabled tenant with tenant_disabled, a budget
-// spent with budget_exceeded; "" lets them run.
+// spent with budget_exceeded, a chunk that could take its batch past its
+// max_cost with cost_limit_reached; "" lets them run.
 func (g *Checker) Admit(ctx context.Context, b batch.Batch, c batch.Chunk) (code, message string, err error) {
 	k, err := g.key(ctx, b.KeyID)
 	if err != nil {
@@ -106,8 +113,10 @@ func (g *Checker) Admit(ctx context.Context, b batch.Batch, c batch.Chunk) (code
 	if err != nil {
 		return "", "", err
 	}
-	code, message = Check(st)
-	return code, message, nil
+	if code, message = Check(st); code != "" {
+		return code, message, nil
+	}
+	return g.checkCost(ctx, b, c)
 }
 
 // Refused says why the key keyID, read as k (the zero Key when it is gone),

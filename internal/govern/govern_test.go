@@ -21,6 +21,47 @@ type fakeStore struct {
 	keyReads, budgetReads int
 	usageReads            int
 	usageFrom, usageTo    string
+	// reservations and batches (reserve_test.go).
+	reservations store.Reservations
+	batches      map[string]batch.Batch
+	// writes counts UpdateReservations writes; ambiguous, when set, runs
+	// the write and then fails it, as a timed-out call that went through.
+	writes    int
+	ambiguous bool
+	// batchUsage is every batch's usage (cost_test.go).
+	batchUsage []store.UsageDetail
+}
+
+func (f *fakeStore) UpdateReservations(_ context.Context, _ string, fn func(*store.Reservations) error) error {
+	rs := store.Reservations{Batches: map[string]store.Reservation{}}
+	for k, v := range f.reservations.Batches {
+		rs.Batches[k] = v
+	}
+	if err := fn(&rs); err != nil {
+		if errors.Is(err, store.ErrUnchanged) {
+			return nil
+		}
+		return err
+	}
+	f.reservations = rs
+	f.writes++
+	if f.ambiguous {
+		f.ambiguous = false
+		return errors.New("timeout: the write's outcome is unknown")
+	}
+	return nil
+}
+
+func (f *fakeStore) BatchUsage(context.Context, string, string, string, []string) ([]store.UsageDetail, error) {
+	return f.batchUsage, nil
+}
+
+func (f *fakeStore) GetBatch(_ context.Context, _, id string) (batch.Batch, error) {
+	b, ok := f.batches[id]
+	if !ok {
+		return b, store.ErrBatchNotFound
+	}
+	return b, nil
 }
 
 func (f *fakeStore) KeyByID(_ context.Context, id string) (apikey.Key, error) {

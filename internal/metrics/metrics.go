@@ -18,11 +18,18 @@ import (
 )
 
 // Dimensions. Every metric carries resources.MetricDimension (the
-// deployment's prefix); model and tenant metrics one of these too.
+// deployment's prefix); model and tenant metrics one of these too, chunk
+// durations Function and Model.
 const (
-	Model  = "Model"
-	Tenant = "Tenant"
+	Model    = "Model"
+	Tenant   = "Tenant"
+	Function = "Function"
 )
+
+// ChunkDuration (dimensions Prefix, Function, Model) is a chunk's time in
+// the function that ran it, from taking it up to its commit, in
+// milliseconds: one value per commit that took effect.
+const ChunkDuration = "ChunkDuration"
 
 // Per model (dimensions Prefix, Model): rows as their chunks commit, by
 // outcome and by the upstream's last answer, their time upstream, and the
@@ -149,7 +156,7 @@ func line(now time.Time, dims []string, values map[string]any, props ...any) []a
 }
 
 func unitOf(name string) string {
-	if name == UpstreamLatency {
+	if name == UpstreamLatency || name == ChunkDuration {
 		return "Milliseconds"
 	}
 	return "Count"
@@ -182,6 +189,14 @@ func ChunkLines(prefix, model, batch string, now time.Time, f Figures) [][]any {
 func TenantLine(prefix, tenant, batch string, now time.Time, rows, tokens int64) []any {
 	v := map[string]any{resources.MetricDimension: prefix, Tenant: tenant, TenantRows: rows, TenantTokens: tokens}
 	return line(now, []string{resources.MetricDimension, Tenant}, v, "batch_id", batch)
+}
+
+// ChunkDurationLine is the line of a committed chunk of model's time in
+// function (the executor: from its run's start in the invocation that
+// committed it). batch names the batch (a field, not a dimension).
+func ChunkDurationLine(prefix, function, model, batch string, now time.Time, d time.Duration) []any {
+	v := map[string]any{resources.MetricDimension: prefix, Function: function, Model: model, ChunkDuration: float64(d.Milliseconds())}
+	return line(now, []string{resources.MetricDimension, Function, Model}, v, "batch_id", batch)
 }
 
 // CapacityLine is a model's capacity in use, as the tick read it.

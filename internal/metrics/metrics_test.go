@@ -117,3 +117,42 @@ func TestChunkLines(t *testing.T) {
 		t.Errorf("capacity line %v", e.fields)
 	}
 }
+
+// A chunk's duration is one value in milliseconds under its function and
+// model.
+func TestChunkDurationLine(t *testing.T) {
+	t.Parallel()
+	e := logged(t, ChunkDurationLine("relay", "executor", "gpt-x", "batch_1", time.Unix(1, 0), 1500*time.Millisecond))
+	m := e.AWS.CloudWatchMetrics
+	if len(m) != 1 || fmt.Sprint(m[0].Dimensions) != "[[Prefix Function Model]]" || len(m[0].Metrics) != 1 ||
+		m[0].Metrics[0].Name != ChunkDuration || m[0].Metrics[0].Unit != "Milliseconds" {
+		t.Fatalf("metric directive %+v", m)
+	}
+	if e.fields[ChunkDuration] != 1500.0 || e.fields["Function"] != "executor" || e.fields["Model"] != "gpt-x" || e.fields["batch_id"] != "batch_1" {
+		t.Errorf("fields %v", e.fields)
+	}
+}
+
+// Recent sums a model's committed figures over its window and forgets
+// what is older.
+func TestRecent(t *testing.T) {
+	t.Parallel()
+	var r Recent
+	t0 := time.Unix(1_800_000_000, 0)
+	r.Add("a", t0, Figures{Completed: 3, Failed: 2, Status429: 1, Status5xx: 1})
+	r.Add("a", t0.Add(5*time.Minute), Figures{Failed: 4, Status4xx: 4})
+	r.Add("b", t0.Add(6*time.Minute), Figures{Completed: 1, None: 0})
+	s := r.Snapshot(t0.Add(10 * time.Minute))
+	want := `[{a 3 6 4 1 1 0} {b 1 0 0 0 0 0}]`
+	if fmt.Sprint(s.Models) != want || s.WindowSeconds != 900 {
+		t.Fatalf("snapshot %v, want %s over 900 s", s, want)
+	}
+	if s := r.Snapshot(t0.Add(RecentWindow + 2*time.Minute)); fmt.Sprint(s.Models) != `[{a 0 4 4 0 0 0} {b 1 0 0 0 0 0}]` {
+		t.Errorf("after the first minute left the window: %v", s.Models)
+	}
+	var none *Recent
+	none.Add("a", t0, Figures{Completed: 1})
+	if s := none.Snapshot(t0); len(s.Models) != 0 {
+		t.Errorf("nil Recent: %v", s)
+	}
+}

@@ -47,7 +47,8 @@
 // path (404), method (405), credentials by presence only (401; a
 // non-empty "Authorization: Bearer …" on OpenAI routes, a non-empty
 // x-api-key or bearer token on /v1/messages, because anthropic-sdk-go v2
-// sends its API key as a bearer token), the x-mock-status header, then the body
+// sends its API key as a bearer token; a key among Options.RevokedKeys is
+// refused too, as a revoked one), the x-mock-status header, then the body
 // (400 for a body that is not a JSON object, a missing model, or
 // stream:true, which the mock does not implement; 413 above 32 MiB).
 // Errors have the shape of the route:

@@ -39,7 +39,8 @@ type Options struct {
 	// windows.
 	RPM, TPM   int
 	RateWindow time.Duration
-	// RevokedKeys are API keys answered 401, as a revoked key is.
+	// RevokedKeys are API keys answered 401, as a provider answers a
+	// revoked key or a placeholder (docs/runbook.md "every-row-401").
 	RevokedKeys []string
 }
 

@@ -644,7 +644,7 @@ func TestSameRequestSameAnswer(t *testing.T) {
 
 func TestAuthentication(t *testing.T) {
 	t.Parallel()
-	_, srv := newServer(t, mockup.Options{})
+	_, srv := newServer(t, mockup.Options{RevokedKeys: []string{"placeholder"}})
 	tests := []struct {
 		name       string
 		path       string
@@ -653,6 +653,8 @@ func TestAuthentication(t *testing.T) {
 		wantType   string
 	}{
 		{"openai without key", "/v1/chat/completions", nil, 401, "invalid_request_error"},
+		{"openai refused key", "/v1/chat/completions", http.Header{"Authorization": {"Bearer placeholder"}}, 401, "invalid_request_error"},
+		{"anthropic refused key", "/v1/messages", http.Header{"X-Api-Key": {"placeholder"}}, 401, "authentication_error"},
 		{"openai basic auth", "/v1/embeddings", http.Header{"Authorization": {"Basic dTpw"}}, 401, "invalid_request_error"},
 		{"openai empty bearer", "/v1/responses", http.Header{"Authorization": {"Bearer "}}, 401, "invalid_request_error"},
 		{"openai x-api-key is not enough", "/v1/completions", http.Header{"X-Api-Key": {"k"}}, 401, "invalid_request_error"},

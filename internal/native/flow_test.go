@@ -233,6 +233,19 @@ func (g *tenantState) Usage(context.Context, string, string, string) ([]store.Us
 	return []store.UsageRow{{Model: "nat", TotalTokens: g.spent}}, nil
 }
 
+// The steps make no reservations (a create does).
+func (g *tenantState) UpdateReservations(context.Context, string, func(*store.Reservations) error) error {
+	return errors.New("tenantState: no reservations")
+}
+
+func (g *tenantState) BatchUsage(context.Context, string, string, string, []string) ([]store.UsageDetail, error) {
+	return nil, nil
+}
+
+func (g *tenantState) GetBatch(context.Context, string, string) (batch.Batch, error) {
+	return batch.Batch{}, errors.New("tenantState: no batches")
+}
+
 // governed puts f's batch under a real govern.Checker on state, whose
 // reads are never cached: a change is seen at the next step.
 func governed(f *fakes) *tenantState {

@@ -26,6 +26,7 @@
 package native
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -41,6 +42,7 @@ import (
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/quote"
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/store"
 )
@@ -223,6 +225,20 @@ func (s *Service) pollDelay(n int) time.Duration {
 
 func (s *Service) sendPoll(ctx context.Context, g batch.Group, n int) error {
 	return s.Queue.Send(ctx, resources.Work, s.step(msg.NativePoll, g, n), s.pollDelay(n))
+}
+
+// lateForDeadline reports whether group g's provider batch, still
+// running, must be cancelled for its rows to run directly by b's
+// complete_by: its rows take about quote.DirectSeconds on the model, and
+// the next poll may come PollMax later.
+func (s *Service) lateForDeadline(b batch.Batch, g batch.Group) bool {
+	if b.CompleteBy == nil {
+		return false
+	}
+	m, _ := s.Models.Lookup(g.Model)
+	qm := quote.Model{Config: m, Latency: cmp.Or(m.Latency, config.DefaultLatency)}
+	direct := time.Duration(quote.DirectSeconds(g.Rows, qm) * float64(time.Second))
+	return !s.Now().Add(direct + s.pollDelay(1<<10)).Before(time.Unix(*b.CompleteBy, 0))
 }
 
 // closeToEnd reports whether b's window is near enough its end that a

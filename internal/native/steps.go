@@ -262,6 +262,9 @@ func (s *Service) cancelWhy(ctx context.Context, b batch.Batch, g batch.Group) (
 	if s.closeToEnd(b) {
 		return "the window is close to its end; the unfinished rows run directly", nil
 	}
+	if s.lateForDeadline(b, g) {
+		return "complete_by is near; the unfinished rows run directly", nil
+	}
 	code, err := s.admitGroup(ctx, b, g)
 	if code != "" {
 		return code + "; the unfinished rows are refused", nil

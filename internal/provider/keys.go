@@ -101,6 +101,14 @@ func (s *SecretsKeys) Key(ctx context.Context, name string) (string, error) {
 	return e.value, nil
 }
 
+// Forget drops every cached key: the next use of each reads its secret, as
+// a new execution environment does.
+func (s *SecretsKeys) Forget() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.secrets = nil
+}
+
 // ChainKeys asks each source in turn; the first non-empty key wins. Listing
 // the environment before Secrets Manager lets the same wiring run locally
 // and on AWS.

@@ -139,4 +139,9 @@ func TestSecretsKeysCache(t *testing.T) {
 	if n := sm.calls.Load(); n != 3 {
 		t.Errorf("another name: %d calls, want 3 (cached per name)", n)
 	}
+	keys.Forget()
+	keys.Key(ctx, "IN_BOTH")
+	if n := sm.calls.Load(); n != 4 {
+		t.Errorf("after Forget: %d calls, want 4 (read again)", n)
+	}
 }

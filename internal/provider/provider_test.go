@@ -107,8 +107,8 @@ models:
   - name: slow
     provider: openai
     base_url: BASE/v1
-    timeout: 50ms
-    call_time_limit: 80ms
+    timeout: 250ms
+    call_time_limit: 400ms
   - name: claude
     provider: anthropic
     base_url: BASE
@@ -1042,7 +1042,7 @@ func TestDoTimeLimit(t *testing.T) {
 	}{
 		{"past the limit: stopped once", []step{hang}, inference.Result{ErrCode: inference.CodeRequestTimeLimit, Model: "slow", Attempts: 1}},
 		{"a 500, then past the limit", []step{answer(500, serverErr), hang}, inference.Result{ErrCode: inference.CodeRequestTimeLimit, Model: "slow", Attempts: 2}},
-		{"longer than timeout, within the limit", []step{late(60 * time.Millisecond)}, inference.Result{StatusCode: 200, Model: "slow", Attempts: 1}},
+		{"longer than timeout, within the limit", []step{late(300 * time.Millisecond)}, inference.Result{StatusCode: 200, Model: "slow", Attempts: 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -116,7 +116,7 @@ func (c *Caller) attempt(ctx context.Context, spec Spec, ev Event) (Answer, time
 		switch {
 		case errors.As(err, &refused):
 			// The address policy: no retry can change where the name points now.
-			return Answer{}, 0, errorf(CodeCallbackUnreachable, "the callback's address is refused: %v", refused)
+			return Answer{}, 0, errorf(CodeCallbackUnreachable, "the callback's address is %s", refused.Explain("workflow callbacks"))
 		case ctx.Err() == nil && actx.Err() != nil:
 			return Answer{}, 0, fmt.Errorf("attempt %d: no answer within %s", ev.Attempt, spec.CallbackTimeout)
 		}

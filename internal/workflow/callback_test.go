@@ -141,6 +141,9 @@ func TestCallerRefusedAddress(t *testing.T) {
 	if !errors.As(err, &e) || e.Code != CodeCallbackUnreachable {
 		t.Fatalf("got %v, want %s", err, CodeCallbackUnreachable)
 	}
+	if !strings.Contains(e.Message, "workflow callbacks only go to public addresses") {
+		t.Errorf("message %q does not name workflow callbacks", e.Message)
+	}
 	if n := len(srv.seen()); n != 0 {
 		t.Fatalf("the refused callback got %d requests", n)
 	}

@@ -76,7 +76,8 @@ func parseTools(body []byte, policy egress.Policy) (*Tools, string) {
 		return nil, "relay.tool_config.authorization is required: a valid HTTP header value the tool endpoint checks"
 	}
 	if err := checkURL(t.URL, policy); err != nil {
-		return nil, replaceName(err.Message, "relay.workflow.url", "relay.tool_config.url")
+		msg := replaceName(err.Message, "relay.workflow.url", "relay.tool_config.url")
+		return nil, replaceName(msg, "workflow callbacks only go", "tool calls only go")
 	}
 	return t, ""
 }
@@ -154,7 +155,11 @@ func CallTool(ctx context.Context, client *http.Client, t *Tools, toolCall json.
 	req.Header.Set("User-Agent", userAgent)
 	req.Header.Set("Authorization", t.Authorization)
 	resp, err := client.Do(req)
-	if err != nil {
+	var refused *egress.RefusedError
+	switch {
+	case errors.As(err, &refused):
+		return "", fmt.Errorf("call the tool endpoint: its address is %s", refused.Explain("tool calls"))
+	case err != nil:
 		return "", fmt.Errorf("call the tool endpoint: %w", err)
 	}
 	defer resp.Body.Close()

@@ -5,12 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/tidwall/gjson"
 
+	"github.com/relaybatch/relay/internal/egress"
 	"github.com/relaybatch/relay/internal/inference"
+	"github.com/relaybatch/relay/internal/webhook"
 )
 
 // toolModel answers with a tool call while the conversation has fewer
@@ -93,5 +97,24 @@ func TestRunToolsBoundsTheConversation(t *testing.T) {
 	}
 	if res.ErrCode != CodeToolCallFailed || !strings.Contains(res.ErrMessage, "larger than") || res.Usage.TotalTokens != int64(12*len(sent)) {
 		t.Fatalf("sent %d, got %+v; want tool_call_failed naming the size, with the rounds' usage", len(sent), res)
+	}
+}
+
+// A tool endpoint at an address the policy refuses is refused at dial
+// time, before any request, and the error names tool calls; so does the
+// 400 of a tool_config whose URL names such an address.
+func TestToolCallRefusedAddress(t *testing.T) {
+	t.Parallel()
+	calls := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls++ }))
+	defer srv.Close()
+	client := webhook.NewClient(egress.Policy{AllowHTTP: true}).HTTP
+	_, err := CallTool(context.Background(), client, &Tools{URL: srv.URL, Authorization: "a"}, json.RawMessage(`{"id":"c"}`))
+	if err == nil || !strings.Contains(err.Error(), "loopback address; tool calls only go to public addresses") || calls != 0 {
+		t.Fatalf("got %v after %d requests, want a refusal naming tool calls", err, calls)
+	}
+	_, problem := parseTools([]byte(`{"relay":{"tool_config":{"url":"https://10.0.0.1/t","authorization":"a"}}}`), egress.Policy{})
+	if !strings.Contains(problem, "relay.tool_config.url") || !strings.Contains(problem, "tool calls only go to public addresses") {
+		t.Errorf("tool_config at a private address: %q", problem)
 	}
 }

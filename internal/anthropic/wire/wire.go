@@ -29,6 +29,10 @@ type MessageBatch struct {
 	CancelInitiatedAt *string              `json:"cancel_initiated_at"`
 	ArchivedAt        *string              `json:"archived_at"`
 	ResultsURL        *string              `json:"results_url"`
+	// EstimatedCompletionAt is Relay's extension (docs/api.md "Anthropic
+	// Message Batches"): when a batch in progress should end; absent until
+	// known.
+	EstimatedCompletionAt *string `json:"estimated_completion_at,omitempty"`
 }
 
 // MessageRequestCounts always add up to the batch's number of requests.

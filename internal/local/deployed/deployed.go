@@ -8,8 +8,11 @@ package deployed
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -157,4 +160,41 @@ func (s *Stack) Apply(set *resources.Set) error {
 		set.Functions[i] = def
 	}
 	return nil
+}
+
+// Assets maps each function of the templates in the cloud assembly dir
+// (cdk.out) to its bundle's directory there: the bootstrap and models file
+// CDK uploads as the function's code.
+func Assets(dir string) (map[string]string, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.template.json"))
+	if err != nil || len(files) == 0 {
+		return nil, fmt.Errorf("no template in %s: run make synth", dir)
+	}
+	out := map[string]string{}
+	for _, file := range files {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, err
+		}
+		var tpl struct {
+			Resources map[string]struct {
+				Type       string `json:"Type"`
+				Properties struct {
+					FunctionName any `json:"FunctionName"`
+				} `json:"Properties"`
+				Metadata map[string]any `json:"Metadata"`
+			} `json:"Resources"`
+		}
+		if err := json.Unmarshal(b, &tpl); err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		for _, r := range tpl.Resources {
+			name, _ := r.Properties.FunctionName.(string)
+			path, _ := r.Metadata["aws:asset:path"].(string)
+			if r.Type == "AWS::Lambda::Function" && name != "" && path != "" {
+				out[name] = filepath.Join(dir, path)
+			}
+		}
+	}
+	return out, nil
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/relaybatch/relay/internal/local/esm"
 	"github.com/relaybatch/relay/internal/local/firer"
 	"github.com/relaybatch/relay/internal/local/gateway"
+	"github.com/relaybatch/relay/internal/local/rie"
 	"github.com/relaybatch/relay/internal/mockup"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/resources"
@@ -94,6 +95,14 @@ type Options struct {
 	// internal/local/deployed), instead of creating them: Start only checks
 	// that they are there.
 	Existing bool
+	// Lambda, if set, runs every function as its real bootstrap under the
+	// Lambda Runtime Interface Emulator (internal/local/rie, README "Lambda
+	// mode"), by short name: the event-source mapping, the API front and
+	// the schedule firer invoke them with their triggers' event JSON
+	// instead of calling the handlers in this process. Their environment
+	// is their own (rie.Prepare), not Env; OnInvoke, AfterInvoke,
+	// DuplicateInvoke and InvocationClock do not reach them.
+	Lambda map[string]*rie.Function
 }
 
 // Runtime is a running local service.
@@ -122,6 +131,7 @@ func Start(ctx context.Context, o Options) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
+	a.OperationsPage = true
 	if o.Tune != nil {
 		o.Tune(&a.Resources)
 		a.Engine.Set, a.Workflows.Set = a.Resources, a.Resources
@@ -162,7 +172,15 @@ func Start(ctx context.Context, o Options) (*Runtime, error) {
 			return nil, fmt.Errorf("mock provider: %w", err)
 		}
 	}
+	for _, f := range a.Resources.Functions {
+		if o.Lambda != nil && o.Lambda[f.Name] == nil {
+			return nil, fmt.Errorf("lambda mode: no bootstrap for function %s", f.Name)
+		}
+	}
 	front := &gateway.Front{Invoke: apigw.Handler(a.API())}
+	if f := o.Lambda["api"]; f != nil {
+		front.Invoke = f.API
+	}
 	addr, err := rt.serve(o.Addr, front)
 	if err != nil {
 		rt.Close()
@@ -197,6 +215,9 @@ func (rt *Runtime) startFirer(ctx context.Context, o Options) {
 		// comes due once Start has returned fires.
 		Since: now(),
 		Fire: func(ctx context.Context, _ string, input []byte, _ time.Time) error {
+			if f := o.Lambda["scheduler"]; f != nil {
+				return f.Fire(ctx, input)
+			}
 			ctx = lambdacontext.NewContext(ctx, &lambdacontext.LambdaContext{AwsRequestID: esm.NewRequestID(), InvokedFunctionArn: s.Schedules.TargetARN})
 			return s.Fire(ctx, input)
 		},
@@ -244,6 +265,9 @@ func (rt *Runtime) startPollers(ctx context.Context, o Options) error {
 		p := &esm.Poller{
 			Client: rt.App.SQS, QueueURL: url, FunctionName: f.Name, BatchSize: f.BatchSize,
 			Concurrency: conc, FunctionTimeout: f.Timeout, Handler: lambdasqs.Handler(h), Logger: o.Log,
+		}
+		if lf := o.Lambda[f.Name]; lf != nil {
+			p.Handler = lf.SQS
 		}
 		name := f.Name
 		if o.OnInvoke != nil {

@@ -1,5 +1,5 @@
-// The panel's UI: key entry, the batches list, uploads, the batch page and
-// the usage page.
+// The panel's UI: key entry, the batches list, uploads, the batch page,
+// the usage page and the Operations page (admin keys).
 // Views are built with DOM calls (h below), never by parsing HTML, so nothing
 // the API returns (file names, metadata, error messages) becomes markup.
 import { APIError, clearKey, download, firstLines, hasKey, request, setKey, uploadFile } from './api.js';
@@ -94,7 +94,8 @@ async function busy(button, action) {
   }
 }
 
-// ---- routing: #/ is the list, #/batches/<id> a batch, #/usage the usage page ----
+// ---- routing: #/ is the list, #/batches/<id> a batch, #/usage the usage
+// page, #/operations the Operations page ----
 
 let view = null; // the current view's {stop}
 
@@ -107,14 +108,17 @@ function route() {
   $('#list-view').hidden = true;
   $('#batch-view').hidden = true;
   $('#usage-view').hidden = true;
+  $('#ops-view').hidden = true;
   const usage = location.hash === '#/usage';
+  const operations = location.hash === '#/operations';
+  const current = usage || operations ? location.hash : '#/';
   for (const a of document.querySelectorAll('#nav a')) {
-    if (a.getAttribute('href') === (usage ? '#/usage' : '#/')) a.setAttribute('aria-current', 'page');
+    if (a.getAttribute('href') === current) a.setAttribute('aria-current', 'page');
     else a.removeAttribute('aria-current');
   }
   if (!signedIn) return;
   const m = /^#\/batches\/([^/]+)$/.exec(location.hash);
-  view = m ? batchView(decodeURIComponent(m[1])) : usage ? usageView() : listView();
+  view = m ? batchView(decodeURIComponent(m[1])) : usage ? usageView() : operations ? opsView() : listView();
 }
 
 function signOut() {
@@ -124,6 +128,7 @@ function signOut() {
   $('#uploads').replaceChildren();
   $('#batch-view').replaceChildren();
   $('#usage-view').replaceChildren();
+  $('#ops-view').replaceChildren();
   notice('');
   route();
 }
@@ -761,6 +766,62 @@ function legend(models, byModel, color, b) {
   return h('ul', { class: 'legend', 'aria-label': 'Legend' },
     models.map((m) => h('li', {}, h('span', { class: `swatch ${color(m)}` }), `${m}: ${tokens(byModel.get(m))} tokens`)),
     b?.monthly_tokens != null && h('li', {}, h('span', { class: 'swatch allowance' }), 'daily share of the budget'));
+}
+
+// ---- Operations page: GET v1/admin/operations, an admin key's ----
+
+// opsView shows what relay admin models, batch inspect and dlq list read
+// (internal/ops), polled while open.
+function opsView() {
+  const root = $('#ops-view');
+  root.hidden = false;
+  const heading = h('h2', { id: 'ops-title', tabindex: -1 }, 'Operations');
+  const refresh = h('button', { type: 'button', id: 'refresh-ops' }, 'Refresh');
+  const body = h('div', { id: 'ops-body' }, h('p', { class: 'help' }, 'Loading…'));
+  root.replaceChildren(h('article', { id: 'ops', 'aria-labelledby': 'ops-title' },
+    h('div', { class: 'bar' }, heading, refresh), body));
+  const poll = poller(async (signal) => {
+    try {
+      body.replaceChildren(...opsContent(await request('v1/admin/operations', { signal })));
+    } catch (e) {
+      if (!(e instanceof APIError) || e.status !== 403) throw e;
+      body.replaceChildren(h('p', { id: 'ops-forbidden' }, 'The Operations page needs an admin key: ',
+        h('code', {}, 'relay keys create --tenant NAME --scopes admin'), '.'));
+      return false;
+    }
+    return true;
+  });
+  refresh.addEventListener('click', () => poll.run());
+  return poll;
+}
+
+// opsContent is the page for a GET v1/admin/operations answer o.
+function opsContent(o) {
+  const card = (id, title, ...children) => h('section', { class: 'card', 'aria-labelledby': id }, h('h3', { id }, title), ...children);
+  const none = (what) => h('p', { class: 'help' }, what);
+  const dlqs = Object.entries(o.dead_letter_queues || {});
+  const mins = Math.round((o.upstream?.window_seconds || 0) / 60);
+  return [
+    card('ops-models-title', 'Models',
+      table('Capacity per model', ['Model', 'In flight', 'Capacity', 'Waiting batches', 'Over quota'],
+        o.models.map((m) => [m.model, String(m.in_flight), String(m.max_concurrency),
+          m.waiting.length ? m.waiting.map((w) => w.Batch).join(', ') : '0',
+          m.over_quota?.length ? `shards ${m.over_quota.join(', ')}` : 'no']))),
+    card('ops-upstream-title', `Upstream answers, last ${mins} minutes`,
+      o.upstream.models.length === 0 ? none('No rows committed in this process yet (in a deployment: the dashboard).')
+        : table('Upstream answers per model', ['Model', 'Completed', 'Failed', '4xx', '429', '5xx', 'No answer'],
+          o.upstream.models.map((a) => [a.model, tokens(a.completed), tokens(a.failed), tokens(a.upstream_4xx),
+            tokens(a.upstream_429), tokens(a.upstream_5xx), tokens(a.no_answer)]))),
+    card('ops-dlq-title', 'Dead-letter queues',
+      table('Dead-letter queue depths', ['Queue', 'Messages'], dlqs.map(([q, n]) => [`${q}-dlq`, String(n)])),
+      dlqs.some(([, n]) => n > 0) && h('p', { class: 'help' }, 'Inspect and redrive: ', h('code', {}, 'relay admin dlq list QUEUE'), '.')),
+    card('ops-stuck-title', 'Stuck chunks',
+      o.stuck_chunks.length === 0 ? none('None: every claimed chunk holds its lease.')
+        : table('Chunks whose lease ended', ['Batch', 'Chunk', 'Model', 'Run', 'Attempts', 'Lease ended'],
+          o.stuck_chunks.map((c) => [batchLink(c.batch_id), String(c.chunk), c.model, c.run, String(c.attempts),
+            new Date(c.lease_until).toLocaleString()])),
+      o.stuck_chunks.length > 0 && h('p', { class: 'help' }, 'The tick takes them over: ', h('code', {}, 'relay admin tick'), '.')),
+  ];
 }
 
 // ---- wiring ----

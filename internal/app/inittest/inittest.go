@@ -1,0 +1,104 @@
+// Package inittest starts a function's main as Lambda would, in a child
+// process (the package's test binary running main), to see what its init
+// does with a given environment: each functions/<name> package tests with
+// it that a variable the template must give (app.LambdaVars) or a models
+// file it cannot read fails the init at once, with one line naming it.
+package inittest
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/relaybatch/relay/internal/app"
+)
+
+// childVar, set in a child's environment, makes Main run main instead of
+// the tests.
+const childVar = "RELAY_INITTEST_RUN_MAIN"
+
+// Main is a function package's TestMain: in a child started by Init it
+// runs the function's main, otherwise the tests.
+func Main(m *testing.M, main func()) {
+	if os.Getenv(childVar) == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// Env is an environment like the one a deployed function starts with: every
+// variable of app.LambdaVars, a region and credentials, a readable models
+// file (written under t.TempDir), no AWS endpoint reachable and no Lambda
+// runtime API.
+func Env(t *testing.T) map[string]string {
+	t.Helper()
+	models := filepath.Join(t.TempDir(), "relay.yaml")
+	if err := os.WriteFile(models, []byte("models:\n- {name: m, provider: openai, base_url: https://api.openai.com/v1, api_key_env: OPENAI_API_KEY}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{
+		"RELAY_PREFIX": "relay", "RELAY_TABLE": "relay", "RELAY_BUCKET": "relay-data-123456789012-us-east-1",
+		"RELAY_CONFIG": models, "RELAY_SCHEDULE_GROUP": "relay", "RELAY_SECRET_PREFIX": "relay/",
+		"RELAY_SCHEDULER_ROLE_ARN":     "arn:aws:iam::123456789012:role/relay-scheduler",
+		"RELAY_SCHEDULER_FUNCTION_ARN": "arn:aws:lambda:us-east-1:123456789012:function:relay-scheduler",
+		"AWS_REGION":                   "us-east-1", "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+		"AWS_ENDPOINT_URL": "http://127.0.0.1:1", "PATH": os.Getenv("PATH"),
+	}
+	for _, k := range app.LambdaVars {
+		if env[k] == "" {
+			t.Fatalf("inittest.Env has no value for %s (app.LambdaVars)", k)
+		}
+	}
+	return env
+}
+
+// Init runs the function's main in a child with exactly env, and returns
+// what it wrote to stderr and its exit error (nil for status 0).
+func Init(t *testing.T, env map[string]string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = []string{childVar + "=1"}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	return stderr.String(), err
+}
+
+// FailsWithout checks that the init fails, with one line naming what is
+// wrong, without each variable of app.LambdaVars and with a models file it
+// cannot read; and that with all of them it gets past its configuration
+// (to lambda.Start, which then finds no runtime API outside Lambda).
+func FailsWithout(t *testing.T) {
+	t.Helper()
+	t.Run("complete", func(t *testing.T) {
+		stderr, err := Init(t, Env(t))
+		if strings.Contains(stderr, "init failed") || !strings.Contains(stderr, "AWS_LAMBDA_RUNTIME_API") {
+			t.Fatalf("init with the whole environment: %v\n%s", err, stderr)
+		}
+	})
+	cases := map[string]func(map[string]string){}
+	for _, k := range app.LambdaVars {
+		cases[k] = func(env map[string]string) { delete(env, k) }
+	}
+	cases["AWS_REGION"] = func(env map[string]string) { delete(env, "AWS_REGION") }
+	cases["RELAY_CONFIG unreadable"] = func(env map[string]string) { env["RELAY_CONFIG"] = "/var/task/relay.yaml.missing" }
+	for name, edit := range cases {
+		t.Run(name, func(t *testing.T) {
+			env := Env(t)
+			edit(env)
+			stderr, err := Init(t, env)
+			lines := strings.Split(strings.TrimSpace(stderr), "\n")
+			want := strings.Fields(name)[0]
+			if err == nil || len(lines) != 1 || !strings.Contains(lines[0], `"msg":"init failed"`) || !strings.Contains(lines[0], want) {
+				t.Fatalf("init without %s: %v, stderr %q; want exit status 1 and one line naming it", name, err, stderr)
+			}
+		})
+	}
+}
