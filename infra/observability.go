@@ -136,7 +136,8 @@ func modelMetric(props RelayProps, model, name, stat string) awscloudwatch.Metri
 }
 
 // modelAlarms are a model's alarms on the functions' metrics: most of its
-// rows failing, and its capacity in use all the time (batches queue).
+// rows failing, its capacity in use all the time (batches queue), a
+// circuit of one of its keys opened, a key dropped from its pool.
 func modelAlarms(c constructs.Construct, o *Observability, props RelayProps, model string) {
 	id := logicalName(model)
 	add := func(kind, description string, metric awscloudwatch.IMetric, threshold float64, periods int) {
@@ -170,6 +171,10 @@ func modelAlarms(c constructs.Construct, o *Observability, props RelayProps, mod
 			},
 			Period: awscdk.Duration_Minutes(jsii.Number(5)),
 		}), 100, pinnedPeriods)
+	add("UpstreamCircuitOpen", fmt.Sprintf("a circuit of %s's upstream opened in an executor: its requests failed in a row", model),
+		modelMetric(props, model, metrics.CircuitsOpened, "Sum"), 1, 1)
+	add("UpstreamKeyDropped", fmt.Sprintf("a key of %s's pool answered 401/403 and was dropped", model),
+		modelMetric(props, model, metrics.KeysDropped, "Sum"), 1, 1)
 }
 
 // newDashboard is the deployment's CloudWatch dashboard: per model the

@@ -54,8 +54,8 @@ func TestResourceCounts(t *testing.T) {
 		"AWS::Lambda::Permission":         1,
 		// A DLQ depth alarm per queue, errors and throttles per function,
 		// work and dispatch queue age, oldest batch age, API 5xx; a model's
-		// error rate and pinned capacity.
-		"AWS::CloudWatch::Alarm":     len(set.Queues) + 2*len(set.Functions) + 4 + 2*len(props.Models.Models),
+		// error rate, pinned capacity, circuit opened and key dropped.
+		"AWS::CloudWatch::Alarm":     len(set.Queues) + 2*len(set.Functions) + 4 + 4*len(props.Models.Models),
 		"AWS::CloudWatch::Dashboard": 1,
 	}
 	for typ, n := range want {
@@ -833,6 +833,8 @@ func TestAlarms(t *testing.T) {
 		"AWS/ApiGateway 5XXError":                                        1,
 		"math ModelErrorRate":                                            len(props.Models.Models),
 		"math ModelCapacityPinned":                                       len(props.Models.Models),
+		"math UpstreamCircuitOpen":                                       len(props.Models.Models),
+		"math UpstreamKeyDropped":                                        len(props.Models.Models),
 	}
 	if fmt.Sprint(byMetric) != fmt.Sprint(want) {
 		t.Errorf("alarms by metric = %v, want %v", byMetric, want)

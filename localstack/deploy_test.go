@@ -345,8 +345,8 @@ func checkAlarms(t *testing.T, cfg aws.Config, tpl cfnTemplate, models int) {
 			t.Errorf("alarm %s: actions %v, want the alarm topic", a.Name, a.Actions)
 		}
 	}
-	// The stack's 22, and two per model (infra/observability.go).
-	if n := 22 + 2*models; len(want) != n || len(got) != len(want) {
+	// The stack's 22, and four per model (infra/observability.go).
+	if n := 22 + 4*models; len(want) != n || len(got) != len(want) {
 		t.Errorf("%d alarms deployed, %d in the template, want %d", len(got), len(want), n)
 	}
 	for n := range want {

@@ -137,7 +137,7 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	// Rate budgets, circuits and key pools (docs/design.md "Rate
 	// budgets"): paced on the real clock, shared through the table.
 	upstream := &provider.Client{HTTP: provider.NewHTTPClient(), Models: models, Keys: keys, Credentials: cfg.Credentials,
-		MaxResponseBytes: env.MaxResponseBytes, Limits: &ratelimit.Registry{Shared: a.Store, Log: log, OnDrop: a.recordDrop}}
+		MaxResponseBytes: env.MaxResponseBytes, Limits: &ratelimit.Registry{Shared: a.Store, Log: log, OnDrop: a.recordDrop, OnOpen: a.circuitOpened}}
 	a.Govern = &govern.Checker{Store: a.Store, Models: models, Now: now}
 	// One client, so one policy, for the check at create, workflow
 	// callbacks and every delivery.
@@ -220,11 +220,18 @@ func (a *App) workflows(e *engine.Engine, hooks *webhook.Client) engine.Workflow
 // recordDrop writes a key dropped from its pool to the table, for relay
 // admin models; the log line and its alarm do not wait on it.
 func (a *App) recordDrop(model, env string, status int) {
+	a.Log.Info("model metrics", metrics.UpstreamLine(a.Resources.Prefix, model, metrics.KeysDropped, env, a.now())...)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := a.Store.DropKey(ctx, model, env, status, a.now()); err != nil {
 		a.Log.Warn("record a dropped key", "model", model, "key_env", env, "error", err)
 	}
+}
+
+// circuitOpened publishes a circuit of model's key env that opened
+// (metrics.CircuitsOpened, the UpstreamCircuitOpen alarm).
+func (a *App) circuitOpened(model, env string) {
+	a.Log.Info("model metrics", metrics.UpstreamLine(a.Resources.Prefix, model, metrics.CircuitsOpened, env, a.now())...)
 }
 
 func (a *App) native(e *engine.Engine, upstream *provider.Client, keys provider.KeySource) engine.Delegate {

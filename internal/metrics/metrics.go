@@ -52,6 +52,22 @@ const (
 	maxValuesPerLine = 100 // CloudWatch's limit on one metric's values in a line
 )
 
+// Per model (dimensions Prefix, Model), from an executor's upstream pool
+// (internal/ratelimit) as it happens: a circuit of the model (one of its
+// keys) that opened, and a key dropped from its pool for answering
+// 401/403 (docs/design.md "Rate budgets"). Each line counts one.
+const (
+	CircuitsOpened = "CircuitsOpened"
+	KeysDropped    = "KeysDropped"
+)
+
+// UpstreamLine counts one event name (CircuitsOpened, KeysDropped) of
+// model's key env.
+func UpstreamLine(prefix, model, name, env string, now time.Time) []any {
+	v := map[string]any{resources.MetricDimension: prefix, Model: model, name: 1}
+	return line(now, []string{resources.MetricDimension, Model}, v, "key_env", env)
+}
+
 // Per tenant (dimensions Prefix, Tenant).
 const (
 	TenantRows   = "TenantRows"

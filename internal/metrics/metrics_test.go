@@ -133,6 +133,22 @@ func TestChunkDurationLine(t *testing.T) {
 	}
 }
 
+// An upstream event (a circuit opened, a key dropped) is a count of one
+// under the model, the key named in a field: what its alarm sums.
+func TestUpstreamLine(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{CircuitsOpened, KeysDropped} {
+		e := logged(t, UpstreamLine("relay", "gpt-x", name, "OPENAI_KEY_2", time.Unix(1, 0)))
+		m := e.AWS.CloudWatchMetrics
+		if len(m) != 1 || fmt.Sprint(m[0].Dimensions) != "[[Prefix Model]]" || len(m[0].Metrics) != 1 || m[0].Metrics[0].Name != name {
+			t.Fatalf("%s: metric directive %+v", name, m)
+		}
+		if e.fields[name] != 1.0 || e.fields["Model"] != "gpt-x" || e.fields["key_env"] != "OPENAI_KEY_2" {
+			t.Errorf("%s: fields %v", name, e.fields)
+		}
+	}
+}
+
 // Recent sums a model's committed figures over its window and forgets
 // what is older.
 func TestRecent(t *testing.T) {

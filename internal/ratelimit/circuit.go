@@ -72,7 +72,8 @@ func (c *Circuit) Abandon() {
 
 // Record takes the outcome of a request Allow let through; failed is a
 // 5xx, a timeout or a connection error (a 429 is the pacer's business).
-func (c *Circuit) Record(now time.Time, probe, failed bool) {
+// It reports whether the circuit opened with it (from closed).
+func (c *Circuit) Record(now time.Time, probe, failed bool) (opened bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if probe {
@@ -80,12 +81,14 @@ func (c *Circuit) Record(now time.Time, probe, failed bool) {
 	}
 	if !failed {
 		c.failures, c.openedAt = 0, time.Time{}
-		return
+		return false
 	}
 	c.failures++
 	if c.failures >= c.Threshold || !c.openedAt.IsZero() {
+		opened = c.openedAt.IsZero()
 		c.openedAt = now
 	}
+	return opened
 }
 
 // State is the circuit's state at now.

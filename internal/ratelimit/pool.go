@@ -41,6 +41,9 @@ type Registry struct {
 	// OnDrop, if set, records a key dropped from model's pool (the store,
 	// for relay admin models); it runs once per key, after the drop.
 	OnDrop func(model, env string, status int)
+	// OnOpen, if set, is told of a circuit of model's key env that
+	// opened (a metric for its alarm).
+	OnOpen func(model, env string)
 
 	mu    sync.Mutex
 	pools map[string]*Pool
@@ -190,7 +193,7 @@ func (p *Pool) Drop(u *Upstream, status int) bool {
 		return false
 	}
 	if u.dropped.CompareAndSwap(false, true) {
-		p.r.log().Error("upstream key dropped", "model", p.model, "key_env", u.Env, "status", status, "metric", "KeyDropped")
+		p.r.log().Error("upstream key dropped", "model", p.model, "key_env", u.Env, "status", status)
 		if p.r.OnDrop != nil {
 			p.r.OnDrop(p.model, u.Env, status)
 		}
@@ -327,7 +330,9 @@ func (t *Ticket) Done(o Outcome) {
 	u, now := t.u, t.u.pool.r.now()
 	overloaded := o.Status == http.StatusTooManyRequests || o.Status == 529 || o.Status == http.StatusServiceUnavailable
 	u.conc.Release(now, overloaded)
-	u.circuit.Record(now, t.probe, o.Failed)
+	if u.circuit.Record(now, t.probe, o.Failed) && u.pool.r.OnOpen != nil {
+		u.pool.r.OnOpen(u.pool.model, u.Env)
+	}
 	if o.Status == http.StatusTooManyRequests {
 		u.limited.Add(1)
 		if o.RetryAfter > 0 {

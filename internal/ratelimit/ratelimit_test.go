@@ -80,7 +80,9 @@ func TestCircuitOpensProbesAndCloses(t *testing.T) {
 	if ok, probe, _ := c.Allow(now); !ok || probe {
 		t.Fatal("a closed circuit lets requests through, none as a probe")
 	}
-	c.Record(now, false, true)
+	if c.Record(now, false, true) {
+		t.Fatal("the first failure opened the circuit")
+	}
 	// Suspect: one at a time.
 	ok, probe, _ := c.Allow(now)
 	if !ok || !probe {
@@ -94,7 +96,9 @@ func TestCircuitOpensProbesAndCloses(t *testing.T) {
 		t.Fatal("a request let through before the failure may not go now")
 	}
 	_, probe, _ = c.Allow(now)
-	c.Record(now, probe, true) // the third failure in a row
+	if !c.Record(now, probe, true) { // the third failure in a row
+		t.Fatal("the third failure did not report the circuit opened (its metric, its alarm)")
+	}
 	if st := c.State(now); st != Open {
 		t.Fatalf("after 3 failures: %s", st)
 	}
@@ -109,7 +113,9 @@ func TestCircuitOpensProbesAndCloses(t *testing.T) {
 	if !ok || !probe {
 		t.Fatal("half-open lets one probe through")
 	}
-	c.Record(now, probe, true) // the probe fails: open again
+	if c.Record(now, probe, true) { // the probe fails: open again
+		t.Fatal("a failed probe reported an opening: one outage, one count")
+	}
 	if ok, _, _ := c.Allow(now.Add(time.Second)); ok || c.State(now) != Open {
 		t.Fatal("a failed probe opens the circuit again")
 	}

@@ -131,7 +131,13 @@ func Define(prefix string) Set {
 			q(Dispatch, 2*time.Minute, 5),
 			q(Work, executorTimeout+time.Minute, WorkMaxReceiveCount),
 			q(Finalize, 6*time.Minute, 5),
-			q(Webhook, time.Minute, 5),
+			// Ten receives, not five: a webhook message fails only on the
+			// store or the queue, and nothing re-sends it from the DLQ (a
+			// plan's and a finalize's are re-sent by the tick), while its
+			// attempt is recorded once, so a receive more is harmless. Five
+			// took one to its DLQ in make chaos (seed 99) under the run's
+			// throttles.
+			q(Webhook, time.Minute, 10),
 		},
 		ScheduleGroup: prefix,
 		// Reservations and maxima: Concurrency. A queue-fed function's
