@@ -216,6 +216,7 @@ func newDashboard(c constructs.Construct, props RelayProps, pipeline *Pipeline, 
 		perModel("In flight and capacity", "Maximum", metrics.InFlight, metrics.Capacity),
 		perModel("Chunk duration in the executor p50 (ms)", "p50", metrics.ChunkDuration),
 		perModel("Chunk duration in the executor p99 (ms)", "p99", metrics.ChunkDuration),
+		perModel("Circuits opened, keys dropped", "Sum", metrics.CircuitsOpened, metrics.KeysDropped),
 		awscloudwatch.NewGraphWidget(&awscloudwatch.GraphWidgetProps{Title: jsii.String("Queue age (s)"), Left: &queues, Width: jsii.Number(12)}),
 		awscloudwatch.NewGraphWidget(&awscloudwatch.GraphWidgetProps{Title: jsii.String("Function errors"), Left: &fnErrors, Width: jsii.Number(12)}),
 	}

@@ -850,7 +850,7 @@ func TestDashboard(t *testing.T) {
 		t.Fatalf("%d dashboards, want 1", len(ids))
 	}
 	body := jsonString(template.Resources[ids[0]].Properties["DashboardBody"])
-	for _, name := range append(metrics.ModelNames, metrics.InFlight, metrics.Capacity, metrics.ChunkDuration) {
+	for _, name := range append(metrics.ModelNames, metrics.InFlight, metrics.Capacity, metrics.ChunkDuration, metrics.CircuitsOpened, metrics.KeysDropped) {
 		if !strings.Contains(body, `\"`+name+`\"`) {
 			t.Errorf("dashboard has no metric %s", name)
 		}

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,13 +21,13 @@ import (
 
 // pacedRuntime is a runtime at the shipped defaults (chunk size, tick) on
 // the models of yaml.
-func pacedRuntime(t *testing.T, yaml string, mock mockup.Options) *localrun.Runtime {
+func pacedRuntime(t *testing.T, yaml string, mock mockup.Options, tune ...func(*localrun.Options)) *localrun.Runtime {
 	t.Helper()
-	return runtime(t, func(o *localrun.Options) {
+	return runtime(t, append([]func(*localrun.Options){func(o *localrun.Options) {
 		o.Env.ChunkRows = 0       // the shipped default
 		o.TickEvery = time.Minute // as deployed
 		o.MockOptions = mock
-	}, withModels(t, yaml))
+	}, withModels(t, yaml)}, tune...)...)
 }
 
 // waitLong waits for batch id to end, polling every 100 ms, for up to d.
@@ -159,10 +161,13 @@ func TestFailingUpstreamOpensItsCircuit(t *testing.T) {
 	t.Parallel()
 	const rows = 600
 	ok := mockup.Options{RPM: 3000, RateWindow: 10 * time.Second, Latency: 20 * time.Millisecond}
+	logs := &logBuffer{}
 	rt := pacedRuntime(t, `
 models:
   - {name: outage, provider: openai, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, max_concurrency: 16, timeout: 30s, rpm: 3000}
-`, ok)
+`, ok, func(o *localrun.Options) {
+		o.Log = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
 	c, _ := client(t, rt, "acme")
 	in := nRows(rows, "outage")
 	for i := range in {
@@ -181,6 +186,10 @@ models:
 	t.Logf("%d requests during the 30 s outage; batch %s %+v", during, b.Status, b.RequestCounts)
 	if during > 20 {
 		t.Errorf("%d requests to the failing upstream in 30 s: want at most 20 (an open circuit)", during)
+	}
+	// Its opening is a metric line, what the UpstreamCircuitOpen alarm sums.
+	if !strings.Contains(logs.String(), `"CircuitsOpened":1`) || !strings.Contains(logs.String(), `"Model":"outage"`) {
+		t.Error("no CircuitsOpened metric line for the model outage")
 	}
 	// Its probes are rows' attempts: a row can spend all of them on one.
 	if b.Status != "completed" || b.RequestCounts.Completed < rows-5 {
