@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/relaybatch/relay/internal/batch"
@@ -87,6 +88,41 @@ func TestAnnounceInProgressAfterAnAmbiguousRecord(t *testing.T) {
 	table.putBatch(b)
 	life := &announcer{}
 	e := testEngine(&Engine{Store: ambiguousBatches{table}, Log: slog.New(slog.DiscardHandler), Lifecycle: life})
+	e.announceInProgress(context.Background(), b)
+	if want := []string{"batch_x " + webhook.InProgress}; !slices.Equal(life.events, want) || !table.batch(b.ID).AnnouncedInProgress {
+		t.Fatalf("events %v, recorded %v; want %v, recorded", life.events, table.batch(b.ID).AnnouncedInProgress, want)
+	}
+}
+
+// lostAnswer applies the first update of a batch and answers an error, as a
+// write whose answer was lost (a timeout after it took effect, no retry).
+type lostAnswer struct {
+	*memTable
+	once *sync.Once
+}
+
+func (m lostAnswer) UpdateBatch(ctx context.Context, tenant, id string, fn func(*batch.Batch) error) (batch.Batch, error) {
+	b, err := m.memTable.UpdateBatch(ctx, tenant, id, fn)
+	lost := false
+	m.once.Do(func() { lost = true })
+	if lost && err == nil {
+		return batch.Batch{}, context.DeadlineExceeded
+	}
+	return b, err
+}
+
+// A record of in_progress whose answer was lost may have taken effect: the
+// run writes it again and queues the event. Before, it returned: the batch
+// recorded the event queued, nothing queued it, and its terminal webhook
+// waited two minutes for it (make chaos seed 99 gave up waiting first).
+func TestAnnounceInProgressAfterALostAnswer(t *testing.T) {
+	t.Parallel()
+	url := "https://hooks.example/x"
+	b := batch.Batch{ID: "batch_x", Tenant: "t", Status: batch.InProgress, WebhookURL: &url}
+	table := newMemTable()
+	table.putBatch(b)
+	life := &announcer{}
+	e := testEngine(&Engine{Store: lostAnswer{table, &sync.Once{}}, Log: slog.New(slog.DiscardHandler), Lifecycle: life})
 	e.announceInProgress(context.Background(), b)
 	if want := []string{"batch_x " + webhook.InProgress}; !slices.Equal(life.events, want) || !table.batch(b.ID).AnnouncedInProgress {
 		t.Fatalf("events %v, recorded %v; want %v, recorded", life.events, table.batch(b.ID).AnnouncedInProgress, want)

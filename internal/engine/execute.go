@@ -604,16 +604,16 @@ func (e *Engine) AnnounceInProgress(ctx context.Context, b batch.Batch) {
 // it once. A failure to queue takes the record back, and the batch's next
 // chunk tries again; the record holds while the chunk runs, so the
 // batch's end cannot see it before the event is queued. A record retried
-// after it took effect (answering an error) finds it recorded by this run,
-// which queues the event (at worst twice: one event id, which delivery
-// records once).
+// after it took effect (answering an error, or losing its answer: written
+// again) finds it recorded by this run, which queues the event (at worst
+// twice: one event id, which delivery records once).
 func (e *Engine) announceInProgress(ctx context.Context, b batch.Batch) {
 	if !e.Lifecycle.Announces(b) || b.AnnouncedInProgress || b.Status != batch.InProgress {
 		return
 	}
 	log := e.Log.With("batch_id", b.ID, "tenant", b.Tenant)
 	var wrote bool // this run's record may have taken effect
-	mark := func(on bool) error {
+	mark := func(ctx context.Context, on bool) error {
 		_, err := e.Store.UpdateBatch(ctx, b.Tenant, b.ID, func(b *batch.Batch) error {
 			if b.AnnouncedInProgress == on && !(on && wrote) {
 				return errSkip
@@ -623,7 +623,17 @@ func (e *Engine) announceInProgress(ctx context.Context, b batch.Batch) {
 		})
 		return err
 	}
-	if err := mark(true); err != nil {
+	err := mark(ctx, true)
+	// A record whose answer was lost may have taken effect: written again
+	// (this run's, so not skipped), or the batch would record an event
+	// nothing queued, and its terminal webhook wait for it.
+	for try := 0; err != nil && !errors.Is(err, errSkip) && wrote && try < 2; try++ {
+		log.WarnContext(ctx, "record the in_progress webhook event; again", "err", err)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		err = mark(rctx, true)
+		cancel()
+	}
+	if err != nil {
 		if !errors.Is(err, errSkip) {
 			log.WarnContext(ctx, "record the in_progress webhook event", "err", err)
 		}
@@ -631,7 +641,7 @@ func (e *Engine) announceInProgress(ctx context.Context, b batch.Batch) {
 	}
 	if err := e.Lifecycle.Announce(ctx, b, webhook.InProgress); err != nil {
 		log.WarnContext(ctx, "queue the in_progress webhook event", "err", err)
-		if err := mark(false); err != nil && !errors.Is(err, errSkip) {
+		if err := mark(ctx, false); err != nil && !errors.Is(err, errSkip) {
 			log.WarnContext(ctx, "take back the in_progress webhook event's record", "err", err)
 		}
 	}
