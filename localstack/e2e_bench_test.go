@@ -767,7 +767,7 @@ func (r *benchReport) markdown() string {
 // figures come from other benchmarks, kept as they are with their
 // subsections: "Executor memory" (BenchmarkExecuteHeap in internal/engine,
 // BenchmarkImportHeap in internal/native, BenchmarkStepHeap in
-// internal/workflow) and "Functions under the Lambda RIE" (TestFigures in
+// internal/workflow) and "Functions under the Lambda RIE" (BenchmarkFigures in
 // internal/local/rie), which this run does not repeat.
 func memorySection(path string) string {
 	old, err := os.ReadFile(path)

@@ -34,7 +34,7 @@ func Main(m *testing.M, main func()) {
 // variable of app.LambdaVars, a region and credentials, a readable models
 // file (written under t.TempDir), no AWS endpoint reachable and no Lambda
 // runtime API.
-func Env(t *testing.T) map[string]string {
+func Env(t testing.TB) map[string]string {
 	t.Helper()
 	models := filepath.Join(t.TempDir(), "relay.yaml")
 	if err := os.WriteFile(models, []byte("models:\n- {name: m, provider: openai, base_url: https://api.openai.com/v1, api_key_env: OPENAI_API_KEY}\n"), 0o644); err != nil {

@@ -12,18 +12,16 @@ import (
 	"github.com/relaybatch/relay/internal/app/inittest"
 )
 
-// TestFigures measures what BENCHMARKS.md "Functions under the Lambda
+// BenchmarkFigures measures what BENCHMARKS.md "Functions under the Lambda
 // RIE" reports: each function's bootstrap size, its cold start (the
 // emulator's process started until it listens, then the first invocation:
 // the bootstrap's exec and init and the invocation) and its warm
 // invocation's round trip, with an event its handler answers without a call
-// to AWS. Run by hand (it builds the seven bootstraps):
+// to AWS. A benchmark, not a test: it measures once (it builds the seven
+// bootstraps) and checks nothing; make bench runs it, or by hand:
 //
-//	RELAY_RIE_FIGURES=1 go test -count=1 -run TestFigures -v ./internal/local/rie
-func TestFigures(t *testing.T) {
-	if os.Getenv("RELAY_RIE_FIGURES") == "" {
-		t.Skip("RELAY_RIE_FIGURES=1 runs it (BENCHMARKS.md)")
-	}
+//	go test -run '^$' -bench BenchmarkFigures -benchtime 1x -v ./internal/local/rie
+func BenchmarkFigures(t *testing.B) {
 	ctx := context.Background()
 	root := filepath.Join("..", "..", "..")
 	build := filepath.Join(root, "build")
