@@ -11,7 +11,7 @@ import (
 // Spans are a chunk's runs of rows. They are stored as one string
 // attribute, each span as four base-36 numbers relative to the span before
 // it (the gap of bytes and of rows before it, its bytes and its rows): a
-// chunk of 512 rows alternating with another model's has 512 spans, which
+// chunk of 768 rows alternating with another model's has 768 spans, which
 // as a list of maps would make the chunk item ten times larger, and every
 // claim, renewal and commit writes it (docs/design.md "Chunks").
 type Spans []Span

@@ -74,8 +74,8 @@ type sameDeliveries struct{ Deliveries }
 func (sameDeliveries) WithDeliveries(_ context.Context, b batch.Batch) batch.Batch { return b }
 
 // A page looking for one custom_id (or the failed rows of a batch with
-// few) read every chunk of the batch in one request: 98 usage parts at
-// the default 512 rows a chunk, 50,000 with 1. A page reads at most
+// few) read every chunk of the batch in one request: 66 usage parts at
+// the default 768 rows a chunk, 50,000 with 1. A page reads at most
 // maxPageChunks chunks; has_more and last_id go on from there.
 func TestRowsPageReadsBoundedChunks(t *testing.T) {
 	t.Parallel()

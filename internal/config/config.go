@@ -437,6 +437,12 @@ const (
 	DefaultMaxPendingWebhooks = 1000
 )
 
+// DefaultChunkRows is RELAY_CHUNK_ROWS's default: 24 upstream round trips
+// (plan.RoundTrips) of the 32 slots a chunk's claim takes at most, so a
+// chunk of a model of 32 slots or more makes as many round trips as one of
+// a smaller model (docs/design.md "Chunk size").
+const DefaultChunkRows = 768
+
 // Env is what every function reads from its environment.
 type Env struct {
 	Prefix               string // resource name prefix (RELAY_PREFIX, default "relay")
@@ -446,7 +452,7 @@ type Env struct {
 	AllowPrivateWebhooks bool   // RELAY_ALLOW_PRIVATE_WEBHOOKS: webhooks may go to loopback, private, link-local addresses
 	AllowHTTPWebhooks    bool   // RELAY_ALLOW_HTTP_WEBHOOKS: plain http webhook URLs are accepted
 	ScheduleGroup        string // RELAY_SCHEDULE_GROUP, default <prefix>
-	ChunkRows            int    // RELAY_CHUNK_ROWS, default 512
+	ChunkRows            int    // RELAY_CHUNK_ROWS, default DefaultChunkRows
 	// Lease (RELAY_LEASE, a Go duration, default 1m) is how long a claimed
 	// chunk stays its run's without a heartbeat: about how long recovery
 	// from a crashed executor or a lost work message takes.
@@ -504,7 +510,7 @@ func FromVars(getenv func(string) string) (Env, error) {
 	e := Env{
 		Prefix:             or("RELAY_PREFIX", "relay"),
 		ModelsPath:         or("RELAY_CONFIG", "relay.yaml"),
-		ChunkRows:          512,
+		ChunkRows:          DefaultChunkRows,
 		RateLimit:          DefaultRateLimit,
 		MaxInflight:        DefaultMaxInflight,
 		MaxTemplates:       DefaultMaxTemplates,

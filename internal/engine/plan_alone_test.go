@@ -122,7 +122,7 @@ func TestPlanAgainAfterItsAloneClaimsClaimsThemOnce(t *testing.T) {
 // TestPlanSizesNoCallChunksByNoCapacity: rows refused without a call take
 // no slot, so their chunks are not sized by their model's capacity (24
 // round trips of its slots: 96 rows on a model of 4) but by the chunk row
-// limit (512) and bytes alone: 200 such rows are one chunk, one claim,
+// limit (768) and bytes alone: 200 such rows are one chunk, one claim,
 // one run and one commit on the batch's record, not three. A Message
 // Batch of 100,000 rows naming a model of the other shape on a small model
 // was otherwise planned into thousands of chunks, all claimed and sent at

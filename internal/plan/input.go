@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/endpoint"
 	"github.com/relaybatch/relay/internal/file"
 	"github.com/relaybatch/relay/internal/files"
@@ -42,10 +43,10 @@ type Limits struct {
 	Slots int
 }
 
-// OrDefaults fills what l leaves zero: 512 rows, 4 MiB, 32 slots, never
-// more slots than rows to use them.
+// OrDefaults fills what l leaves zero: config.DefaultChunkRows rows, 4
+// MiB, 32 slots, never more slots than rows to use them.
 func (l Limits) OrDefaults() Limits {
-	l.Rows, l.Bytes = cmp.Or(l.Rows, 512), cmp.Or(l.Bytes, 4<<20)
+	l.Rows, l.Bytes = cmp.Or(l.Rows, config.DefaultChunkRows), cmp.Or(l.Bytes, 4<<20)
 	l.Slots = min(cmp.Or(l.Slots, 32), l.Rows)
 	return l
 }
@@ -53,8 +54,8 @@ func (l Limits) OrDefaults() Limits {
 // RoundTrips is the upstream round trips a chunk's rows make on the slots
 // it holds: a bounded number, so fairness and priority act within about
 // one chunk's run time even on a model of few slots, while a model of 32
-// slots or more keeps chunks of 512 rows and the AWS requests per 1,000
-// rows stay about 22 (docs/design.md "Chunk size").
+// slots or more gets chunks of 768 rows and the AWS requests per 1,000
+// rows stay below 20 (docs/design.md "Chunk size").
 const RoundTrips = 24
 
 // RowsFor is the row limit of a chunk of a model of max_concurrency
