@@ -58,14 +58,20 @@ func (r *Recent) Add(model string, now time.Time, f Figures) {
 		r.minutes[m] = byModel
 	}
 	a := byModel[model]
-	a.Model = model
-	a.Completed += f.Completed
-	a.Failed += f.Failed
-	a.Status4xx += f.Status4xx
-	a.Status429 += f.Status429
-	a.Status5xx += f.Status5xx
-	a.NoAnswer += f.None
+	a.add(Answers{Model: model, Completed: f.Completed, Failed: f.Failed,
+		Status4xx: f.Status4xx, Status429: f.Status429, Status5xx: f.Status5xx, NoAnswer: f.None})
 	byModel[model] = a
+}
+
+// add adds b's counts to a, which takes b's model.
+func (a *Answers) add(b Answers) {
+	a.Model = b.Model
+	a.Completed += b.Completed
+	a.Failed += b.Failed
+	a.Status4xx += b.Status4xx
+	a.Status429 += b.Status429
+	a.Status5xx += b.Status5xx
+	a.NoAnswer += b.NoAnswer
 }
 
 // Snapshot sums the minutes within RecentWindow of now.
@@ -84,13 +90,7 @@ func (r *Recent) Snapshot(now time.Time) Snapshot {
 		}
 		for name, a := range byModel {
 			t := sum[name]
-			t.Model = name
-			t.Completed += a.Completed
-			t.Failed += a.Failed
-			t.Status4xx += a.Status4xx
-			t.Status429 += a.Status429
-			t.Status5xx += a.Status5xx
-			t.NoAnswer += a.NoAnswer
+			t.add(a)
 			sum[name] = t
 		}
 	}
