@@ -401,41 +401,9 @@ func describeAlarms(t *testing.T, cfg aws.Config) []alarm {
 // bundled with them. Only the mock provider moves, from 127.0.0.1:8090 (a
 // make dev on this machine may hold it) to a free port.
 func batchOnDeployed(t *testing.T, cfg aws.Config, st *deployed.Stack, tpl cfnTemplate, dir string) {
-	ctx := context.Background()
-	env, err := st.Env()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env.S3PathStyle = true // the emulator on a loopback address
-	var bundle string
-	for _, r := range tpl.Resources {
-		if r.Type == "AWS::Lambda::Function" && r.Properties["FunctionName"] == "relay-api" {
-			bundle, _ = r.Metadata["aws:asset:path"].(string)
-		}
-	}
-	raw, err := os.ReadFile(filepath.Join(dir, bundle, filepath.Base(env.ModelsPath)))
-	if err != nil {
-		t.Fatalf("the api bundle's models file (RELAY_CONFIG=%s): %v", env.ModelsPath, err)
-	}
 	mock := freeAddr(t)
-	models, err := config.ParseModels([]byte(strings.ReplaceAll(string(raw), "127.0.0.1:8090", mock)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var applyErr error
-	rt, err := localrun.Start(ctx, localrun.Options{
-		Env: env, Models: models, AWS: cfg, Addr: "127.0.0.1:0", MockAddr: mock, TickEvery: time.Second,
-		Existing: true,
-		Tune:     func(set *resources.Set) { applyErr = st.Apply(set) },
-		Log:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rt := onStack(t, cfg, st, bundleModels(t, st, tpl, dir, mock), mock, nil)
 	t.Cleanup(rt.Close)
-	if applyErr != nil {
-		t.Fatal(applyErr)
-	}
 	c, _ := client(t, rt, "acme")
 	rows := nRows(12, "deployed")
 	f := upload(t, c, "in.jsonl", jsonlRows(rows))
@@ -451,6 +419,44 @@ func batchOnDeployed(t *testing.T, cfg aws.Config, st *deployed.Stack, tpl cfnTe
 	if !strings.Contains(string(out["r0003"].Response.Body), "echo: deployed 3") {
 		t.Errorf("output line %s", out["r0003"].Response.Body)
 	}
+}
+
+// onStack starts the local runtime on the deployed stack st: the
+// environment its functions were given, path-style S3 (the emulator on a
+// loopback address), its mappings' batch sizes and timeouts (st.Apply),
+// and models (a models file's bytes) with the mock provider at mock. tweak,
+// if not nil, changes the options (lambda mode, a scheduler clock). The
+// caller closes it: a runtime left polling the stack's queues would take
+// the next one's messages.
+func onStack(t *testing.T, cfg aws.Config, st *deployed.Stack, models []byte, mock string, tweak func(*localrun.Options)) *localrun.Runtime {
+	t.Helper()
+	env, err := st.Env()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.S3PathStyle = true
+	parsed, err := config.ParseModels(models)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var applyErr error
+	o := localrun.Options{
+		Env: env, Models: parsed, AWS: cfg, Addr: "127.0.0.1:0", MockAddr: mock, TickEvery: time.Second, Existing: true,
+		Tune: func(set *resources.Set) { applyErr = st.Apply(set) },
+		Log:  slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}
+	if tweak != nil {
+		tweak(&o)
+	}
+	rt, err := localrun.Start(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if applyErr != nil {
+		rt.Close()
+		t.Fatal(applyErr)
+	}
+	return rt
 }
 
 // TestDeployBrokenReference deploys a copy of the synthesized template with

@@ -5,7 +5,6 @@ package localstack
 import (
 	"bytes"
 	"context"
-	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -21,7 +20,6 @@ import (
 
 	"github.com/relaybatch/relay/internal/app"
 	"github.com/relaybatch/relay/internal/auth"
-	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/local/deployed"
 	"github.com/relaybatch/relay/internal/local/localrun"
 	"github.com/relaybatch/relay/internal/local/rie"
@@ -106,23 +104,7 @@ func lambdaOnDeployed(t *testing.T, cfg aws.Config, st *deployed.Stack, tpl cfnT
 //	RELAY_RIE_BENCH_ROWS=2000 go test -tags deploy -count=1 -run 'TestReadmeDeployEmulatorWalkthrough/lambda/ratio' -v ./localstack
 func lambdaRatio(t *testing.T, cfg aws.Config, st *deployed.Stack, fns map[string]*rie.Function, models []byte, mock string, tpl cfnTemplate, rows int) {
 	run := func(lambda map[string]*rie.Function, models []byte, mock string) time.Duration {
-		env, err := st.Env()
-		if err != nil {
-			t.Fatal(err)
-		}
-		env.S3PathStyle = true
-		parsed, err := config.ParseModels(models)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rt, err := localrun.Start(context.Background(), localrun.Options{
-			Env: env, Models: parsed, AWS: cfg, Addr: "127.0.0.1:0", MockAddr: mock, TickEvery: time.Second,
-			Existing: true, Lambda: lambda, Tune: func(set *resources.Set) { _ = st.Apply(set) },
-			Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		rt := onStack(t, cfg, st, models, mock, func(o *localrun.Options) { o.Lambda = lambda })
 		defer rt.Close()
 		c, _ := client(t, rt, "bench")
 		f := upload(t, c, "in.jsonl", jsonlRows(nRows(rows, "ratio")))
@@ -156,31 +138,11 @@ func lambdaBatch(t *testing.T, cfg aws.Config, st *deployed.Stack, fns map[strin
 			t.Logf("the sandboxes' output, last lines:\n%s", out.tail())
 		}
 	}()
-	env, err := st.Env()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env.S3PathStyle = true
-	parsed, err := config.ParseModels(models)
-	if err != nil {
-		t.Fatal(err)
-	}
 	clock := &fakeClock{t: time.Now().Add(time.Hour).Truncate(time.Minute)}
-	var applyErr error
-	rt, err := localrun.Start(ctx, localrun.Options{
-		Env: env, Models: parsed, AWS: cfg, Addr: "127.0.0.1:0", MockAddr: mock, TickEvery: time.Second,
-		Existing: true, Lambda: fns,
-		Tune:           func(set *resources.Set) { applyErr = st.Apply(set) },
-		SchedulerClock: clock.Now, SchedulerRefresh: 100 * time.Millisecond,
-		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	rt := onStack(t, cfg, st, models, mock, func(o *localrun.Options) {
+		o.Lambda, o.SchedulerClock, o.SchedulerRefresh = fns, clock.Now, 100*time.Millisecond
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(rt.Close)
-	if applyErr != nil {
-		t.Fatal(applyErr)
-	}
 
 	// A batch with a webhook, end to end.
 	c, key := client(t, rt, "acme")

@@ -5,7 +5,6 @@ package localstack
 import (
 	"bufio"
 	"context"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,12 +19,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/scheduler"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/local/deployed"
 	"github.com/relaybatch/relay/internal/local/emulator"
 	"github.com/relaybatch/relay/internal/local/emulator/emutest"
 	"github.com/relaybatch/relay/internal/local/localrun"
-	"github.com/relaybatch/relay/internal/resources"
 )
 
 // readmeCommands are the commands of the README's section heading (as
@@ -216,34 +213,14 @@ func runtimeOnStack(t *testing.T, cfg aws.Config, models string) *localrun.Runti
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, err := st.Env()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env.S3PathStyle = true
 	raw, err := os.ReadFile(models)
 	if err != nil {
 		t.Fatal(err)
 	}
 	mock := freeAddr(t)
 	local := regexp.MustCompile(`https://[a-z0-9.-]+\.com(/openai)?`).ReplaceAllString(string(raw), "http://"+mock)
-	m, err := config.ParseModels([]byte(local))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var applyErr error
-	rt, err := localrun.Start(ctx, localrun.Options{
-		Env: env, Models: m, AWS: cfg, Addr: "127.0.0.1:0", MockAddr: mock, TickEvery: time.Second, Existing: true,
-		Tune: func(set *resources.Set) { applyErr = st.Apply(set) },
-		Log:  slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rt := onStack(t, cfg, st, []byte(local), mock, nil)
 	t.Cleanup(rt.Close)
-	if applyErr != nil {
-		t.Fatal(applyErr)
-	}
 	return rt
 }
 
