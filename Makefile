@@ -139,9 +139,10 @@ fuzz:
 	  else echo FAILED; cat $$log; exit 1; fi; \
 	done
 
-## bench: the end-to-end benchmark, which writes BENCHMARKS.md and fails
-## on a missed bar (localstack/e2e_bench_test.go, build tag bench; about 8
-## minutes), then the Go benchmarks; on an emulator of its own unless
+## bench: the end-to-end benchmarks, which write BENCHMARKS.md and fail
+## on a missed bar (localstack/e2e_bench_test.go and bench_large_test.go,
+## build tag bench; about 12 minutes), then the Go benchmarks; on an
+## emulator of its own unless
 ## AWS_ENDPOINT_URL is set (run-with-emulator)
 BENCH_EMULATOR_PORT ?= 4595
 bench:
@@ -153,6 +154,7 @@ bench:
 bench-all:
 	@status=0; \
 	go test -tags bench -run '^TestEndToEndBenchmark$$' -count=1 -v -timeout 12m ./localstack || status=$$?; \
+	go test -tags bench -run '^TestLargeBenchmark$$' -count=1 -v -timeout 25m ./localstack || status=$$?; \
 	go test -run='^$$' -bench=. -benchmem $(GO_PACKAGES) || status=$$?; \
 	exit $$status
 

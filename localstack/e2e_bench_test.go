@@ -246,7 +246,9 @@ func (d *deliveries) snapshot() (map[string]time.Time, map[int]int) {
 	return maps.Clone(d.first), maps.Clone(d.shared)
 }
 
-func startBench(t *testing.T, busyAddr, modelsYAML string) *benchRuntime {
+// startBench starts a counted runtime; tune, if given, adjusts its
+// options before it starts (bench_large_test.go adds hooks of its own).
+func startBench(t *testing.T, busyAddr, modelsYAML string, tune ...func(*localrun.Options)) *benchRuntime {
 	t.Helper()
 	mockAddr := freeAddr(t)
 	models, err := config.ParseModels([]byte(strings.NewReplacer("MOCK", mockAddr, "BUSY", busyAddr).Replace(modelsYAML)))
@@ -257,14 +259,18 @@ func startBench(t *testing.T, busyAddr, modelsYAML string) *benchRuntime {
 	inv := &invocations{ran: map[string]time.Duration{}, n: map[string]int{}}
 	runs := &deliveries{first: map[string]time.Time{}, shared: map[int]int{}}
 	prefix := fmt.Sprintf("e2e%d", time.Now().UnixNano())
-	rt, err := localrun.Start(context.Background(), localrun.Options{
+	o := localrun.Options{
 		// The abuse limits are off: one tenant's 300 waiting batches would
 		// meet the in-flight cap, which is not what is measured.
 		Env:    config.Env{Prefix: prefix, Table: prefix, Bucket: prefix + "-data", ChunkRows: benchChunkRows(), S3PathStyle: true},
 		Models: models, AWS: cfg, Addr: "127.0.0.1:0", MockAddr: mockAddr, TickEvery: benchTick,
 		AfterInvoke: inv.add, OnInvoke: runs.onInvoke,
 		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
-	})
+	}
+	for _, f := range tune {
+		f(&o)
+	}
+	rt, err := localrun.Start(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -765,7 +771,7 @@ func (r *benchReport) markdown() string {
 
 // memorySection is the sections of the BENCHMARKS.md at path whose
 // figures come from other benchmarks, kept as they are with their
-// subsections: "Executor memory" (BenchmarkExecuteHeap in internal/engine,
+// subsections: TestLargeBenchmark's (largeSections), "Executor memory" (BenchmarkExecuteHeap in internal/engine,
 // BenchmarkImportHeap in internal/native, BenchmarkStepHeap in
 // internal/workflow) and "Functions under the Lambda RIE" (BenchmarkFigures in
 // internal/local/rie), which this run does not repeat.
@@ -775,7 +781,7 @@ func memorySection(path string) string {
 		return ""
 	}
 	kept := ""
-	for _, title := range []string{"Executor memory", "Functions under the Lambda RIE"} {
+	for _, title := range append(largeSections(), "Executor memory", "Functions under the Lambda RIE") {
 		_, section, ok := strings.Cut(string(old), "\n## "+title)
 		if !ok {
 			continue
