@@ -409,3 +409,58 @@ func TestPacerResumesEvenlyAfterAPause(t *testing.T) {
 		}
 	}
 }
+
+// A key whose circuit is open is not picked while another key's is
+// closed: its rows would wait out the cooldown (or, with a fallback, leave
+// the model) beside a healthy key. Once the cooldown ends it is picked
+// again for its probe, and a closed circuit takes its share again.
+func TestPickPassesOverAnOpenCircuit(t *testing.T) {
+	now := t0
+	r := &Registry{Now: func() time.Time { return now }}
+	p := r.For(config.Model{Name: "m", APIKeyEnvs: []string{"K1", "K2"}, MaxConcurrency: 4})
+	k1 := p.ups[0]
+	ctx := context.Background()
+	for range circuitThreshold {
+		tk, err := k1.Wait(ctx, Cost{}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk.Done(Outcome{Status: 500, Failed: true})
+	}
+	for range 6 {
+		u, _ := p.Pick(Cost{})
+		if u == k1 {
+			t.Fatal("picked the key whose circuit is open beside a closed one")
+		}
+		tk, err := u.Wait(ctx, Cost{}, true)
+		if err != nil {
+			t.Fatalf("a row with a fallback on the closed key: %v", err)
+		}
+		tk.Cancel()
+	}
+	now = now.Add(circuitCooldown)
+	// Equal headroom: the keys take turns.
+	u, _ := p.Pick(Cost{})
+	if u != k1 {
+		u, _ = p.Pick(Cost{})
+	}
+	if u != k1 {
+		t.Fatal("the half-open key was not picked for its probe")
+	}
+	probe, err := u.Wait(ctx, Cost{}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u, _ := p.Pick(Cost{}); u == k1 {
+		t.Fatal("picked the key whose probe is in flight beside a closed one")
+	}
+	probe.Done(Outcome{Status: 200})
+	seen := map[*Upstream]int{}
+	for range 4 {
+		u, _ := p.Pick(Cost{})
+		seen[u]++
+	}
+	if seen[k1] != 2 {
+		t.Fatalf("after the probe closed it the key took %d of 4 picks, want 2", seen[k1])
+	}
+}
