@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"sync"
 	"testing"
@@ -462,5 +463,45 @@ func TestPickPassesOverAnOpenCircuit(t *testing.T) {
 	}
 	if seen[k1] != 2 {
 		t.Fatalf("after the probe closed it the key took %d of 4 picks, want 2", seen[k1])
+	}
+}
+
+// Attack that held: every key of a pool answering 401 at once drops all
+// but one, whatever the interleaving; the last one keeps its rows.
+func TestDropAtOnceKeepsOneKey(t *testing.T) {
+	for range 50 {
+		r := &Registry{Log: slog.New(slog.DiscardHandler)}
+		p := r.For(config.Model{Name: "m", APIKeyEnvs: []string{"K1", "K2", "K3"}, MaxConcurrency: 4})
+		var wg sync.WaitGroup
+		for _, u := range p.ups {
+			wg.Go(func() { p.Drop(u, http.StatusUnauthorized) })
+		}
+		wg.Wait()
+		if _, ok := p.Pick(Cost{}); !ok {
+			t.Fatal("every key dropped")
+		}
+	}
+}
+
+// Attack that held: a half-open circuit's probe whose row ends before it
+// is sent (its context cancelled while it waits for its pacer) is given
+// back, so the next row probes: the circuit is not left open for good.
+func TestAbandonedProbeLetsTheNextProbe(t *testing.T) {
+	now := t0
+	r := &Registry{Now: func() time.Time { return now }}
+	p := r.For(config.Model{Name: "m", RPM: 60, MaxConcurrency: 4})
+	u := p.ups[0]
+	for range circuitThreshold {
+		u.circuit.Record(now, false, true)
+	}
+	now = now.Add(circuitCooldown)
+	ctx, cancel := context.WithCancel(context.Background())
+	u.requests.Reserve(now, 60) // the pacer holds the probe a minute
+	go cancel()
+	if _, err := u.Wait(ctx, Cost{}, false); err != context.Canceled {
+		t.Fatalf("the probe's wait: %v, want cancelled", err)
+	}
+	if ok, probe, _ := u.circuit.Allow(now); !ok || !probe {
+		t.Fatal("no probe after the first was abandoned")
 	}
 }
