@@ -6,11 +6,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/relaybatch/relay/internal/awsfault"
 	"github.com/relaybatch/relay/internal/local/localrun"
+	"github.com/relaybatch/relay/internal/store"
 )
 
 // writesBatch matches the transaction that records a new batch.
@@ -54,4 +58,44 @@ func TestCreateAmbiguousWriteKeepsInflightSlot(t *testing.T) {
 			t.Fatalf("in flight after the batch ended: %d (%v), want 0", n, err)
 		}
 	}
+}
+
+// A create whose plan message was sent but answered an error (the batch
+// recorded; the tick would have planned it anyway) keeps the batch's budget
+// reservation: the batch runs, and what it holds must still count against
+// its tenant's next creates (docs/design.md "Governance").
+func TestCreateAmbiguousKeepsReservation(t *testing.T) {
+	t.Parallel()
+	in := awsfault.New(9)
+	rt := runtime(t, withAPIOption(in.APIOption))
+	ctx := context.Background()
+	c, _ := client(t, rt, "acme")
+	if err := rt.App.Store.PutBudget(ctx, "acme", store.Budget{MonthlyTokens: 1_000_000}); err != nil {
+		t.Fatal(err)
+	}
+	f := upload(t, c, "in.jsonl", jsonlRows(nRows(3, "[[mock:sleep=2s]] ambiguous")))
+	in.Add(awsfault.Rule{Service: "SQS", Operation: "SendMessageBatch", Kind: awsfault.After, Times: 1, Match: func(_ context.Context, in any) bool {
+		m, ok := in.(*sqs.SendMessageBatchInput)
+		return ok && len(m.Entries) == 1 && strings.Contains(aws.ToString(m.Entries[0].MessageBody), `"type":"plan"`)
+	}})
+	if _, err := c.Batches.New(ctx, openai.BatchNewParams{InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions,
+		CompletionWindow: openai.BatchNewParamsCompletionWindow24h}, option.WithMaxRetries(0)); err == nil || in.Total() != 1 {
+		t.Fatalf("create: %v after %d faults, want the failed send's error", err, in.Total())
+	}
+	page, err := c.Batches.List(ctx, openai.BatchListParams{})
+	if err != nil || len(page.Data) != 1 {
+		t.Fatalf("batches: %d (%v), want the one recorded", len(page.Data), err)
+	}
+	id := page.Data[0].ID
+	var held store.Reservations
+	if err := rt.App.Store.UpdateReservations(ctx, "acme", func(rs *store.Reservations) error {
+		held = *rs
+		return store.ErrUnchanged
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := held.Batches[id]; !ok {
+		t.Fatalf("reservations %+v: the recorded batch %s holds none", held.Batches, id)
+	}
+	waitBatch(t, c, id)
 }

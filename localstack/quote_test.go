@@ -364,3 +364,42 @@ func TestMaxCostStopsAtTheCeiling(t *testing.T) {
 		t.Fatalf("max_cost on an unpriced model: %d %s, want 400 naming max_cost", status, resp)
 	}
 }
+
+// TestMaxCostWithChunksAtOnce: two chunks of 10 rows on a model of 20
+// slots, each row answered after a second, so both chunks are claimed
+// before either commits, with max_cost three quarters of the quote's most
+// (one chunk fits, two do not): the second
+// chunk's admission counts the first's rows at their most, and the batch's
+// cost stays within max_cost.
+func TestMaxCostWithChunksAtOnce(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t, withModels(t, strings.Replace(costModels, "max_concurrency: 8", "max_concurrency: 20", 1)))
+	c, key := client(t, rt, "ceiling")
+	var data bytes.Buffer
+	var ids []string
+	for i := range 20 {
+		id := fmt.Sprintf("r%04d", i)
+		ids = append(ids, id)
+		line, _ := json.Marshal(map[string]any{"custom_id": id, "method": "POST", "url": "/v1/chat/completions",
+			"body": map[string]any{"model": "gpt-4o-mini", "max_tokens": 3, "messages": []any{map[string]any{"role": "user", "content": fmt.Sprint("hello ", i, " [[mock:sleep=1s]]")}}}})
+		data.Write(line)
+		data.WriteByte('\n')
+	}
+	f := upload(t, c, "ceiling.jsonl", data.Bytes())
+	_, q, resp := postQuote(t, rt, key, map[string]any{"input_file_id": f.ID, "endpoint": "/v1/chat/completions"})
+	if q.Modes.Direct.CostUSD == nil || q.Modes.Direct.CostUSD.Max == nil {
+		t.Fatalf("quote: %s; want a most", resp)
+	}
+	ceiling := *q.Modes.Direct.CostUSD.Max * 3 / 4
+	b := waitBatch(t, c, createBatch(t, c, f.ID, option.WithJSONSet("max_cost", ceiling)).ID)
+	out, errs := checkInvariant(t, c, b, ids)
+	var cost float64
+	json.Unmarshal([]byte(b.JSON.ExtraFields["cost"].Raw()), &cost)
+	refused := codesOf(errs)["cost_limit_reached"]
+	if cost > ceiling || len(out) > 10 || len(out)+refused != 20 {
+		t.Fatalf("cost $%v of max_cost $%v: %d rows done, error codes %v; want at most 10 done, the rest cost_limit_reached", cost, ceiling, len(out), codesOf(errs))
+	}
+	// Both chunks admitted at the same moment each count the other: both
+	// may be refused (docs/api.md "Extensions").
+	t.Logf("cost $%v of max_cost $%v: %d rows done, %d cost_limit_reached", cost, ceiling, len(out), refused)
+}

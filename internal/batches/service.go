@@ -449,14 +449,27 @@ func (s *Service) CreateShaped(ctx context.Context, p auth.Principal, req Create
 		}
 	}
 	saved, err := s.recordNew(ctx, b, req, spec, opts.inline, idem)
-	if req.Schedule == "" && s.Reservations != nil && (err != nil || saved.ID != b.ID) {
-		// Not recorded, or a repeated Idempotency-Key's first batch,
-		// which holds its own reservation.
+	if req.Schedule == "" && s.Reservations != nil && s.unrecorded(ctx, b, saved, err) {
 		if rerr := s.Reservations.Release(ctx, b); rerr != nil {
 			s.Log.WarnContext(ctx, "release the reservation of a batch not recorded", "batch_id", b.ID, "err", rerr)
 		}
 	}
 	return saved, err
+}
+
+// unrecorded reports whether batch b, whose record answered saved and err,
+// is surely not recorded: a repeated Idempotency-Key's first batch (which
+// holds its own reservation) or a failed create whose batch is not there.
+// A create that failed after its batch was written (the plan's message
+// lost, an ambiguous write) keeps b's reservation while b runs; one of a
+// batch never recorded is dropped by the next Reserve after its grace
+// (govern.Holds).
+func (s *Service) unrecorded(ctx context.Context, b, saved batch.Batch, err error) bool {
+	if err == nil {
+		return saved.ID != b.ID
+	}
+	_, gerr := s.Store.GetBatch(ctx, b.Tenant, b.ID)
+	return errors.Is(gerr, store.ErrBatchNotFound)
 }
 
 // recordNew stores the inline requests of a create as its input file, if

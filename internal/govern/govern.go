@@ -43,6 +43,7 @@ type Store interface {
 	GetBatch(ctx context.Context, tenant, id string) (batch.Batch, error)
 	// A batch's cost so far, against its max_cost (cost.go).
 	BatchUsage(ctx context.Context, tenant, keyID, batchID string, days []string) ([]store.UsageDetail, error)
+	Chunks(ctx context.Context, batchID string) ([]batch.Chunk, error)
 }
 
 var _ Store = (*store.Store)(nil)

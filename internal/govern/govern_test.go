@@ -28,8 +28,13 @@ type fakeStore struct {
 	// the write and then fails it, as a timed-out call that went through.
 	writes    int
 	ambiguous bool
-	// batchUsage is every batch's usage (cost_test.go).
+	// batchUsage is every batch's usage, chunks its chunks (cost_test.go).
 	batchUsage []store.UsageDetail
+	chunks     []batch.Chunk
+}
+
+func (f *fakeStore) Chunks(context.Context, string) ([]batch.Chunk, error) {
+	return f.chunks, nil
 }
 
 func (f *fakeStore) UpdateReservations(_ context.Context, _ string, fn func(*store.Reservations) error) error {

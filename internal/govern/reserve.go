@@ -20,7 +20,7 @@ const reservationGrace = 5 * time.Minute
 // tenant with no budget reserves nothing (and estimate is not called);
 // one whose spend, plus what its other unfinished batches still hold,
 // plus this estimate passes a limit is refused with budget_exceeded
-// (an *errs.Error). The write is conditional on the reservations' version,
+// (an *errs.Error); the spend is read after what the others hold. The write is conditional on the reservations' version,
 // so two creates cannot both take room that fits one; a retried create
 // (an ambiguous write) finds its own reservation and keeps it.
 func (g *Checker) Reserve(ctx context.Context, tenant, id string, estimate func() (store.Reservation, error)) error {
@@ -51,6 +51,13 @@ func (g *Checker) Reserve(ctx context.Context, tenant, id string, estimate func(
 			}
 			held.Tokens += left.Tokens
 			held.USD += left.USD
+		}
+		// The spend is read again after what the others hold: rows that
+		// settled since the first read moved their spend from the one to
+		// the other (in one commit), and are counted twice, not missed.
+		st, err := g.Report(ctx, tenant)
+		if err != nil {
+			return err
 		}
 		if code, why := Fits(st, held, r); code != "" {
 			return errs.E(errs.Unprocessable, code, "", "%s", why)

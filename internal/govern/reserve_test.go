@@ -91,3 +91,27 @@ func TestHolds(t *testing.T) {
 		})
 	}
 }
+
+// Rows of another batch that settle while a create is quoted move their
+// spend from what that batch holds to the usage: the spend is read after
+// what the others hold, so the moved spend is counted (twice at worst,
+// never not at all).
+func TestReserveSeesRowsSettledWhileQuoting(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := &clock{t: time.Date(2026, 5, 10, 12, 0, 0, 0, time.UTC)}
+	st := &fakeStore{budget: store.Budget{MonthlyTokens: 1000},
+		reservations: store.Reservations{Batches: map[string]store.Reservation{"b1": {Tokens: 600, Rows: 10, CreatedAt: clk.t.Unix()}}},
+		batches:      map[string]batch.Batch{"b1": {ID: "b1", Status: batch.InProgress, RequestCounts: batch.Counts{Total: 10}}}}
+	g := &Checker{Store: st, Models: models(t), Now: clk.now}
+	quote := func() (store.Reservation, error) {
+		// Half of b1's rows commit, spending 300 of its 600 tokens.
+		st.usage = []store.UsageRow{{Model: "free", TotalTokens: 300}}
+		st.batches["b1"] = batch.Batch{ID: "b1", Status: batch.InProgress, RequestCounts: batch.Counts{Total: 10, Completed: 5}}
+		return store.Reservation{Tokens: 500, Rows: 5}, nil
+	}
+	err := g.Reserve(ctx, "acme", "b2", quote)
+	if !errs.Is(err, errs.Unprocessable) || err.(*errs.Error).Code != CodeBudgetExceeded {
+		t.Fatalf("reserve: %v, want budget_exceeded (300 used + 300 held + 500 > 1000)", err)
+	}
+}

@@ -242,6 +242,10 @@ func (g *tenantState) BatchUsage(context.Context, string, string, string, []stri
 	return nil, nil
 }
 
+func (g *tenantState) Chunks(context.Context, string) ([]batch.Chunk, error) {
+	return nil, nil
+}
+
 func (g *tenantState) GetBatch(context.Context, string, string) (batch.Batch, error) {
 	return batch.Batch{}, errors.New("tenantState: no batches")
 }

@@ -53,6 +53,16 @@ func (c *Circuit) Allow(now time.Time) (ok, probe bool, wait time.Duration) {
 	return true, true, 0
 }
 
+// Admits reports whether Allow would let a request through at now.
+func (c *Circuit) Admits(now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.openedAt.IsZero() && now.Before(c.openedAt.Add(c.Cooldown)) {
+		return false
+	}
+	return c.failures == 0 || !c.probing
+}
+
 // Still reports whether a request Allow let through before may still go:
 // it is the probe, or the circuit has seen no failure since. A request
 // that waited for its pacer asks again, so the rows paced ahead of an

@@ -154,12 +154,16 @@ type Cost struct{ Input, Output int64 }
 
 // Pick is the live key with the most headroom (the soonest its pacers
 // would let a row of cost go), taking turns among equals; false when
-// every key was dropped.
+// every key was dropped. A key whose circuit would hold the row (open, or
+// its one probe in flight) is picked only when every live key's would: a
+// row waits out a cooldown, or leaves for a fallback, only when no key
+// could take it.
 func (p *Pool) Pick(cost Cost) (*Upstream, bool) {
 	now := p.r.now()
 	start := int(p.next.Add(1))
 	var best *Upstream
 	var bestAt time.Time
+	bestAdmits := false
 	for i := range p.ups {
 		u := p.ups[(start+i)%len(p.ups)]
 		if u.dropped.Load() {
@@ -169,8 +173,9 @@ func (p *Pool) Pick(cost Cost) (*Upstream, bool) {
 		if t := u.tokens.Next(now, float64(cost.Input+cost.Output)); t.After(at) {
 			at = t
 		}
-		if best == nil || at.Before(bestAt) {
-			best, bestAt = u, at
+		admits := u.circuit.Admits(now)
+		if best == nil || admits && !bestAdmits || admits == bestAdmits && at.Before(bestAt) {
+			best, bestAt, bestAdmits = u, at, admits
 		}
 	}
 	return best, best != nil

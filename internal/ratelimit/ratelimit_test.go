@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"sync"
 	"testing"
@@ -407,5 +408,100 @@ func TestPacerResumesEvenlyAfterAPause(t *testing.T) {
 		if at := p.Reserve(t0.Add(time.Second), 1); !at.Equal(end.Add(time.Duration(i) * 100 * time.Millisecond)) {
 			t.Fatalf("row %d held by the pause goes at %s, want %s", i, at.Sub(end), time.Duration(i)*100*time.Millisecond)
 		}
+	}
+}
+
+// A key whose circuit is open is not picked while another key's is
+// closed: its rows would wait out the cooldown (or, with a fallback, leave
+// the model) beside a healthy key. Once the cooldown ends it is picked
+// again for its probe, and a closed circuit takes its share again.
+func TestPickPassesOverAnOpenCircuit(t *testing.T) {
+	now := t0
+	r := &Registry{Now: func() time.Time { return now }}
+	p := r.For(config.Model{Name: "m", APIKeyEnvs: []string{"K1", "K2"}, MaxConcurrency: 4})
+	k1 := p.ups[0]
+	ctx := context.Background()
+	for range circuitThreshold {
+		tk, err := k1.Wait(ctx, Cost{}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk.Done(Outcome{Status: 500, Failed: true})
+	}
+	for range 6 {
+		u, _ := p.Pick(Cost{})
+		if u == k1 {
+			t.Fatal("picked the key whose circuit is open beside a closed one")
+		}
+		tk, err := u.Wait(ctx, Cost{}, true)
+		if err != nil {
+			t.Fatalf("a row with a fallback on the closed key: %v", err)
+		}
+		tk.Cancel()
+	}
+	now = now.Add(circuitCooldown)
+	// Equal headroom: the keys take turns.
+	u, _ := p.Pick(Cost{})
+	if u != k1 {
+		u, _ = p.Pick(Cost{})
+	}
+	if u != k1 {
+		t.Fatal("the half-open key was not picked for its probe")
+	}
+	probe, err := u.Wait(ctx, Cost{}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u, _ := p.Pick(Cost{}); u == k1 {
+		t.Fatal("picked the key whose probe is in flight beside a closed one")
+	}
+	probe.Done(Outcome{Status: 200})
+	seen := map[*Upstream]int{}
+	for range 4 {
+		u, _ := p.Pick(Cost{})
+		seen[u]++
+	}
+	if seen[k1] != 2 {
+		t.Fatalf("after the probe closed it the key took %d of 4 picks, want 2", seen[k1])
+	}
+}
+
+// Attack that held: every key of a pool answering 401 at once drops all
+// but one, whatever the interleaving; the last one keeps its rows.
+func TestDropAtOnceKeepsOneKey(t *testing.T) {
+	for range 50 {
+		r := &Registry{Log: slog.New(slog.DiscardHandler)}
+		p := r.For(config.Model{Name: "m", APIKeyEnvs: []string{"K1", "K2", "K3"}, MaxConcurrency: 4})
+		var wg sync.WaitGroup
+		for _, u := range p.ups {
+			wg.Go(func() { p.Drop(u, http.StatusUnauthorized) })
+		}
+		wg.Wait()
+		if _, ok := p.Pick(Cost{}); !ok {
+			t.Fatal("every key dropped")
+		}
+	}
+}
+
+// Attack that held: a half-open circuit's probe whose row ends before it
+// is sent (its context cancelled while it waits for its pacer) is given
+// back, so the next row probes: the circuit is not left open for good.
+func TestAbandonedProbeLetsTheNextProbe(t *testing.T) {
+	now := t0
+	r := &Registry{Now: func() time.Time { return now }}
+	p := r.For(config.Model{Name: "m", RPM: 60, MaxConcurrency: 4})
+	u := p.ups[0]
+	for range circuitThreshold {
+		u.circuit.Record(now, false, true)
+	}
+	now = now.Add(circuitCooldown)
+	ctx, cancel := context.WithCancel(context.Background())
+	u.requests.Reserve(now, 60) // the pacer holds the probe a minute
+	go cancel()
+	if _, err := u.Wait(ctx, Cost{}, false); err != context.Canceled {
+		t.Fatalf("the probe's wait: %v, want cancelled", err)
+	}
+	if ok, probe, _ := u.circuit.Allow(now); !ok || !probe {
+		t.Fatal("no probe after the first was abandoned")
 	}
 }
