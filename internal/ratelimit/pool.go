@@ -139,14 +139,22 @@ func (r *Registry) newPool(m config.Model) *Pool {
 			u.out = pacer(m.OTPM)
 		}
 		if r.Shared != nil && m.RPM > 0 {
-			u.sharedReq = &Blocks{Shared: r.Shared, Bucket: m.Name + "#" + env + "#rpm", Capacity: max(int64(m.RPM)/60, 1)}
+			u.sharedReq = &Blocks{Shared: r.Shared, Bucket: m.Name + "#" + env + "#rpm", Capacity: sharedPerSecond(m.RPM)}
 		}
 		if r.Shared != nil && m.TPM > 0 {
-			u.sharedTok = &Blocks{Shared: r.Shared, Bucket: m.Name + "#" + env + "#tpm", Capacity: max(int64(m.TPM)/60, 1)}
+			u.sharedTok = &Blocks{Shared: r.Shared, Bucket: m.Name + "#" + env + "#tpm", Capacity: sharedPerSecond(m.TPM)}
 		}
 		p.ups = append(p.ups, u)
 	}
 	return p
+}
+
+// sharedPerSecond is a shared budget's units a second for a limit of
+// perMinute: with the pacers' Headroom, so executors whose clocks are up to
+// 2 s apart, each spending the second its own clock reads, stay within the
+// limit over every real minute (docs/design.md "Rate budgets").
+func sharedPerSecond(perMinute int) int64 {
+	return max(int64(float64(perMinute)*Headroom/60), 1)
 }
 
 // Cost is a row's estimated tokens before it is sent.
