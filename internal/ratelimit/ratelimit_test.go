@@ -344,11 +344,25 @@ func TestPacerFollowsALoweredLimitAndClimbsBack(t *testing.T) {
 	if got := p.Rate(); got != 5 {
 		t.Fatalf("floor: %v, want 5", got)
 	}
-	for range 1000 {
-		p.Climb()
+	// Answers climb it by 1% of the ceiling a second, however many.
+	at := t0.Add(20 * time.Second) // the last cut
+	for range 100 {
+		at = at.Add(10 * time.Millisecond)
+		p.Climb(at)
+	}
+	if got := p.Rate(); got < 5.99 || got > 6.01 {
+		t.Fatalf("a second of answers: %v, want 6", got)
+	}
+	p.Climb(at.Add(time.Minute)) // an idle minute counts as one second
+	if got := p.Rate(); got < 6.99 || got > 7.01 {
+		t.Fatalf("after an idle minute: %v, want 7", got)
+	}
+	for range 200 {
+		at = at.Add(time.Second)
+		p.Climb(at)
 	}
 	if got := p.Rate(); got != 100 {
-		t.Fatalf("after answers: %v, want back at 100", got)
+		t.Fatalf("after minutes of answers: %v, want back at 100", got)
 	}
 	u := NewPacer(0, 0)
 	u.Cut(t0)
@@ -407,5 +421,62 @@ func TestPacerResumesEvenlyAfterAPause(t *testing.T) {
 		if at := p.Reserve(t0.Add(time.Second), 1); !at.Equal(end.Add(time.Duration(i) * 100 * time.Millisecond)) {
 			t.Fatalf("row %d held by the pause goes at %s, want %s", i, at.Sub(end), time.Duration(i)*100*time.Millisecond)
 		}
+	}
+}
+
+func TestMinuteCountForgetsWhatIsOlderThanAMinute(t *testing.T) {
+	var m minuteCount
+	m.Add(t0)
+	m.Add(t0.Add(30 * time.Second))
+	m.Add(t0.Add(59 * time.Second))
+	if n := m.Sum(t0.Add(59 * time.Second)); n != 3 {
+		t.Fatalf("within the minute: %d, want 3", n)
+	}
+	if n := m.Sum(t0.Add(60 * time.Second)); n != 2 {
+		t.Fatalf("a minute after the first: %d, want 2", n)
+	}
+	m.Add(t0.Add(120 * time.Second)) // the first's bucket again
+	if n := m.Sum(t0.Add(120 * time.Second)); n != 1 {
+		t.Fatalf("two minutes on: %d, want 1", n)
+	}
+}
+
+// A pool publishes its keys' states at most every publishEvery while rows
+// go, and at once when a circuit opens.
+func TestPoolPublishesItsStates(t *testing.T) {
+	now := t0
+	var got [][]KeyState
+	r := &Registry{Now: func() time.Time { return now }, Publish: func(model string, st []KeyState) {
+		if model != "m" {
+			t.Errorf("published model %q", model)
+		}
+		got = append(got, st)
+	}}
+	p := r.For(config.Model{Name: "m", MaxConcurrency: 8})
+	row := func(o Outcome) {
+		t.Helper()
+		u, _ := p.Pick(Cost{})
+		tk, err := u.Wait(context.Background(), Cost{}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk.Done(o)
+	}
+	row(Outcome{Status: http.StatusTooManyRequests})
+	now = now.Add(time.Second)
+	row(Outcome{Status: http.StatusTooManyRequests})
+	now = now.Add(publishEvery)
+	row(Outcome{Status: 200})
+	if len(got) != 2 {
+		t.Fatalf("%d publications, want 2 (the first row's, then one %s later)", len(got), publishEvery)
+	}
+	if s := got[1][0]; s.LimitedPerMinute != 2 || s.Concurrency != 2 || s.Circuit != Closed || s.State != "live" {
+		t.Fatalf("second publication %+v, want two 429s in the minute, concurrency halved twice to 2", s)
+	}
+	for range circuitThreshold {
+		row(Outcome{Status: 500, Failed: true})
+	}
+	if len(got) != 3 || got[2][0].Circuit != Open {
+		t.Fatalf("publications %+v: want a third as the circuit opened", got)
 	}
 }
