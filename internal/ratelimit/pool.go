@@ -69,7 +69,8 @@ func (r *Registry) For(m config.Model) *Pool {
 	return p
 }
 
-// Snapshot is every pool's state, by model name, for `relay models`.
+// Snapshot is every pool's state, by model name: what Publish hands on,
+// a model at a time.
 func (r *Registry) Snapshot() map[string][]KeyState {
 	r.mu.Lock()
 	pools := make(map[string]*Pool, len(r.pools))

@@ -344,18 +344,18 @@ func TestPacerFollowsALoweredLimitAndClimbsBack(t *testing.T) {
 	if got := p.Rate(); got != 5 {
 		t.Fatalf("floor: %v, want 5", got)
 	}
-	// Answers climb it by 1% of the ceiling a second, however many.
+	// Answers climb it by 3% of the ceiling a second, however many.
 	at := t0.Add(20 * time.Second) // the last cut
 	for range 100 {
 		at = at.Add(10 * time.Millisecond)
 		p.Climb(at)
 	}
-	if got := p.Rate(); got < 5.99 || got > 6.01 {
-		t.Fatalf("a second of answers: %v, want 6", got)
+	if got := p.Rate(); got < 7.99 || got > 8.01 {
+		t.Fatalf("a second of answers: %v, want 8", got)
 	}
 	p.Climb(at.Add(time.Minute)) // an idle minute counts as one second
-	if got := p.Rate(); got < 6.99 || got > 7.01 {
-		t.Fatalf("after an idle minute: %v, want 7", got)
+	if got := p.Rate(); got < 10.99 || got > 11.01 {
+		t.Fatalf("after an idle minute: %v, want 11", got)
 	}
 	for range 200 {
 		at = at.Add(time.Second)
@@ -478,5 +478,33 @@ func TestPoolPublishesItsStates(t *testing.T) {
 	}
 	if len(got) != 3 || got[2][0].Circuit != Open {
 		t.Fatalf("publications %+v: want a third as the circuit opened", got)
+	}
+}
+
+// An answer whose headers say less than 5% of the provider's limit
+// remains holds a cut pace; one with room climbs it.
+func TestPaceHoldsNearTheProvidersLimit(t *testing.T) {
+	now := t0
+	r := &Registry{Now: func() time.Time { return now }}
+	u := r.For(config.Model{Name: "m", RPM: 6000, MaxConcurrency: 4}).ups[0]
+	u.requests.Cut(now)
+	cut := u.requests.Rate()
+	answer := func(remaining string) {
+		t.Helper()
+		now = now.Add(time.Second)
+		tk, err := u.Wait(context.Background(), Cost{}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk.Done(Outcome{Status: 200, Header: http.Header{"X-Ratelimit-Limit-Requests": {"100"},
+			"X-Ratelimit-Remaining-Requests": {remaining}, "X-Ratelimit-Reset-Requests": {"1s"}}})
+	}
+	answer("4")
+	if got := u.requests.Rate(); got != cut {
+		t.Fatalf("4 of 100 remaining: pace %v, want held at %v", got, cut)
+	}
+	answer("50")
+	if got := u.requests.Rate(); got <= cut {
+		t.Fatalf("50 of 100 remaining: pace %v, want above %v", got, cut)
 	}
 }
