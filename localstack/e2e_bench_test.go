@@ -23,6 +23,7 @@ package localstack
 //     baselines at the same time (as the service runs them). Its service
 //     wall time runs from the creates to its last row's answer at the mock
 //     (Options.Record); its peak in flight must stay within its cap.
+//   - Provider limits: bench_ratelimit_test.go (runnable alone).
 //
 // It writes BENCHMARKS.md at the repository root, then fails once for every
 // bar that is not met. BENCH_ROWS and BENCH_WAITING shrink the run while
@@ -144,6 +145,7 @@ func TestEndToEndBenchmark(t *testing.T) {
 	rtMix := startBench(t, busy.addr(), mixBenchModels)
 	r.mix = runMixed(t, rtMix, envInt(t, "BENCH_MIX_ROWS", mixRowsDefault, 1), time.Now().Add(benchMixLimit))
 	rtMix.Close()
+	limits := runLimitBench(t) // bench_ratelimit_test.go
 
 	// The run with waiting batches: a fresh runtime, so the first run's
 	// leftovers cost nothing here, and the setup before counting.
@@ -171,13 +173,13 @@ func TestEndToEndBenchmark(t *testing.T) {
 	// Written before rt2 closes: closing waits for running invocations,
 	// which on a struggling engine may take a function timeout.
 	path := filepath.Join(repoRoot(t), "BENCHMARKS.md")
-	md := r.markdown() + r.mix.markdown() + memorySection(path)
+	md := r.markdown() + r.mix.markdown() + limits.markdown() + memorySection(path)
 	fmt.Println(md)
 	if err := os.WriteFile(path, []byte(md), 0o644); err != nil {
 		t.Fatalf("write %s: %v", path, err)
 	}
 	t.Logf("wrote %s", path)
-	for _, f := range append(r.figures(), r.mix.figures()...) {
+	for _, f := range slices.Concat(r.figures(), r.mix.figures(), limits.figures()) {
 		if !f.pass {
 			t.Errorf("%s: %s, bar %s", f.name, f.value, f.bar)
 		}

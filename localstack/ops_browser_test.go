@@ -14,7 +14,8 @@ import (
 
 // testBrowserOperations: an admin key's Operations page shows, from a
 // running batch, the model's slots in flight against its capacity and the
-// batch waiting for more; the upstream answers of a finished batch's rows
+// batch waiting for more, and its key's state (live, concurrency limit,
+// 429s per minute, circuit); the upstream answers of a finished batch's rows
 // (its 400s as 4xx); the four dead-letter queues empty and no stuck chunk
 // (internal/ops, what relay admin reads). A key without the admin scope
 // is refused the page's data; another tenant's admin key sees the figures
@@ -65,6 +66,9 @@ func testBrowserOperations(t *testing.T, browserCtx context.Context) {
 	if len(upstream) != 7 || upstream[2] != "2" || upstream[3] != "2" || upstream[4] != "0" || upstream[5] != "0" || upstream[6] != "0" {
 		t.Errorf("gpt-4o-mini's upstream answers %q: want 2 failed, 2 4xx, no 429, 5xx or none", upstream)
 	}
+	// Its key, as the executor published it while the rows ran.
+	p.wait("gpt-4o-mini's key live, its limit and circuit", 30*time.Second, `[...document.querySelectorAll('#ops-body [aria-label="Keys per model"] tbody tr')]
+		.some((tr) => [...tr.cells].map((c) => c.textContent).join('|') === 'gpt-4o-mini|RELAY_TEST_KEY|live|8|—|—|0|closed')`)
 	dlqs := cells("Dead-letter queue depths")
 	if fmt.Sprint(dlqs) != "[[dispatch-dlq 0] [finalize-dlq 0] [webhook-dlq 0] [work-dlq 0]]" {
 		t.Errorf("dead-letter queues %v, want the four, empty", dlqs)

@@ -3,6 +3,7 @@ package localstack
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/relaybatch/relay/internal/local/localrun"
 	"github.com/relaybatch/relay/internal/mockup"
+	"github.com/relaybatch/relay/internal/ops"
 )
 
 // Provider limits (docs/design.md "Rate budgets"): the mock enforces an
@@ -269,4 +271,69 @@ models:
 	// The first rows go at their estimate (body bytes / 4 + max_tokens,
 	// about twice the mock's count here) until their usage corrects it; the
 	// wall time against the ideal is a figure (logged above), not a check.
+}
+
+// TestLimiterStateIsShown runs a batch on a model of two keys that the
+// provider limits below its configured rpm, and revokes one key
+// mid-batch: the Operations API (what relay admin models and the panel
+// read, internal/ops) shows the revoked key dropped with its 401, the
+// other live, the 429s the keys answered in the last minute, the live
+// key's adaptive concurrency limit, its pace below the configured rpm and
+// its rpm in use: the executors publish their limiters' state to the table
+// (docs/design.md "Rate budgets").
+func TestLimiterStateIsShown(t *testing.T) {
+	t.Parallel()
+	const rows = 600
+	limited := mockup.Options{RPM: 900, RateWindow: 10 * time.Second, Latency: 20 * time.Millisecond}
+	rt := pacedRuntime(t, `
+models:
+  - {name: shown, provider: openai, base_url: http://MOCK/v1, api_key_envs: [RELAY_SHOWN_A, RELAY_SHOWN_B], max_concurrency: 16, timeout: 30s, rpm: 3000}
+`, limited)
+	const keyA = "sk-relay-local-mock-RELAY_SHOWN_A"
+	c, _ := client(t, rt, "acme")
+	admin, err := rt.Key(context.Background(), "acme", "admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := nRows(rows, "shown")
+	for i := range in {
+		in[i].model = "shown"
+	}
+	id := createBatch(t, c, upload(t, c, "in.jsonl", jsonlRows(in)).ID).ID
+	waitMock(t, rt, "a 429 and key A in use", func(s mockup.Stats) bool { return s.ByStatus[429] >= 1 && s.ByKey[keyA] >= 30 })
+	revoked := limited
+	revoked.RevokedKeys = []string{keyA}
+	rt.Mock.SetOptions(revoked)
+
+	var keys map[string]ops.KeyReport
+	deadline := time.Now().Add(time.Minute)
+	for {
+		status, body := rawDo(t, rt, admin, "GET", "/v1/admin/operations", nil)
+		var o ops.Overview
+		if status != 200 || json.Unmarshal(body, &o) != nil {
+			t.Fatalf("GET /v1/admin/operations: %d %s", status, body)
+		}
+		keys = map[string]ops.KeyReport{}
+		for _, m := range o.Models {
+			if m.Model == "shown" {
+				for _, k := range m.Keys {
+					keys[k.Env] = k
+				}
+			}
+		}
+		a, b := keys["RELAY_SHOWN_A"], keys["RELAY_SHOWN_B"]
+		if a.State == "dropped" && a.Status == 401 && b.State == "live" && b.Executors == 1 && a.Limited+b.Limited > 0 &&
+			b.Concurrency >= 1 && b.Concurrency <= 16 && b.PaceRPM > 0 && b.PaceRPM < 3000 && b.RPM == 3000 && b.RPMInUse > 0 && b.Circuit == "closed" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("keys of shown: %+v; want A dropped (401), B live, the keys' 429s in the last minute, B's concurrency limit, its pace below 3000 and its rpm in use", keys)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("keys of shown: %+v", keys)
+	b := waitLong(t, c, id, 3*time.Minute)
+	if b.Status != "completed" || b.RequestCounts.Completed != rows {
+		t.Errorf("batch %s %+v: want every row completed on the live key", b.Status, b.RequestCounts)
+	}
 }

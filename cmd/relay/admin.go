@@ -271,65 +271,11 @@ func runAdminModels(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	reports, err := ops.Models(ctx, s, models)
+	reports, err := ops.Models(ctx, s, models, time.Now())
 	if err != nil {
 		return err
 	}
-	out := make([]modelLine, len(reports))
-	for i, r := range reports {
-		out[i].ModelReport = r
-		if out[i].Keys, err = reportKeys(ctx, s, models.Models[i], time.Now()); err != nil {
-			return err
-		}
-	}
-	return writeJSON(stdout, out)
-}
-
-// keyReport is one key of a model's pool in relay admin models: whether an
-// executor dropped it, its rate budgets and what the executors leased of
-// them in the last minute (docs/design.md "Rate budgets").
-type keyReport struct {
-	Env      string `json:"key_env"`
-	State    string `json:"state"` // live, or dropped (with the status it answered)
-	Status   int    `json:"dropped_status,omitempty"`
-	RPM      int    `json:"rpm,omitempty"`
-	RPMInUse int64  `json:"rpm_in_use"`
-	TPM      int    `json:"tpm,omitempty"`
-	TPMInUse int64  `json:"tpm_in_use"`
-}
-
-func reportKeys(ctx context.Context, s *store.Store, m config.Model, now time.Time) ([]keyReport, error) {
-	dropped, err := s.DroppedKeys(ctx, m.Name)
-	if err != nil {
-		return nil, err
-	}
-	var out []keyReport
-	for _, env := range m.KeyEnvs() {
-		k := keyReport{Env: env, State: "live", RPM: m.RPM, TPM: m.TPM}
-		if d, ok := dropped[env]; ok {
-			k.State, k.Status = "dropped", d.Status
-		}
-		to := now.Unix()
-		if m.RPM > 0 {
-			if k.RPMInUse, err = s.BudgetUsed(ctx, m.Name+"#"+env+"#rpm", to-59, to); err != nil {
-				return nil, err
-			}
-		}
-		if m.TPM > 0 {
-			if k.TPMInUse, err = s.BudgetUsed(ctx, m.Name+"#"+env+"#tpm", to-59, to); err != nil {
-				return nil, err
-			}
-		}
-		out = append(out, k)
-	}
-	return out, nil
-}
-
-// modelLine is one model's line of relay admin models: its capacity and
-// waiting batches (internal/ops), and its keys.
-type modelLine struct {
-	ops.ModelReport
-	Keys []keyReport `json:"keys"`
+	return writeJSON(stdout, reports)
 }
 
 // runAdminTick is relay admin tick: one tick now, as the schedule sends it

@@ -32,6 +32,7 @@ import (
 	"github.com/relaybatch/relay/internal/engine"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/govern"
+	"github.com/relaybatch/relay/internal/ids"
 	"github.com/relaybatch/relay/internal/metrics"
 	"github.com/relaybatch/relay/internal/native"
 	"github.com/relaybatch/relay/internal/ops"
@@ -137,7 +138,8 @@ func New(env config.Env, models *config.Models, cfg aws.Config, log *slog.Logger
 	// Rate budgets, circuits and key pools (docs/design.md "Rate
 	// budgets"): paced on the real clock, shared through the table.
 	upstream := &provider.Client{HTTP: provider.NewHTTPClient(), Models: models, Keys: keys, Credentials: cfg.Credentials,
-		MaxResponseBytes: env.MaxResponseBytes, Limits: &ratelimit.Registry{Shared: a.Store, Log: log, OnDrop: a.recordDrop, OnOpen: a.circuitOpened}}
+		MaxResponseBytes: env.MaxResponseBytes, Limits: &ratelimit.Registry{Shared: a.Store, Log: log, OnDrop: a.recordDrop, OnOpen: a.circuitOpened,
+			Publish: a.publishLimiter(ids.New("ex"))}}
 	a.Govern = &govern.Checker{Store: a.Store, Models: models, Now: now}
 	// One client, so one policy, for the check at create, workflow
 	// callbacks and every delivery.
@@ -225,6 +227,19 @@ func (a *App) recordDrop(model, env string, status int) {
 	defer cancel()
 	if err := a.Store.DropKey(ctx, model, env, status, a.now()); err != nil {
 		a.Log.Warn("record a dropped key", "model", model, "key_env", env, "error", err)
+	}
+}
+
+// publishLimiter writes the pool states of this process's executor,
+// named executor, to the table, for relay admin models and the panel
+// (docs/design.md "Rate budgets"); the rows do not wait on it.
+func (a *App) publishLimiter(executor string) func(model string, states []ratelimit.KeyState) {
+	return func(model string, states []ratelimit.KeyState) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := a.Store.PublishLimiter(ctx, model, executor, a.now(), states); err != nil {
+			a.Log.Warn("publish the limiter state", "model", model, "error", err)
+		}
 	}
 }
 

@@ -27,6 +27,7 @@ import (
 
 // Store is what the reports read of the table (store.Store).
 type Store interface {
+	KeyStore
 	CapShards(ctx context.Context, model string) (map[int]int, error)
 	ReadyEntries(ctx context.Context, model string) ([]sched.Ready, error)
 	ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]batch.Chunk, error)
@@ -45,6 +46,8 @@ type ModelReport struct {
 	// OverQuota names shards holding more than their quota: a broken
 	// promise (docs/runbook.md "in-flight-not-zero").
 	OverQuota []int `json:"over_quota,omitempty"`
+	// Keys are the model's keys and their limiters' state.
+	Keys []KeyReport `json:"keys"`
 }
 
 // ShardReport is one capacity shard's slots in use.
@@ -72,9 +75,9 @@ func ReportModel(name string, quotas []int, shards map[int]int, ready []sched.Re
 	return r
 }
 
-// Models is relay admin models: each configured model's report, in the
-// models file's order.
-func Models(ctx context.Context, s Store, models *config.Models) ([]ModelReport, error) {
+// Models is relay admin models: each configured model's report at now,
+// in the models file's order.
+func Models(ctx context.Context, s Store, models *config.Models, now time.Time) ([]ModelReport, error) {
 	out := []ModelReport{}
 	for _, m := range models.Models {
 		shards, err := s.CapShards(ctx, m.Name)
@@ -85,7 +88,11 @@ func Models(ctx context.Context, s Store, models *config.Models) ([]ModelReport,
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, ReportModel(m.Name, sched.Quotas(m.MaxConcurrency), shards, ready))
+		r := ReportModel(m.Name, sched.Quotas(m.MaxConcurrency), shards, ready)
+		if r.Keys, err = Keys(ctx, s, m, now); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
 	}
 	return out, nil
 }
@@ -189,7 +196,7 @@ func (s *Service) Overview(ctx context.Context, tenant string) (Overview, error)
 	now := s.Now()
 	o := Overview{At: now.UTC(), Upstream: s.Recent.Snapshot(now)}
 	var err error
-	if o.Models, err = Models(ctx, s.Store, s.Models); err != nil {
+	if o.Models, err = Models(ctx, s.Store, s.Models, now); err != nil {
 		return o, err
 	}
 	if o.Stuck, err = Stuck(ctx, s.Store, now); err != nil {

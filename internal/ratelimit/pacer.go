@@ -22,14 +22,16 @@ type Pacer struct {
 	mu      sync.Mutex
 	ceiling float64   // the configured rate
 	lastCut time.Time // Cut's last
-	rate    float64   // units per second now; 0 is unlimited
-	burst   float64   // units that may go at once after an idle time
-	tat     time.Time // theoretical arrival time of the next unit
-	pause   time.Time // nothing goes before it
+	// lastClimb is Climb's (or Cut's) last.
+	lastClimb time.Time
+	rate      float64   // units per second now; 0 is unlimited
+	burst     float64   // units that may go at once after an idle time
+	tat       time.Time // theoretical arrival time of the next unit
+	pause     time.Time // nothing goes before it
 }
 
-// NewPacer paces to rate units a second with burst units of slack (at
-// least one request's worth is always let through after an idle time).
+// NewPacer paces to rate units a second with burst units of slack after
+// an idle time (fewer in proportion while the rate is cut).
 func NewPacer(rate, burst float64) *Pacer {
 	return &Pacer{rate: rate, ceiling: rate, burst: burst}
 }
@@ -38,9 +40,9 @@ func NewPacer(rate, burst float64) *Pacer {
 // configured one (it lowered it, or other traffic shares the key), so the
 // rate follows it down and climbs back as answers come.
 const (
-	cutFactor = 0.7   // a 429 takes the rate to this share
-	rateFloor = 0.05  // of the ceiling, never below
-	climbStep = 0.002 // of the ceiling, back per answer
+	cutFactor      = 0.7  // a 429 takes the rate to this share
+	rateFloor      = 0.05 // of the ceiling, never below
+	climbPerSecond = 0.03 // of the ceiling, back per second of answers
 )
 
 // Cut lowers the rate on a 429, at most once per cutEvery so a burst of
@@ -51,17 +53,26 @@ func (p *Pacer) Cut(now time.Time) {
 	if p.rate <= 0 || now.Sub(p.lastCut) < cutEvery {
 		return
 	}
-	p.lastCut = now
+	p.lastCut, p.lastClimb = now, now
 	p.rate = max(p.rate*cutFactor, p.ceiling*rateFloor)
 }
 
-// Climb takes the rate a step back towards the configured one after an
-// answer that was not a 429.
-func (p *Pacer) Climb() {
+// Climb takes the rate back towards the configured one after an answer
+// that was not a 429: by climbPerSecond of it for each second since the
+// last climb (at most one: an idle key does not jump back), so the climb
+// takes the same time whatever the rate, and a limit found lower holds
+// for seconds, not for the next few answers.
+func (p *Pacer) Climb(now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.rate > 0 {
-		p.rate = min(p.rate+p.ceiling*climbStep, p.ceiling)
+	if p.rate <= 0 || p.rate >= p.ceiling {
+		p.lastClimb = now
+		return
+	}
+	dt := min(now.Sub(p.lastClimb), time.Second)
+	p.lastClimb = now
+	if dt > 0 {
+		p.rate = min(p.rate+p.ceiling*climbPerSecond*dt.Seconds(), p.ceiling)
 	}
 }
 
@@ -89,8 +100,7 @@ func (p *Pacer) Reserve(now time.Time, cost float64) time.Time {
 		// before is unknown.
 		p.tat = at
 	}
-	tau := time.Duration(p.burst / p.rate * float64(time.Second))
-	if floor := at.Add(-tau); p.tat.Before(floor) {
+	if floor := at.Add(-p.slack()); p.tat.Before(floor) {
 		p.tat = floor
 	}
 	if p.tat.After(at) {
@@ -110,8 +120,7 @@ func (p *Pacer) Next(now time.Time, cost float64) time.Time {
 		at = p.pause
 	}
 	if p.rate > 0 {
-		tau := time.Duration(p.burst / p.rate * float64(time.Second))
-		if t := p.tat.Add(-tau); t.After(at) {
+		if t := p.tat.Add(-p.slack()); t.After(at) {
 			at = t
 		}
 	}
@@ -166,6 +175,13 @@ func (p *Pacer) Tighten(now time.Time, remaining, limit float64, reset time.Dura
 		wait = time.Duration(float64(reset) / limit)
 	}
 	p.Pause(now.Add(wait))
+}
+
+// slack is how far behind now the pacer's time may fall after an idle
+// time: burst units at the configured rate, so a rate cut after 429s cuts
+// the burst with it.
+func (p *Pacer) slack() time.Duration {
+	return time.Duration(p.burst / p.ceiling * float64(time.Second))
 }
 
 // span is the time cost units take at the rate.

@@ -44,6 +44,11 @@ type Registry struct {
 	// OnOpen, if set, is told of a circuit of model's key env that
 	// opened (a metric for its alarm).
 	OnOpen func(model, env string)
+	// Publish, if set, takes a model's key states, at most every
+	// publishEvery while the executor sends the model's rows and at once
+	// when a circuit opens: the store, so that relay admin models and the
+	// panel read every executor's (docs/design.md "Rate budgets").
+	Publish func(model string, states []KeyState)
 
 	mu    sync.Mutex
 	pools map[string]*Pool
@@ -64,7 +69,8 @@ func (r *Registry) For(m config.Model) *Pool {
 	return p
 }
 
-// Snapshot is every pool's state, by model name, for `relay models`.
+// Snapshot is every pool's state, by model name: what Publish hands on,
+// a model at a time.
 func (r *Registry) Snapshot() map[string][]KeyState {
 	r.mu.Lock()
 	pools := make(map[string]*Pool, len(r.pools))
@@ -99,6 +105,8 @@ type Pool struct {
 	model string
 	ups   []*Upstream
 	next  atomic.Uint64
+	// published is when the pool's states were last published (unix ns).
+	published atomic.Int64
 	// dropMu makes the check for another live key and the drop one step,
 	// so two keys failing together cannot both be dropped.
 	dropMu sync.Mutex
@@ -114,7 +122,7 @@ type Upstream struct {
 	circuit                      *Circuit
 	conc                         *Adaptive
 	dropped                      atomic.Bool
-	limited                      atomic.Int64 // 429s answered to it
+	limited                      minuteCount // 429s answered to it
 }
 
 func (r *Registry) newPool(m config.Model) *Pool {
@@ -220,7 +228,8 @@ type KeyState struct {
 	State       string       `json:"state"` // live or dropped
 	Circuit     CircuitState `json:"circuit"`
 	Concurrency int          `json:"concurrency"`
-	RateLimited int64        `json:"rate_limited"`
+	// LimitedPerMinute is the 429s the key answered in the last minute.
+	LimitedPerMinute int64 `json:"rate_limited_per_minute"`
 	// RPM and TPM are the pace now (the configured one, or lower after
 	// 429s); 0 is unpaced.
 	RPM float64 `json:"rpm"`
@@ -236,7 +245,7 @@ func (p *Pool) States() []KeyState {
 		if u.dropped.Load() {
 			st = "dropped"
 		}
-		out = append(out, KeyState{Env: u.Env, State: st, Circuit: u.circuit.State(now), Concurrency: u.conc.Limit(), RateLimited: u.limited.Load(),
+		out = append(out, KeyState{Env: u.Env, State: st, Circuit: u.circuit.State(now), Concurrency: u.conc.Limit(), LimitedPerMinute: u.limited.Sum(now),
 			RPM: u.requests.Rate() * 60, TPM: u.tokens.Rate() * 60})
 	}
 	return out
@@ -343,20 +352,18 @@ func (t *Ticket) Done(o Outcome) {
 	u, now := t.u, t.u.pool.r.now()
 	overloaded := o.Status == http.StatusTooManyRequests || o.Status == 529 || o.Status == http.StatusServiceUnavailable
 	u.conc.Release(now, overloaded)
-	if u.circuit.Record(now, t.probe, o.Failed) && u.pool.r.OnOpen != nil {
+	opened := u.circuit.Record(now, t.probe, o.Failed)
+	if opened && u.pool.r.OnOpen != nil {
 		u.pool.r.OnOpen(u.pool.model, u.Env)
 	}
 	if o.Status == http.StatusTooManyRequests {
-		u.limited.Add(1)
+		u.limited.Add(now)
 		if o.RetryAfter > 0 {
 			u.requests.Pause(now.Add(o.RetryAfter))
 		}
 		// Which limit it was, the answer may not say: both follow.
 		u.requests.Cut(now)
 		u.tokens.Cut(now)
-	} else if o.Status != 0 {
-		u.requests.Climb()
-		u.tokens.Climb()
 	}
 	if o.Input+o.Output > 0 {
 		// Providers count max_tokens when they admit a request, whatever
@@ -374,16 +381,18 @@ func (t *Ticket) Done(o Outcome) {
 			u.out.Adjust(float64(out - t.cost.Output))
 		}
 	}
-	u.readHeaders(now, o.Header)
+	u.readHeaders(now, o.Header, o.Status != 0 && o.Status != http.StatusTooManyRequests)
+	u.pool.publish(now, opened)
 }
 
 // readHeaders tightens the pacers to what the provider says remains:
 // OpenAI's x-ratelimit-remaining-*/reset-* (reset as "1s", "6m0s") and
 // Anthropic's anthropic-ratelimit-*-remaining/-reset (an RFC 3339 time).
-func (u *Upstream) readHeaders(now time.Time, h http.Header) {
-	if h == nil {
-		return
-	}
+// With climb (an answer that was not a 429) each pace climbs back a step,
+// unless the provider says less than 1 - Headroom of its limit remains:
+// the pace then holds where the provider's limit is, rather than climbing
+// past it into the next 429.
+func (u *Upstream) readHeaders(now time.Time, h http.Header, climb bool) {
 	for _, d := range []struct {
 		p                 *Pacer
 		openai, anthropic string
@@ -391,21 +400,34 @@ func (u *Upstream) readHeaders(now time.Time, h http.Header) {
 		if d.p == nil {
 			continue
 		}
-		if d.openai != "" {
-			if rem, ok := number(h.Get("x-ratelimit-remaining-" + d.openai)); ok {
-				if reset, err := time.ParseDuration(h.Get("x-ratelimit-reset-" + d.openai)); err == nil {
-					limit, _ := number(h.Get("x-ratelimit-limit-" + d.openai))
-					d.p.Tighten(now, rem, limit, reset)
-				}
-			}
+		rem, limit, reset, ok := rateHeaders(h, now, d.openai, d.anthropic)
+		if ok {
+			d.p.Tighten(now, rem, limit, reset)
 		}
-		if rem, ok := number(h.Get("anthropic-ratelimit-" + d.anthropic + "-remaining")); ok {
-			if at, err := time.Parse(time.RFC3339, h.Get("anthropic-ratelimit-"+d.anthropic+"-reset")); err == nil {
-				limit, _ := number(h.Get("anthropic-ratelimit-" + d.anthropic + "-limit"))
-				d.p.Tighten(now, rem, limit, at.Sub(now))
+		if climb && !(ok && rem < limit*(1-Headroom)) {
+			d.p.Climb(now)
+		}
+	}
+}
+
+// rateHeaders reads one limit's remaining, limit (0: not said) and reset
+// from h; false when h does not say them.
+func rateHeaders(h http.Header, now time.Time, openai, anthropic string) (remaining, limit float64, reset time.Duration, ok bool) {
+	if openai != "" {
+		if rem, ok := number(h.Get("x-ratelimit-remaining-" + openai)); ok {
+			if reset, err := time.ParseDuration(h.Get("x-ratelimit-reset-" + openai)); err == nil {
+				limit, _ := number(h.Get("x-ratelimit-limit-" + openai))
+				return rem, limit, reset, true
 			}
 		}
 	}
+	if rem, ok := number(h.Get("anthropic-ratelimit-" + anthropic + "-remaining")); ok {
+		if at, err := time.Parse(time.RFC3339, h.Get("anthropic-ratelimit-"+anthropic+"-reset")); err == nil {
+			limit, _ := number(h.Get("anthropic-ratelimit-" + anthropic + "-limit"))
+			return rem, limit, at.Sub(now), true
+		}
+	}
+	return 0, 0, 0, false
 }
 
 func number(s string) (float64, bool) {

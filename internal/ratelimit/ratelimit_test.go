@@ -345,11 +345,25 @@ func TestPacerFollowsALoweredLimitAndClimbsBack(t *testing.T) {
 	if got := p.Rate(); got != 5 {
 		t.Fatalf("floor: %v, want 5", got)
 	}
-	for range 1000 {
-		p.Climb()
+	// Answers climb it by 3% of the ceiling a second, however many.
+	at := t0.Add(20 * time.Second) // the last cut
+	for range 100 {
+		at = at.Add(10 * time.Millisecond)
+		p.Climb(at)
+	}
+	if got := p.Rate(); got < 7.99 || got > 8.01 {
+		t.Fatalf("a second of answers: %v, want 8", got)
+	}
+	p.Climb(at.Add(time.Minute)) // an idle minute counts as one second
+	if got := p.Rate(); got < 10.99 || got > 11.01 {
+		t.Fatalf("after an idle minute: %v, want 11", got)
+	}
+	for range 200 {
+		at = at.Add(time.Second)
+		p.Climb(at)
 	}
 	if got := p.Rate(); got != 100 {
-		t.Fatalf("after answers: %v, want back at 100", got)
+		t.Fatalf("after minutes of answers: %v, want back at 100", got)
 	}
 	u := NewPacer(0, 0)
 	u.Cut(t0)
@@ -556,5 +570,90 @@ func TestSharedBudgetHoldsWithClocksApart(t *testing.T) {
 	}
 	if most > rpm {
 		t.Fatalf("%d requests in one real minute with clocks 2 s apart, over the key's rpm %d", most, rpm)
+	}
+}
+
+func TestMinuteCountForgetsWhatIsOlderThanAMinute(t *testing.T) {
+	var m minuteCount
+	m.Add(t0)
+	m.Add(t0.Add(30 * time.Second))
+	m.Add(t0.Add(59 * time.Second))
+	if n := m.Sum(t0.Add(59 * time.Second)); n != 3 {
+		t.Fatalf("within the minute: %d, want 3", n)
+	}
+	if n := m.Sum(t0.Add(60 * time.Second)); n != 2 {
+		t.Fatalf("a minute after the first: %d, want 2", n)
+	}
+	m.Add(t0.Add(120 * time.Second)) // the first's bucket again
+	if n := m.Sum(t0.Add(120 * time.Second)); n != 1 {
+		t.Fatalf("two minutes on: %d, want 1", n)
+	}
+}
+
+// A pool publishes its keys' states at most every publishEvery while rows
+// go, and at once when a circuit opens.
+func TestPoolPublishesItsStates(t *testing.T) {
+	now := t0
+	var got [][]KeyState
+	r := &Registry{Now: func() time.Time { return now }, Publish: func(model string, st []KeyState) {
+		if model != "m" {
+			t.Errorf("published model %q", model)
+		}
+		got = append(got, st)
+	}}
+	p := r.For(config.Model{Name: "m", MaxConcurrency: 8})
+	row := func(o Outcome) {
+		t.Helper()
+		u, _ := p.Pick(Cost{})
+		tk, err := u.Wait(context.Background(), Cost{}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk.Done(o)
+	}
+	row(Outcome{Status: http.StatusTooManyRequests})
+	now = now.Add(time.Second)
+	row(Outcome{Status: http.StatusTooManyRequests})
+	now = now.Add(publishEvery)
+	row(Outcome{Status: 200})
+	if len(got) != 2 {
+		t.Fatalf("%d publications, want 2 (the first row's, then one %s later)", len(got), publishEvery)
+	}
+	if s := got[1][0]; s.LimitedPerMinute != 2 || s.Concurrency != 2 || s.Circuit != Closed || s.State != "live" {
+		t.Fatalf("second publication %+v, want two 429s in the minute, concurrency halved twice to 2", s)
+	}
+	for range circuitThreshold {
+		row(Outcome{Status: 500, Failed: true})
+	}
+	if len(got) != 3 || got[2][0].Circuit != Open {
+		t.Fatalf("publications %+v: want a third as the circuit opened", got)
+	}
+}
+
+// An answer whose headers say less than 5% of the provider's limit
+// remains holds a cut pace; one with room climbs it.
+func TestPaceHoldsNearTheProvidersLimit(t *testing.T) {
+	now := t0
+	r := &Registry{Now: func() time.Time { return now }}
+	u := r.For(config.Model{Name: "m", RPM: 6000, MaxConcurrency: 4}).ups[0]
+	u.requests.Cut(now)
+	cut := u.requests.Rate()
+	answer := func(remaining string) {
+		t.Helper()
+		now = now.Add(time.Second)
+		tk, err := u.Wait(context.Background(), Cost{}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk.Done(Outcome{Status: 200, Header: http.Header{"X-Ratelimit-Limit-Requests": {"100"},
+			"X-Ratelimit-Remaining-Requests": {remaining}, "X-Ratelimit-Reset-Requests": {"1s"}}})
+	}
+	answer("4")
+	if got := u.requests.Rate(); got != cut {
+		t.Fatalf("4 of 100 remaining: pace %v, want held at %v", got, cut)
+	}
+	answer("50")
+	if got := u.requests.Rate(); got <= cut {
+		t.Fatalf("50 of 100 remaining: pace %v, want above %v", got, cut)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/relaybatch/relay/internal/ratelimit"
 )
 
 // Limits live in the table, not in a function's memory: the API runs as
@@ -328,13 +330,6 @@ func (s *Store) Lease(ctx context.Context, bucket string, second, n, capacity in
 //	item                      pk                 sk                  notes
 //	a dropped key             KS#<model>         <key env>           status, dropped_at
 
-// DroppedKey is a key of a model's pool an executor dropped.
-type DroppedKey struct {
-	Env       string `dynamodbav:"sk" json:"key_env"`
-	Status    int    `dynamodbav:"status" json:"status"`
-	DroppedAt int64  `dynamodbav:"dropped_at" json:"dropped_at"`
-}
-
 // DropKey records that the key env of model answered status at at.
 func (s *Store) DropKey(ctx context.Context, model, env string, status int, at time.Time) error {
 	_, err := s.DB.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.Table, Item: item{
@@ -348,10 +343,10 @@ func (s *Store) DropKey(ctx context.Context, model, env string, status int, at t
 }
 
 // DroppedKeys are the keys of model executors dropped, by key env.
-func (s *Store) DroppedKeys(ctx context.Context, model string) (map[string]DroppedKey, error) {
-	out := map[string]DroppedKey{}
+func (s *Store) DroppedKeys(ctx context.Context, model string) (map[string]ratelimit.DroppedKey, error) {
+	out := map[string]ratelimit.DroppedKey{}
 	_, err := s.page(ctx, "KS#"+model, "", "", true, 1<<30, nil, func(it item) error {
-		var k DroppedKey
+		var k ratelimit.DroppedKey
 		if err := attributevalue.UnmarshalMap(it, &k); err != nil {
 			return err
 		}
@@ -391,4 +386,67 @@ func (s *Store) BudgetUsed(ctx context.Context, bucket string, from, to int64) (
 			return sum, nil
 		}
 	}
+}
+
+// Limiter states (docs/design.md "Rate budgets"): each executor publishes
+// its pool's state of a model's keys every few seconds while it sends rows
+// (ratelimit.Registry.Publish), for relay admin models and the panel.
+//
+//	item                      pk                 sk                        notes
+//	an executor's key state   LS#<model>         <key env>#<executor>      state, circuit, concurrency, 429s in the last minute, pace, at; ttl an hour on
+
+// limiterTTL is how long an executor's published state outlives its
+// publication: the readers ignore it after a minute (ops.KeyStale).
+const limiterTTL = time.Hour
+
+// PublishLimiter writes executor's states of model's keys at at, one item
+// per key.
+func (s *Store) PublishLimiter(ctx context.Context, model, executor string, at time.Time, states []ratelimit.KeyState) error {
+	for _, k := range states {
+		_, err := s.DB.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.Table, Item: item{
+			"pk": &types.AttributeValueMemberS{Value: "LS#" + model}, "sk": &types.AttributeValueMemberS{Value: k.Env + "#" + executor},
+			"env": &types.AttributeValueMemberS{Value: k.Env}, "executor": &types.AttributeValueMemberS{Value: executor},
+			"state": &types.AttributeValueMemberS{Value: k.State}, "circuit": &types.AttributeValueMemberS{Value: string(k.Circuit)},
+			"concurrency": avN(k.Concurrency), "limited": avN64(k.LimitedPerMinute),
+			"rpm": avF(k.RPM), "tpm": avF(k.TPM),
+			"at": avN64(at.UnixMilli()), "ttl": avN64(at.Add(limiterTTL).Unix()),
+		}})
+		if err != nil {
+			return fmt.Errorf("publish the state of key %s of %s: %w", k.Env, model, err)
+		}
+	}
+	return nil
+}
+
+// LimiterStates are the states every executor published of model's keys.
+func (s *Store) LimiterStates(ctx context.Context, model string) ([]ratelimit.Published, error) {
+	var out []ratelimit.Published
+	_, err := s.page(ctx, "LS#"+model, "", "", true, 1<<30, nil, func(it item) error {
+		var v struct {
+			Env         string  `dynamodbav:"env"`
+			Executor    string  `dynamodbav:"executor"`
+			State       string  `dynamodbav:"state"`
+			Circuit     string  `dynamodbav:"circuit"`
+			Concurrency int     `dynamodbav:"concurrency"`
+			Limited     int64   `dynamodbav:"limited"`
+			RPM         float64 `dynamodbav:"rpm"`
+			TPM         float64 `dynamodbav:"tpm"`
+			At          int64   `dynamodbav:"at"`
+		}
+		if err := attributevalue.UnmarshalMap(it, &v); err != nil {
+			return err
+		}
+		out = append(out, ratelimit.Published{Executor: v.Executor, At: time.UnixMilli(v.At), KeyState: ratelimit.KeyState{
+			Env: v.Env, State: v.State, Circuit: ratelimit.CircuitState(v.Circuit), Concurrency: v.Concurrency,
+			LimitedPerMinute: v.Limited, RPM: v.RPM, TPM: v.TPM}})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the limiter states of %s: %w", model, err)
+	}
+	return out, nil
+}
+
+func avF(f float64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatFloat(f, 'f', -1, 64)}
 }

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/relaybatch/relay/internal/ratelimit"
 )
 
 // A tenant's templates are counted apart from its batches in flight: the
@@ -165,5 +167,30 @@ func TestDroppedKeysAndBudgetUse(t *testing.T) {
 	}
 	if used, err := s.BudgetUsed(ctx, "m#KEY_B#rpm", 1_700_000_000, 1_700_000_059); err != nil || used != 12 {
 		t.Fatalf("used in the minute: %d, %v; want 12", used, err)
+	}
+}
+
+// An executor's published key states are read back per model, one per
+// key and executor, the latest publication in place of the one before.
+func TestLimiterStates(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := emulatorStore(t)
+	at := time.UnixMilli(1_700_000_000_123)
+	a := ratelimit.KeyState{Env: "KEY_A", State: "dropped", Circuit: ratelimit.Open, Concurrency: 3, LimitedPerMinute: 12, RPM: 399.5, TPM: 0}
+	b := ratelimit.KeyState{Env: "KEY_B", State: "live", Circuit: ratelimit.Closed, Concurrency: 16}
+	if err := s.PublishLimiter(ctx, "m", "ex1", at.Add(-time.Second), []ratelimit.KeyState{b}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PublishLimiter(ctx, "m", "ex1", at, []ratelimit.KeyState{a, b}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PublishLimiter(ctx, "other", "ex1", at, []ratelimit.KeyState{a}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.LimiterStates(ctx, "m")
+	want := []ratelimit.Published{{KeyState: a, Executor: "ex1", At: at}, {KeyState: b, Executor: "ex1", At: at}}
+	if err != nil || len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("states %+v, %v\nwant %+v", got, err, want)
 	}
 }

@@ -806,7 +806,12 @@ function opsContent(o) {
       table('Capacity per model', ['Model', 'In flight', 'Capacity', 'Waiting batches', 'Over quota'],
         o.models.map((m) => [m.model, String(m.in_flight), String(m.max_concurrency),
           m.waiting.length ? m.waiting.map((w) => w.Batch).join(', ') : '0',
-          m.over_quota?.length ? `shards ${m.over_quota.join(', ')}` : 'no']))),
+          m.over_quota?.length ? `shards ${m.over_quota.join(', ')}` : 'no'])),
+      table('Keys per model', ['Model', 'Key', 'State', 'Concurrency limit', 'RPM in use', 'TPM in use', '429s per minute', 'Circuit'],
+        o.models.flatMap((m) => (m.keys || []).map((k) => [m.model, k.key_env,
+          k.state === 'dropped' ? `dropped (${k.dropped_status})` : k.state, String(k.concurrency_limit),
+          k.rpm ? `${tokens(k.rpm_in_use)} of ${tokens(k.rpm)}` : '—', k.tpm ? `${tokens(k.tpm_in_use)} of ${tokens(k.tpm)}` : '—',
+          String(k.rate_limited_per_minute), k.circuit])))),
     card('ops-upstream-title', `Upstream answers, last ${mins} minutes`,
       o.upstream.models.length === 0 ? none('No rows committed in this process yet (in a deployment: the dashboard).')
         : table('Upstream answers per model', ['Model', 'Completed', 'Failed', '4xx', '429', '5xx', 'No answer'],
