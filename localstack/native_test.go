@@ -85,6 +85,23 @@ func batchExecution(t *testing.T, rt *localrun.Runtime, key, id string) string {
 	return b.Execution
 }
 
+func fmtCost(c *float64) string {
+	if c == nil {
+		return "none"
+	}
+	return fmt.Sprintf("$%.4f", *c)
+}
+
+// batchCost is batch id's cost extension (docs/api.md "Extensions").
+func batchCost(t *testing.T, rt *localrun.Runtime, key, id string) *float64 {
+	t.Helper()
+	var b struct {
+		Cost *float64 `json:"cost"`
+	}
+	json.Unmarshal(rawGet(t, rt, key, "/v1/batches/"+id), &b)
+	return b.Cost
+}
+
 func TestNativeOpenAIBatchMatchesDirect(t *testing.T) {
 	t.Parallel()
 	rt := nativeRuntime(t, time.Second, func(s *native.Service) {
@@ -205,8 +222,10 @@ func TestNativeOrphanAfterCrashIsCancelled(t *testing.T) {
 		t.Fatalf("%d error lines", len(errs))
 	}
 	st := rt.Mock.Stats()
-	if st.BatchesCreated != 2 || st.BatchCancels != 1 || st.BatchRows["gpt-4o-mini"] != 300 || st.Requests != 0 {
-		t.Fatalf("mock: %d provider batches, %d cancels, %v rows, %d direct; want 2, 1, 300 from one, 0",
+	// The recorded batch answered all 300 rows; the orphan, those it had
+	// finished before its cancel, which the import never reads.
+	if st.BatchesCreated != 2 || st.BatchCancels != 1 || st.BatchRows["gpt-4o-mini"] < 300 || st.Requests != 0 {
+		t.Fatalf("mock: %d provider batches, %d cancels, %v rows, %d direct; want 2, 1, 300 from one and the orphan's, 0",
 			st.BatchesCreated, st.BatchCancels, st.BatchRows, st.Requests)
 	}
 }
@@ -295,8 +314,10 @@ func TestNativeMessageBatchOrphanAndExpiry(t *testing.T) {
 		t.Fatalf("counts %s", b.RequestCounts.RawJSON())
 	}
 	st := rt.Mock.Stats()
-	if st.BatchesCreated != 2 || st.BatchCancels != 1 || st.BatchRows["claude-haiku-4-5"] != 3*n/4 || st.Requests != n/4 {
-		t.Fatalf("mock: %d provider batches, %d cancels, %v rows in them, %d direct; want 2, 1, %d, %d",
+	// The recorded batch answered the 75 rows that do not expire; the
+	// orphan, those it had finished before its cancel.
+	if st.BatchesCreated != 2 || st.BatchCancels != 1 || st.BatchRows["claude-haiku-4-5"] < 3*n/4 || st.Requests != n/4 {
+		t.Fatalf("mock: %d provider batches, %d cancels, %v rows in them, %d direct; want 2, 1, at least %d, %d",
 			st.BatchesCreated, st.BatchCancels, st.BatchRows, st.Requests, 3*n/4, n/4)
 	}
 }
@@ -363,11 +384,15 @@ func TestNativeMessageBatchWithRefusedRows(t *testing.T) {
 // batch would end a minute later (the mock's batch delay) than its
 // complete_by, 20 s away, ends by then: the provider batch is cancelled
 // once the rows' direct run (their quote's duration, 40 rows on 8 slots at
-// the default 2 s) would no longer fit before it, and its rows run
-// directly (docs/api.md "Extensions").
+// the default 2 s) would no longer fit before it, the rows it had finished
+// are kept at the native price, and only the others run directly
+// (docs/api.md "Extensions"): the batch costs less than the same rows run
+// directly.
 func TestNativeMeetsCompleteBy(t *testing.T) {
 	t.Parallel()
-	rt := nativeRuntime(t, time.Minute, nil)
+	price := config.Price{InputPerMTok: 100_000, OutputPerMTok: 300_000}
+	rt := nativeRuntime(t, time.Minute, nil, withModels(t, testModels+strings.Replace(nativeModels, "batch: native}",
+		fmt.Sprintf("batch: native, price: {input_per_mtok: %g, output_per_mtok: %g}}", price.InputPerMTok, price.OutputPerMTok), 1)))
 	c, key := client(t, rt, "deadline")
 	rows := modelRows(nRows(40, "deadline"), "gpt-native")
 	by := time.Now().Add(20 * time.Second).Unix()
@@ -381,13 +406,20 @@ func TestNativeMeetsCompleteBy(t *testing.T) {
 		t.Fatalf("completed at %d, %d s after its complete_by %d", b.CompletedAt, b.CompletedAt-by, by)
 	}
 	st := rt.Mock.Stats()
-	if st.BatchesCreated != 1 || st.BatchCancels != 1 || st.Requests != 40 {
-		t.Fatalf("mock: %d provider batches, %d cancels, %d direct requests; want 1, 1 and the 40 rows", st.BatchesCreated, st.BatchCancels, st.Requests)
+	native := st.BatchRows["gpt-4o-mini"]
+	if st.BatchesCreated != 1 || st.BatchCancels != 1 || native == 0 || native+st.Requests != 40 {
+		t.Fatalf("mock: %d provider batches, %d cancels, %d rows answered there, %d direct requests; want 1, 1 and the 40 rows between them",
+			st.BatchesCreated, st.BatchCancels, native, st.Requests)
 	}
 	if got := batchExecution(t, rt, key, b.ID); got != "hybrid" {
 		t.Fatalf("execution %q, want hybrid", got)
 	}
-	t.Logf("completed %d s before its complete_by", by-b.CompletedAt)
+	allDirect := price.USD(b.Usage.InputTokens, b.Usage.OutputTokens)
+	cost := batchCost(t, rt, key, b.ID)
+	if cost == nil || *cost >= allDirect {
+		t.Fatalf("cost %s, want less than the rows' all-direct cost $%.4f", fmtCost(cost), allDirect)
+	}
+	t.Logf("completed %d s before its complete_by; %d rows native, %d direct; cost $%.4f, all-direct $%.4f", by-b.CompletedAt, native, st.Requests, *cost, allDirect)
 
 	// complete_by is a time to come, within the window.
 	for _, at := range []int64{time.Now().Add(-time.Minute).Unix(), time.Now().Add(25 * time.Hour).Unix()} {

@@ -111,6 +111,16 @@ func (p Price) USD(input, output int64) float64 {
 	return (float64(input)*p.InputPerMTok + float64(output)*p.OutputPerMTok) / 1e6
 }
 
+// NativeDiscount is the providers' batch APIs' price as a share of the
+// direct price (OpenAI's and Anthropic's batch discounts are 50 %).
+const NativeDiscount = 0.5
+
+// NativeUSD is what input and output tokens answered by a provider's
+// batch API cost at p: its discount off the direct price.
+func (p Price) NativeUSD(input, output int64) float64 {
+	return NativeDiscount * p.USD(input, output)
+}
+
 // BatchMode is a model's batch: setting.
 type BatchMode string
 

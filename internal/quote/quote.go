@@ -14,8 +14,8 @@ import (
 )
 
 // NativeDiscount is the providers' batch APIs' price as a share of the
-// direct price (OpenAI's and Anthropic's batch discounts are 50 %).
-const NativeDiscount = 0.5
+// direct price.
+const NativeDiscount = config.NativeDiscount
 
 // Latency sources: where a model's latency figure comes from.
 const (
