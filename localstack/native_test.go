@@ -92,6 +92,37 @@ func fmtCost(c *float64) string {
 	return fmt.Sprintf("$%.4f", *c)
 }
 
+// TestNativeStartsDirectForCompleteBy: a native model whose provider
+// batches take a minute (its batch_turnaround, as the mock's delay) cannot
+// meet a complete_by 20 s away: its quote says native takes that minute,
+// and the batch's rows start directly, with no provider batch, and end by
+// then (docs/api.md "Extensions").
+func TestNativeStartsDirectForCompleteBy(t *testing.T) {
+	t.Parallel()
+	rt := nativeRuntime(t, time.Minute, nil, withModels(t, testModels+strings.Replace(nativeModels, "batch: native}", "batch: native, batch_turnaround: 1m}", 1)))
+	c, key := client(t, rt, "deadline")
+	rows := modelRows(nRows(40, "soon"), "gpt-native")
+	f := upload(t, c, "soon.jsonl", jsonlRows(rows))
+	by := time.Now().Add(20 * time.Second).Unix()
+	status, q, resp := postQuote(t, rt, key, map[string]any{"input_file_id": f.ID, "endpoint": "/v1/chat/completions", "completion_window": "24h", "complete_by": by})
+	if status != 200 || q.Modes.Native.DurationSeconds == nil || *q.Modes.Native.DurationSeconds != 60 {
+		t.Fatalf("quote: %d %s, want native's duration_seconds 60", status, resp)
+	}
+	b := waitBatch(t, c, createBatch(t, c, f.ID, option.WithJSONSet("complete_by", by)).ID)
+	if out, errs := checkInvariant(t, c, b, idsOf(rows)); b.Status != "completed" || len(out) != 40 || len(errs) != 0 {
+		t.Fatalf("batch: %s, %d rows done, %d failed", b.Status, len(out), len(errs))
+	}
+	if b.CompletedAt > by {
+		t.Fatalf("completed at %d, %d s after its complete_by %d", b.CompletedAt, b.CompletedAt-by, by)
+	}
+	if st := rt.Mock.Stats(); st.BatchesCreated != 0 || st.Requests != 40 {
+		t.Fatalf("mock: %d provider batches, %d direct requests; want none and the 40 rows", st.BatchesCreated, st.Requests)
+	}
+	if got := batchExecution(t, rt, key, b.ID); got != "direct" {
+		t.Fatalf("execution %q, want direct", got)
+	}
+}
+
 // batchCost is batch id's cost extension (docs/api.md "Extensions").
 func batchCost(t *testing.T, rt *localrun.Runtime, key, id string) *float64 {
 	t.Helper()

@@ -84,6 +84,12 @@ type Model struct {
 	// until the model has answered requests this process saw; 0 is the
 	// default (DefaultLatency).
 	Latency time.Duration `yaml:"latency"`
+	// BatchTurnaround is how long the provider's batches of a native model
+	// usually take to end, as the operator observed it; 0 is unknown. A
+	// quote's native duration, and a batch whose complete_by comes sooner
+	// runs the model's rows directly from the start (docs/api.md
+	// "Extensions").
+	BatchTurnaround time.Duration `yaml:"batch_turnaround"`
 }
 
 // Tokenizer is a model's tokenizer: setting.
@@ -254,6 +260,9 @@ func ParseModels(data []byte) (*Models, error) {
 		}
 		if m.Latency < 0 {
 			return nil, fmt.Errorf("%s must be positive", field("latency"))
+		}
+		if m.BatchTurnaround < 0 {
+			return nil, fmt.Errorf("%s must be positive", field("batch_turnaround"))
 		}
 		if m.MaxConcurrency == 0 {
 			m.MaxConcurrency = defaultConcurrency

@@ -55,8 +55,8 @@ type Result struct {
 	Fallback   bool            // the fallback model served it
 	// Native says a provider's batch API answered it (internal/native),
 	// billed at its discount (config.NativeDiscount).
-	Native bool
-	Attempts   int             // upstream attempts made, all models
+	Native   bool
+	Attempts int // upstream attempts made, all models
 	// Latency is the row's time upstream: every attempt and the waits
 	// between them, the fallback's included.
 	Latency    time.Duration

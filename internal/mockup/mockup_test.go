@@ -1059,7 +1059,7 @@ func TestCancelledBatchKeepsFinishedRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	created := time.Now() // both batches were created by then
+	created := time.Now()                          // both batches were created by then
 	time.Sleep(time.Until(created.Add(delay / 2))) // half the rows are answered by then
 	if _, err := oc.Batches.Cancel(ctx, b.ID); err != nil {
 		t.Fatal(err)
