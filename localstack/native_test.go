@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"reflect"
 	"strings"
 	"sync/atomic"
@@ -123,14 +124,16 @@ func TestNativeStartsDirectForCompleteBy(t *testing.T) {
 	}
 }
 
-// batchCost is batch id's cost extension (docs/api.md "Extensions").
-func batchCost(t *testing.T, rt *localrun.Runtime, key, id string) *float64 {
+// batchCost is batch id's cost and modes extensions (docs/api.md
+// "Extensions").
+func batchCost(t *testing.T, rt *localrun.Runtime, key, id string) (*float64, *batch.Modes) {
 	t.Helper()
 	var b struct {
-		Cost *float64 `json:"cost"`
+		Cost  *float64     `json:"cost"`
+		Modes *batch.Modes `json:"modes"`
 	}
 	json.Unmarshal(rawGet(t, rt, key, "/v1/batches/"+id), &b)
-	return b.Cost
+	return b.Cost, b.Modes
 }
 
 func TestNativeOpenAIBatchMatchesDirect(t *testing.T) {
@@ -446,9 +449,14 @@ func TestNativeMeetsCompleteBy(t *testing.T) {
 		t.Fatalf("execution %q, want hybrid", got)
 	}
 	allDirect := price.USD(b.Usage.InputTokens, b.Usage.OutputTokens)
-	cost := batchCost(t, rt, key, b.ID)
+	cost, modes := batchCost(t, rt, key, b.ID)
 	if cost == nil || *cost >= allDirect {
 		t.Fatalf("cost %s, want less than the rows' all-direct cost $%.4f", fmtCost(cost), allDirect)
+	}
+	// The batch says which mode ran how many rows and what they cost.
+	if modes == nil || modes.Native.Rows != native || modes.Direct.Rows != st.Requests || modes.Fallback.Rows != 0 ||
+		math.Abs(modes.Native.Cost+modes.Direct.Cost-*cost) > 1e-6 || modes.Native.Cost >= modes.Direct.Cost {
+		t.Fatalf("modes %+v, want %d native and %d direct rows adding up to the cost $%.4f", modes, native, st.Requests, *cost)
 	}
 	t.Logf("completed %d s before its complete_by; %d rows native, %d direct; cost $%.4f, all-direct $%.4f", by-b.CompletedAt, native, st.Requests, *cost, allDirect)
 
