@@ -421,7 +421,7 @@ func TestNativeMessageBatchWithRefusedRows(t *testing.T) {
 // the default 2 s) would no longer fit before it, the rows it had finished
 // are kept at the native price, and only the others run directly
 // (docs/api.md "Extensions"): the batch costs less than the same rows run
-// directly.
+// directly, within its max_cost, and says so by mode.
 func TestNativeMeetsCompleteBy(t *testing.T) {
 	t.Parallel()
 	price := config.Price{InputPerMTok: 100_000, OutputPerMTok: 300_000}
@@ -430,7 +430,10 @@ func TestNativeMeetsCompleteBy(t *testing.T) {
 	c, key := client(t, rt, "deadline")
 	rows := modelRows(nRows(40, "deadline"), "gpt-native")
 	by := time.Now().Add(20 * time.Second).Unix()
-	b := createBatch(t, c, upload(t, c, "deadline.jsonl", jsonlRows(rows)).ID, option.WithJSONSet("complete_by", by))
+	// The ceiling is the rows' all-direct cost (40 rows of 3 input and 3
+	// output tokens at the mock): moving rows to direct never passes it.
+	ceiling := 40 * price.USD(3, 3)
+	b := createBatch(t, c, upload(t, c, "deadline.jsonl", jsonlRows(rows)).ID, option.WithJSONSet("complete_by", by), option.WithJSONSet("max_cost", ceiling))
 	b = waitBatch(t, c, b.ID)
 	out, errs := checkInvariant(t, c, b, idsOf(rows))
 	if b.Status != "completed" || len(out) != 40 || len(errs) != 0 {
@@ -450,7 +453,7 @@ func TestNativeMeetsCompleteBy(t *testing.T) {
 	}
 	allDirect := price.USD(b.Usage.InputTokens, b.Usage.OutputTokens)
 	cost, modes := batchCost(t, rt, key, b.ID)
-	if cost == nil || *cost >= allDirect {
+	if cost == nil || *cost >= allDirect || *cost > ceiling {
 		t.Fatalf("cost %s, want less than the rows' all-direct cost $%.4f", fmtCost(cost), allDirect)
 	}
 	// The batch says which mode ran how many rows and what they cost.
