@@ -3,10 +3,14 @@ package localstack
 import (
 	"encoding/json"
 	"fmt"
+	"math"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/relaybatch/relay/internal/apikey"
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/config"
 )
 
 // fallbackModels: every request to fb-primary-broken fails (500), and its
@@ -118,5 +122,33 @@ func TestRowsShowTheirGenerations(t *testing.T) {
 	}
 	if failed := list("?status=failed"); len(failed) != 1 || failed[0].CustomID != "refused" {
 		t.Errorf("status=failed: %+v", failed)
+	}
+}
+
+// TestBatchModesCountFallbacks: a batch's modes (docs/api.md
+// "Extensions") count the rows a fallback model answered apart, at the
+// fallback's price, and the rows their own model answered as direct.
+func TestBatchModesCountFallbacks(t *testing.T) {
+	t.Parallel()
+	primary, fallback := config.Price{InputPerMTok: 100_000, OutputPerMTok: 300_000}, config.Price{InputPerMTok: 200_000, OutputPerMTok: 600_000}
+	priced := strings.Replace(fallbackModels, "fallback: fb-two,", fmt.Sprintf("fallback: fb-two, price: {input_per_mtok: %g, output_per_mtok: %g},", primary.InputPerMTok, primary.OutputPerMTok), 1)
+	priced = strings.Replace(priced, "max_concurrency: 2,", fmt.Sprintf("max_concurrency: 2, price: {input_per_mtok: %g, output_per_mtok: %g},", fallback.InputPerMTok, fallback.OutputPerMTok), 1)
+	rt := runtime(t, withModels(t, priced))
+	c, key := client(t, rt, "modes")
+	rows := append(modelRows(nRows(6, "broken"), "fb-primary-broken"), modelRows(nRows(4, "plain"), "fb-two")...)
+	for i := range rows {
+		rows[i].id = fmt.Sprintf("r%d", i)
+	}
+	b := waitBatch(t, c, createBatch(t, c, upload(t, c, "modes.jsonl", jsonlRows(rows)).ID).ID)
+	checkInvariant(t, c, b, idsOf(rows))
+	cost, modes := batchCost(t, rt, key, b.ID)
+	// Each "hello N" row is 3 input and 3 output tokens at the mock.
+	want := batch.Modes{Direct: batch.ModeUse{Rows: 4, Cost: 4 * fallback.USD(3, 3)}, Fallback: batch.ModeUse{Rows: 6, Cost: 6 * fallback.USD(3, 3)}}
+	if modes == nil || modes.Native != want.Native || modes.Direct.Rows != want.Direct.Rows || modes.Fallback.Rows != want.Fallback.Rows ||
+		math.Abs(modes.Direct.Cost-want.Direct.Cost) > 1e-6 || math.Abs(modes.Fallback.Cost-want.Fallback.Cost) > 1e-6 {
+		t.Fatalf("modes %+v, want %+v", modes, want)
+	}
+	if cost == nil || math.Abs(*cost-modes.Direct.Cost-modes.Fallback.Cost) > 1e-6 {
+		t.Fatalf("cost %s, want the modes' sum", fmtCost(cost))
 	}
 }

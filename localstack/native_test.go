@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"reflect"
 	"strings"
 	"sync/atomic"
@@ -83,6 +84,56 @@ func batchExecution(t *testing.T, rt *localrun.Runtime, key, id string) string {
 	}
 	json.Unmarshal(rawGet(t, rt, key, "/v1/batches/"+id), &b)
 	return b.Execution
+}
+
+func fmtCost(c *float64) string {
+	if c == nil {
+		return "none"
+	}
+	return fmt.Sprintf("$%.4f", *c)
+}
+
+// TestNativeStartsDirectForCompleteBy: a native model whose provider
+// batches take a minute (its batch_turnaround, as the mock's delay) cannot
+// meet a complete_by 20 s away: its quote says native takes that minute,
+// and the batch's rows start directly, with no provider batch, and end by
+// then (docs/api.md "Extensions").
+func TestNativeStartsDirectForCompleteBy(t *testing.T) {
+	t.Parallel()
+	rt := nativeRuntime(t, time.Minute, nil, withModels(t, testModels+strings.Replace(nativeModels, "batch: native}", "batch: native, batch_turnaround: 1m}", 1)))
+	c, key := client(t, rt, "deadline")
+	rows := modelRows(nRows(40, "soon"), "gpt-native")
+	f := upload(t, c, "soon.jsonl", jsonlRows(rows))
+	by := time.Now().Add(20 * time.Second).Unix()
+	status, q, resp := postQuote(t, rt, key, map[string]any{"input_file_id": f.ID, "endpoint": "/v1/chat/completions", "completion_window": "24h", "complete_by": by})
+	if status != 200 || q.Modes.Native.DurationSeconds == nil || *q.Modes.Native.DurationSeconds != 60 {
+		t.Fatalf("quote: %d %s, want native's duration_seconds 60", status, resp)
+	}
+	b := waitBatch(t, c, createBatch(t, c, f.ID, option.WithJSONSet("complete_by", by)).ID)
+	if out, errs := checkInvariant(t, c, b, idsOf(rows)); b.Status != "completed" || len(out) != 40 || len(errs) != 0 {
+		t.Fatalf("batch: %s, %d rows done, %d failed", b.Status, len(out), len(errs))
+	}
+	if b.CompletedAt > by {
+		t.Fatalf("completed at %d, %d s after its complete_by %d", b.CompletedAt, b.CompletedAt-by, by)
+	}
+	if st := rt.Mock.Stats(); st.BatchesCreated != 0 || st.Requests != 40 {
+		t.Fatalf("mock: %d provider batches, %d direct requests; want none and the 40 rows", st.BatchesCreated, st.Requests)
+	}
+	if got := batchExecution(t, rt, key, b.ID); got != "direct" {
+		t.Fatalf("execution %q, want direct", got)
+	}
+}
+
+// batchCost is batch id's cost and modes extensions (docs/api.md
+// "Extensions").
+func batchCost(t *testing.T, rt *localrun.Runtime, key, id string) (*float64, *batch.Modes) {
+	t.Helper()
+	var b struct {
+		Cost  *float64     `json:"cost"`
+		Modes *batch.Modes `json:"modes"`
+	}
+	json.Unmarshal(rawGet(t, rt, key, "/v1/batches/"+id), &b)
+	return b.Cost, b.Modes
 }
 
 func TestNativeOpenAIBatchMatchesDirect(t *testing.T) {
@@ -205,8 +256,10 @@ func TestNativeOrphanAfterCrashIsCancelled(t *testing.T) {
 		t.Fatalf("%d error lines", len(errs))
 	}
 	st := rt.Mock.Stats()
-	if st.BatchesCreated != 2 || st.BatchCancels != 1 || st.BatchRows["gpt-4o-mini"] != 300 || st.Requests != 0 {
-		t.Fatalf("mock: %d provider batches, %d cancels, %v rows, %d direct; want 2, 1, 300 from one, 0",
+	// The recorded batch answered all 300 rows; the orphan, those it had
+	// finished before its cancel, which the import never reads.
+	if st.BatchesCreated != 2 || st.BatchCancels != 1 || st.BatchRows["gpt-4o-mini"] < 300 || st.Requests != 0 {
+		t.Fatalf("mock: %d provider batches, %d cancels, %v rows, %d direct; want 2, 1, 300 from one and the orphan's, 0",
 			st.BatchesCreated, st.BatchCancels, st.BatchRows, st.Requests)
 	}
 }
@@ -295,8 +348,10 @@ func TestNativeMessageBatchOrphanAndExpiry(t *testing.T) {
 		t.Fatalf("counts %s", b.RequestCounts.RawJSON())
 	}
 	st := rt.Mock.Stats()
-	if st.BatchesCreated != 2 || st.BatchCancels != 1 || st.BatchRows["claude-haiku-4-5"] != 3*n/4 || st.Requests != n/4 {
-		t.Fatalf("mock: %d provider batches, %d cancels, %v rows in them, %d direct; want 2, 1, %d, %d",
+	// The recorded batch answered the 75 rows that do not expire; the
+	// orphan, those it had finished before its cancel.
+	if st.BatchesCreated != 2 || st.BatchCancels != 1 || st.BatchRows["claude-haiku-4-5"] < 3*n/4 || st.Requests != n/4 {
+		t.Fatalf("mock: %d provider batches, %d cancels, %v rows in them, %d direct; want 2, 1, at least %d, %d",
 			st.BatchesCreated, st.BatchCancels, st.BatchRows, st.Requests, 3*n/4, n/4)
 	}
 }
@@ -363,15 +418,22 @@ func TestNativeMessageBatchWithRefusedRows(t *testing.T) {
 // batch would end a minute later (the mock's batch delay) than its
 // complete_by, 20 s away, ends by then: the provider batch is cancelled
 // once the rows' direct run (their quote's duration, 40 rows on 8 slots at
-// the default 2 s) would no longer fit before it, and its rows run
-// directly (docs/api.md "Extensions").
+// the default 2 s) would no longer fit before it, the rows it had finished
+// are kept at the native price, and only the others run directly
+// (docs/api.md "Extensions"): the batch costs less than the same rows run
+// directly, within its max_cost, and says so by mode.
 func TestNativeMeetsCompleteBy(t *testing.T) {
 	t.Parallel()
-	rt := nativeRuntime(t, time.Minute, nil)
+	price := config.Price{InputPerMTok: 100_000, OutputPerMTok: 300_000}
+	rt := nativeRuntime(t, time.Minute, nil, withModels(t, testModels+strings.Replace(nativeModels, "batch: native}",
+		fmt.Sprintf("batch: native, price: {input_per_mtok: %g, output_per_mtok: %g}}", price.InputPerMTok, price.OutputPerMTok), 1)))
 	c, key := client(t, rt, "deadline")
 	rows := modelRows(nRows(40, "deadline"), "gpt-native")
 	by := time.Now().Add(20 * time.Second).Unix()
-	b := createBatch(t, c, upload(t, c, "deadline.jsonl", jsonlRows(rows)).ID, option.WithJSONSet("complete_by", by))
+	// The ceiling is the rows' all-direct cost (40 rows of 3 input and 3
+	// output tokens at the mock): moving rows to direct never passes it.
+	ceiling := 40 * price.USD(3, 3)
+	b := createBatch(t, c, upload(t, c, "deadline.jsonl", jsonlRows(rows)).ID, option.WithJSONSet("complete_by", by), option.WithJSONSet("max_cost", ceiling))
 	b = waitBatch(t, c, b.ID)
 	out, errs := checkInvariant(t, c, b, idsOf(rows))
 	if b.Status != "completed" || len(out) != 40 || len(errs) != 0 {
@@ -381,13 +443,25 @@ func TestNativeMeetsCompleteBy(t *testing.T) {
 		t.Fatalf("completed at %d, %d s after its complete_by %d", b.CompletedAt, b.CompletedAt-by, by)
 	}
 	st := rt.Mock.Stats()
-	if st.BatchesCreated != 1 || st.BatchCancels != 1 || st.Requests != 40 {
-		t.Fatalf("mock: %d provider batches, %d cancels, %d direct requests; want 1, 1 and the 40 rows", st.BatchesCreated, st.BatchCancels, st.Requests)
+	native := st.BatchRows["gpt-4o-mini"]
+	if st.BatchesCreated != 1 || st.BatchCancels != 1 || native == 0 || native+st.Requests != 40 {
+		t.Fatalf("mock: %d provider batches, %d cancels, %d rows answered there, %d direct requests; want 1, 1 and the 40 rows between them",
+			st.BatchesCreated, st.BatchCancels, native, st.Requests)
 	}
 	if got := batchExecution(t, rt, key, b.ID); got != "hybrid" {
 		t.Fatalf("execution %q, want hybrid", got)
 	}
-	t.Logf("completed %d s before its complete_by", by-b.CompletedAt)
+	allDirect := price.USD(b.Usage.InputTokens, b.Usage.OutputTokens)
+	cost, modes := batchCost(t, rt, key, b.ID)
+	if cost == nil || *cost >= allDirect || *cost > ceiling {
+		t.Fatalf("cost %s, want less than the rows' all-direct cost $%.4f", fmtCost(cost), allDirect)
+	}
+	// The batch says which mode ran how many rows and what they cost.
+	if modes == nil || modes.Native.Rows != native || modes.Direct.Rows != st.Requests || modes.Fallback.Rows != 0 ||
+		math.Abs(modes.Native.Cost+modes.Direct.Cost-*cost) > 1e-6 || modes.Native.Cost >= modes.Direct.Cost {
+		t.Fatalf("modes %+v, want %d native and %d direct rows adding up to the cost $%.4f", modes, native, st.Requests, *cost)
+	}
+	t.Logf("completed %d s before its complete_by; %d rows native, %d direct; cost $%.4f, all-direct $%.4f", by-b.CompletedAt, native, st.Requests, *cost, allDirect)
 
 	// complete_by is a time to come, within the window.
 	for _, at := range []int64{time.Now().Add(-time.Minute).Unix(), time.Now().Add(25 * time.Hour).Unix()} {

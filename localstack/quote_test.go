@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/relaybatch/relay/internal/local/localrun"
@@ -402,4 +404,37 @@ func TestMaxCostWithChunksAtOnce(t *testing.T) {
 	// Both chunks admitted at the same moment each count the other: both
 	// may be refused (docs/api.md "Extensions").
 	t.Logf("cost $%v of max_cost $%v: %d rows done, %d cost_limit_reached", cost, ceiling, len(out), refused)
+}
+
+// TestMessageBatchQuote: POST /v1/messages/batches with the dry_run
+// extension, through the Anthropic SDK, answers the quote of its requests
+// as a dry-run create of /v1/batches does, and records and runs nothing
+// (docs/api.md "Quotes"); a malformed request is refused as a create is.
+func TestMessageBatchQuote(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t)
+	c, _ := anthropicClient(t, rt, "msgquote")
+	ctx := context.Background()
+	reqs := []anthropic.MessageBatchNewParamsRequest{msgRequest("a", "claude-haiku-4-5", "hello 1"), msgRequest("b", "claude-haiku-4-5", "hello 2")}
+	mb, err := c.Messages.Batches.New(ctx, anthropic.MessageBatchNewParams{Requests: reqs}, aoption.WithJSONSet("dry_run", true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var q quote.Quote
+	if err := json.Unmarshal([]byte(mb.RawJSON()), &q); err != nil {
+		t.Fatal(err)
+	}
+	// The mock's words tokenizer: two words and one for the message, each.
+	if q.Object != "batch.quote" || q.Endpoint != "/v1/messages" || q.Rows != 2 || q.InputTokens != 6 || q.MaxOutputTokens != 128 ||
+		len(q.Models) != 1 || q.Models[0].Model != "claude-haiku-4-5" || q.Modes.Direct.DurationSeconds == nil {
+		t.Fatalf("quote %s", mb.RawJSON())
+	}
+	page, err := c.Messages.Batches.List(ctx, anthropic.MessageBatchListParams{})
+	if err != nil || len(page.Data) != 0 || rt.Mock.Stats().Requests != 0 {
+		t.Fatalf("after a quote: %d message batches (%v), %d upstream requests; want none", len(page.Data), err, rt.Mock.Stats().Requests)
+	}
+	bad := []anthropic.MessageBatchNewParamsRequest{msgRequest("a", "claude-haiku-4-5", "x"), msgRequest("a", "claude-haiku-4-5", "y")}
+	if _, err := c.Messages.Batches.New(ctx, anthropic.MessageBatchNewParams{Requests: bad}, aoption.WithJSONSet("dry_run", true)); sdkStatus(t, err) != 400 {
+		t.Fatalf("quote of a duplicate custom_id: %v, want 400", err)
+	}
 }

@@ -63,8 +63,8 @@ func (rt *routes) decodeMessageBatchCreate(body []byte) ([]json.RawMessage, erro
 		return nil, errs.E(errs.Invalid, errs.CodeInvalidJSON, "", "the request body must be a JSON object {\"requests\": [...]}")
 	}
 	for k := range top {
-		if k != "requests" {
-			return nil, errs.Invalidf(k, "%s: unknown field: the body has only requests", k)
+		if k != "requests" && k != "dry_run" {
+			return nil, errs.Invalidf(k, "%s: unknown field: the body has only requests (and the extension dry_run)", k)
 		}
 	}
 	var reqs []json.RawMessage
@@ -89,6 +89,20 @@ func (rt *routes) createMessageBatch(w http.ResponseWriter, r *http.Request, p a
 	reqs, err := rt.decodeMessageBatchCreate(body)
 	if err != nil {
 		return err
+	}
+	var flags struct {
+		DryRun bool `json:"dry_run"`
+	}
+	if json.Unmarshal(body, &flags) != nil {
+		return errs.Invalidf("dry_run", "dry_run must be a boolean")
+	}
+	if flags.DryRun {
+		// A quote: nothing recorded, nothing run (docs/api.md "Quotes").
+		q, err := rt.s.QuoteMessageBatch(r.Context(), p, reqs)
+		if err != nil {
+			return err
+		}
+		return writeJSON(w, http.StatusOK, q)
 	}
 	idem := batches.NewIdemKey(r.Method+" "+r.URL.Path, r.Header.Get("Idempotency-Key"), body)
 	m, err := rt.s.CreateMessageBatch(r.Context(), p, reqs, idem, upstreamHeaders(r.Header))

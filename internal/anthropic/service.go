@@ -35,6 +35,7 @@ import (
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/quote"
 	"github.com/relaybatch/relay/internal/store"
 )
 
@@ -105,6 +106,17 @@ func (s *Service) CreateMessageBatch(ctx context.Context, p auth.Principal, requ
 		return wire.MessageBatch{}, err
 	}
 	return s.repeated(b)
+}
+
+// QuoteMessageBatch quotes a message batch's requests as a dry-run create
+// of /v1/batches quotes its rows (docs/api.md "Quotes"): the same checks
+// as CreateMessageBatch's, nothing recorded.
+func (s *Service) QuoteMessageBatch(ctx context.Context, p auth.Principal, requests []json.RawMessage) (quote.Quote, error) {
+	data, err := s.messageRows(requests, p.MayUse)
+	if err != nil {
+		return quote.Quote{}, err
+	}
+	return s.Batches.QuoteJSONL(ctx, p, endpoint.Messages, data)
 }
 
 func errKeyOfDeletedBatch() error {

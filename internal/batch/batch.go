@@ -149,6 +149,10 @@ type Batch struct {
 	// Cost is what its tokens cost in USD, when every model it used has a
 	// price (docs/api.md "Extensions"); read from its usage, never stored.
 	Cost *float64 `json:"cost,omitempty" dynamodbav:"-"`
+	// Modes says, beside Cost, how many of its rows each way of running
+	// them answered and what they cost (docs/api.md "Extensions"); read
+	// from its usage, never stored.
+	Modes *Modes `json:"modes,omitempty" dynamodbav:"-"`
 	// EstimatedCompletionAt is when the batch should end at the rate its
 	// rows have settled (ETA; docs/api.md "Extensions"): null until known,
 	// computed when it is read, never stored.
@@ -200,6 +204,20 @@ type Batch struct {
 	// CancelledRows counts rows that got batch_cancelled (a message
 	// batch's canceled count).
 	CancelledRows int64 `json:"-" dynamodbav:"cancelled_rows"`
+}
+
+// Modes are a batch's rows and cost by how they ran: on a provider's
+// batch API, directly on their model, or directly on its fallback.
+type Modes struct {
+	Native   ModeUse `json:"native"`
+	Direct   ModeUse `json:"direct"`
+	Fallback ModeUse `json:"fallback"`
+}
+
+// ModeUse is the rows a mode answered and their cost in USD.
+type ModeUse struct {
+	Rows int64   `json:"rows"`
+	Cost float64 `json:"cost"`
 }
 
 // Out returns the batch as clients see it.

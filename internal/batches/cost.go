@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/store"
 )
 
@@ -21,21 +22,39 @@ const maxCostDays = 4
 // costReads is how many batches of a list have their usage read at once.
 const costReads = 8
 
-// batchCost is what usage rows cost: nil when there are none, or when a
-// model of them has no price (a partial sum would pass for the whole).
-func (s *Service) batchCost(rows []store.UsageDetail) *float64 {
+// batchCost is what usage rows cost, in all and by mode: nil when there
+// are none, or when a model of them has no price (a partial sum would pass
+// for the whole).
+func (s *Service) batchCost(rows []store.UsageDetail) (*float64, *batch.Modes) {
 	if len(rows) == 0 {
-		return nil
+		return nil, nil
 	}
-	var usd float64
+	var modes batch.Modes
 	for _, r := range rows {
-		p, ok := s.price(r.UsageRow)
-		if !ok {
-			return nil
+		m, ok := s.Models.Lookup(r.Model)
+		if !ok || m.Price == nil {
+			return nil, nil
 		}
-		usd += p
+		addModes(&modes, r.UsageRow, *m.Price)
 	}
-	return roundUSD(usd)
+	total := roundUSD(modes.Native.Cost + modes.Direct.Cost + modes.Fallback.Cost)
+	for _, u := range []*batch.ModeUse{&modes.Native, &modes.Direct, &modes.Fallback} {
+		u.Cost = *roundUSD(u.Cost)
+	}
+	return total, &modes
+}
+
+// addModes adds usage row r, priced at p, to modes: its native and
+// fallback shares, and the rest as direct.
+func addModes(modes *batch.Modes, r store.UsageRow, p config.Price) {
+	native := p.NativeUSD(r.NativeInputTokens, r.NativeOutputTokens)
+	fallback := p.USD(r.FallbackInputTokens, r.FallbackOutputTokens)
+	modes.Native.Rows += r.NativeRequests
+	modes.Native.Cost += native
+	modes.Fallback.Rows += r.FallbackRequests
+	modes.Fallback.Cost += fallback
+	modes.Direct.Rows += r.Requests - r.NativeRequests - r.FallbackRequests
+	modes.Direct.Cost += r.USD(p) - native - fallback
 }
 
 // costDays are the UTC days b may have used tokens on: from its creation
@@ -81,7 +100,7 @@ func (s *Service) WithCost(ctx context.Context, b batch.Batch) batch.Batch {
 		s.Log.WarnContext(ctx, "read the usage of a batch for its cost", "batch_id", b.ID, "err", err)
 		return b
 	}
-	b.Cost = s.batchCost(rows)
+	b.Cost, b.Modes = s.batchCost(rows)
 	return b
 }
 

@@ -41,14 +41,45 @@ func TestBatchCost(t *testing.T) {
 		{"an unknown model", []store.UsageDetail{row("2026-01-02", "gone", 5, 5)}, nil},
 		{"no usage yet", nil, nil},
 	} {
-		got := s.batchCost(tt.rows)
+		got, _ := s.batchCost(tt.rows)
 		if (got == nil) != (tt.want == nil) || got != nil && math.Abs(*got-*tt.want) > 1e-9 {
 			t.Errorf("%s: cost %v, want %v", tt.name, deref(got), deref(tt.want))
 		}
 	}
 	// The same pricing as GET /v1/usage?group_by=batch_id.
-	if lines := s.group(priced, []string{"batch_id"}); len(lines) != 1 || *lines[0].CostUSD != *s.batchCost(priced) {
-		t.Errorf("group_by=batch_id %+v, cost %v: they differ", lines, *s.batchCost(priced))
+	cost, _ := s.batchCost(priced)
+	if lines := s.group(priced, []string{"batch_id"}); len(lines) != 1 || *lines[0].CostUSD != *cost {
+		t.Errorf("group_by=batch_id %+v, cost %v: they differ", lines, *cost)
+	}
+}
+
+// A batch's modes split its rows and cost by how they ran: rows a
+// provider's batch API answered at half the price, rows a fallback model
+// answered at its own, the rest direct; they add up to the batch's cost,
+// which GET /v1/usage prices the same.
+func TestBatchModes(t *testing.T) {
+	t.Parallel()
+	ms, err := config.ParseModels([]byte(`models:
+- {name: a, provider: openai, base_url: http://x/v1, fallback: b, price: {input_per_mtok: 1, output_per_mtok: 2}}
+- {name: b, provider: openai, base_url: http://x/v1, price: {input_per_mtok: 10, output_per_mtok: 0}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Service{Models: ms}
+	rows := []store.UsageDetail{
+		{UsageRow: store.UsageRow{Model: "a", Requests: 10, InputTokens: 1_000_000, OutputTokens: 500_000,
+			NativeRequests: 4, NativeInputTokens: 400_000, NativeOutputTokens: 200_000}},
+		{UsageRow: store.UsageRow{Model: "b", Requests: 3, InputTokens: 100_000,
+			FallbackRequests: 3, FallbackInputTokens: 100_000}},
+	}
+	cost, modes := s.batchCost(rows)
+	want := batch.Modes{Native: batch.ModeUse{Rows: 4, Cost: 0.4}, Direct: batch.ModeUse{Rows: 6, Cost: 1.2}, Fallback: batch.ModeUse{Rows: 3, Cost: 1}}
+	if modes == nil || *modes != want {
+		t.Fatalf("modes %+v, want %+v", modes, want)
+	}
+	if lines := s.group(rows, []string{"batch_id"}); cost == nil || *cost != 2.6 || *lines[0].CostUSD != *cost {
+		t.Errorf("cost %v, usage's %v; want 2.6 for both", deref(cost), *lines[0].CostUSD)
 	}
 }
 

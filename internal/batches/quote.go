@@ -51,6 +51,13 @@ func (s *Service) Quote(ctx context.Context, p auth.Principal, req CreateRequest
 	return s.quoteInput(ctx, p, req, window, opts.inline, f)
 }
 
+// QuoteJSONL quotes rows of endpoint given as JSONL, within a 24 h window:
+// a message batch's requests (internal/anthropic).
+func (s *Service) QuoteJSONL(ctx context.Context, p auth.Principal, endpoint string, data []byte) (quote.Quote, error) {
+	req := CreateRequest{Endpoint: endpoint, CompletionWindow: "24h"}
+	return s.quoteInput(ctx, p, req, 24*time.Hour, data, file.File{})
+}
+
 // quotedFile reads and checks the input file req names, as a create does;
 // the zero File when it names none (inline requests).
 func (s *Service) quotedFile(ctx context.Context, tenant string, req CreateRequest) (file.File, error) {

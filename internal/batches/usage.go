@@ -139,7 +139,7 @@ func (s *Service) price(r store.UsageRow) (float64, bool) {
 	if !ok || m.Price == nil {
 		return 0, false
 	}
-	return m.Price.USD(r.InputTokens, r.OutputTokens), true
+	return r.USD(*m.Price), true
 }
 
 // roundUSD rounds a cost to a millionth of a dollar.

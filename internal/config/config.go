@@ -84,6 +84,12 @@ type Model struct {
 	// until the model has answered requests this process saw; 0 is the
 	// default (DefaultLatency).
 	Latency time.Duration `yaml:"latency"`
+	// BatchTurnaround is how long the provider's batches of a native model
+	// usually take to end, as the operator observed it; 0 is unknown. A
+	// quote's native duration, and a batch whose complete_by comes sooner
+	// runs the model's rows directly from the start (docs/api.md
+	// "Extensions").
+	BatchTurnaround time.Duration `yaml:"batch_turnaround"`
 }
 
 // Tokenizer is a model's tokenizer: setting.
@@ -109,6 +115,16 @@ type Price struct {
 // USD is what input and output tokens cost at p.
 func (p Price) USD(input, output int64) float64 {
 	return (float64(input)*p.InputPerMTok + float64(output)*p.OutputPerMTok) / 1e6
+}
+
+// NativeDiscount is the providers' batch APIs' price as a share of the
+// direct price (OpenAI's and Anthropic's batch discounts are 50 %).
+const NativeDiscount = 0.5
+
+// NativeUSD is what input and output tokens answered by a provider's
+// batch API cost at p: its discount off the direct price.
+func (p Price) NativeUSD(input, output int64) float64 {
+	return NativeDiscount * p.USD(input, output)
 }
 
 // BatchMode is a model's batch: setting.
@@ -244,6 +260,9 @@ func ParseModels(data []byte) (*Models, error) {
 		}
 		if m.Latency < 0 {
 			return nil, fmt.Errorf("%s must be positive", field("latency"))
+		}
+		if m.BatchTurnaround < 0 {
+			return nil, fmt.Errorf("%s must be positive", field("batch_turnaround"))
 		}
 		if m.MaxConcurrency == 0 {
 			m.MaxConcurrency = defaultConcurrency

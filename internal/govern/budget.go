@@ -50,7 +50,7 @@ func Spent(rows []store.UsageRow, price func(model string) *config.Price) (token
 	for _, r := range rows {
 		tokens += r.TotalTokens
 		if p := price(r.Model); p != nil {
-			usd += p.USD(r.InputTokens, r.OutputTokens)
+			usd += r.USD(*p)
 		}
 	}
 	return tokens, usd

@@ -31,7 +31,7 @@ func (g *Checker) checkCost(ctx context.Context, b batch.Batch, c batch.Chunk) (
 	var spent float64
 	for _, r := range rows {
 		if p := g.price(r.Model); p != nil {
-			spent += p.USD(r.InputTokens, r.OutputTokens)
+			spent += r.USD(*p)
 		}
 	}
 	return OverCost(*b.MaxCost, spent, float64(c.Rows+running)*b.RowCost)

@@ -53,7 +53,10 @@ type Result struct {
 	Usage      Usage           // parsed from Body
 	Model      string          // the configured model name that served the final attempt
 	Fallback   bool            // the fallback model served it
-	Attempts   int             // upstream attempts made, all models
+	// Native says a provider's batch API answered it (internal/native),
+	// billed at its discount (config.NativeDiscount).
+	Native   bool
+	Attempts int // upstream attempts made, all models
 	// Latency is the row's time upstream: every attempt and the waits
 	// between them, the fallback's included.
 	Latency    time.Duration

@@ -29,8 +29,12 @@ import (
 //
 // A provider batch ends Options.BatchDelay after it was created: every row
 // is then answered as the row's own request would be (markers included),
-// except rows carrying [[mock:batch_expire]], which expire unrun. A batch
-// cancelled before it ends runs no row. Everything is kept in memory.
+// except rows carrying [[mock:batch_expire]], which expire unrun. Its rows
+// finish evenly over that delay, in order, as a provider works through a
+// batch: one cancelled before it ends keeps the answers of the rows it
+// had finished (OpenAI's output file, Anthropic's succeeded results, as
+// theirs do) and gives the others a cancelled result. Everything is kept
+// in memory.
 type batchAPI struct {
 	s   *Server
 	mux *http.ServeMux
@@ -42,11 +46,17 @@ type batchAPI struct {
 	anth   map[string]*wire.MessageBatch
 	result map[string][]byte // a message batch's results JSONL
 	order  []string          // batch ids, oldest first (listings are newest first)
+	// started is when each batch was created; msgs are each message
+	// batch's requests, ending those whose results are being written.
+	started map[string]time.Time
+	msgs    map[string][]messageRequest
+	ending  map[string]bool
 }
 
 func newBatchAPI(s *Server) *batchAPI {
 	a := &batchAPI{s: s, mux: http.NewServeMux(), files: map[string][]byte{}, oai: map[string]*batch.Batch{},
-		anth: map[string]*wire.MessageBatch{}, result: map[string][]byte{}}
+		anth: map[string]*wire.MessageBatch{}, result: map[string][]byte{}, started: map[string]time.Time{},
+		msgs: map[string][]messageRequest{}, ending: map[string]bool{}}
 	a.mux.HandleFunc("POST /v1/files", a.auth(shapeOpenAI, a.uploadFile))
 	a.mux.HandleFunc("GET /v1/files/{id}/content", a.auth(shapeOpenAI, a.fileContent))
 	a.mux.HandleFunc("POST /v1/batches", a.auth(shapeOpenAI, a.createBatch))
@@ -91,6 +101,12 @@ func (a *batchAPI) delay() time.Duration {
 		return d
 	}
 	return time.Second
+}
+
+// finished is how many of the n rows of a batch started at start have
+// been answered by now: they finish evenly over the batch's delay.
+func (a *batchAPI) finished(n int, start time.Time) int {
+	return min(n, int(float64(n)*float64(time.Since(start))/float64(a.delay())))
 }
 
 func notFound(w http.ResponseWriter, sh shape, what string) {
@@ -190,14 +206,14 @@ func (a *batchAPI) createBatch(w http.ResponseWriter, r *http.Request) {
 		Status: batch.InProgress, CreatedAt: now, InProgressAt: &now, ExpiresAt: &exp, Metadata: in.Metadata}
 	b.RequestCounts.Total = int64(bytes.Count(data, []byte("\n")))
 	a.oai[b.ID] = b
+	a.started[b.ID] = time.Now()
 	a.order = append(a.order, b.ID)
 	a.s.countBatch(false)
 	time.AfterFunc(a.delay(), func() { a.runBatch(b.ID, data) })
 	writeJSON(w, http.StatusOK, b.Out())
 }
 
-// runBatch ends an OpenAI batch that was not cancelled: its rows' lines go
-// to its output and error files as OpenAI writes them.
+// runBatch ends an OpenAI batch that was not cancelled: every row answered.
 func (a *batchAPI) runBatch(id string, data []byte) {
 	a.mu.Lock()
 	b := a.oai[id]
@@ -207,30 +223,24 @@ func (a *batchAPI) runBatch(id string, data []byte) {
 	}
 	b.Status = batch.Finalizing
 	a.mu.Unlock()
+	a.endBatch(b, data, -1)
+}
+
+// endBatch ends OpenAI batch b, finalizing or cancelling: its rows' lines
+// go to its output and error files as OpenAI writes them, the first done
+// rows answered and the rest batch_cancelled (done < 0: every row
+// answered).
+func (a *batchAPI) endBatch(b *batch.Batch, data []byte, done int) {
 	var out, errs bytes.Buffer
 	expired, completed, failed := false, int64(0), int64(0)
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(nil, maxBodyBytes)
 	for i := 0; sc.Scan(); i++ {
-		var row struct {
-			CustomID string          `json:"custom_id"`
-			URL      string          `json:"url"`
-			Body     json.RawMessage `json:"body"`
-		}
-		_ = json.Unmarshal(sc.Bytes(), &row)
-		l := resultLine{ID: fmt.Sprintf("batch_req_%s_%d", id, i), CustomID: row.CustomID}
-		status, body, reqID, exp := a.s.runRow(row.URL, row.Body)
-		switch {
-		case exp:
-			expired = true
-			l.Error = &lineError{Code: "batch_expired", Message: "This request could not be executed before the completion window expired."}
-		default:
-			raw, _ := json.Marshal(body)
-			l.Response = &lineResponse{StatusCode: status, RequestID: reqID, Body: raw}
-		}
+		l, exp := a.resultOf(b.ID, i, sc.Bytes(), done >= 0 && i >= done)
+		expired = expired || exp
 		line, _ := json.Marshal(l)
 		dst := &errs
-		if l.Response != nil && status < 300 {
+		if l.Response != nil && l.Response.StatusCode < 300 {
 			dst = &out
 			completed++
 		} else {
@@ -240,7 +250,7 @@ func (a *batchAPI) runBatch(id string, data []byte) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if b.Status != batch.Finalizing {
+	if b.Status != batch.Finalizing && b.Status != batch.Cancelling {
 		return
 	}
 	now := time.Now().Unix()
@@ -257,10 +267,38 @@ func (a *batchAPI) runBatch(id string, data []byte) {
 			b.ErrorFileID = &fid
 		}
 	}
-	b.Status, b.CompletedAt = batch.Completed, &now
-	if expired {
-		b.Status, b.CompletedAt, b.ExpiredAt = batch.Expired, nil, &now
+	switch {
+	case b.Status == batch.Cancelling:
+		b.Status, b.CancelledAt = batch.Cancelled, &now
+	case expired:
+		b.Status, b.ExpiredAt = batch.Expired, &now
+	default:
+		b.Status, b.CompletedAt = batch.Completed, &now
 	}
+}
+
+// resultOf is row i (input line raw) of OpenAI batch id's result line,
+// run unless cancelled, and whether it expired unrun.
+func (a *batchAPI) resultOf(id string, i int, raw []byte, cancelled bool) (resultLine, bool) {
+	var row struct {
+		CustomID string          `json:"custom_id"`
+		URL      string          `json:"url"`
+		Body     json.RawMessage `json:"body"`
+	}
+	_ = json.Unmarshal(raw, &row)
+	l := resultLine{ID: fmt.Sprintf("batch_req_%s_%d", id, i), CustomID: row.CustomID}
+	if cancelled {
+		l.Error = &lineError{Code: "batch_cancelled", Message: "This request was cancelled before it ran."}
+		return l, false
+	}
+	status, body, reqID, exp := a.s.runRow(row.URL, row.Body)
+	if exp {
+		l.Error = &lineError{Code: "batch_expired", Message: "This request could not be executed before the completion window expired."}
+		return l, true
+	}
+	b, _ := json.Marshal(body)
+	l.Response = &lineResponse{StatusCode: status, RequestID: reqID, Body: b}
+	return l, false
 }
 
 func (a *batchAPI) getBatch(w http.ResponseWriter, _ *http.Request, b *batch.Batch) {
@@ -271,40 +309,17 @@ func (a *batchAPI) getBatch(w http.ResponseWriter, _ *http.Request, b *batch.Bat
 	writeJSON(w, http.StatusOK, out)
 }
 
+// cancelBatch cancels a batch in progress: it is cancelling while the
+// results of the rows it had finished are written, then cancelled.
 func (a *batchAPI) cancelBatch(w http.ResponseWriter, _ *http.Request, b *batch.Batch) {
 	a.s.countBatch(true)
-	if b.Status == batch.InProgress || b.Status == batch.Finalizing {
+	if b.Status == batch.InProgress {
 		now := time.Now().Unix()
-		// No row has run: they are all the cancelled batch's error lines.
-		var errs bytes.Buffer
-		for i, cid := range customIDs(a.files[b.InputFileID]) {
-			line, _ := json.Marshal(resultLine{ID: fmt.Sprintf("batch_req_%s_%d", b.ID, i), CustomID: cid,
-				Error: &lineError{Code: "batch_cancelled", Message: "This request was cancelled before it ran."}})
-			errs.Write(append(line, '\n'))
-		}
-		if errs.Len() > 0 {
-			fid := a.newID("file-mock")
-			a.files[fid] = errs.Bytes()
-			b.ErrorFileID = &fid
-		}
-		b.RequestCounts.Failed = b.RequestCounts.Total
-		b.Status, b.CancellingAt, b.CancelledAt = batch.Cancelled, &now, &now
+		b.Status, b.CancellingAt = batch.Cancelling, &now
+		done := a.finished(int(b.RequestCounts.Total), a.started[b.ID])
+		go a.endBatch(b, a.files[b.InputFileID], done)
 	}
 	writeJSON(w, http.StatusOK, b.Out())
-}
-
-func customIDs(jsonl []byte) []string {
-	var ids []string
-	sc := bufio.NewScanner(bytes.NewReader(jsonl))
-	sc.Buffer(nil, maxBodyBytes)
-	for sc.Scan() {
-		var row struct {
-			CustomID string `json:"custom_id"`
-		}
-		_ = json.Unmarshal(sc.Bytes(), &row)
-		ids = append(ids, row.CustomID)
-	}
-	return ids
 }
 
 // listed is a page of byID's batches (one API's), newest first, each as

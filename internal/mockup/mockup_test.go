@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -1027,4 +1028,94 @@ func batchIDs[T any](data []T, id func(T) string) []string {
 		ids = append(ids, id(d))
 	}
 	return ids
+}
+
+// A provider batch works through its rows evenly over its delay: one
+// cancelled halfway keeps the answers of the rows it had finished (the
+// first ones, in OpenAI's output file and as Anthropic's succeeded
+// results) and gives the rest a cancelled result.
+func TestCancelledBatchKeepsFinishedRows(t *testing.T) {
+	t.Parallel()
+	const n, delay = 20, 6 * time.Second
+	_, srv := newServer(t, mockup.Options{BatchDelay: delay})
+	ctx := t.Context()
+	oc, ac := openAIClient(srv.URL), anthropicClient(srv.URL)
+	var in strings.Builder
+	var reqs []anthropic.MessageBatchNewParamsRequest
+	for i := range n {
+		fmt.Fprintf(&in, `{"custom_id":"r%02d","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`+"\n", i)
+		reqs = append(reqs, anthropic.MessageBatchNewParamsRequest{CustomID: fmt.Sprintf("r%02d", i),
+			Params: anthropic.MessageBatchNewParamsRequestParams{Model: "claude", MaxTokens: 1, Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}}})
+	}
+	f, err := oc.Files.New(ctx, openai.FileNewParams{File: openai.File(strings.NewReader(in.String()), "in.jsonl", "application/jsonl"), Purpose: openai.FilePurposeBatch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := oc.Batches.New(ctx, openai.BatchNewParams{InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: openai.BatchNewParamsCompletionWindow24h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb, err := ac.Messages.Batches.New(ctx, anthropic.MessageBatchNewParams{Requests: reqs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := time.Now()                          // both batches were created by then
+	time.Sleep(time.Until(created.Add(delay / 2))) // half the rows are answered by then
+	if _, err := oc.Batches.Cancel(ctx, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ac.Messages.Batches.Cancel(ctx, mb.ID, anthropic.MessageBatchCancelParams{}); err != nil {
+		t.Fatal(err)
+	}
+
+	for b.Status != openai.BatchStatusCancelled {
+		time.Sleep(50 * time.Millisecond)
+		if b, err = oc.Batches.Get(ctx, b.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := int(b.RequestCounts.Completed)
+	if done < n/2 || done >= n || b.RequestCounts.Failed != int64(n-done) {
+		t.Fatalf("cancelled OpenAI batch: counts %+v, want at least %d of %d completed, the rest failed", b.RequestCounts, n/2, n)
+	}
+	for file, want := range map[string]string{b.OutputFileID: `"status_code":200`, b.ErrorFileID: `"code":"batch_cancelled"`} {
+		res, err := oc.Files.Content(ctx, file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		for l := range strings.Lines(string(body)) {
+			if !strings.Contains(l, want) {
+				t.Errorf("line %s, want %s", l, want)
+			}
+		}
+		if file == b.OutputFileID && !strings.Contains(string(body), `"custom_id":"r00"`) {
+			t.Errorf("output file %s lacks the first row", body)
+		}
+	}
+
+	for mb.ProcessingStatus != anthropic.MessageBatchProcessingStatusEnded {
+		time.Sleep(50 * time.Millisecond)
+		if mb, err = ac.Messages.Batches.Get(ctx, mb.ID, anthropic.MessageBatchGetParams{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rc := mb.RequestCounts
+	if rc.Succeeded < n/2 || rc.Succeeded >= n || rc.Canceled != n-rc.Succeeded {
+		t.Fatalf("cancelled message batch: counts %s, want at least %d of %d succeeded, the rest canceled", rc.RawJSON(), n/2, n)
+	}
+	stream := ac.Messages.Batches.ResultsStreaming(ctx, mb.ID, anthropic.MessageBatchResultsParams{})
+	for i := 0; stream.Next(); i++ {
+		want := "succeeded"
+		if i >= int(rc.Succeeded) {
+			want = "canceled"
+		}
+		if r := stream.Current(); r.Result.Type != want {
+			t.Errorf("result %d (%s): %s, want %s", i, r.CustomID, r.Result.Type, want)
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -13,12 +13,15 @@ import (
 
 func rfc3339(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 
+// messageRequest is a request of a message batch.
+type messageRequest struct {
+	CustomID string          `json:"custom_id"`
+	Params   json.RawMessage `json:"params"`
+}
+
 func (a *batchAPI) createMessageBatch(w http.ResponseWriter, r *http.Request) {
 	var in struct {
-		Requests []struct {
-			CustomID string          `json:"custom_id"`
-			Params   json.RawMessage `json:"params"`
-		} `json:"requests"`
+		Requests []messageRequest `json:"requests"`
 	}
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 256<<20)).Decode(&in); err != nil || len(in.Requests) == 0 {
 		writeJSON(w, http.StatusBadRequest, errorBody(shapeAnthropic, http.StatusBadRequest, "requests: a non-empty list is required", ""))
@@ -31,33 +34,46 @@ func (a *batchAPI) createMessageBatch(w http.ResponseWriter, r *http.Request) {
 		CreatedAt: rfc3339(now), ExpiresAt: &exp}
 	mb.RequestCounts.Processing = int64(len(in.Requests))
 	a.anth[mb.ID] = mb
+	a.started[mb.ID], a.msgs[mb.ID] = now, in.Requests
 	a.order = append(a.order, mb.ID)
 	out := *mb
 	a.mu.Unlock()
 	a.s.countBatch(false)
 	time.AfterFunc(a.delay(), func() {
-		var res bytes.Buffer
-		var counts wire.MessageRequestCounts
 		a.mu.Lock()
-		canceled := mb.ProcessingStatus != wire.ProcessingInProgress
+		ending := a.ending[mb.ID]
+		a.ending[mb.ID] = true
 		a.mu.Unlock()
-		for _, q := range in.Requests {
-			o := a.messageOutcome(q.Params, canceled, &counts)
-			line, _ := json.Marshal(wire.MessageResult{CustomID: q.CustomID, Result: o})
-			res.Write(append(line, '\n'))
+		if !ending {
+			a.endMessageBatch(mb, len(in.Requests))
 		}
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		ended := rfc3339(time.Now())
-		url := "/v1/messages/batches/" + mb.ID + "/results"
-		mb.ProcessingStatus, mb.EndedAt, mb.ResultsURL, mb.RequestCounts = wire.ProcessingEnded, &ended, &url, counts
-		a.result[mb.ID] = res.Bytes()
 	})
 	writeJSON(w, http.StatusOK, out)
 }
 
-// messageOutcome runs one request of a message batch (none once it was
-// cancelled) and counts its result.
+// endMessageBatch writes message batch mb's results, its first done
+// requests run and the rest canceled, and ends it.
+func (a *batchAPI) endMessageBatch(mb *wire.MessageBatch, done int) {
+	a.mu.Lock()
+	reqs := a.msgs[mb.ID]
+	a.mu.Unlock()
+	var res bytes.Buffer
+	var counts wire.MessageRequestCounts
+	for i, q := range reqs {
+		o := a.messageOutcome(q.Params, i >= done, &counts)
+		line, _ := json.Marshal(wire.MessageResult{CustomID: q.CustomID, Result: o})
+		res.Write(append(line, '\n'))
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ended := rfc3339(time.Now())
+	url := "/v1/messages/batches/" + mb.ID + "/results"
+	mb.ProcessingStatus, mb.EndedAt, mb.ResultsURL, mb.RequestCounts = wire.ProcessingEnded, &ended, &url, counts
+	a.result[mb.ID] = res.Bytes()
+}
+
+// messageOutcome runs one request of a message batch (not one canceled)
+// and counts its result.
 func (a *batchAPI) messageOutcome(params json.RawMessage, canceled bool, counts *wire.MessageRequestCounts) wire.MessageOutcome {
 	if canceled {
 		counts.Canceled++
@@ -83,11 +99,16 @@ func (a *batchAPI) getMessageBatch(w http.ResponseWriter, _ *http.Request, mb *w
 	writeJSON(w, http.StatusOK, mb)
 }
 
+// cancelMessageBatch cancels a message batch in progress: it is canceling
+// while the results of the requests it had finished are written, then
+// ended.
 func (a *batchAPI) cancelMessageBatch(w http.ResponseWriter, _ *http.Request, mb *wire.MessageBatch) {
 	a.s.countBatch(true)
-	if mb.ProcessingStatus == wire.ProcessingInProgress {
+	if mb.ProcessingStatus == wire.ProcessingInProgress && !a.ending[mb.ID] {
 		now := rfc3339(time.Now())
 		mb.ProcessingStatus, mb.CancelInitiatedAt = wire.ProcessingCanceling, &now
+		a.ending[mb.ID] = true
+		go a.endMessageBatch(mb, a.finished(len(a.msgs[mb.ID]), a.started[mb.ID]))
 	}
 	writeJSON(w, http.StatusOK, mb)
 }

@@ -66,6 +66,7 @@ func (s *Service) readAnswers(ctx context.Context, b batch.Batch, g batch.Group,
 			return nil
 		}
 		rr.res.Usage = provider.UsageOf(b.Endpoint, rr.res.Body)
+		rr.res.Native = true
 		return got.put(row, rr.res)
 	})
 	if err != nil {

@@ -232,13 +232,38 @@ func (s *Service) sendPoll(ctx context.Context, g batch.Group, n int) error {
 // complete_by: its rows take about quote.DirectSeconds on the model, and
 // the next poll may come PollMax later.
 func (s *Service) lateForDeadline(b batch.Batch, g batch.Group) bool {
-	if b.CompleteBy == nil {
-		return false
-	}
-	m, _ := s.Models.Lookup(g.Model)
+	return b.CompleteBy != nil && !s.rescueFits(s.Now(), b, g.Model, g.Rows)
+}
+
+// rescueFits reports whether rows of model, running directly from a poll
+// after at (PollMax later at most), would end before b's complete_by.
+func (s *Service) rescueFits(at time.Time, b batch.Batch, model string, rows int) bool {
+	return at.Add(s.directTime(model, rows) + s.pollDelay(1<<10)).Before(time.Unix(*b.CompleteBy, 0))
+}
+
+// directTime is how long rows of model take to run directly: the quote's
+// duration for them (rounds of max_concurrency at its latency).
+func (s *Service) directTime(model string, rows int) time.Duration {
+	m, _ := s.Models.Lookup(model)
 	qm := quote.Model{Config: m, Latency: cmp.Or(m.Latency, config.DefaultLatency)}
-	direct := time.Duration(quote.DirectSeconds(g.Rows, qm) * float64(time.Second))
-	return !s.Now().Add(direct + s.pollDelay(1<<10)).Before(time.Unix(*b.CompleteBy, 0))
+	return time.Duration(quote.DirectSeconds(rows, qm) * float64(time.Second))
+}
+
+// startsNative reports whether b's rows of model start on a provider
+// batch: always without a complete_by; with one, only when, from the
+// batch's creation, the model's batch_turnaround (when known) ends before
+// it and its rows' direct run would still fit after a poll
+// (rescueFits). Otherwise the cheapest mode the estimate says meets the
+// deadline is direct, from the start (docs/api.md "Extensions"). It
+// counts from the creation, not now, so that a plan retried decides the
+// same.
+func (s *Service) startsNative(b batch.Batch, model string, rows int) bool {
+	if b.CompleteBy == nil {
+		return true
+	}
+	m, _ := s.Models.Lookup(model)
+	created := time.Unix(b.CreatedAt, 0)
+	return created.Add(m.BatchTurnaround).Before(time.Unix(*b.CompleteBy, 0)) && s.rescueFits(created, b, model, rows)
 }
 
 // closeToEnd reports whether b's window is near enough its end that a

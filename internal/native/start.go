@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/config"
@@ -28,25 +29,28 @@ func (s *Service) takes(b batch.Batch, model string) bool {
 
 // Start takes the chunks of b's native models once it is planned
 // (engine.Delegate): it records their groups and sends each group's
-// submit, and returns the ready entries of the other models. It may run
-// again for the same batch (a plan retried): the groups are the same and
-// a submit of a group under way changes nothing.
+// submit, and returns the ready entries of the other models, and of the
+// native ones whose rows start directly for b's complete_by
+// (startsNative). It may run again for the same batch (a plan retried):
+// the groups are the same and a submit of a group under way changes
+// nothing.
 func (s *Service) Start(ctx context.Context, b batch.Batch, entries []sched.Ready) ([]sched.Ready, error) {
-	var rest []sched.Ready
-	taken := map[string]bool{}
-	for _, r := range entries {
-		if s.takes(b, r.Model) {
-			taken[r.Model] = true
-		} else {
-			rest = append(rest, r)
-		}
-	}
-	if len(taken) == 0 {
+	if !slices.ContainsFunc(entries, func(r sched.Ready) bool { return s.takes(b, r.Model) }) {
 		return entries, nil
 	}
 	chunks, err := s.Store.Chunks(ctx, b.ID)
 	if err != nil {
 		return nil, err
+	}
+	var rest []sched.Ready
+	taken := s.nativeModels(ctx, b, chunks)
+	for _, r := range entries {
+		if !taken[r.Model] {
+			rest = append(rest, r)
+		}
+	}
+	if len(taken) == 0 {
+		return entries, nil
 	}
 	groups := Groups(b, chunks, taken, func(model string) Limit {
 		m, _ := s.Models.Lookup(model)
@@ -68,6 +72,26 @@ func (s *Service) Start(ctx context.Context, b batch.Batch, entries []sched.Read
 	}
 	s.Log.InfoContext(ctx, "native batch started", "batch_id", b.ID, "groups", len(groups))
 	return rest, s.Queue.SendBatch(ctx, resources.Work, msgs, 0)
+}
+
+// nativeModels are the models of b's chunks whose rows start on a
+// provider batch.
+func (s *Service) nativeModels(ctx context.Context, b batch.Batch, chunks []batch.Chunk) map[string]bool {
+	rows := map[string]int{}
+	for _, c := range chunks {
+		if s.takes(b, c.Model) && !c.RunsAlone() {
+			rows[c.Model] += c.Rows
+		}
+	}
+	taken := map[string]bool{}
+	for model, n := range rows {
+		if s.startsNative(b, model, n) {
+			taken[model] = true
+		} else {
+			s.Log.InfoContext(ctx, "native model's rows start directly: its provider batch would not meet complete_by", "batch_id", b.ID, "model", model, "rows", n)
+		}
+	}
+	return taken
 }
 
 // setExecution records how b runs; hybrid, once set, stays.

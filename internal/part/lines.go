@@ -126,10 +126,7 @@ func addPart(p *Part, row Part) {
 	t.ReasoningTokens += row.Tokens.ReasoningTokens
 	for m, u := range row.ByModel {
 		agg := p.ByModel[m]
-		agg.Requests += u.Requests
-		agg.Input += u.Input
-		agg.Output += u.Output
-		agg.Total += u.Total
+		agg.Add(u)
 		p.ByModel[m] = agg
 	}
 }

@@ -283,13 +283,19 @@ func (w *builder) addUsage(o Outcome) {
 	w.p.Tokens.TotalTokens += u.TotalTokens
 	w.p.Tokens.CachedTokens += u.CachedTokens
 	w.p.Tokens.ReasoningTokens += u.ReasoningTokens
-	agg := w.p.ByModel[o.Result.Model]
-	agg.Requests++
+	add := sched.UsageAgg{Requests: 1}
 	if !o.Counted {
-		agg.Input += u.InputTokens
-		agg.Output += u.OutputTokens
-		agg.Total += u.TotalTokens
+		add.Input, add.Output, add.Total = u.InputTokens, u.OutputTokens, u.TotalTokens
 	}
+	mode := sched.ModeAgg{Requests: 1, Input: add.Input, Output: add.Output}
+	switch {
+	case o.Result.Native:
+		add.Native = mode
+	case o.Result.Fallback:
+		add.Fallback = mode
+	}
+	agg := w.p.ByModel[o.Result.Model]
+	agg.Add(add)
 	w.p.ByModel[o.Result.Model] = agg
 	w.counted = true
 }

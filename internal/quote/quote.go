@@ -14,8 +14,8 @@ import (
 )
 
 // NativeDiscount is the providers' batch APIs' price as a share of the
-// direct price (OpenAI's and Anthropic's batch discounts are 50 %).
-const NativeDiscount = 0.5
+// direct price.
+const NativeDiscount = config.NativeDiscount
 
 // Latency sources: where a model's latency figure comes from.
 const (
@@ -99,8 +99,9 @@ type Modes struct {
 // Mode is a mode's cost and duration. Cost is null when a model of the
 // batch has no price; its max is null when a row sets no max_tokens (its
 // output is not bounded). DurationSeconds is null when it cannot be
-// estimated (a provider batch's turnaround); MaxDurationSeconds is the
-// completion window every mode ends within.
+// estimated (native: a model of the batch sets no batch_turnaround;
+// hybrid); MaxDurationSeconds is the completion window every mode ends
+// within.
 type Mode struct {
 	CostUSD            *Range   `json:"cost_usd"`
 	DurationSeconds    *float64 `json:"duration_seconds"`
@@ -124,6 +125,7 @@ func Estimate(endpoint string, tallies map[string]*Tally, models map[string]Mode
 	}
 	slices.Sort(names)
 	var direct float64
+	turnaround, turnaroundKnown := 0.0, true
 	costs := costSum{}
 	native, directModels := 0, 0
 	for _, name := range names {
@@ -139,6 +141,8 @@ func Estimate(endpoint string, tallies map[string]*Tally, models map[string]Mode
 		}
 		costs.add(mq)
 		direct = max(direct, mq.DirectSeconds)
+		turnaround = max(turnaround, m.Config.BatchTurnaround.Seconds())
+		turnaroundKnown = turnaroundKnown && m.Config.BatchTurnaround > 0
 		if m.Config.Native() {
 			native++
 		} else {
@@ -161,6 +165,9 @@ func Estimate(endpoint string, tallies map[string]*Tally, models map[string]Mode
 	w := window.Seconds()
 	q.Modes.Direct = Mode{CostUSD: costs.scaled(1, 1), DurationSeconds: &direct, MaxDurationSeconds: w}
 	q.Modes.Native = Mode{CostUSD: costs.scaled(NativeDiscount, NativeDiscount), MaxDurationSeconds: w}
+	if turnaroundKnown && len(names) > 0 {
+		q.Modes.Native.DurationSeconds = &turnaround
+	}
 	q.Modes.Hybrid = Mode{CostUSD: costs.scaled(NativeDiscount, 1), MaxDurationSeconds: w}
 	return q
 }

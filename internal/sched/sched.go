@@ -127,7 +127,32 @@ type FallbackChunk struct {
 }
 
 // UsageAgg is one model's requests and tokens: in a part (part.Part's
-// ByModel), and what its commit adds to the tenant's daily usage.
+// ByModel), and what its commit adds to the tenant's daily usage. Native
+// and Fallback are the shares of them that a provider's batch API
+// answered (billed at its discount) and that the model answered as
+// another's fallback: a batch's modes (docs/api.md "Extensions").
 type UsageAgg struct {
 	Requests, Input, Output, Total int64
+	Native, Fallback               ModeAgg
+}
+
+// ModeAgg is the requests and tokens of one mode of a model's usage.
+type ModeAgg struct {
+	Requests, Input, Output int64
+}
+
+// Add adds u to a.
+func (a *UsageAgg) Add(u UsageAgg) {
+	a.Requests += u.Requests
+	a.Input += u.Input
+	a.Output += u.Output
+	a.Total += u.Total
+	a.Native.add(u.Native)
+	a.Fallback.add(u.Fallback)
+}
+
+func (m *ModeAgg) add(u ModeAgg) {
+	m.Requests += u.Requests
+	m.Input += u.Input
+	m.Output += u.Output
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/sched"
 )
@@ -362,6 +363,21 @@ type UsageRow struct {
 	InputTokens  int64  `json:"input_tokens" dynamodbav:"input_tokens"`
 	OutputTokens int64  `json:"output_tokens" dynamodbav:"output_tokens"`
 	TotalTokens  int64  `json:"total_tokens" dynamodbav:"total_tokens"`
+	// The shares of the above a provider's batch API answered and the
+	// model answered as another's fallback (sched.UsageAgg).
+	NativeRequests       int64 `json:"-" dynamodbav:"native_requests"`
+	NativeInputTokens    int64 `json:"-" dynamodbav:"native_input_tokens"`
+	NativeOutputTokens   int64 `json:"-" dynamodbav:"native_output_tokens"`
+	FallbackRequests     int64 `json:"-" dynamodbav:"fallback_requests"`
+	FallbackInputTokens  int64 `json:"-" dynamodbav:"fallback_input_tokens"`
+	FallbackOutputTokens int64 `json:"-" dynamodbav:"fallback_output_tokens"`
+}
+
+// USD is what r's tokens cost at price p: those a provider's batch API
+// answered at its discount, the others at p.
+func (r UsageRow) USD(p config.Price) float64 {
+	return p.USD(r.InputTokens-r.NativeInputTokens, r.OutputTokens-r.NativeOutputTokens) +
+		p.NativeUSD(r.NativeInputTokens, r.NativeOutputTokens)
 }
 
 // A tenant's daily usage of a model is at USAGE#<tenant>/<day>#<model>
@@ -460,6 +476,11 @@ func between[T any](ctx context.Context, s *Store, pk, from, to string, max int)
 	}
 }
 
+// usageAdds are what a usage item's update adds (usageItems' values).
+const usageAdds = "requests :r, input_tokens :i, output_tokens :o, total_tokens :t, " +
+	"native_requests :nr, native_input_tokens :ni, native_output_tokens :no, " +
+	"fallback_requests :fr, fallback_input_tokens :fi, fallback_output_tokens :fo"
+
 // usageItems add usage by model to a tenant's daily aggregates and to its
 // usage by key and batch: a commit's and a workflow step's writes.
 func (s *Store) usageItems(tenant, day, keyID, batchID string, byModel map[string]sched.UsageAgg) []types.TransactWriteItem {
@@ -468,10 +489,12 @@ func (s *Store) usageItems(tenant, day, keyID, batchID string, byModel map[strin
 	for _, model := range slices.Sorted(maps.Keys(byModel)) {
 		u := byModel[model]
 		values := item{":day": avS(day), ":m": avS(model), ":r": avN64(u.Requests),
-			":i": avN64(u.Input), ":o": avN64(u.Output), ":t": avN64(u.Total)}
+			":i": avN64(u.Input), ":o": avN64(u.Output), ":t": avN64(u.Total),
+			":nr": avN64(u.Native.Requests), ":ni": avN64(u.Native.Input), ":no": avN64(u.Native.Output),
+			":fr": avN64(u.Fallback.Requests), ":fi": avN64(u.Fallback.Input), ":fo": avN64(u.Fallback.Output)}
 		items = append(items, types.TransactWriteItem{Update: &types.Update{
 			TableName: &s.Table, Key: key(usagePK(tenant), usageSK(day, model)),
-			UpdateExpression:          aws.String("SET #d = :day, model = :m ADD requests :r, input_tokens :i, output_tokens :o, total_tokens :t"),
+			UpdateExpression:          aws.String("SET #d = :day, model = :m ADD " + usageAdds),
 			ExpressionAttributeNames:  map[string]string{"#d": "day"},
 			ExpressionAttributeValues: values,
 		}})
@@ -479,7 +502,7 @@ func (s *Store) usageItems(tenant, day, keyID, batchID string, byModel map[strin
 		by[":k"], by[":b"] = avS(keyID), avS(batchID)
 		items = append(items, types.TransactWriteItem{Update: &types.Update{
 			TableName: &s.Table, Key: key(usageByPK(tenant), usageBySK(day, keyID, batchID, model)),
-			UpdateExpression:          aws.String("SET #d = :day, model = :m, key_id = :k, batch_id = :b ADD requests :r, input_tokens :i, output_tokens :o, total_tokens :t"),
+			UpdateExpression:          aws.String("SET #d = :day, model = :m, key_id = :k, batch_id = :b ADD " + usageAdds),
 			ExpressionAttributeNames:  map[string]string{"#d": "day"},
 			ExpressionAttributeValues: by,
 		}})
