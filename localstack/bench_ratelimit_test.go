@@ -60,7 +60,7 @@ type limitFigures struct {
 	limitedAfter int64         // of them, after the switch
 	switchedAt   int64         // rows answered 200 when the limits were halved
 	wall         time.Duration // create to the get that saw the batch terminal
-	ideal        time.Duration // rows ÷ limit, each tier's rows at its limit
+	ideal        time.Duration // rows ÷ limit, each tier's rows at its limit, and the window's drain
 }
 
 // perRate is the rows a second tier (rpm, tpm) admits of rows costing
@@ -95,12 +95,25 @@ func runLimitBench(t *testing.T) limitFigures {
 	st := rt.Mock.Stats()
 	logTimeline(t, rt.Mock.Requests(), start)
 	n1 := at.ByStatus[200]
-	ideal := float64(n1)/perRate(limitRPM1, limitTPM1) + float64(limitRows-n1)/perRate(limitRPM2, limitTPM2)
+	r1, r2 := perRate(limitRPM1, limitTPM1), perRate(limitRPM2, limitTPM2)
+	ideal := float64(n1)/r1 + drain(n1, r1, r2) + float64(limitRows-n1)/r2
 	return limitFigures{
 		at: time.Now(), status: string(b.Status), completed: b.RequestCounts.Completed,
 		requests: st.Requests, limited: st.ByStatus[429], limitedAfter: st.ByStatus[429] - at.ByStatus[429], switchedAt: n1,
 		wall: wall, ideal: time.Duration(ideal * float64(time.Second)),
 	}
+}
+
+// drain is how long, after the limits fall from r1 to r2 a second, no
+// request fits: the window holds what it admitted in the last
+// limitWindow (the n1 rows so far at most, at r1), and admits again once
+// fewer than r2 × limitWindow remain in it. No client can send then.
+func drain(n1 int64, r1, r2 float64) float64 {
+	w := limitWindow.Seconds()
+	if r2 >= r1 || float64(n1) <= r2*w {
+		return 0
+	}
+	return w * (1 - r2/r1)
 }
 
 func (l limitFigures) perThousand() float64 { return float64(l.limited) * 1000 / limitRows }
@@ -131,10 +144,12 @@ func (l limitFigures) markdown() string {
 	w("One batch of %d chat-completion rows (max_tokens 16: %d tokens a row at the mock) on model `limited`: `max_concurrency: 32`, "+
 		"`rpm: %d`, `tpm: %d`, one key, chunks and tick at the shipped defaults. The mock enforces those limits on the key in a %.0f s "+
 		"sliding window, answering after %d ms; once %d rows were answered it halves both (`rpm` %d, `tpm` %d), which the service "+
-		"is not told: it finds out from the 429s and the rate-limit headers. The paced ideal is rows ÷ limit: the %d rows answered "+
-		"before the switch at %.0f a second, the rest at %.0f. Wall time runs from the create to the get (every %d ms) that sees the "+
+		"is not told: it finds out from its rate-limit headers (a minute's limit, as OpenAI's) and its 429s. The paced ideal is rows ÷ limit: the %d rows answered "+
+		"before the switch at %.0f a second, the rest at %.0f, after the %.1f s the window takes to let out enough of the requests it admitted "+
+		"at the old limit for any to fit the new one (drain: nothing can be sent then). Wall time runs from the create to the get (every %d ms) that sees the "+
 		"batch terminal.", limitRows, limitRowCost, limitRPM1, limitTPM1, limitWindow.Seconds(), benchLatency.Milliseconds(), limitSwitchAt,
-		limitRPM2, limitTPM2, l.switchedAt, perRate(limitRPM1, limitTPM1), perRate(limitRPM2, limitTPM2), benchPoll.Milliseconds())
+		limitRPM2, limitTPM2, l.switchedAt, perRate(limitRPM1, limitTPM1), perRate(limitRPM2, limitTPM2),
+		drain(l.switchedAt, perRate(limitRPM1, limitTPM1), perRate(limitRPM2, limitTPM2)), benchPoll.Milliseconds())
 	w("")
 	w("| Figure | Value | Bar | Result |")
 	w("| --- | --- | --- | --- |")

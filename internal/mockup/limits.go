@@ -48,6 +48,7 @@ func (o Options) rateLimits() (requests, tokens int, ok bool) {
 // rateState is what the rate-limit headers of one answer say.
 type rateState struct {
 	limited                  bool // the key has limits: the headers are sent
+	rpm, tpm                 int  // the limits a minute (Options.RPM, TPM)
 	reqLimit, reqRemaining   int
 	tokLimit, tokRemaining   int
 	reqReset, tokReset       time.Duration // until the window is empty of requests / tokens
@@ -78,7 +79,7 @@ func (s *Server) admit(key string, cost int, o Options, now time.Time) rateState
 	for _, e := range w.events {
 		used += e.tokens
 	}
-	st := rateState{limited: true, reqLimit: reqLimit, tokLimit: tokLimit}
+	st := rateState{limited: true, reqLimit: reqLimit, tokLimit: tokLimit, rpm: o.RPM, tpm: o.TPM}
 	st.overRequests = reqLimit > 0 && len(w.events)+1 > reqLimit
 	st.overTokens = tokLimit > 0 && used+cost > tokLimit
 	if st.overRequests || st.overTokens {
@@ -142,11 +143,15 @@ func tokenCost(req *request, reply object) int {
 	return in + out
 }
 
-// setRateHeaders writes the provider's rate-limit headers of st.
+// setRateHeaders writes the provider's rate-limit headers of st, as the
+// providers state them: the limit a minute's (RPM, TPM) and what remains
+// of it, the window's counts scaled to a minute.
 func setRateHeaders(h http.Header, sh shape, st rateState, now time.Time) {
 	if !st.limited {
 		return
 	}
+	st.reqLimit, st.reqRemaining = perMinute(st.rpm, st.reqLimit, st.reqRemaining)
+	st.tokLimit, st.tokRemaining = perMinute(st.tpm, st.tokLimit, st.tokRemaining)
 	switch sh {
 	case shapeOpenAI:
 		if st.reqLimit > 0 {
@@ -196,4 +201,13 @@ func tail(key string) string {
 		return key[len(key)-4:]
 	}
 	return key
+}
+
+// perMinute is a window's limit and what remains of it as a minute's,
+// the minute's limit being perMinute.
+func perMinute(perMinute, limit, remaining int) (int, int) {
+	if limit <= 0 {
+		return 0, 0
+	}
+	return perMinute, remaining * perMinute / limit
 }

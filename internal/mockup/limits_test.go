@@ -18,7 +18,8 @@ func withKey(path, key string) http.Header {
 
 func TestRequestsPerMinutePerKey(t *testing.T) {
 	t.Parallel()
-	// A 1s window scales 180 RPM to 3 requests a window.
+	// A 1s window scales 180 RPM to 3 requests a window; the headers say
+	// a minute's, as OpenAI's do: 180, and 60 for each request left.
 	m, srv := newServer(t, mockup.Options{RPM: 180, RateWindow: time.Second})
 	const path = "/v1/chat/completions"
 	body := bodyFor(path, "m", "hi")
@@ -28,11 +29,11 @@ func TestRequestsPerMinutePerKey(t *testing.T) {
 		if r.status != 200 {
 			t.Fatalf("request %d: got %d %s", i, r.status, r.body)
 		}
-		if got := r.header.Get("x-ratelimit-remaining-requests"); got != strconv.Itoa(2-i) {
-			t.Fatalf("request %d: x-ratelimit-remaining-requests %q, want %d", i, got, 2-i)
+		if got := r.header.Get("x-ratelimit-remaining-requests"); got != strconv.Itoa(60*(2-i)) {
+			t.Fatalf("request %d: x-ratelimit-remaining-requests %q, want %d", i, got, 60*(2-i))
 		}
-		if got := r.header.Get("x-ratelimit-limit-requests"); got != "3" {
-			t.Fatalf("x-ratelimit-limit-requests %q, want 3", got)
+		if got := r.header.Get("x-ratelimit-limit-requests"); got != "180" {
+			t.Fatalf("x-ratelimit-limit-requests %q, want 180", got)
 		}
 		if d, err := time.ParseDuration(r.header.Get("x-ratelimit-reset-requests")); err != nil || d <= 0 || d > time.Second {
 			t.Fatalf("x-ratelimit-reset-requests %q: want a duration within the window", r.header.Get("x-ratelimit-reset-requests"))
@@ -63,14 +64,15 @@ func TestRequestsPerMinutePerKey(t *testing.T) {
 func TestTokensPerMinuteAndALimitChangedMidRun(t *testing.T) {
 	t.Parallel()
 	// 600 TPM in a 1s window is 10 tokens: a message of 2 prompt words
-	// (plus one for the message) and max_tokens 4 costs 7.
+	// (plus one for the message) and max_tokens 4 costs 7. The headers say
+	// a minute's: 600, and 3 tokens left is 180.
 	m, srv := newServer(t, mockup.Options{TPM: 600, RateWindow: time.Second})
 	const path = "/v1/messages"
 	body := bodyFor(path, "claude", "two words")
 	body = body[:len(body)-1] + `,"max_tokens":4}`
 	first := send(t, srv.URL, http.MethodPost, path, body, withKey(path, "k"))
-	if first.status != 200 || first.header.Get("anthropic-ratelimit-tokens-remaining") != "3" || first.header.Get("anthropic-ratelimit-tokens-limit") != "10" {
-		t.Fatalf("first: %d, tokens remaining %q limit %q, want 200 3 10", first.status,
+	if first.status != 200 || first.header.Get("anthropic-ratelimit-tokens-remaining") != "180" || first.header.Get("anthropic-ratelimit-tokens-limit") != "600" {
+		t.Fatalf("first: %d, tokens remaining %q limit %q, want 200 180 600", first.status,
 			first.header.Get("anthropic-ratelimit-tokens-remaining"), first.header.Get("anthropic-ratelimit-tokens-limit"))
 	}
 	if _, err := time.Parse(time.RFC3339Nano, first.header.Get("anthropic-ratelimit-tokens-reset")); err != nil {
@@ -82,8 +84,8 @@ func TestTokensPerMinuteAndALimitChangedMidRun(t *testing.T) {
 	// The provider doubles the limit mid-run: the window stays, the new
 	// limit applies at once.
 	m.SetOptions(mockup.Options{TPM: 1200, RateWindow: time.Second})
-	if r := send(t, srv.URL, http.MethodPost, path, body, withKey(path, "k")); r.status != 200 || r.header.Get("anthropic-ratelimit-tokens-remaining") != "6" {
-		t.Fatalf("after the raise: got %d remaining %q, want 200 6", r.status, r.header.Get("anthropic-ratelimit-tokens-remaining"))
+	if r := send(t, srv.URL, http.MethodPost, path, body, withKey(path, "k")); r.status != 200 || r.header.Get("anthropic-ratelimit-tokens-remaining") != "360" {
+		t.Fatalf("after the raise: got %d remaining %q, want 200 360 (6 of 20 in the window)", r.status, r.header.Get("anthropic-ratelimit-tokens-remaining"))
 	}
 	m.SetOptions(mockup.Options{TPM: 600, RateWindow: time.Second})
 	if r := send(t, srv.URL, http.MethodPost, path, body, withKey(path, "k")); r.status != 429 {

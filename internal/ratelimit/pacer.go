@@ -19,8 +19,11 @@ import (
 // window would refuse. A rate of 0 paces nothing; pauses (Retry-After, a
 // provider's remaining 0) apply at any rate. Safe for concurrent use.
 type Pacer struct {
-	mu      sync.Mutex
-	ceiling float64   // the configured rate
+	mu         sync.Mutex
+	configured float64 // the rate it was made with (0: none)
+	// ceiling is the most the rate climbs to: the configured rate, or
+	// Headroom of the provider's stated limit when that is lower (Learn).
+	ceiling float64
 	lastCut time.Time // Cut's last
 	// lastClimb is Climb's (or Cut's) last.
 	lastClimb time.Time
@@ -33,7 +36,28 @@ type Pacer struct {
 // NewPacer paces to rate units a second with burst units of slack after
 // an idle time (fewer in proportion while the rate is cut).
 func NewPacer(rate, burst float64) *Pacer {
-	return &Pacer{rate: rate, ceiling: rate, burst: burst}
+	return &Pacer{rate: rate, configured: rate, ceiling: rate, burst: burst}
+}
+
+// Learn takes a provider's word that its limit is limit units a second
+// (its rate-limit headers): the ceiling becomes Headroom of it, within the
+// configured rate, and a rate above it follows it down at once, so a
+// provider that lowers a key's limit is followed from its next answer, not
+// after 429s; a limit raised again lifts the ceiling back.
+func (p *Pacer) Learn(limit float64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := limit * Headroom
+	if p.configured > 0 {
+		c = min(c, p.configured)
+	}
+	if c <= 0 {
+		return
+	}
+	p.ceiling = c
+	if p.rate <= 0 || p.rate > c {
+		p.rate = c
+	}
 }
 
 // Adaptive rates: a 429 means the provider's limit is below the
@@ -160,19 +184,19 @@ func (p *Pacer) Paused(now time.Time) bool {
 	return p.pause.After(now)
 }
 
-// Tighten takes a provider's word that only remaining of its limit are
-// left and that all of it is back after reset (limit 0: not said). A
-// provider gives units back as its window slides, about limit per reset,
-// so with none left the key pauses until the next one is back: reset ×
-// 1/limit, or the whole reset when the limit is not said. With some left
-// the local pace holds.
+// Tighten takes a provider's word that only remaining of its limit (a
+// minute's, limit 0: not said) are left and that all of it is back after
+// reset. A provider gives units back at its limit a minute, so with none
+// left the key pauses until the next one is back: a minute ÷ limit, at
+// most the reset, or the whole reset when the limit is not said. With some
+// left the local pace holds.
 func (p *Pacer) Tighten(now time.Time, remaining, limit float64, reset time.Duration) {
 	if reset <= 0 || remaining >= 1 {
 		return
 	}
 	wait := reset
 	if limit >= 1 {
-		wait = time.Duration(float64(reset) / limit)
+		wait = min(reset, time.Duration(float64(time.Minute)/limit))
 	}
 	p.Pause(now.Add(wait))
 }

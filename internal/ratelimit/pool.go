@@ -385,9 +385,11 @@ func (t *Ticket) Done(o Outcome) {
 	u.pool.publish(now, opened)
 }
 
-// readHeaders tightens the pacers to what the provider says remains:
-// OpenAI's x-ratelimit-remaining-*/reset-* (reset as "1s", "6m0s") and
-// Anthropic's anthropic-ratelimit-*-remaining/-reset (an RFC 3339 time).
+// readHeaders keeps the pacers to the limit the provider states (-limit:
+// a minute's) and tightens them to what it says remains: OpenAI's
+// x-ratelimit-limit/remaining/reset-* (reset as "1s", "6m0s") and
+// Anthropic's anthropic-ratelimit-*-limit/-remaining/-reset (an RFC 3339
+// time).
 // With climb (an answer that was not a 429) each pace climbs back a step,
 // unless the provider says less than 1 - Headroom of its limit remains:
 // the pace then holds where the provider's limit is, rather than climbing
@@ -401,6 +403,9 @@ func (u *Upstream) readHeaders(now time.Time, h http.Header, climb bool) {
 			continue
 		}
 		rem, limit, reset, ok := rateHeaders(h, now, d.openai, d.anthropic)
+		if ok && limit > 0 {
+			d.p.Learn(limit / 60) // both providers state a minute's limit
+		}
 		if ok {
 			d.p.Tighten(now, rem, limit, reset)
 		}

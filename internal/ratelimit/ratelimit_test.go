@@ -65,9 +65,9 @@ func TestPacerPauseAndProviderHeaders(t *testing.T) {
 	if at := q.Reserve(t0, 1); !at.Equal(t0) {
 		t.Fatalf("remaining 5: %s", at.Sub(t0))
 	}
-	q.Tighten(t0, 0, 100, time.Second) // none left: one comes back in 10 ms
+	q.Tighten(t0, 0, 6000, time.Second) // none left of 6,000 a minute: one comes back in 10 ms
 	if at := q.Reserve(t0, 1); !at.Equal(t0.Add(10 * time.Millisecond)) {
-		t.Fatalf("remaining 0 of 100 a second: %s, want 10ms", at.Sub(t0))
+		t.Fatalf("remaining 0 of 6,000 a minute: %s, want 10ms", at.Sub(t0))
 	}
 	q.Tighten(t0, 0, 0, time.Second) // limit not said: the whole reset
 	if at := q.Reserve(t0, 1); !at.Equal(t0.Add(time.Second)) {
@@ -299,7 +299,7 @@ func TestHeadersTightenBeforeA429(t *testing.T) {
 	u, _ := p.Pick(Cost{})
 	tk, _ := u.Wait(context.Background(), Cost{}, false)
 	h := http.Header{}
-	h.Set("x-ratelimit-limit-requests", "5")
+	h.Set("x-ratelimit-limit-requests", "300")
 	h.Set("x-ratelimit-remaining-requests", "0")
 	h.Set("x-ratelimit-reset-requests", "1s")
 	start := time.Now()
@@ -307,7 +307,7 @@ func TestHeadersTightenBeforeA429(t *testing.T) {
 	tk, _ = u.Wait(context.Background(), Cost{}, false)
 	tk.Done(Outcome{Status: 200})
 	if d := time.Since(start); d < 190*time.Millisecond {
-		t.Fatalf("next row after %s, want 1s/5", d)
+		t.Fatalf("next row after %s, want a minute / 300", d)
 	}
 }
 
@@ -645,15 +645,52 @@ func TestPaceHoldsNearTheProvidersLimit(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tk.Done(Outcome{Status: 200, Header: http.Header{"X-Ratelimit-Limit-Requests": {"100"},
+		tk.Done(Outcome{Status: 200, Header: http.Header{"X-Ratelimit-Limit-Requests": {"6000"},
 			"X-Ratelimit-Remaining-Requests": {remaining}, "X-Ratelimit-Reset-Requests": {"1s"}}})
 	}
-	answer("4")
+	answer("240")
 	if got := u.requests.Rate(); got != cut {
-		t.Fatalf("4 of 100 remaining: pace %v, want held at %v", got, cut)
+		t.Fatalf("240 of 6,000 remaining: pace %v, want held at %v", got, cut)
 	}
-	answer("50")
+	answer("3000")
 	if got := u.requests.Rate(); got <= cut {
-		t.Fatalf("50 of 100 remaining: pace %v, want above %v", got, cut)
+		t.Fatalf("3,000 of 6,000 remaining: pace %v, want above %v", got, cut)
+	}
+}
+
+// TestPaceFollowsTheProvidersStatedLimit: a provider that lowers a key's
+// limit says so in its rate-limit headers (OpenAI's x-ratelimit-limit-*,
+// a minute's): the pace follows it at the next answer, before any 429, and
+// climbs no higher while it stands; a limit raised again lifts the pace
+// back, up to the configured one (docs/design.md "Rate budgets").
+func TestPaceFollowsTheProvidersStatedLimit(t *testing.T) {
+	now := t0
+	r := &Registry{Now: func() time.Time { return now }}
+	u := r.For(config.Model{Name: "m", RPM: 6000, MaxConcurrency: 4}).ups[0]
+	answer := func(limit, remaining string) {
+		t.Helper()
+		now = now.Add(time.Second)
+		tk, err := u.Wait(context.Background(), Cost{}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk.Done(Outcome{Status: 200, Header: http.Header{"X-Ratelimit-Limit-Requests": {limit},
+			"X-Ratelimit-Remaining-Requests": {remaining}, "X-Ratelimit-Reset-Requests": {"1s"}}})
+	}
+	answer("3000", "2000")
+	if got, want := u.requests.Rate(), 3000.0/60*Headroom; got != want {
+		t.Fatalf("the provider states 3,000 RPM: pace %v a second, want %v", got, want)
+	}
+	for range 60 {
+		answer("3000", "2000")
+	}
+	if got, want := u.requests.Rate(), 3000.0/60*Headroom; got != want {
+		t.Fatalf("a minute at 3,000 RPM stated: pace %v, want held at %v", got, want)
+	}
+	for range 60 {
+		answer("12000", "11000")
+	}
+	if got, want := u.requests.Rate(), 6000.0/60*Headroom; got != want {
+		t.Fatalf("a minute at 12,000 RPM stated: pace %v, want back at the configured %v", got, want)
 	}
 }
