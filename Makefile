@@ -108,9 +108,10 @@ test-go:
 ## unit: the fast tests (under a minute): go test -short, which skips every
 ## test that needs the emulator (emutest) or the stack synthesized through
 ## jsii (infra/), without the tagged kinds: Go alone, no emulator, no
-## AWS_ENDPOINT_URL, no Chromium or Node.js
+## AWS_ENDPOINT_URL, no Chromium or Node.js. Four parallel tests a package,
+## as test-go: the engine's tests wait out leases of seconds, not compute.
 unit:
-	go test -short -count=1 $(GO_PACKAGES)
+	go test -short -count=1 -parallel 4 $(GO_PACKAGES)
 
 ## fuzz-short: each fuzz target briefly (FUZZTIME per target)
 fuzz-short:
