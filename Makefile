@@ -113,7 +113,7 @@ test-go:
 ## Every package but localstack/, whose tests all need the emulator: under
 ## -short it would be compiled and linked only to skip them.
 unit:
-	go test -short -count=1 -parallel 4 $$(go list $(GO_PACKAGES) | grep -v '/localstack$$')
+	go test -short -count=1 -parallel 4 $$(go list -e $(GO_PACKAGES) | grep -v '/localstack$$')
 
 ## fuzz-short: each fuzz target briefly (FUZZTIME per target)
 fuzz-short:
