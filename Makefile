@@ -108,9 +108,12 @@ test-go:
 ## unit: the fast tests (under a minute): go test -short, which skips every
 ## test that needs the emulator (emutest) or the stack synthesized through
 ## jsii (infra/), without the tagged kinds: Go alone, no emulator, no
-## AWS_ENDPOINT_URL, no Chromium or Node.js
+## AWS_ENDPOINT_URL, no Chromium or Node.js. Four parallel tests a package,
+## as test-go: the engine's tests wait out leases of seconds, not compute.
+## Every package but localstack/, whose tests all need the emulator: under
+## -short it would be compiled and linked only to skip them.
 unit:
-	go test -short -count=1 $(GO_PACKAGES)
+	go test -short -count=1 -parallel 4 $$(go list -e $(GO_PACKAGES) | grep -v '/localstack$$')
 
 ## fuzz-short: each fuzz target briefly (FUZZTIME per target)
 fuzz-short:

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"io"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -38,10 +37,7 @@ import (
 // reaches its DLQ after five quick receives, not ten minutes) and the lease three seconds (shortLease).
 func TestAdminRunbook(t *testing.T) {
 	t.Parallel()
-	bin := filepath.Join(t.TempDir(), "relay")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/relay").CombinedOutput(); err != nil {
-		t.Fatalf("build relay: %v\n%s", err, out)
-	}
+	bin := relayBinary(t)
 	var failPlans, crashNextChunk atomic.Bool
 	rt := runtime(t, shortLease, func(o *localrun.Options) {
 		o.TickEvery = time.Hour // ticks only by relay admin tick

@@ -20,10 +20,7 @@ import (
 // what the API says.
 func TestCLIOnTheAPI(t *testing.T) {
 	t.Parallel()
-	bin := filepath.Join(t.TempDir(), "relay")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/relay").CombinedOutput(); err != nil {
-		t.Fatalf("build relay: %v\n%s", err, out)
-	}
+	bin := relayBinary(t)
 	rt := runtime(t)
 	key, err := rt.Key(context.Background(), "acme")
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -23,10 +22,7 @@ import (
 func TestDevOwnsItsEmulator(t *testing.T) {
 	t.Parallel()
 	emutest.Require(t)
-	bin := filepath.Join(t.TempDir(), "relay")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/relay").CombinedOutput(); err != nil {
-		t.Fatalf("build relay: %v\n%s", err, out)
-	}
+	bin := relayBinary(t)
 	models := filepath.Join(t.TempDir(), "relay.yaml")
 	if err := os.WriteFile(models, []byte("models:\n  - {name: m, provider: openai, base_url: http://127.0.0.1:1/v1, api_key_env: RELAY_TEST_KEY}\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -276,10 +276,7 @@ func TestUsageByKeyAndBatch(t *testing.T) {
 // prints a limit as GET /v1/usage shows it (null when not set, never 0).
 func TestBudgetSetKeepsWhatItWasNotGiven(t *testing.T) {
 	t.Parallel()
-	bin := filepath.Join(t.TempDir(), "relay")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/relay").CombinedOutput(); err != nil {
-		t.Fatalf("build relay: %v\n%s", err, out)
-	}
+	bin := relayBinary(t)
 	rt := runtime(t)
 	_, key := client(t, rt, "frugal")
 	// The models file the CLI checks a USD limit against: no price.

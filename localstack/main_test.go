@@ -11,6 +11,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,7 +26,41 @@ import (
 
 // The emulator (emutest) is started by the first test that needs it; under
 // -short every such test is skipped.
-func TestMain(m *testing.M) { emutest.Main(m) }
+func TestMain(m *testing.M) {
+	code := emutest.Run(m)
+	if relayCLI.dir != "" {
+		os.RemoveAll(relayCLI.dir)
+	}
+	os.Exit(code)
+}
+
+// relayCLI is the relay CLI (cmd/relay) of the tests that run it, built by
+// the first of them.
+var relayCLI struct {
+	once     sync.Once
+	dir, bin string
+	out      []byte
+	err      error
+}
+
+// relayBinary is the path of the relay CLI, built once per test binary.
+// Every test that runs it needs the emulator: under -short (make unit) t
+// is skipped before anything is built or linked.
+func relayBinary(t *testing.T) string {
+	t.Helper()
+	emutest.Require(t)
+	relayCLI.once.Do(func() {
+		if relayCLI.dir, relayCLI.err = os.MkdirTemp("", "relay-cli"); relayCLI.err != nil {
+			return
+		}
+		relayCLI.bin = filepath.Join(relayCLI.dir, "relay")
+		relayCLI.out, relayCLI.err = exec.Command("go", "build", "-o", relayCLI.bin, "../cmd/relay").CombinedOutput()
+	})
+	if relayCLI.err != nil {
+		t.Fatalf("build relay: %v\n%s", relayCLI.err, relayCLI.out)
+	}
+	return relayCLI.bin
+}
 
 // testModels points every model at a mock provider on a free port; quotes
 // and reservations count their tokens as the mock does (tokenizer: words,

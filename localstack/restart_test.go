@@ -77,10 +77,7 @@ func TestSchedRelaySIGKILLedMidBatch(t *testing.T) {
 	// outside it, and started again: the chunks the dead process held are
 	// taken over when their leases end, and the batch completes with every
 	// row exactly once.
-	bin := filepath.Join(t.TempDir(), "relay")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/relay").CombinedOutput(); err != nil {
-		t.Fatalf("build relay: %v\n%s", err, out)
-	}
+	bin := relayBinary(t)
 	mock := mockup.New(mockup.Options{})
 	srv := &http.Server{Handler: mock}
 	mockAddr := freeAddr(t)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -34,12 +33,9 @@ import (
 //     completes.
 func TestRunbookFailureModes(t *testing.T) {
 	t.Parallel()
+	bin := relayBinary(t)
 	if _, err := exec.LookPath("aws"); err != nil {
 		t.Fatalf("the runbook's checks use the AWS CLI: %v", err)
-	}
-	bin := filepath.Join(t.TempDir(), "relay")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/relay").CombinedOutput(); err != nil {
-		t.Fatalf("build relay: %v\n%s", err, out)
 	}
 	// The emulator's secrets outlive a run: a name of this run's own.
 	keyEnv := fmt.Sprintf("RELAY_LOCKED_KEY_%d", time.Now().UnixNano())

@@ -21,6 +21,7 @@ import (
 // account per model), stop with it (invocation.stopModel). Before, they
 // went on: 6 requests of x in flight against a max_concurrency of 4.
 func TestStoppedRunStopsItsModel(t *testing.T) {
+	t.Parallel()
 	p := newPeakProvider(900 * time.Millisecond)
 	e, table := runsFixture(t, p, chunkSpec{"x", 6, 2}, chunkSpec{"x", 8, 2})
 	e.Lease = time.Second // skew 0.5 s
@@ -144,6 +145,7 @@ func (f *slowLoad) GetChunk(ctx context.Context, b string, i int) (batch.Chunk, 
 // Run with -race: the heartbeat read r.ctx while start wrote it, until a
 // run joined the invocation's runs only once loaded.
 func TestContinuationLoadBesideHeartbeat(t *testing.T) {
+	t.Parallel()
 	e, table, _ := continuationFixture(t)
 	e.Store = &slowLoad{runsTable: table, slow: 1, wait: statusRefresh + 500*time.Millisecond}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -163,6 +165,7 @@ func TestContinuationLoadBesideHeartbeat(t *testing.T) {
 // fence handed over. Before, it had no message and waited for its lease
 // to end and a takeover, which spent one of its attempts.
 func TestContinuationThatRanNothingIsSent(t *testing.T) {
+	t.Parallel()
 	p := newPeakProvider(200 * time.Millisecond)
 	e, table := runsFixture(t, p, chunkSpec{"x", 2, 2}, chunkSpec{"x", 40, 2}, chunkSpec{"x", 4, 0})
 	e.Lease = time.Second
