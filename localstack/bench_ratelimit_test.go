@@ -30,9 +30,12 @@ const limitCommand = "go test -tags bench -run '^TestRateLimitBenchmark$' -count
 // the mock enforces it in a 10 s sliding window, then the second after
 // limitSwitchAt rows were answered. A row costs 20 tokens at the mock (4
 // of prompt, max_tokens 16), so the requests are the binding limit in both
-// tiers: 100 rows a second, then 50.
+// tiers: 100 rows a second, then 50. The requests in flight when the
+// limits fall, and those sent before the first 429 comes back, are
+// refused whatever the pace (about 2 × 100 a second × 100 ms: 20 to 30):
+// 4,000 rows make them under 1% with room, the rest at 50 a second (68 s).
 const (
-	limitRows     = 2000
+	limitRows     = 4000
 	limitSwitchAt = 600
 	limitRPM1     = 6000
 	limitTPM1     = 150_000
