@@ -33,7 +33,8 @@ const limitCommand = "go test -tags bench -run '^TestRateLimitBenchmark$' -count
 // tiers: 100 rows a second, then 50. The requests in flight when the
 // limits fall, and those sent before the first 429 comes back, are
 // refused whatever the pace (about 2 × 100 a second × 100 ms: 20 to 30):
-// 4,000 rows make them under 1% with room, the rest at 50 a second (68 s).
+// 4,000 rows make them under 1% with room, the rest at 50 a second (68 s);
+// BENCH_LIMIT_ROWS runs another number (the issue's 10,000: 3 minutes).
 const (
 	limitRows     = 4000
 	limitSwitchAt = 600
@@ -55,6 +56,7 @@ models:
 
 // limitFigures is what the scenario measured.
 type limitFigures struct {
+	rows         int // limitRows, or BENCH_LIMIT_ROWS
 	at           time.Time
 	status       string
 	completed    int64
@@ -80,7 +82,8 @@ func runLimitBench(t *testing.T) limitFigures {
 	rt := pacedRuntime(t, limitModels, first)
 	c, _ := client(t, rt, "bench-limits")
 	var in bytes.Buffer
-	for i := range limitRows {
+	rows := envInt(t, "BENCH_LIMIT_ROWS", limitRows, limitSwitchAt+1)
+	for i := range rows {
 		// Three words and one for the message, and max_tokens 16.
 		fmt.Fprintf(&in, `{"custom_id":"r%04d","method":"POST","url":"/v1/chat/completions","body":{"model":"limited","max_tokens":16,"messages":[{"role":"user","content":"limits row %d"}]}}`+"\n", i, i)
 	}
@@ -99,9 +102,9 @@ func runLimitBench(t *testing.T) limitFigures {
 	logTimeline(t, rt.Mock.Requests(), start)
 	n1 := at.ByStatus[200]
 	r1, r2 := perRate(limitRPM1, limitTPM1), perRate(limitRPM2, limitTPM2)
-	ideal := float64(n1)/r1 + drain(n1, r1, r2) + float64(limitRows-n1)/r2
+	ideal := float64(n1)/r1 + drain(n1, r1, r2) + float64(int64(rows)-n1)/r2
 	return limitFigures{
-		at: time.Now(), status: string(b.Status), completed: b.RequestCounts.Completed,
+		rows: rows, at: time.Now(), status: string(b.Status), completed: b.RequestCounts.Completed,
 		requests: st.Requests, limited: st.ByStatus[429], limitedAfter: st.ByStatus[429] - at.ByStatus[429], switchedAt: n1,
 		wall: wall, ideal: time.Duration(ideal * float64(time.Second)),
 	}
@@ -119,13 +122,13 @@ func drain(n1 int64, r1, r2 float64) float64 {
 	return w * (1 - r2/r1)
 }
 
-func (l limitFigures) perThousand() float64 { return float64(l.limited) * 1000 / limitRows }
+func (l limitFigures) perThousand() float64 { return float64(l.limited) * 1000 / float64(l.rows) }
 func (l limitFigures) ratio() float64       { return l.wall.Seconds() / l.ideal.Seconds() }
 
 func (l limitFigures) figures() []figure {
 	return []figure{
-		{"Provider limits: batch result", fmt.Sprintf("%s, %d rows completed", l.status, l.completed), fmt.Sprintf("completed, %d rows", limitRows),
-			l.status == "completed" && l.completed == limitRows},
+		{"Provider limits: batch result", fmt.Sprintf("%s, %d rows completed", l.status, l.completed), fmt.Sprintf("completed, %d rows", l.rows),
+			l.status == "completed" && l.completed == int64(l.rows)},
 		{"Provider limits: 429s per 1,000 rows", fmt.Sprintf("%.1f (%d of %d requests)", l.perThousand(), l.limited, l.requests),
 			fmt.Sprintf("≤ %.0f", bar429PerThousand), l.perThousand() <= bar429PerThousand},
 		{"Provider limits: wall time ÷ paced ideal", fmt.Sprintf("%.2f× (%.1f s ÷ %.1f s)", l.ratio(), l.wall.Seconds(), l.ideal.Seconds()),
@@ -150,7 +153,7 @@ func (l limitFigures) markdown() string {
 		"is not told: it finds out from its rate-limit headers (a minute's limit, as OpenAI's) and its 429s. The paced ideal is rows ÷ limit: the %d rows answered "+
 		"before the switch at %.0f a second, the rest at %.0f, after the %.1f s the window takes to let out enough of the requests it admitted "+
 		"at the old limit for any to fit the new one (drain: nothing can be sent then). Wall time runs from the create to the get (every %d ms) that sees the "+
-		"batch terminal.", limitRows, limitRowCost, limitRPM1, limitTPM1, limitWindow.Seconds(), benchLatency.Milliseconds(), limitSwitchAt,
+		"batch terminal.", l.rows, limitRowCost, limitRPM1, limitTPM1, limitWindow.Seconds(), benchLatency.Milliseconds(), limitSwitchAt,
 		limitRPM2, limitTPM2, l.switchedAt, perRate(limitRPM1, limitTPM1), perRate(limitRPM2, limitTPM2),
 		drain(l.switchedAt, perRate(limitRPM1, limitTPM1), perRate(limitRPM2, limitTPM2)), benchPoll.Milliseconds())
 	w("")
@@ -164,7 +167,7 @@ func (l limitFigures) markdown() string {
 		w("| %s | %s | %s | %s |", f.name, f.value, f.bar, result)
 	}
 	w("")
-	w("%d of the 429s came after the switch; %d upstream requests in all for %d rows.", l.limitedAfter, l.requests, limitRows)
+	w("%d of the 429s came after the switch; %d upstream requests in all for %d rows.", l.limitedAfter, l.requests, l.rows)
 	return b.String()
 }
 
