@@ -151,8 +151,7 @@ BENCH_EMULATOR_PORT ?= 4595
 bench:
 	$(call run-with-emulator,$(MAKE) --no-print-directory bench-all,$(BENCH_EMULATOR_PORT))
 
-# bench-all runs both even when the first fails (the old engine misses its
-# bars), and fails if either did. The go test line is the one the test
+# bench-all runs all three even when one fails, and fails if any did. The go test line is the one the test
 # writes into BENCHMARKS.md as its command (benchCommand).
 bench-all:
 	@status=0; \

@@ -2,7 +2,7 @@
 
 package localstack
 
-// TestLargeBenchmark (`make bench`, issue 35): the largest batches, the
+// TestLargeBenchmark (`make bench`): the largest batches, the
 // turnaround of small ones and what running them costs. Each scenario is a
 // subtest that runs alone (`-run 'TestLargeBenchmark/turnaround'`) and
 // writes its own section of BENCHMARKS.md, which TestEndToEndBenchmark keeps
@@ -19,7 +19,7 @@ package localstack
 //
 // large and slow price their own counts per million rows (costLines).
 // BENCH_LARGE_ROWS, BENCH_TURN_BATCHES and BENCH_SLOW_ROWS shrink them
-// while working on them; the section then says it is not the issue's run.
+// while working on them; the section then says it is not the full run.
 // BENCH_HEAP_PROFILE=path writes a heap profile (go tool pprof) the first
 // time the heap passes 400 MiB above its start: what holds it.
 
@@ -76,7 +76,7 @@ const (
 	slowLimit       = 5 * time.Minute
 )
 
-// The bars of issue 35's "done when".
+// The bars of the largest batches, their turnaround and cost (BENCHMARKS.md).
 const (
 	barLargeRatio   = 1.15 // wall time ÷ rows × latency ÷ capacity
 	barHeapShare    = 0.5  // a function's heap peak ÷ its configured memory
@@ -740,7 +740,7 @@ func (f largeFigures) markdown() section {
 	w("")
 	runHeader(w, f.load)
 	if f.rows != largeRowsDefault {
-		w("- **Not the issue's run**: BENCH_LARGE_ROWS=%d (the bars are for %d rows, 200 MB)", f.rows, largeRowsDefault)
+		w("- **Not the full run**: BENCH_LARGE_ROWS=%d (the bars are for %d rows, 200 MB)", f.rows, largeRowsDefault)
 	}
 	w("")
 	w("The file is written to disk and uploaded with the official client's Uploads API (`uploads.create`, a `parts.create` per %d MiB "+
@@ -838,7 +838,7 @@ func (f turnFigures) markdown() section {
 	w("")
 	runHeader(w, f.load)
 	if f.n != turnBatchesDefault {
-		w("- **Not the issue's run**: BENCH_TURN_BATCHES=%d (the bars are for %d)", f.n, turnBatchesDefault)
+		w("- **Not the full run**: BENCH_TURN_BATCHES=%d (the bars are for %d)", f.n, turnBatchesDefault)
 	}
 	w("")
 	w("Each batch's file is uploaded (not timed), the batch created, and `batches.get` and the first page of "+
@@ -908,7 +908,7 @@ func (f slowFigures) markdown() section {
 	w("")
 	runHeader(w, f.load)
 	if f.rows != slowRowsDefault {
-		w("- **Not the issue's run**: BENCH_SLOW_ROWS=%d (the bars are for %d)", f.rows, slowRowsDefault)
+		w("- **Not the full run**: BENCH_SLOW_ROWS=%d (the bars are for %d)", f.rows, slowRowsDefault)
 	}
 	w("")
 	w("One batch of %d small chat rows (`files.create`, then the batch, `batches.get` every second) of model `slow-512` at the mock, "+

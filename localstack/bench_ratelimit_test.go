@@ -14,8 +14,6 @@ package localstack
 import (
 	"bytes"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -172,42 +170,11 @@ func (l limitFigures) markdown() string {
 }
 
 // TestRateLimitBenchmark runs the provider-limits scenario alone and puts
-// its section into BENCHMARKS.md in place of the one there (or before the
-// sections other benchmarks write), then fails on a missed bar.
+// its section into BENCHMARKS.md in place of the one there (writeSection),
+// then fails on a missed bar.
 func TestRateLimitBenchmark(t *testing.T) {
 	l := runLimitBench(t)
-	path := filepath.Join(repoRoot(t), "BENCHMARKS.md")
-	old, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	md := spliceSection(string(old), limitTitle, l.markdown())
-	fmt.Println(l.markdown())
-	if err := os.WriteFile(path, []byte(md), 0o644); err != nil {
-		t.Fatalf("write %s: %v", path, err)
-	}
-	for _, f := range l.figures() {
-		if !f.pass {
-			t.Errorf("%s: %s, bar %s", f.name, f.value, f.bar)
-		}
-	}
-}
-
-// spliceSection is doc with its section headed title replaced by section
-// (which starts with an empty line and the title), or, without one, with
-// section before the sections memorySection keeps.
-func spliceSection(doc, title, section string) string {
-	if before, rest, ok := strings.Cut(doc, "\n"+title+"\n"); ok {
-		after := ""
-		if end := strings.Index(rest, "\n## "); end >= 0 {
-			after = rest[end:]
-		}
-		return strings.TrimRight(before, "\n") + "\n" + section + after
-	}
-	if i := strings.Index(doc, "\n## Executor memory"); i >= 0 {
-		return doc[:i] + section + doc[i:]
-	}
-	return doc + section
+	writeSection(t, strings.TrimPrefix(limitTitle, "## "), section{md: strings.TrimPrefix(l.markdown(), "\n"), figures: l.figures()})
 }
 
 // logTimeline logs (go test -v) the requests the mock answered each second

@@ -235,11 +235,15 @@ func (a *App) recordDrop(model, env string, status int) {
 // (docs/design.md "Rate budgets"); the rows do not wait on it.
 func (a *App) publishLimiter(executor string) func(model string, states []ratelimit.KeyState) {
 	return func(model string, states []ratelimit.KeyState) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := a.Store.PublishLimiter(ctx, model, executor, a.now(), states); err != nil {
-			a.Log.Warn("publish the limiter state", "model", model, "error", err)
-		}
+		// Called in a row's answer (ratelimit.Ticket.Done): the write goes
+		// beside it.
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := a.Store.PublishLimiter(ctx, model, executor, a.now(), states); err != nil {
+				a.Log.Warn("publish the limiter state", "model", model, "error", err)
+			}
+		}()
 	}
 }
 

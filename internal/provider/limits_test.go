@@ -54,7 +54,8 @@ func TestDoKeyPoolDropsARefusedKey(t *testing.T) {
 	if onA != 1 {
 		t.Fatalf("%d requests on the refused key, want 1: it is dropped at its first 401", onA)
 	}
-	st := c.Limits.Snapshot()["pooled"]
+	m, _ := c.Models.Lookup("pooled")
+	st := c.Limits.For(m).States()
 	if st[0].State != "dropped" || st[1].State != "live" {
 		t.Fatalf("states %+v", st)
 	}

@@ -13,10 +13,6 @@ import (
 	"github.com/relaybatch/relay/internal/config"
 )
 
-// NativeDiscount is the providers' batch APIs' price as a share of the
-// direct price.
-const NativeDiscount = config.NativeDiscount
-
 // Latency sources: where a model's latency figure comes from.
 const (
 	LatencyObserved   = "observed"   // requests this process saw the model answer
@@ -164,11 +160,11 @@ func Estimate(endpoint string, tallies map[string]*Tally, models map[string]Mode
 	}
 	w := window.Seconds()
 	q.Modes.Direct = Mode{CostUSD: costs.scaled(1, 1), DurationSeconds: &direct, MaxDurationSeconds: w}
-	q.Modes.Native = Mode{CostUSD: costs.scaled(NativeDiscount, NativeDiscount), MaxDurationSeconds: w}
+	q.Modes.Native = Mode{CostUSD: costs.scaled(config.NativeDiscount, config.NativeDiscount), MaxDurationSeconds: w}
 	if turnaroundKnown && len(names) > 0 {
 		q.Modes.Native.DurationSeconds = &turnaround
 	}
-	q.Modes.Hybrid = Mode{CostUSD: costs.scaled(NativeDiscount, 1), MaxDurationSeconds: w}
+	q.Modes.Hybrid = Mode{CostUSD: costs.scaled(config.NativeDiscount, 1), MaxDurationSeconds: w}
 	return q
 }
 

@@ -16,8 +16,9 @@ import (
 // algorithm: each reservation of cost units books cost/rate of time after
 // the previous one, and goes at the time it was booked, so the requests of
 // a key leave evenly spaced rather than in a burst a provider's sliding
-// window would refuse. A rate of 0 paces nothing; pauses (Retry-After, a
-// provider's remaining 0) apply at any rate. Safe for concurrent use.
+// window would refuse. A rate of 0 paces nothing until the provider states
+// a limit (Learn); pauses (Retry-After, a provider's remaining 0) apply at
+// any rate. Safe for concurrent use.
 type Pacer struct {
 	mu         sync.Mutex
 	configured float64 // the rate it was made with (0: none)
@@ -202,10 +203,14 @@ func (p *Pacer) Tighten(now time.Time, remaining, limit float64, reset time.Dura
 }
 
 // slack is how far behind now the pacer's time may fall after an idle
-// time: burst units at the configured rate, so a rate cut after 429s cuts
-// the burst with it.
+// time: as long as burst units take at the configured rate, so a rate
+// below it (cut after 429s, or a lower limit the provider states) has its
+// burst cut with it.
 func (p *Pacer) slack() time.Duration {
-	return time.Duration(p.burst / p.ceiling * float64(time.Second))
+	if p.configured <= 0 {
+		return 0
+	}
+	return time.Duration(p.burst / p.configured * float64(time.Second))
 }
 
 // span is the time cost units take at the rate.

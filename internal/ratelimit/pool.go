@@ -47,7 +47,8 @@ type Registry struct {
 	// Publish, if set, takes a model's key states, at most every
 	// publishEvery while the executor sends the model's rows and at once
 	// when a circuit opens: the store, so that relay admin models and the
-	// panel read every executor's (docs/design.md "Rate budgets").
+	// panel read every executor's (docs/design.md "Rate budgets"). It is
+	// called in a row's answer (Ticket.Done): it must not wait on a write.
 	Publish func(model string, states []KeyState)
 
 	mu    sync.Mutex
@@ -67,22 +68,6 @@ func (r *Registry) For(m config.Model) *Pool {
 		r.pools[m.Name] = p
 	}
 	return p
-}
-
-// Snapshot is every pool's state, by model name: what Publish hands on,
-// a model at a time.
-func (r *Registry) Snapshot() map[string][]KeyState {
-	r.mu.Lock()
-	pools := make(map[string]*Pool, len(r.pools))
-	for k, v := range r.pools {
-		pools[k] = v
-	}
-	r.mu.Unlock()
-	out := map[string][]KeyState{}
-	for name, p := range pools {
-		out[name] = p.States()
-	}
-	return out
 }
 
 func (r *Registry) now() time.Time {

@@ -294,20 +294,21 @@ func TestRetryAfterPausesTheKey(t *testing.T) {
 }
 
 func TestHeadersTightenBeforeA429(t *testing.T) {
-	r := &Registry{}
-	p := r.For(config.Model{Name: "m", MaxConcurrency: 4})
-	u, _ := p.Pick(Cost{})
-	tk, _ := u.Wait(context.Background(), Cost{}, false)
+	now := t0
+	r := &Registry{Now: func() time.Time { return now }}
+	u := r.For(config.Model{Name: "m", MaxConcurrency: 4}).ups[0]
+	tk, err := u.Wait(context.Background(), Cost{}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
 	h := http.Header{}
 	h.Set("x-ratelimit-limit-requests", "300")
 	h.Set("x-ratelimit-remaining-requests", "0")
 	h.Set("x-ratelimit-reset-requests", "1s")
-	start := time.Now()
 	tk.Done(Outcome{Status: 200, Header: h})
-	tk, _ = u.Wait(context.Background(), Cost{}, false)
-	tk.Done(Outcome{Status: 200})
-	if d := time.Since(start); d < 190*time.Millisecond {
-		t.Fatalf("next row after %s, want a minute / 300", d)
+	// None left of 300 a minute: the next one is back in 200 ms.
+	if at := u.requests.Next(now, 1); !at.Equal(now.Add(200 * time.Millisecond)) {
+		t.Fatalf("the next row may go after %s, want a minute / 300", at.Sub(now))
 	}
 }
 
@@ -686,6 +687,16 @@ func TestPaceFollowsTheProvidersStatedLimit(t *testing.T) {
 	}
 	if got, want := u.requests.Rate(), 3000.0/60*Headroom; got != want {
 		t.Fatalf("a minute at 3,000 RPM stated: pace %v, want held at %v", got, want)
+	}
+	// After an idle time a second of that pace may go at once, not a
+	// second of the configured one (twice the stated limit).
+	now = now.Add(10 * time.Second)
+	atOnce := 0
+	for u.requests.Reserve(now, 1).Equal(now) {
+		atOnce++
+	}
+	if atOnce > 48 {
+		t.Fatalf("%d requests at once after an idle time at a stated 3,000 RPM, want a second of 47.5 a second at most", atOnce)
 	}
 	for range 60 {
 		answer("12000", "11000")

@@ -396,7 +396,7 @@ func (s *Store) BudgetUsed(ctx context.Context, bucket string, from, to int64) (
 //	an executor's key state   LS#<model>         <key env>#<executor>      state, circuit, concurrency, 429s in the last minute, pace, at; ttl an hour on
 
 // limiterTTL is how long an executor's published state outlives its
-// publication: the readers ignore it after a minute (ops.KeyStale).
+// publication: the readers ignore it after a minute (ops.PublishedWithin).
 const limiterTTL = time.Hour
 
 // PublishLimiter writes executor's states of model's keys at at, one item
