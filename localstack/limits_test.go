@@ -870,6 +870,15 @@ func TestAbuseStorageKeysCarryTenant(t *testing.T) {
 			owner = str(i, "tenant")
 		case strings.HasPrefix(pk, "READY#"):
 			owner = batchOwner[str(i, "batch")] // an entry names its batch
+		case strings.HasPrefix(pk, "LS#") || strings.HasPrefix(pk, "RB#") || strings.HasPrefix(pk, "KS#"):
+			// A model's keys: their limiter states, rate budgets and drops
+			// (docs/design.md "Rate budgets") are the service's, no tenant's.
+			for _, name := range []string{"tenant", "batch", "key_id"} {
+				if _, ok := i[name]; ok {
+					t.Errorf("key item %s/%s holds %q: shared items must hold no tenant data", pk, sk, name)
+				}
+			}
+			continue
 		case strings.HasPrefix(pk, "MODEL#") && strings.HasPrefix(sk, "CAP#"):
 			for name := range i {
 				if name != "pk" && name != "sk" && name != "inflight" {
