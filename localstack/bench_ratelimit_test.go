@@ -155,15 +155,7 @@ func (l limitFigures) markdown() string {
 		limitRPM2, limitTPM2, l.switchedAt, perRate(limitRPM1, limitTPM1), perRate(limitRPM2, limitTPM2),
 		drain(l.switchedAt, perRate(limitRPM1, limitTPM1), perRate(limitRPM2, limitTPM2)), benchPoll.Milliseconds())
 	w("")
-	w("| Figure | Value | Bar | Result |")
-	w("| --- | --- | --- | --- |")
-	for _, f := range l.figures() {
-		result := "pass"
-		if !f.pass {
-			result = "**FAIL**"
-		}
-		w("| %s | %s | %s | %s |", f.name, f.value, f.bar, result)
-	}
+	tableOf(w, l.figures())
 	w("")
 	w("%d of the 429s came after the switch; %d upstream requests in all for %d rows.", l.limitedAfter, l.requests, l.rows)
 	return b.String()

@@ -740,15 +740,7 @@ func (r *benchReport) markdown() string {
 		"%.0f s, and if its batch has not ended by then its figures are per 1,000 rows done so far.",
 		r.waiting, r.budget, benchMinLoaded.Seconds())
 	w("")
-	w("| Figure | Value | Bar | Result |")
-	w("| --- | --- | --- | --- |")
-	for _, f := range r.figures() {
-		result := "pass"
-		if !f.pass {
-			result = "**FAIL**"
-		}
-		w("| %s | %s | %s | %s |", f.name, f.value, f.bar, result)
-	}
+	tableOf(w, r.figures())
 	w("")
 	w("AWS requests are counted at the SDK's HTTP client and attributed to the function whose Lambda context the request "+
 		"carries: its invocations and its event-source poller's receives and deletes. Left out: the api function's requests (the "+
