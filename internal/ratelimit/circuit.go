@@ -38,6 +38,23 @@ const (
 func (c *Circuit) Allow(now time.Time) (ok, probe bool, wait time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	ok, probe, wait = c.verdict(now)
+	if probe {
+		c.probing = true
+	}
+	return ok, probe, wait
+}
+
+// Admits reports whether Allow would let a request through at now.
+func (c *Circuit) Admits(now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ok, _, _ := c.verdict(now)
+	return ok
+}
+
+// verdict is Allow's answer at now, the probe not taken; c.mu is held.
+func (c *Circuit) verdict(now time.Time) (ok, probe bool, wait time.Duration) {
 	if !c.openedAt.IsZero() {
 		if left := c.openedAt.Add(c.Cooldown).Sub(now); left > 0 {
 			return false, false, left
@@ -49,18 +66,7 @@ func (c *Circuit) Allow(now time.Time) (ok, probe bool, wait time.Duration) {
 	if c.probing {
 		return false, false, 50 * time.Millisecond
 	}
-	c.probing = true
 	return true, true, 0
-}
-
-// Admits reports whether Allow would let a request through at now.
-func (c *Circuit) Admits(now time.Time) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.openedAt.IsZero() && now.Before(c.openedAt.Add(c.Cooldown)) {
-		return false
-	}
-	return c.failures == 0 || !c.probing
 }
 
 // Still reports whether a request Allow let through before may still go:
