@@ -24,7 +24,7 @@ type Status struct {
 func (g *Checker) Report(ctx context.Context, tenant string) (Status, error) {
 	now := g.Now().UTC()
 	st := Status{Month: now.Format("2006-01")}
-	b, err := read(g, &g.budgets, tenant, func() (store.Budget, error) { return g.Store.GetBudget(ctx, tenant) })
+	b, err := g.budget(ctx, tenant)
 	if err != nil || !b.Limited() {
 		return st, err
 	}
@@ -35,6 +35,11 @@ func (g *Checker) Report(ctx context.Context, tenant string) (Status, error) {
 	}
 	st.SpentTokens, st.SpentUSD = Spent(rows, g.price)
 	return st, nil
+}
+
+// budget is tenant's budget, read once per TTL.
+func (g *Checker) budget(ctx context.Context, tenant string) (store.Budget, error) {
+	return read(g, &g.budgets, tenant, func() (store.Budget, error) { return g.Store.GetBudget(ctx, tenant) })
 }
 
 func (g *Checker) price(model string) *config.Price {

@@ -24,8 +24,8 @@ const reservationGrace = 5 * time.Minute
 // so two creates cannot both take room that fits one; a retried create
 // (an ambiguous write) finds its own reservation and keeps it.
 func (g *Checker) Reserve(ctx context.Context, tenant, id string, estimate func() (store.Reservation, error)) error {
-	st, err := g.Report(ctx, tenant)
-	if err != nil || !st.Budget.Limited() {
+	b, err := g.budget(ctx, tenant)
+	if err != nil || !b.Limited() {
 		return err
 	}
 	r, err := estimate()
@@ -52,9 +52,9 @@ func (g *Checker) Reserve(ctx context.Context, tenant, id string, estimate func(
 			held.Tokens += left.Tokens
 			held.USD += left.USD
 		}
-		// The spend is read again after what the others hold: rows that
-		// settled since the first read moved their spend from the one to
-		// the other (in one commit), and are counted twice, not missed.
+		// The spend is read after what the others hold: rows that settled
+		// in between moved their spend from the one to the other (in one
+		// commit), and are counted twice, not missed.
 		st, err := g.Report(ctx, tenant)
 		if err != nil {
 			return err
