@@ -328,16 +328,7 @@ func TestMaxCostStopsAtTheCeiling(t *testing.T) {
 	t.Parallel()
 	rt := runtime(t, withModels(t, costModels))
 	c, key := client(t, rt, "ceiling")
-	var data bytes.Buffer
-	var ids []string
-	for i := range 20 {
-		id := fmt.Sprintf("r%04d", i)
-		ids = append(ids, id)
-		line, _ := json.Marshal(map[string]any{"custom_id": id, "method": "POST", "url": "/v1/chat/completions",
-			"body": map[string]any{"model": "gpt-4o-mini", "max_tokens": 3, "messages": []any{map[string]any{"role": "user", "content": fmt.Sprint("hello ", i)}}}})
-		data.Write(line)
-		data.WriteByte('\n')
-	}
+	data, ids := costRows(20, "")
 	f := upload(t, c, "ceiling.jsonl", data.Bytes())
 	_, q, resp := postQuote(t, rt, key, map[string]any{"input_file_id": f.ID, "endpoint": "/v1/chat/completions"})
 	if q.Modes.Direct.CostUSD == nil || q.Modes.Direct.CostUSD.Max == nil || *q.Modes.Direct.CostUSD.Max != 120 {
@@ -377,16 +368,7 @@ func TestMaxCostWithChunksAtOnce(t *testing.T) {
 	t.Parallel()
 	rt := runtime(t, withModels(t, strings.Replace(costModels, "max_concurrency: 8", "max_concurrency: 20", 1)))
 	c, key := client(t, rt, "ceiling")
-	var data bytes.Buffer
-	var ids []string
-	for i := range 20 {
-		id := fmt.Sprintf("r%04d", i)
-		ids = append(ids, id)
-		line, _ := json.Marshal(map[string]any{"custom_id": id, "method": "POST", "url": "/v1/chat/completions",
-			"body": map[string]any{"model": "gpt-4o-mini", "max_tokens": 3, "messages": []any{map[string]any{"role": "user", "content": fmt.Sprint("hello ", i, " [[mock:sleep=1s]]")}}}})
-		data.Write(line)
-		data.WriteByte('\n')
-	}
+	data, ids := costRows(20, " [[mock:sleep=1s]]")
 	f := upload(t, c, "ceiling.jsonl", data.Bytes())
 	_, q, resp := postQuote(t, rt, key, map[string]any{"input_file_id": f.ID, "endpoint": "/v1/chat/completions"})
 	if q.Modes.Direct.CostUSD == nil || q.Modes.Direct.CostUSD.Max == nil {
@@ -437,4 +419,20 @@ func TestMessageBatchQuote(t *testing.T) {
 	if _, err := c.Messages.Batches.New(ctx, anthropic.MessageBatchNewParams{Requests: bad}, aoption.WithJSONSet("dry_run", true)); sdkStatus(t, err) != 400 {
 		t.Fatalf("quote of a duplicate custom_id: %v, want 400", err)
 	}
+}
+
+// costRows is a JSONL file of n chat rows of gpt-4o-mini with max_tokens 3,
+// "hello <i>" and suffix each, and their custom ids.
+func costRows(n int, suffix string) (*bytes.Buffer, []string) {
+	var data bytes.Buffer
+	var ids []string
+	for i := range n {
+		id := fmt.Sprintf("r%04d", i)
+		ids = append(ids, id)
+		line, _ := json.Marshal(map[string]any{"custom_id": id, "method": "POST", "url": "/v1/chat/completions",
+			"body": map[string]any{"model": "gpt-4o-mini", "max_tokens": 3, "messages": []any{map[string]any{"role": "user", "content": fmt.Sprint("hello ", i) + suffix}}}})
+		data.Write(line)
+		data.WriteByte('\n')
+	}
+	return &data, ids
 }
