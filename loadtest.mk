@@ -3,7 +3,7 @@
 # start a moto_server of their own on a free port as `make test` does, and
 # print a report. Their tests sit behind build tags, so `make test` skips them.
 #   make loadtest [LOADTEST_TENANTS=8 LOADTEST_BATCHES=5 LOADTEST_ROWS=50]
-#   make chaos [CHAOS_SEED=n]
+#   make chaos [CHAOS_SEED=n CHAOS_CHUNK_ROWS=768]
 
 .PHONY: loadtest chaos
 

@@ -21,9 +21,15 @@ package localstack
 // The randomness is seeded (CHAOS_SEED,
 // printed); goroutine scheduling still varies, so a seed reproduces the
 // fault rates and the burst plan, not the exact interleaving.
+// Chunks hold 10 rows, so every batch makes many chunks to fault;
+// CHAOS_CHUNK_ROWS=n (0 or unset: 10) runs it at RELAY_CHUNK_ROWS=n, 768
+// the shipped default (a chunk still holds at most 24 rounds of its
+// model's slots, plan.Limits.RowsFor: 288, 144 and 72 rows here, so a
+// 100-row batch makes one chunk per model).
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -307,6 +313,16 @@ func (c *chaos) bursts(ctx context.Context, mock *mockup.Server, seed int64) {
 	}
 }
 
+// chaosChunkRows is the run's RELAY_CHUNK_ROWS: CHAOS_CHUNK_ROWS, 0 or
+// unset 10 (see the header).
+func chaosChunkRows(t *testing.T) int {
+	n, err := strconv.Atoi(cmp.Or(os.Getenv("CHAOS_CHUNK_ROWS"), "0"))
+	if err != nil || n < 0 {
+		t.Fatalf("CHAOS_CHUNK_ROWS: %q is not a row count", os.Getenv("CHAOS_CHUNK_ROWS"))
+	}
+	return cmp.Or(n, 10)
+}
+
 func TestChaos(t *testing.T) {
 	const (
 		nTenants  = 4
@@ -314,6 +330,7 @@ func TestChaos(t *testing.T) {
 		nRows     = 100
 		budget    = 900 * time.Second // submit to all terminal: ~90 takeovers of a 10 s lease in a run
 	)
+	chunkRows := chaosChunkRows(t)
 	seed := time.Now().UnixNano()
 	if v := os.Getenv("CHAOS_SEED"); v != "" {
 		var err error
@@ -366,7 +383,7 @@ func TestChaos(t *testing.T) {
 	// Both runtimes: the same names, emulator, API address and hooks.
 	prefix := fmt.Sprintf("chaos%d", time.Now().UnixNano())
 	opts := localrun.Options{
-		Env:    config.Env{Prefix: prefix, Table: prefix, Bucket: prefix + "-data", ChunkRows: 10, S3PathStyle: true},
+		Env:    config.Env{Prefix: prefix, Table: prefix, Bucket: prefix + "-data", ChunkRows: chunkRows, S3PathStyle: true},
 		Models: models, AWS: emutest.Config(t), Addr: freeAddr(t), TickEvery: time.Second, Log: logger,
 		OnInvoke: ch.onInvoke,
 		// Work delivered to two invocations at once, and every engine
@@ -580,8 +597,8 @@ func TestChaos(t *testing.T) {
 	rt = ch.rt.Load()
 	drained := drainWork(t, rt, 90*time.Second)
 	w := os.Stdout
-	fmt.Fprintf(w, "\nCHAOS  seed %d: %d tenants × %d batches × %d rows = %d rows, + %d workflow records and a template's run of %d rows; chunks of 10\n",
-		seed, nTenants, perTenant, nRows, totalRows, len(extra.ids[0]), len(extra.ids[1]))
+	fmt.Fprintf(w, "\nCHAOS  seed %d: %d tenants × %d batches × %d rows = %d rows, + %d workflow records and a template's run of %d rows; chunks of %d\n",
+		seed, nTenants, perTenant, nRows, totalRows, len(extra.ids[0]), len(extra.ids[1]), chunkRows)
 	var shortened []string
 	for _, q := range chaosQueues {
 		shortened = append(shortened, fmt.Sprintf("%s %v/%v", q.key, q.visibility, q.timeout))
