@@ -25,7 +25,8 @@ package localstack
 // CHAOS_CHUNK_ROWS=n (0 or unset: 10) runs it at RELAY_CHUNK_ROWS=n, 768
 // the shipped default (a chunk still holds at most 24 rounds of its
 // model's slots, plan.Limits.RowsFor: 288, 144 and 72 rows here, so a
-// 100-row batch makes one chunk per model).
+// 100-row batch makes one chunk per model; the fault bars, set for chunks
+// of 10, are then printed, not enforced).
 
 import (
 	"bytes"
@@ -611,7 +612,7 @@ func TestChaos(t *testing.T) {
 	}
 	fmt.Fprintf(w, "  all terminal after %.1f s (%d of %d rows done, as last polled); restart at %.1f s with %d rows done and %d of %d batches unfinished; %d cancels; work queue drained: %v\n\n",
 		elapsed.Seconds(), rowsDone, totalRows, restartAt.Seconds(), rowsAtRestart, openAtRestart, nTenants*perTenant, cancels.Load(), drained)
-	total := faultTable(t, w, ch.faults, sdk)
+	total := faultTable(t, w, ch.faults, sdk, chunkRows == 10)
 	fmt.Fprintf(w, "\n  %d faults injected; besides, %d invocations ran on a skewed clock (up to %v off), %d rows slower than an invocation\n\n",
 		total, ch.skews, ch.maxSkewSeen, slowRows.Load())
 	inv := checkInvariants(mock, models)
@@ -707,8 +708,11 @@ const (
 	chaosWebhookCooldown = 2 * time.Second
 )
 
-// The bars of a run: faults in all, of them after-effect
-// failures and transaction conflicts.
+// The bars of a run in chunks of 10: faults in all, of them after-effect
+// failures and transaction conflicts. Larger chunks (CHAOS_CHUNK_ROWS)
+// make fewer chunks and AWS calls at the same fault rates (chunks of 768,
+// seed 99: 5,349 calls, 864 faults, 291 after-effect): the bars are
+// printed, not enforced, so the run goes on to its end-state checks.
 const (
 	minFaults    = 1000
 	minAfter     = 300
@@ -912,8 +916,8 @@ func checkWebhooks(t *testing.T, rt *localrun.Runtime, hooks *chaosHooks, keys m
 
 // faultTable prints the faults injected, those at the invocations, then
 // those at the SDK per operation (with the calls they are a share of), and
-// fails the run below the bars. It returns the total.
-func faultTable(t *testing.T, w io.Writer, faults map[string]int, sdk *awsfault.Injector) int {
+// fails the run below the bars if enforce. It returns the total.
+func faultTable(t *testing.T, w io.Writer, faults map[string]int, sdk *awsfault.Injector, enforce bool) int {
 	total := 0
 	rows := [][]string{{"fault at the invocation", "count"}}
 	for _, k := range faultOrder {
@@ -942,7 +946,11 @@ func faultTable(t *testing.T, w io.Writer, faults map[string]int, sdk *awsfault.
 	}
 	table(w, append(rows, row))
 	if total < minFaults || byKind[awsfault.After] < minAfter || byKind[awsfault.Conflict] < minConflicts {
-		t.Errorf("faults: %d in all (want ≥ %d), %d after-effect (want ≥ %d), %d conflicts (want ≥ %d)",
+		report := t.Errorf
+		if !enforce {
+			report = t.Logf
+		}
+		report("faults: %d in all (want ≥ %d), %d after-effect (want ≥ %d), %d conflicts (want ≥ %d)",
 			total, minFaults, byKind[awsfault.After], minAfter, byKind[awsfault.Conflict], minConflicts)
 	}
 	return total
