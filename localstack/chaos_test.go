@@ -69,6 +69,7 @@ import (
 	"github.com/relaybatch/relay/internal/mockup"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/resources"
+	"github.com/relaybatch/relay/internal/webhook/delivery"
 )
 
 // chaosModels: three models of different capacities that the batches mix
@@ -865,15 +866,18 @@ func templateRun(ctx context.Context, baseURL string, tr *tenantRun, templateID 
 // webhookOutcome is what the webhook check found.
 type webhookOutcome struct{ delivered, failed, unsettled int }
 
-// checkWebhooks waits (a minute at most) until the webhook of every batch
-// in keys (id → its tenant's key) is delivered or recorded failed, then
+// checkWebhooks waits until the webhook of every batch in keys (id → its
+// tenant's key) is delivered or recorded failed, then
 // checks each delivered one reached the receiver with the batch's terminal
 // status, and that down's webhook, whose receiver always refuses, failed.
 func checkWebhooks(t *testing.T, rt *localrun.Runtime, hooks *chaosHooks, keys map[string]string, down string) webhookOutcome {
 	t.Helper()
 	ctx := context.Background()
 	settled := map[string]apiBatch{}
-	deadline := time.Now().Add(time.Minute)
+	// A completion webhook whose in_progress was recorded but never queued
+	// (a function killed between the two) waits delivery.OrderWait for it,
+	// then retries for chaosWebhookRetryFor.
+	deadline := time.Now().Add(delivery.OrderWait + chaosWebhookRetryFor + 30*time.Second)
 	for len(settled) < len(keys) && time.Now().Before(deadline) {
 		for id, key := range keys {
 			if _, ok := settled[id]; ok {

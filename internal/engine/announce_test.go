@@ -128,3 +128,41 @@ func TestAnnounceInProgressAfterALostAnswer(t *testing.T) {
 		t.Fatalf("events %v, recorded %v; want %v, recorded", life.events, table.batch(b.ID).AnnouncedInProgress, want)
 	}
 }
+
+// failingTakeBack fails the second update of a batch (the take-back of a
+// record whose event failed to queue) once, as a throttled write.
+type failingTakeBack struct {
+	*memTable
+	n *int
+}
+
+func (m failingTakeBack) UpdateBatch(ctx context.Context, tenant, id string, fn func(*batch.Batch) error) (batch.Batch, error) {
+	if *m.n++; *m.n == 2 {
+		return batch.Batch{}, errors.New("ThrottlingException")
+	}
+	return m.memTable.UpdateBatch(ctx, tenant, id, fn)
+}
+
+// A failed announce whose take-back of the record is throttled once tries
+// the take-back again, so the batch's next chunk announces the event.
+// Before, the record stayed: nothing queued in_progress, and the batch's
+// completion webhook waited two minutes for it (make chaos, seed 99 at
+// 768-row chunks, gave up waiting first).
+func TestAnnounceInProgressTakeBackRetried(t *testing.T) {
+	t.Parallel()
+	url := "https://hooks.example/x"
+	b := batch.Batch{ID: "batch_x", Tenant: "t", Status: batch.InProgress, WebhookURL: &url}
+	table := newMemTable()
+	table.putBatch(b)
+	life := &announcer{fail: errors.New("queue throttled")}
+	e := testEngine(&Engine{Store: failingTakeBack{table, new(int)}, Log: slog.New(slog.DiscardHandler), Lifecycle: life})
+	e.announceInProgress(context.Background(), b)
+	if table.batch(b.ID).AnnouncedInProgress {
+		t.Fatal("in_progress recorded queued though its announce failed: the take-back was not tried again")
+	}
+	life.fail = nil
+	e.announceInProgress(context.Background(), table.batch(b.ID))
+	if want := []string{"batch_x " + webhook.InProgress}; !slices.Equal(life.events, want) {
+		t.Fatalf("events %v, want %v from the next chunk", life.events, want)
+	}
+}

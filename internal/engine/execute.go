@@ -623,27 +623,34 @@ func (e *Engine) announceInProgress(ctx context.Context, b batch.Batch) {
 		})
 		return err
 	}
+	// again retries a write that failed but may have taken effect (a
+	// record whose answer was lost, a take-back throttled): either left
+	// wrong, the batch records an event nothing queued, and its terminal
+	// webhook waits for it (delivery.OrderWait).
+	again := func(err error, on bool, what string) error {
+		for try := 0; err != nil && !errors.Is(err, errSkip) && try < 2; try++ {
+			log.WarnContext(ctx, what+"; again", "err", err)
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			err = mark(rctx, on)
+			cancel()
+		}
+		if err != nil && !errors.Is(err, errSkip) {
+			log.WarnContext(ctx, what, "err", err)
+		}
+		return err
+	}
 	err := mark(ctx, true)
-	// A record whose answer was lost may have taken effect: written again
-	// (this run's, so not skipped), or the batch would record an event
-	// nothing queued, and its terminal webhook wait for it.
-	for try := 0; err != nil && !errors.Is(err, errSkip) && wrote && try < 2; try++ {
-		log.WarnContext(ctx, "record the in_progress webhook event; again", "err", err)
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		err = mark(rctx, true)
-		cancel()
+	if wrote { // this run's record, so not skipped when written again
+		err = again(err, true, "record the in_progress webhook event")
+	} else if err != nil && !errors.Is(err, errSkip) {
+		log.WarnContext(ctx, "record the in_progress webhook event", "err", err)
 	}
 	if err != nil {
-		if !errors.Is(err, errSkip) {
-			log.WarnContext(ctx, "record the in_progress webhook event", "err", err)
-		}
 		return
 	}
 	if err := e.Lifecycle.Announce(ctx, b, webhook.InProgress); err != nil {
 		log.WarnContext(ctx, "queue the in_progress webhook event", "err", err)
-		if err := mark(ctx, false); err != nil && !errors.Is(err, errSkip) {
-			log.WarnContext(ctx, "take back the in_progress webhook event's record", "err", err)
-		}
+		again(mark(ctx, false), false, "take back the in_progress webhook event's record")
 	}
 }
 

@@ -170,16 +170,16 @@ type message struct {
 	// that arrives earlier (waits beyond SQS's 15-minute delay) goes back.
 	NotBefore int64 `json:"not_before,omitempty"`
 	// After are the types of the batch's events queued before this one;
-	// its first attempt waits until theirs are made, for at most orderWait
+	// its first attempt waits until theirs are made, for at most OrderWait
 	// from WaitFrom (Unix milliseconds), the first wait.
 	After    []string `json:"after,omitempty"`
 	WaitFrom int64    `json:"wait_from,omitempty"`
 }
 
-// orderWait bounds how long an event's first attempt waits for the first
+// OrderWait bounds how long an event's first attempt waits for the first
 // attempts of the events before it: one of those lost (or queued by a
 // version that sent none) must not hold the next ones back for long.
-const orderWait = 2 * time.Minute
+const OrderWait = 2 * time.Minute
 
 // orderPoll is the wait before looking again at the events before one.
 const orderPoll = time.Second
@@ -367,7 +367,7 @@ func (s *Service) deliver(ctx context.Context, m message, redelivered bool) erro
 
 // waitForEarlier sends m back for another look in orderPoll when it is a
 // first attempt and an event of m.After has no attempt made yet, unless it
-// has waited orderWait already, when it waits no more (its After cleared,
+// has waited OrderWait already, when it waits no more (its After cleared,
 // an in_progress still unattempted queued again once: resendLost); true
 // when it did.
 func (s *Service) waitForEarlier(ctx context.Context, m *message, now time.Time) (bool, error) {
@@ -377,7 +377,7 @@ func (s *Service) waitForEarlier(ctx context.Context, m *message, now time.Time)
 	if m.WaitFrom == 0 {
 		m.WaitFrom = now.UnixMilli()
 	}
-	if now.Sub(time.UnixMilli(m.WaitFrom)) >= orderWait {
+	if now.Sub(time.UnixMilli(m.WaitFrom)) >= OrderWait {
 		s.Log.WarnContext(ctx, "webhook event sent before an earlier one was attempted", "batch_id", m.Batch, "event", m.Event.Type, "after", m.After)
 		if err := s.resendLost(ctx, *m, now); err != nil {
 			return false, err
@@ -401,7 +401,7 @@ func (s *Service) waitForEarlier(ctx context.Context, m *message, now time.Time)
 }
 
 // resendLost queues again, as a first attempt, the in_progress event of
-// m.After when it still has no attempt made once m has waited orderWait
+// m.After when it still has no attempt made once m has waited OrderWait
 // for it: the engine records in_progress announced before it queues it,
 // and an invocation that died between the two lost it; so it is sent late
 // rather than never, with m's batch as its data. One merely slow (waiting

@@ -291,9 +291,9 @@ func TestEventWaitsForTheEarlierOnes(t *testing.T) {
 	if d := table.records["batch_1"]; !d.Delivered || d.EventID != completed.Event.ID {
 		t.Fatalf("completion record %+v, want it delivered (the batch's summary reads it)", d)
 	}
-	// Past orderWait, an event goes without the earlier ones.
+	// Past OrderWait, an event goes without the earlier ones.
 	late := completed
-	late.Event.ID, late.Batch, late.WaitFrom = "evt_late", "batch_2", time.Now().Add(-orderWait).UnixMilli()
+	late.Event.ID, late.Batch, late.WaitFrom = "evt_late", "batch_2", time.Now().Add(-OrderWait).UnixMilli()
 	deliver(late)
 	if len(types) != 3 {
 		t.Fatalf("posted %v, want the late event sent", types)
@@ -588,7 +588,7 @@ func TestCircuitIsTheTenants(t *testing.T) {
 	}
 }
 
-// An event that waited orderWait for an earlier one that has no attempt
+// An event that waited OrderWait for an earlier one that has no attempt
 // yet queues that one again as it goes: the engine records in_progress
 // announced before it queues it (engine.announceInProgress), and an
 // invocation that died between the two lost the event for good (the
@@ -621,7 +621,7 @@ func TestLateEventResendsAnUnattemptedEarlierOne(t *testing.T) {
 	table.records = map[string]store.WebhookDeliveries{"batch_sent/batch.in_progress": {Batch: "batch_sent", Count: 1}}
 	table.mu.Unlock()
 	q.sent = nil
-	lost.WaitFrom = time.Now().Add(-orderWait).UnixMilli()
+	lost.WaitFrom = time.Now().Add(-OrderWait).UnixMilli()
 	deliver(lost)
 	if d := table.records["batch_lost"]; !d.Delivered || len(q.sent) != 1 || q.sent[0].Event.Type != "batch.in_progress" ||
 		q.sent[0].Event.ID != eventID("batch_lost", batch.InProgress) || q.sent[0].Attempt != 1 || len(q.sent[0].After) != 0 {
@@ -639,7 +639,7 @@ func TestLateEventResendsAnUnattemptedEarlierOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	open := q.last()
-	open.WaitFrom = time.Now().Add(-orderWait).UnixMilli()
+	open.WaitFrom = time.Now().Add(-OrderWait).UnixMilli()
 	q.sent = nil
 	deliver(open)
 	if len(q.sent) != 2 || q.sent[0].Event.Type != "batch.in_progress" || q.sent[1].Event.ID != open.Event.ID || len(q.sent[1].After) != 0 {
@@ -656,7 +656,7 @@ func TestLateEventResendsAnUnattemptedEarlierOne(t *testing.T) {
 	table.mu.Unlock()
 
 	q.sent = nil
-	sent.WaitFrom = time.Now().Add(-orderWait).UnixMilli()
+	sent.WaitFrom = time.Now().Add(-OrderWait).UnixMilli()
 	deliver(sent)
 	if d := table.records["batch_sent"]; !d.Delivered || len(q.sent) != 0 {
 		t.Fatalf("completion %+v, sent %d messages; want it delivered, nothing queued", d, len(q.sent))
