@@ -103,10 +103,18 @@ func (a *batchAPI) delay() time.Duration {
 	return time.Second
 }
 
+// now is the provider batches' time (Options.Clock).
+func (a *batchAPI) now() time.Time {
+	if c := a.s.options().Clock; c != nil {
+		return c()
+	}
+	return time.Now()
+}
+
 // finished is how many of the n rows of a batch started at start have
 // been answered by now: they finish evenly over the batch's delay.
 func (a *batchAPI) finished(n int, start time.Time) int {
-	return min(n, int(float64(n)*float64(time.Since(start))/float64(a.delay())))
+	return min(n, int(float64(n)*float64(a.now().Sub(start))/float64(a.delay())))
 }
 
 func notFound(w http.ResponseWriter, sh shape, what string) {
@@ -162,7 +170,7 @@ func (a *batchAPI) uploadFile(w http.ResponseWriter, r *http.Request) {
 	id := a.newID("file-mock")
 	a.files[id] = data
 	a.mu.Unlock()
-	writeJSON(w, http.StatusOK, object{"id": id, "object": "file", "bytes": len(data), "created_at": time.Now().Unix(),
+	writeJSON(w, http.StatusOK, object{"id": id, "object": "file", "bytes": len(data), "created_at": a.now().Unix(),
 		"filename": name, "purpose": purpose, "status": "processed"})
 }
 
@@ -200,13 +208,13 @@ func (a *batchAPI) createBatch(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, errorBody(shapeOpenAI, http.StatusBadRequest, "the input file is empty", "input_file_id"))
 		return
 	}
-	now := time.Now().Unix()
+	now := a.now().Unix()
 	exp := now + 24*3600
 	b := &batch.Batch{ID: a.newID("batch_mock"), Endpoint: in.Endpoint, InputFileID: in.InputFileID, CompletionWindow: in.CompletionWindow,
 		Status: batch.InProgress, CreatedAt: now, InProgressAt: &now, ExpiresAt: &exp, Metadata: in.Metadata}
 	b.RequestCounts.Total = int64(bytes.Count(data, []byte("\n")))
 	a.oai[b.ID] = b
-	a.started[b.ID] = time.Now()
+	a.started[b.ID] = a.now()
 	a.order = append(a.order, b.ID)
 	a.s.countBatch(false)
 	time.AfterFunc(a.delay(), func() { a.runBatch(b.ID, data) })
@@ -253,7 +261,7 @@ func (a *batchAPI) endBatch(b *batch.Batch, data []byte, done int) {
 	if b.Status != batch.Finalizing && b.Status != batch.Cancelling {
 		return
 	}
-	now := time.Now().Unix()
+	now := a.now().Unix()
 	b.RequestCounts.Completed, b.RequestCounts.Failed = completed, failed
 	for kind, buf := range map[string]*bytes.Buffer{"out": &out, "err": &errs} {
 		if buf.Len() == 0 {
@@ -314,7 +322,7 @@ func (a *batchAPI) getBatch(w http.ResponseWriter, _ *http.Request, b *batch.Bat
 func (a *batchAPI) cancelBatch(w http.ResponseWriter, _ *http.Request, b *batch.Batch) {
 	a.s.countBatch(true)
 	if b.Status == batch.InProgress {
-		now := time.Now().Unix()
+		now := a.now().Unix()
 		b.Status, b.CancellingAt = batch.Cancelling, &now
 		done := a.finished(int(b.RequestCounts.Total), a.started[b.ID])
 		go a.endBatch(b, a.files[b.InputFileID], done)

@@ -25,6 +25,10 @@ type Options struct {
 	// BatchDelay is how long a provider batch (OpenAI Batch, Anthropic
 	// Message Batches) runs before it ends; 0 means 1s.
 	BatchDelay time.Duration
+	// Clock is the provider batches' time (when they started, how many of
+	// their rows are finished); nil is time.Now. Tests set it to place a
+	// cancel within a batch's delay without sleeping.
+	Clock func() time.Time
 	// Record keeps every model request (Requests, GET /mock/requests)
 	// until the next Reset; off by default, so a long make dev keeps
 	// nothing.

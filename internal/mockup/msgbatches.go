@@ -27,7 +27,7 @@ func (a *batchAPI) createMessageBatch(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, errorBody(shapeAnthropic, http.StatusBadRequest, "requests: a non-empty list is required", ""))
 		return
 	}
-	now := time.Now()
+	now := a.now()
 	exp := rfc3339(now.Add(24 * time.Hour))
 	a.mu.Lock()
 	mb := &wire.MessageBatch{ID: a.newID("msgbatch_mock"), Type: "message_batch", ProcessingStatus: wire.ProcessingInProgress,
@@ -66,7 +66,7 @@ func (a *batchAPI) endMessageBatch(mb *wire.MessageBatch, done int) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	ended := rfc3339(time.Now())
+	ended := rfc3339(a.now())
 	url := "/v1/messages/batches/" + mb.ID + "/results"
 	mb.ProcessingStatus, mb.EndedAt, mb.ResultsURL, mb.RequestCounts = wire.ProcessingEnded, &ended, &url, counts
 	a.result[mb.ID] = res.Bytes()
@@ -105,7 +105,7 @@ func (a *batchAPI) getMessageBatch(w http.ResponseWriter, _ *http.Request, mb *w
 func (a *batchAPI) cancelMessageBatch(w http.ResponseWriter, _ *http.Request, mb *wire.MessageBatch) {
 	a.s.countBatch(true)
 	if mb.ProcessingStatus == wire.ProcessingInProgress && !a.ending[mb.ID] {
-		now := rfc3339(time.Now())
+		now := rfc3339(a.now())
 		mb.ProcessingStatus, mb.CancelInitiatedAt = wire.ProcessingCanceling, &now
 		a.ending[mb.ID] = true
 		go a.endMessageBatch(mb, a.finished(len(a.msgs[mb.ID]), a.started[mb.ID]))
