@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/plan"
@@ -274,8 +275,9 @@ func (s *Service) cancelWhy(ctx context.Context, b batch.Batch, g batch.Group) (
 
 // admitGroup asks the engine whether group g's rows may still spend
 // (engine.Governor's Admit, with all the group's chunks: a provider batch
-// takes them all or none, and a max_cost counts each one's most); the
-// refusal's code, or "".
+// takes them all or none, and a max_cost counts each one's most, at the
+// native price; a chunk whose rows then run directly is admitted again at
+// its direct most); the refusal's code, or "".
 func (s *Service) admitGroup(ctx context.Context, b batch.Batch, g batch.Group) (string, error) {
 	cs := make([]batch.Chunk, len(g.Chunks))
 	for i, index := range g.Chunks {
@@ -283,6 +285,7 @@ func (s *Service) admitGroup(ctx context.Context, b batch.Batch, g batch.Group) 
 		if err != nil {
 			return "", err
 		}
+		c.MostCost *= config.NativeDiscount
 		cs[i] = c
 		if b.MaxCost == nil {
 			// The key and the budget need one of them.
