@@ -1,6 +1,7 @@
 package localstack
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -470,4 +471,36 @@ func TestNativeMeetsCompleteBy(t *testing.T) {
 			t.Errorf("complete_by %d: %d %s, want 400 naming complete_by", at, status, resp)
 		}
 	}
+}
+
+// TestNativeGroupAdmissionCountsEveryChunk: 150 rows of a native model in
+// one provider batch of three chunks, each row at most $1.2 direct and
+// $0.6 native, with max_cost $75: the group is admitted at the native most
+// of all its rows ($90), does not fit, and its rows end cost_limit_reached
+// (rows that run directly instead are admitted chunk by chunk). Before, the group was admitted on its first chunk's
+// rows alone and the provider batch ran all 150: $90.
+func TestNativeGroupAdmissionCountsEveryChunk(t *testing.T) {
+	t.Parallel()
+	rt := nativeRuntime(t, time.Second, nil, withModels(t, testModels+strings.Replace(nativeModels, "batch: native}",
+		"batch: native, tokenizer: words, price: {input_per_mtok: 100000, output_per_mtok: 300000}}", 1)))
+	c, key := client(t, rt, "nativeceiling")
+	var data bytes.Buffer
+	var ids []string
+	for i := range 150 {
+		id := fmt.Sprintf("r%04d", i)
+		ids = append(ids, id)
+		line, _ := json.Marshal(map[string]any{"custom_id": id, "method": "POST", "url": "/v1/chat/completions",
+			"body": map[string]any{"model": "gpt-native", "max_tokens": 3, "messages": []any{map[string]any{"role": "user", "content": fmt.Sprint("hello ", i)}}}})
+		data.Write(line)
+		data.WriteByte('\n')
+	}
+	const ceiling = 75.0
+	b := waitBatch(t, c, createBatch(t, c, upload(t, c, "nativeceiling.jsonl", data.Bytes()).ID, option.WithJSONSet("max_cost", ceiling)).ID)
+	out, errs := checkInvariant(t, c, b, ids)
+	cost, _ := batchCost(t, rt, key, b.ID)
+	refused := codesOf(errs)["cost_limit_reached"]
+	if refused == 0 || len(out)+refused != 150 || (cost != nil && *cost > ceiling) {
+		t.Fatalf("cost %s of max_cost $%v: %d rows done, error codes %v; want within it, the rest cost_limit_reached", fmtCost(cost), ceiling, len(out), codesOf(errs))
+	}
+	t.Logf("cost %s of max_cost $%v: %d rows done, %d cost_limit_reached", fmtCost(cost), ceiling, len(out), refused)
 }

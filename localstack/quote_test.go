@@ -436,3 +436,46 @@ func costRows(n int, suffix string) (*bytes.Buffer, []string) {
 	}
 	return &data, ids
 }
+
+// TestMaxCostCountsThePricierFallback: 20 rows of a model that fails them
+// all, each moving to a fallback at twice its price, in chunks of 10, with
+// max_cost $40: $24 run in full at the model's price, $48 at the
+// fallback's. A chunk is admitted at the most its rows may cost on the
+// priciest model they may run on ($24 a chunk here), so the batch's cost
+// stays within max_cost and the rows it cannot afford end
+// cost_limit_reached. Before, a chunk counted its rows at the quote's
+// average on their own model ($12) and both ran: $48.
+func TestMaxCostCountsThePricierFallback(t *testing.T) {
+	t.Parallel()
+	models := strings.Replace(fallbackModels, "fallback: fb-two,", "fallback: fb-two, tokenizer: words, price: {input_per_mtok: 100000, output_per_mtok: 300000},", 1)
+	models = strings.Replace(models, "max_concurrency: 2,", "max_concurrency: 2, tokenizer: words, price: {input_per_mtok: 200000, output_per_mtok: 600000},", 1)
+	rt := runtime(t, withModels(t, models))
+	c, key := client(t, rt, "fbceiling")
+	var data bytes.Buffer
+	var ids []string
+	for i := range 20 {
+		id := fmt.Sprintf("r%04d", i)
+		ids = append(ids, id)
+		line, _ := json.Marshal(map[string]any{"custom_id": id, "method": "POST", "url": "/v1/chat/completions",
+			"body": map[string]any{"model": "fb-primary-broken", "max_tokens": 3, "messages": []any{map[string]any{"role": "user", "content": fmt.Sprint("broken ", i)}}}})
+		data.Write(line)
+		data.WriteByte('\n')
+	}
+	f := upload(t, c, "fbceiling.jsonl", data.Bytes())
+	_, q, resp := postQuote(t, rt, key, map[string]any{"input_file_id": f.ID, "endpoint": "/v1/chat/completions"})
+	if q.Modes.Direct.CostUSD == nil || q.Modes.Direct.CostUSD.Max == nil || *q.Modes.Direct.CostUSD.Max != 24 {
+		t.Fatalf("quote: %s; want at most $24 on the model itself", resp)
+	}
+	const ceiling = 40.0
+	b := waitBatch(t, c, createBatch(t, c, f.ID, option.WithJSONSet("max_cost", ceiling)).ID)
+	out, errs := checkInvariant(t, c, b, ids)
+	codes := codesOf(errs)
+	cost, modes := batchCost(t, rt, key, b.ID)
+	if cost == nil || *cost > ceiling || len(out) == 0 || codes["cost_limit_reached"] == 0 || len(out)+codes["cost_limit_reached"] != 20 {
+		t.Fatalf("cost %s of max_cost $%v: %d rows done, error codes %v; want within it, the rest cost_limit_reached", fmtCost(cost), ceiling, len(out), codes)
+	}
+	if modes == nil || modes.Fallback.Rows != int64(len(out)) {
+		t.Fatalf("modes %+v, want every answered row on the fallback", modes)
+	}
+	t.Logf("cost %s of max_cost $%v: %d rows done on the fallback, %d cost_limit_reached", fmtCost(cost), ceiling, len(out), codes["cost_limit_reached"])
+}

@@ -159,10 +159,13 @@ type Batch struct {
 	EstimatedCompletionAt *int64 `json:"estimated_completion_at" dynamodbav:"-"`
 	// MaxCost is the create's max_cost in USD (docs/api.md "Extensions"):
 	// a chunk whose rows could take the batch's cost past it does not run,
-	// its rows end cost_limit_reached. RowCost is the most one of its rows
-	// may cost, from its quote.
-	MaxCost *float64 `json:"max_cost,omitempty" dynamodbav:"max_cost,omitempty"`
-	RowCost float64  `json:"-" dynamodbav:"row_cost,omitempty"`
+	// its rows end cost_limit_reached. CostHolds are, by chunk index, the
+	// most (Chunk.MostCost) of the chunks admitted to run and not committed
+	// yet: what they may be spending beside the batch's usage. A batch with
+	// a MaxCost has the map from its create (empty), so a commit can take
+	// its chunk's hold out of it.
+	MaxCost   *float64           `json:"max_cost,omitempty" dynamodbav:"max_cost,omitempty"`
+	CostHolds map[string]float64 `json:"-" dynamodbav:"cost_holds"`
 	// CompleteBy is the create's complete_by (Unix seconds; docs/api.md
 	// "Extensions"): a native model's rows move to direct in time for it.
 	CompleteBy *int64 `json:"complete_by,omitempty" dynamodbav:"complete_by,omitempty"`
@@ -402,6 +405,11 @@ type Chunk struct {
 	// "Workflow records"): it is outside its model's chain (NextSame, ready
 	// entries) and runs alone, holding no capacity, to its error line.
 	Invalid bool `dynamodbav:"invalid,omitempty"`
+	// MostCost is, for a batch with a max_cost, the most the chunk's rows
+	// may cost in USD: each row's input tokens and max_tokens on the
+	// priciest model it may run on, its own or a fallback (docs/api.md
+	// "Extensions", max_cost). A chunk cut from another keeps its most.
+	MostCost float64 `dynamodbav:"most_cost,omitempty"`
 	// PriorAttempts is, for a chunk of fallback rows, the upstream attempts
 	// each of its rows made on its own model before it was owed the
 	// fallback: a row's generation counts them with the fallback's.

@@ -131,26 +131,21 @@ func (s *Service) reserve(ctx context.Context, p auth.Principal, b batch.Batch, 
 	return err
 }
 
-// rowCost checks a create's max_cost and returns the most one of its rows
-// may cost: its quote's most at the direct price (its least when a row sets
-// no max_tokens) over its rows. Every model of the batch needs a price.
-func rowCost(req CreateRequest, quoted func() (quote.Quote, error)) (float64, error) {
+// checkMaxCost checks a create's max_cost: a positive amount, and a price
+// for every model of the batch (each chunk's most is priced when the batch
+// is planned, internal/engine).
+func checkMaxCost(req CreateRequest, quoted func() (quote.Quote, error)) error {
 	if *req.MaxCost <= 0 {
-		return 0, errs.Invalidf("max_cost", "max_cost must be a positive amount of USD")
+		return errs.Invalidf("max_cost", "max_cost must be a positive amount of USD")
 	}
 	q, err := quoted()
 	if err != nil {
-		return 0, err
+		return err
 	}
-	c := q.Modes.Direct.CostUSD
-	if c == nil {
-		return 0, errs.Invalidf("max_cost", "max_cost needs a price for every model of the batch (relay.yaml price)")
+	if q.Modes.Direct.CostUSD == nil {
+		return errs.Invalidf("max_cost", "max_cost needs a price for every model of the batch (relay.yaml price)")
 	}
-	most := c.Min
-	if c.Max != nil {
-		most = *c.Max
-	}
-	return most / float64(max(q.Rows, 1)), nil
+	return nil
 }
 
 // quoteOnce is quoteInput's answer, read once however often it is asked

@@ -438,10 +438,10 @@ func (s *Service) CreateShaped(ctx context.Context, p auth.Principal, req Create
 	}
 	quoted := s.quoteOnce(ctx, p, req, window, opts.inline, input)
 	if req.MaxCost != nil {
-		if b.RowCost, err = rowCost(req, quoted); err != nil {
+		if err := checkMaxCost(req, quoted); err != nil {
 			return batch.Batch{}, err
 		}
-		b.MaxCost = req.MaxCost
+		b.MaxCost, b.CostHolds = req.MaxCost, map[string]float64{}
 	}
 	if req.Schedule == "" {
 		if err := s.reserve(ctx, p, b, quoted); err != nil {

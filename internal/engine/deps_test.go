@@ -54,7 +54,7 @@ func (noAudit) Flush(context.Context) error { return nil }
 type ungoverned struct{}
 
 func (ungoverned) Start(context.Context, batch.Batch) (func(string) bool, error) { return nil, nil }
-func (ungoverned) Admit(context.Context, batch.Batch, batch.Chunk) (string, string, error) {
+func (ungoverned) Admit(context.Context, batch.Batch, batch.Chunk, ...batch.Chunk) (string, string, error) {
 	return "", "", nil
 }
 func (ungoverned) Allowed(context.Context, batch.Batch) (func(string) bool, error) { return nil, nil }

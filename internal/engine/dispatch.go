@@ -13,6 +13,7 @@ import (
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/plan"
 	"github.com/relaybatch/relay/internal/provider"
+	"github.com/relaybatch/relay/internal/quote"
 	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/store"
 	"github.com/relaybatch/relay/internal/webhook"
@@ -133,7 +134,12 @@ func (e *Engine) planInput(ctx context.Context, b batch.Batch, writeBy time.Time
 		m, _ := e.Models.Lookup(model)
 		return m.MaxConcurrency
 	}
+	var cost func(jsonl.Row) float64
+	if b.MaxCost != nil {
+		cost = func(r jsonl.Row) float64 { return quote.RowMost(e.Models, r, b.Fallback()) }
+	}
 	in, err := plan.Scan(ctx, e.Blobs, b, f, e.limits(), capacity, plan.Models{
+		Cost: cost,
 		Known: func(m string) bool {
 			_, ok := e.Models.Lookup(m)
 			return ok

@@ -90,7 +90,7 @@ type Provider interface {
 // (the models they may run and fall back on, nil all). internal/govern has it.
 type Governor interface {
 	Start(ctx context.Context, b batch.Batch) (allowed func(model string) bool, err error)
-	Admit(ctx context.Context, b batch.Batch, c batch.Chunk) (code, message string, err error)
+	Admit(ctx context.Context, b batch.Batch, c batch.Chunk, more ...batch.Chunk) (code, message string, err error)
 	Allowed(ctx context.Context, b batch.Batch) (func(model string) bool, error)
 }
 
@@ -289,8 +289,8 @@ func (e *Engine) Route(ctx context.Context, b batch.Batch) (provider.Route, erro
 // "" otherwise. The executor asks it as a chunk's
 // run starts, internal/native before each step that spends (docs/design.md
 // "Governance").
-func (e *Engine) Admit(ctx context.Context, b batch.Batch, c batch.Chunk) (code, message string, err error) {
-	code, message, err = e.Govern.Admit(ctx, b, c)
+func (e *Engine) Admit(ctx context.Context, b batch.Batch, c batch.Chunk, more ...batch.Chunk) (code, message string, err error) {
+	code, message, err = e.Govern.Admit(ctx, b, c, more...)
 	if err != nil {
 		return "", "", fmt.Errorf("admit chunk %d of %s: %w", c.Index, b.ID, err)
 	}

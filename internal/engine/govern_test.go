@@ -49,7 +49,7 @@ type fakeGovernor struct {
 }
 
 func (g fakeGovernor) Start(context.Context, batch.Batch) (func(string) bool, error) { return nil, nil }
-func (g fakeGovernor) Admit(context.Context, batch.Batch, batch.Chunk) (string, string, error) {
+func (g fakeGovernor) Admit(context.Context, batch.Batch, batch.Chunk, ...batch.Chunk) (string, string, error) {
 	return g.code, "refused by the test", nil
 }
 func (g fakeGovernor) Allowed(context.Context, batch.Batch) (func(string) bool, error) {

@@ -3,63 +3,77 @@ package govern
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
 )
 
-// checkCost refuses chunk c of batch b when its rows and those of b's
-// other chunks running now, each at the most its quote says a row may
-// cost (b.RowCost), could take b's cost so far past its max_cost
-// (docs/api.md "Extensions"): the batch stops at its ceiling, its rows not
-// run ending cost_limit_reached.
-func (g *Checker) checkCost(ctx context.Context, b batch.Batch, c batch.Chunk) (code, message string, err error) {
+// checkCost admits chunks cs of batch b (one, or a native group's) when
+// their most (batch.Chunk.MostCost), with the batch's cost so far and what
+// its other admitted chunks hold, stays within its max_cost (docs/api.md
+// "Extensions"), and records their holds on the batch; otherwise their
+// rows end cost_limit_reached. A chunk admitted again (a takeover, a
+// workflow record's next step, a group's next poll) replaces its own hold.
+func (g *Checker) checkCost(ctx context.Context, b batch.Batch, cs []batch.Chunk) (code, message string, err error) {
 	if b.MaxCost == nil {
 		return "", "", nil
 	}
-	// The chunks are read before the usage: a chunk that commits between
-	// the two reads is counted twice, never missed (its commit writes its
-	// state and its usage in one transaction).
-	running, err := g.running(ctx, b.ID, c.Index)
-	if err != nil {
-		return "", "", err
+	holds := map[string]float64{}
+	var most float64
+	for _, c := range cs {
+		holds[strconv.Itoa(c.Index)] = c.MostCost
+		most += c.MostCost
 	}
+	// The holds are read before the usage: a chunk that commits between
+	// the two reads (its hold out and its usage in, in one transaction) is
+	// counted twice, never missed; and the commit changes the batch, so
+	// the holds are written only on the batch as read.
+	_, err = g.Store.HoldCost(ctx, b.Tenant, b.ID, holds, func(now batch.Batch) (bool, error) {
+		spent, err := g.spent(ctx, b)
+		if err != nil {
+			return false, err
+		}
+		code, message = OverCost(*b.MaxCost, spent, heldBesides(now.CostHolds, holds), most)
+		return code == "", nil
+	})
+	return code, message, err
+}
+
+// spent is batch b's cost so far, from its usage.
+func (g *Checker) spent(ctx context.Context, b batch.Batch) (float64, error) {
 	rows, err := g.Store.BatchUsage(ctx, b.Tenant, b.KeyID, b.ID, usageDays(b.CreatedAt, g.Now()))
 	if err != nil {
-		return "", "", fmt.Errorf("read the usage of %s: %w", b.ID, err)
+		return 0, fmt.Errorf("read the usage of %s: %w", b.ID, err)
 	}
-	var spent float64
+	var usd float64
 	for _, r := range rows {
 		if p := g.price(r.Model); p != nil {
-			spent += r.USD(*p)
+			usd += r.USD(*p)
 		}
 	}
-	return OverCost(*b.MaxCost, spent, float64(c.Rows+running)*b.RowCost)
+	return usd, nil
 }
 
-// running is how many rows batchID's chunks other than chunk index hold
-// claimed: rows that may be spending, not yet in the usage.
-func (g *Checker) running(ctx context.Context, batchID string, index int) (int, error) {
-	cs, err := g.Store.Chunks(ctx, batchID)
-	if err != nil {
-		return 0, fmt.Errorf("read the chunks of %s: %w", batchID, err)
-	}
-	rows := 0
-	for _, c := range cs {
-		if c.State == batch.ChunkClaimed && c.Index != index {
-			rows += c.Rows
+// heldBesides sums the holds of held but those of the chunks in mine.
+func heldBesides(held, mine map[string]float64) float64 {
+	var usd float64
+	for k, v := range held {
+		if _, ok := mine[k]; !ok {
+			usd += v
 		}
 	}
-	return rows, nil
+	return usd
 }
 
-// OverCost says whether a chunk that may cost chunk USD (with the batch's
-// chunks running beside it) fits a batch's max_cost besides what it spent: cost_limit_reached and why, or "".
-func OverCost(maxCost, spent, chunk float64) (code, message string, err error) {
-	if spent+chunk <= maxCost {
-		return "", "", nil
+// OverCost says whether chunks that may cost most USD fit a batch's
+// max_cost besides what it spent and what its running chunks hold:
+// cost_limit_reached and why, or "".
+func OverCost(maxCost, spent, held, most float64) (code, message string) {
+	if spent+held+most <= maxCost {
+		return "", ""
 	}
-	return CodeCostLimitReached, fmt.Sprintf("the batch's max_cost of $%.4f would be passed: $%.4f spent, and these rows and those running may cost up to $%.4f", maxCost, spent, chunk), nil
+	return CodeCostLimitReached, fmt.Sprintf("the batch's max_cost of $%.4f would be passed: $%.4f spent, $%.4f held by its running rows, and these rows may cost up to $%.4f", maxCost, spent, held, most)
 }
 
 // usageDays are the UTC days from created to now, at most four (a batch

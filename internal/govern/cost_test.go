@@ -9,8 +9,8 @@ import (
 	"github.com/relaybatch/relay/internal/store"
 )
 
-// A chunk runs while its rows, at the most a row may cost, fit the
-// batch's max_cost besides what it spent (priced models only).
+// A chunk runs while its most fits the batch's max_cost besides what it
+// spent (priced models only).
 func TestAdmitMaxCost(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -19,24 +19,26 @@ func TestAdmitMaxCost(t *testing.T) {
 	st := &fakeStore{batchUsage: []store.UsageDetail{{UsageRow: store.UsageRow{Model: "priced", InputTokens: 1_000_000, OutputTokens: 1_000_000}}}}
 	g := &Checker{Store: st, Models: models(t), Now: clk.now, TTL: time.Nanosecond}
 	ceiling := 5.0
-	b := batch.Batch{ID: "batch_1", Tenant: "acme", CreatedAt: clk.t.Unix(), MaxCost: &ceiling, RowCost: 0.1}
-	if code, _, err := g.Admit(ctx, b, batch.Chunk{Rows: 10}); err != nil || code != "" {
-		t.Fatalf("10 rows of $0.1 after $4: %q %v, want admitted", code, err)
-	}
-	if code, msg, err := g.Admit(ctx, b, batch.Chunk{Rows: 11}); err != nil || code != CodeCostLimitReached {
-		t.Fatalf("11 rows of $0.1 after $4: %q %v, want cost_limit_reached", code, err)
+	b := batch.Batch{ID: "batch_1", Tenant: "acme", CreatedAt: clk.t.Unix(), MaxCost: &ceiling}
+	if code, msg, err := g.Admit(ctx, b, batch.Chunk{Index: 0, MostCost: 1.1}); err != nil || code != CodeCostLimitReached {
+		t.Fatalf("a chunk of $1.1 at most after $4: %q %v, want cost_limit_reached", code, err)
 	} else {
 		t.Log(msg)
 	}
+	if code, _, err := g.Admit(ctx, b, batch.Chunk{Index: 0, MostCost: 1}); err != nil || code != "" {
+		t.Fatalf("a chunk of $1 at most after $4: %q %v, want admitted", code, err)
+	}
 	b.MaxCost = nil
-	if code, _, _ := g.Admit(ctx, b, batch.Chunk{Rows: 1000}); code != "" {
+	if code, _, _ := g.Admit(ctx, b, batch.Chunk{Index: 1, MostCost: 1000}); code != "" {
 		t.Fatalf("no max_cost: %q", code)
 	}
 }
 
-// Two chunks of a batch running at once: the second's admission counts
-// the first's rows at their most, though none of them is in the usage yet,
-// so together they cannot pass max_cost (docs/api.md "Extensions").
+// Chunks of a batch running at once: each admission counts the holds of
+// the others, though none of their rows is in the usage yet, so together
+// they cannot pass max_cost; a chunk admitted again replaces its own hold,
+// and a native group's chunks are admitted together at their sum
+// (docs/api.md "Extensions").
 func TestAdmitMaxCostCountsRunningChunks(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -44,19 +46,29 @@ func TestAdmitMaxCostCountsRunningChunks(t *testing.T) {
 	st := &fakeStore{}
 	g := &Checker{Store: st, Models: models(t), Now: clk.now, TTL: time.Nanosecond}
 	ceiling := 1.0
-	b := batch.Batch{ID: "batch_1", Tenant: "acme", CreatedAt: clk.t.Unix(), MaxCost: &ceiling, RowCost: 0.1}
-	first := batch.Chunk{Batch: b.ID, Index: 0, Rows: 6, State: batch.ChunkClaimed}
-	second := batch.Chunk{Batch: b.ID, Index: 1, Rows: 6, State: batch.ChunkClaimed}
-	st.chunks = []batch.Chunk{first, second, {Batch: b.ID, Index: 2, Rows: 6, State: batch.ChunkPending}}
+	b := batch.Batch{ID: "batch_1", Tenant: "acme", CreatedAt: clk.t.Unix(), MaxCost: &ceiling}
+	first, second := batch.Chunk{Index: 0, MostCost: 0.6}, batch.Chunk{Index: 1, MostCost: 0.6}
+	if code, _, err := g.Admit(ctx, b, first); err != nil || code != "" {
+		t.Fatalf("$0.6 of $1: %q %v, want admitted", code, err)
+	}
+	if code, _, err := g.Admit(ctx, b, first); err != nil || code != "" {
+		t.Fatalf("the same chunk again: %q %v, want admitted (its own hold replaced)", code, err)
+	}
 	if code, msg, err := g.Admit(ctx, b, second); err != nil || code != CodeCostLimitReached {
-		t.Fatalf("6 rows of $0.1 beside 6 running: %q %v, want cost_limit_reached (max_cost $1)", code, err)
+		t.Fatalf("$0.6 beside $0.6 held: %q %v, want cost_limit_reached (max_cost $1)", code, err)
 	} else {
 		t.Log(msg)
 	}
-	// Once the first committed, its spend is in the usage instead.
-	st.chunks[0].State = batch.ChunkDone
+	// Once the first committed, its hold is out and its spend in the usage.
+	delete(st.holds, "0")
 	st.batchUsage = []store.UsageDetail{{UsageRow: store.UsageRow{Model: "priced", InputTokens: 100_000, OutputTokens: 100_000}}} // $0.4
 	if code, _, err := g.Admit(ctx, b, second); err != nil || code != "" {
-		t.Fatalf("6 rows of $0.1 after $0.4 spent: %q %v, want admitted", code, err)
+		t.Fatalf("$0.6 after $0.4 spent: %q %v, want admitted", code, err)
+	}
+	// A group of two chunks counts both.
+	delete(st.holds, "1")
+	st.batchUsage = nil
+	if code, _, err := g.Admit(ctx, b, batch.Chunk{Index: 2, MostCost: 0.5}, batch.Chunk{Index: 3, MostCost: 0.6}); err != nil || code != CodeCostLimitReached {
+		t.Fatalf("a group of $0.5 and $0.6: %q %v, want cost_limit_reached", code, err)
 	}
 }

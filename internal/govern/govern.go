@@ -43,7 +43,7 @@ type Store interface {
 	GetBatch(ctx context.Context, tenant, id string) (batch.Batch, error)
 	// A batch's cost so far, against its max_cost (cost.go).
 	BatchUsage(ctx context.Context, tenant, keyID, batchID string, days []string) ([]store.UsageDetail, error)
-	Chunks(ctx context.Context, batchID string) ([]batch.Chunk, error)
+	HoldCost(ctx context.Context, tenant, id string, holds map[string]float64, fits func(batch.Batch) (bool, error)) (bool, error)
 }
 
 var _ Store = (*store.Store)(nil)
@@ -101,8 +101,9 @@ func (g *Checker) Allowed(ctx context.Context, b batch.Batch) (func(model string
 // (or gone) ends its rows with credential_revoked, one expired with
 // api_key_expired, one of a disabled tenant with tenant_disabled, a budget
 // spent with budget_exceeded, a chunk that could take its batch past its
-// max_cost with cost_limit_reached; "" lets them run.
-func (g *Checker) Admit(ctx context.Context, b batch.Batch, c batch.Chunk) (code, message string, err error) {
+// max_cost with cost_limit_reached (checkCost; more are the other chunks
+// of a native group, admitted with c as one); "" lets them run.
+func (g *Checker) Admit(ctx context.Context, b batch.Batch, c batch.Chunk, more ...batch.Chunk) (code, message string, err error) {
 	k, err := g.key(ctx, b.KeyID)
 	if err != nil {
 		return "", "", err
@@ -117,7 +118,7 @@ func (g *Checker) Admit(ctx context.Context, b batch.Batch, c batch.Chunk) (code
 	if code, message = Check(st); code != "" {
 		return code, message, nil
 	}
-	return g.checkCost(ctx, b, c)
+	return g.checkCost(ctx, b, append([]batch.Chunk{c}, more...))
 }
 
 // Refused says why the key keyID, read as k (the zero Key when it is gone),

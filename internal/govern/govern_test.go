@@ -28,13 +28,23 @@ type fakeStore struct {
 	// the write and then fails it, as a timed-out call that went through.
 	writes    int
 	ambiguous bool
-	// batchUsage is every batch's usage, chunks its chunks (cost_test.go).
+	// batchUsage is every batch's usage, holds its cost holds (cost_test.go).
 	batchUsage []store.UsageDetail
-	chunks     []batch.Chunk
+	holds      map[string]float64
 }
 
-func (f *fakeStore) Chunks(context.Context, string) ([]batch.Chunk, error) {
-	return f.chunks, nil
+// HoldCost holds on f.holds, as the store holds on the batch record.
+func (f *fakeStore) HoldCost(_ context.Context, _, _ string, holds map[string]float64, fits func(batch.Batch) (bool, error)) (bool, error) {
+	if ok, err := fits(batch.Batch{CostHolds: f.holds}); !ok || err != nil {
+		return false, err
+	}
+	if f.holds == nil {
+		f.holds = map[string]float64{}
+	}
+	for k, v := range holds {
+		f.holds[k] = v
+	}
+	return true, nil
 }
 
 func (f *fakeStore) UpdateReservations(_ context.Context, _ string, fn func(*store.Reservations) error) error {

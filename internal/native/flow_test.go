@@ -199,11 +199,11 @@ func (f *fakes) Route(_ context.Context, b batch.Batch) (provider.Route, error) 
 	return provider.Route{Fallback: b.Fallback(), Allowed: f.allowed}, nil
 }
 
-func (f *fakes) Admit(ctx context.Context, b batch.Batch, c batch.Chunk) (string, string, error) {
+func (f *fakes) Admit(ctx context.Context, b batch.Batch, c batch.Chunk, more ...batch.Chunk) (string, string, error) {
 	if f.gov == nil {
 		return "", "", nil
 	}
-	return f.gov.Admit(ctx, b, c)
+	return f.gov.Admit(ctx, b, c, more...)
 }
 
 // tenantState is a govern.Store of the batch's key, enabled until
@@ -242,8 +242,8 @@ func (g *tenantState) BatchUsage(context.Context, string, string, string, []stri
 	return nil, nil
 }
 
-func (g *tenantState) Chunks(context.Context, string) ([]batch.Chunk, error) {
-	return nil, nil
+func (g *tenantState) HoldCost(context.Context, string, string, map[string]float64, func(batch.Batch) (bool, error)) (bool, error) {
+	return true, nil
 }
 
 func (g *tenantState) GetBatch(context.Context, string, string) (batch.Batch, error) {

@@ -78,7 +78,7 @@ type Engine interface {
 	CommitRows(ctx context.Context, b batch.Batch, c batch.Chunk, rows *part.Lines) error
 	TakeSlots(ctx context.Context, c batch.Chunk) (batch.Chunk, error)
 	Route(ctx context.Context, b batch.Batch) (provider.Route, error)
-	Admit(ctx context.Context, b batch.Batch, c batch.Chunk) (code, message string, err error)
+	Admit(ctx context.Context, b batch.Batch, c batch.Chunk, more ...batch.Chunk) (code, message string, err error)
 	// AnnounceInProgress queues b's batch.in_progress webhook event once
 	// (engine.Engine.AnnounceInProgress).
 	AnnounceInProgress(ctx context.Context, b batch.Batch)

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/plan"
@@ -273,14 +274,26 @@ func (s *Service) cancelWhy(ctx context.Context, b batch.Batch, g batch.Group) (
 }
 
 // admitGroup asks the engine whether group g's rows may still spend
-// (engine.Governor's Admit, with the group's first chunk: a provider batch
-// takes all its chunks or none); the refusal's code, or "".
+// (engine.Governor's Admit, with all the group's chunks: a provider batch
+// takes them all or none, and a max_cost counts each one's most, at the
+// native price; a chunk whose rows then run directly is admitted again at
+// its direct most); the refusal's code, or "".
 func (s *Service) admitGroup(ctx context.Context, b batch.Batch, g batch.Group) (string, error) {
-	c, err := s.Store.GetChunk(ctx, b.ID, g.Chunks[0])
-	if err != nil {
-		return "", err
+	cs := make([]batch.Chunk, len(g.Chunks))
+	for i, index := range g.Chunks {
+		c, err := s.Store.GetChunk(ctx, b.ID, index)
+		if err != nil {
+			return "", err
+		}
+		c.MostCost *= config.NativeDiscount
+		cs[i] = c
+		if b.MaxCost == nil {
+			// The key and the budget need one of them.
+			cs = cs[:1]
+			break
+		}
 	}
-	code, why, err := s.Engine.Admit(ctx, b, c)
+	code, why, err := s.Engine.Admit(ctx, b, cs[0], cs[1:]...)
 	if code != "" {
 		s.Log.WarnContext(ctx, "native group refused", "batch_id", b.ID, "group", g.Index, "code", code, "why", why)
 	}

@@ -27,7 +27,8 @@ func Commit(c batch.Chunk, rows *Lines, deadLetters int64, now time.Time) (map[s
 	}
 	c.Pattern, c.OutBytes, c.ErrBytes = p.Pattern, objs["out"].Size, objs["err"].Size
 	cm := sched.Commit{Chunk: c, Completed: p.Completed, Failed: p.Failed, Expired: p.Expired, Cancelled: p.Cancelled,
-		DeadLetters: deadLetters, Usage: p.Tokens, UsageByModel: maps.Clone(p.ByModel), KeyID: rows.b.KeyID, Day: now.UTC().Format("2006-01-02")}
+		DeadLetters: deadLetters, Usage: p.Tokens, UsageByModel: maps.Clone(p.ByModel), KeyID: rows.b.KeyID, Day: now.UTC().Format("2006-01-02"),
+		ReleaseCost: rows.b.MaxCost != nil}
 	_, tag := Kept(rows.b, 0)
 	for k, o := range objs {
 		o.Tag = tag

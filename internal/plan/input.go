@@ -92,6 +92,8 @@ type Models struct {
 	// Record, if set, reports whether a workflow record's row passes its
 	// checks (Chunker.ValidRecord).
 	Record func(row []byte) bool
+	// Cost, if set, is the most a row may cost (Chunker.Cost).
+	Cost func(r jsonl.Row) float64
 }
 
 // Scan reads batch b's input file f once, checking every row's model
@@ -127,7 +129,7 @@ func Scan(ctx context.Context, blobs Blobs, b batch.Batch, f file.File, lim Limi
 	lim = lim.OrDefaults()
 	maxRows := func(model string) int { return lim.RowsFor(capacity(model)) }
 	split := &Chunker{Batch: b.ID, Tenant: b.Tenant, MaxRows: maxRows, NoCallRows: lim.Rows, MaxBytes: lim.Bytes,
-		NoCall: models.NoCall, ValidRecord: models.Record}
+		NoCall: models.NoCall, ValidRecord: models.Record, Cost: models.Cost}
 	res, err := SplitInput(rc, opts, split, normW)
 	if err != nil {
 		return Input{}, fmt.Errorf("scan input of %s: %w", b.ID, err)

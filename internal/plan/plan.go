@@ -42,6 +42,9 @@ type Chunker struct {
 	// checks (workflow.CheckRow); nil passes every one. A record that does
 	// not gets a chunk marked Invalid, outside its model's chain.
 	ValidRecord func(row []byte) bool
+	// Cost, if set, is the most a row may cost (a batch with a max_cost):
+	// each chunk's MostCost sums its rows'.
+	Cost func(r jsonl.Row) float64
 	// Chunks are the chunks so far, numbered from 0.
 	Chunks []batch.Chunk
 	open   map[string]int // lane (laneOf) → its open chunk
@@ -50,22 +53,32 @@ type Chunker struct {
 // add puts row r, at bytes [start, end) of the file the chunks are ranges
 // of, in its lane's open chunk or in a new one.
 func (k *Chunker) add(r jsonl.Row, start, end int64) {
+	i := k.place(r, start, end)
+	if k.Cost != nil {
+		k.Chunks[i].MostCost += k.Cost(r)
+	}
+}
+
+// place puts row r in its lane's open chunk or in a new one, and returns
+// the chunk's index.
+func (k *Chunker) place(r jsonl.Row, start, end int64) int {
 	if workflow.InRow(r.JSON) {
 		i := k.openChunk(r, start, end, false)
 		k.Chunks[i].Invalid = k.ValidRecord != nil && !k.ValidRecord(r.JSON)
-		return
+		return i
 	}
 	noCall := k.NoCall != nil && k.NoCall(r.JSON)
 	lane := laneOf(r.Model, noCall)
 	i, ok := k.open[lane]
 	if ok && k.Chunks[i].Rows < k.rowLimit(r.Model, noCall) && end-k.Chunks[i].Start <= k.MaxBytes {
 		addRow(&k.Chunks[i], r.Index, start, end)
-		return
+		return i
 	}
 	if k.open == nil {
 		k.open = map[string]int{}
 	}
 	k.open[lane] = k.openChunk(r, start, end, noCall)
+	return k.open[lane]
 }
 
 // rowLimit is the row limit of a chunk of model's rows, those NoCall

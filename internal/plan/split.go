@@ -57,7 +57,7 @@ func Split(c batch.Chunk, rows []batch.Span, answered []bool) (done, rest batch.
 		}
 	}
 	done = withRows(c, doneRows)
-	rest = withRows(batch.Chunk{Batch: c.Batch, Tenant: c.Tenant, Model: c.Model, Fallback: c.Fallback, PriorAttempts: c.PriorAttempts, State: batch.ChunkPending, NextSame: -1}, restRows)
+	rest = withRows(batch.Chunk{Batch: c.Batch, Tenant: c.Tenant, Model: c.Model, Fallback: c.Fallback, PriorAttempts: c.PriorAttempts, MostCost: c.MostCost, State: batch.ChunkPending, NextSame: -1}, restRows)
 	return done, rest
 }
 

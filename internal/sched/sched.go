@@ -115,6 +115,10 @@ type Commit struct {
 	// cut to its other rows (plan.Split), and the commit is never its
 	// batch's last.
 	Fallback *FallbackChunk
+	// ReleaseCost says the chunk's batch has a max_cost: the commit takes
+	// the chunk's cost hold out of it (batch.Batch.CostHolds), its usage
+	// counting instead.
+	ReleaseCost bool
 }
 
 // FallbackChunk is a chunk a commit adds, pending, with its ready entry.

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -561,4 +562,49 @@ func (s *Store) DeleteBatch(ctx context.Context, tenant, id string) error {
 		keys = keys[n:]
 	}
 	return s.delete(ctx, batchPK(tenant), batchSK(id))
+}
+
+// HoldCost records holds (batch.Batch.CostHolds: chunk index → USD) on
+// batch id once fits, given the batch as read, says they fit: the write is
+// conditional on the batch's version, so a commit that takes a hold out
+// (commitItems) or another chunk's hold in between makes it read and ask
+// again. ok false: fits said no, nothing written.
+func (s *Store) HoldCost(ctx context.Context, tenant, id string, holds map[string]float64, fits func(batch.Batch) (bool, error)) (ok bool, err error) {
+	for attempt := 0; ; attempt++ {
+		var b batch.Batch
+		ver, err := s.get(ctx, batchPK(tenant), batchSK(id), &b)
+		if err != nil {
+			return false, notFound(err, ErrBatchNotFound)
+		}
+		if ok, err := fits(b); !ok || err != nil {
+			return false, err
+		}
+		var sets []string
+		names, values := map[string]string{"#h": "cost_holds"}, item{":v": avN64(ver), ":one": avN(1)}
+		for i, k := range slices.Sorted(maps.Keys(holds)) {
+			sets = append(sets, fmt.Sprintf("#h.#k%d = :h%d", i, i))
+			names[fmt.Sprintf("#k%d", i)] = k
+			values[fmt.Sprintf(":h%d", i)] = avUSD(holds[k])
+		}
+		_, err = s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: &s.Table, Key: key(batchPK(tenant), batchSK(id)),
+			UpdateExpression:          aws.String("SET " + strings.Join(sets, ", ") + " ADD ver :one"),
+			ConditionExpression:       aws.String("ver = :v"),
+			ExpressionAttributeNames:  names,
+			ExpressionAttributeValues: values,
+		})
+		var cf *types.ConditionalCheckFailedException
+		if errors.As(err, &cf) && attempt < 20 {
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("hold the cost of %s: %w", id, err)
+		}
+		return true, nil
+	}
+}
+
+// avUSD is an amount of USD as a number attribute.
+func avUSD(usd float64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatFloat(usd, 'f', -1, 64)}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -112,6 +113,10 @@ func (s *Store) CommitSplit(ctx context.Context, tenant string, c sched.Commit, 
 	// The done chunk's rows as plan.Split cut them.
 	cutRows(tx.items[0].Update, ch)
 	addChunk(tx.items[1].Update, rest.Index)
+	if c.ReleaseCost {
+		// The done rows' hold goes on with the rest, its rows among them.
+		holdFor(tx.items[1].Update, rest)
+	}
 	tx.fails[1] = ErrRaced
 
 	rest.State, rest.Run, rest.Lease, rest.Attempts = batch.ChunkClaimed, restRun, lease.UnixMilli(), 1
@@ -133,4 +138,12 @@ func (s *Store) CommitSplit(ctx context.Context, tenant string, c sched.Commit, 
 		return fmt.Errorf("split chunk %d of %s: %w", ch.Index, ch.Batch, err)
 	}
 	return nil
+}
+
+// holdFor makes a commit's batch update bu hold rest's most under its
+// index (batch.Batch.CostHolds).
+func holdFor(bu *types.Update, rest batch.Chunk) {
+	bu.UpdateExpression = aws.String(strings.Replace(*bu.UpdateExpression, "SET ", "SET cost_holds.#rest = :rest, ", 1))
+	bu.ExpressionAttributeNames["#rest"] = strconv.Itoa(rest.Index)
+	bu.ExpressionAttributeValues[":rest"] = avUSD(rest.MostCost)
 }

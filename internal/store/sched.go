@@ -356,6 +356,10 @@ func (s *Store) commitItems(tenant string, c sched.Commit) txItems {
 			// The chunk's rows now count in counts: out of progress.
 			":pc": avN64(-ch.ReportedCompleted), ":pf": avN64(-ch.ReportedFailed)},
 	}
+	if c.ReleaseCost {
+		bu.UpdateExpression = aws.String(*bu.UpdateExpression + " REMOVE cost_holds.#hold")
+		bu.ExpressionAttributeNames["#hold"] = strconv.Itoa(ch.Index)
+	}
 	batchFails := ErrLast
 	switch {
 	case c.Fallback != nil:

@@ -68,7 +68,7 @@ type Engine interface {
 	ReturnSlots(ctx context.Context, c batch.Chunk) error
 	SendAgain(ctx context.Context, m msg.Message, delay time.Duration) error
 	CommitRecord(ctx context.Context, b batch.Batch, c batch.Chunk, status batch.Status, o part.Outcome) error
-	Admit(ctx context.Context, b batch.Batch, c batch.Chunk) (code, message string, err error)
+	Admit(ctx context.Context, b batch.Batch, c batch.Chunk, more ...batch.Chunk) (code, message string, err error)
 }
 
 // Store holds the records' checkpoints (internal/store).
