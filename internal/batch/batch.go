@@ -191,6 +191,10 @@ type Batch struct {
 	// FinalizeDue is when the tick sends a finalize message that may have
 	// been lost: set by the commit of the last chunk.
 	FinalizeDue int64 `json:"-" dynamodbav:"finalize_due"`
+	// Settled records that what follows the batch's terminal state
+	// (engine.Lifecycle.Terminal: its completion webhook queued, its slots
+	// given back) is done; until then the tick finalizes it again (Due).
+	Settled bool `json:"-" dynamodbav:"settled,omitempty"`
 	// Started is set once the batch's chunks are in the ready index (or
 	// drained): until then its plan is due again.
 	Started bool `json:"-" dynamodbav:"started"`
@@ -256,6 +260,17 @@ func (b Batch) ETA(now time.Time) *int64 {
 	return &at
 }
 
+// endedAt is when b entered its terminal state (Unix seconds).
+func (b *Batch) endedAt() int64 {
+	var at int64
+	for _, t := range []*int64{b.CompletedAt, b.FailedAt, b.ExpiredAt, b.CancelledAt} {
+		if t != nil {
+			at = max(at, *t)
+		}
+	}
+	return at
+}
+
 // To moves b to status next at now, setting the timestamp of the state it
 // enters; it refuses a transition the lifecycle does not allow.
 func (b *Batch) To(next Status, now time.Time) error {
@@ -288,14 +303,17 @@ const Grace = 20 * time.Second
 // Due is when the periodic tick must look at b next, and whether it must
 // at all: the plan of a batch whose plan message may be lost, the drain of
 // a cancelled batch, the end of its window, the finalize of a batch whose
-// chunks are done. Between those times the tick never reads b, so its cost
-// does not grow with the number of active batches (docs/design.md "Tick").
+// chunks are done, the follow-ups of a terminal one not Settled. Between
+// those times the tick never reads b, so its cost does not grow with the
+// number of active batches (docs/design.md "Tick").
 func (b *Batch) Due() (int64, bool) {
-	if b.Status.Terminal() || b.Status == Scheduled {
+	if b.Status == Scheduled || b.Status.Terminal() && (b.Settled || b.Schedule != nil) {
 		return 0, false
 	}
 	var at int64
 	switch {
+	case b.Status.Terminal():
+		at = b.endedAt() + int64(Grace/time.Second)
 	case b.ChunksTotal == 0 || !b.Started: // planning (or cancelled before it planned)
 		at = max(b.PlanLease, b.CreatedAt+int64(Grace/time.Second))
 		if b.ExpiresAt != nil {
@@ -333,6 +351,8 @@ const (
 // drain while cancelling or past its window.
 func (b *Batch) NextStep(now time.Time) Step {
 	switch {
+	case b.Status.Terminal() && !b.Settled && b.Schedule == nil:
+		return StepFinalize // its follow-ups (Due)
 	case b.Status.Terminal() || b.Status == Scheduled:
 		return StepNone
 	case b.ChunksTotal == 0 && b.Status == Validating && b.PastExpiry(now):

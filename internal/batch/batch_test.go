@@ -220,6 +220,7 @@ func TestTimestampsSetOnce(t *testing.T) {
 func TestDue(t *testing.T) {
 	t.Parallel()
 	at := func(v int64) *int64 { return &v }
+	cron := "* * * * *"
 	grace := int64(Grace / time.Second)
 	tests := []struct {
 		name string
@@ -227,10 +228,13 @@ func TestDue(t *testing.T) {
 		want int64
 		ok   bool
 	}{
-		{"completed", Batch{Status: Completed, ExpiresAt: at(10), FinalizeDue: 5}, 0, false},
-		{"failed", Batch{Status: Failed, CreatedAt: 100}, 0, false},
-		{"expired", Batch{Status: Expired, CreatedAt: 100}, 0, false},
-		{"cancelled", Batch{Status: Cancelled, CreatedAt: 100}, 0, false},
+		{"completed, settled", Batch{Status: Completed, ExpiresAt: at(10), FinalizeDue: 5, CompletedAt: at(900), Settled: true}, 0, false},
+		{"failed, settled", Batch{Status: Failed, CreatedAt: 100, Settled: true}, 0, false},
+		{"expired, settled", Batch{Status: Expired, CreatedAt: 100, Settled: true}, 0, false},
+		{"cancelled, settled", Batch{Status: Cancelled, CreatedAt: 100, Settled: true}, 0, false},
+		{"completed, follow-ups not recorded: after the grace", Batch{Status: Completed, CompletedAt: at(900), FinalizeDue: 5}, 900 + grace, true},
+		{"cancelled, follow-ups not recorded", Batch{Status: Cancelled, CancellingAt: at(400), CancelledAt: at(450)}, 450 + grace, true},
+		{"a cancelled template", Batch{Status: Cancelled, CancelledAt: at(450), Schedule: &cron}, 0, false},
 		{"a template", Batch{Status: Scheduled, CreatedAt: 100}, 0, false},
 		{"validating: the plan after the grace", Batch{Status: Validating, CreatedAt: 100}, 100 + grace, true},
 		{"validating, plan leased: after the lease", Batch{Status: Validating, CreatedAt: 100, PlanLease: 300}, 300, true},
@@ -456,7 +460,8 @@ func TestETA(t *testing.T) {
 
 // NextStep is what the tick does with a due batch and what relay admin
 // batch requeue sends: the plan, the expiry of an unplanned batch, the
-// finalize, the drain, or nothing while its chunks carry it.
+// finalize (of a terminal batch: its follow-ups), the drain, or nothing
+// while its chunks carry it.
 func TestNextStep(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1000, 0)
@@ -466,7 +471,8 @@ func TestNextStep(t *testing.T) {
 		b    Batch
 		want Step
 	}{
-		{"terminal", Batch{Status: Completed, ChunksTotal: 2, ChunksDone: 2, Started: true}, StepNone},
+		{"terminal", Batch{Status: Completed, ChunksTotal: 2, ChunksDone: 2, Started: true, Settled: true}, StepNone},
+		{"terminal, follow-ups not recorded", Batch{Status: Completed, ChunksTotal: 2, ChunksDone: 2, Started: true}, StepFinalize},
 		{"a template", Batch{Status: Scheduled, ExpiresAt: at(10)}, StepNone},
 		{"validating", Batch{Status: Validating, ExpiresAt: at(5000)}, StepPlan},
 		{"validating, window ended", Batch{Status: Validating, ExpiresAt: at(1000)}, StepExpire},

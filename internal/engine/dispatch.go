@@ -303,7 +303,25 @@ func (e *Engine) failValidation(ctx context.Context, b batch.Batch, lineErrs []j
 }
 
 // terminal does what follows a batch's terminal state (Lifecycle.Terminal),
-// which may run more than once.
+// which may run more than once, and records it done (batch.Batch.Settled):
+// until then the tick sends the batch's finalize again, so a follow-up
+// whose every try failed is not lost with its message.
 func (e *Engine) terminal(ctx context.Context, b batch.Batch) error {
-	return e.Lifecycle.Terminal(ctx, b)
+	if err := e.Lifecycle.Terminal(ctx, b); err != nil {
+		return err
+	}
+	if b.Settled || b.Schedule != nil {
+		return nil
+	}
+	_, err := e.Store.UpdateBatch(ctx, b.Tenant, b.ID, func(b *batch.Batch) error {
+		if b.Settled {
+			return errSkip
+		}
+		b.Settled = true
+		return nil
+	})
+	if errors.Is(err, errSkip) {
+		return nil
+	}
+	return gone(err)
 }

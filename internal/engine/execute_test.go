@@ -15,7 +15,7 @@ func TestDue(t *testing.T) {
 		want int64
 		ok   bool
 	}{
-		{"terminal", batch.Batch{Status: batch.Completed}, 0, false},
+		{"terminal", batch.Batch{Status: batch.Completed, Settled: true}, 0, false},
 		{"template", batch.Batch{Status: batch.Scheduled}, 0, false},
 		{"planning", batch.Batch{Status: batch.Validating, CreatedAt: 100}, 120, true},
 		{"plan lease later", batch.Batch{Status: batch.Validating, CreatedAt: 100, PlanLease: 500}, 500, true},

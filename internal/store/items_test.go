@@ -284,13 +284,18 @@ func TestBatchIndexes(t *testing.T) {
 		},
 		{
 			name: "a template's run",
-			b:    batch.Batch{ID: "batch_2", Tenant: "acme", Status: batch.Completed, TemplateID: ptr("batch_tpl")},
+			b:    batch.Batch{ID: "batch_2", Tenant: "acme", Status: batch.Completed, TemplateID: ptr("batch_tpl"), Settled: true},
 			want: map[string]string{"gsi2pk": "TPL#batch_tpl", "gsi2sk": "batch_2"},
 		},
-		{name: "completed: in no index", b: batch.Batch{ID: "batch_1", Tenant: "acme", Status: batch.Completed, ExpiresAt: &exp}, want: map[string]string{}},
-		{name: "failed", b: batch.Batch{ID: "batch_1", Status: batch.Failed}, want: map[string]string{}},
-		{name: "expired", b: batch.Batch{ID: "batch_1", Status: batch.Expired}, want: map[string]string{}},
-		{name: "cancelled", b: batch.Batch{ID: "batch_1", Status: batch.Cancelled}, want: map[string]string{}},
+		{name: "completed and settled: in no index", b: batch.Batch{ID: "batch_1", Tenant: "acme", Status: batch.Completed, ExpiresAt: &exp, Settled: true}, want: map[string]string{}},
+		{name: "failed", b: batch.Batch{ID: "batch_1", Status: batch.Failed, Settled: true}, want: map[string]string{}},
+		{name: "expired", b: batch.Batch{ID: "batch_1", Status: batch.Expired, Settled: true}, want: map[string]string{}},
+		{name: "cancelled", b: batch.Batch{ID: "batch_1", Status: batch.Cancelled, Settled: true}, want: map[string]string{}},
+		{
+			name: "completed, follow-ups not recorded: due after the grace",
+			b:    batch.Batch{ID: "batch_1", Tenant: "acme", Status: batch.Completed, CompletedAt: &exp},
+			want: map[string]string{"gsi4pk": "DUE", "gsi4sk": "1700086420#batch_1#acme"},
+		},
 		{name: "a template", b: batch.Batch{ID: "batch_tpl", Tenant: "acme", Status: batch.Scheduled, Schedule: ptr("* * * * *")}, want: map[string]string{}},
 	}
 	for _, tt := range tests {
