@@ -113,7 +113,7 @@ func Scan(ctx context.Context, blobs Blobs, b batch.Batch, f file.File, lim Limi
 		// Anthropic's Message Batches limits (docs/api.md "Anthropic Message Batches").
 		opts.MaxRows, opts.MaxBytes = 100_000, 256*1000*1000
 	}
-	rc := blobs.Concat(ctx, f.Objects)
+	rc := &sizing{ctx: ctx, blobs: blobs, keys: f.Objects, sizes: make([]int64, len(f.Objects)), read: make([]bool, len(f.Objects))}
 	defer func() { _ = rc.Close() }()
 	var norm *batch.ObjectWriter
 	var normW io.Writer
@@ -142,19 +142,62 @@ func Scan(ctx context.Context, blobs Blobs, b batch.Batch, f file.File, lim Limi
 		}
 		return in, nil
 	}
-	for _, k := range f.Objects {
-		size, etag, err := blobs.Head(ctx, k)
-		if err != nil {
-			return Input{}, fmt.Errorf("size of %s: %w", k, err)
-		}
-		if f.ETag != "" && etag != f.ETag {
-			return Input{}, Invalid{batch.InputChanged(f.ID)}
+	for i, k := range f.Objects {
+		size := rc.sizes[i]
+		if !rc.read[i] || f.ETag != "" {
+			var etag string
+			if size, etag, err = blobs.Head(ctx, k); err != nil {
+				return Input{}, fmt.Errorf("size of %s: %w", k, err)
+			}
+			if f.ETag != "" && etag != f.ETag {
+				return Input{}, Invalid{batch.InputChanged(f.ID)}
+			}
 		}
 		// A presigned upload's object is pinned to what was validated
 		// (SECURITY.md "Presigned URLs").
 		in.Objects = append(in.Objects, batch.Object{Key: k, Size: size, ETag: f.ETag})
 	}
 	return in, nil
+}
+
+// sizing reads objects one after another as one stream, as Concat does,
+// and keeps the size of each it read to its end: the scan that read them
+// needs no HEAD of each afterwards (docs/design.md "A row's journey", plan).
+type sizing struct {
+	ctx   context.Context
+	blobs Blobs
+	keys  []string
+	sizes []int64
+	read  []bool // sizes[i] is object i's size
+	i     int
+	cur   io.ReadCloser
+}
+
+func (s *sizing) Read(p []byte) (int, error) {
+	for s.i < len(s.keys) {
+		if s.cur == nil {
+			s.cur = s.blobs.Concat(s.ctx, s.keys[s.i:s.i+1])
+		}
+		n, err := s.cur.Read(p)
+		s.sizes[s.i] += int64(n)
+		if err != io.EOF {
+			return n, err
+		}
+		s.read[s.i] = true
+		s.cur.Close()
+		s.cur, s.i = nil, s.i+1
+		if n > 0 {
+			return n, nil
+		}
+	}
+	return 0, io.EOF
+}
+
+func (s *sizing) Close() error {
+	if s.cur != nil {
+		return s.cur.Close()
+	}
+	return nil
 }
 
 // BadRange is a chunk's byte range that does not parse into its planned
