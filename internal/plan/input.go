@@ -1,8 +1,10 @@
 package plan
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
@@ -163,6 +165,8 @@ func Scan(ctx context.Context, blobs Blobs, b batch.Batch, f file.File, lim Limi
 // sizing reads objects one after another as one stream, as Concat does,
 // and keeps the size of each it read to its end: the scan that read them
 // needs no HEAD of each afterwards (docs/design.md "A row's journey", plan).
+// The next object's GET is made while the current one is read (prefetch),
+// so the objects' first-byte latencies do not add up.
 type sizing struct {
 	ctx   context.Context
 	blobs Blobs
@@ -170,13 +174,69 @@ type sizing struct {
 	sizes []int64
 	read  []bool // sizes[i] is object i's size
 	i     int
-	cur   io.ReadCloser
+	cur   io.Reader
+	rc    io.Closer
+	next  chan opened // object i+1's, once asked for
+	err   error       // a failed open's, every later Read's
+}
+
+// opened is an object whose first bytes (head) were read.
+type opened struct {
+	rc   io.ReadCloser
+	head []byte
+	err  error
+}
+
+// prefetchBytes is how much of the next object a prefetch reads.
+const prefetchBytes = 32 << 10
+
+// prefetch opens object i and reads its first bytes, in the background.
+func (s *sizing) prefetch(i int) chan opened {
+	ch := make(chan opened, 1)
+	go func() {
+		rc := s.blobs.Concat(s.ctx, s.keys[i:i+1])
+		buf := make([]byte, prefetchBytes)
+		n, err := io.ReadFull(rc, buf)
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			err = io.EOF
+		}
+		ch <- opened{rc, buf[:n], err}
+	}()
+	return ch
+}
+
+// open makes object s.i the current one, and asks for the next.
+func (s *sizing) open() error {
+	cur := s.next
+	if cur == nil {
+		cur = s.prefetch(s.i)
+	}
+	s.next = nil
+	if s.i+1 < len(s.keys) {
+		s.next = s.prefetch(s.i + 1)
+	}
+	o := <-cur
+	s.rc = o.rc
+	switch {
+	case o.err == io.EOF:
+		s.cur = bytes.NewReader(o.head)
+	case o.err != nil:
+		return o.err
+	default:
+		s.cur = io.MultiReader(bytes.NewReader(o.head), o.rc)
+	}
+	return nil
 }
 
 func (s *sizing) Read(p []byte) (int, error) {
 	for s.i < len(s.keys) {
+		if s.err != nil {
+			return 0, s.err
+		}
 		if s.cur == nil {
-			s.cur = s.blobs.Concat(s.ctx, s.keys[s.i:s.i+1])
+			if s.err = s.open(); s.err != nil {
+				return 0, s.err
+			}
 		}
 		n, err := s.cur.Read(p)
 		s.sizes[s.i] += int64(n)
@@ -184,8 +244,8 @@ func (s *sizing) Read(p []byte) (int, error) {
 			return n, err
 		}
 		s.read[s.i] = true
-		s.cur.Close()
-		s.cur, s.i = nil, s.i+1
+		s.rc.Close()
+		s.cur, s.rc, s.i = nil, nil, s.i+1
 		if n > 0 {
 			return n, nil
 		}
@@ -193,9 +253,15 @@ func (s *sizing) Read(p []byte) (int, error) {
 	return 0, io.EOF
 }
 
+// Close closes the current object and a prefetched one.
 func (s *sizing) Close() error {
-	if s.cur != nil {
-		return s.cur.Close()
+	if s.next != nil {
+		if o := <-s.next; o.rc != nil {
+			o.rc.Close()
+		}
+	}
+	if s.rc != nil {
+		return s.rc.Close()
 	}
 	return nil
 }

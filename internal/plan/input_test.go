@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/file"
@@ -74,5 +76,68 @@ func TestScanSizesFromItsRead(t *testing.T) {
 	f.ETag = `"etag"`
 	if in, err = Scan(context.Background(), bucket, b, f, Limits{}, capacity, models); err != nil || in.Objects[0].ETag != f.ETag || bucket.heads != 3 {
 		t.Errorf("presigned: %v, objects %+v after %d HEADs: want each pinned to its ETag", err, in.Objects, bucket.heads)
+	}
+}
+
+// gatedBucket is a partsBucket whose object 0 does not end until the
+// read of object 1 has begun (or a deadline passed: overlapped false).
+type gatedBucket struct {
+	*partsBucket
+	begun      chan struct{}
+	once       sync.Once
+	overlapped bool
+}
+
+func (f *gatedBucket) Concat(ctx context.Context, keys []string) io.ReadCloser {
+	rc := f.partsBucket.Concat(ctx, keys)
+	switch keys[0] {
+	case "uploads/t/u/0":
+		return &gatedEnd{ReadCloser: rc, f: f}
+	case "uploads/t/u/1":
+		f.once.Do(func() { close(f.begun) })
+	}
+	return rc
+}
+
+type gatedEnd struct {
+	io.ReadCloser
+	f *gatedBucket
+}
+
+func (g *gatedEnd) Read(p []byte) (int, error) {
+	n, err := g.ReadCloser.Read(p)
+	if err == io.EOF {
+		select {
+		case <-g.f.begun:
+			g.f.overlapped = true
+		case <-time.After(5 * time.Second):
+		}
+	}
+	return n, err
+}
+
+// TestScanPrefetchesTheNextObject: the GET of a file's next object is made
+// while its current one is read, so a 48-part file's first-byte
+// latencies do not add up before its batch can start. Before, each
+// object was asked for once the one before had ended.
+func TestScanPrefetchesTheNextObject(t *testing.T) {
+	t.Parallel()
+	var all strings.Builder
+	for i := range 30 {
+		fmt.Fprintf(&all, `{"custom_id":"r%d","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[]}}`+"\n", i)
+	}
+	data := all.String()
+	bucket := &gatedBucket{partsBucket: &partsBucket{objects: map[string][]byte{
+		"uploads/t/u/0": []byte(data[:1500]), "uploads/t/u/1": []byte(data[1500:])}}, begun: make(chan struct{})}
+	f := file.File{ID: "file-1", Tenant: "t", Filename: "in.jsonl", Objects: []string{"uploads/t/u/0", "uploads/t/u/1"}}
+	b := batch.Batch{ID: "batch_1", Tenant: "t", Endpoint: "/v1/chat/completions", InputFileID: f.ID}
+
+	in, err := Scan(context.Background(), bucket, b, f, Limits{}, func(string) int { return 8 }, Models{Known: func(string) bool { return true }})
+
+	if err != nil || in.Result.Rows != 30 || in.Objects[1].Size != int64(len(data)-1500) {
+		t.Fatalf("Scan: %d rows, objects %+v, %v", in.Result.Rows, in.Objects, err)
+	}
+	if !bucket.overlapped {
+		t.Error("object 1 was asked for only after object 0 was read to its end")
 	}
 }
