@@ -21,7 +21,8 @@ package localstack
 // BENCH_LARGE_ROWS, BENCH_TURN_BATCHES and BENCH_SLOW_ROWS shrink them
 // while working on them; the section then says it is not the full run.
 // BENCH_HEAP_PROFILE=path writes a heap profile (go tool pprof) the first
-// time the heap passes 400 MiB above its start: what holds it.
+// time the heap passes 400 MiB above its start (BENCH_HEAP_PROFILE_MIB
+// another size): what holds it.
 
 import (
 	"bufio"
@@ -38,6 +39,7 @@ import (
 	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -379,7 +381,7 @@ func (h *heapByFunction) sample(v uint64) {
 		fn := running[0]
 		h.alone[fn] = max(h.alone[fn], v/uint64(h.active[fn]))
 	}
-	if p := os.Getenv("BENCH_HEAP_PROFILE"); p != "" && v > 400<<20 && !h.profiled {
+	if p := os.Getenv("BENCH_HEAP_PROFILE"); p != "" && v > profileAt() && !h.profiled {
 		h.profiled = true
 		if f, err := os.Create(p); err == nil {
 			pprof.WriteHeapProfile(f)
@@ -387,6 +389,15 @@ func (h *heapByFunction) sample(v uint64) {
 			fmt.Fprintf(os.Stderr, "heap profile at %d MiB, running %v\n", v>>20, running)
 		}
 	}
+}
+
+// profileAt is the heap above its start at which BENCH_HEAP_PROFILE is
+// written: BENCH_HEAP_PROFILE_MIB, 400 MiB unless set.
+func profileAt() uint64 {
+	if n, err := strconv.Atoi(os.Getenv("BENCH_HEAP_PROFILE_MIB")); err == nil && n > 0 {
+		return uint64(n) << 20
+	}
+	return 400 << 20
 }
 
 func (h *heapByFunction) stop() (uint64, map[string]uint64, map[string]uint64, map[string]time.Duration) {

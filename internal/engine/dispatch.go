@@ -148,7 +148,7 @@ func (e *Engine) planInput(ctx context.Context, b batch.Batch, writeBy time.Time
 		Default: endpoint.DefaultModel(e.Models, b.Endpoint),
 		Record:  func(row []byte) bool { return e.Workflow.ValidRow(b, row) },
 		NoCall: func(row []byte) bool {
-			_, refused := provider.Refusal(e.Models, b.Endpoint, []byte(gjson.GetBytes(row, "body").Raw))
+			_, refused := provider.Refusal(e.Models, b.Endpoint, rawOf(row, "body"))
 			return refused
 		},
 	})
@@ -324,4 +324,14 @@ func (e *Engine) terminal(ctx context.Context, b batch.Batch) error {
 		return nil
 	}
 	return gone(err)
+}
+
+// rawOf is the JSON of path in row, in row's bytes where gjson says where
+// (the plan asks it of every row: no copy of each body).
+func rawOf(row []byte, path string) []byte {
+	r := gjson.GetBytes(row, path)
+	if r.Index > 0 && r.Index+len(r.Raw) <= len(row) {
+		return row[r.Index : r.Index+len(r.Raw)]
+	}
+	return []byte(r.Raw)
 }

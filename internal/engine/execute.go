@@ -767,6 +767,9 @@ func (e *Engine) finishRun(ctx context.Context, p *fanout.Pool, r *chunkRun) {
 	// Its lease is kept no longer: a renewal would find the chunk done,
 	// which is no reason to stop the model's other runs.
 	r.cancel()
+	// The invocation keeps its runs to its end; their rows go now
+	// (docs/design.md "Memory"), the lines with the commit.
+	r.reqs, r.pre = nil, nil
 }
 
 // deferRow records that row i is owed its fallback, model to, after

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,6 +19,7 @@ import (
 	"github.com/relaybatch/relay/internal/blob"
 	"github.com/relaybatch/relay/internal/config"
 	"github.com/relaybatch/relay/internal/heapmeter"
+	"github.com/relaybatch/relay/internal/inference"
 	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/resources"
@@ -172,5 +175,96 @@ func TestExecuteInputChanged(t *testing.T) {
 		if got := batch.FinalStatus(&after); got != batch.Failed {
 			t.Fatalf("%s: final status %s, want failed", tt.code, got)
 		}
+	}
+}
+
+// padProvider answers every row at once with a body of answer bytes.
+type padProvider struct{ body json.RawMessage }
+
+func (p padProvider) Do(context.Context, string, json.RawMessage, provider.Route) inference.Result {
+	return inference.Result{StatusCode: 200, Model: "x", Body: p.body}
+}
+
+// genBucket is a discardBucket whose input is rows of rowBytes each,
+// made as they are read: the input is not in the heap a test measures.
+type genBucket struct {
+	*discardBucket
+	rowBytes int
+}
+
+func (f *genBucket) row(i int) string {
+	head := fmt.Sprintf(`{"custom_id":"r%08d","method":"POST","url":"/v1/chat/completions","body":{"model":"x","pad":"`, i)
+	return head + strings.Repeat("x", f.rowBytes-len(head)-4) + "\"}}\n"
+}
+
+func (f *genBucket) ReadRange(_ context.Context, _ []batch.Object, start, end int64) ([]byte, error) {
+	var b bytes.Buffer
+	b.Grow(int(end - start))
+	for i := start / int64(f.rowBytes); i < end/int64(f.rowBytes); i++ {
+		b.WriteString(f.row(int(i)))
+	}
+	return b.Bytes(), nil
+}
+
+// chainRows runs chunks chunks of rows rows of rowBytes each in one
+// invocation, the first claimed and each commit claiming the next as its
+// continuation (docs/design.md "Scheduling"), every answer rowBytes too,
+// and returns the heap's peak while it ran.
+func chainRows(t *testing.T, chunks, rows, rowBytes int) uint64 {
+	t.Helper()
+	exp := time.Now().Add(time.Hour).Unix()
+	size := int64(chunks * rows * rowBytes)
+	b := batch.Batch{ID: "batch_c", Tenant: "t", Endpoint: "/v1/chat/completions", Status: batch.InProgress,
+		ChunksTotal: chunks, ExpiresAt: &exp, Input: []batch.Object{{Key: "in", Size: size}}}
+	table := &runsTable{memTable: newMemTable(), id: b.ID}
+	for i := range chunks {
+		c := batch.Chunk{Batch: b.ID, Tenant: "t", Index: i, Start: int64(i * rows * rowBytes), End: int64((i + 1) * rows * rowBytes),
+			FirstRow: i * rows, Rows: rows, Model: "x", State: batch.ChunkPending, NextSame: -1}
+		if i == 0 {
+			c.State, c.Run, c.Lease, c.Slots = batch.ChunkClaimed, "run0", time.Now().Add(time.Hour).UnixMilli(), 8
+		}
+		table.putChunk(c)
+	}
+	table.setInflight("x", 8)
+	table.putBatch(b)
+	table.readyAt("x", 1, false)
+	bucket := &genBucket{discardBucket: &discardBucket{memBucket: newMemBucket()}, rowBytes: rowBytes}
+	answer := json.RawMessage(`{"id":"chatcmpl-1","usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2},"pad":"` +
+		strings.Repeat("x", rowBytes) + `"}`)
+	e := testEngine(&Engine{Store: table, Blobs: bucket, Queue: &lockedQueue{}, Set: resources.Define("t"),
+		Provider: padProvider{answer}, Log: slog.New(slog.DiscardHandler)})
+	d := workDelivery(t, table.chunkAt(0), "d0")
+	var failed []string
+	var err error
+	// Collected often, the heap's peak is what the runs hold, not when
+	// their garbage happened to go.
+	defer debug.SetGCPercent(debug.SetGCPercent(10))
+	peak := heapmeter.Peak(func() {
+		failed, err = e.Execute(context.Background(), []msg.Delivery{d})
+	})
+	if n := len(table.committed()); err != nil || len(failed) > 0 || n != chunks {
+		t.Fatalf("Execute: failed %v, err %v, %d commits; want %d, the chain run in the invocation", failed, err, n, chunks)
+	}
+	if min := size; bucket.written.Load() < min {
+		t.Fatalf("%d bytes of parts written, want at least %d", bucket.written.Load(), min)
+	}
+	return peak
+}
+
+// TestContinuationsHeapBoundedByBytes checks that an invocation's memory
+// does not grow with the chunks it ran as continuations: 24 chunks in a
+// row peak within 1.5 times 3 (docs/design.md "Memory"). Before, every run
+// kept its input range and its lines until the invocation ended: the
+// executors of a 50,000-row batch of 4 KB rows held 500 MiB.
+func TestContinuationsHeapBoundedByBytes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: it moves 100 MB through the engine (make test runs it)")
+	}
+	const rows, rowBytes = 768, 4 << 10
+	small := chainRows(t, 3, rows, rowBytes)
+	large := chainRows(t, 24, rows, rowBytes)
+	t.Logf("heap peak: %d MiB for 3 chunks, %d MiB for 24 chunks of %d rows of %d KiB", small>>20, large>>20, rows, rowBytes>>10)
+	if float64(large) > 1.5*float64(max(small, 16<<20)) {
+		t.Errorf("heap peak %d MiB for 24 chunks in a row, want within 1.5 times the %d MiB for 3", large>>20, small>>20)
 	}
 }

@@ -139,14 +139,14 @@ func (l *Lines) Tally() batch.Counts {
 	return batch.Counts{Completed: l.w.p.Completed, Failed: l.w.p.Failed}
 }
 
-// Close removes the temporary file, if there is one.
+// Close lets go of the lines, in memory or in the temporary file, which
+// it removes; the counts stay (Tally). A run holds its lines until its
+// commit, not until its invocation ends (docs/design.md "Memory").
 func (l *Lines) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.spool.Spilled() {
-		return nil
-	}
 	l.err = errors.New("closed")
+	l.spans, l.w.usage = nil, bytes.Buffer{}
 	return l.spool.Close()
 }
 

@@ -1,8 +1,10 @@
 package plan
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
@@ -115,7 +117,7 @@ func Scan(ctx context.Context, blobs Blobs, b batch.Batch, f file.File, lim Limi
 		// Anthropic's Message Batches limits (docs/api.md "Anthropic Message Batches").
 		opts.MaxRows, opts.MaxBytes = 100_000, 256*1000*1000
 	}
-	rc := blobs.Concat(ctx, f.Objects)
+	rc := &sizing{ctx: ctx, blobs: blobs, keys: f.Objects, sizes: make([]int64, len(f.Objects)), read: make([]bool, len(f.Objects))}
 	defer func() { _ = rc.Close() }()
 	var norm *batch.ObjectWriter
 	var normW io.Writer
@@ -144,19 +146,126 @@ func Scan(ctx context.Context, blobs Blobs, b batch.Batch, f file.File, lim Limi
 		}
 		return in, nil
 	}
-	for _, k := range f.Objects {
-		size, etag, err := blobs.Head(ctx, k)
-		if err != nil {
-			return Input{}, fmt.Errorf("size of %s: %w", k, err)
-		}
-		if f.ETag != "" && etag != f.ETag {
-			return Input{}, Invalid{batch.InputChanged(f.ID)}
+	for i, k := range f.Objects {
+		size := rc.sizes[i]
+		if !rc.read[i] || f.ETag != "" {
+			var etag string
+			if size, etag, err = blobs.Head(ctx, k); err != nil {
+				return Input{}, fmt.Errorf("size of %s: %w", k, err)
+			}
+			if f.ETag != "" && etag != f.ETag {
+				return Input{}, Invalid{batch.InputChanged(f.ID)}
+			}
 		}
 		// A presigned upload's object is pinned to what was validated
 		// (SECURITY.md "Presigned URLs").
 		in.Objects = append(in.Objects, batch.Object{Key: k, Size: size, ETag: f.ETag})
 	}
 	return in, nil
+}
+
+// sizing reads objects one after another as one stream, as Concat does,
+// and keeps the size of each it read to its end: the scan that read them
+// needs no HEAD of each afterwards (docs/design.md "A row's journey", plan).
+// The next object's GET is made while the current one is read (prefetch),
+// so the objects' first-byte latencies do not add up.
+type sizing struct {
+	ctx   context.Context
+	blobs Blobs
+	keys  []string
+	sizes []int64
+	read  []bool // sizes[i] is object i's size
+	i     int
+	cur   io.Reader
+	rc    io.Closer
+	next  chan opened // object i+1's, once asked for
+	err   error       // a failed open's, every later Read's
+}
+
+// opened is an object whose first bytes (head) were read.
+type opened struct {
+	rc   io.ReadCloser
+	head []byte
+	err  error
+}
+
+// prefetchBytes is how much of the next object a prefetch reads.
+const prefetchBytes = 32 << 10
+
+// prefetch opens object i and reads its first bytes, in the background.
+func (s *sizing) prefetch(i int) chan opened {
+	ch := make(chan opened, 1)
+	go func() {
+		rc := s.blobs.Concat(s.ctx, s.keys[i:i+1])
+		buf := make([]byte, prefetchBytes)
+		n, err := io.ReadFull(rc, buf)
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			err = io.EOF
+		}
+		ch <- opened{rc, buf[:n], err}
+	}()
+	return ch
+}
+
+// open makes object s.i the current one, and asks for the next.
+func (s *sizing) open() error {
+	cur := s.next
+	if cur == nil {
+		cur = s.prefetch(s.i)
+	}
+	s.next = nil
+	if s.i+1 < len(s.keys) {
+		s.next = s.prefetch(s.i + 1)
+	}
+	o := <-cur
+	s.rc = o.rc
+	switch {
+	case o.err == io.EOF:
+		s.cur = bytes.NewReader(o.head)
+	case o.err != nil:
+		return o.err
+	default:
+		s.cur = io.MultiReader(bytes.NewReader(o.head), o.rc)
+	}
+	return nil
+}
+
+func (s *sizing) Read(p []byte) (int, error) {
+	for s.i < len(s.keys) {
+		if s.err != nil {
+			return 0, s.err
+		}
+		if s.cur == nil {
+			if s.err = s.open(); s.err != nil {
+				return 0, s.err
+			}
+		}
+		n, err := s.cur.Read(p)
+		s.sizes[s.i] += int64(n)
+		if err != io.EOF {
+			return n, err
+		}
+		s.read[s.i] = true
+		s.rc.Close()
+		s.cur, s.rc, s.i = nil, nil, s.i+1
+		if n > 0 {
+			return n, nil
+		}
+	}
+	return 0, io.EOF
+}
+
+// Close closes the current object and a prefetched one.
+func (s *sizing) Close() error {
+	if s.next != nil {
+		if o := <-s.next; o.rc != nil {
+			o.rc.Close()
+		}
+	}
+	if s.rc != nil {
+		return s.rc.Close()
+	}
+	return nil
 }
 
 // BadRange is a chunk's byte range that does not parse into its planned

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -1058,5 +1059,32 @@ func TestDoTimeLimit(t *testing.T) {
 				t.Errorf("message %q, usage %+v: want it to start request_time_limit, with no usage", got.ErrMessage, got.Usage)
 			}
 		})
+	}
+}
+
+// TestRefusalCopiesNoBody: Refusal, which the plan asks of every row,
+// makes no copy of the row's body (a 200 MB input made 200 MB of them,
+// gjson.ParseBytes's, to check each body was an object).
+func TestRefusalCopiesNoBody(t *testing.T) {
+	models, err := config.ParseModels([]byte("models:\n  - {name: m, provider: openai, base_url: http://x/v1, api_key_env: K}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(` {"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", 64<<10) + `"}]}`)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range 10 {
+		if res, refused := Refusal(models, "/v1/chat/completions", body); refused {
+			t.Fatalf("refused: %+v", res)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / 10; per > uint64(len(body))/8 {
+		t.Errorf("Refusal allocated %d bytes a call for a body of %d", per, len(body))
+	}
+	for _, body := range []string{` [1]`, `"s"`, "\n7"} {
+		if res, _ := Refusal(models, "/v1/chat/completions", []byte(body)); res.ErrCode != inference.CodeInvalidRequest {
+			t.Errorf("%q: %+v, want invalid_request: not an object", body, res)
+		}
 	}
 }

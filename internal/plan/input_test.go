@@ -1,0 +1,143 @@
+package plan
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/file"
+)
+
+// partsBucket holds objects by key and counts the HEADs asked of it.
+type partsBucket struct {
+	objects map[string][]byte
+	heads   int
+}
+
+func (f *partsBucket) PutTagged(context.Context, string, io.Reader, int64, string) error { return nil }
+
+func (f *partsBucket) Concat(_ context.Context, keys []string) io.ReadCloser {
+	var rs []io.Reader
+	for _, k := range keys {
+		rs = append(rs, bytes.NewReader(f.objects[k]))
+	}
+	return io.NopCloser(io.MultiReader(rs...))
+}
+
+func (f *partsBucket) Head(_ context.Context, key string) (int64, string, error) {
+	f.heads++
+	return int64(len(f.objects[key])), `"etag"`, nil
+}
+
+// TestScanSizesFromItsRead: a file of 3 uploaded parts is planned with
+// the parts' sizes the scan read, and no HEAD of each after it (a 200 MB
+// file of 4 MiB parts made 48, one after another, before the batch could
+// start); a presigned upload's object is still HEADed, for the ETag that
+// pins it.
+func TestScanSizesFromItsRead(t *testing.T) {
+	t.Parallel()
+	var all strings.Builder
+	for i := range 30 {
+		fmt.Fprintf(&all, `{"custom_id":"r%d","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[]}}`+"\n", i)
+	}
+	// Parts cut mid-line, as the Uploads API's are.
+	data := all.String()
+	cuts := []int{0, 1000, 2500, len(data)}
+	bucket := &partsBucket{objects: map[string][]byte{}}
+	f := file.File{ID: "file-1", Tenant: "t", Filename: "in.jsonl"}
+	for i := range 3 {
+		k := fmt.Sprintf("uploads/t/u/%d", i)
+		bucket.objects[k] = []byte(data[cuts[i]:cuts[i+1]])
+		f.Objects = append(f.Objects, k)
+	}
+	b := batch.Batch{ID: "batch_1", Tenant: "t", Endpoint: "/v1/chat/completions", InputFileID: f.ID}
+	models := Models{Known: func(string) bool { return true }}
+	capacity := func(string) int { return 8 }
+
+	in, err := Scan(context.Background(), bucket, b, f, Limits{}, capacity, models)
+
+	if err != nil || in.Result.Rows != 30 {
+		t.Fatalf("Scan: %d rows, %v", in.Result.Rows, err)
+	}
+	for i, o := range in.Objects {
+		if o.Key != f.Objects[i] || o.Size != int64(cuts[i+1]-cuts[i]) {
+			t.Errorf("object %d: %+v, want %s of %d bytes", i, o, f.Objects[i], cuts[i+1]-cuts[i])
+		}
+	}
+	if len(in.Objects) != 3 || bucket.heads != 0 {
+		t.Errorf("%d objects, %d HEADs: want 3 and none", len(in.Objects), bucket.heads)
+	}
+	f.ETag = `"etag"`
+	if in, err = Scan(context.Background(), bucket, b, f, Limits{}, capacity, models); err != nil || in.Objects[0].ETag != f.ETag || bucket.heads != 3 {
+		t.Errorf("presigned: %v, objects %+v after %d HEADs: want each pinned to its ETag", err, in.Objects, bucket.heads)
+	}
+}
+
+// gatedBucket is a partsBucket whose object 0 does not end until the
+// read of object 1 has begun (or a deadline passed: overlapped false).
+type gatedBucket struct {
+	*partsBucket
+	begun      chan struct{}
+	once       sync.Once
+	overlapped bool
+}
+
+func (f *gatedBucket) Concat(ctx context.Context, keys []string) io.ReadCloser {
+	rc := f.partsBucket.Concat(ctx, keys)
+	switch keys[0] {
+	case "uploads/t/u/0":
+		return &gatedEnd{ReadCloser: rc, f: f}
+	case "uploads/t/u/1":
+		f.once.Do(func() { close(f.begun) })
+	}
+	return rc
+}
+
+type gatedEnd struct {
+	io.ReadCloser
+	f *gatedBucket
+}
+
+func (g *gatedEnd) Read(p []byte) (int, error) {
+	n, err := g.ReadCloser.Read(p)
+	if err == io.EOF {
+		select {
+		case <-g.f.begun:
+			g.f.overlapped = true
+		case <-time.After(5 * time.Second):
+		}
+	}
+	return n, err
+}
+
+// TestScanPrefetchesTheNextObject: the GET of a file's next object is made
+// while its current one is read, so a 48-part file's first-byte
+// latencies do not add up before its batch can start. Before, each
+// object was asked for once the one before had ended.
+func TestScanPrefetchesTheNextObject(t *testing.T) {
+	t.Parallel()
+	var all strings.Builder
+	for i := range 30 {
+		fmt.Fprintf(&all, `{"custom_id":"r%d","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[]}}`+"\n", i)
+	}
+	data := all.String()
+	bucket := &gatedBucket{partsBucket: &partsBucket{objects: map[string][]byte{
+		"uploads/t/u/0": []byte(data[:1500]), "uploads/t/u/1": []byte(data[1500:])}}, begun: make(chan struct{})}
+	f := file.File{ID: "file-1", Tenant: "t", Filename: "in.jsonl", Objects: []string{"uploads/t/u/0", "uploads/t/u/1"}}
+	b := batch.Batch{ID: "batch_1", Tenant: "t", Endpoint: "/v1/chat/completions", InputFileID: f.ID}
+
+	in, err := Scan(context.Background(), bucket, b, f, Limits{}, func(string) int { return 8 }, Models{Known: func(string) bool { return true }})
+
+	if err != nil || in.Result.Rows != 30 || in.Objects[1].Size != int64(len(data)-1500) {
+		t.Fatalf("Scan: %d rows, objects %+v, %v", in.Result.Rows, in.Objects, err)
+	}
+	if !bucket.overlapped {
+		t.Error("object 1 was asked for only after object 0 was read to its end")
+	}
+}
