@@ -180,6 +180,7 @@ func TestWriteGzipsUsage(t *testing.T) {
 		t.Fatal(err)
 	}
 	stored := p.got[cm.Chunk.Parts("usage")]
+	t.Logf("usage object: %d bytes gzipped, %d plain", len(stored), len(plain))
 	if !strings.HasPrefix(stored, "\x1f\x8b") || len(stored)*4 > len(plain) {
 		t.Fatalf("usage object of %d bytes (gzip: %v), want gzip under a quarter of its %d plain bytes", len(stored), strings.HasPrefix(stored, "\x1f\x8b"), len(plain))
 	}
