@@ -40,6 +40,7 @@ import (
 	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -174,6 +175,10 @@ func runHeader(w func(string, ...any), load string) {
 	w("- Date: %s; commit %s; load average at the start %s (%d cores, shared with other sessions)",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), commit(), load, goruntime.NumCPU())
 	w("- Command: `%s` (this section alone: `-run 'TestLargeBenchmark/<name>'`), on the emulator at %s", largeBenchCommand, os.Getenv("AWS_ENDPOINT_URL"))
+	if one, err := strconv.ParseFloat(strings.Fields(load + " x")[0], 64); err == nil && one > 2*float64(goruntime.NumCPU()) {
+		w("- **Load was high** (more than twice the cores: other sessions' work shared the machine): times are longer than on an idle " +
+			"machine, counts (requests, invocations, units) are not")
+	}
 }
 
 // meteredRuntime is a counted runtime (startBench) with the Go heap sampled
