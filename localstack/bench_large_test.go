@@ -27,10 +27,12 @@ package localstack
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"os"
@@ -50,6 +52,7 @@ import (
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/local/localrun"
 	"github.com/relaybatch/relay/internal/mockup"
 	"github.com/relaybatch/relay/internal/resources"
@@ -173,6 +176,10 @@ func runHeader(w func(string, ...any), load string) {
 	w("- Date: %s; commit %s; load average at the start %s (%d cores, shared with other sessions)",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), commit(), load, goruntime.NumCPU())
 	w("- Command: `%s` (this section alone: `-run 'TestLargeBenchmark/<name>'`), on the emulator at %s", largeBenchCommand, os.Getenv("AWS_ENDPOINT_URL"))
+	if one, err := strconv.ParseFloat(strings.Fields(load + " x")[0], 64); err == nil && one > 2*float64(goruntime.NumCPU()) {
+		w("- **Load was high** (more than twice the cores: other sessions' work shared the machine): times are longer than on an idle " +
+			"machine, counts (requests, invocations, units) are not")
+	}
 }
 
 // meteredRuntime is a counted runtime (startBench) with the Go heap sampled
@@ -214,6 +221,7 @@ type counts struct {
 	apiCalls  int64
 	apiTime   time.Duration
 	rru, wru  float64
+	wruByOp   map[string]float64
 	s3Bytes   int64
 	heapPeak  map[string]uint64
 	heapAlone map[string]uint64 // while no other function ran
@@ -232,6 +240,7 @@ func (m *meteredRuntime) mark() func(model string) counts {
 	ran0, n0 := m.inv.all()
 	calls0, time0 := m.api.totals()
 	rru0, wru0, s30 := m.units.totals()
+	byOp0 := m.units.writesByOp()
 	m.heap.start()
 	return func(model string) counts {
 		c := counts{aws: m.aws.snapshot().since(aws0), ran: map[string]time.Duration{}, invoked: map[string]int{}, memory: map[string]int{}}
@@ -243,6 +252,10 @@ func (m *meteredRuntime) mark() func(model string) counts {
 		c.apiCalls, c.apiTime = calls-calls0, tm-time0
 		rru, wru, s3 := m.units.totals()
 		c.rru, c.wru, c.s3Bytes = rru-rru0, wru-wru0, s3-s30
+		c.wruByOp = m.units.writesByOp()
+		for op, n := range byOp0 {
+			c.wruByOp[op] -= n
+		}
 		c.heapBase, c.heapPeak, c.heapAlone, c.longest = m.heap.stop()
 		stats := m.Mock.Stats()
 		c.mockPeak, c.mockCalls = stats.PeakInFlight[model], stats.Requests
@@ -465,6 +478,7 @@ type awsUnits struct {
 	next       http.RoundTripper
 	mu         sync.Mutex
 	rru, wru   float64
+	wruByOp    map[string]float64 // "DynamoDB.<operation>" → its write units
 	s3PutBytes int64
 }
 
@@ -477,6 +491,13 @@ func (u *awsUnits) totals() (float64, float64, int64) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.rru, u.wru, u.s3PutBytes
+}
+
+// writesByOp is the write units of each DynamoDB operation so far.
+func (u *awsUnits) writesByOp() map[string]float64 {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return maps.Clone(u.wruByOp)
 }
 
 func (u *awsUnits) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -538,6 +559,12 @@ func (u *awsUnits) dynamo(r *http.Request, op string) (*http.Response, error) {
 	}
 	u.mu.Lock()
 	u.rru, u.wru = u.rru+rru, u.wru+wru
+	if wru > 0 {
+		if u.wruByOp == nil {
+			u.wruByOp = map[string]float64{}
+		}
+		u.wruByOp[op] += wru
+	}
 	u.mu.Unlock()
 	return resp, nil
 }
@@ -947,10 +974,19 @@ const (
 	priceS3Get         = 0.0004 / 1e3 // GET, HEAD and the rest
 	priceS3GBMonth     = 0.023        // S3 Standard storage, first 50 TB
 	priceAPIGateway    = 3.50 / 1e6   // REST API (infra/api.go), first 333 million a month
-	storedDays         = 31.0         // inputs and parts kept 30 days by default, plus a day's rounding (docs/design.md "Expiry")
 	priceModelIn       = 0.15 / 1e6   // gpt-4o-mini, $ per input token, the reference model
 	priceModelOut      = 0.60 / 1e6   // $ per output token
 )
+
+// storedDays is how long the bytes a batch puts stay in S3 at the
+// defaults (docs/design.md "Expiry"): its input file's expiry class
+// (files.DefaultTTL and files.InputKept, rounded up to a class) or its
+// parts' (PartsExpiry), the longer; S3's lifecycle may take a day more.
+func storedDays() float64 {
+	tag, _ := resources.ExpiryTagFor(files.DefaultTTL + files.InputKept)
+	input, _ := resources.ExpiryOf(tag)
+	return max(input, resources.Define("relay").PartsExpiry).Hours() / 24
+}
 
 // costItem is one priced line: how many per million rows, at what price.
 type costItem struct {
@@ -1001,8 +1037,21 @@ func costOf(c counts, rows int) costTable {
 		{"DynamoDB read request units", "RRU", perM(c.rru), priceDynamoRRU},
 		{"S3 PUT, COPY, POST, LIST", "requests", perM(s3Put), priceS3Put},
 		{"S3 GET and others", "requests", perM(s3Get), priceS3Get},
-		{fmt.Sprintf("S3 storage, %.0f days", storedDays), "GB-months", perM(float64(c.s3Bytes)) / 1e9 * storedDays / 30, priceS3GBMonth},
+		{fmt.Sprintf("S3 storage, %.0f days", storedDays()), "GB-months", perM(float64(c.s3Bytes)) / 1e9 * storedDays() / 30, priceS3GBMonth},
 	}
+}
+
+// writesLine is c's DynamoDB write units per 1,000 rows by operation,
+// most first.
+func writesLine(c counts, rows int) string {
+	ops := slices.SortedFunc(maps.Keys(c.wruByOp), func(a, b string) int { return cmp.Compare(c.wruByOp[b], c.wruByOp[a]) })
+	var parts []string
+	for _, op := range ops {
+		if n := c.wruByOp[op]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.1f", op, n*1000/float64(rows)))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // costLines writes the run's cost per million rows with its arithmetic,
@@ -1013,9 +1062,10 @@ func costLines(w func(string, ...any), c counts, rows int, b *openai.Batch, late
 	w("")
 	w("This run's counts scaled to a million rows, at public list prices (us-east-1, the constants in `localstack/bench_large_test.go` "+
 		"with their sources). DynamoDB units are estimated from each request's and answer's size as DynamoDB rounds them (`awsUnits`); "+
-		"S3 storage is the bytes this run put (input and parts) kept %.0f days. The API calls include the client's polling "+
+		"S3 storage is the bytes this run put (input and parts; the parts' usage objects gzipped) kept %.0f days, the longer of the "+
+		"input file's expiry class at the default 30-day TTL and the parts' lifecycle rule (`storedDays`). The API calls include the client's polling "+
 		"(this bench's `batches.get` interval). Left out: the fixed costs that do not grow with rows (the tick's 43,200 invocations "+
-		"a month, the event-source mappings' idle long polls, alarms).", storedDays)
+		"a month, the event-source mappings' idle long polls, alarms).", storedDays())
 	w("")
 	w("| Item | Per million rows | Price | $ per million rows |")
 	w("| --- | ---: | ---: | ---: |")
@@ -1023,6 +1073,8 @@ func costLines(w func(string, ...any), c counts, rows int, b *openai.Batch, late
 		w("| %s | %.4g %s | $%.4g | $%.4f |", it.name, it.perM, it.unit, it.price, it.perM*it.price)
 	}
 	w("| **total** | | | **$%.4f** |", ct.total())
+	w("")
+	w("DynamoDB write units per 1,000 rows by operation: %s.", writesLine(c, rows))
 	if b == nil || b.Usage.InputTokens == 0 {
 		return
 	}

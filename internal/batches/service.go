@@ -8,7 +8,6 @@
 package batches
 
 import (
-	"bufio"
 	"bytes"
 	"cmp"
 	"context"
@@ -988,17 +987,8 @@ func (s *Service) chunkRows(ctx context.Context, c batch.Chunk) ([]part.UsageEve
 		return nil, fmt.Errorf("rows of chunk %d of %s: %w", c.Index, c.Batch, err)
 	}
 	defer func() { _ = rc.Close() }()
-	var evs []part.UsageEvent
-	sc := bufio.NewScanner(rc)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		var ev part.UsageEvent
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			return nil, fmt.Errorf("rows of chunk %d of %s: %w", c.Index, c.Batch, err)
-		}
-		evs = append(evs, ev)
-	}
-	if err := sc.Err(); err != nil {
+	evs, err := part.ReadUsage(rc)
+	if err != nil {
 		return nil, fmt.Errorf("rows of chunk %d of %s: %w", c.Index, c.Batch, err)
 	}
 	return evs, nil

@@ -195,6 +195,11 @@ func (e *Engine) commit(ctx context.Context, b batch.Batch, cm sched.Commit, wri
 	c := cm.Chunk
 	cm.ChunksTotal = b.ChunksTotal
 	cm.FinalizeDue = e.Now().Add(batch.Grace)
+	// A batch's only chunk commits as its last at once, not after a try
+	// refused with ErrLast: a small batch's turnaround is a few such
+	// requests in a row. Its total grows only by a split or a fallback of
+	// this chunk, which this run would have to commit first.
+	cm.Last = b.ChunksTotal == 1 && cm.Fallback == nil
 	picked := false
 	var pre *preload
 	var lastErr error

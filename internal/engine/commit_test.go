@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/msg"
 	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/store"
 )
@@ -83,5 +84,38 @@ func TestCommitNeverContinuesWithItself(t *testing.T) {
 	}
 	if c1 := f.chunk("x", 1); c1.State != batch.ChunkClaimed || c1.Slots != 2 {
 		t.Fatalf("chunk 1 %+v, want claimed with chunk 0's 2 slots", c1)
+	}
+}
+
+// countingCommits is a memTable that counts CommitChunk calls.
+type countingCommits struct {
+	*memTable
+	calls int
+}
+
+func (f *countingCommits) CommitChunk(ctx context.Context, tenant string, cm sched.Commit) error {
+	f.calls++
+	return f.memTable.CommitChunk(ctx, tenant, cm)
+}
+
+// The commit of a batch's only chunk is its last: one transaction, not
+// one refused as not the last and a second (a small batch's turnaround,
+// docs/design.md "Scheduling"); the finalize message follows it.
+func TestCommitOfAnOnlyChunkIsTheLastAtOnce(t *testing.T) {
+	t.Parallel()
+	b := batch.Batch{ID: "batch_one", Tenant: "t", ChunksTotal: 1}
+	c := batch.Chunk{Batch: b.ID, Tenant: "t", Rows: 10, State: batch.ChunkClaimed, Run: "run1", Model: "m"}
+	f := &countingCommits{memTable: oneChunk(b, c)}
+	q := &fakeQueue{}
+	e := testEngine(&Engine{Store: f, Queue: q, Log: slog.New(slog.DiscardHandler)})
+	ok, err := e.commit(context.Background(), b, sched.Commit{Chunk: c, Completed: 10}, nil, nil)
+	if !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if cms := f.committed(); f.calls != 1 || len(cms) != 1 || !cms[0].Last {
+		t.Fatalf("%d commit calls, committed %+v; want one, the last", f.calls, cms)
+	}
+	if len(q.sent) != 1 || q.sent[0].Type != msg.Finalize {
+		t.Fatalf("sent %+v, want the finalize", q.sent)
 	}
 }

@@ -40,10 +40,12 @@ func TestDeadLetterOfADeletedInput(t *testing.T) {
 		t.Fatalf("chunk %s, %d commits: want it committed with 3 dead letters", got.State, len(table.committed()))
 	}
 	usage, _ := e.Blobs.(*goneAfter).object(table.chunkAt(0).Parts("usage"))
+	evs, err := part.ReadUsage(bytes.NewReader(usage))
+	if err != nil {
+		t.Fatal(err)
+	}
 	var dead []part.DeadLetter
-	for line := range bytes.Lines(usage) {
-		var ev part.UsageEvent
-		json.Unmarshal(line, &ev)
+	for _, ev := range evs {
 		dead = append(dead, ev.DeadLetter())
 	}
 	if len(dead) != 3 || dead[2] != (part.DeadLetter{Row: 2, Reason: part.CodeDeadLetter, Error: part.DeadLetterMessage, Attempts: 3, Model: "x"}) {

@@ -106,6 +106,7 @@ func (e *Engine) startCounting(ctx context.Context, model string) (int, error) {
 		return 0, nil
 	}
 	quotas := sched.Quotas(m.MaxConcurrency)
+	slots := e.limits().SlotsFor(m.MaxConcurrency, resources.WorkBatch)
 	free, err := e.Store.FreeSlots(ctx, model, quotas)
 	if err != nil {
 		return 0, err
@@ -128,7 +129,7 @@ func (e *Engine) startCounting(ctx context.Context, model string) (int, error) {
 			shard++
 			continue
 		}
-		c, err := pick(ctx, e.Store, model, min(e.limits().Slots, free[shard]), shard, e.Now().Add(e.lease()), nil)
+		c, err := pick(ctx, e.Store, model, min(slots, free[shard]), shard, e.Now().Add(e.lease()), nil)
 		if err != nil || c == nil {
 			return inFlight, err
 		}

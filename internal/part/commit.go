@@ -71,7 +71,8 @@ func KeptUntil(b batch.Batch, partsExpiry time.Duration) int64 {
 
 // Write writes a commit's part objects, those with bytes, under its chunk's
 // keys (batch.Chunk.Parts) with their expiry class (Kept), side by side,
-// and returns the keys written (those that were, when one failed).
+// the usage object gzipped (ReadUsage), and returns the keys written
+// (those that were, when one failed).
 func Write(ctx context.Context, p batch.Putter, cm sched.Commit, objs map[string]Object) ([]string, error) {
 	var (
 		mu      sync.Mutex
@@ -84,6 +85,12 @@ func Write(ctx context.Context, p batch.Putter, cm sched.Commit, objs map[string
 			continue
 		}
 		k, o := cm.Chunk.Parts(kind), objs[kind]
+		if kind == "usage" {
+			var err error
+			if o, err = gzipped(o); err != nil {
+				return nil, fmt.Errorf("gzip part %s: %w", k, err)
+			}
+		}
 		wg.Go(func() {
 			err := put(ctx, p, k, o)
 			mu.Lock()

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -131,8 +133,58 @@ func TestWriteTriesAgain(t *testing.T) {
 		t.Fatalf("Write: %v, wrote %v; want every part written on its second try", err, written)
 	}
 	for kind, body := range want {
-		if got := p.got[cm.Chunk.Parts(kind)]; got != string(body) {
+		got := p.got[cm.Chunk.Parts(kind)]
+		if kind == "usage" {
+			got, body = usageJSON(t, got), []byte(usageJSON(t, string(body)))
+		}
+		if got != string(body) {
 			t.Errorf("%s part: %q, want %q", kind, got, body)
 		}
+	}
+}
+
+// usageJSON is the events of usage object body, as JSON.
+func usageJSON(t *testing.T, body string) string {
+	t.Helper()
+	evs, err := ReadUsage(strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, _ := json.Marshal(evs)
+	return string(j)
+}
+
+// The usage object, kept as long as the output file, is written gzipped:
+// a fraction of its events' bytes, read back as the same events (and one
+// written plain, before, still reads).
+func TestWriteGzipsUsage(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	b := batch.Batch{ID: "batch_x", Tenant: "tenant-a", KeyID: "key_0123456789abcdef"}
+	c := batch.Chunk{Batch: "batch_x", Tenant: "tenant-a", Index: 3, Run: "r", Attempt: "a1"}
+	var outs []Outcome
+	for i := range 200 {
+		outs = append(outs, Outcome{CustomID: fmt.Sprintf("request-%d", i), Result: inference.Result{StatusCode: 200, Body: json.RawMessage(`{"ok":true}`),
+			Model: "m", Attempts: 1, Latency: time.Duration(900+i) * time.Millisecond, Usage: inference.Usage{InputTokens: int64(i), OutputTokens: 3, TotalTokens: int64(i) + 3}}})
+	}
+	objs, cm, err := Commit(c, LinesOf(b, c, outs, now), 0, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := readObjects(t, objs)["usage"]
+	if _, err := objs["usage"].Body.Seek(0, io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	p := &afterPutter{failed: map[string]bool{}, got: map[string]string{}}
+	if _, err := Write(context.Background(), p, cm, objs); err != nil {
+		t.Fatal(err)
+	}
+	stored := p.got[cm.Chunk.Parts("usage")]
+	t.Logf("usage object: %d bytes gzipped, %d plain", len(stored), len(plain))
+	if !strings.HasPrefix(stored, "\x1f\x8b") || len(stored)*4 > len(plain) {
+		t.Fatalf("usage object of %d bytes (gzip: %v), want gzip under a quarter of its %d plain bytes", len(stored), strings.HasPrefix(stored, "\x1f\x8b"), len(plain))
+	}
+	if got, want := usageJSON(t, stored), usageJSON(t, string(plain)); got != want || !strings.Contains(want, "request-199") {
+		t.Fatalf("usage read back %s, want %s", got, want)
 	}
 }

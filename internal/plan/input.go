@@ -60,6 +60,22 @@ func (l Limits) OrDefaults() Limits {
 // rows stay below 20 (docs/design.md "Chunk size").
 const RoundTrips = 24
 
+// MinRounds is the fewest upstream round trips a chunk of l.Rows rows
+// makes on the slots a claim takes (SlotsFor): half of RoundTrips, so a
+// model's slots idle for a hand-over at most once in that many rounds.
+const MinRounds = RoundTrips / 2
+
+// SlotsFor is the most slots a claim of a chunk of a model of capacity
+// takes when an executor invocation runs up to chunks chunks: l.Slots, or,
+// on a model whose capacity that many claims of l.Slots would not cover,
+// the share of it that does (so one invocation may hold all of it, at the
+// GB-seconds of one), as long as a chunk of l.Rows rows still makes
+// MinRounds round trips on them (docs/design.md "Chunk size").
+func (l Limits) SlotsFor(capacity, chunks int) int {
+	share := (capacity + chunks - 1) / max(chunks, 1)
+	return max(l.Slots, min(share, l.Rows/MinRounds))
+}
+
 // RowsFor is the row limit of a chunk of a model of max_concurrency
 // capacity (l with its defaults): RoundTrips rounds of the slots its claim
 // takes, at most l.Rows. A capacity of 0 is not known: l.Rows.

@@ -398,6 +398,33 @@ func TestRowsFor(t *testing.T) {
 	}
 }
 
+// A claim takes more than 32 slots only on a model whose capacity an
+// invocation's chunks of 32 would not cover, and never so many that a
+// chunk makes fewer than MinRounds round trips.
+func TestSlotsFor(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		lim              Limits
+		capacity, chunks int
+		want             int
+	}{
+		{Limits{}, 8, 10, 32},
+		{Limits{}, 320, 10, 32},
+		{Limits{}, 321, 10, 33},
+		{Limits{}, 512, 10, 52},
+		{Limits{}, 640, 10, 64},
+		{Limits{}, 10_000, 10, 64},
+		{Limits{}, 512, 4, 64},
+		{Limits{Rows: 100}, 10_000, 10, 32},
+		{Limits{Rows: 10}, 10_000, 10, 10},
+		{Limits{Slots: 4}, 512, 10, 52},
+	} {
+		if got := tt.lim.OrDefaults().SlotsFor(tt.capacity, tt.chunks); got != tt.want {
+			t.Errorf("%+v.SlotsFor(%d, %d) = %d, want %d", tt.lim, tt.capacity, tt.chunks, got, tt.want)
+		}
+	}
+}
+
 // Blank lines, CRLF, a byte order mark and a last line without its line
 // break change the ranges, never what they read back as.
 func TestSplitRanges(t *testing.T) {

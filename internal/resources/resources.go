@@ -149,11 +149,14 @@ func Define(prefix string) Set {
 			// stage's throttle (100 requests/s) at 1 s each.
 			{Name: "api", Timeout: 15 * time.Minute, Memory: 512, Reserved: 100},
 			{Name: "dispatcher", Timeout: time.Minute, Memory: 512, Queue: prefix + "-" + Dispatch, BatchSize: 10, MaxConcurrency: 5, Reserved: 5},
-			// An executor invocation runs the rows of up to 4 chunks through one
-			// pool of their slots; upstream concurrency is bounded by the
+			// An executor invocation runs the rows of up to 10 chunks (SQS's
+			// most) through one pool of their slots: a row waiting on its
+			// upstream costs a goroutine and a connection, so the more rows
+			// an invocation holds, the fewer GB-seconds a row takes
+			// (docs/design.md "Memory"). Upstream concurrency is bounded by the
 			// models' max_concurrency (capacity is claimed per chunk), so the
 			// event source runs up to their total (SizedFor), unreserved.
-			{Name: "executor", Timeout: executorTimeout, Memory: 512, TmpSize: 4096, Queue: prefix + "-" + Work, BatchSize: 4, MaxConcurrency: MaxExecutorConcurrency},
+			{Name: "executor", Timeout: executorTimeout, Memory: 512, TmpSize: 4096, Queue: prefix + "-" + Work, BatchSize: WorkBatch, MaxConcurrency: MaxExecutorConcurrency},
 			{Name: "deadletter", Timeout: time.Minute, Memory: 256, Queue: prefix + "-" + Work + "-dlq", BatchSize: 1, MaxConcurrency: minSQSConcurrency, Reserved: minSQSConcurrency},
 			{Name: "finalizer", Timeout: 5 * time.Minute, Memory: 512, Queue: prefix + "-" + Finalize, BatchSize: 1, MaxConcurrency: 20, Reserved: 20},
 			// Up to 100 attempts at once, each cut at webhook.DefaultTimeout;
@@ -198,6 +201,10 @@ func (s Set) Function(name string) Function {
 // reservations add up to well under the account's limit, and the executor,
 // unreserved, stops at MaxExecutorConcurrency, within what they leave.
 const (
+	// WorkBatch is the executor's batch size, SQS's most: the work
+	// messages, so the chunks, one invocation takes at most (a claim's
+	// slots grow with it on a large model, plan.Limits.SlotsFor).
+	WorkBatch              = 10
 	AccountConcurrency     = 1000
 	MaxExecutorConcurrency = 500
 	unreservedMinimum      = 100

@@ -380,7 +380,7 @@ func (rt *Runtime) Close() {
 func executorConcurrency(e *engine.Engine) int {
 	n := 0
 	for _, m := range e.Models.Models {
-		slots := min(e.Chunks.OrDefaults().Slots, m.MaxConcurrency)
+		slots := min(e.Chunks.OrDefaults().SlotsFor(m.MaxConcurrency, resources.WorkBatch), m.MaxConcurrency)
 		n += (m.MaxConcurrency + slots - 1) / slots
 	}
 	return max(n, 4)
