@@ -69,6 +69,7 @@ func TestBrowser(t *testing.T) {
 		{"UsageChartShowsSpendAgainstBudget", testBrowserUsageChart},
 		{"UploadPromptJSONLAndCSVWithOneModel", testBrowserSimpleRows},
 		{"OperationsPageShowsARunningBatch", testBrowserOperations},
+		{"ProgressChartShowsTheETABand", testBrowserProgressChart},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1186,4 +1187,32 @@ func testBrowserUsageChart(t *testing.T, browserCtx context.Context) {
 	p.do("close the drawer with Escape", chromedp.KeyEvent(kb.Escape))
 	p.wait("the drawer to close, focus back on its row", 10*time.Second,
 		`!document.querySelector('#row-drawer') && document.activeElement?.dataset.customId === 'r0002'`)
+}
+
+// testBrowserProgressChart: a running batch's page draws its progress over
+// time, as the page polled it, and the ETA band: from its last point to
+// the spread of the batch's recent estimated_completion_at readings
+// (docs/api.md "Extensions"; README, "Progress").
+func testBrowserProgressChart(t *testing.T, browserCtx context.Context) {
+	rt := runtime(t)
+	c, key := client(t, rt, "acme")
+	rows := nRows(96, "[[mock:sleep=1s]] slow") // 12 s at the model's concurrency of 8
+	b := createBatch(t, c, upload(t, c, "slow.jsonl", jsonlRows(rows)).ID)
+
+	p := openPanel(t, browserCtx, rt, key, 1280, 800, false)
+	p.signIn()
+	p.do("open batch "+b.ID, chromedp.Navigate(rt.URL+"/#/batches/"+b.ID))
+	p.waitVisible("the ETA band of the running batch", "#progress-chart .eta-band")
+	type band struct {
+		From, To, Points int64
+		Label            string
+	}
+	got := eval[band](p, `(() => { const c = document.querySelector('#progress-chart'), e = c.querySelector('.eta-band');
+		return { From: +e.dataset.from, To: +e.dataset.to, Points: +c.querySelector('.done').dataset.points, Label: c.getAttribute('aria-label') }; })()`)
+	if got.Points < 2 || got.From < b.CreatedAt || got.To < got.From || got.To > b.ExpiresAt || !strings.Contains(got.Label, "ends between") {
+		t.Fatalf("progress chart %+v: want 2 points or more and an ETA band after the batch's creation at %d", got, b.CreatedAt)
+	}
+	if b := waitBatch(t, c, b.ID); b.Status != "completed" {
+		t.Fatalf("batch %s: %s", b.ID, b.Status)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openai/openai-go/v3/option"
 	"github.com/relaybatch/relay/internal/apikey"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/config"
@@ -151,4 +152,66 @@ func TestBatchModesCountFallbacks(t *testing.T) {
 	if cost == nil || math.Abs(*cost-modes.Direct.Cost-modes.Fallback.Cost) > 1e-6 {
 		t.Fatalf("cost %s, want the modes' sum", fmtCost(cost))
 	}
+}
+
+// deadlineModels: a small model of one slot with a fast fallback of 16,
+// both at the mock's 500 ms a request (the rows' sleep marker), which
+// their latency says to the estimate.
+const deadlineModels = `
+models:
+  - {name: dl-small, provider: openai, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, fallback: dl-fast, max_concurrency: 1, latency: 500ms, timeout: 30s, price: {input_per_mtok: 100000, output_per_mtok: 300000}}
+  - {name: dl-fast, provider: openai, base_url: http://MOCK/v1, api_key_env: RELAY_TEST_KEY, max_concurrency: 16, latency: 500ms, timeout: 30s, price: {input_per_mtok: 200000, output_per_mtok: 600000}}
+`
+
+// TestCompleteByMovesRowsToFallback: 30 rows on a model of one slot take
+// 15 s there, and the batch's complete_by is 10 s away: a chunk whose
+// rows' direct run on their model would miss it runs them on the model's
+// fallback instead, which has free slots and runs them in time (docs/api.md
+// "Extensions", complete_by). Those rows' generations name the fallback,
+// the batch's modes count them, and the batch ends by its complete_by.
+func TestCompleteByMovesRowsToFallback(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t, withModels(t, deadlineModels))
+	c, key := client(t, rt, "deadline")
+	rows := slowRows("dl", "dl-small", 30, 500*time.Millisecond)
+	by := time.Now().Add(10 * time.Second).Unix()
+	b := createBatch(t, c, upload(t, c, "dl.jsonl", jsonlRows(rows)).ID, option.WithJSONSet("complete_by", by))
+	b = waitBatch(t, c, b.ID)
+	out, errs := checkInvariant(t, c, b, idsOf(rows))
+	if b.Status != "completed" || len(out) != 30 || len(errs) != 0 {
+		t.Fatalf("batch: %s, %d rows done, %d failed", b.Status, len(out), len(errs))
+	}
+	var moved int64
+	for _, l := range out {
+		var body struct{ Model string }
+		_ = json.Unmarshal(l.Response.Body, &body)
+		if l.Fallback != (body.Model == "dl-fast") {
+			t.Fatalf("row %s: fallback %v, served by %q", l.CustomID, l.Fallback, body.Model)
+		}
+		if l.Fallback {
+			moved++
+		}
+	}
+	var page struct {
+		Data []struct {
+			CustomID string `json:"custom_id"`
+			Model    string `json:"model"`
+			Fallback bool   `json:"fallback"`
+			Attempts int    `json:"attempts"`
+		} `json:"data"`
+	}
+	json.Unmarshal(rawGet(t, rt, key, "/v1/batches/"+b.ID+"/rows?limit=100"), &page)
+	for _, g := range page.Data {
+		if g.Fallback != out[g.CustomID].Fallback || g.Fallback != (g.Model == "dl-fast") || g.Attempts != 1 {
+			t.Fatalf("row %s's generation: %+v; its line says fallback %v", g.CustomID, g, out[g.CustomID].Fallback)
+		}
+	}
+	_, modes := batchCost(t, rt, key, b.ID)
+	if moved == 0 || modes == nil || modes.Fallback.Rows != moved || modes.Direct.Rows != 30-moved || len(page.Data) != 30 {
+		t.Fatalf("%d rows moved to the fallback, modes %+v, %d generations", moved, modes, len(page.Data))
+	}
+	if b.CompletedAt > by {
+		t.Fatalf("completed at %d, %d s after its complete_by %d", b.CompletedAt, b.CompletedAt-by, by)
+	}
+	t.Logf("completed %d s before its complete_by; %d rows on the fallback, %d on their model", by-b.CompletedAt, moved, 30-moved)
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/packages/respjson"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/relaybatch/relay/internal/app"
@@ -412,6 +413,41 @@ func TestNativeMessageBatchWithRefusedRows(t *testing.T) {
 	}
 	if st := rt.Mock.Stats(); st.Requests != 0 || st.BatchRows["claude-haiku-4-5"] != 2 || st.BatchRows["gpt-4o-mini"] != 0 {
 		t.Fatalf("mock: %d direct requests, provider batch rows %v; want 0 and 2 of claude", st.Requests, st.BatchRows)
+	}
+}
+
+// TestNativeMessageBatchModes: a message batch carries the Batch object's
+// cost and modes extensions (docs/api.md "Anthropic Message Batches"), on
+// its get and in its list: here every request answered by the provider's
+// batch API at the native price.
+func TestNativeMessageBatchModes(t *testing.T) {
+	t.Parallel()
+	priced := strings.Replace(nativeModels, "claude-haiku-4-5, max_concurrency: 8, batch: native}",
+		"claude-haiku-4-5, max_concurrency: 8, batch: native, price: {input_per_mtok: 100000, output_per_mtok: 300000}}", 1)
+	rt := nativeRuntime(t, time.Second, nil, withModels(t, testModels+priced))
+	c, _ := anthropicClient(t, rt, "acme")
+	const n = 10
+	reqs := make([]anthropic.MessageBatchNewParamsRequest, n)
+	for i := range reqs {
+		reqs[i] = msgRequest(fmt.Sprintf("m%d", i), "claude-native", fmt.Sprintf("hello %d", i))
+	}
+	b := waitEnded(t, c, newMessageBatch(t, c, reqs...).ID)
+	page, err := c.Messages.Batches.List(context.Background(), anthropic.MessageBatchListParams{})
+	if err != nil || len(page.Data) != 1 {
+		t.Fatalf("list: %v, %d message batches", err, len(page.Data))
+	}
+	for what, extra := range map[string]map[string]respjson.Field{"get": b.JSON.ExtraFields, "list": page.Data[0].JSON.ExtraFields} {
+		var cost float64
+		var modes batch.Modes
+		if err := json.Unmarshal([]byte(extra["cost"].Raw()), &cost); err != nil {
+			t.Fatalf("%s: cost %q: %v", what, extra["cost"].Raw(), err)
+		}
+		if err := json.Unmarshal([]byte(extra["modes"].Raw()), &modes); err != nil {
+			t.Fatalf("%s: modes %q: %v", what, extra["modes"].Raw(), err)
+		}
+		if cost <= 0 || modes.Native.Rows != n || modes.Direct != (batch.ModeUse{}) || modes.Fallback != (batch.ModeUse{}) || math.Abs(modes.Native.Cost-cost) > 1e-6 {
+			t.Fatalf("%s: cost $%g, modes %+v; want %d native rows costing it all", what, cost, modes, n)
+		}
 	}
 }
 

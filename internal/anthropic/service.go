@@ -269,13 +269,13 @@ func (s *Service) getMessageBatch(ctx context.Context, tenant, id string) (batch
 	return b, err
 }
 
-// GetMessageBatch returns a tenant's message batch.
+// GetMessageBatch returns a tenant's message batch, with its cost.
 func (s *Service) GetMessageBatch(ctx context.Context, tenant, id string) (wire.MessageBatch, error) {
 	b, err := s.getMessageBatch(ctx, tenant, id)
 	if err != nil {
 		return wire.MessageBatch{}, err
 	}
-	return s.view(b), nil
+	return s.view(s.Batches.WithCost(ctx, b)), nil
 }
 
 // MessagePage selects a page of message batches, newest first: the ones
@@ -285,7 +285,8 @@ type MessagePage struct {
 	Limit             int
 }
 
-// ListMessageBatches lists a tenant's message batches newest first.
+// ListMessageBatches lists a tenant's message batches newest first, with
+// their costs.
 func (s *Service) ListMessageBatches(ctx context.Context, tenant string, pg MessagePage) ([]wire.MessageBatch, bool, error) {
 	for name, id := range map[string]string{"after_id": pg.AfterID, "before_id": pg.BeforeID} {
 		if id != "" && !ids.Valid(batches.MessageBatchPrefix, id) {
@@ -306,6 +307,7 @@ func (s *Service) ListMessageBatches(ctx context.Context, tenant string, pg Mess
 	if err != nil {
 		return nil, false, err
 	}
+	s.Batches.WithCosts(ctx, bs)
 	out := make([]wire.MessageBatch, len(bs))
 	for i, b := range bs {
 		out[i] = s.view(b)
@@ -505,6 +507,7 @@ func messageBatchOf(b batch.Batch, canceled int64, now time.Time) wire.MessageBa
 	m := wire.MessageBatch{
 		ID: b.ID, Type: "message_batch", ProcessingStatus: processingStatus(b),
 		CreatedAt: rfc3339(b.CreatedAt), ExpiresAt: stamp(b.ExpiresAt), CancelInitiatedAt: stamp(b.CancellingAt),
+		Cost: b.Cost, Modes: jsonOf(b.Modes),
 		RequestCounts: wire.MessageRequestCounts{
 			Succeeded: n.Completed, Canceled: canceled, Expired: b.ExpiredRows,
 			Errored: n.Failed - canceled - b.ExpiredRows,
@@ -525,6 +528,15 @@ func messageBatchOf(b batch.Batch, canceled int64, now time.Time) wire.MessageBa
 		m.EstimatedCompletionAt = stamp(b.ETA(now))
 	}
 	return m
+}
+
+// jsonOf is modes as JSON, nil without them.
+func jsonOf(modes *batch.Modes) json.RawMessage {
+	if modes == nil {
+		return nil
+	}
+	j, _ := json.Marshal(modes)
+	return j
 }
 
 func rfc3339(unix int64) string { return time.Unix(unix, 0).UTC().Format(time.RFC3339) }

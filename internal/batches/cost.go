@@ -104,8 +104,8 @@ func (s *Service) WithCost(ctx context.Context, b batch.Batch) batch.Batch {
 	return b
 }
 
-// withCosts adds their costs to a list's batches, costReads at a time.
-func (s *Service) withCosts(ctx context.Context, bs []batch.Batch) {
+// WithCosts adds their costs to a list's batches, costReads at a time.
+func (s *Service) WithCosts(ctx context.Context, bs []batch.Batch) {
 	if !s.priced() {
 		return
 	}

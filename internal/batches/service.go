@@ -675,7 +675,7 @@ func (s *Service) List(ctx context.Context, tenant, after string, limit int, tem
 		bs[i] = bs[i].Out()
 		bs[i].EstimatedCompletionAt = bs[i].ETA(now)
 	}
-	s.withCosts(ctx, bs)
+	s.WithCosts(ctx, bs)
 	return bs, more, err
 }
 

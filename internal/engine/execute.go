@@ -71,6 +71,9 @@ type chunkRun struct {
 	deferred         []bool
 	fallbackTo       string
 	deferredAttempts int
+	// moveTo is the fallback all the run's rows are deferred to, unsent,
+	// for the batch's complete_by (deadlineFallback); "" for none.
+	moveTo string
 	// progress guards r.c's reported counts, which the heartbeat moves
 	// (reportProgress) until the run commits (committing).
 	progress   sync.Mutex
@@ -582,6 +585,9 @@ func (e *Engine) admit(ctx context.Context, r *chunkRun, b batch.Batch, c batch.
 	if err == nil {
 		r.route, err = e.Route(ctx, b)
 	}
+	if err == nil && r.refused == "" {
+		r.moveTo, err = e.deadlineFallback(ctx, b, c, r.route)
+	}
 	if err != nil {
 		return false, err
 	}
@@ -971,6 +977,10 @@ func (r *chunkRun) rows(e *Engine, rowDone func()) fanout.Rows {
 				o.Expire()
 			case r.refused != "":
 				o.Code, o.Message = r.refused, r.reason
+			case r.moveTo != "":
+				r.deferRow(i, r.moveTo, 0)
+				rowDone()
+				return true
 			case r.c.NoCall:
 				res, refused := provider.Refusal(e.Models, endpoint, bodies[i])
 				if !refused {

@@ -26,7 +26,6 @@
 package native
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -242,11 +241,10 @@ func (s *Service) rescueFits(at time.Time, b batch.Batch, model string, rows int
 }
 
 // directTime is how long rows of model take to run directly: the quote's
-// duration for them (rounds of max_concurrency at its latency).
+// duration for them (quote.DirectTime).
 func (s *Service) directTime(model string, rows int) time.Duration {
 	m, _ := s.Models.Lookup(model)
-	qm := quote.Model{Config: m, Latency: cmp.Or(m.Latency, config.DefaultLatency)}
-	return time.Duration(quote.DirectSeconds(rows, qm) * float64(time.Second))
+	return quote.DirectTime(m, rows)
 }
 
 // startsNative reports whether b's rows of model start on a provider

@@ -301,16 +301,20 @@ func route(models *config.Models, path string, body []byte) (config.Model, infer
 	return config.Model{}, inference.Result{Model: m.Name, RequestID: newRequestID(), ErrCode: inference.CodeCrossShapeDispatch, ErrMessage: why}, false
 }
 
-// fallbackFor picks the first usable fallback: the model's own, then the
-// batch's. A fallback of another shape could not take the same body, and
-// the model itself would only repeat the failure, so both are skipped; so
-// is one the route's key may not use.
 func (c *Client) fallbackFor(m config.Model, route Route) (config.Model, bool) {
+	return FallbackFor(c.Models, m, route)
+}
+
+// FallbackFor picks the first usable fallback of model m among models: the
+// model's own, then the batch's. A fallback of another shape could not
+// take the same body, and the model itself would only repeat the failure,
+// so both are skipped; so is one the route's key may not use.
+func FallbackFor(models *config.Models, m config.Model, route Route) (config.Model, bool) {
 	for _, name := range []string{m.Fallback, route.Fallback} {
 		if name == "" || name == m.Name || !route.Allows(name) {
 			continue
 		}
-		fb, ok := c.Models.Lookup(name)
+		fb, ok := models.Lookup(name)
 		if ok && fb.Shape == m.Shape {
 			return fb, true
 		}

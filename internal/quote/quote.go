@@ -6,6 +6,7 @@
 package quote
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"time"
@@ -177,6 +178,13 @@ func DirectSeconds(rows int, m Model) float64 {
 	slots := max(m.Config.MaxConcurrency, 1)
 	rounds := math.Ceil(float64(rows+m.QueuedRows) / float64(slots))
 	return rounds * m.Latency.Seconds()
+}
+
+// DirectTime is how long rows take to run directly on m with nothing
+// queued ahead: DirectSeconds at m's latency, else DefaultLatency.
+func DirectTime(m config.Model, rows int) time.Duration {
+	qm := Model{Config: m, Latency: cmp.Or(m.Latency, config.DefaultLatency)}
+	return time.Duration(DirectSeconds(rows, qm) * float64(time.Second))
 }
 
 // costSum adds up the models' costs at the direct price.

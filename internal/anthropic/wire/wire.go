@@ -33,6 +33,12 @@ type MessageBatch struct {
 	// Message Batches"): when a batch in progress should end; absent until
 	// known.
 	EstimatedCompletionAt *string `json:"estimated_completion_at,omitempty"`
+	// Cost and Modes are Relay's extensions too, the Batch object's
+	// (docs/api.md "Extensions"): what its tokens cost in USD, and its
+	// rows and cost by execution mode (the service's batch.Modes as JSON);
+	// absent without a price.
+	Cost  *float64        `json:"cost,omitempty"`
+	Modes json.RawMessage `json:"modes,omitempty"`
 }
 
 // MessageRequestCounts always add up to the batch's number of requests.

@@ -372,10 +372,12 @@ function batchView(id) {
 
   const s = {
     summary: section('Summary'), template: section('Template'), counts: section('Progress and usage'),
-    times: section('Timestamps'), meta: section('Metadata'), hooks: section('Webhook deliveries'),
+    chart: section('Progress over time'), times: section('Timestamps'), meta: section('Metadata'), hooks: section('Webhook deliveries'),
     invalid: section('Validation errors'), rows: section('Rows'), dead: section('Dead-letter rows'),
     lines: section(`First error lines (up to ${ERROR_LINES})`),
   };
+  // What the page's polls read of a running batch: the chart's points.
+  const seen = [];
   const article = h('article', { id: 'batch', 'aria-labelledby': 'batch-title' },
     h('p', {}, h('a', { href: '#/' }, '← All batches')),
     h('div', { class: 'title' }, heading, status),
@@ -415,6 +417,10 @@ function batchView(id) {
         ['Input tokens', u.input_tokens], ['Output tokens', u.output_tokens], ['Total tokens', u.total_tokens],
         ['Cost', b.cost != null ? usd(b.cost) : null]]),
     ]));
+    if (ACTIVE.has(b.status)) {
+      seen.push({ at: Date.now() / 1000, done: (c.completed || 0) + (c.failed || 0), eta: b.estimated_completion_at });
+    }
+    s.chart.set(String(seen.length), () => progressChart(seen, c.total));
     const stamps = ['created_at', 'in_progress_at', 'finalizing_at', 'completed_at', 'failed_at',
       'expired_at', 'cancelling_at', 'cancelled_at', 'expires_at'];
     const label = (k) => k[0].toUpperCase() + k.slice(1, -3).replace('_', ' '); // in_progress_at → In progress
@@ -540,6 +546,43 @@ function generic(v) {
     return dl(Object.entries(v).map(([k, x]) => [k, /_at$/.test(k) ? when(x) : text(x)]));
   }
   return h('p', {}, text(v));
+}
+
+// ETAS is how many of the batch's last estimated_completion_at readings
+// its ETA band spans.
+const ETAS = 5;
+
+// progressChart draws a running batch's rows done over time, as the page
+// polled them, and the ETA band: from the last point to the earliest and
+// latest of the recent estimated_completion_at readings (docs/api.md
+// "Extensions"). Null before two points.
+function progressChart(points, total) {
+  if (points.length < 2 || !total) return null;
+  const W = 600, H = 160, m = { l: 48, r: 12, t: 10, b: 10 };
+  const last = points[points.length - 1];
+  const etas = points.slice(-ETAS).map((p) => p.eta).filter((e) => e != null);
+  const t0 = points[0].at, t1 = Math.max(last.at, ...etas);
+  const x = (t) => m.l + ((t - t0) / Math.max(t1 - t0, 1)) * (W - m.l - m.r);
+  const y = (n) => H - m.b - (n / total) * (H - m.t - m.b);
+  const at = (t, n) => `${x(t)},${y(n)}`;
+  let label = `${last.done} of ${total} rows done`;
+  let band = null;
+  if (etas.length) {
+    const lo = Math.min(...etas), hi = Math.max(...etas);
+    const clock = (t) => new Date(t * 1000).toLocaleTimeString();
+    label += `; ends between ${clock(lo)} and ${clock(hi)}`;
+    band = [
+      svg('polygon', { class: 'eta-band', 'data-from': lo, 'data-to': hi,
+        points: `${at(last.at, last.done)} ${at(lo, total)} ${at(hi, total)}` }, svg('title', {}, label)),
+      svg('line', { class: 'eta', x1: x(last.at), y1: y(last.done), x2: x(etas[etas.length - 1]), y2: y(total) }),
+    ];
+  }
+  const grid = [0, total].map((v) => svg('g', { class: 'tick' },
+    svg('line', { class: 'grid', x1: m.l, x2: W - m.r, y1: y(v), y2: y(v) }),
+    svg('text', { x: m.l - 6, y: y(v) + 4, 'text-anchor': 'end' }, String(v))));
+  return svg('svg', { id: 'progress-chart', class: 'chart', role: 'img', 'aria-label': label, width: W, height: H, viewBox: `0 0 ${W} ${H}` },
+    svg('g', { class: 'axis' }, grid), band,
+    svg('polyline', { class: 'done', 'data-points': points.length, points: points.map((p) => at(p.at, p.done)).join(' ') }));
 }
 
 // ---- usage page: this month's spend against the tenant's budget ----
