@@ -5,64 +5,39 @@ package localstack
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/plan"
 )
 
-// lanes is how a batch's chunks ran side by side: its chains of
-// continuations (a commit's Next, the chunk it claimed for the same
-// slots; a chunk no commit claimed starts one), and the upstream round
-// trips of each (a chunk's rows ÷ its slots, rounded up). The busiest
-// chain's rounds against the batch's rows ÷ capacity are what its chunks'
-// sizes cost in wall time, counted rather than timed (docs/design.md
-// "Chunks", lanes).
-type lanes struct {
-	chains, fewest, most int // chains, and the fewest and most chunks one ran
-	rounds, ideal        int // the busiest chain's round trips; rows ÷ capacity
+// lastRound is a batch's chunks and its last round: its last chunks (in
+// index order, as the ready index hands them out), one per lane of its
+// model (plan.Limits.LanesFor), which run while no chunk waits and the
+// model's other claims give their slots back (docs/design.md "Chunks").
+// The largest of them, in round trips of its slots, is how long the batch
+// runs below its capacity at its end, counted rather than timed.
+type lastRound struct {
+	chunks, lanes, most, slots int
 }
 
-func laneCounts(t *testing.T, rt *benchRuntime, batchID string, capacity int) lanes {
+func lastRoundOf(t *testing.T, rt *benchRuntime, batchID string, capacity int) lastRound {
 	t.Helper()
 	chunks, err := rt.App.Store.Chunks(context.Background(), batchID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	byIndex, claimed := map[int]batch.Chunk{}, map[int]bool{}
-	rows := 0
-	for _, c := range chunks {
-		byIndex[c.Index] = c
-		rows += c.Rows
-		if c.Next != nil && c.Next.Batch == batchID {
-			claimed[c.Next.Chunk] = true
-		}
+	slices.SortFunc(chunks, func(a, b batch.Chunk) int { return a.Index - b.Index })
+	lanes, slots := plan.Limits{}.OrDefaults().LanesFor(capacity)
+	r := lastRound{chunks: len(chunks), lanes: lanes, slots: slots}
+	for _, c := range chunks[max(0, len(chunks)-lanes):] {
+		r.most = max(r.most, c.Rows)
 	}
-	l := lanes{fewest: len(chunks), ideal: (rows + capacity - 1) / capacity}
-	for _, c := range chunks {
-		if claimed[c.Index] {
-			continue
-		}
-		n, rounds := 0, 0
-		for ok := true; ok; c, ok = nextOf(byIndex, c) {
-			n++
-			rounds += (c.Rows + max(c.Slots, 1) - 1) / max(c.Slots, 1)
-		}
-		l.chains++
-		l.fewest, l.most, l.rounds = min(l.fewest, n), max(l.most, n), max(l.rounds, rounds)
-	}
-	return l
+	return r
 }
 
-// nextOf is the chunk c's commit claimed, if any.
-func nextOf(byIndex map[int]batch.Chunk, c batch.Chunk) (batch.Chunk, bool) {
-	if c.Next == nil || c.Next.Batch != c.Batch {
-		return batch.Chunk{}, false
-	}
-	next, ok := byIndex[c.Next.Chunk]
-	return next, ok
-}
-
-func (l lanes) String() string {
-	return fmt.Sprintf("%d chains of %d–%d chunks; the busiest %d round trips, rows ÷ capacity %d (%.2f×)",
-		l.chains, l.fewest, l.most, l.rounds, l.ideal, float64(l.rounds)/float64(max(l.ideal, 1)))
+func (r lastRound) String() string {
+	return fmt.Sprintf("%d chunks on %d lanes; the last %d hold at most %d rows, %d round trips of %d slots",
+		r.chunks, r.lanes, r.lanes, r.most, (r.most+r.slots-1)/r.slots, r.slots)
 }
