@@ -632,6 +632,14 @@ func runLarge(t *testing.T, rows int) largeFigures {
 	f.c = end("big-256")
 	f.last = lastRoundOf(t, m.benchRuntime, b.ID, largeCap)
 	t.Logf("large: last round: %s", f.last)
+	first, shared := m.runs.snapshot()
+	var delivered time.Time
+	for _, at := range first {
+		if delivered.IsZero() || at.Before(delivered) {
+			delivered = at
+		}
+	}
+	t.Logf("large: first work message at an executor %.1f s after create; invocations by messages %v", delivered.Sub(created).Seconds(), shared)
 	t.Logf("large: %s; in progress %.1f s, first result %.1f s, terminal %.1f s", outcomeOf(f.times),
 		f.times.inProgress.Seconds(), f.times.firstResult.Seconds(), f.times.terminal.Seconds())
 	return f
