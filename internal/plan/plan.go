@@ -25,7 +25,9 @@ import (
 // own: it runs for many steps and commits when it ends, which must hold up
 // no other row. A row NoCall says is refused without an upstream call goes
 // to a chunk of such rows of its model (batch.Chunk.NoCall), apart from
-// the model's others. Chunks are numbered in the order they open.
+// the model's others. Chunks are numbered in the order they open; once
+// the input is read, a model's last round is cut over its lanes (Lanes,
+// spread) and every chunk numbered again in order.
 type Chunker struct {
 	Batch, Tenant string
 	// MaxRows is the row limit of a chunk of a model (Limits.RowsFor).
