@@ -636,6 +636,7 @@ type largeFigures struct {
 	upload      time.Duration
 	times       batchTimes
 	c           counts
+	last        lastRound
 }
 
 // runLarge writes the rows to a file, uploads it with the Uploads API in
@@ -656,6 +657,16 @@ func runLarge(t *testing.T, rows int) largeFigures {
 	b := createBatch(t, c, fileID)
 	f.times = watch(t, c, b.ID, created, 100*time.Millisecond, created.Add(largeLimit))
 	f.c = end("big-256")
+	f.last = lastRoundOf(t, m.benchRuntime, b.ID, largeCap)
+	t.Logf("large: last round: %s", f.last)
+	first, shared := m.runs.snapshot()
+	var delivered time.Time
+	for _, at := range first {
+		if delivered.IsZero() || at.Before(delivered) {
+			delivered = at
+		}
+	}
+	t.Logf("large: first work message at an executor %.1f s after create; invocations by messages %v", delivered.Sub(created).Seconds(), shared)
 	t.Logf("large: %s; in progress %.1f s, first result %.1f s, terminal %.1f s", outcomeOf(f.times),
 		f.times.inProgress.Seconds(), f.times.firstResult.Seconds(), f.times.terminal.Seconds())
 	return f
@@ -739,6 +750,7 @@ func (f largeFigures) figures() []figure {
 		{"Create → first row's result", fmt.Sprintf("%.1f s", f.times.firstResult.Seconds()), "", true},
 		{"Wall time (create → completed) ÷ physical limit", fmt.Sprintf("%.2f× (%.1f s ÷ %.1f s)", ratio, wall.Seconds(), f.limit().Seconds()),
 			fmt.Sprintf("≤ %.2f×", barLargeRatio), f.times.finished && ratio <= barLargeRatio},
+		{"Last round (the batch's last chunk on each lane)", f.last.String(), "", true},
 		{"Peak in-flight requests at the mock", fmt.Sprint(f.c.mockPeak), fmt.Sprintf("≤ %d", largeCap), f.c.mockPeak <= largeCap},
 		{"AWS requests per 1,000 rows (functions; api apart)", fmt.Sprintf("%.1f (api and tick %.1f)",
 			float64(f.c.aws.attributed())*1000/float64(f.rows), float64(f.c.aws.of(unattributed))*1000/float64(f.rows)), "", true},

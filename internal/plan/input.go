@@ -87,6 +87,18 @@ func (l Limits) RowsFor(capacity int) int {
 	return max(1, min(l.Rows, RoundTrips*slots))
 }
 
+// LanesFor is how many claims of a model of capacity run at once, and
+// the slots each takes (l with its defaults): the lanes its chunks run on
+// side by side, whose last round Chunker spreads over them all
+// (docs/design.md "Chunks"). A capacity of 0 is not known: one lane.
+func (l Limits) LanesFor(capacity int) (lanes, slots int) {
+	slots = l.Slots
+	if capacity > 0 {
+		slots = min(slots, capacity)
+	}
+	return max(1, capacity/slots), slots
+}
+
 // Input is the plan of a batch's valid input.
 type Input struct {
 	Result jsonl.Result
@@ -146,7 +158,8 @@ func Scan(ctx context.Context, blobs Blobs, b batch.Batch, f file.File, lim Limi
 	}
 	lim = lim.OrDefaults()
 	maxRows := func(model string) int { return lim.RowsFor(capacity(model)) }
-	split := &Chunker{Batch: b.ID, Tenant: b.Tenant, MaxRows: maxRows, NoCallRows: lim.Rows, MaxBytes: lim.Bytes,
+	lanes := func(model string) (int, int) { return lim.LanesFor(capacity(model)) }
+	split := &Chunker{Batch: b.ID, Tenant: b.Tenant, MaxRows: maxRows, Lanes: lanes, NoCallRows: lim.Rows, MaxBytes: lim.Bytes,
 		NoCall: models.NoCall, ValidRecord: models.Record, Cost: models.Cost}
 	res, err := SplitInput(rc, opts, split, normW)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -139,5 +140,30 @@ func TestScanPrefetchesTheNextObject(t *testing.T) {
 	}
 	if !bucket.overlapped {
 		t.Error("object 1 was asked for only after object 0 was read to its end")
+	}
+}
+
+// Scan spreads a model's last round over the lanes of its capacity
+// (Limits.LanesFor): 800 rows on a model of 96 (3 lanes of 32 slots) are
+// 3 chunks of about 267 rows, not 768 and 32; on a model of 8 (one lane),
+// 800 rows are chunks of 192 as before.
+func TestScanSpreadsTheLastRound(t *testing.T) {
+	t.Parallel()
+	var data strings.Builder
+	for i := range 800 {
+		fmt.Fprintf(&data, `{"custom_id":"r%d","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[]}}`+"\n", i)
+	}
+	bucket := &partsBucket{objects: map[string][]byte{"uploads/t/u/0": []byte(data.String())}}
+	f := file.File{ID: "file-1", Tenant: "t", Filename: "in.jsonl", Objects: []string{"uploads/t/u/0"}}
+	b := batch.Batch{ID: "batch_1", Tenant: "t", Endpoint: "/v1/chat/completions", InputFileID: f.ID}
+	models := Models{Known: func(string) bool { return true }}
+	for capacity, want := range map[int][]int{96: {267, 267, 266}, 8: {192, 192, 192, 192, 32}} {
+		in, err := Scan(context.Background(), bucket, b, f, Limits{}, func(string) int { return capacity }, models)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := rowsPerChunk(in.Chunks, "m"); !slices.Equal(got, want) {
+			t.Errorf("capacity %d: rows per chunk %v, want %v", capacity, got, want)
+		}
 	}
 }

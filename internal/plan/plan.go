@@ -25,7 +25,9 @@ import (
 // own: it runs for many steps and commits when it ends, which must hold up
 // no other row. A row NoCall says is refused without an upstream call goes
 // to a chunk of such rows of its model (batch.Chunk.NoCall), apart from
-// the model's others. Chunks are numbered in the order they open.
+// the model's others. Chunks are numbered in the order they open; once
+// the input is read, a model's last round is cut over its lanes (Lanes,
+// spread) and every chunk numbered again in order.
 type Chunker struct {
 	Batch, Tenant string
 	// MaxRows is the row limit of a chunk of a model (Limits.RowsFor).
@@ -45,40 +47,50 @@ type Chunker struct {
 	// Cost, if set, is the most a row may cost (a batch with a max_cost):
 	// each chunk's MostCost sums its rows'.
 	Cost func(r jsonl.Row) float64
+	// Lanes, if set, is how many chunks of a model run at once and the
+	// slots each holds (Limits.LanesFor): the chunks of a model's last
+	// round are cut anew over all its lanes once the input is read
+	// (spread).
+	Lanes func(model string) (lanes, slots int)
 	// Chunks are the chunks so far, numbered from 0.
 	Chunks []batch.Chunk
-	open   map[string]int // lane (laneOf) → its open chunk
+	open   map[string]int   // lane (laneOf) → its open chunk
+	tails  map[string]*tail // lane → its last chunks, while Lanes is set
 }
 
 // add puts row r, at bytes [start, end) of the file the chunks are ranges
 // of, in its lane's open chunk or in a new one.
 func (k *Chunker) add(r jsonl.Row, start, end int64) {
-	i := k.place(r, start, end)
+	var cost float64
 	if k.Cost != nil {
-		k.Chunks[i].MostCost += k.Cost(r)
+		cost = k.Cost(r)
 	}
+	i, lane := k.place(r, start, end)
+	k.Chunks[i].MostCost += cost
+	k.keep(lane, i, batch.Span{Start: start, End: end, Row: r.Index, Rows: 1}, cost)
 }
 
 // place puts row r in its lane's open chunk or in a new one, and returns
-// the chunk's index.
-func (k *Chunker) place(r jsonl.Row, start, end int64) int {
+// the chunk's index and its lane ("" for a workflow record's chunk, which
+// is no lane's).
+func (k *Chunker) place(r jsonl.Row, start, end int64) (int, string) {
 	if workflow.InRow(r.JSON) {
 		i := k.openChunk(r, start, end, false)
 		k.Chunks[i].Invalid = k.ValidRecord != nil && !k.ValidRecord(r.JSON)
-		return i
+		return i, ""
 	}
 	noCall := k.NoCall != nil && k.NoCall(r.JSON)
 	lane := laneOf(r.Model, noCall)
 	i, ok := k.open[lane]
 	if ok && k.Chunks[i].Rows < k.rowLimit(r.Model, noCall) && end-k.Chunks[i].Start <= k.MaxBytes {
 		addRow(&k.Chunks[i], r.Index, start, end)
-		return i
+		return i, lane
 	}
 	if k.open == nil {
 		k.open = map[string]int{}
 	}
 	k.open[lane] = k.openChunk(r, start, end, noCall)
-	return k.open[lane]
+	return k.open[lane], lane
 }
 
 // rowLimit is the row limit of a chunk of model's rows, those NoCall
@@ -135,7 +147,7 @@ func addRow(c *batch.Chunk, row int, start, end int64) {
 // normalized JSONL line and the chunks are byte ranges of what norm received.
 func SplitInput(input io.Reader, opts jsonl.Options, k *Chunker, norm io.Writer) (jsonl.Result, error) {
 	var normOff int64
-	return jsonl.Scan(input, opts, func(r jsonl.Row) error {
+	res, err := jsonl.Scan(input, opts, func(r jsonl.Row) error {
 		if norm == nil {
 			k.add(r, r.Start, r.End)
 			return nil
@@ -148,6 +160,10 @@ func SplitInput(input io.Reader, opts jsonl.Options, k *Chunker, norm io.Writer)
 		normOff += int64(len(line))
 		return nil
 	})
+	if err == nil {
+		k.spread()
+	}
+	return res, err
 }
 
 // LinkChunks sets each chunk's NextSame (the batch's next chunk of the

@@ -613,3 +613,117 @@ func TestInvalidRecordRunsAlone(t *testing.T) {
 		t.Fatalf("alone: got %+v, want chunk 1", alone)
 	}
 }
+
+// rowsPerChunk is the rows of each of chunks of model, in index order.
+func rowsPerChunk(chunks []batch.Chunk, model string) []int {
+	var n []int
+	for _, c := range chunks {
+		if c.Model == model {
+			n = append(n, c.Rows)
+		}
+	}
+	return n
+}
+
+// A model's last round of chunks, the chunks its count leaves over a
+// multiple of its lanes (claims of its capacity at once), is cut anew
+// into as many chunks as lanes, each at least a round of a claim's slots:
+// no lane runs a whole chunk while the others idle (docs/design.md
+// "Chunks"). A model of one lane, and rows of fewer than a claim's slots,
+// keep their chunks.
+func TestSplitLastRoundOnEveryLane(t *testing.T) {
+	t.Parallel()
+	lanes := func(lanes, slots int) func(string) (int, int) {
+		return func(string) (int, int) { return lanes, slots }
+	}
+	for _, tt := range []struct {
+		name         string
+		rows         int
+		lanes, slots int
+		want         []int
+	}{
+		// 10 chunks of 24 on 4 lanes: the 9th and 10th (24 + 6 rows) become 4.
+		{"tail", 222, 4, 8, []int{24, 24, 24, 24, 24, 24, 24, 24, 8, 8, 8, 6}},
+		{"whole rounds", 192, 4, 8, []int{24, 24, 24, 24, 24, 24, 24, 24}},
+		{"one chunk", 20, 4, 8, []int{7, 7, 6}},
+		{"fewer rows than slots", 8, 4, 8, []int{8}},
+		{"one lane", 30, 1, 8, []int{24, 6}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			input := rows(tt.rows)
+			k := &Chunker{Batch: "batch_1", Tenant: "acme", MaxRows: rowsOf(24), MaxBytes: 4 << 20, Lanes: lanes(tt.lanes, tt.slots),
+				Cost: func(jsonl.Row) float64 { return 1 }}
+			if _, err := SplitInput(strings.NewReader(input), planOpts(jsonl.JSONL), k, nil); err != nil {
+				t.Fatal(err)
+			}
+			if got := rowsPerChunk(k.Chunks, "m1"); !slices.Equal(got, tt.want) {
+				t.Fatalf("rows per chunk %v, want %v", got, tt.want)
+			}
+			for _, c := range k.Chunks {
+				if c.MostCost != float64(c.Rows) {
+					t.Errorf("chunk %d: most cost %v for %d rows", c.Index, c.MostCost, c.Rows)
+				}
+			}
+			checkChunks(t, k.Chunks, []byte(input), rowIDs(tt.rows))
+		})
+	}
+}
+
+// In a batch mixing models each model's last round is cut by its own
+// lanes, the chunks renumbered in order, each model's rows still in
+// input order along its chain.
+func TestSplitLastRoundByModel(t *testing.T) {
+	t.Parallel()
+	input, ids := mixed(1200) // 1200 rows of m1, 600 of m2
+	limit := map[string]int{"m1": 96, "m2": 48}
+	lanes := map[string]int{"m1": 4, "m2": 1}
+	k := &Chunker{Batch: "batch_1", Tenant: "acme", MaxRows: func(m string) int { return limit[m] }, MaxBytes: 4 << 20,
+		Lanes: func(m string) (int, int) { return lanes[m], 4 }}
+	if _, err := SplitInput(strings.NewReader(input), planOpts(jsonl.JSONL), k, nil); err != nil {
+		t.Fatal(err)
+	}
+	// m1: 13 chunks (12 of 96, one of 48) on 4 lanes: the 13th's 48 rows become 4 of 12.
+	wantM1 := append(slices.Repeat([]int{96}, 12), 12, 12, 12, 12)
+	if got := rowsPerChunk(k.Chunks, "m1"); !slices.Equal(got, wantM1) {
+		t.Fatalf("m1: rows per chunk %v, want %v", got, wantM1)
+	}
+	// m2, of one lane: 12 of 48 and one of 24, as before.
+	if got, want := rowsPerChunk(k.Chunks, "m2"), append(slices.Repeat([]int{48}, 12), 24); !slices.Equal(got, want) {
+		t.Fatalf("m2: rows per chunk %v, want %v", got, want)
+	}
+	checkChunks(t, k.Chunks, []byte(input), ids)
+	for _, m := range []string{"m1", "m2"} {
+		last := -1
+		for _, c := range k.Chunks {
+			if c.Model == m && c.FirstRow < last {
+				t.Fatalf("%s: chunk %d starts at row %d, before the chunk before it (%d)", m, c.Index, c.FirstRow, last)
+			}
+			if c.Model == m {
+				last = c.FirstRow
+			}
+		}
+	}
+}
+
+// A model's lanes are the claims of a claim's slots its capacity holds at
+// once: a model of fewer slots than a claim has one.
+func TestLanesFor(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		lim                 Limits
+		capacity            int
+		wantLanes, wantSlot int
+	}{
+		{Limits{}, 256, 8, 32},
+		{Limits{}, 64, 2, 32},
+		{Limits{}, 100, 3, 32},
+		{Limits{}, 8, 1, 8},
+		{Limits{}, 0, 1, 32},
+		{Limits{Slots: 4}, 64, 16, 4},
+	} {
+		if n, slots := tt.lim.OrDefaults().LanesFor(tt.capacity); n != tt.wantLanes || slots != tt.wantSlot {
+			t.Errorf("%+v.LanesFor(%d) = %d, %d; want %d, %d", tt.lim, tt.capacity, n, slots, tt.wantLanes, tt.wantSlot)
+		}
+	}
+}
