@@ -14,6 +14,7 @@ import (
 	"github.com/relaybatch/relay/internal/file"
 	"github.com/relaybatch/relay/internal/files"
 	"github.com/relaybatch/relay/internal/jsonl"
+	"github.com/relaybatch/relay/internal/resources"
 )
 
 // Blobs is what reading a batch's input needs of the bucket
@@ -87,12 +88,13 @@ func (l Limits) RowsFor(capacity int) int {
 	return max(1, min(l.Rows, RoundTrips*slots))
 }
 
-// LanesFor is how many claims of a model of capacity run at once, and
-// the slots each takes (l with its defaults): the lanes its chunks run on
-// side by side, whose last round Chunker spreads over them all
-// (docs/design.md "Chunks"). A capacity of 0 is not known: one lane.
+// LanesFor is how many full claims of a model of capacity run at once,
+// and the slots each takes (l with its defaults, SlotsFor an invocation of
+// resources.WorkBatch chunks): the lanes its chunks run on side by side,
+// whose last round Chunker spreads over them all (docs/design.md
+// "Chunks"). A capacity of 0 is not known: one lane.
 func (l Limits) LanesFor(capacity int) (lanes, slots int) {
-	slots = l.Slots
+	slots = l.SlotsFor(capacity, resources.WorkBatch)
 	if capacity > 0 {
 		slots = min(slots, capacity)
 	}

@@ -716,11 +716,12 @@ func TestLanesFor(t *testing.T) {
 		wantLanes, wantSlot int
 	}{
 		{Limits{}, 256, 8, 32},
+		{Limits{}, 512, 9, 52}, // larger claims on a model 10 claims of 32 do not cover (SlotsFor)
 		{Limits{}, 64, 2, 32},
 		{Limits{}, 100, 3, 32},
 		{Limits{}, 8, 1, 8},
 		{Limits{}, 0, 1, 32},
-		{Limits{Slots: 4}, 64, 16, 4},
+		{Limits{Slots: 4}, 64, 9, 7}, // 10 claims of 4 do not cover 64: a claim takes 7 (SlotsFor)
 	} {
 		if n, slots := tt.lim.OrDefaults().LanesFor(tt.capacity); n != tt.wantLanes || slots != tt.wantSlot {
 			t.Errorf("%+v.LanesFor(%d) = %d, %d; want %d, %d", tt.lim, tt.capacity, n, slots, tt.wantLanes, tt.wantSlot)
