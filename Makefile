@@ -114,8 +114,10 @@ test-go:
 ## through jsii: under -short each would be compiled and linked only to
 ## skip them (infra/ links the CDK), and make test runs both. -vet=off:
 ## make test runs make vet first, every analyzer on the same packages.
+## -ldflags=-w: no DWARF in the test binaries, the slowest part of each
+## link, which no test reads (a debugger would: go test -c without it).
 unit:
-	go test -short -count=1 -parallel 4 -vet=off $$(go list -e $(GO_PACKAGES) | grep -v -E '/(localstack|infra)$$')
+	go test -short -count=1 -parallel 4 -vet=off -ldflags=-w $$(go list -e $(GO_PACKAGES) | grep -v -E '/(localstack|infra)$$')
 
 ## fuzz-short: each fuzz target briefly (FUZZTIME per target)
 fuzz-short:
