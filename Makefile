@@ -105,8 +105,8 @@ test-all: test-go fuzz-short lint-synthesized
 test-go:
 	go test -count=1 -timeout 20m -parallel 4 -tags '$(TEST_TAGS)' $(GO_PACKAGES)
 
-## unit: the fast tests (74 s of CPU once built, about 140 s from a fresh
-## clone whose modules are built: some 40 and 70 s on two idle cores): go test -short, which skips every
+## unit: the fast tests (74 s of CPU once built, about 150 s from a fresh
+## clone whose modules are built: some 40 and 75 s on two idle cores): go test -short, which skips every
 ## test that needs the emulator (emutest), without the tagged kinds: Go
 ## alone, no emulator, no AWS_ENDPOINT_URL, no Chromium or Node.js. Four
 ## parallel tests a package, as test-go: the engine's tests wait out leases
