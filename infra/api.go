@@ -33,20 +33,6 @@ var corsHeaders = []string{"Authorization", "x-api-key", "Content-Type", "Idempo
 // the encoding.
 var binaryMediaTypes = []string{"*/*"}
 
-// API Gateway's limits on an integration: a buffered one answers within
-// 29 s (more needs a quota increase); a stream may last 15 minutes. Past
-// its first 10 MB a stream is throttled to 2 MB/s, so a file of 200 MB
-// takes about 100 s: the api function's own timeout bounds a stream too.
-const (
-	maxBufferedTimeout = 29 * time.Second
-	maxStreamTimeout   = 15 * time.Minute
-)
-
-// streamTimeout lets a stream run as long as the function serving it may.
-func streamTimeout(fn time.Duration) time.Duration {
-	return min(max(fn, maxBufferedTimeout), maxStreamTimeout)
-}
-
 func NewAPI(scope constructs.Construct, props RelayProps, storage *Storage, pipeline *Pipeline, schedules *Schedules, env map[string]*string) *API {
 	c := constructs.NewConstruct(scope, jsii.String("Api"))
 	set := props.Set()
@@ -101,8 +87,8 @@ func NewAPI(scope constructs.Construct, props RelayProps, storage *Storage, pipe
 		})
 	}
 	routeTree(rest.Root(), apigw.StreamedRoutes,
-		integration(awsapigateway.ResponseTransferMode_BUFFERED, maxBufferedTimeout),
-		integration(awsapigateway.ResponseTransferMode_STREAM, streamTimeout(fn.Def.Timeout)))
+		integration(awsapigateway.ResponseTransferMode_BUFFERED, resources.MaxBufferedTimeout),
+		integration(awsapigateway.ResponseTransferMode_STREAM, resources.StreamTimeout(fn.Def.Timeout)))
 
 	// With binary media type */*, a MOCK integration (the CORS preflight)
 	// gets a binary request it cannot template and answers 500, unless it

@@ -139,7 +139,7 @@ func modelMetric(props RelayProps, model, name, stat string) awscloudwatch.Metri
 // rows failing, its capacity in use all the time (batches queue), a
 // circuit of one of its keys opened, a key dropped from its pool.
 func modelAlarms(c constructs.Construct, o *Observability, props RelayProps, model string) {
-	id := logicalName(model)
+	id := resources.LogicalName(model)
 	add := func(kind, description string, metric awscloudwatch.IMetric, threshold float64, periods int) {
 		a := awscloudwatch.NewAlarm(c, jsii.String(kind+id), &awscloudwatch.AlarmProps{
 			AlarmName:          jsii.String(props.Prefix + "-" + kind + "-" + model),

@@ -218,7 +218,7 @@ func propsFromContext(node constructs.Node) (RelayProps, error) {
 	if len(errs) > 0 {
 		return p, fmt.Errorf("%s", strings.Join(errs, "; "))
 	}
-	if err := validPrefix(p.Prefix); err != nil {
+	if err := resources.ValidPrefix(p.Prefix); err != nil {
 		return p, err
 	}
 	ms, err := config.LoadModels(p.ModelsPath)
@@ -231,20 +231,4 @@ func propsFromContext(node constructs.Node) (RelayProps, error) {
 	}
 	p.Models = ms
 	return p, nil
-}
-
-// validPrefix keeps every derived name valid: bucket names are the
-// strictest (lower case, digits, hyphens, at most 63 characters with the
-// account and region appended).
-func validPrefix(prefix string) error {
-	if prefix == "" || len(prefix) > 20 {
-		return fmt.Errorf("context prefix: %q must be 1 to 20 characters", prefix)
-	}
-	for i, r := range prefix {
-		ok := r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' && i > 0 && i < len(prefix)-1
-		if !ok {
-			return fmt.Errorf("context prefix: %q may hold only lower-case letters, digits and inner hyphens", prefix)
-		}
-	}
-	return nil
 }

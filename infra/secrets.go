@@ -2,13 +2,13 @@ package main
 
 import (
 	"fmt"
-	"regexp"
-	"strings"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
+
+	"github.com/relaybatch/relay/internal/resources"
 )
 
 // Secrets are the provider host keys, one Secrets Manager secret per
@@ -32,7 +32,7 @@ func NewSecrets(scope constructs.Construct, props RelayProps) *Secrets {
 		if sec, ok := made[env]; ok {
 			return sec
 		}
-		sec := awssecretsmanager.NewSecret(c, jsii.String(logicalName(env)), &awssecretsmanager.SecretProps{
+		sec := awssecretsmanager.NewSecret(c, jsii.String(resources.LogicalName(env)), &awssecretsmanager.SecretProps{
 			SecretName:  jsii.String(props.SecretPrefix() + env),
 			Description: jsii.String(fmt.Sprintf("%s %s %s: put the real one with `aws secretsmanager put-secret-value`", props.Prefix, what, env)),
 			GenerateSecretString: &awssecretsmanager.SecretStringGenerator{
@@ -74,19 +74,4 @@ func (s *Secrets) GrantOperatorRead(role awsiam.IRole) {
 	for _, sec := range s.Operator {
 		sec.GrantRead(role, nil)
 	}
-}
-
-var notAlnum = regexp.MustCompile(`[^A-Za-z0-9]+`)
-
-// logicalName turns OPENAI_API_KEY into OpenaiApiKey: a construct id that
-// stays the same as long as the env name does.
-func logicalName(env string) string {
-	var b strings.Builder
-	for _, part := range notAlnum.Split(env, -1) {
-		if part == "" {
-			continue
-		}
-		b.WriteString(strings.ToUpper(part[:1]) + strings.ToLower(part[1:]))
-	}
-	return b.String()
 }

@@ -709,7 +709,7 @@ func TestStreamedRoutes(t *testing.T) {
 		uri := jsonString(integration["Uri"])
 		if integration["ResponseTransferMode"] == "STREAM" {
 			streamed[path] = true
-			if got, want := num(integration["TimeoutInMillis"]), float64(streamTimeout(props.Set().Function("api").Timeout).Milliseconds()); got != want {
+			if got, want := num(integration["TimeoutInMillis"]), float64(resources.StreamTimeout(props.Set().Function("api").Timeout).Milliseconds()); got != want {
 				t.Errorf("%s: stream timeout %vms, want %vms", path, got, want)
 			}
 			if !strings.Contains(uri, "/response-streaming-invocations") {
@@ -891,30 +891,6 @@ func TestAlarmsNameTheirRunbookEntry(t *testing.T) {
 	}
 }
 
-func TestValidPrefix(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		prefix string
-		ok     bool
-	}{
-		{"relay", true}, {"relay-dev2", true}, {"", false}, {"Relay", false},
-		{"-relay", false}, {"relay-", false}, {"relay_dev", false}, {strings.Repeat("a", 21), false},
-	} {
-		if err := validPrefix(c.prefix); (err == nil) != c.ok {
-			t.Errorf("validPrefix(%q) = %v, want ok=%v", c.prefix, err, c.ok)
-		}
-	}
-}
-
-func TestLogicalName(t *testing.T) {
-	t.Parallel()
-	for in, want := range map[string]string{"OPENAI_API_KEY": "OpenaiApiKey", "anthropic-key": "AnthropicKey", "K": "K"} {
-		if got := logicalName(in); got != want {
-			t.Errorf("logicalName(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // cfn-lint, the CloudFormation linter, finds nothing in the template but
 // W3005 (a DependsOn a reference already implies), which CDK emits for every
 // function's role policy.
@@ -981,20 +957,6 @@ func TestPropsFromContext(t *testing.T) {
 		}
 		if _, err := propsFromContext(awscdk.NewApp(&awscdk.AppProps{Context: &c}).Node()); err == nil {
 			t.Errorf("context %v: no error", bad)
-		}
-	}
-}
-
-func TestStreamTimeout(t *testing.T) {
-	t.Parallel()
-	for fn, want := range map[time.Duration]time.Duration{
-		10 * time.Second: 29 * time.Second,
-		29 * time.Second: 29 * time.Second,
-		5 * time.Minute:  5 * time.Minute,
-		20 * time.Minute: 15 * time.Minute,
-	} {
-		if got := streamTimeout(fn); got != want {
-			t.Errorf("streamTimeout(%v) = %v, want %v", fn, got, want)
 		}
 	}
 }

@@ -20,7 +20,8 @@ import (
 )
 
 // The stack is synthesized once for the whole test binary: every restart of
-// the jsii kernel costs seconds; under -short (make unit) not at all, and
+// the jsii kernel costs seconds; under -short not at all (make unit leaves
+// this package out: it would link the CDK only to skip), and
 // the tests that need it are skipped. Two stacks: the default deployment, and one
 // without deletion protection.
 var (

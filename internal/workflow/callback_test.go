@@ -93,7 +93,10 @@ func TestCallerRetriesAndFailures(t *testing.T) {
 		{"500 four times", []reply{{500, "boom", 0}}, time.Second, CodeCallbackUnreachable, 4},
 		{"503 then an answer", []reply{{503, "", 0}, {200, completed, 0}}, time.Second, "", 2},
 		{"429 three times then an answer", []reply{{429, "", 0}, {429, "", 0}, {429, "", 0}, {200, completed, 0}}, time.Second, "", 4},
-		{"timeouts are retried", []reply{{200, completed, time.Minute}, {200, completed, 0}}, 100 * time.Millisecond, "", 2},
+		// A second, not less: each attempt's local round trip must fit in
+		// it, and at 100 ms under make unit's compiles on two cores the
+		// second attempt timed out before the server read it.
+		{"timeouts are retried", []reply{{200, completed, time.Minute}, {200, completed, 0}}, time.Second, "", 2},
 		{"401 is a rejection", []reply{{401, `{"error":"who"}`, 0}}, time.Second, CodeCallbackRejected, 1},
 		{"404 is a rejection", []reply{{404, "", 0}}, time.Second, CodeCallbackRejected, 1},
 		{"a redirect is not followed", []reply{{302, "", 0}}, time.Second, CodeCallbackRejected, 1},
