@@ -618,3 +618,32 @@ func TestTemplateLimitPerTenant(t *testing.T) {
 		t.Fatalf("template past the limit again: %d %s, want 400", status, body)
 	}
 }
+
+// A template's max_cost holds for each of its runs as for a batch created
+// with it (docs/api.md "Extensions", max_cost): the run of 20 rows that
+// costs $120 in full stops at $60 of a $70 ceiling, as
+// TestMaxCostStopsAtTheCeiling's batch does. Before, a run carried no
+// max_cost and ran every row.
+func TestTemplateRunKeepsMaxCost(t *testing.T) {
+	t.Parallel()
+	rt := runtime(t, withModels(t, costModels))
+	c, key := client(t, rt, "ceiling")
+	data, ids := costRows(20, "")
+	f := upload(t, c, "ceiling.jsonl", data.Bytes())
+	status, body := postBatch(t, rt, key, map[string]any{"endpoint": "/v1/chat/completions", "input_file_id": f.ID,
+		"completion_window": "24h", "schedule": "0 6 * * *", "max_cost": 70})
+	if status != 200 {
+		t.Fatalf("create template: %d %s", status, body)
+	}
+	tpl := decodeBatch(t, body)
+	run, err := rt.App.Batches.FireTemplate(context.Background(), firing("ceiling", tpl.ID, time.Date(2030, 1, 7, 6, 0, 0, 0, time.UTC)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := waitBatch(t, c, run.ID)
+	out, errs := checkInvariant(t, c, b, ids)
+	if codes := codesOf(errs); b.Status != "completed" || len(out) != 10 || codes["cost_limit_reached"] != 10 || b.JSON.ExtraFields["max_cost"].Raw() != "70" {
+		t.Fatalf("run: %s, %d rows done, error codes %v, max_cost %s; want 10 done and 10 cost_limit_reached under max_cost 70",
+			b.Status, len(out), codes, b.JSON.ExtraFields["max_cost"].Raw())
+	}
+}

@@ -191,6 +191,10 @@ func (s *Service) FireTemplate(ctx context.Context, input []byte) (batch.Batch, 
 		InputFileID: tpl.InputFileID, TemplateID: &tpl.ID, WebhookURL: tpl.WebhookURL, FallbackModel: tpl.FallbackModel,
 		OutputExpiresAfter: tpl.OutputExpiresAfter, CSVModel: tpl.CSVModel,
 	}
+	if tpl.MaxCost != nil {
+		// Each run within the template's max_cost, its holds its own.
+		run.MaxCost, run.CostHolds = tpl.MaxCost, map[string]float64{}
+	}
 	// The input is not re-validated here: a file deleted since the template
 	// was made fails the run in planning (input_file_missing), visibly.
 	saved, err := s.record(ctx, run, store.IdemKey{Key: apikey.Hash(runKey(tpl.ID, at))})

@@ -22,6 +22,7 @@ import (
 	"github.com/relaybatch/relay/internal/plan"
 	"github.com/relaybatch/relay/internal/provider"
 	"github.com/relaybatch/relay/internal/queue"
+	"github.com/relaybatch/relay/internal/quote"
 	"github.com/relaybatch/relay/internal/resources"
 	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/store"
@@ -834,7 +835,25 @@ func (e *Engine) splitAnswered(ctx context.Context, r *chunkRun, answered []bool
 	}
 	r.lines.Keep(answered)
 	done, rest = plan.Split(r.c, rows, answered)
+	if r.b.MaxCost != nil {
+		rest.MostCost = e.mostOf(r, data, rows, answered)
+	}
 	return done, rest, nil
+}
+
+// mostOf is the most run r's rows not answered may cost (quote.RowMost, as
+// the plan sums a chunk's), rows being their spans in data, r's chunk's
+// range: a chunk cut from r's holds that much of the batch's max_cost
+// (docs/api.md "Extensions"), the answered rows' cost being in the usage.
+func (e *Engine) mostOf(r *chunkRun, data []byte, rows []batch.Span, answered []bool) float64 {
+	var most float64
+	for i, s := range rows {
+		if !answered[i] {
+			line := data[s.Start-r.c.Start : s.End-r.c.Start]
+			most += quote.RowMost(e.Models, jsonl.Row{Model: r.c.Model, JSON: line}, r.b.Fallback())
+		}
+	}
+	return most
 }
 
 // commitAnswered commits the rows a run that stopped for want of time or

@@ -76,13 +76,19 @@ func OverCost(maxCost, spent, held, most float64) (code, message string) {
 	return CodeCostLimitReached, fmt.Sprintf("the batch's max_cost of $%.4f would be passed: $%.4f spent, $%.4f held by its running rows, and these rows may cost up to $%.4f", maxCost, spent, held, most)
 }
 
-// usageDays are the UTC days from created to now, at most four (a batch
-// ends within its day's window and its expiry's grace), as the batch's
-// cost reads them.
+// clockSkew is the margin for invocations' clocks that disagree
+// (docs/design.md "Fault model": up to ±2 s): a commit's usage is recorded
+// on the UTC day of its own clock, which may be the day after an
+// admission's, or the day before its batch's creation.
+const clockSkew = 5 * time.Second
+
+// usageDays are the UTC days from created to now, each widened by
+// clockSkew, at most five (a batch ends within its day's window and its
+// expiry's grace), as the batch's cost reads them.
 func usageDays(created int64, now time.Time) []string {
-	first := time.Unix(created, 0).UTC().Truncate(24 * time.Hour)
+	first := time.Unix(created, 0).Add(-clockSkew).UTC().Truncate(24 * time.Hour)
 	var days []string
-	for d := now.UTC().Truncate(24 * time.Hour); !d.Before(first) && len(days) < 4; d = d.Add(-24 * time.Hour) {
+	for d := now.Add(clockSkew).UTC().Truncate(24 * time.Hour); !d.Before(first) && len(days) < 5; d = d.Add(-24 * time.Hour) {
 		days = append([]string{d.Format("2006-01-02")}, days...)
 	}
 	return days

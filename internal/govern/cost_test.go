@@ -72,3 +72,31 @@ func TestAdmitMaxCostCountsRunningChunks(t *testing.T) {
 		t.Fatalf("a group of $0.5 and $0.6: %q %v, want cost_limit_reached", code, err)
 	}
 }
+
+// A chunk committed just before midnight by an invocation whose clock runs
+// 2 s ahead records its usage on the next day (and took its hold out); an
+// admission just after, on a clock 2 s behind, still counts it (docs/design.md
+// "Fault model": clocks off by up to ±2 s). Before, it read the days up to
+// its own and missed that spend, and two chunks passed max_cost.
+func TestAdmitMaxCostCountsUsageOfASkewedDay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	midnight := time.Date(2026, 5, 11, 0, 0, 0, 0, time.UTC)
+	clk := &clock{t: midnight.Add(-1500 * time.Millisecond)} // truly 00:00:00.5, 2 s behind
+	// $0.8 of "priced" (1 and 3 USD per million), committed on 2026-05-11.
+	st := &fakeStore{dayUsage: map[string][]store.UsageDetail{"2026-05-11": {{UsageRow: store.UsageRow{Model: "priced", InputTokens: 200_000, OutputTokens: 200_000}}}}}
+	g := &Checker{Store: st, Models: models(t), Now: clk.now, TTL: time.Nanosecond}
+	ceiling := 1.0
+	b := batch.Batch{ID: "batch_1", Tenant: "acme", CreatedAt: midnight.Add(-time.Hour).Unix(), MaxCost: &ceiling}
+	if code, _, err := g.Admit(ctx, b, batch.Chunk{Index: 1, MostCost: 0.5}); err != nil || code != CodeCostLimitReached {
+		t.Fatalf("$0.5 after $0.8 spent on a day a skewed clock has not reached: %q %v, want cost_limit_reached", code, err)
+	}
+	// A batch created just after midnight, its chunk committed by a clock
+	// 2 s behind: the day before its creation.
+	clk.t = midnight.Add(time.Minute)
+	st.dayUsage = map[string][]store.UsageDetail{"2026-05-10": st.dayUsage["2026-05-11"]}
+	b.CreatedAt = midnight.Add(time.Second).Unix()
+	if code, _, err := g.Admit(ctx, b, batch.Chunk{Index: 1, MostCost: 0.5}); err != nil || code != CodeCostLimitReached {
+		t.Fatalf("$0.5 after $0.8 spent on the day before a skewed creation: %q %v, want cost_limit_reached", code, err)
+	}
+}

@@ -31,6 +31,8 @@ type fakeStore struct {
 	// batchUsage is every batch's usage, holds its cost holds (cost_test.go).
 	batchUsage []store.UsageDetail
 	holds      map[string]float64
+	// dayUsage is more usage, by the UTC day its commit recorded it on.
+	dayUsage map[string][]store.UsageDetail
 }
 
 // HoldCost holds on f.holds, as the store holds on the batch record.
@@ -67,8 +69,12 @@ func (f *fakeStore) UpdateReservations(_ context.Context, _ string, fn func(*sto
 	return nil
 }
 
-func (f *fakeStore) BatchUsage(context.Context, string, string, string, []string) ([]store.UsageDetail, error) {
-	return f.batchUsage, nil
+func (f *fakeStore) BatchUsage(_ context.Context, _, _, _ string, days []string) ([]store.UsageDetail, error) {
+	rows := f.batchUsage
+	for _, d := range days {
+		rows = append(rows, f.dayUsage[d]...)
+	}
+	return rows, nil
 }
 
 func (f *fakeStore) GetBatch(_ context.Context, _, id string) (batch.Batch, error) {
