@@ -457,9 +457,11 @@ const (
 )
 
 // DefaultChunkRows is RELAY_CHUNK_ROWS's default: 24 upstream round trips
-// (plan.RoundTrips) of the 32 slots a chunk's claim takes at most, so a
-// chunk of a model of 32 slots or more makes as many round trips as one of
-// a smaller model (docs/design.md "Chunk size").
+// (plan.RoundTrips) of the 32 slots a chunk's claim takes (more, and so
+// fewer round trips, only on a model larger than an invocation's claims
+// of 32 cover: plan.Limits.SlotsFor), so a chunk of a model of 32 slots or
+// more makes as many round trips as one of a smaller model (docs/design.md
+// "Chunk size").
 const DefaultChunkRows = 768
 
 // Env is what every function reads from its environment.

@@ -38,7 +38,8 @@ const maxInputObjects = 1000
 
 // Limits bound a chunk: Rows rows (RELAY_CHUNK_ROWS) and Bytes bytes of
 // input (see Chunker); a claimed chunk holds Slots of its model's
-// max_concurrency, so that many of its rows run at once. The defaults are
+// max_concurrency (more on a large model: SlotsFor), so that many of its
+// rows run at once. The defaults are
 // sized in docs/design.md "Chunk size" and "Hot items".
 type Limits struct {
 	Rows  int
