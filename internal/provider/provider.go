@@ -196,10 +196,10 @@ func (c *Client) Do(ctx context.Context, endpoint string, body json.RawMessage, 
 		res.Fallback, res.Attempts, res.Latency = true, attempts, time.Since(start)
 		return res
 	}
-	_, hasFallback := c.fallbackFor(model, route)
+	_, hasFallback := FallbackFor(c.Models, model, route)
 	res, exhausted := c.onModel(ctx, model, endpoint, body, route.TimeLimit, hasFallback, &attempts)
 	if exhausted {
-		if fb, ok := c.fallbackFor(model, route); ok && route.Defer {
+		if fb, ok := FallbackFor(c.Models, model, route); ok && route.Defer {
 			res.FallbackTo = fb.Name
 		} else if ok {
 			res, _ = c.onModel(ctx, fb, endpoint, body, route.TimeLimit, false, &attempts)
@@ -299,10 +299,6 @@ func route(models *config.Models, path string, body []byte) (config.Model, infer
 		return m, inference.Result{}, true
 	}
 	return config.Model{}, inference.Result{Model: m.Name, RequestID: newRequestID(), ErrCode: inference.CodeCrossShapeDispatch, ErrMessage: why}, false
-}
-
-func (c *Client) fallbackFor(m config.Model, route Route) (config.Model, bool) {
-	return FallbackFor(c.Models, m, route)
 }
 
 // FallbackFor picks the first usable fallback of model m among models: the
