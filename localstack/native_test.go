@@ -1,7 +1,6 @@
 package localstack
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -520,16 +519,7 @@ func TestNativeGroupAdmissionCountsEveryChunk(t *testing.T) {
 	rt := nativeRuntime(t, time.Second, nil, withModels(t, testModels+strings.Replace(nativeModels, "batch: native}",
 		"batch: native, tokenizer: words, price: {input_per_mtok: 100000, output_per_mtok: 300000}}", 1)))
 	c, key := client(t, rt, "nativeceiling")
-	var data bytes.Buffer
-	var ids []string
-	for i := range 150 {
-		id := fmt.Sprintf("r%04d", i)
-		ids = append(ids, id)
-		line, _ := json.Marshal(map[string]any{"custom_id": id, "method": "POST", "url": "/v1/chat/completions",
-			"body": map[string]any{"model": "gpt-native", "max_tokens": 3, "messages": []any{map[string]any{"role": "user", "content": fmt.Sprint("hello ", i)}}}})
-		data.Write(line)
-		data.WriteByte('\n')
-	}
+	data, ids := costRows(150, "gpt-native", "")
 	const ceiling = 75.0
 	b := waitBatch(t, c, createBatch(t, c, upload(t, c, "nativeceiling.jsonl", data.Bytes()).ID, option.WithJSONSet("max_cost", ceiling)).ID)
 	out, errs := checkInvariant(t, c, b, ids)

@@ -328,7 +328,7 @@ func TestMaxCostStopsAtTheCeiling(t *testing.T) {
 	t.Parallel()
 	rt := runtime(t, withModels(t, costModels))
 	c, key := client(t, rt, "ceiling")
-	data, ids := costRows(20, "")
+	data, ids := costRows(20, "gpt-4o-mini", "")
 	f := upload(t, c, "ceiling.jsonl", data.Bytes())
 	_, q, resp := postQuote(t, rt, key, map[string]any{"input_file_id": f.ID, "endpoint": "/v1/chat/completions"})
 	if q.Modes.Direct.CostUSD == nil || q.Modes.Direct.CostUSD.Max == nil || *q.Modes.Direct.CostUSD.Max != 120 {
@@ -368,7 +368,7 @@ func TestMaxCostWithChunksAtOnce(t *testing.T) {
 	t.Parallel()
 	rt := runtime(t, withModels(t, strings.Replace(costModels, "max_concurrency: 8", "max_concurrency: 20", 1)))
 	c, key := client(t, rt, "ceiling")
-	data, ids := costRows(20, " [[mock:sleep=1s]]")
+	data, ids := costRows(20, "gpt-4o-mini", " [[mock:sleep=1s]]")
 	f := upload(t, c, "ceiling.jsonl", data.Bytes())
 	_, q, resp := postQuote(t, rt, key, map[string]any{"input_file_id": f.ID, "endpoint": "/v1/chat/completions"})
 	if q.Modes.Direct.CostUSD == nil || q.Modes.Direct.CostUSD.Max == nil {
@@ -423,14 +423,14 @@ func TestMessageBatchQuote(t *testing.T) {
 
 // costRows is a JSONL file of n chat rows of gpt-4o-mini with max_tokens 3,
 // "hello <i>" and suffix each, and their custom ids.
-func costRows(n int, suffix string) (*bytes.Buffer, []string) {
+func costRows(n int, model, suffix string) (*bytes.Buffer, []string) {
 	var data bytes.Buffer
 	var ids []string
 	for i := range n {
 		id := fmt.Sprintf("r%04d", i)
 		ids = append(ids, id)
 		line, _ := json.Marshal(map[string]any{"custom_id": id, "method": "POST", "url": "/v1/chat/completions",
-			"body": map[string]any{"model": "gpt-4o-mini", "max_tokens": 3, "messages": []any{map[string]any{"role": "user", "content": fmt.Sprint("hello ", i) + suffix}}}})
+			"body": map[string]any{"model": model, "max_tokens": 3, "messages": []any{map[string]any{"role": "user", "content": fmt.Sprint("hello ", i) + suffix}}}})
 		data.Write(line)
 		data.WriteByte('\n')
 	}
@@ -451,16 +451,7 @@ func TestMaxCostCountsThePricierFallback(t *testing.T) {
 	models = strings.Replace(models, "max_concurrency: 2,", "max_concurrency: 2, tokenizer: words, price: {input_per_mtok: 200000, output_per_mtok: 600000},", 1)
 	rt := runtime(t, withModels(t, models))
 	c, key := client(t, rt, "fbceiling")
-	var data bytes.Buffer
-	var ids []string
-	for i := range 20 {
-		id := fmt.Sprintf("r%04d", i)
-		ids = append(ids, id)
-		line, _ := json.Marshal(map[string]any{"custom_id": id, "method": "POST", "url": "/v1/chat/completions",
-			"body": map[string]any{"model": "fb-primary-broken", "max_tokens": 3, "messages": []any{map[string]any{"role": "user", "content": fmt.Sprint("broken ", i)}}}})
-		data.Write(line)
-		data.WriteByte('\n')
-	}
+	data, ids := costRows(20, "fb-primary-broken", "")
 	f := upload(t, c, "fbceiling.jsonl", data.Bytes())
 	_, q, resp := postQuote(t, rt, key, map[string]any{"input_file_id": f.ID, "endpoint": "/v1/chat/completions"})
 	if q.Modes.Direct.CostUSD == nil || q.Modes.Direct.CostUSD.Max == nil || *q.Modes.Direct.CostUSD.Max != 24 {

@@ -628,7 +628,7 @@ func TestTemplateRunKeepsMaxCost(t *testing.T) {
 	t.Parallel()
 	rt := runtime(t, withModels(t, costModels))
 	c, key := client(t, rt, "ceiling")
-	data, ids := costRows(20, "")
+	data, ids := costRows(20, "gpt-4o-mini", "")
 	f := upload(t, c, "ceiling.jsonl", data.Bytes())
 	status, body := postBatch(t, rt, key, map[string]any{"endpoint": "/v1/chat/completions", "input_file_id": f.ID,
 		"completion_window": "24h", "schedule": "0 6 * * *", "max_cost": 70})
