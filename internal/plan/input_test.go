@@ -43,12 +43,8 @@ func (f *partsBucket) Head(_ context.Context, key string) (int64, string, error)
 // pins it.
 func TestScanSizesFromItsRead(t *testing.T) {
 	t.Parallel()
-	var all strings.Builder
-	for i := range 30 {
-		fmt.Fprintf(&all, `{"custom_id":"r%d","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[]}}`+"\n", i)
-	}
 	// Parts cut mid-line, as the Uploads API's are.
-	data := all.String()
+	data := chatLines(30)
 	cuts := []int{0, 1000, 2500, len(data)}
 	bucket := &partsBucket{objects: map[string][]byte{}}
 	f := file.File{ID: "file-1", Tenant: "t", Filename: "in.jsonl"}
@@ -123,11 +119,7 @@ func (g *gatedEnd) Read(p []byte) (int, error) {
 // object was asked for once the one before had ended.
 func TestScanPrefetchesTheNextObject(t *testing.T) {
 	t.Parallel()
-	var all strings.Builder
-	for i := range 30 {
-		fmt.Fprintf(&all, `{"custom_id":"r%d","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[]}}`+"\n", i)
-	}
-	data := all.String()
+	data := chatLines(30)
 	bucket := &gatedBucket{partsBucket: &partsBucket{objects: map[string][]byte{
 		"uploads/t/u/0": []byte(data[:1500]), "uploads/t/u/1": []byte(data[1500:])}}, begun: make(chan struct{})}
 	f := file.File{ID: "file-1", Tenant: "t", Filename: "in.jsonl", Objects: []string{"uploads/t/u/0", "uploads/t/u/1"}}
@@ -166,4 +158,13 @@ func TestScanSpreadsTheLastRound(t *testing.T) {
 			t.Errorf("capacity %d: rows per chunk %v, want %v", capacity, got, want)
 		}
 	}
+}
+
+// chatLines is a JSONL file of n chat rows of model m.
+func chatLines(n int) string {
+	var all strings.Builder
+	for i := range n {
+		fmt.Fprintf(&all, `{"custom_id":"r%d","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[]}}`+"\n", i)
+	}
+	return all.String()
 }
