@@ -228,6 +228,10 @@ func (e *Engine) commit(ctx context.Context, b batch.Batch, cm sched.Commit, wri
 			cm.Next = next
 		}
 		picked = true
+		if cm.Next == nil || cm.Next.Exec == "" {
+			// The slots leave the invocation with this commit.
+			slotsOf(ctx).free()
+		}
 		err := e.Store.CommitChunk(ctx, b.Tenant, cm)
 		switch {
 		case err == nil:
@@ -334,15 +338,22 @@ func withContinuation(ctx context.Context, in *invocation) context.Context {
 }
 
 // afterCommit hands the claimed chunk on (to the invocation's continuation
-// when ctx offers one that takes it, with its load pre, else as its work
-// message), claims for a chunk of fallback rows the commit added
+// when ctx offers one that takes it, with its load pre and the committing
+// run's slots, else as its work message), claims for a chunk of fallback rows the commit added
 // (startFallback) and, after the last chunk, sends the finalize message. A
 // lost send costs time, not work: the claimed chunk's lease runs out and
 // the tick re-sends it; the finalize is due on the batch and the tick
 // sends it.
 func (e *Engine) afterCommit(ctx context.Context, b batch.Batch, next *sched.Claim, pre *preload, last bool, fallback *sched.FallbackChunk) {
 	in, _ := ctx.Value(continuationKey{}).(*invocation)
-	if next != nil && (in == nil || !in.continueWith(next, pre)) {
+	held := slotsOf(ctx)
+	continued := next != nil && in != nil && in.continueWith(next, pre, held.keep)
+	if !continued {
+		// The committing run's slots leave the invocation: out of use
+		// before another invocation can start on them (heldSlots).
+		held.free()
+	}
+	if next != nil && !continued {
 		m := msg.ForChunk(next.Next())
 		var err error
 		if next.Exec != "" {

@@ -63,7 +63,9 @@ type chunkRun struct {
 	// longer its own, and with it its model's other runs in the
 	// invocation (invocation.stopModel).
 	stop func()
-	left atomic.Int32 // rows not finished
+	// slots are the run's slots in the invocation's pool, from its start.
+	slots *heldSlots
+	left  atomic.Int32 // rows not finished
 	// deferred are the rows owed their fallback, fallbackTo the model:
 	// one, as a chunk's rows share their model (docs/design.md
 	// "Scheduling", fallback rows); deferredAttempts the most upstream
@@ -338,6 +340,9 @@ func (in *invocation) start(r *chunkRun) {
 	}
 	r.ctx, r.cancel = context.WithCancel(withExec(in.runCtx, r.exec))
 	r.stop = func() { in.stopRun(r) }
+	if !isWorkflowChunk(r.c, r.reqs) {
+		r.slots = &heldSlots{pool: in.pool, model: r.c.Model, n: r.c.Slots}
+	}
 	in.keepers.Go(func() { e.keepLease(r) })
 	in.mu.Lock()
 	// It joins the runs a stop of its model cuts in the step that checks
@@ -375,7 +380,7 @@ func (in *invocation) start(r *chunkRun) {
 		}
 		rowDone := func() {
 			if r.left.Add(-1) == 0 {
-				in.work.Go(func() { e.finishRun(withContinuation(in.ctx, in), in.pool, r) })
+				in.work.Go(func() { e.finishRun(withContinuation(in.ctx, in), r) })
 			}
 		}
 		fanout.Send(in.pool, &in.work, r.rows(e, rowDone))
@@ -405,7 +410,8 @@ func (in *invocation) batch(ctx context.Context, tenant, id string) (batch.Batch
 // stopRun ends run r before its lease ends, or when its chunk is no
 // longer its, and with it its model's other runs here (stopModel) while
 // they may have rows in flight on its slots. A committing run's rows are
-// done and its slots out of the pool's use (Pool.Finish); a run holding
+// done and its slots out of the pool's use (Pool.Finish) unless it still
+// lends them (heldSlots); a run holding
 // none (a chunk that runs alone, a drain's) lends the pool nothing: a
 // takeover of its chunk hands on no slot, and cutting the model's runs
 // would only split them.
@@ -414,7 +420,7 @@ func (in *invocation) stopRun(r *chunkRun) {
 	r.progress.Lock()
 	committing := r.committing
 	r.progress.Unlock()
-	if !committing && r.c.Slots > 0 {
+	if r.c.Slots > 0 && (!committing || r.slots.lent()) {
 		in.stopModel(r.c.Model)
 	}
 }
@@ -453,18 +459,19 @@ func (in *invocation) wants(model string) bool {
 	return !in.suspect && !in.stopped[model]
 }
 
-// continueWith runs the chunk a commit claimed in this invocation, instead
-// of sending its work message, while the invocation has at least half a
-// lease left (docs/design.md "Scheduling", continuations): the hand-over
+// continueWith runs the chunk a commit claimed in this invocation, on the
+// committing run's slots (handOn, heldSlots.keep), instead of sending its
+// work message, while the invocation has at least half a lease left (docs/design.md "Scheduling", continuations): the hand-over
 // is the commit alone when the claim took the run's fence for this
 // invocation (sched.Claim.Exec) and its load began beside the commit
 // (pre), without a message's send, receive and invocation. Nothing is lost
 // if the invocation dies: the claimed chunk's lease ends and the tick
 // takes it over, as after a lost send.
-func (in *invocation) continueWith(next *sched.Claim, pre *preload) bool {
+func (in *invocation) continueWith(next *sched.Claim, pre *preload, handOn func()) bool {
 	if !in.wants(next.Entry.Model) {
 		return false
 	}
+	handOn() // the committing run's slots become the continuation's
 	r := &chunkRun{msg: msg.ForChunk(next.Next()), done: make(chan struct{}), exec: next.Exec}
 	if next.Exec != "" {
 		r.claim, r.pre = next, pre
@@ -752,10 +759,9 @@ func (r *chunkRun) draining(now time.Time) bool {
 }
 
 // finishRun commits a run whose rows are done, then hands its slots on.
-func (e *Engine) finishRun(ctx context.Context, p *fanout.Pool, r *chunkRun) {
+func (e *Engine) finishRun(ctx context.Context, r *chunkRun) {
 	defer close(r.done)
-	p.Finish(r.c.Model, r.c.Slots)
-	defer p.Leave(r.c.Model, r.c.Slots)
+	defer r.slots.leave()
 	r.progress.Lock()
 	r.committing = true
 	if r.reportUnknown {
@@ -764,11 +770,15 @@ func (e *Engine) finishRun(ctx context.Context, p *fanout.Pool, r *chunkRun) {
 	r.progress.Unlock()
 	switch {
 	case r.ctx.Err() != nil:
+		r.slots.free()
 		r.err = e.commitAnswered(ctx, r)
 	case r.fallbackOwed():
+		r.slots.free()
 		r.err = e.commitDeferred(ctx, r)
 	default:
-		_, r.err = e.commitRun(ctx, r)
+		// Its slots stay in its model's use until the commit shows
+		// where they go (heldSlots).
+		_, r.err = e.commitRun(withSlots(ctx, r.slots), r)
 	}
 	r.ended = r.err == nil
 	// Its lease is kept no longer: a renewal would find the chunk done,
@@ -777,6 +787,118 @@ func (e *Engine) finishRun(ctx context.Context, p *fanout.Pool, r *chunkRun) {
 	// The invocation keeps its runs to its end; their rows go now
 	// (docs/design.md "Memory"), the lines with the commit.
 	r.reqs, r.pre = nil, nil
+}
+
+// lost is a lease renewal's answer that run r's chunk is no longer its. A
+// committing run's own commit may be what took it: it stops lending its
+// slots (heldSlots) instead of its model's runs. Any other run stops as
+// stopRun says.
+func (r *chunkRun) lost() {
+	r.progress.Lock()
+	committing := r.committing
+	r.progress.Unlock()
+	if !committing {
+		r.stop()
+		return
+	}
+	r.cancel()
+	r.slots.free()
+}
+
+// heldSlots are a run's slots in its invocation's pool. Once its rows are
+// done they stay in its model's use while it commits, as long as the
+// commit may hand them to a continuation in the same invocation (the claim
+// takes its fence here, sched.Claim.Exec): rows of the model's other runs
+// go on taking them, and the continuation holds them once it starts
+// (keep). Before they can leave the invocation (a commit with no
+// continuation here, a continuation sent as a work message, no commit)
+// free waits until the model's rows in flight fit in the slots that stay
+// (Pool.Finish). So max_concurrency holds (docs/design.md "Scheduling",
+// per-model slots).
+type heldSlots struct {
+	pool   *fanout.Pool
+	model  string
+	n      int
+	finish sync.Once
+
+	mu      sync.Mutex
+	freeing bool // free began: the slots go out of use
+	freed   bool // and Pool.Finish returned
+	kept    bool // handed to a continuation here (Pool.HandOn)
+}
+
+// free takes the slots out of use, waiting for the model's rows in flight
+// to fit without them; a run's lease keeping may call it beside its
+// commit. Nothing once they were kept.
+func (h *heldSlots) free() {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	if h.kept {
+		h.mu.Unlock()
+		return
+	}
+	h.freeing = true
+	h.mu.Unlock()
+	h.finish.Do(func() { h.pool.Finish(h.model, h.n) })
+	h.mu.Lock()
+	h.freed = true
+	h.mu.Unlock()
+}
+
+// keep hands the slots to the continuation about to start in the
+// invocation, which holds them in turn: they leave the pool now, before it
+// can hold them, without the wait of free. Once free began they are left
+// as freed.
+func (h *heldSlots) keep() {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.freeing && !h.kept {
+		h.kept = true
+		h.pool.HandOn(h.model, h.n)
+	}
+}
+
+// lent reports whether rows of the model may be in flight on the slots,
+// the run's own rows done: until free returned or they were kept.
+func (h *heldSlots) lent() bool {
+	if h == nil {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.freed && !h.kept
+}
+
+// leave drops the slots from the pool once the run committed or failed,
+// freed first unless kept.
+func (h *heldSlots) leave() {
+	h.free()
+	h.mu.Lock()
+	kept := h.kept
+	h.mu.Unlock()
+	if !kept {
+		h.pool.Leave(h.model, h.n)
+	}
+}
+
+// slotsKey is the context key of a committing run's heldSlots.
+type slotsKey struct{}
+
+// withSlots is ctx under which a commit frees h before its slots can
+// leave the invocation (heldSlots).
+func withSlots(ctx context.Context, h *heldSlots) context.Context {
+	return context.WithValue(ctx, slotsKey{}, h)
+}
+
+// slotsOf is the heldSlots of ctx's committing run, nil for none.
+func slotsOf(ctx context.Context) *heldSlots {
+	h, _ := ctx.Value(slotsKey{}).(*heldSlots)
+	return h
 }
 
 // deferRow records that row i is owed its fallback, model to, after
@@ -1180,7 +1302,7 @@ func (e *Engine) keepLease(r *chunkRun) {
 			stop.Reset(stopAt())
 			wait = every
 		case errors.Is(err, store.ErrLeaseLost):
-			r.stop() // another run has the chunk, or its own commit did
+			r.lost() // another run has the chunk, or its own commit did
 			return
 		default:
 			if r.ctx.Err() == nil {
