@@ -22,7 +22,7 @@ func benchOutcome() Outcome {
 	body, _ := json.Marshal(map[string]any{"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "big-256",
 		"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": "echo: " + strings.Repeat("lorem ipsum dolor sit amet ", 150)},
 			"finish_reason": "stop"}}, "usage": map[string]any{"prompt_tokens": 700, "completion_tokens": 701, "total_tokens": 1401}})
-	return Outcome{CustomID: "r000001", Result: inference.Result{StatusCode: 200, Body: body, RequestID: "req_1", Model: "big-256",
+	return Outcome{CustomID: "r000001", Result: inference.Result{StatusCode: 200, Body: body, Compact: true, RequestID: "req_1", Model: "big-256",
 		Usage: inference.Usage{InputTokens: 700, OutputTokens: 701, TotalTokens: 1401}, Attempts: 1, Latency: 100 * time.Millisecond}}
 }
 

@@ -566,6 +566,7 @@ func (a attempt) result(m config.Model) inference.Result {
 	return inference.Result{
 		StatusCode: a.status,
 		Body:       a.body,
+		Compact:    true, // jsonBody's
 		RequestID:  requestID(a.header),
 		Usage:      a.usage,
 		Model:      m.Name,

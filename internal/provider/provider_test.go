@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -513,8 +514,9 @@ func checkResult(t *testing.T, got, want inference.Result) {
 	if got.ErrCode != "" && got.ErrMessage == "" {
 		t.Errorf("code %q without a message", got.ErrCode)
 	}
-	if got.StatusCode != 0 && !json.Valid(got.Body) {
-		t.Errorf("Body %q is not JSON", got.Body)
+	var compact bytes.Buffer
+	if got.StatusCode != 0 && (json.Compact(&compact, got.Body) != nil || !bytes.Equal(compact.Bytes(), got.Body) || !got.Compact) {
+		t.Errorf("Body %q is not compact JSON, or not said so (Compact %v): a line takes it in as it is", got.Body, got.Compact)
 	}
 	if got.RequestID == "" {
 		t.Error("RequestID is empty")
