@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -717,6 +718,43 @@ func TestDoStops(t *testing.T) {
 			t.Errorf("slept %d times, want 0", n)
 		}
 	})
+}
+
+// Each row's body is its own answer's, compacted: the buffers answers are
+// read into serve the next answers, which a body must not share.
+func TestDoBodiesAreTheirOwn(t *testing.T) {
+	t.Parallel()
+	answerOf := func(row string) string {
+		n, _ := strconv.Atoi(row[1:])
+		if n%2 == 0 {
+			return fmt.Sprintf(`{"row":%q,"pad":%q}`, row, strings.Repeat(row, 1+n*n))
+		}
+		return fmt.Sprintf(`{ "row" : %q, "pad" : %q }`, row, strings.Repeat(row, 1+n*n))
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var b struct{ Row string }
+		json.NewDecoder(r.Body).Decode(&b)
+		answer(200, answerOf(b.Row))(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	c := newClient(t, srv.URL, &sleeps{})
+	const rows = 64
+	results := make([]inference.Result, rows)
+	var wg sync.WaitGroup
+	for i := range rows {
+		wg.Go(func() {
+			body := fmt.Sprintf(`{"model":"chat","row":"r%d"}`, i)
+			results[i] = c.Do(context.Background(), "/v1/chat/completions", json.RawMessage(body), Route{})
+		})
+	}
+	wg.Wait()
+	for i, got := range results {
+		var want bytes.Buffer
+		json.Compact(&want, []byte(answerOf(fmt.Sprint("r", i))))
+		if !bytes.Equal(got.Body, want.Bytes()) {
+			t.Errorf("row %d: body %.80s…, want %.80s…", i, got.Body, want.Bytes())
+		}
+	}
 }
 
 // TestDoConcurrent runs many rows through one Client at once; with -race it
