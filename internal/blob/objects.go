@@ -1,6 +1,7 @@
 package blob
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 
@@ -11,16 +12,17 @@ import (
 // ranged GET per object the range touches: the executor reads a chunk's
 // rows with it, internal/batches the rows a retry runs again.
 func (s *Store) ReadRange(ctx context.Context, objs []batch.Object, start, end int64) ([]byte, error) {
-	out := make([]byte, 0, end-start)
+	// Room for every byte and the slack bytes.Buffer.ReadFrom asks for:
+	// the objects' bytes are read into it as they come, never copied.
+	out := make([]byte, 0, max(0, end-start)+bytes.MinRead)
 	var off int64
 	for _, o := range objs {
 		lo, hi := max(start, off), min(end, off+o.Size)
 		if lo < hi {
-			b, err := s.GetRange(ctx, o.Key, o.ETag, lo-off, hi-off)
-			if err != nil {
+			var err error
+			if out, err = s.GetRange(ctx, out, o.Key, o.ETag, lo-off, hi-off); err != nil {
 				return nil, err
 			}
-			out = append(out, b...)
 		}
 		off += o.Size
 		if off >= end {

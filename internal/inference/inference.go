@@ -53,6 +53,12 @@ type Result struct {
 	Usage      Usage           // parsed from Body
 	Model      string          // the configured model name that served the final attempt
 	Fallback   bool            // the fallback model served it
+	// Compact says Body is compact, valid JSON for certain: the provider
+	// compacted it (or wrapped a body that is not JSON), so a row's line
+	// takes it in as it is rather than checking it again (internal/part).
+	// Whoever sets Body sets Compact; a Body of any other source may be
+	// anything, which the line checks. Not carried in JSON.
+	Compact bool `json:"-"`
 	// Native says a provider's batch API answered it (internal/native),
 	// billed at its discount (config.NativeDiscount).
 	Native   bool

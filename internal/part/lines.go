@@ -61,16 +61,21 @@ func LinesOf(b batch.Batch, c batch.Chunk, outs []Outcome, now time.Time) *Lines
 
 // Set records row i's outcome as its line; the outcome is not kept. A
 // row set twice keeps its first line. An error writing the line (a full
-// disk) is Commit's.
+// disk) is Commit's. The line is rendered before the lock, from what
+// NewLines was given alone, so the rows of a chunk that end together
+// render at once and only write one after another.
 func (l *Lines) Set(i int, o Outcome) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.err != nil || i >= len(l.spans) || l.spans[i].n > 0 {
+	if i >= l.c.Rows {
 		return
 	}
 	rw := builder{b: l.w.b, row: l.c.Row(i), model: l.c.Model, prior: l.c.PriorAttempts, now: l.w.now, p: Part{ByModel: map[string]sched.UsageAgg{}}}
 	line, letter := rw.render(LineID(l.b.ID, rw.row), o)
 	line = append(line, '\n')
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil || i >= len(l.spans) || l.spans[i].n > 0 {
+		return
+	}
 	off := l.spool.Size()
 	if _, l.err = l.spool.Write(line); l.err != nil {
 		return

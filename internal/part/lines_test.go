@@ -30,7 +30,7 @@ func readObjects(t *testing.T, objs map[string]Object) map[string][]byte {
 }
 
 // TestLinesAnyOrder sets rows in a random order from many goroutines,
-// with lines big enough to spill to a temporary file, and checks the part
+// each row twice, with lines big enough to spill to a temporary file, and checks the part
 // is that of the rows set one by one in order: row order, same bytes, same
 // counts; Close removes the file.
 func TestLinesAnyOrder(t *testing.T) {
@@ -50,8 +50,8 @@ func TestLinesAnyOrder(t *testing.T) {
 			outs[5] = Outcome{CustomID: "r5", Code: CodeExpired, Message: "late", Expired: true}
 			l := NewLines(b, batch.Chunk{FirstRow: 100, Rows: len(outs)}, now)
 			var wg sync.WaitGroup
-			for _, i := range rand.Perm(len(outs)) {
-				wg.Go(func() { l.Set(i, outs[i]) })
+			for _, i := range append(rand.Perm(len(outs)), rand.Perm(len(outs))...) {
+				wg.Go(func() { l.Set(i, outs[i]) }) // each row twice: counted once
 			}
 			wg.Wait()
 			spilled := l.spool.Spilled()

@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
@@ -207,7 +208,7 @@ type builder struct {
 // KindErr for the error file), counting the row.
 func (w *builder) render(id string, o Outcome) ([]byte, byte) {
 	l := w.line(id, o)
-	line, err := json.Marshal(l)
+	line, err := marshalLine(l, o.Result.Compact)
 	if err != nil {
 		// An upstream body that is not JSON cannot go into a line: the
 		// row gets an error line instead of an empty one.
@@ -222,6 +223,40 @@ func (w *builder) render(id string, o Outcome) ([]byte, byte) {
 	w.p.Failed++
 	w.event(o, l)
 	return line, KindErr
+}
+
+// marshalLine is json.Marshal(l). A line of an answer whose body is
+// compact, valid JSON (inference.Result.Compact: every answer the provider
+// gives) is written here instead, its body taken in with the escaping
+// json.Marshal gives <, >, & and U+2028/U+2029 (json.HTMLEscape), where
+// json.Marshal would compact and check a body of kilobytes again. Its
+// fields are Line's and LineResponse's, in their order (TestMarshalLine).
+func marshalLine(l Line, compact bool) ([]byte, error) {
+	r := l.Response
+	if !compact || r == nil || len(r.Body) == 0 || l.Error != nil || l.Usage != nil {
+		return json.Marshal(l)
+	}
+	id, _ := json.Marshal(l.ID) // strings cannot fail
+	customID, _ := json.Marshal(l.CustomID)
+	requestID, _ := json.Marshal(r.RequestID)
+	var b bytes.Buffer
+	b.Grow(len(r.Body) + len(id) + len(customID) + len(requestID) + 128)
+	b.WriteString(`{"id":`)
+	b.Write(id)
+	b.WriteString(`,"custom_id":`)
+	b.Write(customID)
+	b.WriteString(`,"response":{"status_code":`)
+	b.WriteString(strconv.Itoa(r.StatusCode))
+	b.WriteString(`,"request_id":`)
+	b.Write(requestID)
+	b.WriteString(`,"body":`)
+	json.HTMLEscape(&b, r.Body)
+	b.WriteString(`},"error":null`)
+	if l.Fallback {
+		b.WriteString(`,"fallback":true`)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
 }
 
 // event writes the row's usage event, its generation.

@@ -525,8 +525,10 @@ func (c *Client) send(ctx context.Context, m config.Model, ad adapter, endpoint 
 	resp, err := c.http().Do(req)
 	if err == nil {
 		limit := cmp.Or(c.MaxResponseBytes, DefaultMaxResponseBytes)
-		var body []byte
-		body, err = io.ReadAll(io.LimitReader(resp.Body, limit+1))
+		buf := readBufs.Get().(*bytes.Buffer)
+		defer putReadBuf(buf)
+		_, err = buf.ReadFrom(io.LimitReader(resp.Body, limit+1))
+		body := buf.Bytes()
 		resp.Body.Close()
 		if err == nil && int64(len(body)) > limit {
 			return attempt{status: resp.StatusCode, err: fmt.Errorf("%w: more than %d bytes from %s", errTooLarge, limit, url)}
@@ -549,6 +551,23 @@ func (c *Client) send(ctx context.Context, m config.Model, ad adapter, endpoint 
 	return attempt{err: err, timedOut: timedOut, transient: Transient(0, err)}
 }
 
+// readBufs are the buffers answers are read into. What an answer keeps of
+// its body, jsonBody copies, so a buffer serves the next answer where
+// io.ReadAll would grow a new one from 512 bytes for each, copying a body
+// of kilobytes several times.
+var readBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledRead is the largest buffer kept for the next answer: a rare
+// answer of megabytes is not held on to.
+const maxPooledRead = 1 << 20
+
+func putReadBuf(b *bytes.Buffer) {
+	if b.Cap() <= maxPooledRead {
+		b.Reset()
+		readBufs.Put(b)
+	}
+}
+
 func (a attempt) result(m config.Model) inference.Result {
 	if a.err != nil {
 		code := inference.CodeConnectionError
@@ -566,6 +585,7 @@ func (a attempt) result(m config.Model) inference.Result {
 	return inference.Result{
 		StatusCode: a.status,
 		Body:       a.body,
+		Compact:    true, // jsonBody's
 		RequestID:  requestID(a.header),
 		Usage:      a.usage,
 		Model:      m.Name,
@@ -577,7 +597,8 @@ func (a attempt) result(m config.Model) inference.Result {
 const maxWrappedText = 2048
 
 // jsonBody returns b as compact JSON, so it can sit inside a JSONL line, or
-// wraps a non-JSON body as an error object the client can read.
+// wraps a non-JSON body as an error object the client can read; either way
+// a copy, as b is a read buffer the next answer reuses (readBufs).
 func jsonBody(status int, b []byte) json.RawMessage {
 	var buf bytes.Buffer
 	if json.Compact(&buf, b) == nil {

@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -513,8 +515,9 @@ func checkResult(t *testing.T, got, want inference.Result) {
 	if got.ErrCode != "" && got.ErrMessage == "" {
 		t.Errorf("code %q without a message", got.ErrCode)
 	}
-	if got.StatusCode != 0 && !json.Valid(got.Body) {
-		t.Errorf("Body %q is not JSON", got.Body)
+	var compact bytes.Buffer
+	if got.StatusCode != 0 && (json.Compact(&compact, got.Body) != nil || !bytes.Equal(compact.Bytes(), got.Body) || !got.Compact) {
+		t.Errorf("Body %q is not compact JSON, or not said so (Compact %v): a line takes it in as it is", got.Body, got.Compact)
 	}
 	if got.RequestID == "" {
 		t.Error("RequestID is empty")
@@ -715,6 +718,43 @@ func TestDoStops(t *testing.T) {
 			t.Errorf("slept %d times, want 0", n)
 		}
 	})
+}
+
+// Each row's body is its own answer's, compacted: the buffers answers are
+// read into serve the next answers, which a body must not share.
+func TestDoBodiesAreTheirOwn(t *testing.T) {
+	t.Parallel()
+	answerOf := func(row string) string {
+		n, _ := strconv.Atoi(row[1:])
+		if n%2 == 0 {
+			return fmt.Sprintf(`{"row":%q,"pad":%q}`, row, strings.Repeat(row, 1+n*n))
+		}
+		return fmt.Sprintf(`{ "row" : %q, "pad" : %q }`, row, strings.Repeat(row, 1+n*n))
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var b struct{ Row string }
+		json.NewDecoder(r.Body).Decode(&b)
+		answer(200, answerOf(b.Row))(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	c := newClient(t, srv.URL, &sleeps{})
+	const rows = 64
+	results := make([]inference.Result, rows)
+	var wg sync.WaitGroup
+	for i := range rows {
+		wg.Go(func() {
+			body := fmt.Sprintf(`{"model":"chat","row":"r%d"}`, i)
+			results[i] = c.Do(context.Background(), "/v1/chat/completions", json.RawMessage(body), Route{})
+		})
+	}
+	wg.Wait()
+	for i, got := range results {
+		var want bytes.Buffer
+		json.Compact(&want, []byte(answerOf(fmt.Sprint("r", i))))
+		if !bytes.Equal(got.Body, want.Bytes()) {
+			t.Errorf("row %d: body %.80s…, want %.80s…", i, got.Body, want.Bytes())
+		}
+	}
 }
 
 // TestDoConcurrent runs many rows through one Client at once; with -race it

@@ -5,8 +5,8 @@
 package spool
 
 import (
-	"bytes"
 	"cmp"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -17,6 +17,13 @@ import (
 // DefaultInMemory is how many bytes a Buffer keeps in memory unless told.
 const DefaultInMemory = 8 << 20
 
+// blockSize is the size of the blocks a Buffer keeps its bytes in before
+// it spills: it grows a block at a time and never copies what it holds,
+// where one slice that doubles would allocate, zero and copy about twice
+// its size as it grows (the lines of a chunk of 4 KB answers are
+// megabytes).
+const blockSize = 64 << 10
+
 // Buffer is bytes written once and read back by section, kept in memory
 // up to InMemory bytes and in a temporary file beyond. Writes are not
 // safe for concurrent use; reads of what was written are.
@@ -25,7 +32,7 @@ type Buffer struct {
 	// to its file; 0 is DefaultInMemory.
 	InMemory int
 
-	mem  bytes.Buffer
+	mem  [][]byte // blocks of blockSize bytes, the last one filling
 	file *os.File // once spilled, every byte is here
 	size int64
 	err  error
@@ -36,24 +43,51 @@ func (s *Buffer) Write(p []byte) (int, error) {
 	if s.err != nil {
 		return 0, s.err
 	}
-	if s.file == nil && s.mem.Len()+len(p) > cmp.Or(s.InMemory, DefaultInMemory) {
-		sweepOnce.Do(func() { removeStale(os.TempDir(), time.Now()) })
-		if s.file, s.err = os.CreateTemp("", pattern); s.err != nil {
+	if s.file == nil && s.size+int64(len(p)) > int64(cmp.Or(s.InMemory, DefaultInMemory)) {
+		if s.err = s.spill(); s.err != nil {
 			return 0, s.err
 		}
-		if _, s.err = s.file.Write(s.mem.Bytes()); s.err != nil {
-			return 0, s.err
-		}
-		s.mem = bytes.Buffer{}
 	}
-	var n int
+	n := len(p)
 	if s.file != nil {
 		n, s.err = s.file.Write(p)
 	} else {
-		n, _ = s.mem.Write(p)
+		s.keep(p)
 	}
 	s.size += int64(n)
 	return n, s.err
+}
+
+// keep appends p to the blocks in memory.
+func (s *Buffer) keep(p []byte) {
+	for len(p) > 0 {
+		switch {
+		case len(s.mem) == 0:
+			s.mem = [][]byte{nil} // the first block grows as it fills: a small Buffer stays small
+		case len(s.mem[len(s.mem)-1]) == blockSize:
+			s.mem = append(s.mem, make([]byte, 0, blockSize))
+		}
+		last := &s.mem[len(s.mem)-1]
+		n := min(len(p), blockSize-len(*last))
+		*last, p = append(*last, p[:n]...), p[n:]
+	}
+}
+
+// spill moves the bytes in memory to a new temporary file.
+func (s *Buffer) spill() error {
+	sweepOnce.Do(func() { removeStale(os.TempDir(), time.Now()) })
+	f, err := os.CreateTemp("", pattern)
+	if err != nil {
+		return err
+	}
+	s.file = f
+	for _, b := range s.mem {
+		if _, err := f.Write(b); err != nil {
+			return err
+		}
+	}
+	s.mem = nil
+	return nil
 }
 
 // Spilled reports whether the bytes are in the temporary file.
@@ -75,7 +109,18 @@ func (s *Buffer) ReadAt(p []byte, off int64) (int, error) {
 	if s.file != nil {
 		return s.file.ReadAt(p, off)
 	}
-	return bytes.NewReader(s.mem.Bytes()).ReadAt(p, off)
+	if off < 0 {
+		return 0, errors.New("spool: negative offset")
+	}
+	n := 0
+	for n < len(p) && off < s.size {
+		m := copy(p[n:], s.mem[off/blockSize][off%blockSize:])
+		n, off = n+m, off+int64(m)
+	}
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
 }
 
 // Section reads the n bytes written at off.

@@ -2,6 +2,7 @@ package spool
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -55,5 +56,42 @@ func TestBuffer(t *testing.T) {
 	}
 	if _, err := os.Stat(name); !os.IsNotExist(err) {
 		t.Errorf("%s after Close: %v", name, err)
+	}
+}
+
+// A Buffer reads back any section of writes of any size, across the
+// blocks it keeps in memory and once spilled, as the bytes written.
+func TestBufferSections(t *testing.T) {
+	t.Parallel()
+	for _, inMemory := range []int{10 * blockSize, 3*blockSize + 7} {
+		s := Buffer{InMemory: inMemory}
+		var want []byte
+		for i, n := range []int{1, blockSize - 1, 5, 2*blockSize + 3, 0, blockSize, 777, 4 << 10, blockSize + 1} {
+			p := bytes.Repeat([]byte{byte('a' + i)}, n)
+			p = append(p[:0:0], p...)
+			if n > 0 {
+				p[n-1] = byte('A' + i)
+			}
+			if m, err := s.Write(p); m != n || err != nil {
+				t.Fatalf("Write(%d bytes): %d, %v", n, m, err)
+			}
+			want = append(want, p...)
+		}
+		if s.Size() != int64(len(want)) || s.Spilled() != (len(want) > inMemory) {
+			t.Fatalf("in memory %d: size %d spilled %v, want %d %v", inMemory, s.Size(), s.Spilled(), len(want), len(want) > inMemory)
+		}
+		for _, off := range []int{0, 1, blockSize - 1, blockSize, blockSize + 3, 3*blockSize - 2, len(want) - 10} {
+			for _, n := range []int{1, 2, blockSize, 2*blockSize + 5} {
+				n = min(n, len(want)-off)
+				if got, err := s.Bytes(int64(off), int64(n)); err != nil || !bytes.Equal(got, want[off:off+n]) {
+					t.Errorf("in memory %d: Bytes(%d, %d): %v, differs %v", inMemory, off, n, err, !bytes.Equal(got, want[off:off+n]))
+				}
+			}
+		}
+		p := make([]byte, 20)
+		if n, err := s.ReadAt(p, int64(len(want)-10)); n != 10 || err != io.EOF || !bytes.Equal(p[:n], want[len(want)-10:]) {
+			t.Errorf("in memory %d: ReadAt past the end: %d, %v", inMemory, n, err)
+		}
+		s.Close()
 	}
 }
