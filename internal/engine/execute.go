@@ -781,6 +781,10 @@ func (e *Engine) finishRun(ctx context.Context, r *chunkRun) {
 		_, r.err = e.commitRun(withSlots(ctx, r.slots), r)
 	}
 	r.ended = r.err == nil
+	// Slots a failed commit still lends are freed under the run's lease:
+	// renewed, or its end stops the model (stopRun), as a takeover may
+	// hand them on then (heldSlots).
+	r.slots.free()
 	// Its lease is kept no longer: a renewal would find the chunk done,
 	// which is no reason to stop the model's other runs.
 	r.cancel()
