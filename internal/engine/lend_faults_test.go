@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/jsonl"
 	"github.com/relaybatch/relay/internal/msg"
 )
 
@@ -188,5 +189,66 @@ func TestContinuationFailingItsLoadStopsItsModelAtItsClaimsLease(t *testing.T) {
 	}
 	if n := <-lapsed; n > 2 {
 		t.Errorf("chunk 2's lease ended with %d requests of x in flight here; chunk 1 holds 2 slots", n)
+	}
+}
+
+// startedRecords is a Workflow that records model x's requests in flight
+// in the invocation's pool when each record starts, its steps then sending
+// on a pool of their own, and ends it.
+type startedRecords struct {
+	noWorkflows
+	p  *peakProvider
+	at chan int
+}
+
+func (w startedRecords) Run(_, _ context.Context, _ batch.Batch, _ batch.Chunk, _ jsonl.Request, _ func() batch.Status) error {
+	w.at <- w.p.inflightX()
+	return nil
+}
+
+// TestRecordContinuationFreesTheSlotsFirst: chunk 0's commit claims chunk
+// 2, a workflow record, for the invocation while chunk 1's rows run on
+// chunk 0's slots. The record's steps send on a pool of their own, on the
+// same slots: it starts only once x's requests in flight here fit in
+// chunk 1's 2 slots. Before, the slots left the pool's account unwaited
+// (Pool.HandOn) and the record started with 4 in flight.
+func TestRecordContinuationFreesTheSlotsFirst(t *testing.T) {
+	t.Parallel()
+	p := newPeakProvider(500 * time.Millisecond)
+	e, table := runsFixture(t, p, chunkSpec{"x", 2, 2}, chunkSpec{"x", 12, 2}, chunkSpec{"x", 1, 0})
+	// Chunk 2's row becomes a workflow record.
+	c2 := table.chunkAt(2)
+	bucket := e.Blobs.(*memBucket)
+	record := []byte(`{"custom_id":"r14","method":"POST","url":"/v1/chat/completions","body":{"model":"x","n":14,"relay":{"workflow":{}}}}` + "\n")
+	input := append(bucket.objects["in"][:c2.Start:c2.Start], record...)
+	bucket.put("in", input)
+	c2.End = int64(len(input))
+	table.putChunk(c2)
+	b := table.b()
+	b.Input = []batch.Object{{Key: "in", Size: int64(len(input))}}
+	table.putBatch(b)
+	table.pend(2)
+	table.readyAt("x", 2, false)
+	w := startedRecords{p: p, at: make(chan int, 1)}
+	e.Workflow = w
+	e.BeforeCommit = func(c batch.Chunk) error {
+		if c.Index == 0 {
+			whenLent(p)
+		}
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	if _, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0"), workDelivery(t, table.chunkAt(1), "d1")}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case at := <-w.at:
+		if at > 2 {
+			t.Errorf("chunk 2's record started with %d requests of x in flight here; chunk 1 holds 2 slots", at)
+		}
+	default:
+		t.Fatalf("chunk 2's record did not run here (chunk 0's claim %+v)", table.chunkAt(0).Next)
 	}
 }
