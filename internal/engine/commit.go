@@ -347,7 +347,7 @@ func withContinuation(ctx context.Context, in *invocation) context.Context {
 func (e *Engine) afterCommit(ctx context.Context, b batch.Batch, next *sched.Claim, pre *preload, last bool, fallback *sched.FallbackChunk) {
 	in, _ := ctx.Value(continuationKey{}).(*invocation)
 	held := slotsOf(ctx)
-	continued := next != nil && in != nil && in.continueWith(next, pre, held.keep)
+	continued := next != nil && in != nil && in.continueWith(next, pre, held)
 	if !continued {
 		// The committing run's slots leave the invocation: out of use
 		// before another invocation can start on them (heldSlots).

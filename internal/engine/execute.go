@@ -331,8 +331,25 @@ func (in *invocation) all() []*chunkRun {
 func (in *invocation) start(r *chunkRun) {
 	e := in.e
 	r.began = e.Now()
-	ok, err := e.load(in.ctx, r, in.batch)
+	ctx, inherited := in.ctx, r.slots != nil
+	if inherited {
+		// A continuation on its committing run's slots, which rows of its
+		// model may be using (heldSlots): a commit at its load (its input
+		// gone) frees them first, and until its lease is kept
+		// (keepLease) its claim's lease less the margin stops the model
+		// while they are in use.
+		ctx = withSlots(ctx, r.slots)
+		h := r.slots
+		guard := time.AfterFunc(time.UnixMilli(r.lease.Load()).Add(-e.skew()).Sub(e.Now()), func() {
+			if !h.pool.Fits(h.model, h.n) {
+				in.stopModel(h.model)
+			}
+		})
+		defer guard.Stop()
+	}
+	ok, err := e.load(ctx, r, in.batch)
 	if err != nil || !ok {
+		r.slots.leave()
 		r.err = err
 		close(r.done)
 		in.add(r)
@@ -340,7 +357,12 @@ func (in *invocation) start(r *chunkRun) {
 	}
 	r.ctx, r.cancel = context.WithCancel(withExec(in.runCtx, r.exec))
 	r.stop = func() { in.stopRun(r) }
-	if !isWorkflowChunk(r.c, r.reqs) {
+	if isWorkflowChunk(r.c, r.reqs) {
+		// A record's steps send on a pool of their own: slots it took
+		// over leave this one first.
+		r.slots.leave()
+		r.slots = nil
+	} else if !inherited {
 		r.slots = &heldSlots{pool: in.pool, model: r.c.Model, n: r.c.Slots}
 	}
 	in.keepers.Go(func() { e.keepLease(r) })
@@ -371,7 +393,9 @@ func (in *invocation) start(r *chunkRun) {
 		close(r.done)
 		return
 	}
-	in.pool.Hold(r.c.Model, r.c.Slots)
+	if !inherited {
+		in.pool.Hold(r.c.Model, r.c.Slots)
+	}
 	before, sent := in.sendAfter(r.c)
 	in.work.Go(func() {
 		defer close(sent)
@@ -460,21 +484,28 @@ func (in *invocation) wants(model string) bool {
 }
 
 // continueWith runs the chunk a commit claimed in this invocation, on the
-// committing run's slots (handOn, heldSlots.keep), instead of sending its
-// work message, while the invocation has at least half a lease left (docs/design.md "Scheduling", continuations): the hand-over
+// committing run's slots held (heldSlots.keep) when the claim took its
+// fence here, instead of sending its work message, while the invocation
+// has at least half a lease left (docs/design.md "Scheduling",
+// continuations): the hand-over
 // is the commit alone when the claim took the run's fence for this
 // invocation (sched.Claim.Exec) and its load began beside the commit
 // (pre), without a message's send, receive and invocation. Nothing is lost
 // if the invocation dies: the claimed chunk's lease ends and the tick
 // takes it over, as after a lost send.
-func (in *invocation) continueWith(next *sched.Claim, pre *preload, handOn func()) bool {
+func (in *invocation) continueWith(next *sched.Claim, pre *preload, held *heldSlots) bool {
 	if !in.wants(next.Entry.Model) {
 		return false
 	}
-	handOn() // the committing run's slots become the continuation's
 	r := &chunkRun{msg: msg.ForChunk(next.Next()), done: make(chan struct{}), exec: next.Exec}
 	if next.Exec != "" {
 		r.claim, r.pre = next, pre
+		r.slots = held.keep()
+		r.lease.Store(next.Lease.UnixMilli())
+	}
+	if r.slots == nil {
+		// Out of use before the continuation holds slots of its own.
+		held.free()
 	}
 	in.work.Go(func() { in.start(r) })
 	return true
@@ -781,6 +812,10 @@ func (e *Engine) finishRun(ctx context.Context, r *chunkRun) {
 		_, r.err = e.commitRun(withSlots(ctx, r.slots), r)
 	}
 	r.ended = r.err == nil
+	// Slots a failed commit still lends are freed under the run's lease:
+	// renewed, or its end stops the model (stopRun), as a takeover may
+	// hand them on then (heldSlots).
+	r.slots.free()
 	// Its lease is kept no longer: a renewal would find the chunk done,
 	// which is no reason to stop the model's other runs.
 	r.cancel()
@@ -809,12 +844,12 @@ func (r *chunkRun) lost() {
 // done they stay in its model's use while it commits, as long as the
 // commit may hand them to a continuation in the same invocation (the claim
 // takes its fence here, sched.Claim.Exec): rows of the model's other runs
-// go on taking them, and the continuation holds them once it starts
+// go on taking them, and the continuation takes them over as they are
 // (keep). Before they can leave the invocation (a commit with no
-// continuation here, a continuation sent as a work message, no commit)
-// free waits until the model's rows in flight fit in the slots that stay
-// (Pool.Finish). So max_concurrency holds (docs/design.md "Scheduling",
-// per-model slots).
+// continuation here, a continuation sent as a work message or ended
+// before its rows, no commit) free waits until the model's rows in flight
+// fit in the slots that stay (Pool.Finish). So max_concurrency holds
+// (docs/design.md "Scheduling", per-model slots).
 type heldSlots struct {
 	pool   *fanout.Pool
 	model  string
@@ -824,7 +859,7 @@ type heldSlots struct {
 	mu      sync.Mutex
 	freeing bool // free began: the slots go out of use
 	freed   bool // and Pool.Finish returned
-	kept    bool // handed to a continuation here (Pool.HandOn)
+	kept    bool // taken over by a continuation here (keep)
 }
 
 // free takes the slots out of use, waiting for the model's rows in flight
@@ -848,19 +883,20 @@ func (h *heldSlots) free() {
 }
 
 // keep hands the slots to the continuation about to start in the
-// invocation, which holds them in turn: they leave the pool now, before it
-// can hold them, without the wait of free. Once free began they are left
-// as freed.
-func (h *heldSlots) keep() {
+// invocation as they are, in use, without the wait of free: the slots it
+// holds, which it frees or leaves in turn. nil once free began: they are
+// left as freed.
+func (h *heldSlots) keep() *heldSlots {
 	if h == nil {
-		return
+		return nil
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.freeing && !h.kept {
-		h.kept = true
-		h.pool.HandOn(h.model, h.n)
+	if h.freeing || h.kept {
+		return nil
 	}
+	h.kept = true
+	return &heldSlots{pool: h.pool, model: h.model, n: h.n}
 }
 
 // lent reports whether rows of the model may be in flight on the slots,
@@ -877,6 +913,9 @@ func (h *heldSlots) lent() bool {
 // leave drops the slots from the pool once the run committed or failed,
 // freed first unless kept.
 func (h *heldSlots) leave() {
+	if h == nil {
+		return
+	}
 	h.free()
 	h.mu.Lock()
 	kept := h.kept

@@ -75,6 +75,7 @@ func (f *runsTable) readyAt(model string, next int, mixed bool) {
 type peakProvider struct {
 	mu       sync.Mutex
 	delay    time.Duration
+	rowDelay func(n int) time.Duration // if set, row n's delay instead
 	inflight map[string]int
 	peak     map[string]int
 	sent     map[int]int
@@ -98,6 +99,10 @@ func (p *peakProvider) Do(ctx context.Context, _ string, body json.RawMessage, _
 	p.peak[row.Model] = max(p.peak[row.Model], p.inflight[row.Model])
 	p.sent[row.N]++
 	p.at[row.N] = p.now()
+	delay := p.delay
+	if p.rowDelay != nil {
+		delay = p.rowDelay(row.N)
+	}
 	p.mu.Unlock()
 	defer func() {
 		p.mu.Lock()
@@ -105,7 +110,7 @@ func (p *peakProvider) Do(ctx context.Context, _ string, body json.RawMessage, _
 		p.mu.Unlock()
 	}()
 	select {
-	case <-time.After(p.delay):
+	case <-time.After(delay):
 	case <-ctx.Done():
 		return inference.Result{ErrCode: inference.CodeRequestCancelled, ErrMessage: "cut short"}
 	}

@@ -71,10 +71,9 @@ func SendAll(slots int, f Rows) {
 // are done is finishing: its slots take no new row, and it hands them on
 // only once the rows of its model still in flight fit in the slots of the
 // model's chunks that stay, so no model ever has more requests in flight
-// than the slots its chunks hold, not even for an instant. The one
-// exception is a hand-on to a chunk of the same model that runs in the
-// same pool (HandOn): the slots stay the invocation's, so rows of its
-// model may go on using them while it commits.
+// than the slots its chunks hold, not even for an instant. A chunk whose
+// slots a chunk of the same model in the same pool takes over does not
+// finish: they stay in its model's use (internal/engine, heldSlots).
 type Pool struct {
 	mu       sync.Mutex
 	cond     *sync.Cond
@@ -152,16 +151,13 @@ func (p *Pool) Finish(model string, slots int) {
 	}
 }
 
-// HandOn drops the slots of a chunk whose rows are done and whose commit
-// handed them to a chunk of the same model that will run in this pool
-// (and Hold them): without Finish, whose wait would leave them idle. Until
-// that chunk holds them the account admits no new row past the slots it
-// keeps, while rows already in flight on them end.
-func (p *Pool) HandOn(model string, slots int) {
+// Fits reports whether model's rows in flight fit in its slots less
+// slots: whether a chunk's slots are out of use.
+func (p *Pool) Fits(model string, slots int) bool {
 	p.mu.Lock()
-	p.of(model).held -= slots
-	p.cond.Broadcast()
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	a := p.of(model)
+	return a.inflight <= a.held-a.finishing-slots
 }
 
 // Leave drops a finished chunk's slots (handed on or given back).
