@@ -93,9 +93,12 @@ func executeRows(tb testing.TB, rows, answer, slots int) uint64 {
 }
 
 // TestExecuteHeapBoundedByBytes checks that a run's memory does not grow
-// with its rows: ten times the rows with the same answers and slots peaks
-// within 20% (docs/design.md "Memory"). Before, a run held every row's
-// answer until its commit, and the lines twice more.
+// with its rows: ten times the rows with the same answers and slots (90 MB
+// more answers) peaks at most 10 MiB higher, the collector's timing
+// (docs/design.md "Memory"). Before, a run held every row's answer until
+// its commit, and the lines twice more: 90 MB and more. (A bar of 20% of
+// the smaller peak failed on that timing alone once the lines' buffer
+// stopped doubling: 16 against 24 MiB; 2,000 rows peak at 23.)
 func TestExecuteHeapBoundedByBytes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: it moves 100 MB through a local upstream (make test runs it)")
@@ -104,8 +107,8 @@ func TestExecuteHeapBoundedByBytes(t *testing.T) {
 	small := executeRows(t, 40, answer, slots)
 	large := executeRows(t, 400, answer, slots)
 	t.Logf("heap peak: %d MiB for 40 rows, %d MiB for 400 rows of %d KiB answers", small>>20, large>>20, answer>>10)
-	if float64(large) > 1.2*float64(max(small, 16<<20)) {
-		t.Errorf("heap peak %d MiB for 400 rows, want within 20%% of the %d MiB for 40", large>>20, small>>20)
+	if large > small+10<<20 {
+		t.Errorf("heap peak %d MiB for 400 rows, want at most 10 MiB over the %d MiB for 40", large>>20, small>>20)
 	}
 }
 
