@@ -14,11 +14,14 @@ EMULATOR := localstack/emulator.sh
 
 .PHONY: all build dev test test-deps test-all test-go unit fuzz-short fuzz bench bench-all vet clean
 
-# TEST_TAGS are the build tags of the test kinds that need more than the
-# emulator (README "Tests"): browser (Chromium), nodesdk (Node.js and the
-# npm packages), deploy (the CDK CLI and cdk.out). make test builds and
-# runs them; make unit does not.
-TEST_TAGS := browser nodesdk deploy
+# TEST_TAGS are the build tags of the test kinds make unit leaves out
+# (README "Tests"): browser (Chromium), nodesdk (Node.js and the npm
+# packages), deploy (the CDK CLI and cdk.out), which need more than the
+# emulator, and sdk (the official Go SDKs, openai-go and anthropic-sdk-go,
+# against the mock provider and a delivered webhook), which needs Go alone
+# but whose test binaries, linking the SDKs, were make unit's slowest to
+# build. make test and make vet build and run them; make unit does not.
+TEST_TAGS := browser nodesdk deploy sdk
 
 # run-with-emulator runs $(1) with AWS_ENDPOINT_URL set, starting (and
 # stopping) an emulator on port $(2) unless one is configured already:
