@@ -1,15 +1,6 @@
 // Command finalizer assembles a finished batch's output and error files (SQS finalize queue).
 package main
 
-import (
-	"github.com/aws/aws-lambda-go/events"
+import "github.com/relaybatch/relay/internal/app/fn"
 
-	"github.com/relaybatch/relay/internal/app"
-	"github.com/relaybatch/relay/internal/lambdasqs"
-)
-
-func main() {
-	app.Start("finalizer", func(a *app.App) app.Handler[events.SQSEvent, events.SQSEventResponse] {
-		return lambdasqs.Handler(a.Engine.Finalize)
-	})
-}
+func main() { fn.Finalizer() }

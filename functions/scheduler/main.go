@@ -3,17 +3,6 @@
 // input, as Scheduler sends it.
 package main
 
-import (
-	"context"
-	"encoding/json"
+import "github.com/relaybatch/relay/internal/app/fn"
 
-	"github.com/relaybatch/relay/internal/app"
-)
-
-func main() {
-	app.Start("scheduler", func(a *app.App) app.Handler[json.RawMessage, struct{}] {
-		return func(ctx context.Context, in json.RawMessage) (struct{}, error) {
-			return struct{}{}, a.Batches.Fire(ctx, in)
-		}
-	})
-}
+func main() { fn.Scheduler() }

@@ -299,7 +299,7 @@ var LambdaVars = []string{
 type Handler[E, R any] = func(context.Context, E) (R, error)
 
 // Start loads the app and runs the handler that pick returns as the Lambda
-// function name: every functions/<name>/main.go is this one call. A
+// function name: each function's main (internal/app/fn) is this one call. A
 // configuration error (a variable of LambdaVars unset, no region, an
 // unreadable models file) ends the init with one JSON log line naming it
 // and exit status 1, which Lambda reports as the init's failure, before

@@ -11,11 +11,12 @@ import (
 )
 
 // eventsUsers are the trees under internal/ that may import
-// aws-lambda-go/events: this adapter, the API Gateway adapter, and the
-// local emulation (internal/local) of API Gateway and Lambda's event
+// aws-lambda-go/events: this adapter, the API Gateway adapter, each
+// function's main (app/fn: the event and answer types of its handler) and
+// the local emulation (internal/local) of API Gateway and Lambda's event
 // sources. The domain takes msg.Delivery, so it never needs the events
 // package.
-var eventsUsers = []string{"lambdasqs", "apigw", "local"}
+var eventsUsers = []string{"lambdasqs", "apigw", "app/fn", "local"}
 
 func TestOnlyAdaptersImportEvents(t *testing.T) {
 	t.Parallel()

@@ -111,7 +111,7 @@ models:
     provider: openai
     base_url: BASE/v1
     timeout: 250ms
-    call_time_limit: 400ms
+    call_time_limit: 1s # well past the late answer of TestDoTimeLimit (300 ms), on a busy machine too
   - name: claude
     provider: anthropic
     base_url: BASE

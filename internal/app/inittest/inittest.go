@@ -1,12 +1,13 @@
 // Package inittest starts a function's main as Lambda would, in a child
-// process (the package's test binary running main), to see what its init
-// does with a given environment: each functions/<name> package tests with
-// it that a variable the template must give (app.LambdaVars) or a models
-// file it cannot read fails the init at once, with one line naming it.
+// process (the test binary running that main), to see what its init does
+// with a given environment: internal/app/fn tests with it that a variable
+// the template must give (app.LambdaVars) or a models file it cannot read
+// fails each function's init at once, with one line naming it.
 package inittest
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,14 +17,20 @@ import (
 	"github.com/relaybatch/relay/internal/app"
 )
 
-// childVar, set in a child's environment, makes Main run main instead of
-// the tests.
+// childVar, set in a child's environment to a function's name, makes
+// Main run that function's main instead of the tests.
 const childVar = "RELAY_INITTEST_RUN_MAIN"
 
-// Main is a function package's TestMain: in a child started by Init it
-// runs the function's main, otherwise the tests.
-func Main(m *testing.M, main func()) {
-	if os.Getenv(childVar) == "1" {
+// Main is the TestMain of the package testing the functions' mains, by
+// function name: in a child started by Init it runs the main it names,
+// otherwise the tests.
+func Main(m *testing.M, mains map[string]func()) {
+	if name := os.Getenv(childVar); name != "" {
+		main, ok := mains[name]
+		if !ok {
+			fmt.Fprintf(os.Stderr, "inittest: no main for function %q\n", name)
+			os.Exit(2)
+		}
 		main()
 		os.Exit(0)
 	}
@@ -56,12 +63,12 @@ func Env(t testing.TB) map[string]string {
 	return env
 }
 
-// Init runs the function's main in a child with exactly env, and returns
-// what it wrote to stderr and its exit error (nil for status 0).
-func Init(t *testing.T, env map[string]string) (string, error) {
+// Init runs the main of the function named in a child with exactly env,
+// and returns what it wrote to stderr and its exit error (nil for status 0).
+func Init(t *testing.T, name string, env map[string]string) (string, error) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = []string{childVar + "=1"}
+	cmd.Env = []string{childVar + "=" + name}
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
@@ -71,16 +78,18 @@ func Init(t *testing.T, env map[string]string) (string, error) {
 	return stderr.String(), err
 }
 
-// FailsWithout checks that the init fails, with one line naming what is
-// wrong, without each variable of app.LambdaVars and with a models file it
-// cannot read; and that with all of them it gets past its configuration
-// (to lambda.Start, which then finds no runtime API outside Lambda).
-func FailsWithout(t *testing.T) {
+// FailsWithout checks that the init of the function named fails, with one
+// line naming the function and what is wrong, without each variable of
+// app.LambdaVars and with a models file it cannot read; and that with all
+// of them it gets past its configuration (to lambda.Start, which then
+// finds no runtime API outside Lambda). Its subtests run in parallel.
+func FailsWithout(t *testing.T, function string) {
 	t.Helper()
 	t.Run("complete", func(t *testing.T) {
-		stderr, err := Init(t, Env(t))
+		t.Parallel()
+		stderr, err := Init(t, function, Env(t))
 		if strings.Contains(stderr, "init failed") || !strings.Contains(stderr, "AWS_LAMBDA_RUNTIME_API") {
-			t.Fatalf("init with the whole environment: %v\n%s", err, stderr)
+			t.Fatalf("%s's init with the whole environment: %v\n%s", function, err, stderr)
 		}
 	})
 	cases := map[string]func(map[string]string){}
@@ -91,13 +100,15 @@ func FailsWithout(t *testing.T) {
 	cases["RELAY_CONFIG unreadable"] = func(env map[string]string) { env["RELAY_CONFIG"] = "/var/task/relay.yaml.missing" }
 	for name, edit := range cases {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			env := Env(t)
 			edit(env)
-			stderr, err := Init(t, env)
+			stderr, err := Init(t, function, env)
 			lines := strings.Split(strings.TrimSpace(stderr), "\n")
 			want := strings.Fields(name)[0]
-			if err == nil || len(lines) != 1 || !strings.Contains(lines[0], `"msg":"init failed"`) || !strings.Contains(lines[0], want) {
-				t.Fatalf("init without %s: %v, stderr %q; want exit status 1 and one line naming it", name, err, stderr)
+			if err == nil || len(lines) != 1 || !strings.Contains(lines[0], `"msg":"init failed"`) ||
+				!strings.Contains(lines[0], `"function":"`+function+`"`) || !strings.Contains(lines[0], want) {
+				t.Fatalf("%s's init without %s: %v, stderr %q; want exit status 1 and one line naming the function and %s", function, name, err, stderr, want)
 			}
 		})
 	}
