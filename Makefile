@@ -108,10 +108,10 @@ test-all: test-go fuzz-short lint-synthesized
 test-go:
 	go test -count=1 -timeout 20m -parallel 4 -tags '$(TEST_TAGS)' $(GO_PACKAGES)
 
-## unit: the fast tests (on two cores at load 1.7 when it started: 62 s
-## from a fresh clone whose modules are built, 34 s once built; 120 and
-## 64 s of CPU, where it took 137 and 73 before the seven functions' init
-## tests became one test binary and the SDK tests a tag; README "Tests"):
+## unit: the fast tests (on two shared cores: 60-68 s from a fresh clone
+## whose modules are built, 32-34 s once built; 116-131 and 61-64 s of
+## CPU, where it took 137 and 73 before the seven functions' init tests
+## became one test binary and the SDK tests a tag; README "Tests"):
 ## go test -short, which skips every test that needs the emulator
 ## (emutest), without the tagged kinds (sdk too): Go alone, no emulator,
 ## no AWS_ENDPOINT_URL, no Chromium or Node.js. Four parallel tests a
