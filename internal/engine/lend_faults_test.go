@@ -8,16 +8,7 @@ import (
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/jsonl"
-	"github.com/relaybatch/relay/internal/msg"
 )
-
-// whenLent waits until model x has 4 requests in flight: chunk 1's rows
-// took chunk 0's 2 slots beside its own 2, while chunk 0 commits.
-func whenLent(p *peakProvider) {
-	for deadline := time.Now().Add(10 * time.Second); p.inflightX() < 4 && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
-	}
-}
 
 // TestFailedCommitKeepsItsLeaseWhileItsSlotsAreLent: chunk 0's commit
 // fails (its part's write, say) while chunk 1's long rows run on chunk 0's
@@ -46,10 +37,7 @@ func TestFailedCommitKeepsItsLeaseWhileItsSlotsAreLent(t *testing.T) {
 	}
 	done := make(chan struct{})
 	lapsed := lapseOf(table, p, 0, done)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-
-	_, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0"), workDelivery(t, table.chunkAt(1), "d1")})
+	_, err := executeBoth(t, e, table)
 	close(done)
 
 	if err != nil {
@@ -79,16 +67,8 @@ func TestContinuationEndedAtItsLoadFreesTheSlotsFirst(t *testing.T) {
 	bucket := &goneAfter{memBucket: e.Blobs.(*memBucket)}
 	bucket.reads.Store(2) // chunks 0 and 1 load; then the input is deleted
 	e.Blobs = bucket
-	e.BeforeCommit = func(c batch.Chunk) error {
-		if c.Index == 0 {
-			whenLent(p)
-		}
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-
-	if _, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0"), workDelivery(t, table.chunkAt(1), "d1")}); err != nil {
+	e.BeforeCommit = lentAtCommitOf0(p)
+	if _, err := executeBoth(t, e, table); err != nil {
 		t.Fatal(err)
 	}
 	if n := table.chunkAt(0).Next; n == nil || n.Chunk != 2 {
@@ -167,18 +147,10 @@ func TestContinuationFailingItsLoadStopsItsModelAtItsClaimsLease(t *testing.T) {
 	}
 	e.Lease = time.Second
 	e.Store = &loadFails{runsTable: table}
-	e.BeforeCommit = func(c batch.Chunk) error {
-		if c.Index == 0 {
-			whenLent(p)
-		}
-		return nil
-	}
+	e.BeforeCommit = lentAtCommitOf0(p)
 	done := make(chan struct{})
 	lapsed := lapseOf(table, p, 2, done)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-
-	_, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0"), workDelivery(t, table.chunkAt(1), "d1")})
+	_, err := executeBoth(t, e, table)
 	close(done)
 
 	if err != nil {
@@ -231,16 +203,8 @@ func TestRecordContinuationFreesTheSlotsFirst(t *testing.T) {
 	table.readyAt("x", 2, false)
 	w := startedRecords{p: p, at: make(chan int, 1)}
 	e.Workflow = w
-	e.BeforeCommit = func(c batch.Chunk) error {
-		if c.Index == 0 {
-			whenLent(p)
-		}
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-
-	if _, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0"), workDelivery(t, table.chunkAt(1), "d1")}); err != nil {
+	e.BeforeCommit = lentAtCommitOf0(p)
+	if _, err := executeBoth(t, e, table); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -31,6 +31,37 @@ func lendFixture(t *testing.T, next bool, rows int) (*Engine, *runsTable, *peakP
 	return e, table, p
 }
 
+// executeBoth runs chunks 0 and 1 of a lendFixture in one invocation.
+func executeBoth(t *testing.T, e *Engine, table *runsTable) ([]string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	return e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0"), workDelivery(t, table.chunkAt(1), "d1")})
+}
+
+// lentAtCommitOf0 is a BeforeCommit holding chunk 0's commit until its
+// slots are lent (whenLent).
+func lentAtCommitOf0(p *peakProvider) func(batch.Chunk) error {
+	return func(c batch.Chunk) error {
+		if c.Index == 0 {
+			whenLent(p)
+		}
+		return nil
+	}
+}
+
+// whenLent waits until model x has 4 requests in flight: chunk 1's rows
+// on chunk 0's slots too, while chunk 0 commits. It returns the most it
+// saw, less than 4 if that did not come within 10 s.
+func whenLent(p *peakProvider) int {
+	most := 0
+	for deadline := time.Now().Add(10 * time.Second); most < 4 && time.Now().Before(deadline); {
+		most = max(most, p.inflightX())
+		time.Sleep(time.Millisecond)
+	}
+	return most
+}
+
 // inflightX is the provider's requests of model x in flight now.
 func (p *peakProvider) inflightX() int {
 	p.mu.Lock()
@@ -50,21 +81,12 @@ func TestCommitLendsItsSlotsToItsContinuation(t *testing.T) {
 	e, table, p := lendFixture(t, true, 40)
 	during := make(chan int, 1)
 	e.BeforeCommit = func(c batch.Chunk) error {
-		if c.Index != 0 {
-			return nil
+		if c.Index == 0 {
+			during <- whenLent(p)
 		}
-		most := 0
-		for deadline := time.Now().Add(10 * time.Second); most < 4 && time.Now().Before(deadline); {
-			most = max(most, p.inflightX())
-			time.Sleep(time.Millisecond)
-		}
-		during <- most
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-
-	failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0"), workDelivery(t, table.chunkAt(1), "d1")})
+	failed, err := executeBoth(t, e, table)
 
 	if err != nil || len(failed) > 0 || len(table.committed()) != 3 || table.chunkAt(2).State != batch.ChunkDone {
 		t.Fatalf("Execute: failed %v, err %v, %d commits, chunk 2 %s: want 3 commits, the continuation run here",
@@ -122,10 +144,7 @@ func TestCommitWithoutContinuationFreesItsSlotsFirst(t *testing.T) {
 			t.Errorf("x had %d requests in flight while chunk 0's commit returned its slots; chunk 1 holds 2", p.peak["x"])
 		}
 	}}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-
-	failed, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0"), workDelivery(t, table.chunkAt(1), "d1")})
+	failed, err := executeBoth(t, e, table)
 
 	if err != nil || len(failed) > 0 || len(table.committed()) != 2 {
 		t.Fatalf("Execute: failed %v, err %v, %d commits", failed, err, len(table.committed()))
@@ -224,10 +243,7 @@ func TestLendingRunStopsItsModelAtItsLease(t *testing.T) {
 		}
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-
-	if _, err := e.Execute(ctx, []msg.Delivery{workDelivery(t, table.chunkAt(0), "d0"), workDelivery(t, table.chunkAt(1), "d1")}); err != nil {
+	if _, err := executeBoth(t, e, table); err != nil {
 		t.Fatal(err)
 	}
 	if c1 := table.chunkAt(1); c1.State != batch.ChunkDone || c1.Rows >= 200 {
