@@ -739,6 +739,19 @@ func TestDoBodiesAreTheirOwn(t *testing.T) {
 	t.Cleanup(srv.Close)
 	c := newClient(t, srv.URL, &sleeps{})
 	const rows = 64
+	results := doRows(c, rows)
+	for i, got := range results {
+		var want bytes.Buffer
+		json.Compact(&want, []byte(answerOf(fmt.Sprint("r", i))))
+		if !bytes.Equal(got.Body, want.Bytes()) {
+			t.Errorf("row %d: body %.80s…, want %.80s…", i, got.Body, want.Bytes())
+		}
+	}
+}
+
+// doRows sends rows chat rows r0, r1, … through c at once and returns
+// their results in order.
+func doRows(c *Client, rows int) []inference.Result {
 	results := make([]inference.Result, rows)
 	var wg sync.WaitGroup
 	for i := range rows {
@@ -748,13 +761,7 @@ func TestDoBodiesAreTheirOwn(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	for i, got := range results {
-		var want bytes.Buffer
-		json.Compact(&want, []byte(answerOf(fmt.Sprint("r", i))))
-		if !bytes.Equal(got.Body, want.Bytes()) {
-			t.Errorf("row %d: body %.80s…, want %.80s…", i, got.Body, want.Bytes())
-		}
-	}
+	return results
 }
 
 // TestDoConcurrent runs many rows through one Client at once; with -race it
@@ -781,15 +788,7 @@ func TestDoConcurrent(t *testing.T) {
 	c := newClient(t, srv.URL, &s)
 
 	const rows = 64
-	results := make([]inference.Result, rows)
-	var wg sync.WaitGroup
-	for i := range rows {
-		wg.Go(func() {
-			body := fmt.Sprintf(`{"model":"chat","row":"r%d"}`, i)
-			results[i] = c.Do(context.Background(), "/v1/chat/completions", json.RawMessage(body), Route{})
-		})
-	}
-	wg.Wait()
+	results := doRows(c, rows)
 	for i, got := range results {
 		if got.StatusCode != 200 || got.Attempts != 2 || got.Fallback {
 			t.Errorf("row %d: status %d, attempts %d, fallback %v; want 200, 2, false", i, got.StatusCode, got.Attempts, got.Fallback)
