@@ -122,15 +122,17 @@ test-go:
 ## through jsii: under -short each would be compiled and linked only to
 ## skip them (infra/ links the CDK), and make test runs both. -vet=off:
 ## make test runs make vet first, every analyzer on the same packages.
-## -ldflags=-w: no DWARF in the test binaries, the slowest part of each
-## link, which no test reads (a debugger would: go test -c without it).
+## -ldflags='-s -w': no symbol table and no DWARF in the test binaries,
+## the slowest part of each link, which no test reads (stack traces and
+## runtime.FuncForPC use the pcln table; a debugger would need them: go
+## test -c without it).
 ## UNIT_FIRST are listed first (go list keeps the first of a package named
 ## twice), which go test builds and starts first: the packages whose tests
 ## run longest, the engine's waiting out leases, so that they wait while
 ## the rest compile and link rather than after.
 UNIT_FIRST := ./internal/engine ./cmd/relay
 unit:
-	go test -short -count=1 -p 4 -parallel 4 -vet=off -ldflags=-w $$(go list -e $(UNIT_FIRST) $(GO_PACKAGES) | grep -v -E '/(localstack|infra)$$')
+	go test -short -count=1 -p 4 -parallel 4 -vet=off -ldflags='-s -w' $$(go list -e $(UNIT_FIRST) $(GO_PACKAGES) | grep -v -E '/(localstack|infra)$$')
 
 ## fuzz-short: each fuzz target briefly (FUZZTIME per target)
 fuzz-short:

@@ -25,8 +25,9 @@ var mains = map[string]func(){
 func TestMain(m *testing.M) { inittest.Main(m, mains) }
 
 // Each function's init fails at once, naming the function and the
-// variable, without any variable the template must give; with all of them
-// it reaches the Lambda runtime. One test binary runs all seven mains, as
+// variable, without a variable the template must give (each of them:
+// internal/app's TestLoadLambdaNeedsItsEnvironment); with all of them it
+// reaches the Lambda runtime. One test binary runs all seven mains, as
 // their bootstraps do.
 func TestInitNeedsItsEnvironment(t *testing.T) {
 	t.Parallel()
