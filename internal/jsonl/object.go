@@ -90,6 +90,18 @@ func splitBody(b []byte) rawBody {
 	}
 }
 
+// bodyOf returns the body of a request this package wrote (a CSV record's,
+// a simple row's).
+func bodyOf(req []byte) []byte {
+	it, _ := newObjectIter(req)
+	for {
+		key, value, ok := it.next()
+		if !ok || string(key) == "body" {
+			return value
+		}
+	}
+}
+
 // syntaxError explains why b is not valid JSON. It runs only for bad lines.
 func syntaxError(b []byte) error {
 	err := json.Unmarshal(b, new(struct{}))
