@@ -17,7 +17,6 @@ import (
 	"github.com/relaybatch/relay/internal/sched"
 	"github.com/relaybatch/relay/internal/store"
 	"github.com/relaybatch/relay/internal/webhook"
-	"github.com/tidwall/gjson"
 )
 
 // Dispatch is the dispatcher function's SQS handler: plans, drains of
@@ -147,8 +146,8 @@ func (e *Engine) planInput(ctx context.Context, b batch.Batch, writeBy time.Time
 		Allowed: allowed,
 		Default: endpoint.DefaultModel(e.Models, b.Endpoint),
 		Record:  func(row []byte) bool { return e.Workflow.ValidRow(b, row) },
-		NoCall: func(row []byte) bool {
-			_, refused := provider.Refusal(e.Models, b.Endpoint, rawOf(row, "body"))
+		NoCall: func(r jsonl.Row) bool {
+			_, refused := provider.Refusal(e.Models, b.Endpoint, r.Body)
 			return refused
 		},
 	})
@@ -324,14 +323,4 @@ func (e *Engine) terminal(ctx context.Context, b batch.Batch) error {
 		return nil
 	}
 	return gone(err)
-}
-
-// rawOf is the JSON of path in row, in row's bytes where gjson says where
-// (the plan asks it of every row: no copy of each body).
-func rawOf(row []byte, path string) []byte {
-	r := gjson.GetBytes(row, path)
-	if r.Index > 0 && r.Index+len(r.Raw) <= len(row) {
-		return row[r.Index : r.Index+len(r.Raw)]
-	}
-	return []byte(r.Raw)
 }

@@ -2,6 +2,7 @@ package jsonl
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"runtime"
 	"strings"
@@ -17,7 +18,28 @@ func benchInput(n int) []byte {
 	return b.Bytes()
 }
 
-// reportPerRow adds heap allocations per row to a benchmark's output.
+// largeInput is n chat rows of 4,000 bytes each, their content padded with
+// words, as localstack's large bench writes them (writeLargeInput): 50,000
+// of them are the 200 MB of OpenAI's largest batch.
+func largeInput(n int) []byte {
+	const rowBytes = 4_000
+	words := strings.Repeat("lorem ipsum dolor sit amet ", rowBytes/20)
+	var b bytes.Buffer
+	for i := range n {
+		line := func(content string) []byte {
+			l, _ := json.Marshal(map[string]any{"custom_id": fmt.Sprintf("r%06d", i), "method": "POST", "url": "/v1/chat/completions",
+				"body": map[string]any{"model": "gpt-4o-mini", "messages": []any{map[string]any{"role": "user", "content": content}}}})
+			return l
+		}
+		prefix := fmt.Sprintf("row %d ", i)
+		b.Write(line(prefix + words[:rowBytes-1-len(line(prefix))]))
+		b.WriteByte('\n')
+	}
+	return b.Bytes()
+}
+
+// reportPerRow adds heap allocations and CPU time per row to a benchmark's
+// output.
 func reportPerRow(b *testing.B, rows int, run func()) {
 	b.Helper()
 	var before, after runtime.MemStats
@@ -31,11 +53,26 @@ func reportPerRow(b *testing.B, rows int, run func()) {
 	n := float64(b.N) * float64(rows)
 	b.ReportMetric(float64(after.Mallocs-before.Mallocs)/n, "allocs/row")
 	b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/n, "B/row")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/n, "ns/row")
 }
 
 func BenchmarkScan(b *testing.B) {
 	const rows = 50_000
 	input := benchInput(rows)
+	b.SetBytes(int64(len(input)))
+	reportPerRow(b, rows, func() {
+		res, err := Scan(bytes.NewReader(input), chatOptions(), func(Row) error { return nil })
+		if err != nil || len(res.Errors) != 0 || res.Rows != rows {
+			b.Fatalf("got %v, %v", res.Errors, err)
+		}
+	})
+}
+
+// BenchmarkScanLarge scans rows of the large bench's size (4 KB chat rows),
+// where validation costs by the byte, not by the row.
+func BenchmarkScanLarge(b *testing.B) {
+	const rows = 2_000
+	input := largeInput(rows)
 	b.SetBytes(int64(len(input)))
 	reportPerRow(b, rows, func() {
 		res, err := Scan(bytes.NewReader(input), chatOptions(), func(Row) error { return nil })

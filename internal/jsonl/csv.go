@@ -103,6 +103,7 @@ func (s *scanner) scanCSV(in *countingReader) error {
 			continue
 		}
 		s.res.Model = s.opts.Model
+		js := enc.encode(id, prompt)
 		row := Row{
 			Index:    s.res.Rows - 1,
 			Line:     line,
@@ -110,7 +111,8 @@ func (s *scanner) scanCSV(in *countingReader) error {
 			End:      end,
 			CustomID: id,
 			Model:    s.opts.Model,
-			JSON:     enc.encode(id, prompt),
+			JSON:     js,
+			Body:     bodyOf(js),
 		}
 		if err := s.emit(row); err != nil {
 			return err

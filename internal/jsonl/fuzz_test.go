@@ -46,7 +46,8 @@ func FuzzScan(f *testing.F) {
 		o := fuzzOptions(csv)
 		var rows []Row
 		res, err := Scan(bytes.NewReader(data), o, func(r Row) error {
-			r.JSON = bytes.Clone(r.JSON)
+			checkBody(t, r)
+			r.JSON, r.Body = bytes.Clone(r.JSON), nil
 			rows = append(rows, r)
 			return nil
 		})

@@ -129,6 +129,9 @@ type Row struct {
 	// break: the line itself for JSONL (minus BOM and CR/LF), synthesized
 	// for CSV. It is only valid until the callback returns.
 	JSON []byte
+	// Body is the request's body, the object within JSON, so that a
+	// caller need not find it again; valid as long as JSON is.
+	Body []byte
 }
 
 // Error codes of LineError, one per rule.
@@ -468,6 +471,7 @@ func (s *scanner) checkLine(l line) (Row, *LineError) {
 		CustomID: string(id),
 		Model:    model,
 		JSON:     l.text,
+		Body:     req.body,
 	}, nil
 }
 

@@ -35,7 +35,8 @@ func scanAll(t *testing.T, input string, o Options) (Result, []Row) {
 	t.Helper()
 	var rows []Row
 	res, err := Scan(strings.NewReader(input), o, func(r Row) error {
-		r.JSON = bytes.Clone(r.JSON)
+		checkBody(t, r)
+		r.JSON, r.Body = bytes.Clone(r.JSON), bytes.Clone(r.Body)
 		rows = append(rows, r)
 		return nil
 	})
@@ -43,6 +44,18 @@ func scanAll(t *testing.T, input string, o Options) (Result, []Row) {
 		t.Fatalf("Scan: %v", err)
 	}
 	return res, rows
+}
+
+// checkBody checks that a row's Body is the body member of its JSON.
+func checkBody(t *testing.T, r Row) {
+	t.Helper()
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(r.JSON, &members); err != nil {
+		t.Fatalf("row on line %d: %v", r.Line, err)
+	}
+	if want := members["body"]; string(r.Body) != string(want) {
+		t.Fatalf("row on line %d: got Body %.200q, want the body of %.200q", r.Line, r.Body, r.JSON)
+	}
 }
 
 func errorCodes(errs []LineError) string {

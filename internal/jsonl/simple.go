@@ -40,7 +40,7 @@ func (s *scanner) checkSimple(l line, req rawRequest) (Row, *LineError) {
 	} else {
 		js = s.simple.messages(model, id, req.messages)
 	}
-	return Row{Line: n, Start: l.start, End: l.end, CustomID: id, Model: model, JSON: js}, nil
+	return Row{Line: n, Start: l.start, End: l.end, CustomID: id, Model: model, JSON: js, Body: bodyOf(js)}, nil
 }
 
 // checkSimpleShape checks the members of a simple row: custom_id and one

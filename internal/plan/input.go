@@ -119,9 +119,10 @@ type Models struct {
 	// Default is the model a row naming none gets (endpoint.DefaultModel;
 	// "": such a row is invalid).
 	Default string
-	// NoCall, if set, says whether a valid row (its JSON) is refused
-	// without an upstream call: it goes to a NoCall chunk (Chunker).
-	NoCall func(row []byte) bool
+	// NoCall, if set, says whether a valid row is refused without an
+	// upstream call: it goes to a NoCall chunk (Chunker). Its Body spares
+	// finding the body in the row again.
+	NoCall func(r jsonl.Row) bool
 	// Record, if set, reports whether a workflow record's row passes its
 	// checks (Chunker.ValidRecord).
 	Record func(row []byte) bool

@@ -37,9 +37,9 @@ type Chunker struct {
 	// sizes their chunks.
 	NoCallRows int
 	MaxBytes   int64
-	// NoCall, if set, says whether a row (its JSON) is refused without an
-	// upstream call (Models.NoCall).
-	NoCall func(row []byte) bool
+	// NoCall, if set, says whether a row is refused without an upstream
+	// call (Models.NoCall).
+	NoCall func(r jsonl.Row) bool
 	// ValidRecord reports whether a workflow record's row passes its
 	// checks (workflow.CheckRow); nil passes every one. A record that does
 	// not gets a chunk marked Invalid, outside its model's chain.
@@ -79,7 +79,7 @@ func (k *Chunker) place(r jsonl.Row, start, end int64) (int, string) {
 		k.Chunks[i].Invalid = k.ValidRecord != nil && !k.ValidRecord(r.JSON)
 		return i, ""
 	}
-	noCall := k.NoCall != nil && k.NoCall(r.JSON)
+	noCall := k.NoCall != nil && k.NoCall(r)
 	lane := laneOf(r.Model, noCall)
 	i, ok := k.open[lane]
 	if ok && k.Chunks[i].Rows < k.rowLimit(r.Model, noCall) && end-k.Chunks[i].Start <= k.MaxBytes {

@@ -557,7 +557,7 @@ func TestSplitNoCallRows(t *testing.T) {
 		fmt.Fprintf(&sb, `{"custom_id":"r%d","method":"POST","url":"/v1/chat/completions","body":{"model":"m1","messages":[{"role":"user","content":%q}]}}`+"\n", i, content)
 	}
 	k := &Chunker{Batch: "batch_1", Tenant: "acme", MaxRows: rowsOf(2), MaxBytes: 4 << 20,
-		NoCall: func(row []byte) bool { return bytes.Contains(row, []byte("refuse")) }}
+		NoCall: func(r jsonl.Row) bool { return bytes.Contains(r.Body, []byte("refuse")) }}
 	if res, err := SplitInput(strings.NewReader(sb.String()), planOpts(jsonl.JSONL), k, nil); err != nil || len(res.Errors) > 0 {
 		t.Fatal(err, res.Errors)
 	}

@@ -234,7 +234,7 @@ func (c *Client) fallbackOn(m config.Model, route Route) (config.Model, inferenc
 // route finds the row's model and checks the endpoint fits its shape; when
 // it does not, the returned Result says why.
 func (c *Client) route(path string, body []byte) (config.Model, inference.Result, bool) {
-	return route(c.Models, path, body)
+	return route(c.Models, path, body, false)
 }
 
 // Refusal is the answer of a row of endpoint path with body that models
@@ -242,8 +242,12 @@ func (c *Client) route(path string, body []byte) (config.Model, inference.Result
 // model of another shape: cross_shape_dispatch, …), and true; false when
 // the row would be sent. The engine plans such rows into chunks that hold
 // no capacity (docs/design.md "Scheduling", rows settled without a call).
+//
+// body is a row's body as internal/jsonl validated it (jsonl.Row.Body,
+// jsonl.Request.Body): valid JSON without a duplicate member name, which
+// Refusal does not check again; the plan asks it of every row.
 func Refusal(models *config.Models, path string, body []byte) (inference.Result, bool) {
-	_, res, ok := route(models, path, body)
+	_, res, ok := route(models, path, body, true)
 	return res, !ok
 }
 
@@ -254,11 +258,13 @@ func isObject(valid []byte) bool {
 	return len(trimmed) > 0 && trimmed[0] == '{'
 }
 
-func route(models *config.Models, path string, body []byte) (config.Model, inference.Result, bool) {
+// route is Client.route and Refusal; validated says body is valid JSON
+// without a duplicate member name, which route checks otherwise.
+func route(models *config.Models, path string, body []byte, validated bool) (config.Model, inference.Result, bool) {
 	fail := func(code, format string, args ...any) (config.Model, inference.Result, bool) {
 		return config.Model{}, errResult(code, fmt.Sprintf(format, args...)), false
 	}
-	if !gjson.ValidBytes(body) || !isObject(body) {
+	if !(validated || gjson.ValidBytes(body)) || !isObject(body) {
 		return fail(inference.CodeInvalidRequest, "the request body must be a JSON object")
 	}
 	if why := gjson.GetBytes(body, "relay."+RefusedKey); why.Type == gjson.String {
@@ -267,8 +273,10 @@ func route(models *config.Models, path string, body []byte) (config.Model, infer
 	// Validation refused such bodies; this keeps one that was never
 	// validated (a replaced input object) from running a model other than
 	// the one routed.
-	if err := ijson.Check(body); err != nil {
-		return fail(inference.CodeInvalidRequest, "the request body has a %v", err)
+	if !validated {
+		if err := ijson.Check(body); err != nil {
+			return fail(inference.CodeInvalidRequest, "the request body has a %v", err)
+		}
 	}
 	name := gjson.GetBytes(body, "model")
 	if def := endpoint.DefaultModel(models, path); name.Type == gjson.Null && def != "" {

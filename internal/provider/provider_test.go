@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/relaybatch/relay/internal/config"
+	"github.com/relaybatch/relay/internal/ijson"
 	"github.com/relaybatch/relay/internal/inference"
 )
 
@@ -1126,4 +1127,58 @@ func TestRefusalCopiesNoBody(t *testing.T) {
 			t.Errorf("%q: %+v, want invalid_request: not an object", body, res)
 		}
 	}
+}
+
+// BenchmarkRefusal is what the plan spends on each row of the large
+// bench (a 4 KB chat body) to tell whether it is refused without a call.
+func BenchmarkRefusal(b *testing.B) {
+	models, err := config.ParseModels([]byte("models:\n  - {name: m, provider: openai, base_url: http://x/v1, api_key_env: K}\n"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("lorem ipsum dolor sit amet ", 146) + `"}]}`)
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if res, refused := Refusal(models, "/v1/chat/completions", body); refused {
+			b.Fatalf("refused: %+v", res)
+		}
+	}
+}
+
+// FuzzRefusal: Refusal, which skips the syntax and duplicate-name checks
+// for a body internal/jsonl validated, answers every such body as the
+// executor's route, which makes them, does: gjson.ValidBytes accepts all
+// that encoding/json.Valid does.
+func FuzzRefusal(f *testing.F) {
+	models, err := config.ParseModels([]byte(`
+moderation_model: chat
+models:
+  - {name: chat, provider: openai, base_url: http://x/v1, api_key_env: K}
+  - {name: claude, provider: anthropic, base_url: http://x, api_key_env: K}
+`))
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, s := range []string{
+		`{"model":"chat","messages":[]}`, `{"model":"claude","max_tokens":1}`, `{"model":null}`, `{"model":"nope"}`,
+		`{"model":"chat","relay":{"refused":"no"}}`, ` {"model":"chat","x":[-0.0e-0,1E+2,"\u00e9\ud800\"",true,null,{}]}`,
+		"{\"model\":\"chat\",\"x\":\"\xff\x7f\"}", `{"\u006dodel":"chat"}`, `[]`, `{"model":1}`,
+	} {
+		f.Add([]byte(s), false)
+		f.Add([]byte(s), true)
+	}
+	f.Fuzz(func(t *testing.T, body []byte, moderation bool) {
+		if !json.Valid(body) || ijson.Check(body) != nil {
+			return // jsonl refuses such a row
+		}
+		path := "/v1/chat/completions"
+		if moderation {
+			path = "/v1/moderations"
+		}
+		_, want, wantOK := route(models, path, body, false)
+		got, refused := Refusal(models, path, body)
+		if refused == wantOK || got.ErrCode != want.ErrCode || got.ErrMessage != want.ErrMessage || got.Model != want.Model {
+			t.Fatalf("Refusal(%q) = %+v, %v; the executor's route says %+v, %v", body, got, refused, want, !wantOK)
+		}
+	})
 }
