@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"unicode"
 )
 
 // object is a JSON object; encoding/json sorts its keys, so the same
@@ -275,7 +276,19 @@ func textOf(content any) string {
 	return ""
 }
 
-func words(s string) int { return len(strings.Fields(s)) }
+// words is the mock's token count: len(strings.Fields(s)), the runs of
+// runes that are not unicode.IsSpace, counted without building them.
+func words(s string) int {
+	n, inWord := 0, false
+	for _, r := range s {
+		space := unicode.IsSpace(r)
+		if !space && !inWord {
+			n++
+		}
+		inWord = !space
+	}
+	return n
+}
 
 // input is one embedding input or completion prompt.
 type input struct {
