@@ -9,6 +9,7 @@ import (
 	"math"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 // object is a JSON object; encoding/json sorts its keys, so the same
@@ -280,15 +281,23 @@ func textOf(content any) string {
 // runes that are not unicode.IsSpace, counted without building them.
 func words(s string) int {
 	n, inWord := 0, false
-	for _, r := range s {
-		space := unicode.IsSpace(r)
+	for i := 0; i < len(s); {
+		space, size := asciiSpace[s[i]], 1
+		if s[i] >= utf8.RuneSelf {
+			var r rune
+			r, size = utf8.DecodeRuneInString(s[i:]) // RuneError on invalid UTF-8, as a range over s
+			space = unicode.IsSpace(r)
+		}
 		if !space && !inWord {
 			n++
 		}
-		inWord = !space
+		inWord, i = !space, i+size
 	}
 	return n
 }
+
+// asciiSpace are the ASCII runes unicode.IsSpace reports, by byte.
+var asciiSpace = [256]bool{'\t': true, '\n': true, '\v': true, '\f': true, '\r': true, ' ': true}
 
 // input is one embedding input or completion prompt.
 type input struct {

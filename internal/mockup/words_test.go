@@ -38,3 +38,11 @@ func FuzzWords(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkWords(b *testing.B) {
+	s := strings.Repeat("lorem ipsum dolor sit amet ", 150)
+	b.SetBytes(int64(len(s)))
+	for b.Loop() {
+		words(s)
+	}
+}
