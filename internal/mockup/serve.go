@@ -148,7 +148,7 @@ func (s *Server) serveModel(w http.ResponseWriter, r *http.Request) {
 
 	out := s.answer(r, rt, known, req, readErr, opts)
 	s.answered(out.status, out.key, out.rate.overRequests || out.rate.overTokens)
-	s.record(rec, out.status, opts)
+	s.record(rec, req, out.status, opts)
 	if out.status == statusClientGone {
 		return
 	}
