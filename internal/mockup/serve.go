@@ -92,7 +92,7 @@ type request struct {
 func parseRequest(raw []byte) *request {
 	sum := sha256.Sum256(raw)
 	req := &request{hash: hex.EncodeToString(sum[:])}
-	req.err = json.Unmarshal(raw, &req.body)
+	req.body, req.err = decodeBody(raw)
 	if req.err == nil && req.body == nil {
 		req.err = errors.New("the body is null, not a JSON object")
 	}
