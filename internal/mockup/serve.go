@@ -173,7 +173,7 @@ func (s *Server) serveModel(w http.ResponseWriter, r *http.Request) {
 	if out.body == nil {
 		out.body = errorBody(rt.shape, out.status, out.message, out.param)
 	}
-	writeJSON(w, out.status, out.body)
+	writeObject(w, out.status, out.body)
 }
 
 // answer decides the outcome, in the order documented on the package.
