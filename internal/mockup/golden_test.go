@@ -2,6 +2,8 @@ package mockup_test
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -154,5 +156,25 @@ func TestAnswersAreUnchanged(t *testing.T) {
 			}
 		}
 		t.Fatalf("%d lines, want %d", len(gotLines), len(wantLines))
+	}
+}
+
+// TestTooLargeBody: a body over the limit is answered 413, its id made
+// from the part that was read, as before the body was read into a buffer
+// of its announced size.
+func TestTooLargeBody(t *testing.T) {
+	const limit = 32 << 20
+	body := bytes.Repeat([]byte("x"), limit+1)
+	for _, announced := range []int64{limit + 1, -1} {
+		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader(body))
+		r.Header = authFor("")
+		r.ContentLength = announced
+		w := httptest.NewRecorder()
+		mockup.New(mockup.Options{}).ServeHTTP(w, r)
+		sum := sha256.Sum256(body[:limit])
+		if w.Code != http.StatusRequestEntityTooLarge || !strings.Contains(w.Body.String(), "Request body exceeds 33554432 bytes") ||
+			w.Header().Get("x-request-id") != "req_"+hex.EncodeToString(sum[:])[:24] {
+			t.Errorf("announced %d: %d %s %s", announced, w.Code, w.Header(), w.Body)
+		}
 	}
 }

@@ -1,13 +1,13 @@
 package mockup
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -137,7 +137,7 @@ var clientGone = outcome{status: statusClientGone}
 
 func (s *Server) serveModel(w http.ResponseWriter, r *http.Request) {
 	rt, pathModel, known := lookupRoute(r.URL.Path)
-	raw, readErr := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	raw, readErr := readBody(w, r)
 	req := parseRequest(raw)
 	if pathModel != "" {
 		req.model = pathModel
@@ -174,6 +174,15 @@ func (s *Server) serveModel(w http.ResponseWriter, r *http.Request) {
 		out.body = errorBody(rt.shape, out.status, out.message, out.param)
 	}
 	writeObject(w, out.status, out.body)
+}
+
+// readBody reads r's body, at most maxBodyBytes of it, as io.ReadAll
+// does but into one buffer of the size the request announces.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	var buf bytes.Buffer
+	buf.Grow(int(min(max(r.ContentLength, 0), maxBodyBytes)) + bytes.MinRead)
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	return buf.Bytes(), err
 }
 
 // answer decides the outcome, in the order documented on the package.
