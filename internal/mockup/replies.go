@@ -41,7 +41,7 @@ func chatCompletion(req *request) object {
 			"service_tier":       "default",
 		}
 	}
-	reply := "echo: " + p.lastUser
+	reply, replyWords := p.echo()
 	return object{
 		"id":      "chatcmpl-" + req.id(),
 		"object":  "chat.completion",
@@ -53,7 +53,7 @@ func chatCompletion(req *request) object {
 			"logprobs":      nil,
 			"finish_reason": "stop",
 		}},
-		"usage":              openAIUsage(p.tokens, words(reply)),
+		"usage":              openAIUsage(p.tokens, replyWords),
 		"system_fingerprint": "fp_mockup",
 		"service_tier":       "default",
 	}
@@ -174,8 +174,7 @@ func response(req *request) object {
 	case []any:
 		p.addMessages(in)
 	}
-	reply := "echo: " + p.lastUser
-	out := words(reply)
+	reply, out := p.echo()
 	return object{
 		"id":         "resp_" + req.id(),
 		"object":     "response",
@@ -213,7 +212,7 @@ func message(req *request) object {
 	var p prompt
 	p.addText(textOf(req.body["system"]))
 	p.addMessages(req.body["messages"])
-	reply := "echo: " + p.lastUser
+	reply, out := p.echo()
 	return object{
 		"id":            "msg_" + req.id(),
 		"type":          "message",
@@ -225,7 +224,7 @@ func message(req *request) object {
 		"container":     nil,
 		"usage": object{
 			"input_tokens":                p.tokens,
-			"output_tokens":               words(reply),
+			"output_tokens":               out,
 			"cache_creation_input_tokens": 0,
 			"cache_read_input_tokens":     0,
 			"service_tier":                "standard",
@@ -235,17 +234,24 @@ func message(req *request) object {
 
 // prompt accumulates what the usage and the echo need from a conversation.
 type prompt struct {
-	tokens   int
-	lastUser string
+	tokens        int
+	lastUser      string
+	lastUserWords int
 }
+
+// echo is the reply to the conversation, "echo: " and its last user
+// message, and its words: "echo:" and those of the message, which the
+// space after "echo:" keeps apart.
+func (p *prompt) echo() (string, int) { return "echo: " + p.lastUser, 1 + p.lastUserWords }
 
 func (p *prompt) addText(s string) { p.tokens += words(s) }
 
 func (p *prompt) addMessage(role string, content any) {
 	text := textOf(content)
-	p.tokens += words(text) + 1
+	n := words(text)
+	p.tokens += n + 1
 	if role == "user" {
-		p.lastUser = text
+		p.lastUser, p.lastUserWords = text, n
 	}
 }
 

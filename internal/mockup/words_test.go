@@ -22,9 +22,20 @@ func TestWordsCountsAsStringsFields(t *testing.T) {
 		}
 	}
 	for _, s := range wordCases {
-		if got, want := words(s), len(strings.Fields(s)); got != want {
-			t.Errorf("words(%q) = %d, want %d", s, got, want)
-		}
+		checkWords(t, s)
+	}
+}
+
+// checkWords checks words(s) and the reply's count prompt.echo makes of
+// it against strings.Fields.
+func checkWords(t *testing.T, s string) {
+	if got, want := words(s), len(strings.Fields(s)); got != want {
+		t.Errorf("words(%q) = %d, want %d", s, got, want)
+	}
+	p := prompt{}
+	p.addMessage("user", s)
+	if reply, n := p.echo(); n != len(strings.Fields(reply)) {
+		t.Errorf("echo of %q: %d words, strings.Fields %d", s, n, len(strings.Fields(reply)))
 	}
 }
 
@@ -32,11 +43,7 @@ func FuzzWords(f *testing.F) {
 	for _, s := range wordCases {
 		f.Add(s)
 	}
-	f.Fuzz(func(t *testing.T, s string) {
-		if got, want := words(s), len(strings.Fields(s)); got != want {
-			t.Errorf("words(%q) = %d, want %d", s, got, want)
-		}
-	})
+	f.Fuzz(checkWords)
 }
 
 func BenchmarkWords(b *testing.B) {
