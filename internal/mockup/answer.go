@@ -90,6 +90,14 @@ func appendArray[E any](b []byte, a []E) ([]byte, error) {
 	return append(b, ']'), nil
 }
 
+// jsonSafe are the ASCII bytes encoding/json writes as they are.
+var jsonSafe = func() (safe [utf8.RuneSelf]bool) {
+	for c := byte(' '); c < utf8.RuneSelf; c++ {
+		safe[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	return safe
+}()
+
 // appendString appends s quoted as encoding/json quotes a string with its
 // default HTML escaping: <, > and & as \u003c, \u003e, \u0026, other
 // control bytes as \u00XX or their short escape, invalid UTF-8 as \ufffd,
@@ -101,7 +109,7 @@ func appendString(b []byte, s string) []byte {
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if c >= ' ' && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+			if jsonSafe[c] {
 				i++
 				continue
 			}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -54,5 +55,14 @@ func TestWriteObjectAsWriteJSON(t *testing.T) {
 		if got.Code != want.Code || got.Body.String() != want.Body.String() || got.Header().Get("Content-Type") != want.Header().Get("Content-Type") {
 			t.Errorf("writeObject(%v): %d %q, writeJSON: %d %q", v, got.Code, got.Body, want.Code, want.Body)
 		}
+	}
+}
+
+func BenchmarkAppendString(b *testing.B) {
+	s := strings.Repeat("lorem ipsum dolor sit amet ", 150)
+	buf := make([]byte, 0, 8192)
+	b.SetBytes(int64(len(s)))
+	for b.Loop() {
+		buf = appendString(buf[:0], s)
 	}
 }
