@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/relaybatch/relay/internal/backoff"
@@ -137,8 +138,7 @@ var clientGone = outcome{status: statusClientGone}
 
 func (s *Server) serveModel(w http.ResponseWriter, r *http.Request) {
 	rt, pathModel, known := lookupRoute(r.URL.Path)
-	raw, readErr := readBody(w, r)
-	req := parseRequest(raw)
+	req, readErr := readRequest(w, r)
 	if pathModel != "" {
 		req.model = pathModel
 	}
@@ -176,14 +176,26 @@ func (s *Server) serveModel(w http.ResponseWriter, r *http.Request) {
 	writeObject(w, out.status, out.body)
 }
 
-// readBody reads r's body, at most maxBodyBytes of it, as io.ReadAll
-// does but into one buffer of the size the request announces.
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	var buf bytes.Buffer
+// readRequest reads and parses r's body, at most maxBodyBytes of it, as
+// io.ReadAll and parseRequest would, into a buffer of the size the request
+// announces; the buffer is reused, as parseRequest keeps none of it.
+func readRequest(w http.ResponseWriter, r *http.Request) (*request, error) {
+	buf := bodyBuffers.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= maxPooledBody {
+			buf.Reset()
+			bodyBuffers.Put(buf)
+		}
+	}()
 	buf.Grow(int(min(max(r.ContentLength, 0), maxBodyBytes)) + bytes.MinRead)
 	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBodyBytes))
-	return buf.Bytes(), err
+	return parseRequest(buf.Bytes()), err
 }
+
+var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledBody is the largest body buffer kept for the next requests.
+const maxPooledBody = 1 << 20
 
 // answer decides the outcome, in the order documented on the package.
 func (s *Server) answer(r *http.Request, rt route, known bool, req *request, readErr error, opts Options) outcome {
