@@ -40,22 +40,23 @@ type Request struct {
 	Status int       `json:"status"`
 }
 
-// newRecord starts the record of a request that arrived now.
+// newRecord starts the record of a request that arrived now; record
+// finishes it.
 func newRecord(r *http.Request, req *request) Request {
-	key := ""
-	if req.err == nil {
-		k := req.rowKey()
-		key = hex.EncodeToString(k[:8])
-	}
 	lease, _ := strconv.ParseInt(r.Header.Get(HeaderLeaseUntil), 10, 64)
-	return Request{Key: key, Model: req.model, Run: r.Header.Get(HeaderRun), LeaseUntil: lease, Start: time.Now(),
+	return Request{Model: req.model, Run: r.Header.Get(HeaderRun), LeaseUntil: lease, Start: time.Now(),
 		Beta: r.Header.Get("anthropic-beta"), UserProfile: r.Header.Get("anthropic-user-profile-id")}
 }
 
-// record keeps a request that ended with status, if recording is on.
-func (s *Server) record(rec Request, status int, opts Options) {
+// record keeps a request that ended with status, if recording is on. The
+// row's key is made only then: it hashes the whole conversation.
+func (s *Server) record(rec Request, req *request, status int, opts Options) {
 	if !opts.Record {
 		return
+	}
+	if req.err == nil {
+		k := req.rowKey()
+		rec.Key = hex.EncodeToString(k[:8])
 	}
 	rec.End, rec.Status = time.Now(), status
 	s.mu.Lock()

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // object is a JSON object; encoding/json sorts its keys, so the same
@@ -39,7 +41,7 @@ func chatCompletion(req *request) object {
 			"service_tier":       "default",
 		}
 	}
-	reply := "echo: " + p.lastUser
+	reply, replyWords := p.echo()
 	return object{
 		"id":      "chatcmpl-" + req.id(),
 		"object":  "chat.completion",
@@ -51,7 +53,7 @@ func chatCompletion(req *request) object {
 			"logprobs":      nil,
 			"finish_reason": "stop",
 		}},
-		"usage":              openAIUsage(p.tokens, words(reply)),
+		"usage":              openAIUsage(p.tokens, replyWords),
 		"system_fingerprint": "fp_mockup",
 		"service_tier":       "default",
 	}
@@ -172,8 +174,7 @@ func response(req *request) object {
 	case []any:
 		p.addMessages(in)
 	}
-	reply := "echo: " + p.lastUser
-	out := words(reply)
+	reply, out := p.echo()
 	return object{
 		"id":         "resp_" + req.id(),
 		"object":     "response",
@@ -211,7 +212,7 @@ func message(req *request) object {
 	var p prompt
 	p.addText(textOf(req.body["system"]))
 	p.addMessages(req.body["messages"])
-	reply := "echo: " + p.lastUser
+	reply, out := p.echo()
 	return object{
 		"id":            "msg_" + req.id(),
 		"type":          "message",
@@ -223,7 +224,7 @@ func message(req *request) object {
 		"container":     nil,
 		"usage": object{
 			"input_tokens":                p.tokens,
-			"output_tokens":               words(reply),
+			"output_tokens":               out,
 			"cache_creation_input_tokens": 0,
 			"cache_read_input_tokens":     0,
 			"service_tier":                "standard",
@@ -233,17 +234,24 @@ func message(req *request) object {
 
 // prompt accumulates what the usage and the echo need from a conversation.
 type prompt struct {
-	tokens   int
-	lastUser string
+	tokens        int
+	lastUser      string
+	lastUserWords int
 }
+
+// echo is the reply to the conversation, "echo: " and its last user
+// message, and its words: "echo:" and those of the message, which the
+// space after "echo:" keeps apart.
+func (p *prompt) echo() (string, int) { return "echo: " + p.lastUser, 1 + p.lastUserWords }
 
 func (p *prompt) addText(s string) { p.tokens += words(s) }
 
 func (p *prompt) addMessage(role string, content any) {
 	text := textOf(content)
-	p.tokens += words(text) + 1
+	n := words(text)
+	p.tokens += n + 1
 	if role == "user" {
-		p.lastUser = text
+		p.lastUser, p.lastUserWords = text, n
 	}
 }
 
@@ -275,7 +283,27 @@ func textOf(content any) string {
 	return ""
 }
 
-func words(s string) int { return len(strings.Fields(s)) }
+// words is the mock's token count: len(strings.Fields(s)), the runs of
+// runes that are not unicode.IsSpace, counted without building them.
+func words(s string) int {
+	n, inWord := 0, false
+	for i := 0; i < len(s); {
+		space, size := asciiSpace[s[i]], 1
+		if s[i] >= utf8.RuneSelf {
+			var r rune
+			r, size = utf8.DecodeRuneInString(s[i:]) // RuneError on invalid UTF-8, as a range over s
+			space = unicode.IsSpace(r)
+		}
+		if !space && !inWord {
+			n++
+		}
+		inWord, i = !space, i+size
+	}
+	return n
+}
+
+// asciiSpace are the ASCII runes unicode.IsSpace reports, by byte.
+var asciiSpace = [256]bool{'\t': true, '\n': true, '\v': true, '\f': true, '\r': true, ' ': true}
 
 // input is one embedding input or completion prompt.
 type input struct {

@@ -1,17 +1,18 @@
 package mockup
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/relaybatch/relay/internal/backoff"
@@ -92,7 +93,7 @@ type request struct {
 func parseRequest(raw []byte) *request {
 	sum := sha256.Sum256(raw)
 	req := &request{hash: hex.EncodeToString(sum[:])}
-	req.err = json.Unmarshal(raw, &req.body)
+	req.body, req.err = decodeBody(raw)
 	if req.err == nil && req.body == nil {
 		req.err = errors.New("the body is null, not a JSON object")
 	}
@@ -137,8 +138,7 @@ var clientGone = outcome{status: statusClientGone}
 
 func (s *Server) serveModel(w http.ResponseWriter, r *http.Request) {
 	rt, pathModel, known := lookupRoute(r.URL.Path)
-	raw, readErr := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
-	req := parseRequest(raw)
+	req, readErr := readRequest(w, r)
 	if pathModel != "" {
 		req.model = pathModel
 	}
@@ -148,7 +148,7 @@ func (s *Server) serveModel(w http.ResponseWriter, r *http.Request) {
 
 	out := s.answer(r, rt, known, req, readErr, opts)
 	s.answered(out.status, out.key, out.rate.overRequests || out.rate.overTokens)
-	s.record(rec, out.status, opts)
+	s.record(rec, req, out.status, opts)
 	if out.status == statusClientGone {
 		return
 	}
@@ -173,8 +173,29 @@ func (s *Server) serveModel(w http.ResponseWriter, r *http.Request) {
 	if out.body == nil {
 		out.body = errorBody(rt.shape, out.status, out.message, out.param)
 	}
-	writeJSON(w, out.status, out.body)
+	writeObject(w, out.status, out.body)
 }
+
+// readRequest reads and parses r's body, at most maxBodyBytes of it, as
+// io.ReadAll and parseRequest would, into a buffer of the size the request
+// announces; the buffer is reused, as parseRequest keeps none of it.
+func readRequest(w http.ResponseWriter, r *http.Request) (*request, error) {
+	buf := bodyBuffers.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= maxPooledBody {
+			buf.Reset()
+			bodyBuffers.Put(buf)
+		}
+	}()
+	buf.Grow(int(min(max(r.ContentLength, 0), maxBodyBytes)) + bytes.MinRead)
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	return parseRequest(buf.Bytes()), err
+}
+
+var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledBody is the largest body buffer kept for the next requests.
+const maxPooledBody = 1 << 20
 
 // answer decides the outcome, in the order documented on the package.
 func (s *Server) answer(r *http.Request, rt route, known bool, req *request, readErr error, opts Options) outcome {
