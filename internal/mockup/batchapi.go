@@ -378,7 +378,7 @@ func (s *Server) runRow(path string, raw []byte) (status int, body object, reqID
 	s.mu.Unlock()
 	r, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, path, nil)
 	r.Header.Set("Authorization", "Bearer provider-batch") // the batch's own key was checked at create
-	out := s.answer(r, rt, known, req, nil, Options{})
+	out := s.answer(r, rt, known, req, nil, Options{}, time.Now())
 	if out.body == nil {
 		out.body = errorBody(rt.shape, out.status, out.message, out.param)
 	}

@@ -91,7 +91,8 @@
 // x-mock-status header among them), hang, sleep, then the first of status
 // marker, model suffix, fail=N, 429x=N, random rates. A fail=N or 429x=N
 // row counts every request that gets that far, even one that fails for
-// another reason. Latency, sleeps and hangs end when the client gives up;
+// another reason. Latency runs from the request's arrival, so reading and
+// parsing its body take none of it. Latency, sleeps and hangs end when the client gives up;
 // such requests are counted with status 499.
 //
 // Every 429 carries Retry-After in seconds (Options.RetryAfter, default

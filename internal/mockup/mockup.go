@@ -13,7 +13,7 @@ import (
 // Options are the knobs that apply to every request. The zero value is a
 // fast, always successful provider.
 type Options struct {
-	Latency       time.Duration // added to every request
+	Latency       time.Duration // every request's least time from its arrival to its answer
 	ErrorRate     float64       // fraction of requests answered 500 (0..1)
 	RateLimitRate float64       // fraction answered 429 with Retry-After (0..1)
 	RetryAfter    time.Duration // Retry-After on 429s; 0 means 1s

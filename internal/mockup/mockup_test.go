@@ -719,3 +719,37 @@ func TestEveryEndpointAnswered(t *testing.T) {
 		})
 	}
 }
+
+// Latency runs from a request's arrival: a body that takes the whole
+// latency to arrive is answered as soon as it is read, not a latency
+// later, so the mock's own reading and parsing add nothing to it. The
+// margin is the whole latency: the old reading answered a latency after
+// the body's last byte.
+func TestLatencyRunsFromArrival(t *testing.T) {
+	t.Parallel()
+	const latency = 2 * time.Second
+	_, srv := newServer(t, mockup.Options{Latency: latency})
+	body := bodyFor("/v1/chat/completions", "m", "hi")
+	pr, pw := io.Pipe()
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions", pr)
+	req.Header = authFor("/v1/chat/completions")
+	req.ContentLength = int64(len(body))
+	go func() {
+		pw.Write([]byte(body[:1])) // the headers and a first byte: the request has arrived
+		time.Sleep(latency)
+		pw.Write([]byte(body[1:]))
+		pw.Close()
+	}()
+	sent := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("got status %d", resp.StatusCode)
+	}
+	if after := time.Since(sent) - latency; after >= latency {
+		t.Fatalf("answered %v after the body's last byte; want the answer once it is read (latency %v from arrival)", after, latency)
+	}
+}

@@ -137,6 +137,7 @@ func forced(status int, why string) outcome {
 var clientGone = outcome{status: statusClientGone}
 
 func (s *Server) serveModel(w http.ResponseWriter, r *http.Request) {
+	arrived := time.Now()
 	rt, pathModel, known := lookupRoute(r.URL.Path)
 	req, readErr := readRequest(w, r)
 	if pathModel != "" {
@@ -146,7 +147,7 @@ func (s *Server) serveModel(w http.ResponseWriter, r *http.Request) {
 	opts := s.arrive(r.URL.Path, req.model)
 	defer s.leave(req.model)
 
-	out := s.answer(r, rt, known, req, readErr, opts)
+	out := s.answer(r, rt, known, req, readErr, opts, arrived)
 	s.answered(out.status, out.key, out.rate.overRequests || out.rate.overTokens)
 	s.record(rec, req, out.status, opts)
 	if out.status == statusClientGone {
@@ -198,9 +199,11 @@ var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 const maxPooledBody = 1 << 20
 
 // answer decides the outcome, in the order documented on the package.
-func (s *Server) answer(r *http.Request, rt route, known bool, req *request, readErr error, opts Options) outcome {
+// Options.Latency runs from arrived, so reading and parsing the body
+// take none of it.
+func (s *Server) answer(r *http.Request, rt route, known bool, req *request, readErr error, opts Options, arrived time.Time) outcome {
 	ctx := r.Context()
-	if pause(ctx, opts.Latency) != nil {
+	if pause(ctx, opts.Latency-time.Since(arrived)) != nil {
 		return clientGone
 	}
 	switch {
