@@ -10,6 +10,9 @@ DynamoDB backend's operations one at a time, and with that backs up only
 the items a transaction names, not its tables (whose copies made a
 transaction's time grow with the table).
 
+A ranged GetObject reads only its range out of the object (moto reads the
+whole object, then slices it).
+
 The second half (deploy_patches, for `make deploy-emulator` and
 localstack/deploy_test.go) fills the gaps in moto's CloudFormation that stop
 `cdk deploy` of the unmodified template; each patch says what it works
@@ -123,6 +126,68 @@ def _transact_backing_up_items(self, transact_items):
 
 
 DynamoDBBackend.transact_write_items = _transact_backing_up_items
+
+
+# moto answers a ranged GET by reading the whole object out of its buffer
+# (a temporary file past 5 MB) and slicing the range from the copy: each
+# 2 MB chunk an executor reads of a 200 MB input cost a 200 MB read, and
+# the 167 such reads of the large benchmark most of the emulator's CPU,
+# on the cores the service runs on. S3 reads the range alone; so does
+# this: while a GET with one "bytes=first-[last]" range runs, a key's
+# value is a window onto its buffer whose slice reads only the range, and
+# what moto then answers with anything but that slice (it takes such a
+# range whole when it is beyond the object) gets the whole value.
+import re
+import moto.s3.models as _s3_models
+from moto.s3.responses import S3Response
+
+_one_range = re.compile(r"bytes=\d+-\d*")
+_ranged_get = threading.local()
+
+
+class _Window:
+    """A key's bytes as moto's range handling reads them: their length,
+    and a slice read from the key's buffer alone."""
+
+    def __init__(self, key):
+        self.key = key
+
+    def __len__(self):
+        return self.key.size
+
+    def __getitem__(self, s):
+        with self.key.lock:
+            self.key._value_buffer.seek(s.start)
+            return self.key._value_buffer.read(max(s.stop - s.start, 0))
+
+    def whole(self):
+        return _key_value.fget(self.key)
+
+
+_key_value = _s3_models.FakeKey.value
+
+
+def _value(key):
+    return _Window(key) if getattr(_ranged_get, "on", False) else _key_value.fget(key)
+
+
+_s3_models.FakeKey.value = property(_value, _key_value.fset)
+_key_response = S3Response.key_response
+
+
+@functools.wraps(_key_response)
+def _key_response_reading_ranges(self, request, full_url, headers):
+    _ranged_get.on = request.method == "GET" and bool(_one_range.fullmatch(request.headers.get("range") or ""))
+    try:
+        status, response_headers, body = _key_response(self, request, full_url, headers)
+    finally:
+        _ranged_get.on = False
+    if isinstance(body, _Window):
+        body = body.whole()
+    return status, response_headers, body
+
+
+S3Response.key_response = _key_response_reading_ranges
 
 
 MOTO_VERSION = "5.2.1"
