@@ -1,6 +1,7 @@
 package emulator_test
 
 import (
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -14,21 +15,30 @@ import (
 )
 
 func TestStartServesSQS(t *testing.T) {
+	cfg, stop := start(t)
+	if _, err := sqs.NewFromConfig(cfg).ListQueues(t.Context(), &sqs.ListQueuesInput{}); err != nil {
+		t.Errorf("ListQueues: %v", err)
+	}
+	stop()
+	stop() // idempotent, so callers can both defer it and call it
+}
+
+// start starts the emulator (or finds the one AWS_ENDPOINT_URL names)
+// for a test that needs it, and returns a config for it and its stop,
+// which the test's end calls too.
+func start(t *testing.T) (aws.Config, func()) {
+	t.Helper()
 	emutest.Require(t)
 	endpoint, stop, err := emulator.Start(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer stop()
+	t.Cleanup(stop)
 	cfg, err := emulator.Config(t.Context(), endpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sqs.NewFromConfig(cfg).ListQueues(t.Context(), &sqs.ListQueuesInput{}); err != nil {
-		t.Errorf("ListQueues on %s: %v", endpoint, err)
-	}
-	stop()
-	stop() // idempotent, so callers can both defer it and call it
+	return cfg, stop
 }
 
 func TestStartUsesAWSEndpointURL(t *testing.T) {

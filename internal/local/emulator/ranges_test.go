@@ -11,9 +11,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
-
-	"github.com/relaybatch/relay/internal/local/emulator"
-	"github.com/relaybatch/relay/internal/local/emulator/emutest"
 )
 
 // A ranged GetObject answers as S3 does, whether moto_server.py reads the
@@ -22,16 +19,7 @@ import (
 // and the whole object for a range it cannot take. The object is past
 // moto's 5 MB in-memory buffer, so it lives in a temporary file.
 func TestRangedGetObject(t *testing.T) {
-	emutest.Require(t)
-	endpoint, stop, err := emulator.Start(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	cfg, err := emulator.Config(t.Context(), endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, _ := start(t)
 	c := s3.NewFromConfig(cfg, func(o *s3.Options) { o.UsePathStyle = true })
 	bucket := fmt.Sprintf("ranges-%d", rand.Int64())
 	if _, err := c.CreateBucket(t.Context(), &s3.CreateBucketInput{Bucket: aws.String(bucket)}); err != nil {
@@ -70,7 +58,7 @@ func TestRangedGetObject(t *testing.T) {
 				tt.rng, len(got), bytes.Equal(got, tt.want), aws.ToString(out.ContentRange), err, len(tt.want), tt.contentRange)
 		}
 	}
-	_, err = c.GetObject(t.Context(), &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String("o"), Range: aws.String(fmt.Sprintf("bytes=%d-", n))})
+	_, err := c.GetObject(t.Context(), &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String("o"), Range: aws.String(fmt.Sprintf("bytes=%d-", n))})
 	if apiErr, ok := errors.AsType[smithy.APIError](err); !ok || apiErr.ErrorCode() != "InvalidRange" {
 		t.Errorf("a range past the end: %v, want InvalidRange", err)
 	}
