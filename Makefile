@@ -108,10 +108,11 @@ test-all: test-go fuzz-short lint-synthesized
 test-go:
 	go test -count=1 -timeout 20m -parallel 4 -tags '$(TEST_TAGS)' $(GO_PACKAGES)
 
-## unit: the fast tests (on two shared cores: 60-75 s from a fresh clone
-## whose modules are built, 32-34 s once built; 116-145 and 61-64 s of
-## CPU, where it took 137 and 73 before the seven functions' init tests
-## became one test binary and the SDK tests a tag; README "Tests"):
+## unit: the fast tests (on two cores otherwise idle: 53-55 s from a
+## fresh clone whose modules are built, 28 s once built; 103-107 and 54 s
+## of CPU, where it took 137 and 73 before the seven functions' init tests
+## became one test binary, the SDK tests a tag and the per-variable init
+## checks in-process; README "Tests"):
 ## go test -short, which skips every test that needs the emulator
 ## (emutest), without the tagged kinds (sdk too): Go alone, no emulator,
 ## no AWS_ENDPOINT_URL, no Chromium or Node.js. Four parallel tests a
