@@ -654,6 +654,7 @@ type largeFigures struct {
 	times       batchTimes
 	c           counts
 	last        lastRound
+	idle        slotPhases
 }
 
 // runLarge writes the rows to a file, uploads it with the Uploads API in
@@ -671,8 +672,10 @@ func runLarge(t *testing.T, rows int) largeFigures {
 	m.api.heap = nil // the polls below are not what the api holds at its peak
 	t.Logf("large: uploaded %d bytes in %d parts in %.1f s", size, parts, f.upload.Seconds())
 	created := time.Now()
+	use := startSlotUse(func() int64 { return m.Mock.InFlight("big-256") }, largeCap, created)
 	b := createBatch(t, c, fileID)
 	f.times = watch(t, c, b.ID, created, 100*time.Millisecond, time.Second, created.Add(largeLimit))
+	f.idle = use.stop(f.times.terminal)
 	f.c = end("big-256")
 	f.last = lastRoundOf(t, m.benchRuntime, b.ID, largeCap)
 	t.Logf("large: last round: %s", f.last)
@@ -767,6 +770,7 @@ func (f largeFigures) figures() []figure {
 		{"Create → first row's result", fmt.Sprintf("%.1f s", f.times.firstResult.Seconds()), "", true},
 		{"Wall time (create → completed) ÷ physical limit", fmt.Sprintf("%.2f× (%.1f s ÷ %.1f s)", ratio, wall.Seconds(), f.limit().Seconds()),
 			fmt.Sprintf("≤ %.2f×", barLargeRatio), f.times.finished && ratio <= barLargeRatio},
+		{fmt.Sprintf("Idle capacity by phase (seconds of all %d slots)", largeCap), f.idle.String(), "", true},
 		{"Last round (the batch's last chunk on each lane)", f.last.String(), "", true},
 		{"Peak in-flight requests at the mock", fmt.Sprint(f.c.mockPeak), fmt.Sprintf("≤ %d", largeCap), f.c.mockPeak <= largeCap},
 		{"AWS requests per 1,000 rows (functions; api apart)", fmt.Sprintf("%.1f (api and tick %.1f)",

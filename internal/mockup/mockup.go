@@ -161,6 +161,13 @@ func (s *Server) Stats() Stats {
 	}
 }
 
+// InFlight is how many requests of model are being served now.
+func (s *Server) InFlight(model string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inFlight[model]
+}
+
 // Reset zeroes the stats and the fail=N/429x=N counters and re-seeds the
 // RNG, so one server can serve several independent runs.
 func (s *Server) Reset() {
