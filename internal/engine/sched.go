@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
@@ -116,8 +115,15 @@ func (e *Engine) startCounting(ctx context.Context, model string) (int, error) {
 	for _, n := range free {
 		inFlight -= n
 	}
-	send, sent := e.sendAsClaimed(ctx, model)
-	defer sent()
+	var msgs []any
+	defer func() {
+		if len(msgs) > 0 {
+			// A claim whose message is lost is re-sent when its lease ends.
+			if err := e.Queue.SendBatch(ctx, resources.Work, msgs, 0); err != nil {
+				e.Log.WarnContext(ctx, "send claimed chunks", "model", model, "err", err)
+			}
+		}
+	}()
 	for shard, races := 0, 0; shard < len(quotas) && races < maxPicks; {
 		if free[shard] <= 0 {
 			shard++
@@ -140,50 +146,10 @@ func (e *Engine) startCounting(ctx context.Context, model string) (int, error) {
 			return inFlight, err
 		default:
 			free[shard] -= c.Slots
-			send(msg.ForChunk(c.Next()))
+			msgs = append(msgs, msg.ForChunk(c.Next()))
 		}
 	}
 	return inFlight, nil
-}
-
-// sendAsClaimed returns send, which has a claimed chunk's work message sent
-// at once, beside the claims after it (each is a round trip of the table:
-// a start of eight lanes would hold the first lane's work for the other
-// seven), and sent, which waits for every message. The messages go in
-// claim order; those claimed while a send is in flight go together in the
-// next. A claim whose message is lost is re-sent when its lease ends.
-func (e *Engine) sendAsClaimed(ctx context.Context, model string) (send func(m msg.Message), sent func()) {
-	var (
-		mu      sync.Mutex
-		pending []any
-		busy    bool
-		wg      sync.WaitGroup
-	)
-	flush := func() {
-		for {
-			mu.Lock()
-			ms := pending
-			pending, busy = nil, len(ms) > 0
-			mu.Unlock()
-			if len(ms) == 0 {
-				return
-			}
-			if err := e.Queue.SendBatch(ctx, resources.Work, ms, 0); err != nil {
-				e.Log.WarnContext(ctx, "send claimed chunks", "model", model, "n", len(ms), "err", err)
-			}
-		}
-	}
-	send = func(m msg.Message) {
-		mu.Lock()
-		pending = append(pending, m)
-		idle := !busy
-		busy = true
-		mu.Unlock()
-		if idle {
-			wg.Go(flush)
-		}
-	}
-	return send, wg.Wait
 }
 
 // drain claims every unclaimed chunk of a cancelled or expired batch
