@@ -191,7 +191,7 @@ func TestSchedCostIndependentOfActiveBatches(t *testing.T) {
 	if err := st.PutReady(ctx, entry); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.ClaimFromPool(ctx, sched.Claim{Entry: entry, After: -1, Run: "holder", Slots: quota, Lease: time.Now().Add(time.Hour)}, quota); err != nil {
+	if err := st.ClaimFromPool(ctx, quota, sched.Claim{Entry: entry, After: -1, Run: "holder", Slots: quota, Lease: time.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -327,7 +327,7 @@ func TestSchedReadyEntryNotSteppedBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	claim := sched.Claim{Entry: first, After: 1, Run: "run0", Slots: 1, Lease: time.Now().Add(time.Minute)}
-	if err := st.ClaimFromPool(ctx, claim, 8); err != nil {
+	if err := st.ClaimFromPool(ctx, 8, claim); err != nil {
 		t.Fatal(err)
 	}
 	moved, ok, err := st.ReadyHead(ctx, "solo-model")

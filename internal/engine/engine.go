@@ -46,7 +46,8 @@ type Store interface {
 	PutReady(ctx context.Context, r sched.Ready) error
 	JoinSeq(ctx context.Context, model string, priority int) (int64, error)
 	FreeSlots(ctx context.Context, model string, quotas []int) ([]int, error)
-	ClaimFromPool(ctx context.Context, c sched.Claim, quota int) error
+	ReadyHeads(ctx context.Context, model string, n int) ([]sched.Ready, bool, error)
+	ClaimFromPool(ctx context.Context, quota int, cs ...sched.Claim) error
 	ClaimAlone(ctx context.Context, c batch.Chunk, run string, lease time.Time) error
 	SetChunkSlots(ctx context.Context, c batch.Chunk, to, quota int) error
 	ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]batch.Chunk, error)

@@ -97,7 +97,7 @@ func TestFallbackRowsRunAsAChunkOfTheFallback(t *testing.T) {
 	}
 
 	// y's capacity claims it.
-	if err := table.ClaimFromPool(ctx, sched.Claim{Entry: head, After: -1, Run: "run-y", Slots: 1, Lease: time.Now().Add(time.Hour)}, 2); err != nil {
+	if err := table.ClaimFromPool(ctx, 2, sched.Claim{Entry: head, After: -1, Run: "run-y", Slots: 1, Lease: time.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	fb = table.chunkAt(1)

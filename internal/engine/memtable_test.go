@@ -381,20 +381,49 @@ func (m *memTable) claim(c sched.Claim) {
 	}
 }
 
-// ClaimFromPool: ErrNoCapacity when the shard has no room for the claim's
-// slots, ErrRaced when its chunk or entry was taken.
-func (m *memTable) ClaimFromPool(_ context.Context, c sched.Claim, quota int) error {
+// ClaimFromPool: ErrNoCapacity when the shard has no room for the claims'
+// slots, ErrRaced when a chunk is not pending or an entry they take is
+// gone (sched.Moves); all or none.
+func (m *memTable) ClaimFromPool(_ context.Context, quota int, cs ...sched.Claim) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if c.Slots > 0 && !m.roomFor(c.Entry.Model, c.Shard, c.Slots, quota) {
+	slots := 0
+	for _, c := range cs {
+		slots += c.Slots
+	}
+	if slots > 0 && !m.roomFor(cs[0].Entry.Model, cs[0].Shard, slots, quota) {
 		return store.ErrNoCapacity
 	}
-	if !m.claimable(c) {
-		return store.ErrRaced
+	taken, _ := sched.Moves(cs)
+	for _, r := range taken {
+		if _, listed := m.ready[r.Model][r.SK()]; !listed {
+			return store.ErrRaced
+		}
 	}
-	m.addInflight(c.Entry.Model, c.Shard, c.Slots)
-	m.claim(c)
+	for _, c := range cs {
+		if ch, ok := m.stored(c.Entry.Batch, c.Entry.Next); !ok || ch.State != batch.ChunkPending {
+			return store.ErrRaced
+		}
+	}
+	m.addInflight(cs[0].Entry.Model, cs[0].Shard, slots)
+	for _, c := range cs {
+		m.claim(c)
+	}
 	return nil
+}
+
+// ReadyHeads is model's first n entries, and whether they are all.
+func (m *memTable) ReadyHeads(_ context.Context, model string, n int) ([]sched.Ready, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var rs []sched.Ready
+	for _, sk := range slices.Sorted(maps.Keys(m.ready[model])) {
+		if len(rs) == n {
+			return rs, false, nil
+		}
+		rs = append(rs, m.ready[model][sk])
+	}
+	return rs, true, nil
 }
 
 // ClaimAlone claims a pending chunk with no slots; ErrRaced otherwise.

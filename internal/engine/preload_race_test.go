@@ -25,7 +25,7 @@ func (f *claimedMeanwhile) CommitChunk(ctx context.Context, tenant string, cm sc
 		f.once.Do(func() {
 			r := f.entries("x")[0]
 			after := r.Next + 1
-			if err := f.ClaimFromPool(ctx, sched.Claim{Entry: r, After: after, Run: "other", Slots: 2, Lease: time.Now().Add(time.Hour)}, 100); err != nil {
+			if err := f.ClaimFromPool(ctx, 100, sched.Claim{Entry: r, After: after, Run: "other", Slots: 2, Lease: time.Now().Add(time.Hour)}); err != nil {
 				panic(err)
 			}
 		})

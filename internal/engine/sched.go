@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
@@ -124,32 +126,96 @@ func (e *Engine) startCounting(ctx context.Context, model string) (int, error) {
 			}
 		}
 	}()
+	lease, ahead := e.Now().Add(e.lease()), resources.WorkBatch
 	for shard, races := 0, 0; shard < len(quotas) && races < maxPicks; {
 		if free[shard] <= 0 {
 			shard++
 			continue
 		}
-		c, err := pick(ctx, e.Store, model, min(slots, free[shard]), shard, e.Now().Add(e.lease()), nil)
-		if err != nil || c == nil {
+		n := min(ahead, (free[shard]+slots-1)/slots)
+		cs, err := e.claimsAhead(ctx, model, n, slots, free[shard], shard, lease)
+		if err != nil || len(cs) == 0 {
 			return inFlight, err
 		}
-		switch err := e.Store.ClaimFromPool(ctx, *c, quotas[shard]); {
+		switch err := e.Store.ClaimFromPool(ctx, quotas[shard], cs...); {
 		case errors.Is(err, store.ErrNoCapacity):
 			free[shard] = 0 // taken by others meanwhile
 			races++
 		case errors.Is(err, store.ErrRaced):
 			races++
-			if err := raced(ctx, e.Store, c); err != nil {
+			if len(cs) > 1 {
+				ahead = 1 // one at a time from here, as pick drops what is stale
+				continue
+			}
+			if err := raced(ctx, e.Store, &cs[0]); err != nil {
 				return inFlight, err
 			}
 		case err != nil:
 			return inFlight, err
 		default:
-			free[shard] -= c.Slots
-			msgs = append(msgs, msg.ForChunk(c.Next()))
+			for _, c := range cs {
+				free[shard] -= c.Slots
+				msgs = append(msgs, msg.ForChunk(c.Next()))
+			}
 		}
 	}
 	return inFlight, nil
+}
+
+// claimsAhead plans up to n claims of model's chunks on shard, slots
+// each out of free, in the order claims made one at a time by pick would
+// take them, from one read of the first n entries of its ready index: an
+// entry stepped past its claimed chunk takes its turn again while it comes
+// before every entry not read. The plan stops at an entry whose chunk is
+// not open; when that is the first, pick takes the claim (dropping what is
+// stale). ClaimFromPool then makes them in one round trip.
+func (e *Engine) claimsAhead(ctx context.Context, model string, n, slots, free, shard int, lease time.Time) ([]sched.Claim, error) {
+	if n <= 1 {
+		c, err := pick(ctx, e.Store, model, min(slots, free), shard, lease, nil)
+		if err != nil || c == nil {
+			return nil, err
+		}
+		return []sched.Claim{*c}, nil
+	}
+	heads, all, err := e.Store.ReadyHeads(ctx, model, n)
+	if err != nil || len(heads) == 0 {
+		return nil, err
+	}
+	last, read := heads[len(heads)-1].SK(), map[string]bool{}
+	for _, r := range heads {
+		read[r.SK()] = true
+	}
+	var cs []sched.Claim
+	for len(cs) < n && free > 0 && len(heads) > 0 {
+		r := heads[0]
+		after, open, err := following(ctx, e.Store, r, nil)
+		if err != nil {
+			return nil, err
+		}
+		if !open {
+			break
+		}
+		c := sched.Claim{Entry: r, After: after, Run: newRun(), Slots: min(slots, free), Shard: shard, Lease: lease}
+		next, stepped := c.Stepped()
+		if stepped && read[next.SK()] {
+			// An entry read holds the key it steps to (a plan's duplicate):
+			// a claim alone writes over it, one write of several cannot.
+			if len(cs) == 0 {
+				cs = append(cs, c)
+			}
+			break
+		}
+		cs, free, heads = append(cs, c), free-c.Slots, heads[1:]
+		if !stepped || (!all && next.SK() > last) {
+			continue // gone, or behind entries not read
+		}
+		i, _ := slices.BinarySearchFunc(heads, next.SK(), func(h sched.Ready, sk string) int { return strings.Compare(h.SK(), sk) })
+		heads = slices.Insert(heads, i, next)
+	}
+	if len(cs) == 0 {
+		return e.claimsAhead(ctx, model, 1, slots, free, shard, lease)
+	}
+	return cs, nil
 }
 
 // drain claims every unclaimed chunk of a cancelled or expired batch

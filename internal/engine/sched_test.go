@@ -178,17 +178,17 @@ type fullShards struct {
 	full map[int]int
 }
 
-func (f *fullShards) ClaimFromPool(ctx context.Context, c sched.Claim, quota int) error {
+func (f *fullShards) ClaimFromPool(ctx context.Context, quota int, cs ...sched.Claim) error {
 	f.mu.Lock()
-	full := f.full[c.Shard] > 0
+	full := f.full[cs[0].Shard] > 0
 	if full {
-		f.full[c.Shard]--
+		f.full[cs[0].Shard]--
 	}
 	f.mu.Unlock()
 	if full {
 		return store.ErrNoCapacity
 	}
-	return f.schedTable.ClaimFromPool(ctx, c, quota)
+	return f.schedTable.ClaimFromPool(ctx, quota, cs...)
 }
 
 // claimsOf names the claims sent: batch/chunk:slots@shard, in order, from
@@ -470,5 +470,85 @@ func TestStartSendsItsClaimsTogether(t *testing.T) {
 	}
 	if len(q.sent) != 8 || q.batches != 1 {
 		t.Fatalf("%d work messages in %d sends, want 8 in one", len(q.sent), q.batches)
+	}
+}
+
+// countingClaims is a schedTable counting its claim writes and ready
+// index reads; before its first write of several claims, another claimer
+// takes the first of them when raceFirst is set.
+type countingClaims struct {
+	*schedTable
+	mu        sync.Mutex
+	writes    []int // claims per write
+	reads     int
+	raceFirst bool
+	raced     bool
+}
+
+func (f *countingClaims) ClaimFromPool(ctx context.Context, quota int, cs ...sched.Claim) error {
+	f.mu.Lock()
+	f.writes = append(f.writes, len(cs))
+	race := f.raceFirst && !f.raced && len(cs) > 1
+	f.raced = f.raced || race
+	f.mu.Unlock()
+	if race {
+		other := cs[0]
+		other.Run, other.Slots = "other", 0
+		if err := f.schedTable.ClaimFromPool(ctx, quota, other); err != nil {
+			return err
+		}
+	}
+	return f.schedTable.ClaimFromPool(ctx, quota, cs...)
+}
+
+func (f *countingClaims) ReadyHead(ctx context.Context, model string) (sched.Ready, bool, error) {
+	f.mu.Lock()
+	f.reads++
+	f.mu.Unlock()
+	return f.schedTable.ReadyHead(ctx, model)
+}
+
+func (f *countingClaims) ReadyHeads(ctx context.Context, model string, n int) ([]sched.Ready, bool, error) {
+	f.mu.Lock()
+	f.reads++
+	f.mu.Unlock()
+	return f.schedTable.ReadyHeads(ctx, model, n)
+}
+
+// A start fills a model's free capacity in one read of its ready index
+// and one write (ClaimFromPool of every claim), in the order claims one
+// at a time would take; when another claimer moved the index meanwhile, it
+// goes on one claim at a time and still fills the capacity.
+func TestStartClaimsInOneWrite(t *testing.T) {
+	t.Parallel()
+	models, err := config.ParseModels([]byte("models:\n  - {name: m, provider: openai, base_url: http://x/v1, api_key_env: K, max_concurrency: 256}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := []sched.Ready{{Model: "m", Tenant: "t", Batch: "a", Total: 10}, {Model: "m", Tenant: "t", Batch: "b", Total: 2}}
+	for _, race := range []bool{false, true} {
+		f := &countingClaims{schedTable: newSchedTable(entries), raceFirst: race}
+		q := &batchCounter{}
+		e := testEngine(&Engine{Store: f, Queue: q, Models: models, Log: slog.New(slog.DiscardHandler)})
+		if err := e.start(context.Background(), "m"); err != nil {
+			t.Fatal(err)
+		}
+		got := claimsOf(t, f.memTable, q.sent)
+		want := []string{"a/0:32@0", "b/0:32@0", "a/1:32@0", "b/1:32@0", "a/2:32@0", "a/3:32@0", "a/4:32@0", "a/5:32@0"}
+		if !race {
+			if !slices.Equal(got, want) || !slices.Equal(f.writes, []int{8}) || f.reads != 1 || q.batches != 1 {
+				t.Fatalf("claims %v in writes %v after %d reads, %d sends; want %v in one write after one read, one send", got, f.writes, f.reads, q.batches, want)
+			}
+			continue
+		}
+		// a/0 went to the other claimer: the start's claims are the rest,
+		// one at a time, up to the capacity.
+		want = []string{"b/0:32@0", "a/1:32@0", "b/1:32@0", "a/2:32@0", "a/3:32@0", "a/4:32@0", "a/5:32@0", "a/6:32@0"}
+		if !slices.Equal(got, want) || len(f.writes) != 9 || f.writes[0] != 8 || q.batches != 1 {
+			t.Fatalf("after a race: claims %v in writes %v, %d sends; want %v, the first write of 8 and then one at a time", got, f.writes, q.batches, want)
+		}
+		if c := f.chunk("a", 0); c.Run != "other" {
+			t.Fatalf("chunk a/0 %+v, want the other claimer's", c)
+		}
 	}
 }

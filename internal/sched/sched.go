@@ -89,6 +89,46 @@ func (c Claim) Next() batch.Next {
 	return batch.Next{Tenant: c.Entry.Tenant, Batch: c.Entry.Batch, Chunk: c.Entry.Next, Run: c.Run, Attempt: 1}
 }
 
+// Stepped is the claim's entry moved on past its chunk, one turn later;
+// false when the claim takes the entry's last chunk (the entry goes).
+func (c Claim) Stepped() (Ready, bool) {
+	if c.After < 0 {
+		return Ready{}, false
+	}
+	next := c.Entry
+	next.Next, next.Seq = c.After, c.Entry.Seq+1
+	return next, true
+}
+
+// Moves is what claims cs, made one after another in one write, do to
+// their model's ready index: the entries they take out of it, each as it
+// was before the first claim of it, and those they leave in it, each
+// stepped past the last claim of it. A claim of an entry an earlier claim
+// stepped is a claim of that same entry.
+func Moves(cs []Claim) (taken, left []Ready) {
+	origin := map[string]int{} // an entry's key now → its index in taken
+	last := map[int]Ready{}    // index in taken → the entry left, if any
+	for _, c := range cs {
+		i, ok := origin[c.Entry.SK()]
+		if ok {
+			delete(origin, c.Entry.SK())
+		} else {
+			i = len(taken)
+			taken = append(taken, c.Entry)
+		}
+		delete(last, i)
+		if next, ok := c.Stepped(); ok {
+			origin[next.SK()], last[i] = i, next
+		}
+	}
+	for i := range taken {
+		if r, ok := last[i]; ok {
+			left = append(left, r)
+		}
+	}
+	return taken, left
+}
+
 // Commit is what a finished chunk adds to its batch, and where its slots go.
 type Commit struct {
 	Chunk       batch.Chunk // with Run, Attempt, Pattern, OutBytes, ErrBytes set

@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -52,6 +53,43 @@ func TestReadyPrefix(t *testing.T) {
 			if got := strings.HasPrefix(sk, ReadyPrefix(p)); got != (p == q) {
 				t.Errorf("entry of priority %d (%s) under prefix of %d: %v", q, sk, p, got)
 			}
+		}
+	}
+}
+
+func TestMoves(t *testing.T) {
+	a := Ready{Model: "m", Batch: "a", Total: 3}
+	b := Ready{Model: "m", Batch: "b", Seq: 4, Next: 2, Total: 3}
+	claim := func(r Ready) Claim {
+		after := r.Next + 1
+		if after >= r.Total {
+			after = -1
+		}
+		return Claim{Entry: r, After: after}
+	}
+	step := func(r Ready) Ready {
+		n, ok := claim(r).Stepped()
+		if !ok {
+			t.Fatalf("%+v has no next step", r)
+		}
+		return n
+	}
+	a1, a2 := step(a), step(step(a))
+	tests := []struct {
+		name        string
+		cs          []Claim
+		taken, left []Ready
+	}{
+		{"one claim steps its entry", []Claim{claim(a)}, []Ready{a}, []Ready{a1}},
+		{"the last chunk's claim leaves nothing", []Claim{claim(b)}, []Ready{b}, nil},
+		{"claims of one entry take it once and leave its last step", []Claim{claim(a), claim(a1)}, []Ready{a}, []Ready{a2}},
+		{"every chunk of an entry", []Claim{claim(a), claim(a1), claim(a2)}, []Ready{a}, nil},
+		{"entries taking turns", []Claim{claim(a), claim(b), claim(a1)}, []Ready{a, b}, []Ready{a2}},
+	}
+	for _, tt := range tests {
+		taken, left := Moves(tt.cs)
+		if !reflect.DeepEqual(taken, tt.taken) || !reflect.DeepEqual(left, tt.left) {
+			t.Errorf("%s: taken %+v left %+v, want %+v and %+v", tt.name, taken, left, tt.taken, tt.left)
 		}
 	}
 }

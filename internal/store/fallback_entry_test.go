@@ -60,7 +60,7 @@ func TestSchedFallbackEntryKeepsItsKey(t *testing.T) {
 		if !ok {
 			break
 		}
-		if err := s.ClaimFromPool(s.ctx, claimOf(r, "run-m", 1, lease), 8); err != nil {
+		if err := s.ClaimFromPool(s.ctx, 8, claimOf(r, "run-m", 1, lease)); err != nil {
 			t.Fatalf("claim %+v: %v", r, err)
 		}
 		claimed[r.Next] = true

@@ -513,7 +513,7 @@ func TestPoolClaimItems(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			tx := s.poolClaimItems(tt.c, tt.quota)
+			tx := s.poolClaimItems([]sched.Claim{tt.c}, tt.quota).items
 			if got := txKeys(tx); !slices.Equal(got, tt.want) {
 				t.Fatalf("items:\n%q\nwant\n%q", got, tt.want)
 			}

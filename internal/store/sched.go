@@ -73,24 +73,31 @@ func readyPK(model string) string { return "READY#" + model }
 
 // ReadyHead returns the entry of model owed the next chunk.
 func (s *Store) ReadyHead(ctx context.Context, model string) (sched.Ready, bool, error) {
+	rs, _, err := s.ReadyHeads(ctx, model, 1)
+	if err != nil || len(rs) == 0 {
+		return sched.Ready{}, false, err
+	}
+	return rs[0], true, nil
+}
+
+// ReadyHeads returns the first n entries of model's ready index, in order,
+// and whether they are all it holds.
+func (s *Store) ReadyHeads(ctx context.Context, model string, n int) ([]sched.Ready, bool, error) {
 	out, err := s.DB.Query(ctx, &dynamodb.QueryInput{
 		TableName:                 &s.Table,
 		KeyConditionExpression:    aws.String("pk = :pk"),
 		ExpressionAttributeValues: item{":pk": avS(readyPK(model))},
 		ConsistentRead:            aws.Bool(true),
-		Limit:                     aws.Int32(1),
+		Limit:                     aws.Int32(int32(n)),
 	})
 	if err != nil {
-		return sched.Ready{}, false, fmt.Errorf("ready head of %s: %w", model, err)
+		return nil, false, fmt.Errorf("ready head of %s: %w", model, err)
 	}
-	if len(out.Items) == 0 {
-		return sched.Ready{}, false, nil
+	var rs []sched.Ready
+	if err := attributevalue.UnmarshalListOfMaps(out.Items, &rs); err != nil {
+		return nil, false, fmt.Errorf("ready head of %s: %w", model, err)
 	}
-	var r sched.Ready
-	if err := attributevalue.UnmarshalMap(out.Items[0], &r); err != nil {
-		return sched.Ready{}, false, fmt.Errorf("ready head of %s: %w", model, err)
-	}
-	return r, true, nil
+	return rs, len(out.LastEvaluatedKey) == 0, nil
 }
 
 // JoinSeq is the sequence a new entry of priority joins model's ready
@@ -202,66 +209,102 @@ func leaseAttrs(batchID string, chunk int, lease time.Time) (pk, sk types.Attrib
 
 // claimItems are a claim's writes: the chunk, and the ready entry moved on.
 func (s *Store) claimItems(c sched.Claim) []types.TransactWriteItem {
-	lpk, lsk := leaseAttrs(c.Entry.Batch, c.Entry.Next, c.Lease)
-	items := []types.TransactWriteItem{
-		{Update: &types.Update{
-			TableName: &s.Table,
-			Key:       key(chunksPK(c.Entry.Batch), chunkSK(c.Entry.Next)),
-			UpdateExpression: aws.String("SET #st = :claimed, #run = :run, lease = :lease, slots = :slots, #shard = :shard, " +
-				"gsi3pk = :lpk, gsi3sk = :lsk ADD attempts :one"),
-			ConditionExpression:      aws.String("#st = :pending"),
-			ExpressionAttributeNames: map[string]string{"#st": "state", "#run": "run", "#shard": "shard"},
-			ExpressionAttributeValues: item{":claimed": avS(string(batch.ChunkClaimed)), ":pending": avS(string(batch.ChunkPending)),
-				":run": avS(c.Run), ":lease": avN64(c.Lease.UnixMilli()), ":slots": avN(c.Slots), ":shard": avN(c.Shard),
-				":lpk": lpk, ":lsk": lsk, ":one": avN(1)},
-		}},
-		{Delete: &types.Delete{
-			TableName: &s.Table, Key: key(readyPK(c.Entry.Model), c.Entry.SK()),
-			ConditionExpression: aws.String("attribute_exists(pk)"),
-		}},
-	}
-	if c.Exec != "" {
-		u := items[0].Update
-		u.UpdateExpression = aws.String(strings.Replace(*u.UpdateExpression, " ADD ", ", #exec = :exec, exec_until = :lease ADD ", 1))
-		u.ExpressionAttributeNames["#exec"], u.ExpressionAttributeValues[":exec"] = "exec", avS(c.Exec)
-	}
-	if c.After >= 0 {
-		next := c.Entry
-		next.Next, next.Seq = c.After, c.Entry.Seq+1
-		items = append(items, types.TransactWriteItem{Put: &types.Put{TableName: &s.Table, Item: readyItem(next)}})
+	items := []types.TransactWriteItem{s.chunkClaimItem(c), s.takeEntryItem(c.Entry)}
+	if next, ok := c.Stepped(); ok {
+		items = append(items, s.putEntryItem(next))
 	}
 	return items
 }
 
-// poolClaimItems are ClaimFromPool's writes: the slots taken from the
-// capacity shard (first, when there are any: ClaimFromPool tells a full
-// shard by its index), then the claim's.
-func (s *Store) poolClaimItems(c sched.Claim, quota int) []types.TransactWriteItem {
-	items := []types.TransactWriteItem{{Update: &types.Update{
-		TableName: &s.Table, Key: capShardKey(c.Entry.Model, c.Shard),
-		UpdateExpression:          aws.String("ADD inflight :n"),
-		ConditionExpression:       aws.String("attribute_not_exists(inflight) OR inflight <= :room"),
-		ExpressionAttributeValues: item{":n": avN(c.Slots), ":room": avN(quota - c.Slots)},
-	}}}
-	if c.Slots == 0 {
-		items = nil
+// chunkClaimItem is the claim of c's chunk, which must be pending.
+func (s *Store) chunkClaimItem(c sched.Claim) types.TransactWriteItem {
+	lpk, lsk := leaseAttrs(c.Entry.Batch, c.Entry.Next, c.Lease)
+	u := &types.Update{
+		TableName: &s.Table,
+		Key:       key(chunksPK(c.Entry.Batch), chunkSK(c.Entry.Next)),
+		UpdateExpression: aws.String("SET #st = :claimed, #run = :run, lease = :lease, slots = :slots, #shard = :shard, " +
+			"gsi3pk = :lpk, gsi3sk = :lsk ADD attempts :one"),
+		ConditionExpression:      aws.String("#st = :pending"),
+		ExpressionAttributeNames: map[string]string{"#st": "state", "#run": "run", "#shard": "shard"},
+		ExpressionAttributeValues: item{":claimed": avS(string(batch.ChunkClaimed)), ":pending": avS(string(batch.ChunkPending)),
+			":run": avS(c.Run), ":lease": avN64(c.Lease.UnixMilli()), ":slots": avN(c.Slots), ":shard": avN(c.Shard),
+			":lpk": lpk, ":lsk": lsk, ":one": avN(1)},
 	}
-	return append(items, s.claimItems(c)...)
+	if c.Exec != "" {
+		u.UpdateExpression = aws.String(strings.Replace(*u.UpdateExpression, " ADD ", ", #exec = :exec, exec_until = :lease ADD ", 1))
+		u.ExpressionAttributeNames["#exec"], u.ExpressionAttributeValues[":exec"] = "exec", avS(c.Exec)
+	}
+	return types.TransactWriteItem{Update: u}
 }
 
-// ClaimFromPool claims a chunk with slots taken from a capacity shard of
-// quota slots: ErrNoCapacity when the shard is full, ErrRaced when the
-// entry moved meanwhile.
-func (s *Store) ClaimFromPool(ctx context.Context, c sched.Claim, quota int) error {
-	err := s.transact(ctx, "", s.poolClaimItems(c, quota))
-	if failed, ok := conditionFailed(err); ok {
-		if c.Slots > 0 && failed == 0 {
-			return ErrNoCapacity
+// takeEntryItem deletes ready entry r, which must be there.
+func (s *Store) takeEntryItem(r sched.Ready) types.TransactWriteItem {
+	return types.TransactWriteItem{Delete: &types.Delete{
+		TableName: &s.Table, Key: key(readyPK(r.Model), r.SK()),
+		ConditionExpression: aws.String("attribute_exists(pk)"),
+	}}
+}
+
+func (s *Store) putEntryItem(r sched.Ready) types.TransactWriteItem {
+	return types.TransactWriteItem{Put: &types.Put{TableName: &s.Table, Item: readyItem(r)}}
+}
+
+// poolClaimItems are ClaimFromPool's writes for claims cs, all of one
+// model and capacity shard: their slots taken from the shard (ErrNoCapacity
+// when it has no room for them together), each claim's chunk, then what
+// the claims, made one after another, do to the ready index (sched.Moves):
+// the entries they take (ErrRaced when a chunk or an entry is taken) and
+// those they leave. The same claims always give the same items in the same
+// order.
+func (s *Store) poolClaimItems(cs []sched.Claim, quota int) txItems {
+	var tx txItems
+	slots := 0
+	for _, c := range cs {
+		slots += c.Slots
+	}
+	if slots > 0 {
+		tx.add(ErrNoCapacity, types.TransactWriteItem{Update: &types.Update{
+			TableName: &s.Table, Key: capShardKey(cs[0].Entry.Model, cs[0].Shard),
+			UpdateExpression:          aws.String("ADD inflight :n"),
+			ConditionExpression:       aws.String("attribute_not_exists(inflight) OR inflight <= :room"),
+			ExpressionAttributeValues: item{":n": avN(slots), ":room": avN(quota - slots)},
+		}})
+	}
+	for _, c := range cs {
+		tx.add(ErrRaced, s.chunkClaimItem(c))
+	}
+	taken, left := sched.Moves(cs)
+	for _, r := range taken {
+		tx.add(ErrRaced, s.takeEntryItem(r))
+	}
+	for _, r := range left {
+		tx.add(nil, s.putEntryItem(r))
+	}
+	return tx
+}
+
+// ClaimFromPool makes claims cs, of chunks of one model, with slots taken
+// from one capacity shard of quota slots, in one transaction: all or none,
+// as if made one after another (a start claims a model's free capacity in
+// one round trip, docs/design.md "Scheduling"). ErrNoCapacity when the
+// shard has no room for their slots, ErrRaced when a chunk is no longer
+// pending or an entry they take moved meanwhile.
+func (s *Store) ClaimFromPool(ctx context.Context, quota int, cs ...sched.Claim) error {
+	if len(cs) == 0 {
+		return nil
+	}
+	for _, c := range cs[1:] {
+		if c.Entry.Model != cs[0].Entry.Model || c.Shard != cs[0].Shard {
+			return fmt.Errorf("claims of models %s and %s or shards %d and %d in one transaction", cs[0].Entry.Model, c.Entry.Model, cs[0].Shard, c.Shard)
 		}
-		return ErrRaced
+	}
+	tx := s.poolClaimItems(cs, quota)
+	err := s.transact(ctx, "", tx.items)
+	if failed, ok := tx.failed(err); ok {
+		return failed
 	}
 	if err != nil {
-		return fmt.Errorf("claim chunk %d of %s: %w", c.Entry.Next, c.Entry.Batch, err)
+		return fmt.Errorf("claim chunk %d of %s and %d more: %w", cs[0].Entry.Next, cs[0].Entry.Batch, len(cs)-1, err)
 	}
 	return nil
 }

@@ -99,7 +99,7 @@ func claimOf(r sched.Ready, run string, slots int, lease time.Time) sched.Claim 
 
 func (s schedTable) claim(r sched.Ready, run string, slots int, lease time.Time) batch.Chunk {
 	s.t.Helper()
-	if err := s.ClaimFromPool(s.ctx, claimOf(r, run, slots, lease), 4); err != nil {
+	if err := s.ClaimFromPool(s.ctx, 4, claimOf(r, run, slots, lease)); err != nil {
 		s.t.Fatalf("claim chunk %d of %s: %v", r.Next, r.Batch, err)
 	}
 	return s.chunk(r.Batch, r.Next)
@@ -161,23 +161,82 @@ func TestSchedConformanceClaimFromPool(t *testing.T) {
 		t.Fatalf("in flight %d, want 3", n)
 	}
 	b := s.addBatch("batch_b", 7, 1)
-	wantErr(t, "claim past the quota", s.ClaimFromPool(s.ctx, claimOf(b, "run-b", 2, lease), 4), ErrNoCapacity)
+	wantErr(t, "claim past the quota", s.ClaimFromPool(s.ctx, 4, claimOf(b, "run-b", 2, lease)), ErrNoCapacity)
 	if s.chunk("batch_b", 0).State != batch.ChunkPending || s.head().SK() != b.SK() {
 		t.Fatal("a claim without capacity changed the chunk or its entry")
 	}
-	wantErr(t, "claim of a stale entry", s.ClaimFromPool(s.ctx, claimOf(a, "run-x", 1, lease), 4), ErrRaced)
+	wantErr(t, "claim of a stale entry", s.ClaimFromPool(s.ctx, 4, claimOf(a, "run-x", 1, lease)), ErrRaced)
 	// An entry at a chunk that is not pending (written directly: PutReady
 	// writes none).
 	stale := sched.Ready{Model: "m", Tenant: tenant, Batch: "batch_a", Seq: 50, Next: 0, Total: 3}
 	if _, err := s.DB.PutItem(s.ctx, &dynamodb.PutItemInput{TableName: &s.Table, Item: readyItem(stale)}); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, "claim of a chunk not pending", s.ClaimFromPool(s.ctx, claimOf(stale, "run-y", 1, lease), 4), ErrRaced)
+	wantErr(t, "claim of a chunk not pending", s.ClaimFromPool(s.ctx, 4, claimOf(stale, "run-y", 1, lease)), ErrRaced)
 	if n := s.inflight(); n != 3 {
 		t.Fatalf("in flight %d after the failed claims, want 3", n)
 	}
 	if free, err := s.FreeSlots(s.ctx, "m", []int{4}); err != nil || free[0] != 1 {
 		t.Fatalf("free slots %v %v, want [1]", free, err)
+	}
+}
+
+// Claims of several chunks in one write: all of them, as if made one
+// after another (entries taking turns, an entry stepped twice), or none.
+func TestSchedConformanceClaimMany(t *testing.T) {
+	t.Parallel()
+	s := newSchedTable(t)
+	lease := time.Now().Add(time.Minute).Truncate(time.Millisecond)
+	s.addBatch("batch_a", 0, 3)
+	s.addBatch("batch_b", 0, 1)
+	rs, _, err := s.ReadyHeads(s.ctx, "m", 2)
+	if err != nil || len(rs) != 2 {
+		t.Fatalf("first 2 entries: %+v, %v", rs, err)
+	}
+	a, b := rs[0], rs[1]
+	a1, _ := claimOf(a, "", 0, lease).Stepped()
+	a2, _ := claimOf(a1, "", 0, lease).Stepped()
+	cs := []sched.Claim{claimOf(a, "run-a0", 2, lease), claimOf(b, "run-b0", 2, lease), claimOf(a1, "run-a1", 2, lease)}
+	if err := s.ClaimFromPool(s.ctx, 6, cs...); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cs {
+		if got := s.chunk(c.Entry.Batch, c.Entry.Next); got.State != batch.ChunkClaimed || got.Run != c.Run || got.Slots != 2 || got.Attempts != 1 {
+			t.Fatalf("chunk %d of %s after the claims: %+v", c.Entry.Next, c.Entry.Batch, got)
+		}
+	}
+	rs, all, err := s.ReadyHeads(s.ctx, "m", 10)
+	if err != nil || !all || !reflect.DeepEqual(rs, []sched.Ready{a2}) {
+		t.Fatalf("ready index after the claims: %+v (all %v, %v), want only %+v", rs, all, err, a2)
+	}
+	if n := s.inflight(); n != 6 {
+		t.Fatalf("in flight %d, want 6", n)
+	}
+	// A chunk of the claims no longer pending, or an entry moved: none of
+	// them is made.
+	s.addBatch("batch_c", 0, 2)
+	rs, _, err = s.ReadyHeads(s.ctx, "m", 2)
+	if err != nil || len(rs) != 2 || rs[1].Batch != "batch_c" {
+		t.Fatalf("entries %+v, %v; want batch_a's, then batch_c's at its turn", rs, err)
+	}
+	c := rs[1]
+	c1, _ := claimOf(c, "", 0, lease).Stepped()
+	wantErr(t, "claims past the quota together", s.ClaimFromPool(s.ctx, 7, claimOf(c, "run-c0", 1, lease), claimOf(c1, "run-c1", 1, lease)), ErrNoCapacity)
+	if s.chunk("batch_c", 0).State != batch.ChunkPending || s.chunk("batch_c", 1).State != batch.ChunkPending || s.inflight() != 6 {
+		t.Fatal("claims without capacity changed a chunk, an entry or the capacity")
+	}
+	wantErr(t, "claims of a stale entry", s.ClaimFromPool(s.ctx, 100, claimOf(c, "run-c0", 1, lease), claimOf(a, "run-x", 1, lease)), ErrRaced)
+	stale := sched.Ready{Model: "m", Tenant: tenant, Batch: "batch_a", Seq: 50, Next: 0, Total: 3}
+	if _, err := s.DB.PutItem(s.ctx, &dynamodb.PutItemInput{TableName: &s.Table, Item: readyItem(stale)}); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, "claims of a chunk not pending", s.ClaimFromPool(s.ctx, 100, claimOf(c, "run-c0", 1, lease), claimOf(stale, "run-y", 1, lease)), ErrRaced)
+	if got := s.chunk("batch_c", 0); got.State != batch.ChunkPending || s.inflight() != 6 {
+		t.Fatalf("failed claims changed chunk 0 of batch_c (%+v) or the capacity (%d)", got, s.inflight())
+	}
+	err = s.ClaimFromPool(s.ctx, 100, claimOf(c, "run-c0", 1, lease), sched.Claim{Entry: c1, After: -1, Run: "run-c1", Slots: 1, Shard: 1, Lease: lease})
+	if err == nil || errors.Is(err, ErrRaced) || errors.Is(err, ErrNoCapacity) {
+		t.Fatalf("claims on two shards in one write: %v, want refused", err)
 	}
 }
 
@@ -480,7 +539,7 @@ func TestSchedConformanceCommitWithFallback(t *testing.T) {
 		if err != nil || !ok || r.Next != want {
 			t.Fatalf("ready head of f: %+v %v %v, want chunk %d", r, ok, err, want)
 		}
-		if err := s.ClaimFromPool(s.ctx, claimOf(r, "run-f", 1, lease), 2); err != nil {
+		if err := s.ClaimFromPool(s.ctx, 2, claimOf(r, "run-f", 1, lease)); err != nil {
 			t.Fatal(err)
 		}
 	}
