@@ -400,10 +400,13 @@ func (m *memTable) ClaimFromPool(_ context.Context, quota int, cs ...sched.Claim
 			return store.ErrRaced
 		}
 	}
+	chunks := map[chunkRef]bool{}
 	for _, c := range cs {
-		if ch, ok := m.stored(c.Entry.Batch, c.Entry.Next); !ok || ch.State != batch.ChunkPending {
+		ch, ok := m.stored(c.Entry.Batch, c.Entry.Next)
+		if !ok || ch.State != batch.ChunkPending || chunks[chunkRef{ch.Batch, ch.Index}] {
 			return store.ErrRaced
 		}
+		chunks[chunkRef{ch.Batch, ch.Index}] = true
 	}
 	m.addInflight(cs[0].Entry.Model, cs[0].Shard, slots)
 	for _, c := range cs {

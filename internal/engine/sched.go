@@ -138,6 +138,9 @@ func (e *Engine) startCounting(ctx context.Context, model string) (int, error) {
 			return inFlight, err
 		}
 		switch err := e.Store.ClaimFromPool(ctx, quotas[shard], cs...); {
+		case errors.Is(err, store.ErrNoCapacity) && len(cs) > 1:
+			races++
+			ahead = 1 // others took some of it: what is left, one claim at a time
 		case errors.Is(err, store.ErrNoCapacity):
 			free[shard] = 0 // taken by others meanwhile
 			races++
@@ -186,8 +189,14 @@ func (e *Engine) claimsAhead(ctx context.Context, model string, n, slots, free, 
 		read[r.SK()] = true
 	}
 	var cs []sched.Claim
+	planned := map[string]bool{} // chunks claimed by the plan
 	for len(cs) < n && free > 0 && len(heads) > 0 {
 		r := heads[0]
+		if planned[fmt.Sprintf("%s/%d", r.Batch, r.Next)] {
+			// Another entry of this chunk (a plan's duplicate): one write
+			// cannot name the chunk twice; a claim alone finds it stale.
+			break
+		}
 		after, open, err := following(ctx, e.Store, r, nil)
 		if err != nil {
 			return nil, err
@@ -206,6 +215,7 @@ func (e *Engine) claimsAhead(ctx context.Context, model string, n, slots, free, 
 			break
 		}
 		cs, free, heads = append(cs, c), free-c.Slots, heads[1:]
+		planned[fmt.Sprintf("%s/%d", r.Batch, r.Next)] = true
 		if !stepped || (!all && next.SK() > last) {
 			continue // gone, or behind entries not read
 		}

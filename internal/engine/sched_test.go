@@ -260,7 +260,7 @@ func TestStartClaimsInOrderWithinCapacity(t *testing.T) {
 		{"a model larger than an invocation's chunks of 32 claims shares that fill one", 512, []int{0}, nil,
 			[]sched.Ready{entry("a", 0, 12)},
 			[]string{"a/0:52@0", "a/1:52@0", "a/2:52@0", "a/3:52@0", "a/4:52@0", "a/5:52@0", "a/6:52@0", "a/7:52@0", "a/8:52@0", "a/9:44@0"}},
-		{"a shard found full moves on to the next", 2000, []int{0, 990}, map[int]int{0: 1},
+		{"a shard found full moves on to the next", 2000, []int{0, 990}, map[int]int{0: 2},
 			[]sched.Ready{entry("a", 0, 5)},
 			[]string{"a/0:10@1"}},
 	}
@@ -550,5 +550,137 @@ func TestStartClaimsInOneWrite(t *testing.T) {
 		if c := f.chunk("a", 0); c.Run != "other" {
 			t.Fatalf("chunk a/0 %+v, want the other claimer's", c)
 		}
+	}
+}
+
+// oneOpPerItem is a schedTable whose ClaimFromPool refuses, as DynamoDB
+// does (ValidationException), a transaction with two operations on one
+// item: the items are those store.poolClaimItems writes (each claim's
+// chunk, the entries sched.Moves takes and leaves).
+type oneOpPerItem struct {
+	*schedTable
+	refused int
+}
+
+func (f *oneOpPerItem) ClaimFromPool(ctx context.Context, quota int, cs ...sched.Claim) error {
+	seen := map[string]bool{}
+	var keys []string
+	for _, c := range cs {
+		keys = append(keys, fmt.Sprintf("B#%s/CHUNK#%d", c.Entry.Batch, c.Entry.Next))
+	}
+	taken, left := sched.Moves(cs)
+	for _, r := range append(taken, left...) {
+		keys = append(keys, "READY#"+r.Model+"/"+r.SK())
+	}
+	for _, k := range keys {
+		if seen[k] {
+			f.refused++
+			return errors.New("ValidationException: Transaction request cannot include multiple operations on one item")
+		}
+		seen[k] = true
+	}
+	return f.schedTable.ClaimFromPool(ctx, quota, cs...)
+}
+
+// A plan that runs again writes its batch's entry at its first pending
+// chunk, at the sequence of its priority's head (PutReady), beside the
+// entry the batch's claims moved on: two entries at one chunk. Claimed
+// one at a time, the second is raced and dropped. Planned together, the
+// first entry's chain ends (its last chunk) before it reaches the
+// second's key, so both claims of the chunk go in one transaction:
+// DynamoDB refuses it on every tick (the model starts nothing, the stale
+// entry is never dropped), and a store that took it would claim one
+// chunk for two runs and count its slots twice.
+// Two entries of a batch at one chunk (a plan run again put the second at
+// its priority's turn): a start's one write cannot name the chunk twice
+// (DynamoDB refuses the transaction), so the plan stops before the second;
+// the next claim finds it stale and drops it. Before, every start of the
+// model failed the same way, for good once nothing of it ran.
+func TestStartDuplicateEntryAtOneChunk(t *testing.T) {
+	t.Parallel()
+	models, err := config.ParseModels([]byte("models:\n  - {name: m, provider: openai, base_url: http://x/v1, api_key_env: K, max_concurrency: 256}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Batch a: chunk 0 done (its commit's pick was throttled: its slots
+	// went back to the pool, nothing of m is in flight), its entry moved
+	// on to chunk 1, its last, at seq 1. Batch b: one chunk, the head at
+	// seq 0. No commit of m will come to pick past the duplicate.
+	live := sched.Ready{Model: "m", Tenant: "t", Batch: "a", Seq: 1, Next: 1, Total: 2}
+	f := &oneOpPerItem{schedTable: newSchedTable([]sched.Ready{{Model: "m", Tenant: "t", Batch: "b", Total: 1}})}
+	f.putChunk(batch.Chunk{Batch: "a", Tenant: "t", Index: 0, Model: "m", State: batch.ChunkDone, Run: "run-a0", NextSame: -1})
+	f.putChunk(batch.Chunk{Batch: "a", Tenant: "t", Index: 1, Model: "m", State: batch.ChunkPending, NextSame: -1})
+	f.putEntry(live)
+	// The plan of a runs again: its entry at chunk 1 joins at b's seq.
+	if err := f.PutReady(context.Background(), sched.Ready{Model: "m", Tenant: "t", Batch: "a", Next: 1, Total: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.entries("m")); n != 3 {
+		t.Fatalf("entries %+v, want a's two and b's", f.entries("m"))
+	}
+	q := &batchCounter{}
+	e := testEngine(&Engine{Store: f, Queue: q, Models: models, Log: slog.New(slog.DiscardHandler)})
+	for tick := range 2 {
+		if err := e.start(context.Background(), "m"); err != nil {
+			t.Errorf("start %d: %v (transactions refused: %d)", tick, err, f.refused)
+		}
+	}
+	got := claimsOf(t, f.memTable, q.sent)
+	seen := map[string]int{}
+	for _, m := range q.sent {
+		seen[fmt.Sprintf("%s/%d", m.Batch, m.Chunk)]++
+	}
+	if seen["a/1"] != 1 || seen["b/0"] != 1 || len(q.sent) != 2 {
+		t.Errorf("claims sent %v, want a/1 and b/0 once each", got)
+	}
+	if n := f.inflightOf("m", 0); n != 64 {
+		t.Errorf("in flight %d, want 64 (a/1, b/0)", n)
+	}
+	if rs := f.entries("m"); len(rs) != 0 {
+		t.Errorf("entries left %+v, want none", rs)
+	}
+}
+
+// takenMeanwhile is a schedTable where, before the start's first write of
+// several claims, another claimer (a start after a plan, a startFallback)
+// takes one claim's slots from the same shard.
+type takenMeanwhile struct {
+	*schedTable
+	done bool
+}
+
+func (f *takenMeanwhile) ClaimFromPool(ctx context.Context, quota int, cs ...sched.Claim) error {
+	if !f.done && len(cs) > 1 {
+		f.done = true
+		other := cs[0]
+		other.Run = "other"
+		if err := f.schedTable.ClaimFromPool(ctx, quota, other); err != nil {
+			return err
+		}
+	}
+	return f.schedTable.ClaimFromPool(ctx, quota, cs...)
+}
+
+// A write of eight claims that finds one claim's slots taken meanwhile
+// fails whole (ErrNoCapacity), and the start then gives up the shard:
+// seven claims' slots stay idle, with chunks waiting, until the next tick
+// (a minute). One at a time, the start made the seven claims that fit.
+// A start whose write of several claims finds part of the capacity taken
+// meanwhile claims what is left one at a time. Before, it left the shard
+// until the next tick.
+func TestStartClaimsWhatFitsAfterCapacityTakenMeanwhile(t *testing.T) {
+	t.Parallel()
+	models, err := config.ParseModels([]byte("models:\n  - {name: m, provider: openai, base_url: http://x/v1, api_key_env: K, max_concurrency: 256}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &takenMeanwhile{schedTable: newSchedTable([]sched.Ready{{Model: "m", Tenant: "t", Batch: "a", Total: 20}})}
+	q := &batchCounter{}
+	e := testEngine(&Engine{Store: f, Queue: q, Models: models, Log: slog.New(slog.DiscardHandler)})
+	if err := e.start(context.Background(), "m"); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.inflightOf("m", 0); n != 256 || len(q.sent) != 7 {
+		t.Fatalf("in flight %d after the start, its claims %v; want 256, the start's 7 beside the other's 1 (a/0)", n, claimsOf(t, f.memTable, q.sent))
 	}
 }

@@ -293,10 +293,18 @@ func (s *Store) ClaimFromPool(ctx context.Context, quota int, cs ...sched.Claim)
 	if len(cs) == 0 {
 		return nil
 	}
-	for _, c := range cs[1:] {
+	chunks := map[[2]any]bool{}
+	for _, c := range cs {
 		if c.Entry.Model != cs[0].Entry.Model || c.Shard != cs[0].Shard {
 			return fmt.Errorf("claims of models %s and %s or shards %d and %d in one transaction", cs[0].Entry.Model, c.Entry.Model, cs[0].Shard, c.Shard)
 		}
+		k := [2]any{c.Entry.Batch, c.Entry.Next}
+		if chunks[k] {
+			// Two entries at one chunk: made one after another, the
+			// second finds it taken; one transaction cannot name it twice.
+			return ErrRaced
+		}
+		chunks[k] = true
 	}
 	tx := s.poolClaimItems(cs, quota)
 	err := s.transact(ctx, "", tx.items)

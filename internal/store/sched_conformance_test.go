@@ -626,3 +626,42 @@ func (s schedTable) dueAt(now time.Time, id string) bool {
 	}
 	return slices.ContainsFunc(refs, func(r ActiveRef) bool { return r.ID == id })
 }
+
+// Two claims of one chunk in one write (two entries at it) fail as the
+// second of them made one after another would: ErrRaced, nothing written.
+func TestSchedConformanceClaimManyOneChunkTwice(t *testing.T) {
+	t.Parallel()
+	s := newSchedTable(t)
+	lease := time.Now().Add(time.Minute).Truncate(time.Millisecond)
+	s.addBatch("batch_b", 0, 1)
+	s.addBatch("batch_a", 0, 2)
+	rs, _, err := s.ReadyHeads(s.ctx, "m", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if r.Batch == "batch_a" {
+			s.claim(r, "run-a0", 1, lease) // a's entry moves on to chunk 1, seq + 1
+		}
+	}
+	// The plan of batch_a runs again: its entry at chunk 1 joins at the head's seq.
+	if err := s.PutReady(s.ctx, sched.Ready{Model: "m", Tenant: tenant, Batch: "batch_a", Next: 1, Total: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if rs, _, err = s.ReadyHeads(s.ctx, "m", 10); err != nil {
+		t.Fatal(err)
+	}
+	var dup []sched.Ready
+	for _, r := range rs {
+		if r.Batch == "batch_a" && r.Next == 1 {
+			dup = append(dup, r)
+		}
+	}
+	if len(dup) != 2 {
+		t.Fatalf("entries %+v, want two of batch_a at chunk 1", rs)
+	}
+	err = s.ClaimFromPool(s.ctx, 4, claimOf(dup[0], "run-x", 1, lease), claimOf(dup[1], "run-y", 1, lease))
+	if !errors.Is(err, ErrRaced) {
+		t.Errorf("two claims of one chunk in one write: %v, want ErrRaced, as made one after another", err)
+	}
+}
