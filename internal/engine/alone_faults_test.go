@@ -159,7 +159,7 @@ func TestStoppedNoCallRunThatAnsweredEveryRowCommits(t *testing.T) {
 	r := &chunkRun{msg: msg.Message{Type: msg.Chunk, Tenant: c.Tenant, Batch: c.Batch, Chunk: c.Index, Run: c.Run, Attempt: 1},
 		done: make(chan struct{})}
 
-	in.start(r)
+	in.start(r, nil)
 	in.work.Wait()
 	in.keepers.Wait()
 

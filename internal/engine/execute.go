@@ -270,9 +270,20 @@ func (e *Engine) runChunks(ctx context.Context, runs []*chunkRun) []*chunkRun {
 	in := &invocation{e: e, ctx: ctx, runCtx: runCtx, pool: fanout.NewPool(),
 		batches: map[string]cachedBatch{}, statuses: map[string]*atomic.Value{}, sending: map[string]chan struct{}{},
 		stopped: map[string]bool{}, suspect: slices.ContainsFunc(runs, suspect)}
+	// The runs load side by side (each load is a few round trips: its
+	// fence, its batch, its input's range; a run's slots join the pool only
+	// once it is loaded) and start in the order of their messages.
+	var loads sync.WaitGroup
+	var before <-chan struct{}
 	for _, r := range runs {
-		in.start(r)
+		after, turn := before, make(chan struct{})
+		loads.Go(func() {
+			defer close(turn)
+			in.start(r, after)
+		})
+		before = turn
 	}
+	loads.Wait()
 	go e.heartbeat(runCtx, in)
 	in.work.Wait()
 	all := in.all()
@@ -325,10 +336,11 @@ func (in *invocation) all() []*chunkRun {
 	return slices.Clone(in.runs)
 }
 
-// start loads run r and sets it going: a workflow record on its own, a
-// chunk's rows on the pool after the model's runs started before it. r
-// joins the invocation's runs (which the heartbeat reads) once loaded.
-func (in *invocation) start(r *chunkRun) {
+// start loads run r and, once the run before it started (before closed;
+// nil for none), sets it going: a workflow record on its own, a chunk's
+// rows on the pool after the model's runs started before it. r joins the
+// invocation's runs (which the heartbeat reads) once loaded.
+func (in *invocation) start(r *chunkRun, before <-chan struct{}) {
 	e := in.e
 	r.began = e.Now()
 	ctx, inherited := in.ctx, r.slots != nil
@@ -348,6 +360,9 @@ func (in *invocation) start(r *chunkRun) {
 		defer guard.Stop()
 	}
 	ok, err := e.load(ctx, r, in.batch)
+	if before != nil {
+		<-before
+	}
 	if err != nil || !ok {
 		r.slots.leave()
 		r.err = err
@@ -507,7 +522,7 @@ func (in *invocation) continueWith(next *sched.Claim, pre *preload, held *heldSl
 		// Out of use before the continuation holds slots of its own.
 		held.free()
 	}
-	in.work.Go(func() { in.start(r) })
+	in.work.Go(func() { in.start(r, nil) })
 	return true
 }
 

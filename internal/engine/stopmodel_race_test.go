@@ -78,7 +78,7 @@ func TestRunStartingBesideStopModelIsStopped(t *testing.T) {
 		}
 		c := table.chunkAt(0)
 		in.start(&chunkRun{msg: msg.Message{Type: msg.Chunk, Tenant: c.Tenant, Batch: c.Batch, Chunk: c.Index, Run: c.Run, Attempt: 1},
-			done: make(chan struct{})})
+			done: make(chan struct{})}, nil)
 		in.work.Wait()
 		if p.late.Load() > 0 {
 			missed++
