@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -444,5 +445,54 @@ func TestCommitSendsTheContinuationNearTheDeadline(t *testing.T) {
 	}
 	if len(table.committed()) != 1 || table.chunkAt(1).State != batch.ChunkClaimed || !slices.Equal(sent, []int{1}) {
 		t.Fatalf("%d commits, chunk 1 %s, chunk messages sent %v: want chunk 1 claimed and its message sent", len(table.committed()), table.chunkAt(1).State, sent)
+	}
+}
+
+// barrierFence is a runsTable whose fence takes wait, up to a few seconds,
+// until n of them have begun.
+type barrierFence struct {
+	*runsTable
+	n       int
+	mu      sync.Mutex
+	entered int
+	all     chan struct{}
+	waited  atomic.Bool // a fence take gave up waiting for the others
+}
+
+func (f *barrierFence) TakeFence(ctx context.Context, b string, i int, run, exec string, now, until time.Time) (batch.Chunk, error) {
+	f.mu.Lock()
+	if f.entered++; f.entered == f.n {
+		close(f.all)
+	}
+	f.mu.Unlock()
+	select {
+	case <-f.all:
+	case <-time.After(5 * time.Second):
+		f.waited.Store(true)
+		return batch.Chunk{}, fmt.Errorf("chunk %d's fence was taken while the other runs' loads waited", i)
+	}
+	return f.runsTable.TakeFence(ctx, b, i, run, exec, now, until)
+}
+
+// An invocation's runs load side by side: a run's load (its fence, its
+// batch, its input's range) does not wait for the loads of the runs before
+// it. Before, eight lanes of a model of 256 loaded one after another.
+func TestRunsLoadSideBySide(t *testing.T) {
+	t.Parallel()
+	p := newPeakProvider(0)
+	e, table := runsFixture(t, p, chunkSpec{"x", 2, 1}, chunkSpec{"x", 2, 1})
+	f := &barrierFence{runsTable: table, n: 2, all: make(chan struct{})}
+	e.Store = f
+	failed, err := executeBoth(t, e, table)
+	if err != nil || len(failed) > 0 {
+		t.Fatalf("Execute: failed %v, err %v", failed, err)
+	}
+	if f.waited.Load() {
+		t.Fatal("a run's load waited for the load of the run before it")
+	}
+	for i := range 2 {
+		if c := table.chunkAt(i); c.State != batch.ChunkDone {
+			t.Fatalf("chunk %d %s, want done", i, c.State)
+		}
 	}
 }
