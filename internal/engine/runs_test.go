@@ -496,3 +496,68 @@ func TestRunsLoadSideBySide(t *testing.T) {
 		}
 	}
 }
+
+// slowLoadTakeover is a runsTable whose fence take of chunk 0 is slow (a
+// throttled, retried load) and during which the tick takes chunk 1 over:
+// its lease ended, a new run holds it and its slots in another
+// invocation.
+type slowLoadTakeover struct {
+	*runsTable
+	delay, takeoverAt time.Duration
+}
+
+func (f *slowLoadTakeover) TakeFence(ctx context.Context, b string, i int, run, exec string, now, until time.Time) (batch.Chunk, error) {
+	if i == 0 {
+		time.Sleep(f.takeoverAt)
+		c := f.chunkAt(1)
+		if time.UnixMilli(c.Lease).Before(time.Now()) {
+			c.Run, c.Attempts, c.Lease = "run1-takeover", c.Attempts+1, time.Now().Add(time.Minute).UnixMilli()
+			f.putChunk(c)
+		}
+		time.Sleep(f.delay - f.takeoverAt)
+		now, until = time.Now(), time.Now().Add(until.Sub(now))
+	}
+	return f.runsTable.TakeFence(ctx, b, i, run, exec, now, until)
+}
+
+// A run whose chunk was taken over before it started never joins the
+// invocation: its slots are the takeover's, in another invocation
+// (docs/design.md "Scheduling", fence, lease rule, per-model slots). Here
+// chunk 1 (2 slots of model x's 4) loads at once beside chunk 0, whose
+// load takes longer than a lease; the tick takes chunk 1 over meanwhile.
+// One after another, chunk 1's fence take found the chunk no longer its
+// run's and dropped it: chunk 0 ran its 8 rows on its own 2 slots and
+// committed them all. Side by side, chunk 1 (its fence taken before the
+// takeover) waits for chunk 0's start, then starts anyway: its 2 slots
+// join the pool beside the takeover's (model x over its max_concurrency
+// of 4 across the two invocations), and its lease, long ended, stops
+// model x here (stopModel), cutting chunk 0, which held its lease.
+func TestRunTakenOverWhileWaitingForTheRunBeforeItDoesNotStart(t *testing.T) {
+	t.Parallel()
+	p := newPeakProvider(100 * time.Millisecond)
+	e, table := runsFixture(t, p, chunkSpec{"x", 8, 2}, chunkSpec{"x", 2, 2})
+	e.Lease = 2 * time.Second // skew 1 s
+	c1 := table.chunkAt(1)
+	c1.Lease = time.Now().Add(e.Lease).UnixMilli()
+	table.putChunk(c1)
+	e.Store = &slowLoadTakeover{runsTable: table, delay: 2500 * time.Millisecond, takeoverAt: 2200 * time.Millisecond}
+
+	failed, err := executeBoth(t, e, table)
+
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := table.chunkAt(0); c.State != batch.ChunkDone || c.Rows != 8 {
+		t.Errorf("chunk 0 %s with %d of its 8 rows (failed deliveries %v): want all 8 committed, model x not stopped by a run taken over before it started", c.State, c.Rows, failed)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.peak["x"] > 2 {
+		t.Errorf("model x peaked at %d in flight here while the takeover of chunk 1 held 2 of its 4 slots elsewhere", p.peak["x"])
+	}
+	for n := 8; n < 10; n++ {
+		if p.sent[n] > 0 {
+			t.Errorf("row %d of chunk 1 sent by the run taken over", n)
+		}
+	}
+}
