@@ -69,6 +69,16 @@ func (s schedTable) head() sched.Ready {
 	return r
 }
 
+// entries is the first n entries of model m's ready index.
+func (s schedTable) entries(n int) []sched.Ready {
+	s.t.Helper()
+	rs, _, err := s.ReadyHeads(s.ctx, "m", n)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return rs
+}
+
 func (s schedTable) chunk(id string, i int) batch.Chunk {
 	s.t.Helper()
 	c, err := s.GetChunk(s.ctx, id, i)
@@ -189,9 +199,9 @@ func TestSchedConformanceClaimMany(t *testing.T) {
 	lease := time.Now().Add(time.Minute).Truncate(time.Millisecond)
 	s.addBatch("batch_a", 0, 3)
 	s.addBatch("batch_b", 0, 1)
-	rs, _, err := s.ReadyHeads(s.ctx, "m", 2)
-	if err != nil || len(rs) != 2 {
-		t.Fatalf("first 2 entries: %+v, %v", rs, err)
+	rs := s.entries(2)
+	if len(rs) != 2 {
+		t.Fatalf("first 2 entries: %+v", rs)
 	}
 	a, b := rs[0], rs[1]
 	a1, _ := claimOf(a, "", 0, lease).Stepped()
@@ -215,9 +225,8 @@ func TestSchedConformanceClaimMany(t *testing.T) {
 	// A chunk of the claims no longer pending, or an entry moved: none of
 	// them is made.
 	s.addBatch("batch_c", 0, 2)
-	rs, _, err = s.ReadyHeads(s.ctx, "m", 2)
-	if err != nil || len(rs) != 2 || rs[1].Batch != "batch_c" {
-		t.Fatalf("entries %+v, %v; want batch_a's, then batch_c's at its turn", rs, err)
+	if rs = s.entries(2); len(rs) != 2 || rs[1].Batch != "batch_c" {
+		t.Fatalf("entries %+v; want batch_a's, then batch_c's at its turn", rs)
 	}
 	c := rs[1]
 	c1, _ := claimOf(c, "", 0, lease).Stepped()
@@ -635,11 +644,7 @@ func TestSchedConformanceClaimManyOneChunkTwice(t *testing.T) {
 	lease := time.Now().Add(time.Minute).Truncate(time.Millisecond)
 	s.addBatch("batch_b", 0, 1)
 	s.addBatch("batch_a", 0, 2)
-	rs, _, err := s.ReadyHeads(s.ctx, "m", 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range rs {
+	for _, r := range s.entries(10) {
 		if r.Batch == "batch_a" {
 			s.claim(r, "run-a0", 1, lease) // a's entry moves on to chunk 1, seq + 1
 		}
@@ -648,9 +653,7 @@ func TestSchedConformanceClaimManyOneChunkTwice(t *testing.T) {
 	if err := s.PutReady(s.ctx, sched.Ready{Model: "m", Tenant: tenant, Batch: "batch_a", Next: 1, Total: 2}); err != nil {
 		t.Fatal(err)
 	}
-	if rs, _, err = s.ReadyHeads(s.ctx, "m", 10); err != nil {
-		t.Fatal(err)
-	}
+	rs := s.entries(10)
 	var dup []sched.Ready
 	for _, r := range rs {
 		if r.Batch == "batch_a" && r.Next == 1 {
@@ -660,7 +663,7 @@ func TestSchedConformanceClaimManyOneChunkTwice(t *testing.T) {
 	if len(dup) != 2 {
 		t.Fatalf("entries %+v, want two of batch_a at chunk 1", rs)
 	}
-	err = s.ClaimFromPool(s.ctx, 4, claimOf(dup[0], "run-x", 1, lease), claimOf(dup[1], "run-y", 1, lease))
+	err := s.ClaimFromPool(s.ctx, 4, claimOf(dup[0], "run-x", 1, lease), claimOf(dup[1], "run-y", 1, lease))
 	if !errors.Is(err, ErrRaced) {
 		t.Errorf("two claims of one chunk in one write: %v, want ErrRaced, as made one after another", err)
 	}
