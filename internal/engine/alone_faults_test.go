@@ -154,7 +154,7 @@ func TestStoppedNoCallRunThatAnsweredEveryRowCommits(t *testing.T) {
 	table.putChunk(c)
 	ctx := context.Background()
 	in := &invocation{e: e, ctx: ctx, runCtx: ctx, pool: fanout.NewPool(),
-		batches: map[string]cachedBatch{}, statuses: map[string]*atomic.Value{}, sending: map[string]chan struct{}{},
+		batches: map[string]*cachedBatch{}, statuses: map[string]*atomic.Value{}, sending: map[string]chan struct{}{},
 		stopped: map[string]bool{"x": true}}
 	r := &chunkRun{msg: msg.Message{Type: msg.Chunk, Tenant: c.Tenant, Batch: c.Batch, Chunk: c.Index, Run: c.Run, Attempt: 1},
 		done: make(chan struct{})}

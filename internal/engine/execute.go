@@ -268,7 +268,7 @@ func (e *Engine) runChunks(ctx context.Context, runs []*chunkRun) []*chunkRun {
 		defer c2()
 	}
 	in := &invocation{e: e, ctx: ctx, runCtx: runCtx, pool: fanout.NewPool(),
-		batches: map[string]cachedBatch{}, statuses: map[string]*atomic.Value{}, sending: map[string]chan struct{}{},
+		batches: map[string]*cachedBatch{}, statuses: map[string]*atomic.Value{}, sending: map[string]chan struct{}{},
 		stopped: map[string]bool{}, suspect: slices.ContainsFunc(runs, suspect)}
 	// The runs load side by side (each load is a few round trips: its
 	// fence, its batch, its input's range; a run's slots join the pool only
@@ -311,17 +311,20 @@ type invocation struct {
 
 	mu       sync.Mutex
 	runs     []*chunkRun
-	batches  map[string]cachedBatch   // runs of one batch share its read, for statusRefresh
+	batches  map[string]*cachedBatch  // runs of one batch share its read, for statusRefresh
 	statuses map[string]*atomic.Value // and its status
 	sending  map[string]chan struct{} // per model: closed once the rows of its last run are all sent
 	stopped  map[string]bool          // models stopped by a run's lease (stopModel)
 	suspect  bool                     // a run past its first delivery or attempt runs here (aloneFirst)
 }
 
-// cachedBatch is a batch as read for the invocation's runs.
+// cachedBatch is a batch as read for the invocation's runs, once done is
+// closed.
 type cachedBatch struct {
 	b    batch.Batch
+	err  error
 	read time.Time
+	done chan struct{}
 }
 
 func (in *invocation) add(r *chunkRun) {
@@ -435,22 +438,24 @@ func (in *invocation) start(r *chunkRun, before <-chan struct{}) {
 
 // batch is the batch of a run's message, read once per statusRefresh in
 // an invocation: a chain of continuations reads it afresh (its chunk count
-// grows with splits).
+// grows with splits). Runs loading side by side wait for one read; a read
+// that failed is tried again by the next run.
 func (in *invocation) batch(ctx context.Context, tenant, id string) (batch.Batch, error) {
-	e := in.e
+	e, k := in.e, tenant+"/"+id
 	in.mu.Lock()
-	c, ok := in.batches[tenant+"/"+id]
-	in.mu.Unlock()
-	if ok && e.Now().Sub(c.read) < statusRefresh {
-		return c.b, nil
-	}
-	b, err := e.Store.GetBatch(ctx, tenant, id)
-	if err == nil {
-		in.mu.Lock()
-		in.batches[tenant+"/"+id] = cachedBatch{b, e.Now()}
+	c := in.batches[k]
+	if c == nil || isClosed(c.done) && (c.err != nil || e.Now().Sub(c.read) >= statusRefresh) {
+		c = &cachedBatch{done: make(chan struct{})}
+		in.batches[k] = c
 		in.mu.Unlock()
+		c.b, c.err = e.Store.GetBatch(ctx, tenant, id)
+		c.read = e.Now()
+		close(c.done)
+		return c.b, c.err
 	}
-	return b, err
+	in.mu.Unlock()
+	<-c.done
+	return c.b, c.err
 }
 
 // stopRun ends run r before its lease ends, or when its chunk is no

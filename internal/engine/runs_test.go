@@ -561,3 +561,46 @@ func TestRunTakenOverWhileWaitingForTheRunBeforeItDoesNotStart(t *testing.T) {
 		}
 	}
 }
+
+// batchReads is a runsTable counting the batch's reads, the first held
+// until release is closed.
+type batchReads struct {
+	*runsTable
+	n       atomic.Int32
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (f *batchReads) GetBatch(ctx context.Context, tenant, id string) (batch.Batch, error) {
+	if f.n.Add(1) == 1 {
+		close(f.entered)
+		<-f.release
+	}
+	return f.runsTable.GetBatch(ctx, tenant, id)
+}
+
+// Runs of one batch loading side by side read it once between them: a
+// run asking while the first read is out waits for it.
+func TestRunsLoadingSideBySideReadTheirBatchOnce(t *testing.T) {
+	t.Parallel()
+	e, table := runsFixture(t, newPeakProvider(0), chunkSpec{"x", 2, 1}, chunkSpec{"x", 2, 1})
+	f := &batchReads{runsTable: table, entered: make(chan struct{}), release: make(chan struct{})}
+	e.Store = f
+	ctx := context.Background()
+	in := &invocation{e: e, ctx: ctx, batches: map[string]*cachedBatch{}}
+	var reads sync.WaitGroup
+	read := func() {
+		if _, err := in.batch(ctx, "t", table.id); err != nil {
+			t.Error(err)
+		}
+	}
+	reads.Go(read)
+	<-f.entered
+	reads.Go(read)
+	time.Sleep(20 * time.Millisecond) // the second asks while the first read is out
+	close(f.release)
+	reads.Wait()
+	if n := f.n.Load(); n != 1 {
+		t.Fatalf("%d reads of the batch, want 1", n)
+	}
+}

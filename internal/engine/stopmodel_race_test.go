@@ -64,7 +64,7 @@ func TestRunStartingBesideStopModelIsStopped(t *testing.T) {
 		e.Provider = p
 		ctx, cancel := context.WithCancel(context.Background())
 		in := &invocation{e: e, ctx: ctx, runCtx: ctx, pool: fanout.NewPool(),
-			batches: map[string]cachedBatch{}, statuses: map[string]*atomic.Value{}, sending: map[string]chan struct{}{},
+			batches: map[string]*cachedBatch{}, statuses: map[string]*atomic.Value{}, sending: map[string]chan struct{}{},
 			stopped: map[string]bool{}}
 		var once sync.Once
 		e.Now = func() time.Time {
