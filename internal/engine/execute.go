@@ -438,8 +438,8 @@ func (in *invocation) start(r *chunkRun, before <-chan struct{}) {
 
 // batch is the batch of a run's message, read once per statusRefresh in
 // an invocation: a chain of continuations reads it afresh (its chunk count
-// grows with splits). Runs loading side by side wait for one read; a read
-// that failed is tried again by the next run.
+// grows with splits). Runs loading side by side wait for one read; those
+// that waited on a read that failed read for themselves.
 func (in *invocation) batch(ctx context.Context, tenant, id string) (batch.Batch, error) {
 	e, k := in.e, tenant+"/"+id
 	in.mu.Lock()
@@ -455,7 +455,12 @@ func (in *invocation) batch(ctx context.Context, tenant, id string) (batch.Batch
 	}
 	in.mu.Unlock()
 	<-c.done
-	return c.b, c.err
+	if c.err != nil {
+		// Its failure is the run's that read: each run tries for itself,
+		// as when the runs loaded one after another.
+		return e.Store.GetBatch(ctx, tenant, id)
+	}
+	return c.b, nil
 }
 
 // stopRun ends run r before its lease ends, or when its chunk is no

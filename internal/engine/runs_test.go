@@ -569,12 +569,16 @@ type batchReads struct {
 	n       atomic.Int32
 	entered chan struct{}
 	release chan struct{}
+	fail    bool // the first read fails once released
 }
 
 func (f *batchReads) GetBatch(ctx context.Context, tenant, id string) (batch.Batch, error) {
 	if f.n.Add(1) == 1 {
 		close(f.entered)
 		<-f.release
+		if f.fail {
+			return batch.Batch{}, errInjected
+		}
 	}
 	return f.runsTable.GetBatch(ctx, tenant, id)
 }
@@ -602,5 +606,38 @@ func TestRunsLoadingSideBySideReadTheirBatchOnce(t *testing.T) {
 	reads.Wait()
 	if n := f.n.Load(); n != 1 {
 		t.Fatalf("%d reads of the batch, want 1", n)
+	}
+}
+
+// A run that waited on another's read of their batch, which failed,
+// reads it for itself: one throttled read fails one run's load.
+func TestRunWaitingOnAFailedBatchReadReadsItself(t *testing.T) {
+	t.Parallel()
+	e, table := runsFixture(t, newPeakProvider(0), chunkSpec{"x", 2, 1}, chunkSpec{"x", 2, 1})
+	f := &batchReads{runsTable: table, entered: make(chan struct{}), release: make(chan struct{}), fail: true}
+	e.Store = f
+	ctx := context.Background()
+	in := &invocation{e: e, ctx: ctx, batches: map[string]*cachedBatch{}}
+	errs := make(chan error, 2)
+	var reads sync.WaitGroup
+	read := func() {
+		_, err := in.batch(ctx, "t", table.id)
+		errs <- err
+	}
+	reads.Go(read)
+	<-f.entered
+	reads.Go(read)
+	time.Sleep(20 * time.Millisecond) // the second asks while the first read is out
+	close(f.release)
+	reads.Wait()
+	close(errs)
+	failed := 0
+	for err := range errs {
+		if err != nil {
+			failed++
+		}
+	}
+	if failed != 1 {
+		t.Fatalf("%d of the 2 reads failed, want only the one whose read failed", failed)
 	}
 }
