@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"sync"
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/blob"
@@ -104,9 +105,17 @@ func (e *Engine) Finalize(ctx context.Context, ds []msg.Delivery) ([]string, err
 
 // FinalizeBatch finalizes a batch whose chunks are all done
 // (docs/design.md "Message types", finalize). It is idempotent: a
-// duplicate finalize message changes nothing.
+// duplicate finalize message changes nothing. The batch and its chunks are
+// read side by side, and then `finalizing`, the output and error file
+// records and the sweep of stray parts are written side by side: the
+// batch's end waits for three round trips in a row, not eight.
 func (e *Engine) FinalizeBatch(ctx context.Context, tenant, id string) error {
+	var chunks []batch.Chunk
+	var chunksErr error
+	var read sync.WaitGroup
+	read.Go(func() { chunks, chunksErr = e.Store.Chunks(ctx, id) })
 	b, err := e.Store.GetBatch(ctx, tenant, id)
+	read.Wait()
 	if err != nil {
 		return gone(err)
 	}
@@ -119,44 +128,66 @@ func (e *Engine) FinalizeBatch(ctx context.Context, tenant, id string) error {
 	if b.ChunksTotal == 0 || b.ChunksDone < b.ChunksTotal {
 		return nil
 	}
-	chunks, err := e.Store.Chunks(ctx, id)
-	if err != nil {
-		return err
+	if chunksErr != nil || !allDone(chunks, b.ChunksTotal) {
+		// Read before the last commit landed: its chunks are all done now.
+		if chunks, err = e.Store.Chunks(ctx, id); err != nil {
+			return err
+		}
 	}
 	parts, err := part.Committed(id, chunks)
 	if err != nil {
 		return err
 	}
-	if _, err := e.Store.UpdateBatch(ctx, tenant, id, func(b *batch.Batch) error {
-		if b.Status == batch.Finalizing || b.Status.Terminal() {
-			return errSkip
-		}
-		return b.To(batch.Finalizing, e.Now())
-	}); err != nil && !errors.Is(err, errSkip) {
-		return err
-	}
 	var ids [2]string // output, error
+	var writes sync.WaitGroup
+	errs := make([]error, 4)
+	writes.Go(func() {
+		_, err := e.Store.UpdateBatch(ctx, tenant, id, func(b *batch.Batch) error {
+			if b.Status == batch.Finalizing || b.Status.Terminal() {
+				return errSkip
+			}
+			return b.To(batch.Finalizing, e.Now())
+		})
+		if !errors.Is(err, errSkip) {
+			errs[0] = err
+		}
+	})
 	for i, f := range parts.Records(b, e.Now(), e.Set.PartsExpiry) {
-		if f != nil && b.Endpoint == endpoint.Messages {
+		if f == nil {
+			continue
+		}
+		if b.Endpoint == endpoint.Messages {
 			// A message batch's results read these files' parts until the
 			// batch is deleted: a delete through the Files API hides them
 			// and keeps the parts (files.Service.Hold; docs/api.md
 			// "Message Batches").
 			f.Readers = []string{b.ID}
 		}
-		if f != nil {
-			if err := e.Store.PutFileOverwrite(ctx, *f); err != nil {
-				return err
-			}
-			ids[i] = f.ID
-		}
+		ids[i] = f.ID
+		writes.Go(func() { errs[1+i] = e.Store.PutFileOverwrite(ctx, *f) })
 	}
 	// Parts no commit points to: those of runs that lost a race or crashed
 	// before committing.
-	if err := blob.DeleteExcept(ctx, e.Blobs, batch.PartsPrefix(tenant, id), parts.Keep); err != nil {
+	writes.Go(func() { errs[3] = blob.DeleteExcept(ctx, e.Blobs, batch.PartsPrefix(tenant, id), parts.Keep) })
+	writes.Wait()
+	if err := errors.Join(errs...); err != nil {
 		return err
 	}
 	return e.endBatch(ctx, tenant, id, ids[0], ids[1])
+}
+
+// allDone reports whether chunks are a batch's total chunks, every one
+// done.
+func allDone(chunks []batch.Chunk, total int) bool {
+	if len(chunks) != total {
+		return false
+	}
+	for _, c := range chunks {
+		if c.State != batch.ChunkDone {
+			return false
+		}
+	}
+	return true
 }
 
 // endBatch sets a finalized batch's files and terminal status

@@ -62,3 +62,43 @@ func TestFinalizeBatch(t *testing.T) {
 		t.Fatalf("second finalize: %v, Terminal %v", err, ended)
 	}
 }
+
+// staleChunks answers its first Chunks with its last chunk still claimed:
+// a read made before the batch's last commit landed.
+type staleChunks struct {
+	*memTable
+	reads int
+}
+
+func (s *staleChunks) Chunks(ctx context.Context, id string) ([]batch.Chunk, error) {
+	cs, err := s.memTable.Chunks(ctx, id)
+	if s.reads++; s.reads == 1 && len(cs) > 0 {
+		cs[len(cs)-1].State = batch.ChunkClaimed
+	}
+	return cs, err
+}
+
+// A finalize reads the batch and its chunks side by side: when the chunks
+// were read before the last commit landed, and the batch after it, it
+// reads the chunks again instead of failing (its message would come back
+// only after minutes) or ending the batch without the last chunk's part.
+func TestFinalizeReadsChunksAgainWhenReadBeforeTheLastCommit(t *testing.T) {
+	t.Parallel()
+	b := batch.Batch{ID: "batch_x", Tenant: "t", Status: batch.InProgress, CreatedAt: 1, ChunksTotal: 2, ChunksDone: 2}
+	table := &staleChunks{memTable: newMemTable()}
+	table.putBatch(b)
+	bucket := newMemBucket()
+	for i := range 2 {
+		c := batch.Chunk{Tenant: "t", Batch: "batch_x", Index: i, Attempt: "a", State: batch.ChunkDone, OutBytes: 6}
+		table.putChunk(c)
+		bucket.put(c.Parts("out"), []byte("lines\n"))
+	}
+	e := testEngine(&Engine{Store: table, Blobs: bucket, Log: slog.New(slog.DiscardHandler), Set: resources.Set{PartsExpiry: time.Hour}})
+	if err := e.FinalizeBatch(context.Background(), "t", "batch_x"); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := table.GetFile(context.Background(), "t", "file-x-output")
+	if after := table.batch("batch_x"); after.Status != batch.Completed || out.Bytes != 12 || len(out.Objects) != 2 || table.reads != 2 {
+		t.Fatalf("batch %s, output %+v after %d chunk reads: want completed with both parts, the chunks read twice", after.Status, out, table.reads)
+	}
+}

@@ -48,13 +48,14 @@ type Usage struct {
 // ErrCode is only for rows that got no HTTP answer.
 type Result struct {
 	StatusCode int             // the last upstream answer: 2xx, or the final non-2xx
-	Body       json.RawMessage // that answer's body, compact JSON
+	Body       json.RawMessage // that answer's body, JSON on one line
 	RequestID  string          // upstream x-request-id / request-id, else a generated req_…
 	Usage      Usage           // parsed from Body
 	Model      string          // the configured model name that served the final attempt
 	Fallback   bool            // the fallback model served it
-	// Compact says Body is compact, valid JSON for certain: the provider
-	// compacted it (or wrapped a body that is not JSON), so a row's line
+	// Compact says Body is valid JSON on one line for certain: the
+	// provider checked or compacted it (or wrapped a body that is not
+	// JSON), so a row's line
 	// takes it in as it is rather than checking it again (internal/part).
 	// Whoever sets Body sets Compact; a Body of any other source may be
 	// anything, which the line checks. Not carried in JSON.

@@ -226,8 +226,8 @@ func (w *builder) render(id string, o Outcome) ([]byte, byte) {
 }
 
 // marshalLine is json.Marshal(l). A line of an answer whose body is
-// compact, valid JSON (inference.Result.Compact: every answer the provider
-// gives) is written here instead, its body taken in with the escaping
+// valid JSON on one line (inference.Result.Compact: every answer the
+// provider gives) is written here instead, its body taken in with the escaping
 // json.Marshal gives <, >, & and U+2028/U+2029 (json.HTMLEscape), where
 // json.Marshal would compact and check a body of kilobytes again. Its
 // fields are Line's and LineResponse's, in their order (TestMarshalLine).

@@ -200,8 +200,9 @@ func Scan(ctx context.Context, blobs Blobs, b batch.Batch, f file.File, lim Limi
 // sizing reads objects one after another as one stream, as Concat does,
 // and keeps the size of each it read to its end: the scan that read them
 // needs no HEAD of each afterwards (docs/design.md "A row's journey", plan).
-// The next object's GET is made while the current one is read (prefetch),
-// so the objects' first-byte latencies do not add up.
+// The next objects' GETs are made while the current one is read
+// (prefetch, readAhead), so neither the objects' first-byte latencies nor
+// their transfers add up.
 type sizing struct {
 	ctx   context.Context
 	blobs Blobs
@@ -211,8 +212,8 @@ type sizing struct {
 	i     int
 	cur   io.Reader
 	rc    io.Closer
-	next  chan opened // object i+1's, once asked for
-	err   error       // a failed open's, every later Read's
+	next  []chan opened // objects i+1's and on, once asked for (readAhead)
+	err   error         // a failed open's, every later Read's
 }
 
 // opened is an object whose first bytes (head) were read.
@@ -222,8 +223,13 @@ type opened struct {
 	err  error
 }
 
-// prefetchBytes is how much of the next object a prefetch reads.
-const prefetchBytes = 32 << 10
+// readAhead is how many objects after the current one are read ahead,
+// prefetchBytes of each: an upload's 4 MiB parts whole, 16 MiB at most in
+// memory with the current one.
+const (
+	readAhead     = 3
+	prefetchBytes = 4 << 20
+)
 
 // prefetch opens object i and reads its first bytes, in the background.
 func (s *sizing) prefetch(i int) chan opened {
@@ -240,15 +246,15 @@ func (s *sizing) prefetch(i int) chan opened {
 	return ch
 }
 
-// open makes object s.i the current one, and asks for the next.
+// open makes object s.i the current one, and asks for the ones after it.
 func (s *sizing) open() error {
-	cur := s.next
-	if cur == nil {
-		cur = s.prefetch(s.i)
+	if len(s.next) == 0 {
+		s.next = append(s.next, s.prefetch(s.i))
 	}
-	s.next = nil
-	if s.i+1 < len(s.keys) {
-		s.next = s.prefetch(s.i + 1)
+	cur := s.next[0]
+	s.next = s.next[1:]
+	for j := s.i + 1 + len(s.next); j < len(s.keys) && len(s.next) < readAhead; j++ {
+		s.next = append(s.next, s.prefetch(j))
 	}
 	o := <-cur
 	s.rc = o.rc
@@ -288,10 +294,10 @@ func (s *sizing) Read(p []byte) (int, error) {
 	return 0, io.EOF
 }
 
-// Close closes the current object and a prefetched one.
+// Close closes the current object and those read ahead.
 func (s *sizing) Close() error {
-	if s.next != nil {
-		if o := <-s.next; o.rc != nil {
+	for _, next := range s.next {
+		if o := <-next; o.rc != nil {
 			o.rc.Close()
 		}
 	}

@@ -338,7 +338,12 @@ func FallbackFor(models *config.Models, m config.Model, route Route) (config.Mod
 // attempt, and a key answering 401/403 is dropped and the attempt made
 // again on another.
 func (c *Client) onModel(ctx context.Context, m config.Model, endpoint string, body []byte, limited, fallback bool, attempts *int) (res inference.Result, exhausted bool) {
-	payload, err := sjson.SetBytes(body, "model", m.Upstream())
+	payload, err := body, error(nil)
+	if v := gjson.GetBytes(body, "model"); v.Type != gjson.String || v.Str != m.Upstream() {
+		// A body that names the upstream's model already (most rows) is
+		// sent as it is: a copy of kilobytes for nothing, per row.
+		payload, err = sjson.SetBytes(body, "model", m.Upstream())
+	}
 	if err != nil {
 		return errResult(inference.CodeInvalidRequest, fmt.Sprintf("set model: %v", err)), false
 	}
@@ -604,10 +609,17 @@ func (a attempt) result(m config.Model) inference.Result {
 // page from a proxy, say): enough to diagnose, small enough for a JSONL line.
 const maxWrappedText = 2048
 
-// jsonBody returns b as compact JSON, so it can sit inside a JSONL line, or
-// wraps a non-JSON body as an error object the client can read; either way
-// a copy, as b is a read buffer the next answer reuses (readBufs).
+// jsonBody returns b as JSON on one line, so it can sit inside a JSONL
+// line, or wraps a non-JSON body as an error object the client can read;
+// either way a copy, as b is a read buffer the next answer reuses
+// (readBufs). A valid body already on one line (a JSON string holds no raw
+// line break) is kept as it is: json.Compact's scan of every byte was much
+// of the CPU a row costs the executor (docs/design.md "Chunk size"); a
+// body on several lines, as some providers indent theirs, is compacted.
 func jsonBody(status int, b []byte) json.RawMessage {
+	if t := bytes.TrimSpace(b); bytes.IndexByte(t, '\n') < 0 && bytes.IndexByte(t, '\r') < 0 && ijson.Valid(t) {
+		return bytes.Clone(t)
+	}
 	var buf bytes.Buffer
 	if json.Compact(&buf, b) == nil {
 		return buf.Bytes()

@@ -721,8 +721,9 @@ func TestDoStops(t *testing.T) {
 	})
 }
 
-// Each row's body is its own answer's, compacted: the buffers answers are
-// read into serve the next answers, which a body must not share.
+// Each row's body is its own answer's, on one line (kept as it came, or
+// compacted from several): the buffers answers are read into serve the
+// next answers, which a body must not share.
 func TestDoBodiesAreTheirOwn(t *testing.T) {
 	t.Parallel()
 	answerOf := func(row string) string {
@@ -730,7 +731,7 @@ func TestDoBodiesAreTheirOwn(t *testing.T) {
 		if n%2 == 0 {
 			return fmt.Sprintf(`{"row":%q,"pad":%q}`, row, strings.Repeat(row, 1+n*n))
 		}
-		return fmt.Sprintf(`{ "row" : %q, "pad" : %q }`, row, strings.Repeat(row, 1+n*n))
+		return fmt.Sprintf("{\n  \"row\": %q,\n  \"pad\": %q\n}\n", row, strings.Repeat(row, 1+n*n))
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var b struct{ Row string }
@@ -1179,6 +1180,33 @@ models:
 		got, refused := Refusal(models, path, body)
 		if refused == wantOK || got.ErrCode != want.ErrCode || got.ErrMessage != want.ErrMessage || got.Model != want.Model {
 			t.Fatalf("Refusal(%q) = %+v, %v; the executor's route says %+v, %v", body, got, refused, want, !wantOK)
+		}
+	})
+}
+
+// FuzzJSONBody: whatever a provider answers, the body a row's line takes
+// in (jsonBody) is valid JSON without a line break, and a body that is
+// JSON keeps its value: the same JSON as encoding/json compacts it.
+func FuzzJSONBody(f *testing.F) {
+	for _, s := range []string{
+		`{"id":"x","choices":[]}`, "{\n  \"id\": \"x\"\n}\n", `{"a": 1, "b" : [ true ]}`, " \t{}\r\n", `"text"`, `12`,
+		`<html>bad gateway</html>`, "", `{"a":"\u2028<&>"}`, "{\"a\":\"\t\"}", `{"a":1}{"b":2}`, `{"a":1`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		out := jsonBody(502, b)
+		if !json.Valid(out) || bytes.ContainsAny(out, "\r\n") {
+			t.Fatalf("jsonBody(%q) = %q: want valid JSON on one line", b, out)
+		}
+		if !json.Valid(b) {
+			return
+		}
+		var want, got bytes.Buffer
+		json.Compact(&want, b)
+		json.Compact(&got, out)
+		if want.String() != got.String() {
+			t.Fatalf("jsonBody(%q) = %q: want %q", b, out, want.String())
 		}
 	})
 }
