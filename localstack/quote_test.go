@@ -65,8 +65,11 @@ func postQuote(t *testing.T, rt *localrun.Runtime, key string, body map[string]a
 // counts when the batch runs, and its direct duration within 25% of the
 // run's (docs/api.md "Quotes"). The model's tokenizer and latency are set
 // for the mock (the settings under test); the chunk size is the shipped one.
+//
+// It runs alone (no t.Parallel: go test runs it before the package's
+// parallel tests start): it compares a prediction with a run's wall time,
+// which other tests on the same two cores would stretch.
 func TestQuoteMatchesTheRun(t *testing.T) {
-	t.Parallel()
 	rt := runtime(t, withModels(t, quoteModels), func(o *localrun.Options) {
 		o.Env.ChunkRows = 0
 		o.MockOptions.Latency = quoteLatency
@@ -250,8 +253,8 @@ const etaLatency = 250 * time.Millisecond
 // latency carries estimated_completion_at while it runs; from 20% of its
 // rows settled on, the estimate is within 20% of the run's length of its
 // real end (completed_at). The estimate at each 10% is logged.
+// It runs alone, as TestQuoteMatchesTheRun does.
 func TestETAHoldsFromAFifthOn(t *testing.T) {
-	t.Parallel()
 	rt := runtime(t, withModels(t, etaModels), func(o *localrun.Options) {
 		o.Env.ChunkRows = 0
 		o.MockOptions.Latency = etaLatency

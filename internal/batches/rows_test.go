@@ -44,17 +44,49 @@ func TestRowsQueryLists(t *testing.T) {
 	}
 }
 
-// rowsStore is a batch of committed chunks, one row each.
+// rowsStore is a batch of chunks, one row each; it counts its chunk
+// queries.
 type rowsStore struct {
 	Store
-	chunks []batch.Chunk
+	chunks  []batch.Chunk
+	queries *atomic.Int64
 }
 
 func (s rowsStore) GetBatch(_ context.Context, tenant, id string) (batch.Batch, error) {
-	return batch.Batch{ID: id, Tenant: tenant}, nil
+	b := batch.Batch{ID: id, Tenant: tenant, ChunksTotal: len(s.chunks)}
+	for _, c := range s.chunks {
+		if c.State == batch.ChunkDone {
+			b.ChunksDone++
+		}
+	}
+	return b, nil
 }
 
-func (s rowsStore) Chunks(context.Context, string) ([]batch.Chunk, error) { return s.chunks, nil }
+func (s rowsStore) Chunks(context.Context, string) ([]batch.Chunk, error) {
+	if s.queries != nil {
+		s.queries.Add(1)
+	}
+	return s.chunks, nil
+}
+
+// A batch none of whose chunks is committed has no row to list: its page
+// is empty without a query of its chunks (a client polling for the first
+// result of a 50,000-row batch read its 72 chunks every time).
+func TestRowsBeforeTheFirstCommitReadNoChunk(t *testing.T) {
+	t.Parallel()
+	chunks := []batch.Chunk{{Index: 0, State: batch.ChunkClaimed}, {Index: 1, State: batch.ChunkPending}}
+	queries := &atomic.Int64{}
+	s := &Service{Now: time.Now, Log: slog.New(slog.DiscardHandler), Store: rowsStore{chunks: chunks, queries: queries},
+		Blobs: rowsBlobs{reads: &atomic.Int64{}}, Deliveries: sameDeliveries{}}
+	page, err := s.Rows(context.Background(), "acme", "batch_x", RowsQuery{After: -1, Limit: 1})
+	if err != nil || len(page.Data) != 0 || page.More || page.Last != -1 || queries.Load() != 0 {
+		t.Fatalf("page %+v, %v after %d chunk queries: want an empty page and none", page, err, queries.Load())
+	}
+	chunks[0].State = batch.ChunkDone
+	if _, err := s.Rows(context.Background(), "acme", "batch_x", RowsQuery{After: -1, Limit: 1}); err != nil || queries.Load() != 1 {
+		t.Fatalf("%v after %d chunk queries: want one once a chunk is done", err, queries.Load())
+	}
+}
 
 // rowsBlobs counts the usage parts read; chunk i's row has custom_id r-i.
 type rowsBlobs struct {

@@ -944,8 +944,15 @@ type RowsPage struct {
 // maxPageChunks of them (docs/api.md "Rows"). A chunk not committed yet has none; one whose parts expired is
 // passed over.
 func (s *Service) Rows(ctx context.Context, tenant, id string, q RowsQuery) (RowsPage, error) {
-	if _, err := s.Get(ctx, tenant, id); err != nil {
+	b, err := s.Get(ctx, tenant, id)
+	if err != nil {
 		return RowsPage{}, err
+	}
+	if b.ChunksDone == 0 {
+		// No chunk committed (a commit counts its chunk done in the same
+		// write), so no row to list: a client polling for the first
+		// result costs one read, not a query of every chunk of the batch.
+		return RowsPage{Last: q.After}, nil
 	}
 	chunks, err := s.Store.Chunks(ctx, id)
 	if err != nil {
