@@ -138,7 +138,8 @@ DynamoDBBackend.transact_write_items = _transact_backing_up_items
 # DynamoDB call waiting behind it (the lock above), where DynamoDB answers
 # in milliseconds. moto's DynamoDB results (DynamoResult) are the wire
 # format already (dynamo_to_dict: attribute values as {"S": ...}, numbers
-# as strings), so they are answered with json.dumps; one json cannot dump
+# as strings), so they are answered with json.dumps of the members the
+# operation's model has; one json cannot dump
 # (bytes, a datetime) goes through moto's serializer. With
 # RELAY_EMULATOR_CHECK_JSON set, each answer is made both ways and a
 # difference is printed (how this was checked against the test suite).
@@ -151,8 +152,13 @@ _check_json = bool(os.environ.get("RELAY_EMULATOR_CHECK_JSON"))
 
 
 def _dynamo_execute_fast(self, context):
+    result, shape = self.result, context.operation_model.output_shape
+    if isinstance(result, dict) and shape is not None:
+        # moto's results hold a member or two the model does not (DeleteItem's
+        # ConsumedCapacityUnits), which its serializer leaves out.
+        result = {k: v for k, v in result.items() if k in shape.members}
     try:
-        body = json.dumps(self.result, separators=(",", ":"))
+        body = json.dumps(result, separators=(",", ":"))
     except (TypeError, ValueError):
         return _dynamo_execute(self, context)
     fast = 200, {"Content-Type": "application/x-amz-json-1.0"}, body
