@@ -365,13 +365,14 @@ func (in *invocation) start(r *chunkRun, before <-chan struct{}) {
 	ok, err := e.load(ctx, r, in.batch)
 	if before != nil {
 		<-before
-		if err == nil && ok && e.Now().Sub(r.loaded) >= e.lease()/3 {
-			// It waited a third of a lease for the run before it to start:
-			// its fence is taken again, as a continuation's (load), or it
-			// would start on a lease near its end, or on a chunk taken
-			// over meanwhile, which the take finds stale.
-			_, ok, err = e.takeFence(ctx, r)
-		}
+	}
+	if err == nil && ok && time.UnixMilli(r.lease.Load()).Sub(e.Now()) < e.lease()-e.lease()/3 {
+		// Its lease is a third of a lease old (a slow load, or a wait for
+		// the run before it to start): its fence is taken again, as a
+		// continuation's (load), or it would start on a lease near its
+		// end, or on a chunk taken over meanwhile, which the take finds
+		// stale.
+		_, ok, err = e.takeFence(ctx, r)
 	}
 	if err != nil || !ok {
 		r.slots.leave()

@@ -641,3 +641,60 @@ func TestRunWaitingOnAFailedBatchReadReadsItself(t *testing.T) {
 		t.Fatalf("%d of the 2 reads failed, want only the one whose read failed", failed)
 	}
 }
+
+// slowRangeTakeover is a memBucket whose read of one range (chunk 1's,
+// after its fence take, inside its load) is slow, and during which the
+// tick takes chunk 1 over (its lease, moved by the fence take, ended).
+type slowRangeTakeover struct {
+	*memBucket
+	table             *runsTable
+	start             int64
+	delay, takeoverAt time.Duration
+}
+
+func (b *slowRangeTakeover) ReadRange(ctx context.Context, objs []batch.Object, start, end int64) ([]byte, error) {
+	if start == b.start {
+		time.Sleep(b.takeoverAt)
+		if _, err := b.table.Takeover(ctx, b.table.chunkAt(1), "run1-takeover", time.Now(), time.Now().Add(time.Minute)); err != nil {
+			panic("takeover refused: " + err.Error())
+		}
+		time.Sleep(b.delay - b.takeoverAt)
+	}
+	return b.memBucket.ReadRange(ctx, objs, start, end)
+}
+
+// TestRunTakenOverWhileWaitingForTheRunBeforeItDoesNotStart's promise when
+// the time passes in the run's own load (a slow ranged GET after its fence
+// take), not in its wait: a run whose lease is a third of a lease old when
+// it could start takes its fence again, and one taken over meanwhile does
+// not start. It started (the re-take was decided by the time since its
+// load ended), stopped model x's runs here at once, chunk 0 with them, and
+// x's rows went on chunk 1's slots while the takeover held them elsewhere.
+// Found by an attack on 5dc2ccb.
+func TestRunWhoseLeaseEndedInItsOwnLoadDoesNotStart(t *testing.T) {
+	t.Parallel()
+	p := newPeakProvider(900 * time.Millisecond) // chunk 0 runs ~3.6 s, past chunk 1's load
+	e, table := runsFixture(t, p, chunkSpec{"x", 8, 2}, chunkSpec{"x", 2, 2})
+	e.Lease = 2 * time.Second // skew 1 s
+	e.Blobs = &slowRangeTakeover{memBucket: e.Blobs.(*memBucket), table: table, start: table.chunkAt(1).Start,
+		delay: 2500 * time.Millisecond, takeoverAt: 2200 * time.Millisecond}
+
+	failed, err := executeBoth(t, e, table)
+
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := table.chunkAt(0); c.State != batch.ChunkDone || c.Rows != 8 {
+		t.Errorf("chunk 0 %s with %d of its 8 rows (failed deliveries %v): want all 8 committed, model x not stopped by a run taken over before it started", c.State, c.Rows, failed)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.peak["x"] > 2 {
+		t.Errorf("model x peaked at %d in flight here while the takeover of chunk 1 held 2 of its 4 slots elsewhere", p.peak["x"])
+	}
+	for n := 8; n < 10; n++ {
+		if p.sent[n] > 0 {
+			t.Errorf("row %d of chunk 1 sent by the run taken over", n)
+		}
+	}
+}
