@@ -497,6 +497,37 @@ func TestRunsLoadSideBySide(t *testing.T) {
 	}
 }
 
+// takeOverChunk1 is the tick taking chunk 1 over, its lease ended: a new
+// run holds it and its slots in another invocation. A lease not ended yet
+// is left as it is (the take's condition refuses it).
+func takeOverChunk1(ctx context.Context, table *runsTable) {
+	_, _ = table.Takeover(ctx, table.chunkAt(1), "run1-takeover", time.Now(), time.Now().Add(time.Minute))
+}
+
+// checkTakenOverDidNotStart checks the promise of a run of chunk 1 (model
+// x's 2 slots of 4) taken over before it started, beside chunk 0 (8 rows
+// on the other 2): chunk 0 ran all its rows, model x never had more than
+// chunk 0's slots in flight here, and no row of chunk 1 was sent here.
+func checkTakenOverDidNotStart(t *testing.T, p *peakProvider, table *runsTable, failed []string, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := table.chunkAt(0); c.State != batch.ChunkDone || c.Rows != 8 {
+		t.Errorf("chunk 0 %s with %d of its 8 rows (failed deliveries %v): want all 8 committed, model x not stopped by a run taken over before it started", c.State, c.Rows, failed)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.peak["x"] > 2 {
+		t.Errorf("model x peaked at %d in flight here while the takeover of chunk 1 held 2 of its 4 slots elsewhere", p.peak["x"])
+	}
+	for n := 8; n < 10; n++ {
+		if p.sent[n] > 0 {
+			t.Errorf("row %d of chunk 1 sent by the run taken over", n)
+		}
+	}
+}
+
 // slowLoadTakeover is a runsTable whose fence take of chunk 0 is slow (a
 // throttled, retried load) and during which the tick takes chunk 1 over:
 // its lease ended, a new run holds it and its slots in another
@@ -509,11 +540,7 @@ type slowLoadTakeover struct {
 func (f *slowLoadTakeover) TakeFence(ctx context.Context, b string, i int, run, exec string, now, until time.Time) (batch.Chunk, error) {
 	if i == 0 {
 		time.Sleep(f.takeoverAt)
-		c := f.chunkAt(1)
-		if time.UnixMilli(c.Lease).Before(time.Now()) {
-			c.Run, c.Attempts, c.Lease = "run1-takeover", c.Attempts+1, time.Now().Add(time.Minute).UnixMilli()
-			f.putChunk(c)
-		}
+		takeOverChunk1(ctx, f.runsTable)
 		time.Sleep(f.delay - f.takeoverAt)
 		now, until = time.Now(), time.Now().Add(until.Sub(now))
 	}
@@ -544,22 +571,7 @@ func TestRunTakenOverWhileWaitingForTheRunBeforeItDoesNotStart(t *testing.T) {
 
 	failed, err := executeBoth(t, e, table)
 
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c := table.chunkAt(0); c.State != batch.ChunkDone || c.Rows != 8 {
-		t.Errorf("chunk 0 %s with %d of its 8 rows (failed deliveries %v): want all 8 committed, model x not stopped by a run taken over before it started", c.State, c.Rows, failed)
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.peak["x"] > 2 {
-		t.Errorf("model x peaked at %d in flight here while the takeover of chunk 1 held 2 of its 4 slots elsewhere", p.peak["x"])
-	}
-	for n := 8; n < 10; n++ {
-		if p.sent[n] > 0 {
-			t.Errorf("row %d of chunk 1 sent by the run taken over", n)
-		}
-	}
+	checkTakenOverDidNotStart(t, p, table, failed, err)
 }
 
 // batchReads is a runsTable counting the batch's reads, the first held
@@ -655,9 +667,7 @@ type slowRangeTakeover struct {
 func (b *slowRangeTakeover) ReadRange(ctx context.Context, objs []batch.Object, start, end int64) ([]byte, error) {
 	if start == b.start {
 		time.Sleep(b.takeoverAt)
-		if _, err := b.table.Takeover(ctx, b.table.chunkAt(1), "run1-takeover", time.Now(), time.Now().Add(time.Minute)); err != nil {
-			panic("takeover refused: " + err.Error())
-		}
+		takeOverChunk1(ctx, b.table)
 		time.Sleep(b.delay - b.takeoverAt)
 	}
 	return b.memBucket.ReadRange(ctx, objs, start, end)
@@ -681,20 +691,5 @@ func TestRunWhoseLeaseEndedInItsOwnLoadDoesNotStart(t *testing.T) {
 
 	failed, err := executeBoth(t, e, table)
 
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c := table.chunkAt(0); c.State != batch.ChunkDone || c.Rows != 8 {
-		t.Errorf("chunk 0 %s with %d of its 8 rows (failed deliveries %v): want all 8 committed, model x not stopped by a run taken over before it started", c.State, c.Rows, failed)
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.peak["x"] > 2 {
-		t.Errorf("model x peaked at %d in flight here while the takeover of chunk 1 held 2 of its 4 slots elsewhere", p.peak["x"])
-	}
-	for n := 8; n < 10; n++ {
-		if p.sent[n] > 0 {
-			t.Errorf("row %d of chunk 1 sent by the run taken over", n)
-		}
-	}
+	checkTakenOverDidNotStart(t, p, table, failed, err)
 }
