@@ -54,7 +54,7 @@ func deadLetters(t *testing.T, rt *localrun.Runtime, key, id string, limit int) 
 	}
 }
 
-// soloModel is a model without a fallback (a row it answers 500 fails
+// soloModel is a model without a fallback (a row it answers 503 fails
 // there), whose slots run one chunk at a time.
 const soloModel = `
 models:
@@ -62,7 +62,7 @@ models:
 `
 
 // A batch whose rows fail every way a row can after its retry cycle: rows
-// the upstream keeps answering 500 (after their 4 attempts), a chunk
+// the upstream keeps answering 503 (after their 4 attempts), a chunk
 // whose executor dies on every run (dead-lettered), and chunks the
 // tenant's budget refuses. Its dead-letter list names every one of them
 // (and only them: the error file's rows) with its reason, its real
@@ -97,8 +97,13 @@ func TestDeadLettersListEveryFailedRow(t *testing.T) {
 	ctx := context.Background()
 	c, key := client(t, rt, "acme")
 	rows := modelRows(nRows(40, "hello"), "solo")
+	// 503 is retried as 500 is, but is an overload, not a failure the
+	// model's circuit counts: three rows answered 500 open it, and their
+	// nine retries then go one per cooldown of 5 s, 20 to 35 s, past the
+	// 27 s an executor invocation runs here (shortLease's 30 s timeout);
+	// rows stopped there run again, where the spent budget refuses them.
 	for i := range 3 {
-		rows[i].content = "[[mock:500]] broken"
+		rows[i].content = "[[mock:503]] broken"
 	}
 	created := createBatch(t, c, upload(t, c, "in.jsonl", jsonlRows(rows)).ID)
 	// A row "hello N" costs 6 tokens: chunk 0's 7 answered rows spend the
@@ -127,7 +132,7 @@ func TestDeadLettersListEveryFailedRow(t *testing.T) {
 		var want deadLetter
 		switch {
 		case d.Row < 3:
-			want = deadLetter{Reason: "upstream_error", Attempts: 4, LastStatus: ptr(500)}
+			want = deadLetter{Reason: "upstream_error", Attempts: 4, LastStatus: ptr(503)}
 		case d.Row >= 10 && d.Row < 20:
 			want = deadLetter{Reason: "dead_letter", Attempts: resources.WorkMaxReceiveCount}
 		case d.Row >= 20:
