@@ -40,7 +40,7 @@ type Store interface {
 	OldestActive(ctx context.Context) (batch.Batch, bool, error)
 	ReleaseInflight(ctx context.Context, tenant, batchID string) (bool, error)
 	GetFile(ctx context.Context, tenant, id string) (file.File, error)
-	PutFileOverwrite(ctx context.Context, f file.File) error
+	PutBatchFile(ctx context.Context, f file.File, batchID string) error
 	Chunks(ctx context.Context, batchID string) ([]batch.Chunk, error)
 	PutChunks(ctx context.Context, cs []batch.Chunk) error
 	PutReady(ctx context.Context, r sched.Ready) error

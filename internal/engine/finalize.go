@@ -13,6 +13,7 @@ import (
 	"github.com/relaybatch/relay/internal/part"
 	"github.com/relaybatch/relay/internal/plan"
 	"github.com/relaybatch/relay/internal/resources"
+	"github.com/relaybatch/relay/internal/store"
 )
 
 // DeadLetter is the deadletter function's handler for the work DLQ
@@ -164,12 +165,20 @@ func (e *Engine) FinalizeBatch(ctx context.Context, tenant, id string) error {
 			f.Readers = []string{b.ID}
 		}
 		ids[i] = f.ID
-		writes.Go(func() { errs[1+i] = e.Store.PutFileOverwrite(ctx, *f) })
+		writes.Go(func() { errs[1+i] = e.Store.PutBatchFile(ctx, *f, id) })
 	}
 	// Parts no commit points to: those of runs that lost a race or crashed
 	// before committing.
 	writes.Go(func() { errs[3] = blob.DeleteExcept(ctx, e.Blobs, batch.PartsPrefix(tenant, id), parts.Keep) })
 	writes.Wait()
+	if errors.Is(errs[1], store.ErrBatchEnded) || errors.Is(errs[2], store.ErrBatchEnded) {
+		// Another finalizer ended it since the read: its records stand,
+		// or the user deleted them since, and they stay deleted.
+		if b, err = e.Store.GetBatch(ctx, tenant, id); err != nil {
+			return gone(err)
+		}
+		return e.terminal(ctx, b)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}

@@ -102,3 +102,51 @@ func TestFinalizeReadsChunksAgainWhenReadBeforeTheLastCommit(t *testing.T) {
 		t.Fatalf("batch %s, output %+v after %d chunk reads: want completed with both parts, the chunks read twice", after.Status, out, table.reads)
 	}
 }
+
+// lateBatch answers its first GetBatch with the batch before another
+// finalizer ended it, and then ends it and deletes its output file as the
+// user would.
+type lateBatch struct {
+	*memTable
+	reads int
+}
+
+func (l *lateBatch) GetBatch(ctx context.Context, tenant, id string) (batch.Batch, error) {
+	b, err := l.memTable.GetBatch(ctx, tenant, id)
+	if l.reads++; l.reads == 1 {
+		ended := b
+		ended.Status = batch.Completed
+		l.putBatch(ended)
+		l.mu.Lock()
+		delete(l.files, "t/file-x-output")
+		l.mu.Unlock()
+	}
+	return b, err
+}
+
+// A duplicate finalizer that read the batch before another ended it
+// writes no file record: the user may have deleted the ended batch's
+// output file since, and it stays deleted. It sees the batch terminal and
+// makes sure of the terminal event, as any later finalize does.
+func TestLateFinalizeDoesNotBringBackADeletedFile(t *testing.T) {
+	t.Parallel()
+	b := batch.Batch{ID: "batch_x", Tenant: "t", Status: batch.InProgress, CreatedAt: 1, ChunksTotal: 1, ChunksDone: 1}
+	table := &lateBatch{memTable: newMemTable()}
+	table.putBatch(b)
+	c := batch.Chunk{Tenant: "t", Batch: "batch_x", Index: 0, Attempt: "a", State: batch.ChunkDone, OutBytes: 6}
+	table.putChunk(c)
+	bucket := newMemBucket()
+	bucket.put(c.Parts("out"), []byte("lines\n"))
+	var ended []batch.Status
+	e := testEngine(&Engine{Store: table, Blobs: bucket, Log: slog.New(slog.DiscardHandler), Set: resources.Set{PartsExpiry: time.Hour},
+		Lifecycle: lifecycleFunc(func(_ context.Context, b batch.Batch) error { ended = append(ended, b.Status); return nil })})
+	if err := e.FinalizeBatch(context.Background(), "t", "batch_x"); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := table.GetFile(context.Background(), "t", "file-x-output"); err == nil {
+		t.Fatalf("output file %+v written again after the user deleted it", f)
+	}
+	if !slices.Equal(ended, []batch.Status{batch.Completed}) {
+		t.Fatalf("Terminal saw %v, want the completed batch once", ended)
+	}
+}

@@ -248,6 +248,16 @@ func (m *memTable) PutFileOverwrite(_ context.Context, f file.File) error {
 	return nil
 }
 
+func (m *memTable) PutBatchFile(ctx context.Context, f file.File, batchID string) error {
+	m.mu.Lock()
+	b, ok := m.batches[batchID]
+	m.mu.Unlock()
+	if !ok || b.Status.Terminal() {
+		return store.ErrBatchEnded
+	}
+	return m.PutFileOverwrite(ctx, f)
+}
+
 // Chunks and the ready index.
 
 func (m *memTable) GetChunk(_ context.Context, id string, i int) (batch.Chunk, error) {

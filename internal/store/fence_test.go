@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/relaybatch/relay/internal/batch"
+	"github.com/relaybatch/relay/internal/file"
 	"github.com/relaybatch/relay/internal/sched"
 )
 
@@ -237,5 +239,32 @@ func TestTakeoverClearsTheFence(t *testing.T) {
 	exec := tick.Add(-2 * time.Second)
 	if _, err := s.TakeFence(ctx, c.Batch, 0, "run2", "b", exec, exec.Add(time.Minute)); err != nil {
 		t.Fatalf("the new run's first execution: %v, want the fence", err)
+	}
+}
+
+// TestPutBatchFileOnlyWhileTheBatchRuns: a batch's output and error file
+// records are written while it has not ended, and never after (or once
+// it is gone): a finalizer late by a read cannot bring back a record the
+// user deleted after another ended the batch.
+func TestPutBatchFileOnlyWhileTheBatchRuns(t *testing.T) {
+	s := emulatorStore(t)
+	ctx := context.Background()
+	statuses := []batch.Status{batch.Validating, batch.Failed, batch.InProgress, batch.Finalizing, batch.Completed,
+		batch.Expired, batch.Cancelling, batch.Cancelled, batch.Scheduled}
+	for i, st := range statuses {
+		b := batch.Batch{ID: fmt.Sprintf("batch_pf%d", i), Tenant: "t", Status: st, CreatedAt: 1}
+		if _, _, err := s.CreateBatch(ctx, b, IdemKey{}); err != nil {
+			t.Fatal(err)
+		}
+		f := file.File{ID: "file-pf" + strconv.Itoa(i) + "-output", Tenant: "t", Filename: "out.jsonl"}
+		err := s.PutBatchFile(ctx, f, b.ID)
+		_, gerr := s.GetFile(ctx, "t", f.ID)
+		if st.Terminal() != errors.Is(err, ErrBatchEnded) || (err == nil) != (gerr == nil) {
+			t.Errorf("batch %s: put %v, then read %v; want ErrBatchEnded and no record exactly when it has ended", st, err, gerr)
+		}
+	}
+	err := s.PutBatchFile(ctx, file.File{ID: "file-gone-output", Tenant: "t"}, "batch_gone")
+	if _, gerr := s.GetFile(ctx, "t", "file-gone-output"); !errors.Is(err, ErrBatchEnded) || gerr == nil {
+		t.Errorf("a batch that is gone: put %v, then read %v; want ErrBatchEnded and no record", err, gerr)
 	}
 }

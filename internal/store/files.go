@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/file"
 )
 
@@ -91,6 +92,39 @@ func (s *Store) UpdateUpload(ctx context.Context, tenant, id string, fn func(*fi
 // same record.
 func (s *Store) PutFileOverwrite(ctx context.Context, f file.File) error {
 	return s.put(ctx, tenantPK(f.Tenant), fileSK(f.ID), f, nil, false)
+}
+
+// ErrBatchEnded is PutBatchFile's answer when the batch has ended (or is
+// gone): its files are written already, and may have been deleted since.
+var ErrBatchEnded = errors.New("store: the batch has ended")
+
+// PutBatchFile writes an output or error file record of batch batchID,
+// whatever is there (its id derives from the batch: a repeated finalize
+// rewrites the same record), while the batch has not ended. A finalizer
+// that read the batch before another ended it cannot bring back a record
+// the user deleted since (docs/design.md "Message types", finalize).
+func (s *Store) PutBatchFile(ctx context.Context, f file.File, batchID string) error {
+	it, err := itemAt(tenantPK(f.Tenant), fileSK(f.ID), f, nil)
+	if err != nil {
+		return err
+	}
+	err = s.transact(ctx, "", []types.TransactWriteItem{
+		{ConditionCheck: &types.ConditionCheck{
+			TableName: &s.Table, Key: key(tenantPK(f.Tenant), batchSK(batchID)),
+			ConditionExpression:      aws.String("attribute_exists(pk) AND NOT (#st IN (:c, :f, :e, :x))"),
+			ExpressionAttributeNames: map[string]string{"#st": "status"},
+			ExpressionAttributeValues: item{":c": avS(string(batch.Completed)), ":f": avS(string(batch.Failed)),
+				":e": avS(string(batch.Expired)), ":x": avS(string(batch.Cancelled))},
+		}},
+		{Put: &types.Put{TableName: &s.Table, Item: it}},
+	})
+	if i, ok := conditionFailed(err); ok && i == 0 {
+		return ErrBatchEnded
+	}
+	if err != nil {
+		return fmt.Errorf("put file %s of batch %s: %w", f.ID, batchID, err)
+	}
+	return nil
 }
 
 // AddFileReader implements files.Store: batchID joins the file's readers
