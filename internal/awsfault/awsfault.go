@@ -31,7 +31,9 @@ const (
 	// After sends the call, lets it take effect, then fails it.
 	After
 	// Conflict cancels a TransactWriteItems call with TransactionConflict,
-	// without sending it.
+	// or rejects a PutItem, UpdateItem or DeleteItem with
+	// TransactionConflictException (a write to an item an ongoing
+	// transaction includes), without sending it.
 	Conflict
 	// Throttle fails the call, unsent, with the service's throttling error
 	// (ThrottlingException, ProvisionedThroughputExceededException, SlowDown)
@@ -137,10 +139,8 @@ func (in *Injector) pick(ctx context.Context, service, op string, input any) (Ki
 		if r.Times > 0 && r.fired >= r.Times {
 			continue
 		}
-		if r.Kind == Conflict {
-			if _, ok := input.(*dynamodb.TransactWriteItemsInput); !ok {
-				continue
-			}
+		if r.Kind == Conflict && !conflicts(input) {
+			continue
 		}
 		if r.Match != nil && !r.Match(ctx, input) {
 			continue
@@ -157,6 +157,16 @@ func (in *Injector) pick(ctx context.Context, service, op string, input any) (Ki
 		return r.Kind, true
 	}
 	return 0, false
+}
+
+// conflicts reports whether a call can meet a TransactionConflict: a
+// transaction, or a write of one item.
+func conflicts(input any) bool {
+	switch input.(type) {
+	case *dynamodb.TransactWriteItemsInput, *dynamodb.PutItemInput, *dynamodb.UpdateItemInput, *dynamodb.DeleteItemInput:
+		return true
+	}
+	return false
 }
 
 // invocation is the Lambda request id a call is made for, if any.
@@ -204,7 +214,12 @@ func (in *Injector) handle(ctx context.Context, input middleware.InitializeInput
 		}
 		return middleware.InitializeOutput{}, middleware.Metadata{}, opErr(&Error{Op: service + "." + op, Dead: true})
 	case Conflict:
-		n := len(input.Parameters.(*dynamodb.TransactWriteItemsInput).TransactItems)
+		tx, ok := input.Parameters.(*dynamodb.TransactWriteItemsInput)
+		if !ok {
+			return middleware.InitializeOutput{}, middleware.Metadata{}, opErr(&ddbtypes.TransactionConflictException{
+				Message: ptr("Transaction is ongoing for the item (injected)")})
+		}
+		n := len(tx.TransactItems)
 		reasons := make([]ddbtypes.CancellationReason, n)
 		for i := range reasons {
 			reasons[i].Code = ptr("None")

@@ -248,14 +248,16 @@ func (m *memTable) PutFileOverwrite(_ context.Context, f file.File) error {
 	return nil
 }
 
-func (m *memTable) PutBatchFile(ctx context.Context, f file.File, batchID string) error {
+// PutBatchFile checks the batch and writes f in one step, as the
+// store's transaction does.
+func (m *memTable) PutBatchFile(_ context.Context, f file.File, batchID string) error {
 	m.mu.Lock()
-	b, ok := m.batches[batchID]
-	m.mu.Unlock()
-	if !ok || b.Status.Terminal() {
+	defer m.mu.Unlock()
+	if b, ok := m.batches[batchID]; !ok || b.Status.Terminal() {
 		return store.ErrBatchEnded
 	}
-	return m.PutFileOverwrite(ctx, f)
+	m.files[f.Tenant+"/"+f.ID] = f
+	return nil
 }
 
 // Chunks and the ready index.

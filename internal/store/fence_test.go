@@ -9,8 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/relaybatch/relay/internal/awsfault"
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/file"
+	"github.com/relaybatch/relay/internal/local/emulator/emutest"
 	"github.com/relaybatch/relay/internal/sched"
 )
 
@@ -266,5 +270,28 @@ func TestPutBatchFileOnlyWhileTheBatchRuns(t *testing.T) {
 	err := s.PutBatchFile(ctx, file.File{ID: "file-gone-output", Tenant: "t"}, "batch_gone")
 	if _, gerr := s.GetFile(ctx, "t", "file-gone-output"); !errors.Is(err, ErrBatchEnded) || gerr == nil {
 		t.Errorf("a batch that is gone: put %v, then read %v; want ErrBatchEnded and no record", err, gerr)
+	}
+}
+
+// TestUpdateRetriesAWriteATransactionRejected: DynamoDB rejects a write
+// of an item an ongoing transaction includes (a commit's counts on the
+// batch item, a finalize's check of it) with TransactionConflictException,
+// which the SDK does not retry. A read-modify-write of the batch (the
+// finalizer's `finalizing`, a cancel) reads and writes again instead of
+// failing: before, the finalize that ran its file transactions beside its
+// `finalizing` update failed at every delivery that met one.
+func TestUpdateRetriesAWriteATransactionRejected(t *testing.T) {
+	base := emulatorStore(t)
+	ctx := context.Background()
+	b := batch.Batch{ID: "batch_tc", Tenant: "t", Status: batch.InProgress, CreatedAt: 1}
+	if _, _, err := base.CreateBatch(ctx, b, IdemKey{}); err != nil {
+		t.Fatal(err)
+	}
+	in := awsfault.New(1).Add(awsfault.Rule{Service: "DynamoDB", Operation: "PutItem", Kind: awsfault.Conflict, Times: 2})
+	s := New(dynamodb.NewFromConfig(emutest.Config(t), func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, in.APIOption) }), base.Table)
+	_, err := s.UpdateBatch(ctx, "t", b.ID, func(b *batch.Batch) error { return b.To(batch.Finalizing, time.Now()) })
+	got, gerr := base.GetBatch(ctx, "t", b.ID)
+	if err != nil || gerr != nil || got.Status != batch.Finalizing || in.Total() != 2 {
+		t.Fatalf("update after %d conflicts: %v; batch %s (%v): want it finalizing", in.Total(), err, got.Status, gerr)
 	}
 }

@@ -9,11 +9,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/relaybatch/relay/internal/backoff"
 )
 
 // Store is the table.
@@ -133,6 +136,17 @@ func update[T any](ctx context.Context, s *Store, pk, sk string, extra func(*T) 
 		})
 		var cf *types.ConditionalCheckFailedException
 		if errors.As(err, &cf) && attempt < 20 {
+			continue
+		}
+		var tc *types.TransactionConflictException
+		if errors.As(err, &tc) && attempt < 20 {
+			// The item is in an ongoing transaction (a commit's counts, a
+			// finalize's file check), which rejected the write: read it
+			// again once that is over (docs/design.md "Conflicts and
+			// ambiguous writes").
+			if err := backoff.Sleep(ctx, backoff.Full(backoff.Exponential(attempt+1, 20*time.Millisecond, 20*time.Millisecond<<5))); err != nil {
+				return v, err
+			}
 			continue
 		}
 		if err != nil {
