@@ -351,16 +351,12 @@ func (in *invocation) start(r *chunkRun, before <-chan struct{}) {
 		// A continuation on its committing run's slots, which rows of its
 		// model may be using (heldSlots): a commit at its load (its input
 		// gone) frees them first, and until its lease is kept
-		// (keepLease) its claim's lease less the margin stops the model
-		// while they are in use.
+		// (keepLease) its lease less the margin stops the model while
+		// they are in use.
 		ctx = withSlots(ctx, r.slots)
-		h := r.slots
-		guard := time.AfterFunc(time.UnixMilli(r.lease.Load()).Add(-e.skew()).Sub(e.Now()), func() {
-			if !h.pool.Fits(h.model, h.n) {
-				in.stopModel(h.model)
-			}
-		})
-		defer guard.Stop()
+		loading := make(chan struct{})
+		defer close(loading)
+		go in.guardSlots(r, r.slots, loading)
 	}
 	ok, err := e.load(ctx, r, in.batch)
 	if before != nil {
@@ -435,6 +431,36 @@ func (in *invocation) start(r *chunkRun, before <-chan struct{}) {
 		}
 		fanout.Send(in.pool, &in.work, r.rows(e, rowDone))
 	})
+}
+
+// guardSlots stops the model of continuation r, loading on the slots h it
+// inherited, at its lease less the margin if rows of the model still use
+// them then: a takeover may hand them on once the lease ended. The lease
+// is read again when that time comes, as the load's fence take may have
+// moved it. It returns when loading is closed.
+func (in *invocation) guardSlots(r *chunkRun, h *heldSlots, loading <-chan struct{}) {
+	e := in.e
+	for {
+		left := time.UnixMilli(r.lease.Load()).Add(-e.skew()).Sub(e.Now())
+		if left <= 0 {
+			break
+		}
+		t := time.NewTimer(left)
+		select {
+		case <-loading:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+	select {
+	case <-loading:
+		// Started (keepLease guards it now) or ended meanwhile.
+	default:
+		if !h.pool.Fits(h.model, h.n) {
+			in.stopModel(h.model)
+		}
+	}
 }
 
 // batch is the batch of a run's message, read once per statusRefresh in

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -214,5 +215,76 @@ func TestRecordContinuationFreesTheSlotsFirst(t *testing.T) {
 		}
 	default:
 		t.Fatalf("chunk 2's record did not run here (chunk 0's claim %+v)", table.chunkAt(0).Next)
+	}
+}
+
+// slowFailedPreload is a runsTable whose first read of chunk 2 (a
+// continuation's preload) fails after wait, a throttle slow to come back.
+type slowFailedPreload struct {
+	*runsTable
+	wait   time.Duration
+	failed atomic.Bool
+}
+
+func (f *slowFailedPreload) GetChunk(ctx context.Context, b string, i int) (batch.Chunk, error) {
+	if i == 2 && f.failed.CompareAndSwap(false, true) {
+		time.Sleep(f.wait)
+		return batch.Chunk{}, errors.New("ThrottlingException: rate exceeded")
+	}
+	return f.runsTable.GetChunk(ctx, b, i)
+}
+
+// slowRange is a bucket whose reads of the range from start take wait.
+type slowRange struct {
+	*memBucket
+	start int64
+	wait  time.Duration
+}
+
+func (f *slowRange) ReadRange(ctx context.Context, objs []batch.Object, start, end int64) ([]byte, error) {
+	if start == f.start {
+		time.Sleep(f.wait)
+	}
+	return f.memBucket.ReadRange(ctx, objs, start, end)
+}
+
+// TestContinuationWhoseLoadMovedItsLeaseKeepsItsModel: chunk 0's commit
+// claims chunk 2 for the invocation while chunk 1's long rows run on chunk
+// 0's slots; chunk 2's preload fails late, so its load takes its fence
+// (its lease moved 1.5 s on) and reads its rows slowly, past its claim's
+// lease less the margin but well within the moved one. Nothing can take
+// chunk 2 over before the moved lease, so chunk 1's rows run on: before,
+// the guard on the slots armed at the claim's lease stopped model x there
+// and chunk 1 was split after a third of its rows' time.
+func TestContinuationWhoseLoadMovedItsLeaseKeepsItsModel(t *testing.T) {
+	t.Parallel()
+	e, table, p := lendFixture(t, true, 6)
+	p.rowDelay = func(n int) time.Duration {
+		if n >= 2 && n < 8 { // chunk 1's rows
+			return 4 * time.Second
+		}
+		return 20 * time.Millisecond
+	}
+	e.Lease = 4 * time.Second // margin 2 s
+	e.Store = &slowFailedPreload{runsTable: table, wait: 1500 * time.Millisecond}
+	e.Blobs = &slowRange{memBucket: e.Blobs.(*memBucket), start: table.chunkAt(2).Start, wait: time.Second}
+	e.BeforeCommit = lentAtCommitOf0(p)
+	if _, err := executeBoth(t, e, table); err != nil {
+		t.Fatal(err)
+	}
+	if n := table.chunkAt(0).Next; n == nil || n.Chunk != 2 {
+		t.Fatalf("chunk 0's commit claimed %+v: want chunk 2", n)
+	}
+	completed := int64(-1)
+	for _, cm := range table.committed() {
+		if cm.Chunk.Index == 1 {
+			completed = cm.Completed
+		}
+	}
+	if completed != 6 {
+		t.Errorf("chunk 1 committed %d of its 6 rows (-1: no commit): its model was stopped while chunk 2's lease held", completed)
+	}
+	if total := table.b().ChunksTotal; total != 3 || table.chunkAt(2).State != batch.ChunkDone {
+		t.Errorf("%d chunks, chunk 2 %s: want the 3 chunks, none split, chunk 2 run here", total, table.chunkAt(2).State)
 	}
 }
