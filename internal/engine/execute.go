@@ -347,6 +347,7 @@ func (in *invocation) start(r *chunkRun, before <-chan struct{}) {
 	e := in.e
 	r.began = e.Now()
 	ctx, inherited := in.ctx, r.slots != nil
+	var guard *atomic.Int32 // an inherited run's: guardLoading, guardStarted or guardStopped
 	if inherited {
 		// A continuation on its committing run's slots, which rows of its
 		// model may be using (heldSlots): a commit at its load (its input
@@ -356,7 +357,8 @@ func (in *invocation) start(r *chunkRun, before <-chan struct{}) {
 		ctx = withSlots(ctx, r.slots)
 		loading := make(chan struct{})
 		defer close(loading)
-		go in.guardSlots(r, r.slots, loading)
+		guard = &atomic.Int32{}
+		go in.guardSlots(r, r.slots, guard, loading)
 	}
 	ok, err := e.load(ctx, r, in.batch)
 	if before != nil {
@@ -369,6 +371,9 @@ func (in *invocation) start(r *chunkRun, before <-chan struct{}) {
 		// end, or on a chunk taken over meanwhile, which the take finds
 		// stale.
 		_, ok, err = e.takeFence(ctx, r)
+	}
+	if err == nil && ok && guard != nil && !guard.CompareAndSwap(guardLoading, guardStarted) {
+		err = errLeaseAtLoad
 	}
 	if err != nil || !ok {
 		r.slots.leave()
@@ -433,12 +438,24 @@ func (in *invocation) start(r *chunkRun, before <-chan struct{}) {
 	})
 }
 
-// guardSlots stops the model of continuation r, loading on the slots h it
-// inherited, at its lease less the margin if rows of the model still use
-// them then: a takeover may hand them on once the lease ended. The lease
-// is read again when that time comes, as the load's fence take may have
-// moved it. It returns when loading is closed.
-func (in *invocation) guardSlots(r *chunkRun, h *heldSlots, loading <-chan struct{}) {
+// The states of an inherited run's start (guardSlots).
+const (
+	guardLoading int32 = iota
+	guardStarted       // keepLease guards the run's lease
+	guardStopped       // its lease ended in its load: it does not start
+)
+
+// errLeaseAtLoad is a continuation whose lease, less the margin, ended
+// while it loaded: it does not start on its inherited slots (guardSlots).
+var errLeaseAtLoad = errors.New("the run's lease ended while it loaded")
+
+// guardSlots guards the slots h continuation r inherited while it loads,
+// until it starts (state guardStarted) or loading is closed. At its lease
+// less the margin (read again when that time comes: the load's fence take
+// may have moved it) a takeover may hand the slots on: the run will not
+// start (guardStopped), rows of the model still on them stop with their
+// model, and the slots go out of use, so no row takes them after.
+func (in *invocation) guardSlots(r *chunkRun, h *heldSlots, state *atomic.Int32, loading <-chan struct{}) {
 	e := in.e
 	for {
 		left := time.UnixMilli(r.lease.Load()).Add(-e.skew()).Sub(e.Now())
@@ -453,14 +470,13 @@ func (in *invocation) guardSlots(r *chunkRun, h *heldSlots, loading <-chan struc
 		case <-t.C:
 		}
 	}
-	select {
-	case <-loading:
-		// Started (keepLease guards it now) or ended meanwhile.
-	default:
-		if !h.pool.Fits(h.model, h.n) {
-			in.stopModel(h.model)
-		}
+	if !state.CompareAndSwap(guardLoading, guardStopped) {
+		return
 	}
+	if h.inUse() {
+		in.stopModel(h.model)
+	}
+	h.free()
 }
 
 // batch is the batch of a run's message, read once per statusRefresh in
@@ -967,6 +983,22 @@ func (h *heldSlots) lent() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return !h.freed && !h.kept
+}
+
+// inUse reports whether rows of the model may be on the slots: they do
+// not fit without them (or, once free began, in what is left of the
+// model's slots) and neither free returned nor a continuation kept them.
+func (h *heldSlots) inUse() bool {
+	h.mu.Lock()
+	freeing, freed, kept := h.freeing, h.freed, h.kept
+	h.mu.Unlock()
+	switch {
+	case freed || kept:
+		return false
+	case freeing:
+		return !h.pool.Fits(h.model, 0)
+	}
+	return !h.pool.Fits(h.model, h.n)
 }
 
 // leave drops the slots from the pool once the run committed or failed,
