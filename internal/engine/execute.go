@@ -372,6 +372,12 @@ func (in *invocation) start(r *chunkRun, before <-chan struct{}) {
 		// stale.
 		_, ok, err = e.takeFence(ctx, r)
 	}
+	if err == nil && ok && inherited && isWorkflowChunk(r.c, r.reqs) {
+		// A record's steps send on a pool of their own: slots it took
+		// over leave this one first, while the guard watches them.
+		r.slots.leave()
+		r.slots = nil
+	}
 	if err == nil && ok && guard != nil && !guard.CompareAndSwap(guardLoading, guardStarted) {
 		err = errLeaseAtLoad
 	}
@@ -985,9 +991,9 @@ func (h *heldSlots) lent() bool {
 	return !h.freed && !h.kept
 }
 
-// inUse reports whether rows of the model may be on the slots: they do
-// not fit without them (or, once free began, in what is left of the
-// model's slots) and neither free returned nor a continuation kept them.
+// inUse reports whether rows of the model may be on the slots: free began
+// and has not returned, or they do not fit without them; not once free
+// returned or a continuation kept them.
 func (h *heldSlots) inUse() bool {
 	h.mu.Lock()
 	freeing, freed, kept := h.freeing, h.freed, h.kept
@@ -996,7 +1002,9 @@ func (h *heldSlots) inUse() bool {
 	case freed || kept:
 		return false
 	case freeing:
-		return !h.pool.Fits(h.model, 0)
+		// Pool.Finish waits until they are out of use (it may not have
+		// counted them yet).
+		return true
 	}
 	return !h.pool.Fits(h.model, h.n)
 }
