@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/fanout"
 )
 
@@ -26,19 +25,7 @@ func TestRecordContinuationGuardedWhileItsSlotsFree(t *testing.T) {
 		}
 		return 20 * time.Millisecond
 	}
-	e, table := runsFixture(t, p, chunkSpec{"x", 2, 2}, chunkSpec{"x", 12, 2}, chunkSpec{"x", 1, 0})
-	c2 := table.chunkAt(2)
-	bucket := e.Blobs.(*memBucket)
-	record := []byte(`{"custom_id":"r14","method":"POST","url":"/v1/chat/completions","body":{"model":"x","n":14,"relay":{"workflow":{}}}}` + "\n")
-	input := append(bucket.objects["in"][:c2.Start:c2.Start], record...)
-	bucket.put("in", input)
-	c2.End = int64(len(input))
-	table.putChunk(c2)
-	b := table.b()
-	b.Input = []batch.Object{{Key: "in", Size: int64(len(input))}}
-	table.putBatch(b)
-	table.pend(2)
-	table.readyAt("x", 2, false)
+	e, table := recordFixture(t, p)
 	w := startedRecords{p: p, at: make(chan int, 1)}
 	e.Workflow = w
 	e.Lease = 2 * time.Second // margin 1 s

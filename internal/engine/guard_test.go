@@ -8,7 +8,6 @@ import (
 
 	"github.com/relaybatch/relay/internal/batch"
 	"github.com/relaybatch/relay/internal/blob"
-	"github.com/relaybatch/relay/internal/sched"
 )
 
 // goneAt is a bucket whose reads of the range from start find the input
@@ -23,20 +22,6 @@ func (f *goneAt) ReadRange(ctx context.Context, objs []batch.Object, start, end 
 		return nil, blob.ErrNotFound
 	}
 	return f.memBucket.ReadRange(ctx, objs, start, end)
-}
-
-// slowCommitOf is a runsTable whose commits of chunk i take wait.
-type slowCommitOf struct {
-	*runsTable
-	i    int
-	wait time.Duration
-}
-
-func (f *slowCommitOf) CommitChunk(ctx context.Context, tenant string, cm sched.Commit) error {
-	if cm.Chunk.Index == f.i {
-		time.Sleep(f.wait)
-	}
-	return f.runsTable.CommitChunk(ctx, tenant, cm)
 }
 
 // TestGuardDoesNotStopTheModelOnSlotsItsLoadFreed: chunk 0's commit claims
@@ -60,7 +45,7 @@ func TestGuardDoesNotStopTheModelOnSlotsItsLoadFreed(t *testing.T) {
 	}
 	e.Lease = 3 * time.Second // margin 1.5 s
 	e.Blobs = &goneAt{memBucket: e.Blobs.(*memBucket), start: table.chunkAt(2).Start}
-	e.Store = &slowCommitOf{runsTable: table, i: 2, wait: 1200 * time.Millisecond}
+	e.Store = &slowCommit{runsTable: table, slow: 2, wait: 1200 * time.Millisecond}
 	e.BeforeCommit = lentAtCommitOf0(p)
 	if _, err := executeBoth(t, e, table); err != nil {
 		t.Fatal(err)

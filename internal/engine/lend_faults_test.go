@@ -179,17 +179,12 @@ func (w startedRecords) Run(_, _ context.Context, _ batch.Batch, _ batch.Chunk, 
 	return nil
 }
 
-// TestRecordContinuationFreesTheSlotsFirst: chunk 0's commit claims chunk
-// 2, a workflow record, for the invocation while chunk 1's rows run on
-// chunk 0's slots. The record's steps send on a pool of their own, on the
-// same slots: it starts only once x's requests in flight here fit in
-// chunk 1's 2 slots. Before, the slots left the pool's account unwaited
-// (Pool.HandOn) and the record started with 4 in flight.
-func TestRecordContinuationFreesTheSlotsFirst(t *testing.T) {
-	t.Parallel()
-	p := newPeakProvider(500 * time.Millisecond)
+// recordFixture is chunks 0 and 1 of model x (2 rows on 2 slots, 12 rows
+// on 2) and chunk 2, one row made a workflow record, pending at x's ready
+// entry: chunk 0's commit claims it.
+func recordFixture(t *testing.T, p *peakProvider) (*Engine, *runsTable) {
+	t.Helper()
 	e, table := runsFixture(t, p, chunkSpec{"x", 2, 2}, chunkSpec{"x", 12, 2}, chunkSpec{"x", 1, 0})
-	// Chunk 2's row becomes a workflow record.
 	c2 := table.chunkAt(2)
 	bucket := e.Blobs.(*memBucket)
 	record := []byte(`{"custom_id":"r14","method":"POST","url":"/v1/chat/completions","body":{"model":"x","n":14,"relay":{"workflow":{}}}}` + "\n")
@@ -202,6 +197,19 @@ func TestRecordContinuationFreesTheSlotsFirst(t *testing.T) {
 	table.putBatch(b)
 	table.pend(2)
 	table.readyAt("x", 2, false)
+	return e, table
+}
+
+// TestRecordContinuationFreesTheSlotsFirst: chunk 0's commit claims chunk
+// 2, a workflow record, for the invocation while chunk 1's rows run on
+// chunk 0's slots. The record's steps send on a pool of their own, on the
+// same slots: it starts only once x's requests in flight here fit in
+// chunk 1's 2 slots. Before, the slots left the pool's account unwaited
+// (Pool.HandOn) and the record started with 4 in flight.
+func TestRecordContinuationFreesTheSlotsFirst(t *testing.T) {
+	t.Parallel()
+	p := newPeakProvider(500 * time.Millisecond)
+	e, table := recordFixture(t, p)
 	w := startedRecords{p: p, at: make(chan int, 1)}
 	e.Workflow = w
 	e.BeforeCommit = lentAtCommitOf0(p)
